@@ -1,0 +1,333 @@
+//! The event table of `shared/spec/event-map.md`, defined once. The BPF programs read a probe's
+//! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
+//! [`EventDef::layout`], and names events and categories from here.
+
+/// The seed's event categories (`event1`), with their `THR_TRACE_EVENTS` names.
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Category {
+    Thread = 1,
+    Mutex = 2,
+    Cond = 3,
+    Sema = 4,
+    Rwlock = 5,
+    Rmutex = 6,
+    Barrier = 7,
+    BarrierSpin = 8,
+    Spin = 9,
+}
+
+impl Category {
+    pub const ALL: [Category; 9] = [
+        Category::Thread,
+        Category::Mutex,
+        Category::Cond,
+        Category::Sema,
+        Category::Rwlock,
+        Category::Rmutex,
+        Category::Barrier,
+        Category::BarrierSpin,
+        Category::Spin,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Category::Thread => "thread",
+            Category::Mutex => "mutex",
+            Category::Cond => "cond",
+            Category::Sema => "sema",
+            Category::Rwlock => "rwlock",
+            Category::Rmutex => "rmutex",
+            Category::Barrier => "barrier",
+            Category::BarrierSpin => "barrier_spin",
+            Category::Spin => "spin",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Category> {
+        Category::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    pub const fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// The events of this category that are traced on Linux.
+    pub fn events(self) -> impl Iterator<Item = &'static EventDef> {
+        EVENTS
+            .iter()
+            .filter(move |e| e.category as u16 == self as u16)
+    }
+
+    /// Whether this build traces any event of the category.
+    pub fn is_traced(self) -> bool {
+        self.events().next().is_some()
+    }
+}
+
+/// What the BPF programs do for a probe. Carried in the low 32 bits of the attach cookie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeFlags(pub u32);
+
+impl ProbeFlags {
+    /// Also attach a uretprobe: the record needs the return value or state after the call.
+    pub const RETURN: u32 = 1 << 0;
+    /// Two records: which=1 at entry, which=2 at return. Without it, one which=0 record.
+    pub const PAIRED: u32 = 1 << 1;
+    /// Count voluntary context switches across the call (`block?`).
+    pub const BLOCK: u32 = 1 << 2;
+    /// `waiters?` from a glibc mutex: `__lock` (offset 0) > 1 means locked with waiters.
+    pub const WAITERS_MUTEX: u32 = 1 << 3;
+    /// `waiters?` from a glibc condvar: `__wrefs` (offset 36) >> 3 counts waiters.
+    pub const WAITERS_COND: u32 = 1 << 4;
+    /// Read the `struct timespec` that the third argument points to.
+    pub const TIMESPEC_ARG3: u32 = 1 << 5;
+
+    pub const fn has(self, flag: u32) -> bool {
+        self.0 & flag != 0
+    }
+}
+
+/// Byte offset of `__wrefs` in glibc's x86-64 `pthread_cond_t` (glibc >= 2.25).
+pub const COND_WREFS_OFFSET: u64 = 36;
+
+/// The attach cookie: which event a probe reports and what its BPF program must capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeCookie {
+    pub event1: u16,
+    pub event2: u16,
+    pub flags: ProbeFlags,
+}
+
+impl ProbeCookie {
+    pub const fn encode(self) -> u64 {
+        ((self.event1 as u64) << 48) | ((self.event2 as u64) << 32) | self.flags.0 as u64
+    }
+
+    pub const fn decode(cookie: u64) -> Self {
+        ProbeCookie {
+            event1: (cookie >> 48) as u16,
+            event2: (cookie >> 32) as u16,
+            flags: ProbeFlags(cookie as u32),
+        }
+    }
+}
+
+/// What one of a1..a5 holds, in the seed's notation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// The table leaves it empty: 0.
+    Zero,
+    /// `argN`, N counted from 1.
+    Arg(u8),
+    Rval,
+    Block,
+    Waiters,
+    /// `argN.sec` / `argN.nsec` of the timespec read through [`ProbeFlags::TIMESPEC_ARG3`].
+    TimespecSec,
+    TimespecNsec,
+}
+
+use Field::{Arg, Block, Rval, TimespecNsec, TimespecSec, Waiters, Zero};
+
+/// One row of the event map.
+#[derive(Debug)]
+pub struct EventDef {
+    pub category: Category,
+    pub event2: u16,
+    /// The seed's name, e.g. `mutex_lock`.
+    pub name: &'static str,
+    /// The glibc entry point.
+    pub symbol: &'static str,
+    pub flags: u32,
+    /// a1..a5 of the which=0 record, or of the which=1 record of a paired event.
+    pub first: [Field; 5],
+    /// a1..a5 of the which=2 record of a paired event.
+    pub second: [Field; 5],
+}
+
+impl EventDef {
+    pub const fn cookie(&self) -> ProbeCookie {
+        ProbeCookie {
+            event1: self.category as u16,
+            event2: self.event2,
+            flags: ProbeFlags(self.flags),
+        }
+    }
+
+    pub const fn probe_flags(&self) -> ProbeFlags {
+        ProbeFlags(self.flags)
+    }
+
+    /// The layout of the record with the given `which`.
+    pub const fn layout(&self, which: u16) -> &[Field; 5] {
+        if which == 2 {
+            &self.second
+        } else {
+            &self.first
+        }
+    }
+
+    /// The table row for a record's codes.
+    pub fn find(event1: u16, event2: u16) -> Option<&'static EventDef> {
+        EVENTS
+            .iter()
+            .find(|e| e.category as u16 == event1 && e.event2 == event2)
+    }
+}
+
+const NONE: [Field; 5] = [Zero; 5];
+const R: u32 = ProbeFlags::RETURN;
+const PAIRED: u32 = ProbeFlags::RETURN | ProbeFlags::PAIRED;
+
+/// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
+/// seed's field and leave the missing argument fields 0 (event map, "Fields a1..a5").
+pub static EVENTS: &[EventDef] = &[
+    // mutex (event1 = 2)
+    EventDef {
+        category: Category::Mutex,
+        event2: 1,
+        name: "mutex_init",
+        symbol: "pthread_mutex_init",
+        flags: R,
+        first: [Arg(1), Arg(2), Zero, Rval, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Mutex,
+        event2: 2,
+        name: "mutex_lock",
+        symbol: "pthread_mutex_lock",
+        flags: PAIRED | ProbeFlags::BLOCK,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: [Rval, Block, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Mutex,
+        event2: 3,
+        name: "mutex_trylock",
+        symbol: "pthread_mutex_trylock",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Mutex,
+        event2: 4,
+        name: "mutex_unlock",
+        symbol: "pthread_mutex_unlock",
+        flags: R | ProbeFlags::WAITERS_MUTEX,
+        first: [Arg(1), Rval, Waiters, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Mutex,
+        event2: 5,
+        name: "mutex_destroy",
+        symbol: "pthread_mutex_destroy",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    // cond (event1 = 3)
+    EventDef {
+        category: Category::Cond,
+        event2: 1,
+        name: "cond_init",
+        symbol: "pthread_cond_init",
+        flags: R,
+        first: [Arg(1), Arg(2), Zero, Rval, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Cond,
+        event2: 2,
+        name: "cond_signal",
+        symbol: "pthread_cond_signal",
+        flags: R | ProbeFlags::WAITERS_COND,
+        first: [Arg(1), Rval, Waiters, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Cond,
+        event2: 3,
+        name: "cond_broadcast",
+        symbol: "pthread_cond_broadcast",
+        flags: R | ProbeFlags::WAITERS_COND,
+        first: [Arg(1), Rval, Waiters, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Cond,
+        event2: 4,
+        name: "cond_wait",
+        symbol: "pthread_cond_wait",
+        flags: PAIRED,
+        first: [Arg(1), Arg(2), Zero, Zero, Zero],
+        second: [Rval, Zero, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Cond,
+        event2: 5,
+        name: "cond_timedwait",
+        symbol: "pthread_cond_timedwait",
+        flags: PAIRED | ProbeFlags::TIMESPEC_ARG3,
+        first: [Arg(1), Arg(2), TimespecSec, TimespecNsec, Zero],
+        second: [Rval, Zero, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Cond,
+        event2: 6,
+        name: "cond_destroy",
+        symbol: "pthread_cond_destroy",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_round_trips() {
+        for event in EVENTS {
+            assert_eq!(ProbeCookie::decode(event.cookie().encode()), event.cookie());
+        }
+    }
+
+    #[test]
+    fn codes_are_unique_and_categories_named() {
+        for (i, a) in EVENTS.iter().enumerate() {
+            for b in &EVENTS[i + 1..] {
+                assert!(
+                    (a.category, a.event2) != (b.category, b.event2),
+                    "{} and {} share codes",
+                    a.name,
+                    b.name
+                );
+            }
+            assert_eq!(Category::from_name(a.category.name()), Some(a.category));
+        }
+    }
+
+    #[test]
+    fn only_paired_events_have_a_second_layout() {
+        for event in EVENTS {
+            let paired = event.probe_flags().has(ProbeFlags::PAIRED);
+            assert_eq!(paired, event.second != NONE, "{}", event.name);
+        }
+    }
+
+    #[test]
+    fn seed_layouts() {
+        let lock = EventDef::find(2, 2).unwrap();
+        assert_eq!(lock.layout(1)[0], Arg(1));
+        assert_eq!(lock.layout(2)[..2], [Rval, Block]);
+        let unlock = EventDef::find(2, 4).unwrap();
+        assert_eq!(unlock.layout(0)[..3], [Arg(1), Rval, Waiters]);
+        let timedwait = EventDef::find(3, 5).unwrap();
+        assert_eq!(timedwait.layout(1)[2..4], [TimespecSec, TimespecNsec]);
+    }
+}

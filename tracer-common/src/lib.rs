@@ -1,0 +1,27 @@
+//! What the BPF side and userspace agree on: the raw record that crosses the ring buffers
+//! ([`record`]) and the one table of events, categories and field layouts ([`events`]).
+#![no_std]
+
+pub mod events;
+pub mod record;
+
+pub use events::{Category, EVENTS, EventDef, Field, ProbeCookie, ProbeFlags};
+pub use record::RawRecord;
+
+/// Names of the BPF maps and globals, shared so that neither side spells them twice.
+pub mod names {
+    /// `ARRAY_OF_MAPS` indexed by CPU, each slot one BPF ring buffer.
+    pub const RING_BUFFERS: &str = "RING_BUFFERS";
+    /// Per-CPU count of records that could not be reserved in the ring buffer.
+    pub const LOST: &str = "LOST";
+    /// Read-only global: byte offset of `thread.fsbase` in `task_struct` (from kernel BTF).
+    pub const FSBASE_OFFSET: &str = "FSBASE_OFFSET";
+    /// Read-only global: byte offset of `nvcsw` in `task_struct` (from kernel BTF).
+    pub const NVCSW_OFFSET: &str = "NVCSW_OFFSET";
+    /// The entry program (a uprobe) and the return program (a uretprobe).
+    pub const ENTRY_PROGRAM: &str = "thr_entry";
+    pub const RETURN_PROGRAM: &str = "thr_return";
+}
+
+/// Most CPUs the ring-buffer array has slots for.
+pub const MAX_CPUS: u32 = 1024;

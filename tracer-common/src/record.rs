@@ -1,0 +1,75 @@
+//! The record as BPF captures it. Userspace turns it into the seed's a1..a5 fields through the
+//! event table's layout (see `events::Field`), so that the BPF side only copies registers and
+//! reads memory, and every decision about meaning stays in one table.
+
+/// One event as captured in the kernel. Crosses the ring buffer as raw bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawRecord {
+    /// CLOCK_MONOTONIC nanoseconds (`bpf_ktime_get_ns`); userspace converts to realtime.
+    pub ktime_ns: u64,
+    /// The caller's `pthread_self()`: on x86-64 glibc, the thread's FS base.
+    pub pthread_self: u64,
+    /// The address the call returns to (`[rsp]` at entry).
+    pub caller: u64,
+    /// Process id (TGID) and kernel thread id, as seen from the initial PID namespace.
+    pub pid: u32,
+    pub lwpid: u32,
+    pub event1: u16,
+    pub event2: u16,
+    /// 0: single record; 1: entry half; 2: return half.
+    pub which: u16,
+    /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
+    pub block: u8,
+    /// 1 if other threads were waiting on the object at entry.
+    pub waiters: u8,
+    /// The first five integer arguments (rdi, rsi, rdx, rcx, r8).
+    pub args: [u64; 5],
+    /// The return value (rax) for records written at return, else 0.
+    pub rval: i64,
+    /// A `struct timespec` read through a pointer argument (seconds, nanoseconds).
+    pub timespec: [i64; 2],
+}
+
+pub const RAW_RECORD_SIZE: usize = 104;
+const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
+const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
+
+impl RawRecord {
+    /// Reads a record from ring-buffer bytes; `None` if the slice is too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < RAW_RECORD_SIZE {
+            return None;
+        }
+        // SAFETY: RawRecord is plain old data (integers only, every bit pattern valid) and the
+        // slice holds at least size_of::<RawRecord>() bytes; read_unaligned has no alignment need.
+        Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_slices_are_rejected() {
+        assert_eq!(RawRecord::from_bytes(&[0u8; RAW_RECORD_SIZE - 1]), None);
+    }
+
+    #[test]
+    fn round_trips_through_bytes() {
+        let record = RawRecord {
+            pid: 7,
+            lwpid: 9,
+            event1: 2,
+            event2: 4,
+            rval: -1,
+            ..Default::default()
+        };
+        // SAFETY: viewing a POD struct as its bytes.
+        let bytes = unsafe {
+            core::slice::from_raw_parts((&record as *const RawRecord).cast::<u8>(), RAW_RECORD_SIZE)
+        };
+        assert_eq!(RawRecord::from_bytes(bytes), Some(record));
+    }
+}

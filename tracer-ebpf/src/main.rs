@@ -1,0 +1,201 @@
+//! Where a record is born. `thr_entry` runs at a traced function's entry, `thr_return` at its
+//! return; the attach cookie says which event it is and what to capture (tracer-common's table).
+//! Records go to this CPU's ring buffer without waking the reader, except when the buffer is a
+//! quarter full; a record that does not fit is counted in `LOST`, never dropped silently.
+#![no_std]
+#![no_main]
+
+use core::ptr;
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    btf_maps::{ArrayOfMaps, LruHashMap, PerCpuArray, RingBuf},
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_ringbuf_query,
+    },
+    macros::{btf_map, uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use tracer_common::{MAX_CPUS, ProbeCookie, ProbeFlags, RawRecord, events::COND_WREFS_OFFSET};
+
+/// Set by userspace from kernel BTF before loading.
+#[unsafe(no_mangle)]
+static FSBASE_OFFSET: u64 = 0;
+#[unsafe(no_mangle)]
+static NVCSW_OFFSET: u64 = 0;
+
+/// The inner definition is only a template: userspace creates one ring buffer per CPU.
+#[btf_map]
+static RING_BUFFERS: ArrayOfMaps<RingBuf<RawRecord, 4096>, { MAX_CPUS as usize }> =
+    ArrayOfMaps::new();
+
+#[btf_map]
+static LOST: PerCpuArray<u64, 1> = PerCpuArray::new();
+
+/// A call between its entry and its return: the record so far and the switch count at entry.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Pending {
+    record: RawRecord,
+    nvcsw_at_entry: u64,
+}
+
+/// Keyed by thread and event, so that one traced call inside another cannot mix them up. LRU,
+/// so that calls which never return (cancellation, longjmp) cannot fill it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PendingKey {
+    pid_tgid: u64,
+    event: u32,
+    _pad: u32,
+}
+
+#[btf_map]
+static PENDING: LruHashMap<PendingKey, Pending, 65536> = LruHashMap::new();
+
+#[uprobe]
+pub fn thr_entry(ctx: ProbeContext) -> u32 {
+    let cookie = ProbeCookie::decode(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let flags = cookie.flags;
+    // SAFETY: uprobe context registers are the user's at the probed instruction.
+    let regs = unsafe { &*ctx.regs };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let mut pending = Pending {
+        record: RawRecord {
+            ktime_ns: unsafe { bpf_ktime_get_ns() },
+            pthread_self: read_task_u64(unsafe { ptr::read_volatile(&FSBASE_OFFSET) }),
+            caller: read_user::<u64>(regs.rsp),
+            pid: (pid_tgid >> 32) as u32,
+            lwpid: pid_tgid as u32,
+            event1: cookie.event1,
+            event2: cookie.event2,
+            which: 0,
+            block: 0,
+            waiters: 0,
+            args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8],
+            rval: 0,
+            timespec: [0; 2],
+        },
+        nvcsw_at_entry: 0,
+    };
+    let record = &mut pending.record;
+    if flags.has(ProbeFlags::TIMESPEC_ARG3) {
+        record.timespec = read_user::<[i64; 2]>(regs.rdx);
+    }
+    if flags.has(ProbeFlags::WAITERS_MUTEX) {
+        record.waiters = (read_user::<i32>(regs.rdi) > 1) as u8;
+    }
+    if flags.has(ProbeFlags::WAITERS_COND) {
+        record.waiters = (read_user::<u32>(regs.rdi + COND_WREFS_OFFSET) >> 3 != 0) as u8;
+    }
+    if !flags.has(ProbeFlags::RETURN) {
+        emit(record);
+        return 0;
+    }
+    if flags.has(ProbeFlags::PAIRED) {
+        record.which = 1;
+        emit(record);
+    }
+    if flags.has(ProbeFlags::BLOCK) {
+        pending.nvcsw_at_entry = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
+    }
+    let key = PendingKey {
+        pid_tgid,
+        event: event_key(&cookie),
+        _pad: 0,
+    };
+    // A full LRU map evicts the oldest entry; insert cannot fail for lack of room.
+    let _ = PENDING.insert(&key, &pending, 0);
+    0
+}
+
+#[uretprobe]
+pub fn thr_return(ctx: RetProbeContext) -> u32 {
+    let cookie = ProbeCookie::decode(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let key = PendingKey {
+        pid_tgid: bpf_get_current_pid_tgid(),
+        event: event_key(&cookie),
+        _pad: 0,
+    };
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(pending) = (unsafe { PENDING.get(&key) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING.remove(&key);
+    let mut record = pending.record;
+    // SAFETY: uretprobe context registers are the user's at the return address.
+    record.rval = unsafe { (*ctx.regs).rax } as i64;
+    if cookie.flags.has(ProbeFlags::BLOCK) {
+        let nvcsw = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
+        record.block = (nvcsw != pending.nvcsw_at_entry) as u8;
+    }
+    if cookie.flags.has(ProbeFlags::PAIRED) {
+        record.which = 2;
+        record.ktime_ns = unsafe { bpf_ktime_get_ns() };
+    }
+    emit(&record);
+    0
+}
+
+#[inline(always)]
+fn event_key(cookie: &ProbeCookie) -> u32 {
+    ((cookie.event1 as u32) << 16) | cookie.event2 as u32
+}
+
+/// A user value, or zero if the address is not readable (a bad pointer argument).
+#[inline(always)]
+fn read_user<T: Default>(address: u64) -> T {
+    unsafe { bpf_probe_read_user(address as *const T) }.unwrap_or_default()
+}
+
+/// A u64 field of the current `task_struct` at a BTF-derived offset.
+#[inline(always)]
+fn read_task_u64(offset: u64) -> u64 {
+    let task = unsafe { bpf_get_current_task() };
+    unsafe { bpf_probe_read_kernel((task + offset) as *const u64) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn emit(record: &RawRecord) {
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let reserved = RING_BUFFERS.get(cpu).and_then(|ring| {
+        let entry = ring.reserve(0)?;
+        Some((ring, entry))
+    });
+    let Some((ring, mut entry)) = reserved else {
+        count_lost();
+        return;
+    };
+    entry.write(*record);
+    // Wake the reader only when a quarter of the ring is in use; otherwise it polls.
+    let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
+    let used = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_AVAIL_DATA as u64) };
+    let size = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_RING_SIZE as u64) };
+    let wakeup = if used > size / 4 {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup as u64);
+}
+
+#[inline(always)]
+fn count_lost() {
+    if let Some(counter) = LOST.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot; no other program runs on this CPU while this one does.
+        unsafe { *counter += 1 };
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,234 @@
+//! The command line, and its validation into a [`Config`] before anything is created.
+
+use std::{
+    ffi::OsString,
+    os::fd::{FromRawFd, OwnedFd},
+    os::unix::ffi::OsStrExt,
+    path::PathBuf,
+    time::Duration,
+};
+
+use anyhow::Result;
+use clap::Parser;
+use tracer_common::Category;
+
+use crate::{error::UsageError, targets, usage_bail};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "thrtrace-bpf",
+    version,
+    about = "Trace the pthread calls of running or launched processes into thread_trace(4) tr.* files",
+    after_help = "Examples:\n  sudo thrtrace-bpf -p 1234 --events mutex:cond --dir /tmp/trace\n  \
+                  sudo thrtrace-bpf --unbuffered -- ./server --port 8080"
+)]
+pub struct Cli {
+    /// Trace the process with this pid (repeat for several)
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Colon-separated event categories to trace, e.g. mutex:cond [default: all]
+    #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "CATEGORIES")]
+    pub events: Option<String>,
+
+    /// Directory for the tr.* files [default: the current directory]
+    #[arg(short = 'd', long, env = "THR_TRACE_DIR", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// Write each record to its file as it arrives (or set THR_TRACE_BUF to any value)
+    #[arg(short = 'u', long)]
+    pub unbuffered: bool,
+
+    /// Stop tracing after this many seconds
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// Size of each CPU's ring buffer in KiB (a power of two, at least 4)
+    #[arg(long, value_name = "KIB", default_value_t = crate::datapath::DEFAULT_RING_BYTES / 1024)]
+    pub buffer_kib: u32,
+
+    /// The command to start and trace
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// What to trace and where, checked.
+#[derive(Debug)]
+pub struct Config {
+    pub categories: Vec<Category>,
+    pub dir: PathBuf,
+    pub unbuffered: bool,
+    pub duration: Option<Duration>,
+    pub ring_bytes: u32,
+    pub target: Target,
+}
+
+#[derive(Debug)]
+pub enum Target {
+    Pids(Vec<u32>),
+    Command(Vec<OsString>),
+}
+
+impl Cli {
+    pub fn into_config(self) -> Result<Config> {
+        let categories = parse_categories(self.events.as_deref())?;
+        let target = match (self.pids.is_empty(), self.command.is_empty()) {
+            (false, false) => usage_bail!("give either -p PID or -- COMMAND, not both"),
+            (true, true) => usage_bail!(
+                "system-wide tracing is not supported yet: give -p PID or -- COMMAND ARGS"
+            ),
+            (false, true) => {
+                for &pid in &self.pids {
+                    if pid == 0 || !targets::process_exists(pid) {
+                        usage_bail!("no process with pid {pid}: check it with ps");
+                    }
+                }
+                Target::Pids(self.pids)
+            }
+            (true, false) => Target::Command(self.command),
+        };
+        let duration = match self.duration {
+            None => None,
+            Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
+            Some(secs) => usage_bail!("--duration {secs}: give a positive number of seconds"),
+        };
+        let ring_bytes = self
+            .buffer_kib
+            .checked_mul(1024)
+            .filter(|b| b.is_power_of_two() && *b >= 4096);
+        let Some(ring_bytes) = ring_bytes else {
+            usage_bail!(
+                "--buffer-kib {}: give a power of two from 4 up",
+                self.buffer_kib
+            );
+        };
+        let dir = match self.dir {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => PathBuf::from("."),
+        };
+        check_writable_dir(&dir)?;
+        let unbuffered =
+            self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
+        Ok(Config {
+            categories,
+            dir,
+            unbuffered,
+            duration,
+            ring_bytes,
+            target,
+        })
+    }
+}
+
+/// `THR_TRACE_EVENTS` syntax: empty means every category this build traces.
+pub fn parse_categories(spec: Option<&str>) -> Result<Vec<Category>> {
+    let traced = || Category::ALL.into_iter().filter(|c| c.is_traced());
+    let spec = spec.unwrap_or("");
+    if spec.is_empty() {
+        return Ok(traced().collect());
+    }
+    let mut categories = Vec::new();
+    for name in spec.split(':').filter(|n| !n.is_empty()) {
+        let Some(category) = Category::from_name(name) else {
+            let valid: Vec<&str> = Category::ALL.iter().map(|c| c.name()).collect();
+            usage_bail!(
+                "unknown event category '{name}': valid categories are {}",
+                valid.join(", ")
+            );
+        };
+        if !category.is_traced() {
+            let supported: Vec<&str> = traced().map(|c| c.name()).collect();
+            usage_bail!(
+                "event category '{name}' is not supported yet: this version traces {}",
+                supported.join(", ")
+            );
+        }
+        if !categories.contains(&category) {
+            categories.push(category);
+        }
+    }
+    Ok(categories)
+}
+
+/// Fails unless files can be created in `dir`, without leaving one behind: an `O_TMPFILE`
+/// file has no name and vanishes when closed.
+fn check_writable_dir(dir: &std::path::Path) -> Result<()> {
+    let shown = dir.display();
+    match std::fs::metadata(dir) {
+        Err(e) => {
+            usage_bail!("trace directory {shown}: {e}: create it or choose another with --dir")
+        }
+        Ok(m) if !m.is_dir() => usage_bail!("trace directory {shown} is not a directory"),
+        Ok(_) => {}
+    }
+    let mut path = dir.as_os_str().as_bytes().to_vec();
+    path.push(0);
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: we own the descriptor just opened.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        return Ok(());
+    }
+    let error = std::io::Error::last_os_error();
+    // Filesystems without O_TMPFILE: ask the kernel's permission check instead.
+    if error.raw_os_error() == Some(libc::EOPNOTSUPP)
+        // SAFETY: as above.
+        && unsafe { libc::access(path.as_ptr().cast(), libc::W_OK) } == 0
+    {
+        return Ok(());
+    }
+    Err(UsageError(format!(
+        "trace directory {shown} is not writable ({error}): choose another with --dir"
+    ))
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_or_unset_means_every_traced_category() {
+        let all: Vec<Category> = Category::ALL
+            .into_iter()
+            .filter(|c| c.is_traced())
+            .collect();
+        assert_eq!(parse_categories(None).unwrap(), all);
+        assert_eq!(parse_categories(Some("")).unwrap(), all);
+    }
+
+    #[test]
+    fn parses_colon_separated_names_once_each() {
+        assert_eq!(
+            parse_categories(Some("cond:mutex:cond")).unwrap(),
+            [Category::Cond, Category::Mutex]
+        );
+    }
+
+    #[test]
+    fn unknown_names_list_the_valid_ones() {
+        let error = parse_categories(Some("mutex:bogus"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown event category 'bogus'"), "{error}");
+        assert!(error.contains("barrier_spin"), "{error}");
+    }
+
+    #[test]
+    fn directory_checks_leave_nothing_behind() {
+        let dir = std::env::temp_dir().join(format!("thrtrace-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        check_writable_dir(&dir).unwrap();
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        assert!(check_writable_dir(&dir.join("missing")).is_err());
+        assert!(check_writable_dir(std::path::Path::new("/proc")).is_err());
+        std::fs::remove_dir(&dir).unwrap();
+    }
+}

@@ -1,0 +1,111 @@
+//! How a record crosses to userspace. Loads the BPF object, gives each CPU its own BPF ring
+//! buffer (an `ARRAY_OF_MAPS` slot per CPU, so producers on different CPUs never share a lock),
+//! drains them, and reads the per-CPU count of records the kernel could not deliver.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use anyhow::{Context, Result, anyhow};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{ArrayOfMaps, Map, MapData, PerCpuArray, RingBuf},
+};
+use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
+use tracer_common::{MAX_CPUS, RawRecord, names};
+
+use crate::{kernel::TaskOffsets, multi_link::MultiProgram, probes::Programs};
+
+/// Default size of each CPU's ring buffer.
+pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
+
+static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
+
+pub struct DataPath {
+    /// Owns the maps the programs use; dropped last.
+    _ebpf: Ebpf,
+    programs: Programs,
+    rings: Vec<RingBuf<MapData>>,
+    lost: PerCpuArray<MapData, u64>,
+}
+
+impl DataPath {
+    /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
+    pub fn load(offsets: TaskOffsets, ring_bytes: u32) -> Result<Self> {
+        let mut ebpf = EbpfLoader::new()
+            .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
+            .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
+            .load(BPF_OBJECT)
+            .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
+        // The programs are bound to the maps by descriptor, so they load before maps are taken.
+        let programs = Programs {
+            entry: MultiProgram::load(BPF_OBJECT, &ebpf, names::ENTRY_PROGRAM, false)?,
+            exit: MultiProgram::load(BPF_OBJECT, &ebpf, names::RETURN_PROGRAM, true)?,
+        };
+        let rings = create_rings(&mut ebpf, ring_bytes)?;
+        let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
+        Ok(DataPath {
+            _ebpf: ebpf,
+            programs,
+            rings,
+            lost,
+        })
+    }
+
+    pub fn programs(&self) -> &Programs {
+        &self.programs
+    }
+
+    /// Duplicates of the ring buffers' descriptors, readable when the BPF side forces a wakeup.
+    pub fn ring_fds(&self) -> Result<Vec<OwnedFd>> {
+        let dup = |ring: &RingBuf<MapData>| ring.as_fd().try_clone_to_owned();
+        Ok(self.rings.iter().map(dup).collect::<Result<_, _>>()?)
+    }
+
+    /// Hands every record now in the ring buffers to `sink`; returns how many could not be
+    /// decoded from their bytes (counted as lost by the caller).
+    pub fn drain(&mut self, mut sink: impl FnMut(&RawRecord)) -> u64 {
+        let mut malformed = 0;
+        for ring in &mut self.rings {
+            while let Some(item) = ring.next() {
+                match RawRecord::from_bytes(&item) {
+                    Some(record) => sink(&record),
+                    None => malformed += 1,
+                }
+            }
+        }
+        malformed
+    }
+
+    /// Records the BPF programs could not reserve room for, summed over CPUs.
+    pub fn lost(&self) -> Result<u64> {
+        let per_cpu = self
+            .lost
+            .get(&0, 0)
+            .context("cannot read the lost-record counters")?;
+        Ok(per_cpu.iter().sum())
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<Map> {
+    ebpf.take_map(name)
+        .ok_or_else(|| anyhow!("the BPF object has no map {name}"))
+}
+
+fn create_rings(ebpf: &mut Ebpf, ring_bytes: u32) -> Result<Vec<RingBuf<MapData>>> {
+    let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("{path}: {e}"))?;
+    anyhow::ensure!(
+        cpus <= MAX_CPUS as usize,
+        "{cpus} CPUs: at most {MAX_CPUS} are supported"
+    );
+    let mut slots: ArrayOfMaps<MapData, MapData> =
+        ArrayOfMaps::try_from(take_map(ebpf, names::RING_BUFFERS)?)?;
+    (0..cpus as u32)
+        .map(|cpu| {
+            let definition =
+                aya_obj::Map::new_from_params(BPF_MAP_TYPE_RINGBUF as u32, 0, 0, ring_bytes, 0);
+            let ring = MapData::create(definition, &format!("thr_ring{cpu}"), None)
+                .with_context(|| format!("cannot create a {ring_bytes}-byte ring buffer"))?;
+            slots.set(cpu, &ring, 0)?;
+            Ok(RingBuf::try_from(Map::RingBuf(ring))?)
+        })
+        .collect()
+}

@@ -1,0 +1,123 @@
+//! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
+//! laid out by the event table (`tracer_common::events`).
+
+use tracer_common::{EventDef, Field, RawRecord};
+
+/// One record of the thread_trace scheme (event map, "Record line").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceRecord {
+    pub sec: i64,
+    pub nsec: i64,
+    pub lwpid: u32,
+    pub pid: u32,
+    /// `pthread_self()` of the caller.
+    pub tid: u64,
+    pub event1: u16,
+    pub event2: u16,
+    pub which: u16,
+    pub a: [i64; 5],
+    /// Where the call returns to; kept for the POSIX log and reports.
+    pub caller: u64,
+}
+
+/// Turns raw records into trace records.
+pub struct Decoder {
+    realtime_offset_ns: i128,
+}
+
+impl Decoder {
+    /// `realtime_offset_ns` is CLOCK_REALTIME - CLOCK_MONOTONIC (see `kernel::realtime_offset_ns`).
+    pub fn new(realtime_offset_ns: i128) -> Self {
+        Decoder { realtime_offset_ns }
+    }
+
+    /// `None` for codes the event table does not know (a corrupt or foreign record).
+    pub fn decode(&self, raw: &RawRecord) -> Option<TraceRecord> {
+        let event = EventDef::find(raw.event1, raw.event2)?;
+        if raw.which > 2 {
+            return None;
+        }
+        let realtime = i128::from(raw.ktime_ns) + self.realtime_offset_ns;
+        Some(TraceRecord {
+            sec: (realtime.div_euclid(1_000_000_000)) as i64,
+            nsec: (realtime.rem_euclid(1_000_000_000)) as i64,
+            lwpid: raw.lwpid,
+            pid: raw.pid,
+            tid: raw.pthread_self,
+            event1: raw.event1,
+            event2: raw.event2,
+            which: raw.which,
+            a: event.layout(raw.which).map(|field| field_value(field, raw)),
+            caller: raw.caller,
+        })
+    }
+}
+
+fn field_value(field: Field, raw: &RawRecord) -> i64 {
+    match field {
+        Field::Zero => 0,
+        Field::Arg(n) => raw.args[usize::from(n) - 1] as i64,
+        // The C functions return int: the upper half of rax is not part of the value.
+        Field::Rval => i64::from(raw.rval as i32),
+        Field::Block => i64::from(raw.block),
+        Field::Waiters => i64::from(raw.waiters),
+        Field::TimespecSec => raw.timespec[0],
+        Field::TimespecNsec => raw.timespec[1],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(event1: u16, event2: u16, which: u16) -> RawRecord {
+        RawRecord {
+            ktime_ns: 5_000_000_123,
+            pthread_self: 0x7f00_0000_1000,
+            pid: 10,
+            lwpid: 11,
+            event1,
+            event2,
+            which,
+            args: [0x5555_0000, 2, 0x7ffd_0000, 4, 5],
+            rval: 0xdead_0000_006e, // upper half is garbage; the int is 110 (ETIMEDOUT)
+            timespec: [1_700_000_000, 250],
+            block: 1,
+            waiters: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lays_out_fields_as_the_seed_tables_say() {
+        let decoder = Decoder::new(1_000_000_000);
+        let lock_entry = decoder.decode(&raw(2, 2, 1)).unwrap();
+        assert_eq!(lock_entry.a, [0x5555_0000, 0, 0, 0, 0]);
+        assert_eq!((lock_entry.sec, lock_entry.nsec), (6, 123));
+        let lock_return = decoder.decode(&raw(2, 2, 2)).unwrap();
+        assert_eq!(lock_return.a, [110, 1, 0, 0, 0]);
+        let unlock = decoder.decode(&raw(2, 4, 0)).unwrap();
+        assert_eq!(unlock.a, [0x5555_0000, 110, 1, 0, 0]);
+        let timedwait = decoder.decode(&raw(3, 5, 1)).unwrap();
+        assert_eq!(timedwait.a, [0x5555_0000, 2, 1_700_000_000, 250, 0]);
+        let mutex_init = decoder.decode(&raw(2, 1, 0)).unwrap();
+        assert_eq!(
+            mutex_init.a,
+            [0x5555_0000, 2, 0, 110, 0],
+            "rval stays in the seed's a4"
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_codes() {
+        let decoder = Decoder::new(0);
+        assert_eq!(decoder.decode(&raw(2, 99, 0)), None);
+        assert_eq!(decoder.decode(&raw(2, 2, 3)), None);
+    }
+
+    #[test]
+    fn negative_offsets_keep_nanoseconds_in_range() {
+        let record = Decoder::new(-1).decode(&raw(2, 2, 1)).unwrap();
+        assert_eq!((record.sec, record.nsec), (5, 122));
+    }
+}

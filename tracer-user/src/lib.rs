@@ -1,0 +1,89 @@
+//! thrtrace-bpf: traces the pthread calls of unmodified processes with uprobes.
+//!
+//! A record is born in `tracer-ebpf` (a uprobe/uretprobe per traced function), crosses to
+//! userspace through per-CPU ring buffers ([`datapath`]), becomes a seed record in [`decode`],
+//! and is written by a [`writer`]. [`targets`], [`launch`] and [`probes`] find the pthread
+//! library of each process and attach to it; [`session`] runs the loop; [`cli`] is the command
+//! line.
+
+pub mod cli;
+pub mod datapath;
+pub mod decode;
+pub mod error;
+pub mod kernel;
+pub mod launch;
+pub mod multi_link;
+pub mod probes;
+pub mod session;
+pub mod symbols;
+pub mod targets;
+pub mod writer;
+
+use anyhow::Result;
+use tracer_common::EventDef;
+
+use crate::{
+    cli::{Config, Target},
+    datapath::DataPath,
+    decode::Decoder,
+    kernel::TaskOffsets,
+    probes::Probes,
+    session::Session,
+    targets::PthreadLibrary,
+    writer::tr::TrFiles,
+};
+
+/// Traces as `config` says; returns the tracer's exit status.
+pub fn run(config: Config) -> Result<i32> {
+    let events: Vec<&'static EventDef> =
+        config.categories.iter().flat_map(|c| c.events()).collect();
+    let symbols: Vec<&str> = events.iter().map(|e| e.symbol).collect();
+    let datapath = DataPath::load(TaskOffsets::from_kernel_btf()?, config.ring_bytes)?;
+    let mut probes = Probes::default();
+    let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
+        probes.attach(datapath.programs(), pid, library, &events)?;
+        Ok(())
+    };
+
+    let (attached_pids, launched) = match &config.target {
+        Target::Pids(pids) => {
+            let mut traced = Vec::new();
+            for &pid in pids {
+                match targets::find_pthread_library(pid, &symbols)? {
+                    Some(library) => {
+                        attach(pid, &library)?;
+                        traced.push(pid);
+                    }
+                    None => {
+                        eprintln!("thrtrace-bpf: pid {pid} maps no pthread library; not traced")
+                    }
+                }
+            }
+            (traced, None)
+        }
+        Target::Command(argv) => (Vec::new(), Some(launch::launch(argv, &symbols, attach)?)),
+    };
+
+    let session = Session {
+        datapath,
+        probes,
+        decoder: Decoder::new(kernel::realtime_offset_ns()),
+        writer: Box::new(TrFiles::new(&config.dir, config.unbuffered)),
+        unbuffered: config.unbuffered,
+        duration: config.duration,
+        attached_pids,
+        launched,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let outcome = runtime.block_on(session.run())?;
+    eprintln!(
+        "thrtrace-bpf: {} records written, {} lost, {} files in {}",
+        outcome.summary.records,
+        outcome.lost,
+        outcome.summary.files,
+        config.dir.display()
+    );
+    Ok(outcome.exit_code)
+}

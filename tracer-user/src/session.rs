@@ -1,0 +1,243 @@
+//! One tracing run: drains the ring buffers into the writer until a stop condition, then
+//! detaches, writes what is left, and reports.
+//!
+//! The BPF side wakes the reader only when a ring is a quarter full; otherwise records wait for
+//! the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
+
+use std::{
+    collections::HashSet,
+    os::fd::{FromRawFd, OwnedFd, RawFd},
+    process::{Child, ExitStatus},
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+    sync::{Notify, mpsc},
+    time::{Instant, MissedTickBehavior},
+};
+
+use crate::{
+    datapath::DataPath,
+    decode::Decoder,
+    probes::Probes,
+    writer::{RecordWriter, WriterSummary},
+};
+
+const POLL_INTERVAL_BUFFERED: Duration = Duration::from_millis(100);
+const POLL_INTERVAL_UNBUFFERED: Duration = Duration::from_millis(10);
+
+/// What a run traces and how it ends.
+pub struct Session {
+    pub datapath: DataPath,
+    pub probes: Probes,
+    pub decoder: Decoder,
+    pub writer: Box<dyn RecordWriter>,
+    pub unbuffered: bool,
+    pub duration: Option<Duration>,
+    /// Traced processes that the tracer did not start.
+    pub attached_pids: Vec<u32>,
+    /// The process the tracer started, whose exit status becomes the tracer's.
+    pub launched: Option<Child>,
+}
+
+/// Why tracing stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    AllExited,
+    Duration,
+    Signal(i32),
+}
+
+struct Exit {
+    pid: u32,
+    status: Option<ExitStatus>,
+}
+
+/// How a run ended.
+pub struct Outcome {
+    pub summary: WriterSummary,
+    pub lost: u64,
+    /// The tracer's exit status.
+    pub exit_code: i32,
+}
+
+impl Session {
+    pub async fn run(mut self) -> Result<Outcome> {
+        let wakeups = Arc::new(Notify::new());
+        for fd in self.datapath.ring_fds()? {
+            watch_ring(fd, Arc::clone(&wakeups))?;
+        }
+        let (exit_tx, mut exits) = mpsc::unbounded_channel();
+        let mut running: HashSet<u32> = self.attached_pids.iter().copied().collect();
+        for &pid in &self.attached_pids {
+            watch_pid(pid, exit_tx.clone());
+        }
+        let launched_pid = self.launched.as_ref().map(Child::id);
+        if let Some(mut child) = self.launched.take() {
+            running.insert(child.id());
+            let tx = exit_tx.clone();
+            tokio::task::spawn_blocking(move || {
+                let status = child.wait().ok();
+                let _ = tx.send(Exit {
+                    pid: child.id(),
+                    status,
+                });
+            });
+        }
+        drop(exit_tx);
+
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let interval = if self.unbuffered {
+            POLL_INTERVAL_UNBUFFERED
+        } else {
+            POLL_INTERVAL_BUFFERED
+        };
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let deadline = self.duration.map(|d| Instant::now() + d);
+        let mut malformed = 0;
+        let mut launched_status = None;
+
+        let stop = loop {
+            let mut exited = Vec::new();
+            let stop = tokio::select! {
+                _ = ticker.tick() => None,
+                _ = wakeups.notified() => None,
+                _ = sigint.recv() => Some(Stop::Signal(libc::SIGINT)),
+                _ = sigterm.recv() => Some(Stop::Signal(libc::SIGTERM)),
+                _ = sleep_until(deadline) => Some(Stop::Duration),
+                Some(exit) = exits.recv() => {
+                    exited.push(exit);
+                    while let Ok(exit) = exits.try_recv() {
+                        exited.push(exit);
+                    }
+                    None
+                }
+            };
+            malformed += self.drain()?;
+            for exit in exited {
+                if Some(exit.pid) == launched_pid {
+                    launched_status = exit.status;
+                }
+                running.remove(&exit.pid);
+                self.writer
+                    .process_exited(exit.pid)
+                    .context("cannot complete trace files")?;
+            }
+            if let Some(stop) = stop {
+                break stop;
+            }
+            if running.is_empty() {
+                break Stop::AllExited;
+            }
+        };
+
+        // Records written before the probes went away are still in the rings: read them after.
+        self.probes.detach_all();
+        malformed += self.drain()?;
+        let summary = self
+            .writer
+            .finish()
+            .context("cannot complete trace files")?;
+        let lost = self.datapath.lost()? + malformed;
+        let exit_code = match (stop, launched_status) {
+            (_, Some(status)) => exit_code_of(status),
+            (Stop::Signal(signal), None) => 128 + signal,
+            _ => 0,
+        };
+        if let (Some(pid), None) = (launched_pid, launched_status) {
+            eprintln!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
+        }
+        Ok(Outcome {
+            summary,
+            lost,
+            exit_code,
+        })
+    }
+
+    /// Moves every record now in the rings to the writer; returns how many could not be
+    /// decoded (counted with the lost ones).
+    fn drain(&mut self) -> Result<u64> {
+        let Session {
+            datapath,
+            decoder,
+            writer,
+            ..
+        } = self;
+        let mut undecodable = 0;
+        let mut write_error = None;
+        let malformed = datapath.drain(|raw| {
+            let Some(record) = decoder.decode(raw) else {
+                undecodable += 1;
+                return;
+            };
+            if write_error.is_none() {
+                write_error = writer.write(&record).err();
+            }
+        });
+        if let Some(error) = write_error {
+            return Err(error).context("cannot write trace records; the files are incomplete");
+        }
+        writer
+            .batch_done()
+            .context("cannot write trace records; the files are incomplete")?;
+        Ok(malformed + undecodable)
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Exit status as a shell reports it: the code, or 128 + the signal that killed the process.
+fn exit_code_of(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Notifies `wakeups` whenever the ring buffer behind `fd` is readable.
+fn watch_ring(fd: OwnedFd, wakeups: Arc<Notify>) -> Result<()> {
+    let ready = register(fd).context("cannot watch a ring buffer")?;
+    tokio::spawn(async move {
+        while let Ok(mut guard) = ready.readable().await {
+            guard.clear_ready();
+            wakeups.notify_one();
+        }
+    });
+    Ok(())
+}
+
+/// Watches an owned descriptor for readability.
+fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd owns `fd`, so it stays open and the same for the AsyncFd's lifetime.
+    unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)
+}
+
+/// Sends on `exits` when process `pid` (not our child) exits, via a pidfd.
+fn watch_pid(pid: u32, exits: mpsc::UnboundedSender<Exit>) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        // Already gone.
+        let _ = exits.send(Exit { pid, status: None });
+        return;
+    }
+    // SAFETY: the descriptor was just opened and is ours.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    tokio::spawn(async move {
+        if let Ok(ready) = register(pidfd) {
+            let _ = ready.readable().await;
+        }
+        let _ = exits.send(Exit { pid, status: None });
+    });
+}

@@ -1,0 +1,78 @@
+//! ELF symbol resolution: where each traced function starts, as a file offset for uprobes.
+//!
+//! Every definition of a name counts, whatever its version: `pthread_cond_wait@GLIBC_2.2.5` and
+//! `pthread_cond_wait@@GLIBC_2.3.2` are different code and both are traced, each address once.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context, Result};
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+/// The file offsets of the functions an ELF file defines, by name.
+#[derive(Debug, Default)]
+pub struct FunctionOffsets {
+    by_name: BTreeMap<String, BTreeSet<u64>>,
+}
+
+impl FunctionOffsets {
+    /// Reads `.dynsym` and `.symtab` for the given names.
+    pub fn parse(elf: &[u8], names: &[&str]) -> Result<Self> {
+        let file = object::File::parse(elf).context("not an ELF file")?;
+        let segments: Vec<(u64, u64, u64)> = file
+            .segments()
+            .map(|s| (s.address(), s.size(), s.file_range().0))
+            .collect();
+        let mut by_name: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for symbol in file.dynamic_symbols().chain(file.symbols()) {
+            if !symbol.is_definition() {
+                continue;
+            }
+            let Ok(name) = symbol.name() else { continue };
+            if !names.contains(&name) {
+                continue;
+            }
+            let address = symbol.address();
+            let offset = segments
+                .iter()
+                .find(|(start, size, _)| (*start..start + size).contains(&address))
+                .map(|(start, _, file_start)| address - start + file_start);
+            if let Some(offset) = offset {
+                by_name.entry(name.to_owned()).or_default().insert(offset);
+            }
+        }
+        Ok(FunctionOffsets { by_name })
+    }
+
+    /// Every distinct file offset at which `name` is defined (empty if it is not).
+    pub fn offsets(&self, name: &str) -> impl Iterator<Item = u64> + '_ {
+        self.by_name.get(name).into_iter().flatten().copied()
+    }
+
+    pub fn defines(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C library this test runs against: both versions of pthread_cond_wait are found.
+    #[test]
+    fn finds_every_version_of_pthread_cond_wait_in_the_system_libc() {
+        let path = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib64/libc.so.6"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("a glibc libc.so.6");
+        let data = std::fs::read(path).unwrap();
+        let found =
+            FunctionOffsets::parse(&data, &["pthread_cond_wait", "pthread_mutex_lock"]).unwrap();
+        assert_eq!(
+            found.offsets("pthread_cond_wait").count(),
+            2,
+            "old and new versions"
+        );
+        assert_eq!(found.offsets("pthread_mutex_lock").count(), 1);
+        assert!(!found.defines("no_such_function"));
+    }
+}
