@@ -80,3 +80,18 @@ pub fn realtime_offset_ns() -> i128 {
     let after = now(libc::CLOCK_MONOTONIC);
     real - (before + after) / 2
 }
+
+/// CLOCK_MONOTONIC now, the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    now(libc::CLOCK_MONOTONIC) as u64
+}
+
+fn now(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass; both clocks always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}

@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod launch;
 pub mod multi_link;
 pub mod probes;
+pub mod reorder;
 pub mod session;
 pub mod symbols;
 pub mod targets;
@@ -41,7 +42,11 @@ pub fn run(config: Config) -> Result<i32> {
     let datapath = DataPath::load(TaskOffsets::from_kernel_btf()?, config.ring_bytes)?;
     let mut probes = Probes::default();
     let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
-        probes.attach(datapath.programs(), pid, library, &events)?;
+        let count = probes.attach(datapath.programs(), pid, library, &events)?;
+        eprintln!(
+            "thrtrace-bpf: tracing pid {pid}: {count} probes in {}",
+            library.file.path
+        );
         Ok(())
     };
 

@@ -20,10 +20,14 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
+use tracer_common::RawRecord;
+
 use crate::{
     datapath::DataPath,
     decode::Decoder,
+    kernel,
     probes::Probes,
+    reorder::Reorder,
     writer::{RecordWriter, WriterSummary},
 };
 
@@ -100,7 +104,8 @@ impl Session {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = self.duration.map(|d| Instant::now() + d);
-        let mut malformed = 0;
+        let mut reorder = Reorder::default();
+        let mut undelivered = 0;
         let mut launched_status = None;
 
         let stop = loop {
@@ -119,12 +124,15 @@ impl Session {
                     None
                 }
             };
-            malformed += self.drain()?;
+            undelivered += self.drain(&mut reorder)?;
             for exit in exited {
                 if Some(exit.pid) == launched_pid {
                     launched_status = exit.status;
                 }
                 running.remove(&exit.pid);
+                let mut records = Vec::new();
+                reorder.release_process(exit.pid, |r| records.push(*r));
+                undelivered += self.write(&records)?;
                 self.writer
                     .process_exited(exit.pid)
                     .context("cannot complete trace files")?;
@@ -139,12 +147,15 @@ impl Session {
 
         // Records written before the probes went away are still in the rings: read them after.
         self.probes.detach_all();
-        malformed += self.drain()?;
+        undelivered += self.drain(&mut reorder)?;
+        let mut records = Vec::new();
+        reorder.release_all(|r| records.push(*r));
+        undelivered += self.write(&records)?;
         let summary = self
             .writer
             .finish()
             .context("cannot complete trace files")?;
-        let lost = self.datapath.lost()? + malformed;
+        let lost = self.datapath.lost()? + undelivered;
         let exit_code = match (stop, launched_status) {
             (_, Some(status)) => exit_code_of(status),
             (Stop::Signal(signal), None) => 128 + signal,
@@ -160,33 +171,28 @@ impl Session {
         })
     }
 
-    /// Moves every record now in the rings to the writer; returns how many could not be
-    /// decoded (counted with the lost ones).
-    fn drain(&mut self) -> Result<u64> {
-        let Session {
-            datapath,
-            decoder,
-            writer,
-            ..
-        } = self;
+    /// Reads the rings into `reorder` and writes what it releases; returns how many records
+    /// could not be decoded (reported with the lost ones).
+    fn drain(&mut self, reorder: &mut Reorder) -> Result<u64> {
+        let pass_start = kernel::monotonic_ns();
+        let malformed = self.datapath.drain(|raw| reorder.push(raw));
+        let mut records = Vec::new();
+        reorder.release(pass_start, |r| records.push(*r));
+        Ok(malformed + self.write(&records)?)
+    }
+
+    /// Decodes and writes `records`; returns how many could not be decoded.
+    fn write(&mut self, records: &[RawRecord]) -> Result<u64> {
+        const INCOMPLETE: &str = "cannot write trace records; the files are incomplete";
         let mut undecodable = 0;
-        let mut write_error = None;
-        let malformed = datapath.drain(|raw| {
-            let Some(record) = decoder.decode(raw) else {
-                undecodable += 1;
-                return;
-            };
-            if write_error.is_none() {
-                write_error = writer.write(&record).err();
+        for raw in records {
+            match self.decoder.decode(raw) {
+                Some(record) => self.writer.write(&record).context(INCOMPLETE)?,
+                None => undecodable += 1,
             }
-        });
-        if let Some(error) = write_error {
-            return Err(error).context("cannot write trace records; the files are incomplete");
         }
-        writer
-            .batch_done()
-            .context("cannot write trace records; the files are incomplete")?;
-        Ok(malformed + undecodable)
+        self.writer.batch_done().context(INCOMPLETE)?;
+        Ok(undecodable)
     }
 }
 
