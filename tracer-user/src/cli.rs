@@ -2,8 +2,10 @@
 
 use std::{
     ffi::OsString,
-    os::fd::{FromRawFd, OwnedFd},
-    os::unix::ffi::OsStrExt,
+    os::{
+        fd::{FromRawFd, OwnedFd},
+        unix::ffi::OsStrExt,
+    },
     path::PathBuf,
     time::Duration,
 };
@@ -12,7 +14,7 @@ use anyhow::Result;
 use clap::Parser;
 use tracer_common::Category;
 
-use crate::{error::UsageError, targets, usage_bail};
+use crate::{error::UsageError, launch, targets, usage_bail};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -85,7 +87,10 @@ impl Cli {
                 }
                 Target::Pids(self.pids)
             }
-            (true, false) => Target::Command(self.command),
+            (true, false) => {
+                launch::check_runnable(&self.command[0])?;
+                Target::Command(self.command)
+            }
         };
         let duration = match self.duration {
             None => None,
@@ -151,7 +156,8 @@ pub fn parse_categories(spec: Option<&str>) -> Result<Vec<Category>> {
 }
 
 /// Fails unless files can be created in `dir`, without leaving one behind: an `O_TMPFILE`
-/// file has no name and vanishes when closed.
+/// file has no name and vanishes when closed; where a filesystem lacks `O_TMPFILE`, a uniquely
+/// named file is created and removed at once. (Permission bits alone say nothing for root.)
 fn check_writable_dir(dir: &std::path::Path) -> Result<()> {
     let shown = dir.display();
     match std::fs::metadata(dir) {
@@ -171,23 +177,24 @@ fn check_writable_dir(dir: &std::path::Path) -> Result<()> {
             0o600,
         )
     };
-    if fd >= 0 {
+    let result = if fd >= 0 {
         // SAFETY: we own the descriptor just opened.
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        return Ok(());
-    }
-    let error = std::io::Error::last_os_error();
-    // Filesystems without O_TMPFILE: ask the kernel's permission check instead.
-    if error.raw_os_error() == Some(libc::EOPNOTSUPP)
-        // SAFETY: as above.
-        && unsafe { libc::access(path.as_ptr().cast(), libc::W_OK) } == 0
-    {
-        return Ok(());
-    }
-    Err(UsageError(format!(
-        "trace directory {shown} is not writable ({error}): choose another with --dir"
-    ))
-    .into())
+        Ok(())
+    } else {
+        let probe = dir.join(format!(".thrtrace-bpf-write-test.{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .and_then(|_| std::fs::remove_file(&probe))
+    };
+    result.map_err(|error| {
+        UsageError(format!(
+            "trace directory {shown} is not writable ({error}): choose another with --dir"
+        ))
+        .into()
+    })
 }
 
 #[cfg(test)]

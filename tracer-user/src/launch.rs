@@ -7,9 +7,10 @@
 //! invoking user (SUDO_UID/SUDO_GID).
 
 use std::{
-    ffi::OsString,
+    ffi::{OsStr, OsString},
     io,
-    os::unix::process::CommandExt,
+    os::unix::{ffi::OsStrExt, fs::PermissionsExt, process::CommandExt},
+    path::PathBuf,
     process::{Child, Command},
 };
 
@@ -23,7 +24,7 @@ const MAX_SYSCALL_STOPS: u32 = 20_000;
 /// The command could not be started: exit status 127 (not found) or 126 (not executable),
 /// as shells and `env` use.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot run '{command}': {source}")]
+#[error("cannot run '{command}'")]
 pub struct LaunchError {
     pub command: String,
     pub source: io::Error,
@@ -37,6 +38,33 @@ impl LaunchError {
             126
         }
     }
+}
+
+/// Fails as the shell would if `program` cannot be run: not found on PATH, or not executable.
+pub fn check_runnable(program: &OsStr) -> Result<(), LaunchError> {
+    let error = |kind: io::ErrorKind| LaunchError {
+        command: program.to_string_lossy().into_owned(),
+        source: io::Error::from(kind),
+    };
+    let candidates: Vec<PathBuf> = if program.as_bytes().contains(&b'/') {
+        vec![PathBuf::from(program)]
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .collect()
+    };
+    let Some(found) = candidates.iter().find(|c| c.is_file()) else {
+        return Err(error(io::ErrorKind::NotFound));
+    };
+    let mode = found
+        .metadata()
+        .map(|m| m.permissions().mode())
+        .unwrap_or(0);
+    if mode & 0o111 == 0 {
+        return Err(error(io::ErrorKind::PermissionDenied));
+    }
+    Ok(())
 }
 
 /// Starts `argv`, calls `attach` with its pthread library once that is mapped (not at all if

@@ -66,13 +66,14 @@ impl Reorder {
     /// Hands over every held record of `pid` in time order: the process has exited, so none of
     /// its records can still be in flight.
     pub fn release_process(&mut self, pid: u32, mut sink: impl FnMut(&RawRecord)) {
-        let (mut ours, others): (Vec<_>, Vec<_>) = self
+        let (ours, others): (Vec<_>, Vec<_>) = self
             .pending
             .drain()
             .partition(|Reverse(held)| held.record.pid == pid);
         self.pending = others.into();
+        let mut ours: Vec<Held> = ours.into_iter().map(|Reverse(held)| held).collect();
         ours.sort_unstable();
-        ours.iter().for_each(|Reverse(held)| sink(&held.record));
+        ours.iter().for_each(|held| sink(&held.record));
     }
 
     /// Hands over everything, in time order: tracing has ended.
@@ -135,11 +136,12 @@ mod tests {
     fn an_exited_process_is_released_whole_and_alone() {
         let mut reorder = Reorder::default();
         let mut out = Vec::new();
-        reorder.push(&record(7, 30));
+        for ktime in [30, 20, 40, 10] {
+            reorder.push(&record(7, ktime));
+        }
         reorder.push(&record(8, 10));
-        reorder.push(&record(7, 20));
         reorder.release_process(7, |r| out.push(*r));
-        assert_eq!(times(&out), [20, 30]);
+        assert_eq!(times(&out), [10, 20, 30, 40]);
         out.clear();
         reorder.release_all(|r| out.push(*r));
         assert_eq!(out, [record(8, 10)]);

@@ -1,0 +1,245 @@
+//! Helpers for the integration tests, shared with xtask's demo and bench: the compiled C
+//! workloads, the tracer binary, BPF availability, and reading `tr.*` files back.
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsStr,
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, ExitStatus},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use tracer_common::EVENTS;
+
+/// A C workload from `tests/workloads/`, compiled by this crate's build script.
+pub fn workload(name: &str) -> PathBuf {
+    let path = Path::new(env!("OUT_DIR")).join("workloads").join(name);
+    assert!(
+        path.exists(),
+        "no workload {name} (tests/workloads/{name}.c)"
+    );
+    path
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned()
+}
+
+/// The tracer under test: `$THRTRACE_BIN`, else the workspace's release build.
+pub fn tracer() -> PathBuf {
+    let path = std::env::var_os("THRTRACE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/release/thrtrace-bpf"));
+    assert!(
+        path.exists(),
+        "{} does not exist: build it with `cargo build --release` (`cargo xtask test` does)",
+        path.display()
+    );
+    path
+}
+
+/// Whether tests that load BPF programs can run here. Outside CI they are skipped with a
+/// message; in CI (`CI=true`) a missing capability fails the test.
+pub fn bpf_available(test: &str) -> bool {
+    let missing = if effective_uid() != Some(0) {
+        Some("not running as root")
+    } else if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Some("the kernel has no BTF at /sys/kernel/btf/vmlinux")
+    } else {
+        None
+    };
+    match missing {
+        None => true,
+        Some(why) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test} needs BPF, and in CI a missing capability is a failure: {why}")
+        }
+        Some(why) => {
+            eprintln!("skipping {test}: {why} (BPF tracing needs root)");
+            false
+        }
+    }
+}
+
+fn effective_uid() -> Option<u32> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    uids.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A fresh directory, removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Self {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("thrtrace-{label}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Names of the entries in the directory, sorted.
+    pub fn entries(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&self.0)
+            .expect("read temp dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a finished tracer run printed and returned.
+#[derive(Debug)]
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the tracer with `args`, in `cwd`, to completion.
+pub fn run_tracer<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Run {
+    let output = Command::new(tracer())
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run tracer");
+    Run {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// One line of a `tr.*` file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line {
+    pub sec: i64,
+    pub nsec: i64,
+    pub lwpid: u32,
+    pub pid: u32,
+    pub tid: u64,
+    pub event1: u16,
+    pub event2: u16,
+    pub which: u16,
+    pub a: [i64; 5],
+}
+
+impl Line {
+    /// Parses a record line; panics with the line if it is not exactly the event map's format.
+    pub fn parse(text: &str) -> Line {
+        let fields: Vec<&str> = text.split(':').collect();
+        assert_eq!(fields.len(), 13, "not a 13-field record: {text:?}");
+        let num = |i: usize| -> i64 {
+            fields[i]
+                .parse()
+                .unwrap_or_else(|_| panic!("field {i} of {text:?} is not decimal"))
+        };
+        Line {
+            sec: num(0),
+            nsec: num(1),
+            lwpid: num(2) as u32,
+            pid: num(3) as u32,
+            tid: fields[4]
+                .parse()
+                .unwrap_or_else(|_| panic!("tid of {text:?}")),
+            event1: num(5) as u16,
+            event2: num(6) as u16,
+            which: num(7) as u16,
+            a: [num(8), num(9), num(10), num(11), num(12)],
+        }
+    }
+
+    /// Whether this is the `which` record of the event with the seed name `name`.
+    pub fn is(&self, name: &str, which: u16) -> bool {
+        let (event1, event2) = codes(name);
+        (self.event1, self.event2, self.which) == (event1, event2, which)
+    }
+
+    pub fn time_ns(&self) -> i128 {
+        i128::from(self.sec) * 1_000_000_000 + i128::from(self.nsec)
+    }
+}
+
+/// The (event1, event2) codes of a seed event name, from the shared event table.
+pub fn codes(name: &str) -> (u16, u16) {
+    let event = EVENTS
+        .iter()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("no event {name}"));
+    (event.category.code(), event.event2)
+}
+
+/// Every `tr.*` file in `dir`, by file name, with its lines.
+pub fn read_trace(dir: &Path) -> BTreeMap<String, Vec<Line>> {
+    let mut files = BTreeMap::new();
+    for entry in fs::read_dir(dir).expect("read trace dir") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if !name.starts_with("tr.") {
+            continue;
+        }
+        let text = fs::read_to_string(&path).expect("read trace file");
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "{name} ends in a partial line"
+        );
+        files.insert(name, text.lines().map(Line::parse).collect());
+    }
+    files
+}
+
+/// The file name the event map gives a thread's records.
+pub fn trace_file_name(pid: u32, lwpid: u32) -> String {
+    format!("tr.{:07x}.{:03x}", pid & 0x0fff_ffff, lwpid & 0xfff)
+}
+
+/// The value of `key=value` in a workload's output line.
+pub fn field<T: std::str::FromStr>(output: &str, key: &str) -> T {
+    output
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {output:?}"))
+}
+
+/// The two records of each call of the paired event `name` on `object`, matched per thread in
+/// file order: the which=2 record is the return of that thread's last which=1 record. Panics if
+/// a return has no entry before it.
+pub fn paired_calls<'a>(lines: &'a [Line], name: &str, object: i64) -> Vec<(&'a Line, &'a Line)> {
+    let mut open: BTreeMap<u32, &Line> = BTreeMap::new();
+    let mut calls = Vec::new();
+    for line in lines {
+        if line.is(name, 1) {
+            open.insert(line.lwpid, line);
+        } else if line.is(name, 2) {
+            let entry = open
+                .remove(&line.lwpid)
+                .unwrap_or_else(|| panic!("{line:?} returns without entry"));
+            if entry.a[0] == object {
+                calls.push((entry, line));
+            }
+        }
+    }
+    calls
+}

@@ -1,0 +1,106 @@
+//! Bad input gets one line on stderr, exit status 2, and no files (issue 2, test 6).
+//! These fail before anything is loaded into the kernel, so they need no privileges.
+
+use thrtrace_tests::{TempDir, run_tracer};
+
+fn assert_rejected(args: &[&str], expected: &str) {
+    let cwd = TempDir::new("bad-input");
+    let run = run_tracer(cwd.path(), args);
+    assert_eq!(run.status.code(), Some(2), "{args:?}: {run:?}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?}: not one line: {:?}", run.stderr);
+    assert!(lines[0].starts_with("thrtrace-bpf: "), "{lines:?}");
+    assert!(
+        lines[0].contains(expected),
+        "{args:?}: {:?} lacks {expected:?}",
+        lines[0]
+    );
+    assert_eq!(
+        cwd.entries(),
+        Vec::<String>::new(),
+        "{args:?} created files"
+    );
+}
+
+#[test]
+fn a_pid_that_does_not_exist() {
+    assert_rejected(&["-p", "999999999"], "no process with pid 999999999");
+}
+
+#[test]
+fn an_unknown_category_lists_the_valid_ones() {
+    assert_rejected(
+        &["--events", "mutex:locks", "--", "true"],
+        "unknown event category 'locks': valid categories are thread, mutex, cond, sema, rwlock, rmutex, barrier, barrier_spin, spin",
+    );
+}
+
+#[test]
+fn a_category_not_traced_yet_says_so() {
+    assert_rejected(
+        &["--events", "sema", "--", "true"],
+        "event category 'sema' is not supported yet",
+    );
+}
+
+#[test]
+fn a_directory_that_does_not_exist() {
+    assert_rejected(
+        &["--dir", "/nonexistent/trace", "--", "true"],
+        "trace directory /nonexistent/trace",
+    );
+}
+
+#[test]
+fn a_directory_that_is_not_writable() {
+    assert_rejected(
+        &["--dir", "/proc", "--", "true"],
+        "trace directory /proc is not writable",
+    );
+}
+
+#[test]
+fn the_environment_variable_is_checked_like_the_flag_and_the_flag_wins() {
+    let cwd = TempDir::new("env");
+    let run = std::process::Command::new(thrtrace_tests::tracer())
+        .args(["--", "true"])
+        .env("THR_TRACE_EVENTS", "bogus")
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("unknown event category 'bogus'"));
+    let run = std::process::Command::new(thrtrace_tests::tracer())
+        .args(["--events", "sema", "--", "true"])
+        .env("THR_TRACE_EVENTS", "bogus")
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("'sema' is not supported yet"),
+        "flag did not win"
+    );
+}
+
+#[test]
+fn a_command_that_is_not_found_on_path_exits_127() {
+    let cwd = TempDir::new("not-on-path");
+    let run = run_tracer(cwd.path(), &["--", "no-such-command-thrtrace"]);
+    assert_eq!(run.status.code(), Some(127), "{run:?}");
+    assert!(
+        run.stderr.contains("cannot run 'no-such-command-thrtrace'"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn a_command_that_does_not_exist_exits_127() {
+    let cwd = TempDir::new("no-command");
+    let run = run_tracer(cwd.path(), &["--", "/nonexistent/command"]);
+    assert_eq!(run.status.code(), Some(127), "{run:?}");
+    assert!(
+        run.stderr.contains("cannot run '/nonexistent/command'"),
+        "{run:?}"
+    );
+    assert_eq!(cwd.entries(), Vec::<String>::new());
+}
