@@ -21,6 +21,8 @@ pub mod names {
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";
     pub const RETURN_PROGRAM: &str = "thr_return";
+    /// A program that does nothing, to measure the cost of the probes themselves.
+    pub const EMPTY_PROGRAM: &str = "thr_empty";
 }
 
 /// Most CPUs the ring-buffer array has slots for.

@@ -49,6 +49,10 @@ pub struct Cli {
     #[arg(long, value_name = "KIB", default_value_t = crate::datapath::DEFAULT_RING_BYTES / 1024)]
     pub buffer_kib: u32,
 
+    /// Attach BPF programs that record nothing at the same probes (measures the probes' cost)
+    #[arg(long)]
+    pub empty_programs: bool,
+
     /// The command to start and trace
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -62,6 +66,7 @@ pub struct Config {
     pub unbuffered: bool,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
+    pub empty_programs: bool,
     pub target: Target,
 }
 
@@ -120,6 +125,7 @@ impl Cli {
             unbuffered,
             duration,
             ring_bytes,
+            empty_programs: self.empty_programs,
             target,
         })
     }

@@ -29,16 +29,21 @@ pub struct DataPath {
 
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
-    pub fn load(offsets: TaskOffsets, ring_bytes: u32) -> Result<Self> {
+    /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
+    pub fn load(offsets: TaskOffsets, ring_bytes: u32, empty_programs: bool) -> Result<Self> {
         let mut ebpf = EbpfLoader::new()
             .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
             .load(BPF_OBJECT)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         // The programs are bound to the maps by descriptor, so they load before maps are taken.
+        let (entry, exit) = match empty_programs {
+            false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),
+            true => (names::EMPTY_PROGRAM, names::EMPTY_PROGRAM),
+        };
         let programs = Programs {
-            entry: MultiProgram::load(BPF_OBJECT, &ebpf, names::ENTRY_PROGRAM, false)?,
-            exit: MultiProgram::load(BPF_OBJECT, &ebpf, names::RETURN_PROGRAM, true)?,
+            entry: MultiProgram::load(BPF_OBJECT, &ebpf, entry, false)?,
+            exit: MultiProgram::load(BPF_OBJECT, &ebpf, exit, true)?,
         };
         let rings = create_rings(&mut ebpf, ring_bytes)?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;

@@ -39,7 +39,11 @@ pub fn run(config: Config) -> Result<i32> {
     let events: Vec<&'static EventDef> =
         config.categories.iter().flat_map(|c| c.events()).collect();
     let symbols: Vec<&str> = events.iter().map(|e| e.symbol).collect();
-    let datapath = DataPath::load(TaskOffsets::from_kernel_btf()?, config.ring_bytes)?;
+    let datapath = DataPath::load(
+        TaskOffsets::from_kernel_btf()?,
+        config.ring_bytes,
+        config.empty_programs,
+    )?;
     let mut probes = Probes::default();
     let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
         let count = probes.attach(datapath.programs(), pid, library, &events)?;

@@ -1,1 +1,45 @@
-fn main() {}
+//! `cargo xtask COMMAND`: what cargo alone cannot do for this workspace.
+
+mod bench;
+mod demo;
+mod setup;
+mod shell;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building needs and is missing: nightly rust-src, LLVM 22, bpf-linker, a C compiler
+    Setup,
+    /// Set up, build, trace a bundled multi-threaded workload and show the trace
+    Demo,
+    /// Set up, build, check formatting and lints, run every test
+    Test,
+    /// Set up, build, and measure the cost per traced mutex lock+unlock pair
+    Bench {
+        /// Repetitions of each measurement (the median is shown)
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+    },
+}
+
+fn main() {
+    let result = match Cli::parse().command {
+        Task::Setup => setup::ensure_prerequisites(),
+        Task::Demo => demo::run_demo(),
+        Task::Test => test::run_all(),
+        Task::Bench { reps } => bench::run(reps),
+    };
+    if let Err(error) = result {
+        eprintln!("xtask: {error:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,82 @@
+//! Installs what building and testing need, only where it is missing, so that a second run
+//! takes well under 5 seconds: the nightly toolchain's rust-src (for `-Z build-std=core`),
+//! bpf-linker built against LLVM 22 (rustc's LLVM), and a C compiler for the workloads.
+
+use std::{path::Path, time::Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::shell::{command, output, run, succeeds};
+
+const LLVM_CONFIG: &str = "/usr/lib/llvm-22/bin/llvm-config";
+const LLVM_PACKAGES: [&str; 2] = ["llvm-22-dev", "libpolly-22-dev"];
+
+pub fn ensure_prerequisites() -> Result<()> {
+    let start = Instant::now();
+    ensure_nightly_rust_src()?;
+    ensure_bpf_linker()?;
+    if !succeeds(command("cc").arg("--version")) {
+        apt_install(&["gcc", "libc6-dev"])?;
+    }
+    eprintln!(
+        "xtask: prerequisites present (checked in {:.1} s)",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn ensure_nightly_rust_src() -> Result<()> {
+    if !succeeds(command("rustup").args(["run", "nightly", "rustc", "--version"])) {
+        eprintln!("xtask: installing the nightly toolchain");
+        run(command("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
+    }
+    let sysroot =
+        output(command("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]))?;
+    let sysroot = String::from_utf8(sysroot.stdout)?;
+    let core = Path::new(sysroot.trim()).join("lib/rustlib/src/rust/library/core/Cargo.toml");
+    if !core.exists() {
+        eprintln!("xtask: adding rust-src to the nightly toolchain");
+        run(command("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    }
+    Ok(())
+}
+
+fn ensure_bpf_linker() -> Result<()> {
+    if succeeds(command("bpf-linker").arg("--version")) {
+        return Ok(());
+    }
+    if !Path::new(LLVM_CONFIG).exists() {
+        apt_install(&LLVM_PACKAGES)?;
+    }
+    eprintln!("xtask: building bpf-linker against LLVM 22 (about a minute)");
+    let path = format!(
+        "/usr/lib/llvm-22/bin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run(command("cargo")
+        .args([
+            "install",
+            "bpf-linker",
+            "--no-default-features",
+            "--features",
+            "llvm-22",
+        ])
+        .env("PATH", path))
+    .context("cannot build bpf-linker")
+}
+
+fn apt_install(packages: &[&str]) -> Result<()> {
+    if !succeeds(command("apt-get").arg("--version")) {
+        bail!(
+            "{} missing and no apt-get here: install them by hand",
+            packages.join(" ")
+        );
+    }
+    eprintln!("xtask: installing {}", packages.join(" "));
+    run(command("apt-get").arg("update").arg("-qq"))
+        .context("apt-get update failed (installing packages needs root)")?;
+    run(command("apt-get")
+        .args(["install", "-y", "-qq"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}

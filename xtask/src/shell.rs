@@ -1,0 +1,101 @@
+//! Running commands from the workspace root, and the paths xtask shares.
+
+use std::{
+    ffi::OsStr,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use anyhow::{Context, Result, bail};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned()
+}
+
+/// A command run from the workspace root, with cargo's bin directory on PATH (where
+/// `cargo install` puts bpf-linker).
+pub fn command(program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(program);
+    command
+        .current_dir(workspace_root())
+        .env("PATH", path_with_cargo_bin());
+    command
+}
+
+fn path_with_cargo_bin() -> std::ffi::OsString {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let mut dirs: Vec<PathBuf> = cargo_home.map(|h| h.join("bin")).into_iter().collect();
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).expect("PATH entries")
+}
+
+/// Runs `command` with its output shown; fails unless it exits 0.
+pub fn run(command: &mut Command) -> Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed: {status}");
+    }
+    Ok(())
+}
+
+/// Runs `command` capturing its output; fails unless it exits 0.
+pub fn output(command: &mut Command) -> Result<Output> {
+    let output = command
+        .output()
+        .with_context(|| format!("cannot start {command:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim_end()
+        );
+    }
+    Ok(output)
+}
+
+/// Whether `command` runs and exits 0 (its output discarded).
+pub fn succeeds(command: &mut Command) -> bool {
+    command.output().is_ok_and(|o| o.status.success())
+}
+
+/// Builds the release tracer, with its BPF object, and returns its path.
+pub fn build_tracer() -> Result<PathBuf> {
+    run(command("cargo").args(["build", "--release", "--package", "tracer-user"]))?;
+    Ok(workspace_root().join("target/release/thrtrace-bpf"))
+}
+
+/// Compiles `tests/workloads/NAME.c` into `target/workloads/NAME`.
+pub fn compile_workload(name: &str) -> Result<PathBuf> {
+    let root = workspace_root();
+    let out_dir = root.join("target/workloads");
+    std::fs::create_dir_all(&out_dir)?;
+    let binary = out_dir.join(name);
+    let source = root.join("tests/workloads").join(format!("{name}.c"));
+    run(command("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&binary)
+        .arg(&source))?;
+    Ok(binary)
+}
+
+/// Fails with how to run as root unless we are root: BPF needs it.
+pub fn require_root(task: &str) -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().nth(1).map(str::to_owned));
+    if euid.as_deref() != Some("0") {
+        bail!("tracing needs root: run `sudo -E env PATH=\"$PATH\" cargo xtask {task}`");
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! The whole test suite: formatting, lints (host and BPF crates), unit and integration tests.
+//! Tests that need BPF skip with a message when not root, and fail instead under `CI=true`.
+//! Ends with one closing line that adds up every test binary: `tests: N passed, N failed, N skipped`.
+
+use std::{
+    fs,
+    io::{BufRead, BufReader},
+    process::Stdio,
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{
+    setup,
+    shell::{build_tracer, command, run, workspace_root},
+};
+
+pub fn run_all() -> Result<()> {
+    setup::ensure_prerequisites()?;
+    run(command("cargo").args(["fmt", "--all", "--check"]))?;
+    run(command("cargo").args([
+        "clippy",
+        "--release",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(command("cargo").args([
+        "+nightly",
+        "clippy",
+        "--package",
+        "tracer-ebpf",
+        "--release",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let tracer = build_tracer()?;
+
+    let skip_log = workspace_root().join("target/skipped-tests.log");
+    let _ = fs::remove_file(&skip_log);
+    let mut cargo_test = command("cargo")
+        .args(["test", "--release", "--no-fail-fast"])
+        .env("THRTRACE_BIN", tracer)
+        .env("THRTRACE_SKIP_LOG", &skip_log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start cargo test")?;
+    let (mut passed, mut failed) = (0, 0);
+    for line in BufReader::new(cargo_test.stdout.take().context("stdout")?).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(counts) = line.strip_prefix("test result: ") {
+            passed += count(counts, " passed")?;
+            failed += count(counts, " failed")?;
+        }
+    }
+    let status = cargo_test.wait()?;
+    let skipped = fs::read_to_string(&skip_log).map_or(0, |log| log.lines().count());
+    println!(
+        "\ntests: {} passed, {failed} failed, {skipped} skipped",
+        passed - skipped
+    );
+    if !status.success() || failed > 0 {
+        bail!("cargo test failed: {status}");
+    }
+    Ok(())
+}
+
+/// The number before `label` in a libtest summary such as "ok. 3 passed; 0 failed; ...".
+fn count(summary: &str, label: &str) -> Result<usize> {
+    let before = summary.split(label).next().context("summary")?;
+    let number = before
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .context("count")?;
+    Ok(number.parse()?)
+}
