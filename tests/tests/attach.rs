@@ -66,11 +66,14 @@ fn read_line(reader: &mut impl BufRead) -> String {
 /// Starts the tracer on `pids` and waits until it says it traces each of them.
 fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufReader<ChildStderr>) {
     let mut command = Command::new(tracer());
-    command
-        .arg("--dir")
-        .arg(dir)
-        .args(extra)
-        .stderr(Stdio::piped());
+    command.arg("--dir").arg(dir).stderr(Stdio::piped());
+    // An `extra` of the form VARIABLE=value goes to the environment, anything else is an option.
+    for arg in extra.iter().filter(|a| !a.is_empty()) {
+        match arg.split_once('=') {
+            Some((variable, value)) => command.env(variable, value),
+            None => command.arg(arg),
+        };
+    }
     for pid in pids {
         command.args(["-p", &pid.to_string()]);
     }
@@ -132,11 +135,15 @@ fn unbuffered_records_reach_the_file_while_the_target_runs() {
     if !bpf_available("unbuffered") {
         return;
     }
-    for unbuffered in [true, false] {
+    // THR_TRACE_BUF is set in the environment of one tracer only: see start_tracer.
+    for (unbuffered, extra) in [
+        (true, "--unbuffered"),
+        (true, "THR_TRACE_BUF=1"),
+        (false, ""),
+    ] {
         let dir = TempDir::new("unbuffered");
         let mut target = Gated::start(0, 10);
-        let extra: &[&str] = if unbuffered { &["--unbuffered"] } else { &[] };
-        let (mut tracer, _stderr) = start_tracer(dir.path(), &[target.pid], extra);
+        let (mut tracer, _stderr) = start_tracer(dir.path(), &[target.pid], &[extra]);
         target.run_phase_two();
         let file = dir.path().join(trace_file_name(target.pid, target.pid));
         let mutex = target.mutex;
@@ -162,7 +169,7 @@ fn unbuffered_records_reach_the_file_while_the_target_runs() {
         }
         target.finish();
         assert!(tracer.wait().unwrap().success());
-        assert!(complete(&read().unwrap()), "unbuffered={unbuffered}");
+        assert!(complete(&read().unwrap()), "{extra:?}");
     }
 }
 

@@ -30,6 +30,7 @@ int main(int argc, char **argv) {
     long tids[64];
     if (threads < 1 || threads > 64) return 2;
     printf("mutex=%lu threads=%d iters=%ld\n", (unsigned long)&lock, threads, iters);
+    fflush(stdout);
     for (int t = 0; t < threads; t++) pthread_create(&ids[t], NULL, worker, &tids[t]);
     for (int t = 0; t < threads; t++) pthread_join(ids[t], NULL);
     for (int t = 0; t < threads; t++) printf("lwpid=%ld\n", tids[t]);

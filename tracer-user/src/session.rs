@@ -48,18 +48,9 @@ pub struct Session {
     pub launched: Option<Child>,
 }
 
-/// Why tracing stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    AllExited,
-    Duration,
-    Signal(i32),
-}
-
-struct Exit {
-    pid: u32,
-    status: Option<ExitStatus>,
-}
+/// How long a launched command may take to exit after the tracer is signalled: the terminal's
+/// Ctrl-C reaches it too, and its exit status should be the tracer's.
+const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
 
 /// How a run ended.
 pub struct Outcome {
@@ -76,21 +67,11 @@ impl Session {
             watch_ring(fd, Arc::clone(&wakeups))?;
         }
         let (exit_tx, mut exits) = mpsc::unbounded_channel();
-        let mut running: HashSet<u32> = self.attached_pids.iter().copied().collect();
-        for &pid in &self.attached_pids {
-            watch_pid(pid, exit_tx.clone());
-        }
         let launched_pid = self.launched.as_ref().map(Child::id);
-        if let Some(mut child) = self.launched.take() {
-            running.insert(child.id());
-            let tx = exit_tx.clone();
-            tokio::task::spawn_blocking(move || {
-                let status = child.wait().ok();
-                let _ = tx.send(Exit {
-                    pid: child.id(),
-                    status,
-                });
-            });
+        let mut running: HashSet<u32> = self.attached_pids.iter().copied().collect();
+        running.extend(launched_pid);
+        for &pid in &running {
+            watch_pid(pid, exit_tx.clone());
         }
         drop(exit_tx);
 
@@ -104,46 +85,53 @@ impl Session {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = self.duration.map(|d| Instant::now() + d);
+        let mut grace = None;
         let mut reorder = Reorder::default();
         let mut undelivered = 0;
         let mut launched_status = None;
 
-        let stop = loop {
+        loop {
             let mut exited = Vec::new();
-            let stop = tokio::select! {
-                _ = ticker.tick() => None,
-                _ = wakeups.notified() => None,
-                _ = sigint.recv() => Some(Stop::Signal(libc::SIGINT)),
-                _ = sigterm.recv() => Some(Stop::Signal(libc::SIGTERM)),
-                _ = sleep_until(deadline) => Some(Stop::Duration),
-                Some(exit) = exits.recv() => {
-                    exited.push(exit);
-                    while let Ok(exit) = exits.try_recv() {
-                        exited.push(exit);
+            let mut signalled = false;
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = wakeups.notified() => {}
+                _ = sigint.recv() => signalled = true,
+                _ = sigterm.recv() => signalled = true,
+                _ = sleep_until(deadline) => break,
+                _ = sleep_until(grace) => break,
+                Some(pid) = exits.recv() => {
+                    exited.push(pid);
+                    while let Ok(pid) = exits.try_recv() {
+                        exited.push(pid);
                     }
-                    None
                 }
-            };
+            }
             undelivered += self.drain(&mut reorder)?;
-            for exit in exited {
-                if Some(exit.pid) == launched_pid {
-                    launched_status = exit.status;
+            for pid in exited {
+                if Some(pid) == launched_pid
+                    && let Some(child) = self.launched.as_mut()
+                {
+                    launched_status = child.try_wait()?;
                 }
-                running.remove(&exit.pid);
+                running.remove(&pid);
                 let mut records = Vec::new();
-                reorder.release_process(exit.pid, |r| records.push(*r));
+                reorder.release_process(pid, |r| records.push(*r));
                 undelivered += self.write(&records)?;
                 self.writer
-                    .process_exited(exit.pid)
+                    .process_exited(pid)
                     .context("cannot complete trace files")?;
             }
-            if let Some(stop) = stop {
-                break stop;
-            }
             if running.is_empty() {
-                break Stop::AllExited;
+                break;
             }
-        };
+            if signalled {
+                if launched_pid.is_none_or(|pid| !running.contains(&pid)) {
+                    break;
+                }
+                grace.get_or_insert(Instant::now() + LAUNCHED_EXIT_GRACE);
+            }
+        }
 
         // Records written before the probes went away are still in the rings: read them after.
         self.probes.detach_all();
@@ -156,14 +144,11 @@ impl Session {
             .finish()
             .context("cannot complete trace files")?;
         let lost = self.datapath.lost()? + undelivered;
-        let exit_code = match (stop, launched_status) {
-            (_, Some(status)) => exit_code_of(status),
-            (Stop::Signal(signal), None) => 128 + signal,
-            _ => 0,
-        };
         if let (Some(pid), None) = (launched_pid, launched_status) {
             eprintln!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
         }
+        // Like `time` and strace: the command's status; stopping by signal or time is success.
+        let exit_code = launched_status.map_or(0, exit_code_of);
         Ok(Outcome {
             summary,
             lost,
@@ -229,13 +214,14 @@ fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
     unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)
 }
 
-/// Sends on `exits` when process `pid` (not our child) exits, via a pidfd.
-fn watch_pid(pid: u32, exits: mpsc::UnboundedSender<Exit>) {
+/// Sends `pid` on `exits` when that process exits, via a pidfd (which also works for our own
+/// child without reaping it, so its status can still be collected).
+fn watch_pid(pid: u32, exits: mpsc::UnboundedSender<u32>) {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
         // Already gone.
-        let _ = exits.send(Exit { pid, status: None });
+        let _ = exits.send(pid);
         return;
     }
     // SAFETY: the descriptor was just opened and is ours.
@@ -244,6 +230,6 @@ fn watch_pid(pid: u32, exits: mpsc::UnboundedSender<Exit>) {
         if let Ok(ready) = register(pidfd) {
             let _ = ready.readable().await;
         }
-        let _ = exits.send(Exit { pid, status: None });
+        let _ = exits.send(pid);
     });
 }

@@ -1,0 +1,213 @@
+//! How a trace ends and what the tracer leaves (issue 2: stop conditions, SUDO_UID, the
+//! environment variables, lost records reported).
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+};
+
+use thrtrace_tests::{
+    TempDir, bpf_available, field, paired_calls, read_trace, run_tracer, trace_file_name, tracer,
+    workload,
+};
+
+fn summary_count(stderr: &str, label: &str) -> u64 {
+    let summary = stderr
+        .lines()
+        .rfind(|l| l.contains(" records written, "))
+        .expect("summary line");
+    let words: Vec<&str> = summary
+        .split([' ', ','])
+        .filter(|w| !w.is_empty())
+        .collect();
+    let at = words
+        .iter()
+        .position(|w| *w == label)
+        .unwrap_or_else(|| panic!("{summary}"));
+    words[at - 1].parse().unwrap()
+}
+
+/// Every file holds only whole lines of the record format; returns how many.
+fn assert_complete(dir: &std::path::Path) -> usize {
+    read_trace(dir).values().map(Vec::len).sum()
+}
+
+#[test]
+fn sigterm_and_sigint_end_a_pid_trace_with_complete_files_and_status_0() {
+    if !bpf_available("sigterm") {
+        return;
+    }
+    for signal in ["-TERM", "-INT"] {
+        let dir = TempDir::new("signal");
+        let mut target = Command::new(workload("mutex_contend"))
+            .args(["2", "500000000"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // It prints before it starts its threads (and runs for seconds even untraced).
+        let mut started = String::new();
+        BufReader::new(target.stdout.as_mut().unwrap())
+            .read_line(&mut started)
+            .unwrap();
+        let mut tracer = Command::new(tracer())
+            .arg("--dir")
+            .arg(dir.path())
+            .args(["-p", &target.id().to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(tracer.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        assert!(line.contains("tracing pid"), "{line}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let killed = Command::new("kill")
+            .arg(signal)
+            .arg(tracer.id().to_string())
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        assert_eq!(tracer.wait().unwrap().code(), Some(0), "{signal}");
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        let written = summary_count(&rest, "records");
+        assert!(written > 0, "{rest}");
+        assert_eq!(
+            assert_complete(dir.path()) as u64,
+            written,
+            "files hold what the summary says"
+        );
+        // The target is unharmed and finishes its work untraced.
+        target.kill().unwrap();
+        target.wait().unwrap();
+    }
+}
+
+#[test]
+fn duration_ends_the_trace_and_leaves_the_command_running() {
+    if !bpf_available("duration") {
+        return;
+    }
+    let dir = TempDir::new("duration");
+    // The launched command shares the tracer's stdin: it waits at its gate until we write.
+    let mut tracer = Command::new(tracer())
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--duration", "0.5", "--"])
+        .arg(workload("mutex_gate"))
+        .args(["10", "10"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Taken now: waiting for the tracer would close it, and the command reads it.
+    let mut stdin = tracer.stdin.take().unwrap();
+    let mut stdout = BufReader::new(tracer.stdout.take().unwrap());
+    let mut ready = String::new();
+    stdout.read_line(&mut ready).unwrap();
+    let pid: u32 = field(&ready, "pid");
+    // Read up to the summary, not to the end: the command still running holds stderr open.
+    let mut stderr = String::new();
+    let mut reader = BufReader::new(tracer.stderr.take().unwrap());
+    while !stderr.contains(" records written, ") {
+        assert!(
+            reader.read_line(&mut stderr).unwrap() > 0,
+            "no summary: {stderr}"
+        );
+    }
+    let status = tracer.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the command (pid {pid}) is still running")),
+        "{stderr}"
+    );
+    let files = read_trace(dir.path());
+    let lines = &files[&trace_file_name(pid, pid)];
+    let mutex: i64 = field(&ready, "mutex");
+    assert_eq!(
+        paired_calls(lines, "mutex_lock", mutex).len(),
+        10,
+        "the 10 pairs before the gate"
+    );
+    // The command is still there and finishes normally.
+    writeln!(stdin, "go").unwrap();
+    let mut done = String::new();
+    stdout.read_line(&mut done).unwrap();
+    assert_eq!(done.trim(), "done");
+    drop(stdin);
+}
+
+#[test]
+fn a_command_runs_as_the_sudo_user() {
+    if !bpf_available("sudo_user") {
+        return;
+    }
+    let dir = TempDir::new("sudo");
+    let run = Command::new(tracer())
+        .args(["--", "sh", "-c", "id -u; id -g"])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65533")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(String::from_utf8_lossy(&run.stdout), "65534\n65533\n");
+}
+
+#[test]
+fn thr_trace_dir_is_used_and_the_flag_wins() {
+    if !bpf_available("thr_trace_dir") {
+        return;
+    }
+    let (cwd, from_env, from_flag) = (
+        TempDir::new("cwd"),
+        TempDir::new("env-dir"),
+        TempDir::new("flag-dir"),
+    );
+    let traced = |args: &[&std::ffi::OsStr]| {
+        let run = Command::new(tracer())
+            .args(args)
+            .arg("--")
+            .arg(workload("mutex_contend"))
+            .args(["1", "10"])
+            .env("THR_TRACE_DIR", from_env.path())
+            .current_dir(cwd.path())
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{run:?}");
+    };
+    traced(&[]);
+    assert!(!from_env.entries().is_empty() && cwd.entries().is_empty());
+    traced(&["--dir".as_ref(), from_flag.path().as_os_str()]);
+    assert!(!from_flag.entries().is_empty() && cwd.entries().is_empty());
+}
+
+#[test]
+fn records_the_kernel_could_not_deliver_are_counted_and_reported() {
+    if !bpf_available("lost_records") {
+        return;
+    }
+    let dir = TempDir::new("lost");
+    let bin = workload("mutex_contend");
+    // A 4 KiB ring per CPU holds about 36 records; 4 threads produce them far faster than
+    // the 100 ms poll drains them.
+    let run = run_tracer(
+        dir.path(),
+        &[
+            "--buffer-kib".as_ref(),
+            "4".as_ref(),
+            "--".as_ref(),
+            bin.as_os_str(),
+            "4".as_ref(),
+            "20000".as_ref(),
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let written = summary_count(&run.stderr, "records");
+    let lost = summary_count(&run.stderr, "lost");
+    assert!(lost > 0, "{}", run.stderr);
+    assert_eq!(assert_complete(dir.path()) as u64, written);
+    // The workload made 4 x 20,000 x 3 records on its mutex (and a few more inside libc).
+    assert!(written + lost >= 240_000, "written {written} + lost {lost}");
+}
