@@ -65,15 +65,6 @@ fn find_member(btf: &Btf, s: &btf_rs::Struct, member: &str) -> Option<u32> {
 /// `CLOCK_REALTIME - CLOCK_MONOTONIC` in nanoseconds, taken once at start: BPF stamps records with
 /// the monotonic clock, the files carry realtime (as perf does, a later clock step is not applied).
 pub fn realtime_offset_ns() -> i128 {
-    fn now(clock: libc::clockid_t) -> i128 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes the timespec we pass; both clocks always exist.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
-    }
     // Bracket the realtime reading between two monotonic ones to halve the error.
     let before = now(libc::CLOCK_MONOTONIC);
     let real = now(libc::CLOCK_REALTIME);
