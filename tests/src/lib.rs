@@ -255,3 +255,12 @@ pub fn paired_calls<'a>(lines: &'a [Line], name: &str, object: i64) -> Vec<(&'a 
     }
     calls
 }
+
+/// The two probe placements every record test runs under: the default (where the kernel need
+/// not single-step) and `--probe-at-entry`. Records must be the same under both.
+pub const PLACEMENTS: [&[&str]; 2] = [&[], &["--probe-at-entry"]];
+
+/// A workload's path as a string argument.
+pub fn workload_arg(name: &str) -> String {
+    workload(name).to_str().expect("UTF-8 path").to_owned()
+}

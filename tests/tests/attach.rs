@@ -8,8 +8,8 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Line, TempDir, bpf_available, field, paired_calls, read_trace, trace_file_name, tracer,
-    workload,
+    Line, PLACEMENTS, TempDir, bpf_available, field, paired_calls, read_trace, trace_file_name,
+    tracer, workload,
 };
 
 /// A running `mutex_gate` workload, stopped at its gate.
@@ -104,30 +104,37 @@ fn a_running_process_is_traced_from_attach_on_and_no_other_process_is() {
     if !bpf_available("attach_running") {
         return;
     }
-    let dir = TempDir::new("attach");
-    let mut traced = Gated::start(100, 1000);
-    let mut other = Gated::start(100, 1000);
-    let (mut tracer, mut stderr) = start_tracer(dir.path(), &[traced.pid], &["--events", "mutex"]);
-    traced.run_phase_two();
-    other.run_phase_two();
-    let (traced_pid, other_pid, mutex) = (traced.pid, other.pid, traced.mutex);
-    traced.finish();
-    other.finish();
-    // The tracer ends by itself once its only target has exited.
-    assert!(tracer.wait().unwrap().success());
-    let summary = read_line(&mut stderr);
-    assert!(summary.contains(" 0 lost"), "{summary:?}");
+    for placement in PLACEMENTS {
+        let dir = TempDir::new("attach");
+        let mut traced = Gated::start(100, 1000);
+        let mut other = Gated::start(100, 1000);
+        let options = [&["--events", "mutex"], placement].concat();
+        let (mut tracer, mut stderr) = start_tracer(dir.path(), &[traced.pid], &options);
+        traced.run_phase_two();
+        other.run_phase_two();
+        let (traced_pid, other_pid, mutex) = (traced.pid, other.pid, traced.mutex);
+        traced.finish();
+        other.finish();
+        // The tracer ends by itself once its only target has exited.
+        assert!(tracer.wait().unwrap().success());
+        let summary = read_line(&mut stderr);
+        assert!(summary.contains(" 0 lost"), "{summary:?}");
 
-    let files = read_trace(dir.path());
-    let name = trace_file_name(traced_pid, traced_pid);
-    assert_eq!(files.keys().collect::<Vec<_>>(), [&name]);
-    assert!(
-        files[&name]
-            .iter()
-            .all(|l| l.pid == traced_pid && l.pid != other_pid)
-    );
-    // Exactly the 1000 pairs after attach; none of the 100 before.
-    assert_eq!(mutex_calls(&files[&name], mutex), (1000, 1000));
+        let files = read_trace(dir.path());
+        let name = trace_file_name(traced_pid, traced_pid);
+        assert_eq!(files.keys().collect::<Vec<_>>(), [&name]);
+        assert!(
+            files[&name]
+                .iter()
+                .all(|l| l.pid == traced_pid && l.pid != other_pid)
+        );
+        // Exactly the 1000 pairs after attach; none of the 100 before.
+        assert_eq!(
+            mutex_calls(&files[&name], mutex),
+            (1000, 1000),
+            "{placement:?}"
+        );
+    }
 }
 
 #[test]

@@ -1,14 +1,34 @@
-//! Records of launched workloads: exact counts and field values (issue 2, tests 1-3).
+//! Records of launched workloads: exact counts and field values (issue 2, tests 1-3), the same
+//! with probes placed past the entry and at the entry (issue 3).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use thrtrace_tests::{
-    Line, TempDir, bpf_available, field, paired_calls, read_trace, run_tracer, trace_file_name,
-    workload,
+use std::{
+    collections::BTreeMap,
+    time::{SystemTime, UNIX_EPOCH},
 };
 
-/// Checks test 3 on every file: realtime stamps within 5 s of now, nondecreasing per file.
-fn assert_realtime_and_ordered(files: &std::collections::BTreeMap<String, Vec<Line>>) {
+use thrtrace_tests::{
+    Line, PLACEMENTS, Run, TempDir, bpf_available, field, paired_calls, read_trace, run_tracer,
+    trace_file_name, workload_arg,
+};
+
+type Files = BTreeMap<String, Vec<Line>>;
+
+/// Traces `workload args` with `options`; returns the run and the files.
+fn trace(options: &[&str], workload: &str, args: &[&str]) -> (Run, Files) {
+    let dir = TempDir::new("records");
+    let mut argv: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+    argv.push("--".into());
+    argv.push(workload_arg(workload));
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let run = run_tracer(dir.path(), &argv);
+    assert!(run.status.success(), "{argv:?}: {run:?}");
+    let files = read_trace(dir.path());
+    assert_realtime_and_ordered(&files);
+    (run, files)
+}
+
+/// Test 3 on every file: realtime stamps within 5 s of now, nondecreasing per file.
+fn assert_realtime_and_ordered(files: &Files) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -33,81 +53,61 @@ fn assert_realtime_and_ordered(files: &std::collections::BTreeMap<String, Vec<Li
     }
 }
 
-fn trace_mutex_contend(
-    threads: u32,
-    iters: u32,
-) -> (
-    TempDir,
-    String,
-    std::collections::BTreeMap<String, Vec<Line>>,
-) {
-    let dir = TempDir::new("mutex");
-    let bin = workload("mutex_contend");
-    let run = run_tracer(
-        dir.path(),
-        &[
-            "--events".as_ref(),
-            "mutex".as_ref(),
-            "--".as_ref(),
-            bin.as_os_str(),
-            threads.to_string().as_ref(),
-            iters.to_string().as_ref(),
-        ],
-    );
-    assert!(run.status.success(), "tracer failed: {run:?}");
-    let files = read_trace(dir.path());
-    (dir, run.stdout, files)
-}
-
 #[test]
 fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
     if !bpf_available("four_threads_contending") {
         return;
     }
-    let (_dir, stdout, files) = trace_mutex_contend(4, 10_000);
-    let mutex: i64 = field(&stdout, "mutex");
-    let lwpids: Vec<u32> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("lwpid="))
-        .map(|v| v.parse().unwrap())
-        .collect();
-    assert_eq!(lwpids.len(), 4, "{stdout}");
-    let pid = files.values().flatten().next().expect("some records").pid;
+    for placement in PLACEMENTS {
+        let options = [&["--events", "mutex"], placement].concat();
+        let (run, files) = trace(&options, "mutex_contend", &["4", "10000"]);
+        let mutex: i64 = field(&run.stdout, "mutex");
+        let lwpids: Vec<u32> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("lwpid="))
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(lwpids.len(), 4, "{}", run.stdout);
+        let pid = files.values().flatten().next().expect("some records").pid;
 
-    let (mut blocked, mut waited, mut locks, mut unlocks) = (0, 0, 0, 0);
-    for &lwpid in &lwpids {
-        let name = trace_file_name(pid, lwpid);
-        let lines: Vec<Line> = files
-            .get(&name)
-            .unwrap_or_else(|| panic!("no file {name} for lwpid {lwpid}: {:?}", files.keys()))
-            .iter()
-            .filter(|l| l.lwpid == lwpid)
-            .cloned()
-            .collect();
-        assert!(
-            lines.iter().all(|l| l.pid == pid),
-            "{name} holds another pid"
-        );
-        let calls = paired_calls(&lines, "mutex_lock", mutex);
-        assert_eq!(calls.len(), 10_000, "{name}");
-        for (entry, exit) in &calls {
-            assert_eq!((entry.tid, exit.a[0]), (exit.tid, 0), "{entry:?} {exit:?}");
-            blocked += exit.a[1];
+        let (mut blocked, mut waited, mut locks, mut unlocks) = (0, 0, 0, 0);
+        for &lwpid in &lwpids {
+            let name = trace_file_name(pid, lwpid);
+            let lines: Vec<Line> = files
+                .get(&name)
+                .unwrap_or_else(|| panic!("no file {name} for lwpid {lwpid}: {:?}", files.keys()))
+                .iter()
+                .filter(|l| l.lwpid == lwpid)
+                .cloned()
+                .collect();
+            assert!(
+                lines.iter().all(|l| l.pid == pid),
+                "{name} holds another pid"
+            );
+            let calls = paired_calls(&lines, "mutex_lock", mutex);
+            assert_eq!(calls.len(), 10_000, "{name} {placement:?}");
+            for (entry, exit) in &calls {
+                assert_eq!((entry.tid, exit.a[0]), (exit.tid, 0), "{entry:?} {exit:?}");
+                blocked += exit.a[1];
+            }
+            let thread_unlocks: Vec<&Line> = lines
+                .iter()
+                .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+                .collect();
+            assert_eq!(thread_unlocks.len(), 10_000, "{name} {placement:?}");
+            assert!(thread_unlocks.iter().all(|l| l.a[1] == 0), "unlock failed");
+            waited += thread_unlocks.iter().map(|l| l.a[2]).sum::<i64>();
+            locks += calls.len();
+            unlocks += thread_unlocks.len();
         }
-        let thread_unlocks: Vec<&Line> = lines
-            .iter()
-            .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
-            .collect();
-        assert_eq!(thread_unlocks.len(), 10_000, "{name}");
-        assert!(thread_unlocks.iter().all(|l| l.a[1] == 0), "unlock failed");
-        waited += thread_unlocks.iter().map(|l| l.a[2]).sum::<i64>();
-        locks += calls.len();
-        unlocks += thread_unlocks.len();
+        assert_eq!((locks, unlocks), (40_000, 40_000));
+        assert!(
+            blocked > 0,
+            "4 threads on 2 CPUs never blocked ({placement:?})"
+        );
+        assert!(waited > 0, "no unlock ever saw a waiter ({placement:?})");
     }
-    assert_eq!((locks, unlocks), (40_000, 40_000));
-    assert!(blocked > 0, "4 threads on 2 CPUs never blocked");
-    assert!(waited > 0, "no unlock ever saw a waiter");
-    assert_realtime_and_ordered(&files);
 }
 
 #[test]
@@ -115,23 +115,29 @@ fn a_single_thread_never_blocks_and_never_sees_waiters() {
     if !bpf_available("single_thread") {
         return;
     }
-    let (_dir, stdout, files) = trace_mutex_contend(1, 10_000);
-    let mutex: i64 = field(&stdout, "mutex");
-    let lines: Vec<Line> = files.values().flatten().cloned().collect();
-    let locks = paired_calls(&lines, "mutex_lock", mutex);
-    let unlocks: Vec<&Line> = lines
-        .iter()
-        .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
-        .collect();
-    assert_eq!((locks.len(), unlocks.len()), (10_000, 10_000));
-    assert!(
-        locks.iter().all(|(_, exit)| exit.a[1] == 0),
-        "block? set without contention"
-    );
-    assert!(
-        unlocks.iter().all(|l| l.a[2] == 0),
-        "waiters? set without contention"
-    );
+    for placement in PLACEMENTS {
+        let (run, files) = trace(placement, "mutex_contend", &["1", "10000"]);
+        let mutex: i64 = field(&run.stdout, "mutex");
+        let lines: Vec<Line> = files.values().flatten().cloned().collect();
+        let locks = paired_calls(&lines, "mutex_lock", mutex);
+        let unlocks: Vec<&Line> = lines
+            .iter()
+            .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+            .collect();
+        assert_eq!(
+            (locks.len(), unlocks.len()),
+            (10_000, 10_000),
+            "{placement:?}"
+        );
+        assert!(
+            locks.iter().all(|(_, exit)| exit.a[1] == 0),
+            "block? set without contention"
+        );
+        assert!(
+            unlocks.iter().all(|l| l.a[2] == 0),
+            "waiters? set without contention"
+        );
+    }
 }
 
 #[test]
@@ -139,58 +145,46 @@ fn cond_records_match_the_workloads_own_counts() {
     if !bpf_available("cond_counts") {
         return;
     }
-    let dir = TempDir::new("cond");
-    let bin = workload("cond_prodcons");
-    let run = run_tracer(
-        dir.path(),
-        &[
-            "--events".as_ref(),
-            "mutex:cond".as_ref(),
-            "--".as_ref(),
-            bin.as_os_str(),
-            "3".as_ref(),
-            "2000".as_ref(),
-        ],
-    );
-    assert!(run.status.success(), "{run:?}");
-    let files = read_trace(dir.path());
-    let all: Vec<&Line> = files.values().flatten().collect();
-    let cond: i64 = field(&run.stdout, "cond");
-    let never: i64 = field(&run.stdout, "never");
-    let count = |name: &str, which: u16, object: i64| {
-        all.iter()
-            .filter(|l| l.is(name, which) && l.a[0] == object)
-            .count() as i64
-    };
-    let waits: i64 = field(&run.stdout, "waits");
-    assert_eq!(count("cond_wait", 1, cond), waits);
-    let wait_returns = all.iter().filter(|l| l.is("cond_wait", 2)).count() as i64;
-    assert_eq!(wait_returns, waits, "every wait returned once");
-    assert_eq!(
-        count("cond_signal", 0, cond),
-        field::<i64>(&run.stdout, "signals")
-    );
-    assert_eq!(
-        count("cond_broadcast", 0, cond),
-        field::<i64>(&run.stdout, "broadcasts")
-    );
+    for placement in PLACEMENTS {
+        let options = [&["--events", "mutex:cond"], placement].concat();
+        let (run, files) = trace(&options, "cond_prodcons", &["3", "2000"]);
+        let all: Vec<&Line> = files.values().flatten().collect();
+        let cond: i64 = field(&run.stdout, "cond");
+        let never: i64 = field(&run.stdout, "never");
+        let count = |name: &str, which: u16, object: i64| {
+            all.iter()
+                .filter(|l| l.is(name, which) && l.a[0] == object)
+                .count() as i64
+        };
+        let waits: i64 = field(&run.stdout, "waits");
+        assert_eq!(count("cond_wait", 1, cond), waits, "{placement:?}");
+        let wait_returns = all.iter().filter(|l| l.is("cond_wait", 2)).count() as i64;
+        assert_eq!(wait_returns, waits, "every wait returned once");
+        assert_eq!(
+            count("cond_signal", 0, cond),
+            field::<i64>(&run.stdout, "signals")
+        );
+        assert_eq!(
+            count("cond_broadcast", 0, cond),
+            field::<i64>(&run.stdout, "broadcasts")
+        );
 
-    let timed: Vec<&&Line> = all
-        .iter()
-        .filter(|l| l.event1 == 3 && l.event2 == 5)
-        .collect();
-    assert_eq!(timed.len(), 2, "{timed:?}");
-    let deadline: String = field(&run.stdout, "deadline");
-    let (sec, nsec) = deadline.split_once('.').unwrap();
-    assert!(timed[0].is("cond_timedwait", 1) && timed[0].a[0] == never);
-    assert_eq!(timed[0].a[1], field::<i64>(&run.stdout, "mutex"));
-    assert_eq!(
-        (timed[0].a[2], timed[0].a[3]),
-        (sec.parse().unwrap(), nsec.parse().unwrap())
-    );
-    assert!(timed[1].is("cond_timedwait", 2));
-    assert_eq!(timed[1].a[0], 110, "ETIMEDOUT");
-    assert_realtime_and_ordered(&files);
+        let timed: Vec<&&Line> = all
+            .iter()
+            .filter(|l| l.event1 == 3 && l.event2 == 5)
+            .collect();
+        assert_eq!(timed.len(), 2, "{timed:?}");
+        let deadline: String = field(&run.stdout, "deadline");
+        let (sec, nsec) = deadline.split_once('.').unwrap();
+        assert!(timed[0].is("cond_timedwait", 1) && timed[0].a[0] == never);
+        assert_eq!(timed[0].a[1], field::<i64>(&run.stdout, "mutex"));
+        assert_eq!(
+            (timed[0].a[2], timed[0].a[3]),
+            (sec.parse().unwrap(), nsec.parse().unwrap())
+        );
+        assert!(timed[1].is("cond_timedwait", 2));
+        assert_eq!(timed[1].a[0], 110, "ETIMEDOUT");
+    }
 }
 
 #[test]

@@ -65,25 +65,27 @@ impl Category {
     }
 }
 
-/// What the BPF programs do for a probe. Carried in the low 32 bits of the attach cookie.
+/// What the BPF programs do for a probe. Carried in the low 16 bits of the attach cookie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProbeFlags(pub u32);
+pub struct ProbeFlags(pub u16);
 
 impl ProbeFlags {
     /// Also attach a uretprobe: the record needs the return value or state after the call.
-    pub const RETURN: u32 = 1 << 0;
+    pub const RETURN: u16 = 1 << 0;
     /// Two records: which=1 at entry, which=2 at return. Without it, one which=0 record.
-    pub const PAIRED: u32 = 1 << 1;
+    pub const PAIRED: u16 = 1 << 1;
     /// Count voluntary context switches across the call (`block?`).
-    pub const BLOCK: u32 = 1 << 2;
+    pub const BLOCK: u16 = 1 << 2;
     /// `waiters?` from a glibc mutex: `__lock` (offset 0) > 1 means locked with waiters.
-    pub const WAITERS_MUTEX: u32 = 1 << 3;
+    pub const WAITERS_MUTEX: u16 = 1 << 3;
     /// `waiters?` from a glibc condvar: `__wrefs` (offset 36) >> 3 counts waiters.
-    pub const WAITERS_COND: u32 = 1 << 4;
+    pub const WAITERS_COND: u16 = 1 << 4;
     /// Read the `struct timespec` that the third argument points to.
-    pub const TIMESPEC_ARG3: u32 = 1 << 5;
+    pub const TIMESPEC_ARG3: u16 = 1 << 5;
+    /// Flags whose capture reads memory at entry (the object, or what an argument points to).
+    pub const READS_MEMORY: u16 = Self::WAITERS_MUTEX | Self::WAITERS_COND | Self::TIMESPEC_ARG3;
 
-    pub const fn has(self, flag: u32) -> bool {
+    pub const fn has(self, flag: u16) -> bool {
         self.0 & flag != 0
     }
 }
@@ -91,24 +93,31 @@ impl ProbeFlags {
 /// Byte offset of `__wrefs` in glibc's x86-64 `pthread_cond_t` (glibc >= 2.25).
 pub const COND_WREFS_OFFSET: u64 = 36;
 
-/// The attach cookie: which event a probe reports and what its BPF program must capture.
+/// The attach cookie: which event a probe reports, what its BPF program must capture, and
+/// where the caller's return address is when the probe is placed past the entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie {
     pub event1: u16,
     pub event2: u16,
+    /// Bytes the instructions before the probe pushed: the return address is at `[rsp + this]`.
+    pub stack_offset: u16,
     pub flags: ProbeFlags,
 }
 
 impl ProbeCookie {
     pub const fn encode(self) -> u64 {
-        ((self.event1 as u64) << 48) | ((self.event2 as u64) << 32) | self.flags.0 as u64
+        ((self.event1 as u64) << 48)
+            | ((self.event2 as u64) << 32)
+            | ((self.stack_offset as u64) << 16)
+            | self.flags.0 as u64
     }
 
     pub const fn decode(cookie: u64) -> Self {
         ProbeCookie {
             event1: (cookie >> 48) as u16,
             event2: (cookie >> 32) as u16,
-            flags: ProbeFlags(cookie as u32),
+            stack_offset: (cookie >> 16) as u16,
+            flags: ProbeFlags(cookie as u16),
         }
     }
 }
@@ -139,7 +148,7 @@ pub struct EventDef {
     pub name: &'static str,
     /// The glibc entry point.
     pub symbol: &'static str,
-    pub flags: u32,
+    pub flags: u16,
     /// a1..a5 of the which=0 record, or of the which=1 record of a paired event.
     pub first: [Field; 5],
     /// a1..a5 of the which=2 record of a paired event.
@@ -147,12 +156,33 @@ pub struct EventDef {
 }
 
 impl EventDef {
-    pub const fn cookie(&self) -> ProbeCookie {
+    /// The cookie of a probe for this event placed after `stack_offset` bytes were pushed.
+    pub const fn cookie(&self, stack_offset: u16) -> ProbeCookie {
         ProbeCookie {
             event1: self.category as u16,
             event2: self.event2,
+            stack_offset,
             flags: ProbeFlags(self.flags),
         }
+    }
+
+    /// The argument registers the programs read for this event, bit N-1 for argument N
+    /// (rdi, rsi, rdx, rcx, r8): those of its layouts and those its captures dereference.
+    pub fn argument_registers(&self) -> u8 {
+        let mut mask = 0u8;
+        for field in self.first.iter().chain(&self.second) {
+            if let Field::Arg(n) = field {
+                mask |= 1 << (n - 1);
+            }
+        }
+        let flags = self.probe_flags();
+        if flags.has(ProbeFlags::WAITERS_MUTEX) || flags.has(ProbeFlags::WAITERS_COND) {
+            mask |= 1 << 0;
+        }
+        if flags.has(ProbeFlags::TIMESPEC_ARG3) {
+            mask |= 1 << 2;
+        }
+        mask
     }
 
     pub const fn probe_flags(&self) -> ProbeFlags {
@@ -177,8 +207,8 @@ impl EventDef {
 }
 
 const NONE: [Field; 5] = [Zero; 5];
-const R: u32 = ProbeFlags::RETURN;
-const PAIRED: u32 = ProbeFlags::RETURN | ProbeFlags::PAIRED;
+const R: u16 = ProbeFlags::RETURN;
+const PAIRED: u16 = ProbeFlags::RETURN | ProbeFlags::PAIRED;
 
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
 /// seed's field and leave the missing argument fields 0 (event map, "Fields a1..a5").
@@ -293,8 +323,19 @@ mod tests {
     #[test]
     fn cookie_round_trips() {
         for event in EVENTS {
-            assert_eq!(ProbeCookie::decode(event.cookie().encode()), event.cookie());
+            for stack_offset in [0, 8, 0xffff] {
+                let cookie = event.cookie(stack_offset);
+                assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+            }
         }
+    }
+
+    #[test]
+    fn argument_registers_come_from_layouts_and_captures() {
+        let find = |name: &str| EVENTS.iter().find(|e| e.name == name).unwrap();
+        assert_eq!(find("mutex_lock").argument_registers(), 0b1);
+        assert_eq!(find("mutex_init").argument_registers(), 0b11);
+        assert_eq!(find("cond_timedwait").argument_registers(), 0b111);
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         record: RawRecord {
             ktime_ns: unsafe { bpf_ktime_get_ns() },
             pthread_self: read_task_u64(unsafe { ptr::read_volatile(&FSBASE_OFFSET) }),
-            caller: read_user::<u64>(regs.rsp),
+            caller: read_user::<u64>(regs.rsp + u64::from(cookie.stack_offset)),
             pid: (pid_tgid >> 32) as u32,
             lwpid: pid_tgid as u32,
             event1: cookie.event1,

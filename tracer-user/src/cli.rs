@@ -49,6 +49,14 @@ pub struct Cli {
     #[arg(long, value_name = "KIB", default_value_t = crate::datapath::DEFAULT_RING_BYTES / 1024)]
     pub buffer_kib: u32,
 
+    /// Put every probe at its function's entry instead of where the kernel need not single-step
+    #[arg(long)]
+    pub probe_at_entry: bool,
+
+    /// Print where each probe would go in the target's (or this program's) pthread library, and exit
+    #[arg(long)]
+    pub list_probes: bool,
+
     /// Attach BPF programs that record nothing at the same probes (measures the probes' cost)
     #[arg(long)]
     pub empty_programs: bool,
@@ -67,6 +75,9 @@ pub struct Config {
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
     pub empty_programs: bool,
+    pub probe_at_entry: bool,
+    /// Only print where the probes would go.
+    pub list_probes: bool,
     pub target: Target,
 }
 
@@ -77,8 +88,17 @@ pub enum Target {
 }
 
 impl Cli {
-    pub fn into_config(self) -> Result<Config> {
+    pub fn into_config(mut self) -> Result<Config> {
         let categories = parse_categories(self.events.as_deref())?;
+        if self.list_probes && self.pids.is_empty() {
+            if !self.command.is_empty() {
+                usage_bail!(
+                    "--list-probes takes -p PID, or nothing for this program's own C library"
+                );
+            }
+            // The tracer's own C library: what a command started from here would most likely map.
+            self.pids.push(std::process::id());
+        }
         let target = match (self.pids.is_empty(), self.command.is_empty()) {
             (false, false) => usage_bail!("give either -p PID or -- COMMAND, not both"),
             (true, true) => usage_bail!(
@@ -116,7 +136,9 @@ impl Cli {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => PathBuf::from("."),
         };
-        check_writable_dir(&dir)?;
+        if !self.list_probes {
+            check_writable_dir(&dir)?;
+        }
         let unbuffered =
             self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
         Ok(Config {
@@ -126,6 +148,8 @@ impl Cli {
             duration,
             ring_bytes,
             empty_programs: self.empty_programs,
+            probe_at_entry: self.probe_at_entry,
+            list_probes: self.list_probes,
             target,
         })
     }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod kernel;
 pub mod launch;
 pub mod multi_link;
+pub mod placement;
 pub mod probes;
 pub mod reorder;
 pub mod session;
@@ -39,6 +40,9 @@ pub fn run(config: Config) -> Result<i32> {
     let events: Vec<&'static EventDef> =
         config.categories.iter().flat_map(|c| c.events()).collect();
     let symbols: Vec<&str> = events.iter().map(|e| e.symbol).collect();
+    if config.list_probes {
+        return list_probes(&config, &events, &symbols);
+    }
     let datapath = DataPath::load(
         TaskOffsets::from_kernel_btf()?,
         config.ring_bytes,
@@ -46,7 +50,8 @@ pub fn run(config: Config) -> Result<i32> {
     )?;
     let mut probes = Probes::default();
     let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
-        let count = probes.attach(datapath.programs(), pid, library, &events)?;
+        let planned = probes::plan(library, &events, config.probe_at_entry);
+        let count = probes.attach(datapath.programs(), pid, library, &planned)?;
         eprintln!(
             "thrtrace-bpf: tracing pid {pid}: {count} probes in {}",
             library.file.path
@@ -95,4 +100,23 @@ pub fn run(config: Config) -> Result<i32> {
         config.dir.display()
     );
     Ok(outcome.exit_code)
+}
+
+/// `--list-probes`: where each probe would go in each target's pthread library.
+fn list_probes(config: &Config, events: &[&'static EventDef], symbols: &[&str]) -> Result<i32> {
+    let Target::Pids(pids) = &config.target else {
+        usage_bail!("--list-probes takes -p PID");
+    };
+    for &pid in pids {
+        let Some(library) = targets::find_pthread_library(pid, symbols)? else {
+            println!("pid {pid} maps no pthread library");
+            continue;
+        };
+        println!("{} (pid {pid})", library.file.path);
+        print!(
+            "{}",
+            probes::describe(&probes::plan(&library, events, config.probe_at_entry))
+        );
+    }
+    Ok(0)
 }

@@ -11,12 +11,80 @@ use std::os::fd::OwnedFd;
 use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags};
 
-use crate::{multi_link::MultiProgram, targets::PthreadLibrary};
+use crate::{
+    multi_link::MultiProgram,
+    placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
+    symbols::Function,
+    targets::PthreadLibrary,
+};
+
+/// One probe to attach: an event's function and where in it the probe goes.
+pub struct PlannedProbe {
+    pub event: &'static EventDef,
+    pub function: Function,
+    pub placement: Placement,
+}
+
+impl PlannedProbe {
+    /// The file offset of the probed instruction.
+    pub fn file_offset(&self) -> u64 {
+        self.function.offset + self.placement.offset
+    }
+}
+
+/// Where the probes of `events` go in `library`: every definition of each function, each
+/// placed (or at its entry with `at_entry`).
+pub fn plan(
+    library: &PthreadLibrary,
+    events: &[&'static EventDef],
+    at_entry: bool,
+) -> Vec<PlannedProbe> {
+    let mut probes = Vec::new();
+    for &event in events {
+        for function in library.functions.functions(event.symbol) {
+            let size = if function.size == 0 {
+                DEFAULT_FUNCTION_BYTES
+            } else {
+                function.size
+            };
+            let start = (function.offset as usize).min(library.image.len());
+            let end = (start + size as usize).min(library.image.len());
+            let code = &library.image[start..end];
+            let placement = placement::place(code, function.offset, Needs::of(event), at_entry);
+            probes.push(PlannedProbe {
+                event,
+                function,
+                placement,
+            });
+        }
+    }
+    probes
+}
 
 /// The loaded entry and return programs.
 pub struct Programs {
     pub entry: MultiProgram,
     pub exit: MultiProgram,
+}
+
+/// The plan as a table: function, file offset, where the probe goes, the instruction there,
+/// and why.
+pub fn describe(planned: &[PlannedProbe]) -> String {
+    let mut table = format!(
+        "{:<26} {:>10} {:>7}  {:<28} {}\n",
+        "function", "offset", "probe", "instruction", "why"
+    );
+    for probe in planned {
+        table += &format!(
+            "{:<26} {:>#10x} {:>7}  {:<28} {}\n",
+            probe.event.symbol,
+            probe.function.offset,
+            format!("+{:#x}", probe.placement.offset),
+            probe.placement.instruction,
+            probe.placement.reason
+        );
+    }
+    table
 }
 
 /// Every link this run attached.
@@ -27,22 +95,20 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Attaches the probes of `events` in `library` for process `pid`; returns how many.
+    /// Attaches the `planned` probes in `library` for process `pid`; returns how many.
     pub fn attach(
         &mut self,
         programs: &Programs,
         pid: u32,
         library: &PthreadLibrary,
-        events: &[&'static EventDef],
+        planned: &[PlannedProbe],
     ) -> Result<usize> {
         let mut entry = ProbeSet::default();
         let mut exit = ProbeSet::default();
-        for event in events {
-            for offset in library.functions.offsets(event.symbol) {
-                entry.push(offset, event);
-                if event.probe_flags().has(ProbeFlags::RETURN) {
-                    exit.push(offset, event);
-                }
+        for probe in planned {
+            entry.push(probe);
+            if probe.event.probe_flags().has(ProbeFlags::RETURN) {
+                exit.push(probe);
             }
         }
         let file = &library.file.open_path;
@@ -82,8 +148,9 @@ struct ProbeSet {
 }
 
 impl ProbeSet {
-    fn push(&mut self, offset: u64, event: &EventDef) {
-        self.offsets.push(offset);
-        self.cookies.push(event.cookie().encode());
+    fn push(&mut self, probe: &PlannedProbe) {
+        self.offsets.push(probe.file_offset());
+        self.cookies
+            .push(probe.event.cookie(probe.placement.stack_offset).encode());
     }
 }

@@ -8,10 +8,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Context, Result};
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-/// The file offsets of the functions an ELF file defines, by name.
+/// A function's code in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Function {
+    /// File offset of its first instruction.
+    pub offset: u64,
+    /// Its size in bytes, from the symbol table (0 if the symbol does not say).
+    pub size: u64,
+}
+
+/// The functions an ELF file defines, by name.
 #[derive(Debug, Default)]
 pub struct FunctionOffsets {
-    by_name: BTreeMap<String, BTreeSet<u64>>,
+    by_name: BTreeMap<String, BTreeSet<Function>>,
 }
 
 impl FunctionOffsets {
@@ -22,7 +31,7 @@ impl FunctionOffsets {
             .segments()
             .map(|s| (s.address(), s.size(), s.file_range().0))
             .collect();
-        let mut by_name: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        let mut by_name: BTreeMap<String, BTreeSet<Function>> = BTreeMap::new();
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
             if !symbol.is_definition() {
                 continue;
@@ -37,14 +46,22 @@ impl FunctionOffsets {
                 .find(|(start, size, _)| (*start..start + size).contains(&address))
                 .map(|(start, _, file_start)| address - start + file_start);
             if let Some(offset) = offset {
-                by_name.entry(name.to_owned()).or_default().insert(offset);
+                let function = Function {
+                    offset,
+                    size: symbol.size(),
+                };
+                let versions = by_name.entry(name.to_owned()).or_default();
+                // .dynsym and .symtab both list most functions: one entry per address.
+                if !versions.iter().any(|f| f.offset == offset) {
+                    versions.insert(function);
+                }
             }
         }
         Ok(FunctionOffsets { by_name })
     }
 
-    /// Every distinct file offset at which `name` is defined (empty if it is not).
-    pub fn offsets(&self, name: &str) -> impl Iterator<Item = u64> + '_ {
+    /// Every distinct definition of `name`, one per address (empty if it is not defined).
+    pub fn functions(&self, name: &str) -> impl Iterator<Item = Function> + '_ {
         self.by_name.get(name).into_iter().flatten().copied()
     }
 
@@ -68,11 +85,13 @@ mod tests {
         let found =
             FunctionOffsets::parse(&data, &["pthread_cond_wait", "pthread_mutex_lock"]).unwrap();
         assert_eq!(
-            found.offsets("pthread_cond_wait").count(),
+            found.functions("pthread_cond_wait").count(),
             2,
             "old and new versions"
         );
-        assert_eq!(found.offsets("pthread_mutex_lock").count(), 1);
+        let lock: Vec<Function> = found.functions("pthread_mutex_lock").collect();
+        assert_eq!(lock.len(), 1);
+        assert!(lock[0].size > 0);
         assert!(!found.defines("no_such_function"));
     }
 }

@@ -23,9 +23,10 @@ pub struct MappedFile {
     pub open_path: PathBuf,
 }
 
-/// The pthread library of a process and the offsets of the functions asked for.
+/// The pthread library of a process, its contents, and the functions asked for.
 pub struct PthreadLibrary {
     pub file: MappedFile,
+    pub image: Vec<u8>,
     pub functions: FunctionOffsets,
 }
 
@@ -56,7 +57,10 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
 /// `None` if the process maps no such file (yet).
 pub fn find_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<PthreadLibrary>> {
     for file in executable_mappings(pid)? {
-        let Ok(data) = fs::read(&file.open_path) else {
+        // map_files needs CAP_SYS_ADMIN; without it (--list-probes as a user) go by the path.
+        let data = fs::read(&file.open_path)
+            .or_else(|_| fs::read(format!("/proc/{pid}/root{}", file.path)));
+        let Ok(data) = data else {
             continue;
         };
         let Ok(offsets) = FunctionOffsets::parse(&data, functions) else {
@@ -65,6 +69,7 @@ pub fn find_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<Pthre
         if offsets.defines(MARKER) {
             return Ok(Some(PthreadLibrary {
                 file,
+                image: data,
                 functions: offsets,
             }));
         }

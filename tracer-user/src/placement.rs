@@ -1,0 +1,409 @@
+//! Where in a function to put its probe so that the kernel need not single-step.
+//!
+//! A uprobe on an instruction the kernel cannot emulate is executed out of line with a
+//! single-step: a second trap. The kernel emulates a few instructions instead
+//! (`arch/x86/kernel/uprobes.c`: `branch_setup_xol_ops` and `push_setup_xol_ops`): the
+//! canonical nops, `jmp`, `call rel32`, `jcc` without a 0x66 prefix, and `push` of a register.
+//!
+//! So each probe goes to the first such instruction of the function's straight-line start,
+//! provided that the instructions before it (the prefix):
+//! - neither branch nor call, so every call of the function reaches the probe;
+//! - are not the target of any branch in the function, so no loop reaches the probe again
+//!   without a call (a jump back to the entry itself re-runs the entry probe just the same);
+//! - leave the argument registers the event's record uses untouched;
+//! - move the stack pointer only by `push` or `sub $imm, %rsp`, by an amount the BPF program is
+//!   told, and not at all where a uretprobe shares the point (the kernel finds the return
+//!   address to hijack at `[rsp]`);
+//! - write no memory outside the stack where the entry program reads memory (object state).
+//!
+//! Where no such point exists, the probe stays at the entry.
+
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
+    InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
+};
+use tracer_common::{EventDef, ProbeFlags};
+
+/// How far into a function a probe may move.
+const MAX_PREFIX_INSTRUCTIONS: usize = 16;
+/// How much of a function is decoded when its symbol has no size.
+pub const DEFAULT_FUNCTION_BYTES: u64 = 64;
+
+/// The System V argument registers, argument 1 first.
+const ARGUMENT_REGISTERS: [Register; 5] = [
+    Register::RDI,
+    Register::RSI,
+    Register::RDX,
+    Register::RCX,
+    Register::R8,
+];
+
+/// The nops the kernel emulates: `x86_nops[len]` in the kernel, indexed by length.
+const KERNEL_NOPS: [&[u8]; 9] = [
+    &[],
+    &[0x90],
+    &[0x66, 0x90],
+    &[0x0f, 0x1f, 0x00],
+    &[0x0f, 0x1f, 0x40, 0x00],
+    &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+    &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+    &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+    &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+];
+
+/// What the probes of one event need to stay correct at a point past the entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needs {
+    /// Argument registers read, bit N-1 for argument N.
+    pub argument_registers: u8,
+    /// A uretprobe shares the point: the stack pointer must not have moved.
+    pub return_probe: bool,
+    /// The entry program reads memory (object state, or what an argument points to).
+    pub reads_memory: bool,
+}
+
+impl Needs {
+    pub fn of(event: &EventDef) -> Needs {
+        let flags = event.probe_flags();
+        Needs {
+            argument_registers: event.argument_registers(),
+            return_probe: flags.has(ProbeFlags::RETURN),
+            reads_memory: flags.0 & ProbeFlags::READS_MEMORY != 0,
+        }
+    }
+}
+
+/// Where a function's probe goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Bytes from the function's first instruction.
+    pub offset: u64,
+    /// Bytes the prefix pushed: the caller's return address is at `[rsp + stack_offset]`.
+    pub stack_offset: u16,
+    /// The probed instruction, in AT&T syntax.
+    pub instruction: String,
+    /// Whether the kernel emulates the probed instruction (no single-step).
+    pub emulated: bool,
+    /// Why the probe is there, for `--list-probes`.
+    pub reason: String,
+}
+
+/// Places the probe of a function whose code is `code` (from its first instruction, as much
+/// as its symbol's size says) at address `base`. `at_entry`: keep it at the entry regardless.
+pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement {
+    let instructions = decode(code, base);
+    let Some(first) = instructions.first() else {
+        return Placement {
+            offset: 0,
+            stack_offset: 0,
+            instruction: "(undecodable)".into(),
+            emulated: false,
+            reason: "the code could not be decoded; probed at the entry".into(),
+        };
+    };
+    let at =
+        |instruction: &Instruction, emulated: bool, stack_offset: u16, reason: String| Placement {
+            offset: instruction.ip() - base,
+            stack_offset,
+            instruction: format_gas(instruction),
+            emulated,
+            reason,
+        };
+    let emulates = |instruction: &Instruction| emulates(code, base, instruction);
+    let entry = |reason: String| at(first, emulates(first).is_some(), 0, reason);
+    if at_entry {
+        return entry("--probe-at-entry".into());
+    }
+    if let Some(kind) = emulates(first) {
+        return entry(format!("the first instruction is emulated ({kind})"));
+    }
+
+    let targets = branch_targets(&instructions, base, code.len() as u64);
+    let mut stack_offset: u64 = 0;
+    for (index, instruction) in instructions
+        .iter()
+        .enumerate()
+        .take(MAX_PREFIX_INSTRUCTIONS)
+    {
+        let offset = instruction.ip() - base;
+        if index > 0 {
+            if targets.contains(&offset) {
+                return entry(format!(
+                    "single-stepped at the entry: +{offset:#x} is a branch target (a loop) \
+                     before any emulated instruction"
+                ));
+            }
+            if let Some(kind) = emulates(instruction)
+                && !(needs.return_probe && stack_offset != 0)
+            {
+                return at(
+                    instruction,
+                    true,
+                    stack_offset as u16,
+                    format!(
+                        "emulated {kind}; the {index}-instruction prefix leaves what the record \
+                         reads intact"
+                    ),
+                );
+            }
+        }
+        if let Err(why) = prefix_effect(instruction, needs, &mut stack_offset) {
+            return entry(format!(
+                "single-stepped at the entry: {why} at +{offset:#x}"
+            ));
+        }
+    }
+    entry("single-stepped at the entry: no emulated instruction near it".into())
+}
+
+fn decode(code: &[u8], base: u64) -> Vec<Instruction> {
+    let mut decoder = Decoder::with_ip(64, code, base, DecoderOptions::NONE);
+    let mut instructions = Vec::new();
+    let mut instruction = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instruction);
+        if instruction.is_invalid() {
+            break;
+        }
+        instructions.push(instruction);
+    }
+    instructions
+}
+
+/// The kind of emulation the kernel does for this instruction, if any.
+fn emulates(code: &[u8], base: u64, instruction: &Instruction) -> Option<&'static str> {
+    let start = (instruction.ip() - base) as usize;
+    let bytes = &code[start..start + instruction.len()];
+    if KERNEL_NOPS.get(bytes.len()) == Some(&bytes) {
+        return Some("nop");
+    }
+    match bytes {
+        [0xeb, _] | [0xe9, _, _, _, _] => Some("jmp"),
+        [0xe8, _, _, _, _] => Some("call"),
+        [0x70..=0x7f, _] | [0x0f, 0x80..=0x8f, _, _, _, _] => Some("jcc"),
+        [0x50..=0x57] | [0x41, 0x50..=0x57] => Some("push"),
+        _ => None,
+    }
+}
+
+/// Offsets (after the entry) that a direct branch or call in the function lands on.
+fn branch_targets(instructions: &[Instruction], base: u64, size: u64) -> Vec<u64> {
+    instructions
+        .iter()
+        .filter(|i| i.op_count() > 0 && matches!(i.op0_kind(), OpKind::NearBranch64))
+        .map(|i| i.near_branch_target().wrapping_sub(base))
+        .filter(|&target| target > 0 && target < size)
+        .collect()
+}
+
+/// Checks one prefix instruction against `needs`, adding what it pushes to `stack_offset`.
+fn prefix_effect(
+    instruction: &Instruction,
+    needs: Needs,
+    stack_offset: &mut u64,
+) -> Result<(), String> {
+    if instruction.flow_control() != FlowControl::Next {
+        return Err(format!("{} branches", format_gas(instruction)));
+    }
+    let mut factory = InstructionInfoFactory::new();
+    let info = factory.info(instruction);
+    let writes = |access: OpAccess| {
+        matches!(
+            access,
+            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+        )
+    };
+    for used in info.used_registers() {
+        if !writes(used.access()) {
+            continue;
+        }
+        let register = used.register().full_register();
+        if register == Register::RSP {
+            *stack_offset += stack_growth(instruction)
+                .ok_or_else(|| format!("{} moves the stack pointer", format_gas(instruction)))?;
+        } else if let Some(n) = ARGUMENT_REGISTERS.iter().position(|&r| r == register)
+            && needs.argument_registers & (1 << n) != 0
+        {
+            return Err(format!(
+                "{} writes argument {} ({register:?}), which the record uses",
+                format_gas(instruction),
+                n + 1
+            ));
+        }
+    }
+    let writes_non_stack_memory = info
+        .used_memory()
+        .iter()
+        .any(|m| writes(m.access()) && m.base() != Register::RSP);
+    if needs.reads_memory && writes_non_stack_memory {
+        return Err(format!(
+            "{} writes memory the entry program reads",
+            format_gas(instruction)
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes a `push reg` or `sub $imm, %rsp` moves the stack pointer down.
+fn stack_growth(instruction: &Instruction) -> Option<u64> {
+    match instruction.mnemonic() {
+        Mnemonic::Push if instruction.op0_kind() == OpKind::Register => Some(8),
+        Mnemonic::Sub
+            if instruction.op0_register() == Register::RSP
+                && matches!(
+                    instruction.op1_kind(),
+                    OpKind::Immediate8to64 | OpKind::Immediate32to64
+                ) =>
+        {
+            u64::try_from(instruction.immediate(1) as i64).ok()
+        }
+        _ => None,
+    }
+}
+
+fn format_gas(instruction: &Instruction) -> String {
+    let mut formatter = GasFormatter::new();
+    formatter.options_mut().set_uppercase_hex(false);
+    formatter.options_mut().set_branch_leading_zeros(false);
+    let mut text = String::new();
+    formatter.format(instruction, &mut text);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The first bytes of functions of Debian 12's glibc 2.36 libc.so.6.
+    const MUTEX_LOCK: &str = "8b471089c281e27f01000083e07c0f85ac000000534883ec1085d20f85a7000000448b0d989614004585c975638b7710";
+    const MUTEX_UNLOCK: &str = "be01000000e9f6feffff";
+    const SPIN_LOCK: &str = "f0ff0f750b31c0c30f1f840000000000f390833f007fe9ebf7";
+    const SEM_POST: &str = "8b7708488b073dffffff7f7433488d5001f0480fb11775ee48c1e820741b4080f6814531d2ba01000000b8ca0000000f";
+    const COND_WAIT: &str = "4157415641be02000000415541544989";
+
+    const ARG1_WITH_RETURN: Needs = Needs {
+        argument_registers: 0b1,
+        return_probe: true,
+        reads_memory: false,
+    };
+
+    #[test]
+    fn mutex_lock_moves_to_its_first_jcc() {
+        let placement = place(&hex(MUTEX_LOCK), 0x8c370, ARG1_WITH_RETURN, false);
+        assert_eq!(
+            (placement.offset, placement.stack_offset, placement.emulated),
+            (0xe, 0, true)
+        );
+        assert_eq!(placement.instruction, "jne 0x8c430");
+    }
+
+    #[test]
+    fn mutex_unlock_moves_to_its_tail_jump_past_a_write_to_an_unused_register() {
+        let needs = Needs {
+            reads_memory: true,
+            ..ARG1_WITH_RETURN
+        };
+        let placement = place(&hex(MUTEX_UNLOCK), 0x8dd50, needs, false);
+        assert_eq!((placement.offset, placement.emulated), (5, true));
+        assert!(placement.instruction.starts_with("jmp"), "{placement:?}");
+        // The same prefix is wrong for an event that reads the second argument (%esi).
+        let reads_rsi = Needs {
+            argument_registers: 0b11,
+            ..needs
+        };
+        let placement = place(&hex(MUTEX_UNLOCK), 0x8dd50, reads_rsi, false);
+        assert_eq!(placement.offset, 0);
+        assert!(
+            placement.reason.contains("writes argument 2"),
+            "{placement:?}"
+        );
+    }
+
+    #[test]
+    fn spin_lock_skips_the_locked_decrement_it_cannot_probe_unless_memory_is_read() {
+        let placement = place(&hex(SPIN_LOCK), 0x8ff70, ARG1_WITH_RETURN, false);
+        assert_eq!(
+            (placement.offset, placement.emulated),
+            (3, true),
+            "{placement:?}"
+        );
+        // The loop jumps back to the entry only, which the entry probe would see too.
+        let reads_lock = Needs {
+            reads_memory: true,
+            ..ARG1_WITH_RETURN
+        };
+        let placement = place(&hex(SPIN_LOCK), 0x8ff70, reads_lock, false);
+        assert_eq!(placement.offset, 0);
+        assert!(placement.reason.contains("writes memory"), "{placement:?}");
+    }
+
+    #[test]
+    fn sem_post_stays_at_the_entry_because_its_retry_loop_lands_in_the_prefix() {
+        let placement = place(&hex(SEM_POST), 0x905c0, ARG1_WITH_RETURN, false);
+        assert_eq!((placement.offset, placement.emulated), (0, false));
+        assert!(
+            placement.reason.contains("+0x6 is a branch target"),
+            "{placement:?}"
+        );
+    }
+
+    #[test]
+    fn cond_wait_starts_with_an_emulated_push() {
+        let needs = Needs {
+            argument_registers: 0b11,
+            ..ARG1_WITH_RETURN
+        };
+        let placement = place(&hex(COND_WAIT), 0x883f0, needs, false);
+        assert_eq!((placement.offset, placement.emulated), (0, true));
+        assert_eq!(placement.instruction, "push %r15");
+    }
+
+    #[test]
+    fn a_moved_stack_is_told_to_the_program_but_not_allowed_under_a_uretprobe() {
+        // mov %edi,%eax; sub $0x10,%rsp; jmp .+2 -- the jmp is 0x10 bytes below the entry's %rsp.
+        let code = hex("89f84883ec10eb00");
+        let entry_only = Needs {
+            argument_registers: 0b1,
+            return_probe: false,
+            reads_memory: false,
+        };
+        let placement = place(&code, 0x1000, entry_only, false);
+        assert_eq!((placement.offset, placement.stack_offset), (6, 0x10));
+        let placement = place(&code, 0x1000, ARG1_WITH_RETURN, false);
+        assert_eq!(
+            (placement.offset, placement.stack_offset),
+            (0, 0),
+            "{placement:?}"
+        );
+    }
+
+    #[test]
+    fn probe_at_entry_keeps_the_entry() {
+        let placement = place(&hex(MUTEX_LOCK), 0x8c370, ARG1_WITH_RETURN, true);
+        assert_eq!((placement.offset, placement.emulated), (0, false));
+    }
+
+    #[test]
+    fn calls_and_branches_end_the_prefix() {
+        // mov %edi,%eax; call .+0; nop -- the call could skip nothing, but it leaves the function.
+        let code = hex("89f8e80000000090");
+        let placement = place(&code, 0x1000, ARG1_WITH_RETURN, false);
+        assert_eq!(
+            placement.offset, 2,
+            "a call itself is emulated and may be probed"
+        );
+        let code = hex("89f8ffd090");
+        let placement = place(&code, 0x1000, ARG1_WITH_RETURN, false);
+        assert_eq!(
+            placement.offset, 0,
+            "an indirect call ends the prefix: {placement:?}"
+        );
+    }
+}
