@@ -2,7 +2,7 @@
 //! and the clock offset that turns `bpf_ktime_get_ns` into realtime.
 
 use anyhow::{Context, Result, anyhow, bail};
-use btf_rs::{Btf, Type};
+use btf_rs::{Backend, Btf, Type};
 
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
@@ -17,7 +17,7 @@ pub struct TaskOffsets {
 
 impl TaskOffsets {
     pub fn from_kernel_btf() -> Result<Self> {
-        let btf = Btf::from_file(VMLINUX_BTF)
+        let btf = Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap)
             .map_err(|e| anyhow!("{e}"))
             .with_context(|| format!("cannot read kernel BTF at {VMLINUX_BTF}"))?;
         let thread = member_offset(&btf, "task_struct", "thread")?;

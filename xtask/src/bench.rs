@@ -1,126 +1,324 @@
-//! `cargo xtask bench`: ns per pthread_mutex_lock + unlock pair in a tight loop, measured side
-//! by side in one run, repetitions interleaved so that drift hits every row alike:
+//! `cargo xtask bench`: what tracing costs the traced process, measured side by side in one
+//! run, repetitions interleaved so that drift hits every row alike. For each workload (a C
+//! program that times its own loop, so start-up and attach are not counted):
 //! - untraced;
-//! - the floor: the same probes with BPF programs that do nothing (`--empty-programs`);
-//! - traced by thrtrace-bpf, full records written to tr.* files.
+//! - thrtrace-bpf with probe placement, full records written to tr.* files;
+//! - thrtrace-bpf with `--probe-at-entry`;
+//! - the floor: BPF programs that do nothing, at the entry (`--empty-programs --probe-at-entry`);
+//! - bpftrace (installed if missing): a uprobe and a uretprobe on each function, printing the
+//!   record fields to a file.
+//!
+//! Then how fast the tracer gets ready and how fast it exits after Ctrl-C.
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Instant,
+};
 
 use anyhow::{Context, Result, bail};
+use tracer_common::{Category, EVENTS};
 
 use crate::{
     setup,
-    shell::{build_tracer, command, compile_workload, output, require_root, workspace_root},
+    shell::{
+        build_tracer, command, compile_workload, output, require_root, succeeds, workspace_root,
+    },
 };
 
-const UNTRACED_PAIRS: &str = "5000000";
-const TRACED_PAIRS: &str = "100000";
+const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
-struct Row {
+struct Workload {
     name: &'static str,
-    tracer_args: Option<&'static [&'static str]>,
-    ns_per_pair: Vec<f64>,
+    program: &'static str,
+    categories: &'static str,
+    /// Arguments for the untraced run and for traced runs (fewer operations: tracing is slower).
+    untraced_args: &'static [&'static str],
+    traced_args: &'static [&'static str],
+}
+
+const WORKLOADS: [Workload; 3] = [
+    Workload {
+        name: "mutex lock+unlock, 1 thread",
+        program: "bench_mutex",
+        categories: "mutex",
+        untraced_args: &["1", "5000000"],
+        traced_args: &["1", "100000"],
+    },
+    Workload {
+        name: "mutex lock+unlock, 2 threads",
+        program: "bench_mutex",
+        categories: "mutex",
+        untraced_args: &["2", "2000000"],
+        traced_args: &["2", "50000"],
+    },
+    Workload {
+        name: "cond signal/wait ping-pong",
+        program: "bench_cond",
+        categories: "mutex:cond",
+        untraced_args: &["20000"],
+        traced_args: &["20000"],
+    },
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Untraced,
+    Placed,
+    AtEntry,
+    Floor,
+    Bpftrace,
+}
+
+const MODES: [Mode; 5] = [
+    Mode::Untraced,
+    Mode::Placed,
+    Mode::AtEntry,
+    Mode::Floor,
+    Mode::Bpftrace,
+];
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Untraced => "untraced",
+            Mode::Placed => "thrtrace-bpf",
+            Mode::AtEntry => "thrtrace-bpf --probe-at-entry",
+            Mode::Floor => "floor: empty programs at entry",
+            Mode::Bpftrace => "bpftrace uprobe+uretprobe",
+        }
+    }
+
+    fn tracer_options(self) -> &'static [&'static str] {
+        match self {
+            Mode::Placed => &[],
+            Mode::AtEntry => &["--probe-at-entry"],
+            Mode::Floor => &["--empty-programs", "--probe-at-entry"],
+            Mode::Untraced | Mode::Bpftrace => &[],
+        }
+    }
+}
+
+/// One measurement: ns per operation, records written, records lost, and the records/s the
+/// tracer wrote while the workload ran.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    ns_per_op: f64,
+    written: u64,
     lost: u64,
+    records_per_sec: f64,
 }
 
 pub fn run(reps: usize) -> Result<()> {
     setup::ensure_prerequisites()?;
     require_root("bench")?;
+    ensure_bpftrace()?;
     let tracer = build_tracer()?;
-    let workload = compile_workload("bench_mutex")?;
     let dir = workspace_root().join("target/bench-trace");
-    let mut rows = [
-        Row {
-            name: "untraced",
-            tracer_args: None,
-            ns_per_pair: vec![],
-            lost: 0,
-        },
-        Row {
-            name: "floor: empty BPF programs",
-            tracer_args: Some(&["--events", "mutex", "--empty-programs"]),
-            ns_per_pair: vec![],
-            lost: 0,
-        },
-        Row {
-            name: "thrtrace-bpf, tr.* files",
-            tracer_args: Some(&["--events", "mutex"]),
-            ns_per_pair: vec![],
-            lost: 0,
-        },
-    ];
+    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); MODES.len()]; WORKLOADS.len()];
+    let mut timings = Vec::new();
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
-        for row in &mut rows {
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
-            let (ns, lost) = measure(&tracer, &workload, &dir, row.tracer_args)?;
-            row.ns_per_pair.push(ns);
-            row.lost += lost;
+        for (w, workload) in WORKLOADS.iter().enumerate() {
+            let program = compile_workload(workload.program)?;
+            for (m, &mode) in MODES.iter().enumerate() {
+                let _ = fs::remove_dir_all(&dir);
+                fs::create_dir_all(&dir)?;
+                samples[w][m].push(measure(&tracer, &program, workload, mode, &dir)?);
+            }
         }
+        timings.push(attach_and_exit_times(&tracer, &dir)?);
     }
     let _ = fs::remove_dir_all(&dir);
-
-    let median = |row: &Row| {
-        let mut v = row.ns_per_pair.clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let untraced = median(&rows[0]);
-    println!("\npthread_mutex_lock + unlock, 1 thread, median of {reps} runs");
+    print_table(&samples, reps);
+    let ready: Vec<f64> = timings.iter().map(|t| t.0).collect();
+    let exit: Vec<f64> = timings.iter().map(|t| t.1).collect();
     println!(
-        "{:<28} {:>12} {:>12} {:>10}",
-        "", "ns per pair", "x untraced", "lost"
+        "\ntracer ready (all mutex and cond probes attached): {:.0} ms; exit after SIGINT: {:.0} ms \
+         (medians)",
+        median(&ready),
+        median(&exit)
     );
-    for row in &rows {
-        let ns = median(row);
-        println!(
-            "{:<28} {:>12.1} {:>12.1} {:>10}",
-            row.name,
-            ns,
-            ns / untraced,
-            row.lost
-        );
-    }
-    println!("traced / floor: {:.2}", median(&rows[2]) / median(&rows[1]));
     Ok(())
 }
 
-/// One run: the workload's own ns per pair, and the records the tracer reported lost.
+fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
+    println!("\nns per operation, median of {reps} runs; x = times untraced; lost = records lost");
+    for (w, workload) in WORKLOADS.iter().enumerate() {
+        let ns = |m: usize| {
+            median(
+                &samples[w][m]
+                    .iter()
+                    .map(|s| s.ns_per_op)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        println!("\n{}", workload.name);
+        println!(
+            "  {:<32} {:>12} {:>9} {:>8} {:>12}",
+            "", "ns/op", "x", "lost", "records/s"
+        );
+        for (m, mode) in MODES.iter().enumerate() {
+            let lost: u64 = samples[w][m].iter().map(|s| s.lost).sum();
+            let rate = median(
+                &samples[w][m]
+                    .iter()
+                    .map(|s| s.records_per_sec)
+                    .collect::<Vec<_>>(),
+            );
+            let rate = if rate > 0.0 {
+                format!("{rate:.0}")
+            } else {
+                "-".into()
+            };
+            println!(
+                "  {:<32} {:>12.1} {:>9.1} {:>8} {:>12}",
+                mode.label(),
+                ns(m),
+                ns(m) / ns(0),
+                lost,
+                rate
+            );
+        }
+        let (placed, entry, floor, bpftrace) = (ns(1), ns(2), ns(3), ns(4));
+        println!(
+            "  placed vs at entry: {:.1}x cheaper; traced / bpftrace: {:.2}; traced / floor: {:.2}",
+            entry / placed,
+            placed / bpftrace,
+            placed / floor
+        );
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+}
+
 fn measure(
     tracer: &Path,
-    workload: &Path,
+    program: &Path,
+    workload: &Workload,
+    mode: Mode,
     dir: &Path,
-    args: Option<&[&str]>,
-) -> Result<(f64, u64)> {
-    let out = match args {
-        None => output(command(workload).arg(UNTRACED_PAIRS))?,
-        Some(args) => output(
+) -> Result<Sample> {
+    let out = match mode {
+        Mode::Untraced => output(command(program).args(workload.untraced_args))?,
+        Mode::Bpftrace => output(
+            command("bpftrace")
+                .arg("-o")
+                .arg(dir.join("bpftrace.out"))
+                .arg("-e")
+                .arg(bpftrace_program(workload.categories))
+                .arg("-c")
+                .arg(format!(
+                    "{} {}",
+                    program.display(),
+                    workload.traced_args.join(" ")
+                )),
+        )?,
+        _ => output(
             command(tracer)
-                .args(args)
+                .args(["--events", workload.categories])
+                .args(mode.tracer_options())
                 .arg("--dir")
                 .arg(dir)
                 .arg("--")
-                .arg(workload)
-                .arg(TRACED_PAIRS),
+                .arg(program)
+                .args(workload.traced_args),
         )?,
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let ns = stdout
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("ns_per_pair="))
-        .context("the workload printed no ns_per_pair")?
-        .parse()?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lost = match args {
-        None => 0,
-        Some(_) => {
-            let summary = stderr.lines().last().unwrap_or_default();
-            let Some(lost) = summary.split(", ").find_map(|p| p.strip_suffix(" lost")) else {
-                bail!("no summary line from the tracer: {stderr}");
-            };
-            lost.parse()?
-        }
+    let value = |key: &str| -> Result<f64> {
+        stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .with_context(|| format!("the workload printed no {key}: {stdout}"))?
+            .parse()
+            .context("not a number")
     };
-    Ok((ns, lost))
+    let ns_per_op = value("ns_per_op")?;
+    let mut sample = Sample {
+        ns_per_op,
+        ..Sample::default()
+    };
+    if matches!(mode, Mode::Placed | Mode::AtEntry | Mode::Floor) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let summary = stderr.lines().rfind(|l| l.contains(" records written, "));
+        let Some(summary) = summary else {
+            bail!("no summary line from the tracer: {stderr}")
+        };
+        let count = |label: &str| -> Result<u64> {
+            let before = summary.split(label).next().context("summary")?;
+            Ok(before.rsplit(' ').next().context("count")?.parse()?)
+        };
+        sample.written = count(" records written")?;
+        sample.lost = count(" lost")?;
+        let seconds = ns_per_op * value("ops")? / 1e9;
+        sample.records_per_sec = sample.written as f64 / seconds;
+    }
+    Ok(sample)
+}
+
+/// A bpftrace program with a uprobe and a uretprobe on each function of `categories` in the
+/// child's libc, printing what the tr.* records hold.
+fn bpftrace_program(categories: &str) -> String {
+    let mut program = String::new();
+    for category in categories.split(':').filter_map(Category::from_name) {
+        for event in EVENTS.iter().filter(|e| e.category == category) {
+            let (e1, e2, sym) = (category.code(), event.event2, event.symbol);
+            program += &format!(
+                "uprobe:{LIBC}:{sym} /pid == cpid/ {{ printf(\"%llu:%d:%d:{e1}:{e2}:1:%lu:%lu:%lu\\n\", \
+                 nsecs, tid, pid, arg0, arg1, arg2); }}\n\
+                 uretprobe:{LIBC}:{sym} /pid == cpid/ {{ printf(\"%llu:%d:%d:{e1}:{e2}:2:%d\\n\", \
+                 nsecs, tid, pid, retval); }}\n"
+            );
+        }
+    }
+    program
+}
+
+fn ensure_bpftrace() -> Result<()> {
+    if succeeds(command("bpftrace").arg("--version")) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing bpftrace for the comparison");
+    crate::shell::run(
+        command("apt-get")
+            .args(["install", "-y", "-qq", "bpftrace"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+/// Milliseconds from starting the tracer on a waiting process to its "tracing pid" line, and
+/// from SIGINT to its exit.
+fn attach_and_exit_times(tracer: &Path, dir: &Path) -> Result<(f64, f64)> {
+    let gate: PathBuf = compile_workload("mutex_gate")?;
+    let mut target = command(gate)
+        .args(["0", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut ready = String::new();
+    BufReader::new(target.stdout.as_mut().context("stdout")?).read_line(&mut ready)?;
+    let start = Instant::now();
+    let mut traced = command(tracer)
+        .args(["--events", "mutex:cond", "--dir"])
+        .arg(dir)
+        .args(["-p", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(traced.stderr.as_mut().context("stderr")?).read_line(&mut line)?;
+    let attached = start.elapsed().as_secs_f64() * 1e3;
+    let stop = Instant::now();
+    crate::shell::run(command("kill").arg("-INT").arg(traced.id().to_string()))?;
+    traced.wait()?;
+    let exited = stop.elapsed().as_secs_f64() * 1e3;
+    target.kill()?;
+    target.wait()?;
+    Ok((attached, exited))
 }
