@@ -12,7 +12,7 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::Stdio,
     time::Instant,
@@ -129,17 +129,19 @@ pub fn run(reps: usize) -> Result<()> {
                 samples[w][m].push(measure(&tracer, &program, workload, mode, &dir)?);
             }
         }
-        timings.push(attach_and_exit_times(&tracer, &dir)?);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        timings.push(latencies(&tracer, &dir)?);
     }
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
-    let ready: Vec<f64> = timings.iter().map(|t| t.0).collect();
-    let exit: Vec<f64> = timings.iter().map(|t| t.1).collect();
+    let column = |i: usize| median(&timings.iter().map(|t: &[f64; 3]| t[i]).collect::<Vec<_>>());
     println!(
-        "\ntracer ready (all mutex and cond probes attached): {:.0} ms; exit after SIGINT: {:.0} ms \
-         (medians)",
-        median(&ready),
-        median(&exit)
+        "\nmedians: tracer ready (mutex and cond probes attached) {:.0} ms; --unbuffered records in \
+         the file {:.0} ms after the call; exit after SIGINT {:.0} ms",
+        column(0),
+        column(1),
+        column(2)
     );
     Ok(())
 }
@@ -293,32 +295,51 @@ fn ensure_bpftrace() -> Result<()> {
     )
 }
 
-/// Milliseconds from starting the tracer on a waiting process to its "tracing pid" line, and
-/// from SIGINT to its exit.
-fn attach_and_exit_times(tracer: &Path, dir: &Path) -> Result<(f64, f64)> {
+/// Milliseconds from starting the tracer (`--unbuffered`) on a waiting process to its "tracing
+/// pid" line; from the process's last traced call to its records being in the file; and from
+/// SIGINT to the tracer's exit.
+fn latencies(tracer: &Path, dir: &Path) -> Result<[f64; 3]> {
+    const PAIRS: usize = 10;
     let gate: PathBuf = compile_workload("mutex_gate")?;
     let mut target = command(gate)
-        .args(["0", "0"])
+        .args(["0", &PAIRS.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
-    let mut ready = String::new();
-    BufReader::new(target.stdout.as_mut().context("stdout")?).read_line(&mut ready)?;
+    let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    target_out.read_line(&mut line)?;
     let start = Instant::now();
     let mut traced = command(tracer)
-        .args(["--events", "mutex:cond", "--dir"])
+        .args(["--events", "mutex:cond", "--unbuffered", "--dir"])
         .arg(dir)
         .args(["-p", &target.id().to_string()])
         .stderr(Stdio::piped())
         .spawn()?;
-    let mut line = String::new();
     BufReader::new(traced.stderr.as_mut().context("stderr")?).read_line(&mut line)?;
-    let attached = start.elapsed().as_secs_f64() * 1e3;
+    let ready = start.elapsed().as_secs_f64() * 1e3;
+
+    writeln!(target.stdin.as_mut().context("stdin")?, "go")?;
+    target_out.read_line(&mut line)?;
+    let done = Instant::now();
+    let file = dir.join(format!(
+        "tr.{:07x}.{:03x}",
+        target.id(),
+        target.id() & 0xfff
+    ));
+    while fs::read_to_string(&file).map_or(0, |t| t.lines().count()) < 3 * PAIRS {
+        if done.elapsed().as_secs() > 10 {
+            bail!("records never reached {}", file.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let in_file = done.elapsed().as_secs_f64() * 1e3;
+
     let stop = Instant::now();
     crate::shell::run(command("kill").arg("-INT").arg(traced.id().to_string()))?;
     traced.wait()?;
     let exited = stop.elapsed().as_secs_f64() * 1e3;
     target.kill()?;
     target.wait()?;
-    Ok((attached, exited))
+    Ok([ready, in_file, exited])
 }
