@@ -80,10 +80,31 @@ impl ProbeFlags {
     pub const WAITERS_MUTEX: u16 = 1 << 3;
     /// `waiters?` from a glibc condvar: `__wrefs` (offset 36) >> 3 counts waiters.
     pub const WAITERS_COND: u16 = 1 << 4;
-    /// Read the `struct timespec` that the third argument points to.
-    pub const TIMESPEC_ARG3: u16 = 1 << 5;
+    /// Two bits: which argument (2, 3 or 4; 0 for none) points to a `struct timespec` to read.
+    pub const TIMESPEC_ARG_SHIFT: u16 = 5;
+    pub const TIMESPEC_ARG_MASK: u16 = 0b11 << Self::TIMESPEC_ARG_SHIFT;
+    /// `s_count`: the semaphore's value (the low 32 bits of glibc's `sem_t`) at entry.
+    pub const COUNT_AT_ENTRY: u16 = 1 << 7;
+    /// `s_count` after the call, read at return.
+    pub const COUNT_AT_RETURN: u16 = 1 << 8;
+    /// When the call returns -1, read `errno` from the thread's TLS at return.
+    pub const ERRNO: u16 = 1 << 9;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
-    pub const READS_MEMORY: u16 = Self::WAITERS_MUTEX | Self::WAITERS_COND | Self::TIMESPEC_ARG3;
+    pub const READS_MEMORY: u16 =
+        Self::WAITERS_MUTEX | Self::WAITERS_COND | Self::TIMESPEC_ARG_MASK | Self::COUNT_AT_ENTRY;
+
+    /// The flag bits for "argument `n` (2..=4) points to a timespec".
+    pub const fn timespec_arg(n: u16) -> u16 {
+        (n - 1) << Self::TIMESPEC_ARG_SHIFT
+    }
+
+    /// Which argument points to a timespec, if one does.
+    pub const fn timespec_argument(self) -> Option<u16> {
+        match (self.0 & Self::TIMESPEC_ARG_MASK) >> Self::TIMESPEC_ARG_SHIFT {
+            0 => None,
+            n => Some(n + 1),
+        }
+    }
 
     pub const fn has(self, flag: u16) -> bool {
         self.0 & flag != 0
@@ -132,12 +153,18 @@ pub enum Field {
     Rval,
     Block,
     Waiters,
-    /// `argN.sec` / `argN.nsec` of the timespec read through [`ProbeFlags::TIMESPEC_ARG3`].
+    /// `argN.sec` / `argN.nsec` of the timespec an argument points to
+    /// ([`ProbeFlags::timespec_arg`]).
     TimespecSec,
     TimespecNsec,
+    /// `s_count` ([`ProbeFlags::COUNT_AT_ENTRY`], [`ProbeFlags::COUNT_AT_RETURN`]).
+    Count,
+    /// `errno` after a call that returned -1, else 0: a Linux extension in the field after
+    /// `rval`, so that a failure's cause is not lost.
+    Errno,
 }
 
-use Field::{Arg, Block, Rval, TimespecNsec, TimespecSec, Waiters, Zero};
+use Field::{Arg, Block, Count, Errno, Rval, TimespecNsec, TimespecSec, Waiters, Zero};
 
 /// One row of the event map.
 #[derive(Debug)]
@@ -176,11 +203,15 @@ impl EventDef {
             }
         }
         let flags = self.probe_flags();
-        if flags.has(ProbeFlags::WAITERS_MUTEX) || flags.has(ProbeFlags::WAITERS_COND) {
+        let reads_object = ProbeFlags::WAITERS_MUTEX
+            | ProbeFlags::WAITERS_COND
+            | ProbeFlags::COUNT_AT_ENTRY
+            | ProbeFlags::COUNT_AT_RETURN;
+        if flags.0 & reads_object != 0 {
             mask |= 1 << 0;
         }
-        if flags.has(ProbeFlags::TIMESPEC_ARG3) {
-            mask |= 1 << 2;
+        if let Some(n) = flags.timespec_argument() {
+            mask |= 1 << (n - 1);
         }
         mask
     }
@@ -301,7 +332,7 @@ pub static EVENTS: &[EventDef] = &[
         event2: 5,
         name: "cond_timedwait",
         symbol: "pthread_cond_timedwait",
-        flags: PAIRED | ProbeFlags::TIMESPEC_ARG3,
+        flags: PAIRED | ProbeFlags::timespec_arg(3),
         first: [Arg(1), Arg(2), TimespecSec, TimespecNsec, Zero],
         second: [Rval, Zero, Zero, Zero, Zero],
     },
@@ -313,6 +344,77 @@ pub static EVENTS: &[EventDef] = &[
         flags: R,
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
+    },
+    // sema (event1 = 4): glibc's sem_t; sem_init(sem, pshared, value) puts value in a2.
+    EventDef {
+        category: Category::Sema,
+        event2: 1,
+        name: "sema_init",
+        symbol: "sem_init",
+        flags: R,
+        first: [Arg(1), Arg(3), Arg(2), Zero, Rval],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Sema,
+        event2: 2,
+        name: "sema_wait",
+        symbol: "sem_wait",
+        flags: PAIRED | ProbeFlags::COUNT_AT_ENTRY | ProbeFlags::ERRNO,
+        first: [Arg(1), Count, Zero, Zero, Zero],
+        second: [Rval, Errno, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Sema,
+        event2: 3,
+        name: "sema_trywait",
+        symbol: "sem_trywait",
+        flags: R | ProbeFlags::ERRNO,
+        first: [Arg(1), Rval, Errno, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Sema,
+        event2: 4,
+        name: "sema_post",
+        symbol: "sem_post",
+        flags: R | ProbeFlags::COUNT_AT_RETURN | ProbeFlags::ERRNO,
+        first: [Arg(1), Rval, Count, Errno, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Sema,
+        event2: 5,
+        name: "sema_destroy",
+        symbol: "sem_destroy",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    // Linux-only timed waits: laid out like sema_wait, plus the deadline (and the clock).
+    EventDef {
+        category: Category::Sema,
+        event2: 32,
+        name: "sem_timedwait",
+        symbol: "sem_timedwait",
+        flags: PAIRED
+            | ProbeFlags::COUNT_AT_ENTRY
+            | ProbeFlags::ERRNO
+            | ProbeFlags::timespec_arg(2),
+        first: [Arg(1), Count, TimespecSec, TimespecNsec, Zero],
+        second: [Rval, Errno, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Sema,
+        event2: 33,
+        name: "sem_clockwait",
+        symbol: "sem_clockwait",
+        flags: PAIRED
+            | ProbeFlags::COUNT_AT_ENTRY
+            | ProbeFlags::ERRNO
+            | ProbeFlags::timespec_arg(3),
+        first: [Arg(1), Count, TimespecSec, TimespecNsec, Arg(2)],
+        second: [Rval, Errno, Zero, Zero, Zero],
     },
 ];
 
@@ -336,6 +438,9 @@ mod tests {
         assert_eq!(find("mutex_lock").argument_registers(), 0b1);
         assert_eq!(find("mutex_init").argument_registers(), 0b11);
         assert_eq!(find("cond_timedwait").argument_registers(), 0b111);
+        assert_eq!(find("sem_timedwait").argument_registers(), 0b11);
+        assert_eq!(find("sem_clockwait").argument_registers(), 0b111);
+        assert_eq!(find("sema_post").argument_registers(), 0b1);
     }
 
     #[test]
@@ -351,6 +456,17 @@ mod tests {
             }
             assert_eq!(Category::from_name(a.category.name()), Some(a.category));
         }
+    }
+
+    #[test]
+    fn the_timespec_argument_round_trips_through_the_flags() {
+        for n in 2..=4 {
+            assert_eq!(
+                ProbeFlags(ProbeFlags::timespec_arg(n)).timespec_argument(),
+                Some(n)
+            );
+        }
+        assert_eq!(ProbeFlags(ProbeFlags::RETURN).timespec_argument(), None);
     }
 
     #[test]

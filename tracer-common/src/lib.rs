@@ -14,6 +14,8 @@ pub mod names {
     pub const RING_BUFFERS: &str = "RING_BUFFERS";
     /// Per-CPU count of records that could not be reserved in the ring buffer.
     pub const LOST: &str = "LOST";
+    /// Per process: the address of the GOT slot holding errno's thread-pointer offset.
+    pub const ERRNO_SLOTS: &str = "ERRNO_SLOTS";
     /// Read-only global: byte offset of `thread.fsbase` in `task_struct` (from kernel BTF).
     pub const FSBASE_OFFSET: &str = "FSBASE_OFFSET";
     /// Read-only global: byte offset of `nvcsw` in `task_struct` (from kernel BTF).

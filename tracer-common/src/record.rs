@@ -29,9 +29,13 @@ pub struct RawRecord {
     pub rval: i64,
     /// A `struct timespec` read through a pointer argument (seconds, nanoseconds).
     pub timespec: [i64; 2],
+    /// A semaphore's value (`s_count`).
+    pub count: u32,
+    /// `errno` when the call returned -1, else 0.
+    pub errno: i32,
 }
 
-pub const RAW_RECORD_SIZE: usize = 104;
+pub const RAW_RECORD_SIZE: usize = 112;
 const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 

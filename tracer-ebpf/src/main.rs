@@ -10,7 +10,7 @@ use core::ptr;
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
-    btf_maps::{ArrayOfMaps, LruHashMap, PerCpuArray, RingBuf},
+    btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task,
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
@@ -34,6 +34,11 @@ static RING_BUFFERS: ArrayOfMaps<RingBuf<RawRecord, 4096>, { MAX_CPUS as usize }
 
 #[btf_map]
 static LOST: PerCpuArray<u64, 1> = PerCpuArray::new();
+
+/// Per traced process: the address of the GOT slot from which its C library's
+/// `__errno_location` loads errno's offset from the thread pointer.
+#[btf_map]
+static ERRNO_SLOTS: HashMap<u32, u64, 16384> = HashMap::new();
 
 /// A call between its entry and its return: the record so far and the switch count at entry.
 #[repr(C)]
@@ -78,12 +83,20 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
             args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8],
             rval: 0,
             timespec: [0; 2],
+            count: 0,
+            errno: 0,
         },
         nvcsw_at_entry: 0,
     };
     let record = &mut pending.record;
-    if flags.has(ProbeFlags::TIMESPEC_ARG3) {
-        record.timespec = read_user::<[i64; 2]>(regs.rdx);
+    // From the copy of the arguments: a computed offset into the context is not allowed.
+    if let Some(n) = flags.timespec_argument()
+        && let Some(&pointer) = record.args.get(usize::from(n) - 1)
+    {
+        record.timespec = read_user::<[i64; 2]>(pointer);
+    }
+    if flags.has(ProbeFlags::COUNT_AT_ENTRY) {
+        record.count = read_user::<u32>(regs.rdi);
     }
     if flags.has(ProbeFlags::WAITERS_MUTEX) {
         record.waiters = (read_user::<i32>(regs.rdi) > 1) as u8;
@@ -132,6 +145,12 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
         let nvcsw = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
         record.block = (nvcsw != pending.nvcsw_at_entry) as u8;
     }
+    if cookie.flags.has(ProbeFlags::COUNT_AT_RETURN) {
+        record.count = read_user::<u32>(record.args[0]);
+    }
+    if cookie.flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
+        record.errno = read_errno(record.pid, record.pthread_self);
+    }
     if cookie.flags.has(ProbeFlags::PAIRED) {
         record.which = 2;
         record.ktime_ns = unsafe { bpf_ktime_get_ns() };
@@ -156,6 +175,18 @@ fn event_key(cookie: &ProbeCookie) -> u32 {
 #[inline(always)]
 fn read_user<T: Default>(address: u64) -> T {
     unsafe { bpf_probe_read_user(address as *const T) }.unwrap_or_default()
+}
+
+/// The calling thread's errno: thread pointer + the offset the process's GOT holds (written by
+/// ld.so, so read at each use rather than when the probes were attached). 0 if unknown.
+#[inline(always)]
+fn read_errno(pid: u32, thread_pointer: u64) -> i32 {
+    // SAFETY: the value is copied out at once.
+    let Some(&slot) = (unsafe { ERRNO_SLOTS.get(pid) }) else {
+        return 0;
+    };
+    let offset = read_user::<i64>(slot);
+    read_user::<i32>(thread_pointer.wrapping_add(offset as u64))
 }
 
 /// A u64 field of the current `task_struct` at a BTF-derived offset.

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use anyhow::{Context, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{ArrayOfMaps, Map, MapData, PerCpuArray, RingBuf},
+    maps::{ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{MAX_CPUS, RawRecord, names};
@@ -25,6 +25,7 @@ pub struct DataPath {
     programs: Programs,
     rings: Vec<RingBuf<MapData>>,
     lost: PerCpuArray<MapData, u64>,
+    errno_slots: HashMap<MapData, u32, u64>,
 }
 
 impl DataPath {
@@ -47,12 +48,19 @@ impl DataPath {
         };
         let rings = create_rings(&mut ebpf, ring_bytes)?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
+        let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
         Ok(DataPath {
             _ebpf: ebpf,
             programs,
             rings,
             lost,
+            errno_slots,
         })
+    }
+
+    /// Tells the BPF side where process `pid` keeps errno's thread-pointer offset.
+    pub fn set_errno_slot(&mut self, pid: u32, slot: u64) -> Result<()> {
+        Ok(self.errno_slots.insert(pid, slot, 0)?)
     }
 
     pub fn programs(&self) -> &Programs {

@@ -63,6 +63,8 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::Waiters => i64::from(raw.waiters),
         Field::TimespecSec => raw.timespec[0],
         Field::TimespecNsec => raw.timespec[1],
+        Field::Count => i64::from(raw.count),
+        Field::Errno => i64::from(raw.errno),
     }
 }
 

@@ -9,9 +9,13 @@
 use std::{
     ffi::{OsStr, OsString},
     io,
-    os::unix::{ffi::OsStrExt, fs::PermissionsExt, process::CommandExt},
+    os::unix::{
+        ffi::OsStrExt,
+        fs::PermissionsExt,
+        process::{CommandExt, ExitStatusExt},
+    },
     path::PathBuf,
-    process::{Child, Command},
+    process::{Child, Command, ExitStatus},
 };
 
 use anyhow::{Context, Result, bail};
@@ -67,13 +71,27 @@ pub fn check_runnable(program: &OsStr) -> Result<(), LaunchError> {
     Ok(())
 }
 
+/// The started command.
+pub struct Launched {
+    pub child: Child,
+    /// Set when the command exited before it mapped a pthread library (its status is reaped).
+    pub exited: Option<ExitStatus>,
+}
+
+/// How stepping a new command through its loader ended.
+enum Stepped {
+    Library(PthreadLibrary),
+    Exited(ExitStatus),
+    NoLibrary,
+}
+
 /// Starts `argv`, calls `attach` with its pthread library once that is mapped (not at all if
-/// it never is), then lets it run. Returns the running child.
+/// it never is), then lets it run.
 pub fn launch(
     argv: &[OsString],
     functions: &[&str],
     attach: impl FnOnce(u32, &PthreadLibrary) -> Result<()>,
-) -> Result<Child> {
+) -> Result<Launched> {
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
     if let (Some(uid), Some(gid)) = (sudo_id("SUDO_UID"), sudo_id("SUDO_GID")) {
@@ -93,23 +111,32 @@ pub fn launch(
         source,
     })?;
     let pid = child.id();
-    let result = step_until_pthread_library(pid, functions).and_then(|library| {
-        if let Some(library) = library {
-            attach(pid, &library)?;
+    let result = step_until_pthread_library(pid, functions).and_then(|stepped| match stepped {
+        Stepped::Library(library) => attach(pid, &library).map(|()| None),
+        Stepped::NoLibrary => {
+            eprintln!("thrtrace-bpf: pid {pid} maps no pthread library; not traced");
+            Ok(None)
         }
-        Ok(())
+        Stepped::Exited(status) => {
+            eprintln!("thrtrace-bpf: pid {pid} exited before it mapped a pthread library");
+            Ok(Some(status))
+        }
     });
     match result {
-        Ok(()) => {
+        Ok(Some(status)) => Ok(Launched {
+            child,
+            exited: Some(status),
+        }),
+        Ok(None) => {
             // SAFETY: plain ptrace request on our stopped tracee.
             if unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) } == -1 {
-                let error = io::Error::last_os_error();
-                // ESRCH: the child already exited while stepping; its status is still ours.
-                if error.raw_os_error() != Some(libc::ESRCH) {
-                    return Err(error).context("cannot release the command from ptrace");
-                }
+                return Err(io::Error::last_os_error())
+                    .context("cannot release the command from ptrace");
             }
-            Ok(child)
+            Ok(Launched {
+                child,
+                exited: None,
+            })
         }
         Err(error) => {
             let _ = child.kill();
@@ -127,8 +154,8 @@ fn sudo_id(variable: &str) -> Option<u32> {
 }
 
 /// Steps the stopped tracee through its syscalls until a mapped file defines the pthread
-/// functions. `None` if the process exits or never maps one.
-fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<PthreadLibrary>> {
+/// functions, the process exits (reaped here), or the loader is long done.
+fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
     let pid = pid as libc::pid_t;
     let mut status = wait_for(pid)?;
     if !libc::WIFSTOPPED(status) {
@@ -148,7 +175,7 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<Pth
         let mappings = targets::executable_mappings(pid as u32)?;
         if mappings.iter().any(|m| !checked.contains(&m.path)) {
             if let Some(library) = targets::find_pthread_library(pid as u32, functions)? {
-                return Ok(Some(library));
+                return Ok(Stepped::Library(library));
             }
             checked = mappings.into_iter().map(|m| m.path).collect();
         }
@@ -165,10 +192,10 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<Pth
         }
         status = wait_for(pid)?;
         if !libc::WIFSTOPPED(status) {
-            return Ok(None);
+            return Ok(Stepped::Exited(ExitStatus::from_raw(status)));
         }
     }
-    Ok(None)
+    Ok(Stepped::NoLibrary)
 }
 
 fn wait_for(pid: libc::pid_t) -> Result<libc::c_int> {

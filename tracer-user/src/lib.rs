@@ -43,7 +43,7 @@ pub fn run(config: Config) -> Result<i32> {
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
-    let datapath = DataPath::load(
+    let mut datapath = DataPath::load(
         TaskOffsets::from_kernel_btf()?,
         config.ring_bytes,
         config.empty_programs,
@@ -52,6 +52,9 @@ pub fn run(config: Config) -> Result<i32> {
     let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
         let planned = probes::plan(library, &events, config.probe_at_entry);
         let count = probes.attach(datapath.programs(), pid, library, &planned)?;
+        if let Some(slot) = targets::errno_slot(pid, library) {
+            datapath.set_errno_slot(pid, slot)?;
+        }
         eprintln!(
             "thrtrace-bpf: tracing pid {pid}: {count} probes in {}",
             library.file.path

@@ -7,7 +7,7 @@
 use std::{
     collections::HashSet,
     os::fd::{FromRawFd, OwnedFd, RawFd},
-    process::{Child, ExitStatus},
+    process::ExitStatus,
     sync::Arc,
     time::Duration,
 };
@@ -26,6 +26,7 @@ use crate::{
     datapath::DataPath,
     decode::Decoder,
     kernel,
+    launch::Launched,
     probes::Probes,
     reorder::Reorder,
     writer::{RecordWriter, WriterSummary},
@@ -45,7 +46,7 @@ pub struct Session {
     /// Traced processes that the tracer did not start.
     pub attached_pids: Vec<u32>,
     /// The process the tracer started, whose exit status becomes the tracer's.
-    pub launched: Option<Child>,
+    pub launched: Option<Launched>,
 }
 
 /// How long a launched command may take to exit after the tracer is signalled: the terminal's
@@ -67,9 +68,12 @@ impl Session {
             watch_ring(fd, Arc::clone(&wakeups))?;
         }
         let (exit_tx, mut exits) = mpsc::unbounded_channel();
-        let launched_pid = self.launched.as_ref().map(Child::id);
+        let launched_pid = self.launched.as_ref().map(|l| l.child.id());
+        let mut launched_status = self.launched.as_ref().and_then(|l| l.exited);
         let mut running: HashSet<u32> = self.attached_pids.iter().copied().collect();
-        running.extend(launched_pid);
+        if launched_status.is_none() {
+            running.extend(launched_pid);
+        }
         for &pid in &running {
             watch_pid(pid, exit_tx.clone());
         }
@@ -88,7 +92,6 @@ impl Session {
         let mut grace = None;
         let mut reorder = Reorder::default();
         let mut undelivered = 0;
-        let mut launched_status = None;
 
         loop {
             let mut exited = Vec::new();
@@ -110,9 +113,9 @@ impl Session {
             undelivered += self.drain(&mut reorder)?;
             for pid in exited {
                 if Some(pid) == launched_pid
-                    && let Some(child) = self.launched.as_mut()
+                    && let Some(launched) = self.launched.as_mut()
                 {
-                    launched_status = child.try_wait()?;
+                    launched_status = launched.child.try_wait()?;
                 }
                 running.remove(&pid);
                 let mut records = Vec::new();

@@ -13,6 +13,8 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 pub struct Function {
     /// File offset of its first instruction.
     pub offset: u64,
+    /// Its virtual address in the ELF file (before the load bias).
+    pub address: u64,
     /// Its size in bytes, from the symbol table (0 if the symbol does not say).
     pub size: u64,
 }
@@ -21,6 +23,9 @@ pub struct Function {
 #[derive(Debug, Default)]
 pub struct FunctionOffsets {
     by_name: BTreeMap<String, BTreeSet<Function>>,
+    /// The virtual address of the segment that starts the file: the load bias is where that
+    /// segment is mapped minus this.
+    pub first_segment_address: u64,
 }
 
 impl FunctionOffsets {
@@ -31,6 +36,10 @@ impl FunctionOffsets {
             .segments()
             .map(|s| (s.address(), s.size(), s.file_range().0))
             .collect();
+        let first_segment_address = segments
+            .iter()
+            .find(|(_, _, file_start)| *file_start == 0)
+            .map_or(0, |s| s.0);
         let mut by_name: BTreeMap<String, BTreeSet<Function>> = BTreeMap::new();
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
             if !symbol.is_definition() {
@@ -48,6 +57,7 @@ impl FunctionOffsets {
             if let Some(offset) = offset {
                 let function = Function {
                     offset,
+                    address,
                     size: symbol.size(),
                 };
                 let versions = by_name.entry(name.to_owned()).or_default();
@@ -57,7 +67,10 @@ impl FunctionOffsets {
                 }
             }
         }
-        Ok(FunctionOffsets { by_name })
+        Ok(FunctionOffsets {
+            by_name,
+            first_segment_address,
+        })
     }
 
     /// Every distinct definition of `name`, one per address (empty if it is not defined).

@@ -8,11 +8,14 @@
 use std::{fs, path::PathBuf};
 
 use anyhow::{Context, Result};
+use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 
 use crate::symbols::FunctionOffsets;
 
 /// The symbol whose definition marks the pthread implementation.
 const MARKER: &str = "pthread_mutex_lock";
+/// glibc's function that returns the calling thread's errno address.
+const ERRNO_LOCATION: &str = "__errno_location";
 
 /// A file mapped executable into a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +66,12 @@ pub fn find_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<Pthre
         let Ok(data) = data else {
             continue;
         };
-        let Ok(offsets) = FunctionOffsets::parse(&data, functions) else {
+        let names: Vec<&str> = functions
+            .iter()
+            .copied()
+            .chain([MARKER, ERRNO_LOCATION])
+            .collect();
+        let Ok(offsets) = FunctionOffsets::parse(&data, &names) else {
             continue;
         };
         if offsets.defines(MARKER) {
@@ -75,6 +83,37 @@ pub fn find_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<Pthre
         }
     }
     Ok(None)
+}
+
+/// Where, in process `pid`, the GOT slot is from which `library`'s `__errno_location` loads
+/// errno's offset from the thread pointer (`mov slot(%rip),%rax; add %fs:0,%rax`). The slot
+/// is filled by ld.so, possibly after this is called: the BPF side reads it when it needs it.
+/// `None` where the library has no such function (a static binary, another libc).
+pub fn errno_slot(pid: u32, library: &PthreadLibrary) -> Option<u64> {
+    let function = library.functions.functions(ERRNO_LOCATION).next()?;
+    let code = library.image.get(function.offset as usize..)?;
+    let mut decoder = Decoder::with_ip(64, code, function.address, DecoderOptions::NONE);
+    let load = decoder.decode();
+    if load.mnemonic() != Mnemonic::Mov || !load.is_ip_rel_memory_operand() {
+        return None;
+    }
+    let slot = load.ip_rel_memory_address();
+    let bias = load_address(pid, &library.file.path)?
+        .checked_sub(library.functions.first_segment_address)?;
+    Some(bias + slot)
+}
+
+/// Where the start of `path` (its mapping at file offset 0) is in process `pid`.
+fn load_address(pid: u32, path: &str) -> Option<u64> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+        let (range, offset) = (fields.first()?, fields.get(2)?);
+        let mapped = fields.get(5..).map(|p| p.join(" "))?;
+        (mapped == path && u64::from_str_radix(offset, 16).ok()? == 0)
+            .then(|| u64::from_str_radix(range.split('-').next()?, 16).ok())
+            .flatten()
+    })
 }
 
 /// Whether a process with this pid exists now.

@@ -39,7 +39,7 @@ struct Workload {
     traced_args: &'static [&'static str],
 }
 
-const WORKLOADS: [Workload; 3] = [
+const WORKLOADS: [Workload; 4] = [
     Workload {
         name: "mutex lock+unlock, 1 thread",
         program: "bench_mutex",
@@ -53,6 +53,13 @@ const WORKLOADS: [Workload; 3] = [
         categories: "mutex",
         untraced_args: &["2", "2000000"],
         traced_args: &["2", "50000"],
+    },
+    Workload {
+        name: "sem post+wait, 1 thread",
+        program: "bench_sem",
+        categories: "sema",
+        untraced_args: &["5000000"],
+        traced_args: &["100000"],
     },
     Workload {
         name: "cond signal/wait ping-pong",

@@ -1,0 +1,69 @@
+//! The sema category: exact s_count, rval and errno for a known sequence of calls (issue 4).
+
+use thrtrace_tests::{
+    Line, PLACEMENTS, TempDir, bpf_available, field, read_trace, run_tracer, workload_arg,
+};
+
+const EAGAIN: i64 = 11;
+const ETIMEDOUT: i64 = 110;
+const CLOCK_MONOTONIC: i64 = 1;
+
+fn deadline(output: &str, key: &str) -> (i64, i64) {
+    let value: String = field(output, key);
+    let (sec, nsec) = value.split_once('.').unwrap();
+    (sec.parse().unwrap(), nsec.parse().unwrap())
+}
+
+#[test]
+fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
+    if !bpf_available("sema_sequence") {
+        return;
+    }
+    for placement in PLACEMENTS {
+        let dir = TempDir::new("sema");
+        let mut argv = vec!["--events".to_string(), "sema".into()];
+        argv.extend(placement.iter().map(|s| s.to_string()));
+        argv.extend(["--".into(), workload_arg("sem_sequence")]);
+        let run = run_tracer(dir.path(), &argv);
+        assert!(run.status.success(), "{run:?}");
+        let sem: i64 = field(&run.stdout, "sem");
+        let files = read_trace(dir.path());
+        assert_eq!(files.len(), 1, "one thread");
+        let lines: Vec<&Line> = files
+            .values()
+            .flatten()
+            .filter(|l| l.a[0] == sem || l.which == 2)
+            .collect();
+        let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {
+            lines
+                .iter()
+                .filter(|l| l.is(name, which))
+                .map(|l| l.a)
+                .collect()
+        };
+        assert_eq!(fields("sema_init", 0), [[sem, 2, 0, 0, 0]], "{placement:?}");
+        assert_eq!(
+            fields("sema_wait", 1),
+            [[sem, 2, 0, 0, 0], [sem, 1, 0, 0, 0], [sem, 1, 0, 0, 0]]
+        );
+        assert_eq!(fields("sema_wait", 2), [[0; 5]; 3]);
+        assert_eq!(
+            fields("sema_trywait", 0),
+            [[sem, -1, EAGAIN, 0, 0], [sem, 0, 0, 0, 0]]
+        );
+        assert_eq!(
+            fields("sema_post", 0),
+            [[sem, 0, 1, 0, 0], [sem, 0, 2, 0, 0]]
+        );
+        let (sec, nsec) = deadline(&run.stdout, "deadline");
+        assert_eq!(fields("sem_timedwait", 1), [[sem, 0, sec, nsec, 0]]);
+        assert_eq!(fields("sem_timedwait", 2), [[-1, ETIMEDOUT, 0, 0, 0]]);
+        let (sec, nsec) = deadline(&run.stdout, "clockdeadline");
+        assert_eq!(
+            fields("sem_clockwait", 1),
+            [[sem, 0, sec, nsec, CLOCK_MONOTONIC]]
+        );
+        assert_eq!(fields("sem_clockwait", 2), [[-1, ETIMEDOUT, 0, 0, 0]]);
+        assert_eq!(fields("sema_destroy", 0), [[sem, 0, 0, 0, 0]]);
+    }
+}
