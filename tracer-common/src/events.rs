@@ -76,22 +76,34 @@ impl ProbeFlags {
     pub const PAIRED: u16 = 1 << 1;
     /// Count voluntary context switches across the call (`block?`).
     pub const BLOCK: u16 = 1 << 2;
-    /// `waiters?` from a glibc mutex: `__lock` (offset 0) > 1 means locked with waiters.
-    pub const WAITERS_MUTEX: u16 = 1 << 3;
-    /// `waiters?` from a glibc condvar: `__wrefs` (offset 36) >> 3 counts waiters.
-    pub const WAITERS_COND: u16 = 1 << 4;
     /// Two bits: which argument (2, 3 or 4; 0 for none) points to a `struct timespec` to read.
-    pub const TIMESPEC_ARG_SHIFT: u16 = 5;
+    pub const TIMESPEC_ARG_SHIFT: u16 = 3;
     pub const TIMESPEC_ARG_MASK: u16 = 0b11 << Self::TIMESPEC_ARG_SHIFT;
-    /// `s_count`: the semaphore's value (the low 32 bits of glibc's `sem_t`) at entry.
-    pub const COUNT_AT_ENTRY: u16 = 1 << 7;
-    /// `s_count` after the call, read at return.
-    pub const COUNT_AT_RETURN: u16 = 1 << 8;
+    /// Two bits: how much of the object the first argument points to is copied at entry
+    /// ([`ObjectSize`]); userspace derives `waiters?`, `s_count` and the like from it.
+    pub const OBJECT_SHIFT: u16 = 5;
+    pub const OBJECT_MASK: u16 = 0b11 << Self::OBJECT_SHIFT;
+    /// Copy the object again at return (for fields that describe it after the call).
+    pub const OBJECT_AT_RETURN: u16 = 1 << 7;
     /// When the call returns -1, read `errno` from the thread's TLS at return.
-    pub const ERRNO: u16 = 1 << 9;
+    pub const ERRNO: u16 = 1 << 8;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
-    pub const READS_MEMORY: u16 =
-        Self::WAITERS_MUTEX | Self::WAITERS_COND | Self::TIMESPEC_ARG_MASK | Self::COUNT_AT_ENTRY;
+    pub const READS_MEMORY: u16 = Self::TIMESPEC_ARG_MASK | Self::OBJECT_MASK;
+
+    /// The flag bits for copying `size` of the object.
+    pub const fn object(size: ObjectSize) -> u16 {
+        (size as u16) << Self::OBJECT_SHIFT
+    }
+
+    /// How much of the object to copy.
+    pub const fn object_size(self) -> ObjectSize {
+        match (self.0 & Self::OBJECT_MASK) >> Self::OBJECT_SHIFT {
+            1 => ObjectSize::Word,
+            2 => ObjectSize::Small,
+            3 => ObjectSize::Large,
+            _ => ObjectSize::None,
+        }
+    }
 
     /// The flag bits for "argument `n` (2..=4) points to a timespec".
     pub const fn timespec_arg(n: u16) -> u16 {
@@ -111,8 +123,34 @@ impl ProbeFlags {
     }
 }
 
-/// Byte offset of `__wrefs` in glibc's x86-64 `pthread_cond_t` (glibc >= 2.25).
-pub const COND_WREFS_OFFSET: u64 = 36;
+/// How many bytes of a synchronization object the BPF side copies: the object's own size or
+/// less, so that a small object at the end of a page is never read past.
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectSize {
+    None = 0,
+    /// 4 bytes: `pthread_spinlock_t`.
+    Word = 1,
+    /// 32 bytes: `sem_t`, `pthread_barrier_t`, and the start of `pthread_mutex_t` (40) and
+    /// `pthread_rwlock_t` (56).
+    Small = 2,
+    /// 40 bytes: up to `__wrefs` of `pthread_cond_t` (48).
+    Large = 3,
+}
+
+impl ObjectSize {
+    pub const fn bytes(self) -> usize {
+        match self {
+            ObjectSize::None => 0,
+            ObjectSize::Word => 4,
+            ObjectSize::Small => 32,
+            ObjectSize::Large => 40,
+        }
+    }
+}
+
+/// 32-bit words of the copied object: the largest [`ObjectSize`].
+pub const OBJECT_WORDS: usize = 10;
 
 /// The attach cookie: which event a probe reports, what its BPF program must capture, and
 /// where the caller's return address is when the probe is placed past the entry.
@@ -152,19 +190,24 @@ pub enum Field {
     Arg(u8),
     Rval,
     Block,
-    Waiters,
+    /// `waiters?` of a glibc mutex: its `__lock` word (offset 0) is 2 when locked with waiters.
+    MutexWaiters,
+    /// `waiters?` of a glibc condition variable: `__wrefs` (offset 36) >> 3 counts waiters.
+    CondWaiters,
+    /// `s_count`: the semaphore's value, the low 32 bits of glibc's `sem_t`.
+    SemCount,
     /// `argN.sec` / `argN.nsec` of the timespec an argument points to
     /// ([`ProbeFlags::timespec_arg`]).
     TimespecSec,
     TimespecNsec,
-    /// `s_count` ([`ProbeFlags::COUNT_AT_ENTRY`], [`ProbeFlags::COUNT_AT_RETURN`]).
-    Count,
     /// `errno` after a call that returned -1, else 0: a Linux extension in the field after
     /// `rval`, so that a failure's cause is not lost.
     Errno,
 }
 
-use Field::{Arg, Block, Count, Errno, Rval, TimespecNsec, TimespecSec, Waiters, Zero};
+use Field::{
+    Arg, Block, CondWaiters, Errno, MutexWaiters, Rval, SemCount, TimespecNsec, TimespecSec, Zero,
+};
 
 /// One row of the event map.
 #[derive(Debug)]
@@ -203,11 +246,7 @@ impl EventDef {
             }
         }
         let flags = self.probe_flags();
-        let reads_object = ProbeFlags::WAITERS_MUTEX
-            | ProbeFlags::WAITERS_COND
-            | ProbeFlags::COUNT_AT_ENTRY
-            | ProbeFlags::COUNT_AT_RETURN;
-        if flags.0 & reads_object != 0 {
+        if flags.object_size() != ObjectSize::None {
             mask |= 1 << 0;
         }
         if let Some(n) = flags.timespec_argument() {
@@ -240,6 +279,9 @@ impl EventDef {
 const NONE: [Field; 5] = [Zero; 5];
 const R: u16 = ProbeFlags::RETURN;
 const PAIRED: u16 = ProbeFlags::RETURN | ProbeFlags::PAIRED;
+const MUTEX: u16 = ProbeFlags::object(ObjectSize::Small);
+const COND: u16 = ProbeFlags::object(ObjectSize::Large);
+const SEM: u16 = ProbeFlags::object(ObjectSize::Small);
 
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
 /// seed's field and leave the missing argument fields 0 (event map, "Fields a1..a5").
@@ -277,8 +319,8 @@ pub static EVENTS: &[EventDef] = &[
         event2: 4,
         name: "mutex_unlock",
         symbol: "pthread_mutex_unlock",
-        flags: R | ProbeFlags::WAITERS_MUTEX,
-        first: [Arg(1), Rval, Waiters, Zero, Zero],
+        flags: R | MUTEX,
+        first: [Arg(1), Rval, MutexWaiters, Zero, Zero],
         second: NONE,
     },
     EventDef {
@@ -305,8 +347,8 @@ pub static EVENTS: &[EventDef] = &[
         event2: 2,
         name: "cond_signal",
         symbol: "pthread_cond_signal",
-        flags: R | ProbeFlags::WAITERS_COND,
-        first: [Arg(1), Rval, Waiters, Zero, Zero],
+        flags: R | COND,
+        first: [Arg(1), Rval, CondWaiters, Zero, Zero],
         second: NONE,
     },
     EventDef {
@@ -314,8 +356,8 @@ pub static EVENTS: &[EventDef] = &[
         event2: 3,
         name: "cond_broadcast",
         symbol: "pthread_cond_broadcast",
-        flags: R | ProbeFlags::WAITERS_COND,
-        first: [Arg(1), Rval, Waiters, Zero, Zero],
+        flags: R | COND,
+        first: [Arg(1), Rval, CondWaiters, Zero, Zero],
         second: NONE,
     },
     EventDef {
@@ -360,8 +402,8 @@ pub static EVENTS: &[EventDef] = &[
         event2: 2,
         name: "sema_wait",
         symbol: "sem_wait",
-        flags: PAIRED | ProbeFlags::COUNT_AT_ENTRY | ProbeFlags::ERRNO,
-        first: [Arg(1), Count, Zero, Zero, Zero],
+        flags: PAIRED | SEM | ProbeFlags::ERRNO,
+        first: [Arg(1), SemCount, Zero, Zero, Zero],
         second: [Rval, Errno, Zero, Zero, Zero],
     },
     EventDef {
@@ -378,8 +420,8 @@ pub static EVENTS: &[EventDef] = &[
         event2: 4,
         name: "sema_post",
         symbol: "sem_post",
-        flags: R | ProbeFlags::COUNT_AT_RETURN | ProbeFlags::ERRNO,
-        first: [Arg(1), Rval, Count, Errno, Zero],
+        flags: R | SEM | ProbeFlags::OBJECT_AT_RETURN | ProbeFlags::ERRNO,
+        first: [Arg(1), Rval, SemCount, Errno, Zero],
         second: NONE,
     },
     EventDef {
@@ -397,11 +439,8 @@ pub static EVENTS: &[EventDef] = &[
         event2: 32,
         name: "sem_timedwait",
         symbol: "sem_timedwait",
-        flags: PAIRED
-            | ProbeFlags::COUNT_AT_ENTRY
-            | ProbeFlags::ERRNO
-            | ProbeFlags::timespec_arg(2),
-        first: [Arg(1), Count, TimespecSec, TimespecNsec, Zero],
+        flags: PAIRED | SEM | ProbeFlags::ERRNO | ProbeFlags::timespec_arg(2),
+        first: [Arg(1), SemCount, TimespecSec, TimespecNsec, Zero],
         second: [Rval, Errno, Zero, Zero, Zero],
     },
     EventDef {
@@ -409,11 +448,8 @@ pub static EVENTS: &[EventDef] = &[
         event2: 33,
         name: "sem_clockwait",
         symbol: "sem_clockwait",
-        flags: PAIRED
-            | ProbeFlags::COUNT_AT_ENTRY
-            | ProbeFlags::ERRNO
-            | ProbeFlags::timespec_arg(3),
-        first: [Arg(1), Count, TimespecSec, TimespecNsec, Arg(2)],
+        flags: PAIRED | SEM | ProbeFlags::ERRNO | ProbeFlags::timespec_arg(3),
+        first: [Arg(1), SemCount, TimespecSec, TimespecNsec, Arg(2)],
         second: [Rval, Errno, Zero, Zero, Zero],
     },
 ];
@@ -483,7 +519,7 @@ mod tests {
         assert_eq!(lock.layout(1)[0], Arg(1));
         assert_eq!(lock.layout(2)[..2], [Rval, Block]);
         let unlock = EventDef::find(2, 4).unwrap();
-        assert_eq!(unlock.layout(0)[..3], [Arg(1), Rval, Waiters]);
+        assert_eq!(unlock.layout(0)[..3], [Arg(1), Rval, MutexWaiters]);
         let timedwait = EventDef::find(3, 5).unwrap();
         assert_eq!(timedwait.layout(1)[2..4], [TimespecSec, TimespecNsec]);
     }

@@ -21,21 +21,23 @@ pub struct RawRecord {
     pub which: u16,
     /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
     pub block: u8,
-    /// 1 if other threads were waiting on the object at entry.
-    pub waiters: u8,
+    pub _pad: u8,
     /// The first five integer arguments (rdi, rsi, rdx, rcx, r8).
     pub args: [u64; 5],
     /// The return value (rax) for records written at return, else 0.
     pub rval: i64,
     /// A `struct timespec` read through a pointer argument (seconds, nanoseconds).
     pub timespec: [i64; 2],
-    /// A semaphore's value (`s_count`).
-    pub count: u32,
     /// `errno` when the call returned -1, else 0.
     pub errno: i32,
+    /// The first words of the object the first argument points to, at entry, or after the
+    /// call for records written at return with `OBJECT_AT_RETURN` (as many as the event's
+    /// `ObjectSize` says; the rest 0).
+    pub object: [u32; crate::events::OBJECT_WORDS],
+    pub _pad2: u32,
 }
 
-pub const RAW_RECORD_SIZE: usize = 112;
+pub const RAW_RECORD_SIZE: usize = 152;
 const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 

@@ -19,7 +19,10 @@ use aya_ebpf::{
     macros::{btf_map, uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use tracer_common::{MAX_CPUS, ProbeCookie, ProbeFlags, RawRecord, events::COND_WREFS_OFFSET};
+use tracer_common::{
+    MAX_CPUS, ProbeCookie, ProbeFlags, RawRecord,
+    events::{OBJECT_WORDS, ObjectSize},
+};
 
 /// Set by userspace from kernel BTF before loading.
 #[unsafe(no_mangle)]
@@ -79,12 +82,13 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
             event2: cookie.event2,
             which: 0,
             block: 0,
-            waiters: 0,
+            _pad: 0,
             args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8],
             rval: 0,
             timespec: [0; 2],
-            count: 0,
             errno: 0,
+            object: [0; OBJECT_WORDS],
+            _pad2: 0,
         },
         nvcsw_at_entry: 0,
     };
@@ -95,15 +99,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     {
         record.timespec = read_user::<[i64; 2]>(pointer);
     }
-    if flags.has(ProbeFlags::COUNT_AT_ENTRY) {
-        record.count = read_user::<u32>(regs.rdi);
-    }
-    if flags.has(ProbeFlags::WAITERS_MUTEX) {
-        record.waiters = (read_user::<i32>(regs.rdi) > 1) as u8;
-    }
-    if flags.has(ProbeFlags::WAITERS_COND) {
-        record.waiters = (read_user::<u32>(regs.rdi + COND_WREFS_OFFSET) >> 3 != 0) as u8;
-    }
+    copy_object(&mut record.object, flags.object_size(), regs.rdi);
     if !flags.has(ProbeFlags::RETURN) {
         emit(record);
         return 0;
@@ -145,8 +141,12 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
         let nvcsw = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
         record.block = (nvcsw != pending.nvcsw_at_entry) as u8;
     }
-    if cookie.flags.has(ProbeFlags::COUNT_AT_RETURN) {
-        record.count = read_user::<u32>(record.args[0]);
+    if cookie.flags.has(ProbeFlags::OBJECT_AT_RETURN) {
+        copy_object(
+            &mut record.object,
+            cookie.flags.object_size(),
+            record.args[0],
+        );
     }
     if cookie.flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
         record.errno = read_errno(record.pid, record.pthread_self);
@@ -169,6 +169,21 @@ pub fn thr_empty(_ctx: ProbeContext) -> u32 {
 #[inline(always)]
 fn event_key(cookie: &ProbeCookie) -> u32 {
     ((cookie.event1 as u32) << 16) | cookie.event2 as u32
+}
+
+/// Copies the first words of the object at `address`: exactly `size`, never more, so that a
+/// small object at the end of a page is not read past. Userspace derives fields from them.
+#[inline(always)]
+fn copy_object(words: &mut [u32; OBJECT_WORDS], size: ObjectSize, address: u64) {
+    match size {
+        ObjectSize::None => {}
+        ObjectSize::Word => words[0] = read_user::<u32>(address),
+        ObjectSize::Small => {
+            let small = read_user::<[u32; 8]>(address);
+            words[..8].copy_from_slice(&small);
+        }
+        ObjectSize::Large => *words = read_user::<[u32; OBJECT_WORDS]>(address),
+    }
 }
 
 /// A user value, or zero if the address is not readable (a bad pointer argument).

@@ -3,6 +3,9 @@
 
 use tracer_common::{EventDef, Field, RawRecord};
 
+/// `__wrefs` of glibc's x86-64 `pthread_cond_t` (glibc >= 2.25) is at byte 36: word 9.
+const COND_WREFS_WORD: usize = 9;
+
 /// One record of the thread_trace scheme (event map, "Record line").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
@@ -60,10 +63,11 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         // The C functions return int: the upper half of rax is not part of the value.
         Field::Rval => i64::from(raw.rval as i32),
         Field::Block => i64::from(raw.block),
-        Field::Waiters => i64::from(raw.waiters),
+        Field::MutexWaiters => i64::from(raw.object[0] as i32 > 1),
+        Field::CondWaiters => i64::from(raw.object[COND_WREFS_WORD] >> 3 != 0),
+        Field::SemCount => i64::from(raw.object[0]),
         Field::TimespecSec => raw.timespec[0],
         Field::TimespecNsec => raw.timespec[1],
-        Field::Count => i64::from(raw.count),
         Field::Errno => i64::from(raw.errno),
     }
 }
@@ -85,7 +89,6 @@ mod tests {
             rval: 0xdead_0000_006e, // upper half is garbage; the int is 110 (ETIMEDOUT)
             timespec: [1_700_000_000, 250],
             block: 1,
-            waiters: 1,
             ..Default::default()
         }
     }
@@ -99,7 +102,7 @@ mod tests {
         let lock_return = decoder.decode(&raw(2, 2, 2)).unwrap();
         assert_eq!(lock_return.a, [110, 1, 0, 0, 0]);
         let unlock = decoder.decode(&raw(2, 4, 0)).unwrap();
-        assert_eq!(unlock.a, [0x5555_0000, 110, 1, 0, 0]);
+        assert_eq!(unlock.a, [0x5555_0000, 110, 0, 0, 0]);
         let timedwait = decoder.decode(&raw(3, 5, 1)).unwrap();
         assert_eq!(timedwait.a, [0x5555_0000, 2, 1_700_000_000, 250, 0]);
         let mutex_init = decoder.decode(&raw(2, 1, 0)).unwrap();
@@ -108,6 +111,35 @@ mod tests {
             [0x5555_0000, 2, 0, 110, 0],
             "rval stays in the seed's a4"
         );
+    }
+
+    #[test]
+    fn derives_object_fields_from_the_copied_words() {
+        let decoder = Decoder::new(0);
+        let with_object = |event2: u16, object: &[(usize, u32)]| {
+            let mut record = raw(2, event2, 0);
+            for &(word, value) in object {
+                record.object[word] = value;
+            }
+            record
+        };
+        // glibc mutex __lock: 1 locked, 2 locked with waiters.
+        let unlock = |lock: u32| decoder.decode(&with_object(4, &[(0, lock)])).unwrap().a[2];
+        assert_eq!((unlock(1), unlock(2)), (0, 1));
+        // glibc condvar __wrefs (word 9): waiters are counted from bit 3 up.
+        let mut signal = raw(3, 2, 0);
+        signal.object[9] = 0b100;
+        assert_eq!(
+            decoder.decode(&signal).unwrap().a[2],
+            0,
+            "bit 2 is the clock, not a waiter"
+        );
+        signal.object[9] = 2 << 3;
+        assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
+        // sem_t value: the low 32 bits.
+        let mut post = raw(4, 4, 0);
+        post.object = [7, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(decoder.decode(&post).unwrap().a[2], 7);
     }
 
     #[test]
