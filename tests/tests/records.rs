@@ -198,3 +198,54 @@ fn a_launched_commands_exit_status_is_the_tracers() {
     let run = run_tracer(dir.path(), &["--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(run.status.code(), Some(128 + 15), "{run:?}");
 }
+
+#[test]
+fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() {
+    if !bpf_available("timed_variants") {
+        return;
+    }
+    for placement in PLACEMENTS {
+        let options = [&["--events", "mutex:cond"], placement].concat();
+        let (run, files) = trace(&options, "timed_waits", &[]);
+        let deadline = |key: &str| -> (i64, i64) {
+            let value: String = field(&run.stdout, key);
+            let (sec, nsec) = value.split_once('.').unwrap();
+            (sec.parse().unwrap(), nsec.parse().unwrap())
+        };
+        let (mutex, other, cond): (i64, i64, i64) = (
+            field(&run.stdout, "mutex"),
+            field(&run.stdout, "other"),
+            field(&run.stdout, "cond"),
+        );
+        let lines: Vec<&Line> = files.values().flatten().collect();
+        let calls = |name: &str| -> Vec<([i64; 5], [i64; 5])> {
+            let entries = lines.iter().filter(|l| l.is(name, 1));
+            let returns = lines.iter().filter(|l| l.is(name, 2));
+            entries.zip(returns).map(|(e, r)| (e.a, r.a)).collect()
+        };
+        const ETIMEDOUT: i64 = 110;
+        const CLOCK_MONOTONIC: i64 = 1;
+        let (sec, nsec) = deadline("m1");
+        assert_eq!(
+            calls("pthread_mutex_timedlock"),
+            [([mutex, sec, nsec, 0, 0], [ETIMEDOUT, 1, 0, 0, 0])],
+            "{placement:?}: it slept until the deadline"
+        );
+        let (sec, nsec) = deadline("m2");
+        assert_eq!(
+            calls("pthread_mutex_clocklock"),
+            [(
+                [mutex, sec, nsec, CLOCK_MONOTONIC, 0],
+                [ETIMEDOUT, 1, 0, 0, 0]
+            )]
+        );
+        let (sec, nsec) = deadline("c1");
+        assert_eq!(
+            calls("pthread_cond_clockwait"),
+            [(
+                [cond, other, sec, nsec, CLOCK_MONOTONIC],
+                [ETIMEDOUT, 0, 0, 0, 0]
+            )]
+        );
+    }
+}

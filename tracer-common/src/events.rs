@@ -196,6 +196,12 @@ pub enum Field {
     CondWaiters,
     /// `s_count`: the semaphore's value, the low 32 bits of glibc's `sem_t`.
     SemCount,
+    /// `rw_readers`: readers holding a glibc rwlock, `__readers` >> 3.
+    RwReaders,
+    /// `waiters?` of a glibc rwlock: readers waiting (`__readers` bit 2), writers registered
+    /// (`__writers`), or a futex marked as slept on (bit 31 of `__wrphase_futex` or
+    /// `__writers_futex`).
+    RwWaiters,
     /// `argN.sec` / `argN.nsec` of the timespec an argument points to
     /// ([`ProbeFlags::timespec_arg`]).
     TimespecSec,
@@ -206,7 +212,8 @@ pub enum Field {
 }
 
 use Field::{
-    Arg, Block, CondWaiters, Errno, MutexWaiters, Rval, SemCount, TimespecNsec, TimespecSec, Zero,
+    Arg, Block, CondWaiters, Errno, MutexWaiters, Rval, RwReaders, RwWaiters, SemCount,
+    TimespecNsec, TimespecSec, Zero,
 };
 
 /// One row of the event map.
@@ -282,6 +289,12 @@ const PAIRED: u16 = ProbeFlags::RETURN | ProbeFlags::PAIRED;
 const MUTEX: u16 = ProbeFlags::object(ObjectSize::Small);
 const COND: u16 = ProbeFlags::object(ObjectSize::Large);
 const SEM: u16 = ProbeFlags::object(ObjectSize::Small);
+const RWLOCK: u16 = ProbeFlags::object(ObjectSize::Small);
+const TIMESPEC2: u16 = ProbeFlags::timespec_arg(2);
+const TIMESPEC3: u16 = ProbeFlags::timespec_arg(3);
+const TIMESPEC4: u16 = ProbeFlags::timespec_arg(4);
+const LOCKED: u16 = PAIRED | ProbeFlags::BLOCK;
+const READ_LOCKED: u16 = LOCKED | RWLOCK | ProbeFlags::OBJECT_AT_RETURN;
 
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
 /// seed's field and leave the missing argument fields 0 (event map, "Fields a1..a5").
@@ -331,6 +344,25 @@ pub static EVENTS: &[EventDef] = &[
         flags: R,
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
+    },
+    // Linux-only mutex locks with a deadline: laid out like mutex_lock plus the deadline.
+    EventDef {
+        category: Category::Mutex,
+        event2: 32,
+        name: "pthread_mutex_timedlock",
+        symbol: "pthread_mutex_timedlock",
+        flags: LOCKED | TIMESPEC2,
+        first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
+        second: [Rval, Block, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Mutex,
+        event2: 33,
+        name: "pthread_mutex_clocklock",
+        symbol: "pthread_mutex_clocklock",
+        flags: LOCKED | TIMESPEC3,
+        first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
+        second: [Rval, Block, Zero, Zero, Zero],
     },
     // cond (event1 = 3)
     EventDef {
@@ -386,6 +418,16 @@ pub static EVENTS: &[EventDef] = &[
         flags: R,
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
+    },
+    // Linux-only: cond_timedwait with a choice of clock (a5).
+    EventDef {
+        category: Category::Cond,
+        event2: 32,
+        name: "pthread_cond_clockwait",
+        symbol: "pthread_cond_clockwait",
+        flags: PAIRED | TIMESPEC4,
+        first: [Arg(1), Arg(2), TimespecSec, TimespecNsec, Arg(3)],
+        second: [Rval, Zero, Zero, Zero, Zero],
     },
     // sema (event1 = 4): glibc's sem_t; sem_init(sem, pshared, value) puts value in a2.
     EventDef {
@@ -451,6 +493,107 @@ pub static EVENTS: &[EventDef] = &[
         flags: PAIRED | SEM | ProbeFlags::ERRNO | ProbeFlags::timespec_arg(3),
         first: [Arg(1), SemCount, TimespecSec, TimespecNsec, Arg(2)],
         second: [Rval, Errno, Zero, Zero, Zero],
+    },
+    // rwlock (event1 = 5)
+    EventDef {
+        category: Category::Rwlock,
+        event2: 1,
+        name: "rwlock_init",
+        symbol: "pthread_rwlock_init",
+        flags: R,
+        first: [Arg(1), Arg(2), Zero, Rval, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 2,
+        name: "rw_rdlock",
+        symbol: "pthread_rwlock_rdlock",
+        flags: READ_LOCKED,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: [Rval, Block, RwReaders, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 3,
+        name: "rw_wrlock",
+        symbol: "pthread_rwlock_wrlock",
+        flags: LOCKED,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: [Rval, Block, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 4,
+        name: "rw_unlock",
+        symbol: "pthread_rwlock_unlock",
+        flags: R | RWLOCK,
+        first: [Arg(1), Rval, RwWaiters, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 5,
+        name: "rw_tryrdlock",
+        symbol: "pthread_rwlock_tryrdlock",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 6,
+        name: "rw_trywrlock",
+        symbol: "pthread_rwlock_trywrlock",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 7,
+        name: "rwlock_destroy",
+        symbol: "pthread_rwlock_destroy",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    // Linux-only: the locks with a deadline (and a clock, in a4), laid out like the lock.
+    EventDef {
+        category: Category::Rwlock,
+        event2: 32,
+        name: "pthread_rwlock_timedrdlock",
+        symbol: "pthread_rwlock_timedrdlock",
+        flags: READ_LOCKED | TIMESPEC2,
+        first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
+        second: [Rval, Block, RwReaders, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 33,
+        name: "pthread_rwlock_timedwrlock",
+        symbol: "pthread_rwlock_timedwrlock",
+        flags: LOCKED | TIMESPEC2,
+        first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
+        second: [Rval, Block, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 34,
+        name: "pthread_rwlock_clockrdlock",
+        symbol: "pthread_rwlock_clockrdlock",
+        flags: READ_LOCKED | TIMESPEC3,
+        first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
+        second: [Rval, Block, RwReaders, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Rwlock,
+        event2: 35,
+        name: "pthread_rwlock_clockwrlock",
+        symbol: "pthread_rwlock_clockwrlock",
+        flags: LOCKED | TIMESPEC3,
+        first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
+        second: [Rval, Block, Zero, Zero, Zero],
     },
 ];
 

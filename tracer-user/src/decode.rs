@@ -5,6 +5,31 @@ use tracer_common::{EventDef, Field, RawRecord};
 
 /// `__wrefs` of glibc's x86-64 `pthread_cond_t` (glibc >= 2.25) is at byte 36: word 9.
 const COND_WREFS_WORD: usize = 9;
+/// glibc's x86-64 `pthread_rwlock_t` (glibc >= 2.25): `__readers`, `__writers`,
+/// `__wrphase_futex`, `__writers_futex` are its first four words.
+const RW_READERS_WORD: usize = 0;
+const RW_WRITERS_WORD: usize = 1;
+const RW_WRPHASE_FUTEX_WORD: usize = 2;
+const RW_WRITERS_FUTEX_WORD: usize = 3;
+
+/// Whether a glibc rwlock has threads waiting on it (nptl/pthread_rwlock_common.c):
+/// - readers waiting: `PTHREAD_RWLOCK_RWAITING` in `__readers`;
+/// - a primary writer waiting for readers to leave: `PTHREAD_RWLOCK_WRLOCKED` set while still
+///   in a read phase (`PTHREAD_RWLOCK_WRPHASE` clear);
+/// - secondary writers registered: `__writers` without its hand-over bit;
+/// - a waiter asleep on a futex: `PTHREAD_RWLOCK_FUTEX_USED` in either futex word.
+fn rwlock_has_waiters(words: &[u32]) -> bool {
+    const WRPHASE: u32 = 1;
+    const WRLOCKED: u32 = 2;
+    const RWAITING: u32 = 4;
+    const WRHANDOVER: u32 = 1 << 31;
+    const FUTEX_USED: u32 = 2;
+    let readers = words[RW_READERS_WORD];
+    readers & RWAITING != 0
+        || readers & (WRLOCKED | WRPHASE) == WRLOCKED
+        || words[RW_WRITERS_WORD] & !WRHANDOVER != 0
+        || (words[RW_WRPHASE_FUTEX_WORD] | words[RW_WRITERS_FUTEX_WORD]) & FUTEX_USED != 0
+}
 
 /// One record of the thread_trace scheme (event map, "Record line").
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +91,8 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::MutexWaiters => i64::from(raw.object[0] as i32 > 1),
         Field::CondWaiters => i64::from(raw.object[COND_WREFS_WORD] >> 3 != 0),
         Field::SemCount => i64::from(raw.object[0]),
+        Field::RwReaders => i64::from(raw.object[RW_READERS_WORD] >> 3),
+        Field::RwWaiters => i64::from(rwlock_has_waiters(&raw.object)),
         Field::TimespecSec => raw.timespec[0],
         Field::TimespecNsec => raw.timespec[1],
         Field::Errno => i64::from(raw.errno),
@@ -136,6 +163,17 @@ mod tests {
         );
         signal.object[9] = 2 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
+        // rwlock: 3 readers hold it (3 << 3) while a writer waits (WRLOCKED in a read phase),
+        // then a writer holds it alone (WRPHASE | WRLOCKED, wrphase futex 1).
+        let mut unlock = raw(5, 4, 0);
+        unlock.object[0] = (3 << 3) | 2;
+        assert_eq!(decoder.decode(&unlock).unwrap().a[2], 1);
+        unlock.object[0] = 3;
+        unlock.object[2] = 1;
+        assert_eq!(decoder.decode(&unlock).unwrap().a[2], 0);
+        let mut rdlock = raw(5, 2, 2);
+        rdlock.object[0] = 2 << 3;
+        assert_eq!(decoder.decode(&rdlock).unwrap().a[2], 2, "rw_readers");
         // sem_t value: the low 32 bits.
         let mut post = raw(4, 4, 0);
         post.object = [7, 1, 0, 0, 0, 0, 0, 0, 0, 0];

@@ -1,0 +1,78 @@
+//! The rwlock category: rw_readers, block?, waiters?, EBUSY and a timed-out timedwrlock, from a
+//! workload whose story is fixed (tests/workloads/rwlock_story.c) (issue 4).
+
+use thrtrace_tests::{
+    Line, PLACEMENTS, TempDir, bpf_available, codes, field, read_trace, run_tracer, workload_arg,
+};
+
+const EBUSY: i64 = 16;
+const ETIMEDOUT: i64 = 110;
+
+#[test]
+fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
+    if !bpf_available("rwlock_story") {
+        return;
+    }
+    for placement in PLACEMENTS {
+        let dir = TempDir::new("rwlock");
+        let mut argv = vec!["--events".to_string(), "rwlock".into()];
+        argv.extend(placement.iter().map(|s| s.to_string()));
+        argv.extend(["--".into(), workload_arg("rwlock_story")]);
+        let run = run_tracer(dir.path(), &argv);
+        assert!(run.status.success(), "{run:?}");
+        let rw: i64 = field(&run.stdout, "rwlock");
+        let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+        lines.sort_by_key(Line::time_ns);
+        let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {
+            lines
+                .iter()
+                .filter(|l| l.is(name, which))
+                .map(|l| l.a)
+                .collect()
+        };
+        let (main_pid, timed) = (lines[0].pid, codes("pthread_rwlock_timedwrlock"));
+        assert_eq!(
+            fields("rwlock_init", 0),
+            [[rw, 0, 0, 0, 0]],
+            "{placement:?}"
+        );
+        // The readers took the lock one after another and kept it: 1, 2, 3 readers.
+        assert_eq!(fields("rw_rdlock", 1), [[rw, 0, 0, 0, 0]; 3]);
+        assert_eq!(
+            fields("rw_rdlock", 2),
+            [[0, 0, 1, 0, 0], [0, 0, 2, 0, 0], [0, 0, 3, 0, 0]]
+        );
+        assert_eq!(fields("rw_trywrlock", 0), [[rw, EBUSY, 0, 0, 0]]);
+        let deadline: String = field(&run.stdout, "deadline");
+        let (sec, nsec) = deadline.split_once('.').unwrap();
+        let timed_lines: Vec<&Line> = lines
+            .iter()
+            .filter(|l| (l.event1, l.event2) == timed)
+            .collect();
+        assert_eq!(timed_lines.len(), 2);
+        assert_eq!(
+            timed_lines[0].a,
+            [rw, sec.parse().unwrap(), nsec.parse().unwrap(), 0, 0]
+        );
+        assert_eq!(timed_lines[1].a[0], ETIMEDOUT);
+        assert!(
+            timed_lines
+                .iter()
+                .all(|l| l.pid == main_pid && l.lwpid == main_pid)
+        );
+        // The writer slept behind the readers.
+        assert_eq!(fields("rw_wrlock", 2), [[0, 1, 0, 0, 0]]);
+        assert_eq!(fields("rw_tryrdlock", 0), [[rw, EBUSY, 0, 0, 0]]);
+        // Each reader let go while the writer waited; the writer let go with nobody waiting.
+        assert_eq!(
+            fields("rw_unlock", 0),
+            [
+                [rw, 0, 1, 0, 0],
+                [rw, 0, 1, 0, 0],
+                [rw, 0, 1, 0, 0],
+                [rw, 0, 0, 0, 0]
+            ]
+        );
+        assert_eq!(fields("rwlock_destroy", 0), [[rw, 0, 0, 0, 0]]);
+    }
+}
