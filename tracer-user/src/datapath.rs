@@ -19,11 +19,23 @@ pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
 
+/// What one drain pass read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Drained {
+    /// Records whose bytes could not be read as a record (counted as lost).
+    pub malformed: u64,
+    /// Set when a ring was left with records in it: the earliest timestamp after which such a
+    /// ring may still hold records stamped earlier than ones already read from other rings.
+    pub behind_after: Option<u64>,
+}
+
 pub struct DataPath {
     /// Owns the maps the programs use; dropped last.
     _ebpf: Ebpf,
     programs: Programs,
     rings: Vec<RingBuf<MapData>>,
+    /// How many records fill a ring: the most one drain pass reads from it.
+    records_per_ring: usize,
     lost: PerCpuArray<MapData, u64>,
     errno_slots: HashMap<MapData, u32, u64>,
 }
@@ -53,6 +65,7 @@ impl DataPath {
             _ebpf: ebpf,
             programs,
             rings,
+            records_per_ring: ring_bytes as usize / (tracer_common::record::RAW_RECORD_SIZE + 8),
             lost,
             errno_slots,
         })
@@ -73,19 +86,32 @@ impl DataPath {
         Ok(self.rings.iter().map(dup).collect::<Result<_, _>>()?)
     }
 
-    /// Hands every record now in the ring buffers to `sink`; returns how many could not be
-    /// decoded from their bytes (counted as lost by the caller).
-    pub fn drain(&mut self, mut sink: impl FnMut(&RawRecord)) -> u64 {
-        let mut malformed = 0;
+    /// Hands the records now in the ring buffers to `sink`, at most one ring's worth from each
+    /// ring, so that a producer faster than this consumer cannot keep one pass going forever.
+    pub fn drain(&mut self, mut sink: impl FnMut(&RawRecord)) -> Drained {
+        let mut drained = Drained::default();
         for ring in &mut self.rings {
-            while let Some(item) = ring.next() {
+            let mut last = None;
+            for _ in 0..self.records_per_ring {
+                let Some(item) = ring.next() else {
+                    last = None;
+                    break;
+                };
                 match RawRecord::from_bytes(&item) {
-                    Some(record) => sink(&record),
-                    None => malformed += 1,
+                    Some(record) => {
+                        last = Some(record.ktime_ns);
+                        sink(&record);
+                    }
+                    None => drained.malformed += 1,
                 }
             }
+            // Still records left (or the cap was reached exactly): this ring is behind.
+            if let Some(ktime) = last {
+                drained.behind_after =
+                    Some(drained.behind_after.map_or(ktime, |b: u64| b.min(ktime)));
+            }
         }
-        malformed
+        drained
     }
 
     /// Records the BPF programs could not reserve room for, summed over CPUs.

@@ -51,9 +51,16 @@ impl Reorder {
     }
 
     /// Ends a drain pass that began at `pass_start_ns` (CLOCK_MONOTONIC): hands over, in time
-    /// order, every record stamped before the previous pass began.
-    pub fn release(&mut self, pass_start_ns: u64, mut sink: impl FnMut(&RawRecord)) {
-        let watermark = std::mem::replace(&mut self.watermark, pass_start_ns);
+    /// order, every record stamped before the previous pass began, and before `behind_after`
+    /// if the pass left a ring with records in it (they may be older than ones read).
+    pub fn release(
+        &mut self,
+        pass_start_ns: u64,
+        behind_after: Option<u64>,
+        mut sink: impl FnMut(&RawRecord),
+    ) {
+        let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
+        let watermark = behind_after.map_or(previous, |behind| behind.min(previous));
         while let Some(Reverse(held)) = self.pending.peek() {
             if held.key.0 >= watermark {
                 break;
@@ -106,15 +113,30 @@ mod tests {
         let mut out = Vec::new();
         // Pass 1 (starts at 100) reads a migrated thread's later record only.
         reorder.push(&record(1, 90));
-        reorder.release(100, |r| out.push(*r));
+        reorder.release(100, None, |r| out.push(*r));
         assert!(out.is_empty(), "nothing is complete before the first pass");
         // Pass 2 (starts at 200) reads the earlier record from the other ring.
         reorder.push(&record(1, 80));
         reorder.push(&record(1, 150));
-        reorder.release(200, |r| out.push(*r));
+        reorder.release(200, None, |r| out.push(*r));
         assert_eq!(times(&out), [80, 90]);
         reorder.release_all(|r| out.push(*r));
         assert_eq!(times(&out), [80, 90, 150]);
+    }
+
+    #[test]
+    fn a_ring_left_behind_holds_back_what_it_may_still_precede() {
+        let mut reorder = Reorder::default();
+        let mut out = Vec::new();
+        reorder.release(100, None, |r| out.push(*r));
+        for ktime in [40, 60, 90] {
+            reorder.push(&record(1, ktime));
+        }
+        // A ring was left with records after one stamped 50: only what is older may go.
+        reorder.release(200, Some(50), |r| out.push(*r));
+        assert_eq!(times(&out), [40]);
+        reorder.release(300, None, |r| out.push(*r));
+        assert_eq!(times(&out), [40, 60, 90]);
     }
 
     #[test]

@@ -163,10 +163,10 @@ impl Session {
     /// could not be decoded (reported with the lost ones).
     fn drain(&mut self, reorder: &mut Reorder) -> Result<u64> {
         let pass_start = kernel::monotonic_ns();
-        let malformed = self.datapath.drain(|raw| reorder.push(raw));
+        let drained = self.datapath.drain(|raw| reorder.push(raw));
         let mut records = Vec::new();
-        reorder.release(pass_start, |r| records.push(*r));
-        Ok(malformed + self.write(&records)?)
+        reorder.release(pass_start, drained.behind_after, |r| records.push(*r));
+        Ok(drained.malformed + self.write(&records)?)
     }
 
     /// Decodes and writes `records`; returns how many could not be decoded.
