@@ -56,9 +56,25 @@ fn every_traced_function_is_listed_with_its_probe_point() {
 
     let at_entry = listing(&["--list-probes", "--probe-at-entry"]);
     assert_eq!(at_entry.len(), placed.len());
+    for (function, at, line) in &at_entry {
+        assert_eq!(at, "+0x0", "{line}");
+        let alias = function == "pthread_spin_init";
+        assert!(alias || line.contains("--probe-at-entry"), "{line}");
+    }
+    // glibc's pthread_spin_init is pthread_spin_unlock's code: one probe records both.
+    let init = placed
+        .iter()
+        .find(|(f, _, _)| f == "pthread_spin_init")
+        .unwrap();
     assert!(
-        at_entry
-            .iter()
-            .all(|(_, at, line)| at == "+0x0" && line.contains("--probe-at-entry"))
+        init.2.contains("the same code as pthread_spin_unlock"),
+        "{}",
+        init.2
     );
+    // pthread_spin_lock starts with `lock decl`, which the kernel refuses to probe.
+    let spin = at_entry
+        .iter()
+        .find(|(f, _, _)| f == "pthread_spin_lock")
+        .unwrap();
+    assert!(spin.2.contains("refuses"), "{}", spin.2);
 }

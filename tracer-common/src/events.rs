@@ -87,6 +87,10 @@ impl ProbeFlags {
     pub const OBJECT_AT_RETURN: u16 = 1 << 7;
     /// When the call returns -1, read `errno` from the thread's TLS at return.
     pub const ERRNO: u16 = 1 << 8;
+    /// The probe sits inside a retry loop (`pthread_spin_lock`'s placed probe, past the
+    /// unprobeable `lock decl`, which the spin loop jumps back to): a hit while the call is
+    /// pending is the same call trying again, and sets `block?` (it spun).
+    pub const SPINS: u16 = 1 << 9;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
     pub const READS_MEMORY: u16 = Self::TIMESPEC_ARG_MASK | Self::OBJECT_MASK;
 
@@ -196,6 +200,8 @@ pub enum Field {
     CondWaiters,
     /// `s_count`: the semaphore's value, the low 32 bits of glibc's `sem_t`.
     SemCount,
+    /// `b_count`: threads already waiting at a glibc barrier at entry, `in - current_round`.
+    BarrierWaiting,
     /// `rw_readers`: readers holding a glibc rwlock, `__readers` >> 3.
     RwReaders,
     /// `waiters?` of a glibc rwlock: readers waiting (`__readers` bit 2), writers registered
@@ -212,8 +218,8 @@ pub enum Field {
 }
 
 use Field::{
-    Arg, Block, CondWaiters, Errno, MutexWaiters, Rval, RwReaders, RwWaiters, SemCount,
-    TimespecNsec, TimespecSec, Zero,
+    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexWaiters, Rval, RwReaders, RwWaiters,
+    SemCount, TimespecNsec, TimespecSec, Zero,
 };
 
 /// One row of the event map.
@@ -290,6 +296,7 @@ const MUTEX: u16 = ProbeFlags::object(ObjectSize::Small);
 const COND: u16 = ProbeFlags::object(ObjectSize::Large);
 const SEM: u16 = ProbeFlags::object(ObjectSize::Small);
 const RWLOCK: u16 = ProbeFlags::object(ObjectSize::Small);
+const BARRIER: u16 = ProbeFlags::object(ObjectSize::Small);
 const TIMESPEC2: u16 = ProbeFlags::timespec_arg(2);
 const TIMESPEC3: u16 = ProbeFlags::timespec_arg(3);
 const TIMESPEC4: u16 = ProbeFlags::timespec_arg(4);
@@ -594,6 +601,83 @@ pub static EVENTS: &[EventDef] = &[
         flags: LOCKED | TIMESPEC3,
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
         second: [Rval, Block, Zero, Zero, Zero],
+    },
+    // barrier (event1 = 7): pthread_barrier_init(barrier, attr, count) puts count in a2.
+    EventDef {
+        category: Category::Barrier,
+        event2: 1,
+        name: "barrier_init",
+        symbol: "pthread_barrier_init",
+        flags: R,
+        first: [Arg(1), Arg(3), Arg(2), Zero, Rval],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Barrier,
+        event2: 2,
+        name: "barrier_wait",
+        symbol: "pthread_barrier_wait",
+        flags: PAIRED | BARRIER,
+        first: [Arg(1), BarrierWaiting, Zero, Zero, Zero],
+        second: [Rval, Zero, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Barrier,
+        event2: 3,
+        name: "barrier_destroy",
+        symbol: "pthread_barrier_destroy",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    // spin (event1 = 9): the seed's _spin_lock return half has block? in a1 and no rval;
+    // _spin_unlock has only its argument.
+    // glibc makes pthread_spin_init an alias of pthread_spin_unlock: one code, one probe, and
+    // the first event listed wins. _spin_unlock comes first, so the lock's story stays whole.
+    EventDef {
+        category: Category::Spin,
+        event2: 4,
+        name: "_spin_unlock",
+        symbol: "pthread_spin_unlock",
+        flags: 0,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Spin,
+        event2: 1,
+        name: "_spin_init",
+        symbol: "pthread_spin_init",
+        flags: R,
+        first: [Arg(1), Arg(2), Rval, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Spin,
+        event2: 2,
+        name: "_spin_lock",
+        symbol: "pthread_spin_lock",
+        flags: PAIRED | ProbeFlags::SPINS,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: [Block, Zero, Zero, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Spin,
+        event2: 3,
+        name: "_spin_trylock",
+        symbol: "pthread_spin_trylock",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Spin,
+        event2: 5,
+        name: "_spin_destroy",
+        symbol: "pthread_spin_destroy",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
     },
 ];
 

@@ -71,6 +71,18 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: uprobe context registers are the user's at the probed instruction.
     let regs = unsafe { &*ctx.regs };
     let pid_tgid = bpf_get_current_pid_tgid();
+    let key = PendingKey {
+        pid_tgid,
+        event: event_key(&cookie),
+        _pad: 0,
+    };
+    if flags.has(ProbeFlags::SPINS)
+        && let Some(pending) = PENDING.get_ptr_mut(key)
+    {
+        // SAFETY: this thread's own entry; only this thread touches it until its return.
+        unsafe { (*pending).record.block = 1 };
+        return 0;
+    }
     let mut pending = Pending {
         record: RawRecord {
             ktime_ns: unsafe { bpf_ktime_get_ns() },
@@ -111,11 +123,6 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     if flags.has(ProbeFlags::BLOCK) {
         pending.nvcsw_at_entry = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
     }
-    let key = PendingKey {
-        pid_tgid,
-        event: event_key(&cookie),
-        _pad: 0,
-    };
     // A full LRU map evicts the oldest entry; insert cannot fail for lack of room.
     let _ = PENDING.insert(key, pending, 0);
     0

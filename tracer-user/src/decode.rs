@@ -91,6 +91,9 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::MutexWaiters => i64::from(raw.object[0] as i32 > 1),
         Field::CondWaiters => i64::from(raw.object[COND_WREFS_WORD] >> 3 != 0),
         Field::SemCount => i64::from(raw.object[0]),
+        // glibc's barrier (>= 2.25) starts with `in` and `current_round`: the arrivals of the
+        // round in progress are their difference.
+        Field::BarrierWaiting => i64::from(raw.object[0].wrapping_sub(raw.object[1])),
         Field::RwReaders => i64::from(raw.object[RW_READERS_WORD] >> 3),
         Field::RwWaiters => i64::from(rwlock_has_waiters(&raw.object)),
         Field::TimespecSec => raw.timespec[0],

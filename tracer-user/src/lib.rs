@@ -51,6 +51,12 @@ pub fn run(config: Config) -> Result<i32> {
     let mut probes = Probes::default();
     let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
         let planned = probes::plan(library, &events, config.probe_at_entry);
+        for refused in planned.iter().filter(|p| p.placement.refused) {
+            eprintln!(
+                "thrtrace-bpf: {} cannot be probed at +{:#x} ({}): not traced",
+                refused.event.symbol, refused.placement.offset, refused.placement.instruction
+            );
+        }
         let count = probes.attach(datapath.programs(), pid, library, &planned)?;
         if let Some(slot) = targets::errno_slot(pid, library) {
             datapath.set_errno_slot(pid, slot)?;

@@ -84,6 +84,9 @@ pub struct Placement {
     pub instruction: String,
     /// Whether the kernel emulates the probed instruction (no single-step).
     pub emulated: bool,
+    /// Whether the kernel refuses a uprobe on the probed instruction (a lock or segment
+    /// prefix, as `pthread_spin_lock`'s `lock decl`): then the function cannot be traced.
+    pub refused: bool,
     /// Why the probe is there, for `--list-probes`.
     pub reason: String,
 }
@@ -98,17 +101,25 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
             stack_offset: 0,
             instruction: "(undecodable)".into(),
             emulated: false,
+            refused: false,
             reason: "the code could not be decoded; probed at the entry".into(),
         };
     };
-    let at =
-        |instruction: &Instruction, emulated: bool, stack_offset: u16, reason: String| Placement {
+    let at = |instruction: &Instruction, emulated: bool, stack_offset: u16, reason: String| {
+        let refused = kernel_refuses(code, base, instruction);
+        Placement {
             offset: instruction.ip() - base,
             stack_offset,
             instruction: format_gas(instruction),
             emulated,
-            reason,
-        };
+            refused,
+            reason: if refused {
+                format!("{reason}; the kernel refuses a uprobe on this instruction: not traced")
+            } else {
+                reason
+            },
+        }
+    };
     let emulates = |instruction: &Instruction| emulates(code, base, instruction);
     let entry = |reason: String| at(first, emulates(first).is_some(), 0, reason);
     if at_entry {
@@ -184,6 +195,26 @@ fn emulates(code: &[u8], base: u64, instruction: &Instruction) -> Option<&'stati
         [0x50..=0x57] | [0x41, 0x50..=0x57] => Some("push"),
         _ => None,
     }
+}
+
+/// Whether the kernel refuses to probe this instruction: `uprobe_init_insn` rejects the lock
+/// and segment-override prefixes (`is_prefix_bad` in arch/x86/kernel/uprobes.c).
+fn kernel_refuses(code: &[u8], base: u64, instruction: &Instruction) -> bool {
+    const BAD_PREFIXES: [u8; 7] = [0xf0, 0x26, 0x2e, 0x36, 0x3e, 0x64, 0x65];
+    let start = (instruction.ip() - base) as usize;
+    let bytes = &code[start..start + instruction.len()];
+    let opcode_start = bytes
+        .iter()
+        .position(|b| {
+            !matches!(
+                b,
+                0xf0 | 0xf2 | 0xf3 | 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67
+            )
+        })
+        .unwrap_or(bytes.len());
+    bytes[..opcode_start]
+        .iter()
+        .any(|b| BAD_PREFIXES.contains(b))
 }
 
 /// Offsets (after the entry) that a direct branch or call in the function lands on.
@@ -342,6 +373,15 @@ mod tests {
         let placement = place(&hex(SPIN_LOCK), 0x8ff70, reads_lock, false);
         assert_eq!(placement.offset, 0);
         assert!(placement.reason.contains("writes memory"), "{placement:?}");
+    }
+
+    #[test]
+    fn spin_lock_at_its_entry_is_refused_by_the_kernel() {
+        let placement = place(&hex(SPIN_LOCK), 0x8ff70, ARG1_WITH_RETURN, true);
+        assert_eq!(placement.offset, 0);
+        assert!(placement.refused, "{placement:?}");
+        assert!(!place(&hex(SPIN_LOCK), 0x8ff70, ARG1_WITH_RETURN, false).refused);
+        assert!(!place(&hex(MUTEX_LOCK), 0x8c370, ARG1_WITH_RETURN, true).refused);
     }
 
     #[test]

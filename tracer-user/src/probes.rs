@@ -23,9 +23,16 @@ pub struct PlannedProbe {
     pub event: &'static EventDef,
     pub function: Function,
     pub placement: Placement,
+    /// Set when another traced function is the same code: that one's probe records the calls.
+    pub same_code_as: Option<&'static EventDef>,
 }
 
 impl PlannedProbe {
+    /// Whether this probe is attached: not refused by the kernel, not another function's code.
+    pub fn attached(&self) -> bool {
+        !self.placement.refused && self.same_code_as.is_none()
+    }
+
     /// The file offset of the probed instruction.
     pub fn file_offset(&self) -> u64 {
         self.function.offset + self.placement.offset
@@ -50,11 +57,20 @@ pub fn plan(
             let start = (function.offset as usize).min(library.image.len());
             let end = (start + size as usize).min(library.image.len());
             let code = &library.image[start..end];
+            // Two names, one code (glibc aliases pthread_spin_init to pthread_spin_unlock): a
+            // call cannot be told apart, so the address gets the probe of the first event.
+            let same_code_as = probes
+                .iter()
+                .find(|p: &&PlannedProbe| {
+                    p.function.offset == function.offset && p.same_code_as.is_none()
+                })
+                .map(|p| p.event);
             let placement = placement::place(code, function.offset, Needs::of(event), at_entry);
             probes.push(PlannedProbe {
                 event,
                 function,
                 placement,
+                same_code_as,
             });
         }
     }
@@ -75,13 +91,20 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
         "function", "offset", "probe", "instruction", "why"
     );
     for probe in planned {
+        let why = match probe.same_code_as {
+            Some(other) => format!(
+                "the same code as {}: calls are recorded as {}",
+                other.symbol, other.name
+            ),
+            None => probe.placement.reason.clone(),
+        };
         table += &format!(
             "{:<26} {:>#10x} {:>7}  {:<28} {}\n",
             probe.event.symbol,
             probe.function.offset,
             format!("+{:#x}", probe.placement.offset),
             probe.placement.instruction,
-            probe.placement.reason
+            why
         );
     }
     table
@@ -105,7 +128,7 @@ impl Probes {
     ) -> Result<usize> {
         let mut entry = ProbeSet::default();
         let mut exit = ProbeSet::default();
-        for probe in planned {
+        for probe in planned.iter().filter(|p| p.attached()) {
             entry.push(probe);
             if probe.event.probe_flags().has(ProbeFlags::RETURN) {
                 exit.push(probe);
