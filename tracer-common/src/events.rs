@@ -63,6 +63,15 @@ impl Category {
     pub fn is_traced(self) -> bool {
         self.events().next().is_some()
     }
+
+    /// The category whose probes record this one's calls: rmutex calls are pthread_mutex_*
+    /// calls on a recursive mutex, told apart only at run time (see [`classify`]).
+    pub const fn probed_through(self) -> Category {
+        match self {
+            Category::Rmutex => Category::Mutex,
+            other => other,
+        }
+    }
 }
 
 /// What the BPF programs do for a probe. Carried in the low 16 bits of the attach cookie.
@@ -202,6 +211,8 @@ pub enum Field {
     SemCount,
     /// `b_count`: threads already waiting at a glibc barrier at entry, `in - current_round`.
     BarrierWaiting,
+    /// `rm_depth`: a recursive mutex's recursion count, glibc's `__count` (offset 4).
+    RecursionDepth,
     /// `rw_readers`: readers holding a glibc rwlock, `__readers` >> 3.
     RwReaders,
     /// `waiters?` of a glibc rwlock: readers waiting (`__readers` bit 2), writers registered
@@ -218,8 +229,8 @@ pub enum Field {
 }
 
 use Field::{
-    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexWaiters, Rval, RwReaders, RwWaiters,
-    SemCount, TimespecNsec, TimespecSec, Zero,
+    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexWaiters, RecursionDepth, Rval, RwReaders,
+    RwWaiters, SemCount, TimespecNsec, TimespecSec, Zero,
 };
 
 /// One row of the event map.
@@ -289,6 +300,23 @@ impl EventDef {
     }
 }
 
+/// glibc's `__kind` of `pthread_mutex_t` is its fifth word (byte 16); the low two bits are the
+/// type, 1 for PTHREAD_MUTEX_RECURSIVE (robust, PI and PP variants keep them).
+const MUTEX_KIND_WORD: usize = 4;
+const MUTEX_TYPE_MASK: u32 = 3;
+const MUTEX_RECURSIVE: u32 = 1;
+
+/// The event a record really is: a mutex call on a recursive mutex is an rmutex call, told by
+/// the kind in the mutex words the record carries. Other records keep their codes.
+pub fn classify(event1: u16, event2: u16, object: &[u32; OBJECT_WORDS]) -> (u16, u16) {
+    let recursive = object[MUTEX_KIND_WORD] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE;
+    if event1 == Category::Mutex as u16 && recursive {
+        (Category::Rmutex as u16, event2)
+    } else {
+        (event1, event2)
+    }
+}
+
 const NONE: [Field; 5] = [Zero; 5];
 const R: u16 = ProbeFlags::RETURN;
 const PAIRED: u16 = ProbeFlags::RETURN | ProbeFlags::PAIRED;
@@ -301,6 +329,9 @@ const TIMESPEC2: u16 = ProbeFlags::timespec_arg(2);
 const TIMESPEC3: u16 = ProbeFlags::timespec_arg(3);
 const TIMESPEC4: u16 = ProbeFlags::timespec_arg(4);
 const LOCKED: u16 = PAIRED | ProbeFlags::BLOCK;
+/// Mutex locks copy the mutex at entry and after the call: its kind tells rmutex from mutex,
+/// its `__count` after the call is `rm_depth`.
+const MUTEX_LOCKED: u16 = LOCKED | MUTEX | ProbeFlags::OBJECT_AT_RETURN;
 const READ_LOCKED: u16 = LOCKED | RWLOCK | ProbeFlags::OBJECT_AT_RETURN;
 
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
@@ -312,7 +343,7 @@ pub static EVENTS: &[EventDef] = &[
         event2: 1,
         name: "mutex_init",
         symbol: "pthread_mutex_init",
-        flags: R,
+        flags: R | MUTEX | ProbeFlags::OBJECT_AT_RETURN,
         first: [Arg(1), Arg(2), Zero, Rval, Zero],
         second: NONE,
     },
@@ -321,7 +352,7 @@ pub static EVENTS: &[EventDef] = &[
         event2: 2,
         name: "mutex_lock",
         symbol: "pthread_mutex_lock",
-        flags: PAIRED | ProbeFlags::BLOCK,
+        flags: MUTEX_LOCKED,
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -330,7 +361,7 @@ pub static EVENTS: &[EventDef] = &[
         event2: 3,
         name: "mutex_trylock",
         symbol: "pthread_mutex_trylock",
-        flags: R,
+        flags: R | MUTEX,
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -348,7 +379,7 @@ pub static EVENTS: &[EventDef] = &[
         event2: 5,
         name: "mutex_destroy",
         symbol: "pthread_mutex_destroy",
-        flags: R,
+        flags: R | MUTEX,
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -358,7 +389,7 @@ pub static EVENTS: &[EventDef] = &[
         event2: 32,
         name: "pthread_mutex_timedlock",
         symbol: "pthread_mutex_timedlock",
-        flags: LOCKED | TIMESPEC2,
+        flags: MUTEX_LOCKED | TIMESPEC2,
         first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -367,7 +398,7 @@ pub static EVENTS: &[EventDef] = &[
         event2: 33,
         name: "pthread_mutex_clocklock",
         symbol: "pthread_mutex_clocklock",
-        flags: LOCKED | TIMESPEC3,
+        flags: MUTEX_LOCKED | TIMESPEC3,
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -602,6 +633,71 @@ pub static EVENTS: &[EventDef] = &[
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
+    // rmutex (event1 = 6): the pthread_mutex_* calls above on a PTHREAD_MUTEX_RECURSIVE mutex,
+    // recorded by the mutex probes and classified when decoded ([`classify`]).
+    EventDef {
+        category: Category::Rmutex,
+        event2: 1,
+        name: "rmutex_init",
+        symbol: "pthread_mutex_init",
+        flags: R,
+        first: [Arg(1), Arg(2), Zero, Rval, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rmutex,
+        event2: 2,
+        name: "rmutex_lock",
+        symbol: "pthread_mutex_lock",
+        flags: PAIRED,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: [Rval, Block, RecursionDepth, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Rmutex,
+        event2: 3,
+        name: "rmutex_trylock",
+        symbol: "pthread_mutex_trylock",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rmutex,
+        event2: 4,
+        name: "rmutex_unlock",
+        symbol: "pthread_mutex_unlock",
+        flags: R,
+        first: [Arg(1), Rval, MutexWaiters, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rmutex,
+        event2: 5,
+        name: "rmutex_destroy",
+        symbol: "pthread_mutex_destroy",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Rmutex,
+        event2: 32,
+        name: "rmutex_timedlock",
+        symbol: "pthread_mutex_timedlock",
+        flags: PAIRED,
+        first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
+        second: [Rval, Block, RecursionDepth, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Rmutex,
+        event2: 33,
+        name: "rmutex_clocklock",
+        symbol: "pthread_mutex_clocklock",
+        flags: PAIRED,
+        first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
+        second: [Rval, Block, RecursionDepth, Zero, Zero],
+    },
     // barrier (event1 = 7): pthread_barrier_init(barrier, attr, count) puts count in a2.
     EventDef {
         category: Category::Barrier,
@@ -719,6 +815,23 @@ mod tests {
             }
             assert_eq!(Category::from_name(a.category.name()), Some(a.category));
         }
+    }
+
+    #[test]
+    fn every_mutex_event_has_an_rmutex_twin_for_the_same_function() {
+        for mutex in Category::Mutex.events() {
+            let twin = EventDef::find(Category::Rmutex as u16, mutex.event2).expect(mutex.name);
+            assert_eq!(twin.symbol, mutex.symbol);
+        }
+        let mut words = [0; OBJECT_WORDS];
+        assert_eq!(classify(2, 2, &words), (2, 2));
+        words[MUTEX_KIND_WORD] = 1 | 16; // robust recursive
+        assert_eq!(classify(2, 2, &words), (6, 2));
+        assert_eq!(
+            classify(3, 4, &words),
+            (3, 4),
+            "only mutex records are classified"
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{EventDef, Field, RawRecord};
+use tracer_common::{Category, EventDef, Field, RawRecord, events::classify};
 
+/// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
+const MUTEX_COUNT_WORD: usize = 1;
 /// `__wrefs` of glibc's x86-64 `pthread_cond_t` (glibc >= 2.25) is at byte 36: word 9.
 const COND_WREFS_WORD: usize = 9;
 /// glibc's x86-64 `pthread_rwlock_t` (glibc >= 2.25): `__readers`, `__writers`,
@@ -51,17 +53,28 @@ pub struct TraceRecord {
 /// Turns raw records into trace records.
 pub struct Decoder {
     realtime_offset_ns: i128,
+    /// The selected categories' codes: rmutex and mutex records come from the same probes.
+    selected: Vec<u16>,
 }
 
 impl Decoder {
     /// `realtime_offset_ns` is CLOCK_REALTIME - CLOCK_MONOTONIC (see `kernel::realtime_offset_ns`).
-    pub fn new(realtime_offset_ns: i128) -> Self {
-        Decoder { realtime_offset_ns }
+    pub fn new(realtime_offset_ns: i128, selected: &[Category]) -> Self {
+        Decoder {
+            realtime_offset_ns,
+            selected: selected.iter().map(|c| c.code()).collect(),
+        }
+    }
+
+    /// Whether the record is of a selected category (a mutex probe records both kinds).
+    pub fn selects(&self, record: &TraceRecord) -> bool {
+        self.selected.contains(&record.event1)
     }
 
     /// `None` for codes the event table does not know (a corrupt or foreign record).
     pub fn decode(&self, raw: &RawRecord) -> Option<TraceRecord> {
-        let event = EventDef::find(raw.event1, raw.event2)?;
+        let (event1, event2) = classify(raw.event1, raw.event2, &raw.object);
+        let event = EventDef::find(event1, event2)?;
         if raw.which > 2 {
             return None;
         }
@@ -72,8 +85,8 @@ impl Decoder {
             lwpid: raw.lwpid,
             pid: raw.pid,
             tid: raw.pthread_self,
-            event1: raw.event1,
-            event2: raw.event2,
+            event1,
+            event2,
             which: raw.which,
             a: event.layout(raw.which).map(|field| field_value(field, raw)),
             caller: raw.caller,
@@ -94,6 +107,7 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         // glibc's barrier (>= 2.25) starts with `in` and `current_round`: the arrivals of the
         // round in progress are their difference.
         Field::BarrierWaiting => i64::from(raw.object[0].wrapping_sub(raw.object[1])),
+        Field::RecursionDepth => i64::from(raw.object[MUTEX_COUNT_WORD]),
         Field::RwReaders => i64::from(raw.object[RW_READERS_WORD] >> 3),
         Field::RwWaiters => i64::from(rwlock_has_waiters(&raw.object)),
         Field::TimespecSec => raw.timespec[0],
@@ -125,7 +139,7 @@ mod tests {
 
     #[test]
     fn lays_out_fields_as_the_seed_tables_say() {
-        let decoder = Decoder::new(1_000_000_000);
+        let decoder = Decoder::new(1_000_000_000, &Category::ALL);
         let lock_entry = decoder.decode(&raw(2, 2, 1)).unwrap();
         assert_eq!(lock_entry.a, [0x5555_0000, 0, 0, 0, 0]);
         assert_eq!((lock_entry.sec, lock_entry.nsec), (6, 123));
@@ -145,7 +159,7 @@ mod tests {
 
     #[test]
     fn derives_object_fields_from_the_copied_words() {
-        let decoder = Decoder::new(0);
+        let decoder = Decoder::new(0, &Category::ALL);
         let with_object = |event2: u16, object: &[(usize, u32)]| {
             let mut record = raw(2, event2, 0);
             for &(word, value) in object {
@@ -184,15 +198,35 @@ mod tests {
     }
 
     #[test]
+    fn recursive_mutexes_are_rmutex_records_and_only_selected_categories_are_kept() {
+        let mut lock = raw(2, 2, 2);
+        lock.object[4] = 1; // PTHREAD_MUTEX_RECURSIVE
+        lock.object[1] = 3; // __count after the lock
+        let decoder = Decoder::new(0, &[Category::Rmutex]);
+        let record = decoder.decode(&lock).unwrap();
+        assert_eq!(
+            (record.event1, record.event2, record.a[2]),
+            (6, 2, 3),
+            "rm_depth"
+        );
+        assert!(decoder.selects(&record));
+        let plain = decoder.decode(&raw(2, 2, 2)).unwrap();
+        assert_eq!(plain.event1, 2);
+        assert!(!decoder.selects(&plain), "only rmutex selected");
+    }
+
+    #[test]
     fn rejects_unknown_codes() {
-        let decoder = Decoder::new(0);
+        let decoder = Decoder::new(0, &Category::ALL);
         assert_eq!(decoder.decode(&raw(2, 99, 0)), None);
         assert_eq!(decoder.decode(&raw(2, 2, 3)), None);
     }
 
     #[test]
     fn negative_offsets_keep_nanoseconds_in_range() {
-        let record = Decoder::new(-1).decode(&raw(2, 2, 1)).unwrap();
+        let record = Decoder::new(-1, &Category::ALL)
+            .decode(&raw(2, 2, 1))
+            .unwrap();
         assert_eq!((record.sec, record.nsec), (5, 122));
     }
 }

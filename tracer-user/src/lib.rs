@@ -22,7 +22,7 @@ pub mod targets;
 pub mod writer;
 
 use anyhow::Result;
-use tracer_common::EventDef;
+use tracer_common::{Category, EventDef};
 
 use crate::{
     cli::{Config, Target},
@@ -37,8 +37,15 @@ use crate::{
 
 /// Traces as `config` says; returns the tracer's exit status.
 pub fn run(config: Config) -> Result<i32> {
-    let events: Vec<&'static EventDef> =
-        config.categories.iter().flat_map(|c| c.events()).collect();
+    // rmutex calls are recorded by the mutex probes (told apart when decoded).
+    let mut probed: Vec<Category> = config
+        .categories
+        .iter()
+        .map(|c| c.probed_through())
+        .collect();
+    probed.sort();
+    probed.dedup();
+    let events: Vec<&'static EventDef> = probed.iter().flat_map(|c| c.events()).collect();
     let symbols: Vec<&str> = events.iter().map(|e| e.symbol).collect();
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
@@ -90,7 +97,7 @@ pub fn run(config: Config) -> Result<i32> {
     let session = Session {
         datapath,
         probes,
-        decoder: Decoder::new(kernel::realtime_offset_ns()),
+        decoder: Decoder::new(kernel::realtime_offset_ns(), &config.categories),
         writer: Box::new(TrFiles::new(&config.dir, config.unbuffered)),
         unbuffered: config.unbuffered,
         duration: config.duration,

@@ -175,7 +175,11 @@ impl Session {
         let mut undecodable = 0;
         for raw in records {
             match self.decoder.decode(raw) {
-                Some(record) => self.writer.write(&record).context(INCOMPLETE)?,
+                Some(record) if self.decoder.selects(&record) => {
+                    self.writer.write(&record).context(INCOMPLETE)?
+                }
+                // A call of the kind not selected (a plain mutex when only rmutex is).
+                Some(_) => {}
                 None => undecodable += 1,
             }
         }

@@ -1,0 +1,79 @@
+//! Recursive mutexes are told from plain ones at run time and recorded under rmutex; each
+//! category alone records only its kind (issue 4).
+
+use thrtrace_tests::{
+    Line, PLACEMENTS, TempDir, bpf_available, field, paired_calls, read_trace, run_tracer,
+    workload_arg,
+};
+
+const EBUSY: i64 = 16;
+
+fn trace(events: &str, placement: &[&str]) -> (String, Vec<Line>) {
+    let dir = TempDir::new("rmutex");
+    let mut argv = vec!["--events".to_string(), events.into()];
+    argv.extend(placement.iter().map(|s| s.to_string()));
+    argv.extend(["--".into(), workload_arg("rmutex_depth")]);
+    let run = run_tracer(dir.path(), &argv);
+    assert!(run.status.success(), "{run:?}");
+    let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    lines.sort_by_key(Line::time_ns);
+    (run.stdout, lines)
+}
+
+#[test]
+fn a_recursive_mutex_is_an_rmutex_with_its_depth() {
+    if !bpf_available("rmutex_depth") {
+        return;
+    }
+    for placement in PLACEMENTS {
+        let (stdout, lines) = trace("rmutex", placement);
+        let rmutex: i64 = field(&stdout, "rmutex");
+        assert!(
+            lines.iter().all(|l| l.event1 == 6),
+            "only rmutex records: {lines:?}"
+        );
+        // libc's own recursive locks show up at exit too: only calls on ours are counted.
+        let ours = |name: &str| -> Vec<[i64; 5]> {
+            lines
+                .iter()
+                .filter(|l| l.is(name, 0) && l.a[0] == rmutex)
+                .map(|l| l.a)
+                .collect()
+        };
+        assert_eq!(ours("rmutex_init").len(), 1, "{placement:?}");
+        let depths: Vec<[i64; 5]> = paired_calls(&lines, "rmutex_lock", rmutex)
+            .iter()
+            .map(|(_, exit)| exit.a)
+            .collect();
+        assert_eq!(
+            depths,
+            [[0, 0, 1, 0, 0], [0, 0, 2, 0, 0], [0, 0, 3, 0, 0]],
+            "rm_depth"
+        );
+        assert_eq!(ours("rmutex_trylock"), [[rmutex, EBUSY, 0, 0, 0]]);
+        let trylock = lines.iter().find(|l| l.is("rmutex_trylock", 0)).unwrap();
+        assert_ne!(trylock.lwpid, trylock.pid, "tried from the other thread");
+        assert_eq!(ours("rmutex_unlock"), [[rmutex, 0, 0, 0, 0]; 3]);
+        assert_eq!(ours("rmutex_destroy"), [[rmutex, 0, 0, 0, 0]]);
+    }
+}
+
+#[test]
+fn mutex_alone_records_only_the_plain_mutex() {
+    if !bpf_available("mutex_not_rmutex") {
+        return;
+    }
+    let (stdout, lines) = trace("mutex", &[]);
+    let (rmutex, plain): (i64, i64) = (field(&stdout, "rmutex"), field(&stdout, "plain"));
+    assert!(lines.iter().all(|l| l.event1 == 2), "{lines:?}");
+    assert!(
+        !lines.iter().any(|l| l.a[0] == rmutex),
+        "no record of the recursive mutex"
+    );
+    let plain_calls: Vec<&Line> = lines.iter().filter(|l| l.a[0] == plain).collect();
+    assert_eq!(
+        plain_calls.len(),
+        2,
+        "its lock entry and its unlock: {plain_calls:?}"
+    );
+}
