@@ -36,14 +36,6 @@ fn an_unknown_category_lists_the_valid_ones() {
 }
 
 #[test]
-fn a_category_not_traced_yet_says_so() {
-    assert_rejected(
-        &["--events", "thread", "--", "true"],
-        "event category 'thread' is not supported yet",
-    );
-}
-
-#[test]
 fn barrier_spin_has_no_linux_counterpart() {
     assert_rejected(
         &["--events", "barrier_spin", "--", "true"],
@@ -79,13 +71,13 @@ fn the_environment_variable_is_checked_like_the_flag_and_the_flag_wins() {
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("unknown event category 'bogus'"));
     let run = std::process::Command::new(thrtrace_tests::tracer())
-        .args(["--events", "thread", "--", "true"])
+        .args(["--events", "barrier_spin", "--", "true"])
         .env("THR_TRACE_EVENTS", "bogus")
         .current_dir(cwd.path())
         .output()
         .unwrap();
     assert!(
-        String::from_utf8_lossy(&run.stderr).contains("'thread' is not supported yet"),
+        String::from_utf8_lossy(&run.stderr).contains("'barrier_spin' has no Linux counterpart"),
         "flag did not win"
     );
 }

@@ -100,6 +100,9 @@ impl ProbeFlags {
     /// unprobeable `lock decl`, which the spin loop jumps back to): a hit while the call is
     /// pending is the same call trying again, and sets `block?` (it spun).
     pub const SPINS: u16 = 1 << 9;
+    /// At return, read the 8 bytes each of the first three arguments points to: what the call
+    /// stored through them (`thr_create`'s new thread, `thr_join`'s exit value).
+    pub const POINTEES: u16 = 1 << 10;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
     pub const READS_MEMORY: u16 = Self::TIMESPEC_ARG_MASK | Self::OBJECT_MASK;
 
@@ -202,6 +205,16 @@ pub enum Field {
     /// `argN`, N counted from 1.
     Arg(u8),
     Rval,
+    /// The whole 64-bit return value, for calls that return a pointer (`pthread_getspecific`).
+    Rval64,
+    /// `*argN` as stored by a successful call (rval 0), as a 64-bit value; 0 if it failed
+    /// ([`ProbeFlags::POINTEES`]): `thr_create`'s new thread, `thr_join`'s exit value.
+    Stored64(u8),
+    /// The same as a 32-bit int: `thr_getscheduler`'s policy and priority.
+    Stored32(u8),
+    /// `*argN` read at return whatever the result, as a 32-bit int: an input the call was
+    /// given by pointer (`thr_setscheduler`'s `param->sched_priority`).
+    Pointee32(u8),
     Block,
     /// `waiters?` of a glibc mutex: its `__lock` word (offset 0) is 2 when locked with waiters.
     MutexWaiters,
@@ -229,8 +242,8 @@ pub enum Field {
 }
 
 use Field::{
-    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexWaiters, RecursionDepth, Rval, RwReaders,
-    RwWaiters, SemCount, TimespecNsec, TimespecSec, Zero,
+    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexWaiters, Pointee32, RecursionDepth, Rval,
+    Rval64, RwReaders, RwWaiters, SemCount, Stored32, Stored64, TimespecNsec, TimespecSec, Zero,
 };
 
 /// One row of the event map.
@@ -272,6 +285,11 @@ impl EventDef {
         let flags = self.probe_flags();
         if flags.object_size() != ObjectSize::None {
             mask |= 1 << 0;
+        }
+        for field in self.first.iter().chain(&self.second) {
+            if let Field::Stored64(n) | Field::Stored32(n) | Field::Pointee32(n) = field {
+                mask |= 1 << (n - 1);
+            }
         }
         if let Some(n) = flags.timespec_argument() {
             mask |= 1 << (n - 1);
@@ -337,6 +355,209 @@ const READ_LOCKED: u16 = LOCKED | RWLOCK | ProbeFlags::OBJECT_AT_RETURN;
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
 /// seed's field and leave the missing argument fields 0 (event map, "Fields a1..a5").
 pub static EVENTS: &[EventDef] = &[
+    // thread (event1 = 1)
+    EventDef {
+        category: Category::Thread,
+        event2: 1,
+        name: "thr_create",
+        symbol: "pthread_create",
+        flags: PAIRED | ProbeFlags::POINTEES,
+        first: [Arg(1), Arg(2), Arg(3), Arg(4), Zero],
+        second: [Rval, Stored64(1), Zero, Zero, Zero],
+    },
+    // pthread_exit never returns: its entry is its record.
+    EventDef {
+        category: Category::Thread,
+        event2: 2,
+        name: "thr_exit",
+        symbol: "pthread_exit",
+        flags: 0,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 3,
+        name: "thr_join",
+        symbol: "pthread_join",
+        flags: PAIRED | ProbeFlags::POINTEES,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: [Arg(1), Stored64(2), Rval, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 4,
+        name: "thr_self",
+        symbol: "pthread_self",
+        flags: 0,
+        first: [Zero, Zero, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 8,
+        name: "thr_setconcurrency",
+        symbol: "pthread_setconcurrency",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 9,
+        name: "thr_getconcurrency",
+        symbol: "pthread_getconcurrency",
+        flags: R,
+        first: [Rval, Zero, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 10,
+        name: "thr_kill",
+        symbol: "pthread_kill",
+        flags: R,
+        first: [Arg(1), Arg(2), Rval, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 11,
+        name: "thr_sigsetmask",
+        symbol: "pthread_sigmask",
+        flags: R,
+        first: [Arg(1), Arg(2), Arg(3), Rval, Zero],
+        second: NONE,
+    },
+    // a2 = policy, a3 = sched_priority (the first int of struct sched_param).
+    EventDef {
+        category: Category::Thread,
+        event2: 12,
+        name: "thr_setscheduler",
+        symbol: "pthread_setschedparam",
+        flags: R | ProbeFlags::POINTEES,
+        first: [Arg(1), Arg(2), Pointee32(3), Rval, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 13,
+        name: "thr_getscheduler",
+        symbol: "pthread_getschedparam",
+        flags: R | ProbeFlags::POINTEES,
+        first: [Arg(1), Stored32(2), Stored32(3), Rval, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 14,
+        name: "thr_setprio",
+        symbol: "pthread_setschedprio",
+        flags: R,
+        first: [Arg(1), Arg(2), Rval, Zero, Zero],
+        second: NONE,
+    },
+    // pthread_yield calls sched_yield: one probe records both.
+    EventDef {
+        category: Category::Thread,
+        event2: 16,
+        name: "thr_yield",
+        symbol: "sched_yield",
+        flags: 0,
+        first: [Zero, Zero, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 17,
+        name: "thr_get_rr_interval",
+        symbol: "sched_rr_get_interval",
+        flags: 0,
+        first: [Zero, Zero, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 18,
+        name: "thr_keycreate",
+        symbol: "pthread_key_create",
+        flags: R,
+        first: [Arg(1), Arg(2), Rval, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 19,
+        name: "thr_keydelete",
+        symbol: "pthread_key_delete",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 20,
+        name: "thr_setspecific",
+        symbol: "pthread_setspecific",
+        flags: R,
+        first: [Arg(1), Arg(2), Rval, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 21,
+        name: "thr_getspecific",
+        symbol: "pthread_getspecific",
+        flags: R,
+        first: [Arg(1), Rval64, Zero, Zero, Zero],
+        second: NONE,
+    },
+    // Linux-only joins, laid out like thr_join (plus the deadline and clock), detach, cancel.
+    EventDef {
+        category: Category::Thread,
+        event2: 32,
+        name: "pthread_tryjoin_np",
+        symbol: "pthread_tryjoin_np",
+        flags: PAIRED | ProbeFlags::POINTEES,
+        first: [Arg(1), Zero, Zero, Zero, Zero],
+        second: [Arg(1), Stored64(2), Rval, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 33,
+        name: "pthread_timedjoin_np",
+        symbol: "pthread_timedjoin_np",
+        flags: PAIRED | ProbeFlags::POINTEES | TIMESPEC3,
+        first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
+        second: [Arg(1), Stored64(2), Rval, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 34,
+        name: "pthread_clockjoin_np",
+        symbol: "pthread_clockjoin_np",
+        flags: PAIRED | ProbeFlags::POINTEES | TIMESPEC4,
+        first: [Arg(1), TimespecSec, TimespecNsec, Arg(3), Zero],
+        second: [Arg(1), Stored64(2), Rval, Zero, Zero],
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 35,
+        name: "pthread_detach",
+        symbol: "pthread_detach",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Thread,
+        event2: 36,
+        name: "pthread_cancel",
+        symbol: "pthread_cancel",
+        flags: R,
+        first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
     // mutex (event1 = 2)
     EventDef {
         category: Category::Mutex,

@@ -35,9 +35,11 @@ pub struct RawRecord {
     /// `ObjectSize` says; the rest 0).
     pub object: [u32; crate::events::OBJECT_WORDS],
     pub _pad2: u32,
+    /// What the first three arguments point to, read at return (`POINTEES`), else 0.
+    pub pointees: [u64; 3],
 }
 
-pub const RAW_RECORD_SIZE: usize = 152;
+pub const RAW_RECORD_SIZE: usize = 176;
 const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 

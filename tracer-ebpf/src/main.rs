@@ -101,6 +101,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
             errno: 0,
             object: [0; OBJECT_WORDS],
             _pad2: 0,
+            pointees: [0; 3],
         },
         nvcsw_at_entry: 0,
     };
@@ -154,6 +155,11 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
             cookie.flags.object_size(),
             record.args[0],
         );
+    }
+    if cookie.flags.has(ProbeFlags::POINTEES) {
+        for (pointee, &pointer) in record.pointees.iter_mut().zip(&record.args) {
+            *pointee = read_user::<u64>(pointer);
+        }
     }
     if cookie.flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
         record.errno = read_errno(record.pid, record.pthread_self);

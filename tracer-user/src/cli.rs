@@ -171,17 +171,11 @@ pub fn parse_categories(spec: Option<&str>) -> Result<Vec<Category>> {
                 valid.join(", ")
             );
         };
-        if category == Category::BarrierSpin {
-            usage_bail!(
-                "event category 'barrier_spin' has no Linux counterpart (glibc has no spinning \
-                 barrier): use 'barrier'"
-            );
-        }
         if !category.is_traced() {
-            let supported: Vec<&str> = traced().map(|c| c.name()).collect();
             usage_bail!(
-                "event category '{name}' is not supported yet: this version traces {}",
-                supported.join(", ")
+                "event category '{name}' has no Linux counterpart (glibc has no such calls): \
+                 choose from {}",
+                traced().map(|c| c.name()).collect::<Vec<_>>().join(", ")
             );
         }
         if !categories.contains(&category) {

@@ -200,7 +200,8 @@ fn emulates(code: &[u8], base: u64, instruction: &Instruction) -> Option<&'stati
 /// Whether the kernel refuses to probe this instruction: `uprobe_init_insn` rejects the lock
 /// and segment-override prefixes (`is_prefix_bad` in arch/x86/kernel/uprobes.c).
 fn kernel_refuses(code: &[u8], base: u64, instruction: &Instruction) -> bool {
-    const BAD_PREFIXES: [u8; 7] = [0xf0, 0x26, 0x2e, 0x36, 0x3e, 0x64, 0x65];
+    // LOCK, ES, CS, SS, DS; the FS and GS overrides (TLS accesses) are fine.
+    const BAD_PREFIXES: [u8; 5] = [0xf0, 0x26, 0x2e, 0x36, 0x3e];
     let start = (instruction.ip() - base) as usize;
     let bytes = &code[start..start + instruction.len()];
     let opcode_start = bytes
@@ -382,6 +383,16 @@ mod tests {
         assert!(placement.refused, "{placement:?}");
         assert!(!place(&hex(SPIN_LOCK), 0x8ff70, ARG1_WITH_RETURN, false).refused);
         assert!(!place(&hex(MUTEX_LOCK), 0x8c370, ARG1_WITH_RETURN, true).refused);
+        // pthread_self: mov %fs:0x10,%rax; ret -- a TLS access is probed like any other.
+        assert!(
+            !place(
+                &hex("64488b042510000000c3"),
+                0x8f690,
+                ARG1_WITH_RETURN,
+                true
+            )
+            .refused
+        );
     }
 
     #[test]
