@@ -249,3 +249,37 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
         );
     }
 }
+
+#[test]
+fn a_program_built_against_the_old_pthread_cond_wait_is_traced_like_any_other() {
+    if !bpf_available("cond_compat") {
+        return;
+    }
+    for placement in PLACEMENTS {
+        let options = [&["--events", "cond"], placement].concat();
+        let (run, files) = trace(&options, "cond_compat", &[]);
+        let (cond, mutex): (i64, i64) = (field(&run.stdout, "cond"), field(&run.stdout, "mutex"));
+        let waits: usize = field(&run.stdout, "waits");
+        let lines: Vec<&Line> = files.values().flatten().collect();
+        // The compat functions call the new ones on a condition variable of their own: those
+        // inner calls are glibc's, and leave no records.
+        let entries: Vec<[i64; 5]> = lines
+            .iter()
+            .filter(|l| l.is("cond_wait", 1))
+            .map(|l| l.a)
+            .collect();
+        assert_eq!(
+            entries,
+            vec![[cond, mutex, 0, 0, 0]; waits],
+            "{placement:?}"
+        );
+        let returns = lines.iter().filter(|l| l.is("cond_wait", 2)).count();
+        assert_eq!(returns, waits);
+        let signals: Vec<i64> = lines
+            .iter()
+            .filter(|l| l.is("cond_signal", 0))
+            .map(|l| l.a[0])
+            .collect();
+        assert_eq!(signals, [cond]);
+    }
+}

@@ -49,6 +49,9 @@ static ERRNO_SLOTS: HashMap<u32, u64, 16384> = HashMap::new();
 struct Pending {
     record: RawRecord,
     nvcsw_at_entry: u64,
+    /// Calls of the same event made by this one (glibc's compat condvar functions call the new
+    /// ones): their returns come first and are skipped.
+    nested: u64,
 }
 
 /// Keyed by thread and event, so that one traced call inside another cannot mix them up. LRU,
@@ -76,11 +79,19 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         event: event_key(&cookie),
         _pad: 0,
     };
-    if flags.has(ProbeFlags::SPINS)
+    // A hit while this thread's call of the same event is pending is not a new call: a spin
+    // lock trying again (it spun), or the implementation calling itself. No records.
+    if flags.has(ProbeFlags::RETURN)
         && let Some(pending) = PENDING.get_ptr_mut(key)
     {
         // SAFETY: this thread's own entry; only this thread touches it until its return.
-        unsafe { (*pending).record.block = 1 };
+        unsafe {
+            if flags.has(ProbeFlags::SPINS) {
+                (*pending).record.block = 1;
+            } else {
+                (*pending).nested += 1;
+            }
+        }
         return 0;
     }
     let mut pending = Pending {
@@ -104,6 +115,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
             pointees: [0; 3],
         },
         nvcsw_at_entry: 0,
+        nested: 0,
     };
     let record = &mut pending.record;
     // From the copy of the arguments: a computed offset into the context is not allowed.
@@ -137,9 +149,16 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
         event: event_key(&cookie),
         _pad: 0,
     };
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { PENDING.get(key) }).copied() else {
+    let Some(entry) = PENDING.get_ptr_mut(key) else {
         return 0;
+    };
+    // SAFETY: this thread's own entry, copied out before it is removed.
+    let pending = unsafe {
+        if (*entry).nested > 0 {
+            (*entry).nested -= 1;
+            return 0;
+        }
+        *entry
     };
     let _ = PENDING.remove(key);
     let mut record = pending.record;
