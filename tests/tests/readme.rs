@@ -1,0 +1,74 @@
+//! The README's table of events is the event table's: every row of it, as generated here,
+//! must be in the README (on failure the expected table is printed, to paste).
+
+use tracer_common::{EVENTS, EventDef, Field, ProbeFlags};
+
+fn field_name(event: &EventDef, field: Field) -> String {
+    let timespec = ProbeFlags(event.flags).timespec_argument().unwrap_or(0);
+    match field {
+        Field::Zero => "0".into(),
+        Field::Arg(n) => format!("arg{n}"),
+        Field::Rval | Field::Rval64 => "rval".into(),
+        Field::Stored64(n) | Field::Stored32(n) => format!("*arg{n}"),
+        Field::Pointee32(n) => format!("arg{n}->sched_priority"),
+        Field::Block => "block?".into(),
+        Field::MutexWaiters | Field::CondWaiters | Field::RwWaiters => "waiters?".into(),
+        Field::SemCount => "s_count".into(),
+        Field::RwReaders => "rw_readers".into(),
+        Field::RecursionDepth => "rm_depth".into(),
+        Field::BarrierWaiting => "b_count".into(),
+        Field::TimespecSec => format!("arg{timespec}.sec"),
+        Field::TimespecNsec => format!("arg{timespec}.nsec"),
+        Field::Errno => "errno".into(),
+    }
+}
+
+/// The fields of a layout, a1 first, without the trailing empty (0) ones.
+fn fields(event: &EventDef, layout: &[Field; 5]) -> String {
+    let mut names: Vec<String> = layout.iter().map(|&f| field_name(event, f)).collect();
+    while names.last().is_some_and(|n| n == "0") {
+        names.pop();
+    }
+    names.join(" · ")
+}
+
+fn row(event: &EventDef) -> String {
+    let paired = ProbeFlags(event.flags).has(ProbeFlags::PAIRED);
+    let (first, second) = if paired {
+        (
+            format!("1: {}", fields(event, &event.first)),
+            format!("2: {}", fields(event, &event.second)),
+        )
+    } else {
+        (format!("0: {}", fields(event, &event.first)), String::new())
+    };
+    format!(
+        "| {} | {}:{} | {} | `{}` | {} | {} |",
+        event.category.name(),
+        event.category.code(),
+        event.event2,
+        event.name,
+        event.symbol,
+        first,
+        second
+    )
+}
+
+#[test]
+fn the_readme_lists_every_event_as_the_table_defines_it() {
+    let readme =
+        std::fs::read_to_string(thrtrace_tests::workspace_root().join("README.md")).unwrap();
+    let rows: Vec<String> = EVENTS.iter().map(row).collect();
+    let missing: Vec<&String> = rows
+        .iter()
+        .filter(|r| !readme.contains(r.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README.md lacks {} event rows; the table should read:\n\n\
+         | category | codes | event | glibc function | record (which: a1 · a2 · a3 · a4 · a5) | return record |\n\
+         |---|---|---|---|---|---|\n{}\n",
+        missing.len(),
+        rows.join("\n")
+    );
+}
