@@ -264,3 +264,18 @@ pub const PLACEMENTS: [&[&str]; 2] = [&[], &["--probe-at-entry"]];
 pub fn workload_arg(name: &str) -> String {
     workload(name).to_str().expect("UTF-8 path").to_owned()
 }
+
+/// Traces `workload args`, launched with the tracer `options`; returns the run and every record
+/// of every file, in time order. Panics if the tracer fails.
+pub fn trace_workload(options: &[&str], workload: &str, args: &[&str]) -> (Run, Vec<Line>) {
+    let dir = TempDir::new(workload);
+    let mut argv: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+    argv.push("--".into());
+    argv.push(workload_arg(workload));
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let run = run_tracer(dir.path(), &argv);
+    assert!(run.status.success(), "{argv:?}: {run:?}");
+    let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    lines.sort_by_key(Line::time_ns);
+    (run, lines)
+}

@@ -2,18 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use thrtrace_tests::{Line, TempDir, bpf_available, field, read_trace, run_tracer, workload_arg};
+use thrtrace_tests::{
+    Line, TempDir, bpf_available, field, read_trace, run_tracer, trace_workload, workload_arg,
+};
 
 fn trace(events: &str, options: &[&str], workload: &str, args: &[&str]) -> (String, Vec<Line>) {
-    let dir = TempDir::new(events);
-    let mut argv = vec!["--events".to_string(), events.into()];
-    argv.extend(options.iter().map(|s| s.to_string()));
-    argv.extend(["--".into(), workload_arg(workload)]);
-    argv.extend(args.iter().map(|s| s.to_string()));
-    let run = run_tracer(dir.path(), &argv);
-    assert!(run.status.success(), "{run:?}");
-    let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
-    lines.sort_by_key(Line::time_ns);
+    let options = [&["--events", events], options].concat();
+    let (run, lines) = trace_workload(&options, workload, args);
     (run.stdout, lines)
 }
 

@@ -1,22 +1,13 @@
 //! Recursive mutexes are told from plain ones at run time and recorded under rmutex; each
 //! category alone records only its kind (issue 4).
 
-use thrtrace_tests::{
-    Line, PLACEMENTS, TempDir, bpf_available, field, paired_calls, read_trace, run_tracer,
-    workload_arg,
-};
+use thrtrace_tests::{Line, PLACEMENTS, bpf_available, field, paired_calls, trace_workload};
 
 const EBUSY: i64 = 16;
 
 fn trace(events: &str, placement: &[&str]) -> (String, Vec<Line>) {
-    let dir = TempDir::new("rmutex");
-    let mut argv = vec!["--events".to_string(), events.into()];
-    argv.extend(placement.iter().map(|s| s.to_string()));
-    argv.extend(["--".into(), workload_arg("rmutex_depth")]);
-    let run = run_tracer(dir.path(), &argv);
-    assert!(run.status.success(), "{run:?}");
-    let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
-    lines.sort_by_key(Line::time_ns);
+    let options = [&["--events", events], placement].concat();
+    let (run, lines) = trace_workload(&options, "rmutex_depth", &[]);
     (run.stdout, lines)
 }
 

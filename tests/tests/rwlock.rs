@@ -1,9 +1,7 @@
 //! The rwlock category: rw_readers, block?, waiters?, EBUSY and a timed-out timedwrlock, from a
 //! workload whose story is fixed (tests/workloads/rwlock_story.c) (issue 4).
 
-use thrtrace_tests::{
-    Line, PLACEMENTS, TempDir, bpf_available, codes, field, read_trace, run_tracer, workload_arg,
-};
+use thrtrace_tests::{Line, PLACEMENTS, bpf_available, codes, field, trace_workload};
 
 const EBUSY: i64 = 16;
 const ETIMEDOUT: i64 = 110;
@@ -14,15 +12,9 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
         return;
     }
     for placement in PLACEMENTS {
-        let dir = TempDir::new("rwlock");
-        let mut argv = vec!["--events".to_string(), "rwlock".into()];
-        argv.extend(placement.iter().map(|s| s.to_string()));
-        argv.extend(["--".into(), workload_arg("rwlock_story")]);
-        let run = run_tracer(dir.path(), &argv);
-        assert!(run.status.success(), "{run:?}");
+        let options = [&["--events", "rwlock"], placement].concat();
+        let (run, lines) = trace_workload(&options, "rwlock_story", &[]);
         let rw: i64 = field(&run.stdout, "rwlock");
-        let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
-        lines.sort_by_key(Line::time_ns);
         let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {
             lines
                 .iter()

@@ -1,8 +1,6 @@
 //! The sema category: exact s_count, rval and errno for a known sequence of calls (issue 4).
 
-use thrtrace_tests::{
-    Line, PLACEMENTS, TempDir, bpf_available, field, read_trace, run_tracer, workload_arg,
-};
+use thrtrace_tests::{Line, PLACEMENTS, bpf_available, field, trace_workload};
 
 const EAGAIN: i64 = 11;
 const ETIMEDOUT: i64 = 110;
@@ -20,18 +18,12 @@ fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
         return;
     }
     for placement in PLACEMENTS {
-        let dir = TempDir::new("sema");
-        let mut argv = vec!["--events".to_string(), "sema".into()];
-        argv.extend(placement.iter().map(|s| s.to_string()));
-        argv.extend(["--".into(), workload_arg("sem_sequence")]);
-        let run = run_tracer(dir.path(), &argv);
-        assert!(run.status.success(), "{run:?}");
+        let options = [&["--events", "sema"], placement].concat();
+        let (run, lines) = trace_workload(&options, "sem_sequence", &[]);
         let sem: i64 = field(&run.stdout, "sem");
-        let files = read_trace(dir.path());
-        assert_eq!(files.len(), 1, "one thread");
-        let lines: Vec<&Line> = files
-            .values()
-            .flatten()
+        assert!(lines.iter().all(|l| l.lwpid == l.pid), "one thread");
+        let lines: Vec<&Line> = lines
+            .iter()
             .filter(|l| l.a[0] == sem || l.which == 2)
             .collect();
         let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {

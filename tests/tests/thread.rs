@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use thrtrace_tests::{
-    Line, PLACEMENTS, TempDir, bpf_available, codes, field, read_trace, run_tracer, workload_arg,
-};
+use thrtrace_tests::{PLACEMENTS, bpf_available, codes, field, trace_workload};
 
 const EBUSY: i64 = 16;
 const ETIMEDOUT: i64 = 110;
@@ -17,14 +15,8 @@ fn create_exit_join_and_the_other_thread_calls_are_recorded_as_they_happened() {
         return;
     }
     for placement in PLACEMENTS {
-        let dir = TempDir::new("thread");
-        let mut argv = vec!["--events".to_string(), "thread".into()];
-        argv.extend(placement.iter().map(|s| s.to_string()));
-        argv.extend(["--".into(), workload_arg("thread_story")]);
-        let run = run_tracer(dir.path(), &argv);
-        assert!(run.status.success(), "{run:?}");
-        let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
-        lines.sort_by_key(Line::time_ns);
+        let options = [&["--events", "thread"], placement].concat();
+        let (run, lines) = trace_workload(&options, "thread_story", &[]);
         let main = lines[0].pid;
         let of_main = |name: &str, which: u16| -> Vec<[i64; 5]> {
             lines

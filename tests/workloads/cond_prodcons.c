@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "deadline.h"
+
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t nonempty = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
@@ -52,13 +54,7 @@ int main(int argc, char **argv) {
     pthread_mutex_unlock(&mutex);
     for (int t = 0; t < consumers; t++) pthread_join(ids[t], NULL);
 
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_nsec += 20 * 1000 * 1000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    struct timespec deadline = deadline_in_ms(CLOCK_REALTIME, 20);
     pthread_mutex_lock(&mutex);
     int rc = pthread_cond_timedwait(&never, &mutex, &deadline);
     pthread_mutex_unlock(&mutex);

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadline.h"
+
 #define READERS 3
 
 static pthread_rwlock_t rwlock;
@@ -53,13 +55,7 @@ int main(void) {
     for (int i = 0; i < READERS; i++) sem_wait(&reader_holds);
 
     ok &= pthread_rwlock_trywrlock(&rwlock) == EBUSY;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_nsec += 20 * 1000 * 1000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    struct timespec deadline = deadline_in_ms(CLOCK_REALTIME, 20);
     ok &= pthread_rwlock_timedwrlock(&rwlock, &deadline) == ETIMEDOUT;
 
     pthread_create(&writer_thread, NULL, writer, NULL);

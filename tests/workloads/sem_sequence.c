@@ -9,16 +9,7 @@
 #include <stdio.h>
 #include <time.h>
 
-static struct timespec in_20ms(clockid_t clock) {
-    struct timespec t;
-    clock_gettime(clock, &t);
-    t.tv_nsec += 20 * 1000 * 1000;
-    if (t.tv_nsec >= 1000000000) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000;
-    }
-    return t;
-}
+#include "deadline.h"
 
 int main(void) {
     sem_t sem;
@@ -31,9 +22,9 @@ int main(void) {
     ok &= sem_post(&sem) == 0;
     ok &= sem_trywait(&sem) == 0;
     ok &= sem_wait(&sem) == 0;
-    struct timespec deadline = in_20ms(CLOCK_REALTIME);
+    struct timespec deadline = deadline_in_ms(CLOCK_REALTIME, 20);
     ok &= sem_timedwait(&sem, &deadline) == -1 && errno == ETIMEDOUT;
-    struct timespec clock_deadline = in_20ms(CLOCK_MONOTONIC);
+    struct timespec clock_deadline = deadline_in_ms(CLOCK_MONOTONIC, 20);
     ok &= sem_clockwait(&sem, CLOCK_MONOTONIC, &clock_deadline) == -1 && errno == ETIMEDOUT;
     ok &= sem_destroy(&sem) == 0;
     printf("sem=%lu deadline=%ld.%09ld clockdeadline=%ld.%09ld\n", (unsigned long)&sem,

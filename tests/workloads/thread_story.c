@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadline.h"
+
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static void *worker(void *arg) {
@@ -68,13 +70,7 @@ int main(void) {
 
     pthread_create(&sleeping, NULL, sleeper, NULL);
     ok &= pthread_tryjoin_np(sleeping, &value) == EBUSY;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_nsec += 20 * 1000 * 1000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    struct timespec deadline = deadline_in_ms(CLOCK_REALTIME, 20);
     ok &= pthread_timedjoin_np(sleeping, &value, &deadline) == ETIMEDOUT;
     ok &= pthread_cancel(sleeping) == 0;
     ok &= pthread_join(sleeping, &value) == 0 && value == PTHREAD_CANCELED;

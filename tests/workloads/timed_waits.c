@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "deadline.h"
+
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER, other = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static sem_t held, done;
@@ -21,17 +23,6 @@ static void *holder(void *arg) {
     return NULL;
 }
 
-static struct timespec in_20ms(clockid_t clock) {
-    struct timespec t;
-    clock_gettime(clock, &t);
-    t.tv_nsec += 20 * 1000 * 1000;
-    if (t.tv_nsec >= 1000000000) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000;
-    }
-    return t;
-}
-
 int main(void) {
     pthread_t thread;
     int ok = 1;
@@ -39,14 +30,14 @@ int main(void) {
     sem_init(&done, 0, 0);
     pthread_create(&thread, NULL, holder, NULL);
     sem_wait(&held);
-    struct timespec m1 = in_20ms(CLOCK_REALTIME);
+    struct timespec m1 = deadline_in_ms(CLOCK_REALTIME, 20);
     ok &= pthread_mutex_timedlock(&mutex, &m1) == ETIMEDOUT;
-    struct timespec m2 = in_20ms(CLOCK_MONOTONIC);
+    struct timespec m2 = deadline_in_ms(CLOCK_MONOTONIC, 20);
     ok &= pthread_mutex_clocklock(&mutex, CLOCK_MONOTONIC, &m2) == ETIMEDOUT;
     sem_post(&done);
     pthread_join(thread, NULL);
     pthread_mutex_lock(&other);
-    struct timespec c1 = in_20ms(CLOCK_MONOTONIC);
+    struct timespec c1 = deadline_in_ms(CLOCK_MONOTONIC, 20);
     ok &= pthread_cond_clockwait(&cond, &other, CLOCK_MONOTONIC, &c1) == ETIMEDOUT;
     pthread_mutex_unlock(&other);
     printf("mutex=%lu other=%lu cond=%lu m1=%ld.%09ld m2=%ld.%09ld c1=%ld.%09ld\n",
