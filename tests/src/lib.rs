@@ -265,9 +265,9 @@ pub fn workload_arg(name: &str) -> String {
     workload(name).to_str().expect("UTF-8 path").to_owned()
 }
 
-/// Traces `workload args`, launched with the tracer `options`; returns the run and every record
-/// of every file, in time order. Panics if the tracer fails.
-pub fn trace_workload(options: &[&str], workload: &str, args: &[&str]) -> (Run, Vec<Line>) {
+/// Runs the tracer on `workload args` launched with `options`, in a fresh directory that
+/// holds the trace; panics if the tracer fails.
+pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
     let dir = TempDir::new(workload);
     let mut argv: Vec<String> = options.iter().map(|s| s.to_string()).collect();
     argv.push("--".into());
@@ -275,7 +275,22 @@ pub fn trace_workload(options: &[&str], workload: &str, args: &[&str]) -> (Run, 
     argv.extend(args.iter().map(|s| s.to_string()));
     let run = run_tracer(dir.path(), &argv);
     assert!(run.status.success(), "{argv:?}: {run:?}");
+    (dir, run)
+}
+
+/// Like [`run_workload`]; returns the run and every record of every file, in time order.
+pub fn trace_workload(options: &[&str], workload: &str, args: &[&str]) -> (Run, Vec<Line>) {
+    let (dir, run) = run_workload(options, workload, args);
     let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
     lines.sort_by_key(Line::time_ns);
     (run, lines)
+}
+
+/// A deadline a workload printed as `key=SEC.NSEC`.
+pub fn deadline_field(output: &str, key: &str) -> (i64, i64) {
+    let value: String = field(output, key);
+    let (sec, nsec) = value
+        .split_once('.')
+        .unwrap_or_else(|| panic!("{key}={value} is not SEC.NSEC"));
+    (sec.parse().unwrap(), nsec.parse().unwrap())
 }

@@ -7,21 +7,15 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Line, PLACEMENTS, Run, TempDir, bpf_available, field, paired_calls, read_trace, run_tracer,
-    trace_file_name, workload_arg,
+    Line, PLACEMENTS, Run, TempDir, bpf_available, deadline_field, field, paired_calls, read_trace,
+    run_tracer, run_workload, trace_file_name,
 };
 
 type Files = BTreeMap<String, Vec<Line>>;
 
-/// Traces `workload args` with `options`; returns the run and the files.
+/// Traces `workload args` with `options`; returns the run and the files, checked for test 3.
 fn trace(options: &[&str], workload: &str, args: &[&str]) -> (Run, Files) {
-    let dir = TempDir::new("records");
-    let mut argv: Vec<String> = options.iter().map(|s| s.to_string()).collect();
-    argv.push("--".into());
-    argv.push(workload_arg(workload));
-    argv.extend(args.iter().map(|s| s.to_string()));
-    let run = run_tracer(dir.path(), &argv);
-    assert!(run.status.success(), "{argv:?}: {run:?}");
+    let (dir, run) = run_workload(options, workload, args);
     let files = read_trace(dir.path());
     assert_realtime_and_ordered(&files);
     (run, files)
@@ -174,14 +168,10 @@ fn cond_records_match_the_workloads_own_counts() {
             .filter(|l| l.event1 == 3 && l.event2 == 5)
             .collect();
         assert_eq!(timed.len(), 2, "{timed:?}");
-        let deadline: String = field(&run.stdout, "deadline");
-        let (sec, nsec) = deadline.split_once('.').unwrap();
+        let (sec, nsec) = deadline_field(&run.stdout, "deadline");
         assert!(timed[0].is("cond_timedwait", 1) && timed[0].a[0] == never);
         assert_eq!(timed[0].a[1], field::<i64>(&run.stdout, "mutex"));
-        assert_eq!(
-            (timed[0].a[2], timed[0].a[3]),
-            (sec.parse().unwrap(), nsec.parse().unwrap())
-        );
+        assert_eq!((timed[0].a[2], timed[0].a[3]), (sec, nsec));
         assert!(timed[1].is("cond_timedwait", 2));
         assert_eq!(timed[1].a[0], 110, "ETIMEDOUT");
     }
@@ -207,11 +197,7 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
     for placement in PLACEMENTS {
         let options = [&["--events", "mutex:cond"], placement].concat();
         let (run, files) = trace(&options, "timed_waits", &[]);
-        let deadline = |key: &str| -> (i64, i64) {
-            let value: String = field(&run.stdout, key);
-            let (sec, nsec) = value.split_once('.').unwrap();
-            (sec.parse().unwrap(), nsec.parse().unwrap())
-        };
+        let deadline = |key: &str| deadline_field(&run.stdout, key);
         let (mutex, other, cond): (i64, i64, i64) = (
             field(&run.stdout, "mutex"),
             field(&run.stdout, "other"),

@@ -1,7 +1,9 @@
 //! The rwlock category: rw_readers, block?, waiters?, EBUSY and a timed-out timedwrlock, from a
 //! workload whose story is fixed (tests/workloads/rwlock_story.c) (issue 4).
 
-use thrtrace_tests::{Line, PLACEMENTS, bpf_available, codes, field, trace_workload};
+use thrtrace_tests::{
+    Line, PLACEMENTS, bpf_available, codes, deadline_field, field, trace_workload,
+};
 
 const EBUSY: i64 = 16;
 const ETIMEDOUT: i64 = 110;
@@ -35,17 +37,13 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
             [[0, 0, 1, 0, 0], [0, 0, 2, 0, 0], [0, 0, 3, 0, 0]]
         );
         assert_eq!(fields("rw_trywrlock", 0), [[rw, EBUSY, 0, 0, 0]]);
-        let deadline: String = field(&run.stdout, "deadline");
-        let (sec, nsec) = deadline.split_once('.').unwrap();
+        let (sec, nsec) = deadline_field(&run.stdout, "deadline");
         let timed_lines: Vec<&Line> = lines
             .iter()
             .filter(|l| (l.event1, l.event2) == timed)
             .collect();
         assert_eq!(timed_lines.len(), 2);
-        assert_eq!(
-            timed_lines[0].a,
-            [rw, sec.parse().unwrap(), nsec.parse().unwrap(), 0, 0]
-        );
+        assert_eq!(timed_lines[0].a, [rw, sec, nsec, 0, 0]);
         assert_eq!(timed_lines[1].a[0], ETIMEDOUT);
         assert!(
             timed_lines

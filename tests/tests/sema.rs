@@ -1,16 +1,10 @@
 //! The sema category: exact s_count, rval and errno for a known sequence of calls (issue 4).
 
-use thrtrace_tests::{Line, PLACEMENTS, bpf_available, field, trace_workload};
+use thrtrace_tests::{Line, PLACEMENTS, bpf_available, deadline_field, field, trace_workload};
 
 const EAGAIN: i64 = 11;
 const ETIMEDOUT: i64 = 110;
 const CLOCK_MONOTONIC: i64 = 1;
-
-fn deadline(output: &str, key: &str) -> (i64, i64) {
-    let value: String = field(output, key);
-    let (sec, nsec) = value.split_once('.').unwrap();
-    (sec.parse().unwrap(), nsec.parse().unwrap())
-}
 
 #[test]
 fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
@@ -47,10 +41,10 @@ fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
             fields("sema_post", 0),
             [[sem, 0, 1, 0, 0], [sem, 0, 2, 0, 0]]
         );
-        let (sec, nsec) = deadline(&run.stdout, "deadline");
+        let (sec, nsec) = deadline_field(&run.stdout, "deadline");
         assert_eq!(fields("sem_timedwait", 1), [[sem, 0, sec, nsec, 0]]);
         assert_eq!(fields("sem_timedwait", 2), [[-1, ETIMEDOUT, 0, 0, 0]]);
-        let (sec, nsec) = deadline(&run.stdout, "clockdeadline");
+        let (sec, nsec) = deadline_field(&run.stdout, "clockdeadline");
         assert_eq!(
             fields("sem_clockwait", 1),
             [[sem, 0, sec, nsec, CLOCK_MONOTONIC]]

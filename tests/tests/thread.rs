@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use thrtrace_tests::{PLACEMENTS, bpf_available, codes, field, trace_workload};
+use thrtrace_tests::{PLACEMENTS, bpf_available, codes, deadline_field, field, trace_workload};
 
 const EBUSY: i64 = 16;
 const ETIMEDOUT: i64 = 110;
@@ -94,14 +94,10 @@ fn create_exit_join_and_the_other_thread_calls_are_recorded_as_they_happened() {
             pairs("pthread_tryjoin_np"),
             [[sleeper, 0, 0, 0, 0], [sleeper, 0, EBUSY, 0, 0]]
         );
-        let deadline: String = field(&run.stdout, "deadline");
-        let (sec, nsec) = deadline.split_once('.').unwrap();
+        let (sec, nsec) = deadline_field(&run.stdout, "deadline");
         assert_eq!(
             pairs("pthread_timedjoin_np"),
-            [
-                [sleeper, sec.parse().unwrap(), nsec.parse().unwrap(), 0, 0],
-                [sleeper, 0, ETIMEDOUT, 0, 0]
-            ]
+            [[sleeper, sec, nsec, 0, 0], [sleeper, 0, ETIMEDOUT, 0, 0]]
         );
         assert_eq!(pairs("pthread_cancel"), [[sleeper, 0, 0, 0, 0]]);
         assert_eq!(joins[3], [sleeper, PTHREAD_CANCELED, 0, 0, 0]);
