@@ -20,6 +20,8 @@ pub mod names {
     pub const FSBASE_OFFSET: &str = "FSBASE_OFFSET";
     /// Read-only global: byte offset of `nvcsw` in `task_struct` (from kernel BTF).
     pub const NVCSW_OFFSET: &str = "NVCSW_OFFSET";
+    /// Read-only global: the tracer's own process id, never traced.
+    pub const TRACER_TGID: &str = "TRACER_TGID";
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";
     pub const RETURN_PROGRAM: &str = "thr_return";

@@ -29,6 +29,14 @@ use tracer_common::{
 static FSBASE_OFFSET: u64 = 0;
 #[unsafe(no_mangle)]
 static NVCSW_OFFSET: u64 = 0;
+/// The tracer's own process: never traced (system-wide, its runtime's locks would feed back).
+#[unsafe(no_mangle)]
+static TRACER_TGID: u32 = 0;
+
+#[inline(always)]
+fn is_tracer(pid_tgid: u64) -> bool {
+    (pid_tgid >> 32) as u32 == unsafe { ptr::read_volatile(&TRACER_TGID) }
+}
 
 /// The inner definition is only a template: userspace creates one ring buffer per CPU.
 #[btf_map]
@@ -74,6 +82,9 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: uprobe context registers are the user's at the probed instruction.
     let regs = unsafe { &*ctx.regs };
     let pid_tgid = bpf_get_current_pid_tgid();
+    if is_tracer(pid_tgid) {
+        return 0;
+    }
     let key = PendingKey {
         pid_tgid,
         event: event_key(&cookie),

@@ -85,6 +85,8 @@ pub struct Config {
 pub enum Target {
     Pids(Vec<u32>),
     Command(Vec<OsString>),
+    /// Every process that maps a pthread library, now or later.
+    SystemWide,
 }
 
 impl Cli {
@@ -101,9 +103,7 @@ impl Cli {
         }
         let target = match (self.pids.is_empty(), self.command.is_empty()) {
             (false, false) => usage_bail!("give either -p PID or -- COMMAND, not both"),
-            (true, true) => usage_bail!(
-                "system-wide tracing is not supported yet: give -p PID or -- COMMAND ARGS"
-            ),
+            (true, true) => Target::SystemWide,
             (false, true) => {
                 for &pid in &self.pids {
                     if pid == 0 || !targets::process_exists(pid) {

@@ -47,6 +47,7 @@ impl DataPath {
         let mut ebpf = EbpfLoader::new()
             .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
+            .override_global(names::TRACER_TGID, &std::process::id(), true)
             .load(BPF_OBJECT)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         // The programs are bound to the maps by descriptor, so they load before maps are taken.

@@ -56,6 +56,7 @@ pub fn run(config: Config) -> Result<i32> {
         config.empty_programs,
     )?;
     let mut probes = Probes::default();
+    // `pid` 0: every process that maps the library, now or later.
     let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
         let planned = probes::plan(library, &events, config.probe_at_entry);
         for refused in planned.iter().filter(|p| p.placement.refused) {
@@ -65,13 +66,15 @@ pub fn run(config: Config) -> Result<i32> {
             );
         }
         let count = probes.attach(datapath.programs(), pid, library, &planned)?;
+        let path = &library.file.path;
+        if pid == 0 {
+            eprintln!("thrtrace-bpf: tracing every process that maps {path}: {count} probes");
+            return Ok(());
+        }
         if let Some(slot) = targets::errno_slot(pid, library) {
             datapath.set_errno_slot(pid, slot)?;
         }
-        eprintln!(
-            "thrtrace-bpf: tracing pid {pid}: {count} probes in {}",
-            library.file.path
-        );
+        eprintln!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
         Ok(())
     };
 
@@ -92,6 +95,13 @@ pub fn run(config: Config) -> Result<i32> {
             (traced, None)
         }
         Target::Command(argv) => (Vec::new(), Some(launch::launch(argv, &symbols, attach)?)),
+        Target::SystemWide => {
+            // Each distinct library file once; the tracer's own calls are skipped in BPF.
+            for (_, library) in targets::all_pthread_libraries(&symbols, std::process::id()) {
+                attach(0, &library)?;
+            }
+            (Vec::new(), None)
+        }
     };
 
     let session = Session {
@@ -103,6 +113,7 @@ pub fn run(config: Config) -> Result<i32> {
         duration: config.duration,
         attached_pids,
         launched,
+        until_stopped: matches!(config.target, Target::SystemWide),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -29,6 +29,7 @@ use crate::{
     launch::Launched,
     probes::Probes,
     reorder::Reorder,
+    targets,
     writer::{RecordWriter, WriterSummary},
 };
 
@@ -47,7 +48,12 @@ pub struct Session {
     pub attached_pids: Vec<u32>,
     /// The process the tracer started, whose exit status becomes the tracer's.
     pub launched: Option<Launched>,
+    /// System-wide: trace until stopped, finishing the files of processes as they go away.
+    pub until_stopped: bool,
 }
+
+/// How often system-wide tracing looks for processes that have exited, to complete their files.
+const LIVENESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a launched command may take to exit after the tracer is signalled: the terminal's
 /// Ctrl-C reaches it too, and its exit status should be the tracer's.
@@ -90,6 +96,9 @@ impl Session {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = self.duration.map(|d| Instant::now() + d);
         let mut grace = None;
+        // System-wide there is no pidfd per process: look for the ones gone once a second.
+        let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
+        liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut reorder = Reorder::default();
         let mut undelivered = 0;
 
@@ -103,6 +112,10 @@ impl Session {
                 _ = sigterm.recv() => signalled = true,
                 _ = sleep_until(deadline) => break,
                 _ = sleep_until(grace) => break,
+                _ = liveness.tick(), if self.until_stopped => {
+                    let open = self.writer.open_processes();
+                    exited.extend(open.into_iter().filter(|&pid| !targets::process_exists(pid)));
+                }
                 Some(pid) = exits.recv() => {
                     exited.push(pid);
                     while let Ok(pid) = exits.try_recv() {
@@ -125,7 +138,7 @@ impl Session {
                     .process_exited(pid)
                     .context("cannot complete trace files")?;
             }
-            if running.is_empty() {
+            if running.is_empty() && !self.until_stopped {
                 break;
             }
             if signalled {

@@ -24,6 +24,8 @@ pub struct MappedFile {
     pub path: String,
     /// `/proc/PID/map_files/START-END`: opens the very file the process maps.
     pub open_path: PathBuf,
+    /// Device and inode: which file it is, whatever its path in whichever mount namespace.
+    pub identity: (String, u64),
 }
 
 /// The pthread library of a process, its contents, and the functions asked for.
@@ -44,13 +46,19 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
             continue;
         };
         // offset, dev, inode, then the path (which may contain spaces).
-        let path = fields.skip(3).collect::<Vec<_>>().join(" ");
+        let (Some(_offset), Some(device), Some(inode)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let path = fields.collect::<Vec<_>>().join(" ");
         if !perms.contains('x') || !path.starts_with('/') || files.iter().any(|f| f.path == path) {
             continue;
         }
         files.push(MappedFile {
             path,
             open_path: format!("/proc/{pid}/map_files/{range}").into(),
+            identity: (device.to_owned(), inode.parse().unwrap_or(0)),
         });
     }
     Ok(files)
@@ -114,6 +122,36 @@ fn load_address(pid: u32, path: &str) -> Option<u64> {
             .then(|| u64::from_str_radix(range.split('-').next()?, 16).ok())
             .flatten()
     })
+}
+
+/// Every distinct pthread library that some process maps now (by device and inode), with a
+/// process that maps it. Processes that vanish while being read are skipped.
+pub fn all_pthread_libraries(functions: &[&str], except_pid: u32) -> Vec<(u32, PthreadLibrary)> {
+    let mut libraries: Vec<(u32, PthreadLibrary)> = Vec::new();
+    let mut checked: Vec<(String, u64)> = Vec::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return libraries;
+    };
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        if pid == except_pid {
+            continue;
+        }
+        let Ok(mappings) = executable_mappings(pid) else {
+            continue;
+        };
+        if mappings.iter().all(|m| checked.contains(&m.identity)) {
+            continue;
+        }
+        checked.extend(mappings.into_iter().map(|m| m.identity));
+        if let Ok(Some(library)) = find_pthread_library(pid, functions)
+            && !libraries
+                .iter()
+                .any(|(_, l)| l.file.identity == library.file.identity)
+        {
+            libraries.push((pid, library));
+        }
+    }
+    libraries
 }
 
 /// Whether a process with this pid exists now.

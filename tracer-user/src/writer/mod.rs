@@ -20,6 +20,8 @@ pub trait RecordWriter {
     fn batch_done(&mut self) -> io::Result<()>;
     /// The process has exited and its last records have been written: complete its files.
     fn process_exited(&mut self, pid: u32) -> io::Result<()>;
+    /// The processes with files open (written to and not completed yet).
+    fn open_processes(&self) -> Vec<u32>;
     /// Tracing has ended: complete every file.
     fn finish(&mut self) -> io::Result<WriterSummary>;
 }

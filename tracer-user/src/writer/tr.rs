@@ -122,6 +122,13 @@ impl RecordWriter for TrFiles {
         Ok(())
     }
 
+    fn open_processes(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.open.keys().map(|k| k.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
     fn finish(&mut self) -> io::Result<WriterSummary> {
         for (_, mut file) in self.open.drain() {
             file.flush()?;

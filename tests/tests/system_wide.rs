@@ -1,0 +1,109 @@
+//! With no -p and no command, every process mapping a glibc is traced, including processes
+//! started after the tracer, and never the tracer itself (issue 5).
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use thrtrace_tests::{
+    Line, TempDir, bpf_available, field, paired_calls, read_trace, trace_file_name, tracer,
+    workload,
+};
+
+#[test]
+fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
+    if !bpf_available("system_wide") {
+        return;
+    }
+    let dir = TempDir::new("system-wide");
+    let mut traced = Command::new(tracer())
+        .args(["--events", "mutex", "--dir"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(traced.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("tracing every process that maps"), "{line}");
+
+    // One process that runs to its end, and one whose files must be completed once it exits.
+    let contend = Command::new(workload("mutex_contend"))
+        .args(["2", "500"])
+        .output()
+        .unwrap();
+    assert!(contend.status.success());
+    let contend_out = String::from_utf8_lossy(&contend.stdout).into_owned();
+    let mut gate = Command::new(workload("mutex_gate"))
+        .args(["0", "300"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut gate_out = BufReader::new(gate.stdout.take().unwrap());
+    let mut ready = String::new();
+    gate_out.read_line(&mut ready).unwrap();
+    writeln!(gate.stdin.take().unwrap(), "go").unwrap();
+    assert!(gate.wait().unwrap().success());
+    let gate_pid: u32 = field(&ready, "pid");
+    let gate_mutex: i64 = field(&ready, "mutex");
+
+    // The gate process has exited: its file is completed while the tracer goes on.
+    let file = dir.path().join(trace_file_name(gate_pid, gate_pid));
+    let complete = || {
+        std::fs::read_to_string(&file).is_ok_and(|t| {
+            let lines: Vec<Line> = t.lines().map(Line::parse).collect();
+            paired_calls(&lines, "mutex_lock", gate_mutex).len() == 300
+        })
+    };
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !complete() {
+        assert!(
+            Instant::now() < give_up,
+            "{} never completed",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    Command::new("kill")
+        .args(["-INT", &traced.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(traced.wait().unwrap().success());
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains(" 0 lost"), "{rest}");
+
+    let files = read_trace(dir.path());
+    let all: Vec<&Line> = files.values().flatten().collect();
+    assert!(
+        !all.iter().any(|l| l.pid == traced.id()),
+        "the tracer traced itself"
+    );
+    let contend_mutex: i64 = field(&contend_out, "mutex");
+    // Each thread's records, whole: pairing needs every entry before its return.
+    let mut by_thread: std::collections::BTreeMap<u32, Vec<Line>> = Default::default();
+    for line in &all {
+        by_thread
+            .entry(line.lwpid)
+            .or_default()
+            .push((*line).clone());
+    }
+    let contend_calls: usize = by_thread
+        .values()
+        .map(|lines| paired_calls(lines, "mutex_lock", contend_mutex).len())
+        .sum();
+    assert_eq!(
+        contend_calls,
+        2 * 500,
+        "both threads of a process started after the tracer"
+    );
+    let unlocks = all
+        .iter()
+        .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == contend_mutex)
+        .count();
+    assert_eq!(unlocks, 2 * 500);
+}
