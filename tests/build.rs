@@ -1,5 +1,21 @@
-//! Compiles the C workloads in `workloads/` into OUT_DIR/workloads with the system C compiler.
+//! Compiles the C workloads in `workloads/` into OUT_DIR/workloads with the system C compiler,
+//! and the ones in `STATIC` a second time as static executables (`NAME_static`).
 use std::{env, fs, path::PathBuf, process::Command};
+
+/// Workloads also built with `-static`: glibc inside the executable itself.
+const STATIC: [&str; 1] = ["mutex_contend"];
+
+fn compile(source: &std::path::Path, binary: &std::path::Path, extra: &[&str]) {
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-Wall", "-Werror", "-pthread"])
+        .args(extra)
+        .arg("-o")
+        .arg(binary)
+        .arg(source)
+        .status()
+        .expect("run cc (install gcc: cargo xtask setup does)");
+    assert!(status.success(), "cc failed on {}", source.display());
+}
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("workloads");
@@ -10,13 +26,14 @@ fn main() {
         if source.extension().is_none_or(|e| e != "c") {
             continue;
         }
-        let binary = out.join(source.file_stem().expect("file stem"));
-        let status = Command::new("cc")
-            .args(["-O2", "-g", "-Wall", "-Werror", "-pthread", "-o"])
-            .arg(&binary)
-            .arg(&source)
-            .status()
-            .expect("run cc (install gcc: cargo xtask setup does)");
-        assert!(status.success(), "cc failed on {}", source.display());
+        let stem = source
+            .file_stem()
+            .expect("file stem")
+            .to_string_lossy()
+            .into_owned();
+        compile(&source, &out.join(&stem), &[]);
+        if STATIC.contains(&stem.as_str()) {
+            compile(&source, &out.join(format!("{stem}_static")), &["-static"]);
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::{
 
 use thrtrace_tests::{
     Line, PLACEMENTS, Run, TempDir, bpf_available, deadline_field, field, paired_calls, read_trace,
-    run_tracer, run_workload, trace_file_name,
+    run_tracer, run_workload, trace_file_name, trace_workload,
 };
 
 type Files = BTreeMap<String, Vec<Line>>;
@@ -268,4 +268,36 @@ fn a_program_built_against_the_old_pthread_cond_wait_is_traced_like_any_other() 
             .collect();
         assert_eq!(signals, [cond]);
     }
+}
+
+#[test]
+fn a_static_binary_is_traced_through_its_own_executable() {
+    if !bpf_available("static_binary") {
+        return;
+    }
+    let (run, lines) = trace_workload(
+        &["--events", "mutex"],
+        "mutex_contend_static",
+        &["2", "500"],
+    );
+    assert!(
+        run.stderr.contains("probes in ") && run.stderr.contains("mutex_contend_static"),
+        "{}",
+        run.stderr
+    );
+    let mutex: i64 = field(&run.stdout, "mutex");
+    let mut by_thread: std::collections::BTreeMap<u32, Vec<Line>> = Default::default();
+    for line in lines {
+        by_thread.entry(line.lwpid).or_default().push(line);
+    }
+    let locks: usize = by_thread
+        .values()
+        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
+        .sum();
+    let unlocks = by_thread
+        .values()
+        .flatten()
+        .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+        .count();
+    assert_eq!((locks, unlocks), (1000, 1000));
 }

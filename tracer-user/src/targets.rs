@@ -55,9 +55,17 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
         if !perms.contains('x') || !path.starts_with('/') || files.iter().any(|f| f.path == path) {
             continue;
         }
+        // maps pads addresses to 8 digits; map_files names them unpadded ("401000-47a000").
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
+            continue;
+        };
         files.push(MappedFile {
             path,
-            open_path: format!("/proc/{pid}/map_files/{range}").into(),
+            open_path: format!("/proc/{pid}/map_files/{start:x}-{end:x}").into(),
             identity: (device.to_owned(), inode.parse().unwrap_or(0)),
         });
     }
