@@ -1,0 +1,119 @@
+//! A tracer killed with SIGKILL leaves nothing attached: its probes are file-descriptor-owned
+//! uprobe_multi links, which the kernel removes with the last descriptor; and a second tracer
+//! can start at once (issue 5).
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use thrtrace_tests::{
+    Line, TempDir, bpf_available, field, paired_calls, read_trace, trace_file_name, tracer,
+    workload,
+};
+
+/// The ids of the BPF links process `pid` holds descriptors to (from /proc/PID/fdinfo).
+fn link_ids(pid: u32) -> BTreeSet<u32> {
+    let mut ids = BTreeSet::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(info) = fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        if let Some(id) = info.lines().find_map(|l| l.strip_prefix("link_id:")) {
+            ids.insert(id.trim().parse().unwrap());
+        }
+    }
+    ids
+}
+
+fn live_link_ids() -> BTreeSet<u32> {
+    aya::programs::loaded_links()
+        .filter_map(|l| Some(l.ok()?.id()))
+        .collect()
+}
+
+/// Starts a tracer on `pid` and waits until it says it traces it.
+fn start_tracer(dir: &TempDir, pid: u32) -> std::process::Child {
+    let mut child = Command::new(tracer())
+        .args(["--events", "mutex", "--dir"])
+        .arg(dir.path())
+        .args(["-p", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains(&format!("tracing pid {pid}")), "{line}");
+    child
+}
+
+#[test]
+fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
+    if !bpf_available("sigkill") {
+        return;
+    }
+    let uprobe_events =
+        || fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+    let events_before = uprobe_events();
+    let mut target = Command::new(workload("mutex_gate"))
+        .args(["0", "250"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut target_out = BufReader::new(target.stdout.take().unwrap());
+    let mut ready = String::new();
+    target_out.read_line(&mut ready).unwrap();
+    let (pid, mutex): (u32, i64) = (field(&ready, "pid"), field(&ready, "mutex"));
+
+    let first_dir = TempDir::new("killed");
+    let mut first = start_tracer(&first_dir, pid);
+    let links = link_ids(first.id());
+    assert_eq!(links.len(), 2, "an entry and a return link: {links:?}");
+    assert!(links.is_subset(&live_link_ids()));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while !links.is_disjoint(&live_link_ids()) {
+        assert!(
+            Instant::now() < give_up,
+            "links {links:?} outlived the killed tracer"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        uprobe_events(),
+        events_before,
+        "the tracer left tracefs uprobe events"
+    );
+
+    // At once, a new tracer on the same process records its calls exactly.
+    let second_dir = TempDir::new("rerun");
+    let mut second = start_tracer(&second_dir, pid);
+    writeln!(target.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut done = String::new();
+    target_out.read_line(&mut done).unwrap();
+    drop(target.stdin.take());
+    assert!(target.wait().unwrap().success());
+    assert!(
+        second.wait().unwrap().success(),
+        "the tracer ends with its target"
+    );
+    let files = read_trace(second_dir.path());
+    let lines: &Vec<Line> = &files[&trace_file_name(pid, pid)];
+    assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 250);
+    assert!(
+        read_trace(first_dir.path())
+            .values()
+            .flatten()
+            .all(|l| l.pid == pid)
+    );
+}
