@@ -23,8 +23,13 @@ struct Gated {
 
 impl Gated {
     fn start(before: u32, after: u32) -> Gated {
+        Gated::start_with_threads(before, after, 0)
+    }
+
+    /// The second phase runs in `threads` threads created then (0: the main thread).
+    fn start_with_threads(before: u32, after: u32, threads: u32) -> Gated {
         let mut child = Command::new(workload("mutex_gate"))
-            .args([before.to_string(), after.to_string()])
+            .args([before.to_string(), after.to_string(), threads.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -189,20 +194,73 @@ fn several_pids_are_traced_at_once() {
     let mut first = Gated::start(5, 300);
     let mut second = Gated::start(5, 700);
     let (mut tracer, _stderr) = start_tracer(dir.path(), &[first.pid, second.pid], &[]);
+    let (first_pid, first_mutex) = (first.pid, first.mutex);
     first.run_phase_two();
-    second.run_phase_two();
-    let expected = [
-        (first.pid, first.mutex, 300),
-        (second.pid, second.mutex, 700),
-    ];
     first.finish();
+    // The first target has exited: its file is completed while the other is still traced.
+    let first_file = dir.path().join(trace_file_name(first_pid, first_pid));
+    let complete = || {
+        std::fs::read_to_string(&first_file).is_ok_and(|t| {
+            let lines: Vec<Line> = t.lines().map(Line::parse).collect();
+            mutex_calls(&lines, first_mutex) == (300, 300)
+        })
+    };
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !complete() {
+        assert!(
+            Instant::now() < give_up,
+            "{} never completed",
+            first_file.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        tracer.try_wait().unwrap().is_none(),
+        "the tracer stopped with a target left"
+    );
+    second.run_phase_two();
+    let (second_pid, second_mutex) = (second.pid, second.mutex);
     second.finish();
     assert!(tracer.wait().unwrap().success());
     let files = read_trace(dir.path());
-    for (pid, mutex, pairs) in expected {
-        let lines = files
-            .get(&trace_file_name(pid, pid))
-            .expect("file per process");
-        assert_eq!(mutex_calls(lines, mutex), (pairs, pairs));
+    let lines = files
+        .get(&trace_file_name(second_pid, second_pid))
+        .expect("file per process");
+    assert_eq!(mutex_calls(lines, second_mutex), (700, 700));
+}
+
+#[test]
+fn threads_created_after_attach_are_traced() {
+    if !bpf_available("threads_after_attach") {
+        return;
+    }
+    let dir = TempDir::new("new-threads");
+    let mut target = Gated::start_with_threads(0, 200, 3);
+    let (mut tracer, _stderr) = start_tracer(dir.path(), &[target.pid], &["--events", "mutex"]);
+    target.run_phase_two();
+    let (pid, mutex) = (target.pid, target.mutex);
+    target.finish();
+    assert!(tracer.wait().unwrap().success());
+    let files = read_trace(dir.path());
+    let mut threads: Vec<u32> = files
+        .values()
+        .flatten()
+        .map(|l| l.lwpid)
+        .filter(|&t| t != pid)
+        .collect();
+    threads.sort_unstable();
+    threads.dedup();
+    assert_eq!(
+        threads.len(),
+        3,
+        "three threads created after attach: {threads:?}"
+    );
+    for lwpid in threads {
+        let lines: Vec<Line> = files[&trace_file_name(pid, lwpid)]
+            .iter()
+            .filter(|l| l.lwpid == lwpid)
+            .cloned()
+            .collect();
+        assert_eq!(mutex_calls(&lines, mutex), (200, 200), "thread {lwpid}");
     }
 }

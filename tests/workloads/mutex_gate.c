@@ -1,14 +1,16 @@
 /* Lock/unlock pairs on one mutex, in two phases separated by a line on stdin, so that a tracer
  * can attach to the running process between them.
- * Usage: mutex_gate BEFORE AFTER
- * Does BEFORE pairs, prints "ready pid=PID mutex=ADDR", waits for a line on stdin, does AFTER
- * pairs, prints "done", and exits when stdin reaches end of file. */
+ * Usage: mutex_gate BEFORE AFTER [THREADS]
+ * Does BEFORE pairs, prints "ready pid=PID mutex=ADDR", waits for a line on stdin, then
+ * THREADS new threads (default: none, the main thread) each do AFTER pairs; prints "done" and
+ * exits when stdin reaches end of file. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static long after;
 
 static void pairs(long n) {
     for (long i = 0; i < n; i++) {
@@ -17,15 +19,26 @@ static void pairs(long n) {
     }
 }
 
+static void *phase_two(void *arg) {
+    (void)arg;
+    pairs(after);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     long before = argc > 1 ? atol(argv[1]) : 100;
-    long after = argc > 2 ? atol(argv[2]) : 1000;
+    after = argc > 2 ? atol(argv[2]) : 1000;
+    int threads = argc > 3 ? atoi(argv[3]) : 0;
+    pthread_t ids[64];
     char line[64];
+    if (threads < 0 || threads > 64) return 2;
     pairs(before);
     printf("ready pid=%d mutex=%lu\n", getpid(), (unsigned long)&lock);
     fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) return 1;
-    pairs(after);
+    if (threads == 0) pairs(after);
+    for (int t = 0; t < threads; t++) pthread_create(&ids[t], NULL, phase_two, NULL);
+    for (int t = 0; t < threads; t++) pthread_join(ids[t], NULL);
     printf("done\n");
     fflush(stdout);
     while (fgets(line, sizeof line, stdin)) {
