@@ -107,3 +107,65 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
         .count();
     assert_eq!(unlocks, 2 * 500);
 }
+
+#[test]
+fn a_library_that_appears_after_start_gets_its_probes_too() {
+    if !bpf_available("system_wide_new_library") {
+        return;
+    }
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    let scratch = TempDir::new("late-libc");
+    let copy = scratch.path().join("libc.so.6");
+    std::fs::copy(LIBC, &copy).unwrap();
+    let dir = TempDir::new("system-wide-late");
+    let mut traced = Command::new(tracer())
+        .args(["--events", "mutex", "--dir"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(traced.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("tracing every process that maps"), "{line}");
+
+    // A container-like process started now, with its own copy of libc at the usual path.
+    let script = format!(
+        "mount --bind {} {LIBC} && exec {} 0 300",
+        copy.display(),
+        workload("mutex_gate").display()
+    );
+    let mut gate = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut gate_out = BufReader::new(gate.stdout.take().unwrap());
+    let mut ready = String::new();
+    gate_out.read_line(&mut ready).unwrap();
+    let (pid, mutex): (u32, i64) = (field(&ready, "pid"), field(&ready, "mutex"));
+    // The tracer finds the new file (a second inode) within its once-a-second look.
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&copy).unwrap());
+    // (Other tests' container-like processes may bring libraries of their own meanwhile.)
+    while !line.contains(&format!("inode {inode})")) {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the tracer ended without it"
+        );
+    }
+    writeln!(gate.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut done = String::new();
+    gate_out.read_line(&mut done).unwrap();
+    drop(gate.stdin.take());
+    assert!(gate.wait().unwrap().success());
+    Command::new("kill")
+        .args(["-INT", &traced.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(traced.wait().unwrap().success());
+    let files = read_trace(dir.path());
+    let lines: &Vec<Line> = &files[&trace_file_name(pid, pid)];
+    assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 300);
+}

@@ -55,28 +55,9 @@ pub fn run(config: Config) -> Result<i32> {
         config.ring_bytes,
         config.empty_programs,
     )?;
-    let mut probes = Probes::default();
-    // `pid` 0: every process that maps the library, now or later.
-    let mut attach = |pid: u32, library: &PthreadLibrary| -> Result<()> {
-        let planned = probes::plan(library, &events, config.probe_at_entry);
-        for refused in planned.iter().filter(|p| p.placement.refused) {
-            eprintln!(
-                "thrtrace-bpf: {} cannot be probed at +{:#x} ({}): not traced",
-                refused.event.symbol, refused.placement.offset, refused.placement.instruction
-            );
-        }
-        let count = probes.attach(datapath.programs(), pid, library, &planned)?;
-        let path = &library.file.path;
-        if pid == 0 {
-            eprintln!("thrtrace-bpf: tracing every process that maps {path}: {count} probes");
-            return Ok(());
-        }
-        if let Some(slot) = targets::errno_slot(pid, library) {
-            datapath.set_errno_slot(pid, slot)?;
-        }
-        eprintln!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
-        Ok(())
-    };
+    let mut probes = Probes::new(events, config.probe_at_entry);
+    let mut attach =
+        |pid: u32, library: &PthreadLibrary| probes.attach_library(&mut datapath, pid, library);
 
     let (attached_pids, launched) = match &config.target {
         Target::Pids(pids) => {
@@ -95,11 +76,9 @@ pub fn run(config: Config) -> Result<i32> {
             (traced, None)
         }
         Target::Command(argv) => (Vec::new(), Some(launch::launch(argv, &symbols, attach)?)),
+        // Each distinct library file once; the tracer's own calls are skipped in BPF.
         Target::SystemWide => {
-            // Each distinct library file once; the tracer's own calls are skipped in BPF.
-            for (_, library) in targets::all_pthread_libraries(&symbols, std::process::id()) {
-                attach(0, &library)?;
-            }
+            probes.attach_new_libraries(&mut datapath)?;
             (Vec::new(), None)
         }
     };

@@ -12,10 +12,11 @@ use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags};
 
 use crate::{
+    datapath::DataPath,
     multi_link::MultiProgram,
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     symbols::Function,
-    targets::PthreadLibrary,
+    targets::{self, PthreadLibrary},
 };
 
 /// One probe to attach: an event's function and where in it the probe goes.
@@ -110,16 +111,77 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
     table
 }
 
-/// Every link this run attached.
-#[derive(Default)]
+/// What to probe, and every link this run attached.
 pub struct Probes {
+    events: Vec<&'static EventDef>,
+    at_entry: bool,
     links: Vec<OwnedFd>,
-    probe_count: usize,
+    /// Library files probed for every process (system-wide), by device and inode.
+    everywhere: Vec<(String, u64)>,
 }
 
 impl Probes {
+    /// Probes for `events`, placed (or at the entry with `at_entry`).
+    pub fn new(events: Vec<&'static EventDef>, at_entry: bool) -> Self {
+        Probes {
+            events,
+            at_entry,
+            links: Vec::new(),
+            everywhere: Vec::new(),
+        }
+    }
+
+    /// The functions probed.
+    pub fn symbols(&self) -> Vec<&'static str> {
+        self.events.iter().map(|e| e.symbol).collect()
+    }
+
+    /// Plans and attaches the probes in `library` for process `pid` (0: every process that
+    /// maps it, now or later), and says so on stderr.
+    pub fn attach_library(
+        &mut self,
+        datapath: &mut DataPath,
+        pid: u32,
+        library: &PthreadLibrary,
+    ) -> Result<()> {
+        let planned = plan(library, &self.events, self.at_entry);
+        for refused in planned.iter().filter(|p| p.placement.refused) {
+            eprintln!(
+                "thrtrace-bpf: {} cannot be probed at +{:#x} ({}): not traced",
+                refused.event.symbol, refused.placement.offset, refused.placement.instruction
+            );
+        }
+        let count = self.attach(datapath.programs(), pid, library, &planned)?;
+        let path = &library.file.path;
+        if pid == 0 {
+            self.everywhere.push(library.file.identity.clone());
+            let (device, inode) = &library.file.identity;
+            eprintln!(
+                "thrtrace-bpf: tracing every process that maps {path} (device {device}, inode \
+                 {inode}): {count} probes"
+            );
+            return Ok(());
+        }
+        if let Some(slot) = targets::errno_slot(pid, library) {
+            datapath.set_errno_slot(pid, slot)?;
+        }
+        eprintln!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
+        Ok(())
+    }
+
+    /// System-wide: probes every pthread library file that some process maps and that is not
+    /// probed yet (a container started after the tracer brings its own). Never the tracer's.
+    pub fn attach_new_libraries(&mut self, datapath: &mut DataPath) -> Result<()> {
+        let symbols = self.symbols();
+        let found = targets::all_pthread_libraries(&symbols, std::process::id(), &self.everywhere);
+        for (_, library) in found {
+            self.attach_library(datapath, 0, &library)?;
+        }
+        Ok(())
+    }
+
     /// Attaches the `planned` probes in `library` for process `pid`; returns how many.
-    pub fn attach(
+    fn attach(
         &mut self,
         programs: &Programs,
         pid: u32,
@@ -141,14 +203,7 @@ impl Probes {
                     .push(program.attach(file, &set.offsets, &set.cookies, pid)?);
             }
         }
-        let count = entry.offsets.len() + exit.offsets.len();
-        self.probe_count += count;
-        Ok(count)
-    }
-
-    /// How many probes (entry and return) are attached.
-    pub fn count(&self) -> usize {
-        self.probe_count
+        Ok(entry.offsets.len() + exit.offsets.len())
     }
 
     /// Detaches every probe. Each link waits for one kernel grace period when it goes away, so
@@ -160,7 +215,6 @@ impl Probes {
                 scope.spawn(move || drop(link));
             }
         });
-        self.probe_count = 0;
     }
 }
 

@@ -96,7 +96,8 @@ impl Session {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = self.duration.map(|d| Instant::now() + d);
         let mut grace = None;
-        // System-wide there is no pidfd per process: look for the ones gone once a second.
+        // System-wide there is no pidfd per process: look for the ones gone once a second, and for
+        // pthread libraries that have appeared since.
         let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
         liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut reorder = Reorder::default();
@@ -115,6 +116,7 @@ impl Session {
                 _ = liveness.tick(), if self.until_stopped => {
                     let open = self.writer.open_processes();
                     exited.extend(open.into_iter().filter(|&pid| !targets::process_exists(pid)));
+                    self.probes.attach_new_libraries(&mut self.datapath)?;
                 }
                 Some(pid) = exits.recv() => {
                     exited.push(pid);

@@ -133,10 +133,15 @@ fn load_address(pid: u32, path: &str) -> Option<u64> {
 }
 
 /// Every distinct pthread library that some process maps now (by device and inode), with a
-/// process that maps it. Processes that vanish while being read are skipped.
-pub fn all_pthread_libraries(functions: &[&str], except_pid: u32) -> Vec<(u32, PthreadLibrary)> {
+/// process that maps it, except the files in `known` (not even read). Processes that vanish
+/// while being read are skipped.
+pub fn all_pthread_libraries(
+    functions: &[&str],
+    except_pid: u32,
+    known: &[(String, u64)],
+) -> Vec<(u32, PthreadLibrary)> {
     let mut libraries: Vec<(u32, PthreadLibrary)> = Vec::new();
-    let mut checked: Vec<(String, u64)> = Vec::new();
+    let mut checked: Vec<(String, u64)> = known.to_vec();
     let Ok(entries) = fs::read_dir("/proc") else {
         return libraries;
     };
@@ -151,7 +156,10 @@ pub fn all_pthread_libraries(functions: &[&str], except_pid: u32) -> Vec<(u32, P
             continue;
         }
         checked.extend(mappings.into_iter().map(|m| m.identity));
+        // A process that maps something new may still have its pthread functions in a known
+        // file: only new files are returned.
         if let Ok(Some(library)) = find_pthread_library(pid, functions)
+            && !known.contains(&library.file.identity)
             && !libraries
                 .iter()
                 .any(|(_, l)| l.file.identity == library.file.identity)
