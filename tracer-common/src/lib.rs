@@ -22,6 +22,13 @@ pub mod names {
     pub const NVCSW_OFFSET: &str = "NVCSW_OFFSET";
     /// Read-only global: the tracer's own process id, never traced.
     pub const TRACER_TGID: &str = "TRACER_TGID";
+    /// Read-only global: 1 with `--follow` (trace only the processes in `FOLLOWED`).
+    pub const FOLLOW: &str = "FOLLOW";
+    /// Read-only global: the offset of `child_pid` in the `sched_process_fork` record.
+    pub const FORK_CHILD_PID_OFFSET: &str = "FORK_CHILD_PID_OFFSET";
+    /// The processes traced with `--follow`, and the tracepoint program that adds children.
+    pub const FOLLOWED: &str = "FOLLOWED";
+    pub const FORK_PROGRAM: &str = "thr_fork";
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";
     pub const RETURN_PROGRAM: &str = "thr_return";

@@ -16,8 +16,8 @@ use aya_ebpf::{
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_ringbuf_query,
     },
-    macros::{btf_map, uprobe, uretprobe},
-    programs::{ProbeContext, RetProbeContext},
+    macros::{btf_map, tracepoint, uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use tracer_common::{
     MAX_CPUS, ProbeCookie, ProbeFlags, RawRecord,
@@ -32,6 +32,43 @@ static NVCSW_OFFSET: u64 = 0;
 /// The tracer's own process: never traced (system-wide, its runtime's locks would feed back).
 #[unsafe(no_mangle)]
 static TRACER_TGID: u32 = 0;
+/// Set with `--follow`: only processes in `FOLLOWED` are traced (the probes have no process
+/// filter then, so that a child is covered from its first instruction).
+#[unsafe(no_mangle)]
+static FOLLOW: u32 = 0;
+/// Where `child_pid` is in the `sched_process_fork` tracepoint's record (from its format file).
+#[unsafe(no_mangle)]
+static FORK_CHILD_PID_OFFSET: u64 = 0;
+
+/// The processes traced with `--follow`: the targets, and every process they fork, added by
+/// `thr_fork` in the kernel before the child runs. (A new thread's id lands here too, harmlessly.)
+#[btf_map]
+static FOLLOWED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
+
+/// Whether the process is traced: always, unless `--follow` restricts it to `FOLLOWED`.
+#[inline(always)]
+fn followed(pid_tgid: u64) -> bool {
+    let tgid = (pid_tgid >> 32) as u32;
+    let follow = unsafe { ptr::read_volatile(&FOLLOW) };
+    // SAFETY: the map value is only tested for presence.
+    follow == 0 || unsafe { FOLLOWED.get(tgid) }.is_some()
+}
+
+/// A traced process forked: its child is traced too.
+#[tracepoint]
+pub fn thr_fork(ctx: TracePointContext) -> u32 {
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the map value is only tested for presence.
+    if unsafe { FOLLOWED.get(parent) }.is_none() {
+        return 0;
+    }
+    let offset = unsafe { ptr::read_volatile(&FORK_CHILD_PID_OFFSET) } as usize;
+    // SAFETY: the offset comes from the tracepoint's own format description.
+    if let Ok(child) = unsafe { ctx.read_at::<u32>(offset) } {
+        let _ = FOLLOWED.insert(child, 1, 0);
+    }
+    0
+}
 
 #[inline(always)]
 fn is_tracer(pid_tgid: u64) -> bool {
@@ -82,7 +119,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: uprobe context registers are the user's at the probed instruction.
     let regs = unsafe { &*ctx.regs };
     let pid_tgid = bpf_get_current_pid_tgid();
-    if is_tracer(pid_tgid) {
+    if is_tracer(pid_tgid) || !followed(pid_tgid) {
         return 0;
     }
     let key = PendingKey {

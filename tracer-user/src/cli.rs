@@ -49,6 +49,10 @@ pub struct Cli {
     #[arg(long, value_name = "KIB", default_value_t = crate::datapath::DEFAULT_RING_BYTES / 1024)]
     pub buffer_kib: u32,
 
+    /// Also trace the children the targets fork (and what they exec), from their first call
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+
     /// Put every probe at its function's entry instead of where the kernel need not single-step
     #[arg(long)]
     pub probe_at_entry: bool,
@@ -76,6 +80,7 @@ pub struct Config {
     pub ring_bytes: u32,
     pub empty_programs: bool,
     pub probe_at_entry: bool,
+    pub follow: bool,
     /// Only print where the probes would go.
     pub list_probes: bool,
     pub target: Target,
@@ -117,6 +122,11 @@ impl Cli {
                 Target::Command(self.command)
             }
         };
+        if self.follow && matches!(target, Target::SystemWide) {
+            usage_bail!(
+                "--follow needs -p PID or -- COMMAND: system-wide tracing sees every process"
+            );
+        }
         let duration = match self.duration {
             None => None,
             Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
@@ -149,6 +159,7 @@ impl Cli {
             ring_bytes,
             empty_programs: self.empty_programs,
             probe_at_entry: self.probe_at_entry,
+            follow: self.follow,
             list_probes: self.list_probes,
             target,
         })

@@ -8,11 +8,16 @@ use anyhow::{Context, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{MAX_CPUS, RawRecord, names};
 
-use crate::{kernel::TaskOffsets, multi_link::MultiProgram, probes::Programs};
+use crate::{
+    kernel::{self, TaskOffsets},
+    multi_link::MultiProgram,
+    probes::Programs,
+};
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
@@ -30,7 +35,7 @@ pub struct Drained {
 }
 
 pub struct DataPath {
-    /// Owns the maps the programs use; dropped last.
+    /// Owns the maps the programs use and the fork tracepoint's link; dropped last.
     _ebpf: Ebpf,
     programs: Programs,
     rings: Vec<RingBuf<MapData>>,
@@ -38,16 +43,30 @@ pub struct DataPath {
     records_per_ring: usize,
     lost: PerCpuArray<MapData, u64>,
     errno_slots: HashMap<MapData, u32, u64>,
+    followed: HashMap<MapData, u32, u8>,
 }
 
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
-    pub fn load(offsets: TaskOffsets, ring_bytes: u32, empty_programs: bool) -> Result<Self> {
+    /// `follow`: trace only the processes in the followed set, which the fork tracepoint grows.
+    pub fn load(
+        offsets: TaskOffsets,
+        ring_bytes: u32,
+        empty_programs: bool,
+        follow: bool,
+    ) -> Result<Self> {
+        let fork_child_pid_offset = if follow {
+            kernel::fork_child_pid_offset()?
+        } else {
+            0
+        };
         let mut ebpf = EbpfLoader::new()
             .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
             .override_global(names::TRACER_TGID, &std::process::id(), true)
+            .override_global(names::FOLLOW, &u32::from(follow), true)
+            .override_global(names::FORK_CHILD_PID_OFFSET, &fork_child_pid_offset, true)
             .load(BPF_OBJECT)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         // The programs are bound to the maps by descriptor, so they load before maps are taken.
@@ -62,6 +81,17 @@ impl DataPath {
         let rings = create_rings(&mut ebpf, ring_bytes)?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
         let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
+        let followed = HashMap::try_from(take_map(&mut ebpf, names::FOLLOWED)?)?;
+        if follow {
+            let fork: &mut TracePoint = ebpf
+                .program_mut(names::FORK_PROGRAM)
+                .ok_or_else(|| anyhow!("the BPF object has no program {}", names::FORK_PROGRAM))?
+                .try_into()?;
+            fork.load()
+                .context("the kernel rejected the fork tracepoint program")?;
+            fork.attach("sched", "sched_process_fork")
+                .context("cannot attach to the sched_process_fork tracepoint")?;
+        }
         Ok(DataPath {
             _ebpf: ebpf,
             programs,
@@ -69,7 +99,13 @@ impl DataPath {
             records_per_ring: ring_bytes as usize / (tracer_common::record::RAW_RECORD_SIZE + 8),
             lost,
             errno_slots,
+            followed,
         })
+    }
+
+    /// With `--follow`: traces process `pid` (and, from now on, the children it forks).
+    pub fn follow(&mut self, pid: u32) -> Result<()> {
+        Ok(self.followed.insert(pid, 1, 0)?)
     }
 
     /// Tells the BPF side where process `pid` keeps errno's thread-pointer offset.

@@ -86,3 +86,24 @@ fn now(clock: libc::clockid_t) -> i128 {
     unsafe { libc::clock_gettime(clock, &mut ts) };
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
+
+/// Where `child_pid` is in the `sched_process_fork` tracepoint's record: read from its format
+/// description, as the layout has changed between kernels.
+pub fn fork_child_pid_offset() -> Result<u64> {
+    const FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_fork/format";
+    let format =
+        std::fs::read_to_string(FORMAT).with_context(|| format!("cannot read {FORMAT}"))?;
+    format
+        .lines()
+        .find(|l| l.contains(" child_pid;"))
+        .and_then(|l| {
+            l.split("offset:")
+                .nth(1)?
+                .split(';')
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .ok_or_else(|| anyhow!("no child_pid offset in {FORMAT}"))
+}

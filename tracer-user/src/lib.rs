@@ -54,10 +54,17 @@ pub fn run(config: Config) -> Result<i32> {
         TaskOffsets::from_kernel_btf()?,
         config.ring_bytes,
         config.empty_programs,
+        config.follow,
     )?;
     let mut probes = Probes::new(events, config.probe_at_entry);
-    let mut attach =
-        |pid: u32, library: &PthreadLibrary| probes.attach_library(&mut datapath, pid, library);
+    let follow = config.follow;
+    let mut attach = |pid: u32, library: &PthreadLibrary| {
+        if follow {
+            probes.attach_followed(&mut datapath, pid, library)
+        } else {
+            probes.attach_library(&mut datapath, pid, library)
+        }
+    };
 
     let (attached_pids, launched) = match &config.target {
         Target::Pids(pids) => {
@@ -93,6 +100,7 @@ pub fn run(config: Config) -> Result<i32> {
         attached_pids,
         launched,
         until_stopped: matches!(config.target, Target::SystemWide),
+        follow: config.follow,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

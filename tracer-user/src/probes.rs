@@ -169,6 +169,31 @@ impl Probes {
         Ok(())
     }
 
+    /// With `--follow`: traces process `pid` and the children it forks. The library's probes
+    /// have no process filter (a child is covered from its first call, before the tracer could
+    /// learn of it); the BPF side records only the followed processes.
+    pub fn attach_followed(
+        &mut self,
+        datapath: &mut DataPath,
+        pid: u32,
+        library: &PthreadLibrary,
+    ) -> Result<()> {
+        datapath.follow(pid)?;
+        if !self.everywhere.contains(&library.file.identity) {
+            let planned = plan(library, &self.events, self.at_entry);
+            self.attach(datapath.programs(), 0, library, &planned)?;
+            self.everywhere.push(library.file.identity.clone());
+        }
+        if let Some(slot) = targets::errno_slot(pid, library) {
+            datapath.set_errno_slot(pid, slot)?;
+        }
+        eprintln!(
+            "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
+            library.file.path
+        );
+        Ok(())
+    }
+
     /// System-wide: probes every pthread library file that some process maps and that is not
     /// probed yet (a container started after the tracer brings its own). Never the tracer's.
     pub fn attach_new_libraries(&mut self, datapath: &mut DataPath) -> Result<()> {

@@ -50,6 +50,8 @@ pub struct Session {
     pub launched: Option<Launched>,
     /// System-wide: trace until stopped, finishing the files of processes as they go away.
     pub until_stopped: bool,
+    /// `--follow`: processes first seen in records (children) are watched like targets.
+    pub follow: bool,
 }
 
 /// How often system-wide tracing looks for processes that have exited, to complete their files.
@@ -83,7 +85,8 @@ impl Session {
         for &pid in &running {
             watch_pid(pid, exit_tx.clone());
         }
-        drop(exit_tx);
+        // With --follow, processes first seen in records (children) are watched as they come.
+        let mut seen: HashSet<u32> = running.clone();
 
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
@@ -126,6 +129,14 @@ impl Session {
                 }
             }
             undelivered += self.drain(&mut reorder)?;
+            if self.follow {
+                for pid in self.writer.open_processes() {
+                    if seen.insert(pid) {
+                        running.insert(pid);
+                        watch_pid(pid, exit_tx.clone());
+                    }
+                }
+            }
             for pid in exited {
                 if Some(pid) == launched_pid
                     && let Some(launched) = self.launched.as_mut()
