@@ -11,7 +11,7 @@ fn forked_and_execed_children_are_traced_with_their_own_pids() {
         return;
     }
     let (run, lines) = trace_workload(
-        &["--follow", "--events", "mutex"],
+        &["--follow", "--events", "mutex:sema"],
         "fork_exec",
         &[&workload_arg("mutex_contend")],
     );
@@ -52,6 +52,14 @@ fn forked_and_execed_children_are_traced_with_their_own_pids() {
         "the forked child, from its first call"
     );
     assert_eq!(calls(execer, execed_mutex), 250, "the child after exec");
+    // The forked child shares its parent's address space layout, and so the way to errno.
+    let trywait: Vec<[i64; 5]> = lines
+        .iter()
+        .filter(|l| l.pid == child && l.is("sema_trywait", 0))
+        .map(|l| l.a)
+        .collect();
+    assert_eq!(trywait.len(), 1);
+    assert_eq!(trywait[0][1..3], [-1, 11], "rval -1, errno EAGAIN");
 }
 
 #[test]

@@ -1,8 +1,10 @@
-/* A parent that makes 100 lock/unlock pairs, forks a child that makes 300 and exits, then forks
- * a child that execs PROGRAM 1 250 (mutex_contend: one thread, 250 pairs).
+/* A parent that makes 100 lock/unlock pairs, forks a child that makes 300, fails a sem_trywait
+ * (EAGAIN) and exits, then forks a child that execs PROGRAM 1 250 (mutex_contend: one thread,
+ * 250 pairs).
  * Usage: fork_exec PROGRAM
  * Prints "mutex=ADDR child=PID execer=PID" after both children are gone. */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +24,10 @@ int main(int argc, char **argv) {
     pairs(100);
     pid_t child = fork();
     if (child == 0) {
+        sem_t empty;
         pairs(300);
-        _exit(0);
+        sem_init(&empty, 0, 0);
+        _exit(sem_trywait(&empty) == -1 ? 0 : 1);
     }
     ok &= waitpid(child, &status, 0) == child && status == 0;
     fflush(stdout);

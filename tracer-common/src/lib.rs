@@ -29,6 +29,8 @@ pub mod names {
     /// The processes traced with `--follow`, and the tracepoint program that adds children.
     pub const FOLLOWED: &str = "FOLLOWED";
     pub const FORK_PROGRAM: &str = "thr_fork";
+    /// The tracepoint program that forgets an exec'ing process's errno slot.
+    pub const EXEC_PROGRAM: &str = "thr_exec";
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";
     pub const RETURN_PROGRAM: &str = "thr_return";

@@ -66,7 +66,20 @@ pub fn thr_fork(ctx: TracePointContext) -> u32 {
     // SAFETY: the offset comes from the tracepoint's own format description.
     if let Ok(child) = unsafe { ctx.read_at::<u32>(offset) } {
         let _ = FOLLOWED.insert(child, 1, 0);
+        // The child is a copy of the parent's address space: the same errno slot.
+        // SAFETY: the value is copied out at once.
+        if let Some(&slot) = unsafe { ERRNO_SLOTS.get(parent) } {
+            let _ = ERRNO_SLOTS.insert(child, slot, 0);
+        }
     }
+    0
+}
+
+/// A process replaced its image: its errno slot address means nothing in the new one.
+#[tracepoint]
+pub fn thr_exec(_ctx: TracePointContext) -> u32 {
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let _ = ERRNO_SLOTS.remove(pid);
     0
 }
 

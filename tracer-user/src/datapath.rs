@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
+    programs::{TracePoint, trace_point::TracePointLink},
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{MAX_CPUS, RawRecord, names};
@@ -44,6 +44,7 @@ pub struct DataPath {
     lost: PerCpuArray<MapData, u64>,
     errno_slots: HashMap<MapData, u32, u64>,
     followed: HashMap<MapData, u32, u8>,
+    tracepoint_links: Vec<TracePointLink>,
 }
 
 impl DataPath {
@@ -82,15 +83,24 @@ impl DataPath {
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
         let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
         let followed = HashMap::try_from(take_map(&mut ebpf, names::FOLLOWED)?)?;
+        // An exec'ing process's errno slot is forgotten; with --follow, children are followed.
+        let mut tracepoints = vec![(names::EXEC_PROGRAM, "sched_process_exec")];
         if follow {
-            let fork: &mut TracePoint = ebpf
-                .program_mut(names::FORK_PROGRAM)
-                .ok_or_else(|| anyhow!("the BPF object has no program {}", names::FORK_PROGRAM))?
+            tracepoints.push((names::FORK_PROGRAM, "sched_process_fork"));
+        }
+        let mut tracepoint_links = Vec::new();
+        for (name, event) in tracepoints {
+            let program: &mut TracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?
                 .try_into()?;
-            fork.load()
-                .context("the kernel rejected the fork tracepoint program")?;
-            fork.attach("sched", "sched_process_fork")
-                .context("cannot attach to the sched_process_fork tracepoint")?;
+            program
+                .load()
+                .with_context(|| format!("the kernel rejected BPF program {name}"))?;
+            let link = program
+                .attach("sched", event)
+                .with_context(|| format!("cannot attach to the sched:{event} tracepoint"))?;
+            tracepoint_links.push(program.take_link(link)?);
         }
         Ok(DataPath {
             _ebpf: ebpf,
@@ -100,7 +110,13 @@ impl DataPath {
             lost,
             errno_slots,
             followed,
+            tracepoint_links,
         })
+    }
+
+    /// The tracepoint links, to detach together with the probes (each waits for a grace period).
+    pub fn take_tracepoint_links(&mut self) -> Vec<TracePointLink> {
+        std::mem::take(&mut self.tracepoint_links)
     }
 
     /// With `--follow`: traces process `pid` (and, from now on, the children it forks).

@@ -163,7 +163,11 @@ impl Session {
         }
 
         // Records written before the probes went away are still in the rings: read them after.
-        self.probes.detach_all();
+        let tracepoints = self.datapath.take_tracepoint_links();
+        std::thread::scope(|scope| {
+            scope.spawn(move || drop(tracepoints));
+            self.probes.detach_all();
+        });
         undelivered += self.drain(&mut reorder)?;
         let mut records = Vec::new();
         reorder.release_all(|r| records.push(*r));
