@@ -15,9 +15,9 @@ use thrtrace_tests::{
     workload,
 };
 
-/// The ids of the BPF links process `pid` holds descriptors to (from /proc/PID/fdinfo).
-fn link_ids(pid: u32) -> BTreeSet<u32> {
-    let mut ids = BTreeSet::new();
+/// The BPF links process `pid` holds descriptors to, id and type (from /proc/PID/fdinfo).
+fn links_of(pid: u32) -> BTreeSet<(u32, String)> {
+    let mut links = BTreeSet::new();
     for entry in fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .unwrap()
         .flatten()
@@ -25,11 +25,16 @@ fn link_ids(pid: u32) -> BTreeSet<u32> {
         let Ok(info) = fs::read_to_string(entry.path()) else {
             continue;
         };
-        if let Some(id) = info.lines().find_map(|l| l.strip_prefix("link_id:")) {
-            ids.insert(id.trim().parse().unwrap());
+        let value = |key: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(str::trim)
+        };
+        if let (Some(id), Some(kind)) = (value("link_id:"), value("link_type:")) {
+            links.insert((id.parse().unwrap(), kind.to_owned()));
         }
     }
-    ids
+    links
 }
 
 fn live_link_ids() -> BTreeSet<u32> {
@@ -76,8 +81,17 @@ fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
 
     let first_dir = TempDir::new("killed");
     let mut first = start_tracer(&first_dir, pid);
-    let links = link_ids(first.id());
-    assert_eq!(links.len(), 2, "an entry and a return link: {links:?}");
+    let held = links_of(first.id());
+    // The kernel names them uprobe_multi and uretprobe_multi; the exec tracepoint's is "perf".
+    let uprobes = held
+        .iter()
+        .filter(|(_, kind)| kind.ends_with("probe_multi"))
+        .count();
+    assert_eq!(
+        uprobes, 2,
+        "an entry and a return uprobe_multi link: {held:?}"
+    );
+    let links: BTreeSet<u32> = held.iter().map(|(id, _)| *id).collect();
     assert!(links.is_subset(&live_link_ids()));
     first.kill().unwrap();
     first.wait().unwrap();
