@@ -5,8 +5,9 @@ use std::{
     collections::BTreeMap,
     ffi::OsStr,
     fs,
+    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
-    process::{Command, ExitStatus},
+    process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
     sync::atomic::{AtomicU32, Ordering},
 };
 
@@ -293,4 +294,93 @@ pub fn deadline_field(output: &str, key: &str) -> (i64, i64) {
         .split_once('.')
         .unwrap_or_else(|| panic!("{key}={value} is not SEC.NSEC"));
     (sec.parse().unwrap(), nsec.parse().unwrap())
+}
+
+/// A running `mutex_gate` workload, stopped at its gate (tests/workloads/mutex_gate.c).
+pub struct Gated {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub pid: u32,
+    pub mutex: i64,
+}
+
+impl Gated {
+    /// BEFORE pairs, then the gate, then AFTER pairs in the main thread.
+    pub fn start(before: u32, after: u32) -> Gated {
+        Gated::start_with_threads(before, after, 0)
+    }
+
+    /// The second phase runs in `threads` threads created then (0: the main thread).
+    pub fn start_with_threads(before: u32, after: u32, threads: u32) -> Gated {
+        let mut command = Command::new(workload("mutex_gate"));
+        command.args([before.to_string(), after.to_string(), threads.to_string()]);
+        Gated::spawn(&mut command)
+    }
+
+    /// Runs `command`, which must end up exec'ing mutex_gate in the same process (as
+    /// `unshare ... sh -c 'exec mutex_gate ...'` does), and waits at the gate.
+    pub fn spawn(command: &mut Command) -> Gated {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let ready = read_line(&mut stdout);
+        let (pid, mutex) = (field(&ready, "pid"), field(&ready, "mutex"));
+        assert_eq!(pid, child.id(), "{ready}");
+        Gated {
+            child,
+            stdin,
+            stdout,
+            pid,
+            mutex,
+        }
+    }
+
+    /// Opens the gate and waits until the second phase is done.
+    pub fn run_phase_two(&mut self) {
+        writeln!(self.stdin.as_mut().unwrap(), "go").unwrap();
+        assert_eq!(read_line(&mut self.stdout).trim(), "done");
+    }
+
+    /// Lets the process exit.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+pub fn read_line(reader: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    line
+}
+
+/// Starts the tracer with `--dir dir`, `extra` and `-p` for each of `pids`, and waits until it
+/// says it traces each of them. An `extra` of the form VARIABLE=value goes to the environment.
+pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufReader<ChildStderr>) {
+    let mut command = Command::new(tracer());
+    command.arg("--dir").arg(dir).stderr(Stdio::piped());
+    for arg in extra.iter().filter(|a| !a.is_empty()) {
+        match arg.split_once('=') {
+            Some((variable, value)) => command.env(variable, value),
+            None => command.arg(arg),
+        };
+    }
+    for pid in pids {
+        command.args(["-p", &pid.to_string()]);
+    }
+    let mut tracer = command.spawn().unwrap();
+    let mut stderr = BufReader::new(tracer.stderr.take().unwrap());
+    for pid in pids {
+        let line = read_line(&mut stderr);
+        assert!(
+            line.starts_with(&format!("thrtrace-bpf: tracing pid {pid}")),
+            "{line:?}"
+        );
+    }
+    (tracer, stderr)
 }

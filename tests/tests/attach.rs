@@ -1,98 +1,11 @@
 //! Attaching to processes that are already running (issue 2, tests 4, 5 and 7).
 
-use std::{
-    io::{BufRead, BufReader, Write},
-    path::Path,
-    process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use thrtrace_tests::{
-    Line, PLACEMENTS, TempDir, bpf_available, field, paired_calls, read_trace, trace_file_name,
-    tracer, workload,
+    Gated, Line, PLACEMENTS, TempDir, bpf_available, paired_calls, read_line, read_trace,
+    start_tracer, trace_file_name,
 };
-
-/// A running `mutex_gate` workload, stopped at its gate.
-struct Gated {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    pid: u32,
-    mutex: i64,
-}
-
-impl Gated {
-    fn start(before: u32, after: u32) -> Gated {
-        Gated::start_with_threads(before, after, 0)
-    }
-
-    /// The second phase runs in `threads` threads created then (0: the main thread).
-    fn start_with_threads(before: u32, after: u32, threads: u32) -> Gated {
-        let mut child = Command::new(workload("mutex_gate"))
-            .args([before.to_string(), after.to_string(), threads.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let ready = read_line(&mut stdout);
-        let pid = field(&ready, "pid");
-        let mutex = field(&ready, "mutex");
-        assert_eq!(pid, child.id());
-        Gated {
-            child,
-            stdin,
-            stdout,
-            pid,
-            mutex,
-        }
-    }
-
-    /// Opens the gate and waits until the second phase is done.
-    fn run_phase_two(&mut self) {
-        writeln!(self.stdin.as_mut().unwrap(), "go").unwrap();
-        assert_eq!(read_line(&mut self.stdout).trim(), "done");
-    }
-
-    /// Lets the process exit.
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        assert!(self.child.wait().unwrap().success());
-    }
-}
-
-fn read_line(reader: &mut impl BufRead) -> String {
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    line
-}
-
-/// Starts the tracer on `pids` and waits until it says it traces each of them.
-fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufReader<ChildStderr>) {
-    let mut command = Command::new(tracer());
-    command.arg("--dir").arg(dir).stderr(Stdio::piped());
-    // An `extra` of the form VARIABLE=value goes to the environment, anything else is an option.
-    for arg in extra.iter().filter(|a| !a.is_empty()) {
-        match arg.split_once('=') {
-            Some((variable, value)) => command.env(variable, value),
-            None => command.arg(arg),
-        };
-    }
-    for pid in pids {
-        command.args(["-p", &pid.to_string()]);
-    }
-    let mut tracer = command.spawn().unwrap();
-    let mut stderr = BufReader::new(tracer.stderr.take().unwrap());
-    for pid in pids {
-        let line = read_line(&mut stderr);
-        assert!(
-            line.starts_with(&format!("thrtrace-bpf: tracing pid {pid}:")),
-            "{line:?}"
-        );
-    }
-    (tracer, stderr)
-}
 
 /// (completed lock calls, unlock calls) on `mutex`.
 fn mutex_calls(lines: &[Line], mutex: i64) -> (usize, usize) {

@@ -5,14 +5,11 @@
 use std::{
     collections::BTreeSet,
     fs,
-    io::{BufRead, BufReader, Write},
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use thrtrace_tests::{
-    Line, TempDir, bpf_available, field, paired_calls, read_trace, trace_file_name, tracer,
-    workload,
+    Gated, Line, TempDir, bpf_available, paired_calls, read_trace, start_tracer, trace_file_name,
 };
 
 /// The BPF links process `pid` holds descriptors to, id and type (from /proc/PID/fdinfo).
@@ -43,23 +40,6 @@ fn live_link_ids() -> BTreeSet<u32> {
         .collect()
 }
 
-/// Starts a tracer on `pid` and waits until it says it traces it.
-fn start_tracer(dir: &TempDir, pid: u32) -> std::process::Child {
-    let mut child = Command::new(tracer())
-        .args(["--events", "mutex", "--dir"])
-        .arg(dir.path())
-        .args(["-p", &pid.to_string()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains(&format!("tracing pid {pid}")), "{line}");
-    child
-}
-
 #[test]
 fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
     if !bpf_available("sigkill") {
@@ -68,19 +48,11 @@ fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
     let uprobe_events =
         || fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
     let events_before = uprobe_events();
-    let mut target = Command::new(workload("mutex_gate"))
-        .args(["0", "250"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut target_out = BufReader::new(target.stdout.take().unwrap());
-    let mut ready = String::new();
-    target_out.read_line(&mut ready).unwrap();
-    let (pid, mutex): (u32, i64) = (field(&ready, "pid"), field(&ready, "mutex"));
+    let mut target = Gated::start(0, 250);
+    let (pid, mutex) = (target.pid, target.mutex);
 
     let first_dir = TempDir::new("killed");
-    let mut first = start_tracer(&first_dir, pid);
+    let (mut first, _first_stderr) = start_tracer(first_dir.path(), &[pid], &["--events", "mutex"]);
     let held = links_of(first.id());
     // The kernel names them uprobe_multi and uretprobe_multi; the exec tracepoint's is "perf".
     let uprobes = held
@@ -111,12 +83,10 @@ fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
 
     // At once, a new tracer on the same process records its calls exactly.
     let second_dir = TempDir::new("rerun");
-    let mut second = start_tracer(&second_dir, pid);
-    writeln!(target.stdin.as_mut().unwrap(), "go").unwrap();
-    let mut done = String::new();
-    target_out.read_line(&mut done).unwrap();
-    drop(target.stdin.take());
-    assert!(target.wait().unwrap().success());
+    let (mut second, _second_stderr) =
+        start_tracer(second_dir.path(), &[pid], &["--events", "mutex"]);
+    target.run_phase_two();
+    target.finish();
     assert!(
         second.wait().unwrap().success(),
         "the tracer ends with its target"

@@ -2,15 +2,19 @@
 //! started after the tracer, and never the tracer itself (issue 5).
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
-    process::{Command, Stdio},
+    collections::BTreeMap,
+    io::Read,
+    os::unix::fs::MetadataExt,
+    process::Command,
     time::{Duration, Instant},
 };
 
 use thrtrace_tests::{
-    Line, TempDir, bpf_available, field, paired_calls, read_trace, trace_file_name, tracer,
-    workload,
+    Gated, Line, TempDir, bpf_available, field, paired_calls, read_line, read_trace, start_tracer,
+    trace_file_name, workload,
 };
+
+const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
 #[test]
 fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
@@ -18,15 +22,8 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
         return;
     }
     let dir = TempDir::new("system-wide");
-    let mut traced = Command::new(tracer())
-        .args(["--events", "mutex", "--dir"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(traced.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    let (mut traced, mut stderr) = start_tracer(dir.path(), &[], &["--events", "mutex"]);
+    let line = read_line(&mut stderr);
     assert!(line.contains("tracing every process that maps"), "{line}");
 
     // One process that runs to its end, and one whose files must be completed once it exits.
@@ -35,20 +32,11 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
         .output()
         .unwrap();
     assert!(contend.status.success());
-    let contend_out = String::from_utf8_lossy(&contend.stdout).into_owned();
-    let mut gate = Command::new(workload("mutex_gate"))
-        .args(["0", "300"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut gate_out = BufReader::new(gate.stdout.take().unwrap());
-    let mut ready = String::new();
-    gate_out.read_line(&mut ready).unwrap();
-    writeln!(gate.stdin.take().unwrap(), "go").unwrap();
-    assert!(gate.wait().unwrap().success());
-    let gate_pid: u32 = field(&ready, "pid");
-    let gate_mutex: i64 = field(&ready, "mutex");
+    let contend_mutex: i64 = field(&String::from_utf8_lossy(&contend.stdout), "mutex");
+    let mut gate = Gated::start(0, 300);
+    let (gate_pid, gate_mutex) = (gate.pid, gate.mutex);
+    gate.run_phase_two();
+    gate.finish();
 
     // The gate process has exited: its file is completed while the tracer goes on.
     let file = dir.path().join(trace_file_name(gate_pid, gate_pid));
@@ -83,9 +71,8 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
         !all.iter().any(|l| l.pid == traced.id()),
         "the tracer traced itself"
     );
-    let contend_mutex: i64 = field(&contend_out, "mutex");
     // Each thread's records, whole: pairing needs every entry before its return.
-    let mut by_thread: std::collections::BTreeMap<u32, Vec<Line>> = Default::default();
+    let mut by_thread: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
     for line in &all {
         by_thread
             .entry(line.lwpid)
@@ -113,20 +100,12 @@ fn a_library_that_appears_after_start_gets_its_probes_too() {
     if !bpf_available("system_wide_new_library") {
         return;
     }
-    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
     let scratch = TempDir::new("late-libc");
     let copy = scratch.path().join("libc.so.6");
     std::fs::copy(LIBC, &copy).unwrap();
     let dir = TempDir::new("system-wide-late");
-    let mut traced = Command::new(tracer())
-        .args(["--events", "mutex", "--dir"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(traced.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    let (mut traced, mut stderr) = start_tracer(dir.path(), &[], &["--events", "mutex"]);
+    let mut line = read_line(&mut stderr);
     assert!(line.contains("tracing every process that maps"), "{line}");
 
     // A container-like process started now, with its own copy of libc at the usual path.
@@ -135,31 +114,24 @@ fn a_library_that_appears_after_start_gets_its_probes_too() {
         copy.display(),
         workload("mutex_gate").display()
     );
-    let mut gate = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut gate_out = BufReader::new(gate.stdout.take().unwrap());
-    let mut ready = String::new();
-    gate_out.read_line(&mut ready).unwrap();
-    let (pid, mutex): (u32, i64) = (field(&ready, "pid"), field(&ready, "mutex"));
-    // The tracer finds the new file (a second inode) within its once-a-second look.
-    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&copy).unwrap());
-    // (Other tests' container-like processes may bring libraries of their own meanwhile.)
+    let mut gate = Gated::spawn(Command::new("unshare").args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let (pid, mutex) = (gate.pid, gate.mutex);
+    // The tracer finds the new file (a second inode) within its once-a-second look. (Other
+    // tests' container-like processes may bring libraries of their own meanwhile.)
+    let inode = std::fs::metadata(&copy).unwrap().ino();
     while !line.contains(&format!("inode {inode})")) {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "the tracer ended without it"
-        );
+        line = read_line(&mut stderr);
+        assert!(!line.is_empty(), "the tracer ended without it");
     }
-    writeln!(gate.stdin.as_mut().unwrap(), "go").unwrap();
-    let mut done = String::new();
-    gate_out.read_line(&mut done).unwrap();
-    drop(gate.stdin.take());
-    assert!(gate.wait().unwrap().success());
+    gate.run_phase_two();
+    gate.finish();
     Command::new("kill")
         .args(["-INT", &traced.id().to_string()])
         .status()
