@@ -384,3 +384,28 @@ pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufRead
     }
     (tracer, stderr)
 }
+
+/// Where Debian's glibc is.
+pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+/// A container-like `mutex_gate` (AFTER pairs past its gate): run under `unshare --mount` with a
+/// copy of libc.so.6, made in `scratch`, bind-mounted over the usual path. Returns it and the
+/// copy, whose inode is the one it maps.
+pub fn start_contained_gate(scratch: &TempDir, after: u32) -> (Gated, PathBuf) {
+    let copy = scratch.path().join("libc.so.6");
+    fs::copy(LIBC, &copy).expect("copy libc.so.6");
+    let script = format!(
+        "mount --bind {} {LIBC} && exec {} 0 {after}",
+        copy.display(),
+        workload("mutex_gate").display()
+    );
+    let gate = Gated::spawn(Command::new("unshare").args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    (gate, copy)
+}

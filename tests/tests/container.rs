@@ -2,14 +2,12 @@
 //! the usual path), as in a container, is traced through the file it really maps; a host
 //! process making the same calls is not recorded (issue 5).
 
-use std::{fs, os::unix::fs::MetadataExt, process::Command};
+use std::{fs, os::unix::fs::MetadataExt};
 
 use thrtrace_tests::{
-    Gated, Line, TempDir, bpf_available, paired_calls, read_trace, start_tracer, trace_file_name,
-    workload,
+    Gated, LIBC, Line, TempDir, bpf_available, paired_calls, read_trace, start_contained_gate,
+    start_tracer, trace_file_name,
 };
-
-const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
 #[test]
 fn a_namespaced_process_with_its_own_libc_is_traced_and_the_host_is_not() {
@@ -17,21 +15,7 @@ fn a_namespaced_process_with_its_own_libc_is_traced_and_the_host_is_not() {
         return;
     }
     let scratch = TempDir::new("container");
-    let copy = scratch.path().join("libc.so.6");
-    fs::copy(LIBC, &copy).unwrap();
-    let script = format!(
-        "mount --bind {} {LIBC} && exec {} 0 300",
-        copy.display(),
-        workload("mutex_gate").display()
-    );
-    let mut contained = Gated::spawn(Command::new("unshare").args([
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        &script,
-    ]));
+    let (mut contained, copy) = start_contained_gate(&scratch, 300);
     let (pid, mutex) = (contained.pid, contained.mutex);
     // It really maps a different file at the same path.
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();

@@ -10,11 +10,9 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Gated, Line, TempDir, bpf_available, field, paired_calls, read_line, read_trace, start_tracer,
-    trace_file_name, workload,
+    Gated, Line, TempDir, bpf_available, field, paired_calls, read_line, read_trace,
+    start_contained_gate, start_tracer, trace_file_name, workload,
 };
-
-const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
 #[test]
 fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
@@ -100,28 +98,14 @@ fn a_library_that_appears_after_start_gets_its_probes_too() {
     if !bpf_available("system_wide_new_library") {
         return;
     }
-    let scratch = TempDir::new("late-libc");
-    let copy = scratch.path().join("libc.so.6");
-    std::fs::copy(LIBC, &copy).unwrap();
     let dir = TempDir::new("system-wide-late");
     let (mut traced, mut stderr) = start_tracer(dir.path(), &[], &["--events", "mutex"]);
     let mut line = read_line(&mut stderr);
     assert!(line.contains("tracing every process that maps"), "{line}");
 
     // A container-like process started now, with its own copy of libc at the usual path.
-    let script = format!(
-        "mount --bind {} {LIBC} && exec {} 0 300",
-        copy.display(),
-        workload("mutex_gate").display()
-    );
-    let mut gate = Gated::spawn(Command::new("unshare").args([
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        &script,
-    ]));
+    let scratch = TempDir::new("late-libc");
+    let (mut gate, copy) = start_contained_gate(&scratch, 300);
     let (pid, mutex) = (gate.pid, gate.mutex);
     // The tracer finds the new file (a second inode) within its once-a-second look. (Other
     // tests' container-like processes may bring libraries of their own meanwhile.)
