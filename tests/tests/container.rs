@@ -1,12 +1,13 @@
 //! A process in its own mount namespace with its own copy of libc.so.6 (a different inode at
 //! the usual path), as in a container, is traced through the file it really maps; a host
-//! process making the same calls is not recorded (issue 5).
+//! process making the same calls is not recorded; a library deleted since it was mapped is
+//! traced too (issue 5).
 
-use std::{fs, os::unix::fs::MetadataExt};
+use std::{fs, os::unix::fs::MetadataExt, process::Command};
 
 use thrtrace_tests::{
     Gated, LIBC, Line, TempDir, bpf_available, paired_calls, read_trace, start_contained_gate,
-    start_tracer, trace_file_name,
+    start_tracer, trace_file_name, workload,
 };
 
 #[test]
@@ -53,5 +54,34 @@ fn a_namespaced_process_with_its_own_libc_is_traced_and_the_host_is_not() {
         lines.iter().all(|l| l.pid == pid && l.pid != host_pid),
         "host pids, not namespace pids"
     );
+    assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 300);
+}
+
+#[test]
+fn a_library_deleted_after_it_was_mapped_is_traced_through_the_mapping() {
+    if !bpf_available("deleted_library") {
+        return;
+    }
+    // The loader takes libc.so.6 from LD_LIBRARY_PATH: a copy, removed once the process runs.
+    let scratch = TempDir::new("deleted-libc");
+    let copy = scratch.path().join("libc.so.6");
+    fs::copy(LIBC, &copy).unwrap();
+    let mut gate = Gated::spawn(
+        Command::new(workload("mutex_gate"))
+            .args(["0", "300"])
+            .env("LD_LIBRARY_PATH", scratch.path()),
+    );
+    fs::remove_file(&copy).unwrap();
+    let (pid, mutex) = (gate.pid, gate.mutex);
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains("libc.so.6 (deleted)"), "{maps}");
+
+    let dir = TempDir::new("deleted-trace");
+    let (mut traced, _stderr) = start_tracer(dir.path(), &[pid], &["--events", "mutex"]);
+    gate.run_phase_two();
+    gate.finish();
+    assert!(traced.wait().unwrap().success());
+    let files = read_trace(dir.path());
+    let lines: &Vec<Line> = &files[&trace_file_name(pid, pid)];
     assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 300);
 }
