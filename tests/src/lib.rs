@@ -47,34 +47,48 @@ pub fn tracer() -> PathBuf {
 /// message; in CI (`CI=true`) a missing capability fails the test.
 pub fn bpf_available(test: &str) -> bool {
     let missing = if effective_uid() != Some(0) {
-        Some("not running as root")
+        Some("not running as root (BPF tracing needs root)")
     } else if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         Some("the kernel has no BTF at /sys/kernel/btf/vmlinux")
     } else {
         None
     };
-    match missing {
-        None => true,
-        Some(why) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{test} needs BPF, and in CI a missing capability is a failure: {why}")
-        }
-        Some(why) => {
-            eprintln!("skipping {test}: {why} (BPF tracing needs root)");
-            // `cargo xtask test` counts skips from this log for its closing line.
-            if let Some(log) = std::env::var_os("THRTRACE_SKIP_LOG") {
-                use std::io::Write;
-                let mut file = fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .expect("skip log");
-                // One write of an O_APPEND file: concurrent tests cannot interleave.
-                file.write_all(format!("{test}: {why}\n").as_bytes())
-                    .expect("write skip log");
-            }
-            false
-        }
+    prerequisite(test, missing)
+}
+
+/// Whether `workload`, one built against glibc 2.31 (`NAME_glibc231`, see build.rs), is there
+/// and BPF is available; if not, skips the test, or fails it in CI, as [`bpf_available`] does.
+pub fn old_glibc_available(test: &str, workload: &str) -> bool {
+    let built = Path::new(env!("OUT_DIR"))
+        .join("workloads")
+        .join(workload)
+        .exists();
+    let missing =
+        (!built).then_some("no glibc 2.31 sysroot in target/ (`cargo xtask test` fetches it)");
+    bpf_available(test) && prerequisite(test, missing)
+}
+
+/// True when nothing is `missing`; else skips `test` with a message, or fails it in CI.
+fn prerequisite(test: &str, missing: Option<&str>) -> bool {
+    let Some(why) = missing else {
+        return true;
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} cannot run, and in CI a missing prerequisite is a failure: {why}");
     }
+    eprintln!("skipping {test}: {why}");
+    // `cargo xtask test` counts skips from this log for its closing line.
+    if let Some(log) = std::env::var_os("THRTRACE_SKIP_LOG") {
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("skip log");
+        // One write of an O_APPEND file: concurrent tests cannot interleave.
+        file.write_all(format!("{test}: {why}\n").as_bytes())
+            .expect("write skip log");
+    }
+    false
 }
 
 fn effective_uid() -> Option<u32> {

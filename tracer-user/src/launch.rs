@@ -1,8 +1,8 @@
 //! Starting `-- COMMAND ARGS` so that it is traced from before its `main` runs.
 //!
 //! The child stops at exec under ptrace; the tracer steps it from syscall to syscall while the
-//! dynamic loader maps its libraries, and as soon as the file with the pthread functions is
-//! mapped (the executable itself, for a static binary) the probes are attached and the child is
+//! dynamic loader maps its libraries. Once it has mapped them all (at once for a static
+//! binary) the probes are attached to the files with the pthread functions and the child is
 //! released. No code of the C library has run by then. With sudo, the command runs as the
 //! invoking user (SUDO_UID/SUDO_GID).
 
@@ -22,8 +22,11 @@ use anyhow::{Context, Result, bail};
 
 use crate::targets::{self, PthreadLibrary};
 
-/// How many syscall stops the loader may take before we conclude no pthread library is coming.
+/// How many syscall stops the loader may take before we stop waiting for it.
 const MAX_SYSCALL_STOPS: u32 = 20_000;
+
+/// arch_prctl's request that sets the FS base, the thread pointer (asm/prctl.h).
+const ARCH_SET_FS: u64 = 0x1002;
 
 /// The command could not be started: exit status 127 (not found) or 126 (not executable),
 /// as shells and `env` use.
@@ -80,17 +83,17 @@ pub struct Launched {
 
 /// How stepping a new command through its loader ended.
 enum Stepped {
-    Library(PthreadLibrary),
+    Library(Vec<PthreadLibrary>),
     Exited(ExitStatus),
     NoLibrary,
 }
 
-/// Starts `argv`, calls `attach` with its pthread library once that is mapped (not at all if
-/// it never is), then lets it run.
+/// Starts `argv`, calls `attach` with each of its pthread libraries once they are mapped (not
+/// at all if none is), then lets it run.
 pub fn launch(
     argv: &[OsString],
     functions: &[&str],
-    attach: impl FnOnce(u32, &PthreadLibrary) -> Result<()>,
+    mut attach: impl FnMut(u32, &PthreadLibrary) -> Result<()>,
 ) -> Result<Launched> {
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
@@ -112,7 +115,10 @@ pub fn launch(
     })?;
     let pid = child.id();
     let result = step_until_pthread_library(pid, functions).and_then(|stepped| match stepped {
-        Stepped::Library(library) => attach(pid, &library).map(|()| None),
+        Stepped::Library(libraries) => libraries
+            .iter()
+            .try_for_each(|library| attach(pid, library))
+            .map(|()| None),
         Stepped::NoLibrary => {
             eprintln!("thrtrace-bpf: pid {pid} maps no pthread library; not traced");
             Ok(None)
@@ -153,11 +159,11 @@ fn sudo_id(variable: &str) -> Option<u32> {
         .flatten()
 }
 
-/// Steps the stopped tracee through its syscalls until a mapped file defines the pthread
-/// functions, the process exits (reaped here), or the loader is long done.
+/// Steps the stopped tracee through its loader: from exec until the loader has mapped every
+/// library the program needs at start-up, or the process exits (reaped here); then finds
+/// its pthread libraries.
 fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
-    let pid = pid as libc::pid_t;
-    let mut status = wait_for(pid)?;
+    let status = wait_for(pid as libc::pid_t)?;
     if !libc::WIFSTOPPED(status) {
         bail!("the command exited before it could be traced");
     }
@@ -170,17 +176,32 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
             libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_EXITKILL,
         )
     };
-    let mut checked: Vec<String> = Vec::new();
+    if let Some(status) = step_through_loader(pid, status)? {
+        return Ok(Stepped::Exited(status));
+    }
+    let libraries = targets::find_pthread_libraries(pid, functions)?;
+    Ok(if libraries.is_empty() {
+        Stepped::NoLibrary
+    } else {
+        Stepped::Library(libraries)
+    })
+}
+
+/// Steps a tracee stopped at exec (`status`, with PTRACE_O_TRACESYSGOOD set) from syscall to
+/// syscall until its start-up libraries are all mapped: at once for a static executable, else
+/// until the loader sets the thread pointer (`arch_prctl(ARCH_SET_FS)`), which it does after
+/// mapping them. Returns the exit status if the process exits (reaped) first.
+pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Option<ExitStatus>> {
+    // Only the executable is mapped when there is no loader to map more.
+    if targets::executable_mappings(pid)?.len() <= 1 {
+        return Ok(None);
+    }
     for _ in 0..MAX_SYSCALL_STOPS {
-        let mappings = targets::executable_mappings(pid as u32)?;
-        if mappings.iter().any(|m| !checked.contains(&m.path)) {
-            if let Some(library) = targets::find_pthread_library(pid as u32, functions)? {
-                return Ok(Stepped::Library(library));
-            }
-            checked = mappings.into_iter().map(|m| m.path).collect();
+        let stop_signal = libc::WSTOPSIG(status);
+        if stop_signal == libc::SIGTRAP | 0x80 && sets_thread_pointer(pid)? {
+            return Ok(None);
         }
         // Forward any signal other than our own syscall and exec traps.
-        let stop_signal = libc::WSTOPSIG(status);
         let forward = if stop_signal == libc::SIGTRAP || stop_signal == libc::SIGTRAP | 0x80 {
             0
         } else {
@@ -190,12 +211,23 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
         if unsafe { libc::ptrace(libc::PTRACE_SYSCALL, pid, 0, forward) } == -1 {
             return Err(io::Error::last_os_error()).context("cannot step the command");
         }
-        status = wait_for(pid)?;
+        status = wait_for(pid as libc::pid_t)?;
         if !libc::WIFSTOPPED(status) {
-            return Ok(Stepped::Exited(ExitStatus::from_raw(status)));
+            return Ok(Some(ExitStatus::from_raw(status)));
         }
     }
-    Ok(Stepped::NoLibrary)
+    Ok(None)
+}
+
+/// Whether the tracee, at a syscall stop, is in `arch_prctl(ARCH_SET_FS, ...)`.
+fn sets_thread_pointer(pid: u32) -> Result<bool> {
+    // SAFETY: user_regs_struct is plain data; PTRACE_GETREGS fills it for a stopped tracee.
+    let mut registers: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the pointer is to a live, writable struct.
+    if unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut registers) } == -1 {
+        return Err(io::Error::last_os_error()).context("cannot read the command's registers");
+    }
+    Ok(registers.orig_rax == libc::SYS_arch_prctl as u64 && registers.rdi == ARCH_SET_FS)
 }
 
 fn wait_for(pid: libc::pid_t) -> Result<libc::c_int> {

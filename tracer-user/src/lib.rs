@@ -70,15 +70,15 @@ pub fn run(config: Config) -> Result<i32> {
         Target::Pids(pids) => {
             let mut traced = Vec::new();
             for &pid in pids {
-                match targets::find_pthread_library(pid, &symbols)? {
-                    Some(library) => {
-                        attach(pid, &library)?;
-                        traced.push(pid);
-                    }
-                    None => {
-                        eprintln!("thrtrace-bpf: pid {pid} maps no pthread library; not traced")
-                    }
+                let libraries = targets::find_pthread_libraries(pid, &symbols)?;
+                if libraries.is_empty() {
+                    eprintln!("thrtrace-bpf: pid {pid} maps no pthread library; not traced");
+                    continue;
                 }
+                for library in &libraries {
+                    attach(pid, library)?;
+                }
+                traced.push(pid);
             }
             (traced, None)
         }
@@ -122,15 +122,17 @@ fn list_probes(config: &Config, events: &[&'static EventDef], symbols: &[&str]) 
         usage_bail!("--list-probes takes -p PID");
     };
     for &pid in pids {
-        let Some(library) = targets::find_pthread_library(pid, symbols)? else {
+        let libraries = targets::find_pthread_libraries(pid, symbols)?;
+        if libraries.is_empty() {
             println!("pid {pid} maps no pthread library");
-            continue;
-        };
-        println!("{} (pid {pid})", library.file.path);
-        print!(
-            "{}",
-            probes::describe(&probes::plan(&library, events, config.probe_at_entry))
-        );
+        }
+        for library in &libraries {
+            println!("{} (pid {pid})", library.file.path);
+            print!(
+                "{}",
+                probes::describe(&probes::plan(library, events, config.probe_at_entry))
+            );
+        }
     }
     Ok(0)
 }

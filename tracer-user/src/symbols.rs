@@ -81,6 +81,11 @@ impl FunctionOffsets {
     pub fn defines(&self, name: &str) -> bool {
         self.by_name.contains_key(name)
     }
+
+    /// Keeps only the functions whose names `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.by_name.retain(|name, _| keep(name));
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! Which file holds a process's pthread functions, found through `/proc/PID/maps`.
 //!
-//! glibc >= 2.34 has them in `libc.so.6`, older glibc in `libpthread.so.0`, a static binary in
-//! the executable: whichever mapped file defines them is the one probed. The file is opened
-//! through `/proc/PID/map_files/`, so a library in another mount namespace or one that has been
-//! deleted since is still the one the process really runs.
+//! glibc >= 2.34 has them in `libc.so.6`, a static binary in the executable: whichever mapped
+//! file defines them is the one probed. Older glibc splits them: `libpthread.so.0` has most,
+//! and `libc.so.6` both forwarders to those (never called by programs, which bind to
+//! libpthread's) and a few of its own (`pthread_self`), which are probed there. Files are
+//! opened through `/proc/PID/map_files/`, so a library in another mount namespace or one that
+//! has been deleted since is still the one the process really runs.
 
 use std::{fs, path::PathBuf};
 
@@ -14,6 +16,9 @@ use crate::symbols::FunctionOffsets;
 
 /// The symbol whose definition marks the pthread implementation.
 const MARKER: &str = "pthread_mutex_lock";
+/// The symbol whose definition marks the C library proper: a file with [`MARKER`] but without
+/// it is a separate libpthread (glibc < 2.34).
+const LIBC_MARKER: &str = "__libc_start_main";
 /// glibc's function that returns the calling thread's errno address.
 const ERRNO_LOCATION: &str = "__errno_location";
 
@@ -72,33 +77,58 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
     Ok(files)
 }
 
-/// The mapped file that defines the pthread functions, with the offsets of `functions`.
-/// `None` if the process maps no such file (yet).
-pub fn find_pthread_library(pid: u32, functions: &[&str]) -> Result<Option<PthreadLibrary>> {
-    for file in executable_mappings(pid)? {
-        // map_files needs CAP_SYS_ADMIN; without it (--list-probes as a user) go by the path.
-        let data = fs::read(&file.open_path)
-            .or_else(|_| fs::read(format!("/proc/{pid}/root{}", file.path)));
-        let Ok(data) = data else {
-            continue;
-        };
-        let names: Vec<&str> = functions
-            .iter()
-            .copied()
-            .chain([MARKER, ERRNO_LOCATION])
-            .collect();
-        let Ok(offsets) = FunctionOffsets::parse(&data, &names) else {
-            continue;
-        };
-        if offsets.defines(MARKER) {
-            return Ok(Some(PthreadLibrary {
+/// The mapped files that define the pthread functions, each with the offsets of the
+/// `functions` it is the one to probe for: one file, or libpthread and then libc for glibc <
+/// 2.34. Empty if the process maps no such file (yet).
+pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<PthreadLibrary>> {
+    let names: Vec<&str> = functions
+        .iter()
+        .copied()
+        .chain([MARKER, LIBC_MARKER, ERRNO_LOCATION])
+        .collect();
+    let mut defining: Vec<PthreadLibrary> = executable_mappings(pid)?
+        .into_iter()
+        .filter_map(|file| {
+            let image = read_mapped(pid, &file)?;
+            let functions = FunctionOffsets::parse(&image, &names).ok()?;
+            Some(PthreadLibrary {
                 file,
-                image: data,
-                functions: offsets,
-            }));
+                image,
+                functions,
+            })
+        })
+        .filter(|library| library.functions.defines(MARKER))
+        .collect();
+    let Some(split) = defining
+        .iter()
+        .position(|library| !library.functions.defines(LIBC_MARKER))
+    else {
+        defining.truncate(1);
+        return Ok(defining);
+    };
+    let libpthread = defining.remove(split);
+    let libc = defining
+        .into_iter()
+        .find(|library| library.functions.defines(LIBC_MARKER));
+    let mut found = Vec::new();
+    // Of libc, only the functions libpthread does not have.
+    if let Some(mut libc) = libc {
+        libc.functions
+            .retain(|name| !libpthread.functions.defines(name));
+        if functions.iter().any(|name| libc.functions.defines(name)) {
+            found.push(libc);
         }
     }
-    Ok(None)
+    found.insert(0, libpthread);
+    Ok(found)
+}
+
+/// The contents of a file that `pid` maps. map_files needs CAP_SYS_ADMIN; without it
+/// (--list-probes as a user) the file is read by its path in the process's root.
+fn read_mapped(pid: u32, file: &MappedFile) -> Option<Vec<u8>> {
+    fs::read(&file.open_path)
+        .or_else(|_| fs::read(format!("/proc/{pid}/root{}", file.path)))
+        .ok()
 }
 
 /// Where, in process `pid`, the GOT slot is from which `library`'s `__errno_location` loads
@@ -158,13 +188,14 @@ pub fn all_pthread_libraries(
         checked.extend(mappings.into_iter().map(|m| m.identity));
         // A process that maps something new may still have its pthread functions in a known
         // file: only new files are returned.
-        if let Ok(Some(library)) = find_pthread_library(pid, functions)
-            && !known.contains(&library.file.identity)
-            && !libraries
-                .iter()
-                .any(|(_, l)| l.file.identity == library.file.identity)
-        {
-            libraries.push((pid, library));
+        for library in find_pthread_libraries(pid, functions).unwrap_or_default() {
+            if !known.contains(&library.file.identity)
+                && !libraries
+                    .iter()
+                    .any(|(_, l)| l.file.identity == library.file.identity)
+            {
+                libraries.push((pid, library));
+            }
         }
     }
     libraries

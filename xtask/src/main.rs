@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod old_glibc;
 mod setup;
 mod shell;
 mod test;

@@ -11,12 +11,13 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    setup,
+    old_glibc, setup,
     shell::{build_tracer, command, run, workspace_root},
 };
 
 pub fn run_all() -> Result<()> {
     setup::ensure_prerequisites()?;
+    old_glibc::ensure_sysroot()?;
     run(command("cargo").args(["fmt", "--all", "--check"]))?;
     run(command("cargo").args([
         "clippy",
