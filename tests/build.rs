@@ -6,6 +6,8 @@ use std::{env, fs, path::PathBuf, process::Command};
 
 /// Workloads also built with `-static`: glibc inside the executable itself.
 const STATIC: [&str; 1] = ["mutex_contend"];
+/// Workloads with no C library at all, built only with `-nostdlib -static`.
+const FREESTANDING: [&str; 1] = ["no_pthread"];
 /// Workloads also built for glibc 2.31, whose pthread functions are in libpthread.so.0.
 const OLD_GLIBC: [&str; 3] = ["mutex_contend", "mutex_gate", "thread_story"];
 
@@ -54,6 +56,10 @@ fn main() {
             .expect("file stem")
             .to_string_lossy()
             .into_owned();
+        if FREESTANDING.contains(&stem.as_str()) {
+            compile(&source, &out.join(&stem), &["-nostdlib", "-static"]);
+            continue;
+        }
         compile(&source, &out.join(&stem), &[]);
         if STATIC.contains(&stem.as_str()) {
             compile(&source, &out.join(format!("{stem}_static")), &["-static"]);

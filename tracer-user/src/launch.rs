@@ -120,7 +120,7 @@ pub fn launch(
             .try_for_each(|library| attach(pid, library))
             .map(|()| None),
         Stepped::NoLibrary => {
-            eprintln!("thrtrace-bpf: pid {pid} maps no pthread library; not traced");
+            eprintln!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
             Ok(None)
         }
         Stepped::Exited(status) => {

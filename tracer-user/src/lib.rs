@@ -72,7 +72,7 @@ pub fn run(config: Config) -> Result<i32> {
             for &pid in pids {
                 let libraries = targets::find_pthread_libraries(pid, &symbols)?;
                 if libraries.is_empty() {
-                    eprintln!("thrtrace-bpf: pid {pid} maps no pthread library; not traced");
+                    eprintln!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
                     continue;
                 }
                 for library in &libraries {
@@ -124,7 +124,7 @@ fn list_probes(config: &Config, events: &[&'static EventDef], symbols: &[&str]) 
     for &pid in pids {
         let libraries = targets::find_pthread_libraries(pid, symbols)?;
         if libraries.is_empty() {
-            println!("pid {pid} maps no pthread library");
+            println!("{}", targets::no_pthread_functions(pid));
         }
         for library in &libraries {
             println!("{} (pid {pid})", library.file.path);

@@ -201,6 +201,15 @@ pub fn all_pthread_libraries(
     libraries
 }
 
+/// What the tracer says of a process none of whose files has pthread functions.
+pub fn no_pthread_functions(pid: u32) -> String {
+    let name = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    format!(
+        "pid {pid} ({}) has no pthread functions in any file it maps: nothing to trace",
+        name.trim()
+    )
+}
+
 /// Whether a process with this pid exists now.
 pub fn process_exists(pid: u32) -> bool {
     fs::metadata(format!("/proc/{pid}")).is_ok()
