@@ -1,9 +1,17 @@
 //! `--follow`: the children a target forks, and what they exec, are traced from their first
-//! call, with their own pids; nothing else is (issue 5).
+//! call, with their own pids, whatever pthread library the new image has; nothing else is
+//! (issue 5).
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    io::{BufReader, Write},
+    process::{Command, Stdio},
+};
 
-use thrtrace_tests::{Line, bpf_available, field, paired_calls, trace_workload, workload_arg};
+use thrtrace_tests::{
+    Line, TempDir, bpf_available, field, old_glibc_available, paired_calls, read_line, read_trace,
+    run_tracer, start_tracer, trace_workload, workload_arg,
+};
 
 #[test]
 fn forked_and_execed_children_are_traced_with_their_own_pids() {
@@ -71,5 +79,114 @@ fn follow_needs_a_target() {
         run.stderr.contains("--follow needs -p PID or -- COMMAND"),
         "{}",
         run.stderr
+    );
+}
+
+/// Runs fork_exec on `program` (a build of mutex_contend) under --follow; returns the lock
+/// calls of the exec'd child on its mutex, and the tracer's stderr.
+fn exec_into(program: &str) -> (usize, String) {
+    let (run, lines) = trace_workload(
+        &["--follow", "--events", "mutex"],
+        "fork_exec",
+        &[&workload_arg(program)],
+    );
+    let execer: u32 = field(run.stdout.lines().last().unwrap(), "execer");
+    let mutex: i64 = field(run.stdout.lines().next().unwrap(), "mutex");
+    let mut by_thread: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
+    for line in lines.into_iter().filter(|l| l.pid == execer) {
+        by_thread.entry(line.lwpid).or_default().push(line);
+    }
+    let calls = by_thread
+        .values()
+        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
+        .sum();
+    (calls, run.stderr)
+}
+
+#[test]
+fn an_exec_into_a_static_binary_is_traced_in_its_executable() {
+    if !bpf_available("follow_exec_static") {
+        return;
+    }
+    let (calls, stderr) = exec_into("mutex_contend_static");
+    assert_eq!(calls, 250, "{stderr}");
+    assert!(
+        stderr.contains("exec'd: ")
+            && stderr.contains("probes in /")
+            && stderr.contains("mutex_contend_static"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_exec_into_another_glibc_is_traced_in_its_libpthread() {
+    if !old_glibc_available("follow_exec_old_glibc", "mutex_contend_glibc231") {
+        return;
+    }
+    let (calls, stderr) = exec_into("mutex_contend_glibc231");
+    assert_eq!(calls, 250, "{stderr}");
+    assert!(stderr.contains("libpthread-2.31.so"), "{stderr}");
+}
+
+#[test]
+fn a_running_target_that_execs_is_traced_in_its_new_image() {
+    if !bpf_available("follow_pid_exec") {
+        return;
+    }
+    let dir = TempDir::new("follow-pid-exec");
+    let script = format!(
+        "echo ready; read line; exec {} 2 300",
+        workload_arg("mutex_contend_static")
+    );
+    let mut shell = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(shell.stdout.take().unwrap());
+    assert_eq!(read_line(&mut stdout), "ready\n");
+    let pid = shell.id();
+    let (mut tracer, mut stderr) =
+        start_tracer(dir.path(), &[pid], &["--follow", "--events", "mutex"]);
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
+    let mutex: i64 = field(&read_line(&mut stdout), "mutex");
+    assert!(shell.wait().unwrap().success());
+    assert!(tracer.wait().unwrap().success(), "ends with its target");
+    let rest = std::io::read_to_string(&mut stderr).unwrap();
+    assert!(rest.contains(&format!("pid {pid} exec'd: ")), "{rest}");
+
+    let files = read_trace(dir.path());
+    let calls: Vec<usize> = files
+        .values()
+        .map(|lines| {
+            assert!(
+                lines.iter().all(|l| l.pid == pid),
+                "the same pid after exec"
+            );
+            paired_calls(lines, "mutex_lock", mutex).len()
+        })
+        .filter(|&calls| calls > 0)
+        .collect();
+    assert_eq!(calls, [300, 300], "both threads of the new image");
+}
+
+#[test]
+fn a_followed_command_still_gives_its_exit_status_and_stops_and_continues() {
+    if !bpf_available("follow_status") {
+        return;
+    }
+    let cwd = TempDir::new("follow-status");
+    let status = |script: &str| {
+        run_tracer(cwd.path(), &["--follow", "--", "sh", "-c", script])
+            .status
+            .code()
+    };
+    assert_eq!(status("exit 3"), Some(3));
+    assert_eq!(status("kill -TERM $$"), Some(128 + 15));
+    // Job control still works on a traced process: stopped, then continued by another process.
+    assert_eq!(
+        status("(sleep 0.2; kill -CONT $$) & kill -STOP $$; wait; exit 5"),
+        Some(5)
     );
 }

@@ -89,11 +89,13 @@ enum Stepped {
 }
 
 /// Starts `argv`, calls `attach` with each of its pthread libraries once they are mapped (not
-/// at all if none is), then lets it run.
+/// at all if none is), then lets it run; or, with `hand_over`, leaves it stopped by SIGSTOP
+/// and out of ptrace, for another thread to trace (see `exec_follow`).
 pub fn launch(
     argv: &[OsString],
     functions: &[&str],
     mut attach: impl FnMut(u32, &PthreadLibrary) -> Result<()>,
+    hand_over: bool,
 ) -> Result<Launched> {
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
@@ -134,10 +136,16 @@ pub fn launch(
             exited: Some(status),
         }),
         Ok(None) => {
+            let stop = if hand_over { libc::SIGSTOP } else { 0 };
             // SAFETY: plain ptrace request on our stopped tracee.
-            if unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) } == -1 {
+            if unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, stop) } == -1 {
                 return Err(io::Error::last_os_error())
                     .context("cannot release the command from ptrace");
+            }
+            // Handed over only once stopped: a SIGCONT sent before the SIGSTOP is acted on
+            // would leave the command stopped for good.
+            if hand_over {
+                wait_until_stopped(pid as libc::pid_t)?;
             }
             Ok(Launched {
                 child,
@@ -176,8 +184,10 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
             libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_EXITKILL,
         )
     };
-    if let Some(status) = step_through_loader(pid, status)? {
-        return Ok(Stepped::Exited(status));
+    match step_through_loader(pid, status)? {
+        Loader::Done => {}
+        Loader::Exited(status) => return Ok(Stepped::Exited(status)),
+        Loader::ExitStop(_) => bail!("the command stopped at its exit under ptrace"),
     }
     let libraries = targets::find_pthread_libraries(pid, functions)?;
     Ok(if libraries.is_empty() {
@@ -187,19 +197,32 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
     })
 }
 
+/// How stepping through the loader ended.
+pub enum Loader {
+    /// The start-up libraries are mapped; the tracee is stopped.
+    Done,
+    /// The process exited (and was reaped).
+    Exited(ExitStatus),
+    /// The tracee is stopped at its exit (PTRACE_O_TRACEEXIT), with this status.
+    ExitStop(libc::c_int),
+}
+
 /// Steps a tracee stopped at exec (`status`, with PTRACE_O_TRACESYSGOOD set) from syscall to
 /// syscall until its start-up libraries are all mapped: at once for a static executable, else
 /// until the loader sets the thread pointer (`arch_prctl(ARCH_SET_FS)`), which it does after
-/// mapping them. Returns the exit status if the process exits (reaped) first.
-pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Option<ExitStatus>> {
+/// mapping them.
+pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader> {
     // Only the executable is mapped when there is no loader to map more.
     if targets::executable_mappings(pid)?.len() <= 1 {
-        return Ok(None);
+        return Ok(Loader::Done);
     }
     for _ in 0..MAX_SYSCALL_STOPS {
         let stop_signal = libc::WSTOPSIG(status);
         if stop_signal == libc::SIGTRAP | 0x80 && sets_thread_pointer(pid)? {
-            return Ok(None);
+            return Ok(Loader::Done);
+        }
+        if status >> 16 == libc::PTRACE_EVENT_EXIT {
+            return Ok(Loader::ExitStop(status));
         }
         // Forward any signal other than our own syscall and exec traps.
         let forward = if stop_signal == libc::SIGTRAP || stop_signal == libc::SIGTRAP | 0x80 {
@@ -213,10 +236,10 @@ pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Option<E
         }
         status = wait_for(pid as libc::pid_t)?;
         if !libc::WIFSTOPPED(status) {
-            return Ok(Some(ExitStatus::from_raw(status)));
+            return Ok(Loader::Exited(ExitStatus::from_raw(status)));
         }
     }
-    Ok(None)
+    Ok(Loader::Done)
 }
 
 /// Whether the tracee, at a syscall stop, is in `arch_prctl(ARCH_SET_FS, ...)`.
@@ -230,11 +253,28 @@ fn sets_thread_pointer(pid: u32) -> Result<bool> {
     Ok(registers.orig_rax == libc::SYS_arch_prctl as u64 && registers.rdi == ARCH_SET_FS)
 }
 
+/// Waits until our (untraced) child `pid` is stopped.
+fn wait_until_stopped(pid: libc::pid_t) -> Result<()> {
+    loop {
+        let status = wait_with(pid, libc::WUNTRACED)?;
+        if libc::WIFSTOPPED(status) {
+            return Ok(());
+        }
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            bail!("the command ended as it was handed over");
+        }
+    }
+}
+
 fn wait_for(pid: libc::pid_t) -> Result<libc::c_int> {
+    wait_with(pid, libc::__WALL)
+}
+
+fn wait_with(pid: libc::pid_t, options: libc::c_int) -> Result<libc::c_int> {
     let mut status = 0;
     loop {
-        // SAFETY: waitpid writes the status we pass. __WALL: the tracee is our child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+        // SAFETY: waitpid writes the status we pass.
+        let r = unsafe { libc::waitpid(pid, &mut status, options) };
         if r == pid {
             return Ok(status);
         }

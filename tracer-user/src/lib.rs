@@ -10,6 +10,7 @@ pub mod cli;
 pub mod datapath;
 pub mod decode;
 pub mod error;
+pub mod exec_follow;
 pub mod kernel;
 pub mod launch;
 pub mod multi_link;
@@ -60,7 +61,12 @@ pub fn run(config: Config) -> Result<i32> {
     let follow = config.follow;
     let mut attach = |pid: u32, library: &PthreadLibrary| {
         if follow {
-            probes.attach_followed(&mut datapath, pid, library)
+            probes.attach_followed(&mut datapath, pid, library)?;
+            eprintln!(
+                "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
+                library.file.path
+            );
+            Ok(())
         } else {
             probes.attach_library(&mut datapath, pid, library)
         }
@@ -82,7 +88,10 @@ pub fn run(config: Config) -> Result<i32> {
             }
             (traced, None)
         }
-        Target::Command(argv) => (Vec::new(), Some(launch::launch(argv, &symbols, attach)?)),
+        Target::Command(argv) => (
+            Vec::new(),
+            Some(launch::launch(argv, &symbols, attach, follow)?),
+        ),
         // Each distinct library file once; the tracer's own calls are skipped in BPF.
         Target::SystemWide => {
             probes.attach_new_libraries(&mut datapath)?;
@@ -90,6 +99,16 @@ pub fn run(config: Config) -> Result<i32> {
         }
     };
 
+    // Under --follow, the targets are also traced through exec into other libraries.
+    let exec_requests = follow
+        .then(|| {
+            let launched_pid = launched
+                .as_ref()
+                .filter(|l| l.exited.is_none())
+                .map(|l| l.child.id());
+            exec_follow::start(attached_pids.clone(), launched_pid, symbols.clone())
+        })
+        .transpose()?;
     let session = Session {
         datapath,
         probes,
@@ -101,6 +120,7 @@ pub fn run(config: Config) -> Result<i32> {
         launched,
         until_stopped: matches!(config.target, Target::SystemWide),
         follow: config.follow,
+        exec_requests,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -171,27 +171,25 @@ impl Probes {
 
     /// With `--follow`: traces process `pid` and the children it forks. The library's probes
     /// have no process filter (a child is covered from its first call, before the tracer could
-    /// learn of it); the BPF side records only the followed processes.
+    /// learn of it); the BPF side records only the followed processes. Returns how many probes
+    /// were attached: none if the file already has them.
     pub fn attach_followed(
         &mut self,
         datapath: &mut DataPath,
         pid: u32,
         library: &PthreadLibrary,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         datapath.follow(pid)?;
+        let mut count = 0;
         if !self.everywhere.contains(&library.file.identity) {
             let planned = plan(library, &self.events, self.at_entry);
-            self.attach(datapath.programs(), 0, library, &planned)?;
+            count = self.attach(datapath.programs(), 0, library, &planned)?;
             self.everywhere.push(library.file.identity.clone());
         }
         if let Some(slot) = targets::errno_slot(pid, library) {
             datapath.set_errno_slot(pid, slot)?;
         }
-        eprintln!(
-            "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
-            library.file.path
-        );
-        Ok(())
+        Ok(count)
     }
 
     /// System-wide: probes every pthread library file that some process maps and that is not

@@ -25,6 +25,7 @@ use tracer_common::RawRecord;
 use crate::{
     datapath::DataPath,
     decode::Decoder,
+    exec_follow::AttachRequest,
     kernel,
     launch::Launched,
     probes::Probes,
@@ -52,6 +53,8 @@ pub struct Session {
     pub until_stopped: bool,
     /// `--follow`: processes first seen in records (children) are watched like targets.
     pub follow: bool,
+    /// `--follow`: images just exec'd by followed processes, to probe while they wait.
+    pub exec_requests: Option<mpsc::UnboundedReceiver<AttachRequest>>,
 }
 
 /// How often system-wide tracing looks for processes that have exited, to complete their files.
@@ -121,6 +124,10 @@ impl Session {
                     exited.extend(open.into_iter().filter(|&pid| !targets::process_exists(pid)));
                     self.probes.attach_new_libraries(&mut self.datapath)?;
                 }
+                Some(request) = next_request(&mut self.exec_requests) => {
+                    self.attach_after_exec(&request)?;
+                    let _ = request.done.send(());
+                }
                 Some(pid) = exits.recv() => {
                     exited.push(pid);
                     while let Ok(pid) = exits.try_recv() {
@@ -189,6 +196,23 @@ impl Session {
         })
     }
 
+    /// Probes the libraries of the image process `request.pid` has just exec'd, and says so
+    /// for the files that had no probes yet.
+    fn attach_after_exec(&mut self, request: &AttachRequest) -> Result<()> {
+        for library in &request.libraries {
+            let count = self
+                .probes
+                .attach_followed(&mut self.datapath, request.pid, library)?;
+            if count > 0 {
+                eprintln!(
+                    "thrtrace-bpf: pid {} exec'd: {count} probes in {}",
+                    request.pid, library.file.path
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the rings into `reorder` and writes what it releases; returns how many records
     /// could not be decoded (reported with the lost ones).
     fn drain(&mut self, reorder: &mut Reorder) -> Result<u64> {
@@ -215,6 +239,16 @@ impl Session {
         }
         self.writer.batch_done().context(INCOMPLETE)?;
         Ok(undecodable)
+    }
+}
+
+/// The next exec to attach to, if exec's are followed; never, if not.
+async fn next_request(
+    requests: &mut Option<mpsc::UnboundedReceiver<AttachRequest>>,
+) -> Option<AttachRequest> {
+    match requests {
+        Some(requests) => requests.recv().await,
+        None => std::future::pending().await,
     }
 }
 

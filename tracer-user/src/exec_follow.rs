@@ -1,0 +1,214 @@
+//! `--follow` across exec: a followed process that execs a new image has that image's pthread
+//! libraries probed before any of its code runs, whichever files they are (a static binary,
+//! another glibc).
+//!
+//! Forks are followed by the BPF side alone (a tracepoint adds each child to the followed set),
+//! but nothing in BPF can hold a task while userspace attaches probes to a file the task has
+//! not mapped yet. So the targets are also put under ptrace, as `strace -f` does, by one thread
+//! that owns them: children and threads are attached by the kernel as they are made
+//! (PTRACE_O_TRACEFORK/VFORK/CLONE), and at each exec stop the new image is stepped through its
+//! loader ([`launch::step_through_loader`]) and the session probes its libraries while it
+//! waits. Everything else a stop can be is passed on unchanged: signals are re-injected,
+//! group-stops are kept with PTRACE_LISTEN. The cost to the targets: a stop at each fork,
+//! clone, exec, thread exit and signal.
+//!
+//! The launched command is handed over stopped by the thread that started it, and is let go
+//! at its exit stop, so that its status still goes to the tracer's main thread.
+
+use std::{collections::HashSet, io, sync::mpsc as sync_mpsc, thread};
+
+use anyhow::{Context, Result};
+use tokio::sync::mpsc;
+
+use crate::{
+    launch::{self, Loader},
+    targets::{self, PthreadLibrary},
+};
+
+/// A request to probe, for process `pid`, the libraries of the image it has just exec'd; the
+/// process stays stopped until `done` is answered.
+pub struct AttachRequest {
+    pub pid: u32,
+    pub libraries: Vec<PthreadLibrary>,
+    pub done: sync_mpsc::SyncSender<()>,
+}
+
+/// ptrace options: report exec, follow every new task, and mark syscall stops (for stepping).
+const OPTIONS: libc::c_int = libc::PTRACE_O_TRACEEXEC
+    | libc::PTRACE_O_TRACEFORK
+    | libc::PTRACE_O_TRACEVFORK
+    | libc::PTRACE_O_TRACECLONE
+    | libc::PTRACE_O_TRACEEXIT
+    | libc::PTRACE_O_TRACESYSGOOD;
+
+/// Starts the thread that follows the execs of `pids` and of `launched` (stopped by its
+/// launcher with SIGSTOP, resumed here), and all their descendants. Returns the requests to
+/// probe new images, which the session must answer.
+pub fn start(
+    pids: Vec<u32>,
+    launched: Option<u32>,
+    functions: Vec<&'static str>,
+) -> Result<mpsc::UnboundedReceiver<AttachRequest>> {
+    let (requests, received) = mpsc::unbounded_channel();
+    thread::Builder::new()
+        .name("exec-follow".into())
+        .spawn(move || {
+            for &pid in &pids {
+                if let Err(error) = seize_process(pid) {
+                    eprintln!(
+                        "thrtrace-bpf: cannot follow the execs of pid {pid} ({error}); is a \
+                         debugger attached? Its forks are still followed"
+                    );
+                }
+            }
+            if let Some(pid) = launched {
+                let resumed = seize(pid as libc::pid_t).and_then(|()| {
+                    // SAFETY: kill has no memory effects.
+                    check(unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) })
+                });
+                if let Err(error) = resumed {
+                    eprintln!("thrtrace-bpf: cannot follow the execs of the command: {error}");
+                }
+            }
+            Follower {
+                functions,
+                launched,
+                requests,
+            }
+            .run();
+        })
+        .context("cannot start the exec-following thread")?;
+    Ok(received)
+}
+
+/// Attaches to every thread of `pid`, again until no new thread has appeared meanwhile.
+fn seize_process(pid: u32) -> io::Result<()> {
+    let mut seized: HashSet<libc::pid_t> = HashSet::new();
+    loop {
+        let tasks: Vec<libc::pid_t> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|tid| !seized.contains(tid))
+            .collect();
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        for tid in tasks {
+            match seize(tid) {
+                Ok(()) => {}
+                // The thread exited meanwhile.
+                Err(error) if error.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(error) => return Err(error),
+            }
+            seized.insert(tid);
+        }
+    }
+}
+
+fn seize(tid: libc::pid_t) -> io::Result<()> {
+    // SAFETY: plain ptrace request; no memory is passed.
+    check(unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, OPTIONS) } as libc::c_int)
+}
+
+fn check(result: libc::c_int) -> io::Result<()> {
+    if result == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Resumes a stopped tracee, delivering `signal` (0 for none).
+fn resume(tid: libc::pid_t, request: libc::c_uint, signal: libc::c_int) {
+    // SAFETY: plain ptrace request. It fails only if the tracee is gone: nothing to do then.
+    unsafe { libc::ptrace(request, tid, 0, signal) };
+}
+
+struct Follower {
+    functions: Vec<&'static str>,
+    launched: Option<u32>,
+    requests: mpsc::UnboundedSender<AttachRequest>,
+}
+
+impl Follower {
+    /// Handles every stop of every tracee until none is left.
+    fn run(self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status we pass. __WNOTHREAD: only this thread's
+            // tracees, never the main thread's child, whose status is the tracer's to collect.
+            let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
+            if tid == -1 {
+                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return; // ECHILD: no tracee left.
+            }
+            if libc::WIFSTOPPED(status) {
+                self.stopped(tid, status);
+            }
+        }
+    }
+
+    fn stopped(&self, tid: libc::pid_t, status: libc::c_int) {
+        let signal = libc::WSTOPSIG(status);
+        match status >> 16 {
+            libc::PTRACE_EVENT_EXEC => self.exec(tid, status),
+            libc::PTRACE_EVENT_EXIT if Some(tid as u32) == self.launched => {
+                // Let the command exit untraced: its status goes to its parent, the tracer.
+                resume(tid, libc::PTRACE_DETACH, 0);
+            }
+            // A group-stop: stay stopped as without a tracer, until SIGCONT. (A new task's
+            // first stop, and a wake-up by SIGCONT, report SIGTRAP instead.)
+            libc::PTRACE_EVENT_STOP
+                if matches!(
+                    signal,
+                    libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                ) =>
+            {
+                // SAFETY: plain ptrace request; if it is refused, the tracee is resumed.
+                if unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0, 0) } == -1 {
+                    resume(tid, libc::PTRACE_CONT, 0);
+                }
+            }
+            // A signal on its way: deliver it.
+            0 if signal != libc::SIGTRAP => resume(tid, libc::PTRACE_CONT, signal),
+            // Fork, clone, exit and new-task stops.
+            _ => resume(tid, libc::PTRACE_CONT, 0),
+        }
+    }
+
+    /// `pid` has exec'd: step its loader, have its libraries probed, let it run.
+    fn exec(&self, pid: libc::pid_t, status: libc::c_int) {
+        match launch::step_through_loader(pid as u32, status) {
+            Ok(Loader::Done) => {}
+            // It exited while stepped: nothing to resume.
+            Ok(Loader::Exited(_)) => return,
+            Ok(Loader::ExitStop(status)) => return self.stopped(pid, status),
+            Err(error) => {
+                eprintln!("thrtrace-bpf: cannot follow pid {pid} through exec: {error:#}");
+                return;
+            }
+        }
+        match targets::find_pthread_libraries(pid as u32, &self.functions) {
+            Ok(libraries) if libraries.is_empty() => {
+                eprintln!(
+                    "thrtrace-bpf: {}",
+                    targets::no_pthread_functions(pid as u32)
+                )
+            }
+            Ok(libraries) => {
+                let (done, answered) = sync_mpsc::sync_channel(1);
+                let request = AttachRequest {
+                    pid: pid as u32,
+                    libraries,
+                    done,
+                };
+                // If the session has ended, the process just goes on.
+                if self.requests.send(request).is_ok() {
+                    let _ = answered.recv();
+                }
+            }
+            Err(error) => eprintln!("thrtrace-bpf: pid {pid} after exec: {error:#}"),
+        }
+        resume(pid, libc::PTRACE_CONT, 0);
+    }
+}
