@@ -250,6 +250,15 @@ pub fn field<T: std::str::FromStr>(output: &str, key: &str) -> T {
         .unwrap_or_else(|| panic!("no {key}= in {output:?}"))
 }
 
+/// Records grouped by thread (lwpid), each thread's in the order given.
+pub fn by_thread(lines: impl IntoIterator<Item = Line>) -> BTreeMap<u32, Vec<Line>> {
+    let mut threads: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
+    for line in lines {
+        threads.entry(line.lwpid).or_default().push(line);
+    }
+    threads
+}
+
 /// The two records of each call of the paired event `name` on `object`, matched per thread in
 /// file order: the which=2 record is the return of that thread's last which=1 record. Panics if
 /// a return has no entry before it.

@@ -9,8 +9,8 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Line, TempDir, bpf_available, field, old_glibc_available, paired_calls, read_line, read_trace,
-    run_tracer, start_tracer, trace_workload, workload_arg,
+    Line, TempDir, bpf_available, by_thread, field, old_glibc_available, paired_calls, read_line,
+    read_trace, run_tracer, start_tracer, trace_workload, workload_arg,
 };
 
 #[test]
@@ -92,11 +92,7 @@ fn exec_into(program: &str) -> (usize, String) {
     );
     let execer: u32 = field(run.stdout.lines().last().unwrap(), "execer");
     let mutex: i64 = field(run.stdout.lines().next().unwrap(), "mutex");
-    let mut by_thread: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
-    for line in lines.into_iter().filter(|l| l.pid == execer) {
-        by_thread.entry(line.lwpid).or_default().push(line);
-    }
-    let calls = by_thread
+    let calls = by_thread(lines.into_iter().filter(|l| l.pid == execer))
         .values()
         .map(|l| paired_calls(l, "mutex_lock", mutex).len())
         .sum();
@@ -189,4 +185,31 @@ fn a_followed_command_still_gives_its_exit_status_and_stops_and_continues() {
         status("(sleep 0.2; kill -CONT $$) & kill -STOP $$; wait; exit 5"),
         Some(5)
     );
+}
+
+#[test]
+fn errno_is_recorded_after_an_exec() {
+    if !bpf_available("follow_exec_errno") {
+        return;
+    }
+    const EAGAIN: i64 = 11;
+    const ETIMEDOUT: i64 = 110;
+    // The exec forgets the shell's errno slot; the new image's is found at the exec stop.
+    let dir = TempDir::new("follow-exec-errno");
+    let script = format!("exec {}", workload_arg("sem_sequence"));
+    let run = run_tracer(
+        dir.path(),
+        &["--follow", "--events", "sema", "--", "sh", "-c", &script],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    let sem: i64 = field(&run.stdout, "sem");
+    let trywaits: Vec<[i64; 5]> = lines
+        .iter()
+        .filter(|l| l.is("sema_trywait", 0))
+        .map(|l| l.a)
+        .collect();
+    assert_eq!(trywaits, [[sem, -1, EAGAIN, 0, 0], [sem, 0, 0, 0, 0]]);
+    let timedwait = lines.iter().find(|l| l.is("sem_timedwait", 2)).unwrap();
+    assert_eq!(timedwait.a[..2], [-1, ETIMEDOUT]);
 }

@@ -3,10 +3,10 @@
 //! Workloads are built against Debian 11's glibc 2.31 (see build.rs); thread.rs checks the
 //! thread calls, split between the two files.
 
-use std::{collections::BTreeMap, process::Command};
+use std::process::Command;
 
 use thrtrace_tests::{
-    Gated, Line, TempDir, old_glibc_available, paired_calls, read_trace, start_tracer,
+    Gated, TempDir, by_thread, old_glibc_available, paired_calls, read_trace, start_tracer,
     trace_workload,
 };
 
@@ -28,10 +28,7 @@ fn a_command_is_traced_through_libpthread_so_0() {
         run.stderr
     );
     let mutex = thrtrace_tests::field(&run.stdout, "mutex");
-    let mut by_thread: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
-    for line in lines {
-        by_thread.entry(line.lwpid).or_default().push(line);
-    }
+    let by_thread = by_thread(lines);
     assert_eq!(by_thread.len(), 3, "one file per worker thread");
     for thread in by_thread.values() {
         assert_eq!(paired_calls(thread, "mutex_lock", mutex).len(), 700);

@@ -286,10 +286,7 @@ fn a_static_binary_is_traced_through_its_own_executable() {
         run.stderr
     );
     let mutex: i64 = field(&run.stdout, "mutex");
-    let mut by_thread: std::collections::BTreeMap<u32, Vec<Line>> = Default::default();
-    for line in lines {
-        by_thread.entry(line.lwpid).or_default().push(line);
-    }
+    let by_thread = thrtrace_tests::by_thread(lines);
     let locks: usize = by_thread
         .values()
         .map(|l| paired_calls(l, "mutex_lock", mutex).len())
