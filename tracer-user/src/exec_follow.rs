@@ -169,8 +169,9 @@ impl Follower {
                     resume(tid, libc::PTRACE_CONT, 0);
                 }
             }
-            // A signal on its way: deliver it.
-            0 if signal != libc::SIGTRAP => resume(tid, libc::PTRACE_CONT, signal),
+            // A signal on its way (even SIGTRAP: exec reports an event, not a SIGTRAP,
+            // with PTRACE_O_TRACEEXEC): deliver it.
+            0 => resume(tid, libc::PTRACE_CONT, signal),
             // Fork, clone, exit and new-task stops.
             _ => resume(tid, libc::PTRACE_CONT, 0),
         }
@@ -185,7 +186,7 @@ impl Follower {
             Ok(Loader::ExitStop(status)) => return self.stopped(pid, status),
             Err(error) => {
                 eprintln!("thrtrace-bpf: cannot follow pid {pid} through exec: {error:#}");
-                return;
+                return resume(pid, libc::PTRACE_CONT, 0);
             }
         }
         match targets::find_pthread_libraries(pid as u32, &self.functions) {

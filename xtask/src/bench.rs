@@ -8,7 +8,8 @@
 //! - bpftrace (installed if missing): a uprobe and a uretprobe on each function, printing the
 //!   record fields to a file.
 //!
-//! Then how fast the tracer gets ready and how fast it exits after Ctrl-C.
+//! Then what `--follow` costs a target's thread and process creation (it holds targets under
+//! ptrace), and how fast the tracer gets ready and how fast it exits after Ctrl-C.
 
 use std::{
     fs,
@@ -70,6 +71,19 @@ const WORKLOADS: [Workload; 4] = [
     },
 ];
 
+/// Thread and process creation (tests/workloads/bench_spawn.c): a name and its arguments.
+const SPAWN_WORKLOADS: [(&str, &[&str]); 2] = [
+    ("thread create+join", &["threads", "2000"]),
+    ("fork+exec+wait", &["execs", "300"]),
+];
+
+/// Untraced, traced, traced with `--follow`: the tracer's options (None: untraced).
+const FOLLOW_MODES: [Option<&[&str]>; 3] = [
+    None,
+    Some(&["--events", "mutex"]),
+    Some(&["--events", "mutex", "--follow"]),
+];
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Untraced,
@@ -126,6 +140,8 @@ pub fn run(reps: usize) -> Result<()> {
     let dir = workspace_root().join("target/bench-trace");
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
+    let mut follow: Vec<Vec<Vec<f64>>> =
+        vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
         for (w, workload) in WORKLOADS.iter().enumerate() {
@@ -136,12 +152,49 @@ pub fn run(reps: usize) -> Result<()> {
                 samples[w][m].push(measure(&tracer, &program, workload, mode, &dir)?);
             }
         }
+        let spawn = compile_workload("bench_spawn")?;
+        for (w, args) in SPAWN_WORKLOADS.iter().enumerate() {
+            for (m, options) in FOLLOW_MODES.iter().enumerate() {
+                let _ = fs::remove_dir_all(&dir);
+                fs::create_dir_all(&dir)?;
+                let mut run = match options {
+                    None => command(&spawn),
+                    Some(options) => {
+                        let mut traced = command(&tracer);
+                        traced
+                            .args(*options)
+                            .arg("--dir")
+                            .arg(&dir)
+                            .arg("--")
+                            .arg(&spawn);
+                        traced
+                    }
+                };
+                let out = output(run.args(args.1))?;
+                follow[w][m].push(workload_value(&out.stdout, "ns_per_op")?);
+            }
+        }
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
         timings.push(latencies(&tracer, &dir)?);
     }
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
+    println!(
+        "
+what --follow costs a target, µs per operation, median of {reps} runs"
+    );
+    println!(
+        "  {:<28} {:>10} {:>10} {:>10}",
+        "", "untraced", "traced", "--follow"
+    );
+    for (w, (name, _)) in SPAWN_WORKLOADS.iter().enumerate() {
+        let us: Vec<f64> = follow[w].iter().map(|s| median(s) / 1e3).collect();
+        println!(
+            "  {name:<28} {:>10.1} {:>10.1} {:>10.1}",
+            us[0], us[1], us[2]
+        );
+    }
     let column = |i: usize| median(&timings.iter().map(|t: &[f64; 3]| t[i]).collect::<Vec<_>>());
     println!(
         "\nmedians: tracer ready (mutex and cond probes attached) {:.0} ms; --unbuffered records in \
@@ -240,15 +293,7 @@ fn measure(
                 .args(workload.traced_args),
         )?,
     };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let value = |key: &str| -> Result<f64> {
-        stdout
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-            .with_context(|| format!("the workload printed no {key}: {stdout}"))?
-            .parse()
-            .context("not a number")
-    };
+    let value = |key: &str| workload_value(&out.stdout, key);
     let ns_per_op = value("ns_per_op")?;
     let mut sample = Sample {
         ns_per_op,
@@ -270,6 +315,17 @@ fn measure(
         sample.records_per_sec = sample.written as f64 / seconds;
     }
     Ok(sample)
+}
+
+/// The number a workload printed as `key=VALUE`.
+fn workload_value(stdout: &[u8], key: &str) -> Result<f64> {
+    let stdout = String::from_utf8_lossy(stdout);
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .with_context(|| format!("the workload printed no {key}: {stdout}"))?
+        .parse()
+        .context("not a number")
 }
 
 /// A bpftrace program with a uprobe and a uretprobe on each function of `categories` in the

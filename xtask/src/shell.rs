@@ -16,12 +16,15 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// A command run from the workspace root, with cargo's bin directory on PATH (where
-/// `cargo install` puts bpf-linker).
+/// `cargo install` puts bpf-linker), and without the LD_LIBRARY_PATH that `cargo run` gives
+/// xtask: it sends every dynamic loader through the toolchain's directories first, which
+/// benchmarks would count (each start of a program under `--follow` steps through it).
 pub fn command(program: impl AsRef<OsStr>) -> Command {
     let mut command = Command::new(program);
     command
         .current_dir(workspace_root())
-        .env("PATH", path_with_cargo_bin());
+        .env("PATH", path_with_cargo_bin())
+        .env_remove("LD_LIBRARY_PATH");
     command
 }
 
