@@ -42,14 +42,16 @@ const OPTIONS: libc::c_int = libc::PTRACE_O_TRACEEXEC
     | libc::PTRACE_O_TRACESYSGOOD;
 
 /// Starts the thread that follows the execs of `pids` and of `launched` (stopped by its
-/// launcher with SIGSTOP, resumed here), and all their descendants. Returns the requests to
-/// probe new images, which the session must answer.
+/// launcher with SIGSTOP, resumed here), and all their descendants. Returns once every target
+/// is under ptrace, so that an exec made after the tracer says it is ready is seen; returns
+/// the requests to probe new images, which the session must answer.
 pub fn start(
     pids: Vec<u32>,
     launched: Option<u32>,
     functions: Vec<&'static str>,
 ) -> Result<mpsc::UnboundedReceiver<AttachRequest>> {
     let (requests, received) = mpsc::unbounded_channel();
+    let (seized, all_seized) = sync_mpsc::sync_channel(1);
     thread::Builder::new()
         .name("exec-follow".into())
         .spawn(move || {
@@ -70,6 +72,7 @@ pub fn start(
                     eprintln!("thrtrace-bpf: cannot follow the execs of the command: {error}");
                 }
             }
+            let _ = seized.send(());
             Follower {
                 functions,
                 launched,
@@ -78,6 +81,9 @@ pub fn start(
             .run();
         })
         .context("cannot start the exec-following thread")?;
+    all_seized
+        .recv()
+        .context("the exec-following thread ended before it attached to the targets")?;
     Ok(received)
 }
 

@@ -59,13 +59,15 @@ pub fn run(config: Config) -> Result<i32> {
     )?;
     let mut probes = Probes::new(events, config.probe_at_entry);
     let follow = config.follow;
+    // Said only once the targets' execs are followed too: the line tells users it is ready.
+    let mut followed = Vec::new();
     let mut attach = |pid: u32, library: &PthreadLibrary| {
         if follow {
             probes.attach_followed(&mut datapath, pid, library)?;
-            eprintln!(
+            followed.push(format!(
                 "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
                 library.file.path
-            );
+            ));
             Ok(())
         } else {
             probes.attach_library(&mut datapath, pid, library)
@@ -109,6 +111,9 @@ pub fn run(config: Config) -> Result<i32> {
             exec_follow::start(attached_pids.clone(), launched_pid, symbols.clone())
         })
         .transpose()?;
+    for line in followed {
+        eprintln!("{line}");
+    }
     let session = Session {
         datapath,
         probes,
