@@ -24,12 +24,14 @@ pub mod names {
     pub const TRACER_TGID: &str = "TRACER_TGID";
     /// Read-only global: 1 with `--follow` (trace only the processes in `FOLLOWED`).
     pub const FOLLOW: &str = "FOLLOW";
-    /// Read-only global: the offset of `child_pid` in the `sched_process_fork` record.
-    pub const FORK_CHILD_PID_OFFSET: &str = "FORK_CHILD_PID_OFFSET";
-    /// The processes traced with `--follow`, and the tracepoint program that adds children.
+    /// Read-only global: byte offset of `tgid` in `task_struct` (from kernel BTF).
+    pub const TGID_OFFSET: &str = "TGID_OFFSET";
+    /// The processes traced with `--follow`, and the raw tracepoint program (on
+    /// `sched_process_fork`) that adds children.
     pub const FOLLOWED: &str = "FOLLOWED";
     pub const FORK_PROGRAM: &str = "thr_fork";
-    /// The tracepoint program that forgets an exec'ing process's errno slot.
+    /// The raw tracepoint program (on `sched_process_exec`) that forgets an exec'ing process's
+    /// errno slot.
     pub const EXEC_PROGRAM: &str = "thr_exec";
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";

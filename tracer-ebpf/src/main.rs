@@ -16,8 +16,8 @@ use aya_ebpf::{
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_ringbuf_query,
     },
-    macros::{btf_map, tracepoint, uprobe, uretprobe},
-    programs::{ProbeContext, RetProbeContext, TracePointContext},
+    macros::{btf_map, raw_tracepoint, uprobe, uretprobe},
+    programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
     MAX_CPUS, ProbeCookie, ProbeFlags, RawRecord,
@@ -36,12 +36,12 @@ static TRACER_TGID: u32 = 0;
 /// filter then, so that a child is covered from its first instruction).
 #[unsafe(no_mangle)]
 static FOLLOW: u32 = 0;
-/// Where `child_pid` is in the `sched_process_fork` tracepoint's record (from its format file).
+/// Byte offset of `tgid` in `task_struct`, to tell a forked process from a new thread.
 #[unsafe(no_mangle)]
-static FORK_CHILD_PID_OFFSET: u64 = 0;
+static TGID_OFFSET: u64 = 0;
 
-/// The processes traced with `--follow`: the targets, and every process they fork, added by
-/// `thr_fork` in the kernel before the child runs. (A new thread's id lands here too, harmlessly.)
+/// The processes traced with `--follow`: the targets, and every process they fork (fork, vfork,
+/// clone), added by `thr_fork` in the kernel before the child runs.
 #[btf_map]
 static FOLLOWED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
 
@@ -54,17 +54,23 @@ fn followed(pid_tgid: u64) -> bool {
     follow == 0 || unsafe { FOLLOWED.get(tgid) }.is_some()
 }
 
-/// A traced process forked: its child is traced too.
-#[tracepoint]
-pub fn thr_fork(ctx: TracePointContext) -> u32 {
+/// A traced process forked: its child is traced too. Runs in the parent, on the raw
+/// `sched_process_fork(parent, child)` tracepoint, whose arguments are the two `task_struct`s.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: the map value is only tested for presence.
     if unsafe { FOLLOWED.get(parent) }.is_none() {
         return 0;
     }
-    let offset = unsafe { ptr::read_volatile(&FORK_CHILD_PID_OFFSET) } as usize;
-    // SAFETY: the offset comes from the tracepoint's own format description.
-    if let Ok(child) = unsafe { ctx.read_at::<u32>(offset) } {
+    let child_task: u64 = ctx.arg(1);
+    let tgid_offset = unsafe { ptr::read_volatile(&TGID_OFFSET) };
+    // SAFETY: a kernel read through the helper, at an offset taken from kernel BTF.
+    let child = unsafe { bpf_probe_read_kernel((child_task + tgid_offset) as *const u32) };
+    // A new thread of the parent has the parent's tgid, which is followed already.
+    if let Ok(child) = child
+        && child != parent
+    {
         let _ = FOLLOWED.insert(child, 1, 0);
         // The child is a copy of the parent's address space: the same errno slot.
         // SAFETY: the value is copied out at once.
@@ -76,8 +82,8 @@ pub fn thr_fork(ctx: TracePointContext) -> u32 {
 }
 
 /// A process replaced its image: its errno slot address means nothing in the new one.
-#[tracepoint]
-pub fn thr_exec(_ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn thr_exec(_ctx: RawTracePointContext) -> u32 {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let _ = ERRNO_SLOTS.remove(pid);
     0

@@ -8,16 +8,12 @@ use anyhow::{Context, Result, anyhow};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
-    programs::{TracePoint, trace_point::TracePointLink},
+    programs::{RawTracePoint, raw_trace_point::RawTracePointLink},
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{MAX_CPUS, RawRecord, names};
 
-use crate::{
-    kernel::{self, TaskOffsets},
-    multi_link::MultiProgram,
-    probes::Programs,
-};
+use crate::{kernel::TaskOffsets, multi_link::MultiProgram, probes::Programs};
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
@@ -35,7 +31,7 @@ pub struct Drained {
 }
 
 pub struct DataPath {
-    /// Owns the maps the programs use and the fork tracepoint's link; dropped last.
+    /// Owns the maps the programs use; dropped last.
     _ebpf: Ebpf,
     programs: Programs,
     rings: Vec<RingBuf<MapData>>,
@@ -44,7 +40,7 @@ pub struct DataPath {
     lost: PerCpuArray<MapData, u64>,
     errno_slots: HashMap<MapData, u32, u64>,
     followed: HashMap<MapData, u32, u8>,
-    tracepoint_links: Vec<TracePointLink>,
+    tracepoint_links: Vec<RawTracePointLink>,
 }
 
 impl DataPath {
@@ -57,17 +53,12 @@ impl DataPath {
         empty_programs: bool,
         follow: bool,
     ) -> Result<Self> {
-        let fork_child_pid_offset = if follow {
-            kernel::fork_child_pid_offset()?
-        } else {
-            0
-        };
         let mut ebpf = EbpfLoader::new()
             .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
             .override_global(names::TRACER_TGID, &std::process::id(), true)
             .override_global(names::FOLLOW, &u32::from(follow), true)
-            .override_global(names::FORK_CHILD_PID_OFFSET, &fork_child_pid_offset, true)
+            .override_global(names::TGID_OFFSET, &offsets.tgid, true)
             .load(BPF_OBJECT)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         // The programs are bound to the maps by descriptor, so they load before maps are taken.
@@ -84,13 +75,14 @@ impl DataPath {
         let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
         let followed = HashMap::try_from(take_map(&mut ebpf, names::FOLLOWED)?)?;
         // An exec'ing process's errno slot is forgotten; with --follow, children are followed.
+        // Raw tracepoints are attached by name, with no tracefs mounted.
         let mut tracepoints = vec![(names::EXEC_PROGRAM, "sched_process_exec")];
         if follow {
             tracepoints.push((names::FORK_PROGRAM, "sched_process_fork"));
         }
         let mut tracepoint_links = Vec::new();
         for (name, event) in tracepoints {
-            let program: &mut TracePoint = ebpf
+            let program: &mut RawTracePoint = ebpf
                 .program_mut(name)
                 .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?
                 .try_into()?;
@@ -98,8 +90,8 @@ impl DataPath {
                 .load()
                 .with_context(|| format!("the kernel rejected BPF program {name}"))?;
             let link = program
-                .attach("sched", event)
-                .with_context(|| format!("cannot attach to the sched:{event} tracepoint"))?;
+                .attach(event)
+                .with_context(|| format!("cannot attach to the {event} raw tracepoint"))?;
             tracepoint_links.push(program.take_link(link)?);
         }
         Ok(DataPath {
@@ -115,7 +107,7 @@ impl DataPath {
     }
 
     /// The tracepoint links, to detach together with the probes (each waits for a grace period).
-    pub fn take_tracepoint_links(&mut self) -> Vec<TracePointLink> {
+    pub fn take_tracepoint_links(&mut self) -> Vec<RawTracePointLink> {
         std::mem::take(&mut self.tracepoint_links)
     }
 

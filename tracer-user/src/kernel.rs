@@ -1,5 +1,6 @@
 //! Facts about the running kernel that the BPF programs need: `task_struct` offsets from BTF,
-//! and the clock offset that turns `bpf_ktime_get_ns` into realtime.
+//! and the clock offset that turns `bpf_ktime_get_ns` into realtime. Nothing here reads tracefs,
+//! which a fresh machine may not have mounted.
 
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Backend, Btf, Type};
@@ -13,6 +14,8 @@ pub struct TaskOffsets {
     pub fsbase: u64,
     /// `nvcsw`: voluntary context switches, which grow when the thread sleeps in a futex.
     pub nvcsw: u64,
+    /// `tgid`: the process a task belongs to, read from a forked child's `task_struct`.
+    pub tgid: u64,
 }
 
 impl TaskOffsets {
@@ -26,6 +29,7 @@ impl TaskOffsets {
         Ok(TaskOffsets {
             fsbase: thread + fsbase,
             nvcsw,
+            tgid: member_offset(&btf, "task_struct", "tgid")?,
         })
     }
 }
@@ -85,25 +89,4 @@ fn now(clock: libc::clockid_t) -> i128 {
     // SAFETY: clock_gettime writes the timespec we pass; both clocks always exist.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
-}
-
-/// Where `child_pid` is in the `sched_process_fork` tracepoint's record: read from its format
-/// description, as the layout has changed between kernels.
-pub fn fork_child_pid_offset() -> Result<u64> {
-    const FORMAT: &str = "/sys/kernel/tracing/events/sched/sched_process_fork/format";
-    let format =
-        std::fs::read_to_string(FORMAT).with_context(|| format!("cannot read {FORMAT}"))?;
-    format
-        .lines()
-        .find(|l| l.contains(" child_pid;"))
-        .and_then(|l| {
-            l.split("offset:")
-                .nth(1)?
-                .split(';')
-                .next()?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .ok_or_else(|| anyhow!("no child_pid offset in {FORMAT}"))
 }
