@@ -5,6 +5,7 @@
 use std::{
     collections::BTreeSet,
     fs,
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -34,6 +35,23 @@ fn links_of(pid: u32) -> BTreeSet<(u32, String)> {
     links
 }
 
+/// tracefs's list of uprobe events. It is one list for the whole kernel, so it is read through a
+/// tracefs mounted in a private mount namespace: a fresh machine has none mounted, and the
+/// host's mounts are left as they are.
+fn uprobe_events() -> String {
+    let read = Command::new("unshare")
+        .args([
+            "--mount",
+            "sh",
+            "-c",
+            "mount -t tracefs nodev /sys/kernel/tracing && cat /sys/kernel/tracing/uprobe_events",
+        ])
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "cannot read uprobe_events: {read:?}");
+    String::from_utf8(read.stdout).unwrap()
+}
+
 fn live_link_ids() -> BTreeSet<u32> {
     aya::programs::loaded_links()
         .filter_map(|l| Some(l.ok()?.id()))
@@ -45,8 +63,6 @@ fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
     if !bpf_available("sigkill") {
         return;
     }
-    let uprobe_events =
-        || fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
     let events_before = uprobe_events();
     let mut target = Gated::start(0, 250);
     let (pid, mutex) = (target.pid, target.mutex);
@@ -54,7 +70,8 @@ fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
     let first_dir = TempDir::new("killed");
     let (mut first, _first_stderr) = start_tracer(first_dir.path(), &[pid], &["--events", "mutex"]);
     let held = links_of(first.id());
-    // The kernel names them uprobe_multi and uretprobe_multi; the exec tracepoint's is "perf".
+    // The kernel names them uprobe_multi and uretprobe_multi; the exec tracepoint's is
+    // raw_tracepoint.
     let uprobes = held
         .iter()
         .filter(|(_, kind)| kind.ends_with("probe_multi"))
