@@ -1,9 +1,8 @@
-//! `--follow`: the children a target forks, and what they exec, are traced from their first
-//! call, with their own pids, whatever pthread library the new image has; nothing else is
-//! (issue 5).
+//! `--follow`: the children a target makes (fork, vfork, posix_spawn, clone), and what they
+//! exec, are traced from their first call, with their own pids, whatever pthread library the new
+//! image has; nothing else is (issue 5).
 
 use std::{
-    collections::BTreeMap,
     io::{BufReader, Write},
     process::{Command, Stdio},
 };
@@ -13,8 +12,32 @@ use thrtrace_tests::{
     read_trace, run_tracer, start_tracer, trace_workload, workload_arg,
 };
 
+/// Lock calls on `mutex` made by the threads of process `pid`.
+fn lock_calls(lines: &[Line], pid: u32, mutex: i64) -> usize {
+    by_thread(lines.iter().filter(|l| l.pid == pid).cloned())
+        .values()
+        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
+        .sum()
+}
+
+/// The children fork_exec runs PROGRAM (a build of mutex_contend) in, from its output: the pid,
+/// the pairs asked for, and the mutex the new image printed on its line for those pairs.
+fn exec_children(stdout: &str) -> Vec<(u32, usize, i64)> {
+    let summary = stdout.lines().last().unwrap();
+    [("execer", 250), ("vforker", 150), ("spawned", 200)]
+        .into_iter()
+        .map(|(key, pairs)| {
+            let image = stdout
+                .lines()
+                .find(|l| l.contains(&format!(" iters={pairs}")))
+                .unwrap_or_else(|| panic!("no line of the {key} child in {stdout:?}"));
+            (field(summary, key), pairs, field(image, "mutex"))
+        })
+        .collect()
+}
+
 #[test]
-fn forked_and_execed_children_are_traced_with_their_own_pids() {
+fn forked_vforked_spawned_cloned_and_execed_children_are_traced_with_their_own_pids() {
     if !bpf_available("follow") {
         return;
     }
@@ -23,43 +46,46 @@ fn forked_and_execed_children_are_traced_with_their_own_pids() {
         "fork_exec",
         &[&workload_arg("mutex_contend")],
     );
+    assert!(run.status.success(), "{run:?}");
     assert!(run.stderr.contains("and its children"), "{}", run.stderr);
-    // mutex_contend (exec'd) prints its own line first; fork_exec's comes last.
     let summary = run.stdout.lines().last().unwrap();
-    let (mutex, child, execer): (i64, u32, u32) = (
+    let (mutex, child, cloned): (i64, u32, u32) = (
         field(summary, "mutex"),
         field(summary, "child"),
-        field(summary, "execer"),
+        field(summary, "cloned"),
     );
-    let execed_mutex: i64 = field(run.stdout.lines().next().unwrap(), "mutex");
+    let execs = exec_children(&run.stdout);
+    let mut children: Vec<u32> = execs.iter().map(|&(pid, ..)| pid).collect();
+    children.extend([child, cloned]);
     let parent = lines
         .iter()
-        .find(|l| l.pid != child && l.pid != execer)
         .map(|l| l.pid)
+        .find(|pid| !children.contains(pid))
         .unwrap();
-
-    let mut by_thread: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
     for line in &lines {
         assert!(
-            [parent, child, execer].contains(&line.pid),
+            line.pid == parent || children.contains(&line.pid),
             "an unrelated process: {line:?}"
         );
-        by_thread.entry(line.lwpid).or_default().push(line.clone());
     }
-    let calls = |pid: u32, object: i64| -> usize {
-        by_thread
-            .values()
-            .filter(|l| l[0].pid == pid)
-            .map(|l| paired_calls(l, "mutex_lock", object).len())
-            .sum()
-    };
-    assert_eq!(calls(parent, mutex), 100, "the target");
+    assert_eq!(lock_calls(&lines, parent, mutex), 100, "the target");
     assert_eq!(
-        calls(child, mutex),
+        lock_calls(&lines, child, mutex),
         300,
         "the forked child, from its first call"
     );
-    assert_eq!(calls(execer, execed_mutex), 250, "the child after exec");
+    assert_eq!(
+        lock_calls(&lines, cloned, mutex),
+        50,
+        "the clone()d child with no exit signal"
+    );
+    for (pid, pairs, image_mutex) in execs {
+        assert_eq!(
+            lock_calls(&lines, pid, image_mutex),
+            pairs,
+            "child {pid} after its exec"
+        );
+    }
     // The forked child shares its parent's address space layout, and so the way to errno.
     let trywait: Vec<[i64; 5]> = lines
         .iter()
@@ -83,19 +109,19 @@ fn follow_needs_a_target() {
 }
 
 /// Runs fork_exec on `program` (a build of mutex_contend) under --follow; returns the lock
-/// calls of the exec'd child on its mutex, and the tracer's stderr.
-fn exec_into(program: &str) -> (usize, String) {
+/// calls each child that ran it made on its mutex (fork+exec, vfork+exec, posix_spawn), and the
+/// tracer's stderr.
+fn exec_into(program: &str) -> (Vec<usize>, String) {
     let (run, lines) = trace_workload(
         &["--follow", "--events", "mutex"],
         "fork_exec",
         &[&workload_arg(program)],
     );
-    let execer: u32 = field(run.stdout.lines().last().unwrap(), "execer");
-    let mutex: i64 = field(run.stdout.lines().next().unwrap(), "mutex");
-    let calls = by_thread(lines.into_iter().filter(|l| l.pid == execer))
-        .values()
-        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
-        .sum();
+    assert!(run.status.success(), "{run:?}");
+    let calls = exec_children(&run.stdout)
+        .into_iter()
+        .map(|(pid, _, mutex)| lock_calls(&lines, pid, mutex))
+        .collect();
     (calls, run.stderr)
 }
 
@@ -105,7 +131,7 @@ fn an_exec_into_a_static_binary_is_traced_in_its_executable() {
         return;
     }
     let (calls, stderr) = exec_into("mutex_contend_static");
-    assert_eq!(calls, 250, "{stderr}");
+    assert_eq!(calls, [250, 150, 200], "{stderr}");
     assert!(
         stderr.contains("exec'd: ")
             && stderr.contains("probes in /")
@@ -120,7 +146,7 @@ fn an_exec_into_another_glibc_is_traced_in_its_libpthread() {
         return;
     }
     let (calls, stderr) = exec_into("mutex_contend_glibc231");
-    assert_eq!(calls, 250, "{stderr}");
+    assert_eq!(calls, [250, 150, 200], "{stderr}");
     assert!(stderr.contains("libpthread-2.31.so"), "{stderr}");
 }
 
@@ -212,4 +238,34 @@ fn errno_is_recorded_after_an_exec() {
     assert_eq!(trywaits, [[sem, -1, EAGAIN, 0, 0], [sem, 0, 0, 0, 0]]);
     let timedwait = lines.iter().find(|l| l.is("sem_timedwait", 2)).unwrap();
     assert_eq!(timedwait.a[..2], [-1, ETIMEDOUT]);
+}
+
+#[test]
+fn neither_tracefs_nor_debugfs_is_needed() {
+    if !bpf_available("follow_without_tracefs") {
+        return;
+    }
+    // A fresh machine has neither mounted: run where the host's are unmounted, in a mount
+    // namespace of its own, with --follow's fork and exec programs attached.
+    let unmounted = "for m in /sys/kernel/tracing /sys/kernel/debug/tracing /sys/kernel/debug; \
+                     do umount -l $m 2>/dev/null; done; \
+                     ! grep -qE ' (tracefs|debugfs) ' /proc/self/mounts && exec \"$@\"";
+    let dir = TempDir::new("follow-no-tracefs");
+    let run = Command::new("unshare")
+        .args(["--mount", "sh", "-c", unmounted, "sh"])
+        .arg(thrtrace_tests::tracer())
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--follow", "--events", "mutex", "--"])
+        .args([&workload_arg("mutex_contend"), "2", "100"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let mutex: i64 = field(&String::from_utf8_lossy(&run.stdout), "mutex");
+    let calls: Vec<usize> = read_trace(dir.path())
+        .values()
+        .map(|lines| paired_calls(lines, "mutex_lock", mutex).len())
+        .filter(|&calls| calls > 0)
+        .collect();
+    assert_eq!(calls, [100, 100], "both threads");
 }
