@@ -1,10 +1,14 @@
-//! Attaching to processes that are already running (issue 2, tests 4, 5 and 7).
+//! Attaching to processes that are already running (issue 2, tests 4, 5 and 7; issue 5).
 
-use std::time::{Duration, Instant};
+use std::{
+    io::{BufReader, Write},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use thrtrace_tests::{
-    Gated, Line, PLACEMENTS, TempDir, bpf_available, paired_calls, read_line, read_trace,
-    start_tracer, trace_file_name,
+    Gated, Line, PLACEMENTS, TempDir, bpf_available, field, paired_calls, read_line, read_trace,
+    start_tracer, trace_file_name, workload,
 };
 
 /// (completed lock calls, unlock calls) on `mutex`.
@@ -174,6 +178,54 @@ fn threads_created_after_attach_are_traced() {
             .filter(|l| l.lwpid == lwpid)
             .cloned()
             .collect();
+        assert_eq!(mutex_calls(&lines, mutex), (200, 200), "thread {lwpid}");
+    }
+}
+
+#[test]
+fn a_target_whose_first_thread_exits_is_traced_until_its_last_thread_is_gone() {
+    if !bpf_available("leader_exits") {
+        return;
+    }
+    let dir = TempDir::new("leader-exits");
+    let mut target = Command::new(workload("leader_exits"))
+        .args(["2", "200"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(target.stdout.take().unwrap());
+    let ready = read_line(&mut stdout);
+    let (pid, mutex): (u32, i64) = (field(&ready, "pid"), field(&ready, "mutex"));
+    let (mut tracer, mut stderr) = start_tracer(dir.path(), &[pid], &["--events", "thread:mutex"]);
+    writeln!(target.stdin.take().unwrap(), "go").unwrap();
+    let workers: Vec<u32> = (0..2)
+        .map(|_| field(&read_line(&mut stdout), "lwpid"))
+        .collect();
+    assert!(target.wait().unwrap().success());
+    assert!(tracer.wait().unwrap().success(), "ends with its target");
+    let summary = read_line(&mut stderr);
+    assert!(summary.contains(" 0 lost"), "{summary:?}");
+
+    let files = read_trace(dir.path());
+    let leader = &files[&trace_file_name(pid, pid)];
+    let exit = leader
+        .iter()
+        .find(|l| l.lwpid == pid && l.is("thr_exit", 0))
+        .expect("the main thread's pthread_exit");
+    for lwpid in workers {
+        let lines: Vec<Line> = files[&trace_file_name(pid, lwpid)]
+            .iter()
+            .filter(|l| l.lwpid == lwpid)
+            .cloned()
+            .collect();
+        // Every call came after the main thread had gone, and none is missing.
+        let calls = paired_calls(&lines, "mutex_lock", mutex);
+        assert!(
+            calls
+                .iter()
+                .all(|(entry, _)| entry.time_ns() > exit.time_ns())
+        );
         assert_eq!(mutex_calls(&lines, mutex), (200, 200), "thread {lwpid}");
     }
 }
