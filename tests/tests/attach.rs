@@ -1,6 +1,7 @@
 //! Attaching to processes that are already running (issue 2, tests 4, 5 and 7; issue 5).
 
 use std::{
+    collections::BTreeMap,
     io::{BufReader, Write},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -19,6 +20,15 @@ fn mutex_calls(lines: &[Line], mutex: i64) -> (usize, usize) {
         .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
         .count();
     (locks, unlocks)
+}
+
+/// Thread `lwpid`'s records, from the file its pid and lwpid name (which it may share).
+fn thread_lines(files: &BTreeMap<String, Vec<Line>>, pid: u32, lwpid: u32) -> Vec<Line> {
+    files[&trace_file_name(pid, lwpid)]
+        .iter()
+        .filter(|l| l.lwpid == lwpid)
+        .cloned()
+        .collect()
 }
 
 #[test]
@@ -173,11 +183,7 @@ fn threads_created_after_attach_are_traced() {
         "three threads created after attach: {threads:?}"
     );
     for lwpid in threads {
-        let lines: Vec<Line> = files[&trace_file_name(pid, lwpid)]
-            .iter()
-            .filter(|l| l.lwpid == lwpid)
-            .cloned()
-            .collect();
+        let lines = thread_lines(&files, pid, lwpid);
         assert_eq!(mutex_calls(&lines, mutex), (200, 200), "thread {lwpid}");
     }
 }
@@ -214,11 +220,7 @@ fn a_target_whose_first_thread_exits_is_traced_until_its_last_thread_is_gone() {
         .find(|l| l.lwpid == pid && l.is("thr_exit", 0))
         .expect("the main thread's pthread_exit");
     for lwpid in workers {
-        let lines: Vec<Line> = files[&trace_file_name(pid, lwpid)]
-            .iter()
-            .filter(|l| l.lwpid == lwpid)
-            .cloned()
-            .collect();
+        let lines = thread_lines(&files, pid, lwpid);
         // Every call came after the main thread had gone, and none is missing.
         let calls = paired_calls(&lines, "mutex_lock", mutex);
         assert!(
