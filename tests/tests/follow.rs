@@ -194,6 +194,42 @@ fn a_running_target_that_execs_is_traced_in_its_new_image() {
 }
 
 #[test]
+fn an_exec_from_a_thread_other_than_the_main_one_is_followed() {
+    if !bpf_available("follow_thread_exec") {
+        return;
+    }
+    let dir = TempDir::new("follow-thread-exec");
+    let run = run_tracer(
+        dir.path(),
+        &[
+            "--follow",
+            "--events",
+            "mutex",
+            "--",
+            &workload_arg("thread_exec"),
+            &workload_arg("mutex_contend_static"),
+            "2",
+            "300",
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stderr.contains("exec'd: "), "{}", run.stderr);
+    let mutex: i64 = field(&run.stdout, "mutex");
+    let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    let pid = lines[0].pid;
+    assert!(
+        lines.iter().all(|l| l.pid == pid),
+        "the process keeps its pid"
+    );
+    let calls: Vec<usize> = by_thread(lines)
+        .values()
+        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
+        .filter(|&calls| calls > 0)
+        .collect();
+    assert_eq!(calls, [300, 300], "both threads of the new image");
+}
+
+#[test]
 fn a_followed_command_still_gives_its_exit_status_and_stops_and_continues() {
     if !bpf_available("follow_status") {
         return;
