@@ -20,6 +20,20 @@ fn lock_calls(lines: &[Line], pid: u32, mutex: i64) -> usize {
         .sum()
 }
 
+/// The lock calls on `mutex` of each thread that made some; every record must be process
+/// `pid`'s (an exec keeps the pid).
+fn lock_calls_by_thread(lines: Vec<Line>, pid: u32, mutex: i64) -> Vec<usize> {
+    assert!(
+        lines.iter().all(|l| l.pid == pid),
+        "only process {pid}'s records"
+    );
+    by_thread(lines)
+        .values()
+        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
+        .filter(|&calls| calls > 0)
+        .collect()
+}
+
 /// The children fork_exec runs PROGRAM (a build of mutex_contend) in, from its output: the pid,
 /// the pairs asked for, and the mutex the new image printed on its line for those pairs.
 fn exec_children(stdout: &str) -> Vec<(u32, usize, i64)> {
@@ -178,19 +192,12 @@ fn a_running_target_that_execs_is_traced_in_its_new_image() {
     let rest = std::io::read_to_string(&mut stderr).unwrap();
     assert!(rest.contains(&format!("pid {pid} exec'd: ")), "{rest}");
 
-    let files = read_trace(dir.path());
-    let calls: Vec<usize> = files
-        .values()
-        .map(|lines| {
-            assert!(
-                lines.iter().all(|l| l.pid == pid),
-                "the same pid after exec"
-            );
-            paired_calls(lines, "mutex_lock", mutex).len()
-        })
-        .filter(|&calls| calls > 0)
-        .collect();
-    assert_eq!(calls, [300, 300], "both threads of the new image");
+    let lines = read_trace(dir.path()).into_values().flatten().collect();
+    assert_eq!(
+        lock_calls_by_thread(lines, pid, mutex),
+        [300, 300],
+        "both threads of the new image"
+    );
 }
 
 #[test]
@@ -217,16 +224,11 @@ fn an_exec_from_a_thread_other_than_the_main_one_is_followed() {
     let mutex: i64 = field(&run.stdout, "mutex");
     let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
     let pid = lines[0].pid;
-    assert!(
-        lines.iter().all(|l| l.pid == pid),
-        "the process keeps its pid"
+    assert_eq!(
+        lock_calls_by_thread(lines, pid, mutex),
+        [300, 300],
+        "both threads of the new image"
     );
-    let calls: Vec<usize> = by_thread(lines)
-        .values()
-        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
-        .filter(|&calls| calls > 0)
-        .collect();
-    assert_eq!(calls, [300, 300], "both threads of the new image");
 }
 
 #[test]
@@ -298,10 +300,11 @@ fn neither_tracefs_nor_debugfs_is_needed() {
         .unwrap();
     assert!(run.status.success(), "{run:?}");
     let mutex: i64 = field(&String::from_utf8_lossy(&run.stdout), "mutex");
-    let calls: Vec<usize> = read_trace(dir.path())
-        .values()
-        .map(|lines| paired_calls(lines, "mutex_lock", mutex).len())
-        .filter(|&calls| calls > 0)
-        .collect();
-    assert_eq!(calls, [100, 100], "both threads");
+    let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    let pid = lines[0].pid;
+    assert_eq!(
+        lock_calls_by_thread(lines, pid, mutex),
+        [100, 100],
+        "both threads"
+    );
 }
