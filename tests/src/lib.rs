@@ -8,7 +8,10 @@ use std::{
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        mpsc,
+    },
 };
 
 use tracer_common::EVENTS;
@@ -374,6 +377,20 @@ impl Gated {
         drop(self.stdin.take());
         assert!(self.child.wait().unwrap().success());
     }
+}
+
+/// The lines `reader` gives, sent as they come by a thread of their own, so that a test can
+/// wait for one with a time limit (`recv_timeout`) instead of blocking for good.
+pub fn lines_as_they_come(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in reader.lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    received
 }
 
 pub fn read_line(reader: &mut impl BufRead) -> String {

@@ -8,8 +8,8 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Gated, Line, PLACEMENTS, TempDir, bpf_available, field, paired_calls, read_line, read_trace,
-    start_tracer, trace_file_name, workload,
+    Gated, Line, PLACEMENTS, TempDir, bpf_available, field, lines_as_they_come, paired_calls,
+    read_line, read_trace, run_tracer, start_tracer, trace_file_name, workload,
 };
 
 /// (completed lock calls, unlock calls) on `mutex`.
@@ -188,11 +188,22 @@ fn threads_created_after_attach_are_traced() {
     }
 }
 
-#[test]
-fn a_target_whose_first_thread_exits_is_traced_until_its_last_thread_is_gone() {
-    if !bpf_available("leader_exits") {
-        return;
-    }
+/// What a trace of `leader_exits 2 200` left: its pid, mutex and worker threads, the files,
+/// and the tracer's stderr.
+struct LeaderExits {
+    pid: u32,
+    mutex: i64,
+    workers: Vec<u32>,
+    files: BTreeMap<String, Vec<Line>>,
+    stderr: Vec<String>,
+}
+
+/// Traces `leader_exits 2 200`, whose main thread exits before its two workers make their
+/// calls. `attach_late`: the tracer starts only once the main thread has gone, and an untraced
+/// process makes the same calls meanwhile; else it starts before, and once it has moved the
+/// target to shared links another tracer attaches to and detaches from the same functions
+/// (which removed the target's breakpoints while its own links served it).
+fn trace_leader_exits(attach_late: bool) -> LeaderExits {
     let dir = TempDir::new("leader-exits");
     let mut target = Command::new(workload("leader_exits"))
         .args(["2", "200"])
@@ -200,34 +211,87 @@ fn a_target_whose_first_thread_exits_is_traced_until_its_last_thread_is_gone() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut stdin = target.stdin.take().unwrap();
     let mut stdout = BufReader::new(target.stdout.take().unwrap());
     let ready = read_line(&mut stdout);
     let (pid, mutex): (u32, i64) = (field(&ready, "pid"), field(&ready, "mutex"));
-    let (mut tracer, mut stderr) = start_tracer(dir.path(), &[pid], &["--events", "thread:mutex"]);
-    writeln!(target.stdin.take().unwrap(), "go").unwrap();
-    let workers: Vec<u32> = (0..2)
+    let start = || start_tracer(dir.path(), &[pid], &["--events", "thread:mutex"]);
+    let mut traced = (!attach_late).then(start);
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(read_line(&mut stdout), "main exited\n");
+    // Started late, the tracer has said so in its first line, which start_tracer read.
+    let (mut tracer, stderr) = traced.take().unwrap_or_else(start);
+    let stderr = lines_as_they_come(stderr);
+    if !attach_late {
+        let moved = stderr
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the tracer said nothing of the main thread's exit");
+        assert!(moved.contains("its main thread has exited"), "{moved}");
+    }
+    if attach_late {
+        let mut other = Gated::start(0, 300);
+        other.run_phase_two();
+        other.finish();
+    } else {
+        let scratch = TempDir::new("leader-exits-other-tracer");
+        let own = std::process::id().to_string();
+        let other = run_tracer(
+            scratch.path(),
+            &["-p", &own, "--events", "mutex", "--duration", "0.2"],
+        );
+        assert!(other.status.success(), "{other:?}");
+    }
+    writeln!(stdin, "on").unwrap();
+    let workers = (0..2)
         .map(|_| field(&read_line(&mut stdout), "lwpid"))
         .collect();
     assert!(target.wait().unwrap().success());
     assert!(tracer.wait().unwrap().success(), "ends with its target");
-    let summary = read_line(&mut stderr);
-    assert!(summary.contains(" 0 lost"), "{summary:?}");
+    LeaderExits {
+        pid,
+        mutex,
+        workers,
+        files: read_trace(dir.path()),
+        stderr: stderr.iter().collect(),
+    }
+}
 
-    let files = read_trace(dir.path());
-    let leader = &files[&trace_file_name(pid, pid)];
-    let exit = leader
+/// Every record is the target's, and each worker's 200 pairs are there.
+fn assert_workers_traced(run: &LeaderExits) {
+    assert!(run.stderr.concat().contains(" 0 lost"), "{:?}", run.stderr);
+    assert!(run.files.values().flatten().all(|l| l.pid == run.pid));
+    for &lwpid in &run.workers {
+        let lines = thread_lines(&run.files, run.pid, lwpid);
+        assert_eq!(mutex_calls(&lines, run.mutex), (200, 200), "thread {lwpid}");
+    }
+}
+
+#[test]
+fn a_target_whose_main_thread_exits_is_traced_until_its_last_thread_is_gone() {
+    if !bpf_available("main_thread_exits") {
+        return;
+    }
+    let run = trace_leader_exits(false);
+    assert_workers_traced(&run);
+    let exit = run.files[&trace_file_name(run.pid, run.pid)]
         .iter()
-        .find(|l| l.lwpid == pid && l.is("thr_exit", 0))
+        .find(|l| l.lwpid == run.pid && l.is("thr_exit", 0))
         .expect("the main thread's pthread_exit");
-    for lwpid in workers {
-        let lines = thread_lines(&files, pid, lwpid);
-        // Every call came after the main thread had gone, and none is missing.
-        let calls = paired_calls(&lines, "mutex_lock", mutex);
+    for &lwpid in &run.workers {
+        let lines = thread_lines(&run.files, run.pid, lwpid);
+        let calls = paired_calls(&lines, "mutex_lock", run.mutex);
         assert!(
             calls
                 .iter()
                 .all(|(entry, _)| entry.time_ns() > exit.time_ns())
         );
-        assert_eq!(mutex_calls(&lines, mutex), (200, 200), "thread {lwpid}");
     }
+}
+
+#[test]
+fn a_target_whose_main_thread_has_exited_is_traced_and_no_other_process_is() {
+    if !bpf_available("main_thread_exited") {
+        return;
+    }
+    assert_workers_traced(&trace_leader_exits(true));
 }

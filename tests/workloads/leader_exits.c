@@ -1,10 +1,12 @@
 /* A process whose first thread exits while its others go on: it is not gone until they are.
  * Usage: leader_exits THREADS PAIRS
  * Prints "ready pid=PID mutex=ADDR", waits for a line on stdin, starts THREADS threads and ends
- * its main thread with pthread_exit. Each thread waits until the main thread is a zombie, makes
- * PAIRS lock/unlock pairs and prints "lwpid=TID"; the process exits with the last of them. */
+ * its main thread with pthread_exit. Once the main thread is a zombie, the first thread prints
+ * "main exited" and waits for another line on stdin; then each thread makes PAIRS lock/unlock
+ * pairs and prints "lwpid=TID"; the process exits with the last of them. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static long pairs;
+static atomic_int go_on;
 
 /* Whether the main thread (task PID) has exited: its state in /proc is Z. */
 static int main_thread_exited(void) {
@@ -27,9 +30,16 @@ static int main_thread_exited(void) {
     return !state || state[2] == 'Z';
 }
 
-static void *worker(void *arg) {
-    (void)arg;
-    while (!main_thread_exited()) usleep(1000);
+static void *worker(void *first) {
+    if (first) {
+        while (!main_thread_exited()) usleep(1000);
+        printf("main exited\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) exit(1);
+        atomic_store(&go_on, 1);
+    }
+    while (!atomic_load(&go_on)) usleep(1000);
     for (long i = 0; i < pairs; i++) {
         pthread_mutex_lock(&lock);
         pthread_mutex_unlock(&lock);
@@ -49,7 +59,7 @@ int main(int argc, char **argv) {
     if (!fgets(line, sizeof line, stdin)) return 1;
     for (int t = 0; t < threads; t++) {
         pthread_t thread;
-        if (pthread_create(&thread, NULL, worker, NULL) != 0) return 1;
+        if (pthread_create(&thread, NULL, worker, t == 0 ? &lock : NULL) != 0) return 1;
     }
     pthread_exit(NULL);
 }

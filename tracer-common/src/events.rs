@@ -103,6 +103,10 @@ impl ProbeFlags {
     /// At return, read the 8 bytes each of the first three arguments points to: what the call
     /// stored through them (`thr_create`'s new thread, `thr_join`'s exit value).
     pub const POINTEES: u16 = 1 << 10;
+    /// The probe's link has no process filter (system-wide, `--follow`, or a `-p` target whose
+    /// main thread has exited): it records only the processes in the shared-traced set, or
+    /// every process when tracing system-wide.
+    pub const SHARED: u16 = 1 << 11;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
     pub const READS_MEMORY: u16 = Self::TIMESPEC_ARG_MASK | Self::OBJECT_MASK;
 

@@ -22,13 +22,14 @@ pub mod names {
     pub const NVCSW_OFFSET: &str = "NVCSW_OFFSET";
     /// Read-only global: the tracer's own process id, never traced.
     pub const TRACER_TGID: &str = "TRACER_TGID";
-    /// Read-only global: 1 with `--follow` (trace only the processes in `FOLLOWED`).
-    pub const FOLLOW: &str = "FOLLOW";
+    /// Read-only global: 1 when tracing system-wide (shared links record every process).
+    pub const SYSTEM_WIDE: &str = "SYSTEM_WIDE";
     /// Read-only global: byte offset of `tgid` in `task_struct` (from kernel BTF).
     pub const TGID_OFFSET: &str = "TGID_OFFSET";
-    /// The processes traced with `--follow`, and the raw tracepoint program (on
-    /// `sched_process_fork`) that adds children.
-    pub const FOLLOWED: &str = "FOLLOWED";
+    /// The processes recorded through shared links (`--follow`'s, and `-p` targets whose main
+    /// thread has exited), and the raw tracepoint program (on `sched_process_fork`) that adds
+    /// `--follow`'s children.
+    pub const SHARED_TRACED: &str = "SHARED_TRACED";
     pub const FORK_PROGRAM: &str = "thr_fork";
     /// The raw tracepoint program (on `sched_process_exec`) that forgets an exec'ing process's
     /// errno slot.

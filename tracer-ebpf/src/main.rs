@@ -32,26 +32,36 @@ static NVCSW_OFFSET: u64 = 0;
 /// The tracer's own process: never traced (system-wide, its runtime's locks would feed back).
 #[unsafe(no_mangle)]
 static TRACER_TGID: u32 = 0;
-/// Set with `--follow`: only processes in `FOLLOWED` are traced (the probes have no process
-/// filter then, so that a child is covered from its first instruction).
+/// Set when tracing system-wide: shared links (no process filter) record every process.
 #[unsafe(no_mangle)]
-static FOLLOW: u32 = 0;
+static SYSTEM_WIDE: u32 = 0;
 /// Byte offset of `tgid` in `task_struct`, to tell a forked process from a new thread.
 #[unsafe(no_mangle)]
 static TGID_OFFSET: u64 = 0;
 
-/// The processes traced with `--follow`: the targets, and every process they fork (fork, vfork,
-/// clone), added by `thr_fork` in the kernel before the child runs.
+/// The processes recorded through shared links (links with no process filter): `--follow`'s
+/// targets and every process they fork (fork, vfork, clone), added by `thr_fork` in the kernel
+/// before the child runs; and `-p` targets whose main thread has exited, whose own links the
+/// kernel no longer applies (it filters by the main thread's memory).
 #[btf_map]
-static FOLLOWED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
+static SHARED_TRACED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
 
-/// Whether the process is traced: always, unless `--follow` restricts it to `FOLLOWED`.
+/// Whether a hit through a link with these flags is recorded. A process in `SHARED_TRACED` is
+/// recorded through shared links only, so that while a `-p` target moves from its own links to
+/// shared ones each call is recorded once. Never the tracer.
 #[inline(always)]
-fn followed(pid_tgid: u64) -> bool {
+fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
+    if is_tracer(pid_tgid) {
+        return false;
+    }
     let tgid = (pid_tgid >> 32) as u32;
-    let follow = unsafe { ptr::read_volatile(&FOLLOW) };
     // SAFETY: the map value is only tested for presence.
-    follow == 0 || unsafe { FOLLOWED.get(tgid) }.is_some()
+    let shared_traced = unsafe { SHARED_TRACED.get(tgid) }.is_some();
+    if flags.has(ProbeFlags::SHARED) {
+        shared_traced || unsafe { ptr::read_volatile(&SYSTEM_WIDE) } != 0
+    } else {
+        !shared_traced
+    }
 }
 
 /// A traced process forked: its child is traced too. Runs in the parent, on the raw
@@ -60,7 +70,7 @@ fn followed(pid_tgid: u64) -> bool {
 pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: the map value is only tested for presence.
-    if unsafe { FOLLOWED.get(parent) }.is_none() {
+    if unsafe { SHARED_TRACED.get(parent) }.is_none() {
         return 0;
     }
     let child_task: u64 = ctx.arg(1);
@@ -71,7 +81,7 @@ pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     if let Ok(child) = child
         && child != parent
     {
-        let _ = FOLLOWED.insert(child, 1, 0);
+        let _ = SHARED_TRACED.insert(child, 1, 0);
         // The child is a copy of the parent's address space: the same errno slot.
         // SAFETY: the value is copied out at once.
         if let Some(&slot) = unsafe { ERRNO_SLOTS.get(parent) } {
@@ -138,7 +148,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: uprobe context registers are the user's at the probed instruction.
     let regs = unsafe { &*ctx.regs };
     let pid_tgid = bpf_get_current_pid_tgid();
-    if is_tracer(pid_tgid) || !followed(pid_tgid) {
+    if !recorded(pid_tgid, flags) {
         return 0;
     }
     let key = PendingKey {

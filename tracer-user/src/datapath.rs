@@ -39,25 +39,41 @@ pub struct DataPath {
     records_per_ring: usize,
     lost: PerCpuArray<MapData, u64>,
     errno_slots: HashMap<MapData, u32, u64>,
-    followed: HashMap<MapData, u32, u8>,
+    shared_traced: HashMap<MapData, u32, u8>,
     tracepoint_links: Vec<RawTracePointLink>,
+}
+
+/// Which processes a run traces, as far as the BPF side is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// `-p` targets and a launched command, each through links of its own (or shared ones once
+    /// its main thread has exited).
+    Processes,
+    /// `--follow`: the targets and their children, through shared links; the fork tracepoint
+    /// adds each child to the shared-traced set.
+    Follow,
+    /// Every process, through shared links.
+    SystemWide,
 }
 
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
-    /// `follow`: trace only the processes in the followed set, which the fork tracepoint grows.
     pub fn load(
         offsets: TaskOffsets,
         ring_bytes: u32,
         empty_programs: bool,
-        follow: bool,
+        scope: Scope,
     ) -> Result<Self> {
         let mut ebpf = EbpfLoader::new()
             .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
             .override_global(names::TRACER_TGID, &std::process::id(), true)
-            .override_global(names::FOLLOW, &u32::from(follow), true)
+            .override_global(
+                names::SYSTEM_WIDE,
+                &u32::from(scope == Scope::SystemWide),
+                true,
+            )
             .override_global(names::TGID_OFFSET, &offsets.tgid, true)
             .load(BPF_OBJECT)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
@@ -73,11 +89,11 @@ impl DataPath {
         let rings = create_rings(&mut ebpf, ring_bytes)?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
         let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
-        let followed = HashMap::try_from(take_map(&mut ebpf, names::FOLLOWED)?)?;
+        let shared_traced = HashMap::try_from(take_map(&mut ebpf, names::SHARED_TRACED)?)?;
         // An exec'ing process's errno slot is forgotten; with --follow, children are followed.
         // Raw tracepoints are attached by name, with no tracefs mounted.
         let mut tracepoints = vec![(names::EXEC_PROGRAM, "sched_process_exec")];
-        if follow {
+        if scope == Scope::Follow {
             tracepoints.push((names::FORK_PROGRAM, "sched_process_fork"));
         }
         let mut tracepoint_links = Vec::new();
@@ -101,7 +117,7 @@ impl DataPath {
             records_per_ring: ring_bytes as usize / (tracer_common::record::RAW_RECORD_SIZE + 8),
             lost,
             errno_slots,
-            followed,
+            shared_traced,
             tracepoint_links,
         })
     }
@@ -111,9 +127,10 @@ impl DataPath {
         std::mem::take(&mut self.tracepoint_links)
     }
 
-    /// With `--follow`: traces process `pid` (and, from now on, the children it forks).
-    pub fn follow(&mut self, pid: u32) -> Result<()> {
-        Ok(self.followed.insert(pid, 1, 0)?)
+    /// Records process `pid` through shared links from now on, and no longer through links of
+    /// its own (with `--follow`, the children it forks from now on too).
+    pub fn trace_through_shared_links(&mut self, pid: u32) -> Result<()> {
+        Ok(self.shared_traced.insert(pid, 1, 0)?)
     }
 
     /// Tells the BPF side where process `pid` keeps errno's thread-pointer offset.

@@ -27,7 +27,7 @@ use tracer_common::{Category, EventDef};
 
 use crate::{
     cli::{Config, Target},
-    datapath::DataPath,
+    datapath::{DataPath, Scope},
     decode::Decoder,
     kernel::TaskOffsets,
     probes::Probes,
@@ -51,11 +51,16 @@ pub fn run(config: Config) -> Result<i32> {
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
+    let scope = match (&config.target, config.follow) {
+        (Target::SystemWide, _) => Scope::SystemWide,
+        (_, true) => Scope::Follow,
+        (_, false) => Scope::Processes,
+    };
     let mut datapath = DataPath::load(
         TaskOffsets::from_kernel_btf()?,
         config.ring_bytes,
         config.empty_programs,
-        config.follow,
+        scope,
     )?;
     let mut probes = Probes::new(events, config.probe_at_entry);
     let follow = config.follow;
@@ -63,11 +68,18 @@ pub fn run(config: Config) -> Result<i32> {
     let mut followed = Vec::new();
     let mut attach = |pid: u32, library: &PthreadLibrary| {
         if follow {
-            probes.attach_followed(&mut datapath, pid, library)?;
+            probes.attach_shared(&mut datapath, pid, library)?;
             followed.push(format!(
                 "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
                 library.file.path
             ));
+            Ok(())
+        } else if targets::main_thread_exited(pid) {
+            probes.attach_shared(&mut datapath, pid, library)?;
+            eprintln!(
+                "thrtrace-bpf: {}",
+                probes::shared_after_main_thread(pid, library)
+            );
             Ok(())
         } else {
             probes.attach_library(&mut datapath, pid, library)

@@ -5,8 +5,15 @@
 //! with its event's cookie, and one more puts the return program at the functions whose record
 //! needs the return value. Links are scoped to the process, so no other process on the host pays
 //! for them, and they are file-descriptor owned: if the tracer dies, the kernel removes them.
+//!
+//! Shared links have no process filter: one pair per library file serves system-wide tracing,
+//! `--follow` (whose children must be covered before the tracer could learn of them), and a
+//! process whose main thread has exited. The kernel filters a process's links by its main
+//! thread's memory, so once that thread is gone they miss the process: new mappings get no
+//! breakpoints, and the next time any other link on the same functions is detached, the
+//! process's breakpoints go too.
 
-use std::os::fd::OwnedFd;
+use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags};
@@ -78,6 +85,17 @@ pub fn plan(
     probes
 }
 
+/// What the tracer says of a process traced through shared links because its main thread has
+/// exited.
+pub fn shared_after_main_thread(pid: u32, library: &PthreadLibrary) -> String {
+    format!(
+        "tracing pid {pid}: its main thread has exited, so its probes in {} are shared: every \
+         process that maps the file takes their trap (the kernel applies a process's own probes \
+         through its main thread)",
+        library.file.path
+    )
+}
+
 /// The loaded entry and return programs.
 pub struct Programs {
     pub entry: MultiProgram,
@@ -115,8 +133,11 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
 pub struct Probes {
     events: Vec<&'static EventDef>,
     at_entry: bool,
-    links: Vec<OwnedFd>,
-    /// Library files probed for every process (system-wide), by device and inode.
+    /// Each process's own links.
+    process_links: HashMap<u32, Vec<OwnedFd>>,
+    /// Links with no process filter.
+    shared_links: Vec<OwnedFd>,
+    /// Library files with shared links, by device and inode.
     everywhere: Vec<(String, u64)>,
 }
 
@@ -126,9 +147,15 @@ impl Probes {
         Probes {
             events,
             at_entry,
-            links: Vec::new(),
+            process_links: HashMap::new(),
+            shared_links: Vec::new(),
             everywhere: Vec::new(),
         }
+    }
+
+    /// The processes traced through links of their own.
+    pub fn with_own_links(&self) -> Vec<u32> {
+        self.process_links.keys().copied().collect()
     }
 
     /// The functions probed.
@@ -169,25 +196,31 @@ impl Probes {
         Ok(())
     }
 
-    /// With `--follow`: traces process `pid` and the children it forks. The library's probes
-    /// have no process filter (a child is covered from its first call, before the tracer could
-    /// learn of it); the BPF side records only the followed processes. Returns how many probes
-    /// were attached: none if the file already has them.
-    pub fn attach_followed(
+    /// Traces process `pid` through the shared links of `library` (attached now if the file
+    /// has none yet), which the BPF side lets record only the processes put in its
+    /// shared-traced set: `--follow`'s (and the children they fork), and a process whose main
+    /// thread has exited. The process's own links, if any, are then detached: the BPF side
+    /// already ignores them for it, so each call is recorded once throughout. Returns how many
+    /// probes were attached: none if the file already had them.
+    pub fn attach_shared(
         &mut self,
         datapath: &mut DataPath,
         pid: u32,
         library: &PthreadLibrary,
     ) -> Result<usize> {
-        datapath.follow(pid)?;
         let mut count = 0;
         if !self.everywhere.contains(&library.file.identity) {
             let planned = plan(library, &self.events, self.at_entry);
             count = self.attach(datapath.programs(), 0, library, &planned)?;
             self.everywhere.push(library.file.identity.clone());
         }
+        datapath.trace_through_shared_links(pid)?;
         if let Some(slot) = targets::errno_slot(pid, library) {
             datapath.set_errno_slot(pid, slot)?;
+        }
+        if let Some(links) = self.process_links.remove(&pid) {
+            // Each waits for a kernel grace period as it goes: not on the session's time.
+            std::thread::spawn(move || drop(links));
         }
         Ok(count)
     }
@@ -203,7 +236,8 @@ impl Probes {
         Ok(())
     }
 
-    /// Attaches the `planned` probes in `library` for process `pid`; returns how many.
+    /// Attaches the `planned` probes in `library` for process `pid` (0: shared, for every
+    /// process); returns how many.
     fn attach(
         &mut self,
         programs: &Programs,
@@ -211,19 +245,23 @@ impl Probes {
         library: &PthreadLibrary,
         planned: &[PlannedProbe],
     ) -> Result<usize> {
+        let shared = pid == 0;
         let mut entry = ProbeSet::default();
         let mut exit = ProbeSet::default();
         for probe in planned.iter().filter(|p| p.attached()) {
-            entry.push(probe);
+            entry.push(probe, shared);
             if probe.event.probe_flags().has(ProbeFlags::RETURN) {
-                exit.push(probe);
+                exit.push(probe, shared);
             }
         }
         let file = &library.file.open_path;
+        let links = match shared {
+            true => &mut self.shared_links,
+            false => self.process_links.entry(pid).or_default(),
+        };
         for (program, set) in [(&programs.entry, &entry), (&programs.exit, &exit)] {
             if !set.offsets.is_empty() {
-                self.links
-                    .push(program.attach(file, &set.offsets, &set.cookies, pid)?);
+                links.push(program.attach(file, &set.offsets, &set.cookies, pid)?);
             }
         }
         Ok(entry.offsets.len() + exit.offsets.len())
@@ -232,7 +270,10 @@ impl Probes {
     /// Detaches every probe. Each link waits for one kernel grace period when it goes away, so
     /// the links of several processes are closed concurrently.
     pub fn detach_all(&mut self) {
-        let links = std::mem::take(&mut self.links);
+        let links = std::mem::take(&mut self.process_links)
+            .into_values()
+            .flatten()
+            .chain(std::mem::take(&mut self.shared_links));
         std::thread::scope(|scope| {
             for link in links {
                 scope.spawn(move || drop(link));
@@ -248,9 +289,12 @@ struct ProbeSet {
 }
 
 impl ProbeSet {
-    fn push(&mut self, probe: &PlannedProbe) {
+    fn push(&mut self, probe: &PlannedProbe, shared: bool) {
+        let mut cookie = probe.event.cookie(probe.placement.stack_offset);
+        if shared {
+            cookie.flags.0 |= ProbeFlags::SHARED;
+        }
         self.offsets.push(probe.file_offset());
-        self.cookies
-            .push(probe.event.cookie(probe.placement.stack_offset).encode());
+        self.cookies.push(cookie.encode());
     }
 }

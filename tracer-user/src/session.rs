@@ -5,7 +5,7 @@
 //! the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     os::fd::{FromRawFd, OwnedFd, RawFd},
     process::ExitStatus,
     sync::Arc,
@@ -28,7 +28,7 @@ use crate::{
     exec_follow::AttachRequest,
     kernel,
     launch::Launched,
-    probes::Probes,
+    probes::{self, Probes},
     reorder::Reorder,
     targets,
     writer::{RecordWriter, WriterSummary},
@@ -60,6 +60,10 @@ pub struct Session {
 /// How often system-wide tracing looks for processes that have exited, to complete their files.
 const LIVENESS_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a target's main thread must have been gone before the process moves to shared
+/// links: longer than a process that is exiting as a whole takes to finish.
+const MAIN_THREAD_SETTLE: Duration = Duration::from_millis(50);
+
 /// How long a launched command may take to exit after the tracer is signalled: the terminal's
 /// Ctrl-C reaches it too, and its exit status should be the tracer's.
 const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
@@ -88,6 +92,8 @@ impl Session {
         for &pid in &running {
             watch_pid(pid, exit_tx.clone());
         }
+        // Targets with links of their own whose main thread has been seen gone, and since when.
+        let mut main_thread_gone: HashMap<u32, Instant> = HashMap::new();
         // With --follow, processes first seen in records (children) are watched as they come.
         let mut seen: HashSet<u32> = running.clone();
 
@@ -136,6 +142,7 @@ impl Session {
                 }
             }
             undelivered += self.drain(&mut reorder)?;
+            self.share_after_main_thread(&mut main_thread_gone)?;
             if self.follow {
                 for pid in self.writer.open_processes() {
                     if seen.insert(pid) {
@@ -202,11 +209,49 @@ impl Session {
         for library in &request.libraries {
             let count = self
                 .probes
-                .attach_followed(&mut self.datapath, request.pid, library)?;
+                .attach_shared(&mut self.datapath, request.pid, library)?;
             if count > 0 {
                 eprintln!(
                     "thrtrace-bpf: pid {} exec'd: {count} probes in {}",
                     request.pid, library.file.path
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A process with links of its own whose main thread has exited while others run on is
+    /// traced through shared links from then on: its own no longer apply (see `probes`). No
+    /// pidfd tells of that (the kernel holds its wakeup back while other threads run), so each
+    /// pass reads /proc/PID/stat of those processes. A process moves once its main thread has
+    /// been gone for `MAIN_THREAD_SETTLE` (`gone` says since when): one exiting as a whole is
+    /// gone by then, or has no thread left to be seen through.
+    fn share_after_main_thread(&mut self, gone: &mut HashMap<u32, Instant>) -> Result<()> {
+        let now = Instant::now();
+        let exited: Vec<u32> = self
+            .probes
+            .with_own_links()
+            .into_iter()
+            .filter(|&pid| targets::main_thread_exited(pid))
+            .collect();
+        gone.retain(|pid, _| exited.contains(pid));
+        for pid in exited {
+            gone.entry(pid).or_insert(now);
+        }
+        let settled: Vec<u32> = gone
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= MAIN_THREAD_SETTLE)
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in settled {
+            gone.remove(&pid);
+            let libraries = targets::find_pthread_libraries(pid, &self.probes.symbols());
+            for library in libraries.iter().flatten() {
+                self.probes
+                    .attach_shared(&mut self.datapath, pid, library)?;
+                eprintln!(
+                    "thrtrace-bpf: {}",
+                    probes::shared_after_main_thread(pid, library)
                 );
             }
         }

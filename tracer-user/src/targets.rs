@@ -5,7 +5,9 @@
 //! and `libc.so.6` both forwarders to those (never called by programs, which bind to
 //! libpthread's) and a few of its own (`pthread_self`), which are probed there. Files are
 //! opened through `/proc/PID/map_files/`, so a library in another mount namespace or one that
-//! has been deleted since is still the one the process really runs.
+//! has been deleted since is still the one the process really runs. Once a process's main
+//! thread has exited, `/proc/PID/maps` is empty (it shows that thread's memory, which is gone):
+//! the process is then seen through a thread still running, as `/proc/TID/`.
 
 use std::{fs, path::PathBuf};
 
@@ -29,6 +31,9 @@ pub struct MappedFile {
     pub path: String,
     /// `/proc/PID/map_files/START-END`: opens the very file the process maps.
     pub open_path: PathBuf,
+    /// The thread whose `/proc/TID/` the file was found through (the process's, while its main
+    /// thread runs).
+    pub seen_through: u32,
     /// Device and inode: which file it is, whatever its path in whichever mount namespace.
     pub identity: (String, u64),
 }
@@ -40,10 +45,43 @@ pub struct PthreadLibrary {
     pub functions: FunctionOffsets,
 }
 
-/// Executable file mappings of `pid`, each file once, in address order.
-pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
+/// `/proc/.../maps` of process `pid`, and the thread it was read through: the process's own
+/// entry while its main thread runs, else a thread that still does.
+fn read_maps(pid: u32) -> Result<(u32, String)> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
         .with_context(|| format!("cannot read /proc/{pid}/maps"))?;
+    if !maps.is_empty() {
+        return Ok((pid, maps));
+    }
+    let threads = fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    for tid in threads.filter(|&tid| tid != pid) {
+        if let Ok(maps) = fs::read_to_string(format!("/proc/{tid}/maps"))
+            && !maps.is_empty()
+        {
+            return Ok((tid, maps));
+        }
+    }
+    Ok((pid, maps))
+}
+
+/// Whether process `pid`'s main thread has exited while others still run: the process's own
+/// links then no longer apply (see `probes`).
+pub fn main_thread_exited(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        matches!(state, Some('Z' | 'X'))
+    })
+}
+
+/// Executable file mappings of `pid`, each file once, in address order.
+pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
+    let (seen_through, maps) = read_maps(pid)?;
     let mut files: Vec<MappedFile> = Vec::new();
     for line in maps.lines() {
         let mut fields = line.split_ascii_whitespace();
@@ -70,7 +108,8 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
         };
         files.push(MappedFile {
             path,
-            open_path: format!("/proc/{pid}/map_files/{start:x}-{end:x}").into(),
+            open_path: format!("/proc/{seen_through}/map_files/{start:x}-{end:x}").into(),
+            seen_through,
             identity: (device.to_owned(), inode.parse().unwrap_or(0)),
         });
     }
@@ -89,7 +128,7 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
     let mut defining: Vec<PthreadLibrary> = executable_mappings(pid)?
         .into_iter()
         .filter_map(|file| {
-            let image = read_mapped(pid, &file)?;
+            let image = read_mapped(&file)?;
             let functions = FunctionOffsets::parse(&image, &names).ok()?;
             Some(PthreadLibrary {
                 file,
@@ -123,11 +162,11 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
     Ok(found)
 }
 
-/// The contents of a file that `pid` maps. map_files needs CAP_SYS_ADMIN; without it
-/// (--list-probes as a user) the file is read by its path in the process's root.
-fn read_mapped(pid: u32, file: &MappedFile) -> Option<Vec<u8>> {
+/// The contents of a mapped file. map_files needs CAP_SYS_ADMIN; without it (--list-probes as
+/// a user) the file is read by its path in the process's root.
+fn read_mapped(file: &MappedFile) -> Option<Vec<u8>> {
     fs::read(&file.open_path)
-        .or_else(|_| fs::read(format!("/proc/{pid}/root{}", file.path)))
+        .or_else(|_| fs::read(format!("/proc/{}/root{}", file.seen_through, file.path)))
         .ok()
 }
 
@@ -151,7 +190,7 @@ pub fn errno_slot(pid: u32, library: &PthreadLibrary) -> Option<u64> {
 
 /// Where the start of `path` (its mapping at file offset 0) is in process `pid`.
 fn load_address(pid: u32, path: &str) -> Option<u64> {
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let (_, maps) = read_maps(pid).ok()?;
     maps.lines().find_map(|line| {
         let fields: Vec<&str> = line.split_ascii_whitespace().collect();
         let (range, offset) = (fields.first()?, fields.get(2)?);
