@@ -75,12 +75,7 @@ pub fn run(config: Config) -> Result<i32> {
             ));
             Ok(())
         } else if targets::main_thread_exited(pid) {
-            probes.attach_shared(&mut datapath, pid, library)?;
-            eprintln!(
-                "thrtrace-bpf: {}",
-                probes::shared_after_main_thread(pid, library)
-            );
-            Ok(())
+            probes.attach_after_main_thread(&mut datapath, pid, library)
         } else {
             probes.attach_library(&mut datapath, pid, library)
         }

@@ -85,17 +85,6 @@ pub fn plan(
     probes
 }
 
-/// What the tracer says of a process traced through shared links because its main thread has
-/// exited.
-pub fn shared_after_main_thread(pid: u32, library: &PthreadLibrary) -> String {
-    format!(
-        "tracing pid {pid}: its main thread has exited, so its probes in {} are shared: every \
-         process that maps the file takes their trap (the kernel applies a process's own probes \
-         through its main thread)",
-        library.file.path
-    )
-}
-
 /// The loaded entry and return programs.
 pub struct Programs {
     pub entry: MultiProgram,
@@ -233,6 +222,25 @@ impl Probes {
         for (_, library) in found {
             self.attach_library(datapath, 0, &library)?;
         }
+        Ok(())
+    }
+
+    /// Process `pid`'s main thread has exited, found at attach or later: traces it through the
+    /// shared links of `library` (its own no longer apply), and says so, as every process that
+    /// maps the file now takes their trap.
+    pub fn attach_after_main_thread(
+        &mut self,
+        datapath: &mut DataPath,
+        pid: u32,
+        library: &PthreadLibrary,
+    ) -> Result<()> {
+        self.attach_shared(datapath, pid, library)?;
+        eprintln!(
+            "thrtrace-bpf: tracing pid {pid}: its main thread has exited, so its probes in {} are \
+             shared: every process that maps the file takes their trap (the kernel applies a \
+             process's own probes through its main thread)",
+            library.file.path
+        );
         Ok(())
     }
 

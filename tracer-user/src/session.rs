@@ -28,7 +28,7 @@ use crate::{
     exec_follow::AttachRequest,
     kernel,
     launch::Launched,
-    probes::{self, Probes},
+    probes::Probes,
     reorder::Reorder,
     targets,
     writer::{RecordWriter, WriterSummary},
@@ -248,11 +248,7 @@ impl Session {
             let libraries = targets::find_pthread_libraries(pid, &self.probes.symbols());
             for library in libraries.iter().flatten() {
                 self.probes
-                    .attach_shared(&mut self.datapath, pid, library)?;
-                eprintln!(
-                    "thrtrace-bpf: {}",
-                    probes::shared_after_main_thread(pid, library)
-                );
+                    .attach_after_main_thread(&mut self.datapath, pid, library)?;
             }
         }
         Ok(())
