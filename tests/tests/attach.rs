@@ -216,23 +216,21 @@ fn trace_leader_exits(attach_late: bool) -> LeaderExits {
     let ready = read_line(&mut stdout);
     let (pid, mutex): (u32, i64) = (field(&ready, "pid"), field(&ready, "mutex"));
     let start = || start_tracer(dir.path(), &[pid], &["--events", "thread:mutex"]);
-    let mut traced = (!attach_late).then(start);
+    let traced = (!attach_late).then(start);
     writeln!(stdin, "go").unwrap();
     assert_eq!(read_line(&mut stdout), "main exited\n");
-    // Started late, the tracer has said so in its first line, which start_tracer read.
-    let (mut tracer, stderr) = traced.take().unwrap_or_else(start);
+    let (mut tracer, stderr) = traced.unwrap_or_else(start);
     let stderr = lines_as_they_come(stderr);
-    if !attach_late {
-        let moved = stderr
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the tracer said nothing of the main thread's exit");
-        assert!(moved.contains("its main thread has exited"), "{moved}");
-    }
     if attach_late {
+        // The tracer has said it shares the probes in its first line, which start_tracer read.
         let mut other = Gated::start(0, 300);
         other.run_phase_two();
         other.finish();
     } else {
+        let moved = stderr
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the tracer said nothing of the main thread's exit");
+        assert!(moved.contains("its main thread has exited"), "{moved}");
         let scratch = TempDir::new("leader-exits-other-tracer");
         let own = std::process::id().to_string();
         let other = run_tracer(

@@ -12,12 +12,18 @@ use thrtrace_tests::{
     read_trace, run_tracer, start_tracer, trace_workload, workload_arg,
 };
 
-/// Lock calls on `mutex` made by the threads of process `pid`.
-fn lock_calls(lines: &[Line], pid: u32, mutex: i64) -> usize {
-    by_thread(lines.iter().filter(|l| l.pid == pid).cloned())
+/// The lock calls on `mutex` of each thread of `lines`.
+fn per_thread_lock_calls(lines: impl IntoIterator<Item = Line>, mutex: i64) -> Vec<usize> {
+    by_thread(lines)
         .values()
         .map(|l| paired_calls(l, "mutex_lock", mutex).len())
-        .sum()
+        .collect()
+}
+
+/// Lock calls on `mutex` made by the threads of process `pid`.
+fn lock_calls(lines: &[Line], pid: u32, mutex: i64) -> usize {
+    let of_pid = lines.iter().filter(|l| l.pid == pid).cloned();
+    per_thread_lock_calls(of_pid, mutex).into_iter().sum()
 }
 
 /// The lock calls on `mutex` of each thread that made some; every record must be process
@@ -27,11 +33,9 @@ fn lock_calls_by_thread(lines: Vec<Line>, pid: u32, mutex: i64) -> Vec<usize> {
         lines.iter().all(|l| l.pid == pid),
         "only process {pid}'s records"
     );
-    by_thread(lines)
-        .values()
-        .map(|l| paired_calls(l, "mutex_lock", mutex).len())
-        .filter(|&calls| calls > 0)
-        .collect()
+    let mut calls = per_thread_lock_calls(lines, mutex);
+    calls.retain(|&calls| calls > 0);
+    calls
 }
 
 /// The children fork_exec runs PROGRAM (a build of mutex_contend) in, from its output: the pid,
