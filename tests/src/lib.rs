@@ -157,6 +157,23 @@ pub fn run_tracer<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Run {
     }
 }
 
+/// The number before `label` ("records", "lost", "files") in the tracer's summary line.
+pub fn summary_count(stderr: &str, label: &str) -> u64 {
+    let summary = stderr
+        .lines()
+        .rfind(|l| l.contains(" records written, "))
+        .unwrap_or_else(|| panic!("no summary line in {stderr:?}"));
+    let words: Vec<&str> = summary
+        .split([' ', ','])
+        .filter(|w| !w.is_empty())
+        .collect();
+    let at = words
+        .iter()
+        .position(|w| *w == label)
+        .unwrap_or_else(|| panic!("{summary}"));
+    words[at - 1].parse().unwrap()
+}
+
 /// One line of a `tr.*` file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Line {

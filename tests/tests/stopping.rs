@@ -7,25 +7,9 @@ use std::{
 };
 
 use thrtrace_tests::{
-    TempDir, bpf_available, field, paired_calls, read_trace, run_tracer, trace_file_name, tracer,
-    workload,
+    TempDir, bpf_available, field, paired_calls, read_trace, run_tracer, summary_count,
+    trace_file_name, tracer, workload,
 };
-
-fn summary_count(stderr: &str, label: &str) -> u64 {
-    let summary = stderr
-        .lines()
-        .rfind(|l| l.contains(" records written, "))
-        .expect("summary line");
-    let words: Vec<&str> = summary
-        .split([' ', ','])
-        .filter(|w| !w.is_empty())
-        .collect();
-    let at = words
-        .iter()
-        .position(|w| *w == label)
-        .unwrap_or_else(|| panic!("{summary}"));
-    words[at - 1].parse().unwrap()
-}
 
 /// Every file holds only whole lines of the record format; returns how many.
 fn assert_complete(dir: &std::path::Path) -> usize {

@@ -1,20 +1,12 @@
 //! The command line, and its validation into a [`Config`] before anything is created.
 
-use std::{
-    ffi::OsString,
-    os::{
-        fd::{FromRawFd, OwnedFd},
-        unix::ffi::OsStrExt,
-    },
-    path::PathBuf,
-    time::Duration,
-};
+use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
 use clap::Parser;
 use tracer_common::Category;
 
-use crate::{error::UsageError, launch, targets, usage_bail};
+use crate::{error::UsageError, launch, targets, usage_bail, writer::output_dir::OutputDir};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -74,7 +66,8 @@ pub struct Cli {
 #[derive(Debug)]
 pub struct Config {
     pub categories: Vec<Category>,
-    pub dir: PathBuf,
+    /// Where files go; `None` only with `list_probes`, which writes none.
+    pub output: Option<OutputDir>,
     pub unbuffered: bool,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
@@ -146,14 +139,16 @@ impl Cli {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => PathBuf::from("."),
         };
-        if !self.list_probes {
-            check_writable_dir(&dir)?;
-        }
+        // Opened now, once: every file is created relative to it (see `writer::output_dir`).
+        let output = match self.list_probes {
+            true => None,
+            false => Some(OutputDir::open(&dir).map_err(|e| UsageError(e.to_string()))?),
+        };
         let unbuffered =
             self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
         Ok(Config {
             categories,
-            dir,
+            output,
             unbuffered,
             duration,
             ring_bytes,
@@ -196,48 +191,6 @@ pub fn parse_categories(spec: Option<&str>) -> Result<Vec<Category>> {
     Ok(categories)
 }
 
-/// Fails unless files can be created in `dir`, without leaving one behind: an `O_TMPFILE`
-/// file has no name and vanishes when closed; where a filesystem lacks `O_TMPFILE`, a uniquely
-/// named file is created and removed at once. (Permission bits alone say nothing for root.)
-fn check_writable_dir(dir: &std::path::Path) -> Result<()> {
-    let shown = dir.display();
-    match std::fs::metadata(dir) {
-        Err(e) => {
-            usage_bail!("trace directory {shown}: {e}: create it or choose another with --dir")
-        }
-        Ok(m) if !m.is_dir() => usage_bail!("trace directory {shown} is not a directory"),
-        Ok(_) => {}
-    }
-    let mut path = dir.as_os_str().as_bytes().to_vec();
-    path.push(0);
-    // SAFETY: `path` is NUL-terminated and outlives the call.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr().cast(),
-            libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    let result = if fd >= 0 {
-        // SAFETY: we own the descriptor just opened.
-        drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        Ok(())
-    } else {
-        let probe = dir.join(format!(".thrtrace-bpf-write-test.{}", std::process::id()));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&probe)
-            .and_then(|_| std::fs::remove_file(&probe))
-    };
-    result.map_err(|error| {
-        UsageError(format!(
-            "trace directory {shown} is not writable ({error}): choose another with --dir"
-        ))
-        .into()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,16 +220,5 @@ mod tests {
             .to_string();
         assert!(error.contains("unknown event category 'bogus'"), "{error}");
         assert!(error.contains("barrier_spin"), "{error}");
-    }
-
-    #[test]
-    fn directory_checks_leave_nothing_behind() {
-        let dir = std::env::temp_dir().join(format!("thrtrace-cli-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        check_writable_dir(&dir).unwrap();
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-        assert!(check_writable_dir(&dir.join("missing")).is_err());
-        assert!(check_writable_dir(std::path::Path::new("/proc")).is_err());
-        std::fs::remove_dir(&dir).unwrap();
     }
 }

@@ -20,7 +20,10 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::targets::{self, PthreadLibrary};
+use crate::{
+    sudo,
+    targets::{self, PthreadLibrary},
+};
 
 /// How many syscall stops the loader may take before we stop waiting for it.
 const MAX_SYSCALL_STOPS: u32 = 20_000;
@@ -99,8 +102,8 @@ pub fn launch(
 ) -> Result<Launched> {
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
-    if let (Some(uid), Some(gid)) = (sudo_id("SUDO_UID"), sudo_id("SUDO_GID")) {
-        command.uid(uid).gid(gid);
+    if let Some(user) = sudo::invoking_user() {
+        command.uid(user.uid).gid(user.gid);
     }
     // SAFETY: the closure runs between fork and exec and only makes one async-signal-safe call.
     unsafe {
@@ -158,13 +161,6 @@ pub fn launch(
             Err(error)
         }
     }
-}
-
-fn sudo_id(variable: &str) -> Option<u32> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    root.then(|| std::env::var(variable).ok()?.parse().ok())
-        .flatten()
 }
 
 /// Steps the stopped tracee through its loader: from exec until the loader has mapped every

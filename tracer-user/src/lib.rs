@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod datapath;
 pub mod decode;
+pub mod descriptors;
 pub mod error;
 pub mod exec_follow;
 pub mod kernel;
@@ -18,11 +19,12 @@ pub mod placement;
 pub mod probes;
 pub mod reorder;
 pub mod session;
+pub mod sudo;
 pub mod symbols;
 pub mod targets;
 pub mod writer;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tracer_common::{Category, EventDef};
 
 use crate::{
@@ -37,7 +39,7 @@ use crate::{
 };
 
 /// Traces as `config` says; returns the tracer's exit status.
-pub fn run(config: Config) -> Result<i32> {
+pub fn run(mut config: Config) -> Result<i32> {
     // rmutex calls are recorded by the mutex probes (told apart when decoded).
     let mut probed: Vec<Category> = config
         .categories
@@ -51,6 +53,7 @@ pub fn run(config: Config) -> Result<i32> {
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
+    descriptors::raise_limit();
     let scope = match (&config.target, config.follow) {
         (Target::SystemWide, _) => Scope::SystemWide,
         (_, true) => Scope::Follow,
@@ -121,11 +124,20 @@ pub fn run(config: Config) -> Result<i32> {
     for line in followed {
         eprintln!("{line}");
     }
+    let output = config
+        .output
+        .take()
+        .context("no output directory to write the trace to")?;
+    let shown_dir = output.path().display().to_string();
     let session = Session {
         datapath,
         probes,
         decoder: Decoder::new(kernel::realtime_offset_ns(), &config.categories),
-        writer: Box::new(TrFiles::new(&config.dir, config.unbuffered)),
+        writer: Box::new(TrFiles::new(
+            output,
+            config.unbuffered,
+            descriptors::open_file_budget(),
+        )),
         unbuffered: config.unbuffered,
         duration: config.duration,
         attached_pids,
@@ -140,10 +152,7 @@ pub fn run(config: Config) -> Result<i32> {
     let outcome = runtime.block_on(session.run())?;
     eprintln!(
         "thrtrace-bpf: {} records written, {} lost, {} files in {}",
-        outcome.summary.records,
-        outcome.lost,
-        outcome.summary.files,
-        config.dir.display()
+        outcome.summary.records, outcome.lost, outcome.summary.files, shown_dir
     );
     Ok(outcome.exit_code)
 }

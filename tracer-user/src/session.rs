@@ -112,7 +112,7 @@ impl Session {
         // pthread libraries that have appeared since.
         let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
         liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut reorder = Reorder::default();
+        let mut flow = Flow::default();
         let mut undelivered = 0;
 
         loop {
@@ -126,8 +126,7 @@ impl Session {
                 _ = sleep_until(deadline) => break,
                 _ = sleep_until(grace) => break,
                 _ = liveness.tick(), if self.until_stopped => {
-                    let open = self.writer.open_processes();
-                    exited.extend(open.into_iter().filter(|&pid| !targets::process_exists(pid)));
+                    exited.extend(flow.processes.iter().filter(|&&pid| !targets::process_exists(pid)));
                     self.probes.attach_new_libraries(&mut self.datapath)?;
                 }
                 Some(request) = next_request(&mut self.exec_requests) => {
@@ -141,10 +140,10 @@ impl Session {
                     }
                 }
             }
-            undelivered += self.drain(&mut reorder)?;
+            undelivered += self.drain(&mut flow)?;
             self.share_after_main_thread(&mut main_thread_gone)?;
             if self.follow {
-                for pid in self.writer.open_processes() {
+                for &pid in &flow.processes {
                     if seen.insert(pid) {
                         running.insert(pid);
                         watch_pid(pid, exit_tx.clone());
@@ -159,8 +158,9 @@ impl Session {
                 }
                 running.remove(&pid);
                 let mut records = Vec::new();
-                reorder.release_process(pid, |r| records.push(*r));
-                undelivered += self.write(&records)?;
+                flow.reorder.release_process(pid, |r| records.push(*r));
+                undelivered += self.write(&records, &mut flow.processes)?;
+                flow.processes.remove(&pid);
                 self.writer
                     .process_exited(pid)
                     .context("cannot complete trace files")?;
@@ -182,10 +182,10 @@ impl Session {
             scope.spawn(move || drop(tracepoints));
             self.probes.detach_all();
         });
-        undelivered += self.drain(&mut reorder)?;
+        undelivered += self.drain(&mut flow)?;
         let mut records = Vec::new();
-        reorder.release_all(|r| records.push(*r));
-        undelivered += self.write(&records)?;
+        flow.reorder.release_all(|r| records.push(*r));
+        undelivered += self.write(&records, &mut flow.processes)?;
         let summary = self
             .writer
             .finish()
@@ -256,21 +256,24 @@ impl Session {
 
     /// Reads the rings into `reorder` and writes what it releases; returns how many records
     /// could not be decoded (reported with the lost ones).
-    fn drain(&mut self, reorder: &mut Reorder) -> Result<u64> {
+    fn drain(&mut self, flow: &mut Flow) -> Result<u64> {
         let pass_start = kernel::monotonic_ns();
-        let drained = self.datapath.drain(|raw| reorder.push(raw));
+        let drained = self.datapath.drain(|raw| flow.reorder.push(raw));
         let mut records = Vec::new();
-        reorder.release(pass_start, drained.behind_after, |r| records.push(*r));
-        Ok(drained.malformed + self.write(&records)?)
+        flow.reorder
+            .release(pass_start, drained.behind_after, |r| records.push(*r));
+        Ok(drained.malformed + self.write(&records, &mut flow.processes)?)
     }
 
-    /// Decodes and writes `records`; returns how many could not be decoded.
-    fn write(&mut self, records: &[RawRecord]) -> Result<u64> {
+    /// Decodes and writes `records`, adding their processes to `processes`; returns how many
+    /// could not be decoded.
+    fn write(&mut self, records: &[RawRecord], processes: &mut HashSet<u32>) -> Result<u64> {
         const INCOMPLETE: &str = "cannot write trace records; the files are incomplete";
         let mut undecodable = 0;
         for raw in records {
             match self.decoder.decode(raw) {
                 Some(record) if self.decoder.selects(&record) => {
+                    processes.insert(record.pid);
                     self.writer.write(&record).context(INCOMPLETE)?
                 }
                 // A call of the kind not selected (a plain mutex when only rmutex is).
@@ -281,6 +284,15 @@ impl Session {
         self.writer.batch_done().context(INCOMPLETE)?;
         Ok(undecodable)
     }
+}
+
+/// Records between the rings and the writer.
+#[derive(Default)]
+struct Flow {
+    reorder: Reorder,
+    /// Processes with records written whose exit has not been handled yet: system-wide, the
+    /// ones to look for; under `--follow`, the children to watch.
+    processes: HashSet<u32>,
 }
 
 /// The next exec to attach to, if exec's are followed; never, if not.

@@ -1,6 +1,7 @@
 //! Where records are written. Each output format implements [`RecordWriter`]; the session hands
 //! it every decoded record and tells it when a process has exited and when tracing ends.
 
+pub mod output_dir;
 pub mod tr;
 
 use std::io;
@@ -20,8 +21,6 @@ pub trait RecordWriter {
     fn batch_done(&mut self) -> io::Result<()>;
     /// The process has exited and its last records have been written: complete its files.
     fn process_exited(&mut self, pid: u32) -> io::Result<()>;
-    /// The processes with files open (written to and not completed yet).
-    fn open_processes(&self) -> Vec<u32>;
     /// Tracing has ended: complete every file.
     fn finish(&mut self) -> io::Result<WriterSummary>;
 }

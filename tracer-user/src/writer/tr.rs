@@ -6,26 +6,49 @@
 //! full lwpid, and the lines of one file are in the order the records were drained.
 
 use std::{
-    collections::{HashMap, HashSet},
-    fs::{File, OpenOptions},
+    collections::HashMap,
+    fmt::{self, Write as _},
+    fs::File,
     io::{self, BufWriter, Write},
-    path::{Path, PathBuf},
 };
 
-use super::{RecordWriter, WriterSummary};
+use super::{
+    RecordWriter, WriterSummary,
+    output_dir::{FileIdentity, OutputDir},
+};
 use crate::decode::TraceRecord;
 
 /// The buffer of each file in buffered mode (`THR_TRACE_BUF` unset).
 const FILE_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Per-thread trace files in one directory.
+///
+/// At most `max_open` are open at once, whatever the number of threads (a JVM has thousands,
+/// a host traced system-wide more): when one more is needed, the least recently written
+/// quarter is flushed and closed, and a closed file is opened again to append when its thread
+/// writes again, provided it is still the file created (see [`OutputDir::reopen`]).
 pub struct TrFiles {
-    dir: PathBuf,
+    dir: OutputDir,
     unbuffered: bool,
-    open: HashMap<FileKey, BufWriter<File>>,
-    /// Files created in this run: truncated on creation, appended to if reopened.
-    created: HashSet<FileKey>,
+    max_open: usize,
+    open: HashMap<FileKey, OpenFile>,
+    /// Every file created in this run, open or not, and how many bytes it holds once flushed.
+    created: HashMap<FileKey, Created>,
+    /// Counts writes; an open file's `last_write` says how recently it was written.
+    clock: u64,
     records: u64,
+    /// The line being written, kept to reuse its allocation.
+    line: String,
+}
+
+struct OpenFile {
+    writer: BufWriter<File>,
+    last_write: u64,
+}
+
+struct Created {
+    identity: FileIdentity,
+    length: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,6 +64,10 @@ impl FileKey {
             lwpid: record.lwpid & 0xfff,
         }
     }
+
+    fn name(self) -> String {
+        file_name(self.pid, self.lwpid)
+    }
 }
 
 /// The file name for a thread: `tr.` + 7 hex digits of the pid + `.` + 3 of the lwpid.
@@ -49,65 +76,144 @@ pub fn file_name(pid: u32, lwpid: u32) -> String {
 }
 
 /// One record as a line, without the newline.
-pub fn format_line(r: &TraceRecord) -> String {
-    format!(
-        "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
-        r.sec,
-        r.nsec,
-        r.lwpid,
-        r.pid,
-        r.tid,
-        r.event1,
-        r.event2,
-        r.which,
-        r.a[0],
-        r.a[1],
-        r.a[2],
-        r.a[3],
-        r.a[4]
-    )
+pub fn format_line(record: &TraceRecord) -> String {
+    Line(record).to_string()
+}
+
+/// Displays a record as its line: `time1:time2:lwpid:pid:tid:event1:event2:which:a1:..:a5`.
+struct Line<'a>(&'a TraceRecord);
+
+impl fmt::Display for Line<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0;
+        write!(
+            f,
+            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
+            r.sec,
+            r.nsec,
+            r.lwpid,
+            r.pid,
+            r.tid,
+            r.event1,
+            r.event2,
+            r.which,
+            r.a[0],
+            r.a[1],
+            r.a[2],
+            r.a[3],
+            r.a[4]
+        )
+    }
 }
 
 impl TrFiles {
-    pub fn new(dir: &Path, unbuffered: bool) -> Self {
+    /// Files in `dir`, at most `max_open` (at least 1) open at once.
+    pub fn new(dir: OutputDir, unbuffered: bool, max_open: usize) -> Self {
         TrFiles {
-            dir: dir.to_owned(),
+            dir,
             unbuffered,
+            max_open: max_open.max(1),
             open: HashMap::new(),
-            created: HashSet::new(),
+            created: HashMap::new(),
+            clock: 0,
             records: 0,
+            line: String::new(),
         }
     }
 
     fn file(&mut self, key: FileKey) -> io::Result<&mut BufWriter<File>> {
+        self.clock += 1;
         if !self.open.contains_key(&key) {
-            let path = self.dir.join(file_name(key.pid, key.lwpid));
-            let first_time = self.created.insert(key);
-            let file = OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(first_time)
-                .append(!first_time)
-                .open(&path)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-            self.open
-                .insert(key, BufWriter::with_capacity(FILE_BUFFER_BYTES, file));
+            if self.open.len() >= self.max_open {
+                self.close_least_recent(self.max_open.div_ceil(4))?;
+            }
+            let file = match self.open_file(key) {
+                // Descriptors taken by something else (pidfds, links): make room and retry.
+                Err(error)
+                    if error.raw_os_error() == Some(libc::EMFILE) && !self.open.is_empty() =>
+                {
+                    self.close_least_recent(self.open.len().div_ceil(2))?;
+                    self.open_file(key)
+                }
+                result => result,
+            }
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", self.dir.shown(&key.name()).display()),
+                )
+            })?;
+            let writer = BufWriter::with_capacity(FILE_BUFFER_BYTES, file);
+            self.open.insert(
+                key,
+                OpenFile {
+                    writer,
+                    last_write: 0,
+                },
+            );
         }
-        Ok(self.open.get_mut(&key).expect("inserted above"))
+        let file = self.open.get_mut(&key).expect("inserted above");
+        file.last_write = self.clock;
+        Ok(&mut file.writer)
+    }
+
+    /// Creates the file of `key` the first time, appends to it after.
+    fn open_file(&mut self, key: FileKey) -> io::Result<File> {
+        let name = key.name();
+        if let Some(created) = self.created.get(&key) {
+            return self.dir.reopen(&name, created.identity, created.length);
+        }
+        let (file, identity) = self.dir.create(&name)?;
+        self.created.insert(
+            key,
+            Created {
+                identity,
+                length: 0,
+            },
+        );
+        Ok(file)
+    }
+
+    /// Flushes and closes the `count` open files written least recently.
+    fn close_least_recent(&mut self, count: usize) -> io::Result<()> {
+        let mut by_age: Vec<(u64, FileKey)> =
+            self.open.iter().map(|(k, f)| (f.last_write, *k)).collect();
+        by_age.sort_unstable_by_key(|&(last_write, _)| last_write);
+        for (_, key) in by_age.into_iter().take(count) {
+            self.close(key)?;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, key: FileKey) -> io::Result<()> {
+        let mut file = self.open.remove(&key).expect("an open file");
+        file.writer.flush()
     }
 }
 
 impl RecordWriter for TrFiles {
     fn write(&mut self, record: &TraceRecord) -> io::Result<()> {
-        let file = self.file(FileKey::of(record))?;
-        writeln!(file, "{}", format_line(record))?;
+        // One write of the whole line: a buffer boundary never splits it, so a killed tracer
+        // leaves whole lines up to its last write.
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        writeln!(line, "{}", Line(record)).expect("formatting into a String");
+        let key = FileKey::of(record);
+        let written = self.file(key)?.write_all(line.as_bytes());
+        if let Some(created) = self.created.get_mut(&key) {
+            created.length += line.len() as u64;
+        }
+        self.line = line;
+        written?;
         self.records += 1;
         Ok(())
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
         if self.unbuffered {
-            self.open.values_mut().try_for_each(BufWriter::flush)?;
+            for file in self.open.values_mut() {
+                file.writer.flush()?;
+            }
         }
         Ok(())
     }
@@ -115,24 +221,12 @@ impl RecordWriter for TrFiles {
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         let pid = pid & 0x0fff_ffff;
         let keys: Vec<FileKey> = self.open.keys().filter(|k| k.pid == pid).copied().collect();
-        for key in keys {
-            let mut file = self.open.remove(&key).expect("key listed above");
-            file.flush()?;
-        }
-        Ok(())
-    }
-
-    fn open_processes(&self) -> Vec<u32> {
-        let mut pids: Vec<u32> = self.open.keys().map(|k| k.pid).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        pids
+        keys.into_iter().try_for_each(|key| self.close(key))
     }
 
     fn finish(&mut self) -> io::Result<WriterSummary> {
-        for (_, mut file) in self.open.drain() {
-            file.flush()?;
-        }
+        let keys: Vec<FileKey> = self.open.keys().copied().collect();
+        keys.into_iter().try_for_each(|key| self.close(key))?;
         Ok(WriterSummary {
             records: self.records,
             files: self.created.len() as u64,
@@ -177,7 +271,7 @@ mod tests {
     fn threads_sharing_low_lwpid_bits_share_a_file_without_losing_records() {
         let dir = std::env::temp_dir().join(format!("thrtrace-tr-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut files = TrFiles::new(&dir, false);
+        let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), false, 4);
         files.write(&record(100, 0x1005, 1)).unwrap();
         files.write(&record(100, 0x2005, 2)).unwrap();
         files.process_exited(100).unwrap();
@@ -193,6 +287,30 @@ mod tests {
         let text = std::fs::read_to_string(dir.join("tr.0000064.005")).unwrap();
         let lwpids: Vec<&str> = text.lines().map(|l| l.split(':').nth(2).unwrap()).collect();
         assert_eq!(lwpids, ["4101", "8197", "12293"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn more_threads_than_open_files_keep_every_record_in_order() {
+        let dir = std::env::temp_dir().join(format!("thrtrace-tr-lru-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), false, 3);
+        // 10 threads written round-robin, 5 rounds: every write past the third file reopens one.
+        for round in 0..5 {
+            for lwpid in 200..210 {
+                files.write(&record(100, lwpid, round)).unwrap();
+                assert!(files.open.len() <= 3);
+            }
+        }
+        let summary = files.finish().unwrap();
+        assert_eq!(summary.records, 50);
+        assert_eq!(summary.files, 10);
+        for lwpid in 200..210 {
+            let text = std::fs::read_to_string(dir.join(file_name(100, lwpid))).unwrap();
+            let rounds: Vec<&str> = text.lines().map(|l| l.split(':').nth(8).unwrap()).collect();
+            assert_eq!(rounds, ["0", "1", "2", "3", "4"], "thread {lwpid}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

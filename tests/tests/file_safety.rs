@@ -1,0 +1,112 @@
+//! The tracer runs as root and writes predictable names into directories others may write to:
+//! it never writes through a link planted there, replaces what an earlier run left, and
+//! creates files mode 0600 owned by the sudo user (issue 14, part 1).
+
+use std::{
+    fs,
+    os::unix::fs::{MetadataExt, PermissionsExt},
+    path::Path,
+};
+
+use thrtrace_tests::{
+    Gated, TempDir, bpf_available, paired_calls, read_trace, start_tracer, trace_file_name,
+};
+
+const PAIRS: u32 = 25;
+
+/// Traces PAIRS mutex pairs of a gated workload into `dir` (`extra` as `start_tracer` takes
+/// it); `plant` runs with the workload's trace file name before the tracer starts. Checks that
+/// the file holds exactly those pairs.
+fn trace_gate_with(dir: &Path, extra: &[&str], plant: impl FnOnce(&str)) {
+    let mut gate = Gated::start(0, PAIRS);
+    let name = trace_file_name(gate.pid, gate.pid);
+    plant(&name);
+    let mut args = vec!["--events", "mutex"];
+    args.extend_from_slice(extra);
+    let (mut tracer, _stderr) = start_tracer(dir, &[gate.pid], &args);
+    let (pid, mutex) = (gate.pid, gate.mutex);
+    gate.run_phase_two();
+    gate.finish();
+    assert!(tracer.wait().unwrap().success());
+    let files = read_trace(dir);
+    assert_eq!(
+        paired_calls(&files[&trace_file_name(pid, pid)], "mutex_lock", mutex).len(),
+        PAIRS as usize
+    );
+    let file = dir.join(name);
+    let meta = fs::symlink_metadata(&file).unwrap();
+    assert!(meta.is_file(), "{} is not a regular file", file.display());
+    assert_eq!(meta.nlink(), 1, "{} has other links", file.display());
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+}
+
+/// Traces into a world-writable sticky directory, like /tmp, where `plant` has made a link
+/// from the trace file's name to a file outside it: that file is left as it was.
+fn planted_link_is_replaced(test: &str, plant: fn(&Path, &Path) -> std::io::Result<()>) {
+    if !bpf_available(test) {
+        return;
+    }
+    let scratch = TempDir::new(test);
+    let drop = scratch.path().join("drop");
+    fs::create_dir(&drop).unwrap();
+    fs::set_permissions(&drop, fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = scratch.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    trace_gate_with(&drop, &[], |name| plant(&victim, &drop.join(name)).unwrap());
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(fs::metadata(&victim).unwrap().nlink(), 1);
+}
+
+#[test]
+fn a_planted_symlink_is_replaced_and_its_target_left_alone() {
+    planted_link_is_replaced("planted_symlink", |victim, link| {
+        std::os::unix::fs::symlink(victim, link)
+    });
+}
+
+#[test]
+fn a_planted_hard_link_is_replaced_and_the_file_outside_left_alone() {
+    planted_link_is_replaced("planted_hard_link", |victim, link| {
+        fs::hard_link(victim, link)
+    });
+}
+
+#[test]
+fn a_stale_file_from_an_earlier_run_is_replaced_with_a_private_one() {
+    if !bpf_available("stale_file") {
+        return;
+    }
+    let dir = TempDir::new("stale");
+    let mut stale_inode = 0;
+    trace_gate_with(dir.path(), &[], |name| {
+        let stale = dir.path().join(name);
+        fs::write(&stale, "not a record\n").unwrap();
+        fs::set_permissions(&stale, fs::Permissions::from_mode(0o666)).unwrap();
+        std::os::unix::fs::chown(&stale, Some(65534), Some(65534)).unwrap();
+        stale_inode = fs::metadata(&stale).unwrap().ino();
+    });
+    // read_trace above parsed every line: the stale one is gone, and the file is a new one.
+    let entries = dir.entries();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let meta = fs::metadata(dir.path().join(&entries[0])).unwrap();
+    assert_ne!(
+        meta.ino(),
+        stale_inode,
+        "the stale file was written, not replaced"
+    );
+    assert_eq!((meta.uid(), meta.gid()), (0, 0));
+}
+
+#[test]
+fn under_sudo_files_belong_to_the_invoking_user_mode_0600() {
+    if !bpf_available("sudo_owner") {
+        return;
+    }
+    let dir = TempDir::new("owner");
+    trace_gate_with(dir.path(), &["SUDO_UID=65534", "SUDO_GID=65533"], |_| {});
+    for name in dir.entries() {
+        let meta = fs::metadata(dir.path().join(&name)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65533), "{name}");
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o600, "{name}");
+    }
+}

@@ -1,0 +1,266 @@
+//! Creating files where users point us, as root, safely.
+//!
+//! The directory is opened once (following a link there is the user's choice) and every file
+//! is created relative to it, exclusively and without following links, so that a link planted
+//! under a predictable name by anyone who can write to the directory is never written through
+//! (the bpftrace/bcc CVE-2024-2313 class). A name already taken, by an earlier run's file or by
+//! a planted link, is replaced: the new file is made under a fresh temporary name and renamed
+//! over it, which swaps the directory entry and never touches what it pointed to. Files are
+//! mode 0600 and, under sudo, belong to the invoking user.
+
+use std::{
+    fmt,
+    fs::File,
+    io,
+    os::fd::{AsFd, OwnedFd},
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use rustix::{
+    fs::{Gid, Mode, OFlags, Uid},
+    io::Errno,
+};
+
+use crate::sudo::{self, InvokingUser};
+
+/// Read and write for the owner only: traces hold other people's addresses and arguments.
+const FILE_MODE: u32 = 0o600;
+
+/// An output directory, opened once.
+pub struct OutputDir {
+    dir: OwnedFd,
+    path: PathBuf,
+    owner: Option<InvokingUser>,
+}
+
+/// What a file was when we created it, to tell it from one put in its place later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileIdentity {
+    device: u64,
+    inode: u64,
+}
+
+/// Why the output directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputDirError {
+    #[error("trace directory {path}: {source}: create it or choose another with --dir")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("trace directory {path} is not writable ({source}): choose another with --dir")]
+    NotWritable { path: PathBuf, source: io::Error },
+}
+
+impl OutputDir {
+    /// Opens `path` and checks that files can be created in it, leaving nothing behind. Files
+    /// created later belong to the sudo user, if any.
+    pub fn open(path: &Path) -> Result<Self, OutputDirError> {
+        let dir = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| OutputDirError::Open {
+            path: path.to_owned(),
+            source: e.into(),
+        })?;
+        let output = OutputDir {
+            dir,
+            path: path.to_owned(),
+            owner: sudo::invoking_user(),
+        };
+        output
+            .check_writable()
+            .map_err(|source| OutputDirError::NotWritable {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(output)
+    }
+
+    /// The directory as the user named it.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `name` in the directory, for messages.
+    pub fn shown(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Permission bits alone say nothing for root: try. An `O_TMPFILE` file has no name and
+    /// vanishes when closed; where the filesystem lacks it, a temporary name is made and removed.
+    fn check_writable(&self) -> io::Result<()> {
+        let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+        match rustix::fs::openat(&self.dir, ".", flags, Mode::from_raw_mode(FILE_MODE)) {
+            Ok(_) => Ok(()),
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
+                let (_, temporary) = self.create_temporary("write-test")?;
+                rustix::fs::unlinkat(&self.dir, &temporary, rustix::fs::AtFlags::empty())?;
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Creates `name` for writing, new and empty, owned as the module says. Whatever had that
+    /// name (a stale file, a link) is replaced, never opened. `name` is a single component.
+    pub fn create(&self, name: &str) -> io::Result<(File, FileIdentity)> {
+        debug_assert!(!name.contains('/'), "{name} is not a single path component");
+        let fd = match self.create_exclusive(name) {
+            Err(error) if error.raw_os_error() == Some(libc::EEXIST) => {
+                let (fd, temporary) = self.create_temporary(name)?;
+                if let Err(error) = rustix::fs::renameat(&self.dir, &temporary, &self.dir, name) {
+                    let _ =
+                        rustix::fs::unlinkat(&self.dir, &temporary, rustix::fs::AtFlags::empty());
+                    return Err(error.into());
+                }
+                fd
+            }
+            result => result?,
+        };
+        let identity = identity(&fd)?;
+        Ok((File::from(fd), identity))
+    }
+
+    /// Opens `name` again to append to it, provided it is still the file we created
+    /// (`identity`) and holds the `length` bytes we wrote: a link or another file put in its
+    /// place is refused, never written (the length tells ours from a file that got its inode
+    /// number after ours was removed).
+    pub fn reopen(&self, name: &str, identity: FileIdentity, length: u64) -> io::Result<File> {
+        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.dir, name, flags, Mode::empty())?;
+        let stat = rustix::fs::fstat(&fd)?;
+        if self::identity(&fd)? != identity || u64::try_from(stat.st_size).ok() != Some(length) {
+            return Err(io::Error::other(
+                "replaced by another file during the trace; not written",
+            ));
+        }
+        Ok(File::from(fd))
+    }
+
+    fn create_exclusive(&self, name: &str) -> io::Result<OwnedFd> {
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.dir, name, flags, Mode::from_raw_mode(FILE_MODE))?;
+        // The umask may have taken bits away; 0600 exactly, whatever it was.
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(FILE_MODE))?;
+        if let Some(user) = self.owner {
+            rustix::fs::fchown(
+                &fd,
+                Some(Uid::from_raw(user.uid)),
+                Some(Gid::from_raw(user.gid)),
+            )?;
+        }
+        Ok(fd)
+    }
+
+    /// A new file under an unused hidden name derived from `name`; returns it and the name.
+    fn create_temporary(&self, name: &str) -> io::Result<(OwnedFd, String)> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let temporary = format!(".{name}.{}.{n}.tmp", std::process::id());
+            match self.create_exclusive(&temporary) {
+                // Taken (planted, or left by a tracer killed mid-rename): try the next.
+                Err(error) if error.raw_os_error() == Some(libc::EEXIST) => continue,
+                result => return result.map(|fd| (fd, temporary)),
+            }
+        }
+    }
+}
+
+impl fmt::Debug for OutputDir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutputDir")
+            .field("path", &self.path)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+fn identity(fd: impl AsFd) -> io::Result<FileIdentity> {
+    let stat = rustix::fs::fstat(fd)?;
+    Ok(FileIdentity {
+        device: stat.st_dev,
+        inode: stat.st_ino,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{fs, io::Write, os::unix::fs::PermissionsExt};
+
+    use super::*;
+
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(label: &str) -> Self {
+            let path = std::env::temp_dir().join(format!(
+                "thrtrace-output-dir-{label}-{}",
+                std::process::id()
+            ));
+            let _ = fs::remove_dir_all(&path);
+            fs::create_dir_all(&path).unwrap();
+            Scratch(path)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_planted_symlink_is_replaced_not_written_through() {
+        let scratch = Scratch::new("symlink");
+        let victim = scratch.0.join("victim");
+        fs::write(&victim, "precious\n").unwrap();
+        let dir = scratch.0.join("out");
+        fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("tr.x")).unwrap();
+        let output = OutputDir::open(&dir).unwrap();
+        let (mut file, _) = output.create("tr.x").unwrap();
+        file.write_all(b"trace\n").unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        let written = dir.join("tr.x");
+        assert!(!fs::symlink_metadata(&written).unwrap().is_symlink());
+        assert_eq!(fs::read_to_string(&written).unwrap(), "trace\n");
+        assert_eq!(
+            fs::metadata(&written).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Nothing else is left in the directory: the temporary name is gone.
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn reopening_refuses_a_file_put_in_place_of_ours() {
+        let scratch = Scratch::new("reopen");
+        let output = OutputDir::open(&scratch.0).unwrap();
+        let (_, identity) = output.create("tr.y").unwrap();
+        assert!(output.reopen("tr.y", identity, 0).is_ok());
+        assert!(output.reopen("tr.y", identity, 1).is_err());
+        fs::remove_file(scratch.0.join("tr.y")).unwrap();
+        fs::write(scratch.0.join("other"), "other\n").unwrap();
+        std::os::unix::fs::symlink(scratch.0.join("other"), scratch.0.join("tr.y")).unwrap();
+        assert!(output.reopen("tr.y", identity, 0).is_err());
+        fs::remove_file(scratch.0.join("tr.y")).unwrap();
+        fs::hard_link(scratch.0.join("other"), scratch.0.join("tr.y")).unwrap();
+        assert!(output.reopen("tr.y", identity, 0).is_err());
+        assert_eq!(
+            fs::read_to_string(scratch.0.join("other")).unwrap(),
+            "other\n"
+        );
+    }
+
+    #[test]
+    fn directory_checks_leave_nothing_behind() {
+        let scratch = Scratch::new("check");
+        OutputDir::open(&scratch.0).unwrap();
+        assert_eq!(fs::read_dir(&scratch.0).unwrap().count(), 0);
+        assert!(OutputDir::open(&scratch.0.join("missing")).is_err());
+        assert!(OutputDir::open(Path::new("/proc")).is_err());
+    }
+}
