@@ -57,6 +57,10 @@ pub struct Cli {
     #[arg(long)]
     pub empty_programs: bool,
 
+    /// Also say how many records were lost on each CPU at the end
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
     /// The command to start and trace
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -74,6 +78,7 @@ pub struct Config {
     pub empty_programs: bool,
     pub probe_at_entry: bool,
     pub follow: bool,
+    pub verbose: bool,
     /// Only print where the probes would go.
     pub list_probes: bool,
     pub target: Target,
@@ -155,6 +160,7 @@ impl Cli {
             empty_programs: self.empty_programs,
             probe_at_entry: self.probe_at_entry,
             follow: self.follow,
+            verbose: self.verbose,
             list_probes: self.list_probes,
             target,
         })

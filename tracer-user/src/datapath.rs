@@ -176,13 +176,13 @@ impl DataPath {
         drained
     }
 
-    /// Records the BPF programs could not reserve room for, summed over CPUs.
-    pub fn lost(&self) -> Result<u64> {
+    /// Records the BPF programs could not reserve room for so far, per CPU.
+    pub fn lost_per_cpu(&self) -> Result<Vec<u64>> {
         let per_cpu = self
             .lost
             .get(&0, 0)
             .context("cannot read the lost-record counters")?;
-        Ok(per_cpu.iter().sum())
+        Ok(per_cpu.iter().copied().collect())
     }
 }
 

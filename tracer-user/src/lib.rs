@@ -14,6 +14,7 @@ pub mod error;
 pub mod exec_follow;
 pub mod kernel;
 pub mod launch;
+pub mod loss;
 pub mod multi_link;
 pub mod placement;
 pub mod probes;
@@ -152,8 +153,14 @@ pub fn run(mut config: Config) -> Result<i32> {
     let outcome = runtime.block_on(session.run())?;
     eprintln!(
         "thrtrace-bpf: {} records written, {} lost, {} files in {}",
-        outcome.summary.records, outcome.lost, outcome.summary.files, shown_dir
+        outcome.summary.records,
+        outcome.losses.total(),
+        outcome.summary.files,
+        shown_dir
     );
+    if config.verbose {
+        eprintln!("thrtrace-bpf: lost per CPU: {}", outcome.losses.split());
+    }
     Ok(outcome.exit_code)
 }
 

@@ -28,6 +28,7 @@ use crate::{
     exec_follow::AttachRequest,
     kernel,
     launch::Launched,
+    loss::Losses,
     probes::Probes,
     reorder::Reorder,
     targets,
@@ -71,7 +72,7 @@ const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How a run ended.
 pub struct Outcome {
     pub summary: WriterSummary,
-    pub lost: u64,
+    pub losses: Losses,
     /// The tracer's exit status.
     pub exit_code: i32,
 }
@@ -112,8 +113,11 @@ impl Session {
         // pthread libraries that have appeared since.
         let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
         liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut flow = Flow::default();
-        let mut undelivered = 0;
+        let mut flow = Flow {
+            reorder: Reorder::default(),
+            processes: HashSet::new(),
+            losses: Losses::new(Instant::now().into_std()),
+        };
 
         loop {
             let mut exited = Vec::new();
@@ -140,7 +144,7 @@ impl Session {
                     }
                 }
             }
-            undelivered += self.drain(&mut flow)?;
+            self.drain(&mut flow)?;
             self.share_after_main_thread(&mut main_thread_gone)?;
             if self.follow {
                 for &pid in &flow.processes {
@@ -159,7 +163,7 @@ impl Session {
                 running.remove(&pid);
                 let mut records = Vec::new();
                 flow.reorder.release_process(pid, |r| records.push(*r));
-                undelivered += self.write(&records, &mut flow.processes)?;
+                self.write(&records, &mut flow)?;
                 flow.processes.remove(&pid);
                 self.writer
                     .process_exited(pid)
@@ -182,15 +186,17 @@ impl Session {
             scope.spawn(move || drop(tracepoints));
             self.probes.detach_all();
         });
-        undelivered += self.drain(&mut flow)?;
+        self.drain(&mut flow)?;
         let mut records = Vec::new();
         flow.reorder.release_all(|r| records.push(*r));
-        undelivered += self.write(&records, &mut flow.processes)?;
+        self.write(&records, &mut flow)?;
+        if let Some(report) = flow.losses.report(std::time::Instant::now()) {
+            eprintln!("thrtrace-bpf: {report}");
+        }
         let summary = self
             .writer
             .finish()
             .context("cannot complete trace files")?;
-        let lost = self.datapath.lost()? + undelivered;
         if let (Some(pid), None) = (launched_pid, launched_status) {
             eprintln!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
         }
@@ -198,7 +204,7 @@ impl Session {
         let exit_code = launched_status.map_or(0, exit_code_of);
         Ok(Outcome {
             summary,
-            lost,
+            losses: flow.losses,
             exit_code,
         })
     }
@@ -254,26 +260,32 @@ impl Session {
         Ok(())
     }
 
-    /// Reads the rings into `reorder` and writes what it releases; returns how many records
-    /// could not be decoded (reported with the lost ones).
-    fn drain(&mut self, flow: &mut Flow) -> Result<u64> {
+    /// Reads the rings into the reorder stage and writes what it releases; reads the kernel's
+    /// loss counters and reports new losses.
+    fn drain(&mut self, flow: &mut Flow) -> Result<()> {
         let pass_start = kernel::monotonic_ns();
         let drained = self.datapath.drain(|raw| flow.reorder.push(raw));
+        flow.losses.add_undecodable(drained.malformed);
         let mut records = Vec::new();
         flow.reorder
             .release(pass_start, drained.behind_after, |r| records.push(*r));
-        Ok(drained.malformed + self.write(&records, &mut flow.processes)?)
+        self.write(&records, flow)?;
+        let lost = self.datapath.lost_per_cpu()?;
+        if let Some(report) = flow.losses.update(lost, std::time::Instant::now()) {
+            eprintln!("thrtrace-bpf: {report}");
+        }
+        Ok(())
     }
 
-    /// Decodes and writes `records`, adding their processes to `processes`; returns how many
-    /// could not be decoded.
-    fn write(&mut self, records: &[RawRecord], processes: &mut HashSet<u32>) -> Result<u64> {
+    /// Decodes and writes `records`, noting their processes; counts those that cannot be
+    /// decoded as lost.
+    fn write(&mut self, records: &[RawRecord], flow: &mut Flow) -> Result<()> {
         const INCOMPLETE: &str = "cannot write trace records; the files are incomplete";
         let mut undecodable = 0;
         for raw in records {
             match self.decoder.decode(raw) {
                 Some(record) if self.decoder.selects(&record) => {
-                    processes.insert(record.pid);
+                    flow.processes.insert(record.pid);
                     self.writer.write(&record).context(INCOMPLETE)?
                 }
                 // A call of the kind not selected (a plain mutex when only rmutex is).
@@ -282,17 +294,18 @@ impl Session {
             }
         }
         self.writer.batch_done().context(INCOMPLETE)?;
-        Ok(undecodable)
+        flow.losses.add_undecodable(undecodable);
+        Ok(())
     }
 }
 
-/// Records between the rings and the writer.
-#[derive(Default)]
+/// Records between the rings and the writer, and those that never arrived.
 struct Flow {
     reorder: Reorder,
     /// Processes with records written whose exit has not been handled yet: system-wide, the
     /// ones to look for; under `--follow`, the children to watch.
     processes: HashSet<u32>,
+    losses: Losses,
 }
 
 /// The next exec to attach to, if exec's are followed; never, if not.

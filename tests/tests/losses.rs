@@ -1,0 +1,68 @@
+//! Records lost because the tracer fell behind are counted exactly and reported while tracing,
+//! when and on which CPUs (issue 14, part 3).
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use thrtrace_tests::{
+    Gated, TempDir, bpf_available, lines_as_they_come, read_trace, start_tracer, summary_count,
+};
+
+const THREADS: u32 = 2;
+const PAIRS: u32 = 50_000;
+
+fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+#[test]
+fn a_stalled_tracer_counts_every_record_it_lost_and_says_so_while_running() {
+    if !bpf_available("stalled_tracer") {
+        return;
+    }
+    for run in 0..5 {
+        let dir = TempDir::new("stalled");
+        let mut gate = Gated::start_with_threads(0, PAIRS, THREADS);
+        // 4 KiB rings hold about 20 records each.
+        let (mut tracer, stderr) = start_tracer(
+            dir.path(),
+            &[gate.pid],
+            &["--events", "mutex", "--buffer-kib", "4"],
+        );
+        let stopped = Instant::now();
+        signal(tracer.id(), "-STOP");
+        gate.run_phase_two();
+        std::thread::sleep(Duration::from_secs(2).saturating_sub(stopped.elapsed()));
+        signal(tracer.id(), "-CONT");
+        // The workload is still running, at its final gate, when the loss is reported.
+        let lines = lines_as_they_come(stderr);
+        let report = lines
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("run {run}: no loss report: {e}"));
+        assert!(
+            report.starts_with("thrtrace-bpf: lost ")
+                && report.contains(" records ")
+                && report.contains("cpu ")
+                && report.contains("--buffer-kib"),
+            "run {run}: {report}"
+        );
+        gate.finish();
+        assert!(tracer.wait().unwrap().success());
+        let rest: String = lines.iter().map(|l| l + "\n").collect();
+        let (written, lost) = (
+            summary_count(&rest, "records"),
+            summary_count(&rest, "lost"),
+        );
+        let generated = u64::from(THREADS * PAIRS * 3);
+        assert!(lost > 0, "run {run}: {rest}");
+        assert_eq!(written + lost, generated, "run {run}: {rest}");
+        let in_files: usize = read_trace(dir.path()).values().map(Vec::len).sum();
+        assert_eq!(in_files as u64, written, "run {run}");
+    }
+}
