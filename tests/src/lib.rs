@@ -385,7 +385,17 @@ impl Gated {
 
     /// Opens the gate and waits until the second phase is done.
     pub fn run_phase_two(&mut self) {
+        self.open();
+        self.wait_until_done();
+    }
+
+    /// Opens the gate: the second phase starts.
+    pub fn open(&mut self) {
         writeln!(self.stdin.as_mut().unwrap(), "go").unwrap();
+    }
+
+    /// Waits until the second phase is done.
+    pub fn wait_until_done(&mut self) {
         assert_eq!(read_line(&mut self.stdout).trim(), "done");
     }
 

@@ -26,6 +26,9 @@ pub mod names {
     pub const SYSTEM_WIDE: &str = "SYSTEM_WIDE";
     /// Read-only global: byte offset of `tgid` in `task_struct` (from kernel BTF).
     pub const TGID_OFFSET: &str = "TGID_OFFSET";
+    /// Read-only global: 1 with `--lossless`, and the map of the processes it has stopped.
+    pub const LOSSLESS: &str = "LOSSLESS";
+    pub const STOPPED: &str = "STOPPED";
     /// The processes recorded through shared links (`--follow`'s, and `-p` targets whose main
     /// thread has exited), and the raw tracepoint program (on `sched_process_fork`) that adds
     /// `--follow`'s children.
@@ -40,6 +43,10 @@ pub mod names {
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
 }
+
+/// Set in a `STOPPED` entry's process id once the thread's SIGSTOP has been sent (process ids
+/// stay below 2^22).
+pub const STOP_SENT: u32 = 1 << 31;
 
 /// Most CPUs the ring-buffer array has slots for.
 pub const MAX_CPUS: u32 = 1024;

@@ -9,12 +9,14 @@ use core::ptr;
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    bindings::{
+        BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
+    },
     btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task,
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_ringbuf_query,
+        bpf_ringbuf_query, bpf_send_signal_thread,
     },
     macros::{btf_map, raw_tracepoint, uprobe, uretprobe},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
@@ -38,6 +40,18 @@ static SYSTEM_WIDE: u32 = 0;
 /// Byte offset of `tgid` in `task_struct`, to tell a forked process from a new thread.
 #[unsafe(no_mangle)]
 static TGID_OFFSET: u64 = 0;
+/// Set with `--lossless`: a thread that writes to a ring more than half full is stopped until
+/// the tracer has drained the rings.
+#[unsafe(no_mangle)]
+static LOSSLESS: u32 = 0;
+
+/// `--lossless`: the threads stopped (SIGSTOP) for writing to a ring past half, by thread id,
+/// with their process id, marked `STOP_SENT` once the signal has been sent; one entry per
+/// episode. Once it has drained the rings, the tracer removes the marked entries and resumes
+/// their threads (SIGCONT, or under `--follow` through ptrace). An unmarked entry is left for
+/// later: its SIGSTOP could still come after the SIGCONT.
+#[btf_map]
+static STOPPED: HashMap<u32, u32, 16384> = HashMap::new();
 
 /// The processes recorded through shared links (links with no process filter): `--follow`'s
 /// targets and every process they fork (fork, vfork, clone), added by `thr_fork` in the kernel
@@ -202,13 +216,15 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         record.timespec = read_user::<[i64; 2]>(pointer);
     }
     copy_object(&mut record.object, flags.object_size(), regs.rdi);
-    if !flags.has(ProbeFlags::RETURN) {
+    // A single record now, or the entry half of a paired call. One call site: each inlined
+    // copy of `emit` takes stack of its own.
+    let single = !flags.has(ProbeFlags::RETURN);
+    if single || flags.has(ProbeFlags::PAIRED) {
+        record.which = if single { 0 } else { 1 };
         emit(record);
-        return 0;
     }
-    if flags.has(ProbeFlags::PAIRED) {
-        record.which = 1;
-        emit(record);
+    if single {
+        return 0;
     }
     if flags.has(ProbeFlags::BLOCK) {
         pending.nvcsw_at_entry = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
@@ -329,9 +345,12 @@ fn emit(record: &RawRecord) {
     });
     let Some((ring, mut entry)) = reserved else {
         count_lost();
+        stop_if_lossless(record);
         return;
     };
-    entry.write(*record);
+    // SAFETY: the reserved entry has room for one record; copied in place, with no copy of
+    // it on the stack (the entry program's stack is near the verifier's 512 bytes).
+    unsafe { ptr::copy_nonoverlapping(record, entry.as_mut_ptr(), 1) };
     // Wake the reader only when a quarter of the ring is in use; otherwise it polls.
     let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
     let used = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_AVAIL_DATA as u64) };
@@ -342,7 +361,40 @@ fn emit(record: &RawRecord) {
         BPF_RB_NO_WAKEUP
     };
     entry.submit(wakeup as u64);
+    // Half full: the reader has been woken and not caught up; stop the writer for it.
+    if used > size / 2 {
+        stop_if_lossless(record);
+    }
 }
+
+/// With `--lossless`, stops the current thread (that of `record`) with SIGSTOP, once per
+/// episode: only the insert that creates its entry sends the signal. A thread rather than its
+/// process, so that a thread under ptrace (`--follow`) stops at once, without waiting for the
+/// tracer to pass the signal on; without ptrace a stop signal stops the whole process anyway.
+/// Key and value are the record's own fields, so that no stack is taken: the entry program's
+/// is near the verifier's 512 bytes.
+#[inline(always)]
+// Passed by value, key and value are copied to the stack: thr_entry then exceeds 512 bytes.
+#[allow(clippy::needless_borrows_for_generic_args)]
+fn stop_if_lossless(record: &RawRecord) {
+    if unsafe { ptr::read_volatile(&LOSSLESS) } != 0
+        && STOPPED
+            .insert(&record.lwpid, &record.pid, BPF_NOEXIST as u64)
+            .is_ok()
+    {
+        // SAFETY: the helper signals the current thread; it takes no pointers.
+        unsafe { bpf_send_signal_thread(SIGSTOP) };
+        if let Some(entry) = STOPPED.get_ptr_mut(&record.lwpid) {
+            // SAFETY: a value of this map; only this thread writes its own entry.
+            unsafe { *entry |= STOP_SENT };
+        }
+    }
+}
+
+use tracer_common::STOP_SENT;
+
+/// SIGSTOP's number on Linux.
+const SIGSTOP: u32 = 19;
 
 #[inline(always)]
 fn count_lost() {

@@ -57,6 +57,11 @@ pub struct Cli {
     #[arg(long)]
     pub empty_programs: bool,
 
+    /// Never lose a record: stop a traced process (SIGSTOP) while its CPU's ring is more than
+    /// half full, until the tracer has drained it (or set THR_TRACE_LOSSLESS to any value)
+    #[arg(long)]
+    pub lossless: bool,
+
     /// Also say how many records were lost on each CPU at the end
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -79,6 +84,7 @@ pub struct Config {
     pub probe_at_entry: bool,
     pub follow: bool,
     pub verbose: bool,
+    pub lossless: bool,
     /// Only print where the probes would go.
     pub list_probes: bool,
     pub target: Target,
@@ -161,6 +167,8 @@ impl Cli {
             probe_at_entry: self.probe_at_entry,
             follow: self.follow,
             verbose: self.verbose,
+            lossless: self.lossless
+                || std::env::var_os("THR_TRACE_LOSSLESS").is_some_and(|v| !v.is_empty()),
             list_probes: self.list_probes,
             target,
         })

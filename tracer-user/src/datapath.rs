@@ -4,16 +4,17 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
     programs::{RawTracePoint, raw_trace_point::RawTracePointLink},
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
-use tracer_common::{MAX_CPUS, RawRecord, names};
 
-use crate::{kernel::TaskOffsets, multi_link::MultiProgram, probes::Programs};
+use tracer_common::{MAX_CPUS, RawRecord, STOP_SENT, names};
+
+use crate::{kernel::TaskOffsets, lossless, multi_link::MultiProgram, probes::Programs};
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
@@ -40,6 +41,12 @@ pub struct DataPath {
     lost: PerCpuArray<MapData, u64>,
     errno_slots: HashMap<MapData, u32, u64>,
     shared_traced: HashMap<MapData, u32, u8>,
+    /// `--lossless`: the processes the BPF side has stopped for filling a ring.
+    stopped: HashMap<MapData, u32, u32>,
+    lossless: bool,
+    scope: Scope,
+    /// A second handle on `stopped`, for the exec-following thread (`--follow --lossless`).
+    stopped_view: Option<StoppedView>,
     tracepoint_links: Vec<RawTracePointLink>,
 }
 
@@ -59,10 +66,12 @@ pub enum Scope {
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
+    /// `lossless`: stop a process that fills a ring past half until it has been drained.
     pub fn load(
         offsets: TaskOffsets,
         ring_bytes: u32,
         empty_programs: bool,
+        lossless: bool,
         scope: Scope,
     ) -> Result<Self> {
         let mut ebpf = EbpfLoader::new()
@@ -75,6 +84,7 @@ impl DataPath {
                 true,
             )
             .override_global(names::TGID_OFFSET, &offsets.tgid, true)
+            .override_global(names::LOSSLESS, &u32::from(lossless), true)
             .load(BPF_OBJECT)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         // The programs are bound to the maps by descriptor, so they load before maps are taken.
@@ -90,6 +100,11 @@ impl DataPath {
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
         let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
         let shared_traced = HashMap::try_from(take_map(&mut ebpf, names::SHARED_TRACED)?)?;
+        let stopped_map = take_map(&mut ebpf, names::STOPPED)?;
+        let stopped_view = (lossless && scope == Scope::Follow)
+            .then(|| StoppedView::of(&stopped_map))
+            .transpose()?;
+        let stopped = HashMap::try_from(stopped_map)?;
         // An exec'ing process's errno slot is forgotten; with --follow, children are followed.
         // Raw tracepoints are attached by name, with no tracefs mounted.
         let mut tracepoints = vec![(names::EXEC_PROGRAM, "sched_process_exec")];
@@ -118,6 +133,10 @@ impl DataPath {
             lost,
             errno_slots,
             shared_traced,
+            stopped,
+            lossless,
+            scope,
+            stopped_view,
             tracepoint_links,
         })
     }
@@ -176,6 +195,38 @@ impl DataPath {
         drained
     }
 
+    /// `--lossless`: the threads the BPF side has stopped and sent their SIGSTOP since their
+    /// entries were last forgotten, as (thread id, process id). (An entry whose signal is not
+    /// sent yet is left: forgotten and resumed now, its thread could stop after the SIGCONT.)
+    pub fn stopped_threads(&self) -> Vec<(u32, u32)> {
+        if !self.lossless {
+            return Vec::new();
+        }
+        self.stopped
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, pid)| pid & STOP_SENT != 0)
+            .map(|(tid, pid)| (tid, pid & !STOP_SENT))
+            .collect()
+    }
+
+    /// Forgets that thread `tid` was stopped: the next time it writes to a ring past half, it is
+    /// stopped anew (and under `--follow`, the exec-following thread lets it go now).
+    pub fn forget_stopped(&mut self, tid: u32) {
+        let _ = self.stopped.remove(&tid);
+    }
+
+    /// Whether the targets are under ptrace (`--follow`).
+    pub fn follows(&self) -> bool {
+        self.scope == Scope::Follow
+    }
+
+    /// Under `--follow` with `--lossless`: what the exec-following thread reads to tell when
+    /// to let a thread it holds go.
+    pub fn take_stopped_view(&mut self) -> Option<StoppedView> {
+        self.stopped_view.take()
+    }
+
     /// Records the BPF programs could not reserve room for so far, per CPU.
     pub fn lost_per_cpu(&self) -> Result<Vec<u64>> {
         let per_cpu = self
@@ -183,6 +234,34 @@ impl DataPath {
             .get(&0, 0)
             .context("cannot read the lost-record counters")?;
         Ok(per_cpu.iter().copied().collect())
+    }
+}
+
+/// However the tracer ends short of SIGKILL (an error, a panic unwinding), no process is left
+/// stopped by `--lossless`.
+impl Drop for DataPath {
+    fn drop(&mut self) {
+        lossless::resume(self);
+    }
+}
+
+/// `--lossless` under `--follow`: the threads the BPF side has stopped, read by the thread that
+/// holds the targets under ptrace, which keeps each such thread stopped until its entry is gone.
+pub struct StoppedView(HashMap<MapData, u32, u32>);
+
+impl StoppedView {
+    fn of(map: &Map) -> Result<Self> {
+        let Map::HashMap(data) = map else {
+            bail!("the {} map is not a hash map", names::STOPPED);
+        };
+        let fd = data.fd().as_fd().try_clone_to_owned()?;
+        let data = MapData::from_fd(fd)?;
+        Ok(StoppedView(HashMap::try_from(Map::HashMap(data))?))
+    }
+
+    /// Whether thread `tid` is stopped until the rings are drained.
+    pub fn contains(&self, tid: u32) -> bool {
+        self.0.get(&tid, 0).is_ok()
     }
 }
 

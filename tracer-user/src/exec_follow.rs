@@ -15,12 +15,13 @@
 //! The launched command is handed over stopped by the thread that started it, and is let go
 //! at its exit stop, so that its status still goes to the tracer's main thread.
 
-use std::{collections::HashSet, io, sync::mpsc as sync_mpsc, thread};
+use std::{collections::HashSet, io, sync::mpsc as sync_mpsc, thread, time::Duration};
 
 use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 
 use crate::{
+    datapath::StoppedView,
     launch::{self, Loader},
     targets::{self, PthreadLibrary},
 };
@@ -32,6 +33,9 @@ pub struct AttachRequest {
     pub libraries: Vec<PthreadLibrary>,
     pub done: sync_mpsc::SyncSender<()>,
 }
+
+/// How often a thread held for `--lossless` looks whether the rings have been drained.
+const HOLD_POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// ptrace options: report exec, follow every new task, and mark syscall stops (for stepping).
 const OPTIONS: libc::c_int = libc::PTRACE_O_TRACEEXEC
@@ -45,10 +49,13 @@ const OPTIONS: libc::c_int = libc::PTRACE_O_TRACEEXEC
 /// launcher with SIGSTOP, resumed here), and all their descendants. Returns once every target
 /// is under ptrace, so that an exec made after the tracer says it is ready is seen; returns
 /// the requests to probe new images, which the session must answer.
+/// With `--lossless`, `stopped` tells which threads the BPF side has stopped: each is kept
+/// stopped, its SIGSTOP never passed on, until the session has drained the rings.
 pub fn start(
     pids: Vec<u32>,
     launched: Option<u32>,
     functions: Vec<&'static str>,
+    stopped: Option<StoppedView>,
 ) -> Result<mpsc::UnboundedReceiver<AttachRequest>> {
     let (requests, received) = mpsc::unbounded_channel();
     let (seized, all_seized) = sync_mpsc::sync_channel(1);
@@ -77,6 +84,7 @@ pub fn start(
                 functions,
                 launched,
                 requests,
+                stopped,
             }
             .run();
         })
@@ -115,6 +123,16 @@ fn seize(tid: libc::pid_t) -> io::Result<()> {
     check(unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, OPTIONS) } as libc::c_int)
 }
 
+/// Whether the signal `tid` is stopped for came from the kernel (`SI_KERNEL`), as the BPF
+/// side's do, rather than from a process.
+fn sent_by_kernel(tid: libc::pid_t) -> bool {
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t to the address passed, ours.
+    let result = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0, info.as_mut_ptr()) };
+    // SAFETY: zero-initialized, and filled in by the kernel when the call succeeded.
+    result == 0 && unsafe { info.assume_init() }.si_code == libc::SI_KERNEL
+}
+
 fn check(result: libc::c_int) -> io::Result<()> {
     if result == -1 {
         return Err(io::Error::last_os_error());
@@ -132,6 +150,7 @@ struct Follower {
     functions: Vec<&'static str>,
     launched: Option<u32>,
     requests: mpsc::UnboundedSender<AttachRequest>,
+    stopped: Option<StoppedView>,
 }
 
 impl Follower {
@@ -175,12 +194,28 @@ impl Follower {
                     resume(tid, libc::PTRACE_CONT, 0);
                 }
             }
+            // --lossless stopped this thread until the rings are drained.
+            0 if signal == libc::SIGSTOP && self.stopped.is_some() && sent_by_kernel(tid) => {
+                self.hold_until_drained(tid)
+            }
             // A signal on its way (even SIGTRAP: exec reports an event, not a SIGTRAP,
             // with PTRACE_O_TRACEEXEC): deliver it.
             0 => resume(tid, libc::PTRACE_CONT, signal),
             // Fork, clone, exit and new-task stops.
             _ => resume(tid, libc::PTRACE_CONT, 0),
         }
+    }
+
+    /// Keeps `tid`, stopped by `--lossless`, stopped until the session has forgotten it (once
+    /// the rings are drained), then resumes it without its SIGSTOP: nothing else sees a stop.
+    /// Meanwhile the other tracees' stops wait too; they are being held back anyway.
+    fn hold_until_drained(&self, tid: libc::pid_t) {
+        if let Some(stopped) = &self.stopped {
+            while stopped.contains(tid as u32) {
+                thread::sleep(HOLD_POLL_INTERVAL);
+            }
+        }
+        resume(tid, libc::PTRACE_CONT, 0);
     }
 
     /// `pid` has exec'd: step its loader, have its libraries probed, let it run.

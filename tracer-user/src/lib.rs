@@ -15,6 +15,7 @@ pub mod exec_follow;
 pub mod kernel;
 pub mod launch;
 pub mod loss;
+pub mod lossless;
 pub mod multi_link;
 pub mod placement;
 pub mod probes;
@@ -64,6 +65,7 @@ pub fn run(mut config: Config) -> Result<i32> {
         TaskOffsets::from_kernel_btf()?,
         config.ring_bytes,
         config.empty_programs,
+        config.lossless,
         scope,
     )?;
     let mut probes = Probes::new(events, config.probe_at_entry);
@@ -119,7 +121,12 @@ pub fn run(mut config: Config) -> Result<i32> {
                 .as_ref()
                 .filter(|l| l.exited.is_none())
                 .map(|l| l.child.id());
-            exec_follow::start(attached_pids.clone(), launched_pid, symbols.clone())
+            exec_follow::start(
+                attached_pids.clone(),
+                launched_pid,
+                symbols.clone(),
+                datapath.take_stopped_view(),
+            )
         })
         .transpose()?;
     for line in followed {
@@ -158,6 +165,13 @@ pub fn run(mut config: Config) -> Result<i32> {
         outcome.summary.files,
         shown_dir
     );
+    if outcome.lossless_stops > 0 {
+        eprintln!(
+            "thrtrace-bpf: --lossless stopped traced threads {} times until the rings \
+             were drained",
+            outcome.lossless_stops
+        );
+    }
     if config.verbose {
         eprintln!("thrtrace-bpf: lost per CPU: {}", outcome.losses.split());
     }

@@ -29,6 +29,7 @@ use crate::{
     kernel,
     launch::Launched,
     loss::Losses,
+    lossless,
     probes::Probes,
     reorder::Reorder,
     targets,
@@ -73,6 +74,8 @@ const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
 pub struct Outcome {
     pub summary: WriterSummary,
     pub losses: Losses,
+    /// How many times `--lossless` stopped a process until the rings were drained.
+    pub lossless_stops: u64,
     /// The tracer's exit status.
     pub exit_code: i32,
 }
@@ -117,6 +120,7 @@ impl Session {
             reorder: Reorder::default(),
             processes: HashSet::new(),
             losses: Losses::new(Instant::now().into_std()),
+            lossless_stops: 0,
         };
 
         loop {
@@ -190,6 +194,7 @@ impl Session {
         let mut records = Vec::new();
         flow.reorder.release_all(|r| records.push(*r));
         self.write(&records, &mut flow)?;
+        flow.lossless_stops += lossless::resume_at_end(&mut self.datapath) as u64;
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
             eprintln!("thrtrace-bpf: {report}");
         }
@@ -205,6 +210,7 @@ impl Session {
         Ok(Outcome {
             summary,
             losses: flow.losses,
+            lossless_stops: flow.lossless_stops,
             exit_code,
         })
     }
@@ -266,6 +272,10 @@ impl Session {
         let pass_start = kernel::monotonic_ns();
         let drained = self.datapath.drain(|raw| flow.reorder.push(raw));
         flow.losses.add_undecodable(drained.malformed);
+        // Every ring read to its end: what --lossless stopped may run again.
+        if drained.behind_after.is_none() {
+            flow.lossless_stops += lossless::resume(&mut self.datapath) as u64;
+        }
         let mut records = Vec::new();
         flow.reorder
             .release(pass_start, drained.behind_after, |r| records.push(*r));
@@ -306,6 +316,7 @@ struct Flow {
     /// ones to look for; under `--follow`, the children to watch.
     processes: HashSet<u32>,
     losses: Losses,
+    lossless_stops: u64,
 }
 
 /// The next exec to attach to, if exec's are followed; never, if not.
