@@ -4,6 +4,8 @@
 //! - untraced;
 //! - thrtrace-bpf with probe placement, full records written to tr.* files;
 //! - thrtrace-bpf with `--probe-at-entry`;
+//! - thrtrace-bpf with `--lossless` (what stopping a target that fills a ring costs one the
+//!   consumer keeps up with: nothing, if it never fills one);
 //! - the floor: BPF programs that do nothing, at the entry (`--empty-programs --probe-at-entry`);
 //! - bpftrace (installed if missing): a uprobe and a uretprobe on each function, printing the
 //!   record fields to a file.
@@ -91,14 +93,16 @@ enum Mode {
     AtEntry,
     Floor,
     Bpftrace,
+    Lossless,
 }
 
-const MODES: [Mode; 5] = [
+const MODES: [Mode; 6] = [
     Mode::Untraced,
     Mode::Placed,
     Mode::AtEntry,
     Mode::Floor,
     Mode::Bpftrace,
+    Mode::Lossless,
 ];
 
 impl Mode {
@@ -109,6 +113,7 @@ impl Mode {
             Mode::AtEntry => "thrtrace-bpf --probe-at-entry",
             Mode::Floor => "floor: empty programs at entry",
             Mode::Bpftrace => "bpftrace uprobe+uretprobe",
+            Mode::Lossless => "thrtrace-bpf --lossless",
         }
     }
 
@@ -117,6 +122,7 @@ impl Mode {
             Mode::Placed => &[],
             Mode::AtEntry => &["--probe-at-entry"],
             Mode::Floor => &["--empty-programs", "--probe-at-entry"],
+            Mode::Lossless => &["--lossless"],
             Mode::Untraced | Mode::Bpftrace => &[],
         }
     }
@@ -244,12 +250,14 @@ fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
                 rate
             );
         }
-        let (placed, entry, floor, bpftrace) = (ns(1), ns(2), ns(3), ns(4));
+        let (placed, entry, floor, bpftrace, lossless) = (ns(1), ns(2), ns(3), ns(4), ns(5));
         println!(
-            "  placed vs at entry: {:.1}x cheaper; traced / bpftrace: {:.2}; traced / floor: {:.2}",
+            "  placed vs at entry: {:.1}x cheaper; traced / bpftrace: {:.2}; traced / floor: {:.2}; \
+             lossless / traced: {:.2}",
             entry / placed,
             placed / bpftrace,
-            placed / floor
+            placed / floor,
+            lossless / placed
         );
     }
 }
@@ -299,7 +307,10 @@ fn measure(
         ns_per_op,
         ..Sample::default()
     };
-    if matches!(mode, Mode::Placed | Mode::AtEntry | Mode::Floor) {
+    if matches!(
+        mode,
+        Mode::Placed | Mode::AtEntry | Mode::Floor | Mode::Lossless
+    ) {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let summary = stderr.lines().rfind(|l| l.contains(" records written, "));
         let Some(summary) = summary else {
