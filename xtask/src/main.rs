@@ -5,6 +5,7 @@ mod demo;
 mod old_glibc;
 mod setup;
 mod shell;
+mod stress;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,15 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
+    /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
+    Stress {
+        /// How many trials
+        #[arg(long, default_value_t = 100)]
+        trials: usize,
+        /// Seed of the random choices, to repeat a run (default: from the clock)
+        #[arg(long)]
+        seed: Option<u64>,
+    },
 }
 
 fn main() {
@@ -38,6 +48,7 @@ fn main() {
         Task::Demo => demo::run_demo(),
         Task::Test => test::run_all(),
         Task::Bench { reps } => bench::run(reps),
+        Task::Stress { trials, seed } => stress::run(trials, seed),
     };
     if let Err(error) = result {
         eprintln!("xtask: {error:#}");

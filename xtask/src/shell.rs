@@ -92,13 +92,18 @@ pub fn compile_workload(name: &str) -> Result<PathBuf> {
 
 /// Fails with how to run as root unless we are root: BPF needs it.
 pub fn require_root(task: &str) -> Result<()> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|uids| uids.split_whitespace().nth(1).map(str::to_owned));
-    if euid.as_deref() != Some("0") {
+    if !is_root() {
         bail!("tracing needs root: run `sudo -E env PATH=\"$PATH\" cargo xtask {task}`");
     }
     Ok(())
+}
+
+/// Whether xtask runs with effective user id 0.
+pub fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().nth(1));
+    euid == Some("0")
 }

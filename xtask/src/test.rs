@@ -12,8 +12,16 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     old_glibc, setup,
-    shell::{build_tracer, command, run, workspace_root},
+    shell::{build_tracer, command, is_root, run, workspace_root},
+    stress,
 };
+
+/// Stress trials in the test suite (`cargo xtask stress` runs 100 by default).
+const STRESS_TRIALS: usize = 10;
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
 
 pub fn run_all() -> Result<()> {
     setup::ensure_prerequisites()?;
@@ -62,13 +70,29 @@ pub fn run_all() -> Result<()> {
         }
     }
     let status = cargo_test.wait()?;
-    let skipped = fs::read_to_string(&skip_log).map_or(0, |log| log.lines().count());
+    let mut skipped = fs::read_to_string(&skip_log).map_or(0, |log| log.lines().count());
+    // Signals at random moments, after the tests: it checks that no program of the tracer's is
+    // left in the kernel, which tracers running beside it would confuse. Counted as one test.
+    if is_root() || in_ci() {
+        match stress::run(STRESS_TRIALS, None) {
+            Ok(()) => passed += 1,
+            Err(error) => {
+                println!("stress: {error:#}");
+                failed += 1;
+            }
+        }
+    } else {
+        println!("skipping the stress trials: not running as root (BPF tracing needs root)");
+        // Counted like the skipped cargo tests, which pass by returning early.
+        skipped += 1;
+        passed += 1;
+    }
     println!(
         "\ntests: {} passed, {failed} failed, {skipped} skipped",
         passed - skipped
     );
     if !status.success() || failed > 0 {
-        bail!("cargo test failed: {status}");
+        bail!("the tests failed: {status}");
     }
     Ok(())
 }

@@ -1,0 +1,309 @@
+//! `cargo xtask stress`: signals at any moment leave complete files and nothing attached.
+//!
+//! Each trial starts a busy multi-threaded workload (tests/workloads/stress_work.c, whose output
+//! depends on its arguments alone), traces it with `-p` (plain, `--unbuffered` or `--follow`, in
+//! turn), and sends the tracer SIGINT, SIGTERM or SIGKILL at a random moment in its first two
+//! seconds. Then it checks that
+//! - every `tr.*` line has its 13 decimal fields: after SIGINT or SIGTERM every file ends with a
+//!   whole line; after SIGKILL only the last line of a file may be cut short;
+//! - no BPF program of the tracer's is left in the kernel;
+//! - a new trace starts at once and records exactly what it should;
+//! - the workload printed and returned what it does untraced.
+
+use std::{
+    fs,
+    path::Path,
+    process::{Child, ExitStatus, Stdio},
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::shell::{build_tracer, command, compile_workload, output, require_root};
+
+const THREADS: &str = "4";
+/// Untraced, about 2.5 s on this VM: the signal window falls inside the run.
+const ROUNDS: &str = "4000000";
+/// Signals land within this long after the tracer starts.
+const SIGNAL_WINDOW: Duration = Duration::from_secs(2);
+/// How long a workload may take to finish once its tracer is gone.
+const WORKLOAD_LIMIT: Duration = Duration::from_secs(60);
+/// How long the kernel may take to free the programs of a tracer that has exited.
+const RELEASE_LIMIT: Duration = Duration::from_secs(5);
+/// The names the tracer's BPF programs have in the kernel.
+const PROGRAM_PREFIX: &str = "thr_";
+
+/// The signals sent, by name and number.
+const SIGNALS: [(&str, i32); 3] = [("SIGINT", 2), ("SIGTERM", 15), ("SIGKILL", SIGKILL)];
+const SIGKILL: i32 = 9;
+const OPTIONS: [&[&str]; 3] = [&[], &["--unbuffered"], &["--follow"]];
+
+/// Runs `trials` trials; `seed` makes the choice of signals and moments repeatable.
+pub fn run(trials: usize, seed: Option<u64>) -> Result<()> {
+    require_root("stress")?;
+    let tracer = build_tracer()?;
+    let workload = compile_workload("stress_work")?;
+    let contend = compile_workload("mutex_contend")?;
+    let expected = output(command(&workload).args([THREADS, ROUNDS]))?.stdout;
+    let seed = seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    println!("stress: {trials} trials, seed {seed}");
+    let mut random = XorShift(seed | 1);
+    let dir = crate::shell::workspace_root().join("target/stress");
+    let mut counts = [0usize; 3];
+    for trial in 1..=trials {
+        let (name, signal) = SIGNALS[random.below(3) as usize];
+        let options = OPTIONS[trial % OPTIONS.len()];
+        let delay = Duration::from_micros(random.below(SIGNAL_WINDOW.as_micros() as u64));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        let trial_result = run_trial(&tracer, &workload, &expected, options, signal, delay, &dir)
+            .and_then(|ended| {
+                check_no_programs_left()?;
+                check_new_trace(&tracer, &contend, &dir)?;
+                Ok(ended)
+            });
+        let ended = trial_result.with_context(|| {
+            format!(
+                "trial {trial}: {name} after {} ms, options {options:?} (seed {seed})",
+                delay.as_millis()
+            )
+        })?;
+        counts[ended as usize] += 1;
+        println!(
+            "stress: trial {trial}: {name} after {:>4} ms {:<16} ok ({})",
+            delay.as_millis(),
+            options.join(" "),
+            ended.describe()
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+    println!(
+        "stress: {trials} passed, 0 failed ({} ended tracing cleanly, {} died before tracing \
+         began, {} killed)",
+        counts[Ended::Clean as usize],
+        counts[Ended::BeforeTracing as usize],
+        counts[Ended::Killed as usize]
+    );
+    Ok(())
+}
+
+/// How the tracer ended in a trial.
+#[derive(Clone, Copy)]
+enum Ended {
+    /// Exit status 0 with its summary: the signal came while tracing.
+    Clean,
+    /// Killed by SIGINT or SIGTERM before its handlers were in place, while loading.
+    BeforeTracing,
+    /// Killed by SIGKILL.
+    Killed,
+}
+
+impl Ended {
+    fn describe(self) -> &'static str {
+        match self {
+            Ended::Clean => "exited cleanly",
+            Ended::BeforeTracing => "died while starting",
+            Ended::Killed => "killed",
+        }
+    }
+}
+
+fn run_trial(
+    tracer: &Path,
+    workload: &Path,
+    expected: &[u8],
+    options: &[&str],
+    signal: i32,
+    delay: Duration,
+    dir: &Path,
+) -> Result<Ended> {
+    let target = command(workload)
+        .args([THREADS, ROUNDS])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    wait_until_running(target.id(), workload)?;
+    let mut traced = command(tracer)
+        .args(options)
+        .arg("--dir")
+        .arg(dir)
+        .args(["-p", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(delay);
+    send(traced.id(), signal)?;
+    let status = traced.wait()?;
+    let stderr = read_all(&mut traced)?;
+    let ended = how_it_ended(status, signal, &stderr)?;
+    check_files(dir, matches!(ended, Ended::Killed))?;
+    let finished = wait_with_limit(target, WORKLOAD_LIMIT)?;
+    ensure!(
+        finished.status.success(),
+        "the workload exited with {}",
+        finished.status
+    );
+    ensure!(
+        finished.stdout == expected,
+        "the workload printed {:?}, untraced {:?}",
+        String::from_utf8_lossy(&finished.stdout),
+        String::from_utf8_lossy(expected)
+    );
+    Ok(ended)
+}
+
+/// Waits until process `pid` runs `workload`'s threads, so with its C library loaded: a
+/// tracer started before that could find no pthread functions to trace.
+fn wait_until_running(pid: u32, workload: &Path) -> Result<()> {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count());
+        if exe.as_deref() == Some(workload) && threads > 1 {
+            return Ok(());
+        }
+        ensure!(Instant::now() < give_up, "the workload never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn how_it_ended(status: ExitStatus, signal: i32, stderr: &str) -> Result<Ended> {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) if signal != SIGKILL => {
+            ensure!(
+                stderr.contains(" records written, "),
+                "no summary line: {stderr}"
+            );
+            Ok(Ended::Clean)
+        }
+        (None, Some(SIGKILL)) if signal == SIGKILL => Ok(Ended::Killed),
+        (None, Some(number)) if number == signal => Ok(Ended::BeforeTracing),
+        _ => bail!("the tracer ended with {status}: {stderr}"),
+    }
+}
+
+/// Every line of every `tr.*` file is a whole record; after SIGKILL, the last line of a file
+/// may be cut short.
+fn check_files(dir: &Path, killed: bool) -> Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("tr.") {
+            continue;
+        }
+        let text = fs::read(entry.path())?;
+        let text = String::from_utf8(text).with_context(|| format!("{name} is not text"))?;
+        let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+        if killed && lines.last().is_some_and(|l| !l.ends_with('\n')) {
+            lines.pop();
+        }
+        for (number, line) in lines.iter().enumerate() {
+            let record = line
+                .strip_suffix('\n')
+                .with_context(|| format!("{name} ends in a partial line: {line:?}"))?;
+            let fields: Vec<&str> = record.split(':').collect();
+            ensure!(
+                fields.len() == 13
+                    && fields.iter().all(|f| !f.is_empty()
+                        && f.trim_start_matches('-')
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())),
+                "{name} line {}: {record:?} is not a 13-field record",
+                number + 1
+            );
+        }
+    }
+    Ok(())
+}
+
+/// No program of the tracer's is still loaded (the kernel frees them shortly after the last
+/// descriptor closes).
+fn check_no_programs_left() -> Result<()> {
+    let give_up = Instant::now() + RELEASE_LIMIT;
+    loop {
+        let left: Vec<String> = aya::programs::loaded_programs()
+            .filter_map(|p| Some(p.ok()?.name_as_str()?.to_owned()))
+            .filter(|name| name.starts_with(PROGRAM_PREFIX))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            bail!("BPF programs {left:?} outlived the tracer");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A new trace starts at once and records exactly the calls it is given.
+fn check_new_trace(tracer: &Path, contend: &Path, dir: &Path) -> Result<()> {
+    const PAIRS: usize = 100;
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir)?;
+    output(
+        command(tracer)
+            .args(["--events", "mutex", "--dir"])
+            .arg(dir)
+            .arg("--")
+            .arg(contend)
+            .args(["1", &PAIRS.to_string()]),
+    )
+    .context("a new trace after the trial")?;
+    let mut lines = 0;
+    for entry in fs::read_dir(dir)? {
+        lines += fs::read_to_string(entry?.path())?.lines().count();
+    }
+    ensure!(
+        lines == PAIRS * 3,
+        "the new trace holds {lines} records, not {}",
+        PAIRS * 3
+    );
+    Ok(())
+}
+
+fn send(pid: u32, signal: i32) -> Result<()> {
+    crate::shell::run(
+        command("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string()),
+    )
+}
+
+fn read_all(child: &mut Child) -> Result<String> {
+    let mut text = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut stderr, &mut text)?;
+    }
+    Ok(text)
+}
+
+/// Waits for `child` to exit and collects its output; kills it past `limit` (a workload left
+/// stopped would otherwise hang the run).
+fn wait_with_limit(mut child: Child, limit: Duration) -> Result<std::process::Output> {
+    let give_up = Instant::now() + limit;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > give_up {
+            child.kill()?;
+            child.wait()?;
+            bail!("the workload did not finish within {limit:?} of its tracer's end");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(child.wait_with_output()?)
+}
+
+/// A small fast generator: repeatable from its seed, and needs no crate.
+struct XorShift(u64);
+
+impl XorShift {
+    /// A number in 0..bound.
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound
+    }
+}
