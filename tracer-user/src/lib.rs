@@ -35,7 +35,7 @@ use crate::{
     decode::Decoder,
     kernel::TaskOffsets,
     probes::Probes,
-    session::Session,
+    session::{Session, StopSignals},
     targets::PthreadLibrary,
     writer::tr::TrFiles,
 };
@@ -55,6 +55,13 @@ pub fn run(mut config: Config) -> Result<i32> {
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let stop_signals = {
+        let _context = runtime.enter();
+        StopSignals::catch_and_hold().context("cannot catch SIGINT and SIGTERM")?
+    };
     descriptors::raise_limit();
     let scope = match (&config.target, config.follow) {
         (Target::SystemWide, _) => Scope::SystemWide,
@@ -153,10 +160,8 @@ pub fn run(mut config: Config) -> Result<i32> {
         until_stopped: matches!(config.target, Target::SystemWide),
         follow: config.follow,
         exec_requests,
+        stop_signals,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let outcome = runtime.block_on(session.run())?;
     eprintln!(
         "thrtrace-bpf: {} records written, {} lost, {} files in {}",

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context, Result};
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    signal::unix::{SignalKind, signal},
+    signal::unix::{Signal, SignalKind, signal},
     sync::{Notify, mpsc},
     time::{Instant, MissedTickBehavior},
 };
@@ -39,6 +39,59 @@ use crate::{
 const POLL_INTERVAL_BUFFERED: Duration = Duration::from_millis(100);
 const POLL_INTERVAL_UNBUFFERED: Duration = Duration::from_millis(10);
 
+/// SIGINT and SIGTERM, caught from before anything is loaded and held (blocked) until the
+/// session runs: one that comes while the tracer attaches ends the trace as soon as it has
+/// begun, cleanly, instead of killing the tracer halfway (or, inherited as ignored from a
+/// shell's background job, being lost). Held, not just caught, because a signal pending
+/// while the kernel verifies a BPF program makes the load fail with EAGAIN.
+pub struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl StopSignals {
+    /// Catches both and holds them in this thread and the threads it starts from now on;
+    /// needs a tokio runtime's context (`Runtime::enter`).
+    pub fn catch_and_hold() -> std::io::Result<Self> {
+        let signals = StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        };
+        set_stop_signals_blocked(true)?;
+        Ok(signals)
+    }
+
+    /// Waits for either.
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+/// Blocks or unblocks SIGINT and SIGTERM in the calling thread.
+fn set_stop_signals_blocked(blocked: bool) -> std::io::Result<()> {
+    // SAFETY: sigset_t is plain data, initialized by sigemptyset before use; pthread_sigmask
+    // only reads the set and changes this thread's mask.
+    let result = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let how = if blocked {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut())
+    };
+    match result {
+        0 => Ok(()),
+        error => Err(std::io::Error::from_raw_os_error(error)),
+    }
+}
+
 /// What a run traces and how it ends.
 pub struct Session {
     pub datapath: DataPath,
@@ -57,6 +110,7 @@ pub struct Session {
     pub follow: bool,
     /// `--follow`: images just exec'd by followed processes, to probe while they wait.
     pub exec_requests: Option<mpsc::UnboundedReceiver<AttachRequest>>,
+    pub stop_signals: StopSignals,
 }
 
 /// How often system-wide tracing looks for processes that have exited, to complete their files.
@@ -74,7 +128,7 @@ const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
 pub struct Outcome {
     pub summary: WriterSummary,
     pub losses: Losses,
-    /// How many times `--lossless` stopped a process until the rings were drained.
+    /// How many times `--lossless` stopped a thread until the rings were drained.
     pub lossless_stops: u64,
     /// The tracer's exit status.
     pub exit_code: i32,
@@ -82,6 +136,8 @@ pub struct Outcome {
 
 impl Session {
     pub async fn run(mut self) -> Result<Outcome> {
+        // Everything is loaded: a held SIGINT or SIGTERM is delivered now, and ends the trace.
+        set_stop_signals_blocked(false)?;
         let wakeups = Arc::new(Notify::new());
         for fd in self.datapath.ring_fds()? {
             watch_ring(fd, Arc::clone(&wakeups))?;
@@ -101,8 +157,6 @@ impl Session {
         // With --follow, processes first seen in records (children) are watched as they come.
         let mut seen: HashSet<u32> = running.clone();
 
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
         let interval = if self.unbuffered {
             POLL_INTERVAL_UNBUFFERED
         } else {
@@ -129,8 +183,7 @@ impl Session {
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = wakeups.notified() => {}
-                _ = sigint.recv() => signalled = true,
-                _ = sigterm.recv() => signalled = true,
+                _ = self.stop_signals.recv() => signalled = true,
                 _ = sleep_until(deadline) => break,
                 _ = sleep_until(grace) => break,
                 _ = liveness.tick(), if self.until_stopped => {
