@@ -26,6 +26,8 @@ const THREADS: &str = "4";
 const ROUNDS: &str = "4000000";
 /// Signals land within this long after the tracer starts.
 const SIGNAL_WINDOW: Duration = Duration::from_secs(2);
+/// How long the tracer may take to exit after its signal.
+const TRACER_EXIT_LIMIT: Duration = Duration::from_secs(10);
 /// How long a workload may take to finish once its tracer is gone.
 const WORKLOAD_LIMIT: Duration = Duration::from_secs(60);
 /// How long the kernel may take to free the programs of a tracer that has exited.
@@ -41,6 +43,7 @@ const OPTIONS: [&[&str]; 3] = [&[], &["--unbuffered"], &["--follow"]];
 /// Runs `trials` trials; `seed` makes the choice of signals and moments repeatable.
 pub fn run(trials: usize, seed: Option<u64>) -> Result<()> {
     require_root("stress")?;
+    restore_default_stop_signals();
     let tracer = build_tracer()?;
     let workload = compile_workload("stress_work")?;
     let contend = compile_workload("mutex_contend")?;
@@ -121,7 +124,7 @@ fn run_trial(
     delay: Duration,
     dir: &Path,
 ) -> Result<Ended> {
-    let target = command(workload)
+    let mut target = command(workload)
         .args([THREADS, ROUNDS])
         .stdout(Stdio::piped())
         .spawn()?;
@@ -135,11 +138,16 @@ fn run_trial(
         .spawn()?;
     std::thread::sleep(delay);
     send(traced.id(), signal)?;
-    let status = traced.wait()?;
+    let status = wait_within(&mut traced, TRACER_EXIT_LIMIT, "the signalled tracer")?;
     let stderr = read_all(&mut traced)?;
     let ended = how_it_ended(status, signal, &stderr)?;
     check_files(dir, matches!(ended, Ended::Killed))?;
-    let finished = wait_with_limit(target, WORKLOAD_LIMIT)?;
+    wait_within(
+        &mut target,
+        WORKLOAD_LIMIT,
+        "the workload, once its tracer was gone,",
+    )?;
+    let finished = target.wait_with_output()?;
     ensure!(
         finished.status.success(),
         "the workload exited with {}",
@@ -280,19 +288,31 @@ fn read_all(child: &mut Child) -> Result<String> {
     Ok(text)
 }
 
-/// Waits for `child` to exit and collects its output; kills it past `limit` (a workload left
-/// stopped would otherwise hang the run).
-fn wait_with_limit(mut child: Child, limit: Duration) -> Result<std::process::Output> {
+/// A shell runs background jobs with SIGINT ignored, and the tracers started here would inherit
+/// that: one signalled in the first moment of its life, before it catches the signal itself,
+/// would then trace on. Children get the default dispositions, as from a terminal.
+fn restore_default_stop_signals() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: setting a disposition to the default has no handler to be unsafe in.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
+    }
+}
+
+/// Waits for `child` to exit; kills it past `limit` (a tracer that missed its signal, a
+/// workload left stopped) rather than hang the run. `what` names it in the error.
+fn wait_within(child: &mut Child, limit: Duration, what: &str) -> Result<ExitStatus> {
     let give_up = Instant::now() + limit;
-    while child.try_wait()?.is_none() {
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
         if Instant::now() > give_up {
             child.kill()?;
             child.wait()?;
-            bail!("the workload did not finish within {limit:?} of its tracer's end");
+            bail!("{what} did not exit within {limit:?}");
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(5));
     }
-    Ok(child.wait_with_output()?)
 }
 
 /// A small fast generator: repeatable from its seed, and needs no crate.
