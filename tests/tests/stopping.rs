@@ -195,3 +195,66 @@ fn records_the_kernel_could_not_deliver_are_counted_and_reported() {
     // The workload made 4 x 20,000 x 3 records on its mutex (and a few more inside libc).
     assert!(written + lost >= 240_000, "written {written} + lost {lost}");
 }
+
+/// Whether SIGINT is in the signal mask `field` ("SigCgt:", "SigBlk:") of process `pid`.
+fn sigint_in(pid: u32, field: &str) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << 1) != 0)
+}
+
+#[test]
+fn sigint_while_attaching_ends_the_trace_cleanly_even_if_inherited_ignored() {
+    if !bpf_available("sigint_at_start") {
+        return;
+    }
+    let dir = TempDir::new("sigint-start");
+    let mut gate = thrtrace_tests::Gated::start(10, 10);
+    // As a shell starts a background job: SIGINT ignored, which the tracer inherits.
+    let mut tracer = Command::new("sh")
+        .args(["-c", "trap '' INT; exec \"$@\"", "sh"])
+        .arg(tracer())
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["-p", &gate.pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The moment it catches SIGINT, long before its probes are attached: it holds the
+    // signal (blocked) while it loads them.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !sigint_in(tracer.id(), "SigCgt:") {
+        assert!(std::time::Instant::now() < give_up, "never caught SIGINT");
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert!(
+        sigint_in(tracer.id(), "SigBlk:"),
+        "SIGINT is not held while the tracer attaches"
+    );
+    let killed = Command::new("kill")
+        .args(["-INT", &tracer.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = tracer.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > give_up {
+            tracer.kill().unwrap();
+            panic!("the tracer went on tracing after SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(" records written, "), "{stderr}");
+    assert_complete(dir.path());
+    gate.run_phase_two();
+    gate.finish();
+}

@@ -21,7 +21,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    sudo,
+    stop_signals, sudo,
     targets::{self, PthreadLibrary},
 };
 
@@ -105,9 +105,12 @@ pub fn launch(
     if let Some(user) = sudo::invoking_user() {
         command.uid(user.uid).gid(user.gid);
     }
-    // SAFETY: the closure runs between fork and exec and only makes one async-signal-safe call.
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
+    // (sigemptyset, sigaddset, pthread_sigmask, ptrace).
     unsafe {
         command.pre_exec(|| {
+            // The tracer holds SIGINT and SIGTERM until its session runs; the command must not.
+            stop_signals::set_blocked(false)?;
             if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
                 return Err(io::Error::last_os_error());
             }

@@ -21,6 +21,7 @@ pub mod placement;
 pub mod probes;
 pub mod reorder;
 pub mod session;
+pub mod stop_signals;
 pub mod sudo;
 pub mod symbols;
 pub mod targets;
@@ -35,7 +36,8 @@ use crate::{
     decode::Decoder,
     kernel::TaskOffsets,
     probes::Probes,
-    session::{Session, StopSignals},
+    session::Session,
+    stop_signals::StopSignals,
     targets::PthreadLibrary,
     writer::tr::TrFiles,
 };

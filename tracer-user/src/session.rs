@@ -15,7 +15,6 @@ use std::{
 use anyhow::{Context, Result};
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    signal::unix::{Signal, SignalKind, signal},
     sync::{Notify, mpsc},
     time::{Instant, MissedTickBehavior},
 };
@@ -32,65 +31,13 @@ use crate::{
     lossless,
     probes::Probes,
     reorder::Reorder,
+    stop_signals::StopSignals,
     targets,
     writer::{RecordWriter, WriterSummary},
 };
 
 const POLL_INTERVAL_BUFFERED: Duration = Duration::from_millis(100);
 const POLL_INTERVAL_UNBUFFERED: Duration = Duration::from_millis(10);
-
-/// SIGINT and SIGTERM, caught from before anything is loaded and held (blocked) until the
-/// session runs: one that comes while the tracer attaches ends the trace as soon as it has
-/// begun, cleanly, instead of killing the tracer halfway (or, inherited as ignored from a
-/// shell's background job, being lost). Held, not just caught, because a signal pending
-/// while the kernel verifies a BPF program makes the load fail with EAGAIN.
-pub struct StopSignals {
-    interrupt: Signal,
-    terminate: Signal,
-}
-
-impl StopSignals {
-    /// Catches both and holds them in this thread and the threads it starts from now on;
-    /// needs a tokio runtime's context (`Runtime::enter`).
-    pub fn catch_and_hold() -> std::io::Result<Self> {
-        let signals = StopSignals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-        };
-        set_stop_signals_blocked(true)?;
-        Ok(signals)
-    }
-
-    /// Waits for either.
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
-        }
-    }
-}
-
-/// Blocks or unblocks SIGINT and SIGTERM in the calling thread.
-fn set_stop_signals_blocked(blocked: bool) -> std::io::Result<()> {
-    // SAFETY: sigset_t is plain data, initialized by sigemptyset before use; pthread_sigmask
-    // only reads the set and changes this thread's mask.
-    let result = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        let how = if blocked {
-            libc::SIG_BLOCK
-        } else {
-            libc::SIG_UNBLOCK
-        };
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut())
-    };
-    match result {
-        0 => Ok(()),
-        error => Err(std::io::Error::from_raw_os_error(error)),
-    }
-}
 
 /// What a run traces and how it ends.
 pub struct Session {
@@ -137,7 +84,7 @@ pub struct Outcome {
 impl Session {
     pub async fn run(mut self) -> Result<Outcome> {
         // Everything is loaded: a held SIGINT or SIGTERM is delivered now, and ends the trace.
-        set_stop_signals_blocked(false)?;
+        self.stop_signals.release()?;
         let wakeups = Arc::new(Notify::new());
         for fd in self.datapath.ring_fds()? {
             watch_ring(fd, Arc::clone(&wakeups))?;
