@@ -110,3 +110,31 @@ fn under_sudo_files_belong_to_the_invoking_user_mode_0600() {
         assert_eq!(meta.permissions().mode() & 0o7777, 0o600, "{name}");
     }
 }
+
+#[test]
+fn a_name_that_cannot_be_created_safely_ends_the_trace_with_one_line() {
+    if !bpf_available("uncreatable_name") {
+        return;
+    }
+    let dir = TempDir::new("uncreatable");
+    let mut gate = Gated::start(0, PAIRS);
+    let name = trace_file_name(gate.pid, gate.pid);
+    // A directory has the name: it can be neither opened as a file nor renamed over.
+    fs::create_dir(dir.path().join(&name)).unwrap();
+    let (mut tracer, stderr) = start_tracer(dir.path(), &[gate.pid], &["--events", "mutex"]);
+    gate.run_phase_two();
+    gate.finish();
+    assert_eq!(tracer.wait().unwrap().code(), Some(1));
+    let lines: Vec<String> = std::io::BufRead::lines(stderr)
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("thrtrace-bpf: cannot write trace records")
+            && lines[0].contains(&name)
+            && lines[0].contains("Is a directory"),
+        "{lines:?}"
+    );
+    assert!(dir.path().join(&name).is_dir());
+    assert_eq!(dir.entries(), [name], "a temporary file was left behind");
+}
