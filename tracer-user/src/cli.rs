@@ -57,8 +57,8 @@ pub struct Cli {
     #[arg(long)]
     pub empty_programs: bool,
 
-    /// Never lose a record: stop a traced process (SIGSTOP) while its CPU's ring is more than
-    /// half full, until the tracer has drained it (or set THR_TRACE_LOSSLESS to any value)
+    /// Never lose a record: stop (SIGSTOP) a traced thread that writes to a ring more than half
+    /// full, until the tracer has drained the rings (or set THR_TRACE_LOSSLESS to any value)
     #[arg(long)]
     pub lossless: bool,
 

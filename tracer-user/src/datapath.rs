@@ -11,7 +11,6 @@ use aya::{
     programs::{RawTracePoint, raw_trace_point::RawTracePointLink},
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
-
 use tracer_common::{MAX_CPUS, RawRecord, STOP_SENT, names};
 
 use crate::{kernel::TaskOffsets, lossless, multi_link::MultiProgram, probes::Programs};
@@ -41,7 +40,7 @@ pub struct DataPath {
     lost: PerCpuArray<MapData, u64>,
     errno_slots: HashMap<MapData, u32, u64>,
     shared_traced: HashMap<MapData, u32, u8>,
-    /// `--lossless`: the processes the BPF side has stopped for filling a ring.
+    /// `--lossless`: the threads the BPF side has stopped for writing to a ring past half.
     stopped: HashMap<MapData, u32, u32>,
     lossless: bool,
     scope: Scope,
@@ -66,7 +65,7 @@ pub enum Scope {
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
-    /// `lossless`: stop a process that fills a ring past half until it has been drained.
+    /// `lossless`: stop a thread that writes to a ring more than half full until it is drained.
     pub fn load(
         offsets: TaskOffsets,
         ring_bytes: u32,
