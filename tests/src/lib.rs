@@ -15,6 +15,10 @@ use std::{
 };
 
 use tracer_common::EVENTS;
+pub use tracer_model::{
+    TraceRecord,
+    tr::{file_name, parse_line},
+};
 
 /// A C workload from `tests/workloads/`, compiled by this crate's build script.
 pub fn workload(name: &str) -> PathBuf {
@@ -174,54 +178,9 @@ pub fn summary_count(stderr: &str, label: &str) -> u64 {
     words[at - 1].parse().unwrap()
 }
 
-/// One line of a `tr.*` file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Line {
-    pub sec: i64,
-    pub nsec: i64,
-    pub lwpid: u32,
-    pub pid: u32,
-    pub tid: u64,
-    pub event1: u16,
-    pub event2: u16,
-    pub which: u16,
-    pub a: [i64; 5],
-}
-
-impl Line {
-    /// Parses a record line; panics with the line if it is not exactly the event map's format.
-    pub fn parse(text: &str) -> Line {
-        let fields: Vec<&str> = text.split(':').collect();
-        assert_eq!(fields.len(), 13, "not a 13-field record: {text:?}");
-        let num = |i: usize| -> i64 {
-            fields[i]
-                .parse()
-                .unwrap_or_else(|_| panic!("field {i} of {text:?} is not decimal"))
-        };
-        Line {
-            sec: num(0),
-            nsec: num(1),
-            lwpid: num(2) as u32,
-            pid: num(3) as u32,
-            tid: fields[4]
-                .parse()
-                .unwrap_or_else(|_| panic!("tid of {text:?}")),
-            event1: num(5) as u16,
-            event2: num(6) as u16,
-            which: num(7) as u16,
-            a: [num(8), num(9), num(10), num(11), num(12)],
-        }
-    }
-
-    /// Whether this is the `which` record of the event with the seed name `name`.
-    pub fn is(&self, name: &str, which: u16) -> bool {
-        let (event1, event2) = codes(name);
-        (self.event1, self.event2, self.which) == (event1, event2, which)
-    }
-
-    pub fn time_ns(&self) -> i128 {
-        i128::from(self.sec) * 1_000_000_000 + i128::from(self.nsec)
-    }
+/// A `tr.*` line as the product reads it back; panics with the line if it is not a record.
+pub fn record_of(line: &str) -> TraceRecord {
+    parse_line(line).unwrap_or_else(|e| panic!("not a record ({e}): {line:?}"))
 }
 
 /// The (event1, event2) codes of a seed event name, from the shared event table.
@@ -234,7 +193,7 @@ pub fn codes(name: &str) -> (u16, u16) {
 }
 
 /// Every `tr.*` file in `dir`, by file name, with its lines.
-pub fn read_trace(dir: &Path) -> BTreeMap<String, Vec<Line>> {
+pub fn read_trace(dir: &Path) -> BTreeMap<String, Vec<TraceRecord>> {
     let mut files = BTreeMap::new();
     for entry in fs::read_dir(dir).expect("read trace dir") {
         let path = entry.expect("entry").path();
@@ -251,14 +210,9 @@ pub fn read_trace(dir: &Path) -> BTreeMap<String, Vec<Line>> {
             text.is_empty() || text.ends_with('\n'),
             "{name} ends in a partial line"
         );
-        files.insert(name, text.lines().map(Line::parse).collect());
+        files.insert(name, text.lines().map(record_of).collect());
     }
     files
-}
-
-/// The file name the event map gives a thread's records.
-pub fn trace_file_name(pid: u32, lwpid: u32) -> String {
-    format!("tr.{:07x}.{:03x}", pid & 0x0fff_ffff, lwpid & 0xfff)
 }
 
 /// The value of `key=value` in a workload's output line.
@@ -271,8 +225,8 @@ pub fn field<T: std::str::FromStr>(output: &str, key: &str) -> T {
 }
 
 /// Records grouped by thread (lwpid), each thread's in the order given.
-pub fn by_thread(lines: impl IntoIterator<Item = Line>) -> BTreeMap<u32, Vec<Line>> {
-    let mut threads: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
+pub fn by_thread(lines: impl IntoIterator<Item = TraceRecord>) -> BTreeMap<u32, Vec<TraceRecord>> {
+    let mut threads: BTreeMap<u32, Vec<TraceRecord>> = BTreeMap::new();
     for line in lines {
         threads.entry(line.lwpid).or_default().push(line);
     }
@@ -282,8 +236,12 @@ pub fn by_thread(lines: impl IntoIterator<Item = Line>) -> BTreeMap<u32, Vec<Lin
 /// The two records of each call of the paired event `name` on `object`, matched per thread in
 /// file order: the which=2 record is the return of that thread's last which=1 record. Panics if
 /// a return has no entry before it.
-pub fn paired_calls<'a>(lines: &'a [Line], name: &str, object: i64) -> Vec<(&'a Line, &'a Line)> {
-    let mut open: BTreeMap<u32, &Line> = BTreeMap::new();
+pub fn paired_calls<'a>(
+    lines: &'a [TraceRecord],
+    name: &str,
+    object: i64,
+) -> Vec<(&'a TraceRecord, &'a TraceRecord)> {
+    let mut open: BTreeMap<u32, &TraceRecord> = BTreeMap::new();
     let mut calls = Vec::new();
     for line in lines {
         if line.is(name, 1) {
@@ -323,10 +281,10 @@ pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir
 }
 
 /// Like [`run_workload`]; returns the run and every record of every file, in time order.
-pub fn trace_workload(options: &[&str], workload: &str, args: &[&str]) -> (Run, Vec<Line>) {
+pub fn trace_workload(options: &[&str], workload: &str, args: &[&str]) -> (Run, Vec<TraceRecord>) {
     let (dir, run) = run_workload(options, workload, args);
-    let mut lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
-    lines.sort_by_key(Line::time_ns);
+    let mut lines: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
+    lines.sort_by_key(TraceRecord::time_ns);
     (run, lines)
 }
 

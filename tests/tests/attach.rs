@@ -8,12 +8,12 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Gated, Line, PLACEMENTS, TempDir, bpf_available, field, lines_as_they_come, paired_calls,
-    read_line, read_trace, run_tracer, start_tracer, trace_file_name, workload,
+    Gated, PLACEMENTS, TempDir, TraceRecord, bpf_available, field, file_name, lines_as_they_come,
+    paired_calls, read_line, read_trace, record_of, run_tracer, start_tracer, workload,
 };
 
 /// (completed lock calls, unlock calls) on `mutex`.
-fn mutex_calls(lines: &[Line], mutex: i64) -> (usize, usize) {
+fn mutex_calls(lines: &[TraceRecord], mutex: i64) -> (usize, usize) {
     let locks = paired_calls(lines, "mutex_lock", mutex).len();
     let unlocks = lines
         .iter()
@@ -23,8 +23,12 @@ fn mutex_calls(lines: &[Line], mutex: i64) -> (usize, usize) {
 }
 
 /// Thread `lwpid`'s records, from the file its pid and lwpid name (which it may share).
-fn thread_lines(files: &BTreeMap<String, Vec<Line>>, pid: u32, lwpid: u32) -> Vec<Line> {
-    files[&trace_file_name(pid, lwpid)]
+fn thread_lines(
+    files: &BTreeMap<String, Vec<TraceRecord>>,
+    pid: u32,
+    lwpid: u32,
+) -> Vec<TraceRecord> {
+    files[&file_name(pid, lwpid)]
         .iter()
         .filter(|l| l.lwpid == lwpid)
         .cloned()
@@ -53,7 +57,7 @@ fn a_running_process_is_traced_from_attach_on_and_no_other_process_is() {
         assert!(summary.contains(" 0 lost"), "{summary:?}");
 
         let files = read_trace(dir.path());
-        let name = trace_file_name(traced_pid, traced_pid);
+        let name = file_name(traced_pid, traced_pid);
         assert_eq!(files.keys().collect::<Vec<_>>(), [&name]);
         assert!(
             files[&name]
@@ -84,12 +88,11 @@ fn unbuffered_records_reach_the_file_while_the_target_runs() {
         let mut target = Gated::start(0, 10);
         let (mut tracer, _stderr) = start_tracer(dir.path(), &[target.pid], &[extra]);
         target.run_phase_two();
-        let file = dir.path().join(trace_file_name(target.pid, target.pid));
+        let file = dir.path().join(file_name(target.pid, target.pid));
         let mutex = target.mutex;
-        let complete = |lines: &[Line]| mutex_calls(lines, mutex) == (10, 10);
-        let read = || {
-            std::fs::read_to_string(&file).map(|t| t.lines().map(Line::parse).collect::<Vec<_>>())
-        };
+        let complete = |lines: &[TraceRecord]| mutex_calls(lines, mutex) == (10, 10);
+        let read =
+            || std::fs::read_to_string(&file).map(|t| t.lines().map(record_of).collect::<Vec<_>>());
         if unbuffered {
             // The target is alive at its second gate; its records must show up meanwhile.
             let give_up = Instant::now() + Duration::from_secs(10);
@@ -125,10 +128,10 @@ fn several_pids_are_traced_at_once() {
     first.run_phase_two();
     first.finish();
     // The first target has exited: its file is completed while the other is still traced.
-    let first_file = dir.path().join(trace_file_name(first_pid, first_pid));
+    let first_file = dir.path().join(file_name(first_pid, first_pid));
     let complete = || {
         std::fs::read_to_string(&first_file).is_ok_and(|t| {
-            let lines: Vec<Line> = t.lines().map(Line::parse).collect();
+            let lines: Vec<TraceRecord> = t.lines().map(record_of).collect();
             mutex_calls(&lines, first_mutex) == (300, 300)
         })
     };
@@ -151,7 +154,7 @@ fn several_pids_are_traced_at_once() {
     assert!(tracer.wait().unwrap().success());
     let files = read_trace(dir.path());
     let lines = files
-        .get(&trace_file_name(second_pid, second_pid))
+        .get(&file_name(second_pid, second_pid))
         .expect("file per process");
     assert_eq!(mutex_calls(lines, second_mutex), (700, 700));
 }
@@ -194,7 +197,7 @@ struct LeaderExits {
     pid: u32,
     mutex: i64,
     workers: Vec<u32>,
-    files: BTreeMap<String, Vec<Line>>,
+    files: BTreeMap<String, Vec<TraceRecord>>,
     stderr: Vec<String>,
 }
 
@@ -271,7 +274,7 @@ fn a_target_whose_main_thread_exits_is_traced_until_its_last_thread_is_gone() {
     }
     let run = trace_leader_exits(false);
     assert_workers_traced(&run);
-    let exit = run.files[&trace_file_name(run.pid, run.pid)]
+    let exit = run.files[&file_name(run.pid, run.pid)]
         .iter()
         .find(|l| l.lwpid == run.pid && l.is("thr_exit", 0))
         .expect("the main thread's pthread_exit");

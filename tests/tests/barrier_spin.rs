@@ -3,10 +3,16 @@
 use std::collections::BTreeMap;
 
 use thrtrace_tests::{
-    Line, TempDir, bpf_available, field, read_trace, run_tracer, trace_workload, workload_arg,
+    TempDir, TraceRecord, bpf_available, field, read_trace, run_tracer, trace_workload,
+    workload_arg,
 };
 
-fn trace(events: &str, options: &[&str], workload: &str, args: &[&str]) -> (String, Vec<Line>) {
+fn trace(
+    events: &str,
+    options: &[&str],
+    workload: &str,
+    args: &[&str],
+) -> (String, Vec<TraceRecord>) {
     let options = [&["--events", events], options].concat();
     let (run, lines) = trace_workload(&options, workload, args);
     (run.stdout, lines)
@@ -20,7 +26,7 @@ fn each_round_has_one_serial_thread_and_counts_its_arrivals() {
     let (threads, rounds) = (3, 3);
     let (stdout, lines) = trace("barrier", &[], "barrier_rounds", &["3", "3"]);
     let barrier: i64 = field(&stdout, "barrier");
-    let is = |l: &&Line, name, which| l.is(name, which);
+    let is = |l: &&TraceRecord, name, which| l.is(name, which);
     assert_eq!(
         lines
             .iter()
@@ -73,7 +79,7 @@ fn a_contended_spin_lock_spun_and_an_uncontended_one_did_not() {
     let (stdout, lines) = trace("spin", &[], "spin_story", &[]);
     let spin: i64 = field(&stdout, "spin");
     let main_pid = lines[0].pid;
-    let main: Vec<&Line> = lines.iter().filter(|l| l.lwpid == main_pid).collect();
+    let main: Vec<&TraceRecord> = lines.iter().filter(|l| l.lwpid == main_pid).collect();
     let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {
         main.iter()
             .filter(|l| l.is(name, which))
@@ -121,7 +127,7 @@ fn spin_lock_at_its_entry_cannot_be_probed_and_says_so() {
         "{}",
         run.stderr
     );
-    let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    let lines: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
     assert!(!lines.iter().any(|l| l.is("_spin_lock", 1)));
     assert!(
         lines.iter().any(|l| l.is("_spin_trylock", 0)),

@@ -6,8 +6,8 @@
 use std::{fs, os::unix::fs::MetadataExt, process::Command};
 
 use thrtrace_tests::{
-    Gated, LIBC, Line, TempDir, bpf_available, paired_calls, read_trace, start_contained_gate,
-    start_tracer, trace_file_name, workload,
+    Gated, LIBC, TempDir, TraceRecord, bpf_available, file_name, paired_calls, read_trace,
+    start_contained_gate, start_tracer, workload,
 };
 
 #[test]
@@ -43,13 +43,13 @@ fn a_namespaced_process_with_its_own_libc_is_traced_and_the_host_is_not() {
     assert!(traced.wait().unwrap().success());
 
     let files = read_trace(dir.path());
-    let name = trace_file_name(pid, pid);
+    let name = file_name(pid, pid);
     assert_eq!(
         files.keys().collect::<Vec<_>>(),
         [&name],
         "only the contained process"
     );
-    let lines: &Vec<Line> = &files[&name];
+    let lines: &Vec<TraceRecord> = &files[&name];
     assert!(
         lines.iter().all(|l| l.pid == pid && l.pid != host_pid),
         "host pids, not namespace pids"
@@ -82,6 +82,6 @@ fn a_library_deleted_after_it_was_mapped_is_traced_through_the_mapping() {
     gate.finish();
     assert!(traced.wait().unwrap().success());
     let files = read_trace(dir.path());
-    let lines: &Vec<Line> = &files[&trace_file_name(pid, pid)];
+    let lines: &Vec<TraceRecord> = &files[&file_name(pid, pid)];
     assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 300);
 }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Gated, TempDir, bpf_available, paired_calls, read_trace, start_tracer, trace_file_name,
+    Gated, TempDir, bpf_available, file_name, paired_calls, read_trace, start_tracer,
 };
 
 const PAIRS: u32 = 25;
@@ -19,7 +19,7 @@ const PAIRS: u32 = 25;
 /// the file holds exactly those pairs.
 fn trace_gate_with(dir: &Path, extra: &[&str], plant: impl FnOnce(&str)) {
     let mut gate = Gated::start(0, PAIRS);
-    let name = trace_file_name(gate.pid, gate.pid);
+    let name = file_name(gate.pid, gate.pid);
     plant(&name);
     let mut args = vec!["--events", "mutex"];
     args.extend_from_slice(extra);
@@ -30,7 +30,7 @@ fn trace_gate_with(dir: &Path, extra: &[&str], plant: impl FnOnce(&str)) {
     assert!(tracer.wait().unwrap().success());
     let files = read_trace(dir);
     assert_eq!(
-        paired_calls(&files[&trace_file_name(pid, pid)], "mutex_lock", mutex).len(),
+        paired_calls(&files[&file_name(pid, pid)], "mutex_lock", mutex).len(),
         PAIRS as usize
     );
     let file = dir.join(name);
@@ -118,7 +118,7 @@ fn a_name_that_cannot_be_created_safely_ends_the_trace_with_one_line() {
     }
     let dir = TempDir::new("uncreatable");
     let mut gate = Gated::start(0, PAIRS);
-    let name = trace_file_name(gate.pid, gate.pid);
+    let name = file_name(gate.pid, gate.pid);
     // A directory has the name: it can be neither opened as a file nor renamed over.
     fs::create_dir(dir.path().join(&name)).unwrap();
     let (mut tracer, stderr) = start_tracer(dir.path(), &[gate.pid], &["--events", "mutex"]);

@@ -8,12 +8,12 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Line, TempDir, bpf_available, by_thread, field, old_glibc_available, paired_calls, read_line,
-    read_trace, run_tracer, start_tracer, trace_workload, workload_arg,
+    TempDir, TraceRecord, bpf_available, by_thread, field, old_glibc_available, paired_calls,
+    read_line, read_trace, run_tracer, start_tracer, trace_workload, workload_arg,
 };
 
 /// The lock calls on `mutex` of each thread of `lines`.
-fn per_thread_lock_calls(lines: impl IntoIterator<Item = Line>, mutex: i64) -> Vec<usize> {
+fn per_thread_lock_calls(lines: impl IntoIterator<Item = TraceRecord>, mutex: i64) -> Vec<usize> {
     by_thread(lines)
         .values()
         .map(|l| paired_calls(l, "mutex_lock", mutex).len())
@@ -21,14 +21,14 @@ fn per_thread_lock_calls(lines: impl IntoIterator<Item = Line>, mutex: i64) -> V
 }
 
 /// Lock calls on `mutex` made by the threads of process `pid`.
-fn lock_calls(lines: &[Line], pid: u32, mutex: i64) -> usize {
+fn lock_calls(lines: &[TraceRecord], pid: u32, mutex: i64) -> usize {
     let of_pid = lines.iter().filter(|l| l.pid == pid).cloned();
     per_thread_lock_calls(of_pid, mutex).into_iter().sum()
 }
 
 /// The lock calls on `mutex` of each thread that made some; every record must be process
 /// `pid`'s (an exec keeps the pid).
-fn lock_calls_by_thread(lines: Vec<Line>, pid: u32, mutex: i64) -> Vec<usize> {
+fn lock_calls_by_thread(lines: Vec<TraceRecord>, pid: u32, mutex: i64) -> Vec<usize> {
     assert!(
         lines.iter().all(|l| l.pid == pid),
         "only process {pid}'s records"
@@ -226,7 +226,7 @@ fn an_exec_from_a_thread_other_than_the_main_one_is_followed() {
     assert!(run.status.success(), "{run:?}");
     assert!(run.stderr.contains("exec'd: "), "{}", run.stderr);
     let mutex: i64 = field(&run.stdout, "mutex");
-    let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    let lines: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
     let pid = lines[0].pid;
     assert_eq!(
         lock_calls_by_thread(lines, pid, mutex),
@@ -270,7 +270,7 @@ fn errno_is_recorded_after_an_exec() {
         &["--follow", "--events", "sema", "--", "sh", "-c", &script],
     );
     assert!(run.status.success(), "{run:?}");
-    let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    let lines: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
     let sem: i64 = field(&run.stdout, "sem");
     let trywaits: Vec<[i64; 5]> = lines
         .iter()
@@ -304,7 +304,7 @@ fn neither_tracefs_nor_debugfs_is_needed() {
         .unwrap();
     assert!(run.status.success(), "{run:?}");
     let mutex: i64 = field(&String::from_utf8_lossy(&run.stdout), "mutex");
-    let lines: Vec<Line> = read_trace(dir.path()).into_values().flatten().collect();
+    let lines: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
     let pid = lines[0].pid;
     assert_eq!(
         lock_calls_by_thread(lines, pid, mutex),

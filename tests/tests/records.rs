@@ -7,11 +7,11 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Line, PLACEMENTS, Run, TempDir, bpf_available, deadline_field, field, paired_calls, read_trace,
-    run_tracer, run_workload, trace_file_name, trace_workload,
+    PLACEMENTS, Run, TempDir, TraceRecord, bpf_available, deadline_field, field, file_name,
+    paired_calls, read_trace, run_tracer, run_workload, trace_workload,
 };
 
-type Files = BTreeMap<String, Vec<Line>>;
+type Files = BTreeMap<String, Vec<TraceRecord>>;
 
 /// Traces `workload args` with `options`; returns the run and the files, checked for test 3.
 fn trace(options: &[&str], workload: &str, args: &[&str]) -> (Run, Files) {
@@ -67,8 +67,8 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
 
         let (mut blocked, mut waited, mut locks, mut unlocks) = (0, 0, 0, 0);
         for &lwpid in &lwpids {
-            let name = trace_file_name(pid, lwpid);
-            let lines: Vec<Line> = files
+            let name = file_name(pid, lwpid);
+            let lines: Vec<TraceRecord> = files
                 .get(&name)
                 .unwrap_or_else(|| panic!("no file {name} for lwpid {lwpid}: {:?}", files.keys()))
                 .iter()
@@ -85,7 +85,7 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
                 assert_eq!((entry.tid, exit.a[0]), (exit.tid, 0), "{entry:?} {exit:?}");
                 blocked += exit.a[1];
             }
-            let thread_unlocks: Vec<&Line> = lines
+            let thread_unlocks: Vec<&TraceRecord> = lines
                 .iter()
                 .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
                 .collect();
@@ -112,9 +112,9 @@ fn a_single_thread_never_blocks_and_never_sees_waiters() {
     for placement in PLACEMENTS {
         let (run, files) = trace(placement, "mutex_contend", &["1", "10000"]);
         let mutex: i64 = field(&run.stdout, "mutex");
-        let lines: Vec<Line> = files.values().flatten().cloned().collect();
+        let lines: Vec<TraceRecord> = files.values().flatten().cloned().collect();
         let locks = paired_calls(&lines, "mutex_lock", mutex);
-        let unlocks: Vec<&Line> = lines
+        let unlocks: Vec<&TraceRecord> = lines
             .iter()
             .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
             .collect();
@@ -142,7 +142,7 @@ fn cond_records_match_the_workloads_own_counts() {
     for placement in PLACEMENTS {
         let options = [&["--events", "mutex:cond"], placement].concat();
         let (run, files) = trace(&options, "cond_prodcons", &["3", "2000"]);
-        let all: Vec<&Line> = files.values().flatten().collect();
+        let all: Vec<&TraceRecord> = files.values().flatten().collect();
         let cond: i64 = field(&run.stdout, "cond");
         let never: i64 = field(&run.stdout, "never");
         let count = |name: &str, which: u16, object: i64| {
@@ -163,7 +163,7 @@ fn cond_records_match_the_workloads_own_counts() {
             field::<i64>(&run.stdout, "broadcasts")
         );
 
-        let timed: Vec<&&Line> = all
+        let timed: Vec<&&TraceRecord> = all
             .iter()
             .filter(|l| l.event1 == 3 && l.event2 == 5)
             .collect();
@@ -203,7 +203,7 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
             field(&run.stdout, "other"),
             field(&run.stdout, "cond"),
         );
-        let lines: Vec<&Line> = files.values().flatten().collect();
+        let lines: Vec<&TraceRecord> = files.values().flatten().collect();
         let calls = |name: &str| -> Vec<([i64; 5], [i64; 5])> {
             let entries = lines.iter().filter(|l| l.is(name, 1));
             let returns = lines.iter().filter(|l| l.is(name, 2));
@@ -246,7 +246,7 @@ fn a_program_built_against_the_old_pthread_cond_wait_is_traced_like_any_other() 
         let (run, files) = trace(&options, "cond_compat", &[]);
         let (cond, mutex): (i64, i64) = (field(&run.stdout, "cond"), field(&run.stdout, "mutex"));
         let waits: usize = field(&run.stdout, "waits");
-        let lines: Vec<&Line> = files.values().flatten().collect();
+        let lines: Vec<&TraceRecord> = files.values().flatten().collect();
         // The compat functions call the new ones on a condition variable of their own: those
         // inner calls are glibc's, and leave no records.
         let entries: Vec<[i64; 5]> = lines

@@ -1,11 +1,11 @@
 //! Recursive mutexes are told from plain ones at run time and recorded under rmutex; each
 //! category alone records only its kind (issue 4).
 
-use thrtrace_tests::{Line, PLACEMENTS, bpf_available, field, paired_calls, trace_workload};
+use thrtrace_tests::{PLACEMENTS, TraceRecord, bpf_available, field, paired_calls, trace_workload};
 
 const EBUSY: i64 = 16;
 
-fn trace(events: &str, placement: &[&str]) -> (String, Vec<Line>) {
+fn trace(events: &str, placement: &[&str]) -> (String, Vec<TraceRecord>) {
     let options = [&["--events", events], placement].concat();
     let (run, lines) = trace_workload(&options, "rmutex_depth", &[]);
     (run.stdout, lines)
@@ -61,7 +61,7 @@ fn mutex_alone_records_only_the_plain_mutex() {
         !lines.iter().any(|l| l.a[0] == rmutex),
         "no record of the recursive mutex"
     );
-    let plain_calls: Vec<&Line> = lines.iter().filter(|l| l.a[0] == plain).collect();
+    let plain_calls: Vec<&TraceRecord> = lines.iter().filter(|l| l.a[0] == plain).collect();
     assert_eq!(
         plain_calls.len(),
         2,

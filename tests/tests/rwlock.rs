@@ -2,7 +2,7 @@
 //! workload whose story is fixed (tests/workloads/rwlock_story.c) (issue 4).
 
 use thrtrace_tests::{
-    Line, PLACEMENTS, bpf_available, codes, deadline_field, field, trace_workload,
+    PLACEMENTS, TraceRecord, bpf_available, codes, deadline_field, field, trace_workload,
 };
 
 const EBUSY: i64 = 16;
@@ -38,7 +38,7 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
         );
         assert_eq!(fields("rw_trywrlock", 0), [[rw, EBUSY, 0, 0, 0]]);
         let (sec, nsec) = deadline_field(&run.stdout, "deadline");
-        let timed_lines: Vec<&Line> = lines
+        let timed_lines: Vec<&TraceRecord> = lines
             .iter()
             .filter(|l| (l.event1, l.event2) == timed)
             .collect();

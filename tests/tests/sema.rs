@@ -1,6 +1,8 @@
 //! The sema category: exact s_count, rval and errno for a known sequence of calls (issue 4).
 
-use thrtrace_tests::{Line, PLACEMENTS, bpf_available, deadline_field, field, trace_workload};
+use thrtrace_tests::{
+    PLACEMENTS, TraceRecord, bpf_available, deadline_field, field, trace_workload,
+};
 
 const EAGAIN: i64 = 11;
 const ETIMEDOUT: i64 = 110;
@@ -16,7 +18,7 @@ fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
         let (run, lines) = trace_workload(&options, "sem_sequence", &[]);
         let sem: i64 = field(&run.stdout, "sem");
         assert!(lines.iter().all(|l| l.lwpid == l.pid), "one thread");
-        let lines: Vec<&Line> = lines
+        let lines: Vec<&TraceRecord> = lines
             .iter()
             .filter(|l| l.a[0] == sem || l.which == 2)
             .collect();

@@ -10,7 +10,7 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Gated, Line, TempDir, bpf_available, paired_calls, read_trace, start_tracer, trace_file_name,
+    Gated, TempDir, TraceRecord, bpf_available, file_name, paired_calls, read_trace, start_tracer,
 };
 
 /// The BPF links process `pid` holds descriptors to, id and type (from /proc/PID/fdinfo).
@@ -109,7 +109,7 @@ fn a_killed_tracer_leaves_no_probe_and_a_new_one_starts_at_once() {
         "the tracer ends with its target"
     );
     let files = read_trace(second_dir.path());
-    let lines: &Vec<Line> = &files[&trace_file_name(pid, pid)];
+    let lines: &Vec<TraceRecord> = &files[&file_name(pid, pid)];
     assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 250);
     assert!(
         read_trace(first_dir.path())

@@ -7,8 +7,8 @@ use std::{
 };
 
 use thrtrace_tests::{
-    TempDir, bpf_available, field, paired_calls, read_trace, run_tracer, summary_count,
-    trace_file_name, tracer, workload,
+    TempDir, bpf_available, field, file_name, paired_calls, read_trace, run_tracer, summary_count,
+    tracer, workload,
 };
 
 /// Every file holds only whole lines of the record format; returns how many.
@@ -107,7 +107,7 @@ fn duration_ends_the_trace_and_leaves_the_command_running() {
         "{stderr}"
     );
     let files = read_trace(dir.path());
-    let lines = &files[&trace_file_name(pid, pid)];
+    let lines = &files[&file_name(pid, pid)];
     let mutex: i64 = field(&ready, "mutex");
     assert_eq!(
         paired_calls(lines, "mutex_lock", mutex).len(),

@@ -10,8 +10,8 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Gated, Line, TempDir, bpf_available, field, paired_calls, read_line, read_trace,
-    start_contained_gate, start_tracer, trace_file_name, workload,
+    Gated, TempDir, TraceRecord, bpf_available, field, file_name, paired_calls, read_line,
+    read_trace, record_of, start_contained_gate, start_tracer, workload,
 };
 
 #[test]
@@ -37,10 +37,10 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
     gate.finish();
 
     // The gate process has exited: its file is completed while the tracer goes on.
-    let file = dir.path().join(trace_file_name(gate_pid, gate_pid));
+    let file = dir.path().join(file_name(gate_pid, gate_pid));
     let complete = || {
         std::fs::read_to_string(&file).is_ok_and(|t| {
-            let lines: Vec<Line> = t.lines().map(Line::parse).collect();
+            let lines: Vec<TraceRecord> = t.lines().map(record_of).collect();
             paired_calls(&lines, "mutex_lock", gate_mutex).len() == 300
         })
     };
@@ -64,13 +64,13 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
     assert!(rest.contains(" 0 lost"), "{rest}");
 
     let files = read_trace(dir.path());
-    let all: Vec<&Line> = files.values().flatten().collect();
+    let all: Vec<&TraceRecord> = files.values().flatten().collect();
     assert!(
         !all.iter().any(|l| l.pid == traced.id()),
         "the tracer traced itself"
     );
     // Each thread's records, whole: pairing needs every entry before its return.
-    let mut by_thread: BTreeMap<u32, Vec<Line>> = BTreeMap::new();
+    let mut by_thread: BTreeMap<u32, Vec<TraceRecord>> = BTreeMap::new();
     for line in &all {
         by_thread
             .entry(line.lwpid)
@@ -122,6 +122,6 @@ fn a_library_that_appears_after_start_gets_its_probes_too() {
         .unwrap();
     assert!(traced.wait().unwrap().success());
     let files = read_trace(dir.path());
-    let lines: &Vec<Line> = &files[&trace_file_name(pid, pid)];
+    let lines: &Vec<TraceRecord> = &files[&file_name(pid, pid)];
     assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 300);
 }

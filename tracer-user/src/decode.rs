@@ -2,6 +2,7 @@
 //! laid out by the event table (`tracer_common::events`).
 
 use tracer_common::{Category, EventDef, Field, RawRecord, events::classify};
+use tracer_model::TraceRecord;
 
 /// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
 const MUTEX_COUNT_WORD: usize = 1;
@@ -31,23 +32,6 @@ fn rwlock_has_waiters(words: &[u32]) -> bool {
         || readers & (WRLOCKED | WRPHASE) == WRLOCKED
         || words[RW_WRITERS_WORD] & !WRHANDOVER != 0
         || (words[RW_WRPHASE_FUTEX_WORD] | words[RW_WRITERS_FUTEX_WORD]) & FUTEX_USED != 0
-}
-
-/// One record of the thread_trace scheme (event map, "Record line").
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TraceRecord {
-    pub sec: i64,
-    pub nsec: i64,
-    pub lwpid: u32,
-    pub pid: u32,
-    /// `pthread_self()` of the caller.
-    pub tid: u64,
-    pub event1: u16,
-    pub event2: u16,
-    pub which: u16,
-    pub a: [i64; 5],
-    /// Where the call returns to; kept for the POSIX log and reports.
-    pub caller: u64,
 }
 
 /// Turns raw records into trace records.

@@ -396,11 +396,7 @@ fn latencies(tracer: &Path, dir: &Path) -> Result<[f64; 3]> {
     writeln!(target.stdin.as_mut().context("stdin")?, "go")?;
     target_out.read_line(&mut line)?;
     let done = Instant::now();
-    let file = dir.join(format!(
-        "tr.{:07x}.{:03x}",
-        target.id(),
-        target.id() & 0xfff
-    ));
+    let file = dir.join(tracer_model::tr::file_name(target.id(), target.id()));
     while fs::read_to_string(&file).map_or(0, |t| t.lines().count()) < 3 * PAIRS {
         if done.elapsed().as_secs() > 10 {
             bail!("records never reached {}", file.display());

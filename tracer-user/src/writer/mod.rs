@@ -6,7 +6,7 @@ pub mod tr;
 
 use std::io;
 
-use crate::decode::TraceRecord;
+use tracer_model::TraceRecord;
 
 /// What a writer produced, for the summary line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,22 +1,23 @@
-//! The UnixWare `tr.xxxxxxx.yyy` files: one per thread, one record a line (event map, "Record
-//! line" and "File names and buffering").
-//!
-//! `xxxxxxx` is the low 28 bits of the pid, `yyy` the low 12 bits of the lwpid, so two threads of
-//! a process whose lwpids agree in the low 12 bits share a file; every line still carries its
-//! full lwpid, and the lines of one file are in the order the records were drained.
+//! The sink that writes UnixWare's `tr.xxxxxxx.yyy` files: one per thread, one record a line,
+//! named and laid out as `tracer_model::tr` says; the lines of one file are in the order the
+//! records were drained.
 
 use std::{
     collections::HashMap,
-    fmt::{self, Write as _},
+    fmt::Write as _,
     fs::File,
     io::{self, BufWriter, Write},
+};
+
+use tracer_model::{
+    TraceRecord,
+    tr::{Line, file_name},
 };
 
 use super::{
     RecordWriter, WriterSummary,
     output_dir::{FileIdentity, OutputDir},
 };
-use crate::decode::TraceRecord;
 
 /// The buffer of each file in buffered mode (`THR_TRACE_BUF` unset).
 const FILE_BUFFER_BYTES: usize = 64 * 1024;
@@ -67,42 +68,6 @@ impl FileKey {
 
     fn name(self) -> String {
         file_name(self.pid, self.lwpid)
-    }
-}
-
-/// The file name for a thread: `tr.` + 7 hex digits of the pid + `.` + 3 of the lwpid.
-pub fn file_name(pid: u32, lwpid: u32) -> String {
-    format!("tr.{:07x}.{:03x}", pid & 0x0fff_ffff, lwpid & 0xfff)
-}
-
-/// One record as a line, without the newline.
-pub fn format_line(record: &TraceRecord) -> String {
-    Line(record).to_string()
-}
-
-/// Displays a record as its line: `time1:time2:lwpid:pid:tid:event1:event2:which:a1:..:a5`.
-struct Line<'a>(&'a TraceRecord);
-
-impl fmt::Display for Line<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let r = self.0;
-        write!(
-            f,
-            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
-            r.sec,
-            r.nsec,
-            r.lwpid,
-            r.pid,
-            r.tid,
-            r.event1,
-            r.event2,
-            r.which,
-            r.a[0],
-            r.a[1],
-            r.a[2],
-            r.a[3],
-            r.a[4]
-        )
     }
 }
 
@@ -251,20 +216,6 @@ mod tests {
             a: [a1, 0, 1, 0, 0],
             caller: 0,
         }
-    }
-
-    #[test]
-    fn names_files_by_low_pid_and_lwpid_digits() {
-        assert_eq!(file_name(0x1234, 0x1235), "tr.0001234.235");
-        assert_eq!(file_name(0x3fff_ffff, 7), "tr.fffffff.007");
-    }
-
-    #[test]
-    fn formats_colon_separated_decimal_fields() {
-        assert_eq!(
-            format_line(&record(100, 101, -3)),
-            "1700000000:42:101:100:139800000000000:2:4:0:-3:0:1:0:0"
-        );
     }
 
     #[test]

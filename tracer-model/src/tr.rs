@@ -1,0 +1,154 @@
+//! The UnixWare `tr.xxxxxxx.yyy` files: one record a line, `time1:time2:lwpid:pid:tid:event1:
+//! event2:which:a1:a2:a3:a4:a5`, all decimal; one file per thread.
+
+use std::fmt;
+
+use crate::TraceRecord;
+
+/// The file a thread's records go to: `tr.`, the low 28 bits of the pid as 7 hex digits, `.`,
+/// and the low 12 bits of the lwpid as 3. Two threads of a process whose lwpids agree in the
+/// low 12 bits share a file; each line still carries its full lwpid.
+pub fn file_name(pid: u32, lwpid: u32) -> String {
+    format!("tr.{:07x}.{:03x}", pid & 0x0fff_ffff, lwpid & 0xfff)
+}
+
+/// Displays a record as its line, without the newline.
+pub struct Line<'a>(pub &'a TraceRecord);
+
+impl fmt::Display for Line<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0;
+        write!(
+            f,
+            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
+            r.sec,
+            r.nsec,
+            r.lwpid,
+            r.pid,
+            r.tid,
+            r.event1,
+            r.event2,
+            r.which,
+            r.a[0],
+            r.a[1],
+            r.a[2],
+            r.a[3],
+            r.a[4]
+        )
+    }
+}
+
+/// Why a line is not a record.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("{0} fields, not 13")]
+    FieldCount(usize),
+    #[error("field {field} ({value:?}) is not a decimal number in range")]
+    Field { field: usize, value: String },
+}
+
+/// Reads a line (without its newline) back into a record, whose `caller` is 0. A line read
+/// back may come from anywhere: anything but the 13 decimal fields is an error.
+pub fn parse_line(line: &str) -> Result<TraceRecord, ParseError> {
+    let fields: Vec<&str> = line.split(':').collect();
+    if fields.len() != 13 {
+        return Err(ParseError::FieldCount(fields.len()));
+    }
+    Ok(TraceRecord {
+        sec: number(&fields, 0)?,
+        nsec: number(&fields, 1)?,
+        lwpid: number(&fields, 2)?,
+        pid: number(&fields, 3)?,
+        tid: number(&fields, 4)?,
+        event1: number(&fields, 5)?,
+        event2: number(&fields, 6)?,
+        which: number(&fields, 7)?,
+        a: [
+            number(&fields, 8)?,
+            number(&fields, 9)?,
+            number(&fields, 10)?,
+            number(&fields, 11)?,
+            number(&fields, 12)?,
+        ],
+        caller: 0,
+    })
+}
+
+/// Field `index` of `fields` as a number of type `T`: digits with an optional leading `-`.
+fn number<T: std::str::FromStr>(fields: &[&str], index: usize) -> Result<T, ParseError> {
+    let value = fields[index];
+    let digits = value.strip_prefix('-').unwrap_or(value);
+    let parsed = match !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        true => value.parse().ok(),
+        false => None,
+    };
+    parsed.ok_or_else(|| ParseError::Field {
+        field: index + 1,
+        value: value.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> TraceRecord {
+        TraceRecord {
+            sec: 1_700_000_000,
+            nsec: 42,
+            lwpid: 101,
+            pid: 100,
+            tid: 139_800_000_000_000,
+            event1: 2,
+            event2: 4,
+            which: 0,
+            a: [-3, 0, 1, 0, 0],
+            caller: 0,
+        }
+    }
+
+    #[test]
+    fn names_files_by_low_pid_and_lwpid_digits() {
+        assert_eq!(file_name(0x1234, 0x1235), "tr.0001234.235");
+        assert_eq!(file_name(0x3fff_ffff, 7), "tr.fffffff.007");
+    }
+
+    #[test]
+    fn a_line_is_13_colon_separated_decimal_fields_and_reads_back() {
+        let line = Line(&record()).to_string();
+        assert_eq!(
+            line,
+            "1700000000:42:101:100:139800000000000:2:4:0:-3:0:1:0:0"
+        );
+        assert_eq!(parse_line(&line), Ok(record()));
+    }
+
+    #[test]
+    fn anything_else_is_an_error() {
+        assert_eq!(parse_line("1:2:3"), Err(ParseError::FieldCount(3)));
+        assert_eq!(
+            parse_line("1:2:3:4:5:6:7:8:9:10:11:12:x"),
+            Err(ParseError::Field {
+                field: 13,
+                value: "x".into()
+            })
+        );
+        // Out of range for its field (lwpid is 32 bits), and an empty field.
+        assert!(parse_line("1:2:4294967296:4:5:6:7:8:9:10:11:12:13").is_err());
+        assert!(parse_line("1:2:3:4:5:6:7:8:9:10:11:12:").is_err());
+        assert!(parse_line("1:2:3:4:5:6:7:8:9:10:11:12:+1").is_err());
+    }
+
+    #[test]
+    fn records_are_told_by_event_name_and_half() {
+        let lock_entry = TraceRecord {
+            event2: 2,
+            which: 1,
+            ..record()
+        };
+        assert!(lock_entry.is("mutex_lock", 1));
+        assert!(!lock_entry.is("mutex_lock", 2));
+        assert!(!lock_entry.is("cond_wait", 1));
+        assert!(!lock_entry.is("no_such_event", 1));
+    }
+}
