@@ -6,7 +6,9 @@ use anyhow::Result;
 use clap::Parser;
 use tracer_common::Category;
 
-use crate::{error::UsageError, launch, targets, usage_bail, writer::output_dir::OutputDir};
+use crate::{
+    attach::launch, attach::targets, error::UsageError, sinks::output_dir::OutputDir, usage_bail,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,7 +40,7 @@ pub struct Cli {
     pub duration: Option<f64>,
 
     /// Size of each CPU's ring buffer in KiB (a power of two, at least 4)
-    #[arg(long, value_name = "KIB", default_value_t = crate::datapath::DEFAULT_RING_BYTES / 1024)]
+    #[arg(long, value_name = "KIB", default_value_t = crate::capture::datapath::DEFAULT_RING_BYTES / 1024)]
     pub buffer_kib: u32,
 
     /// Also trace the children the targets fork (and what they exec), from their first call
@@ -150,7 +152,7 @@ impl Cli {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => PathBuf::from("."),
         };
-        // Opened now, once: every file is created relative to it (see `writer::output_dir`).
+        // Opened now, once: every file is created relative to it (see `sinks::output_dir`).
         let output = match self.list_probes {
             true => None,
             false => Some(OutputDir::open(&dir).map_err(|e| UsageError(e.to_string()))?),

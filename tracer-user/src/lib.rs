@@ -1,45 +1,36 @@
 //! thrtrace-bpf: traces the pthread calls of unmodified processes with uprobes.
 //!
-//! A record is born in `tracer-ebpf` (a uprobe/uretprobe per traced function), crosses to
-//! userspace through per-CPU ring buffers ([`datapath`]), becomes a seed record in [`decode`],
-//! and is written by a [`writer`]. [`targets`], [`launch`] and [`probes`] find the pthread
-//! library of each process and attach to it; [`session`] runs the loop; [`cli`] is the command
+//! Follow one record: it is born in `tracer-ebpf` (a uprobe/uretprobe per traced function, put
+//! there by [`attach`]), crosses to userspace through per-CPU ring buffers and becomes a
+//! `tracer_model::TraceRecord` in [`capture`], and is written by the [`sinks`]. The
+//! [`session`] runs the loop that moves records from one to the other; [`cli`] is the command
 //! line.
 
+pub mod attach;
+pub mod capture;
 pub mod cli;
-pub mod datapath;
-pub mod decode;
-pub mod descriptors;
 pub mod error;
-pub mod exec_follow;
-pub mod kernel;
-pub mod launch;
-pub mod loss;
-pub mod lossless;
-pub mod multi_link;
-pub mod placement;
-pub mod probes;
-pub mod reorder;
 pub mod session;
-pub mod stop_signals;
+pub mod sinks;
 pub mod sudo;
-pub mod symbols;
-pub mod targets;
-pub mod writer;
 
 use anyhow::{Context, Result};
 use tracer_common::{Category, EventDef};
 
 use crate::{
+    attach::{
+        exec_follow, launch,
+        probes::{self, Probes},
+        targets::{self, PthreadLibrary},
+    },
+    capture::{
+        datapath::{DataPath, Scope},
+        decode::Decoder,
+        kernel::{self, TaskOffsets},
+    },
     cli::{Config, Target},
-    datapath::{DataPath, Scope},
-    decode::Decoder,
-    kernel::TaskOffsets,
-    probes::Probes,
-    session::Session,
-    stop_signals::StopSignals,
-    targets::PthreadLibrary,
-    writer::tr::TrFiles,
+    session::{Session, stop_signals::StopSignals},
+    sinks::{descriptors, tr::TrFiles},
 };
 
 /// Traces as `config` says; returns the tracer's exit status.
@@ -150,7 +141,7 @@ pub fn run(mut config: Config) -> Result<i32> {
         datapath,
         probes,
         decoder: Decoder::new(kernel::realtime_offset_ns(), &config.categories),
-        writer: Box::new(TrFiles::new(
+        sink: Box::new(TrFiles::new(
             output,
             config.unbuffered,
             descriptors::open_file_budget(),

@@ -1,8 +1,8 @@
 use clap::Parser;
 use thrtrace::{
+    attach::launch::LaunchError,
     cli::Cli,
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
-    launch::LaunchError,
 };
 
 fn main() {

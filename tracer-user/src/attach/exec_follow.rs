@@ -21,9 +21,9 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 
 use crate::{
-    datapath::StoppedView,
-    launch::{self, Loader},
-    targets::{self, PthreadLibrary},
+    attach::launch::{self, Loader},
+    attach::targets::{self, PthreadLibrary},
+    capture::datapath::StoppedView,
 };
 
 /// A request to probe, for process `pid`, the libraries of the image it has just exec'd; the

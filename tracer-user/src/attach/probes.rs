@@ -19,11 +19,11 @@ use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags};
 
 use crate::{
-    datapath::DataPath,
-    multi_link::MultiProgram,
-    placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
-    symbols::Function,
-    targets::{self, PthreadLibrary},
+    attach::multi_link::Programs,
+    attach::placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
+    attach::symbols::Function,
+    attach::targets::{self, PthreadLibrary},
+    capture::datapath::DataPath,
 };
 
 /// One probe to attach: an event's function and where in it the probe goes.
@@ -83,12 +83,6 @@ pub fn plan(
         }
     }
     probes
-}
-
-/// The loaded entry and return programs.
-pub struct Programs {
-    pub entry: MultiProgram,
-    pub exit: MultiProgram,
 }
 
 /// The plan as a table: function, file offset, where the probe goes, the instruction there,

@@ -29,6 +29,12 @@ use aya_obj::generated::{
 /// Size of the verifier log kept when the kernel rejects a program.
 const VERIFIER_LOG_BYTES: usize = 1 << 20;
 
+/// The loaded entry and return programs.
+pub struct Programs {
+    pub entry: MultiProgram,
+    pub exit: MultiProgram,
+}
+
 /// A program loaded for uprobe_multi links.
 pub struct MultiProgram {
     fd: OwnedFd,

@@ -13,7 +13,11 @@ use aya::{
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{MAX_CPUS, RawRecord, STOP_SENT, names};
 
-use crate::{kernel::TaskOffsets, lossless, multi_link::MultiProgram, probes::Programs};
+use crate::{
+    attach::multi_link::{MultiProgram, Programs},
+    capture::kernel::TaskOffsets,
+    capture::lossless,
+};
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;

@@ -21,8 +21,9 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    stop_signals, sudo,
-    targets::{self, PthreadLibrary},
+    attach::targets::{self, PthreadLibrary},
+    session::stop_signals,
+    sudo,
 };
 
 /// How many syscall stops the loader may take before we stop waiting for it.

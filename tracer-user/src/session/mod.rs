@@ -1,8 +1,10 @@
-//! One tracing run: drains the ring buffers into the writer until a stop condition, then
+//! One tracing run: drains the ring buffers into the sink until a stop condition, then
 //! detaches, writes what is left, and reports.
 //!
 //! The BPF side wakes the reader only when a ring is a quarter full; otherwise records wait for
 //! the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
+
+pub mod stop_signals;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -22,18 +24,18 @@ use tokio::{
 use tracer_common::RawRecord;
 
 use crate::{
-    datapath::DataPath,
-    decode::Decoder,
-    exec_follow::AttachRequest,
-    kernel,
-    launch::Launched,
-    loss::Losses,
-    lossless,
-    probes::Probes,
-    reorder::Reorder,
-    stop_signals::StopSignals,
-    targets,
-    writer::{RecordWriter, WriterSummary},
+    attach::exec_follow::AttachRequest,
+    attach::launch::Launched,
+    attach::probes::Probes,
+    attach::targets,
+    capture::datapath::DataPath,
+    capture::decode::Decoder,
+    capture::kernel,
+    capture::loss::Losses,
+    capture::lossless,
+    capture::reorder::Reorder,
+    session::stop_signals::StopSignals,
+    sinks::{Sink, SinkSummary},
 };
 
 const POLL_INTERVAL_BUFFERED: Duration = Duration::from_millis(100);
@@ -44,7 +46,7 @@ pub struct Session {
     pub datapath: DataPath,
     pub probes: Probes,
     pub decoder: Decoder,
-    pub writer: Box<dyn RecordWriter>,
+    pub sink: Box<dyn Sink>,
     pub unbuffered: bool,
     pub duration: Option<Duration>,
     /// Traced processes that the tracer did not start.
@@ -73,7 +75,7 @@ const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
 
 /// How a run ended.
 pub struct Outcome {
-    pub summary: WriterSummary,
+    pub summary: SinkSummary,
     pub losses: Losses,
     /// How many times `--lossless` stopped a thread until the rings were drained.
     pub lossless_stops: u64,
@@ -169,7 +171,7 @@ impl Session {
                 flow.reorder.release_process(pid, |r| records.push(*r));
                 self.write(&records, &mut flow)?;
                 flow.processes.remove(&pid);
-                self.writer
+                self.sink
                     .process_exited(pid)
                     .context("cannot complete trace files")?;
             }
@@ -198,10 +200,7 @@ impl Session {
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
             eprintln!("thrtrace-bpf: {report}");
         }
-        let summary = self
-            .writer
-            .finish()
-            .context("cannot complete trace files")?;
+        let summary = self.sink.finish().context("cannot complete trace files")?;
         if let (Some(pid), None) = (launched_pid, launched_status) {
             eprintln!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
         }
@@ -296,20 +295,20 @@ impl Session {
             match self.decoder.decode(raw) {
                 Some(record) if self.decoder.selects(&record) => {
                     flow.processes.insert(record.pid);
-                    self.writer.write(&record).context(INCOMPLETE)?
+                    self.sink.write(&record).context(INCOMPLETE)?
                 }
                 // A call of the kind not selected (a plain mutex when only rmutex is).
                 Some(_) => {}
                 None => undecodable += 1,
             }
         }
-        self.writer.batch_done().context(INCOMPLETE)?;
+        self.sink.batch_done().context(INCOMPLETE)?;
         flow.losses.add_undecodable(undecodable);
         Ok(())
     }
 }
 
-/// Records between the rings and the writer, and those that never arrived.
+/// Records between the rings and the sink, and those that never arrived.
 struct Flow {
     reorder: Reorder,
     /// Processes with records written whose exit has not been handled yet: system-wide, the

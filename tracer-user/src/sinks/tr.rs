@@ -15,7 +15,7 @@ use tracer_model::{
 };
 
 use super::{
-    RecordWriter, WriterSummary,
+    Sink, SinkSummary,
     output_dir::{FileIdentity, OutputDir},
 };
 
@@ -156,7 +156,7 @@ impl TrFiles {
     }
 }
 
-impl RecordWriter for TrFiles {
+impl Sink for TrFiles {
     fn write(&mut self, record: &TraceRecord) -> io::Result<()> {
         // One write of the whole line: a buffer boundary never splits it, so a killed tracer
         // leaves whole lines up to its last write.
@@ -189,10 +189,10 @@ impl RecordWriter for TrFiles {
         keys.into_iter().try_for_each(|key| self.close(key))
     }
 
-    fn finish(&mut self) -> io::Result<WriterSummary> {
+    fn finish(&mut self) -> io::Result<SinkSummary> {
         let keys: Vec<FileKey> = self.open.keys().copied().collect();
         keys.into_iter().try_for_each(|key| self.close(key))?;
-        Ok(WriterSummary {
+        Ok(SinkSummary {
             records: self.records,
             files: self.created.len() as u64,
         })
@@ -230,7 +230,7 @@ mod tests {
         let summary = files.finish().unwrap();
         assert_eq!(
             summary,
-            WriterSummary {
+            SinkSummary {
                 records: 3,
                 files: 1
             }

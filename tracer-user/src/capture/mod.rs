@@ -1,0 +1,11 @@
+//! How a record crosses from the kernel to a decoded record: the BPF object, its per-CPU rings
+//! and maps ([`datapath`], with `task_struct` offsets from [`kernel`]), time order across
+//! rings ([`reorder`]), raw record to `tracer_model::TraceRecord` ([`decode`]), and what could
+//! not cross ([`loss`]; [`lossless`] makes the target wait instead).
+
+pub mod datapath;
+pub mod decode;
+pub mod kernel;
+pub mod loss;
+pub mod lossless;
+pub mod reorder;
