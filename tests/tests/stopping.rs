@@ -258,3 +258,32 @@ fn sigint_while_attaching_ends_the_trace_cleanly_even_if_inherited_ignored() {
     gate.run_phase_two();
     gate.finish();
 }
+
+#[test]
+fn a_stderr_whose_reader_has_gone_does_not_end_the_trace() {
+    if !bpf_available("broken_stderr") {
+        return;
+    }
+    let dir = TempDir::new("broken-stderr");
+    // As `thrtrace-bpf ... 2>&1 | grep -m1 ...` leaves it once grep has exited.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let run = Command::new(tracer())
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--events", "mutex", "--"])
+        .arg(workload("mutex_contend"))
+        .args(["2", "100"])
+        .stderr(writer)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let mutex: i64 = field(&stdout, "mutex");
+    let lines: Vec<_> = read_trace(dir.path()).into_values().flatten().collect();
+    let pairs: usize = thrtrace_tests::by_thread(lines)
+        .values()
+        .map(|thread| paired_calls(thread, "mutex_lock", mutex).len())
+        .sum();
+    assert_eq!(pairs, 200, "the command ran, traced, to its end");
+}

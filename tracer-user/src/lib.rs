@@ -6,6 +6,9 @@
 //! [`session`] runs the loop that moves records from one to the other; [`cli`] is the command
 //! line.
 
+#[macro_use]
+mod say;
+
 pub mod attach;
 pub mod capture;
 pub mod cli;
@@ -93,7 +96,7 @@ pub fn run(mut config: Config) -> Result<i32> {
             for &pid in pids {
                 let libraries = targets::find_pthread_libraries(pid, &symbols)?;
                 if libraries.is_empty() {
-                    eprintln!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
+                    say!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
                     continue;
                 }
                 for library in &libraries {
@@ -130,7 +133,7 @@ pub fn run(mut config: Config) -> Result<i32> {
         })
         .transpose()?;
     for line in followed {
-        eprintln!("{line}");
+        say!("{line}");
     }
     let output = config
         .output
@@ -156,7 +159,7 @@ pub fn run(mut config: Config) -> Result<i32> {
         stop_signals,
     };
     let outcome = runtime.block_on(session.run())?;
-    eprintln!(
+    say!(
         "thrtrace-bpf: {} records written, {} lost, {} files in {}",
         outcome.summary.records,
         outcome.losses.total(),
@@ -164,14 +167,14 @@ pub fn run(mut config: Config) -> Result<i32> {
         shown_dir
     );
     if outcome.lossless_stops > 0 {
-        eprintln!(
+        say!(
             "thrtrace-bpf: --lossless stopped traced threads {} times until the rings \
              were drained",
             outcome.lossless_stops
         );
     }
     if config.verbose {
-        eprintln!("thrtrace-bpf: lost per CPU: {}", outcome.losses.split());
+        say!("thrtrace-bpf: lost per CPU: {}", outcome.losses.split());
     }
     Ok(outcome.exit_code)
 }
@@ -181,18 +184,18 @@ fn list_probes(config: &Config, events: &[&'static EventDef], symbols: &[&str]) 
     let Target::Pids(pids) = &config.target else {
         usage_bail!("--list-probes takes -p PID");
     };
+    let mut table = String::new();
     for &pid in pids {
         let libraries = targets::find_pthread_libraries(pid, symbols)?;
         if libraries.is_empty() {
-            println!("{}", targets::no_pthread_functions(pid));
+            table += &format!("{}\n", targets::no_pthread_functions(pid));
         }
         for library in &libraries {
-            println!("{} (pid {pid})", library.file.path);
-            print!(
-                "{}",
-                probes::describe(&probes::plan(library, events, config.probe_at_entry))
-            );
+            table += &format!("{} (pid {pid})\n", library.file.path);
+            table += &probes::describe(&probes::plan(library, events, config.probe_at_entry));
         }
     }
+    // As `head` expects: output that nobody reads any more is not an error.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), table.as_bytes());
     Ok(0)
 }

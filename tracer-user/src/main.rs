@@ -1,4 +1,5 @@
 use clap::Parser;
+use thrtrace::say;
 use thrtrace::{
     attach::launch::LaunchError,
     cli::Cli,
@@ -9,7 +10,7 @@ fn main() {
     let code = match Cli::parse().into_config().and_then(thrtrace::run) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("thrtrace-bpf: {error:#}");
+            say!("thrtrace-bpf: {error:#}");
             if error.is::<UsageError>() {
                 EXIT_USAGE
             } else if let Some(launch) = error.downcast_ref::<LaunchError>() {

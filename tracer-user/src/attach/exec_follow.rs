@@ -64,7 +64,7 @@ pub fn start(
         .spawn(move || {
             for &pid in &pids {
                 if let Err(error) = seize_process(pid) {
-                    eprintln!(
+                    say!(
                         "thrtrace-bpf: cannot follow the execs of pid {pid} ({error}); is a \
                          debugger attached? Its forks are still followed"
                     );
@@ -76,7 +76,7 @@ pub fn start(
                     check(unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) })
                 });
                 if let Err(error) = resumed {
-                    eprintln!("thrtrace-bpf: cannot follow the execs of the command: {error}");
+                    say!("thrtrace-bpf: cannot follow the execs of the command: {error}");
                 }
             }
             let _ = seized.send(());
@@ -226,13 +226,13 @@ impl Follower {
             Ok(Loader::Exited(_)) => return,
             Ok(Loader::ExitStop(status)) => return self.stopped(pid, status),
             Err(error) => {
-                eprintln!("thrtrace-bpf: cannot follow pid {pid} through exec: {error:#}");
+                say!("thrtrace-bpf: cannot follow pid {pid} through exec: {error:#}");
                 return resume(pid, libc::PTRACE_CONT, 0);
             }
         }
         match targets::find_pthread_libraries(pid as u32, &self.functions) {
             Ok(libraries) if libraries.is_empty() => {
-                eprintln!(
+                say!(
                     "thrtrace-bpf: {}",
                     targets::no_pthread_functions(pid as u32)
                 )
@@ -249,7 +249,7 @@ impl Follower {
                     let _ = answered.recv();
                 }
             }
-            Err(error) => eprintln!("thrtrace-bpf: pid {pid} after exec: {error:#}"),
+            Err(error) => say!("thrtrace-bpf: pid {pid} after exec: {error:#}"),
         }
         resume(pid, libc::PTRACE_CONT, 0);
     }

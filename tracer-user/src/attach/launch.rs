@@ -129,11 +129,11 @@ pub fn launch(
             .try_for_each(|library| attach(pid, library))
             .map(|()| None),
         Stepped::NoLibrary => {
-            eprintln!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
+            say!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
             Ok(None)
         }
         Stepped::Exited(status) => {
-            eprintln!("thrtrace-bpf: pid {pid} exited before it mapped a pthread library");
+            say!("thrtrace-bpf: pid {pid} exited before it mapped a pthread library");
             Ok(Some(status))
         }
     });

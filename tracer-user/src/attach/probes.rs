@@ -156,9 +156,11 @@ impl Probes {
     ) -> Result<()> {
         let planned = plan(library, &self.events, self.at_entry);
         for refused in planned.iter().filter(|p| p.placement.refused) {
-            eprintln!(
+            say!(
                 "thrtrace-bpf: {} cannot be probed at +{:#x} ({}): not traced",
-                refused.event.symbol, refused.placement.offset, refused.placement.instruction
+                refused.event.symbol,
+                refused.placement.offset,
+                refused.placement.instruction
             );
         }
         let count = self.attach(datapath.programs(), pid, library, &planned)?;
@@ -166,7 +168,7 @@ impl Probes {
         if pid == 0 {
             self.everywhere.push(library.file.identity.clone());
             let (device, inode) = &library.file.identity;
-            eprintln!(
+            say!(
                 "thrtrace-bpf: tracing every process that maps {path} (device {device}, inode \
                  {inode}): {count} probes"
             );
@@ -175,7 +177,7 @@ impl Probes {
         if let Some(slot) = targets::errno_slot(pid, library) {
             datapath.set_errno_slot(pid, slot)?;
         }
-        eprintln!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
+        say!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
         Ok(())
     }
 
@@ -229,7 +231,7 @@ impl Probes {
         library: &PthreadLibrary,
     ) -> Result<()> {
         self.attach_shared(datapath, pid, library)?;
-        eprintln!(
+        say!(
             "thrtrace-bpf: tracing pid {pid}: its main thread has exited, so its probes in {} are \
              shared: every process that maps the file takes their trap (the kernel applies a \
              process's own probes through its main thread)",

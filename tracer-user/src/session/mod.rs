@@ -198,11 +198,11 @@ impl Session {
         self.write(&records, &mut flow)?;
         flow.lossless_stops += lossless::resume_at_end(&mut self.datapath) as u64;
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
-            eprintln!("thrtrace-bpf: {report}");
+            say!("thrtrace-bpf: {report}");
         }
         let summary = self.sink.finish().context("cannot complete trace files")?;
         if let (Some(pid), None) = (launched_pid, launched_status) {
-            eprintln!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
+            say!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
         }
         // Like `time` and strace: the command's status; stopping by signal or time is success.
         let exit_code = launched_status.map_or(0, exit_code_of);
@@ -222,9 +222,10 @@ impl Session {
                 .probes
                 .attach_shared(&mut self.datapath, request.pid, library)?;
             if count > 0 {
-                eprintln!(
+                say!(
                     "thrtrace-bpf: pid {} exec'd: {count} probes in {}",
-                    request.pid, library.file.path
+                    request.pid,
+                    library.file.path
                 );
             }
         }
@@ -281,7 +282,7 @@ impl Session {
         self.write(&records, flow)?;
         let lost = self.datapath.lost_per_cpu()?;
         if let Some(report) = flow.losses.update(lost, std::time::Instant::now()) {
-            eprintln!("thrtrace-bpf: {report}");
+            say!("thrtrace-bpf: {report}");
         }
         Ok(())
     }

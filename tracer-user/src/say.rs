@@ -1,0 +1,12 @@
+//! Messages on stderr. The tracer's stderr may be a pipe whose reader has gone (`2>&1 | grep -m1
+//! ...`): `eprintln!` panics there, which ended the trace and killed a launched command before it
+//! ran. A message that cannot be written is dropped instead, and the trace goes on.
+
+/// Writes one line to stderr, formatted as `eprintln!` does; a write error is ignored.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
