@@ -7,7 +7,10 @@ use clap::Parser;
 use tracer_common::Category;
 
 use crate::{
-    attach::launch, attach::targets, error::UsageError, sinks::output_dir::OutputDir, usage_bail,
+    attach::{launch, targets},
+    error::UsageError,
+    sinks::output_dir::OutputDir,
+    usage_bail,
 };
 
 #[derive(Debug, Parser)]

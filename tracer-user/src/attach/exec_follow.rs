@@ -20,11 +20,11 @@ use std::{collections::HashSet, io, sync::mpsc as sync_mpsc, thread, time::Durat
 use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 
-use crate::{
-    attach::launch::{self, Loader},
-    attach::targets::{self, PthreadLibrary},
-    capture::datapath::StoppedView,
+use super::{
+    launch::{self, Loader},
+    targets::{self, PthreadLibrary},
 };
+use crate::capture::datapath::StoppedView;
 
 /// A request to probe, for process `pid`, the libraries of the image it has just exec'd; the
 /// process stays stopped until `done` is answered.

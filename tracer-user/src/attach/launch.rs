@@ -20,11 +20,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::{
-    attach::targets::{self, PthreadLibrary},
-    session::stop_signals,
-    sudo,
-};
+use super::targets::{self, PthreadLibrary};
+use crate::{session::stop_signals, sudo};
 
 /// How many syscall stops the loader may take before we stop waiting for it.
 const MAX_SYSCALL_STOPS: u32 = 20_000;

@@ -18,13 +18,13 @@ use std::{collections::HashMap, os::fd::OwnedFd};
 use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags};
 
-use crate::{
-    attach::multi_link::Programs,
-    attach::placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
-    attach::symbols::Function,
-    attach::targets::{self, PthreadLibrary},
-    capture::datapath::DataPath,
+use super::{
+    multi_link::Programs,
+    placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
+    symbols::Function,
+    targets::{self, PthreadLibrary},
 };
+use crate::capture::datapath::DataPath;
 
 /// One probe to attach: an event's function and where in it the probe goes.
 pub struct PlannedProbe {

@@ -14,7 +14,7 @@ use std::{fs, path::PathBuf};
 use anyhow::{Context, Result};
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 
-use crate::attach::symbols::FunctionOffsets;
+use super::symbols::FunctionOffsets;
 
 /// The symbol whose definition marks the pthread implementation.
 const MARKER: &str = "pthread_mutex_lock";

@@ -13,11 +13,8 @@ use aya::{
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{MAX_CPUS, RawRecord, STOP_SENT, names};
 
-use crate::{
-    attach::multi_link::{MultiProgram, Programs},
-    capture::kernel::TaskOffsets,
-    capture::lossless,
-};
+use super::{kernel::TaskOffsets, lossless};
+use crate::attach::multi_link::{MultiProgram, Programs};
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;

@@ -16,7 +16,7 @@ use std::{
 
 use rustix::process::{Pid, Signal, kill_process};
 
-use crate::capture::datapath::DataPath;
+use super::datapath::DataPath;
 
 /// How long the end of a trace waits for the exec-following thread to let go of the threads it
 /// holds stopped.

@@ -23,18 +23,12 @@ use tokio::{
 
 use tracer_common::RawRecord;
 
+use self::stop_signals::StopSignals;
 use crate::{
-    attach::exec_follow::AttachRequest,
-    attach::launch::Launched,
-    attach::probes::Probes,
-    attach::targets,
-    capture::datapath::DataPath,
-    capture::decode::Decoder,
-    capture::kernel,
-    capture::loss::Losses,
-    capture::lossless,
-    capture::reorder::Reorder,
-    session::stop_signals::StopSignals,
+    attach::{exec_follow::AttachRequest, launch::Launched, probes::Probes, targets},
+    capture::{
+        datapath::DataPath, decode::Decoder, kernel, loss::Losses, lossless, reorder::Reorder,
+    },
     sinks::{Sink, SinkSummary},
 };
 
