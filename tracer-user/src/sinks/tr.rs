@@ -33,7 +33,7 @@ pub struct TrFiles {
     unbuffered: bool,
     max_open: usize,
     open: HashMap<FileKey, OpenFile>,
-    /// Every file created in this run, open or not, and how many bytes it holds once flushed.
+    /// Every file created in this run, open or not; for a closed one, how many bytes it holds.
     created: HashMap<FileKey, Created>,
     /// Counts writes; an open file's `last_write` says how recently it was written.
     clock: u64,
@@ -45,6 +45,8 @@ pub struct TrFiles {
 struct OpenFile {
     writer: BufWriter<File>,
     last_write: u64,
+    /// The bytes the file holds once its buffer is flushed.
+    length: u64,
 }
 
 struct Created {
@@ -86,13 +88,13 @@ impl TrFiles {
         }
     }
 
-    fn file(&mut self, key: FileKey) -> io::Result<&mut BufWriter<File>> {
+    fn file(&mut self, key: FileKey) -> io::Result<&mut OpenFile> {
         self.clock += 1;
         if !self.open.contains_key(&key) {
             if self.open.len() >= self.max_open {
                 self.close_least_recent(self.max_open.div_ceil(4))?;
             }
-            let file = match self.open_file(key) {
+            let (file, length) = match self.open_file(key) {
                 // Descriptors taken by something else (pidfds, links): make room and retry.
                 Err(error)
                     if error.raw_os_error() == Some(libc::EMFILE) && !self.open.is_empty() =>
@@ -114,19 +116,22 @@ impl TrFiles {
                 OpenFile {
                     writer,
                     last_write: 0,
+                    length,
                 },
             );
         }
         let file = self.open.get_mut(&key).expect("inserted above");
         file.last_write = self.clock;
-        Ok(&mut file.writer)
+        Ok(file)
     }
 
-    /// Creates the file of `key` the first time, appends to it after.
-    fn open_file(&mut self, key: FileKey) -> io::Result<File> {
+    /// Creates the file of `key` the first time, appends to it after; returns it and the bytes
+    /// it holds.
+    fn open_file(&mut self, key: FileKey) -> io::Result<(File, u64)> {
         let name = key.name();
         if let Some(created) = self.created.get(&key) {
-            return self.dir.reopen(&name, created.identity, created.length);
+            let file = self.dir.reopen(&name, created.identity, created.length)?;
+            return Ok((file, created.length));
         }
         let (file, identity) = self.dir.create(&name)?;
         self.created.insert(
@@ -136,7 +141,7 @@ impl TrFiles {
                 length: 0,
             },
         );
-        Ok(file)
+        Ok((file, 0))
     }
 
     /// Flushes and closes the `count` open files written least recently.
@@ -152,6 +157,9 @@ impl TrFiles {
 
     fn close(&mut self, key: FileKey) -> io::Result<()> {
         let mut file = self.open.remove(&key).expect("an open file");
+        if let Some(created) = self.created.get_mut(&key) {
+            created.length = file.length;
+        }
         file.writer.flush()
     }
 }
@@ -163,11 +171,9 @@ impl Sink for TrFiles {
         let mut line = std::mem::take(&mut self.line);
         line.clear();
         writeln!(line, "{}", Line(record)).expect("formatting into a String");
-        let key = FileKey::of(record);
-        let written = self.file(key)?.write_all(line.as_bytes());
-        if let Some(created) = self.created.get_mut(&key) {
-            created.length += line.len() as u64;
-        }
+        let file = self.file(FileKey::of(record))?;
+        file.length += line.len() as u64;
+        let written = file.writer.write_all(line.as_bytes());
         self.line = line;
         written?;
         self.records += 1;
