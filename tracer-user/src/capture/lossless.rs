@@ -23,15 +23,15 @@ use super::datapath::DataPath;
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Resumes every thread the BPF side has stopped, now that the rings have been drained;
-/// returns how many there were.
-pub fn resume(datapath: &mut DataPath) -> usize {
+/// returns them, as (thread id, process id).
+pub fn resume(datapath: &mut DataPath) -> Vec<(u32, u32)> {
     let stopped = datapath.stopped_threads();
     for &(tid, _) in &stopped {
         datapath.forget_stopped(tid);
     }
     if datapath.follows() {
         // The exec-following thread lets them go as their entries disappear.
-        return stopped.len();
+        return stopped;
     }
     let pids: BTreeSet<u32> = stopped.iter().map(|&(_, pid)| pid).collect();
     for &pid in &pids {
@@ -45,22 +45,21 @@ pub fn resume(datapath: &mut DataPath) -> usize {
             signal(pid, Signal::STOP);
         }
     }
-    stopped.len()
+    stopped
 }
 
 /// [`resume`] at the end of a trace. Under `--follow` it also waits until the exec-following
 /// thread has let each thread go: one still in its ptrace stop when the tracer exits would be
 /// handed its SIGSTOP by the kernel, with nobody left to send SIGCONT.
-pub fn resume_at_end(datapath: &mut DataPath) -> usize {
-    let stopped = datapath.stopped_threads();
-    let count = resume(datapath);
+pub fn resume_at_end(datapath: &mut DataPath) -> Vec<(u32, u32)> {
+    let stopped = resume(datapath);
     if datapath.follows() {
         let give_up = Instant::now() + RELEASE_TIMEOUT;
         while Instant::now() < give_up && stopped.iter().any(|&(tid, _)| in_ptrace_stop(tid)) {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    count
+    stopped
 }
 
 /// Sends `signal` to process `pid`; one gone meanwhile needs nothing.

@@ -190,7 +190,7 @@ impl Session {
         let mut records = Vec::new();
         flow.reorder.release_all(|r| records.push(*r));
         self.write(&records, &mut flow)?;
-        flow.lossless_stops += lossless::resume_at_end(&mut self.datapath) as u64;
+        flow.lossless_stops += lossless::resume_at_end(&mut self.datapath).len() as u64;
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
         }
@@ -268,7 +268,7 @@ impl Session {
         flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end: what --lossless stopped may run again.
         if drained.behind_after.is_none() {
-            flow.lossless_stops += lossless::resume(&mut self.datapath) as u64;
+            flow.lossless_stops += lossless::resume(&mut self.datapath).len() as u64;
         }
         let mut records = Vec::new();
         flow.reorder
