@@ -212,16 +212,8 @@ fn check_files(dir: &Path, killed: bool) -> Result<()> {
             let record = line
                 .strip_suffix('\n')
                 .with_context(|| format!("{name} ends in a partial line: {line:?}"))?;
-            let fields: Vec<&str> = record.split(':').collect();
-            ensure!(
-                fields.len() == 13
-                    && fields.iter().all(|f| !f.is_empty()
-                        && f.trim_start_matches('-')
-                            .bytes()
-                            .all(|b| b.is_ascii_digit())),
-                "{name} line {}: {record:?} is not a 13-field record",
-                number + 1
-            );
+            tracer_model::tr::parse_line(record)
+                .with_context(|| format!("{name} line {}: {record:?}", number + 1))?;
         }
     }
     Ok(())
