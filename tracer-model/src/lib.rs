@@ -4,8 +4,12 @@
 //!
 //! - [`TraceRecord`]: one record of UnixWare's `thread_trace(4)` scheme, as decoded;
 //! - [`tr`]: its `tr.*` line and the file it goes to (event map, "Record line" and "File
-//!   names and buffering").
+//!   names and buffering");
+//! - [`event`]: thread and system events and their types, as a trace stream holds them;
+//! - [`log`]: the trace log file, written and read back.
 
+pub mod event;
+pub mod log;
 pub mod tr;
 
 use tracer_common::EVENTS;

@@ -1,0 +1,219 @@
+//! One event inside an events packet: a 40-byte header, then the payload its type lays out.
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..2 | entry size, header included |
+//! | 2..4 | event type id |
+//! | 4..8 | pid (posix_pid) |
+//! | 8..12 | lwpid |
+//! | 12..16 | flags: bit 0 set if recorded truncated (POSIX_TRACE_TRUNCATED_RECORD) |
+//! | 16..24 | time, CLOCK_REALTIME nanoseconds (i64) |
+//! | 24..32 | pthread_t of the caller (posix_thread_id) |
+//! | 32..40 | address the call returns to (posix_prog_address) |
+//!
+//! Payload fields follow one another with no padding: u16, u32, u64, i64 in their sizes;
+//! `str` and `bytes` as a u32 length and that many bytes.
+
+use std::collections::HashMap;
+
+use crate::{
+    TraceRecord,
+    event::{Event, EventType, FieldType, MAX_STRING, SystemEvent, SystemKind, Value},
+};
+
+pub const ENTRY_HEADER_LEN: usize = 40;
+const TRUNCATED: u32 = 1;
+
+/// Appends `event` to `out`.
+pub fn encode(event: &Event, out: &mut Vec<u8>) {
+    let start = out.len();
+    let (type_id, pid, lwpid, time_ns, thread_id, prog_address, truncated) = match event {
+        Event::Thread(r) => (
+            crate::event::thread_type_id(r.event1, r.event2).unwrap_or(0),
+            r.pid,
+            r.lwpid,
+            r.time_ns() as i64,
+            r.tid,
+            r.caller,
+            false,
+        ),
+        Event::System(e) => {
+            let cut = e.kind.values().iter().any(|v| match v {
+                Value::Str(s) => s.len() > MAX_STRING,
+                Value::Bytes(b) => b.len() > MAX_STRING,
+                _ => false,
+            });
+            let id = e.kind.type_id();
+            (id, e.pid, e.lwpid, e.time_ns, 0, 0, e.truncated || cut)
+        }
+    };
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&type_id.to_le_bytes());
+    out.extend_from_slice(&pid.to_le_bytes());
+    out.extend_from_slice(&lwpid.to_le_bytes());
+    out.extend_from_slice(&(if truncated { TRUNCATED } else { 0 }).to_le_bytes());
+    out.extend_from_slice(&time_ns.to_le_bytes());
+    out.extend_from_slice(&thread_id.to_le_bytes());
+    out.extend_from_slice(&prog_address.to_le_bytes());
+    match event {
+        Event::Thread(r) => {
+            out.extend_from_slice(&r.which.to_le_bytes());
+            r.a.iter()
+                .for_each(|a| out.extend_from_slice(&a.to_le_bytes()));
+        }
+        Event::System(e) => {
+            for (value, &(_, ty)) in e.kind.values().iter().zip(e.kind.fields()) {
+                put_value(value, ty, out);
+            }
+        }
+    }
+    let size = (out.len() - start) as u16;
+    out[start..start + 2].copy_from_slice(&size.to_le_bytes());
+}
+
+fn put_value(value: &Value, ty: FieldType, out: &mut Vec<u8>) {
+    let number = value.as_u64();
+    match ty {
+        FieldType::U16 => out.extend_from_slice(&(number as u16).to_le_bytes()),
+        FieldType::U32 => out.extend_from_slice(&(number as u32).to_le_bytes()),
+        FieldType::U64 | FieldType::I64 => out.extend_from_slice(&number.to_le_bytes()),
+        FieldType::Str | FieldType::Bytes => {
+            let bytes = match value {
+                Value::Str(s) => s.as_bytes(),
+                Value::Bytes(b) => b,
+                _ => &[],
+            };
+            // Cut, and flagged as truncated by the caller: every entry fits a packet.
+            let bytes = &bytes[..bytes.len().min(MAX_STRING)];
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+    }
+}
+
+/// Why an entry could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadEntry {
+    Size(usize),
+    UnknownType(u16),
+    Payload(&'static str),
+}
+
+impl std::fmt::Display for BadEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadEntry::Size(size) => write!(f, "an entry of {size} bytes does not fit"),
+            BadEntry::UnknownType(id) => write!(f, "event type {id} is not in the log's list"),
+            BadEntry::Payload(what) => write!(f, "the payload does not match its type: {what}"),
+        }
+    }
+}
+
+/// Reads the entry at the start of `bytes`: the event and the entry's size.
+pub fn decode(bytes: &[u8], types: &HashMap<u16, EventType>) -> Result<(Event, usize), BadEntry> {
+    if bytes.len() < ENTRY_HEADER_LEN {
+        return Err(BadEntry::Size(bytes.len()));
+    }
+    let mut header = Cursor {
+        bytes: &bytes[..ENTRY_HEADER_LEN],
+    };
+    let size = usize::from(header.u16()?);
+    if size < ENTRY_HEADER_LEN || size > bytes.len() {
+        return Err(BadEntry::Size(size));
+    }
+    let type_id = header.u16()?;
+    let event_type = types.get(&type_id).ok_or(BadEntry::UnknownType(type_id))?;
+    let pid = header.u32()?;
+    let lwpid = header.u32()?;
+    let flags = header.u32()?;
+    let time_ns = header.i64()?;
+    let thread_id = header.u64()?;
+    let prog_address = header.u64()?;
+    let mut payload = Cursor {
+        bytes: &bytes[ENTRY_HEADER_LEN..size],
+    };
+    let mut fields = Vec::with_capacity(event_type.payload.len());
+    for spec in &event_type.payload {
+        fields.push((spec.name.as_str(), payload.value(spec.ty)?));
+    }
+    if !payload.bytes.is_empty() {
+        return Err(BadEntry::Payload("bytes left after the last field"));
+    }
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| v.as_i64())
+    };
+    let event = if event_type.is_system() {
+        Event::System(SystemEvent {
+            time_ns,
+            pid,
+            lwpid,
+            truncated: flags & TRUNCATED != 0,
+            kind: SystemKind::from_fields(&event_type.name, &fields),
+        })
+    } else {
+        let time = i128::from(time_ns);
+        Event::Thread(TraceRecord {
+            sec: time.div_euclid(1_000_000_000) as i64,
+            nsec: time.rem_euclid(1_000_000_000) as i64,
+            lwpid,
+            pid,
+            tid: thread_id,
+            event1: event_type.event1,
+            event2: event_type.event2,
+            which: field("which") as u16,
+            a: ["a1", "a2", "a3", "a4", "a5"].map(field),
+            caller: prog_address,
+        })
+    };
+    Ok((event, size))
+}
+
+/// Reads fields off the front of a slice.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+}
+
+impl Cursor<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], BadEntry> {
+        let Some((head, rest)) = self.bytes.split_first_chunk::<N>() else {
+            return Err(BadEntry::Payload("a field runs past the entry"));
+        };
+        self.bytes = rest;
+        Ok(*head)
+    }
+    fn u16(&mut self) -> Result<u16, BadEntry> {
+        self.take().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Result<u32, BadEntry> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, BadEntry> {
+        self.take().map(u64::from_le_bytes)
+    }
+    fn i64(&mut self) -> Result<i64, BadEntry> {
+        self.take().map(i64::from_le_bytes)
+    }
+    fn value(&mut self, ty: FieldType) -> Result<Value, BadEntry> {
+        Ok(match ty {
+            FieldType::U16 => Value::Unsigned(self.u16()?.into()),
+            FieldType::U32 => Value::Unsigned(self.u32()?.into()),
+            FieldType::U64 => Value::Unsigned(self.u64()?),
+            FieldType::I64 => Value::Signed(self.i64()?),
+            FieldType::Str | FieldType::Bytes => {
+                let len = self.u32()? as usize;
+                if len > self.bytes.len() {
+                    return Err(BadEntry::Payload("a string runs past the entry"));
+                }
+                let (bytes, rest) = self.bytes.split_at(len);
+                self.bytes = rest;
+                match ty {
+                    FieldType::Str => Value::Str(String::from_utf8_lossy(bytes).into_owned()),
+                    _ => Value::Bytes(bytes.to_vec()),
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,405 @@
+//! Reads a log back. Every byte is checked before it is believed: a packet whose CRC does not
+//! match, a length past the end, an entry that does not fit its type, an event type the log
+//! does not list, are errors that name the offset. The only damage forgiven is the kind a
+//! writer that died leaves: the last packet cut short, and no status packet.
+
+use std::{collections::HashMap, fs::File, io, os::unix::fs::FileExt, path::Path};
+
+use super::{
+    FORMAT_NAME, FORMAT_VERSION, FinalStatus, Layout, Metadata, Status,
+    entry::{self},
+    packet::{BadHeader, HEADER_LEN, Header, Kind, MAGIC},
+    write::CONTEXT_LEN,
+};
+use crate::event::{Event, EventType, LossSource, NO_CPU, SystemEvent, SystemKind};
+
+/// Why a log cannot be read (or read further).
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("not a thrtrace-bpf trace log: it does not begin with a log's metadata packet")]
+    NotALog,
+    #[error(
+        "log format version {found}; this thrtrace-bpf reads version {FORMAT_VERSION}: \
+         read it with the thrtrace-bpf that wrote it"
+    )]
+    Version { found: u16 },
+    #[error("corrupt log at offset {offset}: {what}")]
+    Corrupt { offset: u64, what: String },
+}
+
+fn corrupt(offset: u64, what: impl Into<String>) -> LogError {
+    LogError::Corrupt {
+        offset,
+        what: what.into(),
+    }
+}
+
+/// An events packet found in the log.
+#[derive(Clone, Copy, Debug)]
+struct PacketRef {
+    offset: u64,
+    seq: u64,
+    first_index: u64,
+    count: u32,
+    status: Status,
+}
+
+/// An open log.
+pub struct LogReader {
+    file: File,
+    metadata: Metadata,
+    types: HashMap<u16, EventType>,
+    /// In sequence order.
+    packets: Vec<PacketRef>,
+    final_status: Option<FinalStatus>,
+    /// For a log that was not closed: the offset up to which it reads.
+    unclosed_at: Option<u64>,
+}
+
+/// What reading the bytes at an offset found.
+enum Found {
+    Packet(Header, Vec<u8>),
+    /// The file ends inside it: a write that never completed.
+    CutShort,
+    Bad(String),
+}
+
+fn read_packet(file: &File, file_len: u64, offset: u64) -> io::Result<Found> {
+    if file_len < offset + HEADER_LEN as u64 {
+        return Ok(Found::CutShort);
+    }
+    let mut header = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut header, offset)?;
+    let header = match Header::parse(&header) {
+        Ok(header) => header,
+        Err(BadHeader::Magic) => return Ok(Found::Bad("no packet begins here".into())),
+        Err(BadHeader::Kind(kind)) => return Ok(Found::Bad(format!("unknown packet kind {kind}"))),
+        Err(BadHeader::Length(len)) => {
+            return Ok(Found::Bad(format!("a packet claims {len} bytes")));
+        }
+    };
+    let end = offset + HEADER_LEN as u64 + u64::from(header.payload_len);
+    if end > file_len {
+        return Ok(Found::CutShort);
+    }
+    let mut payload = vec![0u8; header.payload_len as usize];
+    file.read_exact_at(&mut payload, offset + HEADER_LEN as u64)?;
+    if header.version != FORMAT_VERSION {
+        return Ok(Found::Bad(format!(
+            "a packet of format version {}",
+            header.version
+        )));
+    }
+    if !header.check(&payload) {
+        return Ok(Found::Bad("the packet's checksum does not match".into()));
+    }
+    Ok(Found::Packet(header, payload))
+}
+
+impl LogReader {
+    pub fn open(path: &Path) -> Result<LogReader, LogError> {
+        LogReader::from_file(File::open(path)?)
+    }
+
+    pub fn from_file(file: File) -> Result<LogReader, LogError> {
+        let file_len = file.metadata()?.len();
+        let mut magic = [0u8; 4];
+        if file_len < HEADER_LEN as u64
+            || file.read_exact_at(&mut magic, 0).is_err()
+            || magic != MAGIC
+        {
+            return Err(LogError::NotALog);
+        }
+        let mut header = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut header, 0)?;
+        if let Ok(header) = Header::parse(&header)
+            && header.version != FORMAT_VERSION
+        {
+            return Err(LogError::Version {
+                found: header.version,
+            });
+        }
+        let (header, payload) = match read_packet(&file, file_len, 0)? {
+            Found::Packet(header, payload) => (header, payload),
+            Found::CutShort => return Err(corrupt(0, "the log ends inside its metadata packet")),
+            Found::Bad(what) => return Err(corrupt(0, what)),
+        };
+        if header.kind != Kind::Metadata || header.seq != 0 {
+            return Err(LogError::NotALog);
+        }
+        let metadata: Metadata = serde_json::from_slice(&payload)
+            .map_err(|e| corrupt(HEADER_LEN as u64, format!("metadata: {e}")))?;
+        if metadata.format != FORMAT_NAME {
+            return Err(LogError::NotALog);
+        }
+        let mut types = HashMap::new();
+        for event_type in &metadata.event_types {
+            if types.insert(event_type.id, event_type.clone()).is_some() {
+                let what = format!("event type {} listed twice", event_type.id);
+                return Err(corrupt(HEADER_LEN as u64, what));
+            }
+        }
+        let mut reader = LogReader {
+            file,
+            metadata,
+            types,
+            packets: Vec::new(),
+            final_status: None,
+            unclosed_at: None,
+        };
+        let region_start = (HEADER_LEN + payload.len()) as u64;
+        match reader.metadata.layout {
+            Layout::Append => reader.scan_appended(region_start, file_len)?,
+            Layout::Loop { slot_size, slots } => {
+                reader.scan_slots(region_start, file_len, slot_size, slots)?
+            }
+        }
+        Ok(reader)
+    }
+
+    /// The packets of an appended log, one after the other.
+    fn scan_appended(&mut self, mut offset: u64, file_len: u64) -> Result<(), LogError> {
+        while offset < file_len {
+            let (header, payload) = match read_packet(&self.file, file_len, offset)? {
+                Found::Packet(header, payload) => (header, payload),
+                Found::CutShort => {
+                    self.unclosed_at = Some(offset);
+                    return Ok(());
+                }
+                Found::Bad(what) => return Err(corrupt(offset, what)),
+            };
+            let expected = self.packets.last().map_or(1, |p| p.seq + 1);
+            if header.seq != expected {
+                let what = format!("packet {} where packet {expected} should be", header.seq);
+                return Err(corrupt(offset, what));
+            }
+            let end = offset + (HEADER_LEN + payload.len()) as u64;
+            match header.kind {
+                Kind::Events => self.packets.push(events_packet(offset, &header, &payload)?),
+                Kind::Status => {
+                    self.final_status = Some(status_packet(offset, &payload)?);
+                    if end != file_len {
+                        return Err(corrupt(end, "data after the status packet"));
+                    }
+                }
+                Kind::Metadata => return Err(corrupt(offset, "a second metadata packet")),
+            }
+            offset = end;
+        }
+        if self.final_status.is_none() {
+            self.unclosed_at = Some(offset);
+        }
+        Ok(())
+    }
+
+    /// The packets of a looping log: one per slot, in any order; sorted by sequence number.
+    fn scan_slots(
+        &mut self,
+        region_start: u64,
+        file_len: u64,
+        slot_size: u32,
+        slots: u32,
+    ) -> Result<(), LogError> {
+        if slot_size < (HEADER_LEN + CONTEXT_LEN) as u32 || slots == 0 {
+            return Err(corrupt(HEADER_LEN as u64, "a looping layout with no room"));
+        }
+        let status_at = region_start + u64::from(slot_size) * u64::from(slots);
+        if let Found::Packet(header, payload) = read_packet(&self.file, file_len, status_at)?
+            && header.kind == Kind::Status
+        {
+            self.final_status = Some(status_packet(status_at, &payload)?);
+        }
+        let mut damaged = Vec::new();
+        for slot in 0..u64::from(slots) {
+            let offset = region_start + slot * u64::from(slot_size);
+            let mut magic = [0u8; 4];
+            if offset >= file_len || self.file.read_exact_at(&mut magic, offset).is_err() {
+                continue;
+            }
+            if magic == [0; 4] {
+                continue;
+            }
+            match read_packet(&self.file, file_len.min(status_at), offset)? {
+                Found::Packet(header, payload) if header.kind == Kind::Events => {
+                    let packet = events_packet(offset, &header, &payload)?;
+                    if (packet.seq - 1) % u64::from(slots) != slot {
+                        return Err(corrupt(offset, "a packet in another packet's slot"));
+                    }
+                    self.packets.push(packet);
+                }
+                Found::Packet(..) => return Err(corrupt(offset, "not an events packet")),
+                Found::CutShort => {
+                    damaged.push((offset, slot, "the packet runs past its slot".into()))
+                }
+                Found::Bad(what) => damaged.push((offset, slot, what)),
+            }
+        }
+        self.packets.sort_by_key(|p| p.seq);
+        for pair in self.packets.windows(2) {
+            if pair[1].seq != pair[0].seq + 1 {
+                let what = format!("packet {} follows packet {}", pair[1].seq, pair[0].seq);
+                return Err(corrupt(pair[1].offset, what));
+            }
+        }
+        // A writer that died may have left the slot it was writing torn; nothing else.
+        let next_slot = self.packets.last().map_or(0, |p| p.seq % u64::from(slots));
+        match (damaged.as_slice(), &self.final_status) {
+            ([], None) => self.unclosed_at = Some(status_at),
+            ([], Some(_)) => {}
+            ([(offset, slot, _)], None) if *slot == next_slot => self.unclosed_at = Some(*offset),
+            ([(offset, _, what), ..], _) => return Err(corrupt(*offset, what.clone())),
+        }
+        Ok(())
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    pub fn event_type(&self, id: u16) -> Option<&EventType> {
+        self.types.get(&id)
+    }
+
+    /// The status packet, if the log was closed.
+    pub fn final_status(&self) -> Option<&FinalStatus> {
+        self.final_status.as_ref()
+    }
+
+    /// For a log whose writer did not close it: the offset up to which it reads.
+    pub fn unclosed_at(&self) -> Option<u64> {
+        self.unclosed_at
+    }
+
+    /// The status when the log was closed, or when its last packet was written.
+    pub fn status(&self) -> Status {
+        match (&self.final_status, self.packets.last()) {
+            (Some(closed), _) => closed.status,
+            (None, Some(last)) => last.status,
+            (None, None) => Status::default(),
+        }
+    }
+
+    /// Events a looping log overwrote before its oldest packet.
+    pub fn overwritten(&self) -> u64 {
+        self.packets.first().map_or(0, |p| p.first_index)
+    }
+
+    /// Every event in order. A log that looped begins with an overflow standing for the
+    /// events it overwrote.
+    pub fn events(&self) -> Events<'_> {
+        Events {
+            reader: self,
+            next_packet: 0,
+            decoded: Vec::new().into_iter(),
+            failed: false,
+        }
+    }
+
+    /// The events of one packet, checked again as they are read (the file may have changed).
+    fn packet_events(&self, packet: &PacketRef) -> Result<Vec<Event>, LogError> {
+        let file_len = self.file.metadata()?.len();
+        let (_, payload) = match read_packet(&self.file, file_len, packet.offset)? {
+            Found::Packet(header, payload) if header.seq == packet.seq => (header, payload),
+            _ => {
+                return Err(corrupt(
+                    packet.offset,
+                    "the packet changed while it was read",
+                ));
+            }
+        };
+        let entries_at = packet.offset + (HEADER_LEN + CONTEXT_LEN) as u64;
+        let mut entries = &payload[CONTEXT_LEN..];
+        let mut events = Vec::with_capacity(packet.count as usize);
+        while !entries.is_empty() {
+            let offset = entries_at + (payload.len() - CONTEXT_LEN - entries.len()) as u64;
+            let (event, size) =
+                entry::decode(entries, &self.types).map_err(|e| corrupt(offset, e.to_string()))?;
+            events.push(event);
+            entries = &entries[size..];
+        }
+        if events.len() != packet.count as usize {
+            let what = format!(
+                "{} events where the packet says {}",
+                events.len(),
+                packet.count
+            );
+            return Err(corrupt(packet.offset, what));
+        }
+        Ok(events)
+    }
+}
+
+fn events_packet(offset: u64, header: &Header, payload: &[u8]) -> Result<PacketRef, LogError> {
+    let Some((context, _)) = payload.split_first_chunk::<CONTEXT_LEN>() else {
+        return Err(corrupt(
+            offset,
+            "an events packet too short for its context",
+        ));
+    };
+    let word = |at: usize| {
+        u32::from_le_bytes([
+            context[at],
+            context[at + 1],
+            context[at + 2],
+            context[at + 3],
+        ])
+    };
+    Ok(PacketRef {
+        offset,
+        seq: header.seq,
+        first_index: u64::from(word(0)) | u64::from(word(4)) << 32,
+        count: word(8),
+        status: Status::from_bits(word(12)),
+    })
+}
+
+fn status_packet(offset: u64, payload: &[u8]) -> Result<FinalStatus, LogError> {
+    serde_json::from_slice(payload)
+        .map_err(|e| corrupt(offset + HEADER_LEN as u64, format!("status: {e}")))
+}
+
+/// The events of a log in order; after an error, nothing more.
+pub struct Events<'a> {
+    reader: &'a LogReader,
+    next_packet: usize,
+    decoded: std::vec::IntoIter<Event>,
+    failed: bool,
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<Event, LogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(event) = self.decoded.next() {
+                return Some(Ok(event));
+            }
+            if self.failed {
+                return None;
+            }
+            let packet = *self.reader.packets.get(self.next_packet)?;
+            self.next_packet += 1;
+            match self.reader.packet_events(&packet) {
+                Ok(mut events) => {
+                    if self.next_packet == 1 && packet.first_index > 0 {
+                        let time_ns = events.first().map_or(0, Event::time_ns);
+                        let overflow = SystemKind::Overflow {
+                            lost: packet.first_index,
+                            cpu: NO_CPU,
+                            source: LossSource::Log,
+                            first_lost_ns: 0,
+                        };
+                        events.insert(0, Event::System(SystemEvent::new(time_ns, overflow)));
+                    }
+                    self.decoded = events.into_iter();
+                }
+                Err(error) => {
+                    self.failed = true;
+                    return Some(Err(error));
+                }
+            }
+        }
+    }
+}

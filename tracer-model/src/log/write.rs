@@ -1,0 +1,234 @@
+//! Writes a log: the metadata packet, then events packets (appended, or looping over slots),
+//! then at the close the status packet. Each packet goes to the file in one write, so that a
+//! writer killed at any moment leaves a log that reads back up to its last whole packet.
+
+use std::{fs::File, io, os::unix::fs::FileExt};
+
+use super::{
+    FinalStatus, Layout, LogFullPolicy, Metadata, Status,
+    packet::{self, HEADER_LEN, Kind},
+};
+use crate::event::Event;
+
+/// An events packet's payload starts with its context: the index of its first event among all
+/// the events the log was given (u64), its event count (u32) and the status flags when it was
+/// written (u32, [`Status::to_bits`]).
+pub const CONTEXT_LEN: usize = 16;
+
+/// The largest events packet written to an appended log.
+pub const DEFAULT_PACKET_BYTES: usize = 64 << 10;
+
+/// Smallest slot of a looping log, and most slots' share of it (1/16 of the log each).
+const MIN_SLOT: u64 = 4 << 10;
+const SLOTS_AT_LEAST: u64 = 16;
+
+/// Events encoded for one packet.
+#[derive(Clone, Debug, Default)]
+pub struct EventPacket {
+    entries: Vec<u8>,
+    count: u32,
+    first_time_ns: Option<i64>,
+}
+
+impl EventPacket {
+    pub fn push(&mut self, event: &Event) {
+        super::entry::encode(event, &mut self.entries);
+        self.count += 1;
+        self.first_time_ns.get_or_insert(event.time_ns());
+    }
+
+    /// Adds `event` unless that would make the packet larger than `capacity` bytes; then it
+    /// starts a new packet with it and returns the full one.
+    pub fn push_within(&mut self, event: &Event, capacity: usize) -> Option<EventPacket> {
+        let before = self.entries.len();
+        super::entry::encode(event, &mut self.entries);
+        if self.packet_len() <= capacity || self.count == 0 {
+            self.count += 1;
+            self.first_time_ns.get_or_insert(event.time_ns());
+            return None;
+        }
+        let mut next = EventPacket {
+            entries: self.entries.split_off(before),
+            count: 1,
+            first_time_ns: Some(event.time_ns()),
+        };
+        std::mem::swap(self, &mut next);
+        Some(next)
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The size of the packet this makes, header included.
+    pub fn packet_len(&self) -> usize {
+        HEADER_LEN + CONTEXT_LEN + self.entries.len()
+    }
+
+    /// When its first event happened.
+    pub fn first_time_ns(&self) -> Option<i64> {
+        self.first_time_ns
+    }
+}
+
+impl Layout {
+    /// The layout for a log of at most `max_size` bytes of events under `policy`.
+    pub fn choose(max_size: Option<u64>, policy: LogFullPolicy) -> Layout {
+        match (max_size, policy) {
+            (Some(max), LogFullPolicy::Loop) => {
+                let slot_size = (max / SLOTS_AT_LEAST).clamp(MIN_SLOT, DEFAULT_PACKET_BYTES as u64);
+                Layout::Loop {
+                    slot_size: slot_size as u32,
+                    slots: (max / slot_size) as u32,
+                }
+            }
+            _ => Layout::Append,
+        }
+    }
+
+    /// The smallest log a looping layout works with.
+    pub const MIN_LOOP_SIZE: u64 = MIN_SLOT * SLOTS_AT_LEAST;
+
+    /// The largest events packet this layout takes.
+    pub fn packet_capacity(&self) -> usize {
+        match self {
+            Layout::Append => DEFAULT_PACKET_BYTES,
+            Layout::Loop { slot_size, .. } => *slot_size as usize,
+        }
+    }
+}
+
+/// What became of a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    Written,
+    /// The log is full (`until-full`): the packet was not written, nor will any after it.
+    LogFull,
+}
+
+/// A log being written.
+pub struct LogWriter {
+    file: File,
+    layout: Layout,
+    /// Where events packets begin: the end of the metadata packet.
+    region_start: u64,
+    /// Where the next packet goes in an appended log.
+    append_end: u64,
+    next_seq: u64,
+    max_size: Option<u64>,
+    full_policy: LogFullPolicy,
+    events_bytes: u64,
+    events_written: u64,
+    events_not_written: u64,
+    log_full: bool,
+    log_overrun: bool,
+}
+
+impl LogWriter {
+    /// Starts a log in `file` (empty, opened for writing) with its metadata packet.
+    pub fn create(file: File, metadata: &Metadata) -> io::Result<LogWriter> {
+        let json = serde_json::to_vec(metadata).map_err(io::Error::other)?;
+        let packet = packet::seal(Kind::Metadata, 0, &json);
+        file.write_all_at(&packet, 0)?;
+        let attributes = &metadata.attributes;
+        Ok(LogWriter {
+            file,
+            layout: metadata.layout,
+            region_start: packet.len() as u64,
+            append_end: packet.len() as u64,
+            next_seq: 1,
+            max_size: attributes.log_max_size,
+            full_policy: attributes.log_full_policy,
+            events_bytes: 0,
+            events_written: 0,
+            events_not_written: 0,
+            log_full: false,
+            log_overrun: false,
+        })
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The log's own flags: full and overrun (see [`Status`]).
+    pub fn log_status(&self) -> (bool, bool) {
+        (self.log_full, self.log_overrun)
+    }
+
+    /// Writes `packet`, with the stream's `status`, unless the log's policy keeps it out.
+    pub fn write(&mut self, events: &EventPacket, status: Status) -> io::Result<Written> {
+        if events.is_empty() {
+            return Ok(Written::Written);
+        }
+        let len = events.packet_len() as u64;
+        let full = self
+            .max_size
+            .is_some_and(|max| self.events_bytes + len > max);
+        if self.log_full || (full && self.full_policy == LogFullPolicy::UntilFull) {
+            self.log_full = true;
+            self.log_overrun = true;
+            self.events_not_written += u64::from(events.count);
+            return Ok(Written::LogFull);
+        }
+        let offset = match self.layout {
+            Layout::Append => self.append_end,
+            Layout::Loop { slot_size, slots } => {
+                if len > u64::from(slot_size) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "an events packet larger than the log's slots",
+                    ));
+                }
+                let slot = (self.next_seq - 1) % u64::from(slots);
+                if self.next_seq > u64::from(slots) {
+                    self.log_overrun = true;
+                }
+                self.region_start + slot * u64::from(slot_size)
+            }
+        };
+        let flags = Status {
+            log_full: self.log_full,
+            log_overrun: self.log_overrun,
+            ..status
+        };
+        let mut payload = Vec::with_capacity(CONTEXT_LEN + events.entries.len());
+        payload.extend_from_slice(&self.events_written.to_le_bytes());
+        payload.extend_from_slice(&events.count.to_le_bytes());
+        payload.extend_from_slice(&flags.to_bits().to_le_bytes());
+        payload.extend_from_slice(&events.entries);
+        let packet = packet::seal(Kind::Events, self.next_seq, &payload);
+        self.file.write_all_at(&packet, offset)?;
+        self.next_seq += 1;
+        self.append_end = self.append_end.max(offset + len);
+        self.events_bytes += len;
+        self.events_written += u64::from(events.count);
+        Ok(Written::Written)
+    }
+
+    /// Events written, and events the log's policy kept out.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.events_written, self.events_not_written)
+    }
+
+    /// Ends the log with its status packet (the counts are the writer's own).
+    pub fn close(self, mut status: FinalStatus) -> io::Result<()> {
+        (status.events_written, status.events_not_written) = self.counts();
+        status.status.log_full = self.log_full;
+        status.status.log_overrun = self.log_overrun;
+        let json = serde_json::to_vec(&status).map_err(io::Error::other)?;
+        let offset = match self.layout {
+            Layout::Append => self.append_end,
+            Layout::Loop { slot_size, slots } => {
+                self.region_start + u64::from(slot_size) * u64::from(slots)
+            }
+        };
+        let packet = packet::seal(Kind::Status, self.next_seq, &json);
+        self.file.write_all_at(&packet, offset)?;
+        self.file.sync_data()
+    }
+}

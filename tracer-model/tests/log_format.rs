@@ -1,0 +1,343 @@
+//! The log format written and read back, and every kind of damage a reader must survive.
+
+use std::{fs::File, os::unix::fs::FileExt, path::PathBuf};
+
+use tracer_model::{
+    TraceRecord,
+    event::{Event, LossSource, SystemEvent, SystemKind, event_types},
+    log::{
+        Attributes, EventPacket, FORMAT_NAME, FORMAT_VERSION, FinalStatus, Inheritance, Layout,
+        LogError, LogFullPolicy, LogReader, LogWriter, Metadata, Status, StreamFullPolicy, Written,
+    },
+};
+
+struct TempLog(PathBuf);
+
+impl TempLog {
+    fn new(name: &str) -> TempLog {
+        let path = std::env::temp_dir().join(format!("ptl-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        TempLog(path)
+    }
+    fn bytes(&self) -> Vec<u8> {
+        std::fs::read(&self.0).unwrap()
+    }
+    fn open(&self) -> Result<LogReader, LogError> {
+        LogReader::open(&self.0)
+    }
+}
+
+impl Drop for TempLog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn metadata(max: Option<u64>, policy: LogFullPolicy) -> Metadata {
+    Metadata {
+        format: FORMAT_NAME.into(),
+        format_version: FORMAT_VERSION,
+        attributes: Attributes {
+            generation_version: "test".into(),
+            trace_name: "t".into(),
+            creation_time_ns: 1,
+            clock_resolution_ns: 1,
+            stream_min_size: 1 << 20,
+            stream_full_policy: StreamFullPolicy::Flush,
+            max_data_size: 42,
+            inheritance: Inheritance::CloseForChild,
+            log_max_size: max,
+            log_full_policy: policy,
+        },
+        layout: Layout::choose(max, policy),
+        event_types: event_types(),
+    }
+}
+
+fn record(n: i64) -> Event {
+    Event::Thread(TraceRecord {
+        sec: 1_700_000_000 + n,
+        nsec: 5,
+        lwpid: 11,
+        pid: 10,
+        tid: 0x7f00,
+        event1: 2,
+        event2: 2,
+        which: 1,
+        a: [n, -1, 2, 3, 4],
+        caller: 0x4010,
+    })
+}
+
+/// Writes `packets` packets of `per_packet` records each (record n has a1 = n).
+fn write_log(
+    log: &TempLog,
+    meta: &Metadata,
+    packets: i64,
+    per_packet: i64,
+    close: bool,
+) -> Vec<Written> {
+    let mut writer = LogWriter::create(File::create(&log.0).unwrap(), meta).unwrap();
+    let mut outcomes = Vec::new();
+    for p in 0..packets {
+        let mut packet = EventPacket::default();
+        for n in 0..per_packet {
+            packet.push(&record(p * per_packet + n));
+        }
+        outcomes.push(
+            writer
+                .write(
+                    &packet,
+                    Status {
+                        running: true,
+                        ..Status::default()
+                    },
+                )
+                .unwrap(),
+        );
+    }
+    if close {
+        writer.close(FinalStatus::default()).unwrap();
+    }
+    outcomes
+}
+
+fn a1s(reader: &LogReader) -> Vec<i64> {
+    reader
+        .events()
+        .filter_map(|e| match e.unwrap() {
+            Event::Thread(r) => Some(r.a[0]),
+            Event::System(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn events_read_back_as_written_with_metadata_and_status() {
+    let log = TempLog::new("roundtrip");
+    let meta = metadata(None, LogFullPolicy::Append);
+    let mut writer = LogWriter::create(File::create(&log.0).unwrap(), &meta).unwrap();
+    let mut packet = EventPacket::default();
+    let attach = Event::System(SystemEvent::of_process(
+        7,
+        10,
+        0,
+        SystemKind::ProcessAttach {
+            exe: "/bin/app".into(),
+            cmdline: vec!["app".into(), "x".repeat(2000)],
+        },
+    ));
+    packet.push(&attach);
+    packet.push(&record(1));
+    writer.write(&packet, Status::default()).unwrap();
+    writer
+        .close(FinalStatus {
+            lost_per_cpu: vec![0, 3],
+            ..FinalStatus::default()
+        })
+        .unwrap();
+    let reader = log.open().unwrap();
+    assert_eq!(reader.metadata(), &meta);
+    let events: Vec<Event> = reader.events().map(Result::unwrap).collect();
+    assert_eq!(events[1], record(1));
+    let Event::System(system) = &events[0] else {
+        panic!("{events:?}")
+    };
+    assert!(system.truncated, "a 2000-byte argument is cut to 1024");
+    let SystemKind::ProcessAttach { cmdline, .. } = &system.kind else {
+        panic!()
+    };
+    assert_eq!(
+        cmdline[1].len(),
+        1024 - "app\0".len(),
+        "the joined command line is cut"
+    );
+    let status = reader.final_status().unwrap();
+    assert_eq!(
+        (status.events_written, status.lost_per_cpu.clone()),
+        (2, vec![0, 3])
+    );
+    assert_eq!(reader.unclosed_at(), None);
+}
+
+#[test]
+fn a_log_cut_anywhere_reads_up_to_its_last_whole_packet() {
+    let log = TempLog::new("cut");
+    write_log(&log, &metadata(None, LogFullPolicy::Append), 3, 10, false);
+    let whole = log.bytes();
+    let metadata_end = {
+        let reader = log.open().unwrap();
+        assert_eq!(a1s(&reader), (0..30).collect::<Vec<_>>());
+        assert_eq!(reader.unclosed_at(), Some(whole.len() as u64));
+        whole.len() - 3 * (24 + 16 + 10 * 82)
+    };
+    for cut in (metadata_end..whole.len()).step_by(37) {
+        std::fs::write(&log.0, &whole[..cut]).unwrap();
+        let reader = log.open().unwrap();
+        let whole_packets = (cut - metadata_end) / (24 + 16 + 820);
+        assert_eq!(a1s(&reader).len(), whole_packets * 10, "cut at {cut}");
+        assert!(reader.unclosed_at().is_some());
+    }
+}
+
+#[test]
+fn a_flipped_byte_before_the_end_is_an_error_naming_its_packet() {
+    let log = TempLog::new("flip");
+    write_log(&log, &metadata(None, LogFullPolicy::Append), 3, 10, true);
+    let whole = log.bytes();
+    let second_packet = whole.len() - 2 * (24 + 16 + 820) - 24 - 200;
+    for at in [
+        0,
+        30,
+        second_packet + 5,
+        second_packet + 100,
+        whole.len() - 3,
+    ] {
+        let mut damaged = whole.clone();
+        damaged[at] ^= 0x40;
+        std::fs::write(&log.0, &damaged).unwrap();
+        let error = log.open().err().map(|e| e.to_string());
+        match at {
+            0 => assert_eq!(
+                error.as_deref(),
+                Some(LogError::NotALog.to_string().as_str())
+            ),
+            _ => assert!(
+                error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("corrupt log at offset")),
+                "byte {at}: {error:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn foreign_files_and_other_versions_are_refused_clearly() {
+    let log = TempLog::new("foreign");
+    std::fs::write(&log.0, b"").unwrap();
+    assert!(matches!(log.open(), Err(LogError::NotALog)));
+    std::fs::write(&log.0, b"1700000000:1:2:3:4:5:6:7:8:9:10:11:12\n").unwrap();
+    assert!(matches!(log.open(), Err(LogError::NotALog)));
+    write_log(&log, &metadata(None, LogFullPolicy::Append), 1, 1, true);
+    let mut bytes = log.bytes();
+    bytes[4] = 9;
+    std::fs::write(&log.0, &bytes).unwrap();
+    assert!(matches!(log.open(), Err(LogError::Version { found: 9 })));
+}
+
+#[test]
+fn entries_that_lie_about_their_size_or_type_are_errors() {
+    let log = TempLog::new("entries");
+    let meta = metadata(None, LogFullPolicy::Append);
+    for (at, value) in [(0usize, 10u8), (0, 0xff), (2, 0x7f)] {
+        write_log(&log, &meta, 1, 2, true);
+        let mut bytes = log.bytes();
+        let entry = bytes.len() - 2 * 82 - status_len(&bytes);
+        bytes[entry + at] = value;
+        // Reseal the packet so that only the entry is wrong.
+        let packet_at = entry - 16 - 24;
+        let payload = bytes[packet_at + 24..entry + 2 * 82].to_vec();
+        let resealed =
+            tracer_model::log::packet::seal(tracer_model::log::packet::Kind::Events, 1, &payload);
+        bytes[packet_at..packet_at + resealed.len()].copy_from_slice(&resealed);
+        std::fs::write(&log.0, &bytes).unwrap();
+        let reader = log.open().unwrap();
+        let error = reader.events().find_map(Result::err).map(|e| e.to_string());
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.starts_with(&format!("corrupt log at offset {entry}"))),
+            "byte {at} = {value}: {error:?}"
+        );
+    }
+}
+
+/// The length of the status packet that ends `bytes`.
+fn status_len(bytes: &[u8]) -> usize {
+    let start = (0..bytes.len() - 24)
+        .rev()
+        .find(|&i| &bytes[i..i + 4] == b"PTLP" && bytes[i + 6] == 3)
+        .unwrap();
+    bytes.len() - start
+}
+
+#[test]
+fn a_looping_log_keeps_its_newest_packets_and_says_how_many_events_went() {
+    let log = TempLog::new("loop");
+    let meta = metadata(Some(64 << 10), LogFullPolicy::Loop);
+    let Layout::Loop { slot_size, slots } = meta.layout else {
+        panic!()
+    };
+    assert_eq!((slot_size, slots), (4096, 16));
+    // 40 packets of 40 records (3,320 bytes each): the last 16 stay.
+    write_log(&log, &meta, 40, 40, true);
+    let reader = log.open().unwrap();
+    assert_eq!(reader.overwritten(), 24 * 40);
+    assert_eq!(a1s(&reader), (24 * 40..40 * 40).collect::<Vec<_>>());
+    let first = reader.events().next().unwrap().unwrap();
+    let Event::System(SystemEvent {
+        kind: SystemKind::Overflow { lost, source, .. },
+        ..
+    }) = first
+    else {
+        panic!("{first:?}")
+    };
+    assert_eq!((lost, source), (960, LossSource::Log));
+    assert!(reader.final_status().unwrap().status.log_overrun);
+    let bytes = log.bytes();
+    let metadata_len = 24 + u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    assert!(
+        bytes.len() < metadata_len + (64 << 10) + 4096,
+        "bounded by --log-size"
+    );
+}
+
+#[test]
+fn a_looping_log_whose_writer_died_mid_slot_reads_the_rest() {
+    let log = TempLog::new("loop-torn");
+    let meta = metadata(Some(64 << 10), LogFullPolicy::Loop);
+    write_log(&log, &meta, 20, 40, false);
+    let reader = log.open().unwrap();
+    let region = reader.unclosed_at().unwrap() - 16 * 4096;
+    drop(reader);
+    // Packet 21 was being written into slot 4 (0-based) when the writer died: tear it.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log.0)
+        .unwrap();
+    file.write_all_at(&[0x55; 100], region + 4 * 4096 + 300)
+        .unwrap();
+    let reader = log.open().unwrap();
+    assert_eq!(reader.unclosed_at(), Some(region + 4 * 4096));
+    assert_eq!(a1s(&reader), (5 * 40..20 * 40).collect::<Vec<_>>());
+    // Tearing another slot too is damage no dying writer leaves.
+    file.write_all_at(&[0x55; 100], region + 9 * 4096 + 300)
+        .unwrap();
+    assert!(matches!(log.open(), Err(LogError::Corrupt { .. })));
+}
+
+#[test]
+fn until_full_keeps_the_oldest_and_counts_what_it_kept_out() {
+    let log = TempLog::new("until-full");
+    let meta = metadata(Some(10_000), LogFullPolicy::UntilFull);
+    let outcomes = write_log(&log, &meta, 5, 40, true);
+    assert_eq!(
+        outcomes,
+        [
+            Written::Written,
+            Written::Written,
+            Written::Written,
+            Written::LogFull,
+            Written::LogFull
+        ]
+    );
+    let reader = log.open().unwrap();
+    assert_eq!(a1s(&reader), (0..120).collect::<Vec<_>>());
+    let status = reader.final_status().unwrap();
+    assert_eq!(
+        (status.events_written, status.events_not_written),
+        (120, 80)
+    );
+    assert!(status.status.log_full && status.status.log_overrun);
+}
