@@ -12,7 +12,8 @@ pub use record::RawRecord;
 pub mod names {
     /// `ARRAY_OF_MAPS` indexed by CPU, each slot one BPF ring buffer.
     pub const RING_BUFFERS: &str = "RING_BUFFERS";
-    /// Per-CPU count of records that could not be reserved in the ring buffer.
+    /// Per CPU: [`LOST_TOTAL`] records could not be reserved in the ring buffer so far, and
+    /// [`LOST_PENDING`] of them since the last record that could (which carries that count).
     pub const LOST: &str = "LOST";
     /// Per process: the address of the GOT slot holding errno's thread-pointer offset.
     pub const ERRNO_SLOTS: &str = "ERRNO_SLOTS";
@@ -47,6 +48,10 @@ pub mod names {
 /// Set in a `STOPPED` entry's process id once the thread's SIGSTOP has been sent (process ids
 /// stay below 2^22).
 pub const STOP_SENT: u32 = 1 << 31;
+
+/// The slots of the per-CPU `LOST` array.
+pub const LOST_TOTAL: u32 = 0;
+pub const LOST_PENDING: u32 = 1;
 
 /// Most CPUs the ring-buffer array has slots for.
 pub const MAX_CPUS: u32 = 1024;

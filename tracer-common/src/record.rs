@@ -34,7 +34,9 @@ pub struct RawRecord {
     /// call for records written at return with `OBJECT_AT_RETURN` (as many as the event's
     /// `ObjectSize` says; the rest 0).
     pub object: [u32; crate::events::OBJECT_WORDS],
-    pub _pad2: u32,
+    /// How many records this CPU could not deliver just before this one (set in the ring, after
+    /// the copy): a gap in the stream, placed exactly.
+    pub lost_before: u32,
     /// What the first three arguments point to, read at return (`POINTEES`), else 0.
     pub pointees: [u64; 3],
 }

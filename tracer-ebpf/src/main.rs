@@ -124,7 +124,7 @@ static RING_BUFFERS: ArrayOfMaps<RingBuf<RawRecord, 4096>, { MAX_CPUS as usize }
     ArrayOfMaps::new();
 
 #[btf_map]
-static LOST: PerCpuArray<u64, 1> = PerCpuArray::new();
+static LOST: PerCpuArray<u64, 2> = PerCpuArray::new();
 
 /// Per traced process: the address of the GOT slot from which its C library's
 /// `__errno_location` loads errno's offset from the thread pointer.
@@ -202,7 +202,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
             timespec: [0; 2],
             errno: 0,
             object: [0; OBJECT_WORDS],
-            _pad2: 0,
+            lost_before: 0,
             pointees: [0; 3],
         },
         nvcsw_at_entry: 0,
@@ -351,6 +351,16 @@ fn emit(record: &RawRecord) {
     // SAFETY: the reserved entry has room for one record; copied in place, with no copy of
     // it on the stack (the entry program's stack is near the verifier's 512 bytes).
     unsafe { ptr::copy_nonoverlapping(record, entry.as_mut_ptr(), 1) };
+    // The first record after a gap says how long the gap was, so that it is placed exactly.
+    if let Some(pending) = LOST.get_ptr_mut(LOST_PENDING) {
+        // SAFETY: per-CPU slot, as in `count_lost`; the entry is ours until submitted.
+        unsafe {
+            if *pending != 0 {
+                (*entry.as_mut_ptr()).lost_before = (*pending).min(u64::from(u32::MAX)) as u32;
+                *pending = 0;
+            }
+        }
+    }
     // Wake the reader only when a quarter of the ring is in use; otherwise it polls.
     let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
     let used = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_AVAIL_DATA as u64) };
@@ -391,16 +401,18 @@ fn stop_if_lossless(record: &RawRecord) {
     }
 }
 
-use tracer_common::STOP_SENT;
+use tracer_common::{LOST_PENDING, LOST_TOTAL, STOP_SENT};
 
 /// SIGSTOP's number on Linux.
 const SIGSTOP: u32 = 19;
 
 #[inline(always)]
 fn count_lost() {
-    if let Some(counter) = LOST.get_ptr_mut(0) {
-        // SAFETY: per-CPU slot; no other program runs on this CPU while this one does.
-        unsafe { *counter += 1 };
+    for slot in [LOST_TOTAL, LOST_PENDING] {
+        if let Some(counter) = LOST.get_ptr_mut(slot) {
+            // SAFETY: per-CPU slot; no other program runs on this CPU while this one does.
+            unsafe { *counter += 1 };
+        }
     }
 }
 

@@ -3,8 +3,9 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
-use clap::Parser;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracer_common::Category;
+use tracer_model::log::{Layout, LogFullPolicy, StreamFullPolicy};
 
 use crate::{
     attach::{launch, targets},
@@ -17,11 +18,18 @@ use crate::{
 #[command(
     name = "thrtrace-bpf",
     version,
-    about = "Trace the pthread calls of running or launched processes into thread_trace(4) tr.* files",
+    about = "Trace the pthread calls of running or launched processes into thread_trace(4) tr.* files \
+             or a POSIX trace log",
     after_help = "Examples:\n  sudo thrtrace-bpf -p 1234 --events mutex:cond --dir /tmp/trace\n  \
-                  sudo thrtrace-bpf --unbuffered -- ./server --port 8080"
+                  sudo thrtrace-bpf --unbuffered -- ./server --port 8080\n  \
+                  sudo thrtrace-bpf --log app.ptl -p 1234\n  \
+                  thrtrace-bpf dump app.ptl",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub action: Option<Action>,
+
     /// Trace the process with this pid (repeat for several)
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
@@ -30,9 +38,34 @@ pub struct Cli {
     #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "CATEGORIES")]
     pub events: Option<String>,
 
-    /// Directory for the tr.* files [default: the current directory]
+    /// Directory for the tr.* files [default: the current directory, unless --log is given]
     #[arg(short = 'd', long, env = "THR_TRACE_DIR", value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Write a POSIX trace log (events and system events) to FILE; tr.* files too with --dir
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+
+    /// The trace's name (POSIX trace-name) [default: thrtrace-PID]
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+
+    /// Bytes of events the stream holds before its full policy applies (K, M, G suffixes) [default: 4M]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub stream_size: Option<u64>,
+
+    /// When the stream is full: write it to the log, overwrite its oldest events (a flight
+    /// recorder, written at the end), or stop recording
+    #[arg(long, value_name = "POLICY", value_parser = clap::builder::PossibleValuesParser::new(StreamFullPolicy::NAMES), default_value = "flush")]
+    pub stream_full_policy: String,
+
+    /// Most bytes of events in the log (K, M, G suffixes) [default: unbounded]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub log_size: Option<u64>,
+
+    /// When the log reaches --log-size: grow anyway, keep its newest events, or stop writing
+    #[arg(long, value_name = "POLICY", value_parser = clap::builder::PossibleValuesParser::new(LogFullPolicy::NAMES), default_value = "append")]
+    pub log_full_policy: String,
 
     /// Write each record to its file as it arrives (or set THR_TRACE_BUF to any value)
     #[arg(short = 'u', long)]
@@ -76,12 +109,57 @@ pub struct Cli {
     pub command: Vec<OsString>,
 }
 
+/// What else the command does than trace.
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Print the events of a trace log written with --log
+    Dump(DumpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// text: every event, readable; tr: the tr lines of thread events, in time order; json: one
+    /// object per line
+    #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
+    pub format: DumpFormat,
+    /// The log
+    pub log: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DumpFormat {
+    Text,
+    Tr,
+    Json,
+}
+
+/// `--log` and the stream's attributes, checked.
+#[derive(Debug)]
+pub struct LogOptions {
+    /// The directory the log goes in, opened, and its name there.
+    pub dir: OutputDir,
+    pub file_name: String,
+    /// As the user named it, for messages.
+    pub shown: PathBuf,
+    pub trace_name: String,
+    pub stream_size: u64,
+    pub stream_full_policy: StreamFullPolicy,
+    pub log_size: Option<u64>,
+    pub log_full_policy: LogFullPolicy,
+}
+
+/// The stream size without `--stream-size`.
+pub const DEFAULT_STREAM_SIZE: u64 = 4 << 20;
+/// The smallest stream: a few packets.
+pub const MIN_STREAM_SIZE: u64 = 64 << 10;
+
 /// What to trace and where, checked.
 #[derive(Debug)]
 pub struct Config {
     pub categories: Vec<Category>,
-    /// Where files go; `None` only with `list_probes`, which writes none.
+    /// Where tr.* files go; `None` with `--log` alone and with `list_probes`.
     pub output: Option<OutputDir>,
+    pub log: Option<LogOptions>,
     pub unbuffered: bool,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
@@ -106,6 +184,10 @@ pub enum Target {
 impl Cli {
     pub fn into_config(mut self) -> Result<Config> {
         let categories = parse_categories(self.events.as_deref())?;
+        let log = match self.list_probes {
+            true => None,
+            false => self.log_options()?,
+        };
         if self.list_probes && self.pids.is_empty() {
             if !self.command.is_empty() {
                 usage_bail!(
@@ -151,20 +233,24 @@ impl Cli {
                 self.buffer_kib
             );
         };
-        let dir = match self.dir {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => PathBuf::from("."),
+        let dir = match self.dir.take() {
+            Some(dir) if !dir.as_os_str().is_empty() => Some(dir),
+            _ if log.is_some() => None,
+            _ => Some(PathBuf::from(".")),
         };
         // Opened now, once: every file is created relative to it (see `sinks::output_dir`).
-        let output = match self.list_probes {
-            true => None,
-            false => Some(OutputDir::open(&dir).map_err(|e| UsageError(e.to_string()))?),
+        let output = match (self.list_probes, dir) {
+            (false, Some(dir)) => {
+                Some(OutputDir::open(&dir).map_err(|e| UsageError(e.to_string()))?)
+            }
+            _ => None,
         };
         let unbuffered =
             self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
         Ok(Config {
             categories,
             output,
+            log,
             unbuffered,
             duration,
             ring_bytes,
@@ -178,6 +264,96 @@ impl Cli {
             target,
         })
     }
+}
+
+impl Cli {
+    /// `--log` and the options that shape its stream, or an error for those given without it.
+    fn log_options(&self) -> Result<Option<LogOptions>> {
+        let stream_full_policy: StreamFullPolicy = parse_policy(&self.stream_full_policy)?;
+        let log_full_policy: LogFullPolicy = parse_policy(&self.log_full_policy)?;
+        let Some(path) = &self.log else {
+            let shaping = [
+                ("--name", self.name.is_some()),
+                ("--stream-size", self.stream_size.is_some()),
+                (
+                    "--stream-full-policy",
+                    stream_full_policy != StreamFullPolicy::default(),
+                ),
+                ("--log-size", self.log_size.is_some()),
+                (
+                    "--log-full-policy",
+                    log_full_policy != LogFullPolicy::default(),
+                ),
+            ];
+            if let Some((option, _)) = shaping.iter().find(|(_, given)| *given) {
+                usage_bail!("{option} shapes a trace log: give --log FILE too");
+            }
+            return Ok(None);
+        };
+        let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
+            usage_bail!("--log {}: name a file", path.display());
+        };
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => std::path::Path::new("."),
+        };
+        let dir = OutputDir::open(parent).map_err(|e| {
+            UsageError(
+                e.to_string()
+                    .replace("choose another with --dir", "choose another for --log"),
+            )
+        })?;
+        let stream_size = self.stream_size.unwrap_or(DEFAULT_STREAM_SIZE);
+        if stream_size < MIN_STREAM_SIZE {
+            usage_bail!("--stream-size {stream_size}: give at least 64K");
+        }
+        if log_full_policy != LogFullPolicy::Append && self.log_size.is_none() {
+            usage_bail!("--log-full-policy {log_full_policy} needs --log-size SIZE");
+        }
+        if log_full_policy == LogFullPolicy::Loop
+            && self
+                .log_size
+                .is_some_and(|size| size < Layout::MIN_LOOP_SIZE)
+        {
+            usage_bail!("--log-size with --log-full-policy loop: give at least 64K");
+        }
+        Ok(Some(LogOptions {
+            dir,
+            file_name: file_name.to_owned(),
+            shown: path.clone(),
+            trace_name: self
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("thrtrace-{}", std::process::id())),
+            stream_size,
+            stream_full_policy,
+            log_size: self.log_size,
+            log_full_policy,
+        }))
+    }
+}
+
+fn parse_policy<T: std::str::FromStr<Err = String>>(name: &str) -> Result<T> {
+    name.parse().map_err(|e: String| UsageError(e).into())
+}
+
+/// A size in bytes: digits and an optional K, M or G (powers of 1024), e.g. `64M`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim_end_matches(['B', 'b']).trim_end_matches(['i']);
+    let (digits, shift) = match trimmed.char_indices().last() {
+        Some((at, 'K' | 'k')) => (&trimmed[..at], 10),
+        Some((at, 'M' | 'm')) => (&trimmed[..at], 20),
+        Some((at, 'G' | 'g')) => (&trimmed[..at], 30),
+        _ => (trimmed, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            format!("'{text}' is not a size: give a number of bytes, optionally with K, M or G")
+        })
 }
 
 /// `THR_TRACE_EVENTS` syntax: empty means every category this build traces.
@@ -230,6 +406,18 @@ mod tests {
             parse_categories(Some("cond:mutex:cond")).unwrap(),
             [Category::Cond, Category::Mutex]
         );
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("99999999999G").is_err());
     }
 
     #[test]

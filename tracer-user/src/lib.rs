@@ -13,12 +13,19 @@ pub mod attach;
 pub mod capture;
 pub mod cli;
 pub mod error;
+pub mod readers;
 pub mod session;
 pub mod sinks;
 pub mod sudo;
 
+use std::collections::HashSet;
+
 use anyhow::{Context, Result};
-use tracer_common::{Category, EventDef};
+use tracer_common::{Category, EVENTS, EventDef};
+use tracer_model::{
+    event::{SystemEvent, SystemKind, event_types},
+    log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
+};
 
 use crate::{
     attach::{
@@ -31,9 +38,9 @@ use crate::{
         decode::Decoder,
         kernel::{self, TaskOffsets},
     },
-    cli::{Config, Target},
-    session::{Session, stop_signals::StopSignals},
-    sinks::{descriptors, tr::TrFiles},
+    cli::{Config, LogOptions, Target},
+    session::{Session, facts::Facts, stop_signals::StopSignals, target_error_event},
+    sinks::{Sink, Sinks, descriptors, log::TraceLog, tr::TrFiles},
 };
 
 /// Traces as `config` says; returns the tracer's exit status.
@@ -51,6 +58,11 @@ pub fn run(mut config: Config) -> Result<i32> {
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
+    // The stream is created now: its start is stamped before any record can be.
+    let created_ktime = kernel::monotonic_ns();
+    let decoder = Decoder::new(kernel::realtime_offset_ns(), &config.categories);
+    let created_ns = decoder.realtime_ns(created_ktime);
+    let mut early_events = vec![(created_ktime, start_event(created_ns, &config.categories))];
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -73,9 +85,23 @@ pub fn run(mut config: Config) -> Result<i32> {
     )?;
     let mut probes = Probes::new(events, config.probe_at_entry);
     let follow = config.follow;
+    // Facts about the targets (executable, mapped files) are read as each is attached, for the
+    // log only.
+    let mut facts = config.log.is_some().then(Facts::default);
+    let mut described = HashSet::new();
+    let mut describe = |pid: u32, events: &mut Vec<(u64, SystemEvent)>| {
+        if let Some(facts) = facts.as_mut()
+            && described.insert(pid)
+        {
+            let now = kernel::monotonic_ns();
+            let facts = facts.attached(pid, decoder.realtime_ns(now), false);
+            events.extend(facts.into_iter().map(|event| (now, event)));
+        }
+    };
     // Said only once the targets' execs are followed too: the line tells users it is ready.
     let mut followed = Vec::new();
     let mut attach = |pid: u32, library: &PthreadLibrary| {
+        describe(pid, &mut early_events);
         if follow {
             probes.attach_shared(&mut datapath, pid, library)?;
             followed.push(format!(
@@ -93,16 +119,32 @@ pub fn run(mut config: Config) -> Result<i32> {
     let (attached_pids, launched) = match &config.target {
         Target::Pids(pids) => {
             let mut traced = Vec::new();
+            let mut failures = Vec::new();
             for &pid in pids {
                 let libraries = targets::find_pthread_libraries(pid, &symbols)?;
                 if libraries.is_empty() {
                     say!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
                     continue;
                 }
-                for library in &libraries {
-                    attach(pid, library)?;
+                // One target that cannot be attached is an error event; the others are traced.
+                match libraries
+                    .iter()
+                    .try_for_each(|library| attach(pid, library))
+                {
+                    Ok(()) => traced.push(pid),
+                    Err(error) => failures.push((pid, error)),
                 }
-                traced.push(pid);
+            }
+            if traced.is_empty()
+                && let Some((_, error)) = failures.pop()
+            {
+                return Err(error);
+            }
+            for (pid, error) in failures {
+                say!("thrtrace-bpf: pid {pid} is not traced: {error:#}");
+                let now = kernel::monotonic_ns();
+                let event = target_error_event(decoder.realtime_ns(now), pid, &error);
+                early_events.push((now, event));
             }
             (traced, None)
         }
@@ -135,20 +177,21 @@ pub fn run(mut config: Config) -> Result<i32> {
     for line in followed {
         say!("{line}");
     }
-    let output = config
-        .output
-        .take()
-        .context("no output directory to write the trace to")?;
-    let shown_dir = output.path().display().to_string();
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(output) = config.output.take() {
+        let budget = descriptors::open_file_budget();
+        sinks.push(Box::new(TrFiles::new(output, config.unbuffered, budget)));
+    }
+    if let Some(log) = config.log.take() {
+        sinks.push(Box::new(trace_log(log, &config, created_ns)?));
+    }
     let session = Session {
         datapath,
         probes,
-        decoder: Decoder::new(kernel::realtime_offset_ns(), &config.categories),
-        sink: Box::new(TrFiles::new(
-            output,
-            config.unbuffered,
-            descriptors::open_file_budget(),
-        )),
+        decoder,
+        sinks: Sinks(sinks),
+        early_events,
+        described,
         unbuffered: config.unbuffered,
         duration: config.duration,
         attached_pids,
@@ -160,11 +203,10 @@ pub fn run(mut config: Config) -> Result<i32> {
     };
     let outcome = runtime.block_on(session.run())?;
     say!(
-        "thrtrace-bpf: {} records written, {} lost, {} files in {}",
-        outcome.summary.records,
+        "thrtrace-bpf: {} records written, {} lost, {}",
+        outcome.records,
         outcome.losses.total(),
-        outcome.summary.files,
-        shown_dir
+        outcome.written
     );
     if outcome.lossless_stops > 0 {
         say!(
@@ -177,6 +219,61 @@ pub fn run(mut config: Config) -> Result<i32> {
         say!("thrtrace-bpf: lost per CPU: {}", outcome.losses.split());
     }
     Ok(outcome.exit_code)
+}
+
+/// START, with POSIX's filter: the event types not recorded.
+fn start_event(time_ns: i64, categories: &[Category]) -> SystemEvent {
+    let filtered_out = EVENTS
+        .iter()
+        .filter(|e| !categories.contains(&e.category))
+        .map(|e| e.name.to_owned())
+        .collect();
+    SystemEvent::new(
+        time_ns,
+        SystemKind::Start {
+            filter: filtered_out,
+        },
+    )
+}
+
+/// The log sink: its file created now (safely, see `sinks::output_dir`), its attributes as
+/// the command line gave them.
+fn trace_log(log: LogOptions, config: &Config, created_ns: i64) -> Result<TraceLog> {
+    let (file, _) = log
+        .dir
+        .create(&log.file_name)
+        .with_context(|| format!("cannot create the log {}", log.shown.display()))?;
+    let event_types = event_types();
+    let max_data_size = event_types
+        .iter()
+        .map(|t| tracer_model::log::entry::max_payload(&t.payload))
+        .max()
+        .unwrap_or(0);
+    let metadata = Metadata {
+        format: FORMAT_NAME.to_owned(),
+        format_version: FORMAT_VERSION,
+        attributes: Attributes {
+            generation_version: format!(
+                "thrtrace-bpf {} (log format {FORMAT_VERSION})",
+                env!("CARGO_PKG_VERSION")
+            ),
+            trace_name: log.trace_name,
+            creation_time_ns: created_ns,
+            clock_resolution_ns: kernel::clock_resolution_ns(),
+            stream_min_size: log.stream_size,
+            stream_full_policy: log.stream_full_policy,
+            max_data_size,
+            inheritance: match config.follow {
+                true => Inheritance::Inherited,
+                false => Inheritance::CloseForChild,
+            },
+            log_max_size: log.log_size,
+            log_full_policy: log.log_full_policy,
+        },
+        layout: Layout::choose(log.log_size, log.log_full_policy),
+        event_types,
+    };
+    Ok(TraceLog::new(file, log.shown, metadata, config.unbuffered))
 }
 
 /// `--list-probes`: where each probe would go in each target's pthread library.

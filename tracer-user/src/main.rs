@@ -2,12 +2,17 @@ use clap::Parser;
 use thrtrace::say;
 use thrtrace::{
     attach::launch::LaunchError,
-    cli::Cli,
+    cli::{Action, Cli},
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
 };
 
 fn main() {
-    let code = match Cli::parse().into_config().and_then(thrtrace::run) {
+    let cli = Cli::parse();
+    let result = match &cli.action {
+        Some(Action::Dump(args)) => thrtrace::readers::dump::run(args),
+        None => cli.into_config().and_then(thrtrace::run),
+    };
+    let code = match result {
         Ok(code) => code,
         Err(error) => {
             say!("thrtrace-bpf: {error:#}");

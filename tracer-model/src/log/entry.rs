@@ -91,6 +91,19 @@ fn put_value(value: &Value, ty: FieldType, out: &mut Vec<u8>) {
     }
 }
 
+/// The most bytes a payload of these fields takes (strings at their longest).
+pub fn max_payload(fields: &[crate::event::FieldSpec]) -> u64 {
+    fields
+        .iter()
+        .map(|f| match f.ty {
+            FieldType::U16 => 2,
+            FieldType::U32 => 4,
+            FieldType::U64 | FieldType::I64 => 8,
+            FieldType::Str | FieldType::Bytes => 4 + MAX_STRING as u64,
+        })
+        .sum()
+}
+
 /// Why an entry could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BadEntry {

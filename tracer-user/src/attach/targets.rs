@@ -36,6 +36,10 @@ pub struct MappedFile {
     pub seen_through: u32,
     /// Device and inode: which file it is, whatever its path in whichever mount namespace.
     pub identity: (String, u64),
+    /// Where it is mapped (its first executable mapping), and from which offset of the file.
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
 }
 
 /// The pthread library of a process, its contents, and the functions asked for.
@@ -89,7 +93,7 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
             continue;
         };
         // offset, dev, inode, then the path (which may contain spaces).
-        let (Some(_offset), Some(device), Some(inode)) =
+        let (Some(offset), Some(device), Some(inode)) =
             (fields.next(), fields.next(), fields.next())
         else {
             continue;
@@ -111,6 +115,9 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
             open_path: format!("/proc/{seen_through}/map_files/{start:x}-{end:x}").into(),
             seen_through,
             identity: (device.to_owned(), inode.parse().unwrap_or(0)),
+            start,
+            end,
+            file_offset: u64::from_str_radix(offset, 16).unwrap_or(0),
         });
     }
     Ok(files)
@@ -164,7 +171,7 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
 
 /// The contents of a mapped file. map_files needs CAP_SYS_ADMIN; without it (--list-probes as
 /// a user) the file is read by its path in the process's root.
-fn read_mapped(file: &MappedFile) -> Option<Vec<u8>> {
+pub fn read_mapped(file: &MappedFile) -> Option<Vec<u8>> {
     fs::read(&file.open_path)
         .or_else(|_| fs::read(format!("/proc/{}/root{}", file.seen_through, file.path)))
         .ok()

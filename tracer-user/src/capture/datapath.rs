@@ -11,7 +11,7 @@ use aya::{
     programs::{RawTracePoint, raw_trace_point::RawTracePointLink},
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
-use tracer_common::{MAX_CPUS, RawRecord, STOP_SENT, names};
+use tracer_common::{LOST_TOTAL, MAX_CPUS, RawRecord, STOP_SENT, names};
 
 use super::{kernel::TaskOffsets, lossless};
 use crate::attach::multi_link::{MultiProgram, Programs};
@@ -169,9 +169,10 @@ impl DataPath {
 
     /// Hands the records now in the ring buffers to `sink`, at most one ring's worth from each
     /// ring, so that a producer faster than this consumer cannot keep one pass going forever.
-    pub fn drain(&mut self, mut sink: impl FnMut(&RawRecord)) -> Drained {
+    /// `sink` gets each record with the CPU whose ring it came from.
+    pub fn drain(&mut self, mut sink: impl FnMut(u32, &RawRecord)) -> Drained {
         let mut drained = Drained::default();
-        for ring in &mut self.rings {
+        for (cpu, ring) in (0..).zip(&mut self.rings) {
             let mut last = None;
             for _ in 0..self.records_per_ring {
                 let Some(item) = ring.next() else {
@@ -181,7 +182,7 @@ impl DataPath {
                 match RawRecord::from_bytes(&item) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
-                        sink(&record);
+                        sink(cpu, &record);
                     }
                     None => drained.malformed += 1,
                 }
@@ -231,7 +232,7 @@ impl DataPath {
     pub fn lost_per_cpu(&self) -> Result<Vec<u64>> {
         let per_cpu = self
             .lost
-            .get(&0, 0)
+            .get(&LOST_TOTAL, 0)
             .context("cannot read the lost-record counters")?;
         Ok(per_cpu.iter().copied().collect())
     }

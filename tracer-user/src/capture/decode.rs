@@ -50,6 +50,11 @@ impl Decoder {
         }
     }
 
+    /// CLOCK_REALTIME nanoseconds of a CLOCK_MONOTONIC stamp.
+    pub fn realtime_ns(&self, ktime_ns: u64) -> i64 {
+        (i128::from(ktime_ns) + self.realtime_offset_ns) as i64
+    }
+
     /// Whether the record is of a selected category (a mutex probe records both kinds).
     pub fn selects(&self, record: &TraceRecord) -> bool {
         self.selected.contains(&record.event1)
@@ -62,7 +67,7 @@ impl Decoder {
         if raw.which > 2 {
             return None;
         }
-        let realtime = i128::from(raw.ktime_ns) + self.realtime_offset_ns;
+        let realtime = i128::from(self.realtime_ns(raw.ktime_ns));
         Some(TraceRecord {
             sec: (realtime.div_euclid(1_000_000_000)) as i64,
             nsec: (realtime.rem_euclid(1_000_000_000)) as i64,

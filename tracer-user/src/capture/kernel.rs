@@ -81,6 +81,17 @@ pub fn monotonic_ns() -> u64 {
     now(libc::CLOCK_MONOTONIC) as u64
 }
 
+/// The resolution of CLOCK_MONOTONIC, the clock records are stamped with.
+pub fn clock_resolution_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_getres writes the timespec we pass; the clock always exists.
+    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn now(clock: libc::clockid_t) -> i128 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -6,58 +6,70 @@
 //! stamped before them must have been read: anything stamped before the previous pass began was
 //! committed long before the current pass (a pass is a poll interval later), so it has been read.
 
+//!
+//! What waits here is any item stamped with CLOCK_MONOTONIC: records, and the system events the
+//! session makes (a process attached or gone), which must fall in time order among them.
+
 use std::{cmp::Reverse, collections::BinaryHeap};
 
-use tracer_common::RawRecord;
-
-#[derive(Default)]
-pub struct Reorder {
-    pending: BinaryHeap<Reverse<Held>>,
+pub struct Reorder<T> {
+    pending: BinaryHeap<Reverse<Held<T>>>,
     arrivals: u64,
     /// The start of the previous drain pass: records stamped before it are complete.
     watermark: u64,
 }
 
-/// A record ordered by (timestamp, arrival): records of one thread keep their program order.
-struct Held {
-    key: (u64, u64),
-    record: RawRecord,
+impl<T> Default for Reorder<T> {
+    fn default() -> Self {
+        Reorder {
+            pending: BinaryHeap::new(),
+            arrivals: 0,
+            watermark: 0,
+        }
+    }
 }
 
-impl PartialEq for Held {
+/// An item ordered by (timestamp, arrival): records of one thread keep their program order.
+struct Held<T> {
+    key: (u64, u64),
+    item: T,
+}
+
+impl<T> PartialEq for Held<T> {
     fn eq(&self, other: &Self) -> bool {
         self.key == other.key
     }
 }
-impl Eq for Held {}
-impl PartialOrd for Held {
+impl<T> Eq for Held<T> {}
+impl<T> PartialOrd for Held<T> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Held {
+impl<T> Ord for Held<T> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.key.cmp(&other.key)
     }
 }
 
-impl Reorder {
-    pub fn push(&mut self, record: &RawRecord) {
+impl<T> Reorder<T> {
+    /// Holds `item`, stamped `ktime_ns` (CLOCK_MONOTONIC).
+    pub fn push(&mut self, ktime_ns: u64, item: T) {
         self.arrivals += 1;
         self.pending.push(Reverse(Held {
-            key: (record.ktime_ns, self.arrivals),
-            record: *record,
+            key: (ktime_ns, self.arrivals),
+            item,
         }));
     }
 
     /// Ends a drain pass that began at `pass_start_ns` (CLOCK_MONOTONIC): hands over, in time
-    /// order, every record stamped before the previous pass began, and before `behind_after`
+    /// order, everything stamped before the previous pass began, and before `behind_after`
     /// if the pass left a ring with records in it (they may be older than ones read).
     pub fn release(
         &mut self,
         pass_start_ns: u64,
         behind_after: Option<u64>,
-        mut sink: impl FnMut(&RawRecord),
+        mut sink: impl FnMut(T),
     ) {
         let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
         let watermark = behind_after.map_or(previous, |behind| behind.min(previous));
@@ -65,28 +77,16 @@ impl Reorder {
             if held.key.0 >= watermark {
                 break;
             }
-            sink(&held.record);
-            self.pending.pop();
+            if let Some(Reverse(held)) = self.pending.pop() {
+                sink(held.item);
+            }
         }
     }
 
-    /// Hands over every held record of `pid` in time order: the process has exited, so none of
-    /// its records can still be in flight.
-    pub fn release_process(&mut self, pid: u32, mut sink: impl FnMut(&RawRecord)) {
-        let (ours, others): (Vec<_>, Vec<_>) = self
-            .pending
-            .drain()
-            .partition(|Reverse(held)| held.record.pid == pid);
-        self.pending = others.into();
-        let mut ours: Vec<Held> = ours.into_iter().map(|Reverse(held)| held).collect();
-        ours.sort_unstable();
-        ours.iter().for_each(|held| sink(&held.record));
-    }
-
     /// Hands over everything, in time order: tracing has ended.
-    pub fn release_all(&mut self, mut sink: impl FnMut(&RawRecord)) {
+    pub fn release_all(&mut self, mut sink: impl FnMut(T)) {
         while let Some(Reverse(held)) = self.pending.pop() {
-            sink(&held.record);
+            sink(held.item);
         }
     }
 }
@@ -95,77 +95,50 @@ impl Reorder {
 mod tests {
     use super::*;
 
-    fn record(pid: u32, ktime_ns: u64) -> RawRecord {
-        RawRecord {
-            pid,
-            ktime_ns,
-            ..Default::default()
-        }
-    }
-
-    fn times(records: &[RawRecord]) -> Vec<u64> {
-        records.iter().map(|r| r.ktime_ns).collect()
+    fn released(reorder: &mut Reorder<u64>, pass: u64, behind: Option<u64>) -> Vec<u64> {
+        let mut out = Vec::new();
+        reorder.release(pass, behind, |t| out.push(t));
+        out
     }
 
     #[test]
-    fn holds_records_until_the_previous_pass_start_has_passed_them() {
+    fn holds_items_until_the_previous_pass_start_has_passed_them() {
         let mut reorder = Reorder::default();
-        let mut out = Vec::new();
         // Pass 1 (starts at 100) reads a migrated thread's later record only.
-        reorder.push(&record(1, 90));
-        reorder.release(100, None, |r| out.push(*r));
-        assert!(out.is_empty(), "nothing is complete before the first pass");
+        reorder.push(90, 90);
+        assert!(
+            released(&mut reorder, 100, None).is_empty(),
+            "nothing is complete before the first pass"
+        );
         // Pass 2 (starts at 200) reads the earlier record from the other ring.
-        reorder.push(&record(1, 80));
-        reorder.push(&record(1, 150));
-        reorder.release(200, None, |r| out.push(*r));
-        assert_eq!(times(&out), [80, 90]);
-        reorder.release_all(|r| out.push(*r));
-        assert_eq!(times(&out), [80, 90, 150]);
+        reorder.push(80, 80);
+        reorder.push(150, 150);
+        assert_eq!(released(&mut reorder, 200, None), [80, 90]);
+        let mut rest = Vec::new();
+        reorder.release_all(|t| rest.push(t));
+        assert_eq!(rest, [150]);
     }
 
     #[test]
     fn a_ring_left_behind_holds_back_what_it_may_still_precede() {
         let mut reorder = Reorder::default();
-        let mut out = Vec::new();
-        reorder.release(100, None, |r| out.push(*r));
+        released(&mut reorder, 100, None);
         for ktime in [40, 60, 90] {
-            reorder.push(&record(1, ktime));
+            reorder.push(ktime, ktime);
         }
         // A ring was left with records after one stamped 50: only what is older may go.
-        reorder.release(200, Some(50), |r| out.push(*r));
-        assert_eq!(times(&out), [40]);
-        reorder.release(300, None, |r| out.push(*r));
-        assert_eq!(times(&out), [40, 60, 90]);
+        assert_eq!(released(&mut reorder, 200, Some(50)), [40]);
+        assert_eq!(released(&mut reorder, 300, None), [60, 90]);
     }
 
     #[test]
     fn equal_timestamps_keep_arrival_order() {
         let mut reorder = Reorder::default();
-        let mut out = Vec::new();
         for lwpid in 1..=3 {
-            reorder.push(&RawRecord {
-                lwpid,
-                ktime_ns: 5,
-                ..Default::default()
-            });
+            reorder.push(5, lwpid);
         }
-        reorder.release_all(|r| out.push(r.lwpid));
-        assert_eq!(out, [1, 2, 3]);
-    }
-
-    #[test]
-    fn an_exited_process_is_released_whole_and_alone() {
-        let mut reorder = Reorder::default();
         let mut out = Vec::new();
-        for ktime in [30, 20, 40, 10] {
-            reorder.push(&record(7, ktime));
-        }
-        reorder.push(&record(8, 10));
-        reorder.release_process(7, |r| out.push(*r));
-        assert_eq!(times(&out), [10, 20, 30, 40]);
-        out.clear();
-        reorder.release_all(|r| out.push(*r));
-        assert_eq!(out, [record(8, 10)]);
+        reorder.release_all(|t| out.push(t));
+        assert_eq!(out, [1, 2, 3]);
     }
 }

@@ -1,9 +1,12 @@
-//! One tracing run: drains the ring buffers into the sink until a stop condition, then
-//! detaches, writes what is left, and reports.
+//! One tracing run: drains the ring buffers into the sinks until a stop condition, then
+//! detaches, writes what is left, and reports. Records and the system events the session makes
+//! (a process attached or gone, a gap, an error) pass through one reorder stage, so that the
+//! sinks get them in time order.
 //!
 //! The BPF side wakes the reader only when a ring is a quarter full; otherwise records wait for
 //! the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
 
+pub mod facts;
 pub mod stop_signals;
 
 use std::{
@@ -22,14 +25,15 @@ use tokio::{
 };
 
 use tracer_common::RawRecord;
+use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 
-use self::stop_signals::StopSignals;
+use self::{facts::Facts, stop_signals::StopSignals};
 use crate::{
     attach::{exec_follow::AttachRequest, launch::Launched, probes::Probes, targets},
     capture::{
         datapath::DataPath, decode::Decoder, kernel, loss::Losses, lossless, reorder::Reorder,
     },
-    sinks::{Sink, SinkSummary},
+    sinks::{Sink, Sinks, TraceEnd},
 };
 
 const POLL_INTERVAL_BUFFERED: Duration = Duration::from_millis(100);
@@ -40,7 +44,12 @@ pub struct Session {
     pub datapath: DataPath,
     pub probes: Probes,
     pub decoder: Decoder,
-    pub sink: Box<dyn Sink>,
+    pub sinks: Sinks,
+    /// System events from before the run (the start, targets attached or not), each with its
+    /// CLOCK_MONOTONIC stamp.
+    pub early_events: Vec<(u64, SystemEvent)>,
+    /// Processes whose facts (`facts`) are among `early_events`.
+    pub described: HashSet<u32>,
     pub unbuffered: bool,
     pub duration: Option<Duration>,
     /// Traced processes that the tracer did not start.
@@ -69,7 +78,9 @@ const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
 
 /// How a run ended.
 pub struct Outcome {
-    pub summary: SinkSummary,
+    pub records: u64,
+    /// What the sinks wrote ("4 files in /tmp/trace, 812 events in app.ptl").
+    pub written: String,
     pub losses: Losses,
     /// How many times `--lossless` stopped a thread until the rings were drained.
     pub lossless_stops: u64,
@@ -79,6 +90,9 @@ pub struct Outcome {
 
 impl Session {
     pub async fn run(mut self) -> Result<Outcome> {
+        self.sinks
+            .begin()
+            .context("cannot start writing the trace")?;
         // Everything is loaded: a held SIGINT or SIGTERM is delivered now, and ends the trace.
         self.stop_signals.release()?;
         let wakeups = Arc::new(Notify::new());
@@ -116,9 +130,18 @@ impl Session {
         let mut flow = Flow {
             reorder: Reorder::default(),
             processes: HashSet::new(),
+            exiting: HashSet::new(),
             losses: Losses::new(Instant::now().into_std()),
+            placed: Vec::new(),
             lossless_stops: 0,
+            records: 0,
+            facts: self.sinks.wants_system_events().then(Facts::default),
+            described: std::mem::take(&mut self.described),
+            named_threads: HashSet::new(),
         };
+        for (ktime, event) in std::mem::take(&mut self.early_events) {
+            flow.reorder.push(ktime, Staged::System(event));
+        }
 
         loop {
             let mut exited = Vec::new();
@@ -131,10 +154,12 @@ impl Session {
                 _ = sleep_until(grace) => break,
                 _ = liveness.tick(), if self.until_stopped => {
                     exited.extend(flow.processes.iter().filter(|&&pid| !targets::process_exists(pid)));
-                    self.probes.attach_new_libraries(&mut self.datapath)?;
+                    if let Err(error) = self.probes.attach_new_libraries(&mut self.datapath) {
+                        self.target_error(&mut flow, 0, &error);
+                    }
                 }
                 Some(request) = next_request(&mut self.exec_requests) => {
-                    self.attach_after_exec(&request)?;
+                    self.attach_after_exec(&request, &mut flow);
                     let _ = request.done.send(());
                 }
                 Some(pid) = exits.recv() => {
@@ -145,7 +170,7 @@ impl Session {
                 }
             }
             self.drain(&mut flow)?;
-            self.share_after_main_thread(&mut main_thread_gone)?;
+            self.share_after_main_thread(&mut main_thread_gone, &mut flow);
             if self.follow {
                 for &pid in &flow.processes {
                     if seen.insert(pid) {
@@ -161,13 +186,11 @@ impl Session {
                     launched_status = launched.child.try_wait()?;
                 }
                 running.remove(&pid);
-                let mut records = Vec::new();
-                flow.reorder.release_process(pid, |r| records.push(*r));
-                self.write(&records, &mut flow)?;
-                flow.processes.remove(&pid);
-                self.sink
-                    .process_exited(pid)
-                    .context("cannot complete trace files")?;
+                // Completed once every record stamped before now has been written.
+                if flow.exiting.insert(pid) {
+                    flow.reorder
+                        .push(kernel::monotonic_ns(), Staged::Exited(pid));
+                }
             }
             if running.is_empty() && !self.until_stopped {
                 break;
@@ -187,21 +210,51 @@ impl Session {
             self.probes.detach_all();
         });
         self.drain(&mut flow)?;
-        let mut records = Vec::new();
-        flow.reorder.release_all(|r| records.push(*r));
-        self.write(&records, &mut flow)?;
+        let mut rest = Vec::new();
+        flow.reorder.release_all(|item| rest.push(item));
+        // What is still traced is detached now; losses no record came after are placed last.
+        let end_ns = self.decoder.realtime_ns(kernel::monotonic_ns());
+        let mut still_traced: Vec<u32> = flow.described.iter().copied().collect();
+        still_traced.sort_unstable();
+        rest.extend(still_traced.into_iter().map(Staged::Exited));
+        let lost_per_cpu = self.datapath.lost_per_cpu()?;
+        for (cpu, (&lost, &placed)) in (0..).zip(lost_per_cpu.iter().zip(&flow.placed)) {
+            if lost > placed {
+                rest.push(Staged::System(overflow(
+                    end_ns,
+                    lost - placed,
+                    cpu,
+                    LossSource::Ring,
+                )));
+            }
+        }
+        for (cpu, &lost) in (0..).zip(lost_per_cpu.iter()).skip(flow.placed.len()) {
+            if lost > 0 {
+                rest.push(Staged::System(overflow(
+                    end_ns,
+                    lost,
+                    cpu,
+                    LossSource::Ring,
+                )));
+            }
+        }
+        self.write(rest, &mut flow)?;
         flow.lossless_stops += lossless::resume_at_end(&mut self.datapath).len() as u64;
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
         }
-        let summary = self.sink.finish().context("cannot complete trace files")?;
+        let written = self
+            .sinks
+            .finish(&TraceEnd { lost_per_cpu })
+            .context("cannot complete the trace")?;
         if let (Some(pid), None) = (launched_pid, launched_status) {
             say!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
         }
         // Like `time` and strace: the command's status; stopping by signal or time is success.
         let exit_code = launched_status.map_or(0, exit_code_of);
         Ok(Outcome {
-            summary,
+            records: flow.records,
+            written,
             losses: flow.losses,
             lossless_stops: flow.lossless_stops,
             exit_code,
@@ -210,20 +263,35 @@ impl Session {
 
     /// Probes the libraries of the image process `request.pid` has just exec'd, and says so
     /// for the files that had no probes yet.
-    fn attach_after_exec(&mut self, request: &AttachRequest) -> Result<()> {
+    fn attach_after_exec(&mut self, request: &AttachRequest, flow: &mut Flow) {
+        let now = kernel::monotonic_ns();
+        if let Some(facts) = flow.facts.as_mut() {
+            for event in facts.exec(request.pid, self.decoder.realtime_ns(now)) {
+                flow.reorder.push(now, Staged::System(event));
+            }
+        }
         for library in &request.libraries {
-            let count = self
+            match self
                 .probes
-                .attach_shared(&mut self.datapath, request.pid, library)?;
-            if count > 0 {
-                say!(
+                .attach_shared(&mut self.datapath, request.pid, library)
+            {
+                Ok(0) => {}
+                Ok(count) => say!(
                     "thrtrace-bpf: pid {} exec'd: {count} probes in {}",
                     request.pid,
                     library.file.path
-                );
+                ),
+                Err(error) => self.target_error(flow, request.pid, &error),
             }
         }
-        Ok(())
+    }
+
+    /// An error about one target: said, and an ERROR event in the trace, which goes on.
+    fn target_error(&self, flow: &mut Flow, pid: u32, error: &anyhow::Error) {
+        say!("thrtrace-bpf: {error:#}");
+        let now = kernel::monotonic_ns();
+        let event = target_error_event(self.decoder.realtime_ns(now), pid, error);
+        flow.reorder.push(now, Staged::System(event));
     }
 
     /// A process with links of its own whose main thread has exited while others run on is
@@ -232,7 +300,7 @@ impl Session {
     /// pass reads /proc/PID/stat of those processes. A process moves once its main thread has
     /// been gone for `MAIN_THREAD_SETTLE` (`gone` says since when): one exiting as a whole is
     /// gone by then, or has no thread left to be seen through.
-    fn share_after_main_thread(&mut self, gone: &mut HashMap<u32, Instant>) -> Result<()> {
+    fn share_after_main_thread(&mut self, gone: &mut HashMap<u32, Instant>, flow: &mut Flow) {
         let now = Instant::now();
         let exited: Vec<u32> = self
             .probes
@@ -253,27 +321,33 @@ impl Session {
             gone.remove(&pid);
             let libraries = targets::find_pthread_libraries(pid, &self.probes.symbols());
             for library in libraries.iter().flatten() {
-                self.probes
-                    .attach_after_main_thread(&mut self.datapath, pid, library)?;
+                if let Err(error) =
+                    self.probes
+                        .attach_after_main_thread(&mut self.datapath, pid, library)
+                {
+                    self.target_error(flow, pid, &error);
+                }
             }
         }
-        Ok(())
     }
 
     /// Reads the rings into the reorder stage and writes what it releases; reads the kernel's
     /// loss counters and reports new losses.
     fn drain(&mut self, flow: &mut Flow) -> Result<()> {
         let pass_start = kernel::monotonic_ns();
-        let drained = self.datapath.drain(|raw| flow.reorder.push(raw));
+        let drained = self.datapath.drain(|cpu, raw| {
+            flow.reorder
+                .push(raw.ktime_ns, Staged::Record { cpu, raw: *raw })
+        });
         flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end: what --lossless stopped may run again.
         if drained.behind_after.is_none() {
             flow.lossless_stops += lossless::resume(&mut self.datapath).len() as u64;
         }
-        let mut records = Vec::new();
+        let mut released = Vec::new();
         flow.reorder
-            .release(pass_start, drained.behind_after, |r| records.push(*r));
-        self.write(&records, flow)?;
+            .release(pass_start, drained.behind_after, |item| released.push(item));
+        self.write(released, flow)?;
         let lost = self.datapath.lost_per_cpu()?;
         if let Some(report) = flow.losses.update(lost, std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
@@ -281,36 +355,136 @@ impl Session {
         Ok(())
     }
 
-    /// Decodes and writes `records`, noting their processes; counts those that cannot be
-    /// decoded as lost.
-    fn write(&mut self, records: &[RawRecord], flow: &mut Flow) -> Result<()> {
-        const INCOMPLETE: &str = "cannot write trace records; the files are incomplete";
+    /// Hands `items` to the sinks in order: a record after a gap with the gap's overflow, a
+    /// process first seen with its facts, a thread first seen with its name.
+    fn write(&mut self, items: Vec<Staged>, flow: &mut Flow) -> Result<()> {
+        const INCOMPLETE: &str = "cannot write the trace; it is incomplete";
         let mut undecodable = 0;
-        for raw in records {
-            match self.decoder.decode(raw) {
+        for item in items {
+            let raw = match item {
+                Staged::Record { cpu, raw } => (cpu, raw),
+                Staged::System(event) => {
+                    self.sinks.system_event(&event).context(INCOMPLETE)?;
+                    continue;
+                }
+                Staged::Exited(pid) => {
+                    flow.exiting.remove(&pid);
+                    flow.processes.remove(&pid);
+                    if flow.described.remove(&pid) {
+                        let now = self.decoder.realtime_ns(kernel::monotonic_ns());
+                        let detach =
+                            SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
+                        self.sinks.system_event(&detach).context(INCOMPLETE)?;
+                    }
+                    self.sinks.process_exited(pid).context(INCOMPLETE)?;
+                    continue;
+                }
+            };
+            let (cpu, raw) = raw;
+            let time_ns = self.decoder.realtime_ns(raw.ktime_ns);
+            if raw.lost_before > 0 {
+                let lost = u64::from(raw.lost_before);
+                let slot = cpu as usize;
+                if flow.placed.len() <= slot {
+                    flow.placed.resize(slot + 1, 0);
+                }
+                flow.placed[slot] += lost;
+                let gap = overflow(time_ns, lost, cpu, LossSource::Ring);
+                self.sinks.system_event(&gap).context(INCOMPLETE)?;
+                let resume = SystemEvent::new(time_ns, SystemKind::Resume);
+                self.sinks.system_event(&resume).context(INCOMPLETE)?;
+            }
+            match self.decoder.decode(&raw) {
                 Some(record) if self.decoder.selects(&record) => {
                     flow.processes.insert(record.pid);
-                    self.sink.write(&record).context(INCOMPLETE)?
+                    if let Some(facts) = flow.facts.as_mut() {
+                        let mut events = Vec::new();
+                        if flow.described.insert(record.pid) {
+                            let forked = self.follow;
+                            events.extend(facts.attached(record.pid, time_ns, forked));
+                        }
+                        if flow.named_threads.insert(record.lwpid) {
+                            events.extend(facts::thread_name(record.pid, record.lwpid, time_ns));
+                        }
+                        for event in &events {
+                            self.sinks.system_event(event).context(INCOMPLETE)?;
+                        }
+                    }
+                    flow.records += 1;
+                    self.sinks.record(&record).context(INCOMPLETE)?
                 }
                 // A call of the kind not selected (a plain mutex when only rmutex is).
                 Some(_) => {}
-                None => undecodable += 1,
+                None => {
+                    undecodable += 1;
+                    let lost = overflow(time_ns, 1, cpu, LossSource::Undecodable);
+                    self.sinks.system_event(&lost).context(INCOMPLETE)?;
+                }
             }
         }
-        self.sink.batch_done().context(INCOMPLETE)?;
+        self.sinks.batch_done().context(INCOMPLETE)?;
         flow.losses.add_undecodable(undecodable);
         Ok(())
     }
 }
 
-/// Records between the rings and the sink, and those that never arrived.
+/// What waits in the reorder stage.
+enum Staged {
+    /// A record, from the ring of `cpu`.
+    Record {
+        cpu: u32,
+        raw: RawRecord,
+    },
+    System(SystemEvent),
+    /// A process has exited: once everything before is written, its files are completed.
+    Exited(u32),
+}
+
+/// `lost` records of `cpu` that never arrived, stamped `time_ns`.
+fn overflow(time_ns: i64, lost: u64, cpu: u32, source: LossSource) -> SystemEvent {
+    let kind = SystemKind::Overflow {
+        lost,
+        cpu,
+        source,
+        first_lost_ns: 0,
+    };
+    SystemEvent::new(time_ns, kind)
+}
+
+/// An ERROR event about process `pid` (0: none in particular).
+pub fn target_error_event(time_ns: i64, pid: u32, error: &anyhow::Error) -> SystemEvent {
+    let code = error
+        .chain()
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error)
+        .unwrap_or(0);
+    let kind = SystemKind::Error {
+        code: i64::from(code),
+        message: format!("{error:#}"),
+    };
+    SystemEvent::of_process(time_ns, pid, 0, kind)
+}
+
+/// Records between the rings and the sinks, and those that never arrived.
 struct Flow {
-    reorder: Reorder,
+    reorder: Reorder<Staged>,
     /// Processes with records written whose exit has not been handled yet: system-wide, the
     /// ones to look for; under `--follow`, the children to watch.
     processes: HashSet<u32>,
+    /// Processes whose exit waits in the reorder stage.
+    exiting: HashSet<u32>,
     losses: Losses,
+    /// Per CPU, the losses placed in the stream by the records that came after them.
+    placed: Vec<u64>,
     lossless_stops: u64,
+    /// Records handed to the sinks.
+    records: u64,
+    /// Set when a sink keeps system events: the facts about processes are read then only.
+    facts: Option<Facts>,
+    /// Processes whose facts are in the stream (a detach event ends them).
+    described: HashSet<u32>,
+    /// Threads whose name is in the stream.
+    named_threads: HashSet<u32>,
 }
 
 /// The next exec to attach to, if exec's are followed; never, if not.

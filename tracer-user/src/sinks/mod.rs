@@ -1,29 +1,70 @@
-//! Where records go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files); the session
-//! hands it every decoded record and tells it when a process has exited and when tracing ends.
-//! [`output_dir`] creates every file a sink writes, safely; [`descriptors`] bounds how many
-//! stay open.
+//! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files; [`log`]: the
+//! trace log, with the stream's policies); [`Sinks`] hands every event to each of them. The
+//! session calls `begin`, then `record` and `system_event` in time order, `process_exited` once
+//! a process's last records are written, and `finish`. [`output_dir`] creates every file a
+//! sink writes, safely; [`descriptors`] bounds how many stay open.
 
 pub mod descriptors;
+pub mod log;
 pub mod output_dir;
 pub mod tr;
 
 use std::io;
 
-use tracer_model::TraceRecord;
+use tracer_model::{TraceRecord, event::SystemEvent};
 
-/// What a sink produced, for the summary line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SinkSummary {
-    pub records: u64,
-    pub files: u64,
+/// What the trace ended with, for the sinks that keep it.
+#[derive(Clone, Debug, Default)]
+pub struct TraceEnd {
+    /// Records the kernel could not deliver, per CPU, over the whole trace.
+    pub lost_per_cpu: Vec<u64>,
 }
 
 pub trait Sink {
-    fn write(&mut self, record: &TraceRecord) -> io::Result<()>;
+    /// Tracing begins: the output is opened by the time this returns.
+    fn begin(&mut self) -> io::Result<()>;
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()>;
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()>;
+    /// Whether this sink keeps system events: those that cost reading /proc are made only then.
+    fn wants_system_events(&self) -> bool;
     /// Called after each batch drained from the kernel; unbuffered sinks push it to the files.
     fn batch_done(&mut self) -> io::Result<()>;
     /// The process has exited and its last records have been written: complete its files.
     fn process_exited(&mut self, pid: u32) -> io::Result<()>;
-    /// Tracing has ended: complete every file.
-    fn finish(&mut self) -> io::Result<SinkSummary>;
+    /// Tracing has ended: complete every file. Returns what was written, for the summary line
+    /// ("4 files in /tmp/trace").
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<String>;
+}
+
+/// Several sinks at once, each given every event.
+#[derive(Default)]
+pub struct Sinks(pub Vec<Box<dyn Sink>>);
+
+impl Sink for Sinks {
+    fn begin(&mut self) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.begin())
+    }
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.record(record))
+    }
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.system_event(event))
+    }
+    fn wants_system_events(&self) -> bool {
+        self.0.iter().any(|s| s.wants_system_events())
+    }
+    fn batch_done(&mut self) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.batch_done())
+    }
+    fn process_exited(&mut self, pid: u32) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.process_exited(pid))
+    }
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
+        let parts: Vec<String> = self
+            .0
+            .iter_mut()
+            .map(|s| s.finish(end))
+            .collect::<io::Result<_>>()?;
+        Ok(parts.join(", "))
+    }
 }

@@ -11,11 +11,12 @@ use std::{
 
 use tracer_model::{
     TraceRecord,
+    event::SystemEvent,
     tr::{Line, file_name},
 };
 
 use super::{
-    Sink, SinkSummary,
+    Sink, TraceEnd,
     output_dir::{FileIdentity, OutputDir},
 };
 
@@ -37,7 +38,6 @@ pub struct TrFiles {
     created: HashMap<FileKey, Created>,
     /// Counts writes; an open file's `last_write` says how recently it was written.
     clock: u64,
-    records: u64,
     /// The line being written, kept to reuse its allocation.
     line: String,
 }
@@ -83,7 +83,6 @@ impl TrFiles {
             open: HashMap::new(),
             created: HashMap::new(),
             clock: 0,
-            records: 0,
             line: String::new(),
         }
     }
@@ -165,7 +164,11 @@ impl TrFiles {
 }
 
 impl Sink for TrFiles {
-    fn write(&mut self, record: &TraceRecord) -> io::Result<()> {
+    fn begin(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         // One write of the whole line: a buffer boundary never splits it, so a killed tracer
         // leaves whole lines up to its last write.
         let mut line = std::mem::take(&mut self.line);
@@ -176,8 +179,16 @@ impl Sink for TrFiles {
         let written = file.writer.write_all(line.as_bytes());
         self.line = line;
         written?;
-        self.records += 1;
         Ok(())
+    }
+
+    /// A tr line has no room for them.
+    fn system_event(&mut self, _event: &SystemEvent) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn wants_system_events(&self) -> bool {
+        false
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
@@ -195,13 +206,14 @@ impl Sink for TrFiles {
         keys.into_iter().try_for_each(|key| self.close(key))
     }
 
-    fn finish(&mut self) -> io::Result<SinkSummary> {
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
         let keys: Vec<FileKey> = self.open.keys().copied().collect();
         keys.into_iter().try_for_each(|key| self.close(key))?;
-        Ok(SinkSummary {
-            records: self.records,
-            files: self.created.len() as u64,
-        })
+        Ok(format!(
+            "{} files in {}",
+            self.created.len(),
+            self.dir.path().display()
+        ))
     }
 }
 
@@ -229,18 +241,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("thrtrace-tr-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), false, 4);
-        files.write(&record(100, 0x1005, 1)).unwrap();
-        files.write(&record(100, 0x2005, 2)).unwrap();
+        files.record(&record(100, 0x1005, 1)).unwrap();
+        files.record(&record(100, 0x2005, 2)).unwrap();
         files.process_exited(100).unwrap();
-        files.write(&record(100, 0x3005, 3)).unwrap();
-        let summary = files.finish().unwrap();
-        assert_eq!(
-            summary,
-            SinkSummary {
-                records: 3,
-                files: 1
-            }
-        );
+        files.record(&record(100, 0x3005, 3)).unwrap();
+        let summary = files.finish(&TraceEnd::default()).unwrap();
+        assert_eq!(summary, format!("1 files in {}", dir.display()));
         let text = std::fs::read_to_string(dir.join("tr.0000064.005")).unwrap();
         let lwpids: Vec<&str> = text.lines().map(|l| l.split(':').nth(2).unwrap()).collect();
         assert_eq!(lwpids, ["4101", "8197", "12293"]);
@@ -256,13 +262,12 @@ mod tests {
         // 10 threads written round-robin, 5 rounds: every write past the third file reopens one.
         for round in 0..5 {
             for lwpid in 200..210 {
-                files.write(&record(100, lwpid, round)).unwrap();
+                files.record(&record(100, lwpid, round)).unwrap();
                 assert!(files.open.len() <= 3);
             }
         }
-        let summary = files.finish().unwrap();
-        assert_eq!(summary.records, 50);
-        assert_eq!(summary.files, 10);
+        let summary = files.finish(&TraceEnd::default()).unwrap();
+        assert_eq!(summary, format!("10 files in {}", dir.display()));
         for lwpid in 200..210 {
             let text = std::fs::read_to_string(dir.join(file_name(100, lwpid))).unwrap();
             let rounds: Vec<&str> = text.lines().map(|l| l.split(':').nth(8).unwrap()).collect();

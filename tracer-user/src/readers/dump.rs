@@ -1,0 +1,207 @@
+//! `thrtrace-bpf dump LOG`: every event of a log, as text, as tr lines, or as JSON lines.
+//!
+//! A log whose writer died reads up to its last whole packet, with a warning, and exit 0; a log
+//! damaged elsewhere prints what precedes the damage, then one line naming the offset, exit 1.
+
+use std::io::{self, BufWriter, Write};
+
+use anyhow::{Context, Result};
+use serde_json::{Value as Json, json};
+use tracer_model::{
+    TraceRecord,
+    event::{Event, SystemEvent, SystemKind, Value},
+    log::LogReader,
+    tr::Line,
+};
+
+use crate::cli::{DumpArgs, DumpFormat};
+
+/// Dumps the log; returns the exit status.
+pub fn run(args: &DumpArgs) -> Result<i32> {
+    let reader = LogReader::open(&args.log)
+        .with_context(|| format!("cannot read {}", args.log.display()))?;
+    if let Some(offset) = reader.unclosed_at() {
+        say!(
+            "thrtrace-bpf: warning: {} was not closed (its tracer was killed or is still \
+             running): it reads up to byte {offset}",
+            args.log.display()
+        );
+    }
+    let mut out = BufWriter::new(io::stdout().lock());
+    let written = write_events(&reader, args.format, &mut out).and_then(|()| Ok(out.flush()?));
+    match written {
+        Ok(()) => Ok(0),
+        // As `head` expects: output that nobody reads any more is not an error.
+        Err(error)
+            if error
+                .downcast_ref::<io::Error>()
+                .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(0)
+        }
+        Err(error) => Err(error.context(format!("cannot read {}", args.log.display()))),
+    }
+}
+
+fn write_events(reader: &LogReader, format: DumpFormat, out: &mut impl Write) -> Result<()> {
+    if format == DumpFormat::Text {
+        write_header(reader, out)?;
+    }
+    for event in reader.events() {
+        let event = event?;
+        match (format, &event) {
+            (DumpFormat::Tr, Event::Thread(record)) => writeln!(out, "{}", Line(record))?,
+            (DumpFormat::Tr, Event::System(_)) => {}
+            (DumpFormat::Text, _) => writeln!(out, "{}", text(&event))?,
+            (DumpFormat::Json, _) => writeln!(out, "{}", json_of(&event))?,
+        }
+    }
+    Ok(())
+}
+
+/// The attributes and the final status, as `#` lines.
+fn write_header(reader: &LogReader, out: &mut impl Write) -> io::Result<()> {
+    let attributes = &reader.metadata().attributes;
+    writeln!(
+        out,
+        "# {} ({}), created {}",
+        attributes.trace_name,
+        attributes.generation_version,
+        timestamp(attributes.creation_time_ns)
+    )?;
+    let log_size = attributes
+        .log_max_size
+        .map_or("unbounded".to_owned(), |s| format!("{s} bytes"));
+    writeln!(
+        out,
+        "# stream {} bytes, full policy {}; log {log_size}, full policy {}",
+        attributes.stream_min_size, attributes.stream_full_policy, attributes.log_full_policy,
+    )?;
+    if let Some(closed) = reader.final_status() {
+        writeln!(
+            out,
+            "# closed {}: {} events written, {} not; {} records lost in the kernel",
+            timestamp(closed.closed_ns),
+            closed.events_written,
+            closed.events_not_written,
+            closed.lost_per_cpu.iter().sum::<u64>()
+        )?;
+    }
+    Ok(())
+}
+
+fn timestamp(ns: i64) -> String {
+    format!(
+        "{}.{:09}",
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000)
+    )
+}
+
+fn type_name(record: &TraceRecord) -> &'static str {
+    tracer_common::EventDef::find(record.event1, record.event2).map_or("unknown", |e| e.name)
+}
+
+/// One readable line: time, pid/lwpid, the event's name, its fields.
+fn text(event: &Event) -> String {
+    match event {
+        Event::Thread(r) => format!(
+            "{} {}/{} {}[{}] a=[{}, {}, {}, {}, {}] tid={:#x} caller={:#x}",
+            timestamp(r.time_ns() as i64),
+            r.pid,
+            r.lwpid,
+            type_name(r),
+            r.which,
+            r.a[0],
+            r.a[1],
+            r.a[2],
+            r.a[3],
+            r.a[4],
+            r.tid,
+            r.caller
+        ),
+        Event::System(e) => {
+            let fields: Vec<String> = system_fields(e)
+                .into_iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect();
+            let truncated = if e.truncated { " (truncated)" } else { "" };
+            format!(
+                "{} {}/{} {} {}{truncated}",
+                timestamp(e.time_ns),
+                e.pid,
+                e.lwpid,
+                e.kind.name(),
+                fields.join(" ")
+            )
+        }
+    }
+}
+
+/// A system event's payload by field name, as JSON values.
+fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
+    event
+        .kind
+        .fields()
+        .iter()
+        .zip(event.kind.values())
+        .map(|(&(name, _), value)| {
+            let json = match (&event.kind, name, value) {
+                (SystemKind::Overflow { source, .. }, "source", _) => {
+                    json!(format!("{source:?}").to_lowercase())
+                }
+                (_, "filter" | "old" | "new" | "cmdline", Value::Str(s)) => {
+                    json!(s.split('\0').filter(|s| !s.is_empty()).collect::<Vec<_>>())
+                }
+                (_, _, Value::Bytes(bytes)) => {
+                    json!(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+                }
+                (_, _, Value::Str(s)) => json!(s),
+                (_, _, Value::Signed(n)) => json!(n),
+                (_, _, Value::Unsigned(n)) => json!(n),
+            };
+            (name, json)
+        })
+        .collect()
+}
+
+/// One JSON object: the event info, the tr fields, and a system event's payload by name.
+fn json_of(event: &Event) -> Json {
+    match event {
+        Event::Thread(r) => json!({
+            "type": "event",
+            "name": type_name(r),
+            "pid": r.pid,
+            "lwpid": r.lwpid,
+            "tid": r.tid,
+            "time_ns": r.time_ns() as i64,
+            "prog_address": r.caller,
+            "event1": r.event1,
+            "event2": r.event2,
+            "which": r.which,
+            "a": r.a,
+        }),
+        Event::System(e) => {
+            let mut object = json!({
+                "type": "system",
+                "name": e.kind.name(),
+                "pid": e.pid,
+                "lwpid": e.lwpid,
+                "tid": 0,
+                "time_ns": e.time_ns,
+                "prog_address": 0,
+                "event1": 0,
+                "event2": 0,
+                "which": 0,
+                "a": [0, 0, 0, 0, 0],
+                "truncated": e.truncated,
+            });
+            if let Json::Object(map) = &mut object {
+                for (name, value) in system_fields(e) {
+                    map.insert(name.to_owned(), value);
+                }
+            }
+            object
+        }
+    }
+}

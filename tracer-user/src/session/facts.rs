@@ -1,0 +1,154 @@
+//! What an analyzer needs to know about a traced process besides its calls, read from /proc
+//! while it lives: its executable and command line, its parent, its threads' names, and the
+//! files it maps executable with their build-ids (so that caller addresses can be symbolized
+//! after it is gone). Each becomes a system event. /proc is another process's to change:
+//! whatever cannot be read is left out, never guessed.
+
+use std::{collections::HashMap, fs};
+
+use object::{Object, read::File as ElfFile};
+use tracer_model::event::{MAX_STRING, SystemEvent, SystemKind};
+
+use crate::attach::targets::{self, MappedFile};
+
+/// Reads facts, remembering the build-id of each file (by device and inode) once read.
+#[derive(Default)]
+pub struct Facts {
+    build_ids: HashMap<(String, u64), Vec<u8>>,
+}
+
+impl Facts {
+    /// Process `pid` is traced from now (`time_ns`): its executable, command line and mapped
+    /// files, and under `--follow` (`forked`) its parent.
+    pub fn attached(&mut self, pid: u32, time_ns: i64, forked: bool) -> Vec<SystemEvent> {
+        let event = |kind| SystemEvent::of_process(time_ns, pid, 0, kind);
+        let mut events = Vec::new();
+        if forked && let Some(parent) = parent_of(pid) {
+            events.push(event(SystemKind::Fork { parent }));
+        }
+        let arguments = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline: Vec<String> = arguments
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let mut attach = event(SystemKind::ProcessAttach {
+            exe: executable(pid),
+            cmdline,
+        });
+        attach.truncated = arguments.len() > MAX_STRING;
+        events.push(attach);
+        events.extend(self.mappings(pid, time_ns));
+        events
+    }
+
+    /// Process `pid` exec'd: its new executable and mapped files.
+    pub fn exec(&mut self, pid: u32, time_ns: i64) -> Vec<SystemEvent> {
+        let exec = SystemKind::Exec {
+            exe: executable(pid),
+        };
+        let mut events = vec![SystemEvent::of_process(time_ns, pid, 0, exec)];
+        events.extend(self.mappings(pid, time_ns));
+        events
+    }
+
+    /// A snapshot of the files `pid` maps executable.
+    fn mappings(&mut self, pid: u32, time_ns: i64) -> Vec<SystemEvent> {
+        let files = targets::executable_mappings(pid).unwrap_or_default();
+        files
+            .into_iter()
+            .map(|file| {
+                let build_id = self
+                    .build_ids
+                    .entry(file.identity.clone())
+                    .or_insert_with(|| build_id(&file))
+                    .clone();
+                let mapping = SystemKind::Mapping {
+                    start: file.start,
+                    end: file.end,
+                    file_offset: file.file_offset,
+                    build_id,
+                    path: file.path,
+                };
+                SystemEvent::of_process(time_ns, pid, 0, mapping)
+            })
+            .collect()
+    }
+}
+
+/// The name (comm) of thread `lwpid` of `pid`, if it still exists.
+pub fn thread_name(pid: u32, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
+    let name = fs::read_to_string(format!("/proc/{pid}/task/{lwpid}/comm")).ok()?;
+    let name = name.trim_end_matches('\n').to_owned();
+    Some(SystemEvent::of_process(
+        time_ns,
+        pid,
+        lwpid,
+        SystemKind::ThreadName { name },
+    ))
+}
+
+fn executable(pid: u32) -> String {
+    fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The parent in /proc/PID/stat: the fourth field, counted after the command name's `)` (the
+/// name may hold spaces and parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after_name) = stat.rsplit_once(')')?;
+    after_name.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// The GNU build-id note of a mapped ELF file; empty if it has none or cannot be read.
+fn build_id(file: &MappedFile) -> Vec<u8> {
+    let Some(image) = targets::read_mapped(file) else {
+        return Vec::new();
+    };
+    ElfFile::parse(image.as_slice())
+        .ok()
+        .and_then(|elf| elf.build_id().ok().flatten().map(<[u8]>::to_vec))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process_as_a_target() {
+        let pid = std::process::id();
+        let events = Facts::default().attached(pid, 5, true);
+        let kinds: Vec<&SystemKind> = events.iter().map(|e| &e.kind).collect();
+        assert!(
+            matches!(kinds[0], SystemKind::Fork { parent } if *parent == std::os::unix::process::parent_id())
+        );
+        let SystemKind::ProcessAttach { exe, cmdline } = kinds[1] else {
+            panic!("{kinds:?}")
+        };
+        assert_eq!(exe, &std::env::current_exe().unwrap().to_string_lossy());
+        assert!(!cmdline.is_empty());
+        // The test binary and the C library at least, each with the build-id the linker gave.
+        let mapped: Vec<(&str, usize)> = kinds
+            .iter()
+            .filter_map(|k| match k {
+                SystemKind::Mapping { path, build_id, .. } => Some((path.as_str(), build_id.len())),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            mapped.iter().any(|(p, _)| p.contains("libc.so")),
+            "{mapped:?}"
+        );
+        assert!(
+            mapped
+                .iter()
+                .any(|(p, id)| p.contains("libc.so") && *id == 20),
+            "{mapped:?}"
+        );
+        let name = thread_name(pid, pid, 5).unwrap();
+        assert!(matches!(name.kind, SystemKind::ThreadName { .. }));
+    }
+}

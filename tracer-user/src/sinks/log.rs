@@ -1,0 +1,258 @@
+//! The sink that writes a trace log (`--log FILE`): the POSIX trace stream, with its full
+//! policy, in front of the log, with its own (`shared/spec/posix-trace.md`, "Policies").
+//!
+//! Events are encoded into packets as they come; the stream is the packets not yet written,
+//! at most `--stream-size` bytes. Full, it is written to the log (`flush`), loses its oldest
+//! packets (`loop`, a flight recorder) or stops recording (`until-full`). Under `flush` it is
+//! also written once a second (every batch with `--unbuffered`), so that a tracer killed by
+//! SIGKILL leaves all but its last second in the log.
+
+use std::{
+    collections::VecDeque,
+    fs::File,
+    io,
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime},
+};
+
+use tracer_model::{
+    TraceRecord,
+    event::{Event, LossSource, NO_CPU, SystemEvent, SystemKind},
+    log::{EventPacket, FinalStatus, LogWriter, Metadata, Status, StreamFullPolicy, Written},
+};
+
+use super::{Sink, TraceEnd};
+
+/// How often the `flush` policy writes the stream when it is not full.
+const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Packets of a stream are at most this share of it, so that `loop` drops little at a time.
+const PACKETS_PER_STREAM: u64 = 8;
+
+pub struct TraceLog {
+    writer: Option<LogWriter>,
+    /// Until `begin`: the file and what goes first in it.
+    pending: Option<(File, Metadata)>,
+    shown: PathBuf,
+    policy: StreamFullPolicy,
+    stream_size: u64,
+    packet_capacity: usize,
+    current: EventPacket,
+    sealed: VecDeque<EventPacket>,
+    sealed_bytes: u64,
+    status: Status,
+    /// The newest event's time: events the stream makes itself are stamped with it, so that
+    /// they fall in order.
+    newest_ns: i64,
+    /// Events the `loop` policy dropped since the last flush, and when the first of them was.
+    overwritten: u64,
+    first_overwritten_ns: Option<i64>,
+    /// Events not recorded after `until-full` stopped the stream.
+    not_recorded: u64,
+    events_since_flush: u64,
+    last_flush: Instant,
+    unbuffered: bool,
+    said_full: bool,
+}
+
+impl TraceLog {
+    /// A log to be written to `file` (created, empty) when the trace begins.
+    pub fn new(file: File, shown: PathBuf, metadata: Metadata, unbuffered: bool) -> TraceLog {
+        let attributes = &metadata.attributes;
+        let stream_size = attributes.stream_min_size;
+        let packet_capacity = metadata
+            .layout
+            .packet_capacity()
+            .min((stream_size / PACKETS_PER_STREAM) as usize);
+        TraceLog {
+            writer: None,
+            policy: attributes.stream_full_policy,
+            newest_ns: attributes.creation_time_ns,
+            pending: Some((file, metadata)),
+            shown,
+            stream_size,
+            packet_capacity,
+            current: EventPacket::default(),
+            sealed: VecDeque::new(),
+            sealed_bytes: 0,
+            status: Status {
+                running: true,
+                ..Status::default()
+            },
+            overwritten: 0,
+            first_overwritten_ns: None,
+            not_recorded: 0,
+            events_since_flush: 0,
+            last_flush: Instant::now(),
+            unbuffered,
+            said_full: false,
+        }
+    }
+
+    fn stream_bytes(&self) -> u64 {
+        self.sealed_bytes + self.current.packet_len() as u64
+    }
+
+    /// Adds an event to the stream, whatever the policy.
+    fn append(&mut self, event: &Event) {
+        self.newest_ns = self.newest_ns.max(event.time_ns());
+        if let Some(full) = self.current.push_within(event, self.packet_capacity) {
+            self.sealed_bytes += full.packet_len() as u64;
+            self.sealed.push_back(full);
+        }
+    }
+
+    /// A system event of the stream's own, stamped in order.
+    fn append_own(&mut self, kind: SystemKind) {
+        self.append(&Event::System(SystemEvent::new(self.newest_ns, kind)));
+    }
+
+    /// Records an event as the stream's policy says.
+    fn push(&mut self, event: &Event) -> io::Result<()> {
+        if !self.status.running {
+            self.not_recorded += 1;
+            return Ok(());
+        }
+        self.append(event);
+        self.events_since_flush += 1;
+        if self.stream_bytes() < self.stream_size {
+            return Ok(());
+        }
+        match self.policy {
+            StreamFullPolicy::Flush => self.flush(),
+            StreamFullPolicy::Loop => {
+                while self.stream_bytes() > self.stream_size
+                    && let Some(oldest) = self.sealed.pop_front()
+                {
+                    self.sealed_bytes -= oldest.packet_len() as u64;
+                    self.overwritten += u64::from(oldest.count());
+                    if self.first_overwritten_ns.is_none() {
+                        self.first_overwritten_ns = oldest.first_time_ns();
+                    }
+                    self.status.overrun = true;
+                }
+                Ok(())
+            }
+            StreamFullPolicy::UntilFull => {
+                self.append_own(SystemKind::Stop { auto: 1 });
+                self.status.running = false;
+                self.status.full = true;
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the stream to the log, between FLUSH_START and FLUSH_STOP (which opens the next).
+    fn flush(&mut self) -> io::Result<()> {
+        self.append_own(SystemKind::FlushStart);
+        let mut packets = Vec::with_capacity(self.sealed.len() + 2);
+        if self.overwritten > 0 {
+            let first_lost_ns = self.first_overwritten_ns.take().unwrap_or(0);
+            let mut overflow = EventPacket::default();
+            overflow.push(&Event::System(SystemEvent::new(
+                first_lost_ns,
+                SystemKind::Overflow {
+                    lost: std::mem::take(&mut self.overwritten),
+                    cpu: NO_CPU,
+                    source: LossSource::Stream,
+                    first_lost_ns,
+                },
+            )));
+            packets.push(overflow);
+        }
+        packets.extend(self.sealed.drain(..));
+        packets.push(std::mem::take(&mut self.current));
+        self.sealed_bytes = 0;
+        for packet in &packets {
+            self.write(packet)?;
+        }
+        self.status.full = false;
+        self.events_since_flush = 0;
+        self.last_flush = Instant::now();
+        self.append_own(SystemKind::FlushStop);
+        Ok(())
+    }
+
+    fn write(&mut self, packet: &EventPacket) -> io::Result<()> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        if writer.write(packet, self.status)? == Written::LogFull && !self.said_full {
+            self.said_full = true;
+            say!(
+                "thrtrace-bpf: {} reached its --log-size: no more events are written to it \
+                 (--log-full-policy until-full)",
+                self.shown.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Sink for TraceLog {
+    fn begin(&mut self) -> io::Result<()> {
+        if let Some((file, metadata)) = self.pending.take() {
+            self.writer = Some(LogWriter::create(file, &metadata)?);
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
+        self.push(&Event::Thread(record.clone()))
+    }
+
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        self.push(&Event::System(event.clone()))
+    }
+
+    fn wants_system_events(&self) -> bool {
+        true
+    }
+
+    fn batch_done(&mut self) -> io::Result<()> {
+        let due = self.unbuffered || self.last_flush.elapsed() >= FLUSH_INTERVAL;
+        if self.policy == StreamFullPolicy::Flush && due && self.events_since_flush > 0 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn process_exited(&mut self, _pid: u32) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
+        if self.status.running {
+            self.append_own(SystemKind::Stop { auto: 0 });
+            self.status.running = false;
+        }
+        self.flush()?;
+        // The FLUSH_STOP that the last flush opened the stream with.
+        let last = std::mem::take(&mut self.current);
+        self.write(&last)?;
+        let Some(writer) = self.writer.take() else {
+            return Ok(String::new());
+        };
+        let (written, not_written) = writer.counts();
+        let closed_ns = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        writer.close(FinalStatus {
+            status: self.status,
+            closed_ns,
+            lost_per_cpu: end.lost_per_cpu.clone(),
+            ..FinalStatus::default()
+        })?;
+        let mut summary = format!("{written} events in {}", self.shown.display());
+        if not_written > 0 {
+            summary += &format!(" ({not_written} not written: --log-size reached)");
+        }
+        if self.not_recorded > 0 {
+            summary += &format!(
+                " ({} not recorded: the stream filled, --stream-full-policy until-full)",
+                self.not_recorded
+            );
+        }
+        Ok(summary)
+    }
+}
