@@ -94,7 +94,7 @@ pub fn run(mut config: Config) -> Result<i32> {
             && described.insert(pid)
         {
             let now = kernel::monotonic_ns();
-            let facts = facts.attached(pid, decoder.realtime_ns(now), false);
+            let facts = facts.attached(pid, decoder.realtime_ns(now));
             events.extend(facts.into_iter().map(|event| (now, event)));
         }
     };

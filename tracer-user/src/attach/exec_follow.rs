@@ -26,6 +26,18 @@ use super::{
 };
 use crate::capture::datapath::StoppedView;
 
+/// What following the targets reports to the session.
+pub enum Followed {
+    /// A target exec'd: probe its new image.
+    Exec(AttachRequest),
+    /// Process `parent` forked `child` (at CLOCK_MONOTONIC `ktime_ns`).
+    Fork {
+        parent: u32,
+        child: u32,
+        ktime_ns: u64,
+    },
+}
+
 /// A request to probe, for process `pid`, the libraries of the image it has just exec'd; the
 /// process stays stopped until `done` is answered.
 pub struct AttachRequest {
@@ -56,7 +68,7 @@ pub fn start(
     launched: Option<u32>,
     functions: Vec<&'static str>,
     stopped: Option<StoppedView>,
-) -> Result<mpsc::UnboundedReceiver<AttachRequest>> {
+) -> Result<mpsc::UnboundedReceiver<Followed>> {
     let (requests, received) = mpsc::unbounded_channel();
     let (seized, all_seized) = sync_mpsc::sync_channel(1);
     thread::Builder::new()
@@ -149,7 +161,7 @@ fn resume(tid: libc::pid_t, request: libc::c_uint, signal: libc::c_int) {
 struct Follower {
     functions: Vec<&'static str>,
     launched: Option<u32>,
-    requests: mpsc::UnboundedSender<AttachRequest>,
+    requests: mpsc::UnboundedSender<Followed>,
     stopped: Option<StoppedView>,
 }
 
@@ -177,6 +189,10 @@ impl Follower {
         let signal = libc::WSTOPSIG(status);
         match status >> 16 {
             libc::PTRACE_EVENT_EXEC => self.exec(tid, status),
+            libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
+                self.forked(tid);
+                resume(tid, libc::PTRACE_CONT, 0);
+            }
             libc::PTRACE_EVENT_EXIT if Some(tid as u32) == self.launched => {
                 // Let the command exit untraced: its status goes to its parent, the tracer.
                 resume(tid, libc::PTRACE_DETACH, 0);
@@ -218,6 +234,23 @@ impl Follower {
         resume(tid, libc::PTRACE_CONT, 0);
     }
 
+    /// Thread `tid` forked: the session records which process made which.
+    fn forked(&self, tid: libc::pid_t) {
+        let mut child: libc::c_ulong = 0;
+        // SAFETY: PTRACE_GETEVENTMSG writes one unsigned long to the address we pass.
+        let got = unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid, 0, &mut child) };
+        let Some(parent) = process_of(tid) else {
+            return;
+        };
+        if got == 0 {
+            let _ = self.requests.send(Followed::Fork {
+                parent,
+                child: child as u32,
+                ktime_ns: crate::capture::kernel::monotonic_ns(),
+            });
+        }
+    }
+
     /// `pid` has exec'd: step its loader, have its libraries probed, let it run.
     fn exec(&self, pid: libc::pid_t, status: libc::c_int) {
         match launch::step_through_loader(pid as u32, status) {
@@ -245,7 +278,7 @@ impl Follower {
                     done,
                 };
                 // If the session has ended, the process just goes on.
-                if self.requests.send(request).is_ok() {
+                if self.requests.send(Followed::Exec(request)).is_ok() {
                     let _ = answered.recv();
                 }
             }
@@ -253,4 +286,15 @@ impl Follower {
         }
         resume(pid, libc::PTRACE_CONT, 0);
     }
+}
+
+/// The process thread `tid` belongs to (`Tgid` in its status; it is stopped, so it is there).
+fn process_of(tid: libc::pid_t) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
 }

@@ -1,5 +1,5 @@
 //! What an analyzer needs to know about a traced process besides its calls, read from /proc
-//! while it lives: its executable and command line, its parent, its threads' names, and the
+//! while it lives: its executable and command line, its threads' names, and the
 //! files it maps executable with their build-ids (so that caller addresses can be symbolized
 //! after it is gone). Each becomes a system event. /proc is another process's to change:
 //! whatever cannot be read is left out, never guessed.
@@ -19,13 +19,10 @@ pub struct Facts {
 
 impl Facts {
     /// Process `pid` is traced from now (`time_ns`): its executable, command line and mapped
-    /// files, and under `--follow` (`forked`) its parent.
-    pub fn attached(&mut self, pid: u32, time_ns: i64, forked: bool) -> Vec<SystemEvent> {
+    /// files.
+    pub fn attached(&mut self, pid: u32, time_ns: i64) -> Vec<SystemEvent> {
         let event = |kind| SystemEvent::of_process(time_ns, pid, 0, kind);
         let mut events = Vec::new();
-        if forked && let Some(parent) = parent_of(pid) {
-            events.push(event(SystemKind::Fork { parent }));
-        }
         let arguments = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmdline: Vec<String> = arguments
             .split(|&b| b == 0)
@@ -94,14 +91,6 @@ fn executable(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-/// The parent in /proc/PID/stat: the fourth field, counted after the command name's `)` (the
-/// name may hold spaces and parentheses).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, after_name) = stat.rsplit_once(')')?;
-    after_name.split_ascii_whitespace().nth(1)?.parse().ok()
-}
-
 /// The GNU build-id note of a mapped ELF file; empty if it has none or cannot be read.
 fn build_id(file: &MappedFile) -> Vec<u8> {
     let Some(image) = targets::read_mapped(file) else {
@@ -120,12 +109,9 @@ mod tests {
     #[test]
     fn reads_this_process_as_a_target() {
         let pid = std::process::id();
-        let events = Facts::default().attached(pid, 5, true);
+        let events = Facts::default().attached(pid, 5);
         let kinds: Vec<&SystemKind> = events.iter().map(|e| &e.kind).collect();
-        assert!(
-            matches!(kinds[0], SystemKind::Fork { parent } if *parent == std::os::unix::process::parent_id())
-        );
-        let SystemKind::ProcessAttach { exe, cmdline } = kinds[1] else {
+        let SystemKind::ProcessAttach { exe, cmdline } = kinds[0] else {
             panic!("{kinds:?}")
         };
         assert_eq!(exe, &std::env::current_exe().unwrap().to_string_lossy());

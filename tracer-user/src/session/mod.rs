@@ -29,7 +29,12 @@ use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 
 use self::{facts::Facts, stop_signals::StopSignals};
 use crate::{
-    attach::{exec_follow::AttachRequest, launch::Launched, probes::Probes, targets},
+    attach::{
+        exec_follow::{AttachRequest, Followed},
+        launch::Launched,
+        probes::Probes,
+        targets,
+    },
     capture::{
         datapath::DataPath, decode::Decoder, kernel, loss::Losses, lossless, reorder::Reorder,
     },
@@ -61,7 +66,7 @@ pub struct Session {
     /// `--follow`: processes first seen in records (children) are watched like targets.
     pub follow: bool,
     /// `--follow`: images just exec'd by followed processes, to probe while they wait.
-    pub exec_requests: Option<mpsc::UnboundedReceiver<AttachRequest>>,
+    pub exec_requests: Option<mpsc::UnboundedReceiver<Followed>>,
     pub stop_signals: StopSignals,
 }
 
@@ -158,10 +163,18 @@ impl Session {
                         self.target_error(&mut flow, 0, &error);
                     }
                 }
-                Some(request) = next_request(&mut self.exec_requests) => {
-                    self.attach_after_exec(&request, &mut flow);
-                    let _ = request.done.send(());
-                }
+                Some(followed) = next_request(&mut self.exec_requests) => match followed {
+                    Followed::Exec(request) => {
+                        self.attach_after_exec(&request, &mut flow);
+                        let _ = request.done.send(());
+                    }
+                    Followed::Fork { parent, child, ktime_ns } if flow.facts.is_some() => {
+                        let time_ns = self.decoder.realtime_ns(ktime_ns);
+                        let fork = SystemEvent::of_process(time_ns, child, 0, SystemKind::Fork { parent });
+                        flow.reorder.push(ktime_ns, Staged::System(fork));
+                    }
+                    Followed::Fork { .. } => {}
+                },
                 Some(pid) = exits.recv() => {
                     exited.push(pid);
                     while let Ok(pid) = exits.try_recv() {
@@ -335,9 +348,31 @@ impl Session {
     /// loss counters and reports new losses.
     fn drain(&mut self, flow: &mut Flow) -> Result<()> {
         let pass_start = kernel::monotonic_ns();
+        let Flow {
+            reorder,
+            facts,
+            described,
+            named_threads,
+            ..
+        } = flow;
+        let decoder = &self.decoder;
         let drained = self.datapath.drain(|cpu, raw| {
-            flow.reorder
-                .push(raw.ktime_ns, Staged::Record { cpu, raw: *raw })
+            // A process or thread first seen: its facts are read now, while it most likely
+            // still lives, and placed just before its record.
+            if let Some(facts) = facts.as_mut() {
+                let time_ns = decoder.realtime_ns(raw.ktime_ns);
+                let mut events = Vec::new();
+                if described.insert(raw.pid) {
+                    events.extend(facts.attached(raw.pid, time_ns));
+                }
+                if named_threads.insert(raw.lwpid) {
+                    events.extend(facts::thread_name(raw.pid, raw.lwpid, time_ns));
+                }
+                for event in events {
+                    reorder.push(raw.ktime_ns, Staged::System(event));
+                }
+            }
+            reorder.push(raw.ktime_ns, Staged::Record { cpu, raw: *raw })
         });
         flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end: what --lossless stopped may run again.
@@ -397,19 +432,6 @@ impl Session {
             match self.decoder.decode(&raw) {
                 Some(record) if self.decoder.selects(&record) => {
                     flow.processes.insert(record.pid);
-                    if let Some(facts) = flow.facts.as_mut() {
-                        let mut events = Vec::new();
-                        if flow.described.insert(record.pid) {
-                            let forked = self.follow;
-                            events.extend(facts.attached(record.pid, time_ns, forked));
-                        }
-                        if flow.named_threads.insert(record.lwpid) {
-                            events.extend(facts::thread_name(record.pid, record.lwpid, time_ns));
-                        }
-                        for event in &events {
-                            self.sinks.system_event(event).context(INCOMPLETE)?;
-                        }
-                    }
                     flow.records += 1;
                     self.sinks.record(&record).context(INCOMPLETE)?
                 }
@@ -489,8 +511,8 @@ struct Flow {
 
 /// The next exec to attach to, if exec's are followed; never, if not.
 async fn next_request(
-    requests: &mut Option<mpsc::UnboundedReceiver<AttachRequest>>,
-) -> Option<AttachRequest> {
+    requests: &mut Option<mpsc::UnboundedReceiver<Followed>>,
+) -> Option<Followed> {
     match requests {
         Some(requests) => requests.recv().await,
         None => std::future::pending().await,

@@ -226,7 +226,10 @@ impl Sink for TraceLog {
             self.append_own(SystemKind::Stop { auto: 0 });
             self.status.running = false;
         }
+        // Written at the end, not flushed by a controller: a stream that filled stays FULL.
+        let full = self.status.full;
         self.flush()?;
+        self.status.full = full;
         // The FLUSH_STOP that the last flush opened the stream with.
         let last = std::mem::take(&mut self.current);
         self.write(&last)?;
