@@ -11,7 +11,8 @@
 //!   record fields to a file.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
-//! ptrace), and how fast the tracer gets ready and how fast it exits after Ctrl-C.
+//! ptrace), the tracer's own CPU time per record for each sink (tr files, the log, both), and
+//! how fast the tracer gets ready and how fast it exits after Ctrl-C.
 
 use std::{
     fs,
@@ -86,6 +87,39 @@ const FOLLOW_MODES: [Option<&[&str]>; 3] = [
     Some(&["--events", "mutex", "--follow"]),
 ];
 
+/// Lock+unlock pairs of the run that measures the tracer's CPU per record (3 records a pair).
+const SINK_PAIRS: u32 = 400_000;
+
+/// Where the records of that run go.
+#[derive(Clone, Copy)]
+enum SinkMode {
+    TrFiles,
+    Log,
+    Both,
+}
+
+impl SinkMode {
+    const ALL: [SinkMode; 3] = [SinkMode::TrFiles, SinkMode::Log, SinkMode::Both];
+
+    fn label(self) -> &'static str {
+        match self {
+            SinkMode::TrFiles => "tr files (--dir)",
+            SinkMode::Log => "log (--log)",
+            SinkMode::Both => "both",
+        }
+    }
+
+    fn args(self, dir: &Path) -> Vec<String> {
+        let dir = dir.display().to_string();
+        let log = format!("{dir}/bench.ptl");
+        match self {
+            SinkMode::TrFiles => vec!["--dir".into(), dir],
+            SinkMode::Log => vec!["--log".into(), log],
+            SinkMode::Both => vec!["--dir".into(), dir, "--log".into(), log],
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Untraced,
@@ -148,6 +182,7 @@ pub fn run(reps: usize) -> Result<()> {
     let mut timings = Vec::new();
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
+    let mut sink_cpu: Vec<Vec<(f64, u64)>> = vec![Vec::new(); SinkMode::ALL.len()];
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
         for (w, workload) in WORKLOADS.iter().enumerate() {
@@ -180,6 +215,11 @@ pub fn run(reps: usize) -> Result<()> {
                 follow[w][m].push(workload_value(&out.stdout, "ns_per_op")?);
             }
         }
+        for (m, &mode) in SinkMode::ALL.iter().enumerate() {
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            sink_cpu[m].push(tracer_cpu_per_record(&tracer, &dir, mode)?);
+        }
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
         timings.push(latencies(&tracer, &dir)?);
@@ -199,6 +239,24 @@ what --follow costs a target, µs per operation, median of {reps} runs"
         println!(
             "  {name:<28} {:>10.1} {:>10.1} {:>10.1}",
             us[0], us[1], us[2]
+        );
+    }
+    println!(
+        "\nthe tracer's own CPU (user+system) per record, {} records of mutex lock+unlock, median \
+         of {reps} runs",
+        3 * SINK_PAIRS
+    );
+    println!(
+        "  {:<28} {:>14} {:>20} {:>8}",
+        "", "ns/record", "records/CPU-second", "lost"
+    );
+    for (m, mode) in SinkMode::ALL.iter().enumerate() {
+        let ns = median(&sink_cpu[m].iter().map(|s| s.0).collect::<Vec<_>>());
+        let lost: u64 = sink_cpu[m].iter().map(|s| s.1).sum();
+        println!(
+            "  {:<28} {ns:>14.0} {:>20.0} {lost:>8}",
+            mode.label(),
+            1e9 / ns
         );
     }
     let column = |i: usize| median(&timings.iter().map(|t: &[f64; 3]| t[i]).collect::<Vec<_>>());
@@ -311,17 +369,7 @@ fn measure(
         mode,
         Mode::Placed | Mode::AtEntry | Mode::Floor | Mode::Lossless
     ) {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let summary = stderr.lines().rfind(|l| l.contains(" records written, "));
-        let Some(summary) = summary else {
-            bail!("no summary line from the tracer: {stderr}")
-        };
-        let count = |label: &str| -> Result<u64> {
-            let before = summary.split(label).next().context("summary")?;
-            Ok(before.rsplit(' ').next().context("count")?.parse()?)
-        };
-        sample.written = count(" records written")?;
-        sample.lost = count(" lost")?;
+        (sample.written, sample.lost) = summary_counts(&String::from_utf8_lossy(&out.stderr))?;
         let seconds = ns_per_op * value("ops")? / 1e9;
         sample.records_per_sec = sample.written as f64 / seconds;
     }
@@ -367,6 +415,63 @@ fn ensure_bpftrace() -> Result<()> {
             .args(["install", "-y", "-qq", "bpftrace"])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
+}
+
+/// The tracer's CPU time (user + system, from wait4) per record written, and records lost,
+/// while it traces `SINK_PAIRS` lock+unlock pairs of a `mutex_gate` it did not start (so that
+/// the workload's own time is not the tracer's).
+fn tracer_cpu_per_record(tracer: &Path, dir: &Path, mode: SinkMode) -> Result<(f64, u64)> {
+    let gate: PathBuf = compile_workload("mutex_gate")?;
+    let mut target = command(gate)
+        .args(["0", &SINK_PAIRS.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    target_out.read_line(&mut line)?;
+    let mut traced = command(tracer)
+        .args(["--events", "mutex"])
+        .args(mode.args(dir))
+        .args(["-p", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
+    stderr.read_line(&mut line)?;
+    writeln!(target.stdin.as_mut().context("stdin")?, "go")?;
+    target_out.read_line(&mut line)?;
+    drop(target.stdin.take());
+    target.wait()?;
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest)?;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 writes the status and the rusage we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; the pointers are to live locals.
+    let reaped = unsafe { libc::wait4(traced.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    if reaped == -1 {
+        bail!(
+            "cannot wait for the tracer: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let cpu_ns = (seconds(usage.ru_utime) + seconds(usage.ru_stime)) * 1e9;
+    let (written, lost) = summary_counts(&rest)?;
+    Ok((cpu_ns / written as f64, lost))
+}
+
+/// Records written and lost, from the tracer's summary line.
+fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
+    let summary = stderr.lines().rfind(|l| l.contains(" records written, "));
+    let Some(summary) = summary else {
+        bail!("no summary line from the tracer: {stderr}")
+    };
+    let count = |label: &str| -> Result<u64> {
+        let before = summary.split(label).next().context("summary")?;
+        Ok(before.rsplit(' ').next().context("count")?.parse()?)
+    };
+    Ok((count(" records written")?, count(" lost")?))
 }
 
 /// Milliseconds from starting the tracer (`--unbuffered`) on a waiting process to its "tracing

@@ -393,7 +393,7 @@ impl Session {
     /// Hands `items` to the sinks in order: a record after a gap with the gap's overflow, a
     /// process first seen with its facts, a thread first seen with its name.
     fn write(&mut self, items: Vec<Staged>, flow: &mut Flow) -> Result<()> {
-        const INCOMPLETE: &str = "cannot write the trace; it is incomplete";
+        const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
         let mut undecodable = 0;
         for item in items {
             let raw = match item {
