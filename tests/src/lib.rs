@@ -410,6 +410,15 @@ pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufRead
     (tracer, stderr)
 }
 
+/// Sends `signal` (`-STOP`, `-KILL`, ...) to process `pid` with kill(1).
+pub fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
 /// Where Debian's glibc is.
 pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 

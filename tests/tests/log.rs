@@ -1,14 +1,11 @@
 //! `--log FILE`: the POSIX trace stream and its log, read back with the product's own reader
 //! and with `dump` (issue 9).
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use thrtrace_tests::{
     Gated, Run, TempDir, TraceRecord, bpf_available, lines_as_they_come, read_trace, run_tracer,
-    run_workload, start_tracer, summary_count,
+    run_workload, signal, start_tracer, summary_count,
 };
 use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
@@ -338,14 +335,6 @@ fn overflows_stand_where_records_were_lost_and_add_up_to_the_kernels_count() {
     assert_eq!(per_cpu, lost);
 }
 
-fn signal(pid: u32, signal: &str) {
-    let sent = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-}
-
 #[test]
 fn a_tracer_killed_by_sigkill_leaves_a_log_that_reads_to_its_last_flush() {
     if !bpf_available("log_sigkill") {
@@ -387,29 +376,55 @@ fn a_tracer_killed_by_sigkill_leaves_a_log_that_reads_to_its_last_flush() {
     assert!(reader.final_status().is_none() && reader.status().running);
 }
 
+/// 20,000 lock+unlock pairs traced into a log bounded by `policy` (and into tr files, which
+/// hold every record): what the log kept, of how many, in how much.
+struct Bounded {
+    dir: TempDir,
+    run: Run,
+    reader: LogReader,
+    events: Vec<Event>,
+    /// The log's records, callers left out (tr lines have none), and every record in time order.
+    kept: Vec<TraceRecord>,
+    all: Vec<TraceRecord>,
+}
+
+fn bounded(policy: &[&str], kept_between: std::ops::Range<usize>) -> Bounded {
+    let mut options = vec!["--events", "mutex"];
+    options.extend_from_slice(policy);
+    let (dir, run) = both(&options, &["1", "20000"]);
+    let (reader, events) = events_of(&dir);
+    let kept = without_callers(&records(&events));
+    let all = tr_records(&dir);
+    assert!(
+        kept_between.contains(&kept.len()),
+        "{} records kept with {policy:?}",
+        kept.len()
+    );
+    Bounded {
+        dir,
+        run,
+        reader,
+        events,
+        kept,
+        all,
+    }
+}
+
 #[test]
 fn the_flight_recorder_keeps_the_newest_events_and_marks_what_it_overwrote() {
     if !bpf_available("log_flight_recorder") {
         return;
     }
-    let (dir, run) = both(
-        &[
-            "--events",
-            "mutex",
-            "--stream-full-policy",
-            "loop",
-            "--stream-size",
-            "64K",
-        ],
-        &["1", "20000"],
-    );
-    let (reader, events) = events_of(&dir);
-    let kept = without_callers(&records(&events));
-    let all = tr_records(&dir);
-    assert!(
-        kept.len() > 300 && kept.len() < 1000,
-        "{} records in 64K",
-        kept.len()
+    let Bounded {
+        run,
+        reader,
+        events,
+        kept,
+        all,
+        ..
+    } = bounded(
+        &["--stream-full-policy", "loop", "--stream-size", "64K"],
+        300..1000,
     );
     // The newest: exactly the last records the workload made.
     assert_eq!(kept, all[all.len() - kept.len()..], "{}", run.stderr);
@@ -447,24 +462,16 @@ fn until_full_keeps_the_oldest_events_and_stops_with_a_non_zero_auto() {
     if !bpf_available("log_until_full") {
         return;
     }
-    let (dir, run) = both(
-        &[
-            "--events",
-            "mutex",
-            "--stream-full-policy",
-            "until-full",
-            "--stream-size",
-            "64K",
-        ],
-        &["1", "20000"],
-    );
-    let (reader, events) = events_of(&dir);
-    let kept = without_callers(&records(&events));
-    let all = tr_records(&dir);
-    assert!(
-        kept.len() > 300 && kept.len() < 1000,
-        "{} records in 64K",
-        kept.len()
+    let Bounded {
+        run,
+        reader,
+        events,
+        kept,
+        all,
+        ..
+    } = bounded(
+        &["--stream-full-policy", "until-full", "--stream-size", "64K"],
+        300..1000,
     );
     assert_eq!(kept, all[..kept.len()]);
     assert!(
@@ -491,24 +498,16 @@ fn a_looping_log_keeps_its_newest_bytes() {
     if !bpf_available("log_loop") {
         return;
     }
-    let (dir, _) = both(
-        &[
-            "--events",
-            "mutex",
-            "--log-size",
-            "128K",
-            "--log-full-policy",
-            "loop",
-        ],
-        &["1", "20000"],
-    );
-    let (reader, events) = events_of(&dir);
-    let kept = without_callers(&records(&events));
-    let all = tr_records(&dir);
-    assert!(
-        kept.len() > 600 && kept.len() < 1700,
-        "{} records in 128K",
-        kept.len()
+    let Bounded {
+        dir,
+        reader,
+        events,
+        kept,
+        all,
+        ..
+    } = bounded(
+        &["--log-size", "128K", "--log-full-policy", "loop"],
+        600..1700,
     );
     assert_eq!(kept, all[all.len() - kept.len()..]);
     assert!(matches!(
@@ -531,24 +530,15 @@ fn a_log_that_fills_stops_growing_and_says_so() {
     if !bpf_available("log_until_full") {
         return;
     }
-    let (dir, run) = both(
-        &[
-            "--events",
-            "mutex",
-            "--log-size",
-            "128K",
-            "--log-full-policy",
-            "until-full",
-        ],
-        &["1", "20000"],
-    );
-    let (reader, events) = events_of(&dir);
-    let kept = without_callers(&records(&events));
-    let all = tr_records(&dir);
-    assert!(
-        !kept.is_empty() && kept.len() < 1700,
-        "{} records in 128K",
-        kept.len()
+    let Bounded {
+        run,
+        reader,
+        kept,
+        all,
+        ..
+    } = bounded(
+        &["--log-size", "128K", "--log-full-policy", "until-full"],
+        1..1700,
     );
     assert_eq!(kept, all[..kept.len()]);
     let status = reader.final_status().unwrap();

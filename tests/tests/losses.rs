@@ -1,25 +1,15 @@
 //! Records lost because the tracer fell behind are counted exactly and reported while tracing,
 //! when and on which CPUs (issue 14, part 3).
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use thrtrace_tests::{
-    Gated, TempDir, bpf_available, lines_as_they_come, read_trace, start_tracer, summary_count,
+    Gated, TempDir, bpf_available, lines_as_they_come, read_trace, signal, start_tracer,
+    summary_count,
 };
 
 const THREADS: u32 = 2;
 const PAIRS: u32 = 50_000;
-
-fn signal(pid: u32, signal: &str) {
-    let sent = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-}
 
 #[test]
 fn a_stalled_tracer_counts_every_record_it_lost_and_says_so_while_running() {

@@ -421,15 +421,8 @@ fn ensure_bpftrace() -> Result<()> {
 /// while it traces `SINK_PAIRS` lock+unlock pairs of a `mutex_gate` it did not start (so that
 /// the workload's own time is not the tracer's).
 fn tracer_cpu_per_record(tracer: &Path, dir: &Path, mode: SinkMode) -> Result<(f64, u64)> {
-    let gate: PathBuf = compile_workload("mutex_gate")?;
-    let mut target = command(gate)
-        .args(["0", &SINK_PAIRS.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
+    let (mut target, mut target_out) = start_gate(SINK_PAIRS)?;
     let mut line = String::new();
-    target_out.read_line(&mut line)?;
     let mut traced = command(tracer)
         .args(["--events", "mutex"])
         .args(mode.args(dir))
@@ -474,20 +467,27 @@ fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
     Ok((count(" records written")?, count(" lost")?))
 }
 
+/// A `mutex_gate` doing `pairs` lock+unlock pairs once its gate opens, waiting at the gate, and
+/// its output after the ready line.
+fn start_gate(pairs: u32) -> Result<(std::process::Child, BufReader<std::process::ChildStdout>)> {
+    let gate: PathBuf = compile_workload("mutex_gate")?;
+    let mut target = command(gate)
+        .args(["0", &pairs.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
+    target_out.read_line(&mut String::new())?;
+    Ok((target, target_out))
+}
+
 /// Milliseconds from starting the tracer (`--unbuffered`) on a waiting process to its "tracing
 /// pid" line; from the process's last traced call to its records being in the file; and from
 /// SIGINT to the tracer's exit.
 fn latencies(tracer: &Path, dir: &Path) -> Result<[f64; 3]> {
     const PAIRS: usize = 10;
-    let gate: PathBuf = compile_workload("mutex_gate")?;
-    let mut target = command(gate)
-        .args(["0", &PAIRS.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
+    let (mut target, mut target_out) = start_gate(PAIRS as u32)?;
     let mut line = String::new();
-    target_out.read_line(&mut line)?;
     let start = Instant::now();
     let mut traced = command(tracer)
         .args(["--events", "mutex:cond", "--unbuffered", "--dir"])
