@@ -10,7 +10,7 @@ use tracer_model::log::{Layout, LogFullPolicy, StreamFullPolicy};
 use crate::{
     attach::{launch, targets},
     error::UsageError,
-    sinks::output_dir::OutputDir,
+    sinks::output_dir::{OutputDir, OutputDirError},
     usage_bail,
 };
 
@@ -241,7 +241,7 @@ impl Cli {
         // Opened now, once: every file is created relative to it (see `sinks::output_dir`).
         let output = match (self.list_probes, dir) {
             (false, Some(dir)) => {
-                Some(OutputDir::open(&dir).map_err(|e| UsageError(e.to_string()))?)
+                Some(OutputDir::open(&dir).map_err(|e| unusable(&e, "with --dir"))?)
             }
             _ => None,
         };
@@ -297,12 +297,7 @@ impl Cli {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => std::path::Path::new("."),
         };
-        let dir = OutputDir::open(parent).map_err(|e| {
-            UsageError(
-                e.to_string()
-                    .replace("choose another with --dir", "choose another for --log"),
-            )
-        })?;
+        let dir = OutputDir::open(parent).map_err(|e| unusable(&e, "for --log"))?;
         let stream_size = self.stream_size.unwrap_or(DEFAULT_STREAM_SIZE);
         if stream_size < MIN_STREAM_SIZE {
             usage_bail!("--stream-size {stream_size}: give at least 64K");
@@ -331,6 +326,11 @@ impl Cli {
             log_full_policy,
         }))
     }
+}
+
+/// A directory that cannot be written to, and what to do about it (`with --dir`).
+fn unusable(error: &OutputDirError, option: &str) -> UsageError {
+    UsageError(format!("{error}: {}", error.advice(option)))
 }
 
 fn parse_policy<T: std::str::FromStr<Err = String>>(name: &str) -> Result<T> {

@@ -27,6 +27,11 @@ const TRUNCATED: u32 = 1;
 /// Appends `event` to `out`.
 pub fn encode(event: &Event, out: &mut Vec<u8>) {
     let start = out.len();
+    // A system event's payload, made once: it is checked for cut strings and then written.
+    let values = match event {
+        Event::System(e) => e.kind.values(),
+        Event::Thread(_) => Vec::new(),
+    };
     let (type_id, pid, lwpid, time_ns, thread_id, prog_address, truncated) = match event {
         Event::Thread(r) => (
             crate::event::thread_type_id(r.event1, r.event2).unwrap_or(0),
@@ -38,7 +43,7 @@ pub fn encode(event: &Event, out: &mut Vec<u8>) {
             false,
         ),
         Event::System(e) => {
-            let cut = e.kind.values().iter().any(|v| match v {
+            let cut = values.iter().any(|v| match v {
                 Value::Str(s) => s.len() > MAX_STRING,
                 Value::Bytes(b) => b.len() > MAX_STRING,
                 _ => false,
@@ -62,7 +67,7 @@ pub fn encode(event: &Event, out: &mut Vec<u8>) {
                 .for_each(|a| out.extend_from_slice(&a.to_le_bytes()));
         }
         Event::System(e) => {
-            for (value, &(_, ty)) in e.kind.values().iter().zip(e.kind.fields()) {
+            for (value, &(_, ty)) in values.iter().zip(e.kind.fields()) {
                 put_value(value, ty, out);
             }
         }

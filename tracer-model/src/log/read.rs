@@ -262,6 +262,15 @@ impl LogReader {
         self.types.get(&id)
     }
 
+    /// The name the log gives a thread event's codes (its own list, not this build's table).
+    pub fn thread_event_name(&self, record: &crate::TraceRecord) -> Option<&str> {
+        self.metadata
+            .event_types
+            .iter()
+            .find(|t| !t.is_system() && (t.event1, t.event2) == (record.event1, record.event2))
+            .map(|t| t.name.as_str())
+    }
+
     /// The status packet, if the log was closed.
     pub fn final_status(&self) -> Option<&FinalStatus> {
         self.final_status.as_ref()

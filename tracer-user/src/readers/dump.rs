@@ -52,8 +52,8 @@ fn write_events(reader: &LogReader, format: DumpFormat, out: &mut impl Write) ->
         match (format, &event) {
             (DumpFormat::Tr, Event::Thread(record)) => writeln!(out, "{}", Line(record))?,
             (DumpFormat::Tr, Event::System(_)) => {}
-            (DumpFormat::Text, _) => writeln!(out, "{}", text(&event))?,
-            (DumpFormat::Json, _) => writeln!(out, "{}", json_of(&event))?,
+            (DumpFormat::Text, _) => writeln!(out, "{}", text(reader, &event))?,
+            (DumpFormat::Json, _) => writeln!(out, "{}", json_of(reader, &event))?,
         }
     }
     Ok(())
@@ -98,19 +98,20 @@ fn timestamp(ns: i64) -> String {
     )
 }
 
-fn type_name(record: &TraceRecord) -> &'static str {
-    tracer_common::EventDef::find(record.event1, record.event2).map_or("unknown", |e| e.name)
+/// A thread event's name, from the log's own event-type list.
+fn type_name<'a>(reader: &'a LogReader, record: &TraceRecord) -> &'a str {
+    reader.thread_event_name(record).unwrap_or("unknown")
 }
 
 /// One readable line: time, pid/lwpid, the event's name, its fields.
-fn text(event: &Event) -> String {
+fn text(reader: &LogReader, event: &Event) -> String {
     match event {
         Event::Thread(r) => format!(
             "{} {}/{} {}[{}] a=[{}, {}, {}, {}, {}] tid={:#x} caller={:#x}",
             timestamp(r.time_ns() as i64),
             r.pid,
             r.lwpid,
-            type_name(r),
+            type_name(reader, r),
             r.which,
             r.a[0],
             r.a[1],
@@ -166,11 +167,11 @@ fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
 }
 
 /// One JSON object: the event info, the tr fields, and a system event's payload by name.
-fn json_of(event: &Event) -> Json {
+fn json_of(reader: &LogReader, event: &Event) -> Json {
     match event {
         Event::Thread(r) => json!({
             "type": "event",
-            "name": type_name(r),
+            "name": type_name(reader, r),
             "pid": r.pid,
             "lwpid": r.lwpid,
             "tid": r.tid,

@@ -231,24 +231,11 @@ impl Session {
         still_traced.sort_unstable();
         rest.extend(still_traced.into_iter().map(Staged::Exited));
         let lost_per_cpu = self.datapath.lost_per_cpu()?;
-        for (cpu, (&lost, &placed)) in (0..).zip(lost_per_cpu.iter().zip(&flow.placed)) {
+        for (cpu, &lost) in (0..).zip(&lost_per_cpu) {
+            let placed = flow.placed.get(cpu as usize).copied().unwrap_or(0);
             if lost > placed {
-                rest.push(Staged::System(overflow(
-                    end_ns,
-                    lost - placed,
-                    cpu,
-                    LossSource::Ring,
-                )));
-            }
-        }
-        for (cpu, &lost) in (0..).zip(lost_per_cpu.iter()).skip(flow.placed.len()) {
-            if lost > 0 {
-                rest.push(Staged::System(overflow(
-                    end_ns,
-                    lost,
-                    cpu,
-                    LossSource::Ring,
-                )));
+                let gap = overflow(end_ns, lost - placed, cpu, LossSource::Ring);
+                rest.push(Staged::System(gap));
             }
         }
         self.write(rest, &mut flow)?;
@@ -396,7 +383,7 @@ impl Session {
         const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
         let mut undecodable = 0;
         for item in items {
-            let raw = match item {
+            let (cpu, raw) = match item {
                 Staged::Record { cpu, raw } => (cpu, raw),
                 Staged::System(event) => {
                     self.sinks.system_event(&event).context(INCOMPLETE)?;
@@ -415,7 +402,6 @@ impl Session {
                     continue;
                 }
             };
-            let (cpu, raw) = raw;
             let time_ns = self.decoder.realtime_ns(raw.ktime_ns);
             if raw.lost_before > 0 {
                 let lost = u64::from(raw.lost_before);

@@ -44,10 +44,20 @@ pub struct FileIdentity {
 /// Why the output directory cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputDirError {
-    #[error("trace directory {path}: {source}: create it or choose another with --dir")]
+    #[error("trace directory {path}: {source}")]
     Open { path: PathBuf, source: io::Error },
-    #[error("trace directory {path} is not writable ({source}): choose another with --dir")]
+    #[error("trace directory {path} is not writable ({source})")]
     NotWritable { path: PathBuf, source: io::Error },
+}
+
+impl OutputDirError {
+    /// What the user can do, for the option that named the directory (`with --dir`).
+    pub fn advice(&self, option: &str) -> String {
+        match self {
+            OutputDirError::Open { .. } => format!("create it or choose another {option}"),
+            OutputDirError::NotWritable { .. } => format!("choose another {option}"),
+        }
+    }
 }
 
 impl OutputDir {
