@@ -319,7 +319,12 @@ impl LogReader {
             }
         };
         let entries_at = packet.offset + (HEADER_LEN + CONTEXT_LEN) as u64;
-        let mut entries = &payload[CONTEXT_LEN..];
+        let Some(mut entries) = payload.get(CONTEXT_LEN..) else {
+            return Err(corrupt(
+                packet.offset,
+                "the packet changed while it was read",
+            ));
+        };
         let mut events = Vec::with_capacity(packet.count as usize);
         while !entries.is_empty() {
             let offset = entries_at + (payload.len() - CONTEXT_LEN - entries.len()) as u64;
