@@ -7,6 +7,66 @@
 //!   names and buffering");
 //! - [`event`]: thread and system events and their types, as a trace stream holds them;
 //! - [`log`]: the trace log file, written and read back.
+//!
+//! # Reading a log
+//!
+//! [`log::LogReader`] is the analyzer's view of a log (`thrtrace-bpf --log FILE`): its
+//! attributes, its status, its event types, and its events in time order, all or those a
+//! [`log::Filter`] lets through. `dump`, `info`, `convert` and the C library `libposixtrace` are
+//! built on it. It checks every byte it reads, so any file gives events or an error, never a
+//! panic.
+//!
+//! ```
+//! use tracer_model::{event::Event, log::{Filter, LogReader}};
+//! # use tracer_model::{TraceRecord, event::event_types, log::*};
+//! # let path = std::env::temp_dir().join(format!("doc-example-{}.ptl", std::process::id()));
+//! # let metadata = Metadata {
+//! #     format: FORMAT_NAME.into(),
+//! #     format_version: FORMAT_VERSION,
+//! #     attributes: Attributes {
+//! #         generation_version: "doc".into(), trace_name: "app".into(), creation_time_ns: 0,
+//! #         clock_resolution_ns: 1, stream_min_size: 1 << 20,
+//! #         stream_full_policy: StreamFullPolicy::Flush, max_data_size: 42,
+//! #         inheritance: Inheritance::CloseForChild, log_max_size: None,
+//! #         log_full_policy: LogFullPolicy::Append,
+//! #     },
+//! #     layout: Layout::Append,
+//! #     event_types: event_types(),
+//! # };
+//! # let mut writer = LogWriter::create(std::fs::File::create(&path)?, &metadata)?;
+//! # let mut packet = EventPacket::default();
+//! # for (lwpid, event1, event2, which) in [(11, 2, 2, 1), (11, 2, 2, 2), (12, 2, 2, 1), (11, 3, 1, 0)] {
+//! #     let a = [0x1000, 0, 0, 0, 0];
+//! #     let record = TraceRecord { sec: 1, nsec: 0, lwpid, pid: 10, tid: 1, event1, event2, which, a, caller: 0 };
+//! #     packet.push(&Event::Thread(record));
+//! # }
+//! # writer.write(&packet, Status::default())?;
+//! # writer.close(FinalStatus::default())?;
+//!
+//! let log = LogReader::open(&path)?;
+//! let attributes = &log.metadata().attributes;
+//! println!("{} ({})", attributes.trace_name, attributes.generation_version);
+//! println!("running at the end: {}", log.status().running);
+//! for event_type in &log.metadata().event_types {
+//!     println!("{:5} {} ({})", event_type.id, event_type.name, event_type.category);
+//! }
+//!
+//! // The mutex calls of thread 11, as tr lines.
+//! let mut mutex_calls = log.events_where(Filter::default().events("mutex").lwpid(11));
+//! let mut lines = Vec::new();
+//! for event in mutex_calls.by_ref() {
+//!     if let Event::Thread(record) = event? {
+//!         lines.push(tracer_model::tr::Line(&record).to_string());
+//!     }
+//! }
+//! assert_eq!(lines.len(), 2);
+//!
+//! // Read them again from the start.
+//! mutex_calls.rewind();
+//! assert_eq!(mutex_calls.count(), 2);
+//! # std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod event;
 pub mod log;

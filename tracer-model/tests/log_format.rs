@@ -181,6 +181,25 @@ fn a_log_cut_anywhere_reads_up_to_its_last_whole_packet() {
 }
 
 #[test]
+fn a_closed_log_cut_anywhere_is_an_error_not_a_dead_writer() {
+    let log = TempLog::new("cut-closed");
+    write_log(&log, &metadata(None, LogFullPolicy::Append), 3, 10, true);
+    let whole = log.bytes();
+    assert_eq!(a1s(&log.open().unwrap()).len(), 30);
+    for cut in (1..whole.len()).step_by(37) {
+        std::fs::write(&log.0, &whole[..cut]).unwrap();
+        match log.open() {
+            Err(LogError::Corrupt { what, .. }) if cut > 24 => assert!(
+                what.contains("cut short") || what.contains("ends inside its metadata"),
+                "cut at {cut}: {what}"
+            ),
+            Err(LogError::Corrupt { .. } | LogError::NotALog) => {}
+            other => panic!("cut at {cut}: {:?}", other.map(|r| r.unclosed_at())),
+        }
+    }
+}
+
+#[test]
 fn a_flipped_byte_before_the_end_is_an_error_naming_its_packet() {
     let log = TempLog::new("flip");
     write_log(&log, &metadata(None, LogFullPolicy::Append), 3, 10, true);

@@ -3,9 +3,11 @@
 //! - [`packet`]: the 24-byte packet header and its CRC-32;
 //! - [`entry`]: how one event is laid out inside an events packet;
 //! - [`write`]: [`LogWriter`], which appends packets (or loops over slots);
-//! - [`read`]: [`LogReader`], which reads any file back and never trusts it.
+//! - [`read`]: [`LogReader`], which reads any file back and never trusts it;
+//! - [`filter`]: [`Filter`], which events of a log to read.
 
 pub mod entry;
+pub mod filter;
 pub mod packet;
 pub mod read;
 pub mod write;
@@ -15,7 +17,8 @@ use std::{fmt, str::FromStr};
 use serde::{Deserialize, Serialize};
 
 pub use self::{
-    read::{LogError, LogReader},
+    filter::{Filter, UnknownEvent},
+    read::{Events, LogError, LogReader},
     write::{EventPacket, LogWriter, Written},
 };
 use crate::event::EventType;

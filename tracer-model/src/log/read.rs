@@ -8,6 +8,7 @@ use std::{collections::HashMap, fs::File, io, os::unix::fs::FileExt, path::Path}
 use super::{
     FORMAT_NAME, FORMAT_VERSION, FinalStatus, Layout, Metadata, Status,
     entry::{self},
+    filter::Filter,
     packet::{BadHeader, HEADER_LEN, Header, Kind, MAGIC},
     write::CONTEXT_LEN,
 };
@@ -54,8 +55,13 @@ pub struct LogReader {
     /// In sequence order.
     packets: Vec<PacketRef>,
     final_status: Option<FinalStatus>,
+    /// The status packet's sequence number.
+    status_seq: Option<u64>,
     /// For a log that was not closed: the offset up to which it reads.
     unclosed_at: Option<u64>,
+    /// Thread event types by their tr codes, system event types by name.
+    thread_types: HashMap<(u16, u16), u16>,
+    system_types: HashMap<String, u16>,
 }
 
 /// What reading the bytes at an offset found.
@@ -126,9 +132,11 @@ impl LogReader {
             Found::CutShort => return Err(corrupt(0, "the log ends inside its metadata packet")),
             Found::Bad(what) => return Err(corrupt(0, what)),
         };
-        if header.kind != Kind::Metadata || header.seq != 0 {
+        if header.kind != Kind::Metadata {
             return Err(LogError::NotALog);
         }
+        // Rewritten with the status packet's sequence number when the log was closed.
+        let closed_with = header.seq;
         let metadata: Metadata = serde_json::from_slice(&payload)
             .map_err(|e| corrupt(HEADER_LEN as u64, format!("metadata: {e}")))?;
         if metadata.format != FORMAT_NAME {
@@ -141,13 +149,28 @@ impl LogReader {
                 return Err(corrupt(HEADER_LEN as u64, what));
             }
         }
+        let thread_types = metadata
+            .event_types
+            .iter()
+            .filter(|t| !t.is_system())
+            .map(|t| ((t.event1, t.event2), t.id))
+            .collect();
+        let system_types = metadata
+            .event_types
+            .iter()
+            .filter(|t| t.is_system())
+            .map(|t| (t.name.clone(), t.id))
+            .collect();
         let mut reader = LogReader {
             file,
             metadata,
             types,
             packets: Vec::new(),
             final_status: None,
+            status_seq: None,
             unclosed_at: None,
+            thread_types,
+            system_types,
         };
         let region_start = (HEADER_LEN + payload.len()) as u64;
         match reader.metadata.layout {
@@ -155,6 +178,12 @@ impl LogReader {
             Layout::Loop { slot_size, slots } => {
                 reader.scan_slots(region_start, file_len, slot_size, slots)?
             }
+        }
+        if closed_with != 0 && reader.status_seq != Some(closed_with) {
+            let end = reader.unclosed_at.unwrap_or(file_len);
+            let what = "the log was closed, but its status packet is missing: \
+                        the file was cut short after it was written";
+            return Err(corrupt(end, what));
         }
         Ok(reader)
     }
@@ -180,6 +209,7 @@ impl LogReader {
                 Kind::Events => self.packets.push(events_packet(offset, &header, &payload)?),
                 Kind::Status => {
                     self.final_status = Some(status_packet(offset, &payload)?);
+                    self.status_seq = Some(header.seq);
                     if end != file_len {
                         return Err(corrupt(end, "data after the status packet"));
                     }
@@ -210,6 +240,7 @@ impl LogReader {
             && header.kind == Kind::Status
         {
             self.final_status = Some(status_packet(status_at, &payload)?);
+            self.status_seq = Some(header.seq);
         }
         let mut damaged = Vec::new();
         for slot in 0..u64::from(slots) {
@@ -264,11 +295,8 @@ impl LogReader {
 
     /// The name the log gives a thread event's codes (its own list, not this build's table).
     pub fn thread_event_name(&self, record: &crate::TraceRecord) -> Option<&str> {
-        self.metadata
-            .event_types
-            .iter()
-            .find(|t| !t.is_system() && (t.event1, t.event2) == (record.event1, record.event2))
-            .map(|t| t.name.as_str())
+        let id = self.thread_types.get(&(record.event1, record.event2))?;
+        self.types.get(id).map(|t| t.name.as_str())
     }
 
     /// The status packet, if the log was closed.
@@ -295,11 +323,28 @@ impl LogReader {
         self.packets.first().map_or(0, |p| p.first_index)
     }
 
+    /// The type the log gives `event` (thread events by their tr codes, system events by
+    /// name); `None` for an event it does not list.
+    pub fn type_of(&self, event: &Event) -> Option<&EventType> {
+        let id = match event {
+            Event::Thread(r) => self.thread_types.get(&(r.event1, r.event2)),
+            Event::System(e) => self.system_types.get(e.kind.name()),
+        };
+        id.and_then(|id| self.types.get(id))
+    }
+
     /// Every event in order. A log that looped begins with an overflow standing for the
     /// events it overwrote.
     pub fn events(&self) -> Events<'_> {
+        self.events_where(Filter::default())
+    }
+
+    /// The events `filter` lets through, in order (check its names with [`Filter::check`]
+    /// first: a name the log does not have matches nothing).
+    pub fn events_where(&self, filter: Filter) -> Events<'_> {
         Events {
             reader: self,
+            filter,
             next_packet: 0,
             decoded: Vec::new().into_iter(),
             failed: false,
@@ -325,7 +370,9 @@ impl LogReader {
                 "the packet changed while it was read",
             ));
         };
-        let mut events = Vec::with_capacity(packet.count as usize);
+        // The count is the file's word: room for no more events than the payload can hold.
+        let most = (payload.len() - CONTEXT_LEN) / entry::ENTRY_HEADER_LEN;
+        let mut events = Vec::with_capacity((packet.count as usize).min(most));
         while !entries.is_empty() {
             let offset = entries_at + (payload.len() - CONTEXT_LEN - entries.len()) as u64;
             let (event, size) =
@@ -374,12 +421,22 @@ fn status_packet(offset: u64, payload: &[u8]) -> Result<FinalStatus, LogError> {
         .map_err(|e| corrupt(offset + HEADER_LEN as u64, format!("status: {e}")))
 }
 
-/// The events of a log in order; after an error, nothing more.
+/// The events of a log in order; after an error, nothing more until [`Events::rewind`].
 pub struct Events<'a> {
     reader: &'a LogReader,
+    filter: Filter,
     next_packet: usize,
     decoded: std::vec::IntoIter<Event>,
     failed: bool,
+}
+
+impl Events<'_> {
+    /// Back to the first event.
+    pub fn rewind(&mut self) {
+        self.next_packet = 0;
+        self.decoded = Vec::new().into_iter();
+        self.failed = false;
+    }
 }
 
 impl Iterator for Events<'_> {
@@ -387,8 +444,10 @@ impl Iterator for Events<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(event) = self.decoded.next() {
-                return Some(Ok(event));
+            for event in self.decoded.by_ref() {
+                if self.filter.matches(&event, self.reader.type_of(&event)) {
+                    return Some(Ok(event));
+                }
             }
             if self.failed {
                 return None;

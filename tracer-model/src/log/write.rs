@@ -113,6 +113,8 @@ pub enum Written {
 /// A log being written.
 pub struct LogWriter {
     file: File,
+    /// The metadata packet's payload, sealed again at the close.
+    metadata_json: Vec<u8>,
     layout: Layout,
     /// Where events packets begin: the end of the metadata packet.
     region_start: u64,
@@ -137,6 +139,7 @@ impl LogWriter {
         let attributes = &metadata.attributes;
         Ok(LogWriter {
             file,
+            metadata_json: json,
             layout: metadata.layout,
             region_start: packet.len() as u64,
             append_end: packet.len() as u64,
@@ -215,7 +218,9 @@ impl LogWriter {
         (self.events_written, self.events_not_written)
     }
 
-    /// Ends the log with its status packet (the counts are the writer's own).
+    /// Ends the log with its status packet (the counts are the writer's own), then marks the
+    /// metadata packet closed with the status packet's sequence number: a copy cut short
+    /// afterwards is told from a log whose writer died.
     pub fn close(self, mut status: FinalStatus) -> io::Result<()> {
         (status.events_written, status.events_not_written) = self.counts();
         status.status.log_full = self.log_full;
@@ -229,6 +234,9 @@ impl LogWriter {
         };
         let packet = packet::seal(Kind::Status, self.next_seq, &json);
         self.file.write_all_at(&packet, offset)?;
+        self.file.sync_data()?;
+        let metadata = packet::seal(Kind::Metadata, self.next_seq, &self.metadata_json);
+        self.file.write_all_at(&metadata, 0)?;
         self.file.sync_data()
     }
 }

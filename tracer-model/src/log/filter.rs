@@ -1,0 +1,90 @@
+//! Which events of a log to read: by event type or category, process, thread and time.
+
+use crate::event::{Event, EventType};
+
+/// Events to read from a log; the default reads every event.
+///
+/// Each part that is set must match: an event is read if its type or category is one of
+/// `events` (or `events` is empty), its pid one of `pids`, and so on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Event type names (`mutex_lock`, `posix_trace_overflow`) or categories (`mutex`,
+    /// `system`), as the log's event-type list names them.
+    pub events: Vec<String>,
+    pub pids: Vec<u32>,
+    pub lwpids: Vec<u32>,
+    /// CLOCK_REALTIME nanoseconds: events at or after `from_ns`, before `until_ns`.
+    pub from_ns: Option<i64>,
+    pub until_ns: Option<i64>,
+}
+
+/// A filter names an event type or category the log does not have.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{name}' is neither an event type nor a category of this log: it has {known}")]
+pub struct UnknownEvent {
+    pub name: String,
+    /// The log's categories, comma-separated.
+    pub known: String,
+}
+
+impl Filter {
+    /// Events of these types or categories, separated by `:` or `,` (`mutex:cond_wait`).
+    pub fn events(mut self, names: &str) -> Self {
+        let names = names.split([':', ',']).filter(|n| !n.is_empty());
+        self.events.extend(names.map(str::to_owned));
+        self
+    }
+
+    pub fn pid(mut self, pid: u32) -> Self {
+        self.pids.push(pid);
+        self
+    }
+
+    pub fn lwpid(mut self, lwpid: u32) -> Self {
+        self.lwpids.push(lwpid);
+        self
+    }
+
+    /// Events from `from_ns` (inclusive) until `until_ns` (exclusive).
+    pub fn between(mut self, from_ns: Option<i64>, until_ns: Option<i64>) -> Self {
+        self.from_ns = from_ns;
+        self.until_ns = until_ns;
+        self
+    }
+
+    /// Whether every name is a type or category of `types`.
+    pub fn check(&self, types: &[EventType]) -> Result<(), UnknownEvent> {
+        let known = |name: &String| types.iter().any(|t| t.name == *name || t.category == *name);
+        match self.events.iter().find(|name| !known(name)) {
+            None => Ok(()),
+            Some(name) => {
+                let mut categories: Vec<&str> = types.iter().map(|t| t.category.as_str()).collect();
+                categories.dedup();
+                Err(UnknownEvent {
+                    name: name.clone(),
+                    known: categories.join(", "),
+                })
+            }
+        }
+    }
+
+    /// Whether `event`, of type `event_type`, is one to read.
+    pub fn matches(&self, event: &Event, event_type: Option<&EventType>) -> bool {
+        let (pid, lwpid) = match event {
+            Event::Thread(record) => (record.pid, record.lwpid),
+            Event::System(system) => (system.pid, system.lwpid),
+        };
+        let time_ns = event.time_ns();
+        let of_type = self.events.is_empty()
+            || event_type.is_some_and(|t| {
+                self.events
+                    .iter()
+                    .any(|name| *name == t.name || *name == t.category)
+            });
+        of_type
+            && (self.pids.is_empty() || self.pids.contains(&pid))
+            && (self.lwpids.is_empty() || self.lwpids.contains(&lwpid))
+            && self.from_ns.is_none_or(|from| time_ns >= from)
+            && self.until_ns.is_none_or(|until| time_ns < until)
+    }
+}
