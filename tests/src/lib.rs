@@ -76,6 +76,17 @@ pub fn old_glibc_available(test: &str, workload: &str) -> bool {
 }
 
 /// True when nothing is `missing`; else skips `test` with a message, or fails it in CI.
+/// Whether `program` runs here (`program --version`); if not, skips the test, or fails it in
+/// CI, as [`bpf_available`] does. `cargo xtask setup` installs the ones the tests use.
+pub fn program_available(test: &str, program: &str) -> bool {
+    let runs = Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let why = format!("{program} is not installed (cargo xtask setup installs it)");
+    prerequisite(test, (!runs).then_some(why.as_str()))
+}
+
 fn prerequisite(test: &str, missing: Option<&str>) -> bool {
     let Some(why) = missing else {
         return true;
@@ -417,6 +428,63 @@ pub fn signal(pid: u32, signal: &str) {
         .status()
         .unwrap();
     assert!(sent.success());
+}
+
+/// `mutex_contend ARGS` traced with `options` into both a log (`app.ptl`) and tr files (`tr/`)
+/// in a new directory.
+pub fn log_and_dir(options: &[&str], args: &[&str]) -> (TempDir, Run) {
+    let dir = TempDir::new("log-and-dir");
+    fs::create_dir(dir.path().join("tr")).unwrap();
+    let workload = workload_arg("mutex_contend");
+    let mut argv = vec!["--log", "app.ptl", "--dir", "tr"];
+    argv.extend_from_slice(options);
+    argv.push("--");
+    argv.push(&workload);
+    argv.extend_from_slice(args);
+    let run = run_tracer(dir.path(), &argv);
+    assert!(run.status.success(), "{argv:?}: {run:?}");
+    (dir, run)
+}
+
+/// 300,000 mutex records made while the tracer is stopped, with 4 KiB rings, logged to
+/// `dir/app.ptl`: most are lost. Returns the tracer's counts of records written and lost
+/// (which add up to 300,000, give or take glibc's own locks).
+pub fn log_with_losses(dir: &TempDir) -> (u64, u64) {
+    let mut gate = Gated::start_with_threads(0, 50_000, 2);
+    let log = dir.path().join("app.ptl");
+    let (mut tracer, stderr) = start_tracer(
+        dir.path(),
+        &[gate.pid],
+        &[
+            "--events",
+            "mutex",
+            "--buffer-kib",
+            "4",
+            "--log",
+            &log.to_string_lossy(),
+        ],
+    );
+    let stopped = std::time::Instant::now();
+    signal(tracer.id(), "-STOP");
+    gate.run_phase_two();
+    std::thread::sleep(std::time::Duration::from_secs(2).saturating_sub(stopped.elapsed()));
+    signal(tracer.id(), "-CONT");
+    gate.finish();
+    assert!(tracer.wait().unwrap().success());
+    let rest: String = lines_as_they_come(stderr)
+        .iter()
+        .map(|l| l + "\n")
+        .collect();
+    let (written, lost) = (
+        summary_count(&rest, "records"),
+        summary_count(&rest, "lost"),
+    );
+    assert!(lost > 0, "{rest}");
+    // The mutex probes also see glibc's own recursive locks (the TLS lock taken when each
+    // thread starts and exits): those that arrive are dropped as rmutex calls, those that do
+    // not are counted lost, since the kernel cannot tell them apart.
+    assert!((300_000..=300_012).contains(&(written + lost)), "{rest}");
+    (written, lost)
 }
 
 /// Where Debian's glibc is.

@@ -1,11 +1,11 @@
 //! `--log FILE`: the POSIX trace stream and its log, read back with the product's own reader
 //! and with `dump` (issue 9).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use thrtrace_tests::{
-    Gated, Run, TempDir, TraceRecord, bpf_available, lines_as_they_come, read_trace, run_tracer,
-    run_workload, signal, start_tracer, summary_count,
+    Gated, Run, TempDir, TraceRecord, bpf_available, log_and_dir, log_with_losses, read_trace,
+    run_tracer, run_workload, signal, start_tracer, summary_count,
 };
 use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
@@ -66,27 +66,12 @@ fn dump(dir: &TempDir, args: &[&str]) -> Run {
     run_tracer(dir.path(), &argv)
 }
 
-/// `mutex_contend ARGS` traced with `options` into both a log (app.ptl) and tr files (tr/).
-fn both(options: &[&str], args: &[&str]) -> (TempDir, Run) {
-    let dir = TempDir::new("log-both");
-    std::fs::create_dir(dir.path().join("tr")).unwrap();
-    let workload = thrtrace_tests::workload_arg("mutex_contend");
-    let mut argv = vec!["--log", "app.ptl", "--dir", "tr"];
-    argv.extend_from_slice(options);
-    argv.push("--");
-    argv.push(&workload);
-    argv.extend_from_slice(args);
-    let run = run_tracer(dir.path(), &argv);
-    assert!(run.status.success(), "{argv:?}: {run:?}");
-    (dir, run)
-}
-
 #[test]
 fn the_log_holds_what_the_tr_files_hold_with_the_system_events_around_it() {
     if !bpf_available("log_and_tr") {
         return;
     }
-    let (dir, run) = both(&["--name", "contend"], &["2", "1000"]);
+    let (dir, run) = log_and_dir(&["--name", "contend"], &["2", "1000"]);
     // dump --format tr | sort equals cat tr.* | sort, line for line.
     let dumped = dump(&dir, &["--format", "tr"]);
     assert!(dumped.status.success(), "{dumped:?}");
@@ -216,7 +201,7 @@ fn the_log_holds_what_the_tr_files_hold_with_the_system_events_around_it() {
     bytes[middle] ^= 0x10;
     std::fs::write(dir.path().join("app.ptl"), &bytes).unwrap();
     let damaged = dump(&dir, &["--format", "tr"]);
-    assert_eq!(damaged.status.code(), Some(1), "{damaged:?}");
+    assert_eq!(damaged.status.code(), Some(2), "{damaged:?}");
     assert!(
         damaged
             .stderr
@@ -257,37 +242,7 @@ fn overflows_stand_where_records_were_lost_and_add_up_to_the_kernels_count() {
         return;
     }
     let dir = TempDir::new("log-overflow");
-    let mut gate = Gated::start_with_threads(0, 50_000, 2);
-    let (mut tracer, stderr) = start_tracer(
-        dir.path(),
-        &[gate.pid],
-        &[
-            "--events",
-            "mutex",
-            "--buffer-kib",
-            "4",
-            "--log",
-            &dir.path().join("app.ptl").to_string_lossy(),
-        ],
-    );
-    let stopped = Instant::now();
-    signal(tracer.id(), "-STOP");
-    gate.run_phase_two();
-    std::thread::sleep(Duration::from_secs(2).saturating_sub(stopped.elapsed()));
-    signal(tracer.id(), "-CONT");
-    gate.finish();
-    assert!(tracer.wait().unwrap().success());
-    let rest: String = lines_as_they_come(stderr)
-        .iter()
-        .map(|l| l + "\n")
-        .collect();
-    let (written, lost) = (
-        summary_count(&rest, "records"),
-        summary_count(&rest, "lost"),
-    );
-    assert!(lost > 0, "{rest}");
-    assert_eq!(written + lost, 300_000, "{rest}");
-
+    let (written, lost) = log_with_losses(&dir);
     let (reader, events) = events_of(&dir);
     assert_eq!(records(&events).len() as u64, written);
     let mut from_rings = 0;
@@ -391,7 +346,7 @@ struct Bounded {
 fn bounded(policy: &[&str], kept_between: std::ops::Range<usize>) -> Bounded {
     let mut options = vec!["--events", "mutex"];
     options.extend_from_slice(policy);
-    let (dir, run) = both(&options, &["1", "20000"]);
+    let (dir, run) = log_and_dir(&options, &["1", "20000"]);
     let (reader, events) = events_of(&dir);
     let kept = without_callers(&records(&events));
     let all = tr_records(&dir);
@@ -628,7 +583,7 @@ fn bad_log_options_and_bad_logs_get_one_line_each() {
         ),
         (
             &["dump", "missing.ptl"],
-            1,
+            2,
             "cannot read missing.ptl: No such file or directory",
         ),
     ];
@@ -643,7 +598,7 @@ fn bad_log_options_and_bad_logs_get_one_line_each() {
     }
     std::fs::write(dir.path().join("app.ptl"), "1:2:3\n").unwrap();
     let run = dump(&dir, &[]);
-    assert_eq!(run.status.code(), Some(1));
+    assert_eq!(run.status.code(), Some(2));
     assert_eq!(
         run.stderr.trim(),
         "thrtrace-bpf: cannot read app.ptl: not a thrtrace-bpf trace log: it does not begin with a log's metadata packet"

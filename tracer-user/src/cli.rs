@@ -114,6 +114,10 @@ pub struct Cli {
 pub enum Action {
     /// Print the events of a trace log written with --log
     Dump(DumpArgs),
+    /// Summarize a trace log: attributes, status, event types with counts, losses
+    Info(InfoArgs),
+    /// Write a trace log's events as the tr.* files of its run, or as a CTF trace
+    Convert(ConvertArgs),
 }
 
 #[derive(Debug, Args)]
@@ -122,8 +126,49 @@ pub struct DumpArgs {
     /// object per line
     #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
     pub format: DumpFormat,
+    /// Only these event types or categories, colon-separated (e.g. mutex_lock:cond:system)
+    #[arg(short = 'e', long, value_name = "EVENTS")]
+    pub events: Option<String>,
+    /// Only the events of this process (repeat for several)
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Only the events of this thread (repeat for several)
+    #[arg(long = "lwpid", value_name = "LWPID")]
+    pub lwpids: Vec<u32>,
     /// The log
     pub log: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
+    pub format: InfoFormat,
+    /// The log
+    pub log: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InfoFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The log
+    pub log: PathBuf,
+    /// tr: the tr.* files that --dir writes, byte for byte; ctf: a CTF 1.8 trace (babeltrace2,
+    /// Trace Compass)
+    #[arg(long, value_enum)]
+    pub to: ConvertFormat,
+    /// The directory to write into (made if missing); files of the same names are replaced
+    pub dir: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ConvertFormat {
+    Tr,
+    Ctf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,6 +1,8 @@
 //! Installs what building and testing need, only where it is missing, so that a second run
 //! takes well under 5 seconds: the nightly toolchain's rust-src (for `-Z build-std=core`),
-//! bpf-linker built against LLVM 22 (rustc's LLVM), and a C compiler for the workloads.
+//! bpf-linker built against LLVM 22 (rustc's LLVM), a C compiler for the workloads and the C
+//! analyzers, pkg-config (the installed library's test), and babeltrace2 (which reads the CTF
+//! traces `convert` writes, in the tests).
 
 use std::{path::Path, time::Instant};
 
@@ -15,8 +17,17 @@ pub fn ensure_prerequisites() -> Result<()> {
     let start = Instant::now();
     ensure_nightly_rust_src()?;
     ensure_bpf_linker()?;
-    if !succeeds(command("cc").arg("--version")) {
-        apt_install(&["gcc", "libc6-dev"])?;
+    let missing: Vec<&str> = [
+        ("cc", &["gcc", "libc6-dev"][..]),
+        ("pkg-config", &["pkgconf"]),
+        ("babeltrace2", &["babeltrace2"]),
+    ]
+    .into_iter()
+    .filter(|(program, _)| !succeeds(command(program).arg("--version")))
+    .flat_map(|(_, packages)| packages.iter().copied())
+    .collect();
+    if !missing.is_empty() {
+        apt_install(&missing)?;
     }
     eprintln!(
         "xtask: prerequisites present (checked in {:.1} s)",

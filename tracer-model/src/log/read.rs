@@ -17,7 +17,7 @@ use crate::event::{Event, EventType, LossSource, NO_CPU, SystemEvent, SystemKind
 /// Why a log cannot be read (or read further).
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     #[error("not a thrtrace-bpf trace log: it does not begin with a log's metadata packet")]
     NotALog,

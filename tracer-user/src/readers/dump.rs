@@ -1,34 +1,37 @@
 //! `thrtrace-bpf dump LOG`: every event of a log, as text, as tr lines, or as JSON lines.
 //!
 //! A log whose writer died reads up to its last whole packet, with a warning, and exit 0; a log
-//! damaged elsewhere prints what precedes the damage, then one line naming the offset, exit 1.
+//! damaged elsewhere prints what precedes the damage, then one line naming the offset, exit 2.
 
 use std::io::{self, BufWriter, Write};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{Value as Json, json};
 use tracer_model::{
     TraceRecord,
     event::{Event, SystemEvent, SystemKind, Value},
-    log::LogReader,
+    log::{Filter, LogReader},
     tr::Line,
 };
 
-use crate::cli::{DumpArgs, DumpFormat};
+use super::timestamp;
+use crate::{
+    cli::{DumpArgs, DumpFormat},
+    error::UsageError,
+};
 
 /// Dumps the log; returns the exit status.
 pub fn run(args: &DumpArgs) -> Result<i32> {
-    let reader = LogReader::open(&args.log)
-        .with_context(|| format!("cannot read {}", args.log.display()))?;
-    if let Some(offset) = reader.unclosed_at() {
-        say!(
-            "thrtrace-bpf: warning: {} was not closed (its tracer was killed or is still \
-             running): it reads up to byte {offset}",
-            args.log.display()
-        );
-    }
+    let reader = super::open_log(&args.log)?;
+    let mut filter = Filter::default().events(args.events.as_deref().unwrap_or(""));
+    filter.pids.clone_from(&args.pids);
+    filter.lwpids.clone_from(&args.lwpids);
+    filter
+        .check(&reader.metadata().event_types)
+        .map_err(|e| UsageError(format!("--events: {e}")))?;
     let mut out = BufWriter::new(io::stdout().lock());
-    let written = write_events(&reader, args.format, &mut out).and_then(|()| Ok(out.flush()?));
+    let written =
+        write_events(&reader, filter, args.format, &mut out).and_then(|()| Ok(out.flush()?));
     match written {
         Ok(()) => Ok(0),
         // As `head` expects: output that nobody reads any more is not an error.
@@ -43,11 +46,16 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
     }
 }
 
-fn write_events(reader: &LogReader, format: DumpFormat, out: &mut impl Write) -> Result<()> {
+fn write_events(
+    reader: &LogReader,
+    filter: Filter,
+    format: DumpFormat,
+    out: &mut impl Write,
+) -> Result<()> {
     if format == DumpFormat::Text {
         write_header(reader, out)?;
     }
-    for event in reader.events() {
+    for event in reader.events_where(filter) {
         let event = event?;
         match (format, &event) {
             (DumpFormat::Tr, Event::Thread(record)) => writeln!(out, "{}", Line(record))?,
@@ -88,14 +96,6 @@ fn write_header(reader: &LogReader, out: &mut impl Write) -> io::Result<()> {
         )?;
     }
     Ok(())
-}
-
-fn timestamp(ns: i64) -> String {
-    format!(
-        "{}.{:09}",
-        ns.div_euclid(1_000_000_000),
-        ns.rem_euclid(1_000_000_000)
-    )
 }
 
 /// A thread event's name, from the log's own event-type list.

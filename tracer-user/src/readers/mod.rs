@@ -1,4 +1,35 @@
 //! The commands that read a trace log back, each a thin layer over
-//! `tracer_model::log::LogReader`.
+//! `tracer_model::log::LogReader`: [`dump`] prints its events, [`info`] sums them up, and
+//! [`convert`] replays them into a sink (the tr files, or a CTF trace).
 
+pub mod convert;
 pub mod dump;
+pub mod info;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use tracer_model::log::LogReader;
+
+/// Opens a log, saying so when it was not closed (read up to its last whole packet).
+pub fn open_log(path: &Path) -> Result<LogReader> {
+    let reader =
+        LogReader::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if let Some(offset) = reader.unclosed_at() {
+        say!(
+            "thrtrace-bpf: warning: {} was not closed (its tracer was killed or is still \
+             running): it reads up to byte {offset}",
+            path.display()
+        );
+    }
+    Ok(reader)
+}
+
+/// Nanoseconds since the epoch as `seconds.nanoseconds`.
+pub fn timestamp(ns: i64) -> String {
+    format!(
+        "{}.{:09}",
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000)
+    )
+}

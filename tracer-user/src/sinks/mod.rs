@@ -1,9 +1,10 @@
 //! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files; [`log`]: the
-//! trace log, with the stream's policies); [`Sinks`] hands every event to each of them. The
+//! trace log, with the stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event to each of them. The
 //! session calls `begin`, then `record` and `system_event` in time order, `process_exited` once
 //! a process's last records are written, and `finish`. [`output_dir`] creates every file a
 //! sink writes, safely; [`descriptors`] bounds how many stay open.
 
+pub mod ctf;
 pub mod descriptors;
 pub mod log;
 pub mod output_dir;

@@ -87,6 +87,39 @@ impl OutputDir {
         Ok(output)
     }
 
+    /// Opens `path`, first making it (mode 0700, the sudo user's) if it does not exist. The
+    /// parent must exist: a mistyped path is an error, not a tree of new directories.
+    pub fn open_or_make(path: &Path) -> Result<Self, OutputDirError> {
+        let failed = |source: io::Error| OutputDirError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        if let (Some(name), Err(error)) = (path.file_name(), std::fs::symlink_metadata(path))
+            && error.kind() == io::ErrorKind::NotFound
+        {
+            let parent = match path.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let parent =
+                rustix::fs::open(parent, flags, Mode::empty()).map_err(|e| failed(e.into()))?;
+            rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o700))
+                .map_err(|e| failed(e.into()))?;
+            if let Some(user) = sudo::invoking_user() {
+                rustix::fs::chownat(
+                    &parent,
+                    name,
+                    Some(Uid::from_raw(user.uid)),
+                    Some(Gid::from_raw(user.gid)),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(|e| failed(e.into()))?;
+            }
+        }
+        OutputDir::open(path)
+    }
+
     /// The directory as the user named it.
     pub fn path(&self) -> &Path {
         &self.path

@@ -1,0 +1,67 @@
+//! `thrtrace-bpf convert LOG --to tr|ctf DIR`: the log's events replayed, in order, into the
+//! sink that writes that format, the same sinks a live trace writes to.
+
+use anyhow::{Context, Result};
+use tracer_model::{
+    event::{Event, SystemKind},
+    log::LogReader,
+};
+
+use crate::{
+    cli::{ConvertArgs, ConvertFormat},
+    error::UsageError,
+    sinks::{Sink, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles},
+};
+
+/// Converts the log; returns the exit status.
+pub fn run(args: &ConvertArgs) -> Result<i32> {
+    let reader = super::open_log(&args.log)?;
+    // Read once to the end first: a damaged log fails before any file is made.
+    if let Some(error) = reader.events().find_map(Result::err) {
+        return Err(
+            anyhow::Error::new(error).context(format!("cannot read {}", args.log.display()))
+        );
+    }
+    let dir = OutputDir::open_or_make(&args.dir)
+        .map_err(|e| UsageError(format!("{e}: {}", e.advice("directory"))))?;
+    let mut sink: Box<dyn Sink> = match args.to {
+        // Unbuffered or not, the bytes are the same; a few files open at once suffice.
+        ConvertFormat::Tr => Box::new(TrFiles::new(dir, false, 64)),
+        ConvertFormat::Ctf => Box::new(CtfTrace::new(dir, &reader)),
+    };
+    let summary = replay(&reader, sink.as_mut()).with_context(|| {
+        format!(
+            "cannot convert {}: what is in {} is incomplete",
+            args.log.display(),
+            args.dir.display()
+        )
+    })?;
+    say!("thrtrace-bpf: {summary}");
+    Ok(0)
+}
+
+/// Hands every event of `reader` to `sink`, as a live trace would; returns its summary.
+pub fn replay(reader: &LogReader, sink: &mut dyn Sink) -> Result<String> {
+    sink.begin()?;
+    let system_events = sink.wants_system_events();
+    for event in reader.events() {
+        match event? {
+            Event::Thread(record) => sink.record(&record)?,
+            Event::System(event) => {
+                if system_events {
+                    sink.system_event(&event)?;
+                }
+                if event.kind == SystemKind::ProcessDetach {
+                    sink.process_exited(event.pid)?;
+                }
+            }
+        }
+    }
+    let end = TraceEnd {
+        lost_per_cpu: reader
+            .final_status()
+            .map(|s| s.lost_per_cpu.clone())
+            .unwrap_or_default(),
+    };
+    Ok(sink.finish(&end)?)
+}

@@ -1,0 +1,354 @@
+//! The sink that writes a CTF 1.8 trace (the Common Trace Format of LTTng, which babeltrace2
+//! and Trace Compass read): a `metadata` file in TSDL, and one stream file per process, plus
+//! `trace` for the events of no process (start, stop, overflows).
+//!
+//! Everything is byte-aligned and little-endian, so that an event is its fields one after the
+//! other. Events lost where the log says so (an overflow event) are counted in the
+//! `events_discarded` field of the packets of the `trace` stream: a packet ends before each
+//! overflow, and the next one's count includes it, which readers report as discarded events.
+
+use std::{
+    collections::HashMap,
+    fmt::Write as _,
+    fs::File,
+    io::{self, Write},
+};
+
+use tracer_model::{
+    TraceRecord,
+    event::{EventType, FieldType, SystemEvent, SystemKind, Value},
+    log::LogReader,
+};
+
+use super::{Sink, TraceEnd, output_dir::OutputDir};
+
+/// CTF's packet magic.
+const PACKET_MAGIC: u32 = 0xC1FC_1FC1;
+/// Packets are cut at about this many bytes of events.
+const PACKET_BYTES: usize = 64 << 10;
+/// Packet header and context: magic, stream id, then the context fields of `METADATA_STREAM`.
+const PACKET_PREAMBLE: usize = 4 + 4 + 8 * 6 + 4;
+
+/// The stream of the events that belong to no process.
+const TRACE_STREAM: u32 = 0;
+
+/// One stream file and the packet being filled.
+struct Stream {
+    file: Option<File>,
+    name: String,
+    events: Vec<u8>,
+    first_ns: Option<u64>,
+    last_ns: u64,
+    packets: u64,
+    discarded: u64,
+}
+
+/// A CTF trace in one directory.
+pub struct CtfTrace {
+    dir: OutputDir,
+    metadata: String,
+    /// Event type ids by tr codes and by system event name, as the log gave them.
+    thread_ids: HashMap<(u16, u16), u16>,
+    system_ids: HashMap<String, u16>,
+    streams: HashMap<u32, Stream>,
+    events: u64,
+    /// Events that came before the previous one of their stream in time.
+    restamped: u64,
+}
+
+impl CtfTrace {
+    /// A trace of the events of `reader`'s log, in `dir`.
+    pub fn new(dir: OutputDir, reader: &LogReader) -> Self {
+        let types = &reader.metadata().event_types;
+        CtfTrace {
+            dir,
+            metadata: metadata(&reader.metadata().attributes.trace_name, types),
+            thread_ids: types
+                .iter()
+                .filter(|t| !t.is_system())
+                .map(|t| ((t.event1, t.event2), t.id))
+                .collect(),
+            system_ids: types
+                .iter()
+                .filter(|t| t.is_system())
+                .map(|t| (t.name.clone(), t.id))
+                .collect(),
+            streams: HashMap::new(),
+            events: 0,
+            restamped: 0,
+        }
+    }
+}
+
+impl Stream {
+    /// The stream of `pid` among `streams`, made on its first event.
+    fn of(streams: &mut HashMap<u32, Stream>, pid: u32) -> &mut Stream {
+        streams.entry(pid).or_insert_with(|| Stream {
+            file: None,
+            name: match pid {
+                TRACE_STREAM => "trace".to_owned(),
+                pid => format!("process-{pid}"),
+            },
+            events: Vec::new(),
+            first_ns: None,
+            last_ns: 0,
+            packets: 0,
+            discarded: 0,
+        })
+    }
+}
+
+impl CtfTrace {
+    /// Appends one event (its header, then `fields`) to the stream of `pid`.
+    fn push(&mut self, pid: u32, id: u16, time_ns: i64, fields: &[u8]) -> io::Result<()> {
+        self.events += 1;
+        let stream = Stream::of(&mut self.streams, pid);
+        // A stream's clock never goes back in CTF. A log can hold a record that reached the
+        // tracer too late to be put in its place (an overloaded consumer): it takes the time
+        // of the event before it.
+        let time = time_ns.max(0) as u64;
+        if time < stream.last_ns {
+            self.restamped += 1;
+        }
+        let time = time.max(stream.last_ns);
+        stream.first_ns.get_or_insert(time);
+        stream.last_ns = time;
+        stream.events.extend_from_slice(&id.to_le_bytes());
+        stream.events.extend_from_slice(&time.to_le_bytes());
+        stream.events.extend_from_slice(fields);
+        if stream.events.len() >= PACKET_BYTES {
+            stream.write_packet(&self.dir, pid)?;
+        }
+        Ok(())
+    }
+}
+
+impl Stream {
+    /// Writes the events gathered as one packet (an empty one too: it carries a count).
+    fn write_packet(&mut self, dir: &OutputDir, pid: u32) -> io::Result<()> {
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => self.file.insert(dir.create(&self.name)?.0),
+        };
+        let begin = self.first_ns.unwrap_or(self.last_ns);
+        let bits = ((PACKET_PREAMBLE + self.events.len()) * 8) as u64;
+        let mut packet = Vec::with_capacity(PACKET_PREAMBLE + self.events.len());
+        packet.extend_from_slice(&PACKET_MAGIC.to_le_bytes());
+        packet.extend_from_slice(&0u32.to_le_bytes());
+        for word in [
+            begin,
+            self.last_ns,
+            bits,
+            bits,
+            self.packets,
+            self.discarded,
+        ] {
+            packet.extend_from_slice(&word.to_le_bytes());
+        }
+        packet.extend_from_slice(&pid.to_le_bytes());
+        packet.extend_from_slice(&self.events);
+        file.write_all(&packet)?;
+        self.packets += 1;
+        self.events.clear();
+        self.first_ns = None;
+        Ok(())
+    }
+}
+
+impl Sink for CtfTrace {
+    fn begin(&mut self) -> io::Result<()> {
+        let (mut file, _) = self.dir.create("metadata")?;
+        file.write_all(self.metadata.as_bytes())
+    }
+
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
+        let Some(&id) = self.thread_ids.get(&(record.event1, record.event2)) else {
+            return Ok(());
+        };
+        let mut fields = Vec::with_capacity(66);
+        fields.extend_from_slice(&record.pid.to_le_bytes());
+        fields.extend_from_slice(&record.lwpid.to_le_bytes());
+        fields.extend_from_slice(&record.tid.to_le_bytes());
+        fields.extend_from_slice(&record.caller.to_le_bytes());
+        fields.extend_from_slice(&record.which.to_le_bytes());
+        record
+            .a
+            .iter()
+            .for_each(|a| fields.extend_from_slice(&a.to_le_bytes()));
+        self.push(record.pid, id, record.time_ns() as i64, &fields)
+    }
+
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        let Some(&id) = self.system_ids.get(event.kind.name()) else {
+            return Ok(());
+        };
+        let mut fields = Vec::new();
+        fields.extend_from_slice(&event.pid.to_le_bytes());
+        fields.extend_from_slice(&event.lwpid.to_le_bytes());
+        fields.push(u8::from(event.truncated));
+        for (value, &(_, ty)) in event.kind.values().iter().zip(event.kind.fields()) {
+            put_field(value, ty, &mut fields);
+        }
+        if let SystemKind::Overflow { lost, .. } = event.kind {
+            let stream = Stream::of(&mut self.streams, event.pid);
+            // The packet that holds the overflow is the first to count what it lost.
+            if !stream.events.is_empty() || stream.packets == 0 {
+                stream.write_packet(&self.dir, event.pid)?;
+            }
+            stream.discarded += lost;
+        }
+        self.push(event.pid, id, event.time_ns, &fields)
+    }
+
+    fn wants_system_events(&self) -> bool {
+        true
+    }
+
+    fn batch_done(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn process_exited(&mut self, pid: u32) -> io::Result<()> {
+        if let Some(mut stream) = self.streams.remove(&pid) {
+            stream.write_packet(&self.dir, pid)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
+        for (pid, stream) in &mut self.streams {
+            stream.write_packet(&self.dir, *pid)?;
+        }
+        let restamped = match self.restamped {
+            0 => String::new(),
+            n => format!(
+                " ({n} stamped with the time of the event before them: the log has them out \
+                 of time order)"
+            ),
+        };
+        Ok(format!(
+            "{} events in a CTF trace in {}{restamped}",
+            self.events,
+            self.dir.path().display()
+        ))
+    }
+}
+
+/// A payload value in its CTF type: integers as they are, strings NUL-terminated (their own
+/// NULs, which separate a command line's words, become spaces), bytes as a length and bytes.
+fn put_field(value: &Value, ty: FieldType, out: &mut Vec<u8>) {
+    match (ty, value) {
+        (FieldType::U16, _) => out.extend_from_slice(&(value.as_u64() as u16).to_le_bytes()),
+        (FieldType::U32, _) => out.extend_from_slice(&(value.as_u64() as u32).to_le_bytes()),
+        (FieldType::U64 | FieldType::I64, _) => {
+            out.extend_from_slice(&value.as_u64().to_le_bytes())
+        }
+        (FieldType::Str, _) => {
+            let text = value.as_str().trim_end_matches('\0');
+            out.extend(text.bytes().map(|b| if b == 0 { b' ' } else { b }));
+            out.push(0);
+        }
+        (FieldType::Bytes, Value::Bytes(bytes)) => {
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        (FieldType::Bytes, _) => out.extend_from_slice(&0u32.to_le_bytes()),
+    }
+}
+
+/// The TSDL description of the trace. Field names take CTF's leading underscore, which
+/// readers strip, so that no name can clash with a TSDL keyword.
+fn metadata(trace_name: &str, types: &[EventType]) -> String {
+    let mut tsdl = String::from(METADATA_PREAMBLE);
+    let quoted: String = trace_name
+        .chars()
+        .filter(|c| !c.is_control() && *c != '"' && *c != '\\')
+        .collect();
+    let _ = writeln!(
+        tsdl,
+        "env {{\n\ttracer_name = \"thrtrace-bpf\";\n\ttrace_name = \"{quoted}\";\n}};\n"
+    );
+    tsdl.push_str(METADATA_STREAM);
+    for event_type in types {
+        let mut fields = String::from("\t\tuint32_t _pid;\n\t\tuint32_t _lwpid;\n");
+        if event_type.is_system() {
+            fields.push_str("\t\tuint8_t _truncated;\n");
+            for field in &event_type.payload {
+                let name = &field.name;
+                let _ = match field.ty {
+                    FieldType::U16 => writeln!(fields, "\t\tuint16_t _{name};"),
+                    FieldType::U32 => writeln!(fields, "\t\tuint32_t _{name};"),
+                    FieldType::U64 => writeln!(fields, "\t\tuint64_t _{name};"),
+                    FieldType::I64 => writeln!(fields, "\t\tint64_t _{name};"),
+                    FieldType::Str => writeln!(fields, "\t\tstring _{name};"),
+                    FieldType::Bytes => writeln!(
+                        fields,
+                        "\t\tuint32_t _{name}_length;\n\t\thex8_t _{name}[_{name}_length];"
+                    ),
+                };
+            }
+        } else {
+            fields.push_str(
+                "\t\thex64_t _tid;\n\t\thex64_t _caller;\n\t\tuint16_t _which;\n\
+                 \t\tint64_t _a1;\n\t\tint64_t _a2;\n\t\tint64_t _a3;\n\t\tint64_t _a4;\n\
+                 \t\tint64_t _a5;\n",
+            );
+        }
+        let _ = writeln!(
+            tsdl,
+            "event {{\n\tname = \"{}\";\n\tid = {};\n\tstream_id = 0;\n\tfields := struct {{\n{fields}\t}};\n}};\n",
+            event_type.name, event_type.id
+        );
+    }
+    tsdl
+}
+
+const METADATA_PREAMBLE: &str = "/* CTF 1.8 */
+
+typealias integer { size = 8; align = 8; signed = false; } := uint8_t;
+typealias integer { size = 8; align = 8; signed = false; base = 16; } := hex8_t;
+typealias integer { size = 16; align = 8; signed = false; } := uint16_t;
+typealias integer { size = 32; align = 8; signed = false; } := uint32_t;
+typealias integer { size = 64; align = 8; signed = false; } := uint64_t;
+typealias integer { size = 64; align = 8; signed = false; base = 16; } := hex64_t;
+typealias integer { size = 64; align = 8; signed = true; } := int64_t;
+
+trace {
+\tmajor = 1;
+\tminor = 8;
+\tbyte_order = le;
+\tpacket.header := struct {
+\t\tuint32_t magic;
+\t\tuint32_t stream_id;
+\t};
+};
+
+clock {
+\tname = realtime;
+\tdescription = \"CLOCK_REALTIME, nanoseconds since the epoch\";
+\tfreq = 1000000000;
+\toffset = 0;
+};
+
+typealias integer { size = 64; align = 8; signed = false; map = clock.realtime.value; } := clock_t;
+
+";
+
+const METADATA_STREAM: &str = "stream {
+\tid = 0;
+\tpacket.context := struct {
+\t\tclock_t timestamp_begin;
+\t\tclock_t timestamp_end;
+\t\tuint64_t content_size;
+\t\tuint64_t packet_size;
+\t\tuint64_t packet_seq_num;
+\t\tuint64_t events_discarded;
+\t\tuint32_t pid;
+\t};
+\tevent.header := struct {
+\t\tuint16_t id;
+\t\tclock_t timestamp;
+\t};
+};
+
+";
