@@ -4,6 +4,9 @@
 //! quarter full; a record that does not fit is counted in `LOST`, never dropped silently.
 #![no_std]
 #![no_main]
+// The atomic intrinsics: the BPF target has no `Atomic*` types, but LLVM emits BPF atomics.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 use core::ptr;
 
@@ -355,9 +358,11 @@ fn emit(record: &RawRecord) {
     if let Some(pending) = LOST.get_ptr_mut(LOST_PENDING) {
         // SAFETY: per-CPU slot, as in `count_lost`; the entry is ours until submitted.
         unsafe {
+            // Taken and cleared in one step: a program preempted here by another on this CPU
+            // would otherwise report the same gap twice.
             if *pending != 0 {
-                (*entry.as_mut_ptr()).lost_before = (*pending).min(u64::from(u32::MAX)) as u32;
-                *pending = 0;
+                let lost = atomic_xchg::<u64, { AtomicOrdering::Relaxed }>(pending, 0);
+                (*entry.as_mut_ptr()).lost_before = lost.min(u64::from(u32::MAX)) as u32;
             }
         }
     }
@@ -401,6 +406,8 @@ fn stop_if_lossless(record: &RawRecord) {
     }
 }
 
+use core::intrinsics::{AtomicOrdering, atomic_xadd, atomic_xchg};
+
 use tracer_common::{LOST_PENDING, LOST_TOTAL, STOP_SENT};
 
 /// SIGSTOP's number on Linux.
@@ -410,8 +417,9 @@ const SIGSTOP: u32 = 19;
 fn count_lost() {
     for slot in [LOST_TOTAL, LOST_PENDING] {
         if let Some(counter) = LOST.get_ptr_mut(slot) {
-            // SAFETY: per-CPU slot; no other program runs on this CPU while this one does.
-            unsafe { *counter += 1 };
+            // SAFETY: per-CPU slot, valid for the program's run. Uprobe programs can be
+            // preempted by another on the same CPU, so the count is added atomically.
+            unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(counter, 1) };
         }
     }
 }
