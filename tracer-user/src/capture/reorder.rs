@@ -5,6 +5,9 @@
 //! read in one pass and its earlier one in the next. So records wait here until every record
 //! stamped before them must have been read: anything stamped before the previous pass began was
 //! committed long before the current pass (a pass is a poll interval later), so it has been read.
+//! Long before, but not always: a producer preempted between stamping a record and committing
+//! it (a loaded machine) commits it late, so records also wait out a margin of a few time
+//! slices.
 
 //!
 //! What waits here is any item stamped with CLOCK_MONOTONIC: records, and the system events the
@@ -17,14 +20,21 @@ pub struct Reorder<T> {
     arrivals: u64,
     /// The start of the previous drain pass: records stamped before it are complete.
     watermark: u64,
+    /// How long before the watermark a record may be stamped and still be committed late.
+    late_ns: u64,
 }
 
-impl<T> Default for Reorder<T> {
-    fn default() -> Self {
+/// The margin for records committed late: several scheduler time slices.
+pub const LATE_COMMIT_NS: u64 = 50_000_000;
+
+impl<T> Reorder<T> {
+    /// An empty stage whose records wait `late_ns` past the pass that completes them.
+    pub fn new(late_ns: u64) -> Self {
         Reorder {
             pending: BinaryHeap::new(),
             arrivals: 0,
             watermark: 0,
+            late_ns,
         }
     }
 }
@@ -72,7 +82,9 @@ impl<T> Reorder<T> {
         mut sink: impl FnMut(T),
     ) {
         let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
-        let watermark = behind_after.map_or(previous, |behind| behind.min(previous));
+        let watermark = behind_after
+            .map_or(previous, |behind| behind.min(previous))
+            .saturating_sub(self.late_ns);
         while let Some(Reverse(held)) = self.pending.peek() {
             if held.key.0 >= watermark {
                 break;
@@ -103,7 +115,7 @@ mod tests {
 
     #[test]
     fn holds_items_until_the_previous_pass_start_has_passed_them() {
-        let mut reorder = Reorder::default();
+        let mut reorder = Reorder::new(0);
         // Pass 1 (starts at 100) reads a migrated thread's later record only.
         reorder.push(90, 90);
         assert!(
@@ -121,7 +133,7 @@ mod tests {
 
     #[test]
     fn a_ring_left_behind_holds_back_what_it_may_still_precede() {
-        let mut reorder = Reorder::default();
+        let mut reorder = Reorder::new(0);
         released(&mut reorder, 100, None);
         for ktime in [40, 60, 90] {
             reorder.push(ktime, ktime);
@@ -132,8 +144,18 @@ mod tests {
     }
 
     #[test]
+    fn records_wait_out_the_margin_for_late_commits() {
+        let mut reorder = Reorder::new(30);
+        released(&mut reorder, 100, None);
+        reorder.push(60, 60);
+        reorder.push(80, 80);
+        assert_eq!(released(&mut reorder, 200, None), [60]);
+        assert_eq!(released(&mut reorder, 300, None), [80]);
+    }
+
+    #[test]
     fn equal_timestamps_keep_arrival_order() {
-        let mut reorder = Reorder::default();
+        let mut reorder = Reorder::new(0);
         for lwpid in 1..=3 {
             reorder.push(5, lwpid);
         }

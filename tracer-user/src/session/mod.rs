@@ -36,7 +36,12 @@ use crate::{
         targets,
     },
     capture::{
-        datapath::DataPath, decode::Decoder, kernel, loss::Losses, lossless, reorder::Reorder,
+        datapath::DataPath,
+        decode::Decoder,
+        kernel,
+        loss::Losses,
+        lossless,
+        reorder::{LATE_COMMIT_NS, Reorder},
     },
     sinks::{Sink, Sinks, TraceEnd},
 };
@@ -133,7 +138,7 @@ impl Session {
         let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
         liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut flow = Flow {
-            reorder: Reorder::default(),
+            reorder: Reorder::new(LATE_COMMIT_NS),
             processes: HashSet::new(),
             exiting: HashSet::new(),
             losses: Losses::new(Instant::now().into_std()),
