@@ -487,6 +487,45 @@ pub fn log_with_losses(dir: &TempDir) -> (u64, u64) {
     (written, lost)
 }
 
+/// Builds the C analyzer `tests/analyzers/NAME.c` against the workspace's `trace.h` and
+/// `libposixtrace.so` (built by `cargo build --release`) into `dir`; returns the program.
+pub fn build_analyzer(name: &str, dir: &Path) -> PathBuf {
+    let root = workspace_root();
+    let library_dir = tracer()
+        .parent()
+        .expect("the tracer's directory")
+        .to_owned();
+    assert!(
+        library_dir.join("libposixtrace.so").exists(),
+        "no libposixtrace.so beside the tracer: build it with `cargo build --release`"
+    );
+    let program = dir.join(name);
+    let built = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-D_POSIX_C_SOURCE=200809L",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
+        ])
+        .arg(&program)
+        .arg(root.join(format!("tests/analyzers/{name}.c")))
+        .arg("-I")
+        .arg(root.join("posixtrace/include"))
+        .arg(format!("-L{}", library_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", library_dir.display()))
+        .arg("-lposixtrace")
+        .output()
+        .expect("run cc");
+    assert!(
+        built.status.success(),
+        "{name}.c: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    program
+}
+
 /// Where Debian's glibc is.
 pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 

@@ -344,10 +344,7 @@ impl LogReader {
     pub fn events_where(&self, filter: Filter) -> Events<'_> {
         Events {
             reader: self,
-            filter,
-            next_packet: 0,
-            decoded: Vec::new().into_iter(),
-            failed: false,
+            cursor: Cursor::new(filter),
         }
     }
 
@@ -424,18 +421,13 @@ fn status_packet(offset: u64, payload: &[u8]) -> Result<FinalStatus, LogError> {
 /// The events of a log in order; after an error, nothing more until [`Events::rewind`].
 pub struct Events<'a> {
     reader: &'a LogReader,
-    filter: Filter,
-    next_packet: usize,
-    decoded: std::vec::IntoIter<Event>,
-    failed: bool,
+    cursor: Cursor,
 }
 
 impl Events<'_> {
     /// Back to the first event.
     pub fn rewind(&mut self) {
-        self.next_packet = 0;
-        self.decoded = Vec::new().into_iter();
-        self.failed = false;
+        self.cursor.rewind();
     }
 }
 
@@ -443,18 +435,52 @@ impl Iterator for Events<'_> {
     type Item = Result<Event, LogError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        self.cursor.next(self.reader)
+    }
+}
+
+/// A place in a log's events that does not borrow the log: for a reader kept beside its
+/// position, as the C library keeps them. [`Events`] is one with its log.
+#[derive(Debug)]
+pub struct Cursor {
+    filter: Filter,
+    next_packet: usize,
+    decoded: std::vec::IntoIter<Event>,
+    failed: bool,
+}
+
+impl Cursor {
+    /// Before the first event `filter` lets through.
+    pub fn new(filter: Filter) -> Cursor {
+        Cursor {
+            filter,
+            next_packet: 0,
+            decoded: Vec::new().into_iter(),
+            failed: false,
+        }
+    }
+
+    /// Back to the first event.
+    pub fn rewind(&mut self) {
+        self.next_packet = 0;
+        self.decoded = Vec::new().into_iter();
+        self.failed = false;
+    }
+
+    /// The next event of `reader`'s log (the log this cursor was used with from the start).
+    pub fn next(&mut self, reader: &LogReader) -> Option<Result<Event, LogError>> {
         loop {
             for event in self.decoded.by_ref() {
-                if self.filter.matches(&event, self.reader.type_of(&event)) {
+                if self.filter.matches(&event, reader.type_of(&event)) {
                     return Some(Ok(event));
                 }
             }
             if self.failed {
                 return None;
             }
-            let packet = *self.reader.packets.get(self.next_packet)?;
+            let packet = *reader.packets.get(self.next_packet)?;
             self.next_packet += 1;
-            match self.reader.packet_events(&packet) {
+            match reader.packet_events(&packet) {
                 Ok(mut events) => {
                     if self.next_packet == 1 && packet.first_index > 0 {
                         let time_ns = events.first().map_or(0, Event::time_ns);
