@@ -14,6 +14,8 @@ use std::{
     },
 };
 
+pub mod corpus;
+
 use tracer_common::EVENTS;
 pub use tracer_model::{
     TraceRecord,

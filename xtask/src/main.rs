@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod old_glibc;
 mod setup;
 mod shell;
@@ -31,6 +32,12 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
+    /// Fuzz the trace log reader (Rust and C APIs) with cargo-fuzz, from the malformed-log corpus
+    Fuzz {
+        /// How long to fuzz
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
     Stress {
         /// How many trials
@@ -49,6 +56,7 @@ fn main() {
         Task::Test => test::run_all(),
         Task::Bench { reps } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
+        Task::Fuzz { seconds } => fuzz::run_for(seconds),
     };
     if let Err(error) = result {
         eprintln!("xtask: {error:#}");

@@ -72,11 +72,12 @@ impl Header {
 
     /// Whether `payload` is the one this header was written with.
     pub fn check(&self, payload: &[u8]) -> bool {
-        crc(&self.bytes, payload) == self.crc
+        checksum(&self.bytes, payload) == self.crc
     }
 }
 
-fn crc(header: &[u8], payload: &[u8]) -> u32 {
+/// The CRC-32 a packet carries: of its header's first 20 bytes, then its payload.
+pub fn checksum(header: &[u8], payload: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(header);
     hasher.update(payload);
@@ -91,8 +92,8 @@ pub fn seal(kind: Kind, seq: u64, payload: &[u8]) -> Vec<u8> {
     packet.extend_from_slice(&(kind as u16).to_le_bytes());
     packet.extend_from_slice(&seq.to_le_bytes());
     packet.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    let checksum = crc(&packet, payload);
-    packet.extend_from_slice(&checksum.to_le_bytes());
+    let crc = checksum(&packet, payload);
+    packet.extend_from_slice(&crc.to_le_bytes());
     packet.extend_from_slice(payload);
     packet
 }

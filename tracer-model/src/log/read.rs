@@ -112,11 +112,11 @@ impl LogReader {
     pub fn from_file(file: File) -> Result<LogReader, LogError> {
         let file_len = file.metadata()?.len();
         let mut magic = [0u8; 4];
-        if file_len < HEADER_LEN as u64
-            || file.read_exact_at(&mut magic, 0).is_err()
-            || magic != MAGIC
-        {
+        if file.read_exact_at(&mut magic, 0).is_err() || magic != MAGIC {
             return Err(LogError::NotALog);
+        }
+        if file_len < HEADER_LEN as u64 {
+            return Err(corrupt(0, "the log ends inside its metadata packet"));
         }
         let mut header = [0u8; HEADER_LEN];
         file.read_exact_at(&mut header, 0)?;

@@ -6,7 +6,7 @@ use std::{
     io::{self, Write},
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{Value as Json, json};
 use tracer_model::{
     event::{Event, LossSource, SystemKind},
@@ -19,7 +19,8 @@ use crate::cli::{InfoArgs, InfoFormat};
 /// Prints the summary; returns the exit status.
 pub fn run(args: &InfoArgs) -> Result<i32> {
     let reader = super::open_log(&args.log)?;
-    let summary = Summary::of(&reader)?;
+    let summary =
+        Summary::of(&reader).with_context(|| format!("cannot read {}", args.log.display()))?;
     let mut out = io::stdout().lock();
     match args.format {
         InfoFormat::Json => writeln!(out, "{}", summary.json(&reader))?,

@@ -1,0 +1,309 @@
+//! The malformed-log corpus: named logs, each made from a good one (written by the product's
+//! own `LogWriter`) by one kind of damage, that every reader must refuse with an error: the Rust
+//! API, every CLI command, the C API, and the fuzzer, which starts from them.
+//!
+//! Most damage is made behind the packet checksums (the CRC is computed again), so that it
+//! reaches the checks after them: a reader must not rely on the CRC alone.
+
+use std::{fs::File, path::Path};
+
+use tracer_model::{
+    TraceRecord,
+    event::{Event, SystemEvent, SystemKind, event_types},
+    log::{
+        Attributes, EventPacket, FORMAT_NAME, FORMAT_VERSION, FinalStatus, Inheritance, Layout,
+        LogFullPolicy, LogWriter, Metadata, Status, StreamFullPolicy,
+        entry::ENTRY_HEADER_LEN,
+        packet::{HEADER_LEN, Kind, checksum, seal},
+        write::CONTEXT_LEN,
+    },
+};
+
+/// Events packets in the good logs, and thread events in each.
+const PACKETS: i64 = 3;
+const PER_PACKET: i64 = 4;
+
+fn metadata(layout: Layout, log_max_size: Option<u64>, policy: LogFullPolicy) -> Metadata {
+    Metadata {
+        format: FORMAT_NAME.into(),
+        format_version: FORMAT_VERSION,
+        attributes: Attributes {
+            generation_version: "corpus".into(),
+            trace_name: "corpus".into(),
+            creation_time_ns: 1_700_000_000_000_000_000,
+            clock_resolution_ns: 1,
+            stream_min_size: 1 << 20,
+            stream_full_policy: StreamFullPolicy::Flush,
+            max_data_size: 2080,
+            inheritance: Inheritance::CloseForChild,
+            log_max_size,
+            log_full_policy: policy,
+        },
+        layout,
+        event_types: event_types(),
+    }
+}
+
+/// Thread event `n`: mutex_lock entry by thread 11 of process 10, a1 = n.
+fn record(n: i64) -> Event {
+    Event::Thread(TraceRecord {
+        sec: 1_700_000_000 + n,
+        nsec: 5,
+        lwpid: 11,
+        pid: 10,
+        tid: 0x7f00,
+        event1: 2,
+        event2: 2,
+        which: 1,
+        a: [n, -1, 2, 3, 4],
+        caller: 0x4010,
+    })
+}
+
+fn write_log(path: &Path, metadata: &Metadata, packets: i64) -> Vec<u8> {
+    let mut writer = LogWriter::create(File::create(path).unwrap(), metadata).unwrap();
+    for p in 0..packets {
+        let mut packet = EventPacket::default();
+        if p == 0 {
+            let start = SystemKind::Start { filter: Vec::new() };
+            packet.push(&Event::System(SystemEvent::new(1_700_000_000, start)));
+        }
+        for n in 0..PER_PACKET {
+            packet.push(&record(p * PER_PACKET + n));
+        }
+        writer.write(&packet, Status::default()).unwrap();
+    }
+    writer.close(FinalStatus::default()).unwrap();
+    std::fs::read(path).unwrap()
+}
+
+/// A good appended log: metadata, three events packets, status.
+pub fn good_log(scratch: &Path) -> Vec<u8> {
+    let path = scratch.join("good.ptl");
+    write_log(
+        &path,
+        &metadata(Layout::Append, None, LogFullPolicy::Append),
+        PACKETS,
+    )
+}
+
+/// A good looping log, closed, whose slots have all been written.
+fn good_loop_log(scratch: &Path) -> (Vec<u8>, Layout) {
+    let layout = Layout::choose(Some(Layout::MIN_LOOP_SIZE), LogFullPolicy::Loop);
+    let Layout::Loop { slots, .. } = layout else {
+        unreachable!("a looping layout")
+    };
+    let meta = metadata(layout, Some(Layout::MIN_LOOP_SIZE), LogFullPolicy::Loop);
+    let path = scratch.join("good-loop.ptl");
+    (write_log(&path, &meta, i64::from(slots) + 2), layout)
+}
+
+/// Where each packet of an appended log starts, and its length, header included.
+fn packets(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at + HEADER_LEN <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
+        found.push((at, HEADER_LEN + len));
+        at += HEADER_LEN + len;
+    }
+    found
+}
+
+/// Computes the CRC of the packet at `at` again, as a writer would have.
+fn reseal(bytes: &mut [u8], at: usize) {
+    let len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
+    let payload = &bytes[at + HEADER_LEN..at + HEADER_LEN + len];
+    let crc = checksum(&bytes[at..at + 20], payload);
+    bytes[at + 20..at + 24].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn flip(mut bytes: Vec<u8>, at: usize, mask: u8) -> Vec<u8> {
+    bytes[at] ^= mask;
+    bytes
+}
+
+fn put(mut bytes: Vec<u8>, at: usize, value: &[u8], reseal_at: Option<usize>) -> Vec<u8> {
+    bytes[at..at + value.len()].copy_from_slice(value);
+    if let Some(packet) = reseal_at {
+        reseal(&mut bytes, packet);
+    }
+    bytes
+}
+
+/// A log with the metadata packet's JSON replaced by `json` (offsets after it shift with it:
+/// an appended log's packets are found by walking, so it stays readable up to the change).
+fn with_metadata(good: &[u8], json: &[u8], seq: u64) -> Vec<u8> {
+    let (_, metadata_len) = packets(good)[0];
+    let mut bytes = seal(Kind::Metadata, seq, json);
+    bytes.extend_from_slice(&good[metadata_len..]);
+    bytes
+}
+
+/// Every malformed log of the corpus, by name.
+pub fn corpus(scratch: &Path) -> Vec<(&'static str, Vec<u8>)> {
+    let good = good_log(scratch);
+    let at = packets(&good);
+    let (metadata, first, second, third, status) = (at[0], at[1], at[2], at[3], at[4]);
+    let closed_seq = u64::from_le_bytes(good[8..16].try_into().unwrap());
+    let metadata_json = &good[HEADER_LEN..metadata.1];
+    let entries = first.0 + HEADER_LEN + CONTEXT_LEN;
+    // The first entry is the START event; the second, a thread event, follows it.
+    let start_len = usize::from(u16::from_le_bytes([good[entries], good[entries + 1]]));
+    let thread_entry = entries + start_len;
+    let (loop_log, layout) = good_loop_log(scratch);
+    let Layout::Loop { slot_size, .. } = layout else {
+        unreachable!("a looping layout")
+    };
+    let slot = |n: usize| metadata.1 + n * slot_size as usize;
+    let cut = |end: usize| good[..end].to_vec();
+
+    let mut duplicated = json_value(metadata_json);
+    let types = duplicated["event_types"].as_array_mut().unwrap();
+    types.push(types[0].clone());
+    let mut swapped = good.clone();
+    swapped[second.0..second.0 + second.1].copy_from_slice(&good[third.0..third.0 + third.1]);
+    swapped[third.0..third.0 + third.1].copy_from_slice(&good[second.0..second.0 + second.1]);
+    let mut repeated = good.clone();
+    repeated[third.0..third.0 + third.1].copy_from_slice(&good[second.0..second.0 + second.1]);
+    let mut wrapped = loop_log.clone();
+    let half = slot_size as usize / 2;
+    wrapped.copy_within(slot(2)..slot(2) + half, slot(1) + 100);
+    let mut second_metadata = good.clone();
+    second_metadata.truncate(status.0);
+    second_metadata.extend_from_slice(&seal(Kind::Metadata, 4, metadata_json));
+    second_metadata.extend_from_slice(&good[status.0..]);
+    let mut trailing = good.clone();
+    trailing.extend_from_slice(b"and some bytes after the status packet");
+
+    vec![
+        ("empty", Vec::new()),
+        ("magic-only", good[..4].to_vec()),
+        (
+            "not-a-log",
+            b"sec:nsec:lwpid:pid:tid:event1:event2:which\n".to_vec(),
+        ),
+        ("wrong-magic", put(good.clone(), 0, b"PTLQ", None)),
+        (
+            "future-version",
+            put(good.clone(), 4, &2u16.to_le_bytes(), Some(0)),
+        ),
+        ("cut-in-metadata-header", cut(10)),
+        ("cut-after-metadata-header", cut(HEADER_LEN)),
+        ("cut-in-metadata", cut(metadata.1 / 2)),
+        ("cut-after-metadata", cut(metadata.1)),
+        ("cut-in-events-header", cut(first.0 + 12)),
+        ("cut-in-events-context", cut(first.0 + HEADER_LEN + 8)),
+        ("cut-in-an-entry", cut(thread_entry + 20)),
+        ("cut-between-packets", cut(second.0)),
+        ("cut-before-status", cut(status.0)),
+        ("cut-in-status", cut(status.0 + status.1 - 3)),
+        (
+            "flipped-bit-in-magic",
+            flip(good.clone(), second.0 + 1, 0x01),
+        ),
+        (
+            "flipped-bit-in-version",
+            flip(good.clone(), second.0 + 4, 0x02),
+        ),
+        (
+            "flipped-bit-in-kind",
+            flip(good.clone(), second.0 + 6, 0x04),
+        ),
+        (
+            "flipped-bit-in-sequence",
+            flip(good.clone(), second.0 + 8, 0x01),
+        ),
+        (
+            "flipped-bit-in-length",
+            flip(good.clone(), second.0 + 17, 0x01),
+        ),
+        (
+            "flipped-bit-in-checksum",
+            flip(good.clone(), second.0 + 22, 0x80),
+        ),
+        (
+            "flipped-bit-in-payload",
+            flip(good.clone(), thread_entry + 50, 0x10),
+        ),
+        (
+            "flipped-bit-in-metadata",
+            flip(good.clone(), HEADER_LEN + 30, 0x08),
+        ),
+        (
+            "flipped-bit-in-status",
+            flip(good.clone(), status.0 + HEADER_LEN + 5, 0x01),
+        ),
+        (
+            "huge-declared-length",
+            put(good.clone(), first.0 + 16, &u32::MAX.to_le_bytes(), None),
+        ),
+        (
+            "length-past-the-end",
+            put(
+                good.clone(),
+                first.0 + 16,
+                &(16u32 << 20).to_le_bytes(),
+                None,
+            ),
+        ),
+        (
+            "huge-event-count",
+            put(
+                good.clone(),
+                first.0 + HEADER_LEN + 8,
+                &u32::MAX.to_le_bytes(),
+                Some(first.0),
+            ),
+        ),
+        (
+            "event-id-not-in-the-list",
+            put(
+                good.clone(),
+                thread_entry + 2,
+                &0x7777u16.to_le_bytes(),
+                Some(first.0),
+            ),
+        ),
+        (
+            "entry-longer-than-its-packet",
+            put(
+                good.clone(),
+                thread_entry,
+                &u16::MAX.to_le_bytes(),
+                Some(first.0),
+            ),
+        ),
+        (
+            "entry-shorter-than-its-header",
+            put(
+                good.clone(),
+                thread_entry,
+                &((ENTRY_HEADER_LEN - 1) as u16).to_le_bytes(),
+                Some(first.0),
+            ),
+        ),
+        ("packets-out-of-order", swapped),
+        ("packet-repeated", repeated),
+        ("second-metadata-packet", second_metadata),
+        ("data-after-status", trailing),
+        (
+            "metadata-not-json",
+            with_metadata(&good, b"{\"format\": ", closed_seq),
+        ),
+        (
+            "event-type-listed-twice",
+            with_metadata(&good, duplicated.to_string().as_bytes(), closed_seq),
+        ),
+        ("status-not-json", {
+            let mut bytes = good[..status.0].to_vec();
+            bytes.extend_from_slice(&seal(Kind::Status, closed_seq, b"[1, 2"));
+            bytes
+        }),
+        ("loop-wrapped-mid-packet", wrapped),
+    ]
+}
+
+fn json_value(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap()
+}

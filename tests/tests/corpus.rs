@@ -1,0 +1,121 @@
+//! The malformed-log corpus (`tests/src/corpus.rs`) against every reader: the Rust API, each
+//! CLI command, and the C API (issue 10). None may panic, allocate what a file declares, or
+//! return an event of a damaged packet as good.
+
+use std::path::{Path, PathBuf};
+
+use thrtrace_tests::{TempDir, build_analyzer, corpus, run_tracer};
+use tracer_model::{event::Event, log::LogReader};
+
+/// What the Rust API makes of a log: the events it returned as good, and whether it refused
+/// the log (at open, or at some packet).
+fn read_all(path: &Path) -> (Vec<Event>, bool) {
+    let reader = match LogReader::open(path) {
+        Ok(reader) => reader,
+        Err(_) => return (Vec::new(), true),
+    };
+    let mut good = Vec::new();
+    for event in reader.events() {
+        match event {
+            Ok(event) => good.push(event),
+            Err(_) => return (good, true),
+        }
+    }
+    (good, false)
+}
+
+fn write_corpus(scratch: &TempDir) -> Vec<(&'static str, PathBuf)> {
+    corpus::corpus(scratch.path())
+        .into_iter()
+        .map(|(name, bytes)| {
+            let path = scratch.path().join(format!("{name}.ptl"));
+            std::fs::write(&path, bytes).unwrap();
+            (name, path)
+        })
+        .collect()
+}
+
+#[test]
+fn the_rust_api_refuses_each_malformed_log_and_returns_no_damaged_event() {
+    let scratch = TempDir::new("corpus-rust");
+    let good = scratch.path().join("good.ptl");
+    std::fs::write(&good, corpus::good_log(scratch.path())).unwrap();
+    let (events, refused) = read_all(&good);
+    assert!(!refused);
+    assert_eq!(events.len(), 13);
+    let cases = write_corpus(&scratch);
+    assert!(cases.len() >= 20, "{} cases", cases.len());
+    for (name, path) in cases {
+        let (returned, refused) = read_all(&path);
+        assert!(refused, "{name}: read as a good log");
+        assert!(
+            events.starts_with(&returned),
+            "{name}: returned events the good log does not have"
+        );
+    }
+}
+
+#[test]
+fn every_cli_command_gives_one_line_and_status_2_for_each_malformed_log() {
+    let scratch = TempDir::new("corpus-cli");
+    let commands: [&[&str]; 7] = [
+        &["dump", "LOG"],
+        &["dump", "--format", "tr", "LOG"],
+        &["dump", "--format", "json", "LOG"],
+        &["info", "LOG"],
+        &["info", "--format", "json", "LOG"],
+        &["convert", "LOG", "--to", "tr", "out"],
+        &["convert", "LOG", "--to", "ctf", "out"],
+    ];
+    for (name, _) in write_corpus(&scratch) {
+        let file = format!("{name}.ptl");
+        for command in commands {
+            let args: Vec<&str> = command
+                .iter()
+                .map(|&a| if a == "LOG" { file.as_str() } else { a })
+                .collect();
+            let run = run_tracer(scratch.path(), &args);
+            assert_eq!(run.status.code(), Some(2), "{args:?}: {run:?}");
+            let prefix = format!("thrtrace-bpf: cannot read {file}: ");
+            assert!(run.stderr.starts_with(&prefix), "{args:?}: {}", run.stderr);
+            assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+            // Nothing converted from a log that cannot be read whole.
+            assert!(!scratch.path().join("out").exists(), "{args:?}");
+        }
+    }
+}
+
+#[test]
+fn the_c_api_returns_an_error_code_for_each_malformed_log() {
+    let scratch = TempDir::new("corpus-c");
+    let cases = write_corpus(&scratch);
+    let program = build_analyzer("open_errors", scratch.path());
+    let output = std::process::Command::new(&program)
+        .args(cases.iter().map(|(_, path)| path))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), cases.len());
+    for ((name, path), line) in cases.iter().zip(lines) {
+        let (_, returned) = (read_all(path), line);
+        let result = line.strip_prefix(&format!("{} ", path.display())).unwrap();
+        // Refused at open (EINVAL), or at the damaged packet (EIO) after the good ones.
+        let refused_at_open = result == format!("open={}", libc::EINVAL);
+        let refused_later = result.ends_with(&format!(" end={}", libc::EIO));
+        assert!(refused_at_open || refused_later, "{name}: {returned}");
+        if refused_later {
+            let (good, _) = read_all(path);
+            assert_eq!(
+                result,
+                format!("events={} end={}", good.len(), libc::EIO),
+                "{name}"
+            );
+        }
+    }
+}
