@@ -502,6 +502,11 @@ pub fn build_analyzer(name: &str, dir: &Path) -> PathBuf {
         "no libposixtrace.so beside the tracer: build it with `cargo build --release`"
     );
     let program = dir.join(name);
+    // The library's soname is libposixtrace.so.0, as installed; cargo makes no such link.
+    let soname = dir.join("libposixtrace.so.0");
+    if !soname.exists() {
+        std::os::unix::fs::symlink(library_dir.join("libposixtrace.so"), &soname).unwrap();
+    }
     let built = Command::new("cc")
         .args([
             "-std=c11",
@@ -516,7 +521,7 @@ pub fn build_analyzer(name: &str, dir: &Path) -> PathBuf {
         .arg("-I")
         .arg(root.join("posixtrace/include"))
         .arg(format!("-L{}", library_dir.display()))
-        .arg(format!("-Wl,-rpath,{}", library_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
         .arg("-lposixtrace")
         .output()
         .expect("run cc");

@@ -118,6 +118,26 @@ pub enum Action {
     Info(InfoArgs),
     /// Write a trace log's events as the tr.* files of its run, or as a CTF trace
     Convert(ConvertArgs),
+    /// Write the manual pages or a shell's completions (for `cargo xtask install`)
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: Generated,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Generated {
+    /// The manual pages, thrtrace-bpf.1 and one per subcommand, into DIR
+    Man { dir: PathBuf },
+    /// The completions for SHELL, on standard output
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]

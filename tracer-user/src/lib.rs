@@ -13,6 +13,7 @@ pub mod attach;
 pub mod capture;
 pub mod cli;
 pub mod error;
+pub mod manual;
 pub mod readers;
 pub mod session;
 pub mod sinks;

@@ -13,6 +13,7 @@ fn main() {
         Some(Action::Dump(args)) => thrtrace::readers::dump::run(args),
         Some(Action::Info(args)) => thrtrace::readers::info::run(args),
         Some(Action::Convert(args)) => thrtrace::readers::convert::run(args),
+        Some(Action::Generate(args)) => thrtrace::manual::generate(&args.what),
         None => cli.into_config().and_then(thrtrace::run),
     };
     let code = match result {

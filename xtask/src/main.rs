@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod fuzz;
+mod install;
 mod old_glibc;
 mod setup;
 mod shell;
@@ -32,6 +33,13 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
+    /// Build and install the binary, its man pages and completions, and the C analyzer library
+    /// with trace.h and posixtrace.pc
+    Install {
+        /// Where to install: bin/, lib/, include/ and share/ under it
+        #[arg(long, default_value = "/usr/local")]
+        prefix: std::path::PathBuf,
+    },
     /// Fuzz the trace log reader (Rust and C APIs) with cargo-fuzz, from the malformed-log corpus
     Fuzz {
         /// How long to fuzz
@@ -57,6 +65,7 @@ fn main() {
         Task::Bench { reps } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),
+        Task::Install { prefix } => install::run_install(&prefix),
     };
     if let Err(error) = result {
         eprintln!("xtask: {error:#}");

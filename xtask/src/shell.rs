@@ -70,9 +70,17 @@ pub fn succeeds(command: &mut Command) -> bool {
     command.output().is_ok_and(|o| o.status.success())
 }
 
-/// Builds the release tracer, with its BPF object, and returns its path.
+/// Builds the release tracer, with its BPF object, and the C analyzer library beside it;
+/// returns the tracer's path.
 pub fn build_tracer() -> Result<PathBuf> {
-    run(command("cargo").args(["build", "--release", "--package", "tracer-user"]))?;
+    run(command("cargo").args([
+        "build",
+        "--release",
+        "--package",
+        "tracer-user",
+        "--package",
+        "posixtrace",
+    ]))?;
     Ok(workspace_root().join("target/release/thrtrace-bpf"))
 }
 

@@ -1,0 +1,110 @@
+//! The manual pages and shell completions, generated from the command line's one definition
+//! ([`Cli`]) by clap_mangen and clap_complete; `cargo xtask install` installs them. What clap
+//! does not know (the environment, the files written, the exit statuses) is added here.
+
+use std::{
+    io::{self, Write},
+    path::Path,
+};
+
+use clap::CommandFactory;
+use clap_mangen::{
+    Man,
+    roff::{Roff, bold, roman},
+};
+
+use crate::cli::{Cli, Generated};
+
+/// Writes what `what` names; returns the exit status.
+pub fn generate(what: &Generated) -> anyhow::Result<i32> {
+    match what {
+        Generated::Man { dir } => write_man_pages(dir)?,
+        Generated::Completions { shell } => {
+            let mut command = Cli::command();
+            let name = command.get_name().to_owned();
+            // Made in memory first: clap_complete panics if its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut command, name, &mut script);
+            io::stdout().lock().write_all(&script)?;
+        }
+    }
+    Ok(0)
+}
+
+/// One page per command, `thrtrace-bpf.1` with the sections below.
+fn write_man_pages(dir: &Path) -> io::Result<()> {
+    let command = Cli::command();
+    clap_mangen::generate_to(command.clone(), dir)?;
+    let man = Man::new(command);
+    let mut page = Vec::new();
+    man.render(&mut page)?;
+    page.write_all(extra_sections().render().as_bytes())?;
+    std::fs::write(dir.join(man.get_filename()), page)
+}
+
+const ENVIRONMENT: [(&str, &str); 5] = [
+    ("THR_TRACE_EVENTS", "The categories to trace, as --events."),
+    ("THR_TRACE_DIR", "The directory for tr.* files, as --dir."),
+    (
+        "THR_TRACE_BUF",
+        "Any value: write each record as it arrives, as --unbuffered.",
+    ),
+    (
+        "THR_TRACE_LOSSLESS",
+        "Any value: never lose a record, as --lossless.",
+    ),
+    (
+        "SUDO_UID, SUDO_GID",
+        "Under sudo, the files written belong to this user, and a command given after -- runs as them.",
+    ),
+];
+
+const FILES: [(&str, &str); 3] = [
+    (
+        "tr.PPPPPPP.LLL",
+        "One per traced thread in the --dir directory: the low 28 bits of the pid and the low 12 \
+         bits of the lwpid in hex; one record a line, sec:nsec:lwpid:pid:tid:event1:event2:which:a1:a2:a3:a4:a5.",
+    ),
+    (
+        "FILE (--log)",
+        "A POSIX trace log: self-checking packets of events and system events, read by dump, \
+         info, convert and the C library libposixtrace (<trace.h>).",
+    ),
+    (
+        "DIR (convert)",
+        "The tr.* files of a log's run, or a CTF 1.8 trace (metadata and one stream per process).",
+    ),
+];
+
+const EXIT_STATUS: [(&str, &str); 5] = [
+    ("0", "Traced, or read, as asked."),
+    (
+        "1",
+        "A failure that is not the input's: BPF programs that cannot be loaded, a write that fails.",
+    ),
+    (
+        "2",
+        "Bad input: an option, a pid that does not exist, an unusable directory, a log that cannot be read.",
+    ),
+    (
+        "126, 127",
+        "The command after -- cannot be run, or is not found.",
+    ),
+    ("other", "With -- COMMAND, the command's own exit status."),
+];
+
+fn extra_sections() -> Roff {
+    let mut roff = Roff::new();
+    let mut section = |title: &str, items: &[(&str, &str)]| {
+        roff.control("SH", [title]);
+        for (name, text) in items {
+            roff.control("TP", []);
+            roff.text([bold(*name)]);
+            roff.text([roman(*text)]);
+        }
+    };
+    section("ENVIRONMENT", &ENVIRONMENT);
+    section("FILES", &FILES);
+    section("EXIT STATUS", &EXIT_STATUS);
+    roff
+}
