@@ -7,23 +7,7 @@
 #include <trace.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                                  \
-    do {                                                                             \
-        int error_ = (call);                                                         \
-        if (error_ != 0) {                                                           \
-            fprintf(stderr, "%s: %s\n", #call, strerror(error_));                    \
-            return 1;                                                                \
-        }                                                                            \
-    } while (0)
-
-#define EXPECT(call, error)                                                          \
-    do {                                                                             \
-        int error_ = (call);                                                         \
-        if (error_ != (error)) {                                                     \
-            fprintf(stderr, "%s: %d, not %s\n", #call, error_, #error);              \
-            return 1;                                                                \
-        }                                                                            \
-    } while (0)
+#include "check.h"
 
 int main(int argc, char **argv) {
     if (argc != 2) return 2;

@@ -8,14 +8,7 @@
 #include <trace.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                                  \
-    do {                                                                             \
-        int error_ = (call);                                                         \
-        if (error_ != 0) {                                                           \
-            fprintf(stderr, "%s: %s\n", #call, strerror(error_));                    \
-            return 1;                                                                \
-        }                                                                            \
-    } while (0)
+#include "check.h"
 
 static int is_system(const char *name) {
     return strncmp(name, "posix_trace_", 12) == 0 || strncmp(name, "thrtrace_", 9) == 0;

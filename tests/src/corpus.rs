@@ -1,5 +1,5 @@
-//! The malformed-log corpus: named logs, each made from a good one (written by the product's
-//! own `LogWriter`) by one kind of damage, that every reader must refuse with an error: the Rust
+//! Logs made with the product's own `LogWriter` for tests, and the malformed-log corpus: named
+//! logs, each made from a good one by one kind of damage, that every reader must refuse with an error: the Rust
 //! API, every CLI command, the C API, and the fuzzer, which starts from them.
 //!
 //! Most damage is made behind the packet checksums (the CRC is computed again), so that it
@@ -9,43 +9,44 @@ use std::{fs::File, path::Path};
 
 use tracer_model::{
     TraceRecord,
-    event::{Event, SystemEvent, SystemKind, event_types},
+    event::{Event, event_types},
     log::{
         Attributes, EventPacket, FORMAT_NAME, FORMAT_VERSION, FinalStatus, Inheritance, Layout,
-        LogFullPolicy, LogWriter, Metadata, Status, StreamFullPolicy,
+        LogFullPolicy, LogWriter, Metadata, Status, StreamFullPolicy, Written,
         entry::ENTRY_HEADER_LEN,
         packet::{HEADER_LEN, Kind, checksum, seal},
         write::CONTEXT_LEN,
     },
 };
 
-/// Events packets in the good logs, and thread events in each.
+/// Events packets in the good log, and thread events in each.
 const PACKETS: i64 = 3;
 const PER_PACKET: i64 = 4;
 
-fn metadata(layout: Layout, log_max_size: Option<u64>, policy: LogFullPolicy) -> Metadata {
+/// A log's metadata, with this build's event types, for at most `max` bytes under `policy`.
+pub fn metadata(max: Option<u64>, policy: LogFullPolicy) -> Metadata {
     Metadata {
         format: FORMAT_NAME.into(),
         format_version: FORMAT_VERSION,
         attributes: Attributes {
-            generation_version: "corpus".into(),
-            trace_name: "corpus".into(),
-            creation_time_ns: 1_700_000_000_000_000_000,
+            generation_version: "test".into(),
+            trace_name: "t".into(),
+            creation_time_ns: 1,
             clock_resolution_ns: 1,
             stream_min_size: 1 << 20,
             stream_full_policy: StreamFullPolicy::Flush,
-            max_data_size: 2080,
+            max_data_size: 42,
             inheritance: Inheritance::CloseForChild,
-            log_max_size,
+            log_max_size: max,
             log_full_policy: policy,
         },
-        layout,
+        layout: Layout::choose(max, policy),
         event_types: event_types(),
     }
 }
 
 /// Thread event `n`: mutex_lock entry by thread 11 of process 10, a1 = n.
-fn record(n: i64) -> Event {
+pub fn record(n: i64) -> Event {
     Event::Thread(TraceRecord {
         sec: 1_700_000_000 + n,
         nsec: 5,
@@ -60,42 +61,52 @@ fn record(n: i64) -> Event {
     })
 }
 
-fn write_log(path: &Path, metadata: &Metadata, packets: i64) -> Vec<u8> {
+/// Writes a log to `path`: `packets` packets of `per_packet` records each (record n has
+/// a1 = n), written while running, then closed if `close`. Returns what became of each packet.
+pub fn write_log(
+    path: &Path,
+    metadata: &Metadata,
+    packets: i64,
+    per_packet: i64,
+    close: bool,
+) -> Vec<Written> {
     let mut writer = LogWriter::create(File::create(path).unwrap(), metadata).unwrap();
-    for p in 0..packets {
-        let mut packet = EventPacket::default();
-        if p == 0 {
-            let start = SystemKind::Start { filter: Vec::new() };
-            packet.push(&Event::System(SystemEvent::new(1_700_000_000, start)));
-        }
-        for n in 0..PER_PACKET {
-            packet.push(&record(p * PER_PACKET + n));
-        }
-        writer.write(&packet, Status::default()).unwrap();
+    let running = Status {
+        running: true,
+        ..Status::default()
+    };
+    let outcomes = (0..packets)
+        .map(|p| {
+            let mut packet = EventPacket::default();
+            for n in 0..per_packet {
+                packet.push(&record(p * per_packet + n));
+            }
+            writer.write(&packet, running).unwrap()
+        })
+        .collect();
+    if close {
+        writer.close(FinalStatus::default()).unwrap();
     }
-    writer.close(FinalStatus::default()).unwrap();
+    outcomes
+}
+
+/// A good appended log, closed: metadata, three events packets of four records, status.
+pub fn good_log(scratch: &Path) -> Vec<u8> {
+    let path = scratch.join("good.ptl");
+    let append = metadata(None, LogFullPolicy::Append);
+    write_log(&path, &append, PACKETS, PER_PACKET, true);
     std::fs::read(path).unwrap()
 }
 
-/// A good appended log: metadata, three events packets, status.
-pub fn good_log(scratch: &Path) -> Vec<u8> {
-    let path = scratch.join("good.ptl");
-    write_log(
-        &path,
-        &metadata(Layout::Append, None, LogFullPolicy::Append),
-        PACKETS,
-    )
-}
-
-/// A good looping log, closed, whose slots have all been written.
+/// A good looping log, closed, whose slots have all been written (some twice).
 fn good_loop_log(scratch: &Path) -> (Vec<u8>, Layout) {
-    let layout = Layout::choose(Some(Layout::MIN_LOOP_SIZE), LogFullPolicy::Loop);
-    let Layout::Loop { slots, .. } = layout else {
+    let looping = metadata(Some(Layout::MIN_LOOP_SIZE), LogFullPolicy::Loop);
+    let Layout::Loop { slots, .. } = looping.layout else {
         unreachable!("a looping layout")
     };
-    let meta = metadata(layout, Some(Layout::MIN_LOOP_SIZE), LogFullPolicy::Loop);
     let path = scratch.join("good-loop.ptl");
-    (write_log(&path, &meta, i64::from(slots) + 2), layout)
+    write_log(&path, &looping, i64::from(slots) + 2, PER_PACKET, true);
+    (std::fs::read(path).unwrap(), looping.layout)
 }
 
 /// Where each packet of an appended log starts, and its length, header included.
@@ -147,10 +158,7 @@ pub fn corpus(scratch: &Path) -> Vec<(&'static str, Vec<u8>)> {
     let (metadata, first, second, third, status) = (at[0], at[1], at[2], at[3], at[4]);
     let closed_seq = u64::from_le_bytes(good[8..16].try_into().unwrap());
     let metadata_json = &good[HEADER_LEN..metadata.1];
-    let entries = first.0 + HEADER_LEN + CONTEXT_LEN;
-    // The first entry is the START event; the second, a thread event, follows it.
-    let start_len = usize::from(u16::from_le_bytes([good[entries], good[entries + 1]]));
-    let thread_entry = entries + start_len;
+    let thread_entry = first.0 + HEADER_LEN + CONTEXT_LEN;
     let (loop_log, layout) = good_loop_log(scratch);
     let Layout::Loop { slot_size, .. } = layout else {
         unreachable!("a looping layout")

@@ -1,13 +1,14 @@
-//! The log format written and read back, and every kind of damage a reader must survive.
+//! The log format written and read back, and every kind of damage a reader must survive (the
+//! named malformed logs are in `corpus.rs`).
 
 use std::{fs::File, os::unix::fs::FileExt, path::PathBuf};
 
+use thrtrace_tests::corpus::{metadata, record, write_log};
 use tracer_model::{
-    TraceRecord,
-    event::{Event, LossSource, SystemEvent, SystemKind, event_types},
+    event::{Event, LossSource, SystemEvent, SystemKind},
     log::{
-        Attributes, EventPacket, FORMAT_NAME, FORMAT_VERSION, FinalStatus, Inheritance, Layout,
-        LogError, LogFullPolicy, LogReader, LogWriter, Metadata, Status, StreamFullPolicy, Written,
+        EventPacket, FinalStatus, Layout, LogError, LogFullPolicy, LogReader, LogWriter, Status,
+        Written,
     },
 };
 
@@ -31,75 +32,6 @@ impl Drop for TempLog {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-fn metadata(max: Option<u64>, policy: LogFullPolicy) -> Metadata {
-    Metadata {
-        format: FORMAT_NAME.into(),
-        format_version: FORMAT_VERSION,
-        attributes: Attributes {
-            generation_version: "test".into(),
-            trace_name: "t".into(),
-            creation_time_ns: 1,
-            clock_resolution_ns: 1,
-            stream_min_size: 1 << 20,
-            stream_full_policy: StreamFullPolicy::Flush,
-            max_data_size: 42,
-            inheritance: Inheritance::CloseForChild,
-            log_max_size: max,
-            log_full_policy: policy,
-        },
-        layout: Layout::choose(max, policy),
-        event_types: event_types(),
-    }
-}
-
-fn record(n: i64) -> Event {
-    Event::Thread(TraceRecord {
-        sec: 1_700_000_000 + n,
-        nsec: 5,
-        lwpid: 11,
-        pid: 10,
-        tid: 0x7f00,
-        event1: 2,
-        event2: 2,
-        which: 1,
-        a: [n, -1, 2, 3, 4],
-        caller: 0x4010,
-    })
-}
-
-/// Writes `packets` packets of `per_packet` records each (record n has a1 = n).
-fn write_log(
-    log: &TempLog,
-    meta: &Metadata,
-    packets: i64,
-    per_packet: i64,
-    close: bool,
-) -> Vec<Written> {
-    let mut writer = LogWriter::create(File::create(&log.0).unwrap(), meta).unwrap();
-    let mut outcomes = Vec::new();
-    for p in 0..packets {
-        let mut packet = EventPacket::default();
-        for n in 0..per_packet {
-            packet.push(&record(p * per_packet + n));
-        }
-        outcomes.push(
-            writer
-                .write(
-                    &packet,
-                    Status {
-                        running: true,
-                        ..Status::default()
-                    },
-                )
-                .unwrap(),
-        );
-    }
-    if close {
-        writer.close(FinalStatus::default()).unwrap();
-    }
-    outcomes
 }
 
 fn a1s(reader: &LogReader) -> Vec<i64> {
@@ -163,7 +95,7 @@ fn events_read_back_as_written_with_metadata_and_status() {
 #[test]
 fn a_log_cut_anywhere_reads_up_to_its_last_whole_packet() {
     let log = TempLog::new("cut");
-    write_log(&log, &metadata(None, LogFullPolicy::Append), 3, 10, false);
+    write_log(&log.0, &metadata(None, LogFullPolicy::Append), 3, 10, false);
     let whole = log.bytes();
     let metadata_end = {
         let reader = log.open().unwrap();
@@ -183,7 +115,7 @@ fn a_log_cut_anywhere_reads_up_to_its_last_whole_packet() {
 #[test]
 fn a_closed_log_cut_anywhere_is_an_error_not_a_dead_writer() {
     let log = TempLog::new("cut-closed");
-    write_log(&log, &metadata(None, LogFullPolicy::Append), 3, 10, true);
+    write_log(&log.0, &metadata(None, LogFullPolicy::Append), 3, 10, true);
     let whole = log.bytes();
     assert_eq!(a1s(&log.open().unwrap()).len(), 30);
     for cut in (1..whole.len()).step_by(37) {
@@ -202,7 +134,7 @@ fn a_closed_log_cut_anywhere_is_an_error_not_a_dead_writer() {
 #[test]
 fn a_flipped_byte_before_the_end_is_an_error_naming_its_packet() {
     let log = TempLog::new("flip");
-    write_log(&log, &metadata(None, LogFullPolicy::Append), 3, 10, true);
+    write_log(&log.0, &metadata(None, LogFullPolicy::Append), 3, 10, true);
     let whole = log.bytes();
     let second_packet = whole.len() - 2 * (24 + 16 + 820) - 24 - 200;
     for at in [
@@ -238,7 +170,7 @@ fn foreign_files_and_other_versions_are_refused_clearly() {
     assert!(matches!(log.open(), Err(LogError::NotALog)));
     std::fs::write(&log.0, b"1700000000:1:2:3:4:5:6:7:8:9:10:11:12\n").unwrap();
     assert!(matches!(log.open(), Err(LogError::NotALog)));
-    write_log(&log, &metadata(None, LogFullPolicy::Append), 1, 1, true);
+    write_log(&log.0, &metadata(None, LogFullPolicy::Append), 1, 1, true);
     let mut bytes = log.bytes();
     bytes[4] = 9;
     std::fs::write(&log.0, &bytes).unwrap();
@@ -250,7 +182,7 @@ fn entries_that_lie_about_their_size_or_type_are_errors() {
     let log = TempLog::new("entries");
     let meta = metadata(None, LogFullPolicy::Append);
     for (at, value) in [(0usize, 10u8), (0, 0xff), (2, 0x7f)] {
-        write_log(&log, &meta, 1, 2, true);
+        write_log(&log.0, &meta, 1, 2, true);
         let mut bytes = log.bytes();
         let entry = bytes.len() - 2 * 82 - status_len(&bytes);
         bytes[entry + at] = value;
@@ -290,7 +222,7 @@ fn a_looping_log_keeps_its_newest_packets_and_says_how_many_events_went() {
     };
     assert_eq!((slot_size, slots), (4096, 16));
     // 40 packets of 40 records (3,320 bytes each): the last 16 stay.
-    write_log(&log, &meta, 40, 40, true);
+    write_log(&log.0, &meta, 40, 40, true);
     let reader = log.open().unwrap();
     assert_eq!(reader.overwritten(), 24 * 40);
     assert_eq!(a1s(&reader), (24 * 40..40 * 40).collect::<Vec<_>>());
@@ -316,7 +248,7 @@ fn a_looping_log_keeps_its_newest_packets_and_says_how_many_events_went() {
 fn a_looping_log_whose_writer_died_mid_slot_reads_the_rest() {
     let log = TempLog::new("loop-torn");
     let meta = metadata(Some(64 << 10), LogFullPolicy::Loop);
-    write_log(&log, &meta, 20, 40, false);
+    write_log(&log.0, &meta, 20, 40, false);
     let reader = log.open().unwrap();
     let region = reader.unclosed_at().unwrap() - 16 * 4096;
     drop(reader);
@@ -340,7 +272,7 @@ fn a_looping_log_whose_writer_died_mid_slot_reads_the_rest() {
 fn until_full_keeps_the_oldest_and_counts_what_it_kept_out() {
     let log = TempLog::new("until-full");
     let meta = metadata(Some(10_000), LogFullPolicy::UntilFull);
-    let outcomes = write_log(&log, &meta, 5, 40, true);
+    let outcomes = write_log(&log.0, &meta, 5, 40, true);
     assert_eq!(
         outcomes,
         [
