@@ -81,11 +81,28 @@ int main(int argc, char **argv) {
            posix_trace_eventid_equal(trid, POSIX_TRACE_START, POSIX_TRACE_STOP));
     EXPECT(posix_trace_eventid_get_name(trid, 0x7fff, name), EINVAL);
 
+    /* The event-type list, twice: rewound, it gives the same ids again. */
+    trace_event_id_t id, first_id = 0;
+    int unavailable;
+    unsigned types = 0, again = 0;
+    for (;;) {
+        CHECK(posix_trace_eventtypelist_getnext_id(trid, &id, &unavailable));
+        if (unavailable) break;
+        if (types++ == 0) first_id = id;
+    }
+    CHECK(posix_trace_eventtypelist_rewind(trid));
+    CHECK(posix_trace_eventtypelist_getnext_id(trid, &id, &unavailable));
+    int same_first = !unavailable && id == first_id;
+    while (!unavailable) {
+        again++;
+        CHECK(posix_trace_eventtypelist_getnext_id(trid, &id, &unavailable));
+    }
+    printf("types=%u\nagain=%u\nsame_first=%d\n", types, again, same_first);
+
     /* A payload buffer too small: the event is read truncated, and says so. */
     struct posix_trace_event_info info;
     char small[2];
     size_t len;
-    int unavailable;
     CHECK(posix_trace_getnext_event(trid, &info, small, sizeof small, &len, &unavailable));
     printf("first=%u len=%zu truncation=%s\n", info.posix_event_id, len,
            info.posix_truncation_status == POSIX_TRACE_TRUNCATED_READ ? "read" : "none");

@@ -137,6 +137,9 @@ fn a_c_analyzer_reads_the_attributes_and_status_the_log_holds() {
         ("equal", "1 unequal=0".to_owned()),
         ("first", format!("{start_id} len=2 truncation=read")),
         ("events", reader.events().count().to_string()),
+        ("types", reader.metadata().event_types.len().to_string()),
+        ("again", reader.metadata().event_types.len().to_string()),
+        ("same_first", "1".to_owned()),
     ]
     .into_iter()
     .collect();
