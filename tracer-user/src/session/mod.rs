@@ -235,15 +235,18 @@ impl Session {
         let mut still_traced: Vec<u32> = flow.described.iter().copied().collect();
         still_traced.sort_unstable();
         rest.extend(still_traced.into_iter().map(Staged::Exited));
+        // Written first: the records among them place the gaps they follow.
+        self.write(rest, &mut flow)?;
         let lost_per_cpu = self.datapath.lost_per_cpu()?;
+        let mut unplaced = Vec::new();
         for (cpu, &lost) in (0..).zip(&lost_per_cpu) {
             let placed = flow.placed.get(cpu as usize).copied().unwrap_or(0);
             if lost > placed {
                 let gap = overflow(end_ns, lost - placed, cpu, LossSource::Ring);
-                rest.push(Staged::System(gap));
+                unplaced.push(Staged::System(gap));
             }
         }
-        self.write(rest, &mut flow)?;
+        self.write(unplaced, &mut flow)?;
         flow.lossless_stops += lossless::resume_at_end(&mut self.datapath).len() as u64;
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
