@@ -15,8 +15,13 @@
 
 use std::{cmp::Reverse, collections::BinaryHeap};
 
+/// Items in time order. The heap holds small keys naming the slot of their item, so that
+/// keeping it in order moves 24 bytes, not a record: many thousands wait here at high rates.
 pub struct Reorder<T> {
-    pending: BinaryHeap<Reverse<Held<T>>>,
+    /// (timestamp, arrival, slot): records of one thread keep their program order.
+    order: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    slots: Vec<Option<T>>,
+    free: Vec<u32>,
     arrivals: u64,
     /// The start of the previous drain pass: records stamped before it are complete.
     watermark: u64,
@@ -31,45 +36,40 @@ impl<T> Reorder<T> {
     /// An empty stage whose records wait `late_ns` past the pass that completes them.
     pub fn new(late_ns: u64) -> Self {
         Reorder {
-            pending: BinaryHeap::new(),
+            order: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             arrivals: 0,
             watermark: 0,
             late_ns,
         }
     }
-}
 
-/// An item ordered by (timestamp, arrival): records of one thread keep their program order.
-struct Held<T> {
-    key: (u64, u64),
-    item: T,
-}
-
-impl<T> PartialEq for Held<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-impl<T> Eq for Held<T> {}
-impl<T> PartialOrd for Held<T> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<T> Ord for Held<T> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key.cmp(&other.key)
-    }
-}
-
-impl<T> Reorder<T> {
     /// Holds `item`, stamped `ktime_ns` (CLOCK_MONOTONIC).
     pub fn push(&mut self, ktime_ns: u64, item: T) {
         self.arrivals += 1;
-        self.pending.push(Reverse(Held {
-            key: (ktime_ns, self.arrivals),
-            item,
-        }));
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(item);
+                slot
+            }
+            None => {
+                self.slots.push(Some(item));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.order.push(Reverse((ktime_ns, self.arrivals, slot)));
+    }
+
+    /// The oldest item, if it is stamped before `before`.
+    fn pop_before(&mut self, before: u64) -> Option<T> {
+        let &Reverse((ktime_ns, _, _)) = self.order.peek()?;
+        if ktime_ns >= before {
+            return None;
+        }
+        let Reverse((_, _, slot)) = self.order.pop()?;
+        self.free.push(slot);
+        self.slots[slot as usize].take()
     }
 
     /// Ends a drain pass that began at `pass_start_ns` (CLOCK_MONOTONIC): hands over, in time
@@ -85,20 +85,15 @@ impl<T> Reorder<T> {
         let watermark = behind_after
             .map_or(previous, |behind| behind.min(previous))
             .saturating_sub(self.late_ns);
-        while let Some(Reverse(held)) = self.pending.peek() {
-            if held.key.0 >= watermark {
-                break;
-            }
-            if let Some(Reverse(held)) = self.pending.pop() {
-                sink(held.item);
-            }
+        while let Some(item) = self.pop_before(watermark) {
+            sink(item);
         }
     }
 
     /// Hands over everything, in time order: tracing has ended.
     pub fn release_all(&mut self, mut sink: impl FnMut(T)) {
-        while let Some(Reverse(held)) = self.pending.pop() {
-            sink(held.item);
+        while let Some(item) = self.pop_before(u64::MAX) {
+            sink(item);
         }
     }
 }
