@@ -58,8 +58,12 @@ impl Filter {
         match self.events.iter().find(|name| !known(name)) {
             None => Ok(()),
             Some(name) => {
-                let mut categories: Vec<&str> = types.iter().map(|t| t.category.as_str()).collect();
-                categories.dedup();
+                let mut categories: Vec<&str> = Vec::new();
+                for event_type in types {
+                    if !categories.contains(&event_type.category.as_str()) {
+                        categories.push(&event_type.category);
+                    }
+                }
                 Err(UnknownEvent {
                     name: name.clone(),
                     known: categories.join(", "),
@@ -86,5 +90,80 @@ impl Filter {
             && (self.lwpids.is_empty() || self.lwpids.contains(&lwpid))
             && self.from_ns.is_none_or(|from| time_ns >= from)
             && self.until_ns.is_none_or(|until| time_ns < until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        TraceRecord,
+        event::{SystemEvent, SystemKind, event_types},
+    };
+
+    fn lock(pid: u32, lwpid: u32, sec: i64) -> Event {
+        Event::Thread(TraceRecord {
+            sec,
+            nsec: 0,
+            lwpid,
+            pid,
+            tid: 1,
+            event1: 2,
+            event2: 2,
+            which: 1,
+            a: [0; 5],
+            caller: 0,
+        })
+    }
+
+    #[test]
+    fn each_part_of_a_filter_must_match() {
+        let types = event_types();
+        let type_of = |name: &str| types.iter().find(|t| t.name == name);
+        let lock_type = type_of("mutex_lock");
+        let event = lock(10, 11, 5);
+        let matches = |filter: Filter| filter.matches(&event, lock_type);
+        assert!(matches(Filter::default()));
+        assert!(matches(Filter::default().events("cond:mutex_lock")));
+        assert!(matches(Filter::default().events("mutex").pid(10).lwpid(11)));
+        assert!(!matches(Filter::default().events("cond")));
+        assert!(!matches(Filter::default().pid(9)));
+        assert!(!matches(Filter::default().lwpid(12)));
+        let second = 1_000_000_000;
+        assert!(matches(
+            Filter::default().between(Some(5 * second), Some(6 * second))
+        ));
+        assert!(!matches(
+            Filter::default().between(Some(5 * second + 1), None)
+        ));
+        assert!(!matches(Filter::default().between(None, Some(5 * second))));
+        let start = Event::System(SystemEvent::new(
+            0,
+            SystemKind::Start { filter: Vec::new() },
+        ));
+        let system = Filter::default().events("system");
+        assert!(system.matches(&start, type_of("posix_trace_start")));
+        assert!(!system.matches(&event, lock_type));
+    }
+
+    #[test]
+    fn names_the_log_does_not_have_are_refused_with_its_categories() {
+        let types = event_types();
+        assert_eq!(
+            Filter::default()
+                .events("mutex:posix_trace_stop")
+                .check(&types),
+            Ok(())
+        );
+        let error = Filter::default()
+            .events("mutex:bogus")
+            .check(&types)
+            .unwrap_err();
+        assert_eq!(error.name, "bogus");
+        assert!(
+            error.known.starts_with("thread, mutex, cond"),
+            "{}",
+            error.known
+        );
     }
 }
