@@ -260,13 +260,10 @@ fn put_field(value: &Value, ty: FieldType, out: &mut Vec<u8>) {
 /// readers strip, so that no name can clash with a TSDL keyword.
 fn metadata(trace_name: &str, types: &[EventType]) -> String {
     let mut tsdl = String::from(METADATA_PREAMBLE);
-    let quoted: String = trace_name
-        .chars()
-        .filter(|c| !c.is_control() && *c != '"' && *c != '\\')
-        .collect();
     let _ = writeln!(
         tsdl,
-        "env {{\n\ttracer_name = \"thrtrace-bpf\";\n\ttrace_name = \"{quoted}\";\n}};\n"
+        "env {{\n\ttracer_name = \"thrtrace-bpf\";\n\ttrace_name = \"{}\";\n}};\n",
+        quotable(trace_name)
     );
     tsdl.push_str(METADATA_STREAM);
     for event_type in types {
@@ -274,7 +271,7 @@ fn metadata(trace_name: &str, types: &[EventType]) -> String {
         if event_type.is_system() {
             fields.push_str("\t\tuint8_t _truncated;\n");
             for field in &event_type.payload {
-                let name = &field.name;
+                let name = identifier(&field.name);
                 let _ = match field.ty {
                     FieldType::U16 => writeln!(fields, "\t\tuint16_t _{name};"),
                     FieldType::U32 => writeln!(fields, "\t\tuint32_t _{name};"),
@@ -297,10 +294,26 @@ fn metadata(trace_name: &str, types: &[EventType]) -> String {
         let _ = writeln!(
             tsdl,
             "event {{\n\tname = \"{}\";\n\tid = {};\n\tstream_id = 0;\n\tfields := struct {{\n{fields}\t}};\n}};\n",
-            event_type.name, event_type.id
+            quotable(&event_type.name),
+            event_type.id
         );
     }
     tsdl
+}
+
+/// A log's text as a TSDL string's contents: a name from another machine's log cannot end the
+/// string or the line.
+fn quotable(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_control() && *c != '"' && *c != '\\')
+        .collect()
+}
+
+/// A log's field name as a TSDL identifier: letters, digits and underscores only.
+fn identifier(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
 }
 
 const METADATA_PREAMBLE: &str = "/* CTF 1.8 */
@@ -352,3 +365,29 @@ const METADATA_STREAM: &str = "stream {
 };
 
 ";
+
+#[cfg(test)]
+mod tests {
+    use tracer_model::event::{FieldSpec, event_types};
+
+    use super::*;
+
+    #[test]
+    fn names_from_a_hostile_log_stay_inside_their_strings_and_identifiers() {
+        let mut types = event_types();
+        types[0].name = "evil\";\n}; event { name = \"x".to_owned();
+        let last = types.last_mut().unwrap();
+        last.payload.push(FieldSpec {
+            name: "a b;}".to_owned(),
+            ty: FieldType::U32,
+        });
+        let tsdl = metadata("trace\"\n", &types);
+        assert!(
+            tsdl.contains("\tname = \"evil; event { name = x\";\n"),
+            "{tsdl}"
+        );
+        assert!(tsdl.contains("\t\tuint32_t _a_b__;\n"), "{tsdl}");
+        assert!(tsdl.contains("\ttrace_name = \"trace\";\n"), "{tsdl}");
+        assert_eq!(tsdl.matches("\nevent {").count(), types.len());
+    }
+}
