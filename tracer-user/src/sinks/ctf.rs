@@ -383,7 +383,7 @@ mod tests {
         });
         let tsdl = metadata("trace\"\n", &types);
         assert!(
-            tsdl.contains("\tname = \"evil; event { name = x\";\n"),
+            tsdl.contains("\tname = \"evil;}; event { name = x\";\n"),
             "{tsdl}"
         );
         assert!(tsdl.contains("\t\tuint32_t _a_b__;\n"), "{tsdl}");
