@@ -344,12 +344,7 @@ pub extern "C" fn posix_trace_eventtypelist_rewind(trid: trace_id_t) -> c_int {
 }
 
 fn type_with_id(trace: &OpenTrace, id: trace_event_id_t) -> Option<&EventType> {
-    trace
-        .reader
-        .metadata()
-        .event_types
-        .iter()
-        .find(|t| trace_event_id_t::from(t.id) == id)
+    trace.reader.event_type(u16::try_from(id).ok()?)
 }
 
 /// # Safety

@@ -52,6 +52,18 @@ pub enum LossSource {
     Undecodable = 3,
 }
 
+impl LossSource {
+    /// How readers name it: `ring`, `stream`, `log`, `undecodable`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossSource::Ring => "ring",
+            LossSource::Stream => "stream",
+            LossSource::Log => "log",
+            LossSource::Undecodable => "undecodable",
+        }
+    }
+}
+
 /// An overflow whose CPU is not known, or not a CPU's matter.
 pub const NO_CPU: u32 = u32::MAX;
 

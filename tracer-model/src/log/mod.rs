@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::{
     filter::{Filter, UnknownEvent},
-    read::{Cursor, Events, LogError, LogReader},
+    read::{Cursor, Events, LogError, LogReader, TypeIds},
     write::{EventPacket, LogWriter, Written},
 };
 use crate::event::EventType;

@@ -59,9 +59,45 @@ pub struct LogReader {
     status_seq: Option<u64>,
     /// For a log that was not closed: the offset up to which it reads.
     unclosed_at: Option<u64>,
-    /// Thread event types by their tr codes, system event types by name.
-    thread_types: HashMap<(u16, u16), u16>,
-    system_types: HashMap<String, u16>,
+    ids: TypeIds,
+}
+
+/// The ids a log gives its event types: thread events by their tr codes, system events by name.
+#[derive(Clone, Debug)]
+pub struct TypeIds {
+    thread: HashMap<(u16, u16), u16>,
+    system: HashMap<String, u16>,
+}
+
+impl TypeIds {
+    pub fn new(types: &[EventType]) -> TypeIds {
+        let (system, thread): (Vec<&EventType>, Vec<&EventType>) =
+            types.iter().partition(|t| t.is_system());
+        TypeIds {
+            thread: thread
+                .iter()
+                .map(|t| ((t.event1, t.event2), t.id))
+                .collect(),
+            system: system.iter().map(|t| (t.name.clone(), t.id)).collect(),
+        }
+    }
+
+    /// The id of the thread event with these tr codes.
+    pub fn thread(&self, event1: u16, event2: u16) -> Option<u16> {
+        self.thread.get(&(event1, event2)).copied()
+    }
+
+    /// The id of the system event of this name.
+    pub fn system(&self, name: &str) -> Option<u16> {
+        self.system.get(name).copied()
+    }
+
+    pub fn of(&self, event: &Event) -> Option<u16> {
+        match event {
+            Event::Thread(r) => self.thread(r.event1, r.event2),
+            Event::System(e) => self.system(e.kind.name()),
+        }
+    }
 }
 
 /// What reading the bytes at an offset found.
@@ -149,18 +185,7 @@ impl LogReader {
                 return Err(corrupt(HEADER_LEN as u64, what));
             }
         }
-        let thread_types = metadata
-            .event_types
-            .iter()
-            .filter(|t| !t.is_system())
-            .map(|t| ((t.event1, t.event2), t.id))
-            .collect();
-        let system_types = metadata
-            .event_types
-            .iter()
-            .filter(|t| t.is_system())
-            .map(|t| (t.name.clone(), t.id))
-            .collect();
+        let ids = TypeIds::new(&metadata.event_types);
         let mut reader = LogReader {
             file,
             metadata,
@@ -169,8 +194,7 @@ impl LogReader {
             final_status: None,
             status_seq: None,
             unclosed_at: None,
-            thread_types,
-            system_types,
+            ids,
         };
         let region_start = (HEADER_LEN + payload.len()) as u64;
         match reader.metadata.layout {
@@ -295,8 +319,8 @@ impl LogReader {
 
     /// The name the log gives a thread event's codes (its own list, not this build's table).
     pub fn thread_event_name(&self, record: &crate::TraceRecord) -> Option<&str> {
-        let id = self.thread_types.get(&(record.event1, record.event2))?;
-        self.types.get(id).map(|t| t.name.as_str())
+        let id = self.ids.thread(record.event1, record.event2)?;
+        self.types.get(&id).map(|t| t.name.as_str())
     }
 
     /// The status packet, if the log was closed.
@@ -323,14 +347,14 @@ impl LogReader {
         self.packets.first().map_or(0, |p| p.first_index)
     }
 
-    /// The type the log gives `event` (thread events by their tr codes, system events by
-    /// name); `None` for an event it does not list.
+    /// The type the log gives `event`; `None` for an event it does not list.
     pub fn type_of(&self, event: &Event) -> Option<&EventType> {
-        let id = match event {
-            Event::Thread(r) => self.thread_types.get(&(r.event1, r.event2)),
-            Event::System(e) => self.system_types.get(e.kind.name()),
-        };
-        id.and_then(|id| self.types.get(id))
+        self.ids.of(event).and_then(|id| self.types.get(&id))
+    }
+
+    /// The ids the log gives its event types.
+    pub fn type_ids(&self) -> &TypeIds {
+        &self.ids
     }
 
     /// Every event in order. A log that looped begins with an overflow standing for the

@@ -149,7 +149,7 @@ fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
         .map(|(&(name, _), value)| {
             let json = match (&event.kind, name, value) {
                 (SystemKind::Overflow { source, .. }, "source", _) => {
-                    json!(format!("{source:?}").to_lowercase())
+                    json!(source.name())
                 }
                 (_, "filter" | "old" | "new" | "cmdline", Value::Str(s)) => {
                     json!(s.split('\0').filter(|s| !s.is_empty()).collect::<Vec<_>>())

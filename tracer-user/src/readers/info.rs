@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Context, Result};
 use serde_json::{Value as Json, json};
 use tracer_model::{
-    event::{Event, LossSource, SystemKind},
+    event::{Event, SystemKind},
     log::LogReader,
 };
 
@@ -44,15 +44,6 @@ struct Summary {
     lost: BTreeMap<&'static str, u64>,
 }
 
-fn source_name(source: LossSource) -> &'static str {
-    match source {
-        LossSource::Ring => "ring",
-        LossSource::Stream => "stream",
-        LossSource::Log => "log",
-        LossSource::Undecodable => "undecodable",
-    }
-}
-
 impl Summary {
     fn of(reader: &LogReader) -> Result<Summary> {
         let mut summary = Summary::default();
@@ -73,7 +64,7 @@ impl Summary {
                 Event::System(system) => {
                     summary.system_events += 1;
                     if let SystemKind::Overflow { lost, source, .. } = system.kind {
-                        *summary.lost.entry(source_name(source)).or_default() += lost;
+                        *summary.lost.entry(source.name()).or_default() += lost;
                     }
                 }
             }

@@ -17,7 +17,7 @@ use std::{
 use tracer_model::{
     TraceRecord,
     event::{EventType, FieldType, SystemEvent, SystemKind, Value},
-    log::LogReader,
+    log::{LogReader, TypeIds},
 };
 
 use super::{Sink, TraceEnd, output_dir::OutputDir};
@@ -47,9 +47,8 @@ struct Stream {
 pub struct CtfTrace {
     dir: OutputDir,
     metadata: String,
-    /// Event type ids by tr codes and by system event name, as the log gave them.
-    thread_ids: HashMap<(u16, u16), u16>,
-    system_ids: HashMap<String, u16>,
+    /// Event type ids, as the log gave them.
+    ids: TypeIds,
     streams: HashMap<u32, Stream>,
     events: u64,
     /// Events that came before the previous one of their stream in time.
@@ -63,16 +62,7 @@ impl CtfTrace {
         CtfTrace {
             dir,
             metadata: metadata(&reader.metadata().attributes.trace_name, types),
-            thread_ids: types
-                .iter()
-                .filter(|t| !t.is_system())
-                .map(|t| ((t.event1, t.event2), t.id))
-                .collect(),
-            system_ids: types
-                .iter()
-                .filter(|t| t.is_system())
-                .map(|t| (t.name.clone(), t.id))
-                .collect(),
+            ids: reader.type_ids().clone(),
             streams: HashMap::new(),
             events: 0,
             restamped: 0,
@@ -162,7 +152,7 @@ impl Sink for CtfTrace {
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        let Some(&id) = self.thread_ids.get(&(record.event1, record.event2)) else {
+        let Some(id) = self.ids.thread(record.event1, record.event2) else {
             return Ok(());
         };
         let mut fields = Vec::with_capacity(66);
@@ -179,7 +169,7 @@ impl Sink for CtfTrace {
     }
 
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
-        let Some(&id) = self.system_ids.get(event.kind.name()) else {
+        let Some(id) = self.ids.system(event.kind.name()) else {
             return Ok(());
         };
         let mut fields = Vec::new();
