@@ -28,10 +28,10 @@ fn a_pid_that_does_not_exist() {
 }
 
 #[test]
-fn an_unknown_category_lists_the_valid_ones() {
+fn an_unknown_category_or_event_lists_the_valid_categories() {
     assert_rejected(
         &["--events", "mutex:locks", "--", "true"],
-        "unknown event category 'locks': valid categories are thread, mutex, cond, sema, rwlock, rmutex, barrier, barrier_spin, spin",
+        "unknown event or category 'locks': give categories (thread, mutex, cond, sema, rwlock, rmutex, barrier, spin) or event names (mutex_lock, cond_wait, ...: the README's table of events)",
     );
 }
 
@@ -69,7 +69,7 @@ fn the_environment_variable_is_checked_like_the_flag_and_the_flag_wins() {
         .output()
         .unwrap();
     assert_eq!(run.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&run.stderr).contains("unknown event category 'bogus'"));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("unknown event or category 'bogus'"));
     let run = std::process::Command::new(thrtrace_tests::tracer())
         .args(["--events", "barrier_spin", "--", "true"])
         .env("THR_TRACE_EVENTS", "bogus")

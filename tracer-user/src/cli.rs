@@ -4,7 +4,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tracer_common::Category;
+use tracer_common::{Category, EVENTS, EventDef};
 use tracer_model::log::{Layout, LogFullPolicy, StreamFullPolicy};
 
 use crate::{
@@ -34,8 +34,9 @@ pub struct Cli {
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
 
-    /// Colon-separated event categories to trace, e.g. mutex:cond [default: all]
-    #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "CATEGORIES")]
+    /// Colon-separated event categories or event names to trace, e.g. mutex:cond or
+    /// mutex_lock:cond_wait [default: all]
+    #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "EVENTS")]
     pub events: Option<String>,
 
     /// Directory for the tr.* files [default: the current directory, unless --log is given]
@@ -221,7 +222,8 @@ pub const MIN_STREAM_SIZE: u64 = 64 << 10;
 /// What to trace and where, checked.
 #[derive(Debug)]
 pub struct Config {
-    pub categories: Vec<Category>,
+    /// The events to record, in the event table's order.
+    pub events: Vec<&'static EventDef>,
     /// Where tr.* files go; `None` with `--log` alone and with `list_probes`.
     pub output: Option<OutputDir>,
     pub log: Option<LogOptions>,
@@ -248,7 +250,7 @@ pub enum Target {
 
 impl Cli {
     pub fn into_config(mut self) -> Result<Config> {
-        let categories = parse_categories(self.events.as_deref())?;
+        let events = parse_events(self.events.as_deref())?;
         let log = match self.list_probes {
             true => None,
             false => self.log_options()?,
@@ -313,7 +315,7 @@ impl Cli {
         let unbuffered =
             self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
         Ok(Config {
-            categories,
+            events,
             output,
             log,
             unbuffered,
@@ -421,55 +423,69 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         })
 }
 
-/// `THR_TRACE_EVENTS` syntax: empty means every category this build traces.
-pub fn parse_categories(spec: Option<&str>) -> Result<Vec<Category>> {
-    let traced = || Category::ALL.into_iter().filter(|c| c.is_traced());
-    let spec = spec.unwrap_or("");
-    if spec.is_empty() {
-        return Ok(traced().collect());
-    }
-    let mut categories = Vec::new();
-    for name in spec.split(':').filter(|n| !n.is_empty()) {
-        let Some(category) = Category::from_name(name) else {
-            let valid: Vec<&str> = Category::ALL.iter().map(|c| c.name()).collect();
+/// `THR_TRACE_EVENTS` syntax: categories (`mutex`) and event names (`cond_wait`), separated by
+/// `:`; empty means every event this build traces. The events in the event table's order.
+pub fn parse_events(spec: Option<&str>) -> Result<Vec<&'static EventDef>> {
+    let mut selected: Vec<&'static EventDef> = Vec::new();
+    for name in spec.unwrap_or("").split(':').filter(|n| !n.is_empty()) {
+        if let Some(category) = Category::from_name(name) {
+            if !category.is_traced() {
+                usage_bail!(
+                    "event category '{name}' has no Linux counterpart (glibc has no such calls): \
+                     choose from {}",
+                    traced_categories().join(", ")
+                );
+            }
+            selected.extend(category.events());
+        } else if let Some(event) = EVENTS.iter().find(|e| e.name == name) {
+            selected.push(event);
+        } else {
             usage_bail!(
-                "unknown event category '{name}': valid categories are {}",
-                valid.join(", ")
-            );
-        };
-        if !category.is_traced() {
-            usage_bail!(
-                "event category '{name}' has no Linux counterpart (glibc has no such calls): \
-                 choose from {}",
-                traced().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+                "unknown event or category '{name}': give categories ({}) or event names \
+                 (mutex_lock, cond_wait, ...: the README's table of events)",
+                traced_categories().join(", ")
             );
         }
-        if !categories.contains(&category) {
-            categories.push(category);
-        }
     }
-    Ok(categories)
+    if selected.is_empty() {
+        return Ok(EVENTS.iter().collect());
+    }
+    Ok(EVENTS
+        .iter()
+        .filter(|e| selected.iter().any(|s| std::ptr::eq(*s, *e)))
+        .collect())
+}
+
+fn traced_categories() -> Vec<&'static str> {
+    Category::ALL
+        .into_iter()
+        .filter(|c| c.is_traced())
+        .map(|c| c.name())
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn empty_or_unset_means_every_traced_category() {
-        let all: Vec<Category> = Category::ALL
-            .into_iter()
-            .filter(|c| c.is_traced())
-            .collect();
-        assert_eq!(parse_categories(None).unwrap(), all);
-        assert_eq!(parse_categories(Some("")).unwrap(), all);
+    fn names(events: &[&EventDef]) -> Vec<&'static str> {
+        events.iter().map(|e| e.name).collect()
     }
 
     #[test]
-    fn parses_colon_separated_names_once_each() {
+    fn empty_or_unset_means_every_event() {
+        assert_eq!(parse_events(None).unwrap().len(), EVENTS.len());
+        assert_eq!(parse_events(Some("")).unwrap().len(), EVENTS.len());
+    }
+
+    #[test]
+    fn categories_and_event_names_select_each_event_once_in_table_order() {
+        let events = parse_events(Some("cond_wait:mutex_lock:cond_wait")).unwrap();
+        assert_eq!(names(&events), ["mutex_lock", "cond_wait"]);
+        let rwlock = parse_events(Some("rwlock:rw_rdlock")).unwrap();
         assert_eq!(
-            parse_categories(Some("cond:mutex:cond")).unwrap(),
-            [Category::Cond, Category::Mutex]
+            names(&rwlock),
+            names(&Category::Rwlock.events().collect::<Vec<_>>())
         );
     }
 
@@ -486,11 +502,12 @@ mod tests {
     }
 
     #[test]
-    fn unknown_names_list_the_valid_ones() {
-        let error = parse_categories(Some("mutex:bogus"))
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("unknown event category 'bogus'"), "{error}");
-        assert!(error.contains("barrier_spin"), "{error}");
+    fn unknown_names_list_the_valid_categories() {
+        let error = parse_events(Some("mutex:bogus")).unwrap_err().to_string();
+        assert!(
+            error.contains("unknown event or category 'bogus'"),
+            "{error}"
+        );
+        assert!(error.contains("barrier, spin"), "{error}");
     }
 }

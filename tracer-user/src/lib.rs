@@ -46,24 +46,16 @@ use crate::{
 
 /// Traces as `config` says; returns the tracer's exit status.
 pub fn run(mut config: Config) -> Result<i32> {
-    // rmutex calls are recorded by the mutex probes (told apart when decoded).
-    let mut probed: Vec<Category> = config
-        .categories
-        .iter()
-        .map(|c| c.probed_through())
-        .collect();
-    probed.sort();
-    probed.dedup();
-    let events: Vec<&'static EventDef> = probed.iter().flat_map(|c| c.events()).collect();
+    let events = probed_events(&config.events);
     let symbols: Vec<&str> = events.iter().map(|e| e.symbol).collect();
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
     // The stream is created now: its start is stamped before any record can be.
     let created_ktime = kernel::monotonic_ns();
-    let decoder = Decoder::new(kernel::realtime_offset_ns(), &config.categories);
+    let decoder = Decoder::new(kernel::realtime_offset_ns(), &config.events);
     let created_ns = decoder.realtime_ns(created_ktime);
-    let mut early_events = vec![(created_ktime, start_event(created_ns, &config.categories))];
+    let mut early_events = vec![(created_ktime, start_event(created_ns, &config.events))];
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -222,11 +214,32 @@ pub fn run(mut config: Config) -> Result<i32> {
     Ok(outcome.exit_code)
 }
 
+/// The events whose probes record `selected`, in category then table order: rmutex calls are
+/// recorded by the mutex probes (told apart when decoded).
+fn probed_events(selected: &[&'static EventDef]) -> Vec<&'static EventDef> {
+    let probed_as = |event: &'static EventDef| match event.category.probed_through() {
+        category if category == event.category => event,
+        category => category
+            .events()
+            .find(|e| e.symbol == event.symbol)
+            .unwrap_or(event),
+    };
+    let probed: Vec<&'static EventDef> = selected.iter().map(|&e| probed_as(e)).collect();
+    let mut categories: Vec<Category> = probed.iter().map(|e| e.category).collect();
+    categories.sort();
+    categories.dedup();
+    categories
+        .into_iter()
+        .flat_map(|c| c.events())
+        .filter(|e| probed.iter().any(|p| std::ptr::eq(*p, *e)))
+        .collect()
+}
+
 /// START, with POSIX's filter: the event types not recorded.
-fn start_event(time_ns: i64, categories: &[Category]) -> SystemEvent {
+fn start_event(time_ns: i64, selected: &[&'static EventDef]) -> SystemEvent {
     let filtered_out = EVENTS
         .iter()
-        .filter(|e| !categories.contains(&e.category))
+        .filter(|e| !selected.iter().any(|s| std::ptr::eq(*s, *e)))
         .map(|e| e.name.to_owned())
         .collect();
     SystemEvent::new(

@@ -43,7 +43,7 @@ fn write_man_pages(dir: &Path) -> io::Result<()> {
 }
 
 const ENVIRONMENT: [(&str, &str); 5] = [
-    ("THR_TRACE_EVENTS", "The categories to trace, as --events."),
+    ("THR_TRACE_EVENTS", "The categories and events to trace, as --events."),
     ("THR_TRACE_DIR", "The directory for tr.* files, as --dir."),
     (
         "THR_TRACE_BUF",

@@ -1,7 +1,7 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{Category, EventDef, Field, RawRecord, events::classify};
+use tracer_common::{EventDef, Field, RawRecord, events::classify};
 use tracer_model::TraceRecord;
 
 /// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
@@ -37,16 +37,19 @@ fn rwlock_has_waiters(words: &[u32]) -> bool {
 /// Turns raw records into trace records.
 pub struct Decoder {
     realtime_offset_ns: i128,
-    /// The selected categories' codes: rmutex and mutex records come from the same probes.
-    selected: Vec<u16>,
+    /// The selected events' codes: rmutex and mutex records come from the same probes.
+    selected: Vec<(u16, u16)>,
 }
 
 impl Decoder {
     /// `realtime_offset_ns` is CLOCK_REALTIME - CLOCK_MONOTONIC (see `kernel::realtime_offset_ns`).
-    pub fn new(realtime_offset_ns: i128, selected: &[Category]) -> Self {
+    pub fn new(realtime_offset_ns: i128, selected: &[&EventDef]) -> Self {
         Decoder {
             realtime_offset_ns,
-            selected: selected.iter().map(|c| c.code()).collect(),
+            selected: selected
+                .iter()
+                .map(|e| (e.category.code(), e.event2))
+                .collect(),
         }
     }
 
@@ -55,9 +58,9 @@ impl Decoder {
         (i128::from(ktime_ns) + self.realtime_offset_ns) as i64
     }
 
-    /// Whether the record is of a selected category (a mutex probe records both kinds).
+    /// Whether the record is of a selected event (a mutex probe records both kinds).
     pub fn selects(&self, record: &TraceRecord) -> bool {
-        self.selected.contains(&record.event1)
+        self.selected.contains(&(record.event1, record.event2))
     }
 
     /// `None` for codes the event table does not know (a corrupt or foreign record).
@@ -121,7 +124,13 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use tracer_common::{Category, EVENTS};
+
     use super::*;
+
+    fn every_event() -> Vec<&'static EventDef> {
+        EVENTS.iter().collect()
+    }
 
     fn raw(event1: u16, event2: u16, which: u16) -> RawRecord {
         RawRecord {
@@ -142,7 +151,7 @@ mod tests {
 
     #[test]
     fn lays_out_fields_as_the_seed_tables_say() {
-        let decoder = Decoder::new(1_000_000_000, &Category::ALL);
+        let decoder = Decoder::new(1_000_000_000, &every_event());
         let lock_entry = decoder.decode(&raw(2, 2, 1)).unwrap();
         assert_eq!(lock_entry.a, [0x5555_0000, 0, 0, 0, 0]);
         assert_eq!((lock_entry.sec, lock_entry.nsec), (6, 123));
@@ -162,7 +171,7 @@ mod tests {
 
     #[test]
     fn derives_object_fields_from_the_copied_words() {
-        let decoder = Decoder::new(0, &Category::ALL);
+        let decoder = Decoder::new(0, &every_event());
         let with_object = |event2: u16, object: &[(usize, u32)]| {
             let mut record = raw(2, event2, 0);
             for &(word, value) in object {
@@ -205,7 +214,7 @@ mod tests {
         let mut lock = raw(2, 2, 2);
         lock.object[4] = 1; // PTHREAD_MUTEX_RECURSIVE
         lock.object[1] = 3; // __count after the lock
-        let decoder = Decoder::new(0, &[Category::Rmutex]);
+        let decoder = Decoder::new(0, &Category::Rmutex.events().collect::<Vec<_>>());
         let record = decoder.decode(&lock).unwrap();
         assert_eq!(
             (record.event1, record.event2, record.a[2]),
@@ -220,14 +229,14 @@ mod tests {
 
     #[test]
     fn rejects_unknown_codes() {
-        let decoder = Decoder::new(0, &Category::ALL);
+        let decoder = Decoder::new(0, &every_event());
         assert_eq!(decoder.decode(&raw(2, 99, 0)), None);
         assert_eq!(decoder.decode(&raw(2, 2, 3)), None);
     }
 
     #[test]
     fn negative_offsets_keep_nanoseconds_in_range() {
-        let record = Decoder::new(-1, &Category::ALL)
+        let record = Decoder::new(-1, &every_event())
             .decode(&raw(2, 2, 1))
             .unwrap();
         assert_eq!((record.sec, record.nsec), (5, 122));
