@@ -43,6 +43,7 @@ fn installed_under_a_prefix_a_c_analyzer_builds_with_pkg_config_alone() {
         "SUBCOMMANDS",
         "ENVIRONMENT",
         "FILES",
+        "SIGNALS",
         "EXIT STATUS",
     ] {
         let titled = page

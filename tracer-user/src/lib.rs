@@ -40,7 +40,7 @@ use crate::{
         kernel::{self, TaskOffsets},
     },
     cli::{Config, LogOptions, Target},
-    session::{Session, facts::Facts, stop_signals::StopSignals, target_error_event},
+    session::{Session, facts::Facts, signals::TraceSignals, target_error_event},
     sinks::{Sink, Sinks, descriptors, log::TraceLog, tr::TrFiles},
 };
 
@@ -59,9 +59,9 @@ pub fn run(mut config: Config) -> Result<i32> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let stop_signals = {
+    let signals = {
         let _context = runtime.enter();
-        StopSignals::catch_and_hold().context("cannot catch SIGINT and SIGTERM")?
+        TraceSignals::catch_and_hold().context("cannot catch SIGINT, SIGTERM and SIGUSR1")?
     };
     descriptors::raise_limit();
     let scope = match (&config.target, config.follow) {
@@ -192,7 +192,7 @@ pub fn run(mut config: Config) -> Result<i32> {
         until_stopped: matches!(config.target, Target::SystemWide),
         follow: config.follow,
         exec_requests,
-        stop_signals,
+        signals,
     };
     let outcome = runtime.block_on(session.run())?;
     say!(

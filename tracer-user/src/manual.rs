@@ -43,7 +43,10 @@ fn write_man_pages(dir: &Path) -> io::Result<()> {
 }
 
 const ENVIRONMENT: [(&str, &str); 5] = [
-    ("THR_TRACE_EVENTS", "The categories and events to trace, as --events."),
+    (
+        "THR_TRACE_EVENTS",
+        "The categories and events to trace, as --events.",
+    ),
     ("THR_TRACE_DIR", "The directory for tr.* files, as --dir."),
     (
         "THR_TRACE_BUF",
@@ -76,6 +79,18 @@ const FILES: [(&str, &str); 3] = [
     ),
 ];
 
+const SIGNALS: [(&str, &str); 2] = [
+    (
+        "SIGINT, SIGTERM",
+        "End the trace: the rings are drained, every file is completed, the summary is printed.",
+    ),
+    (
+        "SIGUSR1",
+        "Flush the trace: the log's stream (the flight recorder, under --stream-full-policy loop) \
+         goes to the log and the tr.* files' buffers to the files; tracing goes on.",
+    ),
+];
+
 const EXIT_STATUS: [(&str, &str); 5] = [
     ("0", "Traced, or read, as asked."),
     (
@@ -105,6 +120,7 @@ fn extra_sections() -> Roff {
     };
     section("ENVIRONMENT", &ENVIRONMENT);
     section("FILES", &FILES);
+    section("SIGNALS", &SIGNALS);
     section("EXIT STATUS", &EXIT_STATUS);
     roff
 }

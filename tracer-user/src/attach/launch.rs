@@ -21,7 +21,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::targets::{self, PthreadLibrary};
-use crate::{session::stop_signals, sudo};
+use crate::{session::signals, sudo};
 
 /// How many syscall stops the loader may take before we stop waiting for it.
 const MAX_SYSCALL_STOPS: u32 = 20_000;
@@ -108,7 +108,7 @@ pub fn launch(
     unsafe {
         command.pre_exec(|| {
             // The tracer holds SIGINT and SIGTERM until its session runs; the command must not.
-            stop_signals::set_blocked(false)?;
+            signals::set_blocked(false)?;
             if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
                 return Err(io::Error::last_os_error());
             }

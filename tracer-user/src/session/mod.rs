@@ -7,7 +7,7 @@
 //! the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
 
 pub mod facts;
-pub mod stop_signals;
+pub mod signals;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -27,7 +27,10 @@ use tokio::{
 use tracer_common::RawRecord;
 use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 
-use self::{facts::Facts, stop_signals::StopSignals};
+use self::{
+    facts::Facts,
+    signals::{TraceSignal, TraceSignals},
+};
 use crate::{
     attach::{
         exec_follow::{AttachRequest, Followed},
@@ -72,7 +75,7 @@ pub struct Session {
     pub follow: bool,
     /// `--follow`: images just exec'd by followed processes, to probe while they wait.
     pub exec_requests: Option<mpsc::UnboundedReceiver<Followed>>,
-    pub stop_signals: StopSignals,
+    pub signals: TraceSignals,
 }
 
 /// How often system-wide tracing looks for processes that have exited, to complete their files.
@@ -104,7 +107,7 @@ impl Session {
             .begin()
             .context("cannot start writing the trace")?;
         // Everything is loaded: a held SIGINT or SIGTERM is delivered now, and ends the trace.
-        self.stop_signals.release()?;
+        self.signals.release()?;
         let wakeups = Arc::new(Notify::new());
         for fd in self.datapath.ring_fds()? {
             watch_ring(fd, Arc::clone(&wakeups))?;
@@ -156,10 +159,14 @@ impl Session {
         loop {
             let mut exited = Vec::new();
             let mut signalled = false;
+            let mut flush_requested = false;
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = wakeups.notified() => {}
-                _ = self.stop_signals.recv() => signalled = true,
+                signal = self.signals.recv() => match signal {
+                    TraceSignal::Stop => signalled = true,
+                    TraceSignal::Flush => flush_requested = true,
+                },
                 _ = sleep_until(deadline) => break,
                 _ = sleep_until(grace) => break,
                 _ = liveness.tick(), if self.until_stopped => {
@@ -188,6 +195,11 @@ impl Session {
                 }
             }
             self.drain(&mut flow)?;
+            if flush_requested {
+                // What has passed the reorder stage: the records of the last pass or two wait.
+                self.sinks.flush().context(INCOMPLETE)?;
+                say!("thrtrace-bpf: flushed (SIGUSR1)");
+            }
             self.share_after_main_thread(&mut main_thread_gone, &mut flow);
             if self.follow {
                 for &pid in &flow.processes {
@@ -388,7 +400,6 @@ impl Session {
     /// Hands `items` to the sinks in order: a record after a gap with the gap's overflow, a
     /// process first seen with its facts, a thread first seen with its name.
     fn write(&mut self, items: Vec<Staged>, flow: &mut Flow) -> Result<()> {
-        const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
         let mut undecodable = 0;
         for item in items {
             let (cpu, raw) = match item {
@@ -443,6 +454,9 @@ impl Session {
         Ok(())
     }
 }
+
+/// What a failed write of the trace means.
+const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
 
 /// What waits in the reorder stage.
 enum Staged {

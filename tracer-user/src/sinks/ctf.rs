@@ -198,6 +198,11 @@ impl Sink for CtfTrace {
         Ok(())
     }
 
+    /// Only `convert` writes a CTF trace: nothing waits for a reader.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         if let Some(mut stream) = self.streams.remove(&pid) {
             stream.write_packet(&self.dir, pid)?;

@@ -119,7 +119,7 @@ impl TraceLog {
             return Ok(());
         }
         match self.policy {
-            StreamFullPolicy::Flush => self.flush(),
+            StreamFullPolicy::Flush => self.write_stream(),
             StreamFullPolicy::Loop => {
                 while self.stream_bytes() > self.stream_size
                     && let Some(oldest) = self.sealed.pop_front()
@@ -143,7 +143,7 @@ impl TraceLog {
     }
 
     /// Writes the stream to the log, between FLUSH_START and FLUSH_STOP (which opens the next).
-    fn flush(&mut self) -> io::Result<()> {
+    fn write_stream(&mut self) -> io::Result<()> {
         self.append_own(SystemKind::FlushStart);
         let mut packets = Vec::with_capacity(self.sealed.len() + 2);
         if self.overwritten > 0 {
@@ -212,9 +212,14 @@ impl Sink for TraceLog {
     fn batch_done(&mut self) -> io::Result<()> {
         let due = self.unbuffered || self.last_flush.elapsed() >= FLUSH_INTERVAL;
         if self.policy == StreamFullPolicy::Flush && due && self.events_since_flush > 0 {
-            self.flush()?;
+            self.write_stream()?;
         }
         Ok(())
+    }
+
+    /// The stream goes to the log now, whatever the policy: the flight recorder's way out.
+    fn flush(&mut self) -> io::Result<()> {
+        self.write_stream()
     }
 
     fn process_exited(&mut self, _pid: u32) -> io::Result<()> {
@@ -228,7 +233,7 @@ impl Sink for TraceLog {
         }
         // Written at the end, not flushed by a controller: a stream that filled stays FULL.
         let full = self.status.full;
-        self.flush()?;
+        self.write_stream()?;
         self.status.full = full;
         // The FLUSH_STOP that the last flush opened the stream with.
         let last = std::mem::take(&mut self.current);

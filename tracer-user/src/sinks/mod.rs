@@ -1,7 +1,7 @@
 //! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files; [`log`]: the
 //! trace log, with the stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event to each of them. The
 //! session calls `begin`, then `record` and `system_event` in time order, `process_exited` once
-//! a process's last records are written, and `finish`. [`output_dir`] creates every file a
+//! a process's last records are written, `flush` when asked (SIGUSR1), and `finish`. [`output_dir`] creates every file a
 //! sink writes, safely; [`descriptors`] bounds how many stay open.
 
 pub mod ctf;
@@ -30,6 +30,8 @@ pub trait Sink {
     fn wants_system_events(&self) -> bool;
     /// Called after each batch drained from the kernel; unbuffered sinks push it to the files.
     fn batch_done(&mut self) -> io::Result<()>;
+    /// Asked for (SIGUSR1): write what is held now, the log's stream included.
+    fn flush(&mut self) -> io::Result<()>;
     /// The process has exited and its last records have been written: complete its files.
     fn process_exited(&mut self, pid: u32) -> io::Result<()>;
     /// Tracing has ended: complete every file. Returns what was written, for the summary line
@@ -56,6 +58,9 @@ impl Sink for Sinks {
     }
     fn batch_done(&mut self) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.batch_done())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.flush())
     }
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.process_exited(pid))

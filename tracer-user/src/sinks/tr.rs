@@ -193,11 +193,15 @@ impl Sink for TrFiles {
 
     fn batch_done(&mut self) -> io::Result<()> {
         if self.unbuffered {
-            for file in self.open.values_mut() {
-                file.writer.flush()?;
-            }
+            self.flush()?;
         }
         Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.open
+            .values_mut()
+            .try_for_each(|file| file.writer.flush())
     }
 
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
