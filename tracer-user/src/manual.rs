@@ -13,7 +13,10 @@ use clap_mangen::{
     roff::{Roff, bold, roman},
 };
 
-use crate::cli::{Cli, Generated};
+use crate::{
+    cli::{Cli, Generated},
+    sinks::output_dir::OutputDir,
+};
 
 /// Writes what `what` names; returns the exit status.
 pub fn generate(what: &Generated) -> anyhow::Result<i32> {
@@ -31,15 +34,33 @@ pub fn generate(what: &Generated) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// One page per command, `thrtrace-bpf.1` with the sections below.
-fn write_man_pages(dir: &Path) -> io::Result<()> {
-    let command = Cli::command();
-    clap_mangen::generate_to(command.clone(), dir)?;
-    let man = Man::new(command);
-    let mut page = Vec::new();
-    man.render(&mut page)?;
-    page.write_all(extra_sections().render().as_bytes())?;
-    std::fs::write(dir.join(man.get_filename()), page)
+/// One page per command, `thrtrace-bpf.1` with the sections below, each file created as the
+/// tracer creates any (`OutputDir`: new, no link followed, mode 0600).
+fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
+    let dir = OutputDir::open(dir)?;
+    let mut command = Cli::command().disable_help_subcommand(true);
+    // Built, so that subcommands have their display names (`thrtrace-bpf-dump`).
+    command.build();
+    let subcommands: Vec<clap::Command> = command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    for (page, extra) in subcommands
+        .into_iter()
+        .map(|s| (s, None))
+        .chain([(command, Some(extra_sections()))])
+    {
+        let man = Man::new(page);
+        let mut text = Vec::new();
+        man.render(&mut text)?;
+        if let Some(extra) = extra {
+            text.write_all(extra.render().as_bytes())?;
+        }
+        let (mut file, _) = dir.create(&man.get_filename())?;
+        file.write_all(&text)?;
+    }
+    Ok(())
 }
 
 const ENVIRONMENT: [(&str, &str); 5] = [
