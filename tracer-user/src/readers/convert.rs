@@ -18,9 +18,7 @@ pub fn run(args: &ConvertArgs) -> Result<i32> {
     let reader = super::open_log(&args.log)?;
     // Read once to the end first: a damaged log fails before any file is made.
     if let Some(error) = reader.events().find_map(Result::err) {
-        return Err(
-            anyhow::Error::new(error).context(format!("cannot read {}", args.log.display()))
-        );
+        return Err(anyhow::Error::new(error).context(super::cannot_read(&args.log)));
     }
     let dir = OutputDir::open_or_make(&args.dir)
         .map_err(|e| UsageError(format!("{e}: {}", e.advice("directory"))))?;

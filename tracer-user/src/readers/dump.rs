@@ -42,7 +42,7 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
         {
             Ok(0)
         }
-        Err(error) => Err(error.context(format!("cannot read {}", args.log.display()))),
+        Err(error) => Err(error.context(super::cannot_read(&args.log))),
     }
 }
 
@@ -77,9 +77,7 @@ fn write_header(reader: &LogReader, out: &mut impl Write) -> io::Result<()> {
         attributes.generation_version,
         timestamp(attributes.creation_time_ns)
     )?;
-    let log_size = attributes
-        .log_max_size
-        .map_or("unbounded".to_owned(), |s| format!("{s} bytes"));
+    let log_size = super::log_size(attributes);
     writeln!(
         out,
         "# stream {} bytes, full policy {}; log {log_size}, full policy {}",

@@ -19,8 +19,7 @@ use crate::cli::{InfoArgs, InfoFormat};
 /// Prints the summary; returns the exit status.
 pub fn run(args: &InfoArgs) -> Result<i32> {
     let reader = super::open_log(&args.log)?;
-    let summary =
-        Summary::of(&reader).with_context(|| format!("cannot read {}", args.log.display()))?;
+    let summary = Summary::of(&reader).with_context(|| super::cannot_read(&args.log))?;
     let mut out = io::stdout().lock();
     match args.format {
         InfoFormat::Json => writeln!(out, "{}", summary.json(&reader))?,
@@ -75,9 +74,7 @@ impl Summary {
     fn write_text(&self, reader: &LogReader, out: &mut impl Write) -> io::Result<()> {
         let metadata = reader.metadata();
         let attributes = &metadata.attributes;
-        let log_size = attributes
-            .log_max_size
-            .map_or("unbounded".to_owned(), |s| format!("{s} bytes"));
+        let log_size = super::log_size(attributes);
         writeln!(out, "trace name:      {}", attributes.trace_name)?;
         writeln!(out, "written by:      {}", attributes.generation_version)?;
         writeln!(

@@ -9,12 +9,11 @@ pub mod info;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use tracer_model::log::LogReader;
+use tracer_model::log::{Attributes, LogReader};
 
 /// Opens a log, saying so when it was not closed (read up to its last whole packet).
 pub fn open_log(path: &Path) -> Result<LogReader> {
-    let reader =
-        LogReader::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let reader = LogReader::open(path).with_context(|| cannot_read(path))?;
     if let Some(offset) = reader.unclosed_at() {
         say!(
             "thrtrace-bpf: warning: {} was not closed (its tracer was killed or is still \
@@ -23,6 +22,18 @@ pub fn open_log(path: &Path) -> Result<LogReader> {
         );
     }
     Ok(reader)
+}
+
+/// What an error reading the log at `path` says first.
+pub fn cannot_read(path: &Path) -> String {
+    format!("cannot read {}", path.display())
+}
+
+/// The log's size bound, in words.
+pub fn log_size(attributes: &Attributes) -> String {
+    attributes
+        .log_max_size
+        .map_or("unbounded".to_owned(), |s| format!("{s} bytes"))
 }
 
 /// Nanoseconds since the epoch as `seconds.nanoseconds`.
