@@ -72,15 +72,20 @@ impl Filter {
         }
     }
 
-    /// Whether `event`, of type `event_type`, is one to read.
-    pub fn matches(&self, event: &Event, event_type: Option<&EventType>) -> bool {
+    /// Whether `event`, whose type `event_type` gives, is one to read. The type is looked up
+    /// only for a filter that names types: reading a whole log costs no lookup an event.
+    pub fn matches<'t>(
+        &self,
+        event: &Event,
+        event_type: impl FnOnce() -> Option<&'t EventType>,
+    ) -> bool {
         let (pid, lwpid) = match event {
             Event::Thread(record) => (record.pid, record.lwpid),
             Event::System(system) => (system.pid, system.lwpid),
         };
         let time_ns = event.time_ns();
         let of_type = self.events.is_empty()
-            || event_type.is_some_and(|t| {
+            || event_type().is_some_and(|t| {
                 self.events
                     .iter()
                     .any(|name| *name == t.name || *name == t.category)
@@ -122,7 +127,7 @@ mod tests {
         let type_of = |name: &str| types.iter().find(|t| t.name == name);
         let lock_type = type_of("mutex_lock");
         let event = lock(10, 11, 5);
-        let matches = |filter: Filter| filter.matches(&event, lock_type);
+        let matches = |filter: Filter| filter.matches(&event, || lock_type);
         assert!(matches(Filter::default()));
         assert!(matches(Filter::default().events("cond:mutex_lock")));
         assert!(matches(Filter::default().events("mutex").pid(10).lwpid(11)));
@@ -142,8 +147,8 @@ mod tests {
             SystemKind::Start { filter: Vec::new() },
         ));
         let system = Filter::default().events("system");
-        assert!(system.matches(&start, type_of("posix_trace_start")));
-        assert!(!system.matches(&event, lock_type));
+        assert!(system.matches(&start, || type_of("posix_trace_start")));
+        assert!(!system.matches(&event, || lock_type));
     }
 
     #[test]

@@ -495,7 +495,7 @@ impl Cursor {
     pub fn next(&mut self, reader: &LogReader) -> Option<Result<Event, LogError>> {
         loop {
             for event in self.decoded.by_ref() {
-                if self.filter.matches(&event, reader.type_of(&event)) {
+                if self.filter.matches(&event, || reader.type_of(&event)) {
                     return Some(Ok(event));
                 }
             }
