@@ -106,6 +106,10 @@ typedef struct {
  *   thrtrace_mapping         u64 start, u64 end: an executable mapping of posix_pid;
  *                            u64 file_offset; bytes build_id (GNU build-id, may be empty);
  *                            str path
+ *   thrtrace_blocked         str call: a traced call (an event name) of the info's lwpid that
+ *                            blocked past --flush-on-block; u64 object: its first argument;
+ *                            u64 blocked_ns: how long; u32 returned: 1 if it had returned,
+ *                            0 if still blocked. The flight recorder was flushed for it.
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)
@@ -121,6 +125,7 @@ typedef struct {
 #define THRTRACE_FORK ((trace_event_id_t)0x800b)
 #define THRTRACE_EXEC ((trace_event_id_t)0x800c)
 #define THRTRACE_MAPPING ((trace_event_id_t)0x800d)
+#define THRTRACE_BLOCKED ((trace_event_id_t)0x800e)
 
 /* What posix_trace_getnext_event says of an event besides its payload. */
 struct posix_trace_event_info {

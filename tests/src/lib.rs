@@ -17,6 +17,7 @@ use std::{
 pub mod corpus;
 
 use tracer_common::EVENTS;
+use tracer_model::event::{Event, SystemEvent};
 pub use tracer_model::{
     TraceRecord,
     tr::{file_name, parse_line},
@@ -162,15 +163,21 @@ pub struct Run {
 
 /// Runs the tracer with `args`, in `cwd`, to completion.
 pub fn run_tracer<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Run {
-    let output = Command::new(tracer())
+    Command::new(tracer())
         .args(args)
         .current_dir(cwd)
         .output()
-        .expect("run tracer");
-    Run {
-        status: output.status,
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        .expect("run tracer")
+        .into()
+}
+
+impl From<std::process::Output> for Run {
+    fn from(output: std::process::Output) -> Run {
+        Run {
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
     }
 }
 
@@ -310,6 +317,22 @@ pub fn deadline_field(output: &str, key: &str) -> (i64, i64) {
     (sec.parse().unwrap(), nsec.parse().unwrap())
 }
 
+/// Starts a workload told what to do on its standard input; returns it, its input and output,
+/// and the first line it printed (its "ready" line).
+fn start_told(
+    command: &mut Command,
+) -> (Child, Option<ChildStdin>, BufReader<ChildStdout>, String) {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let ready = read_line(&mut stdout);
+    (child, stdin, stdout, ready)
+}
+
 /// A running `mutex_gate` workload, stopped at its gate (tests/workloads/mutex_gate.c).
 pub struct Gated {
     child: Child,
@@ -335,14 +358,7 @@ impl Gated {
     /// Runs `command`, which must end up exec'ing mutex_gate in the same process (as
     /// `unshare ... sh -c 'exec mutex_gate ...'` does), and waits at the gate.
     pub fn spawn(command: &mut Command) -> Gated {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let ready = read_line(&mut stdout);
+        let (child, stdin, stdout, ready) = start_told(command);
         let (pid, mutex) = (field(&ready, "pid"), field(&ready, "mutex"));
         assert_eq!(pid, child.id(), "{ready}");
         Gated {
@@ -375,6 +391,100 @@ impl Gated {
         drop(self.stdin.take());
         assert!(self.child.wait().unwrap().success());
     }
+}
+
+/// A running `burst` workload (tests/workloads/burst.c), which makes known calls when told.
+pub struct Burst {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub pid: u32,
+    pub mutex: i64,
+    pub cond: i64,
+}
+
+impl Burst {
+    pub fn start() -> Burst {
+        let (child, stdin, stdout, ready) = start_told(&mut Command::new(workload("burst")));
+        Burst {
+            pid: field(&ready, "pid"),
+            mutex: field(&ready, "mutex"),
+            cond: field(&ready, "cond"),
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn tell(&mut self, command: &str, answer: &str) {
+        writeln!(self.stdin.as_mut().unwrap(), "{command}").unwrap();
+        assert_eq!(read_line(&mut self.stdout).trim(), answer);
+    }
+
+    /// `rounds` rounds of mutex lock, cond signal, mutex unlock; returns once they are made.
+    pub fn run(&mut self, rounds: u32) {
+        self.tell(&rounds.to_string(), &format!("done {rounds}"));
+    }
+
+    /// Waits `ms` milliseconds in pthread_mutex_lock for a thread that holds the mutex.
+    pub fn hold(&mut self, ms: u32) {
+        self.tell(&format!("hold {ms}"), &format!("held {ms}"));
+    }
+
+    /// Lets the process exit.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// `thrtrace-bpf ctl ARGS`, run to completion.
+pub fn ctl(args: &[&str]) -> Run {
+    Command::new(tracer())
+        .arg("ctl")
+        .args(args)
+        .output()
+        .expect("run thrtrace-bpf ctl")
+        .into()
+}
+
+/// `ctl ARGS`, which must succeed; its standard output.
+pub fn ctl_ok(args: &[&str]) -> String {
+    let run = ctl(args);
+    assert!(run.status.success(), "ctl {args:?}: {run:?}");
+    run.stdout
+}
+
+/// The thread events' records among `events`.
+pub fn thread_records(events: &[Event]) -> Vec<TraceRecord> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Thread(r) => Some(r.clone()),
+            Event::System(_) => None,
+        })
+        .collect()
+}
+
+/// The system events among `events`.
+pub fn system_events(events: &[Event]) -> Vec<SystemEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::System(s) => Some(s.clone()),
+            Event::Thread(_) => None,
+        })
+        .collect()
+}
+
+/// A trace name no other test uses.
+pub fn unique_name(label: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The lines `reader` gives, sent as they come by a thread of their own, so that a test can

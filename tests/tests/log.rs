@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use thrtrace_tests::{
     Gated, Run, TempDir, TraceRecord, bpf_available, log_and_dir, log_with_losses, read_trace,
-    run_tracer, run_workload, signal, start_tracer, summary_count,
+    run_tracer, run_workload, signal, start_tracer, summary_count, system_events, thread_records,
 };
 use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
@@ -17,26 +17,6 @@ fn events_of(dir: &TempDir) -> (LogReader, Vec<Event>) {
     let reader = LogReader::open(&dir.path().join("app.ptl")).expect("a readable log");
     let events = reader.events().map(|e| e.expect("an event")).collect();
     (reader, events)
-}
-
-fn records(events: &[Event]) -> Vec<TraceRecord> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Thread(r) => Some(r.clone()),
-            Event::System(_) => None,
-        })
-        .collect()
-}
-
-fn system(events: &[Event]) -> Vec<SystemEvent> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::System(s) => Some(s.clone()),
-            Event::Thread(_) => None,
-        })
-        .collect()
 }
 
 /// Records in time order, each thread's own order kept. Two threads' records stamped in the
@@ -98,10 +78,10 @@ fn the_log_holds_what_the_tr_files_hold_with_the_system_events_around_it() {
     let times: Vec<i64> = events.iter().map(Event::time_ns).collect();
     assert!(times.is_sorted(), "events in time order");
     // The same records, callers included (a tr line has none).
-    assert_eq!(in_time_order(without_callers(&records(&events))), tr);
-    assert!(records(&events).iter().all(|r| r.caller != 0));
+    assert_eq!(in_time_order(without_callers(&thread_records(&events))), tr);
+    assert!(thread_records(&events).iter().all(|r| r.caller != 0));
 
-    let system = system(&events);
+    let system = system_events(&events);
     assert!(matches!(&system[0].kind, SystemKind::Start { filter } if filter.is_empty()));
     assert_eq!(system.last().unwrap().kind, SystemKind::FlushStop);
     assert!(
@@ -240,7 +220,7 @@ fn with_log_alone_no_tr_file_is_written() {
     );
     assert_eq!(mode & 0o777, 0o600);
     let (_, events) = events_of(&dir);
-    assert_eq!(records(&events).len(), 300);
+    assert_eq!(thread_records(&events).len(), 300);
 }
 
 #[test]
@@ -251,7 +231,7 @@ fn overflows_stand_where_records_were_lost_and_add_up_to_the_kernels_count() {
     let dir = TempDir::new("log-overflow");
     let (written, lost) = log_with_losses(&dir);
     let (reader, events) = events_of(&dir);
-    assert_eq!(records(&events).len() as u64, written);
+    assert_eq!(thread_records(&events).len() as u64, written);
     let mut from_rings = 0;
     for (at, event) in events.iter().enumerate() {
         let Event::System(SystemEvent {
@@ -355,7 +335,7 @@ fn bounded(policy: &[&str], kept_between: std::ops::Range<usize>) -> Bounded {
     options.extend_from_slice(policy);
     let (dir, run) = log_and_dir(&options, &["1", "20000"]);
     let (reader, events) = events_of(&dir);
-    let kept = without_callers(&records(&events));
+    let kept = without_callers(&thread_records(&events));
     let all = tr_records(&dir);
     assert!(
         kept_between.contains(&kept.len()),
@@ -390,7 +370,7 @@ fn the_flight_recorder_keeps_the_newest_events_and_marks_what_it_overwrote() {
     );
     // The newest: exactly the last records the workload made.
     assert_eq!(kept, all[all.len() - kept.len()..], "{}", run.stderr);
-    let overwritten: u64 = system(&events)
+    let overwritten: u64 = system_events(&events)
         .iter()
         .filter_map(|e| match e.kind {
             SystemKind::Overflow {
@@ -437,12 +417,12 @@ fn until_full_keeps_the_oldest_events_and_stops_with_a_non_zero_auto() {
     );
     assert_eq!(kept, all[..kept.len()]);
     assert!(
-        system(&events)
+        system_events(&events)
             .iter()
             .any(|e| e.kind == SystemKind::Stop { auto: 1 })
     );
     assert!(
-        !system(&events)
+        !system_events(&events)
             .iter()
             .any(|e| e.kind == SystemKind::Stop { auto: 0 })
     );
@@ -533,13 +513,13 @@ fn follow_logs_forks_and_execs() {
         reader.metadata().attributes.inheritance,
         tracer_model::log::Inheritance::Inherited
     );
-    let launched = system(&events)
+    let launched = system_events(&events)
         .iter()
         .find(|e| matches!(e.kind, SystemKind::ProcessAttach { .. }))
         .unwrap()
         .pid;
     let child: u32 = thrtrace_tests::field(&run.stdout, "child");
-    let forks: Vec<(u32, u32)> = system(&events)
+    let forks: Vec<(u32, u32)> = system_events(&events)
         .iter()
         .filter_map(|e| match e.kind {
             SystemKind::Fork { parent } => Some((e.pid, parent)),
@@ -551,7 +531,7 @@ fn follow_logs_forks_and_execs() {
         "the forked child of {launched}: {forks:?}"
     );
     let execer: u32 = thrtrace_tests::field(&run.stdout, "execer");
-    let exec = system(&events)
+    let exec = system_events(&events)
         .into_iter()
         .find(|e| e.pid == execer && matches!(e.kind, SystemKind::Exec { .. }));
     assert!(

@@ -266,7 +266,37 @@ pub struct EventDef {
     pub second: [Field; 5],
 }
 
+/// Which probes record, as the BPF side reads it: slot `event1` (a category code) of the
+/// `RECORDING` array has bit `event2` set for each probe that records. A probe whose bit is
+/// clear (stopped, or filtered out) returns before its record takes ring space.
+pub type RecordingMasks = [u64; RECORDING_SLOTS as usize];
+
+/// Slots of the `RECORDING` array: one per category code.
+pub const RECORDING_SLOTS: u32 = 16;
+
+/// The masks that let the probes of `events` record (an rmutex event through its mutex probe).
+pub fn recording_masks(events: impl IntoIterator<Item = &'static EventDef>) -> RecordingMasks {
+    let mut masks = [0; RECORDING_SLOTS as usize];
+    for event in events {
+        let probe = event.probed_as();
+        masks[usize::from(probe.category.code())] |= 1 << probe.event2;
+    }
+    masks
+}
+
 impl EventDef {
+    /// The event whose probe records this one's calls: itself, or for an rmutex event the
+    /// mutex event of the same function (see [`Category::probed_through`]).
+    pub fn probed_as(&'static self) -> &'static EventDef {
+        match self.category.probed_through() {
+            category if category == self.category => self,
+            category => category
+                .events()
+                .find(|e| e.symbol == self.symbol)
+                .unwrap_or(self),
+        }
+    }
+
     /// The cookie of a probe for this event placed after `stack_offset` bytes were pushed.
     pub const fn cookie(&self, stack_offset: u16) -> ProbeCookie {
         ProbeCookie {
@@ -1005,6 +1035,22 @@ pub static EVENTS: &[EventDef] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_probe_has_a_recording_bit() {
+        for event in EVENTS {
+            assert!(
+                u32::from(event.category.code()) < RECORDING_SLOTS,
+                "{}",
+                event.name
+            );
+            assert!(event.event2 < 64, "{}", event.name);
+        }
+        let masks = recording_masks(Category::Rmutex.events());
+        let mutex = usize::from(Category::Mutex.code());
+        assert_ne!(masks[mutex], 0, "rmutex calls are recorded by mutex probes");
+        assert_eq!(masks.iter().filter(|&&m| m != 0).count(), 1);
+    }
 
     #[test]
     fn cookie_round_trips() {

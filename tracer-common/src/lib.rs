@@ -5,7 +5,10 @@
 pub mod events;
 pub mod record;
 
-pub use events::{Category, EVENTS, EventDef, Field, ProbeCookie, ProbeFlags};
+pub use events::{
+    Category, EVENTS, EventDef, Field, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RecordingMasks,
+    recording_masks,
+};
 pub use record::RawRecord;
 
 /// Names of the BPF maps and globals, shared so that neither side spells them twice.
@@ -41,6 +44,10 @@ pub mod names {
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";
     pub const RETURN_PROGRAM: &str = "thr_return";
+    /// The section of the global `RECORDING`, per category code the probes that record now
+    /// ([`crate::RecordingMasks`]): to userspace an array map of one entry, written to stop,
+    /// start and filter a live trace.
+    pub const RECORDING: &str = ".bss.recording";
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
 }

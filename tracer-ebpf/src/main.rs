@@ -25,7 +25,7 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    MAX_CPUS, ProbeCookie, ProbeFlags, RawRecord,
+    MAX_CPUS, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord,
     events::{OBJECT_WORDS, ObjectSize},
 };
 
@@ -55,6 +55,25 @@ static LOSSLESS: u32 = 0;
 /// later: its SIGSTOP could still come after the SIGCONT.
 #[btf_map]
 static STOPPED: HashMap<u32, u32, 16384> = HashMap::new();
+
+/// Per category code (a probe's event1), a bit per event2 whose probes record now. Written by
+/// userspace: all clear while the trace is stopped, the filter's bits while it runs. Global data
+/// in a section of its own (a one-entry array map to userspace): read through a pointer, with
+/// no map lookup, so no key on the entry program's stack, which is at the verifier's limit.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = ".bss.recording")]
+static mut RECORDING: [u64; RECORDING_SLOTS as usize] = [0; RECORDING_SLOTS as usize];
+
+/// Whether the probe's event records now: checked first, so that a stopped or filtered-out
+/// event costs its trap and one load.
+#[inline(always)]
+fn recording(cookie: &ProbeCookie) -> bool {
+    let slot = usize::from(cookie.event1) % RECORDING_SLOTS as usize;
+    // SAFETY: a bounded index into global data that only userspace writes; read volatile, as
+    // it changes under the program.
+    let mask = unsafe { ptr::read_volatile(ptr::addr_of!(RECORDING[slot])) };
+    mask & (1 << (cookie.event2 & 63)) != 0
+}
 
 /// The processes recorded through shared links (links with no process filter): `--follow`'s
 /// targets and every process they fork (fork, vfork, clone), added by `thr_fork` in the kernel
@@ -161,6 +180,9 @@ static PENDING: LruHashMap<PendingKey, Pending, 65536> = LruHashMap::new();
 #[uprobe]
 pub fn thr_entry(ctx: ProbeContext) -> u32 {
     let cookie = ProbeCookie::decode(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    if !recording(&cookie) {
+        return 0;
+    }
     let flags = cookie.flags;
     // SAFETY: uprobe context registers are the user's at the probed instruction.
     let regs = unsafe { &*ctx.regs };
@@ -257,6 +279,10 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
         *entry
     };
     let _ = PENDING.remove(key);
+    // Stopped or filtered out since the entry: nothing more is recorded of the call.
+    if !recording(&cookie) {
+        return 0;
+    }
     let mut record = pending.record;
     // SAFETY: uretprobe context registers are the user's at the return address.
     record.rval = unsafe { (*ctx.regs).rax } as i64;

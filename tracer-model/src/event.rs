@@ -131,6 +131,15 @@ pub enum SystemKind {
         build_id: Vec<u8>,
         path: String,
     },
+    /// A traced call of the event's thread was blocked `blocked_ns` (`--flush-on-block`): in
+    /// `call` (an event name) on `object` (its first argument), and had `returned` or was still
+    /// blocked. The flight recorder was flushed for it.
+    Blocked {
+        call: String,
+        object: u64,
+        blocked_ns: u64,
+        returned: bool,
+    },
     /// A system event of a type this build does not know (from a newer writer).
     Unknown {
         name: String,
@@ -186,7 +195,7 @@ pub const FIRST_SYSTEM_ID: u16 = 0x8000;
 
 /// System event types in id order: name and payload fields. One definition for the writer, the
 /// event-type list and the readers.
-const SYSTEM_TYPES: [(&str, &[(&str, FieldType)]); 14] = [
+const SYSTEM_TYPES: [(&str, &[(&str, FieldType)]); 15] = [
     ("posix_trace_start", &[("filter", FieldType::Str)]),
     ("posix_trace_stop", &[("auto", FieldType::U32)]),
     (
@@ -225,6 +234,15 @@ const SYSTEM_TYPES: [(&str, &[(&str, FieldType)]); 14] = [
             ("file_offset", FieldType::U64),
             ("build_id", FieldType::Bytes),
             ("path", FieldType::Str),
+        ],
+    ),
+    (
+        "thrtrace_blocked",
+        &[
+            ("call", FieldType::Str),
+            ("object", FieldType::U64),
+            ("blocked_ns", FieldType::U64),
+            ("returned", FieldType::U32),
         ],
     ),
 ];
@@ -364,6 +382,7 @@ impl SystemKind {
             SystemKind::Fork { .. } => 11,
             SystemKind::Exec { .. } => 12,
             SystemKind::Mapping { .. } => 13,
+            SystemKind::Blocked { .. } => 14,
             // Never written: only readers make it.
             SystemKind::Unknown { .. } => usize::MAX,
         }
@@ -411,6 +430,17 @@ impl SystemKind {
                 Unsigned(*file_offset),
                 Bytes(build_id.clone()),
                 Str(path.clone()),
+            ],
+            SystemKind::Blocked {
+                call,
+                object,
+                blocked_ns,
+                returned,
+            } => vec![
+                Str(call.clone()),
+                Unsigned(*object),
+                Unsigned(*blocked_ns),
+                Unsigned(u64::from(*returned)),
             ],
         }
     }
@@ -476,6 +506,12 @@ impl SystemKind {
                     _ => Vec::new(),
                 },
                 path: text("path"),
+            },
+            "thrtrace_blocked" => SystemKind::Blocked {
+                call: text("call"),
+                object: number("object"),
+                blocked_ns: number("blocked_ns"),
+                returned: number("returned") != 0,
             },
             other => SystemKind::Unknown {
                 name: other.to_owned(),

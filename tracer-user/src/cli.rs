@@ -47,9 +47,19 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
 
-    /// The trace's name (POSIX trace-name) [default: thrtrace-PID]
-    #[arg(long, value_name = "NAME")]
+    /// The trace's name (POSIX trace-name), which `thrtrace-bpf ctl NAME` controls it by
+    /// [default: thrtrace-PID]
+    #[arg(long, value_name = "NAME", value_parser = parse_trace_name)]
     pub name: Option<String>,
+
+    /// Place the probes but record nothing until `thrtrace-bpf ctl NAME start`
+    #[arg(long)]
+    pub stopped: bool,
+
+    /// With --stream-full-policy loop: write the flight recorder to the log whenever a traced
+    /// call has been blocked this long (e.g. 200ms), at most once per DURATION
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub flush_on_block: Option<Duration>,
 
     /// Bytes of events the stream holds before its full policy applies (K, M, G suffixes) [default: 4M]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -119,6 +129,9 @@ pub enum Action {
     Info(InfoArgs),
     /// Write a trace log's events as the tr.* files of its run, or as a CTF trace
     Convert(ConvertArgs),
+    /// Control a running trace by its --name: status, start, stop, filter, flush, clear,
+    /// shutdown; or list the running traces
+    Ctl(CtlArgs),
     /// Write the manual pages or a shell's completions (for `cargo xtask install`)
     #[command(hide = true)]
     Generate(GenerateArgs),
@@ -139,6 +152,64 @@ pub enum Generated {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, Args)]
+#[command(
+    arg_required_else_help = true,
+    after_help = "Examples:\n  sudo thrtrace-bpf ctl --list\n  sudo thrtrace-bpf ctl db status\n  \
+                  sudo thrtrace-bpf ctl db filter set mutex:cond_wait\n  \
+                  sudo thrtrace-bpf ctl db flush"
+)]
+pub struct CtlArgs {
+    /// List the running traces: name, tracer pid, targets, sinks
+    #[arg(long, conflicts_with_all = ["name", "operation"])]
+    pub list: bool,
+
+    /// The trace's name, as its --name gave it (see --list)
+    #[arg(value_parser = parse_trace_name, required_unless_present = "list")]
+    pub name: Option<String>,
+
+    #[command(subcommand)]
+    pub operation: Option<CtlOperation>,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum CtlOperation {
+    /// The POSIX stream status, records, losses, rate, targets and sinks
+    Status {
+        #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
+        format: InfoFormat,
+    },
+    /// Record again (after stop, or --stopped)
+    Start,
+    /// Record nothing; the probes stay placed
+    Stop,
+    /// Change which events are recorded: categories or event names, colon-separated
+    Filter {
+        #[arg(value_enum)]
+        how: FilterHow,
+        #[arg(value_name = "EVENTS")]
+        events: String,
+    },
+    /// Write what the stream holds to the log now (the flight recorder's way out)
+    Flush,
+    /// Drop what the stream holds, unwritten
+    Clear,
+    /// End the trace as Ctrl-C does: complete files, summary, the tracer exits 0
+    Shutdown,
+}
+
+/// POSIX's SET_EVENTSET, ADD_EVENTSET and SUB_EVENTSET, on the events recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FilterHow {
+    /// Record these events only
+    Set,
+    /// Record these events too
+    Add,
+    /// Stop recording these events
+    Sub,
 }
 
 #[derive(Debug, Args)]
@@ -227,6 +298,12 @@ pub struct Config {
     /// Where tr.* files go; `None` with `--log` alone and with `list_probes`.
     pub output: Option<OutputDir>,
     pub log: Option<LogOptions>,
+    /// The trace's name: POSIX trace-name, and the control socket's.
+    pub name: String,
+    /// `--name` was given: a control socket that cannot be made is an error, not a warning.
+    pub name_given: bool,
+    pub stopped: bool,
+    pub flush_on_block: Option<Duration>,
     pub unbuffered: bool,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
@@ -314,9 +391,24 @@ impl Cli {
         };
         let unbuffered =
             self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
+        if let Some(threshold) = self.flush_on_block
+            && !log
+                .as_ref()
+                .is_some_and(|l| l.stream_full_policy == StreamFullPolicy::Loop)
+        {
+            usage_bail!(
+                "--flush-on-block {}: flushes a flight recorder: give --log FILE \
+                 --stream-full-policy loop too",
+                humantime::format_duration(threshold)
+            );
+        }
         Ok(Config {
             events,
             output,
+            name: trace_name(self.name.as_deref()),
+            name_given: self.name.is_some(),
+            stopped: self.stopped,
+            flush_on_block: self.flush_on_block,
             log,
             unbuffered,
             duration,
@@ -340,7 +432,6 @@ impl Cli {
         let log_full_policy: LogFullPolicy = parse_policy(&self.log_full_policy)?;
         let Some(path) = &self.log else {
             let shaping = [
-                ("--name", self.name.is_some()),
                 ("--stream-size", self.stream_size.is_some()),
                 (
                     "--stream-full-policy",
@@ -383,15 +474,40 @@ impl Cli {
             dir,
             file_name: file_name.to_owned(),
             shown: path.clone(),
-            trace_name: self
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("thrtrace-{}", std::process::id())),
+            trace_name: trace_name(self.name.as_deref()),
             stream_size,
             stream_full_policy,
             log_size: self.log_size,
             log_full_policy,
         }))
+    }
+}
+
+/// The trace's name: `--name`, or `thrtrace-PID` with the tracer's pid.
+fn trace_name(given: Option<&str>) -> String {
+    given.map_or_else(|| format!("thrtrace-{}", std::process::id()), str::to_owned)
+}
+
+/// A trace name names its control socket too: letters, digits, `.`, `_` and `-`, not first a
+/// dot, at most 64 bytes.
+pub fn parse_trace_name(name: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 64 || name.starts_with('.') || !name.chars().all(allowed) {
+        return Err(format!(
+            "'{name}' is not a trace name: use up to 64 letters, digits, '.', '_' and '-', \
+             not starting with '.'"
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+/// A duration as `200ms`, `1.5s` or `2m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        _ => Err(format!(
+            "'{text}' is not a duration: give a number with a unit, e.g. 200ms, 1.5s or 2m"
+        )),
     }
 }
 
@@ -456,6 +572,11 @@ pub fn parse_events(spec: Option<&str>) -> Result<Vec<&'static EventDef>> {
         .collect())
 }
 
+/// The names of `events`.
+pub fn event_names(events: &[&EventDef]) -> Vec<&'static str> {
+    events.iter().map(|e| e.name).collect()
+}
+
 fn traced_categories() -> Vec<&'static str> {
     Category::ALL
         .into_iter()
@@ -468,10 +589,6 @@ fn traced_categories() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    fn names(events: &[&EventDef]) -> Vec<&'static str> {
-        events.iter().map(|e| e.name).collect()
-    }
-
     #[test]
     fn empty_or_unset_means_every_event() {
         assert_eq!(parse_events(None).unwrap().len(), EVENTS.len());
@@ -481,11 +598,11 @@ mod tests {
     #[test]
     fn categories_and_event_names_select_each_event_once_in_table_order() {
         let events = parse_events(Some("cond_wait:mutex_lock:cond_wait")).unwrap();
-        assert_eq!(names(&events), ["mutex_lock", "cond_wait"]);
+        assert_eq!(event_names(&events), ["mutex_lock", "cond_wait"]);
         let rwlock = parse_events(Some("rwlock:rw_rdlock")).unwrap();
         assert_eq!(
-            names(&rwlock),
-            names(&Category::Rwlock.events().collect::<Vec<_>>())
+            event_names(&rwlock),
+            event_names(&Category::Rwlock.events().collect::<Vec<_>>())
         );
     }
 

@@ -12,6 +12,7 @@ mod say;
 pub mod attach;
 pub mod capture;
 pub mod cli;
+pub mod control;
 pub mod error;
 pub mod manual;
 pub mod readers;
@@ -22,7 +23,7 @@ pub mod sudo;
 use std::collections::HashSet;
 
 use anyhow::{Context, Result};
-use tracer_common::{Category, EVENTS, EventDef};
+use tracer_common::{Category, EventDef};
 use tracer_model::{
     event::{SystemEvent, SystemKind, event_types},
     log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
@@ -40,7 +41,16 @@ use crate::{
         kernel::{self, TaskOffsets},
     },
     cli::{Config, LogOptions, Target},
-    session::{Session, facts::Facts, signals::TraceSignals, target_error_event},
+    control::socket::{ControlError, RuntimeDir},
+    error::UsageError,
+    session::{
+        Session,
+        blocks::BlockWatch,
+        control::{Controller, Recording, filtered_out},
+        facts::Facts,
+        signals::TraceSignals,
+        target_error_event,
+    },
     sinks::{Sink, Sinks, descriptors, log::TraceLog, tr::TrFiles},
 };
 
@@ -51,17 +61,27 @@ pub fn run(mut config: Config) -> Result<i32> {
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
-    // The stream is created now: its start is stamped before any record can be.
+    let recording = Recording::new(&events, config.events.clone(), config.stopped);
+    // The stream is created now: its start is stamped before any record can be (unless it
+    // starts stopped, when a controller's START starts it).
     let created_ktime = kernel::monotonic_ns();
-    let decoder = Decoder::new(kernel::realtime_offset_ns(), &config.events);
+    let decoder = Decoder::new(kernel::realtime_offset_ns(), &recording.decoded());
     let created_ns = decoder.realtime_ns(created_ktime);
-    let mut early_events = vec![(created_ktime, start_event(created_ns, &config.events))];
+    let mut early_events = Vec::new();
+    if !config.stopped {
+        early_events.push((created_ktime, start_event(created_ns, &config.events)));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let signals = {
         let _context = runtime.enter();
         TraceSignals::catch_and_hold().context("cannot catch SIGINT, SIGTERM and SIGUSR1")?
+    };
+    // Before anything is attached: a name already taken ends the run at once.
+    let controller = {
+        let _context = runtime.enter();
+        control_socket(&config)?
     };
     descriptors::raise_limit();
     let scope = match (&config.target, config.follow) {
@@ -76,6 +96,8 @@ pub fn run(mut config: Config) -> Result<i32> {
         config.lossless,
         scope,
     )?;
+    // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
+    datapath.set_recording(&recording.masks())?;
     let mut probes = Probes::new(events, config.probe_at_entry);
     let follow = config.follow;
     // Facts about the targets (executable, mapped files) are read as each is attached, for the
@@ -193,14 +215,13 @@ pub fn run(mut config: Config) -> Result<i32> {
         follow: config.follow,
         exec_requests,
         signals,
+        name: config.name.clone(),
+        controller,
+        recording,
+        blocks: config.flush_on_block.map(BlockWatch::new),
     };
     let outcome = runtime.block_on(session.run())?;
-    say!(
-        "thrtrace-bpf: {} records written, {} lost, {}",
-        outcome.records,
-        outcome.losses.total(),
-        outcome.written
-    );
+    say!("thrtrace-bpf: {}", outcome.summary());
     if outcome.lossless_stops > 0 {
         say!(
             "thrtrace-bpf: --lossless stopped traced threads {} times until the rings \
@@ -216,15 +237,8 @@ pub fn run(mut config: Config) -> Result<i32> {
 
 /// The events whose probes record `selected`, in category then table order: rmutex calls are
 /// recorded by the mutex probes (told apart when decoded).
-fn probed_events(selected: &[&'static EventDef]) -> Vec<&'static EventDef> {
-    let probed_as = |event: &'static EventDef| match event.category.probed_through() {
-        category if category == event.category => event,
-        category => category
-            .events()
-            .find(|e| e.symbol == event.symbol)
-            .unwrap_or(event),
-    };
-    let probed: Vec<&'static EventDef> = selected.iter().map(|&e| probed_as(e)).collect();
+pub fn probed_events(selected: &[&'static EventDef]) -> Vec<&'static EventDef> {
+    let probed: Vec<&'static EventDef> = selected.iter().map(|e| e.probed_as()).collect();
     let mut categories: Vec<Category> = probed.iter().map(|e| e.category).collect();
     categories.sort();
     categories.dedup();
@@ -237,17 +251,28 @@ fn probed_events(selected: &[&'static EventDef]) -> Vec<&'static EventDef> {
 
 /// START, with POSIX's filter: the event types not recorded.
 fn start_event(time_ns: i64, selected: &[&'static EventDef]) -> SystemEvent {
-    let filtered_out = EVENTS
-        .iter()
-        .filter(|e| !selected.iter().any(|s| std::ptr::eq(*s, *e)))
-        .map(|e| e.name.to_owned())
-        .collect();
-    SystemEvent::new(
-        time_ns,
-        SystemKind::Start {
-            filter: filtered_out,
-        },
-    )
+    let filter = filtered_out(selected);
+    SystemEvent::new(time_ns, SystemKind::Start { filter })
+}
+
+/// The trace's control socket, listening (in the runtime's context). A name that another
+/// trace has is an error; a socket that cannot be made is one only if `--name` asked for it.
+fn control_socket(config: &Config) -> Result<Option<Controller>> {
+    let socket = RuntimeDir::open(true).and_then(|dir| dir.listen(&config.name));
+    match socket {
+        Ok(socket) => {
+            let shown = socket.path();
+            let controller = Controller::listen(socket)
+                .with_context(|| format!("cannot listen on {}", shown.display()))?;
+            Ok(Some(controller))
+        }
+        Err(error @ ControlError::NameTaken { .. }) => Err(UsageError(error.to_string()).into()),
+        Err(error) if config.name_given => Err(error.into()),
+        Err(error) => {
+            say!("thrtrace-bpf: {error}; the trace cannot be controlled with `ctl`");
+            Ok(None)
+        }
+    }
 }
 
 /// The log sink: its file created now (safely, see `sinks::output_dir`), its attributes as
@@ -287,7 +312,13 @@ fn trace_log(log: LogOptions, config: &Config, created_ns: i64) -> Result<TraceL
         layout: Layout::choose(log.log_size, log.log_full_policy),
         event_types,
     };
-    Ok(TraceLog::new(file, log.shown, metadata, config.unbuffered))
+    Ok(TraceLog::new(
+        file,
+        log.shown,
+        metadata,
+        config.unbuffered,
+        !config.stopped,
+    ))
 }
 
 /// `--list-probes`: where each probe would go in each target's pthread library.

@@ -63,7 +63,7 @@ fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-const ENVIRONMENT: [(&str, &str); 5] = [
+const ENVIRONMENT: [(&str, &str); 6] = [
     (
         "THR_TRACE_EVENTS",
         "The categories and events to trace, as --events.",
@@ -78,12 +78,16 @@ const ENVIRONMENT: [(&str, &str); 5] = [
         "Any value: never lose a record, as --lossless.",
     ),
     (
+        "THRTRACE_RUNTIME_DIR",
+        "The directory of the traces' control sockets, instead of /run/thrtrace-bpf; it must be root's and no one else's.",
+    ),
+    (
         "SUDO_UID, SUDO_GID",
         "Under sudo, the files written belong to this user, and a command given after -- runs as them.",
     ),
 ];
 
-const FILES: [(&str, &str); 3] = [
+const FILES: [(&str, &str); 4] = [
     (
         "tr.PPPPPPP.LLL",
         "One per traced thread in the --dir directory: the low 28 bits of the pid and the low 12 \
@@ -93,6 +97,11 @@ const FILES: [(&str, &str); 3] = [
         "FILE (--log)",
         "A POSIX trace log: self-checking packets of events and system events, read by dump, \
          info, convert and the C library libposixtrace (<trace.h>).",
+    ),
+    (
+        "/run/thrtrace-bpf/NAME.sock",
+        "The control socket of the running trace NAME (mode 0600, in a directory of mode 0700), \
+         which thrtrace-bpf ctl NAME talks to; removed when the trace ends.",
     ),
     (
         "DIR (convert)",

@@ -7,11 +7,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
+    maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
     programs::{RawTracePoint, raw_trace_point::RawTracePointLink},
 };
 use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
-use tracer_common::{LOST_TOTAL, MAX_CPUS, RawRecord, STOP_SENT, names};
+use tracer_common::{LOST_TOTAL, MAX_CPUS, RawRecord, RecordingMasks, STOP_SENT, names};
 
 use super::{kernel::TaskOffsets, lossless};
 use crate::attach::multi_link::{MultiProgram, Programs};
@@ -39,6 +39,8 @@ pub struct DataPath {
     /// How many records fill a ring: the most one drain pass reads from it.
     records_per_ring: usize,
     lost: PerCpuArray<MapData, u64>,
+    /// Which probes record (all clear until `set_recording`).
+    recording: Array<MapData, RecordingMasks>,
     errno_slots: HashMap<MapData, u32, u64>,
     shared_traced: HashMap<MapData, u32, u8>,
     /// `--lossless`: the threads the BPF side has stopped for writing to a ring past half.
@@ -98,6 +100,7 @@ impl DataPath {
         };
         let rings = create_rings(&mut ebpf, ring_bytes)?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
+        let recording = Array::try_from(take_map(&mut ebpf, names::RECORDING)?)?;
         let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
         let shared_traced = HashMap::try_from(take_map(&mut ebpf, names::SHARED_TRACED)?)?;
         let stopped_map = take_map(&mut ebpf, names::STOPPED)?;
@@ -131,6 +134,7 @@ impl DataPath {
             rings,
             records_per_ring: ring_bytes as usize / (tracer_common::record::RAW_RECORD_SIZE + 8),
             lost,
+            recording,
             errno_slots,
             shared_traced,
             stopped,
@@ -150,6 +154,14 @@ impl DataPath {
     /// its own (with `--follow`, the children it forks from now on too).
     pub fn trace_through_shared_links(&mut self, pid: u32) -> Result<()> {
         Ok(self.shared_traced.insert(pid, 1, 0)?)
+    }
+
+    /// Lets the probes that `masks` name record from now on, and no others: a probe hit after
+    /// this returns sees them.
+    pub fn set_recording(&mut self, masks: &RecordingMasks) -> Result<()> {
+        self.recording
+            .set(0, masks, 0)
+            .context("cannot change which probes record")
     }
 
     /// Tells the BPF side where process `pid` keeps errno's thread-pointer offset.

@@ -46,11 +46,13 @@ impl Decoder {
     pub fn new(realtime_offset_ns: i128, selected: &[&EventDef]) -> Self {
         Decoder {
             realtime_offset_ns,
-            selected: selected
-                .iter()
-                .map(|e| (e.category.code(), e.event2))
-                .collect(),
+            selected: codes(selected),
         }
+    }
+
+    /// Keeps the records of `selected` only from now on (none: a stopped trace).
+    pub fn select(&mut self, selected: &[&EventDef]) {
+        self.selected = codes(selected);
     }
 
     /// CLOCK_REALTIME nanoseconds of a CLOCK_MONOTONIC stamp.
@@ -84,6 +86,13 @@ impl Decoder {
             caller: raw.caller,
         })
     }
+}
+
+fn codes(events: &[&EventDef]) -> Vec<(u16, u16)> {
+    events
+        .iter()
+        .map(|e| (e.category.code(), e.event2))
+        .collect()
 }
 
 /// Whether the call returned 0 (success for every call whose stores are recorded).

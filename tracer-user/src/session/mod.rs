@@ -6,6 +6,8 @@
 //! The BPF side wakes the reader only when a ring is a quarter full; otherwise records wait for
 //! the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
 
+pub mod blocks;
+pub mod control;
 pub mod facts;
 pub mod signals;
 
@@ -20,7 +22,7 @@ use std::{
 use anyhow::{Context, Result};
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    sync::{Notify, mpsc},
+    sync::{Notify, mpsc, oneshot},
     time::{Instant, MissedTickBehavior},
 };
 
@@ -28,6 +30,8 @@ use tracer_common::RawRecord;
 use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 
 use self::{
+    blocks::BlockWatch,
+    control::{Asked, Controller, Recording},
     facts::Facts,
     signals::{TraceSignal, TraceSignals},
 };
@@ -46,6 +50,7 @@ use crate::{
         lossless,
         reorder::{LATE_COMMIT_NS, Reorder},
     },
+    control::{Reply, Request, StatusReport},
     sinks::{Sink, Sinks, TraceEnd},
 };
 
@@ -76,10 +81,13 @@ pub struct Session {
     /// `--follow`: images just exec'd by followed processes, to probe while they wait.
     pub exec_requests: Option<mpsc::UnboundedReceiver<Followed>>,
     pub signals: TraceSignals,
+    /// The trace's name, and its control socket (none if it could not be made).
+    pub name: String,
+    pub controller: Option<Controller>,
+    pub recording: Recording,
+    /// `--flush-on-block`.
+    pub blocks: Option<BlockWatch>,
 }
-
-/// How often system-wide tracing looks for processes that have exited, to complete their files.
-const LIVENESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a target's main thread must have been gone before the process moves to shared
 /// links: longer than a process that is exiting as a whole takes to finish.
@@ -88,6 +96,10 @@ const MAIN_THREAD_SETTLE: Duration = Duration::from_millis(50);
 /// How long a launched command may take to exit after the tracer is signalled: the terminal's
 /// Ctrl-C reaches it too, and its exit status should be the tracer's.
 const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// How often the record rate (`ctl status`) is measured, and system-wide tracing looks for
+/// processes that have exited.
+const RATE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How a run ended.
 pub struct Outcome {
@@ -99,6 +111,18 @@ pub struct Outcome {
     pub lossless_stops: u64,
     /// The tracer's exit status.
     pub exit_code: i32,
+}
+
+impl Outcome {
+    /// The summary line's text: "812 records written, 0 lost, 4 files in /tmp/trace".
+    pub fn summary(&self) -> String {
+        format!(
+            "{} records written, {} lost, {}",
+            self.records,
+            self.losses.total(),
+            self.written
+        )
+    }
 }
 
 impl Session {
@@ -136,10 +160,12 @@ impl Session {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = self.duration.map(|d| Instant::now() + d);
         let mut grace = None;
-        // System-wide there is no pidfd per process: look for the ones gone once a second, and for
-        // pthread libraries that have appeared since.
-        let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
-        liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Once a second: the record rate is measured; system-wide, where there is no pidfd per
+        // process, the processes gone are looked for, and pthread libraries that have appeared.
+        let mut each_second = tokio::time::interval(RATE_INTERVAL);
+        each_second.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // `ctl shutdown`: answered once the trace is complete.
+        let mut shutdown_answer = None;
         let mut flow = Flow {
             reorder: Reorder::new(LATE_COMMIT_NS),
             processes: HashSet::new(),
@@ -151,6 +177,8 @@ impl Session {
             facts: self.sinks.wants_system_events().then(Facts::default),
             described: std::mem::take(&mut self.described),
             named_threads: HashSet::new(),
+            started: Instant::now(),
+            rate: Rate::default(),
         };
         for (ktime, event) in std::mem::take(&mut self.early_events) {
             flow.reorder.push(ktime, Staged::System(event));
@@ -159,20 +187,31 @@ impl Session {
         loop {
             let mut exited = Vec::new();
             let mut signalled = false;
-            let mut flush_requested = false;
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = wakeups.notified() => {}
                 signal = self.signals.recv() => match signal {
                     TraceSignal::Stop => signalled = true,
-                    TraceSignal::Flush => flush_requested = true,
+                    TraceSignal::Flush => flow.reorder.push(
+                        kernel::monotonic_ns(),
+                        Staged::Act { action: Action::Flush(FlushCause::Signal), answer: None },
+                    ),
                 },
                 _ = sleep_until(deadline) => break,
                 _ = sleep_until(grace) => break,
-                _ = liveness.tick(), if self.until_stopped => {
-                    exited.extend(flow.processes.iter().filter(|&&pid| !targets::process_exists(pid)));
-                    if let Err(error) = self.probes.attach_new_libraries(&mut self.datapath) {
-                        self.target_error(&mut flow, 0, &error);
+                _ = each_second.tick() => {
+                    flow.rate.sample(flow.records);
+                    if self.until_stopped {
+                        exited.extend(flow.processes.iter().filter(|&&pid| !targets::process_exists(pid)));
+                        if let Err(error) = self.probes.attach_new_libraries(&mut self.datapath) {
+                            self.target_error(&mut flow, 0, &error);
+                        }
+                    }
+                }
+                Some(asked) = next_request_of(&mut self.controller) => {
+                    if let Some(answer) = self.answer(asked, &mut flow, &running)? {
+                        shutdown_answer = Some(answer);
+                        signalled = true;
                     }
                 }
                 Some(followed) = next_request(&mut self.exec_requests) => match followed {
@@ -195,10 +234,18 @@ impl Session {
                 }
             }
             self.drain(&mut flow)?;
-            if flush_requested {
-                // What has passed the reorder stage: the records of the last pass or two wait.
-                self.sinks.flush().context(INCOMPLETE)?;
-                say!("thrtrace-bpf: flushed (SIGUSR1)");
+            if let Some(blocks) = self.blocks.as_mut() {
+                let now = kernel::monotonic_ns();
+                for event in blocks.still_blocked(self.decoder.realtime_ns(now)) {
+                    let action = Action::Flush(FlushCause::Blocked(event));
+                    flow.reorder.push(
+                        now,
+                        Staged::Act {
+                            action,
+                            answer: None,
+                        },
+                    );
+                }
             }
             self.share_after_main_thread(&mut main_thread_gone, &mut flow);
             if self.follow {
@@ -272,13 +319,170 @@ impl Session {
         }
         // Like `time` and strace: the command's status; stopping by signal or time is success.
         let exit_code = launched_status.map_or(0, exit_code_of);
-        Ok(Outcome {
+        let outcome = Outcome {
             records: flow.records,
             written,
             losses: flow.losses,
             lossless_stops: flow.lossless_stops,
             exit_code,
-        })
+        };
+        if let Some(answer) = shutdown_answer {
+            let _ = answer.send(Reply::done(format!("shut down: {}", outcome.summary())));
+        }
+        if let Some(controller) = self.controller.take() {
+            controller.close().await;
+        }
+        Ok(outcome)
+    }
+
+    /// Answers a controller's request, or says it is to be answered at the end (shutdown).
+    fn answer(
+        &mut self,
+        asked: Asked,
+        flow: &mut Flow,
+        targets: &HashSet<u32>,
+    ) -> Result<Option<oneshot::Sender<Reply>>> {
+        let Asked { request, answer } = asked;
+        let now = kernel::monotonic_ns();
+        let now_ns = self.decoder.realtime_ns(now);
+        let change = match request {
+            Request::Status => {
+                let status = self.status(flow, targets);
+                let _ = answer.send(Reply::Status(Box::new(status)));
+                return Ok(None);
+            }
+            Request::Shutdown => return Ok(Some(answer)),
+            Request::Flush | Request::Clear => {
+                let action = match request {
+                    Request::Flush => Action::Flush(FlushCause::Controller),
+                    _ => Action::Clear,
+                };
+                // Done once everything stamped before now is written.
+                let answer = Some(answer);
+                flow.reorder.push(now, Staged::Act { action, answer });
+                return Ok(None);
+            }
+            Request::Start => self
+                .recording
+                .set_running(true, now_ns)
+                .ok_or("running already"),
+            Request::Stop => self
+                .recording
+                .set_running(false, now_ns)
+                .ok_or("stopped already"),
+            Request::Filter { how, events } => match self.recording.filter(how, &events, now_ns) {
+                Ok(event) => Ok(event),
+                Err(refusal) => {
+                    let _ = answer.send(Reply::refused(refusal));
+                    return Ok(None);
+                }
+            },
+        };
+        let event = match change {
+            Ok(event) => event,
+            // Nothing to change: done, as POSIX's start of a running stream is.
+            Err(already) => {
+                let _ = answer.send(Reply::done(already));
+                return Ok(None);
+            }
+        };
+        self.datapath.set_recording(&self.recording.masks())?;
+        let message = match &event.kind {
+            SystemKind::Start { .. } => "started".to_owned(),
+            SystemKind::Stop { .. } => "stopped".to_owned(),
+            _ => format!("recording {}", self.recording.spec()),
+        };
+        let action = Action::Select {
+            events: self.recording.decoded(),
+            event,
+        };
+        flow.reorder.push(
+            now,
+            Staged::Act {
+                action,
+                answer: None,
+            },
+        );
+        let _ = answer.send(Reply::done(message));
+        Ok(None)
+    }
+
+    /// `ctl status`.
+    fn status(&self, flow: &Flow, targets: &HashSet<u32>) -> StatusReport {
+        let state = self.sinks.state();
+        let status = state.status.unwrap_or_default();
+        let running = self.recording.running() && (state.status.is_none() || status.running);
+        let flag =
+            |set: bool, yes: &str, no: &str| format!("POSIX_TRACE_{}", if set { yes } else { no });
+        let mut targets: Vec<u32> = targets.iter().copied().collect();
+        targets.sort_unstable();
+        StatusReport {
+            name: self.name.clone(),
+            pid: std::process::id(),
+            posix_stream_status: flag(running, "RUNNING", "SUSPENDED"),
+            posix_stream_full_status: flag(status.full, "FULL", "NOT_FULL"),
+            posix_stream_overrun_status: flag(status.overrun, "OVERRUN", "NO_OVERRUN"),
+            posix_stream_flush_status: flag(status.flushing, "FLUSHING", "NOT_FLUSHING"),
+            posix_stream_flush_error: i32::from(status.flush_error),
+            posix_log_overrun_status: flag(status.log_overrun, "OVERRUN", "NO_OVERRUN"),
+            posix_log_full_status: flag(status.log_full, "FULL", "NOT_FULL"),
+            events: self.recording.spec(),
+            recorded: self
+                .recording
+                .selected_names()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            filtered_out: self.recording.filtered_out(),
+            records: flow.records,
+            lost: flow.losses.total(),
+            rate: flow.rate.per_second,
+            uptime_s: flow.started.elapsed().as_secs_f64(),
+            targets,
+            system_wide: self.until_stopped,
+            sinks: state.descriptions,
+        }
+    }
+
+    /// Does what a controller, a signal or a long block asked, now that everything stamped
+    /// before the request has been written.
+    fn act(&mut self, action: Action, answer: Option<oneshot::Sender<Reply>>) -> Result<()> {
+        let reply = match action {
+            Action::Select { events, event } => {
+                self.decoder.select(&events);
+                self.sinks.system_event(&event).context(INCOMPLETE)?;
+                return Ok(());
+            }
+            Action::Clear => {
+                let dropped = self.sinks.clear().context(INCOMPLETE)?;
+                Reply::done(format!("cleared: {dropped} events dropped from the stream"))
+            }
+            Action::Flush(cause) => {
+                if let FlushCause::Blocked(event) = &cause {
+                    self.sinks.system_event(event).context(INCOMPLETE)?;
+                    let may_flush = self
+                        .blocks
+                        .as_mut()
+                        .is_some_and(|blocks| blocks.may_flush(std::time::Instant::now()));
+                    if !may_flush {
+                        return Ok(());
+                    }
+                }
+                self.sinks.flush().context(INCOMPLETE)?;
+                match &cause {
+                    FlushCause::Signal => say!("thrtrace-bpf: flushed (SIGUSR1)"),
+                    FlushCause::Blocked(event) => {
+                        say!("thrtrace-bpf: flushed: {}", describe_block(event))
+                    }
+                    FlushCause::Controller => {}
+                }
+                Reply::done("flushed")
+            }
+        };
+        if let Some(answer) = answer {
+            let _ = answer.send(reply);
+        }
+        Ok(())
     }
 
     /// Probes the libraries of the image process `request.pid` has just exec'd, and says so
@@ -408,9 +612,16 @@ impl Session {
                     self.sinks.system_event(&event).context(INCOMPLETE)?;
                     continue;
                 }
+                Staged::Act { action, answer } => {
+                    self.act(action, answer)?;
+                    continue;
+                }
                 Staged::Exited(pid) => {
                     flow.exiting.remove(&pid);
                     flow.processes.remove(&pid);
+                    if let Some(blocks) = self.blocks.as_mut() {
+                        blocks.process_exited(pid);
+                    }
                     if flow.described.remove(&pid) {
                         let now = self.decoder.realtime_ns(kernel::monotonic_ns());
                         let detach =
@@ -438,7 +649,10 @@ impl Session {
                 Some(record) if self.decoder.selects(&record) => {
                     flow.processes.insert(record.pid);
                     flow.records += 1;
-                    self.sinks.record(&record).context(INCOMPLETE)?
+                    self.sinks.record(&record).context(INCOMPLETE)?;
+                    if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(&record)) {
+                        self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
+                    }
                 }
                 // A call of the kind not selected (a plain mutex when only rmutex is).
                 Some(_) => {}
@@ -468,6 +682,75 @@ enum Staged {
     System(SystemEvent),
     /// A process has exited: once everything before is written, its files are completed.
     Exited(u32),
+    /// Something asked of the sinks or the decoder, done once everything before is written;
+    /// `answer` is the controller's, if it asked.
+    Act {
+        action: Action,
+        answer: Option<oneshot::Sender<Reply>>,
+    },
+}
+
+enum Action {
+    /// From here on the decoder keeps `events` (none while stopped); `event` (START, STOP,
+    /// FILTER) says why.
+    Select {
+        events: Vec<&'static tracer_common::EventDef>,
+        event: SystemEvent,
+    },
+    Flush(FlushCause),
+    Clear,
+}
+
+enum FlushCause {
+    /// SIGUSR1.
+    Signal,
+    Controller,
+    /// `--flush-on-block`: a call blocked too long; the event says which (written first).
+    Blocked(SystemEvent),
+}
+
+/// "thread 4251 (pid 4242) blocked 250 ms in mutex_lock(0x55d0c0a4e0c0)".
+fn describe_block(event: &SystemEvent) -> String {
+    let SystemKind::Blocked {
+        call,
+        object,
+        blocked_ns,
+        returned,
+    } = &event.kind
+    else {
+        return event.kind.name().to_owned();
+    };
+    format!(
+        "thread {} (pid {}) {} {} ms in {call}({object:#x})",
+        event.lwpid,
+        event.pid,
+        if *returned {
+            "was blocked"
+        } else {
+            "has been blocked"
+        },
+        blocked_ns / 1_000_000
+    )
+}
+
+/// Records per second, measured over the last second.
+#[derive(Default)]
+struct Rate {
+    last: Option<(Instant, u64)>,
+    per_second: f64,
+}
+
+impl Rate {
+    fn sample(&mut self, records: u64) {
+        let now = Instant::now();
+        if let Some((then, before)) = self.last {
+            let seconds = now.duration_since(then).as_secs_f64();
+            if seconds > 0.0 {
+                self.per_second = (records - before) as f64 / seconds;
+            }
+        }
+        self.last = Some((now, records));
+    }
 }
 
 /// `lost` records of `cpu` that never arrived, stamped `time_ns`.
@@ -515,6 +798,8 @@ struct Flow {
     described: HashSet<u32>,
     /// Threads whose name is in the stream.
     named_threads: HashSet<u32>,
+    started: Instant,
+    rate: Rate,
 }
 
 /// The next exec to attach to, if exec's are followed; never, if not.
@@ -523,6 +808,14 @@ async fn next_request(
 ) -> Option<Followed> {
     match requests {
         Some(requests) => requests.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next controller's request, if there is a control socket; never, if not.
+async fn next_request_of(controller: &mut Option<Controller>) -> Option<Asked> {
+    match controller {
+        Some(controller) => controller.next().await,
         None => std::future::pending().await,
     }
 }

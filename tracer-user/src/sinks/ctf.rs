@@ -20,7 +20,7 @@ use tracer_model::{
     log::{LogReader, TypeIds},
 };
 
-use super::{Sink, TraceEnd, output_dir::OutputDir};
+use super::{Sink, SinkState, TraceEnd, output_dir::OutputDir};
 
 /// CTF's packet magic.
 const PACKET_MAGIC: u32 = 0xC1FC_1FC1;
@@ -198,9 +198,20 @@ impl Sink for CtfTrace {
         Ok(())
     }
 
-    /// Only `convert` writes a CTF trace: nothing waits for a reader.
+    /// Only `convert` writes a CTF trace: nothing waits for a reader, nothing is controlled.
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+
+    fn clear(&mut self) -> io::Result<u64> {
+        Ok(0)
+    }
+
+    fn state(&self) -> SinkState {
+        SinkState {
+            descriptions: vec![format!("CTF trace in {}", self.dir.path().display())],
+            status: None,
+        }
     }
 
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {

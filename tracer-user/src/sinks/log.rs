@@ -21,7 +21,7 @@ use tracer_model::{
     log::{EventPacket, FinalStatus, LogWriter, Metadata, Status, StreamFullPolicy, Written},
 };
 
-use super::{Sink, TraceEnd};
+use super::{Sink, SinkState, TraceEnd};
 
 /// How often the `flush` policy writes the stream when it is not full.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -47,8 +47,9 @@ pub struct TraceLog {
     /// Events the `loop` policy dropped since the last flush, and when the first of them was.
     overwritten: u64,
     first_overwritten_ns: Option<i64>,
-    /// Events not recorded after `until-full` stopped the stream.
+    /// Events not recorded after `until-full` stopped the stream (until a START).
     not_recorded: u64,
+    stopped_by_policy: bool,
     events_since_flush: u64,
     last_flush: Instant,
     unbuffered: bool,
@@ -56,8 +57,15 @@ pub struct TraceLog {
 }
 
 impl TraceLog {
-    /// A log to be written to `file` (created, empty) when the trace begins.
-    pub fn new(file: File, shown: PathBuf, metadata: Metadata, unbuffered: bool) -> TraceLog {
+    /// A log to be written to `file` (created, empty) when the trace begins; its stream
+    /// `running` from the start, or suspended until a START.
+    pub fn new(
+        file: File,
+        shown: PathBuf,
+        metadata: Metadata,
+        unbuffered: bool,
+        running: bool,
+    ) -> TraceLog {
         let attributes = &metadata.attributes;
         let stream_size = attributes.stream_min_size;
         let packet_capacity = metadata
@@ -76,12 +84,13 @@ impl TraceLog {
             sealed: VecDeque::new(),
             sealed_bytes: 0,
             status: Status {
-                running: true,
+                running,
                 ..Status::default()
             },
             overwritten: 0,
             first_overwritten_ns: None,
             not_recorded: 0,
+            stopped_by_policy: false,
             events_since_flush: 0,
             last_flush: Instant::now(),
             unbuffered,
@@ -107,9 +116,12 @@ impl TraceLog {
         self.append(&Event::System(SystemEvent::new(self.newest_ns, kind)));
     }
 
-    /// Records an event as the stream's policy says.
+    /// Records an event as the stream's policy says. A stream the `until-full` policy
+    /// stopped records nothing more, and counts it. One the controller stopped gets no thread
+    /// events (the probes do not record) but keeps the facts about processes (attached, gone,
+    /// mapped files) that the events after a restart need to be read.
     fn push(&mut self, event: &Event) -> io::Result<()> {
-        if !self.status.running {
+        if self.stopped_by_policy {
             self.not_recorded += 1;
             return Ok(());
         }
@@ -137,12 +149,13 @@ impl TraceLog {
                 self.append_own(SystemKind::Stop { auto: 1 });
                 self.status.running = false;
                 self.status.full = true;
+                self.stopped_by_policy = true;
                 Ok(())
             }
         }
     }
 
-    /// Writes the stream to the log, between FLUSH_START and FLUSH_STOP (which opens the next).
+    /// Writes the stream to the log, its events followed by FLUSH_START and FLUSH_STOP.
     fn write_stream(&mut self) -> io::Result<()> {
         self.append_own(SystemKind::FlushStart);
         let mut packets = Vec::with_capacity(self.sealed.len() + 2);
@@ -162,6 +175,14 @@ impl TraceLog {
         }
         packets.extend(self.sealed.drain(..));
         packets.push(std::mem::take(&mut self.current));
+        // Written with the flush, not left in the stream, where a flight recorder would
+        // overwrite it.
+        let mut stop = EventPacket::default();
+        stop.push(&Event::System(SystemEvent::new(
+            self.newest_ns,
+            SystemKind::FlushStop,
+        )));
+        packets.push(stop);
         self.sealed_bytes = 0;
         for packet in &packets {
             self.write(packet)?;
@@ -169,7 +190,6 @@ impl TraceLog {
         self.status.full = false;
         self.events_since_flush = 0;
         self.last_flush = Instant::now();
-        self.append_own(SystemKind::FlushStop);
         Ok(())
     }
 
@@ -201,8 +221,18 @@ impl Sink for TraceLog {
         self.push(&Event::Thread(record.clone()))
     }
 
+    /// START and STOP from the controller change the stream's status: a START is the first
+    /// event of a running stream, a STOP the last of a suspended one.
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
-        self.push(&Event::System(event.clone()))
+        if let SystemKind::Start { .. } = event.kind {
+            self.status.running = true;
+            self.stopped_by_policy = false;
+        }
+        self.push(&Event::System(event.clone()))?;
+        if let SystemKind::Stop { .. } = event.kind {
+            self.status.running = false;
+        }
+        Ok(())
     }
 
     fn wants_system_events(&self) -> bool {
@@ -222,6 +252,37 @@ impl Sink for TraceLog {
         self.write_stream()
     }
 
+    /// As posix_trace_clear: the stream is emptied, its full and overrun status reset, its
+    /// running status kept; the log keeps what was written to it.
+    fn clear(&mut self) -> io::Result<u64> {
+        let dropped = self
+            .sealed
+            .drain(..)
+            .chain([std::mem::take(&mut self.current)])
+            .map(|packet| u64::from(packet.count()))
+            .sum();
+        self.sealed_bytes = 0;
+        self.overwritten = 0;
+        self.first_overwritten_ns = None;
+        self.status.full = false;
+        self.status.overrun = false;
+        self.events_since_flush = 0;
+        Ok(dropped)
+    }
+
+    fn state(&self) -> SinkState {
+        let written = self.writer.as_ref().map_or(0, |w| w.counts().0);
+        SinkState {
+            descriptions: vec![format!(
+                "log {} ({written} events written, {} of {} stream bytes held)",
+                self.shown.display(),
+                self.stream_bytes(),
+                self.stream_size
+            )],
+            status: Some(self.status),
+        }
+    }
+
     fn process_exited(&mut self, _pid: u32) -> io::Result<()> {
         Ok(())
     }
@@ -235,9 +296,6 @@ impl Sink for TraceLog {
         let full = self.status.full;
         self.write_stream()?;
         self.status.full = full;
-        // The FLUSH_STOP that the last flush opened the stream with.
-        let last = std::mem::take(&mut self.current);
-        self.write(&last)?;
         let Some(writer) = self.writer.take() else {
             return Ok(String::new());
         };

@@ -1,7 +1,7 @@
 //! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files; [`log`]: the
 //! trace log, with the stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event to each of them. The
 //! session calls `begin`, then `record` and `system_event` in time order, `process_exited` once
-//! a process's last records are written, `flush` when asked (SIGUSR1), and `finish`. [`output_dir`] creates every file a
+//! a process's last records are written, `flush` and `clear` when asked (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a
 //! sink writes, safely; [`descriptors`] bounds how many stay open.
 
 pub mod ctf;
@@ -12,7 +12,17 @@ pub mod tr;
 
 use std::io;
 
-use tracer_model::{TraceRecord, event::SystemEvent};
+use tracer_model::{TraceRecord, event::SystemEvent, log::Status};
+
+/// What a sink is doing, for `ctl status`.
+#[derive(Clone, Debug, Default)]
+pub struct SinkState {
+    /// What each sink writes where, and how far it has got ("log db.ptl (812 events
+    /// written, ...)").
+    pub descriptions: Vec<String>,
+    /// The POSIX stream's status, for the sink that keeps a stream (the log).
+    pub status: Option<Status>,
+}
 
 /// What the trace ended with, for the sinks that keep it.
 #[derive(Clone, Debug, Default)]
@@ -30,8 +40,12 @@ pub trait Sink {
     fn wants_system_events(&self) -> bool;
     /// Called after each batch drained from the kernel; unbuffered sinks push it to the files.
     fn batch_done(&mut self) -> io::Result<()>;
-    /// Asked for (SIGUSR1): write what is held now, the log's stream included.
+    /// Asked for (SIGUSR1, `ctl flush`, a long block): write what is held now, the log's
+    /// stream included.
     fn flush(&mut self) -> io::Result<()>;
+    /// Asked for (`ctl clear`): drop the events the stream holds, unwritten. Returns how many.
+    fn clear(&mut self) -> io::Result<u64>;
+    fn state(&self) -> SinkState;
     /// The process has exited and its last records have been written: complete its files.
     fn process_exited(&mut self, pid: u32) -> io::Result<()>;
     /// Tracing has ended: complete every file. Returns what was written, for the summary line
@@ -61,6 +75,17 @@ impl Sink for Sinks {
     }
     fn flush(&mut self) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.flush())
+    }
+    fn clear(&mut self) -> io::Result<u64> {
+        self.0.iter_mut().map(|s| s.clear()).sum()
+    }
+    /// The sinks' descriptions; the status of the one with a stream.
+    fn state(&self) -> SinkState {
+        let states: Vec<SinkState> = self.0.iter().map(|s| s.state()).collect();
+        SinkState {
+            descriptions: states.iter().flat_map(|s| s.descriptions.clone()).collect(),
+            status: states.iter().find_map(|s| s.status),
+        }
     }
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.process_exited(pid))

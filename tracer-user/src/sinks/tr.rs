@@ -16,7 +16,7 @@ use tracer_model::{
 };
 
 use super::{
-    Sink, TraceEnd,
+    Sink, SinkState, TraceEnd,
     output_dir::{FileIdentity, OutputDir},
 };
 
@@ -202,6 +202,22 @@ impl Sink for TrFiles {
         self.open
             .values_mut()
             .try_for_each(|file| file.writer.flush())
+    }
+
+    /// Lines go to their files as they come: no stream holds them.
+    fn clear(&mut self) -> io::Result<u64> {
+        Ok(0)
+    }
+
+    fn state(&self) -> SinkState {
+        SinkState {
+            descriptions: vec![format!(
+                "tr files in {} ({} so far)",
+                self.dir.path().display(),
+                self.created.len()
+            )],
+            status: None,
+        }
     }
 
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {

@@ -1,0 +1,149 @@
+//! `thrtrace-bpf ctl`: sends one request to a running trace and prints its answer. Exits 0
+//! once the operation is in force, 2 for a trace that is not running or a request it refused.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+
+use super::{
+    Reply, Request, StatusReport,
+    socket::{ControlError, RuntimeDir},
+};
+use crate::{
+    cli::{CtlArgs, CtlOperation, InfoFormat},
+    error::UsageError,
+};
+
+/// How long a trace may take to answer: a shutdown completes every file first.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub fn run(args: &CtlArgs) -> Result<i32> {
+    if args.list {
+        return list();
+    }
+    let name = args.name.as_deref().unwrap_or_default();
+    let operation = args.operation.clone().unwrap_or(CtlOperation::Status {
+        format: InfoFormat::Text,
+    });
+    let request = match &operation {
+        CtlOperation::Status { .. } => Request::Status,
+        CtlOperation::Start => Request::Start,
+        CtlOperation::Stop => Request::Stop,
+        CtlOperation::Filter { how, events } => Request::Filter {
+            how: *how,
+            events: events.clone(),
+        },
+        CtlOperation::Flush => Request::Flush,
+        CtlOperation::Clear => Request::Clear,
+        CtlOperation::Shutdown => Request::Shutdown,
+    };
+    let dir = RuntimeDir::open(false).map_err(not_running(name))?;
+    match ask(&dir, name, &request)? {
+        Reply::Done { message } => print(&format!("{name}: {message}\n")),
+        Reply::Status(report) => {
+            let text = match operation {
+                CtlOperation::Status {
+                    format: InfoFormat::Json,
+                } => serde_json::to_string_pretty(&report)? + "\n",
+                _ => report.text(),
+            };
+            print(&text);
+        }
+        Reply::Refused { message } => {
+            return Err(UsageError(format!("{name}: {message}")).into());
+        }
+    }
+    Ok(0)
+}
+
+/// A missing runtime directory means no trace has run: said as for a name not found.
+fn not_running(name: &str) -> impl Fn(ControlError) -> anyhow::Error + '_ {
+    move |error| match error {
+        ControlError::Directory { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            usage(ControlError::NoSuchTrace {
+                name: name.to_owned(),
+            })
+        }
+        other => usage(other),
+    }
+}
+
+/// An error about what the user asked for (a trace that is not there): exit status 2.
+fn usage(error: ControlError) -> anyhow::Error {
+    match error {
+        ControlError::NoSuchTrace { .. } => UsageError(error.to_string()).into(),
+        other => other.into(),
+    }
+}
+
+/// Sends `request` to trace `name` and reads its one-line answer.
+pub fn ask(dir: &RuntimeDir, name: &str, request: &Request) -> Result<Reply> {
+    let mut stream = dir.connect(name).map_err(usage)?;
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    let mut line = serde_json::to_string(request)?;
+    line.push('\n');
+    stream
+        .write_all(line.as_bytes())
+        .with_context(|| format!("cannot send the request to trace {name}"))?;
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .with_context(|| format!("trace {name} did not answer"))?;
+    serde_json::from_str(&answer).with_context(|| {
+        format!(
+            "trace {name} answered something that is not a reply ({} bytes): is it a \
+             thrtrace-bpf of another version?",
+            answer.len()
+        )
+    })
+}
+
+/// `ctl --list`: a line per running trace.
+fn list() -> Result<i32> {
+    let dir = match RuntimeDir::open(false) {
+        Err(ControlError::Directory { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            say!("thrtrace-bpf: no traces are running");
+            return Ok(0);
+        }
+        result => result?,
+    };
+    let reports: Vec<StatusReport> = dir
+        .names()?
+        .into_iter()
+        // A stale socket, or a trace ending as we ask: not running.
+        .filter_map(|name| match ask(&dir, &name, &Request::Status) {
+            Ok(Reply::Status(report)) => Some(*report),
+            _ => None,
+        })
+        .collect();
+    if reports.is_empty() {
+        say!("thrtrace-bpf: no traces are running");
+        return Ok(0);
+    }
+    let mut table = format!(
+        "{:<24} {:>8} {:<10} {:<20} {}\n",
+        "NAME", "PID", "STATE", "TARGETS", "SINKS"
+    );
+    for report in reports {
+        table += &format!(
+            "{:<24} {:>8} {:<10} {:<20} {}\n",
+            report.name,
+            report.pid,
+            super::plain(&report.posix_stream_status),
+            report.targets_text(),
+            report.sinks.join(", ")
+        );
+    }
+    print(&table);
+    Ok(0)
+}
+
+/// Standard output; one that nobody reads any more is not an error (as `head` expects).
+fn print(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}

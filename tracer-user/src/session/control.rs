@@ -1,0 +1,336 @@
+//! The session's side of the controller (`crate::control`): requests arrive from the socket's
+//! connections as [`Asked`], and the session answers each once it is in force.
+//!
+//! Stop, start and filter change which probes record in BPF, then answer: a probe hit after
+//! the answer sees the change. The same change reaches the decoder through the reorder stage,
+//! with its system event (STOP, START, FILTER), so that the records stamped before it are
+//! written as before and a record racing the change is not. Flush and clear go through the
+//! reorder stage too, and answer when done: everything stamped before the request is in the
+//! log when `ctl flush` returns.
+
+use std::{os::unix::net::UnixListener, time::Duration};
+
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    net::UnixStream,
+    sync::{mpsc, oneshot},
+    task::JoinSet,
+};
+use tracer_common::{Category, EVENTS, EventDef, RecordingMasks, recording_masks};
+use tracer_model::event::{SystemEvent, SystemKind};
+
+use crate::{
+    cli,
+    control::{FilterHow, MAX_REQUEST_BYTES, Reply, Request, socket::ControlSocket},
+};
+
+/// How long a connection may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the last answers (a shutdown's) may take to be written at the end.
+const LAST_ANSWERS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A request from a controller, and where its answer goes.
+pub struct Asked {
+    pub request: Request,
+    pub answer: oneshot::Sender<Reply>,
+}
+
+/// The control socket, listening.
+pub struct Controller {
+    socket: ControlSocket,
+    requests: mpsc::Receiver<Asked>,
+    /// Ends the accept loop, which then waits for the connections it serves.
+    stop: Option<oneshot::Sender<()>>,
+    accepting: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Controller {
+    /// Accepts on `socket`; needs a tokio runtime's context.
+    pub fn listen(mut socket: ControlSocket) -> std::io::Result<Controller> {
+        let listener: UnixListener = socket
+            .take_listener()
+            .ok_or_else(|| std::io::Error::other("the control socket is listened on already"))?;
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let (sender, requests) = mpsc::channel(16);
+        let (stop, stopped) = oneshot::channel();
+        let accepting = tokio::spawn(accept(listener, socket.owner_uid, sender, stopped));
+        Ok(Controller {
+            socket,
+            requests,
+            stop: Some(stop),
+            accepting: Some(accepting),
+        })
+    }
+
+    pub async fn next(&mut self) -> Option<Asked> {
+        self.requests.recv().await
+    }
+
+    /// Stops accepting, lets the connections write their last answers, and removes the socket.
+    pub async fn close(mut self) {
+        drop(self.stop.take());
+        if let Some(accepting) = self.accepting.take() {
+            let _ = tokio::time::timeout(LAST_ANSWERS_TIMEOUT, accepting).await;
+        }
+        drop(self.socket);
+    }
+}
+
+async fn accept(
+    listener: tokio::net::UnixListener,
+    owner_uid: u32,
+    requests: mpsc::Sender<Asked>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve(stream, owner_uid, requests.clone()));
+                }
+                // Out of descriptors, or the like: the trace goes on; try the next.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            },
+            Some(_) = connections.join_next() => {}
+        }
+    }
+    drop(requests);
+    while connections.join_next().await.is_some() {}
+}
+
+/// One connection: one request, one answer. Only root and the trace's owner are served.
+async fn serve(stream: UnixStream, owner_uid: u32, requests: mpsc::Sender<Asked>) {
+    let allowed = stream
+        .peer_cred()
+        .is_ok_and(|cred| cred.uid() == 0 || cred.uid() == owner_uid);
+    let (read, mut write) = stream.into_split();
+    let reply = match allowed {
+        false => Reply::refused(
+            "permission denied: only root or the user who started the trace may control it",
+        ),
+        true => match read_request(read).await {
+            Err(message) => Reply::refused(message),
+            Ok(request) => {
+                let (answer, answered) = oneshot::channel();
+                match requests.send(Asked { request, answer }).await {
+                    Ok(()) => answered
+                        .await
+                        .unwrap_or_else(|_| Reply::refused("the trace is ending")),
+                    Err(_) => Reply::refused("the trace is ending"),
+                }
+            }
+        },
+    };
+    if let Ok(mut line) = serde_json::to_string(&reply) {
+        line.push('\n');
+        let _ = write.write_all(line.as_bytes()).await;
+    }
+}
+
+/// Reads one request line: at most `MAX_REQUEST_BYTES`, within `REQUEST_TIMEOUT`.
+async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Request, String> {
+    let mut line = Vec::new();
+    let mut limited = BufReader::new(read.take(MAX_REQUEST_BYTES as u64 + 1));
+    match tokio::time::timeout(REQUEST_TIMEOUT, limited.read_until(b'\n', &mut line)).await {
+        Err(_) => return Err(format!("no request within {REQUEST_TIMEOUT:?}")),
+        Ok(Err(error)) => return Err(format!("cannot read the request: {error}")),
+        Ok(Ok(_)) => {}
+    }
+    if line.len() > MAX_REQUEST_BYTES {
+        return Err(format!(
+            "malformed request: longer than {MAX_REQUEST_BYTES} bytes; use thrtrace-bpf ctl"
+        ));
+    }
+    serde_json::from_slice(&line)
+        .map_err(|error| format!("malformed request ({error}); use thrtrace-bpf ctl"))
+}
+
+/// Which events are recorded, as the controller changes it.
+pub struct Recording {
+    /// What a filter can select: the events whose probes are placed.
+    recordable: Vec<&'static EventDef>,
+    /// What the filter selects, in the event table's order.
+    selected: Vec<&'static EventDef>,
+    running: bool,
+}
+
+impl Recording {
+    /// `selected` of the placed probes' events `probed`; stopped with `stopped`.
+    pub fn new(
+        probed: &[&'static EventDef],
+        selected: Vec<&'static EventDef>,
+        stopped: bool,
+    ) -> Self {
+        let recordable = EVENTS
+            .iter()
+            .filter(|e| probed.iter().any(|p| std::ptr::eq(*p, e.probed_as())))
+            .collect();
+        Recording {
+            recordable,
+            selected,
+            running: !stopped,
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        self.running
+    }
+
+    /// What the BPF side lets record now.
+    pub fn masks(&self) -> RecordingMasks {
+        recording_masks(self.decoded())
+    }
+
+    /// What the decoder keeps now: nothing while stopped.
+    pub fn decoded(&self) -> Vec<&'static EventDef> {
+        match self.running {
+            true => self.selected.clone(),
+            false => Vec::new(),
+        }
+    }
+
+    /// What is recorded as `--events` would say it: a category whose events are all selected
+    /// by its name, the others' events by theirs (`mutex:cond_wait`); empty for nothing.
+    pub fn spec(&self) -> String {
+        let selected = |e: &&EventDef| self.selected.iter().any(|s| std::ptr::eq(*s, *e));
+        let mut parts = Vec::new();
+        for category in Category::ALL.into_iter().filter(|c| c.is_traced()) {
+            let events: Vec<&EventDef> = category.events().collect();
+            let chosen: Vec<&EventDef> = events.iter().copied().filter(selected).collect();
+            if !chosen.is_empty() && chosen.len() == events.len() {
+                parts.push(category.name());
+            } else {
+                parts.extend(chosen.iter().map(|e| e.name));
+            }
+        }
+        parts.join(":")
+    }
+
+    pub fn selected_names(&self) -> Vec<&'static str> {
+        cli::event_names(&self.selected)
+    }
+
+    /// POSIX's filter: the event types not recorded.
+    pub fn filtered_out(&self) -> Vec<String> {
+        filtered_out(&self.selected)
+    }
+
+    /// Starts or stops; the system event to record, if that changed anything.
+    pub fn set_running(&mut self, running: bool, time_ns: i64) -> Option<SystemEvent> {
+        if self.running == running {
+            return None;
+        }
+        self.running = running;
+        let kind = match running {
+            true => SystemKind::Start {
+                filter: self.filtered_out(),
+            },
+            false => SystemKind::Stop { auto: 0 },
+        };
+        Some(SystemEvent::new(time_ns, kind))
+    }
+
+    /// Applies a filter request; the FILTER event, or why it is refused.
+    pub fn filter(
+        &mut self,
+        how: FilterHow,
+        events: &str,
+        time_ns: i64,
+    ) -> Result<SystemEvent, String> {
+        if events.split(':').all(str::is_empty) {
+            return Err("name the events: categories or event names, colon-separated".into());
+        }
+        let named = cli::parse_events(Some(events)).map_err(|e| e.to_string())?;
+        if let Some(missing) = named
+            .iter()
+            .find(|e| !self.recordable.iter().any(|r| std::ptr::eq(*r, **e)))
+        {
+            return Err(format!(
+                "{} is not probed in this trace (its --events did not name it): start a trace \
+                 whose --events include it",
+                missing.name
+            ));
+        }
+        let contains =
+            |list: &[&'static EventDef], e: &EventDef| list.iter().any(|x| std::ptr::eq(*x, e));
+        let old = self.filtered_out();
+        let selected = self.selected.clone();
+        self.selected = EVENTS
+            .iter()
+            .filter(|e| match how {
+                FilterHow::Set => contains(&named, e),
+                FilterHow::Add => contains(&selected, e) || contains(&named, e),
+                FilterHow::Sub => contains(&selected, e) && !contains(&named, e),
+            })
+            .collect();
+        let kind = SystemKind::Filter {
+            old,
+            new: self.filtered_out(),
+        };
+        Ok(SystemEvent::new(time_ns, kind))
+    }
+}
+
+/// The event types of the table not in `selected`.
+pub fn filtered_out(selected: &[&'static EventDef]) -> Vec<String> {
+    EVENTS
+        .iter()
+        .filter(|e| !selected.iter().any(|s| std::ptr::eq(*s, *e)))
+        .map(|e| e.name.to_owned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::event_names as names;
+
+    #[test]
+    fn filters_set_add_and_subtract_within_the_probed_events() {
+        let probed: Vec<_> = [Category::Mutex, Category::Cond]
+            .into_iter()
+            .flat_map(Category::events)
+            .collect();
+        let mut recording = Recording::new(&probed, probed.clone(), false);
+        let event = recording.filter(FilterHow::Set, "cond_signal", 7).unwrap();
+        assert_eq!(names(&recording.decoded()), ["cond_signal"]);
+        let SystemKind::Filter { old, new } = event.kind else {
+            panic!("{event:?}")
+        };
+        assert!(!old.contains(&"mutex_lock".to_owned()));
+        assert!(new.contains(&"mutex_lock".to_owned()));
+        assert!(!new.contains(&"cond_signal".to_owned()));
+        recording.filter(FilterHow::Add, "mutex_lock", 8).unwrap();
+        assert_eq!(names(&recording.decoded()), ["mutex_lock", "cond_signal"]);
+        assert_eq!(recording.spec(), "mutex_lock:cond_signal");
+        recording.filter(FilterHow::Add, "cond", 9).unwrap();
+        assert_eq!(recording.spec(), "mutex_lock:cond");
+        recording.filter(FilterHow::Sub, "cond", 9).unwrap();
+        assert_eq!(names(&recording.decoded()), ["mutex_lock"]);
+        // rmutex calls are recorded through the mutex probes, which are placed.
+        recording.filter(FilterHow::Add, "rmutex_lock", 9).unwrap();
+        let error = recording.filter(FilterHow::Add, "rwlock", 10).unwrap_err();
+        assert!(error.contains("is not probed in this trace"), "{error}");
+        assert!(recording.filter(FilterHow::Set, "bogus", 11).is_err());
+        assert!(recording.filter(FilterHow::Set, "", 11).is_err());
+        assert_eq!(names(&recording.decoded()), ["mutex_lock", "rmutex_lock"]);
+    }
+
+    #[test]
+    fn a_stopped_trace_records_nothing_and_starts_with_its_filter() {
+        let all: Vec<_> = EVENTS.iter().collect();
+        let mut recording = Recording::new(&all, all.clone(), true);
+        assert_eq!(recording.masks(), [0; 16]);
+        assert!(recording.decoded().is_empty());
+        let start = recording.set_running(true, 5).unwrap();
+        assert_eq!(start.kind, SystemKind::Start { filter: Vec::new() });
+        assert_eq!(recording.set_running(true, 6), None);
+        assert_ne!(recording.masks(), [0; 16]);
+        let stop = recording.set_running(false, 7).unwrap();
+        assert_eq!(stop.kind, SystemKind::Stop { auto: 0 });
+    }
+}
