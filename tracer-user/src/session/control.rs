@@ -68,8 +68,13 @@ impl Controller {
         self.requests.recv().await
     }
 
-    /// Stops accepting, lets the connections write their last answers, and removes the socket.
+    /// Refuses the requests not answered, stops accepting, lets the connections write their
+    /// last answers, and removes the socket.
     pub async fn close(mut self) {
+        self.requests.close();
+        while let Ok(asked) = self.requests.try_recv() {
+            let _ = asked.answer.send(Reply::refused("the trace is ending"));
+        }
         drop(self.stop.take());
         if let Some(accepting) = self.accepting.take() {
             let _ = tokio::time::timeout(LAST_ANSWERS_TIMEOUT, accepting).await;

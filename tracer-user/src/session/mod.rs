@@ -165,7 +165,7 @@ impl Session {
         let mut each_second = tokio::time::interval(RATE_INTERVAL);
         each_second.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // `ctl shutdown`: answered once the trace is complete.
-        let mut shutdown_answer = None;
+        let mut shutdown_answers = Vec::new();
         let mut flow = Flow {
             reorder: Reorder::new(LATE_COMMIT_NS),
             processes: HashSet::new(),
@@ -210,7 +210,7 @@ impl Session {
                 }
                 Some(asked) = next_request_of(&mut self.controller) => {
                     if let Some(answer) = self.answer(asked, &mut flow, &running)? {
-                        shutdown_answer = Some(answer);
+                        shutdown_answers.push(answer);
                         signalled = true;
                     }
                 }
@@ -326,7 +326,7 @@ impl Session {
             lossless_stops: flow.lossless_stops,
             exit_code,
         };
-        if let Some(answer) = shutdown_answer {
+        for answer in shutdown_answers {
             let _ = answer.send(Reply::done(format!("shut down: {}", outcome.summary())));
         }
         if let Some(controller) = self.controller.take() {
