@@ -7,6 +7,8 @@
 //! - thrtrace-bpf with `--lossless` (what stopping a target that fills a ring costs one the
 //!   consumer keeps up with: nothing, if it never fills one);
 //! - the floor: BPF programs that do nothing, at the entry (`--empty-programs --probe-at-entry`);
+//! - a stopped trace at the same probes (`--stopped --probe-at-entry`, as after `ctl stop`):
+//!   what a stopped or filtered-out event costs against the floor;
 //! - bpftrace (installed if missing): a uprobe and a uretprobe on each function, printing the
 //!   record fields to a file.
 //!
@@ -128,15 +130,17 @@ enum Mode {
     Floor,
     Bpftrace,
     Lossless,
+    Stopped,
 }
 
-const MODES: [Mode; 6] = [
+const MODES: [Mode; 7] = [
     Mode::Untraced,
     Mode::Placed,
     Mode::AtEntry,
     Mode::Floor,
     Mode::Bpftrace,
     Mode::Lossless,
+    Mode::Stopped,
 ];
 
 impl Mode {
@@ -148,6 +152,7 @@ impl Mode {
             Mode::Floor => "floor: empty programs at entry",
             Mode::Bpftrace => "bpftrace uprobe+uretprobe",
             Mode::Lossless => "thrtrace-bpf --lossless",
+            Mode::Stopped => "stopped (ctl stop), at entry",
         }
     }
 
@@ -157,6 +162,7 @@ impl Mode {
             Mode::AtEntry => &["--probe-at-entry"],
             Mode::Floor => &["--empty-programs", "--probe-at-entry"],
             Mode::Lossless => &["--lossless"],
+            Mode::Stopped => &["--stopped", "--probe-at-entry"],
             Mode::Untraced | Mode::Bpftrace => &[],
         }
     }
@@ -308,14 +314,16 @@ fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
                 rate
             );
         }
-        let (placed, entry, floor, bpftrace, lossless) = (ns(1), ns(2), ns(3), ns(4), ns(5));
+        let (placed, entry, floor, bpftrace, lossless, stopped) =
+            (ns(1), ns(2), ns(3), ns(4), ns(5), ns(6));
         println!(
             "  placed vs at entry: {:.1}x cheaper; traced / bpftrace: {:.2}; traced / floor: {:.2}; \
-             lossless / traced: {:.2}",
+             lossless / traced: {:.2}; stopped / floor: {:.2}",
             entry / placed,
             placed / bpftrace,
             placed / floor,
-            lossless / placed
+            lossless / placed,
+            stopped / floor
         );
     }
 }
@@ -367,7 +375,7 @@ fn measure(
     };
     if matches!(
         mode,
-        Mode::Placed | Mode::AtEntry | Mode::Floor | Mode::Lossless
+        Mode::Placed | Mode::AtEntry | Mode::Floor | Mode::Lossless | Mode::Stopped
     ) {
         (sample.written, sample.lost) = summary_counts(&String::from_utf8_lossy(&out.stderr))?;
         let seconds = ns_per_op * value("ops")? / 1e9;
