@@ -163,7 +163,7 @@ pub enum Generated {
 )]
 pub struct CtlArgs {
     /// List the running traces: name, tracer pid, targets, sinks
-    #[arg(long, conflicts_with_all = ["name", "operation"])]
+    #[arg(long, conflicts_with = "name")]
     pub list: bool,
 
     /// The trace's name, as its --name gave it (see --list)
@@ -588,6 +588,12 @@ fn traced_categories() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 
     #[test]
     fn empty_or_unset_means_every_event() {

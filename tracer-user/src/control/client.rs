@@ -22,6 +22,9 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub fn run(args: &CtlArgs) -> Result<i32> {
     if args.list {
+        if args.operation.is_some() {
+            return Err(UsageError("ctl --list takes no operation".into()).into());
+        }
         return list();
     }
     let name = args.name.as_deref().unwrap_or_default();
