@@ -110,6 +110,11 @@ typedef struct {
  *                            blocked past --flush-on-block; u64 object: its first argument;
  *                            u64 blocked_ns: how long; u32 returned: 1 if it had returned,
  *                            0 if still blocked. The flight recorder was flushed for it.
+ *   thrtrace_deadlock        u32 certain: 1 for a cycle of locks and joins, 0 possible (a
+ *                            condvar or semaphore in it); str threads: the cycle as a JSON
+ *                            array of {pid, lwpid, call, waits_for, wait_caller,
+ *                            waiting_since_ns, holds, locked_at, holding_since_ns};
+ *                            str message: as the tracer printed it
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)
@@ -126,6 +131,7 @@ typedef struct {
 #define THRTRACE_EXEC ((trace_event_id_t)0x800c)
 #define THRTRACE_MAPPING ((trace_event_id_t)0x800d)
 #define THRTRACE_BLOCKED ((trace_event_id_t)0x800e)
+#define THRTRACE_DEADLOCK ((trace_event_id_t)0x800f)
 
 /* What posix_trace_getnext_event says of an event besides its payload. */
 struct posix_trace_event_info {

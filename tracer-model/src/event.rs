@@ -140,6 +140,14 @@ pub enum SystemKind {
         blocked_ns: u64,
         returned: bool,
     },
+    /// Threads found waiting for each other while tracing: `certain` for locks and joins (else
+    /// possible); `threads` the cycle as JSON (`analysis::Deadlock`'s threads); `message` as
+    /// the tracer printed it.
+    Deadlock {
+        certain: bool,
+        threads: String,
+        message: String,
+    },
     /// A system event of a type this build does not know (from a newer writer).
     Unknown {
         name: String,
@@ -195,7 +203,7 @@ pub const FIRST_SYSTEM_ID: u16 = 0x8000;
 
 /// System event types in id order: name and payload fields. One definition for the writer, the
 /// event-type list and the readers.
-const SYSTEM_TYPES: [(&str, &[(&str, FieldType)]); 15] = [
+const SYSTEM_TYPES: [(&str, &[(&str, FieldType)]); 16] = [
     ("posix_trace_start", &[("filter", FieldType::Str)]),
     ("posix_trace_stop", &[("auto", FieldType::U32)]),
     (
@@ -243,6 +251,14 @@ const SYSTEM_TYPES: [(&str, &[(&str, FieldType)]); 15] = [
             ("object", FieldType::U64),
             ("blocked_ns", FieldType::U64),
             ("returned", FieldType::U32),
+        ],
+    ),
+    (
+        "thrtrace_deadlock",
+        &[
+            ("certain", FieldType::U32),
+            ("threads", FieldType::Str),
+            ("message", FieldType::Str),
         ],
     ),
 ];
@@ -383,6 +399,7 @@ impl SystemKind {
             SystemKind::Exec { .. } => 12,
             SystemKind::Mapping { .. } => 13,
             SystemKind::Blocked { .. } => 14,
+            SystemKind::Deadlock { .. } => 15,
             // Never written: only readers make it.
             SystemKind::Unknown { .. } => usize::MAX,
         }
@@ -441,6 +458,15 @@ impl SystemKind {
                 Unsigned(*object),
                 Unsigned(*blocked_ns),
                 Unsigned(u64::from(*returned)),
+            ],
+            SystemKind::Deadlock {
+                certain,
+                threads,
+                message,
+            } => vec![
+                Unsigned(u64::from(*certain)),
+                Str(threads.clone()),
+                Str(message.clone()),
             ],
         }
     }
@@ -512,6 +538,11 @@ impl SystemKind {
                 object: number("object"),
                 blocked_ns: number("blocked_ns"),
                 returned: number("returned") != 0,
+            },
+            "thrtrace_deadlock" => SystemKind::Deadlock {
+                certain: number("certain") != 0,
+                threads: text("threads"),
+                message: text("message"),
             },
             other => SystemKind::Unknown {
                 name: other.to_owned(),

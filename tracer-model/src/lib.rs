@@ -6,7 +6,8 @@
 //! - [`tr`]: its `tr.*` line and the file it goes to (event map, "Record line" and "File
 //!   names and buffering");
 //! - [`event`]: thread and system events and their types, as a trace stream holds them;
-//! - [`log`]: the trace log file, written and read back.
+//! - [`log`]: the trace log file, written and read back;
+//! - [`analysis`]: what records mean for locks and threads (reports, deadlock detection).
 //!
 //! # Reading a log
 //!
@@ -68,6 +69,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod analysis;
 pub mod event;
 pub mod log;
 pub mod tr;

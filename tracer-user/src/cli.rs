@@ -129,6 +129,9 @@ pub enum Action {
     Info(InfoArgs),
     /// Write a trace log's events as the tr.* files of its run, or as a CTF trace
     Convert(ConvertArgs),
+    /// Per-lock and per-thread tables from a trace log or a directory of tr.* files: waits,
+    /// holds, contention, callers with file:line, deadlocks
+    Report(ReportArgs),
     /// Control a running trace by its --name: status, start, stop, filter, flush, clear,
     /// shutdown; or list the running traces
     Ctl(CtlArgs),
@@ -210,6 +213,45 @@ pub enum FilterHow {
     Add,
     /// Stop recording these events
     Sub,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  thrtrace-bpf report app.ptl\n  \
+                        thrtrace-bpf report --by thread app.ptl\n  \
+                        thrtrace-bpf report --sort hold --top 5 --histogram app.ptl\n  \
+                        thrtrace-bpf report --format json trace/")]
+pub struct ReportArgs {
+    #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
+    pub format: InfoFormat,
+    /// One row per lock (semaphores and condvars too), or per thread
+    #[arg(long, value_enum, default_value_t = ReportBy::Lock)]
+    pub by: ReportBy,
+    /// What orders the locks
+    #[arg(long, value_enum, default_value_t = ReportSort::Wait)]
+    pub sort: ReportSort,
+    /// How many locks to show
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// Log2 histograms of wait and hold times for the locks shown
+    #[arg(long)]
+    pub histogram: bool,
+    /// A trace log (--log), or a directory of tr.* files
+    #[arg(value_name = "LOG|DIR")]
+    pub input: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportBy {
+    Lock,
+    Thread,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportSort {
+    Wait,
+    Hold,
+    Contended,
+    Acquisitions,
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ fn main() {
         Some(Action::Info(args)) => thrtrace::readers::info::run(args),
         Some(Action::Convert(args)) => thrtrace::readers::convert::run(args),
         Some(Action::Ctl(args)) => thrtrace::control::client::run(args),
+        Some(Action::Report(args)) => thrtrace::readers::report::run(args),
         Some(Action::Generate(args)) => thrtrace::manual::generate(&args.what),
         None => cli.into_config().and_then(thrtrace::run),
     };

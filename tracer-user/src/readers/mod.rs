@@ -1,10 +1,14 @@
 //! The commands that read a trace log back, each a thin layer over
-//! `tracer_model::log::LogReader`: [`dump`] prints its events, [`info`] sums them up, and
-//! [`convert`] replays them into a sink (the tr files, or a CTF trace).
+//! `tracer_model::log::LogReader`: [`dump`] prints its events, [`info`] sums them up,
+//! [`convert`] replays them into a sink (the tr files, or a CTF trace), and [`report`] tables
+//! them per lock and per thread through `tracer_model::analysis`, its callers located by
+//! [`symbolize`].
 
 pub mod convert;
 pub mod dump;
 pub mod info;
+pub mod report;
+pub mod symbolize;
 
 use std::path::Path;
 

@@ -1,0 +1,718 @@
+//! What records mean for locks and threads: who acquired what, who waited how long, who held
+//! it and for how long, who is blocked on whom. One engine for the offline report (fed from a
+//! log or tr files) and for the tracer's live deadlock detection (fed the records it writes,
+//! with its statistics off).
+//!
+//! A record's role comes from its event (the event table's rows); its fields are read through
+//! the event's layout (`Field::Rval`, `Field::Block`), never by position, so that the table
+//! stays the one definition.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use tracer_common::{Category, EventDef, Field};
+
+use crate::{
+    TraceRecord,
+    event::{SystemEvent, SystemKind},
+};
+
+/// A kind of lock, or of object a thread waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockKind {
+    Mutex,
+    Rmutex,
+    Rwlock,
+    Spin,
+    Sema,
+    Cond,
+}
+
+impl LockKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "mutex",
+            LockKind::Rmutex => "rmutex",
+            LockKind::Rwlock => "rwlock",
+            LockKind::Spin => "spin",
+            LockKind::Sema => "sema",
+            LockKind::Cond => "cond",
+        }
+    }
+}
+
+/// What a thread is blocked in, for its time-blocked totals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockKind {
+    LockWait,
+    CondWait,
+    Join,
+    SemWait,
+    Barrier,
+}
+
+impl BlockKind {
+    pub const ALL: [BlockKind; 5] = [
+        BlockKind::LockWait,
+        BlockKind::CondWait,
+        BlockKind::Join,
+        BlockKind::SemWait,
+        BlockKind::Barrier,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockKind::LockWait => "lock wait",
+            BlockKind::CondWait => "cond wait",
+            BlockKind::Join => "join",
+            BlockKind::SemWait => "sem wait",
+            BlockKind::Barrier => "barrier",
+        }
+    }
+}
+
+/// What a call does, as far as the analysis goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Takes a lock; `exclusive` unless a read lock.
+    Acquire {
+        kind: LockKind,
+        exclusive: bool,
+    },
+    Release(LockKind),
+    SemWait,
+    SemPost,
+    CondWait,
+    CondSignal,
+    Join,
+    Barrier,
+    Other,
+}
+
+fn kind_of(category: Category) -> Option<LockKind> {
+    Some(match category {
+        Category::Mutex => LockKind::Mutex,
+        Category::Rmutex => LockKind::Rmutex,
+        Category::Rwlock => LockKind::Rwlock,
+        Category::Spin => LockKind::Spin,
+        _ => return None,
+    })
+}
+
+fn role(event: &EventDef) -> Role {
+    let name = event.name;
+    let lock = kind_of(event.category);
+    let has = |part: &str| name.contains(part);
+    match (event.category, lock) {
+        (_, Some(kind)) if has("unlock") => Role::Release(kind),
+        (_, Some(kind)) if has("lock") => Role::Acquire {
+            kind,
+            exclusive: !has("rdlock"),
+        },
+        (Category::Sema, _) if has("post") => Role::SemPost,
+        (Category::Sema, _) if has("wait") => Role::SemWait,
+        (Category::Cond, _) if has("wait") => Role::CondWait,
+        (Category::Cond, _) if has("signal") || has("broadcast") => Role::CondSignal,
+        (Category::Thread, _) if has("join") && !has("tryjoin") => Role::Join,
+        (Category::Barrier | Category::BarrierSpin, _) if has("wait") => Role::Barrier,
+        _ => Role::Other,
+    }
+}
+
+/// The value of `field` in `record`, if its layout has it.
+fn field(record: &TraceRecord, event: &EventDef, field: Field) -> Option<i64> {
+    event
+        .layout(record.which)
+        .iter()
+        .position(|f| *f == field)
+        .map(|at| record.a[at])
+}
+
+/// Durations: how many, their total and maximum, and a log2 histogram (bucket n: [2^n, 2^(n+1))
+/// ns; bucket 0 also holds 0).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Durations {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    #[serde(skip)]
+    pub log2: Vec<u64>,
+}
+
+impl Durations {
+    fn add(&mut self, ns: u64) {
+        self.count += 1;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+        let bucket = (63 - ns.max(1).leading_zeros()) as usize;
+        if self.log2.len() <= bucket {
+            self.log2.resize(bucket + 1, 0);
+        }
+        self.log2[bucket] += 1;
+    }
+
+    pub fn average_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.count).unwrap_or(0)
+    }
+}
+
+/// A call site's share of a lock's acquisitions and waits.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CallerStats {
+    pub count: u64,
+    pub wait_total_ns: u64,
+}
+
+/// One lock (or semaphore, or condvar) of one process.
+#[derive(Clone, Debug, Serialize)]
+pub struct LockStats {
+    pub pid: u32,
+    pub address: u64,
+    pub kind: LockKind,
+    /// Successful lock calls (waits, for a semaphore or condvar).
+    pub acquisitions: u64,
+    /// Of those, the ones whose caller blocked or spun (for a semaphore: found it at 0).
+    pub contended: u64,
+    /// Outermost acquisitions by another thread than the one before.
+    pub owner_changes: u64,
+    pub wait: Durations,
+    pub hold: Durations,
+    /// Signals and broadcasts (condvar), posts (semaphore).
+    pub wakeups: u64,
+    /// By caller address (0: unknown, as in tr files).
+    #[serde(skip)]
+    pub callers: HashMap<u64, CallerStats>,
+    #[serde(skip)]
+    last_owner: Option<u32>,
+}
+
+/// A thread that holds a lock: since when, from where, how deep (recursive mutexes).
+#[derive(Clone, Copy, Debug)]
+pub struct Holder {
+    pub lwpid: u32,
+    pub since_ns: i64,
+    pub caller: u64,
+    depth: u32,
+}
+
+/// One thread.
+#[derive(Clone, Debug, Serialize)]
+pub struct ThreadStats {
+    pub pid: u32,
+    pub lwpid: u32,
+    pub name: String,
+    /// Calls (records that start a call) per category.
+    pub calls: BTreeMap<&'static str, u64>,
+    /// Time blocked per kind.
+    pub blocked: BTreeMap<BlockKind, u64>,
+    /// The longest single wait: how long, in which call, on what, from where.
+    pub longest_wait: Option<Wait>,
+}
+
+/// A finished wait.
+#[derive(Clone, Debug, Serialize)]
+pub struct Wait {
+    pub ns: u64,
+    pub call: &'static str,
+    pub object: u64,
+    pub caller: u64,
+}
+
+/// How a lock was taken.
+#[derive(Clone, Copy, Debug)]
+struct Taken {
+    kind: LockKind,
+    exclusive: bool,
+    caller: u64,
+}
+
+/// A call between its entry and its return.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    event: &'static EventDef,
+    pid: u32,
+    entry_ns: i64,
+    object: u64,
+    caller: u64,
+    /// The second argument: a condvar wait's mutex.
+    second: u64,
+    /// glibc's `__owner` of a mutex at entry, where known (live tracing): the owner of a lock
+    /// taken before the trace began.
+    owner_hint: u32,
+}
+
+/// A thread in a cycle of waits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadlockedThread {
+    pub pid: u32,
+    pub lwpid: u32,
+    /// The call it waits in (its C function), on what, from where, since when.
+    pub call: String,
+    pub waits_for: u64,
+    pub wait_caller: u64,
+    pub waiting_since_ns: i64,
+    /// The locks it holds, and where it took the one the next thread in the cycle waits for.
+    pub holds: Vec<u64>,
+    pub locked_at: u64,
+    pub holding_since_ns: i64,
+}
+
+/// Threads each waiting for the next, the last for the first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Deadlock {
+    /// Certain for locks and joins; possible when a condvar or semaphore wait is part of it.
+    pub certain: bool,
+    pub threads: Vec<DeadlockedThread>,
+}
+
+/// The engine.
+#[derive(Default)]
+pub struct Analysis {
+    /// Keep statistics (the report); off, only who holds and who waits (live detection).
+    stats: bool,
+    locks: HashMap<(u32, u64), LockStats>,
+    holders: HashMap<(u32, u64), Vec<Holder>>,
+    threads: HashMap<u32, ThreadStats>,
+    pending: HashMap<(u32, u16, u16), Pending>,
+    /// `pthread_t` to lwpid, per process: whom a join waits for.
+    tids: HashMap<(u32, u64), u32>,
+    names: HashMap<u32, String>,
+    /// Deadlocks already reported, by their threads and objects.
+    reported: HashSet<Vec<(u32, u64)>>,
+    /// Deadlocks found by the tracer while it ran, from the log.
+    recorded_deadlocks: Vec<SystemEvent>,
+    pub first_ns: Option<i64>,
+    pub last_ns: i64,
+}
+
+impl Analysis {
+    /// With statistics (a report) or without (live detection).
+    pub fn new(stats: bool) -> Self {
+        Analysis {
+            stats,
+            ..Analysis::default()
+        }
+    }
+
+    /// A thread's name (comm), as a system event gives it.
+    pub fn system_event(&mut self, event: &SystemEvent) {
+        match &event.kind {
+            SystemKind::ThreadName { name } => {
+                self.names.insert(event.lwpid, name.clone());
+            }
+            SystemKind::Deadlock { .. } => self.recorded_deadlocks.push(event.clone()),
+            _ => {}
+        }
+    }
+
+    pub fn record(&mut self, record: &TraceRecord) {
+        self.record_with_owner(record, 0);
+    }
+
+    /// A record in time order; `owner_hint` is glibc's `__owner` of a mutex at a lock's entry
+    /// (0 if unknown).
+    pub fn record_with_owner(&mut self, record: &TraceRecord, owner_hint: u32) {
+        let Some(event) = EventDef::find(record.event1, record.event2) else {
+            return;
+        };
+        let now = record.time_ns() as i64;
+        self.first_ns.get_or_insert(now);
+        self.last_ns = self.last_ns.max(now);
+        if record.tid != 0 {
+            self.tids.insert((record.pid, record.tid), record.lwpid);
+        }
+        if self.stats && record.which != 2 {
+            *self
+                .thread(record.pid, record.lwpid)
+                .calls
+                .entry(event.category.name())
+                .or_default() += 1;
+        }
+        let key = (record.lwpid, record.event1, record.event2);
+        match record.which {
+            1 => {
+                let pending = Pending {
+                    event,
+                    pid: record.pid,
+                    entry_ns: now,
+                    object: record.a[0] as u64,
+                    caller: record.caller,
+                    second: record.a[1] as u64,
+                    owner_hint,
+                };
+                self.pending.insert(key, pending);
+                // A condvar wait lets its mutex go until it returns.
+                if role(event) == Role::CondWait {
+                    self.release(record.pid, record.lwpid, record.a[1] as u64, now);
+                }
+            }
+            2 => {
+                if let Some(pending) = self.pending.remove(&key) {
+                    self.returned(record, &pending, now);
+                }
+            }
+            _ => self.single(record, event, now),
+        }
+    }
+
+    /// A paired call returned.
+    fn returned(&mut self, record: &TraceRecord, call: &Pending, now: i64) {
+        let event = call.event;
+        let rval = field(record, event, Field::Rval).unwrap_or(0);
+        let blocked = field(record, event, Field::Block).unwrap_or(0) != 0;
+        let wait = now.saturating_sub(call.entry_ns).max(0) as u64;
+        let (pid, lwpid) = (call.pid, record.lwpid);
+        let block_kind = match role(event) {
+            Role::Acquire { kind, exclusive } => {
+                if rval as i32 == 0 {
+                    let taken = Taken {
+                        kind,
+                        exclusive,
+                        caller: call.caller,
+                    };
+                    self.acquire(pid, lwpid, call.object, taken, now);
+                    if self.stats {
+                        let lock = self.lock(pid, call.object, kind);
+                        lock.contended += u64::from(blocked);
+                        lock.wait.add(wait);
+                        let caller = lock.callers.entry(call.caller).or_default();
+                        caller.wait_total_ns += wait;
+                    }
+                }
+                Some(BlockKind::LockWait)
+            }
+            Role::SemWait => {
+                if self.stats {
+                    let empty = field(record, event, Field::SemCount).unwrap_or(1) == 0;
+                    let lock = self.lock(pid, call.object, LockKind::Sema);
+                    lock.acquisitions += 1;
+                    lock.contended += u64::from(empty || wait > 0 && rval as i32 != 0);
+                    lock.wait.add(wait);
+                    let caller = lock.callers.entry(call.caller).or_default();
+                    caller.count += 1;
+                    caller.wait_total_ns += wait;
+                }
+                Some(BlockKind::SemWait)
+            }
+            Role::CondWait => {
+                // The mutex is held again, taken inside the wait.
+                self.hold(pid, lwpid, call.second, true, now, call.caller);
+                if self.stats {
+                    let lock = self.lock(pid, call.object, LockKind::Cond);
+                    lock.acquisitions += 1;
+                    lock.wait.add(wait);
+                    let caller = lock.callers.entry(call.caller).or_default();
+                    caller.count += 1;
+                    caller.wait_total_ns += wait;
+                }
+                Some(BlockKind::CondWait)
+            }
+            Role::Join => Some(BlockKind::Join),
+            Role::Barrier => Some(BlockKind::Barrier),
+            _ => None,
+        };
+        if self.stats
+            && let Some(kind) = block_kind
+        {
+            let thread = self.thread(pid, lwpid);
+            *thread.blocked.entry(kind).or_default() += wait;
+            if thread.longest_wait.as_ref().is_none_or(|w| wait > w.ns) {
+                thread.longest_wait = Some(Wait {
+                    ns: wait,
+                    call: event.name,
+                    object: call.object,
+                    caller: call.caller,
+                });
+            }
+        }
+    }
+
+    /// A call with one record (trylocks, unlocks, posts, signals).
+    fn single(&mut self, record: &TraceRecord, event: &'static EventDef, now: i64) {
+        let object = record.a[0] as u64;
+        let succeeded = field(record, event, Field::Rval).is_none_or(|r| r as i32 == 0);
+        match role(event) {
+            Role::Acquire { kind, exclusive } if succeeded => {
+                let taken = Taken {
+                    kind,
+                    exclusive,
+                    caller: record.caller,
+                };
+                self.acquire(record.pid, record.lwpid, object, taken, now);
+            }
+            Role::Release(_) => self.release(record.pid, record.lwpid, object, now),
+            Role::SemPost | Role::CondSignal if self.stats => {
+                let kind = match role(event) {
+                    Role::SemPost => LockKind::Sema,
+                    _ => LockKind::Cond,
+                };
+                self.lock(record.pid, object, kind).wakeups += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// A lock call succeeded: `lwpid` holds `object`, counted as an acquisition.
+    fn acquire(&mut self, pid: u32, lwpid: u32, object: u64, taken: Taken, now: i64) {
+        let Taken {
+            kind,
+            exclusive,
+            caller,
+        } = taken;
+        let sole = exclusive && kind != LockKind::Rwlock;
+        let outermost = self.hold(pid, lwpid, object, sole, now, caller);
+        if !self.stats {
+            return;
+        }
+        let lock = self.lock(pid, object, kind);
+        lock.acquisitions += 1;
+        lock.callers.entry(caller).or_default().count += 1;
+        if outermost {
+            if lock.last_owner.is_some_and(|owner| owner != lwpid) {
+                lock.owner_changes += 1;
+            }
+            lock.last_owner = Some(lwpid);
+        }
+    }
+
+    /// `lwpid` holds `object` (once more, if it did: a recursive mutex); `sole`: no one else
+    /// can, so any other holder is stale (its unlock was not recorded). Whether this is the
+    /// outermost hold.
+    fn hold(
+        &mut self,
+        pid: u32,
+        lwpid: u32,
+        object: u64,
+        sole: bool,
+        now: i64,
+        caller: u64,
+    ) -> bool {
+        let holders = self.holders.entry((pid, object)).or_default();
+        if let Some(holder) = holders.iter_mut().find(|h| h.lwpid == lwpid) {
+            holder.depth += 1;
+            return false;
+        }
+        if sole {
+            holders.clear();
+        }
+        holders.push(Holder {
+            lwpid,
+            since_ns: now,
+            caller,
+            depth: 1,
+        });
+        true
+    }
+
+    fn release(&mut self, pid: u32, lwpid: u32, object: u64, now: i64) {
+        let Some(holders) = self.holders.get_mut(&(pid, object)) else {
+            return;
+        };
+        let Some(at) = holders.iter().position(|h| h.lwpid == lwpid) else {
+            return;
+        };
+        holders[at].depth -= 1;
+        if holders[at].depth > 0 {
+            return;
+        }
+        let holder = holders.remove(at);
+        if holders.is_empty() {
+            self.holders.remove(&(pid, object));
+        }
+        if self.stats
+            && let Some(lock) = self.locks.get_mut(&(pid, object))
+        {
+            lock.hold
+                .add(now.saturating_sub(holder.since_ns).max(0) as u64);
+        }
+    }
+
+    fn lock(&mut self, pid: u32, address: u64, kind: LockKind) -> &mut LockStats {
+        let lock = self
+            .locks
+            .entry((pid, address))
+            .or_insert_with(|| LockStats {
+                pid,
+                address,
+                kind,
+                acquisitions: 0,
+                contended: 0,
+                owner_changes: 0,
+                wait: Durations::default(),
+                hold: Durations::default(),
+                wakeups: 0,
+                callers: HashMap::new(),
+                last_owner: None,
+            });
+        // A mutex first seen unlocked and later locked recursively is an rmutex.
+        if lock.kind == LockKind::Mutex && kind == LockKind::Rmutex {
+            lock.kind = kind;
+        }
+        lock
+    }
+
+    fn thread(&mut self, pid: u32, lwpid: u32) -> &mut ThreadStats {
+        self.threads.entry(lwpid).or_insert_with(|| ThreadStats {
+            pid,
+            lwpid,
+            name: String::new(),
+            calls: BTreeMap::new(),
+            blocked: BTreeMap::new(),
+            longest_wait: None,
+        })
+    }
+
+    /// Every lock seen.
+    pub fn locks(&self) -> impl Iterator<Item = &LockStats> {
+        self.locks.values()
+    }
+
+    /// Every thread seen, with its name where known.
+    pub fn threads(&self) -> Vec<ThreadStats> {
+        let mut threads: Vec<ThreadStats> = self
+            .threads
+            .values()
+            .cloned()
+            .map(|mut t| {
+                t.name = self.names.get(&t.lwpid).cloned().unwrap_or_default();
+                t
+            })
+            .collect();
+        threads.sort_by_key(|t| (t.pid, t.lwpid));
+        threads
+    }
+
+    pub fn thread_name(&self, lwpid: u32) -> Option<&str> {
+        self.names.get(&lwpid).map(String::as_str)
+    }
+
+    /// The locks `lwpid` holds now (at the end of a trace: held at the end).
+    pub fn held_by(&self, lwpid: u32) -> Vec<u64> {
+        let mut held: Vec<u64> = self
+            .holders
+            .iter()
+            .filter(|(_, holders)| holders.iter().any(|h| h.lwpid == lwpid))
+            .map(|(&(_, object), _)| object)
+            .collect();
+        held.sort_unstable();
+        held
+    }
+
+    /// Who holds `object` of `pid` now.
+    pub fn holders_of(&self, pid: u32, object: u64) -> &[Holder] {
+        self.holders.get(&(pid, object)).map_or(&[], Vec::as_slice)
+    }
+
+    /// The deadlocks the tracer found while it ran, as the log recorded them.
+    pub fn recorded_deadlocks(&self) -> &[SystemEvent] {
+        &self.recorded_deadlocks
+    }
+
+    /// Process `pid` has exited: its calls will not return, its locks are gone.
+    pub fn process_exited(&mut self, pid: u32) {
+        self.pending.retain(|_, call| call.pid != pid);
+        self.holders.retain(|&(p, _), _| p != pid);
+    }
+
+    /// Cycles of threads each blocked longer than `threshold_ns` at `now_ns` in a lock or join
+    /// whose owner is the next thread; each reported once. A thread waits for the holders of
+    /// the lock it waits on (for a mutex taken before the trace began, for glibc's `__owner`)
+    /// or for the thread it joins.
+    pub fn new_deadlocks(&mut self, now_ns: i64, threshold_ns: i64) -> Vec<Deadlock> {
+        // Blocked long enough, in a lock or a join: lwpid -> the call.
+        let waiting: HashMap<u32, Pending> = self
+            .pending
+            .iter()
+            .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns)
+            .filter(|(_, call)| matches!(role(call.event), Role::Acquire { .. } | Role::Join))
+            .map(|(&(lwpid, _, _), call)| (lwpid, *call))
+            .collect();
+        let waits_for = |lwpid: u32| -> Vec<(u32, Option<Holder>)> {
+            let call = &waiting[&lwpid];
+            match role(call.event) {
+                Role::Join => self
+                    .tids
+                    .get(&(call.pid, call.object))
+                    .map(|&joined| vec![(joined, None)])
+                    .unwrap_or_default(),
+                _ => {
+                    let holders = self.holders_of(call.pid, call.object);
+                    if holders.is_empty() && call.owner_hint != 0 {
+                        vec![(call.owner_hint, None)]
+                    } else {
+                        holders
+                            .iter()
+                            .filter(|h| h.lwpid != lwpid)
+                            .map(|h| (h.lwpid, Some(*h)))
+                            .collect()
+                    }
+                }
+            }
+        };
+        let mut found = Vec::new();
+        let mut starts: Vec<u32> = waiting.keys().copied().collect();
+        starts.sort_unstable();
+        for start in starts {
+            // Follow the first edge that stays among the waiting threads, until a thread
+            // repeats: a cycle if it is the start.
+            let mut path: Vec<(u32, Option<Holder>)> = vec![(start, None)];
+            let mut seen = HashSet::from([start]);
+            loop {
+                let current = path.last().unwrap().0;
+                let Some((next, holder)) = waits_for(current)
+                    .into_iter()
+                    .find(|(next, _)| waiting.contains_key(next))
+                else {
+                    break;
+                };
+                path.last_mut().unwrap().1 = holder;
+                if next == start {
+                    found.push(path.clone());
+                    break;
+                }
+                if !seen.insert(next) {
+                    break;
+                }
+                path.push((next, None));
+            }
+        }
+        let mut deadlocks = Vec::new();
+        for cycle in found {
+            let mut key: Vec<(u32, u64)> = cycle
+                .iter()
+                .map(|(lwpid, _)| (*lwpid, waiting[lwpid].object))
+                .collect();
+            key.sort_unstable();
+            if !self.reported.insert(key) {
+                continue;
+            }
+            let n = cycle.len();
+            let threads = (0..n)
+                .map(|i| {
+                    let (lwpid, _) = cycle[i];
+                    let call = &waiting[&lwpid];
+                    // How this thread holds what the thread before it waits for.
+                    let held = cycle[(i + n - 1) % n].1;
+                    DeadlockedThread {
+                        pid: call.pid,
+                        lwpid,
+                        call: call.event.symbol.to_owned(),
+                        waits_for: call.object,
+                        wait_caller: call.caller,
+                        waiting_since_ns: call.entry_ns,
+                        holds: self.held_by(lwpid),
+                        locked_at: held.map_or(0, |h| h.caller),
+                        holding_since_ns: held.map_or(0, |h| h.since_ns),
+                    }
+                })
+                .collect();
+            deadlocks.push(Deadlock {
+                certain: true,
+                threads,
+            });
+        }
+        deadlocks
+    }
+}

@@ -1,0 +1,490 @@
+//! `thrtrace-bpf report LOG|DIR`: the per-lock and per-thread tables people read, from a log or
+//! a directory of tr files, through `tracer_model::analysis`. Callers are symbolized from the
+//! log's mapping snapshots (`symbolize`); tr files have no caller addresses, and the report
+//! says so.
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tracer_model::{
+    TraceRecord,
+    analysis::{Analysis, BlockKind, Deadlock, Durations, LockStats},
+    event::{Event, SystemKind},
+    tr::parse_line,
+};
+
+use super::symbolize::{Location, Mapping, Symbols};
+use crate::cli::{InfoFormat, ReportArgs, ReportBy, ReportSort};
+
+/// How many callers a lock lists.
+const TOP_CALLERS: usize = 3;
+
+pub fn run(args: &ReportArgs) -> Result<i32> {
+    let mut analysis = Analysis::new(true);
+    let mut symbols = Symbols::new();
+    if args.input.is_dir() {
+        for record in read_tr_dir(&args.input)? {
+            analysis.record(&record);
+        }
+    } else {
+        feed_log(&args.input, &mut analysis, &mut symbols)?;
+    }
+    let report = Report::build(&mut analysis, &mut symbols, args);
+    let text = match args.format {
+        InfoFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        InfoFormat::Text => report.text(args),
+    };
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    Ok(0)
+}
+
+/// Every event of a log into `analysis`, its mappings into `symbols`.
+fn feed_log(path: &Path, analysis: &mut Analysis, symbols: &mut Symbols) -> Result<()> {
+    let reader = super::open_log(path)?;
+    for event in reader.events() {
+        match event.with_context(|| super::cannot_read(path))? {
+            Event::Thread(record) => analysis.record(&record),
+            Event::System(event) => {
+                if let SystemKind::Mapping {
+                    start,
+                    end,
+                    file_offset,
+                    build_id,
+                    path,
+                } = &event.kind
+                {
+                    let mapping = Mapping {
+                        start: *start,
+                        end: *end,
+                        file_offset: *file_offset,
+                        path: PathBuf::from(path),
+                        build_id: build_id.clone(),
+                    };
+                    symbols.add_mapping(event.pid, mapping);
+                }
+                if event.kind == SystemKind::ProcessDetach {
+                    analysis.process_exited(event.pid);
+                }
+                analysis.system_event(&event);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The records of the `tr.*` files in `dir`, in time order.
+fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>> {
+    let mut records = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with("tr.") {
+            continue;
+        }
+        let path = entry.path();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let record = parse_line(line).map_err(|error| {
+                crate::error::UsageError(format!(
+                    "{} line {}: {error}: not a tr file",
+                    path.display(),
+                    n + 1
+                ))
+            })?;
+            records.push(record);
+        }
+    }
+    if records.is_empty() {
+        return Err(crate::error::UsageError(format!(
+            "{}: no tr.* records: give a trace log or a directory of tr files",
+            dir.display()
+        ))
+        .into());
+    }
+    // Each file's own order is kept among records stamped alike.
+    records.sort_by_key(TraceRecord::time_ns);
+    Ok(records)
+}
+
+#[derive(Serialize)]
+struct Report {
+    /// Whether callers could be located (a log has their addresses and mappings).
+    callers_known: bool,
+    duration_ns: u64,
+    locks: Vec<LockRow>,
+    threads: Vec<ThreadRow>,
+    deadlocks: Vec<DeadlockRow>,
+}
+
+#[derive(Serialize)]
+struct LockRow {
+    pid: u32,
+    address: String,
+    kind: &'static str,
+    acquisitions: u64,
+    contended: u64,
+    owner_changes: u64,
+    wakeups: u64,
+    wait_total_ns: u64,
+    wait_avg_ns: u64,
+    wait_max_ns: u64,
+    hold_total_ns: u64,
+    hold_avg_ns: u64,
+    hold_max_ns: u64,
+    wait_histogram: Vec<u64>,
+    hold_histogram: Vec<u64>,
+    callers: Vec<CallerRow>,
+}
+
+#[derive(Serialize)]
+struct CallerRow {
+    address: String,
+    function: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+    count: u64,
+    wait_total_ns: u64,
+}
+
+#[derive(Serialize)]
+struct ThreadRow {
+    pid: u32,
+    lwpid: u32,
+    name: String,
+    calls: std::collections::BTreeMap<&'static str, u64>,
+    blocked_ns: u64,
+    blocked_by_kind: std::collections::BTreeMap<&'static str, u64>,
+    longest_wait: Option<LongestWait>,
+    holds_at_end: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct LongestWait {
+    ns: u64,
+    call: &'static str,
+    object: String,
+    at: Location,
+}
+
+#[derive(Serialize)]
+struct DeadlockRow {
+    certain: bool,
+    threads: Vec<DeadlockThreadRow>,
+}
+
+#[derive(Serialize)]
+struct DeadlockThreadRow {
+    pid: u32,
+    lwpid: u32,
+    name: String,
+    call: String,
+    waits_for: String,
+    waits_at: Location,
+    holds: Vec<String>,
+    locked_at: Location,
+}
+
+fn hex(address: u64) -> String {
+    format!("{address:#x}")
+}
+
+impl Report {
+    fn build(analysis: &mut Analysis, symbols: &mut Symbols, args: &ReportArgs) -> Report {
+        let callers_known = symbols.has_mappings();
+        let mut locks: Vec<&LockStats> = analysis.locks().collect();
+        let key = |lock: &LockStats| match args.sort {
+            ReportSort::Wait => lock.wait.total_ns,
+            ReportSort::Hold => lock.hold.total_ns,
+            ReportSort::Contended => lock.contended,
+            ReportSort::Acquisitions => lock.acquisitions,
+        };
+        locks.sort_by(|a, b| key(b).cmp(&key(a)).then(a.address.cmp(&b.address)));
+        let locks: Vec<LockRow> = locks
+            .into_iter()
+            .take(args.top)
+            .map(|lock| lock_row(lock, symbols))
+            .collect();
+        let threads = analysis
+            .threads()
+            .into_iter()
+            .map(|t| ThreadRow {
+                holds_at_end: analysis.held_by(t.lwpid).into_iter().map(hex).collect(),
+                blocked_ns: t.blocked.values().sum(),
+                blocked_by_kind: t.blocked.iter().map(|(k, v)| (k.name(), *v)).collect(),
+                longest_wait: t.longest_wait.as_ref().map(|w| LongestWait {
+                    ns: w.ns,
+                    call: w.call,
+                    object: hex(w.object),
+                    at: symbols.locate(t.pid, w.caller),
+                }),
+                pid: t.pid,
+                lwpid: t.lwpid,
+                name: t.name,
+                calls: t.calls,
+            })
+            .collect();
+        // Those the tracer found while it ran, and those blocked at the end of the trace.
+        let mut deadlocks: Vec<Deadlock> = analysis
+            .recorded_deadlocks()
+            .iter()
+            .filter_map(|event| match &event.kind {
+                SystemKind::Deadlock {
+                    certain, threads, ..
+                } => serde_json::from_str(threads).ok().map(|threads| Deadlock {
+                    certain: *certain,
+                    threads,
+                }),
+                _ => None,
+            })
+            .collect();
+        let end = analysis.last_ns;
+        for found in analysis.new_deadlocks(end, 0) {
+            if !deadlocks.iter().any(|d| same_cycle(d, &found)) {
+                deadlocks.push(found);
+            }
+        }
+        let deadlocks = deadlocks
+            .into_iter()
+            .map(|d| DeadlockRow {
+                certain: d.certain,
+                threads: d
+                    .threads
+                    .into_iter()
+                    .map(|t| DeadlockThreadRow {
+                        name: analysis.thread_name(t.lwpid).unwrap_or_default().to_owned(),
+                        waits_at: symbols.locate(t.pid, t.wait_caller),
+                        locked_at: symbols.locate(t.pid, t.locked_at),
+                        pid: t.pid,
+                        lwpid: t.lwpid,
+                        call: t.call,
+                        waits_for: hex(t.waits_for),
+                        holds: t.holds.into_iter().map(hex).collect(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Report {
+            callers_known,
+            duration_ns: analysis
+                .first_ns
+                .map_or(0, |first| (analysis.last_ns - first).max(0) as u64),
+            locks,
+            threads,
+            deadlocks,
+        }
+    }
+
+    fn text(&self, args: &ReportArgs) -> String {
+        let mut out = String::new();
+        if !self.callers_known {
+            out += "callers: unknown (tr files and logs without mappings have no caller \
+                    addresses; a trace log has them)\n";
+        }
+        match args.by {
+            ReportBy::Lock => self.lock_table(&mut out, args),
+            ReportBy::Thread => self.thread_table(&mut out),
+        }
+        for deadlock in &self.deadlocks {
+            let _ = writeln!(
+                out,
+                "\n{} deadlock:",
+                if deadlock.certain { "a" } else { "a possible" }
+            );
+            for t in &deadlock.threads {
+                let _ = writeln!(
+                    out,
+                    "  thread {} ({}) waits in {}({}) at {}, holds {} (locked at {})",
+                    t.lwpid,
+                    t.name,
+                    t.call,
+                    t.waits_for,
+                    t.waits_at,
+                    t.holds.join(", "),
+                    t.locked_at
+                );
+            }
+        }
+        out
+    }
+
+    fn lock_table(&self, out: &mut String, args: &ReportArgs) {
+        let _ = writeln!(
+            out,
+            "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
+            "lock",
+            "kind",
+            "acquired",
+            "contended",
+            "owners",
+            "wait total",
+            "avg",
+            "max",
+            "hold total",
+            "avg",
+            "max"
+        );
+        for lock in &self.locks {
+            let _ = writeln!(
+                out,
+                "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
+                lock.address,
+                lock.kind,
+                lock.acquisitions,
+                lock.contended,
+                lock.owner_changes,
+                duration(lock.wait_total_ns),
+                duration(lock.wait_avg_ns),
+                duration(lock.wait_max_ns),
+                duration(lock.hold_total_ns),
+                duration(lock.hold_avg_ns),
+                duration(lock.hold_max_ns),
+            );
+            for caller in &lock.callers {
+                let place = match (&caller.file, caller.line, &caller.function) {
+                    (Some(file), Some(line), function) => format!(
+                        "{file}:{line}{}",
+                        function
+                            .as_ref()
+                            .map(|f| format!(" ({f})"))
+                            .unwrap_or_default()
+                    ),
+                    (_, _, Some(function)) => function.clone(),
+                    _ => caller.address.clone(),
+                };
+                let _ = writeln!(
+                    out,
+                    "    {place}: {} calls, waited {}",
+                    caller.count,
+                    duration(caller.wait_total_ns)
+                );
+            }
+            if args.histogram {
+                histogram(out, "wait", &lock.wait_histogram);
+                histogram(out, "hold", &lock.hold_histogram);
+            }
+        }
+    }
+
+    fn thread_table(&self, out: &mut String) {
+        let _ = write!(out, "{:>8} {:>8} {:<16}", "pid", "lwpid", "name");
+        for kind in BlockKind::ALL {
+            let _ = write!(out, " {:>10}", kind.name());
+        }
+        let _ = writeln!(out, "  calls; longest wait; held at the end");
+        for thread in &self.threads {
+            let _ = write!(
+                out,
+                "{:>8} {:>8} {:<16}",
+                thread.pid, thread.lwpid, thread.name
+            );
+            for kind in BlockKind::ALL {
+                let ns = thread
+                    .blocked_by_kind
+                    .get(kind.name())
+                    .copied()
+                    .unwrap_or(0);
+                let _ = write!(out, " {:>10}", duration(ns));
+            }
+            let calls: Vec<String> = thread
+                .calls
+                .iter()
+                .map(|(category, n)| format!("{category} {n}"))
+                .collect();
+            let longest = thread.longest_wait.as_ref().map_or("-".to_owned(), |w| {
+                format!("{} in {}({}) at {}", duration(w.ns), w.call, w.object, w.at)
+            });
+            let held = match thread.holds_at_end.is_empty() {
+                true => "-".to_owned(),
+                false => thread.holds_at_end.join(" "),
+            };
+            let _ = writeln!(out, "  {}; {longest}; {held}", calls.join(", "));
+        }
+    }
+}
+
+fn same_cycle(a: &Deadlock, b: &Deadlock) -> bool {
+    let key = |d: &Deadlock| {
+        let mut key: Vec<(u32, u64)> = d.threads.iter().map(|t| (t.lwpid, t.waits_for)).collect();
+        key.sort_unstable();
+        key
+    };
+    key(a) == key(b)
+}
+
+fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
+    let mut callers: Vec<(&u64, &tracer_model::analysis::CallerStats)> =
+        lock.callers.iter().collect();
+    callers.sort_by(|a, b| {
+        (b.1.wait_total_ns, b.1.count, a.0).cmp(&(a.1.wait_total_ns, a.1.count, b.0))
+    });
+    let callers = callers
+        .into_iter()
+        .take(TOP_CALLERS)
+        .map(|(&address, stats)| {
+            let at = symbols.locate(lock.pid, address);
+            CallerRow {
+                address: hex(address),
+                function: at.function,
+                file: at.file,
+                line: at.line,
+                count: stats.count,
+                wait_total_ns: stats.wait_total_ns,
+            }
+        })
+        .collect();
+    let Durations {
+        total_ns: wait_total_ns,
+        max_ns: wait_max_ns,
+        ..
+    } = lock.wait;
+    LockRow {
+        pid: lock.pid,
+        address: hex(lock.address),
+        kind: lock.kind.name(),
+        acquisitions: lock.acquisitions,
+        contended: lock.contended,
+        owner_changes: lock.owner_changes,
+        wakeups: lock.wakeups,
+        wait_total_ns,
+        wait_avg_ns: lock.wait.average_ns(),
+        wait_max_ns,
+        hold_total_ns: lock.hold.total_ns,
+        hold_avg_ns: lock.hold.average_ns(),
+        hold_max_ns: lock.hold.max_ns,
+        wait_histogram: lock.wait.log2.clone(),
+        hold_histogram: lock.hold.log2.clone(),
+        callers,
+    }
+}
+
+/// A log2 histogram, one line per non-empty bucket.
+fn histogram(out: &mut String, what: &str, buckets: &[u64]) {
+    let most = buckets.iter().copied().max().unwrap_or(0).max(1);
+    let _ = writeln!(out, "    {what} times:");
+    for (bucket, &count) in buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
+        let bar = "#".repeat(((count * 40).div_ceil(most)) as usize);
+        let _ = writeln!(
+            out,
+            "      {:>9} .. {:<9} {count:>8} {bar}",
+            duration(1 << bucket),
+            duration(1 << (bucket + 1))
+        );
+    }
+}
+
+/// Nanoseconds as people read them: 830 ns, 5.1 µs, 12.4 ms, 1.23 s.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}

@@ -1,0 +1,141 @@
+//! Caller addresses to function, file and line. An address is normalized through the mapped
+//! files the log recorded for its process (`thrtrace_mapping`: path, build-id, base, file
+//! offset) to a file offset, so that a report works after the process is gone and on another
+//! machine with the same files; a file whose build-id is not the recorded one is not trusted.
+//! blazesym reads DWARF where there is some (file:line), ELF symbols where not
+//! (function+offset); otherwise the raw address stays. A live process (deadlock messages while
+//! tracing) is symbolized through its own maps.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use blazesym::{
+    Pid,
+    symbolize::{
+        Input, Symbolized, Symbolizer,
+        source::{Elf, Process, Source},
+    },
+};
+use serde::Serialize;
+
+/// Where an address is, as far as can be told.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Location {
+    pub address: u64,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+impl std::fmt::Display for Location {
+    /// `queue.c:88`, `worker+0x1c`, or `0x55d0c0a4e0c0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.file, self.line, &self.function) {
+            (Some(file), Some(line), _) => write!(f, "{file}:{line}"),
+            (_, _, Some(function)) => write!(f, "{function}"),
+            _ => write!(f, "{:#x}", self.address),
+        }
+    }
+}
+
+/// A file mapped executable in a process.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
+    pub path: PathBuf,
+    pub build_id: Vec<u8>,
+}
+
+#[derive(Default)]
+pub struct Symbols {
+    symbolizer: Symbolizer,
+    mappings: HashMap<u32, Vec<Mapping>>,
+    /// Files whose build-id is the recorded one, by path.
+    trusted: HashMap<PathBuf, bool>,
+    cache: HashMap<(u32, u64), Location>,
+}
+
+impl Symbols {
+    pub fn new() -> Self {
+        Symbols::default()
+    }
+
+    /// Whether any process has mappings recorded (a log has; tr files have none).
+    pub fn has_mappings(&self) -> bool {
+        !self.mappings.is_empty()
+    }
+
+    pub fn add_mapping(&mut self, pid: u32, mapping: Mapping) {
+        self.mappings.entry(pid).or_default().push(mapping);
+    }
+
+    /// Where `address` of process `pid` is, from the recorded mappings. A return address: the
+    /// call is the byte before it.
+    pub fn locate(&mut self, pid: u32, address: u64) -> Location {
+        if let Some(known) = self.cache.get(&(pid, address)) {
+            return known.clone();
+        }
+        let raw = Location {
+            address,
+            ..Location::default()
+        };
+        let mapping = self.mappings.get(&pid).and_then(|maps| {
+            maps.iter()
+                .find(|m| (m.start..m.end).contains(&address))
+                .cloned()
+        });
+        let location = match mapping {
+            Some(mapping) if address != 0 && self.trust(&mapping) => {
+                let offset = address - mapping.start + mapping.file_offset;
+                let source = Source::Elf(Elf::new(&mapping.path));
+                self.lookup(
+                    &source,
+                    Input::FileOffset(offset.saturating_sub(1)),
+                    address,
+                )
+            }
+            _ => raw,
+        };
+        self.cache.insert((pid, address), location.clone());
+        location
+    }
+
+    /// Where `address` is in the running process `pid`, through its own maps.
+    pub fn locate_live(&mut self, pid: u32, address: u64) -> Location {
+        let source = Source::Process(Process::new(Pid::from(pid)));
+        self.lookup(&source, Input::AbsAddr(address.saturating_sub(1)), address)
+    }
+
+    fn lookup(&self, source: &Source, input: Input<u64>, address: u64) -> Location {
+        let mut location = Location {
+            address,
+            ..Location::default()
+        };
+        if let Ok(Symbolized::Sym(sym)) = self.symbolizer.symbolize_single(source, input) {
+            location.function = Some(format!("{}+{:#x}", sym.name, sym.offset + 1));
+            if let Some(code) = sym.code_info {
+                location.file = Some(code.file.to_string_lossy().into_owned());
+                location.line = code.line;
+            }
+        }
+        location
+    }
+
+    /// Whether the file on this machine is the one mapped: its build-id is the recorded one
+    /// (a file with none recorded is taken as it is).
+    fn trust(&mut self, mapping: &Mapping) -> bool {
+        if mapping.build_id.is_empty() {
+            return Path::new(&mapping.path).exists();
+        }
+        *self.trusted.entry(mapping.path.clone()).or_insert_with(|| {
+            blazesym::helper::read_elf_build_id(&mapping.path)
+                .ok()
+                .flatten()
+                .is_some_and(|id| *id == *mapping.build_id)
+        })
+    }
+}
