@@ -267,9 +267,45 @@ pub struct Deadlock {
     pub threads: Vec<DeadlockedThread>,
 }
 
+/// A span of one thread's time: a wait or a hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    pub pid: u32,
+    pub lwpid: u32,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// "lock wait", "hold", "cond wait", "join", "sem wait", "barrier".
+    pub category: &'static str,
+    /// The call (or for a hold, the lock's kind) and its object.
+    pub name: String,
+}
+
+/// An unlock that woke a waiter: from the releasing thread at `from_ns` to the thread that
+/// then got the lock, at `to_ns`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wake {
+    pub pid: u32,
+    pub from_lwpid: u32,
+    pub from_ns: i64,
+    pub to_lwpid: u32,
+    pub to_ns: i64,
+}
+
+/// What a timeline shows (`convert --to perfetto`): every blocking wait (a lock wait only if
+/// the caller blocked), every hold, and each contended lock's wakeup.
+#[derive(Default)]
+pub struct Timeline {
+    pub slices: Vec<Slice>,
+    pub wakes: Vec<Wake>,
+    /// The last unlock of each lock: who, when.
+    last_release: HashMap<(u32, u64), (u32, i64)>,
+}
+
 /// The engine.
 #[derive(Default)]
 pub struct Analysis {
+    /// Set to draw a timeline as well.
+    pub timeline: Option<Timeline>,
     /// Keep statistics (the report); off, only who holds and who waits (live detection).
     stats: bool,
     locks: HashMap<(u32, u64), LockStats>,
@@ -364,8 +400,24 @@ impl Analysis {
         let blocked = field(record, event, Field::Block).unwrap_or(0) != 0;
         let wait = now.saturating_sub(call.entry_ns).max(0) as u64;
         let (pid, lwpid) = (call.pid, record.lwpid);
+        let mut shown = true;
         let block_kind = match role(event) {
             Role::Acquire { kind, exclusive } => {
+                shown = blocked;
+                if let Some(timeline) = self.timeline.as_mut()
+                    && blocked
+                    && let Some(&(from_lwpid, from_ns)) =
+                        timeline.last_release.get(&(pid, call.object))
+                    && from_ns >= call.entry_ns
+                {
+                    timeline.wakes.push(Wake {
+                        pid,
+                        from_lwpid,
+                        from_ns,
+                        to_lwpid: lwpid,
+                        to_ns: now,
+                    });
+                }
                 if rval as i32 == 0 {
                     let taken = Taken {
                         kind,
@@ -413,6 +465,16 @@ impl Analysis {
             Role::Barrier => Some(BlockKind::Barrier),
             _ => None,
         };
+        if let (Some(timeline), Some(kind), true) = (self.timeline.as_mut(), block_kind, shown) {
+            timeline.slices.push(Slice {
+                pid,
+                lwpid,
+                start_ns: call.entry_ns,
+                end_ns: now,
+                category: kind.name(),
+                name: format!("{} {:#x}", event.name, call.object),
+            });
+        }
         if self.stats
             && let Some(kind) = block_kind
         {
@@ -520,6 +582,21 @@ impl Analysis {
         let holder = holders.remove(at);
         if holders.is_empty() {
             self.holders.remove(&(pid, object));
+        }
+        if let Some(timeline) = self.timeline.as_mut() {
+            timeline.last_release.insert((pid, object), (lwpid, now));
+            let kind = self
+                .locks
+                .get(&(pid, object))
+                .map_or("lock", |l| l.kind.name());
+            timeline.slices.push(Slice {
+                pid,
+                lwpid,
+                start_ns: holder.since_ns,
+                end_ns: now,
+                category: "hold",
+                name: format!("hold {kind} {object:#x}"),
+            });
         }
         if self.stats
             && let Some(lock) = self.locks.get_mut(&(pid, object))
@@ -694,7 +771,15 @@ impl Analysis {
                     let (lwpid, _) = cycle[i];
                     let call = &waiting[&lwpid];
                     // How this thread holds what the thread before it waits for.
-                    let held = cycle[(i + n - 1) % n].1;
+                    let before = cycle[(i + n - 1) % n];
+                    let held = before.1;
+                    let mut holds = self.held_by(lwpid);
+                    let waited_for = waiting[&before.0].object;
+                    if !holds.contains(&waited_for) {
+                        // Known from glibc's __owner: taken before the trace began.
+                        holds.push(waited_for);
+                        holds.sort_unstable();
+                    }
                     DeadlockedThread {
                         pid: call.pid,
                         lwpid,
@@ -702,7 +787,7 @@ impl Analysis {
                         waits_for: call.object,
                         wait_caller: call.caller,
                         waiting_since_ns: call.entry_ns,
-                        holds: self.held_by(lwpid),
+                        holds,
                         locked_at: held.map_or(0, |h| h.caller),
                         holding_since_ns: held.map_or(0, |h| h.since_ns),
                     }

@@ -56,6 +56,10 @@ pub struct Cli {
     #[arg(long)]
     pub stopped: bool,
 
+    /// Say (and log) a deadlock once its threads have waited for each other this long
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+    pub deadlock_after: Duration,
+
     /// With --stream-full-policy loop: write the flight recorder to the log whenever a traced
     /// call has been blocked this long (e.g. 200ms), at most once per DURATION
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -292,10 +296,12 @@ pub struct ConvertArgs {
     /// The log
     pub log: PathBuf,
     /// tr: the tr.* files that --dir writes, byte for byte; ctf: a CTF 1.8 trace (babeltrace2,
-    /// Trace Compass)
+    /// Trace Compass); perfetto: a timeline for ui.perfetto.dev (Trace Event JSON)
     #[arg(long, value_enum)]
     pub to: ConvertFormat,
-    /// The directory to write into (made if missing); files of the same names are replaced
+    /// tr, ctf: the directory to write into (made if missing); perfetto: the file. Files of
+    /// the same names are replaced
+    #[arg(value_name = "DIR|FILE")]
     pub dir: PathBuf,
 }
 
@@ -303,6 +309,7 @@ pub struct ConvertArgs {
 pub enum ConvertFormat {
     Tr,
     Ctf,
+    Perfetto,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -346,6 +353,7 @@ pub struct Config {
     pub name_given: bool,
     pub stopped: bool,
     pub flush_on_block: Option<Duration>,
+    pub deadlock_after: Duration,
     pub unbuffered: bool,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
@@ -451,6 +459,7 @@ impl Cli {
             name_given: self.name.is_some(),
             stopped: self.stopped,
             flush_on_block: self.flush_on_block,
+            deadlock_after: self.deadlock_after,
             log,
             unbuffered,
             duration,

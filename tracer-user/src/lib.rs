@@ -47,6 +47,7 @@ use crate::{
         Session,
         blocks::BlockWatch,
         control::{Controller, Recording, filtered_out},
+        deadlocks::DeadlockWatch,
         facts::Facts,
         signals::TraceSignals,
         target_error_event,
@@ -219,6 +220,8 @@ pub fn run(mut config: Config) -> Result<i32> {
         controller,
         recording,
         blocks: config.flush_on_block.map(BlockWatch::new),
+        // Nothing is recorded with empty programs: nothing to watch.
+        deadlocks: (!config.empty_programs).then(|| DeadlockWatch::new(config.deadlock_after)),
     };
     let outcome = runtime.block_on(session.run())?;
     say!("thrtrace-bpf: {}", outcome.summary());

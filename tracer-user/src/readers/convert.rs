@@ -1,5 +1,6 @@
 //! `thrtrace-bpf convert LOG --to tr|ctf DIR`: the log's events replayed, in order, into the
-//! sink that writes that format, the same sinks a live trace writes to.
+//! sink that writes that format, the same sinks a live trace writes to. `--to perfetto FILE`:
+//! a timeline drawn by `perfetto`.
 
 use anyhow::{Context, Result};
 use tracer_model::{
@@ -20,12 +21,18 @@ pub fn run(args: &ConvertArgs) -> Result<i32> {
     if let Some(error) = reader.events().find_map(Result::err) {
         return Err(anyhow::Error::new(error).context(super::cannot_read(&args.log)));
     }
+    if args.to == ConvertFormat::Perfetto {
+        let summary = super::perfetto::write(&reader, &args.dir)?;
+        say!("thrtrace-bpf: {summary}");
+        return Ok(0);
+    }
     let dir = OutputDir::open_or_make(&args.dir)
         .map_err(|e| UsageError(format!("{e}: {}", e.advice("directory"))))?;
     let mut sink: Box<dyn Sink> = match args.to {
         // Unbuffered or not, the bytes are the same; a few files open at once suffice.
         ConvertFormat::Tr => Box::new(TrFiles::new(dir, false, 64)),
         ConvertFormat::Ctf => Box::new(CtfTrace::new(dir, &reader)),
+        ConvertFormat::Perfetto => unreachable!("written above"),
     };
     let summary = replay(&reader, sink.as_mut()).with_context(|| {
         format!(

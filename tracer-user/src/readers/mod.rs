@@ -7,6 +7,7 @@
 pub mod convert;
 pub mod dump;
 pub mod info;
+pub mod perfetto;
 pub mod report;
 pub mod symbolize;
 

@@ -298,16 +298,19 @@ impl Report {
                 if deadlock.certain { "a" } else { "a possible" }
             );
             for t in &deadlock.threads {
+                let locked_at = match t.locked_at.address {
+                    0 => "taken before the trace began".to_owned(),
+                    _ => format!("locked at {}", t.locked_at),
+                };
                 let _ = writeln!(
                     out,
-                    "  thread {} ({}) waits in {}({}) at {}, holds {} (locked at {})",
+                    "  thread {} ({}) waits in {}({}) at {}, holds {} ({locked_at})",
                     t.lwpid,
                     t.name,
                     t.call,
                     t.waits_for,
                     t.waits_at,
                     t.holds.join(", "),
-                    t.locked_at
                 );
             }
         }
@@ -322,7 +325,7 @@ impl Report {
             "kind",
             "acquired",
             "contended",
-            "owners",
+            "owner chg",
             "wait total",
             "avg",
             "max",
@@ -419,26 +422,36 @@ fn same_cycle(a: &Deadlock, b: &Deadlock) -> bool {
 }
 
 fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
-    let mut callers: Vec<(&u64, &tracer_model::analysis::CallerStats)> =
-        lock.callers.iter().collect();
-    callers.sort_by(|a, b| {
-        (b.1.wait_total_ns, b.1.count, a.0).cmp(&(a.1.wait_total_ns, a.1.count, b.0))
-    });
-    let callers = callers
-        .into_iter()
-        .take(TOP_CALLERS)
-        .map(|(&address, stats)| {
-            let at = symbols.locate(lock.pid, address);
-            CallerRow {
+    // Call sites of one source line (an unrolled loop) are one caller.
+    let mut callers: Vec<CallerRow> = Vec::new();
+    for (&address, stats) in &lock.callers {
+        let at = symbols.locate(lock.pid, address);
+        let same = |row: &CallerRow| match (&at.file, at.line) {
+            (Some(file), Some(line)) => row.file.as_ref() == Some(file) && row.line == Some(line),
+            _ => row.address == hex(address),
+        };
+        match callers.iter_mut().find(|row| same(row)) {
+            Some(row) => {
+                row.count += stats.count;
+                row.wait_total_ns += stats.wait_total_ns;
+            }
+            None => callers.push(CallerRow {
                 address: hex(address),
-                function: at.function,
+                function: at.function.map(|f| {
+                    f.split_once('+')
+                        .map_or(f.clone(), |(name, _)| name.to_owned())
+                }),
                 file: at.file,
                 line: at.line,
                 count: stats.count,
                 wait_total_ns: stats.wait_total_ns,
-            }
-        })
-        .collect();
+            }),
+        }
+    }
+    callers.sort_by(|a, b| {
+        (b.wait_total_ns, b.count, &a.address).cmp(&(a.wait_total_ns, a.count, &b.address))
+    });
+    callers.truncate(TOP_CALLERS);
     let Durations {
         total_ns: wait_total_ns,
         max_ns: wait_max_ns,

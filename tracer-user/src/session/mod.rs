@@ -8,6 +8,7 @@
 
 pub mod blocks;
 pub mod control;
+pub mod deadlocks;
 pub mod facts;
 pub mod signals;
 
@@ -32,6 +33,7 @@ use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 use self::{
     blocks::BlockWatch,
     control::{Asked, Controller, Recording},
+    deadlocks::DeadlockWatch,
     facts::Facts,
     signals::{TraceSignal, TraceSignals},
 };
@@ -87,6 +89,8 @@ pub struct Session {
     pub recording: Recording,
     /// `--flush-on-block`.
     pub blocks: Option<BlockWatch>,
+    /// Live deadlock detection (`--deadlock-after`).
+    pub deadlocks: Option<DeadlockWatch>,
 }
 
 /// How long a target's main thread must have been gone before the process moves to shared
@@ -234,17 +238,17 @@ impl Session {
                 }
             }
             self.drain(&mut flow)?;
+            let now = kernel::monotonic_ns();
             if let Some(blocks) = self.blocks.as_mut() {
-                let now = kernel::monotonic_ns();
                 for event in blocks.still_blocked(self.decoder.realtime_ns(now)) {
                     let action = Action::Flush(FlushCause::Blocked(event));
-                    flow.reorder.push(
-                        now,
-                        Staged::Act {
-                            action,
-                            answer: None,
-                        },
-                    );
+                    let answer = None;
+                    flow.reorder.push(now, Staged::Act { action, answer });
+                }
+            }
+            if let Some(deadlocks) = self.deadlocks.as_mut() {
+                for event in deadlocks.check(self.decoder.realtime_ns(now)) {
+                    flow.reorder.push(now, Staged::System(event));
                 }
             }
             self.share_after_main_thread(&mut main_thread_gone, &mut flow);
@@ -622,6 +626,9 @@ impl Session {
                     if let Some(blocks) = self.blocks.as_mut() {
                         blocks.process_exited(pid);
                     }
+                    if let Some(deadlocks) = self.deadlocks.as_mut() {
+                        deadlocks.process_exited(pid);
+                    }
                     if flow.described.remove(&pid) {
                         let now = self.decoder.realtime_ns(kernel::monotonic_ns());
                         let detach =
@@ -652,6 +659,9 @@ impl Session {
                     self.sinks.record(&record).context(INCOMPLETE)?;
                     if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(&record)) {
                         self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
+                    }
+                    if let Some(deadlocks) = self.deadlocks.as_mut() {
+                        deadlocks.record(&record, &raw);
                     }
                 }
                 // A call of the kind not selected (a plain mutex when only rmutex is).
