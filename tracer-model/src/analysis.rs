@@ -262,7 +262,8 @@ pub struct DeadlockedThread {
 /// Threads each waiting for the next, the last for the first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Deadlock {
-    /// Certain for locks and joins; possible when a condvar or semaphore wait is part of it.
+    /// Certain for locks and joins; possible when a condvar or semaphore wait is part of it
+    /// (its thread waits for one that woke it before).
     pub certain: bool,
     pub threads: Vec<DeadlockedThread>,
 }
@@ -312,6 +313,9 @@ pub struct Analysis {
     holders: HashMap<(u32, u64), Vec<Holder>>,
     threads: HashMap<u32, ThreadStats>,
     pending: HashMap<(u32, u16, u16), Pending>,
+    /// The threads that have signaled a condvar or posted a semaphore: whom a wait on it may
+    /// be waiting for.
+    wakers: HashMap<(u32, u64), HashSet<u32>>,
     /// `pthread_t` to lwpid, per process: whom a join waits for.
     tids: HashMap<(u32, u64), u32>,
     names: HashMap<u32, String>,
@@ -505,12 +509,18 @@ impl Analysis {
                 self.acquire(record.pid, record.lwpid, object, taken, now);
             }
             Role::Release(_) => self.release(record.pid, record.lwpid, object, now),
-            Role::SemPost | Role::CondSignal if self.stats => {
-                let kind = match role(event) {
-                    Role::SemPost => LockKind::Sema,
-                    _ => LockKind::Cond,
-                };
-                self.lock(record.pid, object, kind).wakeups += 1;
+            Role::SemPost | Role::CondSignal => {
+                self.wakers
+                    .entry((record.pid, object))
+                    .or_default()
+                    .insert(record.lwpid);
+                if self.stats {
+                    let kind = match role(event) {
+                        Role::SemPost => LockKind::Sema,
+                        _ => LockKind::Cond,
+                    };
+                    self.lock(record.pid, object, kind).wakeups += 1;
+                }
             }
             _ => {}
         }
@@ -703,7 +713,12 @@ impl Analysis {
             .pending
             .iter()
             .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns)
-            .filter(|(_, call)| matches!(role(call.event), Role::Acquire { .. } | Role::Join))
+            .filter(|(_, call)| {
+                matches!(
+                    role(call.event),
+                    Role::Acquire { .. } | Role::Join | Role::CondWait | Role::SemWait
+                )
+            })
             .map(|(&(lwpid, _, _), call)| (lwpid, *call))
             .collect();
         let waits_for = |lwpid: u32| -> Vec<(u32, Option<Holder>)> {
@@ -714,6 +729,16 @@ impl Analysis {
                     .get(&(call.pid, call.object))
                     .map(|&joined| vec![(joined, None)])
                     .unwrap_or_default(),
+                // Whoever woke it before may be the one it waits for: a possible deadlock.
+                Role::CondWait | Role::SemWait => {
+                    let mut wakers: Vec<u32> = self
+                        .wakers
+                        .get(&(call.pid, call.object))
+                        .map(|w| w.iter().copied().filter(|&w| w != lwpid).collect())
+                        .unwrap_or_default();
+                    wakers.sort_unstable();
+                    wakers.into_iter().map(|w| (w, None)).collect()
+                }
                 _ => {
                     let holders = self.holders_of(call.pid, call.object);
                     if holders.is_empty() && call.owner_hint != 0 {
@@ -775,7 +800,9 @@ impl Analysis {
                     let held = before.1;
                     let mut holds = self.held_by(lwpid);
                     let waited_for = waiting[&before.0].object;
-                    if !holds.contains(&waited_for) {
+                    let lock_waited =
+                        matches!(role(waiting[&before.0].event), Role::Acquire { .. });
+                    if lock_waited && !holds.contains(&waited_for) {
                         // Known from glibc's __owner: taken before the trace began.
                         holds.push(waited_for);
                         holds.sort_unstable();
@@ -793,10 +820,13 @@ impl Analysis {
                     }
                 })
                 .collect();
-            deadlocks.push(Deadlock {
-                certain: true,
-                threads,
+            let certain = cycle.iter().all(|(lwpid, _)| {
+                matches!(
+                    role(waiting[lwpid].event),
+                    Role::Acquire { .. } | Role::Join
+                )
             });
+            deadlocks.push(Deadlock { certain, threads });
         }
         deadlocks
     }

@@ -77,25 +77,26 @@ impl DeadlockWatch {
                 let waiter = &threads[i];
                 let holder = &threads[(i + 1) % threads.len()];
                 let waits_at = self.symbols.locate_live(waiter.pid, waiter.wait_caller);
-                let (since, locked_at) = match holder.locked_at {
-                    0 => (
-                        "before the trace began".to_owned(),
-                        "an unknown place".to_owned(),
+                let woken = waiter.call.contains("cond_") || waiter.call.starts_with("sem_");
+                let holder_named = format!("{} ({})", holder.lwpid, comm(holder.pid, holder.lwpid));
+                let by = match (woken, holder.locked_at) {
+                    (true, _) => format!("which {holder_named} woke before"),
+                    (false, 0) => format!(
+                        "held by {holder_named} since before the trace began, locked at an \
+                         unknown place"
                     ),
-                    at => (
+                    (false, at) => format!(
+                        "held by {holder_named} since {}, locked at {}",
                         duration((now_ns - holder.holding_since_ns).max(0) as u64),
-                        self.symbols.locate_live(holder.pid, at).to_string(),
+                        self.symbols.locate_live(holder.pid, at)
                     ),
                 };
                 format!(
-                    "thread {} ({}) waits in {}({:#x}) at {waits_at}, held by {} ({}) since \
-                     {since}, locked at {locked_at}",
+                    "thread {} ({}) waits in {}({:#x}) at {waits_at}, {by}",
                     waiter.lwpid,
                     comm(waiter.pid, waiter.lwpid),
                     waiter.call,
                     waiter.waits_for,
-                    holder.lwpid,
-                    comm(holder.pid, holder.lwpid),
                 )
             })
             .collect();

@@ -1,0 +1,448 @@
+//! What users read (issue 12): `report` on a log and on tr files, `convert --to perfetto`, and
+//! live deadlock detection, on C workloads built with -g whose contention is known by
+//! construction (tests/workloads/lock_story.c, deadlock.c).
+
+use std::{
+    io::{BufReader, Write},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use thrtrace_tests::{
+    TempDir, bpf_available, ctl_ok, field, lines_as_they_come, read_line, run_tracer, start_tracer,
+    unique_name, workload, workload_arg, workspace_root,
+};
+use tracer_model::{
+    event::{Event, SystemKind},
+    log::LogReader,
+};
+
+const ROUNDS: u64 = 3;
+const HOLD_MS: u64 = 150;
+const WAITERS: u64 = 2;
+/// What the scheduler may add to a wait or a hold on a loaded machine.
+const SLACK_NS: u64 = 250_000_000;
+
+/// The line of `marker` (a comment such as `/* WAIT */`) in a workload's source.
+fn line_of(workload: &str, marker: &str) -> u32 {
+    let source = workspace_root().join(format!("tests/workloads/{workload}.c"));
+    let text = std::fs::read_to_string(source).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.contains("pthread_") && l.contains(marker))
+        .unwrap_or_else(|| panic!("no {marker} in {workload}.c"));
+    at as u32 + 1
+}
+
+/// lock_story traced into a log (and tr files); the report's JSON and the addresses printed.
+fn story(dir: &TempDir) -> (Value, Value) {
+    let run = run_tracer(
+        dir.path(),
+        &[
+            "--log",
+            "app.ptl",
+            "--dir",
+            ".",
+            "--",
+            &workload_arg("lock_story"),
+            &ROUNDS.to_string(),
+            &HOLD_MS.to_string(),
+            &WAITERS.to_string(),
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let addresses: Value = {
+        let first = run.stdout.lines().next().unwrap();
+        let value = |key: &str| format!("{:#x}", field::<u64>(first, key));
+        serde_json::json!({"contended": value("contended"), "recursive": value("recursive"),
+                           "rw": value("rw")})
+    };
+    (report_json(dir, &["app.ptl"]), addresses)
+}
+
+fn report_json(dir: &TempDir, args: &[&str]) -> Value {
+    let mut all = vec!["report", "--format", "json", "--top", "100"];
+    all.extend_from_slice(args);
+    let run = run_tracer(dir.path(), &all);
+    assert!(run.status.success(), "{run:?}");
+    serde_json::from_str(&run.stdout).unwrap()
+}
+
+fn lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["address"] == *address)
+        .unwrap_or_else(|| panic!("no lock {address} in {report:#}"))
+}
+
+fn within(value: &Value, low: u64, high: u64) -> bool {
+    value.as_u64().is_some_and(|v| (low..=high).contains(&v))
+}
+
+#[test]
+fn the_report_counts_the_contention_the_workload_made() {
+    if !bpf_available("report_contention") {
+        return;
+    }
+    let dir = TempDir::new("report");
+    let (report, addresses) = story(&dir);
+    assert_eq!(report["callers_known"], true);
+    let hold = HOLD_MS * 1_000_000;
+
+    // One holder and WAITERS waiters, ROUNDS times: every waiter blocks, every acquisition is
+    // by another thread than the one before.
+    let contended = lock(&report, &addresses["contended"]);
+    assert_eq!(contended["kind"], "mutex");
+    assert_eq!(contended["acquisitions"], ROUNDS * (WAITERS + 1));
+    assert_eq!(contended["contended"], ROUNDS * WAITERS);
+    assert_eq!(contended["owner_changes"], ROUNDS * (WAITERS + 1) - 1);
+    assert!(
+        within(&contended["wait_max_ns"], hold * 8 / 10, hold + SLACK_NS),
+        "{contended:#}"
+    );
+    assert!(
+        within(&contended["hold_max_ns"], hold, hold + SLACK_NS),
+        "{contended:#}"
+    );
+    // The waiters' line first (they waited), then the holder's.
+    let callers = contended["callers"].as_array().unwrap();
+    let place = |c: &Value| (c["file"].clone(), c["line"].clone(), c["count"].clone());
+    assert_eq!(
+        place(&callers[0]),
+        (
+            "lock_story.c".into(),
+            line_of("lock_story", "/* WAIT */").into(),
+            (ROUNDS * WAITERS).into()
+        )
+    );
+    assert_eq!(callers[0]["function"], "waiter");
+    assert_eq!(
+        place(&callers[1]),
+        (
+            "lock_story.c".into(),
+            line_of("lock_story", "/* HOLD */").into(),
+            ROUNDS.into()
+        )
+    );
+
+    // Three nested locks: one hold, from one line.
+    let recursive = lock(&report, &addresses["recursive"]);
+    assert_eq!(recursive["kind"], "rmutex");
+    assert_eq!(recursive["acquisitions"], 3);
+    assert_eq!(recursive["contended"], 0);
+    let rcallers = recursive["callers"].as_array().unwrap();
+    assert_eq!(rcallers.len(), 1, "{recursive:#}");
+    assert_eq!(rcallers[0]["line"], line_of("lock_story", "/* RLOCK */"));
+    assert_eq!(rcallers[0]["count"], 3);
+
+    // Two readers hold it while the writer waits.
+    let rw = lock(&report, &addresses["rw"]);
+    assert_eq!(rw["kind"], "rwlock");
+    assert_eq!(rw["acquisitions"], 3);
+    assert_eq!(rw["contended"], 1);
+    assert!(
+        within(&rw["wait_max_ns"], hold * 8 / 10, hold + SLACK_NS),
+        "{rw:#}"
+    );
+    assert_eq!(
+        rw["callers"][0]["line"],
+        line_of("lock_story", "/* WRLOCK */")
+    );
+
+    // Per thread: the waiters' names, their calls, their time blocked.
+    let threads = report["threads"].as_array().unwrap();
+    for n in 1..=WAITERS {
+        let name = format!("waiter-{n}");
+        let waiter = threads
+            .iter()
+            .find(|t| t["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("no {name}: {threads:#?}"));
+        assert_eq!(waiter["calls"]["mutex"], 2 * ROUNDS, "{waiter:#}");
+        assert!(
+            within(
+                &waiter["blocked_ns"],
+                ROUNDS * hold / 2,
+                ROUNDS * (hold + SLACK_NS)
+            ),
+            "{waiter:#}"
+        );
+        assert_eq!(waiter["holds_at_end"], serde_json::json!([]));
+    }
+    assert_eq!(report["deadlocks"], serde_json::json!([]));
+
+    // From the tr files: the same counts, and no callers.
+    let from_tr = report_json(&dir, &["."]);
+    assert_eq!(from_tr["callers_known"], false);
+    let contended_tr = lock(&from_tr, &addresses["contended"]);
+    for key in [
+        "acquisitions",
+        "contended",
+        "owner_changes",
+        "wait_max_ns",
+        "hold_max_ns",
+    ] {
+        assert_eq!(contended_tr[key], contended[key], "{key}");
+    }
+    let text = run_tracer(dir.path(), &["report", "."]);
+    assert!(
+        text.stdout.starts_with("callers: unknown (tr files"),
+        "{}",
+        text.stdout
+    );
+
+    // The text forms name the source lines and the threads.
+    let text = run_tracer(dir.path(), &["report", "--histogram", "app.ptl"]).stdout;
+    assert!(
+        text.contains(&format!(
+            "lock_story.c:{} (waiter): {} calls",
+            line_of("lock_story", "/* WAIT */"),
+            ROUNDS * WAITERS
+        )),
+        "{text}"
+    );
+    assert!(text.contains("wait times:"), "{text}");
+    let by_thread = run_tracer(dir.path(), &["report", "--by", "thread", "app.ptl"]).stdout;
+    assert!(by_thread.contains("waiter-2"), "{by_thread}");
+    assert!(by_thread.contains("in rw_wrlock("), "{by_thread}");
+}
+
+#[test]
+fn the_perfetto_timeline_has_the_waits_holds_and_wakeups() {
+    if !bpf_available("report_perfetto") {
+        return;
+    }
+    let dir = TempDir::new("perfetto");
+    let (report, addresses) = story(&dir);
+    let run = run_tracer(
+        dir.path(),
+        &["convert", "app.ptl", "--to", "perfetto", "app.json"],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("app.json")).unwrap())
+            .unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let of = |ph: &str, cat: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph && (cat.is_empty() || e["cat"] == cat))
+            .collect::<Vec<_>>()
+    };
+    let names: Vec<&str> = of("M", "")
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    for name in ["waiter-1", "waiter-2", "reader-1", "reader-2"] {
+        assert!(names.contains(&name), "{names:?}");
+    }
+    // A slice per blocking lock wait (the waiters' and the writer's), a wakeup for each.
+    let contended = lock(&report, &addresses["contended"])["contended"]
+        .as_u64()
+        .unwrap();
+    let waits = of("X", "lock wait");
+    let on = |address: &Value| {
+        waits
+            .iter()
+            .filter(|e| {
+                e["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(address.as_str().unwrap())
+            })
+            .count() as u64
+    };
+    assert_eq!(on(&addresses["contended"]), contended);
+    assert_eq!(on(&addresses["rw"]), 1);
+    assert_eq!(of("s", "wake").len() as u64, contended + 1);
+    assert_eq!(of("f", "wake").len() as u64, contended + 1);
+    let holds = of("X", "hold");
+    assert!(
+        holds.len() as u64 >= ROUNDS * (WAITERS + 1) + 1 + 3,
+        "{}",
+        holds.len()
+    );
+    let counters = of("C", "");
+    assert!(counters.iter().any(|c| c["args"]["waiters"] == WAITERS));
+    assert!(counters.iter().all(|c| c["name"] == "contended waiters"));
+}
+
+/// Runs deadlock.c (`mode`: before or after), traces it, lets it deadlock; returns the line the
+/// tracer said, how long after the deadlock it said it, the log, and the workload's thread ids.
+fn deadlock(mode: &str) -> (String, Duration, TempDir, u32, u32) {
+    let dir = TempDir::new("deadlock");
+    let name = unique_name("deadlock");
+    let mut child = Command::new(workload("deadlock"))
+        .arg(mode)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let ready = read_line(&mut BufReader::new(child.stdout.take().unwrap()));
+    let (a, b): (u32, u32) = (field(&ready, "a"), field(&ready, "b"));
+    let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
+    let (tracer, stderr) = start_tracer(
+        dir.path(),
+        &[child.id()],
+        &["--name", &name, "--log", &log, "--deadlock-after", "500ms"],
+    );
+    let lines = lines_as_they_come(stderr);
+    writeln!(stdin, "go").unwrap();
+    let deadlocked = Instant::now();
+    let said = lines
+        .recv_timeout(Duration::from_millis(500) + Duration::from_secs(1))
+        .expect("a deadlock said within --deadlock-after plus a second");
+    let after = deadlocked.elapsed();
+    ctl_ok(&[&name, "shutdown"]);
+    let mut tracer = tracer;
+    assert!(tracer.wait().unwrap().success());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    (said, after, dir, a, b)
+}
+
+#[test]
+fn an_ab_ba_deadlock_is_said_once_with_both_threads_and_lines() {
+    if !bpf_available("deadlock_after_attach") {
+        return;
+    }
+    let (said, after, dir, a, b) = deadlock("after");
+    let (first, second) = (
+        line_of("deadlock", "/* FIRST */"),
+        line_of("deadlock", "/* SECOND */"),
+    );
+    assert!(after >= Duration::from_millis(500), "{after:?}");
+    assert!(
+        said.starts_with("thrtrace-bpf: deadlock: thread "),
+        "{said}"
+    );
+    for (waiter, holder, wname, hname) in [
+        (a, b, "worker-a", "worker-b"),
+        (b, a, "worker-b", "worker-a"),
+    ] {
+        let part = format!("thread {waiter} ({wname}) waits in pthread_mutex_lock(0x");
+        assert!(said.contains(&part), "{said}");
+        let tail = format!(") at deadlock.c:{second}, held by {holder} ({hname}) since ");
+        assert!(said.contains(&tail), "{said}");
+    }
+    assert_eq!(
+        said.matches(&format!("locked at deadlock.c:{first}"))
+            .count(),
+        2,
+        "{said}"
+    );
+
+    // In the log, and in the report.
+    let events: Vec<Event> = LogReader::open(&dir.path().join("app.ptl"))
+        .unwrap()
+        .events()
+        .map(Result::unwrap)
+        .collect();
+    let found: Vec<&SystemKind> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::System(s) if matches!(s.kind, SystemKind::Deadlock { .. }) => Some(&s.kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "said once");
+    let SystemKind::Deadlock {
+        certain, message, ..
+    } = found[0]
+    else {
+        unreachable!()
+    };
+    assert!(certain);
+    assert_eq!(format!("thrtrace-bpf: {message}"), said.trim_end());
+    let report = report_json(&dir, &["app.ptl"]);
+    let deadlocks = report["deadlocks"].as_array().unwrap();
+    assert_eq!(deadlocks.len(), 1, "{deadlocks:#?}");
+    let threads = deadlocks[0]["threads"].as_array().unwrap();
+    let mut lwpids: Vec<u64> = threads
+        .iter()
+        .map(|t| t["lwpid"].as_u64().unwrap())
+        .collect();
+    lwpids.sort_unstable();
+    let mut expected = vec![u64::from(a), u64::from(b)];
+    expected.sort_unstable();
+    assert_eq!(lwpids, expected);
+    for thread in threads {
+        let other = threads
+            .iter()
+            .find(|t| t["lwpid"] != thread["lwpid"])
+            .unwrap();
+        assert_eq!(
+            thread["holds"],
+            serde_json::json!([other["waits_for"]]),
+            "{thread:#}"
+        );
+        assert_eq!(thread["waits_at"]["line"], second);
+        assert_eq!(thread["locked_at"]["line"], first);
+    }
+}
+
+#[test]
+fn a_lock_taken_before_attach_is_owned_as_glibc_says() {
+    if !bpf_available("deadlock_before_attach") {
+        return;
+    }
+    let (said, _, dir, a, b) = deadlock("before");
+    for (waiter, holder) in [(a, b), (b, a)] {
+        assert!(
+            said.contains(&format!("thread {waiter} (worker-"))
+                && said.contains(&format!("held by {holder} (worker-")),
+            "{said}"
+        );
+    }
+    assert_eq!(
+        said.matches("since before the trace began").count(),
+        2,
+        "{said}"
+    );
+    let report = report_json(&dir, &["app.ptl"]);
+    let threads = report["deadlocks"][0]["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 2);
+    for thread in threads {
+        let other = threads
+            .iter()
+            .find(|t| t["lwpid"] != thread["lwpid"])
+            .unwrap();
+        assert_eq!(thread["holds"], serde_json::json!([other["waits_for"]]));
+    }
+}
+
+#[test]
+fn a_cycle_through_a_condvar_is_a_possible_deadlock() {
+    if !bpf_available("deadlock_through_cond") {
+        return;
+    }
+    let (said, _, dir, a, c) = deadlock("cond");
+    assert!(
+        said.starts_with("thrtrace-bpf: possible deadlock: "),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "thread {a} (worker-a) waits in pthread_cond_wait(0x"
+        )) && said.contains(&format!(
+            "at deadlock.c:{}, which {c} (worker-c) woke before",
+            line_of("deadlock", "/* COND */")
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "thread {c} (worker-c) waits in pthread_mutex_lock(0x"
+        )) && said.contains(&format!(
+            "at deadlock.c:{}, held by {a} (worker-a)",
+            line_of("deadlock", "/* BLOCKED */")
+        )),
+        "{said}"
+    );
+    let report = report_json(&dir, &["app.ptl"]);
+    assert_eq!(report["deadlocks"][0]["certain"], false, "{report:#}");
+}
