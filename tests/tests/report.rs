@@ -96,6 +96,7 @@ fn the_report_counts_the_contention_the_workload_made() {
     // by another thread than the one before.
     let contended = lock(&report, &addresses["contended"]);
     assert_eq!(contended["kind"], "mutex");
+    assert_eq!(contended["symbol"], "contended", "a global is named");
     assert_eq!(contended["acquisitions"], ROUNDS * (WAITERS + 1));
     assert_eq!(contended["contended"], ROUNDS * WAITERS);
     assert_eq!(contended["owner_changes"], ROUNDS * (WAITERS + 1) - 1);
@@ -141,6 +142,7 @@ fn the_report_counts_the_contention_the_workload_made() {
     // Two readers hold it while the writer waits.
     let rw = lock(&report, &addresses["rw"]);
     assert_eq!(rw["kind"], "rwlock");
+    assert_eq!(rw["symbol"], "rw");
     assert_eq!(rw["acquisitions"], 3);
     assert_eq!(rw["contended"], 1);
     assert!(

@@ -7,10 +7,13 @@
 //! the event's layout (`Field::Rval`, `Field::Block`), never by position, so that the table
 //! stays the one definition.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::OnceLock,
+};
 
 use serde::{Deserialize, Serialize};
-use tracer_common::{Category, EventDef, Field};
+use tracer_common::{Category, EVENTS, EventDef, Field};
 
 use crate::{
     TraceRecord,
@@ -119,6 +122,22 @@ fn role(event: &EventDef) -> Role {
         (Category::Barrier | Category::BarrierSpin, _) if has("wait") => Role::Barrier,
         _ => Role::Other,
     }
+}
+
+/// Every event's row and role, by (event1, event2): a record is looked up once, without
+/// searching the table or matching names.
+fn lookup(event1: u16, event2: u16) -> Option<(&'static EventDef, Role)> {
+    type ByCodes = HashMap<(u16, u16), (&'static EventDef, Role)>;
+    static TABLE: OnceLock<ByCodes> = OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            EVENTS
+                .iter()
+                .map(|e| ((e.category.code(), e.event2), (e, role(e))))
+                .collect()
+        })
+        .get(&(event1, event2))
+        .copied()
 }
 
 /// The value of `field` in `record`, if its layout has it.
@@ -232,6 +251,9 @@ struct Taken {
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     event: &'static EventDef,
+    role: Role,
+    /// The caller's `pthread_t`: whom a join of it waits for.
+    tid: u64,
     pid: u32,
     entry_ns: i64,
     object: u64,
@@ -316,8 +338,6 @@ pub struct Analysis {
     /// The threads that have signaled a condvar or posted a semaphore: whom a wait on it may
     /// be waiting for.
     wakers: HashMap<(u32, u64), HashSet<u32>>,
-    /// `pthread_t` to lwpid, per process: whom a join waits for.
-    tids: HashMap<(u32, u64), u32>,
     names: HashMap<u32, String>,
     /// Deadlocks already reported, by their threads and objects.
     reported: HashSet<Vec<(u32, u64)>>,
@@ -354,15 +374,12 @@ impl Analysis {
     /// A record in time order; `owner_hint` is glibc's `__owner` of a mutex at a lock's entry
     /// (0 if unknown).
     pub fn record_with_owner(&mut self, record: &TraceRecord, owner_hint: u32) {
-        let Some(event) = EventDef::find(record.event1, record.event2) else {
+        let Some((event, role)) = lookup(record.event1, record.event2) else {
             return;
         };
         let now = record.time_ns() as i64;
         self.first_ns.get_or_insert(now);
         self.last_ns = self.last_ns.max(now);
-        if record.tid != 0 {
-            self.tids.insert((record.pid, record.tid), record.lwpid);
-        }
         if self.stats && record.which != 2 {
             *self
                 .thread(record.pid, record.lwpid)
@@ -375,6 +392,8 @@ impl Analysis {
             1 => {
                 let pending = Pending {
                     event,
+                    role,
+                    tid: record.tid,
                     pid: record.pid,
                     entry_ns: now,
                     object: record.a[0] as u64,
@@ -384,7 +403,7 @@ impl Analysis {
                 };
                 self.pending.insert(key, pending);
                 // A condvar wait lets its mutex go until it returns.
-                if role(event) == Role::CondWait {
+                if role == Role::CondWait {
                     self.release(record.pid, record.lwpid, record.a[1] as u64, now);
                 }
             }
@@ -393,7 +412,7 @@ impl Analysis {
                     self.returned(record, &pending, now);
                 }
             }
-            _ => self.single(record, event, now),
+            _ => self.single(record, event, role, now),
         }
     }
 
@@ -405,7 +424,7 @@ impl Analysis {
         let wait = now.saturating_sub(call.entry_ns).max(0) as u64;
         let (pid, lwpid) = (call.pid, record.lwpid);
         let mut shown = true;
-        let block_kind = match role(event) {
+        let block_kind = match call.role {
             Role::Acquire { kind, exclusive } => {
                 shown = blocked;
                 if let Some(timeline) = self.timeline.as_mut()
@@ -496,10 +515,10 @@ impl Analysis {
     }
 
     /// A call with one record (trylocks, unlocks, posts, signals).
-    fn single(&mut self, record: &TraceRecord, event: &'static EventDef, now: i64) {
+    fn single(&mut self, record: &TraceRecord, event: &'static EventDef, role: Role, now: i64) {
         let object = record.a[0] as u64;
         let succeeded = field(record, event, Field::Rval).is_none_or(|r| r as i32 == 0);
-        match role(event) {
+        match role {
             Role::Acquire { kind, exclusive } if succeeded => {
                 let taken = Taken {
                     kind,
@@ -515,7 +534,7 @@ impl Analysis {
                     .or_default()
                     .insert(record.lwpid);
                 if self.stats {
-                    let kind = match role(event) {
+                    let kind = match role {
                         Role::SemPost => LockKind::Sema,
                         _ => LockKind::Cond,
                     };
@@ -715,7 +734,7 @@ impl Analysis {
             .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns)
             .filter(|(_, call)| {
                 matches!(
-                    role(call.event),
+                    call.role,
                     Role::Acquire { .. } | Role::Join | Role::CondWait | Role::SemWait
                 )
             })
@@ -723,12 +742,13 @@ impl Analysis {
             .collect();
         let waits_for = |lwpid: u32| -> Vec<(u32, Option<Holder>)> {
             let call = &waiting[&lwpid];
-            match role(call.event) {
-                Role::Join => self
-                    .tids
-                    .get(&(call.pid, call.object))
-                    .map(|&joined| vec![(joined, None)])
-                    .unwrap_or_default(),
+            match call.role {
+                // The joined thread, if it waits too (only then can it be in a cycle).
+                Role::Join => waiting
+                    .iter()
+                    .filter(|(_, other)| other.pid == call.pid && other.tid == call.object)
+                    .map(|(&joined, _)| (joined, None))
+                    .collect(),
                 // Whoever woke it before may be the one it waits for: a possible deadlock.
                 Role::CondWait | Role::SemWait => {
                     let mut wakers: Vec<u32> = self
@@ -800,8 +820,7 @@ impl Analysis {
                     let held = before.1;
                     let mut holds = self.held_by(lwpid);
                     let waited_for = waiting[&before.0].object;
-                    let lock_waited =
-                        matches!(role(waiting[&before.0].event), Role::Acquire { .. });
+                    let lock_waited = matches!(waiting[&before.0].role, Role::Acquire { .. });
                     if lock_waited && !holds.contains(&waited_for) {
                         // Known from glibc's __owner: taken before the trace began.
                         holds.push(waited_for);
@@ -820,12 +839,9 @@ impl Analysis {
                     }
                 })
                 .collect();
-            let certain = cycle.iter().all(|(lwpid, _)| {
-                matches!(
-                    role(waiting[lwpid].event),
-                    Role::Acquire { .. } | Role::Join
-                )
-            });
+            let certain = cycle
+                .iter()
+                .all(|(lwpid, _)| matches!(waiting[lwpid].role, Role::Acquire { .. } | Role::Join));
             deadlocks.push(Deadlock { certain, threads });
         }
         deadlocks

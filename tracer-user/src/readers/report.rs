@@ -127,6 +127,8 @@ struct Report {
 struct LockRow {
     pid: u32,
     address: String,
+    /// The global variable it is, if it is one.
+    symbol: Option<String>,
     kind: &'static str,
     acquisitions: u64,
     contended: u64,
@@ -337,7 +339,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
-                lock.address,
+                lock.symbol.as_ref().unwrap_or(&lock.address),
                 lock.kind,
                 lock.acquisitions,
                 lock.contended,
@@ -460,6 +462,7 @@ fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
     LockRow {
         pid: lock.pid,
         address: hex(lock.address),
+        symbol: symbols.variable(lock.pid, lock.address),
         kind: lock.kind.name(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,

@@ -73,6 +73,17 @@ impl Symbols {
         self.mappings.entry(pid).or_default().push(mapping);
     }
 
+    /// The global variable at `address` of process `pid` (a lock defined at file scope), as
+    /// `name` or `name+0x8`: the ELF symbol table of the mapped file whose loaded segments hold
+    /// it, placed by the recorded mapping of its code.
+    pub fn variable(&mut self, pid: u32, address: u64) -> Option<String> {
+        let mappings = self.mappings.get(&pid)?.clone();
+        mappings
+            .iter()
+            .filter(|m| self.trust(m))
+            .find_map(|mapping| variable_in(mapping, address))
+    }
+
     /// Where `address` of process `pid` is, from the recorded mappings. A return address: the
     /// call is the byte before it.
     pub fn locate(&mut self, pid: u32, address: u64) -> Location {
@@ -138,4 +149,29 @@ impl Symbols {
                 .is_some_and(|id| *id == *mapping.build_id)
         })
     }
+}
+
+/// The data symbol of `mapping`'s file that holds `address`, if that file holds it. The load
+/// bias comes from the code mapping: its file offset lies in a loaded segment whose address
+/// is known.
+fn variable_in(mapping: &Mapping, address: u64) -> Option<String> {
+    use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+    let data = std::fs::read(&mapping.path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let code = file.segments().find(|segment| {
+        let (offset, size) = segment.file_range();
+        (offset..offset + size).contains(&mapping.file_offset)
+    })?;
+    let code_address = code.address() + (mapping.file_offset - code.file_range().0);
+    let bias = mapping.start.wrapping_sub(code_address);
+    let wanted = address.wrapping_sub(bias);
+    let symbol = file.symbols().find(|symbol| {
+        symbol.kind() == SymbolKind::Data
+            && (symbol.address()..symbol.address() + symbol.size().max(1)).contains(&wanted)
+    })?;
+    let name = symbol.name().ok()?;
+    Some(match wanted - symbol.address() {
+        0 => name.to_owned(),
+        offset => format!("{name}+{offset:#x}"),
+    })
 }
