@@ -847,3 +847,136 @@ impl Analysis {
         deadlocks
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+    const PID: u32 = 100;
+    const M1: i64 = 0x1000;
+    const M2: i64 = 0x2000;
+
+    /// A record of event `name` by thread `lwpid` at `ms` milliseconds.
+    fn rec(lwpid: u32, name: &str, which: u16, ms: i64, a: [i64; 5]) -> TraceRecord {
+        let event = EVENTS.iter().find(|e| e.name == name).unwrap();
+        let ns = ms * MS;
+        TraceRecord {
+            sec: ns / 1_000_000_000,
+            nsec: ns % 1_000_000_000,
+            lwpid,
+            pid: PID,
+            tid: u64::from(lwpid) << 8,
+            event1: event.category.code(),
+            event2: event.event2,
+            which,
+            a,
+            caller: 0x400_000 + u64::from(lwpid),
+        }
+    }
+
+    fn lock(analysis: &mut Analysis, lwpid: u32, mutex: i64, from: i64, to: i64, blocked: bool) {
+        analysis.record(&rec(lwpid, "mutex_lock", 1, from, [mutex, 0, 0, 0, 0]));
+        analysis.record(&rec(
+            lwpid,
+            "mutex_lock",
+            2,
+            to,
+            [0, i64::from(blocked), 0, 0, 0],
+        ));
+    }
+
+    fn unlock(analysis: &mut Analysis, lwpid: u32, mutex: i64, at: i64) {
+        analysis.record(&rec(lwpid, "mutex_unlock", 0, at, [mutex, 0, 0, 0, 0]));
+    }
+
+    #[test]
+    fn a_contended_lock_counts_its_wait_hold_and_owner_change() {
+        let mut analysis = Analysis::new(true);
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        analysis.record(&rec(2, "mutex_lock", 1, 10, [M1, 0, 0, 0, 0]));
+        unlock(&mut analysis, 1, M1, 100);
+        analysis.record(&rec(2, "mutex_lock", 2, 101, [0, 1, 0, 0, 0]));
+        unlock(&mut analysis, 2, M1, 111);
+        let stats = analysis.locks().next().unwrap();
+        assert_eq!(
+            (stats.acquisitions, stats.contended, stats.owner_changes),
+            (2, 1, 1)
+        );
+        assert_eq!(stats.wait.max_ns, 91 * MS as u64);
+        assert_eq!(stats.hold.max_ns, 100 * MS as u64);
+        assert_eq!(stats.hold.count, 2);
+        assert_eq!(stats.callers[&0x400_002].wait_total_ns, 91 * MS as u64);
+        let threads = analysis.threads();
+        assert_eq!(threads[1].blocked[&BlockKind::LockWait], 91 * MS as u64);
+        assert_eq!(threads[1].calls["mutex"], 2);
+        assert!(analysis.held_by(2).is_empty());
+    }
+
+    #[test]
+    fn a_condvar_wait_lets_its_mutex_go_and_takes_it_back() {
+        let mut analysis = Analysis::new(true);
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        analysis.record(&rec(1, "cond_wait", 1, 10, [0x3000, M1, 0, 0, 0]));
+        assert!(analysis.held_by(1).is_empty());
+        analysis.record(&rec(1, "cond_wait", 2, 50, [0, 0, 0, 0, 0]));
+        assert_eq!(analysis.held_by(1), [M1 as u64]);
+        let threads = analysis.threads();
+        assert_eq!(threads[0].blocked[&BlockKind::CondWait], 40 * MS as u64);
+    }
+
+    #[test]
+    fn ab_ba_is_a_deadlock_once_both_have_waited_long_enough() {
+        let mut analysis = Analysis::new(false);
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        lock(&mut analysis, 2, M2, 0, 0, false);
+        analysis.record(&rec(1, "mutex_lock", 1, 10, [M2, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", 1, 20, [M1, 0, 0, 0, 0]));
+        assert!(analysis.new_deadlocks(500 * MS, 1000 * MS).is_empty());
+        let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
+        assert_eq!(found.len(), 1, "one cycle, found from either thread");
+        let deadlock = &found[0];
+        assert!(deadlock.certain);
+        let one = deadlock.threads.iter().find(|t| t.lwpid == 1).unwrap();
+        assert_eq!(
+            (one.waits_for, one.holds.clone()),
+            (M2 as u64, vec![M1 as u64])
+        );
+        assert_eq!(one.call, "pthread_mutex_lock");
+        assert!(
+            analysis.new_deadlocks(3000 * MS, 1000 * MS).is_empty(),
+            "said once"
+        );
+    }
+
+    #[test]
+    fn an_owner_from_glibc_closes_a_cycle_the_records_cannot() {
+        let mut analysis = Analysis::new(false);
+        analysis.record_with_owner(&rec(1, "mutex_lock", 1, 10, [M2, 0, 0, 0, 0]), 2);
+        analysis.record_with_owner(&rec(2, "mutex_lock", 1, 10, [M1, 0, 0, 0, 0]), 1);
+        let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
+        assert_eq!(found.len(), 1);
+        let two = found[0].threads.iter().find(|t| t.lwpid == 2).unwrap();
+        assert_eq!((two.holds.clone(), two.locked_at), (vec![M2 as u64], 0));
+    }
+
+    #[test]
+    fn a_cycle_through_a_condvar_is_possible_and_a_join_cycle_certain() {
+        let mut analysis = Analysis::new(false);
+        analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+        lock(&mut analysis, 1, M1, 1, 1, false);
+        analysis.record(&rec(1, "cond_wait", 1, 2, [0x3000, M2, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+        let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
+        assert_eq!(found.len(), 1);
+        assert!(!found[0].certain);
+
+        let mut joins = Analysis::new(false);
+        // Thread 3 joins 4 while 4 joins 3.
+        joins.record(&rec(3, "thr_join", 1, 0, [4 << 8, 0, 0, 0, 0]));
+        joins.record(&rec(4, "thr_join", 1, 0, [3 << 8, 0, 0, 0, 0]));
+        let found = joins.new_deadlocks(2000 * MS, 1000 * MS);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].certain);
+    }
+}

@@ -439,10 +439,15 @@ fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
             }
             None => callers.push(CallerRow {
                 address: hex(address),
-                function: at.function.map(|f| {
-                    f.split_once('+')
-                        .map_or(f.clone(), |(name, _)| name.to_owned())
-                }),
+                // With a line, the function's name says enough; without, its offset is the
+                // place.
+                function: match at.line {
+                    Some(_) => at.function.map(|f| {
+                        f.split_once('+')
+                            .map_or(f.clone(), |(name, _)| name.to_owned())
+                    }),
+                    None => at.function,
+                },
                 file: at.file,
                 line: at.line,
                 count: stats.count,
