@@ -13,7 +13,7 @@ pub mod facts;
 pub mod signals;
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, hash_map::Entry},
     os::fd::{FromRawFd, OwnedFd, RawFd},
     process::ExitStatus,
     sync::Arc,
@@ -180,7 +180,8 @@ impl Session {
             records: 0,
             facts: self.sinks.wants_system_events().then(Facts::default),
             described: std::mem::take(&mut self.described),
-            named_threads: HashSet::new(),
+            named_threads: HashMap::new(),
+            seconds: 0,
             started: Instant::now(),
             rate: Rate::default(),
         };
@@ -205,6 +206,7 @@ impl Session {
                 _ = sleep_until(grace) => break,
                 _ = each_second.tick() => {
                     flow.rate.sample(flow.records);
+                    self.renamed_threads(&mut flow);
                     if self.until_stopped {
                         exited.extend(flow.processes.iter().filter(|&&pid| !targets::process_exists(pid)));
                         if let Err(error) = self.probes.attach_new_libraries(&mut self.datapath) {
@@ -337,6 +339,34 @@ impl Session {
             controller.close().await;
         }
         Ok(outcome)
+    }
+
+    /// Once a second: the threads seen in the last second whose name (comm) has changed get a
+    /// THREAD_NAME event with the new one.
+    fn renamed_threads(&mut self, flow: &mut Flow) {
+        flow.seconds += 1;
+        if flow.facts.is_none() {
+            return;
+        }
+        let now = kernel::monotonic_ns();
+        let time_ns = self.decoder.realtime_ns(now);
+        let recent = flow.seconds - 1;
+        let mut renamed = Vec::new();
+        // A thread whose first name is not written yet (it waits in the reorder stage) is not
+        // renamed.
+        let renamable = |seen: &ThreadSeen| seen.seen >= recent && !seen.name.is_empty();
+        for (&lwpid, seen) in flow.named_threads.iter_mut().filter(|(_, s)| renamable(s)) {
+            if let Some(event) = facts::thread_name(seen.pid, lwpid, time_ns)
+                && let SystemKind::ThreadName { name } = &event.kind
+                && *name != seen.name
+            {
+                seen.name = name.clone();
+                renamed.push(event);
+            }
+        }
+        for event in renamed {
+            flow.reorder.push(now, Staged::System(event));
+        }
     }
 
     /// Answers a controller's request, or says it is to be answered at the end (shutdown).
@@ -568,6 +598,7 @@ impl Session {
             facts,
             described,
             named_threads,
+            seconds,
             ..
         } = flow;
         let decoder = &self.decoder;
@@ -580,11 +611,27 @@ impl Session {
                 if described.insert(raw.pid) {
                     events.extend(facts.attached(raw.pid, time_ns));
                 }
-                if named_threads.insert(raw.lwpid) {
-                    events.extend(facts::thread_name(raw.pid, raw.lwpid, time_ns));
-                }
                 for event in events {
                     reorder.push(raw.ktime_ns, Staged::System(event));
+                }
+                // A thread first seen is named when its first record is written: a thread
+                // that names itself as it starts has done so by then. The name it has now
+                // stands in if it is gone by then.
+                match named_threads.entry(raw.lwpid) {
+                    Entry::Occupied(mut seen) => seen.get_mut().seen = *seconds,
+                    Entry::Vacant(slot) => {
+                        let name = facts::thread_name(raw.pid, raw.lwpid, time_ns);
+                        slot.insert(ThreadSeen {
+                            pid: raw.pid,
+                            name: String::new(),
+                            seen: *seconds,
+                        });
+                        let staged = Staged::ThreadName {
+                            lwpid: raw.lwpid,
+                            first: name,
+                        };
+                        reorder.push(raw.ktime_ns, staged);
+                    }
                 }
             }
             reorder.push(raw.ktime_ns, Staged::Record { cpu, raw: *raw })
@@ -618,6 +665,12 @@ impl Session {
                 }
                 Staged::Act { action, answer } => {
                     self.act(action, answer)?;
+                    continue;
+                }
+                Staged::ThreadName { lwpid, first } => {
+                    if let Some(event) = name_now(flow, lwpid, first) {
+                        self.sinks.system_event(&event).context(INCOMPLETE)?;
+                    }
                     continue;
                 }
                 Staged::Exited(pid) => {
@@ -692,6 +745,12 @@ enum Staged {
     System(SystemEvent),
     /// A process has exited: once everything before is written, its files are completed.
     Exited(u32),
+    /// A thread first seen: its name is read when this is written (`first`: as it was when
+    /// its first record was read, in case it is gone by then).
+    ThreadName {
+        lwpid: u32,
+        first: Option<SystemEvent>,
+    },
     /// Something asked of the sinks or the decoder, done once everything before is written;
     /// `answer` is the controller's, if it asked.
     Act {
@@ -806,10 +865,34 @@ struct Flow {
     facts: Option<Facts>,
     /// Processes whose facts are in the stream (a detach event ends them).
     described: HashSet<u32>,
-    /// Threads whose name is in the stream.
-    named_threads: HashSet<u32>,
+    /// Threads whose name is in the stream: that name, and the second they were last seen in.
+    named_threads: HashMap<u32, ThreadSeen>,
+    /// Seconds since the trace began, as counted by the session's once-a-second tick.
+    seconds: u64,
     started: Instant,
     rate: Rate,
+}
+
+struct ThreadSeen {
+    pid: u32,
+    name: String,
+    seen: u64,
+}
+
+/// The THREAD_NAME event of thread `lwpid` first seen: its name now, or the one it had when
+/// first seen if it is gone; none if that name is the one in the stream already.
+fn name_now(flow: &mut Flow, lwpid: u32, first: Option<SystemEvent>) -> Option<SystemEvent> {
+    let seen = flow.named_threads.get_mut(&lwpid)?;
+    let time_ns = first.as_ref()?.time_ns;
+    let event = facts::thread_name(seen.pid, lwpid, time_ns).or(first)?;
+    let SystemKind::ThreadName { name } = &event.kind else {
+        return None;
+    };
+    if *name == seen.name {
+        return None;
+    }
+    seen.name = name.clone();
+    Some(event)
 }
 
 /// The next exec to attach to, if exec's are followed; never, if not.
