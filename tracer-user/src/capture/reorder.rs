@@ -13,13 +13,22 @@
 //! What waits here is any item stamped with CLOCK_MONOTONIC: records, and the system events the
 //! session makes (a process attached or gone), which must fall in time order among them.
 
-use std::{cmp::Reverse, collections::BinaryHeap};
+use std::collections::VecDeque;
 
-/// Items in time order. The heap holds small keys naming the slot of their item, so that
-/// keeping it in order moves 24 bytes, not a record: many thousands wait here at high rates.
+/// (timestamp, arrival, slot): the order of an item, and where it waits. Records of one thread
+/// keep their program order through the arrival count.
+type Key = (u64, u64, u32);
+
+/// Items in time order. Items wait in slots and are ordered by small keys, so that keeping
+/// them in order moves 24 bytes, not a record: many thousands wait here at high rates. The
+/// keys of a pass are sorted together and merged into those waiting, which are nearly all
+/// older: a sort and an append, where a heap paid a logarithmic sift of cache misses for
+/// each item (a fifth of the consumer's time, measured with perf).
 pub struct Reorder<T> {
-    /// (timestamp, arrival, slot): records of one thread keep their program order.
-    order: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// Keys waiting, in order.
+    waiting: VecDeque<Key>,
+    /// Keys pushed since the last release, in arrival order.
+    arrived: Vec<Key>,
     slots: Vec<Option<T>>,
     free: Vec<u32>,
     arrivals: u64,
@@ -36,7 +45,8 @@ impl<T> Reorder<T> {
     /// An empty stage whose records wait `late_ns` past the pass that completes them.
     pub fn new(late_ns: u64) -> Self {
         Reorder {
-            order: BinaryHeap::new(),
+            waiting: VecDeque::new(),
+            arrived: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
             arrivals: 0,
@@ -58,16 +68,40 @@ impl<T> Reorder<T> {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.order.push(Reverse((ktime_ns, self.arrivals, slot)));
+        self.arrived.push((ktime_ns, self.arrivals, slot));
+    }
+
+    /// Puts the keys that arrived among those waiting, in order.
+    fn merge_arrived(&mut self) {
+        if self.arrived.is_empty() {
+            return;
+        }
+        self.arrived.sort_unstable();
+        // Only the waiting keys newer than the oldest arrival need merging.
+        let split = self.waiting.partition_point(|key| *key < self.arrived[0]);
+        let newer: Vec<Key> = self.waiting.drain(split..).collect();
+        let (mut old, mut new) = (
+            newer.into_iter().peekable(),
+            self.arrived.drain(..).peekable(),
+        );
+        loop {
+            let next = match (old.peek(), new.peek()) {
+                (Some(a), Some(b)) if a <= b => old.next(),
+                (Some(_), Some(_)) | (None, Some(_)) => new.next(),
+                (Some(_), None) => old.next(),
+                (None, None) => break,
+            };
+            self.waiting.extend(next);
+        }
     }
 
     /// The oldest item, if it is stamped before `before`.
     fn pop_before(&mut self, before: u64) -> Option<T> {
-        let &Reverse((ktime_ns, _, _)) = self.order.peek()?;
+        let &(ktime_ns, _, slot) = self.waiting.front()?;
         if ktime_ns >= before {
             return None;
         }
-        let Reverse((_, _, slot)) = self.order.pop()?;
+        self.waiting.pop_front();
         self.free.push(slot);
         self.slots[slot as usize].take()
     }
@@ -81,6 +115,7 @@ impl<T> Reorder<T> {
         behind_after: Option<u64>,
         mut sink: impl FnMut(T),
     ) {
+        self.merge_arrived();
         let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
         let watermark = behind_after
             .map_or(previous, |behind| behind.min(previous))
@@ -92,6 +127,7 @@ impl<T> Reorder<T> {
 
     /// Hands over everything, in time order: tracing has ended.
     pub fn release_all(&mut self, mut sink: impl FnMut(T)) {
+        self.merge_arrived();
         while let Some(item) = self.pop_before(u64::MAX) {
             sink(item);
         }
@@ -146,6 +182,28 @@ mod tests {
         reorder.push(80, 80);
         assert_eq!(released(&mut reorder, 200, None), [60]);
         assert_eq!(released(&mut reorder, 300, None), [80]);
+    }
+
+    #[test]
+    fn passes_of_interleaved_items_come_out_in_order() {
+        let mut reorder = Reorder::new(0);
+        let mut out = Vec::new();
+        // Three rings' worth per pass, each ring in order, the rings interleaved in time,
+        // some of each pass older than what waits from the pass before.
+        let mut next = 0u64;
+        for pass in 1..=20u64 {
+            for ring in 0..3u64 {
+                for i in 0..50u64 {
+                    let ktime = pass * 1000 + i * 7 + ring * 3 - 500;
+                    reorder.push(ktime, ktime);
+                    next += 1;
+                }
+            }
+            reorder.release(pass * 1000, None, |t| out.push(t));
+        }
+        reorder.release_all(|t| out.push(t));
+        assert_eq!(out.len() as u64, next);
+        assert!(out.is_sorted());
     }
 
     #[test]
