@@ -7,10 +7,9 @@
 //! the event's layout (`Field::Rval`, `Field::Block`), never by position, so that the table
 //! stays the one definition.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    sync::OnceLock,
-};
+use std::{collections::BTreeMap, sync::OnceLock};
+
+use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tracer_common::{Category, EVENTS, EventDef, Field};
@@ -780,7 +779,7 @@ impl Analysis {
             // Follow the first edge that stays among the waiting threads, until a thread
             // repeats: a cycle if it is the start.
             let mut path: Vec<(u32, Option<Holder>)> = vec![(start, None)];
-            let mut seen = HashSet::from([start]);
+            let mut seen: HashSet<u32> = [start].into_iter().collect();
             loop {
                 let current = path.last().unwrap().0;
                 let Some((next, holder)) = waits_for(current)

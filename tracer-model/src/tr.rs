@@ -15,26 +15,37 @@ pub fn file_name(pid: u32, lwpid: u32) -> String {
 /// Displays a record as its line, without the newline.
 pub struct Line<'a>(pub &'a TraceRecord);
 
+impl Line<'_> {
+    /// Appends the line, without the newline, to `out`. The tr sink writes a line a record:
+    /// integers are formatted with itoa, several times faster than `core::fmt`.
+    pub fn append_to(&self, out: &mut String) {
+        let r = self.0;
+        let mut n = itoa::Buffer::new();
+        let mut put = |text: &str| {
+            out.push_str(text);
+            out.push(':');
+        };
+        put(n.format(r.sec));
+        put(n.format(r.nsec));
+        put(n.format(r.lwpid));
+        put(n.format(r.pid));
+        put(n.format(r.tid));
+        put(n.format(r.event1));
+        put(n.format(r.event2));
+        put(n.format(r.which));
+        for a in r.a {
+            put(n.format(a));
+        }
+        // The last field has no separator after it.
+        out.pop();
+    }
+}
+
 impl fmt::Display for Line<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let r = self.0;
-        write!(
-            f,
-            "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
-            r.sec,
-            r.nsec,
-            r.lwpid,
-            r.pid,
-            r.tid,
-            r.event1,
-            r.event2,
-            r.which,
-            r.a[0],
-            r.a[1],
-            r.a[2],
-            r.a[3],
-            r.a[4]
-        )
+        let mut line = String::with_capacity(128);
+        self.append_to(&mut line);
+        f.write_str(&line)
     }
 }
 
@@ -121,6 +132,39 @@ mod tests {
             "1700000000:42:101:100:139800000000000:2:4:0:-3:0:1:0:0"
         );
         assert_eq!(parse_line(&line), Ok(record()));
+    }
+
+    #[test]
+    fn extreme_values_are_written_in_full_and_read_back() {
+        let extreme = TraceRecord {
+            sec: i64::MIN,
+            nsec: 999_999_999,
+            lwpid: u32::MAX,
+            pid: u32::MAX,
+            tid: u64::MAX,
+            event1: u16::MAX,
+            event2: u16::MAX,
+            which: u16::MAX,
+            a: [i64::MIN, i64::MAX, -1, 0, 1],
+            caller: 0,
+        };
+        let line = Line(&extreme).to_string();
+        assert_eq!(
+            line,
+            format!(
+                "{}:999999999:{}:{}:{}:{}:{}:{}:{}:{}:-1:0:1",
+                i64::MIN,
+                u32::MAX,
+                u32::MAX,
+                u64::MAX,
+                u16::MAX,
+                u16::MAX,
+                u16::MAX,
+                i64::MIN,
+                i64::MAX
+            )
+        );
+        assert_eq!(parse_line(&line), Ok(extreme));
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub mod session;
 pub mod sinks;
 pub mod sudo;
 
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 
 use anyhow::{Context, Result};
 use tracer_common::{Category, EventDef};

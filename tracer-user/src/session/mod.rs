@@ -13,7 +13,7 @@ pub mod facts;
 pub mod signals;
 
 use std::{
-    collections::{HashMap, HashSet, hash_map::Entry},
+    collections::hash_map::Entry,
     os::fd::{FromRawFd, OwnedFd, RawFd},
     process::ExitStatus,
     sync::Arc,
@@ -21,6 +21,8 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+// Per-record sets (processes and threads seen): a fast hasher rather than SipHash.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::{Notify, mpsc, oneshot},

@@ -4,7 +4,6 @@
 
 use std::{
     collections::HashMap,
-    fmt::Write as _,
     fs::File,
     io::{self, BufWriter, Write},
 };
@@ -173,7 +172,8 @@ impl Sink for TrFiles {
         // leaves whole lines up to its last write.
         let mut line = std::mem::take(&mut self.line);
         line.clear();
-        writeln!(line, "{}", Line(record)).expect("formatting into a String");
+        Line(record).append_to(&mut line);
+        line.push('\n');
         let file = self.file(FileKey::of(record))?;
         file.length += line.len() as u64;
         let written = file.writer.write_all(line.as_bytes());
