@@ -30,6 +30,8 @@ pub mod names {
     pub const SYSTEM_WIDE: &str = "SYSTEM_WIDE";
     /// Read-only global: byte offset of `tgid` in `task_struct` (from kernel BTF).
     pub const TGID_OFFSET: &str = "TGID_OFFSET";
+    /// Read-only global: the bytes of each CPU's ring buffer.
+    pub const RING_BYTES: &str = "RING_BYTES";
     /// Read-only global: 1 with `--lossless`, and the map of the processes it has stopped.
     pub const LOSSLESS: &str = "LOSSLESS";
     pub const STOPPED: &str = "STOPPED";

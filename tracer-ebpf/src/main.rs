@@ -12,9 +12,7 @@ use core::ptr;
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{
-        BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
-    },
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task,
@@ -43,6 +41,10 @@ static SYSTEM_WIDE: u32 = 0;
 /// Byte offset of `tgid` in `task_struct`, to tell a forked process from a new thread.
 #[unsafe(no_mangle)]
 static TGID_OFFSET: u64 = 0;
+/// Bytes of each CPU's ring buffer: how full a ring is, without asking the kernel its size
+/// at every record.
+#[unsafe(no_mangle)]
+static RING_BYTES: u64 = 0;
 /// Set with `--lossless`: a thread that writes to a ring more than half full is stopped until
 /// the tracer has drained the rings.
 #[unsafe(no_mangle)]
@@ -395,7 +397,7 @@ fn emit(record: &RawRecord) {
     // Wake the reader only when a quarter of the ring is in use; otherwise it polls.
     let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
     let used = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_AVAIL_DATA as u64) };
-    let size = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_RING_SIZE as u64) };
+    let size = unsafe { ptr::read_volatile(&RING_BYTES) };
     let wakeup = if used > size / 4 {
         BPF_RB_FORCE_WAKEUP
     } else {

@@ -87,6 +87,7 @@ impl DataPath {
             )
             .override_global(names::TGID_OFFSET, &offsets.tgid, true)
             .override_global(names::LOSSLESS, &u32::from(lossless), true)
+            .override_global(names::RING_BYTES, &u64::from(ring_bytes), true)
             .load(BPF_OBJECT)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         // The programs are bound to the maps by descriptor, so they load before maps are taken.
