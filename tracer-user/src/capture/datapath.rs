@@ -224,6 +224,19 @@ impl DataPath {
             .collect()
     }
 
+    /// `--lossless`: the processes with a thread the BPF side is stopping or has stopped
+    /// (its entry made, its SIGSTOP sent or about to be).
+    pub fn stopping_processes(&self) -> Vec<u32> {
+        if !self.lossless {
+            return Vec::new();
+        }
+        self.stopped
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, pid)| pid & !STOP_SENT)
+            .collect()
+    }
+
     /// Forgets that thread `tid` was stopped: the next time it writes to a ring past half, it is
     /// stopped anew (and under `--follow`, the exec-following thread lets it go now).
     pub fn forget_stopped(&mut self, tid: u32) {

@@ -37,13 +37,15 @@ pub fn resume(datapath: &mut DataPath) -> Vec<(u32, u32)> {
     for &pid in &pids {
         signal(pid, Signal::CONT);
     }
-    // A thread stopped anew between the removal of its entry and the SIGCONT lost that SIGSTOP
-    // to it (SIGCONT discards pending stop signals) and would run on unstopped: stop it again,
-    // for the next drain to resume.
-    for (_, pid) in datapath.stopped_threads() {
-        if pids.contains(&pid) {
-            signal(pid, Signal::STOP);
-        }
+    // A thread that sent itself SIGSTOP before the SIGCONT lost that signal (SIGCONT discards
+    // pending stop signals) and, its entry still there, would run on unstopped and never stop
+    // itself again: stop it again, for the next drain to resume. That is every thread with an
+    // entry now, whether its entry is marked sent yet or not (a thread preempted between
+    // making its entry and marking it is one of them); a thread with none has not sent its
+    // signal yet, which then comes after the SIGCONT.
+    let stopping: BTreeSet<u32> = datapath.stopping_processes().into_iter().collect();
+    for pid in stopping.intersection(&pids) {
+        signal(*pid, Signal::STOP);
     }
     stopped
 }
