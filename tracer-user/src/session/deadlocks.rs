@@ -12,6 +12,7 @@ use tracer_model::{
     event::{SystemEvent, SystemKind},
 };
 
+use super::facts;
 use crate::readers::{report::duration, symbolize::Symbols};
 
 /// glibc's `pthread_mutex_t`: `__owner` (the owner's thread id) is its third word.
@@ -109,8 +110,7 @@ impl DeadlockWatch {
     }
 }
 
-/// A thread's name now, from /proc; "?" if it cannot be read.
+/// A thread's name now; "?" if it cannot be read.
 fn comm(pid: u32, lwpid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{lwpid}/comm"))
-        .map_or_else(|_| "?".to_owned(), |name| name.trim_end().to_owned())
+    facts::comm(pid, lwpid).unwrap_or_else(|| "?".to_owned())
 }

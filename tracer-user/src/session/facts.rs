@@ -73,10 +73,15 @@ impl Facts {
     }
 }
 
-/// The name (comm) of thread `lwpid` of `pid`, if it still exists.
-pub fn thread_name(pid: u32, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
+/// The name (comm) of thread `lwpid` of `pid` now, if it still exists.
+pub fn comm(pid: u32, lwpid: u32) -> Option<String> {
     let name = fs::read_to_string(format!("/proc/{pid}/task/{lwpid}/comm")).ok()?;
-    let name = name.trim_end_matches('\n').to_owned();
+    Some(name.trim_end_matches('\n').to_owned())
+}
+
+/// The THREAD_NAME event of thread `lwpid` of `pid`, if it still exists.
+pub fn thread_name(pid: u32, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
+    let name = comm(pid, lwpid)?;
     Some(SystemEvent::of_process(
         time_ns,
         pid,
