@@ -323,6 +323,20 @@ pub struct Timeline {
     last_release: HashMap<(u32, u64), (u32, i64)>,
 }
 
+impl Deadlock {
+    /// What tells one cycle from another, wherever it was found from: its threads and what
+    /// each waits for.
+    pub fn key(&self) -> Vec<(u32, u64)> {
+        let mut key: Vec<(u32, u64)> = self
+            .threads
+            .iter()
+            .map(|t| (t.lwpid, t.waits_for))
+            .collect();
+        key.sort_unstable();
+        key
+    }
+}
+
 /// The engine.
 #[derive(Default)]
 pub struct Analysis {
@@ -801,14 +815,6 @@ impl Analysis {
         }
         let mut deadlocks = Vec::new();
         for cycle in found {
-            let mut key: Vec<(u32, u64)> = cycle
-                .iter()
-                .map(|(lwpid, _)| (*lwpid, waiting[lwpid].object))
-                .collect();
-            key.sort_unstable();
-            if !self.reported.insert(key) {
-                continue;
-            }
             let n = cycle.len();
             let threads = (0..n)
                 .map(|i| {
@@ -841,7 +847,10 @@ impl Analysis {
             let certain = cycle
                 .iter()
                 .all(|(lwpid, _)| matches!(waiting[lwpid].role, Role::Acquire { .. } | Role::Join));
-            deadlocks.push(Deadlock { certain, threads });
+            let deadlock = Deadlock { certain, threads };
+            if self.reported.insert(deadlock.key()) {
+                deadlocks.push(deadlock);
+            }
         }
         deadlocks
     }

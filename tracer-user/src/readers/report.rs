@@ -248,7 +248,7 @@ impl Report {
             .collect();
         let end = analysis.last_ns;
         for found in analysis.new_deadlocks(end, 0) {
-            if !deadlocks.iter().any(|d| same_cycle(d, &found)) {
+            if !deadlocks.iter().any(|d| d.key() == found.key()) {
                 deadlocks.push(found);
             }
         }
@@ -412,15 +412,6 @@ impl Report {
             let _ = writeln!(out, "  {}; {longest}; {held}", calls.join(", "));
         }
     }
-}
-
-fn same_cycle(a: &Deadlock, b: &Deadlock) -> bool {
-    let key = |d: &Deadlock| {
-        let mut key: Vec<(u32, u64)> = d.threads.iter().map(|t| (t.lwpid, t.waits_for)).collect();
-        key.sort_unstable();
-        key
-    };
-    key(a) == key(b)
 }
 
 fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
