@@ -10,7 +10,7 @@ use tracer_model::log::{Layout, LogFullPolicy, StreamFullPolicy};
 use crate::{
     attach::{launch, targets},
     error::UsageError,
-    sinks::output_dir::{OutputDir, OutputDirError},
+    sinks::output_dir::{OutputDir, split_file_path},
     usage_bail,
 };
 
@@ -434,9 +434,7 @@ impl Cli {
         };
         // Opened now, once: every file is created relative to it (see `sinks::output_dir`).
         let output = match (self.list_probes, dir) {
-            (false, Some(dir)) => {
-                Some(OutputDir::open(&dir).map_err(|e| unusable(&e, "with --dir"))?)
-            }
+            (false, Some(dir)) => Some(OutputDir::open(&dir).map_err(|e| e.usage("with --dir"))?),
             _ => None,
         };
         let unbuffered =
@@ -499,14 +497,10 @@ impl Cli {
             }
             return Ok(None);
         };
-        let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
+        let Some((parent, file_name)) = split_file_path(path) else {
             usage_bail!("--log {}: name a file", path.display());
         };
-        let parent = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => std::path::Path::new("."),
-        };
-        let dir = OutputDir::open(parent).map_err(|e| unusable(&e, "for --log"))?;
+        let dir = OutputDir::open(parent).map_err(|e| e.usage("for --log"))?;
         let stream_size = self.stream_size.unwrap_or(DEFAULT_STREAM_SIZE);
         if stream_size < MIN_STREAM_SIZE {
             usage_bail!("--stream-size {stream_size}: give at least 64K");
@@ -560,11 +554,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "'{text}' is not a duration: give a number with a unit, e.g. 200ms, 1.5s or 2m"
         )),
     }
-}
-
-/// A directory that cannot be written to, and what to do about it (`with --dir`).
-fn unusable(error: &OutputDirError, option: &str) -> UsageError {
-    UsageError(format!("{error}: {}", error.advice(option)))
 }
 
 fn parse_policy<T: std::str::FromStr<Err = String>>(name: &str) -> Result<T> {

@@ -10,7 +10,6 @@ use tracer_model::{
 
 use crate::{
     cli::{ConvertArgs, ConvertFormat},
-    error::UsageError,
     sinks::{Sink, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles},
 };
 
@@ -26,8 +25,7 @@ pub fn run(args: &ConvertArgs) -> Result<i32> {
         say!("thrtrace-bpf: {summary}");
         return Ok(0);
     }
-    let dir = OutputDir::open_or_make(&args.dir)
-        .map_err(|e| UsageError(format!("{e}: {}", e.advice("directory"))))?;
+    let dir = OutputDir::open_or_make(&args.dir).map_err(|e| e.usage("directory"))?;
     let mut sink: Box<dyn Sink> = match args.to {
         // Unbuffered or not, the bytes are the same; a few files open at once suffice.
         ConvertFormat::Tr => Box::new(TrFiles::new(dir, false, 64)),

@@ -19,7 +19,10 @@ use tracer_model::{
     log::LogReader,
 };
 
-use crate::{error::UsageError, sinks::output_dir::OutputDir};
+use crate::{
+    error::UsageError,
+    sinks::output_dir::{OutputDir, split_file_path},
+};
 
 /// Writes the timeline of `reader` to `path`; returns the summary.
 pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
@@ -132,14 +135,9 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
 
 /// The directory a file goes in, opened, and its name there.
 fn output_place(path: &Path) -> Result<(OutputDir, String)> {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+    let Some((parent, name)) = split_file_path(path) else {
         return Err(UsageError(format!("{}: name a file", path.display())).into());
     };
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    let dir = OutputDir::open(parent)
-        .map_err(|e| UsageError(format!("{e}: {}", e.advice("output file"))))?;
+    let dir = OutputDir::open(parent).map_err(|e| e.usage("output file"))?;
     Ok((dir, name.to_owned()))
 }

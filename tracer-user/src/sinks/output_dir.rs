@@ -22,7 +22,10 @@ use rustix::{
     io::Errno,
 };
 
-use crate::sudo::{self, InvokingUser};
+use crate::{
+    error::UsageError,
+    sudo::{self, InvokingUser},
+};
 
 /// Read and write for the owner only: traces hold other people's addresses and arguments.
 const FILE_MODE: u32 = 0o600;
@@ -51,12 +54,28 @@ pub enum OutputDirError {
 }
 
 impl OutputDirError {
-    /// What the user can do, for the option that named the directory (`with --dir`).
-    pub fn advice(&self, option: &str) -> String {
-        match self {
+    /// The error as bad input, with what the user can do, for the option that named the
+    /// directory (`with --dir`).
+    pub fn usage(&self, option: &str) -> UsageError {
+        let advice = match self {
             OutputDirError::Open { .. } => format!("create it or choose another {option}"),
             OutputDirError::NotWritable { .. } => format!("choose another {option}"),
-        }
+        };
+        UsageError(format!("{self}: {advice}"))
+    }
+}
+
+/// The directory a file path is in (`.` for a bare name), and the file's name, if the path
+/// ends in one (as UTF-8).
+pub fn split_file_path(path: &Path) -> Option<(&Path, &str)> {
+    let name = path.file_name()?.to_str()?;
+    Some((directory_of(path), name))
+}
+
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
     }
 }
 
@@ -97,10 +116,7 @@ impl OutputDir {
         if let (Some(name), Err(error)) = (path.file_name(), std::fs::symlink_metadata(path))
             && error.kind() == io::ErrorKind::NotFound
         {
-            let parent = match path.parent() {
-                Some(parent) if !parent.as_os_str().is_empty() => parent,
-                _ => Path::new("."),
-            };
+            let parent = directory_of(path);
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
             let parent =
                 rustix::fs::open(parent, flags, Mode::empty()).map_err(|e| failed(e.into()))?;
