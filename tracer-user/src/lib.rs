@@ -340,7 +340,6 @@ fn list_probes(config: &Config, events: &[&'static EventDef], symbols: &[&str]) 
             table += &probes::describe(&probes::plan(library, events, config.probe_at_entry));
         }
     }
-    // As `head` expects: output that nobody reads any more is not an error.
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), table.as_bytes());
+    say::print(&table);
     Ok(0)
 }

@@ -15,6 +15,7 @@ use super::{
 use crate::{
     cli::{CtlArgs, CtlOperation, InfoFormat},
     error::UsageError,
+    say::print,
 };
 
 /// How long a trace may take to answer: a shutdown completes every file first.
@@ -144,9 +145,4 @@ fn list() -> Result<i32> {
     }
     print(&table);
     Ok(0)
-}
-
-/// Standard output; one that nobody reads any more is not an error (as `head` expects).
-fn print(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }

@@ -38,7 +38,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         InfoFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         InfoFormat::Text => report.text(args),
     };
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    crate::say::print(&text);
     Ok(0)
 }
 
