@@ -50,6 +50,9 @@ pub mod names {
     /// ([`crate::RecordingMasks`]): to userspace an array map of one entry, written to stop,
     /// start and filter a live trace.
     pub const RECORDING: &str = ".bss.recording";
+    /// The section of the global `SHARED_IN_USE`: 1 once a process has been put in
+    /// `SHARED_TRACED`, before it is; until then entries skip looking the map up.
+    pub const SHARED_IN_USE: &str = ".bss.shared";
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
 }

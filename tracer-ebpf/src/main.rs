@@ -12,12 +12,15 @@ use core::ptr;
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{
+        BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST, BPF_RB_AVAIL_DATA,
+        BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, bpf_map_type, pt_regs, task_struct,
+    },
     btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_ringbuf_query, bpf_send_signal_thread,
+        bpf_ringbuf_query, bpf_send_signal_thread, bpf_task_storage_get,
     },
     macros::{btf_map, raw_tracepoint, uprobe, uretprobe},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
@@ -25,6 +28,7 @@ use aya_ebpf::{
 use tracer_common::{
     MAX_CPUS, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord,
     events::{OBJECT_WORDS, ObjectSize},
+    record::RAW_RECORD_SIZE,
 };
 
 /// Set by userspace from kernel BTF before loading.
@@ -84,6 +88,12 @@ fn recording(cookie: &ProbeCookie) -> bool {
 #[btf_map]
 static SHARED_TRACED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
 
+/// Set by userspace before it first puts a process in `SHARED_TRACED` (which the fork
+/// tracepoint grows only from a process in it): until then the map is empty, and not looked up.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = ".bss.shared")]
+static mut SHARED_IN_USE: u32 = 0;
+
 /// Whether a hit through a link with these flags is recorded. A process in `SHARED_TRACED` is
 /// recorded through shared links only, so that while a `-p` target moves from its own links to
 /// shared ones each call is recorded once. Never the tracer.
@@ -92,14 +102,19 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
     if is_tracer(pid_tgid) {
         return false;
     }
+    let shared = flags.has(ProbeFlags::SHARED);
+    if shared && unsafe { ptr::read_volatile(&SYSTEM_WIDE) } != 0 {
+        return true;
+    }
+    // SAFETY: a global that only userspace writes; read volatile, as it changes under the
+    // program.
+    if unsafe { ptr::read_volatile(ptr::addr_of!(SHARED_IN_USE)) } == 0 {
+        return !shared;
+    }
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the map value is only tested for presence.
     let shared_traced = unsafe { SHARED_TRACED.get(tgid) }.is_some();
-    if flags.has(ProbeFlags::SHARED) {
-        shared_traced || unsafe { ptr::read_volatile(&SYSTEM_WIDE) } != 0
-    } else {
-        !shared_traced
-    }
+    shared_traced == shared
 }
 
 /// A traced process forked: its child is traced too. Runs in the parent, on the raw
@@ -163,21 +178,113 @@ struct Pending {
     nvcsw_at_entry: u64,
     /// Calls of the same event made by this one (glibc's compat condvar functions call the new
     /// ones): their returns come first and are skipped.
-    nested: u64,
-}
-
-/// Keyed by thread and event, so that one traced call inside another cannot mix them up. LRU,
-/// so that calls which never return (cancellation, longjmp) cannot fill it.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PendingKey {
-    pid_tgid: u64,
+    nested: u32,
+    /// The call's event (`event_key`) while the slot holds a call; `FREE` otherwise.
     event: u32,
-    _pad: u32,
 }
 
+/// An event key no probe has (event1 is at most 15 bits).
+const FREE: u32 = 0;
+
+/// How many traced calls of different events one thread can have open at once: one inside
+/// another (a signal handler's lock inside a lock wait) needs a second. A call that never
+/// returns (cancellation, longjmp) keeps its slot until a new call needs it and takes the
+/// oldest.
+const CALL_SLOTS: usize = 4;
+
+/// One thread's open calls.
+#[repr(C)]
+struct Calls {
+    slots: [Pending; CALL_SLOTS],
+}
+
+/// A task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`), which aya-ebpf does not define:
+/// the same BTF definition as its maps. The kernel finds a thread's value through the task, with
+/// no hashing and no lock shared between threads, and frees it when the thread exits.
+#[repr(C)]
+struct TaskStorage<T> {
+    r#type: *const [i32; bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: placeholder pointers the loader replaces, never dereferenced from Rust.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    const fn new() -> Self {
+        Self {
+            r#type: ptr::null(),
+            key: ptr::null(),
+            value: ptr::null(),
+            max_entries: ptr::null(),
+            map_flags: ptr::null(),
+        }
+    }
+
+    /// The value of `task` (the current thread), created zeroed if `create` and it has none;
+    /// null if it has none, or the kernel could not allocate it.
+    #[inline(always)]
+    fn of(&self, task: *mut task_struct, create: bool) -> *mut T {
+        let flags = if create {
+            u64::from(BPF_LOCAL_STORAGE_GET_F_CREATE)
+        } else {
+            0
+        };
+        // SAFETY: the map is this definition; the task is the current one, from the helper
+        // that gives it as a BTF pointer, as the storage helpers require.
+        unsafe {
+            bpf_task_storage_get(
+                ptr::from_ref(self).cast_mut().cast(),
+                task,
+                ptr::null_mut(),
+                flags,
+            )
+        }
+        .cast()
+    }
+}
+
+/// Each thread's calls between entry and return. Loaded with aya's `allow_unsupported_maps`:
+/// only the programs use it.
 #[btf_map]
-static PENDING: LruHashMap<PendingKey, Pending, 65536> = LruHashMap::new();
+static CALLS: TaskStorage<Calls> = TaskStorage::new();
+
+/// The slot of the thread's open call of `event`, if any.
+#[inline(always)]
+fn open_call(calls: *mut Calls, event: u32) -> Option<*mut Pending> {
+    for i in 0..CALL_SLOTS {
+        // SAFETY: `calls` is this thread's value, which only this thread's probes touch.
+        let slot = unsafe { ptr::addr_of_mut!((*calls).slots[i]) };
+        if unsafe { (*slot).event } == event {
+            return Some(slot);
+        }
+    }
+    None
+}
+
+/// A slot for a new call: a free one, or else the one whose call began first.
+#[inline(always)]
+fn free_slot(calls: *mut Calls) -> *mut Pending {
+    let mut chosen = 0;
+    let mut oldest = u64::MAX;
+    for i in 0..CALL_SLOTS {
+        // SAFETY: as in `open_call`.
+        let slot = unsafe { &(*calls).slots[i] };
+        if slot.event == FREE {
+            chosen = i;
+            break;
+        }
+        if slot.record.ktime_ns < oldest {
+            oldest = slot.record.ktime_ns;
+            chosen = i;
+        }
+    }
+    // SAFETY: as in `open_call`; `chosen` is below CALL_SLOTS.
+    unsafe { ptr::addr_of_mut!((*calls).slots[chosen % CALL_SLOTS]) }
+}
 
 #[uprobe]
 pub fn thr_entry(ctx: ProbeContext) -> u32 {
@@ -186,133 +293,181 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let flags = cookie.flags;
-    // SAFETY: uprobe context registers are the user's at the probed instruction.
-    let regs = unsafe { &*ctx.regs };
     let pid_tgid = bpf_get_current_pid_tgid();
     if !recorded(pid_tgid, flags) {
         return 0;
     }
-    let key = PendingKey {
-        pid_tgid,
-        event: event_key(&cookie),
-        _pad: 0,
-    };
-    // A hit while this thread's call of the same event is pending is not a new call: a spin
+    // SAFETY: uprobe context registers are the user's at the probed instruction.
+    let regs = unsafe { &*ctx.regs };
+    let task = current_task();
+    if !flags.has(ProbeFlags::RETURN) {
+        // A single record, written straight into the ring.
+        emit_with(|record| fill_entry(record, &cookie, task, pid_tgid, regs, 0));
+        return 0;
+    }
+    let calls = CALLS.of(task, true);
+    if calls.is_null() {
+        count_lost();
+        return 0;
+    }
+    let event = event_key(&cookie);
+    // A hit while this thread's call of the same event is open is not a new call: a spin
     // lock trying again (it spun), or the implementation calling itself. No records.
-    if flags.has(ProbeFlags::RETURN)
-        && let Some(pending) = PENDING.get_ptr_mut(key)
-    {
-        // SAFETY: this thread's own entry; only this thread touches it until its return.
+    if let Some(open) = open_call(calls, event) {
+        // SAFETY: this thread's own slot.
         unsafe {
             if flags.has(ProbeFlags::SPINS) {
-                (*pending).record.block = 1;
+                (*open).record.block = 1;
             } else {
-                (*pending).nested += 1;
+                (*open).nested += 1;
             }
         }
         return 0;
     }
-    let mut pending = Pending {
-        record: RawRecord {
-            ktime_ns: unsafe { bpf_ktime_get_ns() },
-            pthread_self: read_task_u64(unsafe { ptr::read_volatile(&FSBASE_OFFSET) }),
-            caller: read_user::<u64>(regs.rsp + u64::from(cookie.stack_offset)),
-            pid: (pid_tgid >> 32) as u32,
-            lwpid: pid_tgid as u32,
-            event1: cookie.event1,
-            event2: cookie.event2,
-            which: 0,
-            block: 0,
-            _pad: 0,
-            args: [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8],
-            rval: 0,
-            timespec: [0; 2],
-            errno: 0,
-            object: [0; OBJECT_WORDS],
-            lost_before: 0,
-            pointees: [0; 3],
-        },
-        nvcsw_at_entry: 0,
-        nested: 0,
-    };
-    let record = &mut pending.record;
-    // From the copy of the arguments: a computed offset into the context is not allowed.
-    if let Some(n) = flags.timespec_argument()
-        && let Some(&pointer) = record.args.get(usize::from(n) - 1)
-    {
-        record.timespec = read_user::<[i64; 2]>(pointer);
+    let slot = free_slot(calls);
+    // SAFETY: this thread's own slot, filled before anything reads it.
+    unsafe {
+        let record = ptr::addr_of_mut!((*slot).record);
+        let paired = flags.has(ProbeFlags::PAIRED);
+        fill_entry(
+            record,
+            &cookie,
+            task,
+            pid_tgid,
+            regs,
+            if paired { 1 } else { 0 },
+        );
+        (*slot).nested = 0;
+        (*slot).nvcsw_at_entry = if flags.has(ProbeFlags::BLOCK) {
+            read_task_u64(task, ptr::read_volatile(&NVCSW_OFFSET))
+        } else {
+            0
+        };
+        (*slot).event = event;
+        // The entry half of a paired call.
+        if paired {
+            emit(record);
+        }
     }
-    copy_object(&mut record.object, flags.object_size(), regs.rdi);
-    // A single record now, or the entry half of a paired call. One call site: each inlined
-    // copy of `emit` takes stack of its own.
-    let single = !flags.has(ProbeFlags::RETURN);
-    if single || flags.has(ProbeFlags::PAIRED) {
-        record.which = if single { 0 } else { 1 };
-        emit(record);
-    }
-    if single {
-        return 0;
-    }
-    if flags.has(ProbeFlags::BLOCK) {
-        pending.nvcsw_at_entry = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
-    }
-    // A full LRU map evicts the oldest entry; insert cannot fail for lack of room.
-    let _ = PENDING.insert(key, pending, 0);
     0
+}
+
+/// Writes a call's record as its entry knows it into `record` (ring or slot memory): every
+/// byte, padding included.
+#[inline(always)]
+fn fill_entry(
+    record: *mut RawRecord,
+    cookie: &ProbeCookie,
+    task: *mut task_struct,
+    pid_tgid: u64,
+    regs: &pt_regs,
+    which: u16,
+) {
+    let flags = cookie.flags;
+    // SAFETY: `record` is writable memory of a whole record, owned by this program run.
+    unsafe {
+        // Zeroed word by word, volatile so that LLVM does not make it a call to `memset`, a
+        // byte loop on BPF; then the entry's fields.
+        let words = record.cast::<u64>();
+        for i in 0..RAW_RECORD_SIZE / 8 {
+            words.add(i).write_volatile(0);
+        }
+        (*record).ktime_ns = bpf_ktime_get_ns();
+        (*record).pthread_self = read_task_u64(task, ptr::read_volatile(&FSBASE_OFFSET));
+        read_user_into(
+            ptr::addr_of_mut!((*record).caller),
+            regs.rsp + u64::from(cookie.stack_offset),
+        );
+        (*record).pid = (pid_tgid >> 32) as u32;
+        (*record).lwpid = pid_tgid as u32;
+        (*record).event1 = cookie.event1;
+        (*record).event2 = cookie.event2;
+        (*record).which = which;
+        let args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
+        (*record).args = args;
+        // From the copy of the arguments: a computed offset into the context is not allowed.
+        if let Some(n) = flags.timespec_argument()
+            && let Some(&pointer) = args.get(usize::from(n) - 1)
+        {
+            read_user_into(ptr::addr_of_mut!((*record).timespec), pointer);
+        }
+        copy_object(
+            ptr::addr_of_mut!((*record).object),
+            flags.object_size(),
+            regs.rdi,
+        );
+    }
 }
 
 #[uretprobe]
 pub fn thr_return(ctx: RetProbeContext) -> u32 {
     let cookie = ProbeCookie::decode(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let key = PendingKey {
-        pid_tgid: bpf_get_current_pid_tgid(),
-        event: event_key(&cookie),
-        _pad: 0,
-    };
-    let Some(entry) = PENDING.get_ptr_mut(key) else {
+    let task = current_task();
+    let calls = CALLS.of(task, false);
+    if calls.is_null() {
+        return 0;
+    }
+    let Some(slot) = open_call(calls, event_key(&cookie)) else {
         return 0;
     };
-    // SAFETY: this thread's own entry, copied out before it is removed.
-    let pending = unsafe {
-        if (*entry).nested > 0 {
-            (*entry).nested -= 1;
+    // SAFETY: this thread's own slot; freed once its record is out.
+    unsafe {
+        if (*slot).nested > 0 {
+            (*slot).nested -= 1;
             return 0;
         }
-        *entry
-    };
-    let _ = PENDING.remove(key);
-    // Stopped or filtered out since the entry: nothing more is recorded of the call.
-    if !recording(&cookie) {
-        return 0;
+        // Stopped or filtered out since the entry: nothing more is recorded of the call.
+        if recording(&cookie) {
+            let record = ptr::addr_of_mut!((*slot).record);
+            complete(
+                record,
+                &cookie,
+                task,
+                (*ctx.regs).rax,
+                (*slot).nvcsw_at_entry,
+            );
+            emit(record);
+        }
+        (*slot).event = FREE;
     }
-    let mut record = pending.record;
-    // SAFETY: uretprobe context registers are the user's at the return address.
-    record.rval = unsafe { (*ctx.regs).rax } as i64;
-    if cookie.flags.has(ProbeFlags::BLOCK) {
-        let nvcsw = read_task_u64(unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
-        record.block = (nvcsw != pending.nvcsw_at_entry) as u8;
+    0
+}
+
+/// Adds what the return knows to a call's record.
+///
+/// # Safety
+/// `record` is the current thread's open call's record.
+#[inline(always)]
+unsafe fn complete(
+    record: *mut RawRecord,
+    cookie: &ProbeCookie,
+    task: *mut task_struct,
+    rax: u64,
+    nvcsw_at_entry: u64,
+) {
+    let flags = cookie.flags;
+    // SAFETY: per the function's contract.
+    let record = unsafe { &mut *record };
+    record.rval = rax as i64;
+    if flags.has(ProbeFlags::BLOCK) {
+        let nvcsw = read_task_u64(task, unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
+        record.block = (nvcsw != nvcsw_at_entry) as u8;
     }
-    if cookie.flags.has(ProbeFlags::OBJECT_AT_RETURN) {
-        copy_object(
-            &mut record.object,
-            cookie.flags.object_size(),
-            record.args[0],
-        );
+    if flags.has(ProbeFlags::OBJECT_AT_RETURN) {
+        copy_object(&mut record.object, flags.object_size(), record.args[0]);
     }
-    if cookie.flags.has(ProbeFlags::POINTEES) {
+    if flags.has(ProbeFlags::POINTEES) {
         for (pointee, &pointer) in record.pointees.iter_mut().zip(&record.args) {
             *pointee = read_user::<u64>(pointer);
         }
     }
-    if cookie.flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
+    if flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
         record.errno = read_errno(record.pid, record.pthread_self);
     }
-    if cookie.flags.has(ProbeFlags::PAIRED) {
+    if flags.has(ProbeFlags::PAIRED) {
         record.which = 2;
         record.ktime_ns = unsafe { bpf_ktime_get_ns() };
     }
-    emit(&record);
-    0
 }
 
 /// Does nothing: attached instead of the two programs above, it measures what the probes
@@ -330,15 +485,13 @@ fn event_key(cookie: &ProbeCookie) -> u32 {
 /// Copies the first words of the object at `address`: exactly `size`, never more, so that a
 /// small object at the end of a page is not read past. Userspace derives fields from them.
 #[inline(always)]
-fn copy_object(words: &mut [u32; OBJECT_WORDS], size: ObjectSize, address: u64) {
+fn copy_object(words: *mut [u32; OBJECT_WORDS], size: ObjectSize, address: u64) {
+    let first = words.cast::<u32>();
     match size {
         ObjectSize::None => {}
-        ObjectSize::Word => words[0] = read_user::<u32>(address),
-        ObjectSize::Small => {
-            let small = read_user::<[u32; 8]>(address);
-            words[..8].copy_from_slice(&small);
-        }
-        ObjectSize::Large => *words = read_user::<[u32; OBJECT_WORDS]>(address),
+        ObjectSize::Word => read_user_into(first, address),
+        ObjectSize::Small => read_user_into(first.cast::<[u32; 8]>(), address),
+        ObjectSize::Large => read_user_into(words, address),
     }
 }
 
@@ -346,6 +499,15 @@ fn copy_object(words: &mut [u32; OBJECT_WORDS], size: ObjectSize, address: u64) 
 #[inline(always)]
 fn read_user<T: Default>(address: u64) -> T {
     unsafe { bpf_probe_read_user(address as *const T) }.unwrap_or_default()
+}
+
+/// Reads a user value into `destination` (ring or slot memory), zero if the address is not
+/// readable. Through the stack: the kernel's usercopy hardening checks a stack destination
+/// quickly, but a heap or ring destination at length.
+#[inline(always)]
+fn read_user_into<T: Default>(destination: *mut T, address: u64) {
+    // SAFETY: `destination` is writable memory of a whole `T`.
+    unsafe { destination.write(read_user(address)) };
 }
 
 /// The calling thread's errno: thread pointer + the offset the process's GOT holds (written by
@@ -360,15 +522,35 @@ fn read_errno(pid: u32, thread_pointer: u64) -> i32 {
     read_user::<i32>(thread_pointer.wrapping_add(offset as u64))
 }
 
-/// A u64 field of the current `task_struct` at a BTF-derived offset.
+/// The current thread's `task_struct`, as the BTF pointer that task storage and field loads
+/// need. Taken once per program run and passed on: each take is a helper call.
 #[inline(always)]
-fn read_task_u64(offset: u64) -> u64 {
-    let task = unsafe { bpf_get_current_task() };
-    unsafe { bpf_probe_read_kernel((task + offset) as *const u64) }.unwrap_or(0)
+fn current_task() -> *mut task_struct {
+    // SAFETY: the helper takes no arguments.
+    unsafe { bpf_get_current_task_btf() }
 }
 
+/// A u64 field of `task` (the current thread) at a BTF-derived offset. A plain load, not a
+/// helper call: the offset is read-only global data (frozen, so the verifier knows its value)
+/// and names a u64 field of `task_struct` in kernel BTF, where the verifier checks it.
 #[inline(always)]
-fn emit(record: &RawRecord) {
+fn read_task_u64(task: *mut task_struct, offset: u64) -> u64 {
+    // SAFETY: `task` is the helper's BTF pointer to the current task, valid for the program's
+    // run; the verifier checks the field at `offset` and makes the load safe.
+    unsafe { task.cast::<u8>().add(offset as usize).cast::<u64>().read() }
+}
+
+/// Copies a record made elsewhere (a call's slot) into this CPU's ring.
+#[inline(always)]
+fn emit(record: *const RawRecord) {
+    // SAFETY: `record` is a whole record; the destination is a reserved ring entry.
+    emit_with(|entry| unsafe { ptr::copy_nonoverlapping(record, entry, 1) });
+}
+
+/// Reserves a record in this CPU's ring, has `fill` write it in place (no copy of it on the
+/// stack) and submits it; counts it lost if the ring is full.
+#[inline(always)]
+fn emit_with(fill: impl FnOnce(*mut RawRecord)) {
     let cpu = unsafe { bpf_get_smp_processor_id() };
     let reserved = RING_BUFFERS.get(cpu).and_then(|ring| {
         let entry = ring.reserve(0)?;
@@ -376,12 +558,11 @@ fn emit(record: &RawRecord) {
     });
     let Some((ring, mut entry)) = reserved else {
         count_lost();
-        stop_if_lossless(record);
+        stop_if_lossless();
         return;
     };
-    // SAFETY: the reserved entry has room for one record; copied in place, with no copy of
-    // it on the stack (the entry program's stack is near the verifier's 512 bytes).
-    unsafe { ptr::copy_nonoverlapping(record, entry.as_mut_ptr(), 1) };
+    let record = entry.as_mut_ptr();
+    fill(record);
     // The first record after a gap says how long the gap was, so that it is placed exactly.
     if let Some(pending) = LOST.get_ptr_mut(LOST_PENDING) {
         // SAFETY: per-CPU slot, as in `count_lost`; the entry is ours until submitted.
@@ -390,7 +571,7 @@ fn emit(record: &RawRecord) {
             // would otherwise report the same gap twice.
             if *pending != 0 {
                 let lost = atomic_xchg::<u64, { AtomicOrdering::Relaxed }>(pending, 0);
-                (*entry.as_mut_ptr()).lost_before = lost.min(u64::from(u32::MAX)) as u32;
+                (*record).lost_before = lost.min(u64::from(u32::MAX)) as u32;
             }
         }
     }
@@ -406,28 +587,25 @@ fn emit(record: &RawRecord) {
     entry.submit(wakeup as u64);
     // Half full: the reader has been woken and not caught up; stop the writer for it.
     if used > size / 2 {
-        stop_if_lossless(record);
+        stop_if_lossless();
     }
 }
 
-/// With `--lossless`, stops the current thread (that of `record`) with SIGSTOP, once per
-/// episode: only the insert that creates its entry sends the signal. A thread rather than its
-/// process, so that a thread under ptrace (`--follow`) stops at once, without waiting for the
-/// tracer to pass the signal on; without ptrace a stop signal stops the whole process anyway.
-/// Key and value are the record's own fields, so that no stack is taken: the entry program's
-/// is near the verifier's 512 bytes.
+/// With `--lossless`, stops the current thread with SIGSTOP, once per episode: only the
+/// insert that creates its entry sends the signal. A thread rather than its process, so that a
+/// thread under ptrace (`--follow`) stops at once, without waiting for the tracer to pass the
+/// signal on; without ptrace a stop signal stops the whole process anyway.
 #[inline(always)]
-// Passed by value, key and value are copied to the stack: thr_entry then exceeds 512 bytes.
-#[allow(clippy::needless_borrows_for_generic_args)]
-fn stop_if_lossless(record: &RawRecord) {
-    if unsafe { ptr::read_volatile(&LOSSLESS) } != 0
-        && STOPPED
-            .insert(&record.lwpid, &record.pid, BPF_NOEXIST as u64)
-            .is_ok()
-    {
+fn stop_if_lossless() {
+    if unsafe { ptr::read_volatile(&LOSSLESS) } == 0 {
+        return;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (pid, lwpid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if STOPPED.insert(lwpid, pid, BPF_NOEXIST as u64).is_ok() {
         // SAFETY: the helper signals the current thread; it takes no pointers.
         unsafe { bpf_send_signal_thread(SIGSTOP) };
-        if let Some(entry) = STOPPED.get_ptr_mut(&record.lwpid) {
+        if let Some(entry) = STOPPED.get_ptr_mut(lwpid) {
             // SAFETY: a value of this map; only this thread writes its own entry.
             unsafe { *entry |= STOP_SENT };
         }

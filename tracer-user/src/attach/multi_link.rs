@@ -111,7 +111,9 @@ fn map_fd(map: &Map) -> Result<i32> {
     use Map::*;
     match map {
         Array(data) | ArrayOfMaps(data) | PerCpuArray(data) | LruHashMap(data) | HashMap(data)
-        | PerCpuHashMap(data) | RingBuf(data) => Ok(data.fd().as_fd().as_raw_fd()),
+        | PerCpuHashMap(data) | RingBuf(data)
+        // CALLS: task-local storage, which aya creates but does not wrap.
+        | Unsupported(data) => Ok(data.fd().as_fd().as_raw_fd()),
         other => bail!("unexpected map kind {other:?}"),
     }
 }

@@ -41,6 +41,7 @@ pub struct DataPath {
     lost: PerCpuArray<MapData, u64>,
     /// Which probes record (all clear until `set_recording`).
     recording: Array<MapData, RecordingMasks>,
+    shared_in_use: Array<MapData, u32>,
     errno_slots: HashMap<MapData, u32, u64>,
     shared_traced: HashMap<MapData, u32, u8>,
     /// `--lossless`: the threads the BPF side has stopped for writing to a ring past half.
@@ -77,6 +78,8 @@ impl DataPath {
         scope: Scope,
     ) -> Result<Self> {
         let mut ebpf = EbpfLoader::new()
+            // CALLS, task-local storage, which only the programs use.
+            .allow_unsupported_maps()
             .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
             .override_global(names::TRACER_TGID, &std::process::id(), true)
@@ -102,6 +105,7 @@ impl DataPath {
         let rings = create_rings(&mut ebpf, ring_bytes)?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
         let recording = Array::try_from(take_map(&mut ebpf, names::RECORDING)?)?;
+        let shared_in_use = Array::try_from(take_map(&mut ebpf, names::SHARED_IN_USE)?)?;
         let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
         let shared_traced = HashMap::try_from(take_map(&mut ebpf, names::SHARED_TRACED)?)?;
         let stopped_map = take_map(&mut ebpf, names::STOPPED)?;
@@ -136,6 +140,7 @@ impl DataPath {
             records_per_ring: ring_bytes as usize / (tracer_common::record::RAW_RECORD_SIZE + 8),
             lost,
             recording,
+            shared_in_use,
             errno_slots,
             shared_traced,
             stopped,
@@ -154,6 +159,8 @@ impl DataPath {
     /// Records process `pid` through shared links from now on, and no longer through links of
     /// its own (with `--follow`, the children it forks from now on too).
     pub fn trace_through_shared_links(&mut self, pid: u32) -> Result<()> {
+        // Before the insert: an entry that missed the flag must not miss the process.
+        self.shared_in_use.set(0, 1, 0)?;
         Ok(self.shared_traced.insert(pid, 1, 0)?)
     }
 
