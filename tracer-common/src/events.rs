@@ -274,6 +274,22 @@ pub type RecordingMasks = [u64; RECORDING_SLOTS as usize];
 /// Slots of the `RECORDING` array: one per category code.
 pub const RECORDING_SLOTS: u32 = 16;
 
+/// Event codes are below these: a category code names a `RECORDING` slot, an event2 a bit of it.
+const EVENT1_CODES: usize = RECORDING_SLOTS as usize;
+const EVENT2_CODES: usize = 64;
+
+/// The row of `EVENTS` for each (event1, event2); `u16::MAX` where there is none.
+static INDEX: [[u16; EVENT2_CODES]; EVENT1_CODES] = {
+    let mut index = [[u16::MAX; EVENT2_CODES]; EVENT1_CODES];
+    let mut row = 0;
+    while row < TABLE.len() {
+        let event = &TABLE[row];
+        index[event.category as usize][event.event2 as usize] = row as u16;
+        row += 1;
+    }
+    index
+};
+
 /// The masks that let the probes of `events` record (an rmutex event through its mutex probe).
 pub fn recording_masks(events: impl IntoIterator<Item = &'static EventDef>) -> RecordingMasks {
     let mut masks = [0; RECORDING_SLOTS as usize];
@@ -344,11 +360,11 @@ impl EventDef {
         }
     }
 
-    /// The table row for a record's codes.
+    /// The table row for a record's codes: an index, not a search, as it is looked up for
+    /// every record.
     pub fn find(event1: u16, event2: u16) -> Option<&'static EventDef> {
-        EVENTS
-            .iter()
-            .find(|e| e.category as u16 == event1 && e.event2 == event2)
+        let row = *INDEX.get(usize::from(event1))?.get(usize::from(event2))?;
+        EVENTS.get(usize::from(row))
     }
 }
 
@@ -388,7 +404,10 @@ const READ_LOCKED: u16 = LOCKED | RWLOCK | ProbeFlags::OBJECT_AT_RETURN;
 
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
 /// seed's field and leave the missing argument fields 0 (event map, "Fields a1..a5").
-pub static EVENTS: &[EventDef] = &[
+pub static EVENTS: &[EventDef] = TABLE;
+
+/// The rows of `EVENTS`, as a constant so that `INDEX` can be built from them at compile time.
+const TABLE: &[EventDef] = &[
     // thread (event1 = 1)
     EventDef {
         category: Category::Thread,
@@ -1035,6 +1054,17 @@ pub static EVENTS: &[EventDef] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn find_gives_each_row_by_its_codes_and_nothing_for_unknown_codes() {
+        for event in EVENTS {
+            let found = EventDef::find(event.category.code(), event.event2);
+            assert!(found.is_some_and(|f| core::ptr::eq(f, event)), "{}", event.name);
+        }
+        assert!(EventDef::find(0, 0).is_none());
+        assert!(EventDef::find(u16::MAX, 1).is_none());
+        assert!(EventDef::find(1, u16::MAX).is_none());
+    }
 
     #[test]
     fn every_probe_has_a_recording_bit() {

@@ -72,10 +72,11 @@ impl Decoder {
         if raw.which > 2 {
             return None;
         }
-        let realtime = i128::from(self.realtime_ns(raw.ktime_ns));
+        // i64, not i128: a 128-bit division is a library call, and this runs for every record.
+        let realtime = self.realtime_ns(raw.ktime_ns);
         Some(TraceRecord {
-            sec: (realtime.div_euclid(1_000_000_000)) as i64,
-            nsec: (realtime.rem_euclid(1_000_000_000)) as i64,
+            sec: realtime.div_euclid(1_000_000_000),
+            nsec: realtime.rem_euclid(1_000_000_000),
             lwpid: raw.lwpid,
             pid: raw.pid,
             tid: raw.pthread_self,
