@@ -29,7 +29,9 @@ pub struct Reorder<T> {
     waiting: VecDeque<Key>,
     /// Keys pushed since the last release, in arrival order.
     arrived: Vec<Key>,
-    slots: Vec<Option<T>>,
+    /// Items by slot. A released item stays in its slot until the slot is reused: handed
+    /// over by reference, not moved out (records are large, and arrive by the million).
+    slots: Vec<T>,
     free: Vec<u32>,
     arrivals: u64,
     /// The start of the previous drain pass: records stamped before it are complete.
@@ -60,11 +62,11 @@ impl<T> Reorder<T> {
         self.arrivals += 1;
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slots[slot as usize] = Some(item);
+                self.slots[slot as usize] = item;
                 slot
             }
             None => {
-                self.slots.push(Some(item));
+                self.slots.push(item);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -95,15 +97,16 @@ impl<T> Reorder<T> {
         }
     }
 
-    /// The oldest item, if it is stamped before `before`.
-    fn pop_before(&mut self, before: u64) -> Option<T> {
-        let &(ktime_ns, _, slot) = self.waiting.front()?;
-        if ktime_ns >= before {
-            return None;
+    /// Hands `sink` each item stamped before `before`, oldest first, and frees its slot.
+    fn release_before(&mut self, before: u64, mut sink: impl FnMut(&mut T)) {
+        while let Some(&(ktime_ns, _, slot)) = self.waiting.front() {
+            if ktime_ns >= before {
+                break;
+            }
+            self.waiting.pop_front();
+            self.free.push(slot);
+            sink(&mut self.slots[slot as usize]);
         }
-        self.waiting.pop_front();
-        self.free.push(slot);
-        self.slots[slot as usize].take()
     }
 
     /// Ends a drain pass that began at `pass_start_ns` (CLOCK_MONOTONIC): hands over, in time
@@ -113,24 +116,20 @@ impl<T> Reorder<T> {
         &mut self,
         pass_start_ns: u64,
         behind_after: Option<u64>,
-        mut sink: impl FnMut(T),
+        sink: impl FnMut(&mut T),
     ) {
         self.merge_arrived();
         let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
         let watermark = behind_after
             .map_or(previous, |behind| behind.min(previous))
             .saturating_sub(self.late_ns);
-        while let Some(item) = self.pop_before(watermark) {
-            sink(item);
-        }
+        self.release_before(watermark, sink);
     }
 
     /// Hands over everything, in time order: tracing has ended.
-    pub fn release_all(&mut self, mut sink: impl FnMut(T)) {
+    pub fn release_all(&mut self, sink: impl FnMut(&mut T)) {
         self.merge_arrived();
-        while let Some(item) = self.pop_before(u64::MAX) {
-            sink(item);
-        }
+        self.release_before(u64::MAX, sink);
     }
 }
 
@@ -140,7 +139,7 @@ mod tests {
 
     fn released(reorder: &mut Reorder<u64>, pass: u64, behind: Option<u64>) -> Vec<u64> {
         let mut out = Vec::new();
-        reorder.release(pass, behind, |t| out.push(t));
+        reorder.release(pass, behind, |t| out.push(*t));
         out
     }
 
@@ -158,7 +157,7 @@ mod tests {
         reorder.push(150, 150);
         assert_eq!(released(&mut reorder, 200, None), [80, 90]);
         let mut rest = Vec::new();
-        reorder.release_all(|t| rest.push(t));
+        reorder.release_all(|t| rest.push(*t));
         assert_eq!(rest, [150]);
     }
 
@@ -199,9 +198,9 @@ mod tests {
                     next += 1;
                 }
             }
-            reorder.release(pass * 1000, None, |t| out.push(t));
+            reorder.release(pass * 1000, None, |t| out.push(*t));
         }
-        reorder.release_all(|t| out.push(t));
+        reorder.release_all(|t| out.push(*t));
         assert_eq!(out.len() as u64, next);
         assert!(out.is_sorted());
     }
@@ -213,7 +212,7 @@ mod tests {
             reorder.push(5, lwpid);
         }
         let mut out = Vec::new();
-        reorder.release_all(|t| out.push(t));
+        reorder.release_all(|t| out.push(*t));
         assert_eq!(out, [1, 2, 3]);
     }
 }

@@ -295,15 +295,16 @@ impl Session {
             self.probes.detach_all();
         });
         self.drain(&mut flow)?;
-        let mut rest = Vec::new();
-        flow.reorder.release_all(|item| rest.push(item));
+        // Written first: the records among them place the gaps they follow.
+        self.write_released(&mut flow, None)?;
         // What is still traced is detached now; losses no record came after are placed last.
         let end_ns = self.decoder.realtime_ns(kernel::monotonic_ns());
         let mut still_traced: Vec<u32> = flow.described.iter().copied().collect();
         still_traced.sort_unstable();
-        rest.extend(still_traced.into_iter().map(Staged::Exited));
-        // Written first: the records among them place the gaps they follow.
-        self.write(rest, &mut flow)?;
+        self.write(
+            still_traced.into_iter().map(Staged::Exited).collect(),
+            &mut flow,
+        )?;
         let lost_per_cpu = self.datapath.lost_per_cpu()?;
         let mut unplaced = Vec::new();
         for (cpu, &lost) in (0..).zip(&lost_per_cpu) {
@@ -643,10 +644,8 @@ impl Session {
         if drained.behind_after.is_none() {
             flow.lossless_stops += lossless::resume(&mut self.datapath).len() as u64;
         }
-        let mut released = Vec::new();
-        flow.reorder
-            .release(pass_start, drained.behind_after, |item| released.push(item));
-        self.write(released, flow)?;
+        self.write_released(flow, Some((pass_start, drained.behind_after)))?;
+        self.sinks.batch_done().context(INCOMPLETE)?;
         let lost = self.datapath.lost_per_cpu()?;
         if let Some(report) = flow.losses.update(lost, std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
@@ -654,82 +653,107 @@ impl Session {
         Ok(())
     }
 
-    /// Hands `items` to the sinks in order: a record after a gap with the gap's overflow, a
-    /// process first seen with its facts, a thread first seen with its name.
+    /// Hands `items` to the sinks in order (see `write_item`), then ends the batch.
     fn write(&mut self, items: Vec<Staged>, flow: &mut Flow) -> Result<()> {
-        let mut undecodable = 0;
-        for item in items {
-            let (cpu, raw) = match item {
-                Staged::Record { cpu, raw } => (cpu, raw),
-                Staged::System(event) => {
-                    self.sinks.system_event(&event).context(INCOMPLETE)?;
-                    continue;
-                }
-                Staged::Act { action, answer } => {
-                    self.act(action, answer)?;
-                    continue;
-                }
-                Staged::ThreadName { lwpid, first } => {
-                    if let Some(event) = name_now(flow, lwpid, first) {
-                        self.sinks.system_event(&event).context(INCOMPLETE)?;
-                    }
-                    continue;
-                }
-                Staged::Exited(pid) => {
-                    flow.exiting.remove(&pid);
-                    flow.processes.remove(&pid);
-                    if let Some(blocks) = self.blocks.as_mut() {
-                        blocks.process_exited(pid);
-                    }
-                    if let Some(deadlocks) = self.deadlocks.as_mut() {
-                        deadlocks.process_exited(pid);
-                    }
-                    if flow.described.remove(&pid) {
-                        let now = self.decoder.realtime_ns(kernel::monotonic_ns());
-                        let detach =
-                            SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
-                        self.sinks.system_event(&detach).context(INCOMPLETE)?;
-                    }
-                    self.sinks.process_exited(pid).context(INCOMPLETE)?;
-                    continue;
-                }
-            };
-            let time_ns = self.decoder.realtime_ns(raw.ktime_ns);
-            if raw.lost_before > 0 {
-                let lost = u64::from(raw.lost_before);
-                let slot = cpu as usize;
-                if flow.placed.len() <= slot {
-                    flow.placed.resize(slot + 1, 0);
-                }
-                flow.placed[slot] += lost;
-                let gap = overflow(time_ns, lost, cpu, LossSource::Ring);
-                self.sinks.system_event(&gap).context(INCOMPLETE)?;
-                let resume = SystemEvent::new(time_ns, SystemKind::Resume);
-                self.sinks.system_event(&resume).context(INCOMPLETE)?;
+        for mut item in items {
+            self.write_item(&mut item, flow)?;
+        }
+        self.sinks.batch_done().context(INCOMPLETE)
+    }
+
+    /// Writes what the reorder stage releases, as it releases it (in its slots, not moved
+    /// out: a record moved once more costs as much as its decoding): what the pass ending
+    /// with `until` (pass start, oldest unread) completes, or with `None` everything.
+    fn write_released(&mut self, flow: &mut Flow, until: Option<(u64, Option<u64>)>) -> Result<()> {
+        let mut reorder = std::mem::replace(&mut flow.reorder, Reorder::new(LATE_COMMIT_NS));
+        let mut written = Ok(());
+        let mut sink = |item: &mut Staged| {
+            if written.is_ok() {
+                written = self.write_item(item, flow);
             }
-            match self.decoder.decode(&raw) {
-                Some(record) if self.decoder.selects(&record) => {
-                    flow.processes.insert(record.pid);
-                    flow.records += 1;
-                    self.sinks.record(&record).context(INCOMPLETE)?;
-                    if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(&record)) {
-                        self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
-                    }
-                    if let Some(deadlocks) = self.deadlocks.as_mut() {
-                        deadlocks.record(&record, &raw);
-                    }
+        };
+        match until {
+            Some((pass_start, behind_after)) => {
+                reorder.release(pass_start, behind_after, &mut sink)
+            }
+            None => reorder.release_all(&mut sink),
+        }
+        flow.reorder = reorder;
+        written
+    }
+
+    /// Hands one item to the sinks: a record after a gap with the gap's overflow, a process
+    /// first seen with its facts, a thread first seen with its name. Leaves `Written` in its
+    /// place, but a record, read where it is.
+    fn write_item(&mut self, item: &mut Staged, flow: &mut Flow) -> Result<()> {
+        let item = match item {
+            Staged::Record { cpu, raw } => return self.write_record(*cpu, raw, flow),
+            other => std::mem::replace(other, Staged::Written),
+        };
+        match item {
+            Staged::Record { .. } | Staged::Written => Ok(()),
+            Staged::System(event) => self.sinks.system_event(&event).context(INCOMPLETE),
+            Staged::Act { action, answer } => self.act(action, answer),
+            Staged::ThreadName { lwpid, first } => {
+                if let Some(event) = name_now(flow, lwpid, first) {
+                    self.sinks.system_event(&event).context(INCOMPLETE)?;
                 }
-                // A call of the kind not selected (a plain mutex when only rmutex is).
-                Some(_) => {}
-                None => {
-                    undecodable += 1;
-                    let lost = overflow(time_ns, 1, cpu, LossSource::Undecodable);
-                    self.sinks.system_event(&lost).context(INCOMPLETE)?;
+                Ok(())
+            }
+            Staged::Exited(pid) => {
+                flow.exiting.remove(&pid);
+                flow.processes.remove(&pid);
+                if let Some(blocks) = self.blocks.as_mut() {
+                    blocks.process_exited(pid);
                 }
+                if let Some(deadlocks) = self.deadlocks.as_mut() {
+                    deadlocks.process_exited(pid);
+                }
+                if flow.described.remove(&pid) {
+                    let now = self.decoder.realtime_ns(kernel::monotonic_ns());
+                    let detach = SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
+                    self.sinks.system_event(&detach).context(INCOMPLETE)?;
+                }
+                self.sinks.process_exited(pid).context(INCOMPLETE)
             }
         }
-        self.sinks.batch_done().context(INCOMPLETE)?;
-        flow.losses.add_undecodable(undecodable);
+    }
+
+    /// Writes a record from the ring of `cpu`, after the gap before it if there was one.
+    fn write_record(&mut self, cpu: u32, raw: &RawRecord, flow: &mut Flow) -> Result<()> {
+        let time_ns = self.decoder.realtime_ns(raw.ktime_ns);
+        if raw.lost_before > 0 {
+            let lost = u64::from(raw.lost_before);
+            let slot = cpu as usize;
+            if flow.placed.len() <= slot {
+                flow.placed.resize(slot + 1, 0);
+            }
+            flow.placed[slot] += lost;
+            let gap = overflow(time_ns, lost, cpu, LossSource::Ring);
+            self.sinks.system_event(&gap).context(INCOMPLETE)?;
+            let resume = SystemEvent::new(time_ns, SystemKind::Resume);
+            self.sinks.system_event(&resume).context(INCOMPLETE)?;
+        }
+        match self.decoder.decode(raw) {
+            Some(record) if self.decoder.selects(&record) => {
+                flow.processes.insert(record.pid);
+                flow.records += 1;
+                self.sinks.record(&record).context(INCOMPLETE)?;
+                if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(&record)) {
+                    self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
+                }
+                if let Some(deadlocks) = self.deadlocks.as_mut() {
+                    deadlocks.record(&record, raw);
+                }
+            }
+            // A call of the kind not selected (a plain mutex when only rmutex is).
+            Some(_) => {}
+            None => {
+                flow.losses.add_undecodable(1);
+                let lost = overflow(time_ns, 1, cpu, LossSource::Undecodable);
+                self.sinks.system_event(&lost).context(INCOMPLETE)?;
+            }
+        }
         Ok(())
     }
 }
@@ -753,6 +777,8 @@ enum Staged {
         lwpid: u32,
         first: Option<SystemEvent>,
     },
+    /// An item handed to the sinks, left in its reorder slot until the slot is reused.
+    Written,
     /// Something asked of the sinks or the decoder, done once everything before is written;
     /// `answer` is the controller's, if it asked.
     Act {
