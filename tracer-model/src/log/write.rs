@@ -47,8 +47,13 @@ impl EventPacket {
             self.first_time_ns.get_or_insert(event.time_ns());
             return None;
         }
+        // The next packet's buffer is made its full size at once: grown by doubling, it would
+        // copy what it holds at every step.
+        let mut entries = Vec::with_capacity(capacity);
+        entries.extend_from_slice(&self.entries[before..]);
+        self.entries.truncate(before);
         let mut next = EventPacket {
-            entries: self.entries.split_off(before),
+            entries,
             count: 1,
             first_time_ns: Some(event.time_ns()),
         };
