@@ -3,10 +3,12 @@
 //! records were drained.
 
 use std::{
-    collections::HashMap,
     fs::File,
     io::{self, BufWriter, Write},
 };
+
+// foldhash, not the standard SipHash: the open file is looked up for every record.
+use foldhash::{HashMap, HashMapExt};
 
 use tracer_model::{
     TraceRecord,
