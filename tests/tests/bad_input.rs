@@ -104,3 +104,11 @@ fn a_command_that_does_not_exist_exits_127() {
     );
     assert_eq!(cwd.entries(), Vec::<String>::new());
 }
+
+#[test]
+fn a_consumer_thread_count_out_of_range() {
+    assert_rejected(
+        &["--consumer-threads", "0", "--", "true"],
+        "invalid value '0' for '--consumer-threads <N>': 0 is not in 1..=64",
+    );
+}

@@ -90,6 +90,12 @@ pub struct Cli {
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
 
+    /// Threads that consume the rings: with more than one, tr files are formatted and written
+    /// by N-1 threads of their own, each owning some threads' files [default: the CPU count,
+    /// at most 4]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub consumer_threads: Option<u16>,
+
     /// Size of each CPU's ring buffer in KiB (a power of two, at least 4)
     #[arg(long, value_name = "KIB", default_value_t = crate::capture::datapath::DEFAULT_RING_BYTES / 1024)]
     pub buffer_kib: u32,
@@ -355,6 +361,8 @@ pub struct Config {
     pub flush_on_block: Option<Duration>,
     pub deadlock_after: Duration,
     pub unbuffered: bool,
+    /// Threads that consume the rings, the session's own included (at least 1).
+    pub consumer_threads: usize,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
     pub empty_programs: bool,
@@ -373,6 +381,12 @@ pub enum Target {
     Command(Vec<OsString>),
     /// Every process that maps a pthread library, now or later.
     SystemWide,
+}
+
+/// Consumer threads when not told: one per CPU, up to 4 (the session's thread and three tr
+/// writers keep up with every producer measured; more would only wait).
+fn default_consumer_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |cpus| cpus.get().min(4))
 }
 
 impl Cli {
@@ -460,6 +474,9 @@ impl Cli {
             deadlock_after: self.deadlock_after,
             log,
             unbuffered,
+            consumer_threads: self
+                .consumer_threads
+                .map_or_else(default_consumer_threads, usize::from),
             duration,
             ring_bytes,
             empty_programs: self.empty_programs,

@@ -52,7 +52,7 @@ use crate::{
         signals::TraceSignals,
         target_error_event,
     },
-    sinks::{Sink, Sinks, descriptors, log::TraceLog, tr::TrFiles},
+    sinks::{Sink, Sinks, descriptors, log::TraceLog, tr::TrFiles, tr_writers::TrWriters},
 };
 
 /// Traces as `config` says; returns the tracer's exit status.
@@ -196,7 +196,13 @@ pub fn run(mut config: Config) -> Result<i32> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     if let Some(output) = config.output.take() {
         let budget = descriptors::open_file_budget();
-        sinks.push(Box::new(TrFiles::new(output, config.unbuffered, budget)));
+        sinks.push(match config.consumer_threads {
+            1 => Box::new(TrFiles::new(output, config.unbuffered, budget)),
+            n => Box::new(
+                TrWriters::new(output, config.unbuffered, budget, n - 1)
+                    .context("cannot start the tr writer threads")?,
+            ),
+        });
     }
     if let Some(log) = config.log.take() {
         sinks.push(Box::new(trace_log(log, &config, created_ns)?));

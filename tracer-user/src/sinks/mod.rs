@@ -1,4 +1,5 @@
-//! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files; [`log`]: the
+//! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files, or
+//! [`tr_writers`]: the same written by threads of their own; [`log`]: the
 //! trace log, with the stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event to each of them. The
 //! session calls `begin`, then `record` and `system_event` in time order, `process_exited` once
 //! a process's last records are written, `flush` and `clear` when asked (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a
@@ -9,6 +10,7 @@ pub mod descriptors;
 pub mod log;
 pub mod output_dir;
 pub mod tr;
+pub mod tr_writers;
 
 use std::io;
 

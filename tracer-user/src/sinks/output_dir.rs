@@ -136,6 +136,15 @@ impl OutputDir {
         OutputDir::open(path)
     }
 
+    /// The same opened directory through another descriptor, for another thread's files.
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(OutputDir {
+            dir: self.dir.try_clone()?,
+            path: self.path.clone(),
+            owner: self.owner,
+        })
+    }
+
     /// The directory as the user named it.
     pub fn path(&self) -> &Path {
         &self.path

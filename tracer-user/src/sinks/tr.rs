@@ -5,6 +5,7 @@
 use std::{
     fs::File,
     io::{self, BufWriter, Write},
+    path::Path,
 };
 
 // foldhash, not the standard SipHash: the open file is looked up for every record.
@@ -55,18 +56,28 @@ struct Created {
     length: u64,
 }
 
+/// Which file a record goes to: the file name's digits, so threads whose names share them
+/// share a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct FileKey {
+pub(super) struct FileKey {
     pid: u32,
     lwpid: u32,
 }
 
 impl FileKey {
-    fn of(record: &TraceRecord) -> Self {
+    pub(super) fn of(record: &TraceRecord) -> Self {
         FileKey {
             pid: record.pid & 0x0fff_ffff,
             lwpid: record.lwpid & 0xfff,
         }
+    }
+
+    /// Which of `shards` writers owns this file (see `tr_writers`).
+    pub(super) fn shard(self, shards: usize) -> usize {
+        (self.pid as usize)
+            .wrapping_mul(31)
+            .wrapping_add(self.lwpid as usize)
+            % shards.max(1)
     }
 
     fn name(self) -> String {
@@ -144,6 +155,11 @@ impl TrFiles {
         Ok((file, 0))
     }
 
+    /// How many files this has created.
+    pub(super) fn created(&self) -> usize {
+        self.created.len()
+    }
+
     /// Flushes and closes the `count` open files written least recently.
     fn close_least_recent(&mut self, count: usize) -> io::Result<()> {
         let mut by_age: Vec<(u64, FileKey)> =
@@ -212,14 +228,7 @@ impl Sink for TrFiles {
     }
 
     fn state(&self) -> SinkState {
-        SinkState {
-            descriptions: vec![format!(
-                "tr files in {} ({} so far)",
-                self.dir.path().display(),
-                self.created.len()
-            )],
-            status: None,
-        }
+        state(self.dir.path(), self.created.len())
     }
 
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
@@ -231,12 +240,21 @@ impl Sink for TrFiles {
     fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
         let keys: Vec<FileKey> = self.open.keys().copied().collect();
         keys.into_iter().try_for_each(|key| self.close(key))?;
-        Ok(format!(
-            "{} files in {}",
-            self.created.len(),
-            self.dir.path().display()
-        ))
+        Ok(summary(self.dir.path(), self.created.len()))
     }
+}
+
+/// What `ctl status` says of `created` tr files in `dir`.
+pub(super) fn state(dir: &Path, created: usize) -> SinkState {
+    SinkState {
+        descriptions: vec![format!("tr files in {} ({created} so far)", dir.display())],
+        status: None,
+    }
+}
+
+/// The summary line's words for `created` tr files in `dir`.
+pub(super) fn summary(dir: &Path, created: usize) -> String {
+    format!("{created} files in {}", dir.display())
 }
 
 #[cfg(test)]

@@ -1,0 +1,76 @@
+//! `--consumer-threads N` (issue 13): whatever the number of consumer threads, every record is
+//! written once, to its thread's file, in time order; one thread writes as the session did.
+
+use thrtrace_tests::{
+    TraceRecord, bpf_available, field, file_name, paired_calls, read_trace, run_workload,
+    summary_count,
+};
+
+const THREADS: usize = 8;
+const PAIRS: usize = 5_000;
+
+#[test]
+fn every_consumer_thread_count_writes_each_threads_records_once_and_in_order() {
+    if !bpf_available("every_consumer_thread_count") {
+        return;
+    }
+    // 1: the session's thread alone; 2 and 5: one and four tr writer threads, 8 producers.
+    for consumers in ["1", "2", "5"] {
+        let options = ["--events", "mutex", "--consumer-threads", consumers];
+        let (dir, run) = run_workload(
+            &options,
+            "mutex_contend",
+            &[&THREADS.to_string(), &PAIRS.to_string()],
+        );
+        let files = read_trace(dir.path());
+        let mutex: i64 = field(&run.stdout, "mutex");
+        let lwpids: Vec<u32> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("lwpid="))
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(lwpids.len(), THREADS, "{}", run.stdout);
+        let pid = files.values().flatten().next().expect("some records").pid;
+        let written = summary_count(&run.stderr, "records");
+        assert_eq!(
+            summary_count(&run.stderr, "lost"),
+            0,
+            "{consumers}: {run:?}"
+        );
+        assert_eq!(
+            written,
+            files.values().map(|lines| lines.len() as u64).sum::<u64>(),
+            "{consumers}: the summary counts what the files hold"
+        );
+        assert!(
+            run.stderr.contains(&format!("{} files in", files.len())),
+            "{consumers}: {}",
+            run.stderr
+        );
+        for &lwpid in &lwpids {
+            let name = file_name(pid, lwpid);
+            let lines: Vec<TraceRecord> = files
+                .get(&name)
+                .unwrap_or_else(|| panic!("{consumers}: no file {name}: {:?}", files.keys()))
+                .iter()
+                .filter(|l| l.lwpid == lwpid)
+                .cloned()
+                .collect();
+            assert_eq!(lines.len(), 3 * PAIRS, "{consumers}: {name}");
+            assert_eq!(
+                paired_calls(&lines, "mutex_lock", mutex).len(),
+                PAIRS,
+                "{consumers}: {name}"
+            );
+            let unlocks = lines.iter().filter(|l| l.is("mutex_unlock", 0)).count();
+            assert_eq!(unlocks, PAIRS, "{consumers}: {name}");
+            for pair in lines.windows(2) {
+                assert!(
+                    pair[0].time_ns() <= pair[1].time_ns(),
+                    "{consumers}: {name}: time goes back at {pair:?}"
+                );
+            }
+        }
+    }
+}
