@@ -1059,7 +1059,11 @@ mod tests {
     fn find_gives_each_row_by_its_codes_and_nothing_for_unknown_codes() {
         for event in EVENTS {
             let found = EventDef::find(event.category.code(), event.event2);
-            assert!(found.is_some_and(|f| core::ptr::eq(f, event)), "{}", event.name);
+            assert!(
+                found.is_some_and(|f| core::ptr::eq(f, event)),
+                "{}",
+                event.name
+            );
         }
         assert!(EventDef::find(0, 0).is_none());
         assert!(EventDef::find(u16::MAX, 1).is_none());
