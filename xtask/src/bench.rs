@@ -15,8 +15,11 @@
 //!   record fields to a file.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
-//! ptrace), the tracer's own CPU time per record for each sink (tr files, the log, both), and
-//! how fast the tracer gets ready and how fast it exits after Ctrl-C.
+//! ptrace), the tracer's own CPU time per record for each sink (tr files, with the default
+//! consumer threads and with one; the log; both), the records per second written to tr files
+//! against the number of producer threads (1, 2, one per CPU) with one consumer thread and
+//! with the default, with the tracer's CPU share, and how fast the tracer gets ready and how
+//! fast it exits after Ctrl-C.
 
 use std::{
     fs,
@@ -94,6 +97,26 @@ const FOLLOW_MODES: [Option<&[&str]>; 3] = [
 /// Lock+unlock pairs of the run that measures the tracer's CPU per record (3 records a pair).
 const SINK_PAIRS: u32 = 400_000;
 
+/// The sink runs: each sink with the default consumer threads, and tr files with one.
+const SINK_RUNS: [(SinkMode, Option<usize>); 4] = [
+    (SinkMode::TrFiles, None),
+    (SinkMode::TrFiles, Some(1)),
+    (SinkMode::Log, None),
+    (SinkMode::Both, None),
+];
+
+/// The consumers the scaling runs compare: one thread, and the default.
+const CONSUMER_THREADS: [Option<usize>; 2] = [Some(1), None];
+
+/// Producer threads of the scaling runs: 1, 2 and one per CPU.
+fn producer_counts() -> Vec<u32> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let mut counts = vec![1, 2, cpus];
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
 /// Where the records of that run go.
 #[derive(Clone, Copy)]
 enum SinkMode {
@@ -103,8 +126,6 @@ enum SinkMode {
 }
 
 impl SinkMode {
-    const ALL: [SinkMode; 3] = [SinkMode::TrFiles, SinkMode::Log, SinkMode::Both];
-
     fn label(self) -> &'static str {
         match self {
             SinkMode::TrFiles => "tr files (--dir)",
@@ -194,7 +215,10 @@ pub fn run(reps: usize) -> Result<()> {
     let mut timings = Vec::new();
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
-    let mut sink_cpu: Vec<Vec<(f64, u64)>> = vec![Vec::new(); SinkMode::ALL.len()];
+    let mut sink_cpu: Vec<Vec<Consumed>> = vec![Vec::new(); SINK_RUNS.len()];
+    let producers = producer_counts();
+    let mut scaling: Vec<Vec<Vec<Consumed>>> =
+        vec![vec![Vec::new(); CONSUMER_THREADS.len()]; producers.len()];
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
         for (w, workload) in WORKLOADS.iter().enumerate() {
@@ -227,10 +251,18 @@ pub fn run(reps: usize) -> Result<()> {
                 follow[w][m].push(workload_value(&out.stdout, "ns_per_op")?);
             }
         }
-        for (m, &mode) in SinkMode::ALL.iter().enumerate() {
+        for (m, &(mode, threads)) in SINK_RUNS.iter().enumerate() {
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir)?;
-            sink_cpu[m].push(tracer_cpu_per_record(&tracer, &dir, mode)?);
+            sink_cpu[m].push(consume(&tracer, &dir, mode, 1, threads)?);
+        }
+        for (p, &count) in producers.iter().enumerate() {
+            for (c, &threads) in CONSUMER_THREADS.iter().enumerate() {
+                let _ = fs::remove_dir_all(&dir);
+                fs::create_dir_all(&dir)?;
+                let run = consume(&tracer, &dir, SinkMode::TrFiles, count, threads)?;
+                scaling[p][c].push(run);
+            }
         }
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
@@ -259,17 +291,48 @@ what --follow costs a target, µs per operation, median of {reps} runs"
         3 * SINK_PAIRS
     );
     println!(
-        "  {:<28} {:>14} {:>20} {:>8}",
+        "  {:<36} {:>14} {:>20} {:>8}",
         "", "ns/record", "records/CPU-second", "lost"
     );
-    for (m, mode) in SinkMode::ALL.iter().enumerate() {
-        let ns = median(&sink_cpu[m].iter().map(|s| s.0).collect::<Vec<_>>());
-        let lost: u64 = sink_cpu[m].iter().map(|s| s.1).sum();
-        println!(
-            "  {:<28} {ns:>14.0} {:>20.0} {lost:>8}",
-            mode.label(),
-            1e9 / ns
+    for (m, (mode, threads)) in SINK_RUNS.iter().enumerate() {
+        let ns = median(
+            &sink_cpu[m]
+                .iter()
+                .map(Consumed::cpu_per_record)
+                .collect::<Vec<_>>(),
         );
+        let lost: u64 = sink_cpu[m].iter().map(|s| s.lost).sum();
+        let label = match threads {
+            None => mode.label().to_owned(),
+            Some(n) => format!("{}, {n} consumer thread", mode.label()),
+        };
+        println!("  {label:<36} {ns:>14.0} {:>20.0} {lost:>8}", 1e9 / ns);
+    }
+    println!(
+        "\nrecords/s written to tr files against producer threads ({} records in all), the \
+         tracer's CPU per second of them (1.00 = one core), records lost; median of {reps} runs",
+        3 * SINK_PAIRS
+    );
+    print!("  {:<12}", "producers");
+    for threads in CONSUMER_THREADS {
+        let label = threads.map_or("default threads".to_owned(), |n| format!("{n} thread"));
+        print!(" {label:>16} {:>6} {:>6}", "cpu", "lost");
+    }
+    println!();
+    for (p, count) in producers.iter().enumerate() {
+        print!("  {count:<12}");
+        for runs in &scaling[p] {
+            let rate = median(
+                &runs
+                    .iter()
+                    .map(Consumed::records_per_second)
+                    .collect::<Vec<_>>(),
+            );
+            let share = median(&runs.iter().map(Consumed::cpu_share).collect::<Vec<_>>());
+            let lost: u64 = runs.iter().map(|r| r.lost).sum();
+            print!(" {rate:>16.0} {share:>6.2} {lost:>6}");
+        }
+        println!();
     }
     let column = |i: usize| median(&timings.iter().map(|t: &[f64; 3]| t[i]).collect::<Vec<_>>());
     println!(
@@ -437,22 +500,59 @@ fn ensure_bpftrace() -> Result<()> {
     )
 }
 
-/// The tracer's CPU time (user + system, from wait4) per record written, and records lost,
-/// while it traces `SINK_PAIRS` lock+unlock pairs of a `mutex_gate` it did not start (so that
-/// the workload's own time is not the tracer's).
-fn tracer_cpu_per_record(tracer: &Path, dir: &Path, mode: SinkMode) -> Result<(f64, u64)> {
-    let (mut target, mut target_out) = start_gate(SINK_PAIRS)?;
+/// What one traced run of `SINK_PAIRS` lock+unlock pairs cost the tracer.
+#[derive(Clone, Copy)]
+struct Consumed {
+    /// The tracer's CPU time, user + system over all its threads (from wait4).
+    cpu_ns: f64,
+    /// From opening the gate to the workload's "done": the traced calls' wall time.
+    phase_ns: f64,
+    written: u64,
+    lost: u64,
+}
+
+impl Consumed {
+    fn cpu_per_record(&self) -> f64 {
+        self.cpu_ns / self.written as f64
+    }
+
+    fn records_per_second(&self) -> f64 {
+        self.written as f64 / self.phase_ns * 1e9
+    }
+
+    /// The tracer's CPU time per second of traced calls: 1.0 is one core kept busy.
+    fn cpu_share(&self) -> f64 {
+        self.cpu_ns / self.phase_ns
+    }
+}
+
+/// Traces `SINK_PAIRS` lock+unlock pairs made by `producers` threads of a `mutex_gate` it did
+/// not start (so that the workload's own time is not the tracer's), writing to `mode`'s sinks
+/// with `consumer_threads` (None: the tracer's default).
+fn consume(
+    tracer: &Path,
+    dir: &Path,
+    mode: SinkMode,
+    producers: u32,
+    consumer_threads: Option<usize>,
+) -> Result<Consumed> {
+    let (mut target, mut target_out) = start_gate(SINK_PAIRS / producers, producers)?;
     let mut line = String::new();
-    let mut traced = command(tracer)
+    let mut traced = command(tracer);
+    traced
         .args(["--events", "mutex"])
         .args(mode.args(dir))
-        .args(["-p", &target.id().to_string()])
-        .stderr(Stdio::piped())
-        .spawn()?;
+        .args(["-p", &target.id().to_string()]);
+    if let Some(threads) = consumer_threads {
+        traced.args(["--consumer-threads", &threads.to_string()]);
+    }
+    let mut traced = traced.stderr(Stdio::piped()).spawn()?;
     let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
     stderr.read_line(&mut line)?;
+    let gate_opened = Instant::now();
     writeln!(target.stdin.as_mut().context("stdin")?, "go")?;
     target_out.read_line(&mut line)?;
+    let phase_ns = gate_opened.elapsed().as_nanos() as f64;
     drop(target.stdin.take());
     target.wait()?;
     let mut rest = String::new();
@@ -471,10 +571,14 @@ fn tracer_cpu_per_record(tracer: &Path, dir: &Path, mode: SinkMode) -> Result<(f
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let cpu_ns = (seconds(usage.ru_utime) + seconds(usage.ru_stime)) * 1e9;
     let (written, lost) = summary_counts(&rest)?;
-    Ok((cpu_ns / written as f64, lost))
+    Ok(Consumed {
+        cpu_ns,
+        phase_ns,
+        written,
+        lost,
+    })
 }
 
-/// Records written and lost, from the tracer's summary line.
 fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
     let summary = stderr.lines().rfind(|l| l.contains(" records written, "));
     let Some(summary) = summary else {
@@ -487,12 +591,15 @@ fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
     Ok((count(" records written")?, count(" lost")?))
 }
 
-/// A `mutex_gate` doing `pairs` lock+unlock pairs once its gate opens, waiting at the gate, and
-/// its output after the ready line.
-fn start_gate(pairs: u32) -> Result<(std::process::Child, BufReader<std::process::ChildStdout>)> {
+/// A `mutex_gate` whose `threads` new threads (0: its main thread) each do `pairs` lock+unlock
+/// pairs once its gate opens, waiting at the gate, and its output after the ready line.
+fn start_gate(
+    pairs: u32,
+    threads: u32,
+) -> Result<(std::process::Child, BufReader<std::process::ChildStdout>)> {
     let gate: PathBuf = compile_workload("mutex_gate")?;
     let mut target = command(gate)
-        .args(["0", &pairs.to_string()])
+        .args(["0", &pairs.to_string(), &threads.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -506,7 +613,7 @@ fn start_gate(pairs: u32) -> Result<(std::process::Child, BufReader<std::process
 /// SIGINT to the tracer's exit.
 fn latencies(tracer: &Path, dir: &Path) -> Result<[f64; 3]> {
     const PAIRS: usize = 10;
-    let (mut target, mut target_out) = start_gate(PAIRS as u32)?;
+    let (mut target, mut target_out) = start_gate(PAIRS as u32, 0)?;
     let mut line = String::new();
     let start = Instant::now();
     let mut traced = command(tracer)
