@@ -175,6 +175,7 @@ impl Session {
         let mut flow = Flow {
             reorder: Reorder::new(LATE_COMMIT_NS),
             processes: HashSet::new(),
+            last_recorded_pid: None,
             exiting: HashSet::new(),
             losses: Losses::new(Instant::now().into_std()),
             placed: Vec::new(),
@@ -605,10 +606,15 @@ impl Session {
             ..
         } = flow;
         let decoder = &self.decoder;
+        // The thread of the previous record: records come in runs of one thread, whose
+        // process and name are known after the first (and `seconds` holds for the pass).
+        let mut previous = None;
         let drained = self.datapath.drain(|cpu, raw| {
             // A process or thread first seen: its facts are read now, while it most likely
             // still lives, and placed just before its record.
-            if let Some(facts) = facts.as_mut() {
+            if let Some(facts) = facts.as_mut()
+                && previous.replace((raw.pid, raw.lwpid)) != Some((raw.pid, raw.lwpid))
+            {
                 let time_ns = decoder.realtime_ns(raw.ktime_ns);
                 let mut events = Vec::new();
                 if described.insert(raw.pid) {
@@ -703,6 +709,7 @@ impl Session {
             Staged::Exited(pid) => {
                 flow.exiting.remove(&pid);
                 flow.processes.remove(&pid);
+                flow.last_recorded_pid = None;
                 if let Some(blocks) = self.blocks.as_mut() {
                     blocks.process_exited(pid);
                 }
@@ -736,7 +743,10 @@ impl Session {
         }
         match self.decoder.decode(raw) {
             Some(record) if self.decoder.selects(&record) => {
-                flow.processes.insert(record.pid);
+                if flow.last_recorded_pid != Some(record.pid) {
+                    flow.processes.insert(record.pid);
+                    flow.last_recorded_pid = Some(record.pid);
+                }
                 flow.records += 1;
                 self.sinks.record(&record).context(INCOMPLETE)?;
                 if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(&record)) {
@@ -881,6 +891,9 @@ struct Flow {
     /// Processes with records written whose exit has not been handled yet: system-wide, the
     /// ones to look for; under `--follow`, the children to watch.
     processes: HashSet<u32>,
+    /// The process of the last record written, which `processes` holds (records come in runs
+    /// of one process: one lookup per run, not per record).
+    last_recorded_pid: Option<u32>,
     /// Processes whose exit waits in the reorder stage.
     exiting: HashSet<u32>,
     losses: Losses,
