@@ -308,6 +308,7 @@ mod tests {
         // Reported once; the writer writes nothing more, and the rest ends cleanly.
         files.record(&record(100, 202, 0)).unwrap();
         files.batch_done().unwrap();
+        files.finish(&TraceEnd::default()).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
