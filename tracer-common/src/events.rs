@@ -363,8 +363,13 @@ impl EventDef {
     /// The table row for a record's codes: an index, not a search, as it is looked up for
     /// every record.
     pub fn find(event1: u16, event2: u16) -> Option<&'static EventDef> {
+        EVENTS.get(Self::row(event1, event2)?)
+    }
+
+    /// The index in `EVENTS` of the row for a record's codes.
+    pub fn row(event1: u16, event2: u16) -> Option<usize> {
         let row = *INDEX.get(usize::from(event1))?.get(usize::from(event2))?;
-        EVENTS.get(usize::from(row))
+        (usize::from(row) < EVENTS.len()).then_some(usize::from(row))
     }
 }
 

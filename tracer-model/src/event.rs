@@ -4,7 +4,7 @@
 //! carries the list (`shared/spec/posix-trace.md`, "Event types and event info").
 
 use serde::{Deserialize, Serialize};
-use tracer_common::EVENTS;
+use tracer_common::{EVENTS, EventDef};
 
 use crate::TraceRecord;
 
@@ -309,11 +309,7 @@ pub fn event_types() -> Vec<EventType> {
 
 /// The id this build gives a thread event's codes.
 pub fn thread_type_id(event1: u16, event2: u16) -> Option<u16> {
-    EVENTS
-        .iter()
-        .zip(1..)
-        .find(|(e, _)| (e.category.code(), e.event2) == (event1, event2))
-        .map(|(_, id)| id)
+    EventDef::row(event1, event2).map(|row| row as u16 + 1)
 }
 
 /// A payload value.

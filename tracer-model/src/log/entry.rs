@@ -26,54 +26,90 @@ const TRUNCATED: u32 = 1;
 
 /// Appends `event` to `out`.
 pub fn encode(event: &Event, out: &mut Vec<u8>) {
-    let start = out.len();
-    // A system event's payload, made once: it is checked for cut strings and then written.
-    let values = match event {
-        Event::System(e) => e.kind.values(),
-        Event::Thread(_) => Vec::new(),
-    };
-    let (type_id, pid, lwpid, time_ns, thread_id, prog_address, truncated) = match event {
-        Event::Thread(r) => (
-            crate::event::thread_type_id(r.event1, r.event2).unwrap_or(0),
-            r.pid,
-            r.lwpid,
-            r.time_ns() as i64,
-            r.tid,
-            r.caller,
-            false,
-        ),
-        Event::System(e) => {
-            let cut = values.iter().any(|v| match v {
-                Value::Str(s) => s.len() > MAX_STRING,
-                Value::Bytes(b) => b.len() > MAX_STRING,
-                _ => false,
-            });
-            let id = e.kind.type_id();
-            (id, e.pid, e.lwpid, e.time_ns, 0, 0, e.truncated || cut)
-        }
-    };
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&type_id.to_le_bytes());
-    out.extend_from_slice(&pid.to_le_bytes());
-    out.extend_from_slice(&lwpid.to_le_bytes());
-    out.extend_from_slice(&(if truncated { TRUNCATED } else { 0 }).to_le_bytes());
-    out.extend_from_slice(&time_ns.to_le_bytes());
-    out.extend_from_slice(&thread_id.to_le_bytes());
-    out.extend_from_slice(&prog_address.to_le_bytes());
     match event {
-        Event::Thread(r) => {
-            out.extend_from_slice(&r.which.to_le_bytes());
-            r.a.iter()
-                .for_each(|a| out.extend_from_slice(&a.to_le_bytes()));
-        }
-        Event::System(e) => {
-            for (value, &(_, ty)) in values.iter().zip(e.kind.fields()) {
-                put_value(value, ty, out);
-            }
-        }
+        Event::Thread(r) => encode_thread(r, out),
+        Event::System(e) => encode_system(e, out),
+    }
+}
+
+/// A thread record's entry: a fixed size, made in one array and appended at once (the
+/// tracer encodes one per record).
+fn encode_thread(r: &TraceRecord, out: &mut Vec<u8>) {
+    const LEN: usize = ENTRY_HEADER_LEN + 2 + 5 * 8;
+    let mut entry = [0u8; LEN];
+    let type_id = crate::event::thread_type_id(r.event1, r.event2).unwrap_or(0);
+    let header = Header {
+        size: LEN as u16,
+        type_id,
+        pid: r.pid,
+        lwpid: r.lwpid,
+        flags: 0,
+        time_ns: r.time_ns() as i64,
+        thread_id: r.tid,
+        prog_address: r.caller,
+    };
+    header.write(&mut entry[..ENTRY_HEADER_LEN]);
+    entry[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + 2].copy_from_slice(&r.which.to_le_bytes());
+    for (slot, a) in entry[ENTRY_HEADER_LEN + 2..].chunks_exact_mut(8).zip(r.a) {
+        slot.copy_from_slice(&a.to_le_bytes());
+    }
+    out.extend_from_slice(&entry);
+}
+
+fn encode_system(e: &SystemEvent, out: &mut Vec<u8>) {
+    let start = out.len();
+    // The payload, made once: it is checked for cut strings and then written.
+    let values = e.kind.values();
+    let cut = values.iter().any(|v| match v {
+        Value::Str(s) => s.len() > MAX_STRING,
+        Value::Bytes(b) => b.len() > MAX_STRING,
+        _ => false,
+    });
+    let header = Header {
+        size: 0,
+        type_id: e.kind.type_id(),
+        pid: e.pid,
+        lwpid: e.lwpid,
+        flags: if e.truncated || cut { TRUNCATED } else { 0 },
+        time_ns: e.time_ns,
+        thread_id: 0,
+        prog_address: 0,
+    };
+    let mut bytes = [0u8; ENTRY_HEADER_LEN];
+    header.write(&mut bytes);
+    out.extend_from_slice(&bytes);
+    for (value, &(_, ty)) in values.iter().zip(e.kind.fields()) {
+        put_value(value, ty, out);
     }
     let size = (out.len() - start) as u16;
     out[start..start + 2].copy_from_slice(&size.to_le_bytes());
+}
+
+/// The fixed part of every entry.
+struct Header {
+    /// The entry's bytes, this header included.
+    size: u16,
+    type_id: u16,
+    pid: u32,
+    lwpid: u32,
+    flags: u32,
+    time_ns: i64,
+    thread_id: u64,
+    prog_address: u64,
+}
+
+impl Header {
+    /// Writes it into `out`, `ENTRY_HEADER_LEN` bytes.
+    fn write(&self, out: &mut [u8]) {
+        out[0..2].copy_from_slice(&self.size.to_le_bytes());
+        out[2..4].copy_from_slice(&self.type_id.to_le_bytes());
+        out[4..8].copy_from_slice(&self.pid.to_le_bytes());
+        out[8..12].copy_from_slice(&self.lwpid.to_le_bytes());
+        out[12..16].copy_from_slice(&self.flags.to_le_bytes());
+        out[16..24].copy_from_slice(&self.time_ns.to_le_bytes());
+        out[24..32].copy_from_slice(&self.thread_id.to_le_bytes());
+        out[32..40].copy_from_slice(&self.prog_address.to_le_bytes());
+    }
 }
 
 fn put_value(value: &Value, ty: FieldType, out: &mut Vec<u8>) {
