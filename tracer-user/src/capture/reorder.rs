@@ -19,20 +19,32 @@ use std::collections::VecDeque;
 /// keep their program order through the arrival count.
 type Key = (u64, u64, u32);
 
-/// Items in time order. Items wait in slots and are ordered by small keys, so that keeping
-/// them in order moves 24 bytes, not a record: many thousands wait here at high rates. The
-/// keys of a pass are sorted together and merged into those waiting, which are nearly all
-/// older: a sort and an append, where a heap paid a logarithmic sift of cache misses for
-/// each item (a fifth of the consumer's time, measured with perf).
-pub struct Reorder<T> {
+/// The slot bit that says an item is an other one, not a record.
+const OTHER: u32 = 1 << 31;
+
+/// What the stage hands over: a record, where it waits, or another item, its own.
+pub enum Released<'a, R, T> {
+    Record(&'a R),
+    Other(T),
+}
+
+/// Items in time order: records (`R`, plain data by the million) and other items (`T`, the
+/// session's events and requests, a few). Items wait in slots and are ordered by small keys,
+/// so that keeping them in order moves 24 bytes, not a record: many thousands wait here at
+/// high rates. The keys of a pass are sorted together and merged into those waiting, which
+/// are nearly all older: a sort and an append, where a heap paid a logarithmic sift of cache
+/// misses for each item (a fifth of the consumer's time, measured with perf). A record is
+/// handed over by reference where it waits and its slot reused as it is: records cost no
+/// move out and no drop (perf: a record moved twice more cost as much as its decoding).
+pub struct Reorder<R, T> {
     /// Keys waiting, in order.
     waiting: VecDeque<Key>,
     /// Keys pushed since the last release, in arrival order.
     arrived: Vec<Key>,
-    /// Items by slot. A released item stays in its slot until the slot is reused: handed
-    /// over by reference, not moved out (records are large, and arrive by the million).
-    slots: Vec<T>,
-    free: Vec<u32>,
+    records: Vec<R>,
+    free_records: Vec<u32>,
+    others: Vec<Option<T>>,
+    free_others: Vec<u32>,
     arrivals: u64,
     /// The start of the previous drain pass: records stamped before it are complete.
     watermark: u64,
@@ -43,33 +55,54 @@ pub struct Reorder<T> {
 /// The margin for records committed late: several scheduler time slices.
 pub const LATE_COMMIT_NS: u64 = 50_000_000;
 
-impl<T> Reorder<T> {
+impl<R: Copy, T> Reorder<R, T> {
     /// An empty stage whose records wait `late_ns` past the pass that completes them.
     pub fn new(late_ns: u64) -> Self {
         Reorder {
             waiting: VecDeque::new(),
             arrived: Vec::new(),
-            slots: Vec::new(),
-            free: Vec::new(),
+            records: Vec::new(),
+            free_records: Vec::new(),
+            others: Vec::new(),
+            free_others: Vec::new(),
             arrivals: 0,
             watermark: 0,
             late_ns,
         }
     }
 
-    /// Holds `item`, stamped `ktime_ns` (CLOCK_MONOTONIC).
-    pub fn push(&mut self, ktime_ns: u64, item: T) {
-        self.arrivals += 1;
-        let slot = match self.free.pop() {
+    /// Holds `record`, stamped `ktime_ns` (CLOCK_MONOTONIC).
+    pub fn push_record(&mut self, ktime_ns: u64, record: R) {
+        let slot = match self.free_records.pop() {
             Some(slot) => {
-                self.slots[slot as usize] = item;
+                self.records[slot as usize] = record;
                 slot
             }
             None => {
-                self.slots.push(item);
-                (self.slots.len() - 1) as u32
+                self.records.push(record);
+                (self.records.len() - 1) as u32
             }
         };
+        self.arrive(ktime_ns, slot);
+    }
+
+    /// Holds `item`, stamped `ktime_ns` (CLOCK_MONOTONIC).
+    pub fn push(&mut self, ktime_ns: u64, item: T) {
+        let slot = match self.free_others.pop() {
+            Some(slot) => {
+                self.others[slot as usize] = Some(item);
+                slot
+            }
+            None => {
+                self.others.push(Some(item));
+                (self.others.len() - 1) as u32
+            }
+        };
+        self.arrive(ktime_ns, slot | OTHER);
+    }
+
+    fn arrive(&mut self, ktime_ns: u64, slot: u32) {
+        self.arrivals += 1;
         self.arrived.push((ktime_ns, self.arrivals, slot));
     }
 
@@ -98,14 +131,22 @@ impl<T> Reorder<T> {
     }
 
     /// Hands `sink` each item stamped before `before`, oldest first, and frees its slot.
-    fn release_before(&mut self, before: u64, mut sink: impl FnMut(&mut T)) {
+    fn release_before(&mut self, before: u64, mut sink: impl FnMut(Released<'_, R, T>)) {
         while let Some(&(ktime_ns, _, slot)) = self.waiting.front() {
             if ktime_ns >= before {
                 break;
             }
             self.waiting.pop_front();
-            self.free.push(slot);
-            sink(&mut self.slots[slot as usize]);
+            if slot & OTHER == 0 {
+                self.free_records.push(slot);
+                sink(Released::Record(&self.records[slot as usize]));
+            } else {
+                let slot = slot & !OTHER;
+                self.free_others.push(slot);
+                if let Some(item) = self.others[slot as usize].take() {
+                    sink(Released::Other(item));
+                }
+            }
         }
     }
 
@@ -116,7 +157,7 @@ impl<T> Reorder<T> {
         &mut self,
         pass_start_ns: u64,
         behind_after: Option<u64>,
-        sink: impl FnMut(&mut T),
+        sink: impl FnMut(Released<'_, R, T>),
     ) {
         self.merge_arrived();
         let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
@@ -127,7 +168,7 @@ impl<T> Reorder<T> {
     }
 
     /// Hands over everything, in time order: tracing has ended.
-    pub fn release_all(&mut self, sink: impl FnMut(&mut T)) {
+    pub fn release_all(&mut self, sink: impl FnMut(Released<'_, R, T>)) {
         self.merge_arrived();
         self.release_before(u64::MAX, sink);
     }
@@ -137,9 +178,17 @@ impl<T> Reorder<T> {
 mod tests {
     use super::*;
 
-    fn released(reorder: &mut Reorder<u64>, pass: u64, behind: Option<u64>) -> Vec<u64> {
+    /// Records and other items alike carry their stamp, for the tests to check order by.
+    fn value(item: Released<'_, u64, u64>) -> u64 {
+        match item {
+            Released::Record(&record) => record,
+            Released::Other(other) => other,
+        }
+    }
+
+    fn released(reorder: &mut Reorder<u64, u64>, pass: u64, behind: Option<u64>) -> Vec<u64> {
         let mut out = Vec::new();
-        reorder.release(pass, behind, |t| out.push(*t));
+        reorder.release(pass, behind, |item| out.push(value(item)));
         out
     }
 
@@ -147,17 +196,17 @@ mod tests {
     fn holds_items_until_the_previous_pass_start_has_passed_them() {
         let mut reorder = Reorder::new(0);
         // Pass 1 (starts at 100) reads a migrated thread's later record only.
-        reorder.push(90, 90);
+        reorder.push_record(90, 90);
         assert!(
             released(&mut reorder, 100, None).is_empty(),
             "nothing is complete before the first pass"
         );
         // Pass 2 (starts at 200) reads the earlier record from the other ring.
         reorder.push(80, 80);
-        reorder.push(150, 150);
+        reorder.push_record(150, 150);
         assert_eq!(released(&mut reorder, 200, None), [80, 90]);
         let mut rest = Vec::new();
-        reorder.release_all(|t| rest.push(*t));
+        reorder.release_all(|item| rest.push(value(item)));
         assert_eq!(rest, [150]);
     }
 
@@ -166,7 +215,7 @@ mod tests {
         let mut reorder = Reorder::new(0);
         released(&mut reorder, 100, None);
         for ktime in [40, 60, 90] {
-            reorder.push(ktime, ktime);
+            reorder.push_record(ktime, ktime);
         }
         // A ring was left with records after one stamped 50: only what is older may go.
         assert_eq!(released(&mut reorder, 200, Some(50)), [40]);
@@ -177,7 +226,7 @@ mod tests {
     fn records_wait_out_the_margin_for_late_commits() {
         let mut reorder = Reorder::new(30);
         released(&mut reorder, 100, None);
-        reorder.push(60, 60);
+        reorder.push_record(60, 60);
         reorder.push(80, 80);
         assert_eq!(released(&mut reorder, 200, None), [60]);
         assert_eq!(released(&mut reorder, 300, None), [80]);
@@ -188,19 +237,23 @@ mod tests {
         let mut reorder = Reorder::new(0);
         let mut out = Vec::new();
         // Three rings' worth per pass, each ring in order, the rings interleaved in time,
-        // some of each pass older than what waits from the pass before.
+        // some of each pass older than what waits from the pass before; the middle ring's
+        // items are other items, not records. Slots are reused from pass to pass.
         let mut next = 0u64;
         for pass in 1..=20u64 {
             for ring in 0..3u64 {
                 for i in 0..50u64 {
                     let ktime = pass * 1000 + i * 7 + ring * 3 - 500;
-                    reorder.push(ktime, ktime);
+                    match ring {
+                        1 => reorder.push(ktime, ktime),
+                        _ => reorder.push_record(ktime, ktime),
+                    }
                     next += 1;
                 }
             }
-            reorder.release(pass * 1000, None, |t| out.push(*t));
+            reorder.release(pass * 1000, None, |item| out.push(value(item)));
         }
-        reorder.release_all(|t| out.push(*t));
+        reorder.release_all(|item| out.push(value(item)));
         assert_eq!(out.len() as u64, next);
         assert!(out.is_sorted());
     }
@@ -208,11 +261,11 @@ mod tests {
     #[test]
     fn equal_timestamps_keep_arrival_order() {
         let mut reorder = Reorder::new(0);
-        for lwpid in 1..=3 {
-            reorder.push(5, lwpid);
-        }
+        reorder.push_record(5, 1);
+        reorder.push(5, 2);
+        reorder.push_record(5, 3);
         let mut out = Vec::new();
-        reorder.release_all(|t| out.push(*t));
+        reorder.release_all(|item| out.push(value(item)));
         assert_eq!(out, [1, 2, 3]);
     }
 }

@@ -52,7 +52,7 @@ use crate::{
         kernel,
         loss::Losses,
         lossless,
-        reorder::{LATE_COMMIT_NS, Reorder},
+        reorder::{LATE_COMMIT_NS, Released, Reorder},
     },
     control::{Reply, Request, StatusReport},
     sinks::{Sink, Sinks, TraceEnd},
@@ -643,7 +643,7 @@ impl Session {
                     }
                 }
             }
-            reorder.push(raw.ktime_ns, Staged::Record { cpu, raw: *raw })
+            reorder.push_record(raw.ktime_ns, Drawn { cpu, raw: *raw })
         });
         flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end: what --lossless stopped may run again.
@@ -661,21 +661,24 @@ impl Session {
 
     /// Hands `items` to the sinks in order (see `write_item`), then ends the batch.
     fn write(&mut self, items: Vec<Staged>, flow: &mut Flow) -> Result<()> {
-        for mut item in items {
-            self.write_item(&mut item, flow)?;
+        for item in items {
+            self.write_item(item, flow)?;
         }
         self.sinks.batch_done().context(INCOMPLETE)
     }
 
-    /// Writes what the reorder stage releases, as it releases it (in its slots, not moved
-    /// out: a record moved once more costs as much as its decoding): what the pass ending
-    /// with `until` (pass start, oldest unread) completes, or with `None` everything.
+    /// Writes what the reorder stage releases, as it releases it (a record read where it
+    /// waits): what the pass ending with `until` (pass start, oldest unread) completes, or
+    /// with `None` everything.
     fn write_released(&mut self, flow: &mut Flow, until: Option<(u64, Option<u64>)>) -> Result<()> {
         let mut reorder = std::mem::replace(&mut flow.reorder, Reorder::new(LATE_COMMIT_NS));
         let mut written = Ok(());
-        let mut sink = |item: &mut Staged| {
+        let mut sink = |item: Released<'_, Drawn, Staged>| {
             if written.is_ok() {
-                written = self.write_item(item, flow);
+                written = match item {
+                    Released::Record(drawn) => self.write_record(drawn.cpu, &drawn.raw, flow),
+                    Released::Other(item) => self.write_item(item, flow),
+                };
             }
         };
         match until {
@@ -688,16 +691,10 @@ impl Session {
         written
     }
 
-    /// Hands one item to the sinks: a record after a gap with the gap's overflow, a process
-    /// first seen with its facts, a thread first seen with its name. Leaves `Written` in its
-    /// place, but a record, read where it is.
-    fn write_item(&mut self, item: &mut Staged, flow: &mut Flow) -> Result<()> {
-        let item = match item {
-            Staged::Record { cpu, raw } => return self.write_record(*cpu, raw, flow),
-            other => std::mem::replace(other, Staged::Written),
-        };
+    /// Hands one item other than a record to the sinks (or does it): a process first seen
+    /// with its facts, a thread first seen with its name.
+    fn write_item(&mut self, item: Staged, flow: &mut Flow) -> Result<()> {
         match item {
-            Staged::Record { .. } | Staged::Written => Ok(()),
             Staged::System(event) => self.sinks.system_event(&event).context(INCOMPLETE),
             Staged::Act { action, answer } => self.act(action, answer),
             Staged::ThreadName { lwpid, first } => {
@@ -726,7 +723,8 @@ impl Session {
         }
     }
 
-    /// Writes a record from the ring of `cpu`, after the gap before it if there was one.
+    /// Writes a record from the ring of `cpu`, after the gap before it if there was one: a
+    /// record after a gap with the gap's overflow.
     fn write_record(&mut self, cpu: u32, raw: &RawRecord, flow: &mut Flow) -> Result<()> {
         let time_ns = self.decoder.realtime_ns(raw.ktime_ns);
         if raw.lost_before > 0 {
@@ -771,13 +769,15 @@ impl Session {
 /// What a failed write of the trace means.
 const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
 
-/// What waits in the reorder stage.
+/// A record as it waits in the reorder stage: from the ring of `cpu`.
+#[derive(Clone, Copy)]
+struct Drawn {
+    cpu: u32,
+    raw: RawRecord,
+}
+
+/// What else waits in the reorder stage, among the records.
 enum Staged {
-    /// A record, from the ring of `cpu`.
-    Record {
-        cpu: u32,
-        raw: RawRecord,
-    },
     System(SystemEvent),
     /// A process has exited: once everything before is written, its files are completed.
     Exited(u32),
@@ -787,8 +787,6 @@ enum Staged {
         lwpid: u32,
         first: Option<SystemEvent>,
     },
-    /// An item handed to the sinks, left in its reorder slot until the slot is reused.
-    Written,
     /// Something asked of the sinks or the decoder, done once everything before is written;
     /// `answer` is the controller's, if it asked.
     Act {
@@ -887,7 +885,7 @@ pub fn target_error_event(time_ns: i64, pid: u32, error: &anyhow::Error) -> Syst
 
 /// Records between the rings and the sinks, and those that never arrived.
 struct Flow {
-    reorder: Reorder<Staged>,
+    reorder: Reorder<Drawn, Staged>,
     /// Processes with records written whose exit has not been handled yet: system-wide, the
     /// ones to look for; under `--follow`, the children to watch.
     processes: HashSet<u32>,
