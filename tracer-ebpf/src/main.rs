@@ -27,7 +27,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     MAX_CPUS, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord,
-    events::{OBJECT_WORDS, ObjectSize},
+    events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
     record::RAW_RECORD_SIZE,
 };
 
@@ -453,7 +453,9 @@ unsafe fn complete(
         let nvcsw = read_task_u64(task, unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
         record.block = (nvcsw != nvcsw_at_entry) as u8;
     }
-    if flags.has(ProbeFlags::OBJECT_AT_RETURN) {
+    if flags.has(ProbeFlags::OBJECT_AT_RETURN)
+        && (!flags.has(ProbeFlags::ONLY_IF_RECURSIVE) || is_recursive_mutex(&record.object))
+    {
         copy_object(&mut record.object, flags.object_size(), record.args[0]);
     }
     if flags.has(ProbeFlags::POINTEES) {
