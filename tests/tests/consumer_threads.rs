@@ -1,10 +1,12 @@
 //! `--consumer-threads N` (issue 13): whatever the number of consumer threads, every record is
-//! written once, to its thread's file, in time order; one thread writes as the session did.
+//! written once, to its thread's file and to the log, in time order; one thread writes as the
+//! session did.
 
 use thrtrace_tests::{
-    TraceRecord, bpf_available, field, file_name, paired_calls, read_trace, run_workload,
-    summary_count,
+    TraceRecord, bpf_available, field, file_name, log_and_dir, paired_calls, read_trace,
+    run_workload, summary_count, thread_records,
 };
+use tracer_model::{event::Event, log::LogReader};
 
 const THREADS: usize = 8;
 const PAIRS: usize = 5_000;
@@ -72,5 +74,38 @@ fn every_consumer_thread_count_writes_each_threads_records_once_and_in_order() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn the_log_and_the_tr_files_hold_the_same_records_whatever_the_consumer_threads() {
+    if !bpf_available("log_whatever_the_consumer_threads") {
+        return;
+    }
+    // 1: both sinks in the session's thread; 4: the log and three tr writers in their own.
+    for consumers in ["1", "4"] {
+        let (dir, run) = log_and_dir(&["--consumer-threads", consumers], &["4", "2000"]);
+        let reader = LogReader::open(&dir.path().join("app.ptl")).expect("a readable log");
+        let events: Vec<Event> = reader.events().map(|e| e.expect("an event")).collect();
+        let logged = thread_records(&events);
+        let written = summary_count(&run.stderr, "records");
+        assert_eq!(logged.len() as u64, written, "{consumers}: {run:?}");
+        // Each file's records: the same in the log, in the same order.
+        let files = read_trace(&dir.path().join("tr"));
+        for (name, lines) in &files {
+            let from_log: Vec<TraceRecord> = logged
+                .iter()
+                .filter(|r| file_name(r.pid, r.lwpid) == *name)
+                .map(|r| TraceRecord {
+                    caller: 0,
+                    ..r.clone()
+                })
+                .collect();
+            assert_eq!(&from_log, lines, "{consumers}: {name}");
+        }
+        let in_files: usize = files.values().map(Vec::len).sum();
+        assert_eq!(in_files as u64, written, "{consumers}");
+        // 4 threads x 2000 pairs x 3 records, and the main thread's own.
+        assert!(written >= 24_000, "{consumers}: {written}");
     }
 }

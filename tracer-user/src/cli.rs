@@ -90,9 +90,9 @@ pub struct Cli {
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
 
-    /// Threads that consume the rings: with more than one, tr files are formatted and written
-    /// by N-1 threads of their own, each owning some threads' files [default: the CPU count,
-    /// at most 4]
+    /// Threads that consume the rings: with more than one, the session's thread drains,
+    /// decodes and analyses, the log is written by a thread of its own, and tr files by N-1,
+    /// each owning some threads' files [default: the CPU count, at most 4]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub consumer_threads: Option<u16>,
 
@@ -383,8 +383,8 @@ pub enum Target {
     SystemWide,
 }
 
-/// Consumer threads when not told: one per CPU, up to 4 (the session's thread and three tr
-/// writers keep up with every producer measured; more would only wait).
+/// Consumer threads when not told: one per CPU, up to 4 (on the development VM the session's
+/// thread and one writer keep up with every producer it can run; more would mostly wait).
 fn default_consumer_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |cpus| cpus.get().min(4))
 }

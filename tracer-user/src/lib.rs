@@ -52,7 +52,10 @@ use crate::{
         signals::TraceSignals,
         target_error_event,
     },
-    sinks::{Sink, Sinks, descriptors, log::TraceLog, tr::TrFiles, tr_writers::TrWriters},
+    sinks::{
+        Sink, Sinks, descriptors, log::TraceLog, threaded::Threaded, tr::TrFiles,
+        tr_writers::TrWriters,
+    },
 };
 
 /// Traces as `config` says; returns the tracer's exit status.
@@ -205,7 +208,13 @@ pub fn run(mut config: Config) -> Result<i32> {
         });
     }
     if let Some(log) = config.log.take() {
-        sinks.push(Box::new(trace_log(log, &config, created_ns)?));
+        let log = trace_log(log, &config, created_ns)?;
+        sinks.push(match config.consumer_threads {
+            1 => Box::new(log),
+            _ => Box::new(
+                Threaded::new(log, "log-writer").context("cannot start the log writer thread")?,
+            ),
+        });
     }
     let session = Session {
         datapath,

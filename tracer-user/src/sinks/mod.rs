@@ -1,14 +1,17 @@
 //! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files, or
-//! [`tr_writers`]: the same written by threads of their own; [`log`]: the
-//! trace log, with the stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event to each of them. The
-//! session calls `begin`, then `record` and `system_event` in time order, `process_exited` once
-//! a process's last records are written, `flush` and `clear` when asked (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a
-//! sink writes, safely; [`descriptors`] bounds how many stay open.
+//! [`tr_writers`]: the same written by several threads; [`log`]: the trace log, with the
+//! stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event
+//! to each of them, and [`threaded`] runs a sink on a thread of its own (`--consumer-threads`).
+//! The session calls `begin`, then `record` and `system_event` in time order,
+//! `process_exited` once a process's last records are written, `flush` and `clear` when asked
+//! (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a sink writes, safely;
+//! [`descriptors`] bounds how many stay open.
 
 pub mod ctf;
 pub mod descriptors;
 pub mod log;
 pub mod output_dir;
+pub mod threaded;
 pub mod tr;
 pub mod tr_writers;
 

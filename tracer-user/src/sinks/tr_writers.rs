@@ -1,60 +1,23 @@
-//! The tr files written by threads of their own (`--consumer-threads N`, N > 1): formatting a
-//! line and writing it is most of what a record costs the consumer (perf: about 60% with tr
-//! files), so it moves off the session's thread, which drains, decodes and analyses. Each
-//! writer thread owns the files of the threads whose file key falls to it ([`FileKey::shard`]):
-//! a file is written by one thread, in the order the session hands its records over, which is
-//! time order.
+//! The tr files written by threads of their own (`--consumer-threads N`, N > 1): each writer
+//! thread ([`Threaded`]) owns the files of the threads whose file key falls to it
+//! ([`FileKey::shard`]), so a file is written by one thread, in the order the session hands its
+//! records over, which is time order.
 
-use std::{
-    io,
-    path::PathBuf,
-    sync::{
-        Arc, Mutex,
-        mpsc::{self, Receiver, SyncSender},
-    },
-    thread::JoinHandle,
-};
+use std::{io, path::PathBuf};
 
 use tracer_model::{TraceRecord, event::SystemEvent};
 
 use super::{
     Sink, SinkState, TraceEnd,
     output_dir::OutputDir,
+    threaded::Threaded,
     tr::{self, FileKey, TrFiles},
 };
 
-/// Records handed to a writer at once: few enough that a writer is never idle for long, many
-/// enough that the hand-over costs little per record.
-const BATCH: usize = 1024;
-/// Batches that may wait for a writer before the session waits for it.
-const QUEUED_BATCHES: usize = 16;
-
-/// What a writer thread is asked to do, in the order asked.
-enum Work {
-    Records(Vec<TraceRecord>),
-    /// The session's batch ended: an unbuffered writer pushes its lines to the files.
-    BatchDone,
-    ProcessExited(u32),
-    Flush(mpsc::Sender<io::Result<()>>),
-    /// How many files it has created.
-    Count(mpsc::Sender<usize>),
-    /// Complete every file, answer how many were created, and end.
-    Finish(mpsc::Sender<io::Result<usize>>),
-}
-
-struct Writer {
-    /// Records for this writer not yet handed over.
-    batch: Vec<TraceRecord>,
-    work: SyncSender<Work>,
-    thread: Option<JoinHandle<()>>,
-}
-
-/// Per-thread trace files, written by `threads` writer threads.
+/// Per-thread trace files, written by several writer threads.
 pub struct TrWriters {
-    writers: Vec<Writer>,
+    writers: Vec<Threaded<TrFiles>>,
     path: PathBuf,
-    /// The first error a writer met (it writes nothing more), for the session's next call.
-    failed: Arc<Mutex<Option<io::Error>>>,
 }
 
 impl TrWriters {
@@ -66,102 +29,24 @@ impl TrWriters {
         threads: usize,
     ) -> io::Result<Self> {
         let threads = threads.max(1);
-        let failed = Arc::new(Mutex::new(None));
-        let mut writers = Vec::with_capacity(threads);
-        for n in 0..threads {
-            let files = TrFiles::new(dir.try_clone()?, unbuffered, (max_open / threads).max(1));
-            let (work, queue) = mpsc::sync_channel(QUEUED_BATCHES);
-            let failed = Arc::clone(&failed);
-            let thread = std::thread::Builder::new()
-                .name(format!("tr-writer-{n}"))
-                .spawn(move || serve(files, queue, &failed))?;
-            writers.push(Writer {
-                batch: Vec::with_capacity(BATCH),
-                work,
-                thread: Some(thread),
-            });
-        }
+        let writers = (0..threads)
+            .map(|n| {
+                let files = TrFiles::new(dir.try_clone()?, unbuffered, (max_open / threads).max(1));
+                Threaded::new(files, &format!("tr-writer-{n}"))
+            })
+            .collect::<io::Result<_>>()?;
         Ok(TrWriters {
             writers,
             path: dir.path().to_owned(),
-            failed,
         })
     }
 
-    /// The first error a writer met, if any.
-    fn check(&self) -> io::Result<()> {
-        match self.failed.lock().map(|mut failed| failed.take()) {
-            Ok(None) => Ok(()),
-            Ok(Some(error)) => Err(error),
-            Err(_) => Err(io::Error::other("a tr writer thread panicked")),
-        }
-    }
-
-    /// Hands every writer its pending records, then `work()`.
-    fn send_all(&mut self, work: impl Fn() -> Work) -> io::Result<()> {
-        for writer in &mut self.writers {
-            if !writer.batch.is_empty() {
-                let batch = std::mem::replace(&mut writer.batch, Vec::with_capacity(BATCH));
-                send(&writer.work, Work::Records(batch))?;
-            }
-            send(&writer.work, work())?;
-        }
-        self.check()
-    }
-
-    /// Asks every writer (after its pending records) and gathers their answers.
-    fn ask_all<T>(&mut self, ask: impl Fn(mpsc::Sender<T>) -> Work) -> io::Result<Vec<T>> {
-        let (answer, answers) = mpsc::channel();
-        self.send_all(|| ask(answer.clone()))?;
-        drop(answer);
-        let answers: Vec<T> = answers.iter().collect();
-        if answers.len() != self.writers.len() {
-            return Err(io::Error::other("a tr writer thread ended early"));
-        }
-        // Each writer answered after doing all it was given: any error of that is known now.
-        self.check()?;
-        Ok(answers)
-    }
-}
-
-fn send(work: &SyncSender<Work>, item: Work) -> io::Result<()> {
-    work.send(item)
-        .map_err(|_| io::Error::other("a tr writer thread ended early"))
-}
-
-/// A writer thread: does what it is asked, in order, until the session lets go of it. After
-/// an error it writes nothing more and the session is told.
-fn serve(mut files: TrFiles, queue: Receiver<Work>, failed: &Mutex<Option<io::Error>>) {
-    let mut healthy = true;
-    let fail = |error: io::Error| {
-        if let Ok(mut first) = failed.lock() {
-            first.get_or_insert(error);
-        }
-    };
-    for work in queue {
-        let done = match work {
-            Work::Records(records) if healthy => records.iter().try_for_each(|r| files.record(r)),
-            Work::BatchDone if healthy => files.batch_done(),
-            Work::ProcessExited(pid) if healthy => files.process_exited(pid),
-            Work::Records(_) | Work::BatchDone | Work::ProcessExited(_) => Ok(()),
-            Work::Flush(answer) => {
-                let _ = answer.send(if healthy { files.flush() } else { Ok(()) });
-                Ok(())
-            }
-            Work::Count(answer) => {
-                let _ = answer.send(files.created());
-                Ok(())
-            }
-            Work::Finish(answer) => {
-                let finished = files.finish(&TraceEnd::default()).map(|_| files.created());
-                let _ = answer.send(finished);
-                return;
-            }
-        };
-        if let Err(error) = done {
-            healthy = false;
-            fail(error);
-        }
+    /// Files created so far, by every writer.
+    fn created(&self) -> io::Result<usize> {
+        self.writers
+            .iter()
+            .map(|w| w.call(|files| files.created()))
+            .sum()
     }
 }
 
@@ -172,13 +57,7 @@ impl Sink for TrWriters {
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         let shard = FileKey::of(record).shard(self.writers.len());
-        let writer = &mut self.writers[shard];
-        writer.batch.push(record.clone());
-        if writer.batch.len() >= BATCH {
-            let batch = std::mem::replace(&mut writer.batch, Vec::with_capacity(BATCH));
-            send(&writer.work, Work::Records(batch))?;
-        }
-        Ok(())
+        self.writers[shard].record(record)
     }
 
     /// A tr line has no room for them.
@@ -191,11 +70,11 @@ impl Sink for TrWriters {
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
-        self.send_all(|| Work::BatchDone)
+        self.writers.iter_mut().try_for_each(|w| w.batch_done())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.ask_all(Work::Flush)?.into_iter().collect()
+        self.writers.iter_mut().try_for_each(|w| w.flush())
     }
 
     /// Lines go to their files as they come: no stream holds them.
@@ -204,29 +83,20 @@ impl Sink for TrWriters {
     }
 
     fn state(&self) -> SinkState {
-        let (answer, answers) = mpsc::channel();
-        for writer in &self.writers {
-            let _ = writer.work.send(Work::Count(answer.clone()));
-        }
-        drop(answer);
-        tr::state(&self.path, answers.iter().sum())
+        tr::state(&self.path, self.created().unwrap_or(0))
     }
 
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
-        self.send_all(|| Work::ProcessExited(pid))
+        self.writers
+            .iter_mut()
+            .try_for_each(|w| w.process_exited(pid))
     }
 
-    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
-        let created = self.ask_all(Work::Finish)?;
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
+        let created = self.created()?;
         for writer in &mut self.writers {
-            if let Some(thread) = writer.thread.take() {
-                thread
-                    .join()
-                    .map_err(|_| io::Error::other("a tr writer thread panicked"))?;
-            }
+            writer.finish(end)?;
         }
-        let created = created.into_iter().sum::<io::Result<usize>>()?;
-        self.check()?;
         Ok(tr::summary(&self.path, created))
     }
 }
@@ -259,7 +129,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         // 3 writers sharing 3 open files: most writes reopen a file; more rounds than a batch.
         let mut files = TrWriters::new(OutputDir::open(&dir).unwrap(), false, 3, 3).unwrap();
-        let rounds = 2 * BATCH as i64;
+        let rounds = 2 * 1024;
         for round in 0..rounds {
             for lwpid in 200..210 {
                 files.record(&record(100, lwpid, round)).unwrap();
