@@ -320,6 +320,8 @@ impl Session {
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
         }
+        // A write that failed in a sink's own thread is a failed write, said as such.
+        self.sinks.sync().context(INCOMPLETE)?;
         let written = self
             .sinks
             .finish(&TraceEnd { lost_per_cpu })

@@ -53,6 +53,12 @@ pub trait Sink {
     fn state(&self) -> SinkState;
     /// The process has exited and its last records have been written: complete its files.
     fn process_exited(&mut self, pid: u32) -> io::Result<()>;
+    /// Waits until everything handed over so far is written, and says if writing it failed:
+    /// a sink on a thread of its own ([`threaded`]) learns of a failed write after the call
+    /// that handed it over. Others write as they are called.
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// Tracing has ended: complete every file. Returns what was written, for the summary line
     /// ("4 files in /tmp/trace").
     fn finish(&mut self, end: &TraceEnd) -> io::Result<String>;
@@ -94,6 +100,9 @@ impl Sink for Sinks {
     }
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.process_exited(pid))
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.sync())
     }
     fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
         let parts: Vec<String> = self

@@ -203,6 +203,11 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
         self.then(move |sink| sink.process_exited(pid))
     }
 
+    fn sync(&mut self) -> io::Result<()> {
+        self.send_pending()?;
+        self.call(|_| ())
+    }
+
     fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
         self.send_pending()?;
         let end = end.clone();

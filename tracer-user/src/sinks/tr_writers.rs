@@ -92,6 +92,10 @@ impl Sink for TrWriters {
             .try_for_each(|w| w.process_exited(pid))
     }
 
+    fn sync(&mut self) -> io::Result<()> {
+        self.writers.iter_mut().try_for_each(|w| w.sync())
+    }
+
     fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
         let created = self.created()?;
         for writer in &mut self.writers {
