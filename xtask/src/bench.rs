@@ -17,9 +17,9 @@
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files, with the default
 //! consumer threads and with one; the log; both), the records per second written to tr files
-//! against the number of producer threads (1, 2, one per CPU) with one consumer thread and
-//! with the default, with the tracer's CPU share, and how fast the tracer gets ready and how
-//! fast it exits after Ctrl-C.
+//! and a log against the number of producer threads (1, 2, one per CPU) with one consumer
+//! thread and with the default, with the tracer's CPU share, and how fast the tracer gets
+//! ready and how fast it exits after Ctrl-C.
 
 use std::{
     fs,
@@ -260,7 +260,7 @@ pub fn run(reps: usize) -> Result<()> {
             for (c, &threads) in CONSUMER_THREADS.iter().enumerate() {
                 let _ = fs::remove_dir_all(&dir);
                 fs::create_dir_all(&dir)?;
-                let run = consume(&tracer, &dir, SinkMode::TrFiles, count, threads)?;
+                let run = consume(&tracer, &dir, SinkMode::Both, count, threads)?;
                 scaling[p][c].push(run);
             }
         }
@@ -309,8 +309,9 @@ what --follow costs a target, µs per operation, median of {reps} runs"
         println!("  {label:<36} {ns:>14.0} {:>20.0} {lost:>8}", 1e9 / ns);
     }
     println!(
-        "\nrecords/s written to tr files against producer threads ({} records in all), the \
-         tracer's CPU per second of them (1.00 = one core), records lost; median of {reps} runs",
+        "\nrecords/s written to tr files and a log against producer threads ({} records in \
+         all), the tracer's CPU per second of them (1.00 = one core), records lost; median of \
+         {reps} runs",
         3 * SINK_PAIRS
     );
     print!("  {:<12}", "producers");
