@@ -92,7 +92,7 @@ pub struct Cli {
 
     /// Threads that consume the rings: with more than one, the session's thread drains,
     /// decodes and analyses, the log is written by a thread of its own, and tr files by N-1,
-    /// each owning some threads' files [default: the CPU count, at most 4]
+    /// each owning some threads' files [default: one per 4 CPUs, from 1 to 4]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub consumer_threads: Option<u16>,
 
@@ -383,10 +383,12 @@ pub enum Target {
     SystemWide,
 }
 
-/// Consumer threads when not told: one per CPU, up to 4 (on the development VM the session's
-/// thread and one writer keep up with every producer it can run; more would mostly wait).
+/// Consumer threads when not told: one per 4 CPUs, from 1 to 4. On the 2-CPU development VM
+/// the producers it can run keep one consumer thread under half busy, and handing records
+/// to writer threads costs CPU of its own (`cargo xtask bench`); a host with many CPUs has
+/// producers that can outrun one thread.
 fn default_consumer_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |cpus| cpus.get().min(4))
+    std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 4).clamp(1, 4))
 }
 
 impl Cli {

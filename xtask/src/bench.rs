@@ -15,10 +15,10 @@
 //!   record fields to a file.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
-//! ptrace), the tracer's own CPU time per record for each sink (tr files, with the default
-//! consumer threads and with one; the log; both), the records per second written to tr files
+//! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
+//! the default consumer threads and with two), the records per second written to tr files
 //! and a log against the number of producer threads (1, 2, one per CPU) with one consumer
-//! thread and with the default, with the tracer's CPU share, and how fast the tracer gets
+//! thread and with two, with the tracer's CPU share, and how fast the tracer gets
 //! ready and how fast it exits after Ctrl-C.
 
 use std::{
@@ -97,16 +97,16 @@ const FOLLOW_MODES: [Option<&[&str]>; 3] = [
 /// Lock+unlock pairs of the run that measures the tracer's CPU per record (3 records a pair).
 const SINK_PAIRS: u32 = 400_000;
 
-/// The sink runs: each sink with the default consumer threads, and tr files with one.
+/// The sink runs: each sink with the default consumer threads, and both with two.
 const SINK_RUNS: [(SinkMode, Option<usize>); 4] = [
     (SinkMode::TrFiles, None),
-    (SinkMode::TrFiles, Some(1)),
     (SinkMode::Log, None),
     (SinkMode::Both, None),
+    (SinkMode::Both, Some(2)),
 ];
 
-/// The consumers the scaling runs compare: one thread, and the default.
-const CONSUMER_THREADS: [Option<usize>; 2] = [Some(1), None];
+/// The consumers the scaling runs compare: one thread, and a writer thread per sink.
+const CONSUMER_THREADS: [usize; 2] = [1, 2];
 
 /// Producer threads of the scaling runs: 1, 2 and one per CPU.
 fn producer_counts() -> Vec<u32> {
@@ -260,7 +260,7 @@ pub fn run(reps: usize) -> Result<()> {
             for (c, &threads) in CONSUMER_THREADS.iter().enumerate() {
                 let _ = fs::remove_dir_all(&dir);
                 fs::create_dir_all(&dir)?;
-                let run = consume(&tracer, &dir, SinkMode::Both, count, threads)?;
+                let run = consume(&tracer, &dir, SinkMode::Both, count, Some(threads))?;
                 scaling[p][c].push(run);
             }
         }
@@ -304,7 +304,7 @@ what --follow costs a target, µs per operation, median of {reps} runs"
         let lost: u64 = sink_cpu[m].iter().map(|s| s.lost).sum();
         let label = match threads {
             None => mode.label().to_owned(),
-            Some(n) => format!("{}, {n} consumer thread", mode.label()),
+            Some(n) => format!("{}, {n} consumer threads", mode.label()),
         };
         println!("  {label:<36} {ns:>14.0} {:>20.0} {lost:>8}", 1e9 / ns);
     }
@@ -316,7 +316,7 @@ what --follow costs a target, µs per operation, median of {reps} runs"
     );
     print!("  {:<12}", "producers");
     for threads in CONSUMER_THREADS {
-        let label = threads.map_or("default threads".to_owned(), |n| format!("{n} thread"));
+        let label = format!("{threads} consumer");
         print!(" {label:>16} {:>6} {:>6}", "cpu", "lost");
     }
     println!();

@@ -24,10 +24,11 @@ const BATCH: usize = 1024;
 /// Batches that may wait for the thread before the session waits for it.
 const QUEUED_BATCHES: usize = 16;
 
-/// An event for the sink, in the session's order.
+/// An event for the sink, in the session's order; a system event boxed, so that the many
+/// records take no more room than a record.
 enum Item {
     Record(TraceRecord),
-    System(SystemEvent),
+    System(Box<SystemEvent>),
 }
 
 /// Something the sink's thread does whose error, if any, the session learns at its next call.
@@ -172,7 +173,7 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
         if !self.wants_system_events {
             return Ok(());
         }
-        self.push(Item::System(event.clone()))
+        self.push(Item::System(Box::new(event.clone())))
     }
 
     fn wants_system_events(&self) -> bool {
