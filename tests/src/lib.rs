@@ -212,6 +212,70 @@ pub fn codes(name: &str) -> (u16, u16) {
     (event.category.code(), event.event2)
 }
 
+/// Issue 2's test 3 on every file (by name): realtime stamps within 5 s of now,
+/// nondecreasing per file.
+pub fn assert_realtime_and_ordered(files: &BTreeMap<String, Vec<TraceRecord>>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128;
+    for (name, lines) in files {
+        for line in lines {
+            assert!(
+                (now - line.time_ns()).abs() < 5_000_000_000,
+                "{name}: {line:?} is not realtime"
+            );
+            assert!(
+                (0..1_000_000_000).contains(&line.nsec),
+                "{name}: nsec out of range"
+            );
+        }
+        for pair in lines.windows(2) {
+            assert!(
+                pair[0].time_ns() <= pair[1].time_ns(),
+                "{name}: time goes back at {pair:?}"
+            );
+        }
+    }
+}
+
+/// What `mutex_contend` printed (its mutex, and each thread's lwpid; `threads` of them) and
+/// each thread's records from its file, with the file's name.
+pub fn contending_threads(
+    run: &Run,
+    files: &BTreeMap<String, Vec<TraceRecord>>,
+    threads: usize,
+) -> (i64, Vec<(String, Vec<TraceRecord>)>) {
+    let mutex: i64 = field(&run.stdout, "mutex");
+    let lwpids: Vec<u32> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("lwpid="))
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(lwpids.len(), threads, "{}", run.stdout);
+    let pid = files.values().flatten().next().expect("some records").pid;
+    let per_thread = lwpids
+        .into_iter()
+        .map(|lwpid| {
+            let name = file_name(pid, lwpid);
+            let lines: Vec<TraceRecord> = files
+                .get(&name)
+                .unwrap_or_else(|| panic!("no file {name} for lwpid {lwpid}: {:?}", files.keys()))
+                .iter()
+                .filter(|l| l.lwpid == lwpid)
+                .cloned()
+                .collect();
+            assert!(
+                lines.iter().all(|l| l.pid == pid),
+                "{name} holds another pid"
+            );
+            (name, lines)
+        })
+        .collect();
+    (mutex, per_thread)
+}
+
 /// Every `tr.*` file in `dir`, by file name, with its lines.
 pub fn read_trace(dir: &Path) -> BTreeMap<String, Vec<TraceRecord>> {
     let mut files = BTreeMap::new();

@@ -3,8 +3,8 @@
 //! session did.
 
 use thrtrace_tests::{
-    TraceRecord, bpf_available, field, file_name, log_and_dir, paired_calls, read_trace,
-    run_workload, summary_count, thread_records,
+    TraceRecord, assert_realtime_and_ordered, bpf_available, contending_threads, file_name,
+    log_and_dir, paired_calls, read_trace, run_workload, summary_count, thread_records,
 };
 use tracer_model::{event::Event, log::LogReader};
 
@@ -25,15 +25,7 @@ fn every_consumer_thread_count_writes_each_threads_records_once_and_in_order() {
             &[&THREADS.to_string(), &PAIRS.to_string()],
         );
         let files = read_trace(dir.path());
-        let mutex: i64 = field(&run.stdout, "mutex");
-        let lwpids: Vec<u32> = run
-            .stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix("lwpid="))
-            .map(|v| v.parse().unwrap())
-            .collect();
-        assert_eq!(lwpids.len(), THREADS, "{}", run.stdout);
-        let pid = files.values().flatten().next().expect("some records").pid;
+        let (mutex, threads) = contending_threads(&run, &files, THREADS);
         let written = summary_count(&run.stderr, "records");
         assert_eq!(
             summary_count(&run.stderr, "lost"),
@@ -50,30 +42,17 @@ fn every_consumer_thread_count_writes_each_threads_records_once_and_in_order() {
             "{consumers}: {}",
             run.stderr
         );
-        for &lwpid in &lwpids {
-            let name = file_name(pid, lwpid);
-            let lines: Vec<TraceRecord> = files
-                .get(&name)
-                .unwrap_or_else(|| panic!("{consumers}: no file {name}: {:?}", files.keys()))
-                .iter()
-                .filter(|l| l.lwpid == lwpid)
-                .cloned()
-                .collect();
+        for (name, lines) in &threads {
             assert_eq!(lines.len(), 3 * PAIRS, "{consumers}: {name}");
             assert_eq!(
-                paired_calls(&lines, "mutex_lock", mutex).len(),
+                paired_calls(lines, "mutex_lock", mutex).len(),
                 PAIRS,
                 "{consumers}: {name}"
             );
             let unlocks = lines.iter().filter(|l| l.is("mutex_unlock", 0)).count();
             assert_eq!(unlocks, PAIRS, "{consumers}: {name}");
-            for pair in lines.windows(2) {
-                assert!(
-                    pair[0].time_ns() <= pair[1].time_ns(),
-                    "{consumers}: {name}: time goes back at {pair:?}"
-                );
-            }
         }
+        assert_realtime_and_ordered(&files);
     }
 }
 

@@ -1,14 +1,12 @@
 //! Records of launched workloads: exact counts and field values (issue 2, tests 1-3), the same
 //! with probes placed past the entry and at the entry (issue 3).
 
-use std::{
-    collections::BTreeMap,
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::collections::BTreeMap;
 
 use thrtrace_tests::{
-    PLACEMENTS, Run, TempDir, TraceRecord, bpf_available, deadline_field, field, file_name,
-    paired_calls, read_trace, run_tracer, run_workload, trace_workload,
+    PLACEMENTS, Run, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available,
+    contending_threads, deadline_field, field, paired_calls, read_trace, run_tracer, run_workload,
+    trace_workload,
 };
 
 type Files = BTreeMap<String, Vec<TraceRecord>>;
@@ -21,32 +19,6 @@ fn trace(options: &[&str], workload: &str, args: &[&str]) -> (Run, Files) {
     (run, files)
 }
 
-/// Test 3 on every file: realtime stamps within 5 s of now, nondecreasing per file.
-fn assert_realtime_and_ordered(files: &Files) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i128;
-    for (name, lines) in files {
-        for line in lines {
-            assert!(
-                (now - line.time_ns()).abs() < 5_000_000_000,
-                "{name}: {line:?} is not realtime"
-            );
-            assert!(
-                (0..1_000_000_000).contains(&line.nsec),
-                "{name}: nsec out of range"
-            );
-        }
-        for pair in lines.windows(2) {
-            assert!(
-                pair[0].time_ns() <= pair[1].time_ns(),
-                "{name}: time goes back at {pair:?}"
-            );
-        }
-    }
-}
-
 #[test]
 fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
     if !bpf_available("four_threads_contending") {
@@ -55,31 +27,10 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
     for placement in PLACEMENTS {
         let options = [&["--events", "mutex"], placement].concat();
         let (run, files) = trace(&options, "mutex_contend", &["4", "10000"]);
-        let mutex: i64 = field(&run.stdout, "mutex");
-        let lwpids: Vec<u32> = run
-            .stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix("lwpid="))
-            .map(|v| v.parse().unwrap())
-            .collect();
-        assert_eq!(lwpids.len(), 4, "{}", run.stdout);
-        let pid = files.values().flatten().next().expect("some records").pid;
-
+        let (mutex, threads) = contending_threads(&run, &files, 4);
         let (mut blocked, mut waited, mut locks, mut unlocks) = (0, 0, 0, 0);
-        for &lwpid in &lwpids {
-            let name = file_name(pid, lwpid);
-            let lines: Vec<TraceRecord> = files
-                .get(&name)
-                .unwrap_or_else(|| panic!("no file {name} for lwpid {lwpid}: {:?}", files.keys()))
-                .iter()
-                .filter(|l| l.lwpid == lwpid)
-                .cloned()
-                .collect();
-            assert!(
-                lines.iter().all(|l| l.pid == pid),
-                "{name} holds another pid"
-            );
-            let calls = paired_calls(&lines, "mutex_lock", mutex);
+        for (name, lines) in &threads {
+            let calls = paired_calls(lines, "mutex_lock", mutex);
             assert_eq!(calls.len(), 10_000, "{name} {placement:?}");
             for (entry, exit) in &calls {
                 assert_eq!((entry.tid, exit.a[0]), (exit.tid, 0), "{entry:?} {exit:?}");

@@ -258,10 +258,11 @@ pub(super) fn summary(dir: &Path, created: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn record(pid: u32, lwpid: u32, a1: i64) -> TraceRecord {
+    /// A mutex_unlock record of thread `lwpid` of `pid`, `a1` telling it from others.
+    pub(in crate::sinks) fn record(pid: u32, lwpid: u32, a1: i64) -> TraceRecord {
         TraceRecord {
             sec: 1_700_000_000,
             nsec: 42,

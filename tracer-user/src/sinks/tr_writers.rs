@@ -107,32 +107,32 @@ impl Sink for TrWriters {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use tracer_model::tr::file_name;
 
-    use super::*;
+    use super::{super::tr::tests::record, *};
 
-    fn record(pid: u32, lwpid: u32, round: i64) -> TraceRecord {
-        TraceRecord {
-            sec: 1_700_000_000,
-            nsec: round,
-            lwpid,
-            pid,
-            tid: 139_800_000_000_000,
-            event1: 2,
-            event2: 4,
-            which: 0,
-            a: [round, 0, 1, 0, 0],
-            caller: 0,
-        }
+    /// An empty directory for one test, and its writers.
+    fn writers(label: &str, max_open: usize, threads: usize) -> (PathBuf, TrWriters) {
+        let dir = std::env::temp_dir().join(format!("thrtrace-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = TrWriters::new(OutputDir::open(&dir).unwrap(), false, max_open, threads);
+        (dir, files.unwrap())
+    }
+
+    fn a1_of(dir: &Path, lwpid: u32) -> Vec<i64> {
+        let text = std::fs::read_to_string(dir.join(file_name(100, lwpid))).unwrap();
+        text.lines()
+            .map(|l| l.split(':').nth(8).unwrap().parse().unwrap())
+            .collect()
     }
 
     #[test]
     fn each_file_gets_its_lines_in_order_whichever_writer_owns_it() {
-        let dir = std::env::temp_dir().join(format!("thrtrace-tr-writers-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
         // 3 writers sharing 3 open files: most writes reopen a file; more rounds than a batch.
-        let mut files = TrWriters::new(OutputDir::open(&dir).unwrap(), false, 3, 3).unwrap();
+        let (dir, mut files) = writers("tr-writers", 3, 3);
         let rounds = 2 * 1024;
         for round in 0..rounds {
             for lwpid in 200..210 {
@@ -151,32 +151,24 @@ mod tests {
         let summary = files.finish(&TraceEnd::default()).unwrap();
         assert_eq!(summary, format!("10 files in {}", dir.display()));
         for lwpid in 200..210 {
-            let text = std::fs::read_to_string(dir.join(file_name(100, lwpid))).unwrap();
-            let rounds_written: Vec<i64> = text
-                .lines()
-                .map(|l| l.split(':').nth(8).unwrap().parse().unwrap())
-                .collect();
-            assert_eq!(
-                rounds_written,
-                (0..rounds).collect::<Vec<_>>(),
-                "thread {lwpid}"
-            );
+            let written = a1_of(&dir, lwpid);
+            assert_eq!(written, (0..rounds).collect::<Vec<_>>(), "thread {lwpid}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_writer_error_reaches_the_session() {
-        let dir = std::env::temp_dir().join(format!("thrtrace-tr-fail-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut files = TrWriters::new(OutputDir::open(&dir).unwrap(), false, 4, 2).unwrap();
+        let (dir, mut files) = writers("tr-fail", 4, 2);
         // A directory where the file should be: creating it fails in its writer.
         std::fs::create_dir(dir.join(file_name(100, 201))).unwrap();
         std::fs::write(dir.join(file_name(100, 201)).join("keep"), "x").unwrap();
         files.record(&record(100, 201, 0)).unwrap();
+        // Handed over without waiting: learned at the next call, or once the session waits
+        // for the writers.
         let error = files
-            .flush()
+            .batch_done()
+            .and_then(|()| files.sync())
             .expect_err("the failed create was not reported");
         assert!(error.to_string().contains(&file_name(100, 201)), "{error}");
         // Reported once; the writer writes nothing more, and the rest ends cleanly.
