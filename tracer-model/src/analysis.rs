@@ -123,20 +123,14 @@ fn role(event: &EventDef) -> Role {
     }
 }
 
-/// Every event's row and role, by (event1, event2): a record is looked up once, without
-/// searching the table or matching names.
+/// An event's row and role, by its codes: the row by the event table's index, the role from
+/// a list made once in the table's order, so a record is looked up without searching the
+/// table, matching names or hashing.
 fn lookup(event1: u16, event2: u16) -> Option<(&'static EventDef, Role)> {
-    type ByCodes = HashMap<(u16, u16), (&'static EventDef, Role)>;
-    static TABLE: OnceLock<ByCodes> = OnceLock::new();
-    TABLE
-        .get_or_init(|| {
-            EVENTS
-                .iter()
-                .map(|e| ((e.category.code(), e.event2), (e, role(e))))
-                .collect()
-        })
-        .get(&(event1, event2))
-        .copied()
+    static ROLES: OnceLock<Vec<Role>> = OnceLock::new();
+    let row = EventDef::row(event1, event2)?;
+    let roles = ROLES.get_or_init(|| EVENTS.iter().map(role).collect());
+    Some((&EVENTS[row], roles[row]))
 }
 
 /// The value of `field` in `record`, if its layout has it.
