@@ -86,15 +86,24 @@ pub fn checksum(header: &[u8], payload: &[u8]) -> u32 {
 
 /// A whole packet: header, then `payload`.
 pub fn seal(kind: Kind, seq: u64, payload: &[u8]) -> Vec<u8> {
-    let mut packet = Vec::with_capacity(HEADER_LEN + payload.len());
+    seal_parts(kind, seq, &[payload])
+}
+
+/// A whole packet whose payload is `parts` one after another: each copied once, into the
+/// packet (an events packet's context and entries, hundreds of KiB).
+pub fn seal_parts(kind: Kind, seq: u64, parts: &[&[u8]]) -> Vec<u8> {
+    let payload_len: usize = parts.iter().map(|part| part.len()).sum();
+    let mut packet = Vec::with_capacity(HEADER_LEN + payload_len);
     packet.extend_from_slice(&MAGIC);
     packet.extend_from_slice(&super::FORMAT_VERSION.to_le_bytes());
     packet.extend_from_slice(&(kind as u16).to_le_bytes());
     packet.extend_from_slice(&seq.to_le_bytes());
-    packet.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    let crc = checksum(&packet, payload);
-    packet.extend_from_slice(&crc.to_le_bytes());
-    packet.extend_from_slice(payload);
+    packet.extend_from_slice(&(payload_len as u32).to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&packet);
+    parts.iter().for_each(|part| hasher.update(part));
+    packet.extend_from_slice(&hasher.finalize().to_le_bytes());
+    parts.iter().for_each(|part| packet.extend_from_slice(part));
     packet
 }
 

@@ -204,12 +204,11 @@ impl LogWriter {
             log_overrun: self.log_overrun,
             ..status
         };
-        let mut payload = Vec::with_capacity(CONTEXT_LEN + events.entries.len());
-        payload.extend_from_slice(&self.events_written.to_le_bytes());
-        payload.extend_from_slice(&events.count.to_le_bytes());
-        payload.extend_from_slice(&flags.to_bits().to_le_bytes());
-        payload.extend_from_slice(&events.entries);
-        let packet = packet::seal(Kind::Events, self.next_seq, &payload);
+        let mut context = Vec::with_capacity(CONTEXT_LEN);
+        context.extend_from_slice(&self.events_written.to_le_bytes());
+        context.extend_from_slice(&events.count.to_le_bytes());
+        context.extend_from_slice(&flags.to_bits().to_le_bytes());
+        let packet = packet::seal_parts(Kind::Events, self.next_seq, &[&context, &events.entries]);
         self.file.write_all_at(&packet, offset)?;
         self.next_seq += 1;
         self.append_end = self.append_end.max(offset + len);
