@@ -85,7 +85,7 @@ fn encode_system(e: &SystemEvent, out: &mut Vec<u8>) {
     out[start..start + 2].copy_from_slice(&size.to_le_bytes());
 }
 
-/// The fixed part of every entry.
+/// The fixed part of every entry, as the table above lays it out: written and read here only.
 struct Header {
     /// The entry's bytes, this header included.
     size: u16,
@@ -109,6 +109,21 @@ impl Header {
         out[16..24].copy_from_slice(&self.time_ns.to_le_bytes());
         out[24..32].copy_from_slice(&self.thread_id.to_le_bytes());
         out[32..40].copy_from_slice(&self.prog_address.to_le_bytes());
+    }
+
+    /// Reads it from an entry's first `ENTRY_HEADER_LEN` bytes.
+    fn parse(bytes: &[u8; ENTRY_HEADER_LEN]) -> Result<Header, BadEntry> {
+        let mut header = Cursor { bytes };
+        Ok(Header {
+            size: header.u16()?,
+            type_id: header.u16()?,
+            pid: header.u32()?,
+            lwpid: header.u32()?,
+            flags: header.u32()?,
+            time_ns: header.i64()?,
+            thread_id: header.u64()?,
+            prog_address: header.u64()?,
+        })
     }
 }
 
@@ -165,24 +180,24 @@ impl std::fmt::Display for BadEntry {
 
 /// Reads the entry at the start of `bytes`: the event and the entry's size.
 pub fn decode(bytes: &[u8], types: &HashMap<u16, EventType>) -> Result<(Event, usize), BadEntry> {
-    if bytes.len() < ENTRY_HEADER_LEN {
+    let Some(first) = bytes.first_chunk::<ENTRY_HEADER_LEN>() else {
         return Err(BadEntry::Size(bytes.len()));
-    }
-    let mut header = Cursor {
-        bytes: &bytes[..ENTRY_HEADER_LEN],
     };
-    let size = usize::from(header.u16()?);
+    let Header {
+        size,
+        type_id,
+        pid,
+        lwpid,
+        flags,
+        time_ns,
+        thread_id,
+        prog_address,
+    } = Header::parse(first)?;
+    let size = usize::from(size);
     if size < ENTRY_HEADER_LEN || size > bytes.len() {
         return Err(BadEntry::Size(size));
     }
-    let type_id = header.u16()?;
     let event_type = types.get(&type_id).ok_or(BadEntry::UnknownType(type_id))?;
-    let pid = header.u32()?;
-    let lwpid = header.u32()?;
-    let flags = header.u32()?;
-    let time_ns = header.i64()?;
-    let thread_id = header.u64()?;
-    let prog_address = header.u64()?;
     let mut payload = Cursor {
         bytes: &bytes[ENTRY_HEADER_LEN..size],
     };
