@@ -106,7 +106,7 @@ impl<S: Sink + Send + 'static> Threaded<S> {
     }
 
     /// Has the thread do `act` after everything before; its error comes with a later call.
-    pub fn then(
+    fn then(
         &mut self,
         act: impl FnOnce(&mut S) -> io::Result<()> + Send + 'static,
     ) -> io::Result<()> {
@@ -115,9 +115,19 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         self.check()
     }
 
-    /// Has the thread do `ask` once it has done everything handed over before, and waits for
-    /// its answer (and for any error met before it).
+    /// Hands the thread what is pending, has it do `ask` after everything before, and waits
+    /// for its answer (and for any error met before it).
     pub fn call<T: Send + 'static>(
+        &mut self,
+        ask: impl FnOnce(&mut S) -> T + Send + 'static,
+    ) -> io::Result<T> {
+        self.send_pending()?;
+        self.query(ask)
+    }
+
+    /// Like [`Threaded::call`], but for what has been handed over only: for a caller that
+    /// cannot hand over (`state(&self)`), after the session has ended its batch.
+    pub fn query<T: Send + 'static>(
         &self,
         ask: impl FnOnce(&mut S) -> T + Send + 'static,
     ) -> io::Result<T> {
@@ -161,7 +171,6 @@ fn serve<S: Sink>(mut sink: S, queue: Receiver<Work<S>>, failed: &Mutex<Option<i
 
 impl<S: Sink + Send + 'static> Sink for Threaded<S> {
     fn begin(&mut self) -> io::Result<()> {
-        self.send_pending()?;
         self.call(|sink| sink.begin())?
     }
 
@@ -185,19 +194,17 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.send_pending()?;
         self.call(|sink| sink.flush())?
     }
 
     fn clear(&mut self) -> io::Result<u64> {
-        self.send_pending()?;
         self.call(|sink| sink.clear())?
     }
 
     /// What the thread has done: the session ends each batch (handing everything over)
     /// before it asks.
     fn state(&self) -> SinkState {
-        self.call(|sink| sink.state()).unwrap_or_default()
+        self.query(|sink| sink.state()).unwrap_or_default()
     }
 
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
@@ -205,12 +212,10 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.send_pending()?;
         self.call(|_| ())
     }
 
     fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
-        self.send_pending()?;
         let end = end.clone();
         let summary = self.call(move |sink| sink.finish(&end));
         // The queue closed, the thread ends once it has done everything.

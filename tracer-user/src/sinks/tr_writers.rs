@@ -45,7 +45,7 @@ impl TrWriters {
     fn created(&self) -> io::Result<usize> {
         self.writers
             .iter()
-            .map(|w| w.call(|files| files.created()))
+            .map(|w| w.query(|files| files.created()))
             .sum()
     }
 }
