@@ -1071,6 +1071,10 @@ const TABLE: &[EventDef] = &[
 mod tests {
     use super::*;
 
+    fn named(name: &str) -> &'static EventDef {
+        EVENTS.iter().find(|e| e.name == name).unwrap()
+    }
+
     #[test]
     fn find_gives_each_row_by_its_codes_and_nothing_for_unknown_codes() {
         for event in EVENTS {
@@ -1088,7 +1092,7 @@ mod tests {
 
     #[test]
     fn only_a_recursive_mutex_is_copied_again_after_a_lock() {
-        let flags = |name: &str| ProbeFlags(EVENTS.iter().find(|e| e.name == name).unwrap().flags);
+        let flags = |name: &str| ProbeFlags(named(name).flags);
         for lock in ["mutex_lock", "pthread_mutex_timedlock"] {
             assert!(flags(lock).has(ProbeFlags::OBJECT_AT_RETURN), "{lock}");
             assert!(flags(lock).has(ProbeFlags::ONLY_IF_RECURSIVE), "{lock}");
@@ -1131,13 +1135,12 @@ mod tests {
 
     #[test]
     fn argument_registers_come_from_layouts_and_captures() {
-        let find = |name: &str| EVENTS.iter().find(|e| e.name == name).unwrap();
-        assert_eq!(find("mutex_lock").argument_registers(), 0b1);
-        assert_eq!(find("mutex_init").argument_registers(), 0b11);
-        assert_eq!(find("cond_timedwait").argument_registers(), 0b111);
-        assert_eq!(find("sem_timedwait").argument_registers(), 0b11);
-        assert_eq!(find("sem_clockwait").argument_registers(), 0b111);
-        assert_eq!(find("sema_post").argument_registers(), 0b1);
+        assert_eq!(named("mutex_lock").argument_registers(), 0b1);
+        assert_eq!(named("mutex_init").argument_registers(), 0b11);
+        assert_eq!(named("cond_timedwait").argument_registers(), 0b111);
+        assert_eq!(named("sem_timedwait").argument_registers(), 0b11);
+        assert_eq!(named("sem_clockwait").argument_registers(), 0b111);
+        assert_eq!(named("sema_post").argument_registers(), 0b1);
     }
 
     #[test]

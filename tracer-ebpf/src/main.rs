@@ -183,7 +183,7 @@ struct Pending {
     event: u32,
 }
 
-/// An event key no probe has (event1 is at most 15 bits).
+/// An event key no probe has: no event has codes (0, 0), category codes start at 1.
 const FREE: u32 = 0;
 
 /// How many traced calls of different events one thread can have open at once: one inside
@@ -329,14 +329,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     unsafe {
         let record = ptr::addr_of_mut!((*slot).record);
         let paired = flags.has(ProbeFlags::PAIRED);
-        fill_entry(
-            record,
-            &cookie,
-            task,
-            pid_tgid,
-            regs,
-            if paired { 1 } else { 0 },
-        );
+        fill_entry(record, &cookie, task, pid_tgid, regs, u16::from(paired));
         (*slot).nested = 0;
         (*slot).nvcsw_at_entry = if flags.has(ProbeFlags::BLOCK) {
             read_task_u64(task, ptr::read_volatile(&NVCSW_OFFSET))

@@ -725,8 +725,7 @@ impl Session {
         }
     }
 
-    /// Writes a record from the ring of `cpu`, after the gap before it if there was one: a
-    /// record after a gap with the gap's overflow.
+    /// Writes a record from the ring of `cpu`, after the gap's overflow if one came before it.
     fn write_record(&mut self, cpu: u32, raw: &RawRecord, flow: &mut Flow) -> Result<()> {
         let time_ns = self.decoder.realtime_ns(raw.ktime_ns);
         if raw.lost_before > 0 {
