@@ -16,25 +16,29 @@ pub fn file_name(pid: u32, lwpid: u32) -> String {
 pub struct Line<'a>(pub &'a TraceRecord);
 
 impl Line<'_> {
+    /// The longest line: 13 fields of at most 20 digits and a sign, 12 separators.
+    const MAX_LEN: usize = 13 * 21 + 12;
+
     /// Appends the line, without the newline, to `out`. The tr sink writes a line a record:
-    /// integers are formatted with itoa, several times faster than `core::fmt`.
+    /// itoap writes each integer's digits straight into `out`, with no copy from a buffer of
+    /// its own (itoa's copies were a fifth of the sink's time, in small `memcpy` calls).
     pub fn append_to(&self, out: &mut String) {
-        let r = self.0;
-        let mut n = itoa::Buffer::new();
-        let mut put = |text: &str| {
-            out.push_str(text);
+        fn put(out: &mut String, value: impl itoap::Integer) {
+            itoap::write_to_string(out, value);
             out.push(':');
-        };
-        put(n.format(r.sec));
-        put(n.format(r.nsec));
-        put(n.format(r.lwpid));
-        put(n.format(r.pid));
-        put(n.format(r.tid));
-        put(n.format(r.event1));
-        put(n.format(r.event2));
-        put(n.format(r.which));
+        }
+        let r = self.0;
+        out.reserve(Self::MAX_LEN);
+        put(out, r.sec);
+        put(out, r.nsec);
+        put(out, r.lwpid);
+        put(out, r.pid);
+        put(out, r.tid);
+        put(out, r.event1);
+        put(out, r.event2);
+        put(out, r.which);
         for a in r.a {
-            put(n.format(a));
+            put(out, a);
         }
         // The last field has no separator after it.
         out.pop();
