@@ -46,14 +46,17 @@ const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 
 impl RawRecord {
-    /// Reads a record from ring-buffer bytes; `None` if the slice is too short.
-    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() < RAW_RECORD_SIZE {
+    /// The record at the start of ring-buffer bytes, where it lies (the drain copies each
+    /// record once, into the reorder stage); `None` if the slice is too short, or not aligned
+    /// as a record (the kernel aligns ring entries to 8 bytes).
+    pub fn view(bytes: &[u8]) -> Option<&Self> {
+        let start = bytes.as_ptr().cast::<Self>();
+        if bytes.len() < RAW_RECORD_SIZE || !start.is_aligned() {
             return None;
         }
-        // SAFETY: RawRecord is plain old data (integers only, every bit pattern valid) and the
-        // slice holds at least size_of::<RawRecord>() bytes; read_unaligned has no alignment need.
-        Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+        // SAFETY: RawRecord is plain old data (integers only, every bit pattern valid); the
+        // slice holds a whole record at an aligned address, borrowed for the result's lifetime.
+        Some(unsafe { &*start })
     }
 }
 
@@ -63,7 +66,22 @@ mod tests {
 
     #[test]
     fn short_slices_are_rejected() {
-        assert_eq!(RawRecord::from_bytes(&[0u8; RAW_RECORD_SIZE - 1]), None);
+        let words = [0u64; RAW_RECORD_SIZE / 8];
+        assert_eq!(
+            RawRecord::view(&as_bytes(&words)[..RAW_RECORD_SIZE - 1]),
+            None
+        );
+    }
+
+    #[test]
+    fn misaligned_bytes_are_rejected() {
+        let words = [0u64; RAW_RECORD_SIZE / 8 + 1];
+        assert_eq!(RawRecord::view(&as_bytes(&words)[4..]), None);
+    }
+
+    fn as_bytes<T>(value: &T) -> &[u8] {
+        // SAFETY: viewing plain integers as their bytes, for the value's lifetime.
+        unsafe { core::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
     }
 
     #[test]
@@ -76,10 +94,6 @@ mod tests {
             rval: -1,
             ..Default::default()
         };
-        // SAFETY: viewing a POD struct as its bytes.
-        let bytes = unsafe {
-            core::slice::from_raw_parts((&record as *const RawRecord).cast::<u8>(), RAW_RECORD_SIZE)
-        };
-        assert_eq!(RawRecord::from_bytes(bytes), Some(record));
+        assert_eq!(RawRecord::view(as_bytes(&record)), Some(&record));
     }
 }

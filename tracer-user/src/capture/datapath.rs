@@ -199,10 +199,10 @@ impl DataPath {
                     last = None;
                     break;
                 };
-                match RawRecord::from_bytes(&item) {
+                match RawRecord::view(&item) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
-                        sink(cpu, &record);
+                        sink(cpu, record);
                     }
                     None => drained.malformed += 1,
                 }
