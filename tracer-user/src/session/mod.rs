@@ -99,6 +99,11 @@ pub struct Session {
 /// links: longer than a process that is exiting as a whole takes to finish.
 const MAIN_THREAD_SETTLE: Duration = Duration::from_millis(50);
 
+/// How often at most the main threads of those targets are looked for: under load the rings
+/// are drained hundreds of times a second, and reading each pass's /proc/PID/stat was 4% of
+/// the tracer's CPU (perf). A fifth of `MAIN_THREAD_SETTLE`.
+const MAIN_THREAD_POLL: Duration = Duration::from_millis(10);
+
 /// How long a launched command may take to exit after the tracer is signalled: the terminal's
 /// Ctrl-C reaches it too, and its exit status should be the tracer's.
 const LAUNCHED_EXIT_GRACE: Duration = Duration::from_millis(500);
@@ -152,8 +157,7 @@ impl Session {
         for &pid in &running {
             watch_pid(pid, exit_tx.clone());
         }
-        // Targets with links of their own whose main thread has been seen gone, and since when.
-        let mut main_thread_gone: HashMap<u32, Instant> = HashMap::new();
+        let mut main_threads = MainThreads::default();
         // With --follow, processes first seen in records (children) are watched as they come.
         let mut seen: HashSet<u32> = running.clone();
 
@@ -256,7 +260,7 @@ impl Session {
                     flow.reorder.push(now, Staged::System(event));
                 }
             }
-            self.share_after_main_thread(&mut main_thread_gone, &mut flow);
+            self.share_after_main_thread(&mut main_threads, &mut flow);
             if self.follow {
                 for &pid in &flow.processes {
                     if seen.insert(pid) {
@@ -560,12 +564,21 @@ impl Session {
 
     /// A process with links of its own whose main thread has exited while others run on is
     /// traced through shared links from then on: its own no longer apply (see `probes`). No
-    /// pidfd tells of that (the kernel holds its wakeup back while other threads run), so each
-    /// pass reads /proc/PID/stat of those processes. A process moves once its main thread has
-    /// been gone for `MAIN_THREAD_SETTLE` (`gone` says since when): one exiting as a whole is
-    /// gone by then, or has no thread left to be seen through.
-    fn share_after_main_thread(&mut self, gone: &mut HashMap<u32, Instant>, flow: &mut Flow) {
+    /// pidfd tells of that (the kernel holds its wakeup back while other threads run), so a
+    /// pass reads /proc/PID/stat of those processes, if `MAIN_THREAD_POLL` has passed since
+    /// the last did. A process moves once its main thread has been gone for
+    /// `MAIN_THREAD_SETTLE`: one exiting as a whole is gone by then, or has no thread left to
+    /// be seen through.
+    fn share_after_main_thread(&mut self, main_threads: &mut MainThreads, flow: &mut Flow) {
         let now = Instant::now();
+        if main_threads
+            .checked
+            .is_some_and(|at| now.duration_since(at) < MAIN_THREAD_POLL)
+        {
+            return;
+        }
+        main_threads.checked = Some(now);
+        let gone = &mut main_threads.gone;
         let exited: Vec<u32> = self
             .probes
             .with_own_links()
@@ -769,6 +782,14 @@ impl Session {
 
 /// What a failed write of the trace means.
 const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
+
+/// Targets with links of their own whose main thread has been seen gone, and since when; and
+/// when they were last looked for.
+#[derive(Default)]
+struct MainThreads {
+    gone: HashMap<u32, Instant>,
+    checked: Option<Instant>,
+}
 
 /// A record as it waits in the reorder stage: from the ring of `cpu`.
 #[derive(Clone, Copy)]
