@@ -524,7 +524,7 @@ pub fn thread_records(events: &[Event]) -> Vec<TraceRecord> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Thread(r) => Some(r.clone()),
+            Event::Thread(r) => Some(*r),
             Event::System(_) => None,
         })
         .collect()

@@ -75,10 +75,7 @@ fn the_log_and_the_tr_files_hold_the_same_records_whatever_the_consumer_threads(
             let from_log: Vec<TraceRecord> = logged
                 .iter()
                 .filter(|r| file_name(r.pid, r.lwpid) == *name)
-                .map(|r| TraceRecord {
-                    caller: 0,
-                    ..r.clone()
-                })
+                .map(|r| TraceRecord { caller: 0, ..*r })
                 .collect();
             assert_eq!(&from_log, lines, "{consumers}: {name}");
         }

@@ -43,7 +43,7 @@ fn segments(events: &[Event]) -> (Vec<SystemKind>, Vec<Vec<TraceRecord>>) {
     let mut groups = vec![Vec::new()];
     for event in events {
         match event {
-            Event::Thread(record) => groups.last_mut().unwrap().push(record.clone()),
+            Event::Thread(record) => groups.last_mut().unwrap().push(*record),
             Event::System(system) if is_control(system) => {
                 controls.push(system.kind.clone());
                 groups.push(Vec::new());
@@ -265,10 +265,7 @@ fn the_flight_recorder_flushes_its_newest_events_and_clear_drops_the_rest() {
     let all: Vec<TraceRecord> = files.into_values().flatten().collect();
     assert_eq!(all.len(), (100 + 20_000) * 4, "none while stopped");
     let newest = &all[all.len() - flushed.len()..];
-    let without_caller = |r: &TraceRecord| TraceRecord {
-        caller: 0,
-        ..r.clone()
-    };
+    let without_caller = |r: &TraceRecord| TraceRecord { caller: 0, ..*r };
     assert_eq!(
         flushed.iter().map(without_caller).collect::<Vec<_>>(),
         newest,

@@ -39,10 +39,7 @@ fn tr_records(dir: &TempDir) -> Vec<TraceRecord> {
 fn without_callers(records: &[TraceRecord]) -> Vec<TraceRecord> {
     records
         .iter()
-        .map(|r| TraceRecord {
-            caller: 0,
-            ..r.clone()
-        })
+        .map(|r| TraceRecord { caller: 0, ..*r })
         .collect()
 }
 

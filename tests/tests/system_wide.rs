@@ -72,10 +72,7 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
     // Each thread's records, whole: pairing needs every entry before its return.
     let mut by_thread: BTreeMap<u32, Vec<TraceRecord>> = BTreeMap::new();
     for line in &all {
-        by_thread
-            .entry(line.lwpid)
-            .or_default()
-            .push((*line).clone());
+        by_thread.entry(line.lwpid).or_default().push(*(*line));
     }
     let contend_calls: usize = by_thread
         .values()

@@ -77,7 +77,7 @@ pub mod tr;
 use tracer_common::EVENTS;
 
 /// One record of the thread_trace scheme (event map, "Record line").
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
     /// CLOCK_REALTIME seconds and nanoseconds.
     pub sec: i64,

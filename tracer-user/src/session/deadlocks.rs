@@ -18,6 +18,16 @@ use crate::readers::{report::duration, symbolize::Symbols};
 /// glibc's `pthread_mutex_t`: `__owner` (the owner's thread id) is its third word.
 const MUTEX_OWNER_WORD: usize = 2;
 
+/// What the raw record of `record` says of who holds its lock (0: nothing): a mutex lock's
+/// entry carries the mutex's `__owner`, the owner of a lock taken before the trace began.
+pub fn owner_hint(record: &TraceRecord, raw: &RawRecord) -> u32 {
+    let mutex = [Category::Mutex.code(), Category::Rmutex.code()].contains(&record.event1);
+    match (mutex, record.which) {
+        (true, 1) => raw.object[MUTEX_OWNER_WORD],
+        _ => 0,
+    }
+}
+
 pub struct DeadlockWatch {
     analysis: Analysis,
     threshold: Duration,
@@ -33,15 +43,9 @@ impl DeadlockWatch {
         }
     }
 
-    /// A record written, with the raw record it came from: a mutex lock's entry carries the
-    /// mutex's `__owner`, the owner of a lock taken before the trace began.
-    pub fn record(&mut self, record: &TraceRecord, raw: &RawRecord) {
-        let mutex = [Category::Mutex.code(), Category::Rmutex.code()].contains(&record.event1);
-        let owner = match (mutex, record.which) {
-            (true, 1) => raw.object[MUTEX_OWNER_WORD],
-            _ => 0,
-        };
-        self.analysis.record_with_owner(record, owner);
+    /// A record written, with its `owner_hint`.
+    pub fn record(&mut self, record: &TraceRecord, owner_hint: u32) {
+        self.analysis.record_with_owner(record, owner_hint);
     }
 
     pub fn process_exited(&mut self, pid: u32) {

@@ -218,7 +218,7 @@ impl Sink for TraceLog {
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        self.push(&Event::Thread(record.clone()))
+        self.push(&Event::Thread(*record))
     }
 
     /// START and STOP from the controller change the stream's status: a START is the first

@@ -175,7 +175,7 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        self.push(Item::Record(record.clone()))
+        self.push(Item::Record(*record))
     }
 
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
