@@ -216,6 +216,8 @@ pub fn run(reps: usize) -> Result<()> {
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
     let mut sink_cpu: Vec<Vec<Consumed>> = vec![Vec::new(); SINK_RUNS.len()];
+    // The same runs without records: what starting and ending costs the tracer.
+    let mut sink_idle_cpu: Vec<Vec<f64>> = vec![Vec::new(); SINK_RUNS.len()];
     let producers = producer_counts();
     let mut scaling: Vec<Vec<Vec<Consumed>>> =
         vec![vec![Vec::new(); CONSUMER_THREADS.len()]; producers.len()];
@@ -254,13 +256,18 @@ pub fn run(reps: usize) -> Result<()> {
         for (m, &(mode, threads)) in SINK_RUNS.iter().enumerate() {
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir)?;
-            sink_cpu[m].push(consume(&tracer, &dir, mode, 1, threads)?);
+            sink_cpu[m].push(consume(&tracer, &dir, mode, (SINK_PAIRS, 1), threads)?);
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            let idle = consume(&tracer, &dir, mode, (0, 1), threads)?;
+            sink_idle_cpu[m].push(idle.cpu_ns);
         }
         for (p, &count) in producers.iter().enumerate() {
             for (c, &threads) in CONSUMER_THREADS.iter().enumerate() {
                 let _ = fs::remove_dir_all(&dir);
                 fs::create_dir_all(&dir)?;
-                let run = consume(&tracer, &dir, SinkMode::Both, count, Some(threads))?;
+                let workload = (SINK_PAIRS, count);
+                let run = consume(&tracer, &dir, SinkMode::Both, workload, Some(threads))?;
                 scaling[p][c].push(run);
             }
         }
@@ -291,8 +298,12 @@ what --follow costs a target, µs per operation, median of {reps} runs"
         3 * SINK_PAIRS
     );
     println!(
-        "  {:<36} {:>14} {:>20} {:>8}",
-        "", "ns/record", "records/CPU-second", "lost"
+        "  (startup and exit: the tracer's CPU for the same run with no records; beyond it: \
+         what is left of each record's share)"
+    );
+    println!(
+        "  {:<36} {:>10} {:>20} {:>8} {:>12} {:>10}",
+        "", "ns/record", "records/CPU-second", "lost", "startup+exit", "beyond it"
     );
     for (m, (mode, threads)) in SINK_RUNS.iter().enumerate() {
         let ns = median(
@@ -301,12 +312,23 @@ what --follow costs a target, µs per operation, median of {reps} runs"
                 .map(Consumed::cpu_per_record)
                 .collect::<Vec<_>>(),
         );
+        let idle_ns = median(&sink_idle_cpu[m]);
+        let beyond = median(
+            &sink_cpu[m]
+                .iter()
+                .map(|run| (run.cpu_ns - idle_ns) / run.written as f64)
+                .collect::<Vec<_>>(),
+        );
         let lost: u64 = sink_cpu[m].iter().map(|s| s.lost).sum();
         let label = match threads {
             None => mode.label().to_owned(),
             Some(n) => format!("{}, {n} consumer threads", mode.label()),
         };
-        println!("  {label:<36} {ns:>14.0} {:>20.0} {lost:>8}", 1e9 / ns);
+        println!(
+            "  {label:<36} {ns:>10.0} {:>20.0} {lost:>8} {:>9.0} ms {beyond:>10.0}",
+            1e9 / ns,
+            idle_ns / 1e6
+        );
     }
     println!(
         "\nrecords/s written to tr files and a log against producer threads ({} records in \
@@ -527,17 +549,17 @@ impl Consumed {
     }
 }
 
-/// Traces `SINK_PAIRS` lock+unlock pairs made by `producers` threads of a `mutex_gate` it did
-/// not start (so that the workload's own time is not the tracer's), writing to `mode`'s sinks
-/// with `consumer_threads` (None: the tracer's default).
+/// Traces `pairs` lock+unlock pairs made by `producers` threads of a `mutex_gate` it did not
+/// start (so that the workload's own time is not the tracer's), writing to `mode`'s sinks with
+/// `consumer_threads` (None: the tracer's default).
 fn consume(
     tracer: &Path,
     dir: &Path,
     mode: SinkMode,
-    producers: u32,
+    (pairs, producers): (u32, u32),
     consumer_threads: Option<usize>,
 ) -> Result<Consumed> {
-    let (mut target, mut target_out) = start_gate(SINK_PAIRS / producers, producers)?;
+    let (mut target, mut target_out) = start_gate(pairs / producers, producers)?;
     let mut line = String::new();
     let mut traced = command(tracer);
     traced
