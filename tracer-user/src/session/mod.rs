@@ -741,7 +741,7 @@ impl Session {
         }
     }
 
-    /// Writes a record from the ring of `cpu`, after the gap's overflow if one came before it.
+    /// Writes a drawn record, after the overflow of the gap before it if there was one.
     fn write_record(&mut self, drawn: &Drawn, flow: &mut Flow) -> Result<()> {
         let Drawn {
             ref record,
