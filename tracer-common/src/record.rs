@@ -46,9 +46,9 @@ const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 
 impl RawRecord {
-    /// The record at the start of ring-buffer bytes, where it lies (the drain copies each
-    /// record once, into the reorder stage); `None` if the slice is too short, or not aligned
-    /// as a record (the kernel aligns ring entries to 8 bytes).
+    /// The record at the start of ring-buffer bytes, where it lies (the drain decodes it from
+    /// there, with no copy); `None` if the slice is too short, or not aligned as a record (the
+    /// kernel aligns ring entries to 8 bytes).
     pub fn view(bytes: &[u8]) -> Option<&Self> {
         let start = bytes.as_ptr().cast::<Self>();
         if bytes.len() < RAW_RECORD_SIZE || !start.is_aligned() {

@@ -628,12 +628,13 @@ impl Session {
         // process and name are known after the first (and `seconds` holds for the pass).
         let mut previous = None;
         let drained = self.datapath.drain(|cpu, raw| {
+            let drawn = Drawn::new(decoder, cpu, raw);
             // A process or thread first seen: its facts are read now, while it most likely
             // still lives, and placed just before its record.
             if let Some(facts) = facts.as_mut()
                 && previous.replace((raw.pid, raw.lwpid)) != Some((raw.pid, raw.lwpid))
             {
-                let time_ns = decoder.realtime_ns(raw.ktime_ns);
+                let time_ns = drawn.time_ns;
                 let mut events = Vec::new();
                 if described.insert(raw.pid) {
                     events.extend(facts.attached(raw.pid, time_ns));
@@ -661,7 +662,7 @@ impl Session {
                     }
                 }
             }
-            reorder.push_record(raw.ktime_ns, Drawn::new(decoder, cpu, raw))
+            reorder.push_record(raw.ktime_ns, drawn)
         });
         flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end: what --lossless stopped may run again.
