@@ -118,9 +118,10 @@ fn map_fd(map: &Map) -> Result<i32> {
     }
 }
 
+/// Loads a program without a verifier log (formatting one costs the verifier more than the
+/// verifying does), and only if the kernel rejects it loads it again with one, to say why.
 fn prog_load(name: &str, instructions: &[aya_obj::generated::bpf_insn]) -> Result<OwnedFd> {
     let license = c"GPL";
-    let mut log = vec![0u8; VERIFIER_LOG_BYTES];
     // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
     let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
     // SAFETY: writing the prog-load member of a zeroed union.
@@ -134,6 +135,14 @@ fn prog_load(name: &str, instructions: &[aya_obj::generated::bpf_insn]) -> Resul
         for (dst, src) in load.prog_name.iter_mut().zip(name.bytes().take(15)) {
             *dst = src as libc::c_char;
         }
+    }
+    if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
+        return Ok(program);
+    }
+    let mut log = vec![0u8; VERIFIER_LOG_BYTES];
+    // SAFETY: as above; `log` outlives the call that reads these.
+    unsafe {
+        let load = &mut attr.__bindgen_anon_3;
         load.log_level = 1;
         load.log_buf = log.as_mut_ptr() as u64;
         load.log_size = log.len() as u32;
