@@ -1,10 +1,17 @@
 //! `--consumer-threads N` (issue 13): whatever the number of consumer threads, every record is
 //! written once, to its thread's file and to the log, in time order; one thread writes as the
-//! session did.
+//! session did; N threads drain the rings, each its share.
+
+use std::{
+    io::Read,
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use thrtrace_tests::{
-    TraceRecord, assert_realtime_and_ordered, bpf_available, contending_threads, file_name,
-    log_and_dir, paired_calls, read_trace, run_workload, summary_count, thread_records,
+    Gated, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available, contending_threads,
+    file_name, log_and_dir, paired_calls, read_trace, run_workload, start_tracer, summary_count,
+    thread_records, workload,
 };
 use tracer_model::{event::Event, log::LogReader};
 
@@ -83,5 +90,59 @@ fn the_log_and_the_tr_files_hold_the_same_records_whatever_the_consumer_threads(
         assert_eq!(in_files as u64, written, "{consumers}");
         // 4 threads x 2000 pairs x 3 records, and the main thread's own.
         assert!(written >= 24_000, "{consumers}: {written}");
+    }
+}
+
+#[test]
+fn each_consumer_thread_drains_its_share_of_the_rings() {
+    if !bpf_available("each_consumer_thread_drains_its_share") {
+        return;
+    }
+    const PAIRS: u32 = 2_000;
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let consumers = cpus.min(64);
+    // A target pinned to each CPU in turn writes to that CPU's ring only: ring `cpu` is drawn
+    // by the session's thread (share 0) or by drawing thread `cpu % consumers`.
+    for cpu in 0..cpus {
+        let dir = TempDir::new("ring-shares");
+        let mut pinned = Command::new("taskset");
+        pinned
+            .args(["-c", &cpu.to_string()])
+            .arg(workload("mutex_gate"))
+            .args(["0", &PAIRS.to_string(), "0"]);
+        let mut target = Gated::spawn(&mut pinned);
+        let threads = consumers.to_string();
+        let options = ["--events", "mutex", "--consumer-threads", &threads];
+        let (mut tracer, mut stderr) = start_tracer(dir.path(), &[target.pid], &options);
+        // The drawing threads start with the session, just after the tracer says it traces.
+        let tasks = format!("/proc/{}/task", tracer.id());
+        let drawers = || {
+            std::fs::read_dir(&tasks)
+                .unwrap()
+                .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+                .filter(|name| name.starts_with("ring-drawer-"))
+                .count()
+        };
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while drawers() < consumers - 1 && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(drawers(), consumers - 1, "cpu {cpu}");
+        let (pid, mutex) = (target.pid, target.mutex);
+        target.run_phase_two();
+        target.finish();
+        assert!(tracer.wait().unwrap().success());
+        let mut said = String::new();
+        stderr.read_to_string(&mut said).unwrap();
+        assert_eq!(summary_count(&said, "lost"), 0, "cpu {cpu}: {said}");
+        let files = read_trace(dir.path());
+        let lines = &files[&file_name(pid, pid)];
+        assert_eq!(lines.len(), 3 * PAIRS as usize, "cpu {cpu}: {said}");
+        assert_eq!(
+            paired_calls(lines, "mutex_lock", mutex).len(),
+            PAIRS as usize,
+            "cpu {cpu}"
+        );
+        assert_realtime_and_ordered(&files);
     }
 }

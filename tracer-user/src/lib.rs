@@ -237,6 +237,7 @@ pub fn run(mut config: Config) -> Result<i32> {
         blocks: config.flush_on_block.map(BlockWatch::new),
         // Nothing is recorded with empty programs: nothing to watch.
         deadlocks: (!config.empty_programs).then(|| DeadlockWatch::new(config.deadlock_after)),
+        consumer_threads: config.consumer_threads,
     };
     let outcome = runtime.block_on(session.run())?;
     say!("thrtrace-bpf: {}", outcome.summary());

@@ -31,13 +31,65 @@ pub struct Drained {
     pub behind_after: Option<u64>,
 }
 
+impl Drained {
+    /// What two passes over different rings, made at the same time, read together.
+    pub fn merge(self, other: Drained) -> Drained {
+        let behind_after = match (self.behind_after, other.behind_after) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Drained {
+            malformed: self.malformed + other.malformed,
+            behind_after,
+        }
+    }
+}
+
+/// Some CPUs' rings, drained together: all of them, or the share of one thread that drains
+/// (`--consumer-threads`). Each ring has one reader.
+pub struct Rings {
+    /// Each with the CPU that writes to it.
+    rings: Vec<(u32, RingBuf<MapData>)>,
+    /// How many records fill a ring: the most one drain pass reads from it.
+    records_per_ring: usize,
+}
+
+impl Rings {
+    /// Hands the records now in the rings to `sink`, at most one ring's worth from each ring,
+    /// so that a producer faster than this consumer cannot keep one pass going forever.
+    /// `sink` gets each record with the CPU whose ring it came from.
+    pub fn drain(&mut self, mut sink: impl FnMut(u32, &RawRecord)) -> Drained {
+        let mut drained = Drained::default();
+        for (cpu, ring) in &mut self.rings {
+            let mut last = None;
+            for _ in 0..self.records_per_ring {
+                let Some(item) = ring.next() else {
+                    last = None;
+                    break;
+                };
+                match RawRecord::view(&item) {
+                    Some(record) => {
+                        last = Some(record.ktime_ns);
+                        sink(*cpu, record);
+                    }
+                    None => drained.malformed += 1,
+                }
+            }
+            // Still records left (or the cap was reached exactly): this ring is behind.
+            if let Some(ktime) = last {
+                drained.behind_after =
+                    Some(drained.behind_after.map_or(ktime, |b: u64| b.min(ktime)));
+            }
+        }
+        drained
+    }
+}
+
 pub struct DataPath {
     /// Owns the maps the programs use; dropped last.
     _ebpf: Ebpf,
     programs: Programs,
-    rings: Vec<RingBuf<MapData>>,
-    /// How many records fill a ring: the most one drain pass reads from it.
-    records_per_ring: usize,
+    rings: Rings,
     lost: PerCpuArray<MapData, u64>,
     /// Which probes record (all clear until `set_recording`).
     recording: Array<MapData, RecordingMasks>,
@@ -136,8 +188,11 @@ impl DataPath {
         Ok(DataPath {
             _ebpf: ebpf,
             programs,
-            rings,
-            records_per_ring: ring_bytes as usize / (tracer_common::record::RAW_RECORD_SIZE + 8),
+            rings: Rings {
+                rings: (0..).zip(rings).collect(),
+                records_per_ring: ring_bytes as usize
+                    / (tracer_common::record::RAW_RECORD_SIZE + 8),
+            },
             lost,
             recording,
             shared_in_use,
@@ -181,39 +236,35 @@ impl DataPath {
         &self.programs
     }
 
-    /// Duplicates of the ring buffers' descriptors, readable when the BPF side forces a wakeup.
+    /// Duplicates of the ring buffers' descriptors, readable when the BPF side forces a wakeup
+    /// (of the rings here: taken before any are shared out).
     pub fn ring_fds(&self) -> Result<Vec<OwnedFd>> {
-        let dup = |ring: &RingBuf<MapData>| ring.as_fd().try_clone_to_owned();
-        Ok(self.rings.iter().map(dup).collect::<Result<_, _>>()?)
+        let dup = |(_, ring): &(u32, RingBuf<MapData>)| ring.as_fd().try_clone_to_owned();
+        Ok(self.rings.rings.iter().map(dup).collect::<Result<_, _>>()?)
     }
 
-    /// Hands the records now in the ring buffers to `sink`, at most one ring's worth from each
-    /// ring, so that a producer faster than this consumer cannot keep one pass going forever.
-    /// `sink` gets each record with the CPU whose ring it came from.
-    pub fn drain(&mut self, mut sink: impl FnMut(u32, &RawRecord)) -> Drained {
-        let mut drained = Drained::default();
-        for (cpu, ring) in (0..).zip(&mut self.rings) {
-            let mut last = None;
-            for _ in 0..self.records_per_ring {
-                let Some(item) = ring.next() else {
-                    last = None;
-                    break;
-                };
-                match RawRecord::view(&item) {
-                    Some(record) => {
-                        last = Some(record.ktime_ns);
-                        sink(cpu, record);
-                    }
-                    None => drained.malformed += 1,
-                }
-            }
-            // Still records left (or the cap was reached exactly): this ring is behind.
-            if let Some(ktime) = last {
-                drained.behind_after =
-                    Some(drained.behind_after.map_or(ktime, |b: u64| b.min(ktime)));
-            }
+    /// Hands the records now in the rings not shared out (`share_rings`) to `sink` (see
+    /// `Rings::drain`).
+    pub fn drain(&mut self, sink: impl FnMut(u32, &RawRecord)) -> Drained {
+        self.rings.drain(sink)
+    }
+
+    /// Deals the rings into `shares` shares (as many as there are rings at most), a CPU's ring
+    /// to share `cpu % shares`: the first stays here, the others are returned, for threads of
+    /// their own to drain.
+    pub fn share_rings(&mut self, shares: usize) -> Vec<Rings> {
+        let shares = shares.clamp(1, self.rings.rings.len().max(1));
+        let mut dealt: Vec<Rings> = (0..shares)
+            .map(|_| Rings {
+                rings: Vec::new(),
+                records_per_ring: self.rings.records_per_ring,
+            })
+            .collect();
+        for (n, ring) in self.rings.rings.drain(..).enumerate() {
+            dealt[n % shares].rings.push(ring);
         }
-        drained
+        self.rings = dealt.remove(0);
+        dealt
     }
 
     /// `--lossless`: the threads the BPF side has stopped and sent their SIGSTOP since their

@@ -35,6 +35,7 @@ fn rwlock_has_waiters(words: &[u32]) -> bool {
 }
 
 /// Turns raw records into trace records.
+#[derive(Clone)]
 pub struct Decoder {
     realtime_offset_ns: i128,
     /// The selected events' codes: rmutex and mutex records come from the same probes.

@@ -9,6 +9,7 @@
 pub mod blocks;
 pub mod control;
 pub mod deadlocks;
+mod draw;
 pub mod facts;
 pub mod signals;
 
@@ -29,16 +30,13 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use tracer_common::RawRecord;
-use tracer_model::{
-    TraceRecord,
-    event::{LossSource, SystemEvent, SystemKind},
-};
+use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 
 use self::{
     blocks::BlockWatch,
     control::{Asked, Controller, Recording},
     deadlocks::DeadlockWatch,
+    draw::{DrawThreads, Drawn, Pulled},
     facts::Facts,
     signals::{TraceSignal, TraceSignals},
 };
@@ -96,6 +94,8 @@ pub struct Session {
     pub blocks: Option<BlockWatch>,
     /// Live deadlock detection (`--deadlock-after`).
     pub deadlocks: Option<DeadlockWatch>,
+    /// `--consumer-threads`: the rings are drained by this many threads together.
+    pub consumer_threads: usize,
 }
 
 /// How long a target's main thread must have been gone before the process moves to shared
@@ -179,7 +179,9 @@ impl Session {
         each_second.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // `ctl shutdown`: answered once the trace is complete.
         let mut shutdown_answers = Vec::new();
+        let shares = self.datapath.share_rings(self.consumer_threads);
         let mut flow = Flow {
+            drawers: DrawThreads::start(shares, &self.decoder)?,
             reorder: Reorder::new(LATE_COMMIT_NS),
             processes: HashSet::new(),
             last_recorded_pid: None,
@@ -615,55 +617,63 @@ impl Session {
     /// loss counters and reports new losses.
     fn drain(&mut self, flow: &mut Flow) -> Result<()> {
         let pass_start = kernel::monotonic_ns();
+        flow.drawers.begin_pass()?;
         let Flow {
             reorder,
             facts,
             described,
             named_threads,
             seconds,
+            drawers,
             ..
         } = flow;
-        let decoder = &self.decoder;
         // The thread of the previous record: records come in runs of one thread, whose
         // process and name are known after the first (and `seconds` holds for the pass).
         let mut previous = None;
-        let drained = self.datapath.drain(|cpu, raw| {
-            let drawn = Drawn::new(decoder, cpu, raw);
+        let mut arrive = |pulled: Pulled| {
+            let Pulled {
+                ktime_ns,
+                pid,
+                lwpid,
+                drawn,
+            } = pulled;
             // A process or thread first seen: its facts are read now, while it most likely
             // still lives, and placed just before its record.
             if let Some(facts) = facts.as_mut()
-                && previous.replace((raw.pid, raw.lwpid)) != Some((raw.pid, raw.lwpid))
+                && previous.replace((pid, lwpid)) != Some((pid, lwpid))
             {
                 let time_ns = drawn.time_ns;
                 let mut events = Vec::new();
-                if described.insert(raw.pid) {
-                    events.extend(facts.attached(raw.pid, time_ns));
+                if described.insert(pid) {
+                    events.extend(facts.attached(pid, time_ns));
                 }
                 for event in events {
-                    reorder.push(raw.ktime_ns, Staged::System(event));
+                    reorder.push(ktime_ns, Staged::System(event));
                 }
                 // A thread first seen is named when its first record is written: a thread
                 // that names itself as it starts has done so by then. The name it has now
                 // stands in if it is gone by then.
-                match named_threads.entry(raw.lwpid) {
+                match named_threads.entry(lwpid) {
                     Entry::Occupied(mut seen) => seen.get_mut().seen = *seconds,
                     Entry::Vacant(slot) => {
-                        let name = facts::thread_name(raw.pid, raw.lwpid, time_ns);
+                        let name = facts::thread_name(pid, lwpid, time_ns);
                         slot.insert(ThreadSeen {
-                            pid: raw.pid,
+                            pid,
                             name: String::new(),
                             seen: *seconds,
                         });
-                        let staged = Staged::ThreadName {
-                            lwpid: raw.lwpid,
-                            first: name,
-                        };
-                        reorder.push(raw.ktime_ns, staged);
+                        let staged = Staged::ThreadName { lwpid, first: name };
+                        reorder.push(ktime_ns, staged);
                     }
                 }
             }
-            reorder.push_record(raw.ktime_ns, drawn)
-        });
+            reorder.push_record(ktime_ns, drawn)
+        };
+        let decoder = &self.decoder;
+        let drained = self
+            .datapath
+            .drain(|cpu, raw| arrive(Pulled::new(decoder, cpu, raw)));
+        let drained = drained.merge(drawers.end_pass(&mut arrive)?);
         flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end: what --lossless stopped may run again.
         if drained.behind_after.is_none() {
@@ -801,38 +811,6 @@ struct MainThreads {
     checked: Option<Instant>,
 }
 
-/// A record as it waits in the reorder stage, decoded as it was drawn from the ring of `cpu`:
-/// while its bytes are in cache (decoding depends on nothing the stage puts in order), and to
-/// two thirds of a raw record's size, as many thousands wait here (perf: the misses of reading
-/// raw records back were the largest cost of writing them).
-#[derive(Clone, Copy)]
-struct Drawn {
-    /// `None`: codes the event table does not know.
-    record: Option<TraceRecord>,
-    /// When it was stamped (realtime): where a gap before it, or its loss, is placed.
-    time_ns: i64,
-    cpu: u32,
-    /// Records the ring could not take just before it.
-    lost_before: u32,
-    /// For the live deadlock watch (see `deadlocks::owner_hint`).
-    owner_hint: u32,
-}
-
-impl Drawn {
-    fn new(decoder: &Decoder, cpu: u32, raw: &RawRecord) -> Self {
-        let record = decoder.decode(raw);
-        Drawn {
-            owner_hint: record
-                .as_ref()
-                .map_or(0, |record| deadlocks::owner_hint(record, raw)),
-            record,
-            time_ns: decoder.realtime_ns(raw.ktime_ns),
-            cpu,
-            lost_before: raw.lost_before,
-        }
-    }
-}
-
 /// What else waits in the reorder stage, among the records.
 enum Staged {
     System(SystemEvent),
@@ -942,6 +920,8 @@ pub fn target_error_event(time_ns: i64, pid: u32, error: &anyhow::Error) -> Syst
 
 /// Records between the rings and the sinks, and those that never arrived.
 struct Flow {
+    /// The threads that drain the rings shared out, if any.
+    drawers: DrawThreads,
     reorder: Reorder<Drawn, Staged>,
     /// Processes with records written whose exit has not been handled yet: system-wide, the
     /// ones to look for; under `--follow`, the children to watch.

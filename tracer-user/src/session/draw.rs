@@ -1,0 +1,152 @@
+//! Where records leave the rings. Each is decoded as it is drawn, while its bytes are in cache:
+//! by the session's thread for its share of the rings and, with `--consumer-threads N`, by N-1
+//! drawing threads for the others, all in the same pass. The session then puts every record
+//! drawn in the reorder stage, which orders them whoever drew them.
+
+use std::{
+    sync::mpsc,
+    thread::{self, JoinHandle},
+};
+
+use anyhow::{Context, Result, anyhow};
+use tracer_common::RawRecord;
+use tracer_model::TraceRecord;
+
+use super::deadlocks;
+use crate::capture::{
+    datapath::{Drained, Rings},
+    decode::Decoder,
+};
+
+/// A record as it waits in the reorder stage, decoded as it was drawn from the ring of `cpu`:
+/// decoding depends on nothing the stage puts in order, and the decoded record is two thirds of
+/// a raw record's size, as many thousands wait there (perf: the misses of reading raw records
+/// back were the largest cost of writing them).
+#[derive(Clone, Copy)]
+pub(super) struct Drawn {
+    /// `None`: codes the event table does not know.
+    pub record: Option<TraceRecord>,
+    /// When it was stamped (realtime): where a gap before it, or its loss, is placed.
+    pub time_ns: i64,
+    pub cpu: u32,
+    /// Records the ring could not take just before it.
+    pub lost_before: u32,
+    /// For the live deadlock watch (see `deadlocks::owner_hint`).
+    pub owner_hint: u32,
+}
+
+/// A record just drawn, with what the session needs of it before it waits: when it was stamped
+/// (CLOCK_MONOTONIC, the stage's order) and whose it is, known even when it does not decode.
+pub(super) struct Pulled {
+    pub ktime_ns: u64,
+    pub pid: u32,
+    pub lwpid: u32,
+    pub drawn: Drawn,
+}
+
+impl Pulled {
+    pub fn new(decoder: &Decoder, cpu: u32, raw: &RawRecord) -> Self {
+        let record = decoder.decode(raw);
+        Pulled {
+            ktime_ns: raw.ktime_ns,
+            pid: raw.pid,
+            lwpid: raw.lwpid,
+            drawn: Drawn {
+                owner_hint: record
+                    .as_ref()
+                    .map_or(0, |record| deadlocks::owner_hint(record, raw)),
+                record,
+                time_ns: decoder.realtime_ns(raw.ktime_ns),
+                cpu,
+                lost_before: raw.lost_before,
+            },
+        }
+    }
+}
+
+/// The threads that drain the rings shared out (`DataPath::share_rings`), each its own share,
+/// one pass when the session begins one. None with one consumer thread.
+pub(super) struct DrawThreads {
+    threads: Vec<DrawThread>,
+}
+
+struct DrawThread {
+    /// Each buffer sent is one pass: the thread drains its share once, into it.
+    passes: mpsc::Sender<Vec<Pulled>>,
+    /// What each pass drew, and what it read.
+    drawn: mpsc::Receiver<(Vec<Pulled>, Drained)>,
+    /// The buffer of the last pass, emptied: the next pass's, so that passes do not allocate.
+    spare: Vec<Pulled>,
+    handle: JoinHandle<()>,
+}
+
+impl DrawThreads {
+    pub fn start(shares: Vec<Rings>, decoder: &Decoder) -> Result<Self> {
+        let threads = (1..)
+            .zip(shares)
+            .map(|(n, mut rings)| {
+                let (passes, pass_requests) = mpsc::channel::<Vec<Pulled>>();
+                let (drawn_out, drawn) = mpsc::channel();
+                let decoder = decoder.clone();
+                let handle = thread::Builder::new()
+                    .name(format!("ring-drawer-{n}"))
+                    .spawn(move || {
+                        for mut batch in pass_requests {
+                            let read =
+                                rings.drain(|cpu, raw| batch.push(Pulled::new(&decoder, cpu, raw)));
+                            if drawn_out.send((batch, read)).is_err() {
+                                break;
+                            }
+                        }
+                    })
+                    .context("cannot start a thread to drain the rings")?;
+                Ok(DrawThread {
+                    passes,
+                    drawn,
+                    spare: Vec::new(),
+                    handle,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(DrawThreads { threads })
+    }
+
+    /// Has each thread begin a pass over its share of the rings.
+    pub fn begin_pass(&mut self) -> Result<()> {
+        for thread in &mut self.threads {
+            thread
+                .passes
+                .send(std::mem::take(&mut thread.spare))
+                .map_err(|_| stopped())?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the pass each thread began, hands what it drew to `take`, and returns what
+    /// they read together.
+    pub fn end_pass(&mut self, mut take: impl FnMut(Pulled)) -> Result<Drained> {
+        let mut read = Drained::default();
+        for thread in &mut self.threads {
+            let (mut batch, drained) = thread.drawn.recv().map_err(|_| stopped())?;
+            batch.drain(..).for_each(&mut take);
+            thread.spare = batch;
+            read = read.merge(drained);
+        }
+        Ok(read)
+    }
+}
+
+/// A drawing thread is gone: it panicked (said on stderr).
+fn stopped() -> anyhow::Error {
+    anyhow!("a thread that drains the ring buffers has stopped")
+}
+
+impl Drop for DrawThreads {
+    fn drop(&mut self) {
+        for DrawThread { passes, handle, .. } in self.threads.drain(..) {
+            // No more passes: the thread ends once the one it may be making is done.
+            drop(passes);
+            let _ = handle.join();
+        }
+    }
+}
