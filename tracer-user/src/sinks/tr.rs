@@ -4,7 +4,7 @@
 
 use std::{
     fs::File,
-    io::{self, BufWriter, Write},
+    io::{self, Write},
     path::Path,
 };
 
@@ -14,7 +14,7 @@ use foldhash::{HashMap, HashMapExt};
 use tracer_model::{
     TraceRecord,
     event::SystemEvent,
-    tr::{Line, file_name},
+    tr::{LineWriter, file_name},
 };
 
 use super::{
@@ -22,7 +22,7 @@ use super::{
     output_dir::{FileIdentity, OutputDir},
 };
 
-/// The buffer of each file in buffered mode (`THR_TRACE_BUF` unset).
+/// The buffer of each open file (unbuffered, it is written out after each drain pass).
 const FILE_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Per-thread trace files in one directory.
@@ -40,15 +40,33 @@ pub struct TrFiles {
     created: HashMap<FileKey, Created>,
     /// Counts writes; an open file's `last_write` says how recently it was written.
     clock: u64,
-    /// The line being written, kept to reuse its allocation.
-    line: String,
+    lines: LineWriter,
 }
 
+/// A file and the lines not yet written to it. Lines are formatted straight into the buffer
+/// (not through a `BufWriter`, which would copy each one in), and the buffer is written out
+/// only whole: a killed tracer leaves whole lines up to its last write.
 struct OpenFile {
-    writer: BufWriter<File>,
+    file: File,
+    buffer: Vec<u8>,
     last_write: u64,
-    /// The bytes the file holds once its buffer is flushed.
+    /// The bytes the file holds once its buffer is written.
     length: u64,
+}
+
+impl OpenFile {
+    fn flush(&mut self) -> io::Result<()> {
+        let written = self.file.write_all(&self.buffer);
+        self.buffer.clear();
+        written
+    }
+}
+
+/// A run that ends in an error still writes the lines it had (as a `BufWriter` would).
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
 }
 
 struct Created {
@@ -95,7 +113,7 @@ impl TrFiles {
             open: HashMap::new(),
             created: HashMap::new(),
             clock: 0,
-            line: String::new(),
+            lines: LineWriter::default(),
         }
     }
 
@@ -121,11 +139,11 @@ impl TrFiles {
                     format!("{}: {e}", self.dir.shown(&key.name()).display()),
                 )
             })?;
-            let writer = BufWriter::with_capacity(FILE_BUFFER_BYTES, file);
             self.open.insert(
                 key,
                 OpenFile {
-                    writer,
+                    file,
+                    buffer: Vec::with_capacity(FILE_BUFFER_BYTES),
                     last_write: 0,
                     length,
                 },
@@ -176,7 +194,7 @@ impl TrFiles {
         if let Some(created) = self.created.get_mut(&key) {
             created.length = file.length;
         }
-        file.writer.flush()
+        file.flush()
     }
 }
 
@@ -186,18 +204,22 @@ impl Sink for TrFiles {
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        // One write of the whole line: a buffer boundary never splits it, so a killed tracer
-        // leaves whole lines up to its last write.
-        let mut line = std::mem::take(&mut self.line);
-        line.clear();
-        Line(record).append_to(&mut line);
-        line.push('\n');
-        let file = self.file(FileKey::of(record))?;
-        file.length += line.len() as u64;
-        let written = file.writer.write_all(line.as_bytes());
-        self.line = line;
-        written?;
-        Ok(())
+        // Taken out while the file (which borrows `self`) is written, put back after.
+        let mut lines = std::mem::take(&mut self.lines);
+        let file = self.file(FileKey::of(record));
+        let written = file.and_then(|file| {
+            // Room for the longest line and its newline: the buffer never grows.
+            if FILE_BUFFER_BYTES - file.buffer.len() <= LineWriter::MAX_LEN {
+                file.flush()?;
+            }
+            let before = file.buffer.len();
+            lines.append(record, &mut file.buffer);
+            file.buffer.push(b'\n');
+            file.length += (file.buffer.len() - before) as u64;
+            Ok(())
+        });
+        self.lines = lines;
+        written
     }
 
     /// A tr line has no room for them.
@@ -217,9 +239,7 @@ impl Sink for TrFiles {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.open
-            .values_mut()
-            .try_for_each(|file| file.writer.flush())
+        self.open.values_mut().try_for_each(OpenFile::flush)
     }
 
     /// Lines go to their files as they come: no stream holds them.
