@@ -119,15 +119,14 @@ impl<R: Copy, T> Reorder<R, T> {
             newer.into_iter().peekable(),
             self.arrived.drain(..).peekable(),
         );
-        loop {
-            let next = match (old.peek(), new.peek()) {
-                (Some(a), Some(b)) if a <= b => old.next(),
-                (Some(_), Some(_)) | (None, Some(_)) => new.next(),
-                (Some(_), None) => old.next(),
-                (None, None) => break,
-            };
+        while let (Some(a), Some(b)) = (old.peek(), new.peek()) {
+            let next = if a <= b { old.next() } else { new.next() };
             self.waiting.extend(next);
         }
+        // One side is used up: the rest of the other follows in one piece (nearly always all
+        // the arrivals, newer than every key waiting; one at a time cost 2% of the consumer).
+        self.waiting.extend(old);
+        self.waiting.extend(new);
     }
 
     /// Hands `sink` each item stamped before `before`, oldest first, and frees its slot.
