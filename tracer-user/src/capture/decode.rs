@@ -1,7 +1,7 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{EventDef, Field, RawRecord, events::classify};
+use tracer_common::{EVENTS, EventDef, Field, RawRecord, events::classify};
 use tracer_model::TraceRecord;
 
 /// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
@@ -38,8 +38,9 @@ fn rwlock_has_waiters(words: &[u32]) -> bool {
 #[derive(Clone)]
 pub struct Decoder {
     realtime_offset_ns: i128,
-    /// The selected events' codes: rmutex and mutex records come from the same probes.
-    selected: Vec<(u16, u16)>,
+    /// Whether each row of the event table is selected (rmutex and mutex records come from
+    /// the same probes): a lookup per record, not a search of the selection.
+    selected: Vec<bool>,
 }
 
 impl Decoder {
@@ -47,13 +48,13 @@ impl Decoder {
     pub fn new(realtime_offset_ns: i128, selected: &[&EventDef]) -> Self {
         Decoder {
             realtime_offset_ns,
-            selected: codes(selected),
+            selected: rows(selected),
         }
     }
 
     /// Keeps the records of `selected` only from now on (none: a stopped trace).
     pub fn select(&mut self, selected: &[&EventDef]) {
-        self.selected = codes(selected);
+        self.selected = rows(selected);
     }
 
     /// CLOCK_REALTIME nanoseconds of a CLOCK_MONOTONIC stamp.
@@ -63,7 +64,7 @@ impl Decoder {
 
     /// Whether the record is of a selected event (a mutex probe records both kinds).
     pub fn selects(&self, record: &TraceRecord) -> bool {
-        self.selected.contains(&(record.event1, record.event2))
+        EventDef::row(record.event1, record.event2).is_some_and(|row| self.selected[row])
     }
 
     /// `None` for codes the event table does not know (a corrupt or foreign record).
@@ -90,11 +91,14 @@ impl Decoder {
     }
 }
 
-fn codes(events: &[&EventDef]) -> Vec<(u16, u16)> {
-    events
-        .iter()
-        .map(|e| (e.category.code(), e.event2))
-        .collect()
+fn rows(events: &[&EventDef]) -> Vec<bool> {
+    let mut selected = vec![false; EVENTS.len()];
+    for event in events {
+        if let Some(row) = EventDef::row(event.category.code(), event.event2) {
+            selected[row] = true;
+        }
+    }
+    selected
 }
 
 /// Whether the call returned 0 (success for every call whose stores are recorded).
