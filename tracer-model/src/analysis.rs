@@ -331,6 +331,10 @@ impl Deadlock {
     }
 }
 
+/// How many records go by between sweeps of the entries kept empty (`Analysis::holders`):
+/// what is kept is bounded by the locks and calls of this many records.
+const SWEEP_EVERY: u32 = 1 << 16;
+
 /// The engine.
 #[derive(Default)]
 pub struct Analysis {
@@ -339,9 +343,15 @@ pub struct Analysis {
     /// Keep statistics (the report); off, only who holds and who waits (live detection).
     stats: bool,
     locks: HashMap<(u32, u64), LockStats>,
+    /// Who holds each lock. A lock let go keeps its entry, empty, and a thread's call that
+    /// returned keeps its `pending` entry, `None`: a lock taken and let go again, a call made
+    /// again, neither inserts nor removes (perf: those, and the allocation of each holder list,
+    /// were a third of the live deadlock watch). `sweep` bounds what is kept.
     holders: HashMap<(u32, u64), Vec<Holder>>,
     threads: HashMap<u32, ThreadStats>,
-    pending: HashMap<(u32, u16, u16), Pending>,
+    pending: HashMap<(u32, u16, u16), Option<Pending>>,
+    /// Records since the last `sweep`.
+    unswept: u32,
     /// The threads that have signaled a condvar or posted a semaphore: whom a wait on it may
     /// be waiting for.
     wakers: HashMap<(u32, u64), HashSet<u32>>,
@@ -384,6 +394,10 @@ impl Analysis {
         let Some((event, role)) = lookup(record.event1, record.event2) else {
             return;
         };
+        self.unswept += 1;
+        if self.unswept >= SWEEP_EVERY {
+            self.sweep();
+        }
         let now = record.time_ns() as i64;
         self.first_ns.get_or_insert(now);
         self.last_ns = self.last_ns.max(now);
@@ -408,14 +422,14 @@ impl Analysis {
                     second: record.a[1] as u64,
                     owner_hint,
                 };
-                self.pending.insert(key, pending);
+                self.pending.insert(key, Some(pending));
                 // A condvar wait lets its mutex go until it returns.
                 if role == Role::CondWait {
                     self.release(record.pid, record.lwpid, record.a[1] as u64, now);
                 }
             }
             2 => {
-                if let Some(pending) = self.pending.remove(&key) {
+                if let Some(pending) = self.pending.get_mut(&key).and_then(Option::take) {
                     self.returned(record, &pending, now);
                 }
             }
@@ -616,9 +630,6 @@ impl Analysis {
             return;
         }
         let holder = holders.remove(at);
-        if holders.is_empty() {
-            self.holders.remove(&(pid, object));
-        }
         if let Some(timeline) = self.timeline.as_mut() {
             timeline.last_release.insert((pid, object), (lwpid, now));
             let kind = self
@@ -714,6 +725,13 @@ impl Analysis {
     }
 
     /// Who holds `object` of `pid` now.
+    /// Drops the entries kept empty (see `holders`).
+    fn sweep(&mut self) {
+        self.unswept = 0;
+        self.holders.retain(|_, holders| !holders.is_empty());
+        self.pending.retain(|_, call| call.is_some());
+    }
+
     pub fn holders_of(&self, pid: u32, object: u64) -> &[Holder] {
         self.holders.get(&(pid, object)).map_or(&[], Vec::as_slice)
     }
@@ -725,7 +743,8 @@ impl Analysis {
 
     /// Process `pid` has exited: its calls will not return, its locks are gone.
     pub fn process_exited(&mut self, pid: u32) {
-        self.pending.retain(|_, call| call.pid != pid);
+        self.pending
+            .retain(|_, call| call.is_some_and(|call| call.pid != pid));
         self.holders.retain(|&(p, _), _| p != pid);
     }
 
@@ -738,6 +757,7 @@ impl Analysis {
         let waiting: HashMap<u32, Pending> = self
             .pending
             .iter()
+            .filter_map(|(key, call)| Some((key, call.as_ref()?)))
             .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns)
             .filter(|(_, call)| {
                 matches!(
@@ -948,6 +968,33 @@ mod tests {
         assert!(
             analysis.new_deadlocks(3000 * MS, 1000 * MS).is_empty(),
             "said once"
+        );
+    }
+
+    #[test]
+    fn locks_let_go_are_swept_and_what_is_held_across_a_sweep_stays_known() {
+        let mut analysis = Analysis::new(false);
+        // Held from before the sweeps to after them.
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        // More locks taken and let go than a sweep keeps (3 records each).
+        let let_go = i64::from(SWEEP_EVERY) + 1;
+        for n in 0..let_go {
+            lock(&mut analysis, 2, 0x10_0000 + n * 64, 1, 1, false);
+            unlock(&mut analysis, 2, 0x10_0000 + n * 64, 1);
+        }
+        assert!(analysis.holders.len() <= SWEEP_EVERY as usize);
+        assert_eq!(analysis.held_by(1), [M1 as u64]);
+        assert!(analysis.held_by(2).is_empty());
+        // The AB-BA cycle is found as without the sweeps.
+        lock(&mut analysis, 2, M2, 2, 2, false);
+        analysis.record(&rec(1, "mutex_lock", 1, 10, [M2, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", 1, 20, [M1, 0, 0, 0, 0]));
+        let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
+        assert_eq!(found.len(), 1);
+        let two = found[0].threads.iter().find(|t| t.lwpid == 2).unwrap();
+        assert_eq!(
+            (two.waits_for, two.holds.clone()),
+            (M1 as u64, vec![M2 as u64])
         );
     }
 
