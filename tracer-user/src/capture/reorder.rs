@@ -52,6 +52,28 @@ pub struct Reorder<R, T> {
     late_ns: u64,
 }
 
+/// How many items ahead of the one handed over the record there is fetched into cache: records
+/// wait long enough to have left it, and reading each back missed it (perf: two fifths of the
+/// time of writing a record, in the first load from it).
+const PREFETCH_AHEAD: usize = 8;
+
+/// Has the CPU start loading `item`'s cache lines (a hint: nothing where there is no such
+/// instruction).
+#[inline(always)]
+fn prefetch<R>(item: &R) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let start = std::ptr::from_ref(item).cast::<i8>();
+        let last = size_of::<R>().saturating_sub(1);
+        for offset in (0..last).step_by(64).chain([last]) {
+            // SAFETY: SSE is part of the x86-64 baseline, and a prefetch never faults: the
+            // address (within `item`) is only a hint.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset)) };
+        }
+    }
+}
+
 /// The margin for records committed late: several scheduler time slices.
 pub const LATE_COMMIT_NS: u64 = 50_000_000;
 
@@ -134,6 +156,12 @@ impl<R: Copy, T> Reorder<R, T> {
         while let Some(&(ktime_ns, _, slot)) = self.waiting.front() {
             if ktime_ns >= before {
                 break;
+            }
+            if let Some(&(_, _, ahead)) = self.waiting.get(PREFETCH_AHEAD)
+                && ahead & OTHER == 0
+                && let Some(record) = self.records.get(ahead as usize)
+            {
+                prefetch(record);
             }
             self.waiting.pop_front();
             if slot & OTHER == 0 {
