@@ -22,10 +22,12 @@ type Key = (u64, u64, u32);
 /// The slot bit that says an item is an other one, not a record.
 const OTHER: u32 = 1 << 31;
 
-/// What the stage hands over: a record, where it waits, or another item, its own.
+/// What the stage hands over: a record, where it waits, or another item, its own. Two words:
+/// an other item is boxed, so that handing over a record does not copy an item's room (perf:
+/// a 136-byte copy of each record's `Released` was 3% of the tracer).
 pub enum Released<'a, R, T> {
     Record(&'a R),
-    Other(T),
+    Other(Box<T>),
 }
 
 /// Items in time order: records (`R`, plain data by the million) and other items (`T`, the
@@ -43,7 +45,7 @@ pub struct Reorder<R, T> {
     arrived: Vec<Key>,
     records: Vec<R>,
     free_records: Vec<u32>,
-    others: Vec<Option<T>>,
+    others: Vec<Option<Box<T>>>,
     free_others: Vec<u32>,
     arrivals: u64,
     /// The start of the previous drain pass: records stamped before it are complete.
@@ -112,11 +114,11 @@ impl<R: Copy, T> Reorder<R, T> {
     pub fn push(&mut self, ktime_ns: u64, item: T) {
         let slot = match self.free_others.pop() {
             Some(slot) => {
-                self.others[slot as usize] = Some(item);
+                self.others[slot as usize] = Some(Box::new(item));
                 slot
             }
             None => {
-                self.others.push(Some(item));
+                self.others.push(Some(Box::new(item)));
                 (self.others.len() - 1) as u32
             }
         };
@@ -209,7 +211,7 @@ mod tests {
     fn value(item: Released<'_, u64, u64>) -> u64 {
         match item {
             Released::Record(&record) => record,
-            Released::Other(other) => other,
+            Released::Other(other) => *other,
         }
     }
 

@@ -706,7 +706,7 @@ impl Session {
             if written.is_ok() {
                 written = match item {
                     Released::Record(drawn) => self.write_record(drawn, flow),
-                    Released::Other(item) => self.write_item(item, flow),
+                    Released::Other(item) => self.write_item(*item, flow),
                 };
             }
         };
