@@ -55,6 +55,25 @@ struct OpenFile {
 }
 
 impl OpenFile {
+    /// Adds the line of `record`, written at `clock` (see `TrFiles::clock`).
+    fn append(
+        &mut self,
+        lines: &mut LineWriter,
+        record: &TraceRecord,
+        clock: u64,
+    ) -> io::Result<()> {
+        // Room for the longest line and its newline: the buffer never grows.
+        if FILE_BUFFER_BYTES - self.buffer.len() <= LineWriter::MAX_LEN {
+            self.flush()?;
+        }
+        let before = self.buffer.len();
+        lines.append(record, &mut self.buffer);
+        self.buffer.push(b'\n');
+        self.length += (self.buffer.len() - before) as u64;
+        self.last_write = clock;
+        Ok(())
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         let written = self.file.write_all(&self.buffer);
         self.buffer.clear();
@@ -117,41 +136,35 @@ impl TrFiles {
         }
     }
 
-    fn file(&mut self, key: FileKey) -> io::Result<&mut OpenFile> {
-        self.clock += 1;
-        if !self.open.contains_key(&key) {
-            if self.open.len() >= self.max_open {
-                self.close_least_recent(self.max_open.div_ceil(4))?;
-            }
-            let (file, length) = match self.open_file(key) {
-                // Descriptors taken by something else (pidfds, links): make room and retry.
-                Err(error)
-                    if error.raw_os_error() == Some(libc::EMFILE) && !self.open.is_empty() =>
-                {
-                    self.close_least_recent(self.open.len().div_ceil(2))?;
-                    self.open_file(key)
-                }
-                result => result,
-            }
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", self.dir.shown(&key.name()).display()),
-                )
-            })?;
-            self.open.insert(
-                key,
-                OpenFile {
-                    file,
-                    buffer: Vec::with_capacity(FILE_BUFFER_BYTES),
-                    last_write: 0,
-                    length,
-                },
-            );
+    /// Opens the file of `key` (not open now), closing others first if too many are.
+    fn open_new(&mut self, key: FileKey) -> io::Result<()> {
+        if self.open.len() >= self.max_open {
+            self.close_least_recent(self.max_open.div_ceil(4))?;
         }
-        let file = self.open.get_mut(&key).expect("inserted above");
-        file.last_write = self.clock;
-        Ok(file)
+        let (file, length) = match self.open_file(key) {
+            // Descriptors taken by something else (pidfds, links): make room and retry.
+            Err(error) if error.raw_os_error() == Some(libc::EMFILE) && !self.open.is_empty() => {
+                self.close_least_recent(self.open.len().div_ceil(2))?;
+                self.open_file(key)
+            }
+            result => result,
+        }
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: {e}", self.dir.shown(&key.name()).display()),
+            )
+        })?;
+        self.open.insert(
+            key,
+            OpenFile {
+                file,
+                buffer: Vec::with_capacity(FILE_BUFFER_BYTES),
+                last_write: 0,
+                length,
+            },
+        );
+        Ok(())
     }
 
     /// Creates the file of `key` the first time, appends to it after; returns it and the bytes
@@ -204,22 +217,15 @@ impl Sink for TrFiles {
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        // Taken out while the file (which borrows `self`) is written, put back after.
-        let mut lines = std::mem::take(&mut self.lines);
-        let file = self.file(FileKey::of(record));
-        let written = file.and_then(|file| {
-            // Room for the longest line and its newline: the buffer never grows.
-            if FILE_BUFFER_BYTES - file.buffer.len() <= LineWriter::MAX_LEN {
-                file.flush()?;
-            }
-            let before = file.buffer.len();
-            lines.append(record, &mut file.buffer);
-            file.buffer.push(b'\n');
-            file.length += (file.buffer.len() - before) as u64;
-            Ok(())
-        });
-        self.lines = lines;
-        written
+        let key = FileKey::of(record);
+        self.clock += 1;
+        // One lookup for a file that is open, nearly always the case.
+        if let Some(file) = self.open.get_mut(&key) {
+            return file.append(&mut self.lines, record, self.clock);
+        }
+        self.open_new(key)?;
+        let file = self.open.get_mut(&key).expect("opened above");
+        file.append(&mut self.lines, record, self.clock)
     }
 
     /// A tr line has no room for them.
