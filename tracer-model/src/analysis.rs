@@ -724,7 +724,6 @@ impl Analysis {
         held
     }
 
-    /// Who holds `object` of `pid` now.
     /// Drops the entries kept empty (see `holders`).
     fn sweep(&mut self) {
         self.unswept = 0;
@@ -732,6 +731,7 @@ impl Analysis {
         self.pending.retain(|_, call| call.is_some());
     }
 
+    /// Who holds `object` of `pid` now.
     pub fn holders_of(&self, pid: u32, object: u64) -> &[Holder] {
         self.holders.get(&(pid, object)).map_or(&[], Vec::as_slice)
     }

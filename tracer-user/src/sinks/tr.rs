@@ -40,6 +40,7 @@ pub struct TrFiles {
     created: HashMap<FileKey, Created>,
     /// Counts writes; an open file's `last_write` says how recently it was written.
     clock: u64,
+    /// Formats every file's lines, keeping the fields a line shares with the one before.
     lines: LineWriter,
 }
 
