@@ -1,7 +1,7 @@
 //! `--log FILE`: the POSIX trace stream and its log, read back with the product's own reader
 //! and with `dump` (issue 9).
 
-use std::time::Duration;
+use std::{collections::HashSet, time::Duration};
 
 use thrtrace_tests::{
     Gated, Run, TempDir, TraceRecord, bpf_available, log_and_dir, log_with_losses, read_trace,
@@ -77,6 +77,27 @@ fn the_log_holds_what_the_tr_files_hold_with_the_system_events_around_it() {
     // The same records, callers included (a tr line has none).
     assert_eq!(in_time_order(without_callers(&thread_records(&events))), tr);
     assert!(thread_records(&events).iter().all(|r| r.caller != 0));
+    // mutex_contend's workers lock and unlock from one line each, a few instructions apart. A
+    // lock's caller is read at its entry; an unlock, written only at its return, takes its
+    // caller from where the kernel returns it to: the instruction after each call.
+    let callers_of = |name: &str, which: u16| -> HashSet<u64> {
+        thread_records(&events)
+            .iter()
+            .filter(|r| r.is(name, which))
+            .map(|r| r.caller)
+            .collect()
+    };
+    let (locks, unlocks) = (callers_of("mutex_lock", 2), callers_of("mutex_unlock", 0));
+    assert_eq!(
+        (locks.len(), unlocks.len()),
+        (1, 1),
+        "{locks:x?} {unlocks:x?}"
+    );
+    let (lock, unlock) = (
+        *locks.iter().next().unwrap(),
+        *unlocks.iter().next().unwrap(),
+    );
+    assert!(unlock > lock && unlock - lock < 32, "{lock:#x} {unlock:#x}");
 
     let system = system_events(&events);
     assert!(matches!(&system[0].kind, SystemKind::Start { filter } if filter.is_empty()));

@@ -10,7 +10,8 @@ pub struct RawRecord {
     pub ktime_ns: u64,
     /// The caller's `pthread_self()`: on x86-64 glibc, the thread's FS base.
     pub pthread_self: u64,
-    /// The address the call returns to (`[rsp]` at entry).
+    /// The address the call returns to: `[rsp]` at entry, or for a call written only at its
+    /// return, the instruction pointer the kernel restores there (the same address, unread).
     pub caller: u64,
     /// Process id (TGID) and kernel thread id, as seen from the initial PID namespace.
     pub pid: u32,

@@ -367,10 +367,13 @@ fn fill_entry(
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
         (*record).pthread_self = read_task_u64(task, ptr::read_volatile(&FSBASE_OFFSET));
-        read_user_into(
-            ptr::addr_of_mut!((*record).caller),
-            regs.rsp + u64::from(cookie.stack_offset),
-        );
+        // A call written once, at its return, takes its caller there, with no read.
+        if !written_at_return_only(flags) {
+            read_user_into(
+                ptr::addr_of_mut!((*record).caller),
+                regs.rsp + u64::from(cookie.stack_offset),
+            );
+        }
         (*record).pid = (pid_tgid >> 32) as u32;
         (*record).lwpid = pid_tgid as u32;
         (*record).event1 = cookie.event1;
@@ -390,6 +393,12 @@ fn fill_entry(
             regs.rdi,
         );
     }
+}
+
+/// Whether a call's one record is written at its return: its entry is not written.
+#[inline(always)]
+fn written_at_return_only(flags: ProbeFlags) -> bool {
+    flags.has(ProbeFlags::RETURN) && !flags.has(ProbeFlags::PAIRED)
 }
 
 #[uretprobe]
@@ -412,13 +421,7 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
         // Stopped or filtered out since the entry: nothing more is recorded of the call.
         if recording(&cookie) {
             let record = ptr::addr_of_mut!((*slot).record);
-            complete(
-                record,
-                &cookie,
-                task,
-                (*ctx.regs).rax,
-                (*slot).nvcsw_at_entry,
-            );
+            complete(record, &cookie, task, &*ctx.regs, (*slot).nvcsw_at_entry);
             emit(record);
         }
         (*slot).event = FREE;
@@ -435,13 +438,18 @@ unsafe fn complete(
     record: *mut RawRecord,
     cookie: &ProbeCookie,
     task: *mut task_struct,
-    rax: u64,
+    regs: &pt_regs,
     nvcsw_at_entry: u64,
 ) {
     let flags = cookie.flags;
     // SAFETY: per the function's contract.
     let record = unsafe { &mut *record };
-    record.rval = rax as i64;
+    record.rval = regs.rax as i64;
+    // Before it runs the return programs, the kernel puts the address the call returns to
+    // back in the instruction pointer: the caller, as `[rsp]` at entry.
+    if written_at_return_only(flags) {
+        record.caller = regs.rip;
+    }
     if flags.has(ProbeFlags::BLOCK) {
         let nvcsw = read_task_u64(task, unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
         record.block = (nvcsw != nvcsw_at_entry) as u8;
