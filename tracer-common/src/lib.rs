@@ -28,7 +28,8 @@ pub mod names {
     pub const TRACER_TGID: &str = "TRACER_TGID";
     /// Read-only global: 1 when tracing system-wide (shared links record every process).
     pub const SYSTEM_WIDE: &str = "SYSTEM_WIDE";
-    /// Read-only global: byte offset of `tgid` in `task_struct` (from kernel BTF).
+    /// Read-only globals: byte offsets of `pid` and `tgid` in `task_struct` (from kernel BTF).
+    pub const PID_OFFSET: &str = "PID_OFFSET";
     pub const TGID_OFFSET: &str = "TGID_OFFSET";
     /// Read-only global: the bytes of each CPU's ring buffer.
     pub const RING_BYTES: &str = "RING_BYTES";

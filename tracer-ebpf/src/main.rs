@@ -42,7 +42,10 @@ static TRACER_TGID: u32 = 0;
 /// Set when tracing system-wide: shared links (no process filter) record every process.
 #[unsafe(no_mangle)]
 static SYSTEM_WIDE: u32 = 0;
-/// Byte offset of `tgid` in `task_struct`, to tell a forked process from a new thread.
+/// Byte offsets of `pid` and `tgid` in `task_struct`: the current thread's ids with no helper
+/// call, and a forked child's process, to tell a new process from a new thread.
+#[unsafe(no_mangle)]
+static PID_OFFSET: u64 = 0;
 #[unsafe(no_mangle)]
 static TGID_OFFSET: u64 = 0;
 /// Bytes of each CPU's ring buffer: how full a ring is, without asking the kernel its size
@@ -293,13 +296,13 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let flags = cookie.flags;
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let task = current_task();
+    let pid_tgid = current_pid_tgid(task);
     if !recorded(pid_tgid, flags) {
         return 0;
     }
     // SAFETY: uprobe context registers are the user's at the probed instruction.
     let regs = unsafe { &*ctx.regs };
-    let task = current_task();
     if !flags.has(ProbeFlags::RETURN) {
         // A single record, written straight into the ring.
         emit_with(|record| fill_entry(record, &cookie, task, pid_tgid, regs, 0));
@@ -332,7 +335,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         fill_entry(record, &cookie, task, pid_tgid, regs, u16::from(paired));
         (*slot).nested = 0;
         (*slot).nvcsw_at_entry = if flags.has(ProbeFlags::BLOCK) {
-            read_task_u64(task, ptr::read_volatile(&NVCSW_OFFSET))
+            read_task::<u64>(task, ptr::read_volatile(&NVCSW_OFFSET))
         } else {
             0
         };
@@ -366,7 +369,7 @@ fn fill_entry(
             words.add(i).write_volatile(0);
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
-        (*record).pthread_self = read_task_u64(task, ptr::read_volatile(&FSBASE_OFFSET));
+        (*record).pthread_self = read_task::<u64>(task, ptr::read_volatile(&FSBASE_OFFSET));
         // A call written once, at its return, takes its caller there, with no read.
         if !written_at_return_only(flags) {
             read_user_into(
@@ -451,7 +454,7 @@ unsafe fn complete(
         record.caller = regs.rip;
     }
     if flags.has(ProbeFlags::BLOCK) {
-        let nvcsw = read_task_u64(task, unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
+        let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
         record.block = (nvcsw != nvcsw_at_entry) as u8;
     }
     if flags.has(ProbeFlags::OBJECT_AT_RETURN)
@@ -533,14 +536,27 @@ fn current_task() -> *mut task_struct {
     unsafe { bpf_get_current_task_btf() }
 }
 
-/// A u64 field of `task` (the current thread) at a BTF-derived offset. A plain load, not a
-/// helper call: the offset is read-only global data (frozen, so the verifier knows its value)
-/// and names a u64 field of `task_struct` in kernel BTF, where the verifier checks it.
+/// What `bpf_get_current_pid_tgid` returns (process id high, thread id low), from two loads.
 #[inline(always)]
-fn read_task_u64(task: *mut task_struct, offset: u64) -> u64 {
+fn current_pid_tgid(task: *mut task_struct) -> u64 {
+    // SAFETY: read-only globals that userspace sets before loading.
+    let (pid, tgid) = unsafe {
+        (
+            read_task::<u32>(task, ptr::read_volatile(&PID_OFFSET)),
+            read_task::<u32>(task, ptr::read_volatile(&TGID_OFFSET)),
+        )
+    };
+    (u64::from(tgid) << 32) | u64::from(pid)
+}
+
+/// A field of `task` (the current thread) at a BTF-derived offset. A plain load, not a helper
+/// call: the offset is read-only global data (frozen, so the verifier knows its value) and
+/// names a field of `task_struct` of `T`'s size in kernel BTF, where the verifier checks it.
+#[inline(always)]
+fn read_task<T>(task: *mut task_struct, offset: u64) -> T {
     // SAFETY: `task` is the helper's BTF pointer to the current task, valid for the program's
     // run; the verifier checks the field at `offset` and makes the load safe.
-    unsafe { task.cast::<u8>().add(offset as usize).cast::<u64>().read() }
+    unsafe { task.cast::<u8>().add(offset as usize).cast::<T>().read() }
 }
 
 /// Copies a record made elsewhere (a call's slot) into this CPU's ring.

@@ -140,6 +140,7 @@ impl DataPath {
                 &u32::from(scope == Scope::SystemWide),
                 true,
             )
+            .override_global(names::PID_OFFSET, &offsets.pid, true)
             .override_global(names::TGID_OFFSET, &offsets.tgid, true)
             .override_global(names::LOSSLESS, &u32::from(lossless), true)
             .override_global(names::RING_BYTES, &u64::from(ring_bytes), true)

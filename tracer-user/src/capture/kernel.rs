@@ -14,7 +14,9 @@ pub struct TaskOffsets {
     pub fsbase: u64,
     /// `nvcsw`: voluntary context switches, which grow when the thread sleeps in a futex.
     pub nvcsw: u64,
-    /// `tgid`: the process a task belongs to, read from a forked child's `task_struct`.
+    /// `pid` and `tgid`: a task's thread and process ids, read from the current task (with
+    /// no helper call) and from a forked child's.
+    pub pid: u64,
     pub tgid: u64,
 }
 
@@ -29,6 +31,7 @@ impl TaskOffsets {
         Ok(TaskOffsets {
             fsbase: thread + fsbase,
             nvcsw,
+            pid: member_offset(&btf, "task_struct", "pid")?,
             tgid: member_offset(&btf, "task_struct", "tgid")?,
         })
     }
