@@ -43,6 +43,8 @@ pub struct RawRecord {
 }
 
 pub const RAW_RECORD_SIZE: usize = 176;
+/// Bytes a record takes in a ring buffer: the record and the kernel's 8-byte header.
+pub const RING_ENTRY_SIZE: usize = RAW_RECORD_SIZE + 8;
 const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 

@@ -28,7 +28,7 @@ use aya_ebpf::{
 use tracer_common::{
     MAX_CPUS, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
-    record::RAW_RECORD_SIZE,
+    record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE},
 };
 
 /// Set by userspace from kernel BTF before loading.
@@ -594,11 +594,15 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) {
             }
         }
     }
-    // Wake the reader only when a quarter of the ring is in use; otherwise it polls.
+    // Wake the reader when a quarter of the ring is in use, and again at each further
+    // sixteenth while it has not caught up; otherwise it polls. Not at every record past the
+    // quarter: a wakeup is an interrupt, and a reader that is behind would get one per record.
     let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
     let used = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_AVAIL_DATA as u64) };
     let size = unsafe { ptr::read_volatile(&RING_BYTES) };
-    let wakeup = if used > size / 4 {
+    let step = (size / 16).max(1);
+    let before = used.saturating_sub(RING_ENTRY_SIZE as u64);
+    let wakeup = if used > size / 4 && before / step != used / step {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP

@@ -191,8 +191,7 @@ impl DataPath {
             programs,
             rings: Rings {
                 rings: (0..).zip(rings).collect(),
-                records_per_ring: ring_bytes as usize
-                    / (tracer_common::record::RAW_RECORD_SIZE + 8),
+                records_per_ring: ring_bytes as usize / tracer_common::record::RING_ENTRY_SIZE,
             },
             lost,
             recording,
