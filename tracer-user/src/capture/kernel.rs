@@ -21,49 +21,61 @@ pub struct TaskOffsets {
 }
 
 impl TaskOffsets {
+    /// Looks `task_struct` up by name once: a lookup by name scans the kernel's whole type
+    /// table, a good part of the tracer's start-up. `thread_struct` is reached through the type
+    /// of `task_struct.thread`.
     pub fn from_kernel_btf() -> Result<Self> {
         let btf = Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap)
             .map_err(|e| anyhow!("{e}"))
             .with_context(|| format!("cannot read kernel BTF at {VMLINUX_BTF}"))?;
-        let thread = member_offset(&btf, "task_struct", "thread")?;
-        let fsbase = member_offset(&btf, "thread_struct", "fsbase")?;
-        let nvcsw = member_offset(&btf, "task_struct", "nvcsw")?;
+        let task = struct_named(&btf, "task_struct")?;
+        let offset = |s: &btf_rs::Struct, owner: &str, name: &str| {
+            find_member(&btf, s, name)
+                .map(|(bits, _)| u64::from(bits / 8))
+                .ok_or_else(|| anyhow!("kernel BTF has no member {name} in struct {owner}"))
+        };
+        let (thread_bits, thread) = find_member(&btf, &task, "thread")
+            .ok_or_else(|| anyhow!("kernel BTF has no member thread in struct task_struct"))?;
+        let Ok(Type::Struct(thread_struct)) = btf.resolve_chained_type(&thread) else {
+            bail!("kernel BTF's task_struct.thread is not a struct");
+        };
         Ok(TaskOffsets {
-            fsbase: thread + fsbase,
-            nvcsw,
-            pid: member_offset(&btf, "task_struct", "pid")?,
-            tgid: member_offset(&btf, "task_struct", "tgid")?,
+            fsbase: u64::from(thread_bits / 8) + offset(&thread_struct, "thread_struct", "fsbase")?,
+            nvcsw: offset(&task, "task_struct", "nvcsw")?,
+            pid: offset(&task, "task_struct", "pid")?,
+            tgid: offset(&task, "task_struct", "tgid")?,
         })
     }
 }
 
-/// Byte offset of `member` in struct `name`, looking into anonymous structs and unions.
-fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<u64> {
+/// The struct called `name`.
+fn struct_named(btf: &Btf, name: &str) -> Result<btf_rs::Struct> {
     let types = btf
         .resolve_types_by_name(name)
         .map_err(|e| anyhow!("{e}"))?;
-    for ty in types {
-        if let Type::Struct(s) = ty
-            && let Some(bits) = find_member(btf, &s, member)
-        {
-            return Ok(u64::from(bits / 8));
-        }
-    }
-    bail!("kernel BTF has no member {member} in struct {name}")
+    types
+        .into_iter()
+        .find_map(|ty| match ty {
+            Type::Struct(s) => Some(s),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow!("kernel BTF has no struct {name}"))
 }
 
-fn find_member(btf: &Btf, s: &btf_rs::Struct, member: &str) -> Option<u32> {
+/// The bit offset of `member` in `s`, looking into anonymous structs and unions, and the
+/// member itself.
+fn find_member(btf: &Btf, s: &btf_rs::Struct, member: &str) -> Option<(u32, btf_rs::Member)> {
     for m in &s.members {
         match btf.resolve_name(m) {
-            Ok(n) if n == member => return Some(m.bit_offset()),
+            Ok(n) if n == member => return Some((m.bit_offset(), m.clone())),
             Ok(n) if !n.is_empty() => continue,
             _ => {}
         }
         // An anonymous struct or union: its members are the parent's.
         if let Ok(Type::Struct(inner) | Type::Union(inner)) = btf.resolve_chained_type(m)
-            && let Some(bits) = find_member(btf, &inner, member)
+            && let Some((bits, found)) = find_member(btf, &inner, member)
         {
-            return Some(m.bit_offset() + bits);
+            return Some((m.bit_offset() + bits, found));
         }
     }
     None
