@@ -35,16 +35,11 @@ pub struct Programs {
     pub exit: MultiProgram,
 }
 
-/// A program loaded for uprobe_multi links.
-pub struct MultiProgram {
-    fd: OwnedFd,
-    is_return: bool,
-}
-
-impl MultiProgram {
-    /// Loads program `name` of `object`, its map references bound to the maps aya created
-    /// for the same object in `ebpf`. `is_return`: a uretprobe.
-    pub fn load(object: &[u8], ebpf: &Ebpf, name: &str, is_return: bool) -> Result<Self> {
+impl Programs {
+    /// Loads programs `entry` and `exit` (a uretprobe) of `object`, their map references bound
+    /// to the maps aya created for the same object in `ebpf`. The object is parsed and
+    /// relocated once for both.
+    pub fn load(object: &[u8], ebpf: &Ebpf, entry: &str, exit: &str) -> Result<Self> {
         let mut obj = aya_obj::Object::parse(object).context("cannot parse the BPF object")?;
         let definitions: Vec<(String, aya_obj::Map)> = obj
             .maps
@@ -62,16 +57,30 @@ impl MultiProgram {
             obj.functions.keys().map(|(section, _)| *section).collect();
         obj.relocate_maps(bound.into_iter(), &text_sections)?;
         obj.relocate_calls(&text_sections)?;
-        let program = obj
-            .programs
-            .get(name)
-            .ok_or_else(|| anyhow!("no BPF program {name}"))?;
-        let function = &obj.functions[&program.function_key()];
-        let fd = prog_load(name, &function.instructions)
-            .with_context(|| format!("the kernel rejected BPF program {name}"))?;
-        Ok(MultiProgram { fd, is_return })
+        let load = |name: &str, is_return: bool| -> Result<MultiProgram> {
+            let program = obj
+                .programs
+                .get(name)
+                .ok_or_else(|| anyhow!("no BPF program {name}"))?;
+            let function = &obj.functions[&program.function_key()];
+            let fd = prog_load(name, &function.instructions)
+                .with_context(|| format!("the kernel rejected BPF program {name}"))?;
+            Ok(MultiProgram { fd, is_return })
+        };
+        Ok(Programs {
+            entry: load(entry, false)?,
+            exit: load(exit, true)?,
+        })
     }
+}
 
+/// A program loaded for uprobe_multi links.
+pub struct MultiProgram {
+    fd: OwnedFd,
+    is_return: bool,
+}
+
+impl MultiProgram {
     /// Attaches at `offsets` of `file` for process `pid`, each with its cookie.
     pub fn attach(
         &self,

@@ -14,7 +14,7 @@ use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{LOST_TOTAL, MAX_CPUS, RawRecord, RecordingMasks, STOP_SENT, names};
 
 use super::{kernel::TaskOffsets, lossless};
-use crate::attach::multi_link::{MultiProgram, Programs};
+use crate::attach::multi_link::Programs;
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
@@ -151,10 +151,7 @@ impl DataPath {
             false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),
             true => (names::EMPTY_PROGRAM, names::EMPTY_PROGRAM),
         };
-        let programs = Programs {
-            entry: MultiProgram::load(BPF_OBJECT, &ebpf, entry, false)?,
-            exit: MultiProgram::load(BPF_OBJECT, &ebpf, exit, true)?,
-        };
+        let programs = Programs::load(BPF_OBJECT, &ebpf, entry, exit)?;
         let rings = create_rings(&mut ebpf, ring_bytes)?;
         let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
         let recording = Array::try_from(take_map(&mut ebpf, names::RECORDING)?)?;
