@@ -63,7 +63,7 @@ static LOSSLESS: u32 = 0;
 /// their threads (SIGCONT, or under `--follow` through ptrace). An unmarked entry is left for
 /// later: its SIGSTOP could still come after the SIGCONT.
 #[btf_map]
-static STOPPED: HashMap<u32, u32, 16384> = HashMap::new();
+static STOPPED: HashMap<u32, u32, 16384, { BPF_F_NO_PREALLOC as usize }> = HashMap::new();
 
 /// Per category code (a probe's event1), a bit per event2 whose probes record now. Written by
 /// userspace: all clear while the trace is stopped, the filter's bits while it runs. Global data
@@ -171,7 +171,7 @@ static LOST: PerCpuArray<u64, 2> = PerCpuArray::new();
 /// Per traced process: the address of the GOT slot from which its C library's
 /// `__errno_location` loads errno's offset from the thread pointer.
 #[btf_map]
-static ERRNO_SLOTS: HashMap<u32, u64, 16384> = HashMap::new();
+static ERRNO_SLOTS: HashMap<u32, u64, 16384, { BPF_F_NO_PREALLOC as usize }> = HashMap::new();
 
 /// A call between its entry and its return: the record so far and the switch count at entry.
 #[repr(C)]
