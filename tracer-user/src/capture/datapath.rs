@@ -5,21 +5,24 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result, anyhow, bail};
-use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf},
-    programs::{RawTracePoint, raw_trace_point::RawTracePointLink},
+use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf};
+use aya_obj::generated::{
+    bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
-use aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF;
 use tracer_common::{LOST_TOTAL, MAX_CPUS, RawRecord, RecordingMasks, STOP_SENT, names};
 
-use super::{kernel::TaskOffsets, lossless};
+use super::{
+    kernel::TaskOffsets,
+    loader::{self, Loaded},
+    lossless,
+};
 use crate::attach::multi_link::Programs;
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
 
-static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
+pub(crate) static BPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
 
 /// What one drain pass read.
 #[derive(Clone, Copy, Debug, Default)]
@@ -86,8 +89,8 @@ impl Rings {
 }
 
 pub struct DataPath {
-    /// Owns the maps the programs use; dropped last.
-    _ebpf: Ebpf,
+    /// Owns the maps only the programs use; dropped last.
+    _loaded: Loaded,
     programs: Programs,
     rings: Rings,
     lost: PerCpuArray<MapData, u64>,
@@ -102,7 +105,8 @@ pub struct DataPath {
     scope: Scope,
     /// A second handle on `stopped`, for the exec-following thread (`--follow --lossless`).
     stopped_view: Option<StoppedView>,
-    tracepoint_links: Vec<RawTracePointLink>,
+    /// Raw tracepoint links, each a descriptor.
+    tracepoint_links: Vec<OwnedFd>,
 }
 
 /// Which processes a run traces, as far as the BPF side is concerned.
@@ -129,36 +133,34 @@ impl DataPath {
         lossless: bool,
         scope: Scope,
     ) -> Result<Self> {
-        let mut ebpf = EbpfLoader::new()
-            // CALLS, task-local storage, which only the programs use.
-            .allow_unsupported_maps()
-            .override_global(names::FSBASE_OFFSET, &offsets.fsbase, true)
-            .override_global(names::NVCSW_OFFSET, &offsets.nvcsw, true)
-            .override_global(names::TRACER_TGID, &std::process::id(), true)
-            .override_global(
+        // Each of the type the BPF side declares it with.
+        let globals: [(&str, &[u8]); 8] = [
+            (names::FSBASE_OFFSET, &offsets.fsbase.to_ne_bytes()),
+            (names::NVCSW_OFFSET, &offsets.nvcsw.to_ne_bytes()),
+            (names::TRACER_TGID, &std::process::id().to_ne_bytes()),
+            (
                 names::SYSTEM_WIDE,
-                &u32::from(scope == Scope::SystemWide),
-                true,
-            )
-            .override_global(names::PID_OFFSET, &offsets.pid, true)
-            .override_global(names::TGID_OFFSET, &offsets.tgid, true)
-            .override_global(names::LOSSLESS, &u32::from(lossless), true)
-            .override_global(names::RING_BYTES, &u64::from(ring_bytes), true)
-            .load(BPF_OBJECT)
+                &u32::from(scope == Scope::SystemWide).to_ne_bytes(),
+            ),
+            (names::PID_OFFSET, &offsets.pid.to_ne_bytes()),
+            (names::TGID_OFFSET, &offsets.tgid.to_ne_bytes()),
+            (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
+            (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
+        ];
+        let mut loaded = Loaded::new(BPF_OBJECT, &globals)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
-        // The programs are bound to the maps by descriptor, so they load before maps are taken.
         let (entry, exit) = match empty_programs {
             false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),
             true => (names::EMPTY_PROGRAM, names::EMPTY_PROGRAM),
         };
-        let programs = Programs::load(BPF_OBJECT, &ebpf, entry, exit)?;
-        let rings = create_rings(&mut ebpf, ring_bytes)?;
-        let lost = PerCpuArray::try_from(take_map(&mut ebpf, names::LOST)?)?;
-        let recording = Array::try_from(take_map(&mut ebpf, names::RECORDING)?)?;
-        let shared_in_use = Array::try_from(take_map(&mut ebpf, names::SHARED_IN_USE)?)?;
-        let errno_slots = HashMap::try_from(take_map(&mut ebpf, names::ERRNO_SLOTS)?)?;
-        let shared_traced = HashMap::try_from(take_map(&mut ebpf, names::SHARED_TRACED)?)?;
-        let stopped_map = take_map(&mut ebpf, names::STOPPED)?;
+        let programs = Programs::load(&loaded, entry, exit)?;
+        let rings = create_rings(&mut loaded, ring_bytes)?;
+        let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
+        let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
+        let shared_in_use = Array::try_from(loaded.take_map(names::SHARED_IN_USE)?)?;
+        let errno_slots = HashMap::try_from(loaded.take_map(names::ERRNO_SLOTS)?)?;
+        let shared_traced = HashMap::try_from(loaded.take_map(names::SHARED_TRACED)?)?;
+        let stopped_map = loaded.take_map(names::STOPPED)?;
         let stopped_view = (lossless && scope == Scope::Follow)
             .then(|| StoppedView::of(&stopped_map))
             .transpose()?;
@@ -171,20 +173,11 @@ impl DataPath {
         }
         let mut tracepoint_links = Vec::new();
         for (name, event) in tracepoints {
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?
-                .try_into()?;
-            program
-                .load()
-                .with_context(|| format!("the kernel rejected BPF program {name}"))?;
-            let link = program
-                .attach(event)
-                .with_context(|| format!("cannot attach to the {event} raw tracepoint"))?;
-            tracepoint_links.push(program.take_link(link)?);
+            let program = loaded.load_program(name, BPF_PROG_TYPE_RAW_TRACEPOINT, None)?;
+            tracepoint_links.push(loader::attach_raw_tracepoint(&program, event)?);
         }
         Ok(DataPath {
-            _ebpf: ebpf,
+            _loaded: loaded,
             programs,
             rings: Rings {
                 rings: (0..).zip(rings).collect(),
@@ -204,7 +197,7 @@ impl DataPath {
     }
 
     /// The tracepoint links, to detach together with the probes (each waits for a grace period).
-    pub fn take_tracepoint_links(&mut self) -> Vec<RawTracePointLink> {
+    pub fn take_tracepoint_links(&mut self) -> Vec<OwnedFd> {
         std::mem::take(&mut self.tracepoint_links)
     }
 
@@ -347,19 +340,14 @@ impl StoppedView {
     }
 }
 
-fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<Map> {
-    ebpf.take_map(name)
-        .ok_or_else(|| anyhow!("the BPF object has no map {name}"))
-}
-
-fn create_rings(ebpf: &mut Ebpf, ring_bytes: u32) -> Result<Vec<RingBuf<MapData>>> {
+fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<RingBuf<MapData>>> {
     let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("{path}: {e}"))?;
     anyhow::ensure!(
         cpus <= MAX_CPUS as usize,
         "{cpus} CPUs: at most {MAX_CPUS} are supported"
     );
     let mut slots: ArrayOfMaps<MapData, MapData> =
-        ArrayOfMaps::try_from(take_map(ebpf, names::RING_BUFFERS)?)?;
+        ArrayOfMaps::try_from(loaded.take_map(names::RING_BUFFERS)?)?;
     (0..cpus as u32)
         .map(|cpu| {
             let definition =

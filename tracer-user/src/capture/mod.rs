@@ -6,6 +6,7 @@
 pub mod datapath;
 pub mod decode;
 pub mod kernel;
+pub mod loader;
 pub mod loss;
 pub mod lossless;
 pub mod reorder;

@@ -1,0 +1,293 @@
+//! Loads the BPF object: creates its maps (the globals userspace sets written in first) and
+//! loads its programs. aya-obj parses and relocates, with no syscalls; the syscalls are made
+//! here, and aya wraps the maps for userspace.
+//!
+//! aya 0.14's `EbpfLoader` is not used: `EbpfLoader::new` parses all of the kernel's BTF for
+//! CO-RE relocations (aya issue 1172), half of the tracer's start-up CPU, and this object has
+//! none (a test checks). And the uprobe_multi programs need an attach type it cannot load.
+
+use std::{
+    collections::{HashMap, HashSet},
+    io,
+    mem::MaybeUninit,
+    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
+};
+
+use anyhow::{Context, Result, anyhow, ensure};
+use aya::maps::{Map, MapData};
+use aya_obj::{
+    EbpfSectionKind, Object,
+    generated::{
+        bpf_attach_type, bpf_attr, bpf_cmd,
+        bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
+        bpf_prog_type,
+    },
+};
+
+/// Size of the verifier log kept when the kernel rejects a program.
+const VERIFIER_LOG_BYTES: usize = 1 << 20;
+
+/// The object's maps, created, and its programs, relocated to them and ready to load.
+pub struct Loaded {
+    object: Object,
+    maps: HashMap<String, MapData>,
+    /// The object's BTF in the kernel, which the maps' types refer to.
+    _btf: Option<OwnedFd>,
+}
+
+impl Loaded {
+    /// Parses `object`, sets `globals` (name, bytes) in its global data, loads its BTF and
+    /// creates its maps. Every global must exist.
+    pub fn new(object: &[u8], globals: &[(&str, &[u8])]) -> Result<Self> {
+        let mut obj = Object::parse(object).context("cannot parse the BPF object")?;
+        ensure!(
+            !obj.has_btf_relocations(),
+            "the BPF object has CO-RE relocations, which this loader does not apply"
+        );
+        obj.patch_map_data(
+            globals
+                .iter()
+                .map(|&(name, bytes)| (name, (bytes, true)))
+                .collect(),
+        )?;
+        let btf = match aya::features().btf() {
+            Some(features) => match obj.fixup_and_sanitize_btf(features)? {
+                Some(btf) => Some(load_btf(&btf.to_bytes())?),
+                None => None,
+            },
+            None => None,
+        };
+        let btf_fd = btf.as_ref().map(AsFd::as_fd);
+        let mut maps = HashMap::new();
+        // Map-of-maps last: creating one takes an inner map like the maps it will hold.
+        let mut definitions: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
+        definitions.sort_by_key(|(_, map)| map.map_type() == BPF_MAP_TYPE_ARRAY_OF_MAPS as u32);
+        for (name, definition) in &mut definitions {
+            if definition.map_type() == BPF_MAP_TYPE_RINGBUF as u32 {
+                // A ring buffer's value size is 0 to the kernel, whatever its BTF type.
+                definition.set_value_size(0);
+            }
+            let map = if definition.map_type() == BPF_MAP_TYPE_ARRAY_OF_MAPS as u32 {
+                create_map_of_maps(name, definition, btf_fd)?
+            } else {
+                MapData::create(definition.clone(), name, btf_fd)
+                    .with_context(|| format!("cannot create BPF map {name}"))?
+            };
+            initialize(&map, definition)
+                .with_context(|| format!("cannot initialize BPF map {name}"))?;
+            maps.insert(name.clone(), map);
+        }
+        let text_sections: HashSet<usize> =
+            obj.functions.keys().map(|(section, _)| *section).collect();
+        obj.relocate_maps(
+            definitions.iter().map(|(name, definition)| {
+                (
+                    name.as_str(),
+                    maps[name].fd().as_fd().as_raw_fd(),
+                    definition,
+                )
+            }),
+            &text_sections,
+        )?;
+        obj.relocate_calls(&text_sections)?;
+        obj.sanitize_functions(aya::features());
+        Ok(Loaded {
+            object: obj,
+            maps,
+            _btf: btf,
+        })
+    }
+
+    /// Map `name`, for userspace to read and write; it stays in the programs either way.
+    pub fn take_map(&mut self, name: &str) -> Result<Map> {
+        let data = self
+            .maps
+            .remove(name)
+            .ok_or_else(|| anyhow!("the BPF object has no map {name}"))?;
+        Ok(Map::from_map_data(data)?)
+    }
+
+    /// Loads program `name` as a `prog_type` program, for `attach_type` if the type needs one.
+    pub fn load_program(
+        &self,
+        name: &str,
+        prog_type: bpf_prog_type,
+        attach_type: Option<bpf_attach_type>,
+    ) -> Result<OwnedFd> {
+        let program = self
+            .object
+            .programs
+            .get(name)
+            .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?;
+        let function = &self.object.functions[&program.function_key()];
+        prog_load(name, prog_type, attach_type, &function.instructions)
+            .with_context(|| format!("the kernel rejected BPF program {name}"))
+    }
+}
+
+/// A map-of-maps, with an inner map made from its definition of the maps it holds.
+fn create_map_of_maps(
+    name: &str,
+    definition: &aya_obj::Map,
+    btf_fd: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<MapData> {
+    let mut inner = definition
+        .inner()
+        .ok_or_else(|| anyhow!("BPF map {name} defines no inner map"))?;
+    if inner.map_type() == BPF_MAP_TYPE_RINGBUF as u32 {
+        inner.set_value_size(0);
+    }
+    let inner = MapData::create(inner, &format!("{name}.inner"), btf_fd)
+        .with_context(|| format!("cannot create the inner map of BPF map {name}"))?;
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: writing the map-create member of a zeroed union.
+    unsafe {
+        let create = &mut attr.__bindgen_anon_1;
+        create.map_type = definition.map_type();
+        create.key_size = definition.key_size();
+        create.value_size = definition.value_size();
+        create.max_entries = definition.max_entries();
+        create.map_flags = definition.map_flags();
+        create.inner_map_fd = inner.fd().as_fd().as_raw_fd() as u32;
+        copy_name(&mut create.map_name, name);
+    }
+    let fd = bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)
+        .with_context(|| format!("cannot create BPF map {name}"))?;
+    Ok(MapData::from_fd(fd)?)
+}
+
+/// Writes a global-data map's initial bytes, and freezes read-only data, so that the verifier
+/// knows its values.
+fn initialize(map: &MapData, definition: &aya_obj::Map) -> Result<()> {
+    let data = definition.data();
+    if !data.is_empty() {
+        let key = 0u32;
+        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: writing the element member of a zeroed union; key and value outlive the call.
+        unsafe {
+            let element = &mut attr.__bindgen_anon_2;
+            element.map_fd = map.fd().as_fd().as_raw_fd() as u32;
+            element.key = (&raw const key) as u64;
+            element.__bindgen_anon_1.value = data.as_ptr() as u64;
+        }
+        bpf_no_fd(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr)?;
+    }
+    if definition.section_kind() == EbpfSectionKind::Rodata {
+        // SAFETY: as above.
+        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        attr.__bindgen_anon_2.map_fd = map.fd().as_fd().as_raw_fd() as u32;
+        bpf_no_fd(bpf_cmd::BPF_MAP_FREEZE, &mut attr)?;
+    }
+    Ok(())
+}
+
+fn load_btf(bytes: &[u8]) -> Result<OwnedFd> {
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: writing the BTF-load member of a zeroed union; `bytes` outlives the call.
+    unsafe {
+        let load = &mut attr.__bindgen_anon_7;
+        load.btf = bytes.as_ptr() as u64;
+        load.btf_size = bytes.len() as u32;
+    }
+    bpf(bpf_cmd::BPF_BTF_LOAD, &mut attr).context("the kernel rejected the BPF object's BTF")
+}
+
+/// Loads a program without a verifier log (formatting one costs the verifier more than the
+/// verifying does), and only if the kernel rejects it loads it again with one, to say why.
+fn prog_load(
+    name: &str,
+    prog_type: bpf_prog_type,
+    attach_type: Option<bpf_attach_type>,
+    instructions: &[aya_obj::generated::bpf_insn],
+) -> Result<OwnedFd> {
+    let license = c"GPL";
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: writing the prog-load member of a zeroed union.
+    unsafe {
+        let load = &mut attr.__bindgen_anon_3;
+        load.prog_type = prog_type as u32;
+        load.expected_attach_type = attach_type.map_or(0, |attach| attach as u32);
+        load.insns = instructions.as_ptr() as u64;
+        load.insn_cnt = instructions.len() as u32;
+        load.license = license.as_ptr() as u64;
+        copy_name(&mut load.prog_name, name);
+    }
+    if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
+        return Ok(program);
+    }
+    let mut log = vec![0u8; VERIFIER_LOG_BYTES];
+    // SAFETY: as above; `log` outlives the call that reads these.
+    unsafe {
+        let load = &mut attr.__bindgen_anon_3;
+        load.log_level = 1;
+        load.log_buf = log.as_mut_ptr() as u64;
+        load.log_size = log.len() as u32;
+    }
+    bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let log = String::from_utf8_lossy(&log[..end]);
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        anyhow!(
+            "{error}; verifier: {}",
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        )
+    })
+}
+
+/// Attaches a raw tracepoint program to tracepoint `name` (no tracefs needed); the link lives
+/// as long as the descriptor.
+pub fn attach_raw_tracepoint(program: &OwnedFd, name: &str) -> Result<OwnedFd> {
+    let name_c = std::ffi::CString::new(name)?;
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    attr.raw_tracepoint.name = name_c.as_ptr() as u64;
+    attr.raw_tracepoint.prog_fd = program.as_raw_fd() as u32;
+    bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+        .with_context(|| format!("cannot attach to the {name} raw tracepoint"))
+}
+
+/// A kernel object name: at most 15 bytes and a NUL.
+fn copy_name(destination: &mut [libc::c_char; 16], name: &str) {
+    for (dst, src) in destination.iter_mut().zip(name.bytes().take(15)) {
+        *dst = src as libc::c_char;
+    }
+}
+
+/// A `bpf(2)` command that returns a new descriptor.
+pub fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
+    let fd = bpf_no_fd(cmd, attr)?;
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A `bpf(2)` command, and what it returned.
+fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
+    // SAFETY: `attr` is a valid bpf_attr for `cmd`, and every pointer in it outlives the call.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd as libc::c_int,
+            attr as *mut bpf_attr,
+            size_of::<bpf_attr>(),
+        )
+    };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(result as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bpf_object_needs_no_kernel_btf() {
+        let object = Object::parse(crate::capture::datapath::BPF_OBJECT).unwrap();
+        assert!(!object.has_btf_relocations());
+    }
+}
