@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result, anyhow, bail};
-use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray};
 use aya_obj::generated::{
     bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
@@ -15,6 +15,7 @@ use super::{
     kernel::TaskOffsets,
     loader::{self, Loaded},
     lossless,
+    ring::Ring,
 };
 use crate::attach::multi_link::Programs;
 
@@ -52,7 +53,7 @@ impl Drained {
 /// (`--consumer-threads`). Each ring has one reader.
 pub struct Rings {
     /// Each with the CPU that writes to it.
-    rings: Vec<(u32, RingBuf<MapData>)>,
+    rings: Vec<(u32, Ring)>,
     /// How many records fill a ring: the most one drain pass reads from it.
     records_per_ring: usize,
 }
@@ -65,21 +66,19 @@ impl Rings {
         let mut drained = Drained::default();
         for (cpu, ring) in &mut self.rings {
             let mut last = None;
-            for _ in 0..self.records_per_ring {
-                let Some(item) = ring.next() else {
-                    last = None;
-                    break;
-                };
-                match RawRecord::view(&item) {
+            let read = ring.drain(self.records_per_ring, |bytes| {
+                match RawRecord::view(bytes) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
                         sink(*cpu, record);
                     }
                     None => drained.malformed += 1,
                 }
-            }
-            // Still records left (or the cap was reached exactly): this ring is behind.
-            if let Some(ktime) = last {
+            });
+            // The cap was reached: this ring may be behind.
+            if read == self.records_per_ring
+                && let Some(ktime) = last
+            {
                 drained.behind_after =
                     Some(drained.behind_after.map_or(ktime, |b: u64| b.min(ktime)));
             }
@@ -229,7 +228,7 @@ impl DataPath {
     /// Duplicates of the ring buffers' descriptors, readable when the BPF side forces a wakeup
     /// (of the rings here: taken before any are shared out).
     pub fn ring_fds(&self) -> Result<Vec<OwnedFd>> {
-        let dup = |(_, ring): &(u32, RingBuf<MapData>)| ring.as_fd().try_clone_to_owned();
+        let dup = |(_, ring): &(u32, Ring)| ring.as_fd().try_clone_to_owned();
         Ok(self.rings.rings.iter().map(dup).collect::<Result<_, _>>()?)
     }
 
@@ -340,7 +339,7 @@ impl StoppedView {
     }
 }
 
-fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<RingBuf<MapData>>> {
+fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<Ring>> {
     let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("{path}: {e}"))?;
     anyhow::ensure!(
         cpus <= MAX_CPUS as usize,
@@ -355,7 +354,7 @@ fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<RingBuf<MapD
             let ring = MapData::create(definition, &format!("thr_ring{cpu}"), None)
                 .with_context(|| format!("cannot create a {ring_bytes}-byte ring buffer"))?;
             slots.set(cpu, &ring, 0)?;
-            Ok(RingBuf::try_from(Map::RingBuf(ring))?)
+            Ring::new(ring.fd().as_fd().try_clone_to_owned()?, ring_bytes as usize)
         })
         .collect()
 }

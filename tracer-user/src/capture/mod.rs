@@ -10,3 +10,4 @@ pub mod loader;
 pub mod loss;
 pub mod lossless;
 pub mod reorder;
+pub mod ring;

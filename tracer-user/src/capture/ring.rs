@@ -1,0 +1,167 @@
+//! One CPU's BPF ring buffer, read in place through its two mappings (the kernel's layout,
+//! `kernel/bpf/ringbuf.c`): the consumer page, which the reader writes, and the producer page
+//! followed by the data pages, mapped twice in a row so that a record never wraps.
+//!
+//! Not aya's `RingBuf`: it publishes the consumer position after every record, and the BPF
+//! side reads that position at every reservation, so while a pass drains a ring its producer
+//! and its reader passed that cache line back and forth once a record. Here a pass publishes
+//! it once, after the records it read have been handed on.
+
+use std::{
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, AtomicUsize, Ordering},
+};
+
+use anyhow::{Context, Result, ensure};
+use rustix::mm::{MapFlags, ProtFlags, mmap, munmap};
+
+/// The kernel's record header: a length word (with these flags) and a page offset word.
+const HEADER_BYTES: usize = 8;
+const BUSY: u32 = 1 << 31;
+const DISCARDED: u32 = 1 << 30;
+
+/// A mapping, unmapped when dropped.
+struct Mapping {
+    start: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> Result<Self> {
+        let protection = if writable {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
+        // SAFETY: a new shared mapping of the ring's descriptor, at no fixed address; nothing
+        // else in this process maps over it, and it is only touched through this value.
+        let start = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                protection,
+                MapFlags::SHARED,
+                fd,
+                offset,
+            )
+        }
+        .context("cannot map a ring buffer")?;
+        Ok(Mapping {
+            start: NonNull::new(start.cast()).context("a ring buffer mapped at address 0")?,
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value made, no longer referenced (borrows of it end with
+        // the value).
+        let _ = unsafe { munmap(self.start.as_ptr().cast(), self.len) };
+    }
+}
+
+/// One ring buffer, read by one thread.
+pub struct Ring {
+    fd: OwnedFd,
+    /// The consumer page: the consumer position, which only this reader writes.
+    consumer: Mapping,
+    /// The producer page, then the data pages twice.
+    producer: Mapping,
+    page: usize,
+    /// Data bytes - 1 (a power of two).
+    mask: usize,
+}
+
+// SAFETY: the mappings are owned by the value and read or written only through `&mut self`.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Maps the ring buffer behind `fd`, of `data_bytes` (a power of two of pages).
+    pub fn new(fd: OwnedFd, data_bytes: usize) -> Result<Self> {
+        let page = rustix::param::page_size();
+        ensure!(
+            data_bytes.is_power_of_two() && data_bytes >= page,
+            "a ring buffer of {data_bytes} bytes: not a power of two of pages"
+        );
+        let consumer = Mapping::new(fd.as_fd(), 0, page, true)?;
+        let producer = Mapping::new(fd.as_fd(), page as u64, page + 2 * data_bytes, false)?;
+        Ok(Ring {
+            fd,
+            consumer,
+            producer,
+            page,
+            mask: data_bytes - 1,
+        })
+    }
+
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn consumer_pos(&self) -> &AtomicUsize {
+        // SAFETY: the consumer page starts with the kernel's `unsigned long consumer_pos`,
+        // page-aligned, and lives as long as `self`.
+        unsafe { self.consumer.start.cast::<AtomicUsize>().as_ref() }
+    }
+
+    fn producer_pos(&self) -> &AtomicUsize {
+        // SAFETY: as above, for the producer page's `producer_pos`.
+        unsafe { self.producer.start.cast::<AtomicUsize>().as_ref() }
+    }
+
+    /// Hands `read` the bytes of each record committed in the ring, oldest first, at most
+    /// `max_records` of them, then gives their space back to the producers at once. Returns
+    /// how many were read.
+    pub fn drain(&mut self, max_records: usize, mut read: impl FnMut(&[u8])) -> usize {
+        // Only this reader writes it.
+        let start = self.consumer_pos().load(Ordering::Relaxed);
+        // Acquire: the records before the producer position are written as far as it shows.
+        let end = self.producer_pos().load(Ordering::Acquire);
+        let data = self.page;
+        let mut position = start;
+        let mut records = 0;
+        while position != end && records < max_records {
+            let offset = data + (position & self.mask);
+            // SAFETY: the header is within the first data mapping (offsets are 8-aligned and
+            // below the data size), 4-aligned, and the kernel writes its length word
+            // atomically.
+            let header = unsafe {
+                self.producer
+                    .start
+                    .add(offset)
+                    .cast::<AtomicU32>()
+                    .as_ref()
+                    .load(Ordering::Acquire)
+            };
+            if header & BUSY != 0 {
+                break;
+            }
+            let len = (header & !(BUSY | DISCARDED)) as usize;
+            if len > self.mask + 1 - HEADER_BYTES {
+                // Not a length a producer could reserve: the ring cannot be read further.
+                break;
+            }
+            if header & DISCARDED == 0 {
+                // SAFETY: the record lies within the doubled data mapping (offset below the
+                // data size, length below it too), committed and not reused until the
+                // consumer position passes it.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        self.producer.start.add(offset + HEADER_BYTES).as_ptr(),
+                        len,
+                    )
+                };
+                read(bytes);
+                records += 1;
+            }
+            position = position.wrapping_add((HEADER_BYTES + len).next_multiple_of(8));
+        }
+        if position != start {
+            // Release: the records are read before producers may reuse their space.
+            self.consumer_pos().store(position, Ordering::Release);
+        }
+        records
+    }
+}
