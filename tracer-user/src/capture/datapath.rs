@@ -19,6 +19,10 @@ use super::{
 };
 use crate::attach::multi_link::Programs;
 
+/// Most `-p` targets traced through shared links after their main thread exited (without
+/// `--follow`, which follows many more).
+const SHARED_TARGETS: u32 = 1024;
+
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
 
@@ -146,7 +150,13 @@ impl DataPath {
             (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
             (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
         ];
-        let mut loaded = Loaded::new(BPF_OBJECT, &globals)
+        // Without --follow, only -p targets whose main thread has exited go in SHARED_TRACED,
+        // whose entries (an LRU map's) are all allocated when it is created.
+        let sizes: &[(&str, u32)] = match scope {
+            Scope::Follow => &[],
+            Scope::Processes | Scope::SystemWide => &[(names::SHARED_TRACED, SHARED_TARGETS)],
+        };
+        let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         let (entry, exit) = match empty_programs {
             false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),

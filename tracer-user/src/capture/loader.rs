@@ -37,8 +37,9 @@ pub struct Loaded {
 
 impl Loaded {
     /// Parses `object`, sets `globals` (name, bytes) in its global data, loads its BTF and
-    /// creates its maps. Every global must exist.
-    pub fn new(object: &[u8], globals: &[(&str, &[u8])]) -> Result<Self> {
+    /// creates its maps, those of `sizes` (name, entries) with that many entries. Every global
+    /// must exist.
+    pub fn new(object: &[u8], globals: &[(&str, &[u8])], sizes: &[(&str, u32)]) -> Result<Self> {
         let mut obj = Object::parse(object).context("cannot parse the BPF object")?;
         ensure!(
             !obj.has_btf_relocations(),
@@ -63,6 +64,9 @@ impl Loaded {
         let mut definitions: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
         definitions.sort_by_key(|(_, map)| map.map_type() == BPF_MAP_TYPE_ARRAY_OF_MAPS as u32);
         for (name, definition) in &mut definitions {
+            if let Some(&(_, entries)) = sizes.iter().find(|(sized, _)| sized == name) {
+                definition.set_max_entries(entries);
+            }
             if definition.map_type() == BPF_MAP_TYPE_RINGBUF as u32 {
                 // A ring buffer's value size is 0 to the kernel, whatever its BTF type.
                 definition.set_value_size(0);
