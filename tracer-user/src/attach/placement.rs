@@ -80,15 +80,97 @@ pub struct Placement {
     pub offset: u64,
     /// Bytes the prefix pushed: the caller's return address is at `[rsp + stack_offset]`.
     pub stack_offset: u16,
-    /// The probed instruction, in AT&T syntax.
-    pub instruction: String,
     /// Whether the kernel emulates the probed instruction (no single-step).
     pub emulated: bool,
     /// Whether the kernel refuses a uprobe on the probed instruction (a lock or segment
     /// prefix, as `pthread_spin_lock`'s `lock decl`): then the function cannot be traced.
     pub refused: bool,
+    /// The probed instruction; none if the code could not be decoded.
+    probed: Option<Instruction>,
+    why: Why,
+}
+
+/// Why a probe is where it is. Made into text only when shown: formatting a first
+/// instruction costs iced-x86's formatter the reading of its tables, a millisecond or two of
+/// every run's start-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Why {
+    Undecodable,
+    AtEntryAsked,
+    FirstEmulated(&'static str),
+    BranchTarget(u64),
+    Emulated {
+        kind: &'static str,
+        prefix: usize,
+    },
+    Blocked {
+        instruction: Instruction,
+        offset: u64,
+        by: Blocker,
+    },
+    NothingEmulated,
+}
+
+/// What a prefix instruction does that the probe cannot move past.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Blocker {
+    Branches,
+    MovesStack,
+    /// Argument index from 0, and its register.
+    WritesArgument(usize, Register),
+    WritesMemory,
+}
+
+impl Placement {
+    /// The probed instruction, in AT&T syntax.
+    pub fn instruction(&self) -> String {
+        self.probed
+            .map_or_else(|| "(undecodable)".into(), |i| format_gas(&i))
+    }
+
     /// Why the probe is there, for `--list-probes`.
-    pub reason: String,
+    pub fn reason(&self) -> String {
+        let why = match &self.why {
+            Why::Undecodable => "the code could not be decoded; probed at the entry".into(),
+            Why::AtEntryAsked => "--probe-at-entry".into(),
+            Why::FirstEmulated(kind) => format!("the first instruction is emulated ({kind})"),
+            Why::BranchTarget(offset) => format!(
+                "single-stepped at the entry: +{offset:#x} is a branch target (a loop) before \
+                 any emulated instruction"
+            ),
+            Why::Emulated { kind, prefix } => format!(
+                "emulated {kind}; the {prefix}-instruction prefix leaves what the record reads \
+                 intact"
+            ),
+            Why::Blocked {
+                instruction,
+                offset,
+                by,
+            } => {
+                let instruction = format_gas(instruction);
+                let what = match by {
+                    Blocker::Branches => format!("{instruction} branches"),
+                    Blocker::MovesStack => format!("{instruction} moves the stack pointer"),
+                    Blocker::WritesArgument(n, register) => format!(
+                        "{instruction} writes argument {} ({register:?}), which the record uses",
+                        n + 1
+                    ),
+                    Blocker::WritesMemory => {
+                        format!("{instruction} writes memory the entry program reads")
+                    }
+                };
+                format!("single-stepped at the entry: {what} at +{offset:#x}")
+            }
+            Why::NothingEmulated => {
+                "single-stepped at the entry: no emulated instruction near it".into()
+            }
+        };
+        if self.refused {
+            format!("{why}; the kernel refuses a uprobe on this instruction: not traced")
+        } else {
+            why
+        }
+    }
 }
 
 /// Places the probe of a function whose code is `code` (from its first instruction, as much
@@ -99,34 +181,27 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
         return Placement {
             offset: 0,
             stack_offset: 0,
-            instruction: "(undecodable)".into(),
             emulated: false,
             refused: false,
-            reason: "the code could not be decoded; probed at the entry".into(),
+            probed: None,
+            why: Why::Undecodable,
         };
     };
-    let at = |instruction: &Instruction, emulated: bool, stack_offset: u16, reason: String| {
-        let refused = kernel_refuses(code, base, instruction);
-        Placement {
-            offset: instruction.ip() - base,
-            stack_offset,
-            instruction: format_gas(instruction),
-            emulated,
-            refused,
-            reason: if refused {
-                format!("{reason}; the kernel refuses a uprobe on this instruction: not traced")
-            } else {
-                reason
-            },
-        }
+    let at = |instruction: &Instruction, emulated: bool, stack_offset: u16, why: Why| Placement {
+        offset: instruction.ip() - base,
+        stack_offset,
+        emulated,
+        refused: kernel_refuses(code, base, instruction),
+        probed: Some(*instruction),
+        why,
     };
     let emulates = |instruction: &Instruction| emulates(code, base, instruction);
-    let entry = |reason: String| at(first, emulates(first).is_some(), 0, reason);
+    let entry = |why: Why| at(first, emulates(first).is_some(), 0, why);
     if at_entry {
-        return entry("--probe-at-entry".into());
+        return entry(Why::AtEntryAsked);
     }
     if let Some(kind) = emulates(first) {
-        return entry(format!("the first instruction is emulated ({kind})"));
+        return entry(Why::FirstEmulated(kind));
     }
 
     let targets = branch_targets(&instructions, base, code.len() as u64);
@@ -139,10 +214,7 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
         let offset = instruction.ip() - base;
         if index > 0 {
             if targets.contains(&offset) {
-                return entry(format!(
-                    "single-stepped at the entry: +{offset:#x} is a branch target (a loop) \
-                     before any emulated instruction"
-                ));
+                return entry(Why::BranchTarget(offset));
             }
             if let Some(kind) = emulates(instruction)
                 && !(needs.return_probe && stack_offset != 0)
@@ -151,20 +223,22 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
                     instruction,
                     true,
                     stack_offset as u16,
-                    format!(
-                        "emulated {kind}; the {index}-instruction prefix leaves what the record \
-                         reads intact"
-                    ),
+                    Why::Emulated {
+                        kind,
+                        prefix: index,
+                    },
                 );
             }
         }
-        if let Err(why) = prefix_effect(instruction, needs, &mut stack_offset) {
-            return entry(format!(
-                "single-stepped at the entry: {why} at +{offset:#x}"
-            ));
+        if let Err(by) = prefix_effect(instruction, needs, &mut stack_offset) {
+            return entry(Why::Blocked {
+                instruction: *instruction,
+                offset,
+                by,
+            });
         }
     }
-    entry("single-stepped at the entry: no emulated instruction near it".into())
+    entry(Why::NothingEmulated)
 }
 
 fn decode(code: &[u8], base: u64) -> Vec<Instruction> {
@@ -233,9 +307,9 @@ fn prefix_effect(
     instruction: &Instruction,
     needs: Needs,
     stack_offset: &mut u64,
-) -> Result<(), String> {
+) -> Result<(), Blocker> {
     if instruction.flow_control() != FlowControl::Next {
-        return Err(format!("{} branches", format_gas(instruction)));
+        return Err(Blocker::Branches);
     }
     let mut factory = InstructionInfoFactory::new();
     let info = factory.info(instruction);
@@ -251,16 +325,11 @@ fn prefix_effect(
         }
         let register = used.register().full_register();
         if register == Register::RSP {
-            *stack_offset += stack_growth(instruction)
-                .ok_or_else(|| format!("{} moves the stack pointer", format_gas(instruction)))?;
+            *stack_offset += stack_growth(instruction).ok_or(Blocker::MovesStack)?;
         } else if let Some(n) = ARGUMENT_REGISTERS.iter().position(|&r| r == register)
             && needs.argument_registers & (1 << n) != 0
         {
-            return Err(format!(
-                "{} writes argument {} ({register:?}), which the record uses",
-                format_gas(instruction),
-                n + 1
-            ));
+            return Err(Blocker::WritesArgument(n, register));
         }
     }
     let writes_non_stack_memory = info
@@ -268,10 +337,7 @@ fn prefix_effect(
         .iter()
         .any(|m| writes(m.access()) && m.base() != Register::RSP);
     if needs.reads_memory && writes_non_stack_memory {
-        return Err(format!(
-            "{} writes memory the entry program reads",
-            format_gas(instruction)
-        ));
+        return Err(Blocker::WritesMemory);
     }
     Ok(())
 }
@@ -333,7 +399,7 @@ mod tests {
             (placement.offset, placement.stack_offset, placement.emulated),
             (0xe, 0, true)
         );
-        assert_eq!(placement.instruction, "jne 0x8c430");
+        assert_eq!(placement.instruction(), "jne 0x8c430");
     }
 
     #[test]
@@ -344,7 +410,7 @@ mod tests {
         };
         let placement = place(&hex(MUTEX_UNLOCK), 0x8dd50, needs, false);
         assert_eq!((placement.offset, placement.emulated), (5, true));
-        assert!(placement.instruction.starts_with("jmp"), "{placement:?}");
+        assert!(placement.instruction().starts_with("jmp"), "{placement:?}");
         // The same prefix is wrong for an event that reads the second argument (%esi).
         let reads_rsi = Needs {
             argument_registers: 0b11,
@@ -353,7 +419,7 @@ mod tests {
         let placement = place(&hex(MUTEX_UNLOCK), 0x8dd50, reads_rsi, false);
         assert_eq!(placement.offset, 0);
         assert!(
-            placement.reason.contains("writes argument 2"),
+            placement.reason().contains("writes argument 2"),
             "{placement:?}"
         );
     }
@@ -373,7 +439,10 @@ mod tests {
         };
         let placement = place(&hex(SPIN_LOCK), 0x8ff70, reads_lock, false);
         assert_eq!(placement.offset, 0);
-        assert!(placement.reason.contains("writes memory"), "{placement:?}");
+        assert!(
+            placement.reason().contains("writes memory"),
+            "{placement:?}"
+        );
     }
 
     #[test]
@@ -400,7 +469,7 @@ mod tests {
         let placement = place(&hex(SEM_POST), 0x905c0, ARG1_WITH_RETURN, false);
         assert_eq!((placement.offset, placement.emulated), (0, false));
         assert!(
-            placement.reason.contains("+0x6 is a branch target"),
+            placement.reason().contains("+0x6 is a branch target"),
             "{placement:?}"
         );
     }
@@ -413,7 +482,7 @@ mod tests {
         };
         let placement = place(&hex(COND_WAIT), 0x883f0, needs, false);
         assert_eq!((placement.offset, placement.emulated), (0, true));
-        assert_eq!(placement.instruction, "push %r15");
+        assert_eq!(placement.instruction(), "push %r15");
     }
 
     #[test]

@@ -98,14 +98,14 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
                 "the same code as {}: calls are recorded as {}",
                 other.symbol, other.name
             ),
-            None => probe.placement.reason.clone(),
+            None => probe.placement.reason(),
         };
         table += &format!(
             "{:<26} {:>#10x} {:>7}  {:<28} {}\n",
             probe.event.symbol,
             probe.function.offset,
             format!("+{:#x}", probe.placement.offset),
-            probe.placement.instruction,
+            probe.placement.instruction(),
             why
         );
     }
@@ -160,7 +160,7 @@ impl Probes {
                 "thrtrace-bpf: {} cannot be probed at +{:#x} ({}): not traced",
                 refused.event.symbol,
                 refused.placement.offset,
-                refused.placement.instruction
+                refused.placement.instruction()
             );
         }
         let count = self.attach(datapath.programs(), pid, library, &planned)?;
