@@ -1,7 +1,8 @@
 //! Where a record is born. `thr_entry` runs at a traced function's entry, `thr_return` at its
 //! return; the attach cookie says which event it is and what to capture (tracer-common's table).
-//! Records go to this CPU's ring buffer without waking the reader, except when the buffer is a
-//! quarter full; a record that does not fit is counted in `LOST`, never dropped silently.
+//! Records go to this CPU's ring buffer without waking the reader, except when the buffer
+//! reaches a quarter full and each further sixteenth; a record that does not fit is counted in
+//! `LOST`, never dropped silently.
 #![no_std]
 #![no_main]
 // The atomic intrinsics: the BPF target has no `Atomic*` types, but LLVM emits BPF atomics.

@@ -3,8 +3,9 @@
 //! (a process attached or gone, a gap, an error) pass through one reorder stage, so that the
 //! sinks get them in time order.
 //!
-//! The BPF side wakes the reader only when a ring is a quarter full; otherwise records wait for
-//! the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
+//! The BPF side wakes the reader only when a ring reaches a quarter full (and each further
+//! sixteenth while it has not caught up); otherwise records wait for the poll timer, which
+//! bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
 
 pub mod blocks;
 pub mod control;
