@@ -67,10 +67,7 @@ impl Loaded {
             if let Some(&(_, entries)) = sizes.iter().find(|(sized, _)| sized == name) {
                 definition.set_max_entries(entries);
             }
-            if definition.map_type() == BPF_MAP_TYPE_RINGBUF as u32 {
-                // A ring buffer's value size is 0 to the kernel, whatever its BTF type.
-                definition.set_value_size(0);
-            }
+            as_the_kernel_takes_it(definition);
             let map = if definition.map_type() == BPF_MAP_TYPE_ARRAY_OF_MAPS as u32 {
                 create_map_of_maps(name, definition, btf_fd)?
             } else {
@@ -129,6 +126,13 @@ impl Loaded {
     }
 }
 
+/// A ring buffer's value size is 0 to the kernel, whatever the BTF type its definition names.
+fn as_the_kernel_takes_it(definition: &mut aya_obj::Map) {
+    if definition.map_type() == BPF_MAP_TYPE_RINGBUF as u32 {
+        definition.set_value_size(0);
+    }
+}
+
 /// A map-of-maps, with an inner map made from its definition of the maps it holds.
 fn create_map_of_maps(
     name: &str,
@@ -138,9 +142,7 @@ fn create_map_of_maps(
     let mut inner = definition
         .inner()
         .ok_or_else(|| anyhow!("BPF map {name} defines no inner map"))?;
-    if inner.map_type() == BPF_MAP_TYPE_RINGBUF as u32 {
-        inner.set_value_size(0);
-    }
+    as_the_kernel_takes_it(&mut inner);
     let inner = MapData::create(inner, &format!("{name}.inner"), btf_fd)
         .with_context(|| format!("cannot create the inner map of BPF map {name}"))?;
     // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
