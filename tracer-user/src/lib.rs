@@ -250,6 +250,14 @@ pub fn run(mut config: Config) -> Result<i32> {
     }
     if config.verbose {
         say!("thrtrace-bpf: lost per CPU: {}", outcome.losses.split());
+        for time in outcome.run_times.iter().filter(|t| t.runs > 0) {
+            say!(
+                "thrtrace-bpf: BPF program {}: {} runs, {} ns each (kernel.bpf_stats_enabled)",
+                time.program,
+                time.runs,
+                time.ns / time.runs
+            );
+        }
     }
     Ok(outcome.exit_code)
 }

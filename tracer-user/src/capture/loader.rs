@@ -271,7 +271,7 @@ pub fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
 }
 
 /// A `bpf(2)` command, and what it returned.
-fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
+pub fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
     // SAFETY: `attr` is a valid bpf_attr for `cmd`, and every pointer in it outlives the call.
     let result = unsafe {
         libc::syscall(

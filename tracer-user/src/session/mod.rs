@@ -45,6 +45,7 @@ use crate::{
     attach::{
         exec_follow::{AttachRequest, Followed},
         launch::Launched,
+        multi_link::RunTime,
         probes::Probes,
         targets,
     },
@@ -126,6 +127,8 @@ pub struct Outcome {
     pub lossless_stops: u64,
     /// The tracer's exit status.
     pub exit_code: i32,
+    /// What the kernel counted of the BPF programs' runs (with `kernel.bpf_stats_enabled`).
+    pub run_times: Vec<RunTime>,
 }
 
 impl Outcome {
@@ -347,6 +350,8 @@ impl Session {
             losses: flow.losses,
             lossless_stops: flow.lossless_stops,
             exit_code,
+            // Said with -v only; a kernel that cannot tell has nothing to say.
+            run_times: self.datapath.programs().run_times().unwrap_or_default(),
         };
         for answer in shutdown_answers {
             let _ = answer.send(Reply::done(format!("shut down: {}", outcome.summary())));
