@@ -157,6 +157,9 @@ enum Mode {
     FloorPlaced,
 }
 
+/// The modes whose programs' run times are read: traced, and empty programs at the same probes.
+const COSTED_MODES: [Mode; 2] = [Mode::Placed, Mode::FloorPlaced];
+
 const MODES: [Mode; 8] = [
     Mode::Untraced,
     Mode::Placed,
@@ -212,6 +215,8 @@ pub fn run(reps: usize) -> Result<()> {
     let tracer = build_tracer()?;
     let dir = workspace_root().join("target/bench-trace");
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); MODES.len()]; WORKLOADS.len()];
+    let mut costs: Vec<Vec<Vec<Vec<f64>>>> =
+        vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
@@ -229,6 +234,12 @@ pub fn run(reps: usize) -> Result<()> {
                 let _ = fs::remove_dir_all(&dir);
                 fs::create_dir_all(&dir)?;
                 samples[w][m].push(measure(&tracer, &program, workload, mode, &dir)?);
+            }
+            // Apart: the statistics' clock reads slow the programs they time.
+            for (c, &mode) in COSTED_MODES.iter().enumerate() {
+                let _ = fs::remove_dir_all(&dir);
+                fs::create_dir_all(&dir)?;
+                costs[w][c].push(program_costs(&tracer, &program, workload, mode, &dir)?);
             }
         }
         let spawn = compile_workload("bench_spawn")?;
@@ -277,6 +288,7 @@ pub fn run(reps: usize) -> Result<()> {
     }
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
+    print_program_costs(&costs, reps);
     println!(
         "
 what --follow costs a target, µs per operation, median of {reps} runs"
@@ -421,6 +433,32 @@ fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
     }
 }
 
+fn print_program_costs(costs: &[Vec<Vec<Vec<f64>>>], reps: usize) {
+    println!(
+        "\nns per run of each BPF program, as the kernel counts it (kernel.bpf_stats_enabled, \
+         in runs of their own: its two clock reads a run are counted in), median of {reps} runs"
+    );
+    println!(
+        "  {:<32} {:>10} {:>10} {:>12} {:>12}",
+        "", "entry", "return", "empty entry", "empty return"
+    );
+    for (w, workload) in WORKLOADS.iter().enumerate() {
+        print!("  {:<32}", workload.name);
+        for (c, width) in [(0, 10), (1, 12)] {
+            for program in 0..2 {
+                let ns = median(
+                    &costs[w][c]
+                        .iter()
+                        .map(|run| run[program])
+                        .collect::<Vec<_>>(),
+                );
+                print!(" {ns:>width$.0}");
+            }
+        }
+        println!();
+    }
+}
+
 fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -449,16 +487,13 @@ fn measure(
                     workload.traced_args.join(" ")
                 )),
         )?,
-        _ => output(
-            command(tracer)
-                .args(["--events", workload.categories])
-                .args(mode.tracer_options())
-                .arg("--dir")
-                .arg(dir)
-                .arg("--")
-                .arg(program)
-                .args(workload.traced_args),
-        )?,
+        _ => output(&mut traced(
+            tracer,
+            program,
+            workload,
+            mode.tracer_options(),
+            dir,
+        ))?,
     };
     let value = |key: &str| workload_value(&out.stdout, key);
     let ns_per_op = value("ns_per_op")?;
@@ -480,6 +515,85 @@ fn measure(
         sample.records_per_sec = sample.written as f64 / seconds;
     }
     Ok(sample)
+}
+
+/// The tracer running `workload` with `options`.
+fn traced(
+    tracer: &Path,
+    program: &Path,
+    workload: &Workload,
+    options: &[&str],
+    dir: &Path,
+) -> std::process::Command {
+    let mut run = command(tracer);
+    run.args(["--events", workload.categories])
+        .args(options)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--")
+        .arg(program)
+        .args(workload.traced_args);
+    run
+}
+
+/// The kernel's switch for BPF run-time statistics.
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// BPF run-time statistics on while this lives, then as they were.
+struct BpfStats {
+    before: String,
+}
+
+impl BpfStats {
+    fn enable() -> Result<Self> {
+        let before =
+            fs::read_to_string(BPF_STATS).with_context(|| format!("cannot read {BPF_STATS}"))?;
+        fs::write(BPF_STATS, "1").with_context(|| format!("cannot write {BPF_STATS}"))?;
+        Ok(BpfStats { before })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = fs::write(BPF_STATS, self.before.trim());
+    }
+}
+
+/// Nanoseconds per run of each BPF program of a traced run of `workload` in `mode` (entry,
+/// then return), as the kernel counts them with its statistics on and the tracer says them
+/// with `-v`.
+fn program_costs(
+    tracer: &Path,
+    program: &Path,
+    workload: &Workload,
+    mode: Mode,
+    dir: &Path,
+) -> Result<Vec<f64>> {
+    let _stats = BpfStats::enable()?;
+    let options: Vec<&str> = mode
+        .tracer_options()
+        .iter()
+        .copied()
+        .chain(["-v"])
+        .collect();
+    let out = output(&mut traced(tracer, program, workload, &options, dir))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let costs: Vec<f64> = stderr
+        .lines()
+        .filter(|line| line.contains("BPF program "))
+        .filter_map(|line| {
+            line.split(", ")
+                .nth(1)?
+                .split(" ns each")
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    if costs.len() != 2 {
+        bail!("the tracer did not say its programs' run times: {stderr}");
+    }
+    Ok(costs)
 }
 
 /// The number a workload printed as `key=VALUE`.
