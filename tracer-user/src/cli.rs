@@ -122,7 +122,9 @@ pub struct Cli {
     #[arg(long)]
     pub lossless: bool,
 
-    /// Also say how many records were lost on each CPU at the end
+    /// Also say how many records were lost on each CPU at the end, and, when the kernel
+    /// counts them (sysctl kernel.bpf_stats_enabled=1), how often and how long each BPF
+    /// program ran
     #[arg(short = 'v', long)]
     pub verbose: bool,
 
