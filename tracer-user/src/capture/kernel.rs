@@ -29,13 +29,14 @@ impl TaskOffsets {
             .map_err(|e| anyhow!("{e}"))
             .with_context(|| format!("cannot read kernel BTF at {VMLINUX_BTF}"))?;
         let task = struct_named(&btf, "task_struct")?;
-        let offset = |s: &btf_rs::Struct, owner: &str, name: &str| {
+        let member = |s: &btf_rs::Struct, owner: &str, name: &str| {
             find_member(&btf, s, name)
-                .map(|(bits, _)| u64::from(bits / 8))
                 .ok_or_else(|| anyhow!("kernel BTF has no member {name} in struct {owner}"))
         };
-        let (thread_bits, thread) = find_member(&btf, &task, "thread")
-            .ok_or_else(|| anyhow!("kernel BTF has no member thread in struct task_struct"))?;
+        let offset = |s: &btf_rs::Struct, owner: &str, name: &str| {
+            member(s, owner, name).map(|(bits, _)| u64::from(bits / 8))
+        };
+        let (thread_bits, thread) = member(&task, "task_struct", "thread")?;
         let Ok(Type::Struct(thread_struct)) = btf.resolve_chained_type(&thread) else {
             bail!("kernel BTF's task_struct.thread is not a struct");
         };
