@@ -62,6 +62,13 @@ impl Loaded {
         let mut maps = HashMap::new();
         // Map-of-maps last: creating one takes an inner map like the maps it will hold.
         let mut definitions: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
+        // As every global must exist, so must every map sized.
+        for (sized, _) in sizes {
+            ensure!(
+                definitions.iter().any(|(name, _)| name == sized),
+                "the BPF object has no map {sized}"
+            );
+        }
         definitions.sort_by_key(|(_, map)| map.map_type() == BPF_MAP_TYPE_ARRAY_OF_MAPS as u32);
         for (name, definition) in &mut definitions {
             if let Some(&(_, entries)) = sizes.iter().find(|(sized, _)| sized == name) {
