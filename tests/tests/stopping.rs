@@ -199,6 +199,10 @@ fn records_the_kernel_could_not_deliver_are_counted_and_reported() {
 /// SIGINT in the caught and in the blocked signals of process `pid`, read together (one read
 /// of /proc/PID/status): (caught, blocked).
 fn sigint_caught_and_blocked(pid: u32) -> (bool, bool) {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    if !exe.ends_with("thrtrace-bpf") {
+        return (false, false);
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let has_sigint = |field: &str| {
         status
