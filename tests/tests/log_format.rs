@@ -61,7 +61,9 @@ fn events_read_back_as_written_with_metadata_and_status() {
     ));
     packet.push(&attach);
     packet.push(&record(1));
-    writer.write(&packet, Status::default()).unwrap();
+    writer
+        .write(std::slice::from_ref(&packet), Status::default())
+        .unwrap();
     writer
         .close(FinalStatus {
             lost_per_cpu: vec![0, 3],
@@ -291,4 +293,51 @@ fn until_full_keeps_the_oldest_and_counts_what_it_kept_out() {
         (120, 80)
     );
     assert!(status.status.log_full && status.status.log_overrun);
+}
+
+#[test]
+fn packets_written_together_make_the_same_log_as_written_one_by_one() {
+    let running = Status {
+        running: true,
+        ..Status::default()
+    };
+    // An appended log whose packets take more than one write together (over 512 KiB), a
+    // looping one, and one that fills (until-full) partway through the packets.
+    for (name, meta, packets, per_packet) in [
+        ("append", metadata(None, LogFullPolicy::Append), 20, 800),
+        (
+            "loop",
+            metadata(Some(64 << 10), LogFullPolicy::Loop),
+            40,
+            40,
+        ),
+        (
+            "full",
+            metadata(Some(16 << 10), LogFullPolicy::UntilFull),
+            10,
+            40,
+        ),
+    ] {
+        let one_by_one = TempLog::new(&format!("{name}-each"));
+        let outcomes = write_log(&one_by_one.0, &meta, packets, per_packet, true);
+        let together = TempLog::new(&format!("{name}-together"));
+        let mut writer = LogWriter::create(File::create(&together.0).unwrap(), &meta).unwrap();
+        let all: Vec<EventPacket> = (0..packets)
+            .map(|p| {
+                let mut packet = EventPacket::default();
+                for n in 0..per_packet {
+                    packet.push(&record(p * per_packet + n));
+                }
+                packet
+            })
+            .collect();
+        let outcome = writer.write(&all, running).unwrap();
+        writer.close(FinalStatus::default()).unwrap();
+        let any_full = outcomes.contains(&Written::LogFull);
+        assert_eq!(any_full, name == "full", "{name}");
+        assert_eq!(outcome == Written::LogFull, any_full, "{name}");
+        let (each, both) = (one_by_one.bytes(), together.bytes());
+        assert_eq!(each.len(), both.len(), "{name}");
+        assert!(each == both, "{name}: the logs differ");
+    }
 }

@@ -41,7 +41,7 @@
 //! #     let record = TraceRecord { sec: 1, nsec: 0, lwpid, pid: 10, tid: 1, event1, event2, which, a, caller: 0 };
 //! #     packet.push(&Event::Thread(record));
 //! # }
-//! # writer.write(&packet, Status::default())?;
+//! # writer.write(&[packet], Status::default())?;
 //! # writer.close(FinalStatus::default())?;
 //!
 //! let log = LogReader::open(&path)?;

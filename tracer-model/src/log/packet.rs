@@ -92,19 +92,27 @@ pub fn seal(kind: Kind, seq: u64, payload: &[u8]) -> Vec<u8> {
 /// A whole packet whose payload is `parts` one after another: each copied once, into the
 /// packet (an events packet's context and entries, hundreds of KiB).
 pub fn seal_parts(kind: Kind, seq: u64, parts: &[&[u8]]) -> Vec<u8> {
-    let payload_len: usize = parts.iter().map(|part| part.len()).sum();
-    let mut packet = Vec::with_capacity(HEADER_LEN + payload_len);
-    packet.extend_from_slice(&MAGIC);
-    packet.extend_from_slice(&super::FORMAT_VERSION.to_le_bytes());
-    packet.extend_from_slice(&(kind as u16).to_le_bytes());
-    packet.extend_from_slice(&seq.to_le_bytes());
-    packet.extend_from_slice(&(payload_len as u32).to_le_bytes());
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&packet);
-    parts.iter().for_each(|part| hasher.update(part));
-    packet.extend_from_slice(&hasher.finalize().to_le_bytes());
-    parts.iter().for_each(|part| packet.extend_from_slice(part));
+    let mut packet = Vec::new();
+    seal_parts_into(kind, seq, parts, &mut packet);
     packet
+}
+
+/// Appends to `out` the whole packet whose payload is `parts`: packets that go to the file
+/// together are sealed into one buffer.
+pub fn seal_parts_into(kind: Kind, seq: u64, parts: &[&[u8]], out: &mut Vec<u8>) {
+    let payload_len: usize = parts.iter().map(|part| part.len()).sum();
+    out.reserve(HEADER_LEN + payload_len);
+    let start = out.len();
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&super::FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(kind as u16).to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&(payload_len as u32).to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&out[start..]);
+    parts.iter().for_each(|part| hasher.update(part));
+    out.extend_from_slice(&hasher.finalize().to_le_bytes());
+    parts.iter().for_each(|part| out.extend_from_slice(part));
 }
 
 #[cfg(test)]

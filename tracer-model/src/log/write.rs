@@ -1,6 +1,7 @@
 //! Writes a log: the metadata packet, then events packets (appended, or looping over slots),
-//! then at the close the status packet. Each packet goes to the file in one write, so that a
-//! writer killed at any moment leaves a log that reads back up to its last whole packet.
+//! then at the close the status packet. Each packet goes to the file in one write, alone or
+//! with the packets after it, so that a writer killed at any moment leaves a log that reads back
+//! up to its last whole packet.
 
 use std::{fs::File, io, os::unix::fs::FileExt};
 
@@ -17,6 +18,12 @@ pub const CONTEXT_LEN: usize = 16;
 
 /// The largest events packet written to an appended log.
 pub const DEFAULT_PACKET_BYTES: usize = 64 << 10;
+
+/// Most bytes of packets written in one call. On the development VM, for a log of 1.2 M
+/// records, the tracer's CPU was 135 ns a record with writes of up to 512 KiB, 164 with a write
+/// per 64 KiB packet, and 221 with 4 MiB writes, whose copies into new page-cache folios were
+/// slow there. It also keeps the buffer from being a second copy of a large stream.
+const MAX_BATCH_BYTES: usize = 512 << 10;
 
 /// Smallest slot of a looping log, and most slots' share of it (1/16 of the log each).
 const MIN_SLOT: u64 = 4 << 10;
@@ -133,6 +140,8 @@ pub struct LogWriter {
     events_not_written: u64,
     log_full: bool,
     log_overrun: bool,
+    /// Sealed packets on their way to the file, kept for its capacity.
+    batch: Vec<u8>,
 }
 
 impl LogWriter {
@@ -156,6 +165,7 @@ impl LogWriter {
             events_not_written: 0,
             log_full: false,
             log_overrun: false,
+            batch: Vec::new(),
         })
     }
 
@@ -168,11 +178,54 @@ impl LogWriter {
         (self.log_full, self.log_overrun)
     }
 
-    /// Writes `packet`, with the stream's `status`, unless the log's policy keeps it out.
-    pub fn write(&mut self, events: &EventPacket, status: Status) -> io::Result<Written> {
-        if events.is_empty() {
-            return Ok(Written::Written);
+    /// Writes `packets` in order, with the stream's `status`, unless the log's policy keeps
+    /// them out: `LogFull` if it kept out any. Packets that lie end to end in the file (an
+    /// appended log) are sealed into one buffer and written together, up to `MAX_BATCH_BYTES`
+    /// at a time: a buffered write costs the kernel less per byte when larger.
+    pub fn write(&mut self, packets: &[EventPacket], status: Status) -> io::Result<Written> {
+        let mut outcome = Written::Written;
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        let mut batch_offset = 0;
+        for events in packets.iter().filter(|events| !events.is_empty()) {
+            let Some(offset) = self.place(events)? else {
+                outcome = Written::LogFull;
+                continue;
+            };
+            let contiguous = batch_offset + batch.len() as u64 == offset;
+            if !batch.is_empty() && (!contiguous || batch.len() >= MAX_BATCH_BYTES) {
+                self.file.write_all_at(&batch, batch_offset)?;
+                batch.clear();
+            }
+            if batch.is_empty() {
+                batch_offset = offset;
+            }
+            let flags = Status {
+                log_full: self.log_full,
+                log_overrun: self.log_overrun,
+                ..status
+            };
+            let mut context = [0; CONTEXT_LEN];
+            context[..8].copy_from_slice(&self.events_written.to_le_bytes());
+            context[8..12].copy_from_slice(&events.count.to_le_bytes());
+            context[12..].copy_from_slice(&flags.to_bits().to_le_bytes());
+            let parts: [&[u8]; 2] = [&context, &events.entries];
+            packet::seal_parts_into(Kind::Events, self.next_seq, &parts, &mut batch);
+            let len = events.packet_len() as u64;
+            self.next_seq += 1;
+            self.append_end = self.append_end.max(offset + len);
+            self.events_bytes += len;
+            self.events_written += u64::from(events.count);
         }
+        if !batch.is_empty() {
+            self.file.write_all_at(&batch, batch_offset)?;
+        }
+        self.batch = batch;
+        Ok(outcome)
+    }
+
+    /// Where an events packet goes, or `None` if the log's policy keeps it out (counted).
+    fn place(&mut self, events: &EventPacket) -> io::Result<Option<u64>> {
         let len = events.packet_len() as u64;
         let full = self
             .max_size
@@ -181,10 +234,10 @@ impl LogWriter {
             self.log_full = true;
             self.log_overrun = true;
             self.events_not_written += u64::from(events.count);
-            return Ok(Written::LogFull);
+            return Ok(None);
         }
-        let offset = match self.layout {
-            Layout::Append => self.append_end,
+        match self.layout {
+            Layout::Append => Ok(Some(self.append_end)),
             Layout::Loop { slot_size, slots } => {
                 if len > u64::from(slot_size) {
                     return Err(io::Error::new(
@@ -196,25 +249,9 @@ impl LogWriter {
                 if self.next_seq > u64::from(slots) {
                     self.log_overrun = true;
                 }
-                self.region_start + slot * u64::from(slot_size)
+                Ok(Some(self.region_start + slot * u64::from(slot_size)))
             }
-        };
-        let flags = Status {
-            log_full: self.log_full,
-            log_overrun: self.log_overrun,
-            ..status
-        };
-        let mut context = Vec::with_capacity(CONTEXT_LEN);
-        context.extend_from_slice(&self.events_written.to_le_bytes());
-        context.extend_from_slice(&events.count.to_le_bytes());
-        context.extend_from_slice(&flags.to_bits().to_le_bytes());
-        let packet = packet::seal_parts(Kind::Events, self.next_seq, &[&context, &events.entries]);
-        self.file.write_all_at(&packet, offset)?;
-        self.next_seq += 1;
-        self.append_end = self.append_end.max(offset + len);
-        self.events_bytes += len;
-        self.events_written += u64::from(events.count);
-        Ok(Written::Written)
+        }
     }
 
     /// Events written, and events the log's policy kept out.

@@ -184,20 +184,18 @@ impl TraceLog {
         )));
         packets.push(stop);
         self.sealed_bytes = 0;
-        for packet in &packets {
-            self.write(packet)?;
-        }
+        self.write(&packets)?;
         self.status.full = false;
         self.events_since_flush = 0;
         self.last_flush = Instant::now();
         Ok(())
     }
 
-    fn write(&mut self, packet: &EventPacket) -> io::Result<()> {
+    fn write(&mut self, packets: &[EventPacket]) -> io::Result<()> {
         let Some(writer) = self.writer.as_mut() else {
             return Ok(());
         };
-        if writer.write(packet, self.status)? == Written::LogFull && !self.said_full {
+        if writer.write(packets, self.status)? == Written::LogFull && !self.said_full {
             self.said_full = true;
             say!(
                 "thrtrace-bpf: {} reached its --log-size: no more events are written to it \
