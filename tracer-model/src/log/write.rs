@@ -19,10 +19,10 @@ pub const CONTEXT_LEN: usize = 16;
 /// The largest events packet written to an appended log.
 pub const DEFAULT_PACKET_BYTES: usize = 64 << 10;
 
-/// Most bytes of packets written in one call. On the development VM, for a log of 1.2 M
-/// records, the tracer's CPU was 135 ns a record with writes of up to 512 KiB, 164 with a write
-/// per 64 KiB packet, and 221 with 4 MiB writes, whose copies into new page-cache folios were
-/// slow there. It also keeps the buffer from being a second copy of a large stream.
+/// Most bytes of packets written in one call. Larger calls cost the kernel less per byte up to
+/// a point: on the development VM, 4 MiB calls cost the tracer more CPU than a call per 64 KiB
+/// packet (their copies into new large page-cache folios were slow there), 512 KiB calls less.
+/// It also keeps the buffer from being a second copy of a large stream.
 const MAX_BATCH_BYTES: usize = 512 << 10;
 
 /// Smallest slot of a looping log, and most slots' share of it (1/16 of the log each).
