@@ -81,9 +81,7 @@ pub fn write_log(
             for n in 0..per_packet {
                 packet.push(&record(p * per_packet + n));
             }
-            writer
-                .write(std::slice::from_ref(&packet), running)
-                .unwrap()
+            writer.write(&[packet], running).unwrap()
         })
         .collect();
     if close {

@@ -61,9 +61,7 @@ fn events_read_back_as_written_with_metadata_and_status() {
     ));
     packet.push(&attach);
     packet.push(&record(1));
-    writer
-        .write(std::slice::from_ref(&packet), Status::default())
-        .unwrap();
+    writer.write(&[packet], Status::default()).unwrap();
     writer
         .close(FinalStatus {
             lost_per_cpu: vec![0, 3],

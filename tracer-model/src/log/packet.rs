@@ -86,19 +86,14 @@ pub fn checksum(header: &[u8], payload: &[u8]) -> u32 {
 
 /// A whole packet: header, then `payload`.
 pub fn seal(kind: Kind, seq: u64, payload: &[u8]) -> Vec<u8> {
-    seal_parts(kind, seq, &[payload])
-}
-
-/// A whole packet whose payload is `parts` one after another: each copied once, into the
-/// packet (an events packet's context and entries, hundreds of KiB).
-pub fn seal_parts(kind: Kind, seq: u64, parts: &[&[u8]]) -> Vec<u8> {
     let mut packet = Vec::new();
-    seal_parts_into(kind, seq, parts, &mut packet);
+    seal_parts_into(kind, seq, &[payload], &mut packet);
     packet
 }
 
-/// Appends to `out` the whole packet whose payload is `parts`: packets that go to the file
-/// together are sealed into one buffer.
+/// Appends to `out` the whole packet whose payload is `parts` one after another, each copied
+/// once (an events packet's context and entries): packets that go to the file together are
+/// sealed into one buffer.
 pub fn seal_parts_into(kind: Kind, seq: u64, parts: &[&[u8]], out: &mut Vec<u8>) {
     let payload_len: usize = parts.iter().map(|part| part.len()).sum();
     out.reserve(HEADER_LEN + payload_len);
