@@ -181,23 +181,22 @@ impl LogWriter {
     /// Writes `packets` in order, with the stream's `status`, unless the log's policy keeps
     /// them out: `LogFull` if it kept out any. Packets that lie end to end in the file (an
     /// appended log) are sealed into one buffer and written together, up to `MAX_BATCH_BYTES`
-    /// at a time: a buffered write costs the kernel less per byte when larger.
+    /// at a time.
     pub fn write(&mut self, packets: &[EventPacket], status: Status) -> io::Result<Written> {
         let mut outcome = Written::Written;
-        let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
+        self.batch.clear();
         let mut batch_offset = 0;
         for events in packets.iter().filter(|events| !events.is_empty()) {
             let Some(offset) = self.place(events)? else {
                 outcome = Written::LogFull;
                 continue;
             };
-            let contiguous = batch_offset + batch.len() as u64 == offset;
-            if !batch.is_empty() && (!contiguous || batch.len() >= MAX_BATCH_BYTES) {
-                self.file.write_all_at(&batch, batch_offset)?;
-                batch.clear();
+            let contiguous = batch_offset + self.batch.len() as u64 == offset;
+            if !self.batch.is_empty() && (!contiguous || self.batch.len() >= MAX_BATCH_BYTES) {
+                self.file.write_all_at(&self.batch, batch_offset)?;
+                self.batch.clear();
             }
-            if batch.is_empty() {
+            if self.batch.is_empty() {
                 batch_offset = offset;
             }
             let flags = Status {
@@ -210,17 +209,16 @@ impl LogWriter {
             context[8..12].copy_from_slice(&events.count.to_le_bytes());
             context[12..].copy_from_slice(&flags.to_bits().to_le_bytes());
             let parts: [&[u8]; 2] = [&context, &events.entries];
-            packet::seal_parts_into(Kind::Events, self.next_seq, &parts, &mut batch);
+            packet::seal_parts_into(Kind::Events, self.next_seq, &parts, &mut self.batch);
             let len = events.packet_len() as u64;
             self.next_seq += 1;
             self.append_end = self.append_end.max(offset + len);
             self.events_bytes += len;
             self.events_written += u64::from(events.count);
         }
-        if !batch.is_empty() {
-            self.file.write_all_at(&batch, batch_offset)?;
+        if !self.batch.is_empty() {
+            self.file.write_all_at(&self.batch, batch_offset)?;
         }
-        self.batch = batch;
         Ok(outcome)
     }
 
