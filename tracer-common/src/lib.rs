@@ -36,10 +36,10 @@ pub mod names {
     /// Read-only global: 1 with `--lossless`, and the map of the processes it has stopped.
     pub const LOSSLESS: &str = "LOSSLESS";
     pub const STOPPED: &str = "STOPPED";
-    /// The processes recorded through shared links (`--follow`'s, and `-p` targets whose main
-    /// thread has exited), and the raw tracepoint program (on `sched_process_fork`) that adds
+    /// The processes recorded, each with the links it is recorded through
+    /// ([`TracedThrough`]), and the raw tracepoint program (on `sched_process_fork`) that adds
     /// `--follow`'s children.
-    pub const SHARED_TRACED: &str = "SHARED_TRACED";
+    pub const TRACED: &str = "TRACED";
     pub const FORK_PROGRAM: &str = "thr_fork";
     /// The raw tracepoint program (on `sched_process_exec`) that forgets an exec'ing process's
     /// errno slot.
@@ -51,11 +51,22 @@ pub mod names {
     /// ([`crate::RecordingMasks`]): to userspace an array map of one entry, written to stop,
     /// start and filter a live trace.
     pub const RECORDING: &str = ".bss.recording";
-    /// The section of the global `SHARED_IN_USE`: 1 once a process has been put in
-    /// `SHARED_TRACED`, before it is; until then entries skip looking the map up.
-    pub const SHARED_IN_USE: &str = ".bss.shared";
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
+}
+
+/// A `TRACED` entry: which links record a process. The kernel's own process filter on a link
+/// is not relied on alone (perf-event uprobes and, before 6.10, uprobe_multi links filter by
+/// thread or by memory, not by process), so the entry program checks this for every hit.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TracedThrough {
+    /// The process's own links (`-p`, a launched command).
+    OwnLinks = 1,
+    /// Links shared by every process that maps the library (`--follow` and the children it
+    /// forks, a `-p` target whose main thread has exited). Its own links, if any, record
+    /// nothing from then on, so that a call is recorded once while a target moves over.
+    SharedLinks = 2,
 }
 
 /// Set in a `STOPPED` entry's process id once the thread's SIGSTOP has been sent (process ids

@@ -3,13 +3,24 @@
 //! Records go to this CPU's ring buffer without waking the reader, except when the buffer
 //! reaches a quarter full and each further sixteenth; a record that does not fit is counted in
 //! `LOST`, never dropped silently.
+//!
+//! What a run keeps lives only in registers, on the program's own small stack, in this thread's
+//! task storage, or in the ring entry it has reserved: never in per-CPU memory. Uprobe programs
+//! run with migration disabled, not preemption, so another thread's run on the same CPU can
+//! come between any two instructions of this one. Each program's frame stays under 64 bytes
+//! (a test checks), because the verifier gives a larger frame a per-CPU private stack on kernels
+//! that have them, which two such runs would share. So user memory is read straight into the
+//! ring entry or the slot, never through a buffer on the stack.
 #![no_std]
 #![no_main]
 // The atomic intrinsics: the BPF target has no `Atomic*` types, but LLVM emits BPF atomics.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
-use core::ptr;
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd, atomic_xchg},
+    ptr,
+};
 
 use aya_ebpf::{
     EbpfContext,
@@ -20,14 +31,15 @@ use aya_ebpf::{
     btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_ringbuf_query, bpf_send_signal_thread, bpf_task_storage_get,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_ringbuf_query,
+        bpf_send_signal_thread, bpf_task_storage_get, generated,
     },
     macros::{btf_map, raw_tracepoint, uprobe, uretprobe},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    MAX_CPUS, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord,
+    LOST_PENDING, LOST_TOTAL, MAX_CPUS, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord,
+    STOP_SENT, TracedThrough,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE},
 };
@@ -85,40 +97,33 @@ fn recording(cookie: &ProbeCookie) -> bool {
     mask & (1 << (cookie.event2 & 63)) != 0
 }
 
-/// The processes recorded through shared links (links with no process filter): `--follow`'s
-/// targets and every process they fork (fork, vfork, clone), added by `thr_fork` in the kernel
-/// before the child runs; and `-p` targets whose main thread has exited, whose own links the
-/// kernel no longer applies (it filters by the main thread's memory).
+/// The processes recorded, and through which links ([`TracedThrough`]): `-p` targets and a
+/// launched command through their own; `--follow`'s targets and every process they fork (fork,
+/// vfork, clone), added by `thr_fork` in the kernel before the child runs, and `-p` targets
+/// whose main thread has exited (whose own links the kernel no longer applies: it filters by
+/// the main thread's memory) through shared ones. Checked at every entry: a link's own process
+/// filter is not enough on every kernel (see `TracedThrough`).
 #[btf_map]
-static SHARED_TRACED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
+static TRACED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
 
-/// Set by userspace before it first puts a process in `SHARED_TRACED` (which the fork
-/// tracepoint grows only from a process in it): until then the map is empty, and not looked up.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = ".bss.shared")]
-static mut SHARED_IN_USE: u32 = 0;
-
-/// Whether a hit through a link with these flags is recorded. A process in `SHARED_TRACED` is
-/// recorded through shared links only, so that while a `-p` target moves from its own links to
-/// shared ones each call is recorded once. Never the tracer.
+/// Whether a hit through a link with these flags is recorded: its process is traced through
+/// that kind of link (system-wide, every process through the shared ones). Never the tracer.
 #[inline(always)]
 fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
     if is_tracer(pid_tgid) {
         return false;
     }
     let shared = flags.has(ProbeFlags::SHARED);
+    // SAFETY: a read-only global that userspace sets before loading.
     if shared && unsafe { ptr::read_volatile(&SYSTEM_WIDE) } != 0 {
         return true;
     }
-    // SAFETY: a global that only userspace writes; read volatile, as it changes under the
-    // program.
-    if unsafe { ptr::read_volatile(ptr::addr_of!(SHARED_IN_USE)) } == 0 {
-        return !shared;
-    }
-    let tgid = (pid_tgid >> 32) as u32;
-    // SAFETY: the map value is only tested for presence.
-    let shared_traced = unsafe { SHARED_TRACED.get(tgid) }.is_some();
-    shared_traced == shared
+    let wanted = match shared {
+        true => TracedThrough::SharedLinks,
+        false => TracedThrough::OwnLinks,
+    };
+    // SAFETY: the value is copied out at once.
+    unsafe { TRACED.get((pid_tgid >> 32) as u32) }.is_some_and(|&how| how == wanted as u8)
 }
 
 /// A traced process forked: its child is traced too. Runs in the parent, on the raw
@@ -126,11 +131,14 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: the map value is only tested for presence.
-    if unsafe { SHARED_TRACED.get(parent) }.is_none() {
+    // SAFETY: the value is copied out at once.
+    let followed =
+        unsafe { TRACED.get(parent) }.is_some_and(|&how| how == TracedThrough::SharedLinks as u8);
+    if !followed {
         return 0;
     }
     let child_task: u64 = ctx.arg(1);
+    // SAFETY: a read-only global that userspace sets before loading.
     let tgid_offset = unsafe { ptr::read_volatile(&TGID_OFFSET) };
     // SAFETY: a kernel read through the helper, at an offset taken from kernel BTF.
     let child = unsafe { bpf_probe_read_kernel((child_task + tgid_offset) as *const u32) };
@@ -138,7 +146,7 @@ pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     if let Ok(child) = child
         && child != parent
     {
-        let _ = SHARED_TRACED.insert(child, 1, 0);
+        let _ = TRACED.insert(child, TracedThrough::SharedLinks as u8, 0);
         // The child is a copy of the parent's address space: the same errno slot.
         // SAFETY: the value is copied out at once.
         if let Some(&slot) = unsafe { ERRNO_SLOTS.get(parent) } {
@@ -158,6 +166,7 @@ pub fn thr_exec(_ctx: RawTracePointContext) -> u32 {
 
 #[inline(always)]
 fn is_tracer(pid_tgid: u64) -> bool {
+    // SAFETY: a read-only global that userspace sets before loading.
     (pid_tgid >> 32) as u32 == unsafe { ptr::read_volatile(&TRACER_TGID) }
 }
 
@@ -292,77 +301,90 @@ fn free_slot(calls: *mut Calls) -> *mut Pending {
 
 #[uprobe]
 pub fn thr_entry(ctx: ProbeContext) -> u32 {
-    let cookie = ProbeCookie::decode(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    // SAFETY: the helper reads the cookie of the link this program runs for.
+    let raw_cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let cookie = ProbeCookie::decode(raw_cookie);
     if !recording(&cookie) {
         return 0;
     }
     let flags = cookie.flags;
     let task = current_task();
-    let pid_tgid = current_pid_tgid(task);
-    if !recorded(pid_tgid, flags) {
+    if !recorded(current_pid_tgid(task), flags) {
         return 0;
     }
-    // SAFETY: uprobe context registers are the user's at the probed instruction.
-    let regs = unsafe { &*ctx.regs };
-    if !flags.has(ProbeFlags::RETURN) {
-        // A single record, written straight into the ring.
-        emit_with(|record| fill_entry(record, &cookie, task, pid_tgid, regs, 0));
-        return 0;
-    }
-    let calls = CALLS.of(task, true);
-    if calls.is_null() {
-        count_lost();
-        return 0;
-    }
-    let event = event_key(&cookie);
-    // A hit while this thread's call of the same event is open is not a new call: a spin
-    // lock trying again (it spun), or the implementation calling itself. No records.
-    if let Some(open) = open_call(calls, event) {
-        // SAFETY: this thread's own slot.
-        unsafe {
-            if flags.has(ProbeFlags::SPINS) {
-                (*open).record.block = 1;
-            } else {
-                (*open).nested += 1;
-            }
+    let regs = ctx.regs;
+    let slot = if flags.has(ProbeFlags::RETURN) {
+        let calls = CALLS.of(task, true);
+        if calls.is_null() {
+            count_lost();
+            return 0;
         }
+        // A hit while this thread's call of the same event is open is not a new call: a spin
+        // lock trying again (it spun), or the implementation calling itself. No records.
+        if let Some(open) = open_call(calls, event_key(&cookie)) {
+            // SAFETY: this thread's own slot.
+            unsafe {
+                if flags.has(ProbeFlags::SPINS) {
+                    (*open).record.block = 1;
+                } else {
+                    (*open).nested += 1;
+                }
+            }
+            return 0;
+        }
+        free_slot(calls)
+    } else {
+        ptr::null_mut()
+    };
+    // A single record, or the entry half of a paired call, is filled in the ring, where user
+    // reads are cheaper than into the slot's slab memory (see `read_user_into`); an entry half
+    // is copied to the slot too.
+    let in_ring = !written_at_return_only(flags)
+        && emit_with(|entry| {
+            fill_entry(entry, raw_cookie, regs);
+            if !slot.is_null() {
+                // SAFETY: the entry is ours until submitted; the slot is this thread's own.
+                unsafe {
+                    (*entry).which = 1;
+                    ptr::copy_nonoverlapping(entry, ptr::addr_of_mut!((*slot).record), 1);
+                }
+            }
+        });
+    if slot.is_null() {
         return 0;
     }
-    let slot = free_slot(calls);
     // SAFETY: this thread's own slot, filled before anything reads it.
     unsafe {
-        let record = ptr::addr_of_mut!((*slot).record);
-        let paired = flags.has(ProbeFlags::PAIRED);
-        fill_entry(record, &cookie, task, pid_tgid, regs, u16::from(paired));
+        // The record waits for the call's return (or the ring had no room for its entry).
+        if !in_ring {
+            let record = ptr::addr_of_mut!((*slot).record);
+            fill_entry(record, raw_cookie, regs);
+            (*record).which = u16::from(flags.has(ProbeFlags::PAIRED));
+        }
         (*slot).nested = 0;
         (*slot).nvcsw_at_entry = if flags.has(ProbeFlags::BLOCK) {
-            read_task::<u64>(task, ptr::read_volatile(&NVCSW_OFFSET))
+            read_task::<u64>(current_task(), ptr::read_volatile(&NVCSW_OFFSET))
         } else {
             0
         };
-        (*slot).event = event;
-        // The entry half of a paired call.
-        if paired {
-            emit(record);
-        }
+        (*slot).event = event_key(&cookie);
     }
     0
 }
 
 /// Writes a call's record as its entry knows it into `record` (ring or slot memory): every
-/// byte, padding included.
-#[inline(always)]
-fn fill_entry(
-    record: *mut RawRecord,
-    cookie: &ProbeCookie,
-    task: *mut task_struct,
-    pid_tgid: u64,
-    regs: &pt_regs,
-    which: u16,
-) {
+/// byte, padding included, `which` 0. A function of its own (a BPF-to-BPF call) taking few
+/// arguments, so that its frame and its caller's each stay small.
+#[inline(never)]
+fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
+    let cookie = ProbeCookie::decode(raw_cookie);
     let flags = cookie.flags;
-    // SAFETY: `record` is writable memory of a whole record, owned by this program run.
+    let task = current_task();
+    let pid_tgid = current_pid_tgid(task);
+    // SAFETY: `record` is writable memory of a whole record, owned by this program run;
+    // `regs` is the probe's context, the user's registers at the probed instruction.
     unsafe {
+        let regs = &*regs;
         // Zeroed word by word, volatile so that LLVM does not make it a call to `memset`, a
         // byte loop on BPF; then the entry's fields.
         let words = record.cast::<u64>();
@@ -382,12 +404,11 @@ fn fill_entry(
         (*record).lwpid = pid_tgid as u32;
         (*record).event1 = cookie.event1;
         (*record).event2 = cookie.event2;
-        (*record).which = which;
-        let args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
-        (*record).args = args;
-        // From the copy of the arguments: a computed offset into the context is not allowed.
+        (*record).args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
+        // Through the record's copy of the arguments: a computed offset into the context is
+        // not allowed, and a copy on the stack would not fit its budget.
         if let Some(n) = flags.timespec_argument()
-            && let Some(&pointer) = args.get(usize::from(n) - 1)
+            && let Some(&pointer) = (*record).args.get(usize::from(n) - 1)
         {
             read_user_into(ptr::addr_of_mut!((*record).timespec), pointer);
         }
@@ -407,6 +428,7 @@ fn written_at_return_only(flags: ProbeFlags) -> bool {
 
 #[uretprobe]
 pub fn thr_return(ctx: RetProbeContext) -> u32 {
+    // SAFETY: the helper reads the cookie of the link this program runs for.
     let cookie = ProbeCookie::decode(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
     let task = current_task();
     let calls = CALLS.of(task, false);
@@ -424,9 +446,13 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
         }
         // Stopped or filtered out since the entry: nothing more is recorded of the call.
         if recording(&cookie) {
-            let record = ptr::addr_of_mut!((*slot).record);
-            complete(record, &cookie, task, &*ctx.regs, (*slot).nvcsw_at_entry);
-            emit(record);
+            // Completed in the ring, where the return's user reads land.
+            let nvcsw_at_entry = (*slot).nvcsw_at_entry;
+            let regs = &*ctx.regs;
+            emit_with(|entry| {
+                ptr::copy_nonoverlapping(ptr::addr_of!((*slot).record), entry, 1);
+                complete(entry, &cookie, task, regs, nvcsw_at_entry);
+            });
         }
         (*slot).event = FREE;
     }
@@ -436,7 +462,7 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
 /// Adds what the return knows to a call's record.
 ///
 /// # Safety
-/// `record` is the current thread's open call's record.
+/// `record` is a reserved ring entry holding the current thread's open call's record.
 #[inline(always)]
 unsafe fn complete(
     record: *mut RawRecord,
@@ -455,6 +481,7 @@ unsafe fn complete(
         record.caller = regs.rip;
     }
     if flags.has(ProbeFlags::BLOCK) {
+        // SAFETY: a read-only global that userspace sets before loading.
         let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
         record.block = (nvcsw != nvcsw_at_entry) as u8;
     }
@@ -464,15 +491,16 @@ unsafe fn complete(
         copy_object(&mut record.object, flags.object_size(), record.args[0]);
     }
     if flags.has(ProbeFlags::POINTEES) {
-        for (pointee, &pointer) in record.pointees.iter_mut().zip(&record.args) {
-            *pointee = read_user::<u64>(pointer);
+        for i in 0..record.pointees.len() {
+            read_user_into(&mut record.pointees[i], record.args[i]);
         }
     }
     if flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
-        record.errno = read_errno(record.pid, record.pthread_self);
+        read_errno(&mut record.errno, record.pid, record.pthread_self);
     }
     if flags.has(ProbeFlags::PAIRED) {
         record.which = 2;
+        // SAFETY: the helper takes no arguments.
         record.ktime_ns = unsafe { bpf_ktime_get_ns() };
     }
 }
@@ -502,31 +530,35 @@ fn copy_object(words: *mut [u32; OBJECT_WORDS], size: ObjectSize, address: u64) 
     }
 }
 
-/// A user value, or zero if the address is not readable (a bad pointer argument).
+/// Reads the user value at `address` into `destination` (ring or slot memory), which the
+/// helper zeroes if the address is not readable (a bad pointer argument). Straight there, not
+/// through the stack, which has no room for it (see the top of this file). The kernel's
+/// usercopy hardening checks a ring destination (vmalloc memory) at once, a slot (slab memory)
+/// at some length: the programs read into the ring where they can.
 #[inline(always)]
-fn read_user<T: Default>(address: u64) -> T {
-    unsafe { bpf_probe_read_user(address as *const T) }.unwrap_or_default()
+fn read_user_into<T>(destination: *mut T, address: u64) {
+    // SAFETY: `destination` is writable memory of a whole `T`; the helper checks `address`.
+    unsafe {
+        generated::bpf_probe_read_user(
+            destination.cast(),
+            size_of::<T>() as u32,
+            address as *const _,
+        )
+    };
 }
 
-/// Reads a user value into `destination` (ring or slot memory), zero if the address is not
-/// readable. Through the stack: the kernel's usercopy hardening checks a stack destination
-/// quickly, but a heap or ring destination at length.
+/// Reads the calling thread's errno into `errno`: thread pointer + the offset the process's GOT
+/// holds (written by ld.so, so read at each use rather than when the probes were attached).
+/// Left 0 if unknown.
 #[inline(always)]
-fn read_user_into<T: Default>(destination: *mut T, address: u64) {
-    // SAFETY: `destination` is writable memory of a whole `T`.
-    unsafe { destination.write(read_user(address)) };
-}
-
-/// The calling thread's errno: thread pointer + the offset the process's GOT holds (written by
-/// ld.so, so read at each use rather than when the probes were attached). 0 if unknown.
-#[inline(always)]
-fn read_errno(pid: u32, thread_pointer: u64) -> i32 {
+fn read_errno(errno: &mut i32, pid: u32, thread_pointer: u64) {
     // SAFETY: the value is copied out at once.
     let Some(&slot) = (unsafe { ERRNO_SLOTS.get(pid) }) else {
-        return 0;
+        return;
     };
-    let offset = read_user::<i64>(slot);
-    read_user::<i32>(thread_pointer.wrapping_add(offset as u64))
+    let mut offset = 0i64;
+    read_user_into(&mut offset, slot);
+    read_user_into(errno, thread_pointer.wrapping_add(offset as u64));
 }
 
 /// The current thread's `task_struct`, as the BTF pointer that task storage and field loads
@@ -560,17 +592,11 @@ fn read_task<T>(task: *mut task_struct, offset: u64) -> T {
     unsafe { task.cast::<u8>().add(offset as usize).cast::<T>().read() }
 }
 
-/// Copies a record made elsewhere (a call's slot) into this CPU's ring.
-#[inline(always)]
-fn emit(record: *const RawRecord) {
-    // SAFETY: `record` is a whole record; the destination is a reserved ring entry.
-    emit_with(|entry| unsafe { ptr::copy_nonoverlapping(record, entry, 1) });
-}
-
 /// Reserves a record in this CPU's ring, has `fill` write it in place (no copy of it on the
-/// stack) and submits it; counts it lost if the ring is full.
+/// stack) and submits it; counts it lost if the ring is full. Returns whether it was written.
 #[inline(always)]
-fn emit_with(fill: impl FnOnce(*mut RawRecord)) {
+fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
+    // SAFETY: the helper takes no arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     let reserved = RING_BUFFERS.get(cpu).and_then(|ring| {
         let entry = ring.reserve(0)?;
@@ -579,7 +605,7 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) {
     let Some((ring, mut entry)) = reserved else {
         count_lost();
         stop_if_lossless();
-        return;
+        return false;
     };
     let record = entry.as_mut_ptr();
     fill(record);
@@ -599,7 +625,9 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) {
     // sixteenth while it has not caught up; otherwise it polls. Not at every record past the
     // quarter: a wakeup is an interrupt, and a reader that is behind would get one per record.
     let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
+    // SAFETY: `ring_ptr` is a ring buffer map of this CPU's slot.
     let used = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_AVAIL_DATA as u64) };
+    // SAFETY: a read-only global that userspace sets before loading.
     let size = unsafe { ptr::read_volatile(&RING_BYTES) };
     let step = (size / 16).max(1);
     let before = used.saturating_sub(RING_ENTRY_SIZE as u64);
@@ -613,6 +641,7 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) {
     if used > size / 2 {
         stop_if_lossless();
     }
+    true
 }
 
 /// With `--lossless`, stops the current thread with SIGSTOP, once per episode: only the
@@ -621,6 +650,7 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) {
 /// signal on; without ptrace a stop signal stops the whole process anyway.
 #[inline(always)]
 fn stop_if_lossless() {
+    // SAFETY: a read-only global that userspace sets before loading.
     if unsafe { ptr::read_volatile(&LOSSLESS) } == 0 {
         return;
     }
@@ -635,10 +665,6 @@ fn stop_if_lossless() {
         }
     }
 }
-
-use core::intrinsics::{AtomicOrdering, atomic_xadd, atomic_xchg};
-
-use tracer_common::{LOST_PENDING, LOST_TOTAL, STOP_SENT};
 
 /// SIGSTOP's number on Linux.
 const SIGSTOP: u32 = 19;

@@ -16,7 +16,7 @@
 use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::Result;
-use tracer_common::{EventDef, ProbeFlags};
+use tracer_common::{EventDef, ProbeFlags, TracedThrough};
 
 use super::{
     multi_link::Programs,
@@ -163,6 +163,9 @@ impl Probes {
                 refused.placement.instruction()
             );
         }
+        if pid != 0 {
+            datapath.trace_through(pid, TracedThrough::OwnLinks)?;
+        }
         let count = self.attach(datapath.programs(), pid, library, &planned)?;
         let path = &library.file.path;
         if pid == 0 {
@@ -199,7 +202,7 @@ impl Probes {
             count = self.attach(datapath.programs(), 0, library, &planned)?;
             self.everywhere.push(library.file.identity.clone());
         }
-        datapath.trace_through_shared_links(pid)?;
+        datapath.trace_through(pid, TracedThrough::SharedLinks)?;
         if let Some(slot) = targets::errno_slot(pid, library) {
             datapath.set_errno_slot(pid, slot)?;
         }

@@ -9,7 +9,9 @@ use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray};
 use aya_obj::generated::{
     bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
-use tracer_common::{LOST_TOTAL, MAX_CPUS, RawRecord, RecordingMasks, STOP_SENT, names};
+use tracer_common::{
+    LOST_TOTAL, MAX_CPUS, RawRecord, RecordingMasks, STOP_SENT, TracedThrough, names,
+};
 
 use super::{
     kernel::TaskOffsets,
@@ -19,9 +21,8 @@ use super::{
 };
 use crate::attach::multi_link::Programs;
 
-/// Most `-p` targets traced through shared links after their main thread exited (without
-/// `--follow`, which follows many more).
-const SHARED_TARGETS: u32 = 1024;
+/// Most `-p` targets and launched commands (without `--follow`, which follows many more).
+const PROCESS_TARGETS: u32 = 1024;
 
 /// Default size of each CPU's ring buffer.
 pub const DEFAULT_RING_BYTES: u32 = 4 << 20;
@@ -99,9 +100,8 @@ pub struct DataPath {
     lost: PerCpuArray<MapData, u64>,
     /// Which probes record (all clear until `set_recording`).
     recording: Array<MapData, RecordingMasks>,
-    shared_in_use: Array<MapData, u32>,
     errno_slots: HashMap<MapData, u32, u64>,
-    shared_traced: HashMap<MapData, u32, u8>,
+    traced: HashMap<MapData, u32, u8>,
     /// `--lossless`: the threads the BPF side has stopped for writing to a ring past half.
     stopped: HashMap<MapData, u32, u32>,
     lossless: bool,
@@ -150,11 +150,11 @@ impl DataPath {
             (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
             (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
         ];
-        // Without --follow, only -p targets whose main thread has exited go in SHARED_TRACED,
-        // whose entries (an LRU map's) are all allocated when it is created.
+        // Without --follow, only -p targets and a launched command go in TRACED, whose
+        // entries (an LRU map's) are all allocated when it is created.
         let sizes: &[(&str, u32)] = match scope {
             Scope::Follow => &[],
-            Scope::Processes | Scope::SystemWide => &[(names::SHARED_TRACED, SHARED_TARGETS)],
+            Scope::Processes | Scope::SystemWide => &[(names::TRACED, PROCESS_TARGETS)],
         };
         let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
@@ -166,9 +166,8 @@ impl DataPath {
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
-        let shared_in_use = Array::try_from(loaded.take_map(names::SHARED_IN_USE)?)?;
         let errno_slots = HashMap::try_from(loaded.take_map(names::ERRNO_SLOTS)?)?;
-        let shared_traced = HashMap::try_from(loaded.take_map(names::SHARED_TRACED)?)?;
+        let traced = HashMap::try_from(loaded.take_map(names::TRACED)?)?;
         let stopped_map = loaded.take_map(names::STOPPED)?;
         let stopped_view = (lossless && scope == Scope::Follow)
             .then(|| StoppedView::of(&stopped_map))
@@ -194,9 +193,8 @@ impl DataPath {
             },
             lost,
             recording,
-            shared_in_use,
             errno_slots,
-            shared_traced,
+            traced,
             stopped,
             lossless,
             scope,
@@ -210,12 +208,13 @@ impl DataPath {
         std::mem::take(&mut self.tracepoint_links)
     }
 
-    /// Records process `pid` through shared links from now on, and no longer through links of
-    /// its own (with `--follow`, the children it forks from now on too).
-    pub fn trace_through_shared_links(&mut self, pid: u32) -> Result<()> {
-        // Before the insert: an entry that missed the flag must not miss the process.
-        self.shared_in_use.set(0, 1, 0)?;
-        Ok(self.shared_traced.insert(pid, 1, 0)?)
+    /// Records process `pid` through `links` from now on: through its own, set before they are
+    /// attached; through shared ones, and no longer its own (with `--follow`, the children it
+    /// forks from now on too).
+    pub fn trace_through(&mut self, pid: u32, links: TracedThrough) -> Result<()> {
+        self.traced
+            .insert(pid, links as u8, 0)
+            .with_context(|| format!("cannot add pid {pid} to the traced processes"))
     }
 
     /// Lets the probes that `masks` name record from now on, and no others: a probe hit after

@@ -129,7 +129,7 @@ impl Loaded {
             .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?;
         let function = &self.object.functions[&program.function_key()];
         prog_load(name, prog_type, attach_type, &function.instructions)
-            .with_context(|| format!("the kernel rejected BPF program {name}"))
+            .with_context(|| format!("cannot load BPF program {name}"))
     }
 }
 
@@ -208,8 +208,22 @@ fn load_btf(bytes: &[u8]) -> Result<OwnedFd> {
     bpf(bpf_cmd::BPF_BTF_LOAD, &mut attr).context("the kernel rejected the BPF object's BTF")
 }
 
-/// Loads a program without a verifier log (formatting one costs the verifier more than the
-/// verifying does), and only if the kernel rejects it loads it again with one, to say why.
+/// Bytes of the statistics-only verifier log every load asks for: a few lines.
+const STATS_LOG_BYTES: usize = 4096;
+
+/// The verifier's `log_level` for statistics alone (`BPF_LOG_STATS`): a few lines, cheap to
+/// format, among them each subprogram's stack depth.
+const LOG_STATS: u32 = 4;
+
+/// The smallest frame that kernels with BPF private stacks (x86-64 and arm64 JITs, 6.13 on)
+/// move to a per-CPU stack (`BPF_PRIV_STACK_MIN_SIZE`). Uprobe programs can be preempted, and
+/// a second run on the same CPU would share that stack: the programs keep every frame smaller.
+pub const PRIVATE_STACK_FRAME: u32 = 64;
+
+/// Loads a program, asking the verifier only for its statistics (a full log costs the verifier
+/// more than the verifying does), and refuses it if a frame is as large as the kernel would
+/// move to a per-CPU stack. Only if the kernel rejects it, loads it again with a full log, to
+/// say why.
 fn prog_load(
     name: &str,
     prog_type: bpf_prog_type,
@@ -217,9 +231,10 @@ fn prog_load(
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd> {
     let license = c"GPL";
+    let mut stats = vec![0u8; STATS_LOG_BYTES];
     // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
     let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the prog-load member of a zeroed union.
+    // SAFETY: writing the prog-load member of a zeroed union; `stats` outlives the call.
     unsafe {
         let load = &mut attr.__bindgen_anon_3;
         load.prog_type = prog_type as u32;
@@ -227,9 +242,20 @@ fn prog_load(
         load.insns = instructions.as_ptr() as u64;
         load.insn_cnt = instructions.len() as u32;
         load.license = license.as_ptr() as u64;
+        load.log_level = LOG_STATS;
+        load.log_buf = stats.as_mut_ptr() as u64;
+        load.log_size = stats.len() as u32;
         copy_name(&mut load.prog_name, name);
     }
     if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
+        let largest = stack_depths(&log_text(&stats)).into_iter().max();
+        ensure!(
+            largest.is_none_or(|depth| depth < PRIVATE_STACK_FRAME),
+            "BPF program {name} has a {}-byte frame, which this kernel could run on a per-CPU \
+             stack that a preempting run would overwrite; not loaded (a build error: the \
+             programs keep frames under {PRIVATE_STACK_FRAME} bytes)",
+            largest.unwrap_or_default()
+        );
         return Ok(program);
     }
     let mut log = vec![0u8; VERIFIER_LOG_BYTES];
@@ -241,14 +267,28 @@ fn prog_load(
         load.log_size = log.len() as u32;
     }
     bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let log = String::from_utf8_lossy(&log[..end]);
+        let log = log_text(&log);
         let tail: Vec<&str> = log.lines().rev().take(5).collect();
         anyhow!(
             "{error}; verifier: {}",
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
         )
     })
+}
+
+/// A verifier log's text, up to its NUL.
+fn log_text(log: &[u8]) -> std::borrow::Cow<'_, str> {
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    String::from_utf8_lossy(&log[..end])
+}
+
+/// Each subprogram's stack depth, from the verifier's statistics line `stack depth 40+24`.
+fn stack_depths(log: &str) -> Vec<u32> {
+    log.lines()
+        .filter_map(|line| line.strip_prefix("stack depth "))
+        .flat_map(|depths| depths.split('+'))
+        .filter_map(|depth| depth.trim().parse().ok())
+        .collect()
 }
 
 /// Attaches a raw tracepoint program to tracepoint `name` (no tracefs needed); the link lives
@@ -297,6 +337,83 @@ pub fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_depths_are_read_from_the_verifiers_statistics() {
+        let log = "processed 1234 insns (limit 1000000) max_states_per_insn 4\n\
+                   stack depth 40+24\nverification time 512 usec\n";
+        assert_eq!(stack_depths(log), [40, 24]);
+        assert_eq!(stack_depths("stack depth 0\n"), [0]);
+        assert!(stack_depths("no such line").is_empty());
+    }
+
+    /// The deepest stack byte each function of the object touches: through the frame pointer
+    /// (r10), or through a register set from it and moved by constants (a key's address for a
+    /// map lookup). What the verifier counts as the frame's depth, or more.
+    fn frame_depths(object: &Object) -> Vec<(String, i64)> {
+        const FRAME_POINTER: u8 = 10;
+        let class = |insn: &aya_obj::generated::bpf_insn| insn.code & 0x07;
+        object
+            .functions
+            .values()
+            .map(|function| {
+                // Registers that hold r10 plus a constant, and that constant.
+                let mut from_frame: [Option<i64>; 11] = [None; 11];
+                from_frame[usize::from(FRAME_POINTER)] = Some(0);
+                let mut depth = 0i64;
+                for insn in &function.instructions {
+                    let (dst, src) = (usize::from(insn.dst_reg()), usize::from(insn.src_reg()));
+                    let (dst, src) = (dst.min(10), src.min(10));
+                    // Loads (LDX), stores (ST, STX) and atomics address memory at reg + off.
+                    let base = match class(insn) {
+                        0x01 => from_frame[src],
+                        0x02 | 0x03 => from_frame[dst],
+                        _ => None,
+                    };
+                    if let Some(base) = base {
+                        depth = depth.max(-(base + i64::from(insn.off)));
+                    }
+                    // ALU64: a copy of a frame address, a constant added to it; anything else
+                    // written to a register makes it something else.
+                    match (class(insn), insn.code & 0xf8) {
+                        (0x07, 0xb8) => from_frame[dst] = from_frame[src], // mov reg
+                        (0x07, 0x00) => {
+                            from_frame[dst] = from_frame[dst].map(|b| b + i64::from(insn.imm))
+                        }
+                        (0x07 | 0x04 | 0x01, _) if dst != usize::from(FRAME_POINTER) => {
+                            from_frame[dst] = None
+                        }
+                        // A call clobbers r0 to r5.
+                        (0x05, 0x80) => from_frame[..6].fill(None),
+                        _ => {}
+                    }
+                    if let Some(base) = from_frame[dst].filter(|_| class(insn) == 0x07) {
+                        depth = depth.max(-base);
+                    }
+                }
+                (function.name.clone(), depth)
+            })
+            .collect()
+    }
+
+    /// The guard in `prog_load` is the kernel's own view; this says the same of the object,
+    /// without a kernel, so that a change that grows a frame fails here first.
+    #[test]
+    fn every_bpf_frame_is_smaller_than_a_private_stack_is_given_for() {
+        let object = Object::parse(crate::capture::datapath::BPF_OBJECT).unwrap();
+        let depths = frame_depths(&object);
+        assert!(
+            depths.iter().any(|(name, _)| name == "thr_entry"),
+            "{depths:?}"
+        );
+        for (name, depth) in depths {
+            assert!(
+                depth < i64::from(PRIVATE_STACK_FRAME),
+                "{name} uses {depth} bytes of stack: a kernel with BPF private stacks would run \
+                 it on a per-CPU stack that preempting runs share"
+            );
+        }
+    }
 
     #[test]
     fn the_bpf_object_needs_no_kernel_btf() {
