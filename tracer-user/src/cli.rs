@@ -523,6 +523,9 @@ impl Cli {
             usage_bail!("--log {}: name a file", path.display());
         };
         let dir = OutputDir::open(parent).map_err(|e| e.usage("for --log"))?;
+        if let Err(error) = dir.check_replaceable(file_name) {
+            usage_bail!("--log: {error}");
+        }
         let stream_size = self.stream_size.unwrap_or(DEFAULT_STREAM_SIZE);
         if stream_size < MIN_STREAM_SIZE {
             usage_bail!("--stream-size {stream_size}: give at least 64K");

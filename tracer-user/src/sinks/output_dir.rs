@@ -5,8 +5,9 @@
 //! under a predictable name by anyone who can write to the directory is never written through
 //! (the bpftrace/bcc CVE-2024-2313 class). A name already taken, by an earlier run's file or by
 //! a planted link, is replaced: the new file is made under a fresh temporary name and renamed
-//! over it, which swaps the directory entry and never touches what it pointed to. Files are
-//! mode 0600 and, under sudo, belong to the invoking user.
+//! over it, which swaps the directory entry and never touches what it pointed to. A name held
+//! by anything else (a device node such as `/dev/null`, a FIFO, a socket, a directory) is never
+//! replaced: that is refused. Files are mode 0600 and, under sudo, belong to the invoking user.
 
 use std::{
     fmt,
@@ -170,12 +171,14 @@ impl OutputDir {
         }
     }
 
-    /// Creates `name` for writing, new and empty, owned as the module says. Whatever had that
-    /// name (a stale file, a link) is replaced, never opened. `name` is a single component.
+    /// Creates `name` for writing, new and empty, owned as the module says. A regular file or a
+    /// link that had the name is replaced, never opened; anything else there is an error.
+    /// `name` is a single component.
     pub fn create(&self, name: &str) -> io::Result<(File, FileIdentity)> {
         debug_assert!(!name.contains('/'), "{name} is not a single path component");
         let fd = match self.create_exclusive(name) {
             Err(error) if error.raw_os_error() == Some(libc::EEXIST) => {
+                self.check_replaceable(name)?;
                 let (fd, temporary) = self.create_temporary(name)?;
                 if let Err(error) = rustix::fs::renameat(&self.dir, &temporary, &self.dir, name) {
                     let _ =
@@ -204,6 +207,34 @@ impl OutputDir {
             ));
         }
         Ok(File::from(fd))
+    }
+
+    /// Whether whatever has `name` now may be replaced by a file of ours: a regular file or a
+    /// symbolic link (the link is replaced, not what it points to). Said before anything is
+    /// attached for `--log`; checked again as the file is made.
+    pub fn check_replaceable(&self, name: &str) -> io::Result<()> {
+        let stat = match rustix::fs::statat(&self.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        {
+            Err(Errno::NOENT) => return Ok(()),
+            result => result?,
+        };
+        let kind = match rustix::fs::FileType::from_raw_mode(stat.st_mode) {
+            rustix::fs::FileType::RegularFile | rustix::fs::FileType::Symlink => return Ok(()),
+            rustix::fs::FileType::Directory => "a directory",
+            rustix::fs::FileType::CharacterDevice => "a character device",
+            rustix::fs::FileType::BlockDevice => "a block device",
+            rustix::fs::FileType::Fifo => "a FIFO",
+            rustix::fs::FileType::Socket => "a socket",
+            rustix::fs::FileType::Unknown => "not a regular file",
+        };
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is {kind}: traces go only to regular files, and it is never replaced \
+                 (name a new file)",
+                self.shown(name).display()
+            ),
+        ))
     }
 
     fn create_exclusive(&self, name: &str) -> io::Result<OwnedFd> {
