@@ -93,8 +93,12 @@ pub fn run(mut config: Config) -> Result<i32> {
         (_, true) => Scope::Follow,
         (_, false) => Scope::Processes,
     };
+    let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
+    if config.verbose {
+        say!("thrtrace-bpf: {}", btf_access.describe());
+    }
     let mut datapath = DataPath::load(
-        TaskOffsets::from_kernel_btf()?,
+        offsets,
         config.ring_bytes,
         config.empty_programs,
         config.lossless,

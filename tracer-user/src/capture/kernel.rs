@@ -2,10 +2,64 @@
 //! and the clock offset that turns `bpf_ktime_get_ns` into realtime. Nothing here reads tracefs,
 //! which a fresh machine may not have mounted.
 
+use std::{io, os::fd::AsRawFd};
+
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Backend, Btf, Type};
 
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// How kernel BTF was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BtfAccess {
+    /// `/sys/kernel/btf/vmlinux` mapped in place (kernels from 2025 on).
+    Mapped,
+    /// Older kernels refuse to map it (ENODEV): read into memory (a memfd), mapped from there.
+    Copied,
+}
+
+impl BtfAccess {
+    pub fn describe(self) -> &'static str {
+        match self {
+            BtfAccess::Mapped => "kernel BTF: mapped in place",
+            BtfAccess::Copied => {
+                "kernel BTF: read into memory (this kernel does not map /sys/kernel/btf/vmlinux)"
+            }
+        }
+    }
+}
+
+/// Kernel BTF, mapped where the kernel allows it, else read into memory first. No BTF at all
+/// (a kernel built without `CONFIG_DEBUG_INFO_BTF`) is an error that says so.
+fn kernel_btf() -> Result<(Btf, BtfAccess)> {
+    let no_btf = || {
+        format!(
+            "cannot read kernel BTF at {VMLINUX_BTF}: thrtrace-bpf needs a kernel built with \
+             CONFIG_DEBUG_INFO_BTF=y (5.15 or later, as every major distribution ships)"
+        )
+    };
+    match Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap) {
+        Ok(btf) => return Ok((btf, BtfAccess::Mapped)),
+        // Whatever refused the mapping (ENODEV before 2025), a copy is the answer.
+        Err(_) if std::path::Path::new(VMLINUX_BTF).exists() => {}
+        Err(error) => return Err(anyhow!("{error}")).with_context(no_btf),
+    }
+    let copy = copy_to_memory(VMLINUX_BTF).with_context(no_btf)?;
+    // The memfd by its /proc path: btf-rs maps a file it opens by name.
+    let path = format!("/proc/self/fd/{}", copy.as_raw_fd());
+    let btf = Btf::from_file_with_backend(&path, Backend::Mmap)
+        .map_err(|e| anyhow!("{e}"))
+        .with_context(no_btf)?;
+    Ok((btf, BtfAccess::Copied))
+}
+
+/// The bytes of `path` in a new memfd (sysfs files report a size but may refuse `mmap`).
+fn copy_to_memory(path: &str) -> io::Result<std::fs::File> {
+    let memfd = rustix::fs::memfd_create(c"thrtrace-btf", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut copy = std::fs::File::from(memfd);
+    io::copy(&mut std::fs::File::open(path)?, &mut copy)?;
+    Ok(copy)
+}
 
 /// Byte offsets in `task_struct`, handed to the BPF programs as read-only globals.
 #[derive(Clone, Copy, Debug)]
@@ -24,10 +78,8 @@ impl TaskOffsets {
     /// Looks `task_struct` up by name once: a lookup by name scans the kernel's whole type
     /// table, a good part of the tracer's start-up. `thread_struct` is reached through the type
     /// of `task_struct.thread`.
-    pub fn from_kernel_btf() -> Result<Self> {
-        let btf = Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap)
-            .map_err(|e| anyhow!("{e}"))
-            .with_context(|| format!("cannot read kernel BTF at {VMLINUX_BTF}"))?;
+    pub fn from_kernel_btf() -> Result<(Self, BtfAccess)> {
+        let (btf, access) = kernel_btf()?;
         let task = struct_named(&btf, "task_struct")?;
         let member = |s: &btf_rs::Struct, owner: &str, name: &str| {
             find_member(&btf, s, name)
@@ -40,12 +92,13 @@ impl TaskOffsets {
         let Ok(Type::Struct(thread_struct)) = btf.resolve_chained_type(&thread) else {
             bail!("kernel BTF's task_struct.thread is not a struct");
         };
-        Ok(TaskOffsets {
+        let offsets = TaskOffsets {
             fsbase: u64::from(thread_bits / 8) + offset(&thread_struct, "thread_struct", "fsbase")?,
             nvcsw: offset(&task, "task_struct", "nvcsw")?,
             pid: offset(&task, "task_struct", "pid")?,
             tgid: offset(&task, "task_struct", "tgid")?,
-        })
+        };
+        Ok((offsets, access))
     }
 }
 
