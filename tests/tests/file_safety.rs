@@ -1,15 +1,16 @@
 //! The tracer runs as root and writes predictable names into directories others may write to:
 //! it never writes through a link planted there, replaces what an earlier run left, and
-//! creates files mode 0600 owned by the sudo user (issue 14, part 1).
+//! creates files mode 0600 owned by the sudo user (issue 14, part 1); a name held by anything
+//! but a regular file or a link is never replaced (issue 26).
 
 use std::{
     fs,
-    os::unix::fs::{MetadataExt, PermissionsExt},
+    os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt},
     path::Path,
 };
 
 use thrtrace_tests::{
-    Gated, TempDir, bpf_available, file_name, paired_calls, read_trace, start_tracer,
+    Gated, TempDir, bpf_available, file_name, paired_calls, read_trace, run_tracer, start_tracer,
 };
 
 const PAIRS: u32 = 25;
@@ -111,16 +112,21 @@ fn under_sudo_files_belong_to_the_invoking_user_mode_0600() {
     }
 }
 
-#[test]
-fn a_name_that_cannot_be_created_safely_ends_the_trace_with_one_line() {
-    if !bpf_available("uncreatable_name") {
+/// A name held by something that is not a regular file or a link (`plant` makes it) ends the
+/// trace with one line naming it and what it is (`kind`), and is left as it was.
+fn a_name_held_by_something_else_ends_the_trace(
+    test: &str,
+    kind: &str,
+    plant: fn(&Path),
+    left: fn(&fs::Metadata) -> bool,
+) {
+    if !bpf_available(test) {
         return;
     }
-    let dir = TempDir::new("uncreatable");
+    let dir = TempDir::new(test);
     let mut gate = Gated::start(0, PAIRS);
     let name = file_name(gate.pid, gate.pid);
-    // A directory has the name: it can be neither opened as a file nor renamed over.
-    fs::create_dir(dir.path().join(&name)).unwrap();
+    plant(&dir.path().join(&name));
     let (mut tracer, stderr) = start_tracer(dir.path(), &[gate.pid], &["--events", "mutex"]);
     gate.run_phase_two();
     gate.finish();
@@ -131,10 +137,78 @@ fn a_name_that_cannot_be_created_safely_ends_the_trace_with_one_line() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
         lines[0].starts_with("thrtrace-bpf: cannot write trace records")
-            && lines[0].contains(&name)
-            && lines[0].contains("Is a directory"),
+            && lines[0].contains(&format!("{name} is {kind}")),
         "{lines:?}"
     );
-    assert!(dir.path().join(&name).is_dir());
+    assert!(left(&fs::symlink_metadata(dir.path().join(&name)).unwrap()));
     assert_eq!(dir.entries(), [name], "a temporary file was left behind");
+}
+
+#[test]
+fn a_directory_under_a_tr_name_ends_the_trace_with_one_line() {
+    a_name_held_by_something_else_ends_the_trace(
+        "name_held_by_directory",
+        "a directory",
+        |path| fs::create_dir(path).unwrap(),
+        fs::Metadata::is_dir,
+    );
+}
+
+#[test]
+fn a_fifo_under_a_tr_name_is_never_replaced() {
+    a_name_held_by_something_else_ends_the_trace(
+        "name_held_by_fifo",
+        "a FIFO",
+        |path| make_fifo(path),
+        |meta| meta.file_type().is_fifo(),
+    );
+}
+
+fn make_fifo(path: &Path) {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+}
+
+/// `--log` naming something that is not a regular file (`/dev/null`, a FIFO) is refused with
+/// one line and exit 2 before anything is attached, and the thing is left as it was: the
+/// tracer once replaced the system's `/dev/null` with a regular file.
+#[test]
+fn a_log_named_after_a_device_or_fifo_is_refused_and_left_alone() {
+    let scratch = TempDir::new("log_not_regular");
+    let fifo = scratch.path().join("pipe");
+    make_fifo(&fifo);
+    for (path, kind) in [
+        (Path::new("/dev/null"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (scratch.path(), "a directory"),
+    ] {
+        let run = run_tracer(
+            scratch.path(),
+            &[
+                "--log".as_ref(),
+                path.as_os_str(),
+                "--".as_ref(),
+                "true".as_ref(),
+            ],
+        );
+        assert_eq!(run.status.code(), Some(2), "{run:?}");
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{run:?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "thrtrace-bpf: --log: {} is {kind}",
+                path.display()
+            )),
+            "{lines:?}"
+        );
+    }
+    assert!(
+        fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(scratch.entries(), ["pipe"]);
 }
