@@ -159,7 +159,7 @@ fn a_fifo_under_a_tr_name_is_never_replaced() {
     a_name_held_by_something_else_ends_the_trace(
         "name_held_by_fifo",
         "a FIFO",
-        |path| make_fifo(path),
+        make_fifo,
         |meta| meta.file_type().is_fifo(),
     );
 }
