@@ -117,6 +117,11 @@ pub struct Cli {
     #[arg(long)]
     pub empty_programs: bool,
 
+    /// Attach probes as perf-event uprobes, as on kernels before 6.6, even where uprobe_multi
+    /// links exist (measures and tests that way on any kernel)
+    #[arg(long, hide = true)]
+    pub perf_event_probes: bool,
+
     /// Never lose a record: stop (SIGSTOP) a traced thread that writes to a ring more than half
     /// full, until the tracer has drained the rings (or set THR_TRACE_LOSSLESS to any value)
     #[arg(long)]
@@ -369,6 +374,7 @@ pub struct Config {
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
     pub empty_programs: bool,
+    pub perf_event_probes: bool,
     pub probe_at_entry: bool,
     pub follow: bool,
     pub verbose: bool,
@@ -485,6 +491,7 @@ impl Cli {
             duration,
             ring_bytes,
             empty_programs: self.empty_programs,
+            perf_event_probes: self.perf_event_probes,
             probe_at_entry: self.probe_at_entry,
             follow: self.follow,
             verbose: self.verbose,

@@ -34,6 +34,7 @@ use crate::{
         exec_follow, launch,
         probes::{self, Probes},
         targets::{self, PthreadLibrary},
+        uprobe_links::UprobeMechanism,
     },
     capture::{
         datapath::{DataPath, Scope},
@@ -94,8 +95,10 @@ pub fn run(mut config: Config) -> Result<i32> {
         (_, false) => Scope::Processes,
     };
     let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
+    let mechanism = UprobeMechanism::detect(config.perf_event_probes);
     if config.verbose {
         say!("thrtrace-bpf: {}", btf_access.describe());
+        say!("thrtrace-bpf: {}", mechanism.describe());
     }
     let mut datapath = DataPath::load(
         offsets,
@@ -103,10 +106,11 @@ pub fn run(mut config: Config) -> Result<i32> {
         config.empty_programs,
         config.lossless,
         scope,
+        mechanism,
     )?;
     // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
     datapath.set_recording(&recording.masks())?;
-    let mut probes = Probes::new(events, config.probe_at_entry);
+    let mut probes = Probes::new(events, config.probe_at_entry, mechanism);
     let follow = config.follow;
     // Facts about the targets (executable, mapped files) are read as each is attached, for the
     // log only.

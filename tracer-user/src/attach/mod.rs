@@ -1,13 +1,13 @@
 //! Finding the pthread functions of a process and putting probes on them: which mapped files
 //! define them ([`targets`], [`symbols`]), where in each function a probe goes ([`placement`]),
-//! the uprobe_multi links that put them there ([`multi_link`], [`probes`]), and the processes
+//! the links that put them there ([`uprobe_links`], [`probes`]), and the processes
 //! the tracer starts ([`launch`]) or follows through exec ([`exec_follow`]) so that they are
 //! probed before their code runs.
 
 pub mod exec_follow;
 pub mod launch;
-pub mod multi_link;
 pub mod placement;
 pub mod probes;
 pub mod symbols;
 pub mod targets;
+pub mod uprobe_links;

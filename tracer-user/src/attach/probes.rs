@@ -13,16 +13,19 @@
 //! breakpoints, and the next time any other link on the same functions is detached, the
 //! process's breakpoints go too.
 
-use std::{collections::HashMap, os::fd::OwnedFd};
+use std::{
+    collections::HashMap,
+    os::fd::{AsRawFd, OwnedFd},
+};
 
 use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags, TracedThrough};
 
 use super::{
-    multi_link::Programs,
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     symbols::Function,
     targets::{self, PthreadLibrary},
+    uprobe_links::{Programs, UprobeMechanism},
 };
 use crate::capture::datapath::DataPath;
 
@@ -122,17 +125,19 @@ pub struct Probes {
     shared_links: Vec<OwnedFd>,
     /// Library files with shared links, by device and inode.
     everywhere: Vec<(String, u64)>,
+    mechanism: UprobeMechanism,
 }
 
 impl Probes {
-    /// Probes for `events`, placed (or at the entry with `at_entry`).
-    pub fn new(events: Vec<&'static EventDef>, at_entry: bool) -> Self {
+    /// Probes for `events`, placed (or at the entry with `at_entry`), attached by `mechanism`.
+    pub fn new(events: Vec<&'static EventDef>, at_entry: bool, mechanism: UprobeMechanism) -> Self {
         Probes {
             events,
             at_entry,
             process_links: HashMap::new(),
             shared_links: Vec::new(),
             everywhere: Vec::new(),
+            mechanism,
         }
     }
 
@@ -268,24 +273,71 @@ impl Probes {
         };
         for (program, set) in [(&programs.entry, &entry), (&programs.exit, &exit)] {
             if !set.offsets.is_empty() {
-                links.push(program.attach(file, &set.offsets, &set.cookies, pid)?);
+                links.extend(program.attach(file, &set.offsets, &set.cookies, pid)?);
             }
         }
         Ok(entry.offsets.len() + exit.offsets.len())
     }
 
-    /// Detaches every probe. Each link waits for one kernel grace period when it goes away, so
-    /// the links of several processes are closed concurrently.
+    /// Detaches every probe. Each uprobe_multi link waits for one kernel grace period when it
+    /// goes away, so the links of several processes are closed concurrently. Perf-event
+    /// uprobes go one after the other whatever closes them (the kernel holds a mutex across
+    /// each one's grace periods: 85 ms each on the development VM, 11 s for every category),
+    /// so a child process closes them and the tracer exits at once; the programs record
+    /// nothing by then.
     pub fn detach_all(&mut self) {
-        let links = std::mem::take(&mut self.process_links)
+        let links: Vec<OwnedFd> = std::mem::take(&mut self.process_links)
             .into_values()
             .flatten()
-            .chain(std::mem::take(&mut self.shared_links));
+            .chain(std::mem::take(&mut self.shared_links))
+            .collect();
+        if self.mechanism == UprobeMechanism::PerfEvent && detach_in_child(&links) {
+            return;
+        }
         std::thread::scope(|scope| {
             for link in links {
                 scope.spawn(move || drop(link));
             }
         });
+    }
+}
+
+/// Hands `links` to a child process that closes them one by one and exits; this process's
+/// copies are then closed when `links` is dropped, which detaches nothing while the child
+/// holds them. The child leaves the tracer's session and closes every other descriptor first,
+/// so that neither a terminal's signals nor a pipeline the tracer writes to wait for it.
+/// Returns false if no child could be made (the caller then closes the links itself).
+fn detach_in_child(links: &[OwnedFd]) -> bool {
+    let mut keep: Vec<libc::c_int> = links.iter().map(|link| link.as_raw_fd()).collect();
+    keep.sort_unstable();
+    // SAFETY: the child of a multi-threaded process calls only async-signal-safe functions
+    // (setsid, sigprocmask, signal, close_range, close, _exit) on memory made before the fork.
+    unsafe {
+        match libc::fork() {
+            -1 => false,
+            0 => {
+                libc::setsid();
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut all);
+                libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+                for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1] {
+                    libc::signal(signal, libc::SIG_DFL);
+                }
+                let mut next = 0;
+                for &fd in &keep {
+                    if fd > next {
+                        libc::syscall(libc::SYS_close_range, next, fd - 1, 0);
+                    }
+                    next = fd + 1;
+                }
+                libc::syscall(libc::SYS_close_range, next, libc::c_uint::MAX, 0);
+                for &fd in &keep {
+                    libc::close(fd);
+                }
+                libc::_exit(0)
+            }
+            _ => true,
+        }
     }
 }
 

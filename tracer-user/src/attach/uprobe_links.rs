@@ -1,46 +1,105 @@
-//! uprobe_multi links: one BPF link attaches a program to every traced offset of a file in one
-//! process, and closing it removes them all after a single kernel grace period. Perf-event
-//! uprobes (aya 0.14's only kind) pay that grace period once per probe, serialized: ~90 ms each
-//! on kernel 6.18, seconds for a full set.
+//! The links that put the BPF programs at the probed instructions, made the way the running
+//! kernel offers (found at start by asking it, not by its version):
 //!
-//! aya 0.14 cannot load a program with the `BPF_TRACE_UPROBE_MULTI` attach type that such links
-//! need: the object's loader (`capture::loader`) loads them, and links are made here with the
-//! `bpf(2)` syscall.
+//! - **uprobe_multi links** (6.6 on): one link per library file and program puts it at every
+//!   traced offset of the file, each with its cookie, and closing it removes them all after a
+//!   single kernel grace period.
+//! - **perf-event uprobes** (5.15 on): one perf event per probe, the program attached to it by
+//!   a BPF link that carries the probe's cookie. Each waits for kernel grace periods as it is
+//!   made and as it goes, so a file's probes are attached on many threads at once, and
+//!   detached likewise (`Probes::detach_all` closes links concurrently).
+//!
+//! Either way the links' process filter is not relied on alone: the entry program checks the
+//! process too (`TRACED`). aya 0.14 can make neither kind with cookies: the object's loader
+//! (`capture::loader`) loads the programs and links are made here with `bpf(2)` and
+//! `perf_event_open(2)`.
 
 use std::{
     ffi::CString,
+    fs,
     mem::MaybeUninit,
     os::{
-        fd::{AsRawFd, OwnedFd},
+        fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::ffi::OsStrExt,
     },
     path::Path,
 };
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use aya_obj::generated::{
-    BPF_F_UPROBE_MULTI_RETURN, bpf_attach_type::BPF_TRACE_UPROBE_MULTI, bpf_attr, bpf_cmd,
-    bpf_prog_info, bpf_prog_type::BPF_PROG_TYPE_KPROBE,
+    BPF_F_UPROBE_MULTI_RETURN,
+    bpf_attach_type::{self, BPF_PERF_EVENT, BPF_TRACE_UPROBE_MULTI},
+    bpf_attr, bpf_cmd, bpf_prog_info,
+    bpf_prog_type::BPF_PROG_TYPE_KPROBE,
+    perf_event_attr,
 };
 
-use crate::capture::loader::{Loaded, bpf, bpf_no_fd};
+use crate::capture::loader::{self, Loaded, bpf, bpf_no_fd};
+
+/// How probes are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UprobeMechanism {
+    MultiLink,
+    PerfEvent,
+}
+
+impl UprobeMechanism {
+    /// uprobe_multi links where the kernel loads a program for them, else perf-event uprobes
+    /// (or those if `force_perf_events`, to measure and test them on any kernel).
+    pub fn detect(force_perf_events: bool) -> Self {
+        let multi = !force_perf_events
+            && loader::kernel_loads(BPF_PROG_TYPE_KPROBE, Some(BPF_TRACE_UPROBE_MULTI));
+        match multi {
+            true => UprobeMechanism::MultiLink,
+            false => UprobeMechanism::PerfEvent,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            UprobeMechanism::MultiLink => "probes: uprobe_multi links, one per library file",
+            UprobeMechanism::PerfEvent => {
+                "probes: perf-event uprobes with BPF cookies, one per probe (this kernel has no \
+                 uprobe_multi links, which came with 6.6)"
+            }
+        }
+    }
+
+    /// The attach type the programs are loaded for.
+    fn attach_type(self) -> Option<bpf_attach_type> {
+        match self {
+            UprobeMechanism::MultiLink => Some(BPF_TRACE_UPROBE_MULTI),
+            UprobeMechanism::PerfEvent => None,
+        }
+    }
+}
 
 /// The loaded entry and return programs.
 pub struct Programs {
-    pub entry: MultiProgram,
-    pub exit: MultiProgram,
+    pub entry: UprobeProgram,
+    pub exit: UprobeProgram,
 }
 
 impl Programs {
-    /// Loads programs `entry` and `exit` (a uretprobe) of the loaded object.
-    pub fn load(loaded: &Loaded, entry: &'static str, exit: &'static str) -> Result<Self> {
-        let load = |name: &'static str, is_return: bool| -> Result<MultiProgram> {
-            let fd =
-                loaded.load_program(name, BPF_PROG_TYPE_KPROBE, Some(BPF_TRACE_UPROBE_MULTI))?;
-            Ok(MultiProgram {
+    /// Loads programs `entry` and `exit` (a uretprobe) of the loaded object, to be attached by
+    /// `mechanism`.
+    pub fn load(
+        loaded: &Loaded,
+        entry: &'static str,
+        exit: &'static str,
+        mechanism: UprobeMechanism,
+    ) -> Result<Self> {
+        let pmu = match mechanism {
+            UprobeMechanism::MultiLink => None,
+            UprobeMechanism::PerfEvent => Some(UprobePmu::read()?),
+        };
+        let load = |name: &'static str, is_return: bool| -> Result<UprobeProgram> {
+            let fd = loaded.load_program(name, BPF_PROG_TYPE_KPROBE, mechanism.attach_type())?;
+            Ok(UprobeProgram {
                 name,
                 fd,
                 is_return,
+                pmu,
             })
         };
         Ok(Programs {
@@ -54,7 +113,7 @@ impl Programs {
     pub fn run_times(&self) -> Result<Vec<RunTime>> {
         [&self.entry, &self.exit]
             .into_iter()
-            .map(MultiProgram::run_time)
+            .map(UprobeProgram::run_time)
             .collect()
     }
 }
@@ -67,14 +126,19 @@ pub struct RunTime {
     pub ns: u64,
 }
 
-/// A program loaded for uprobe_multi links.
-pub struct MultiProgram {
+/// A loaded uprobe program.
+pub struct UprobeProgram {
     name: &'static str,
     fd: OwnedFd,
     is_return: bool,
+    /// The uprobe PMU, when probes are perf events.
+    pmu: Option<UprobePmu>,
 }
 
-impl MultiProgram {
+/// Most threads that make one file's perf-event uprobes at once.
+const ATTACH_THREADS: usize = 32;
+
+impl UprobeProgram {
     fn run_time(&self) -> Result<RunTime> {
         // SAFETY: both are plain data; all-zero is their "unset" value.
         let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -91,16 +155,34 @@ impl MultiProgram {
         })
     }
 
-    /// Attaches at `offsets` of `file` for process `pid`, each with its cookie.
+    /// Attaches at `offsets` of `file`, each with its cookie, for process `pid` (0: every
+    /// process). Returns the links: closing them detaches.
     pub fn attach(
         &self,
         file: &Path,
         offsets: &[u64],
         cookies: &[u64],
         pid: u32,
-    ) -> Result<OwnedFd> {
+    ) -> Result<Vec<OwnedFd>> {
         assert_eq!(offsets.len(), cookies.len());
         let path = CString::new(file.as_os_str().as_bytes())?;
+        let attached = match self.pmu {
+            None => self
+                .attach_multi(&path, offsets, cookies, pid)
+                .map(|link| vec![link]),
+            Some(pmu) => self.attach_perf_events(pmu, &path, offsets, cookies, pid),
+        };
+        attached
+            .with_context(|| format!("cannot attach uprobes to {} of pid {pid}", file.display()))
+    }
+
+    fn attach_multi(
+        &self,
+        path: &CString,
+        offsets: &[u64],
+        cookies: &[u64],
+        pid: u32,
+    ) -> Result<OwnedFd> {
         // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
         let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         // SAFETY: writing the link_create member of a zeroed union.
@@ -120,7 +202,136 @@ impl MultiProgram {
             };
             multi.pid = pid;
         }
-        bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
-            .with_context(|| format!("cannot attach uprobes to {} of pid {pid}", file.display()))
+        Ok(bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?)
+    }
+
+    /// One perf-event uprobe and BPF link per offset, made on up to `ATTACH_THREADS` threads.
+    fn attach_perf_events(
+        &self,
+        pmu: UprobePmu,
+        path: &CString,
+        offsets: &[u64],
+        cookies: &[u64],
+        pid: u32,
+    ) -> Result<Vec<OwnedFd>> {
+        let probes: Vec<(u64, u64)> = offsets
+            .iter()
+            .copied()
+            .zip(cookies.iter().copied())
+            .collect();
+        let per_thread = probes.len().div_ceil(ATTACH_THREADS).max(1);
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = probes
+                .chunks(per_thread)
+                .map(|chunk| {
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|&(offset, cookie)| {
+                                self.attach_perf_event(pmu, path, offset, cookie, pid)
+                            })
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            let mut links = Vec::with_capacity(probes.len());
+            for thread in threads {
+                let made = thread
+                    .join()
+                    .map_err(|_| anyhow!("a thread attaching uprobes panicked"))?;
+                links.extend(made?);
+            }
+            Ok(links)
+        })
+    }
+
+    fn attach_perf_event(
+        &self,
+        pmu: UprobePmu,
+        path: &CString,
+        offset: u64,
+        cookie: u64,
+        pid: u32,
+    ) -> Result<OwnedFd> {
+        // SAFETY: perf_event_attr is plain data; all-zero is its "unset" value.
+        let mut attr: perf_event_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        attr.type_ = pmu.kind;
+        attr.size = size_of::<perf_event_attr>() as u32;
+        attr.config = if self.is_return {
+            1 << pmu.retprobe_bit
+        } else {
+            0
+        };
+        attr.__bindgen_anon_3.uprobe_path = path.as_ptr() as u64;
+        attr.__bindgen_anon_4.probe_offset = offset;
+        // A process's probe follows its memory; every process's needs a CPU named instead.
+        let (target, cpu) = match pid {
+            0 => (-1, 0),
+            pid => (pid as libc::c_int, -1),
+        };
+        // SAFETY: `attr` is a valid perf_event_attr whose path outlives the call.
+        let event = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &raw const attr,
+                target,
+                cpu,
+                -1,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if event < 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("perf_event_open of a uprobe at {offset:#x}"));
+        }
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
+        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+        let mut link: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: writing the link_create member of a zeroed union.
+        unsafe {
+            let create = &mut link.link_create;
+            create.__bindgen_anon_1.prog_fd = self.fd.as_raw_fd() as u32;
+            create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
+            create.attach_type = BPF_PERF_EVENT as u32;
+            create.__bindgen_anon_3.perf_event.bpf_cookie = cookie;
+        }
+        // The link holds the event: closing the link detaches the probe and removes it.
+        bpf(bpf_cmd::BPF_LINK_CREATE, &mut link)
+            .with_context(|| format!("cannot attach a BPF program to the uprobe at {offset:#x}"))
+    }
+}
+
+/// `PERF_FLAG_FD_CLOEXEC`.
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+
+/// The kernel's uprobe PMU: its perf event type, and the config bit that makes a uretprobe.
+#[derive(Clone, Copy, Debug)]
+struct UprobePmu {
+    kind: u32,
+    retprobe_bit: u32,
+}
+
+impl UprobePmu {
+    const DIR: &str = "/sys/bus/event_source/devices/uprobe";
+
+    fn read() -> Result<Self> {
+        let read = |name: &str| {
+            let path = format!("{}/{name}", Self::DIR);
+            fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))
+        };
+        let kind = read("type")?
+            .trim()
+            .parse()
+            .context("the uprobe PMU's type")?;
+        // "config:0": the bit of perf_event_attr.config that asks for a return probe.
+        let retprobe = read("format/retprobe")?;
+        let retprobe_bit = retprobe
+            .trim()
+            .strip_prefix("config:")
+            .and_then(|bit| bit.parse().ok())
+            .filter(|&bit: &u32| bit < 64)
+            .ok_or_else(|| anyhow!("unexpected uprobe PMU format/retprobe: {retprobe:?}"))?;
+        Ok(UprobePmu { kind, retprobe_bit })
     }
 }

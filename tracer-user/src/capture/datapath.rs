@@ -19,7 +19,7 @@ use super::{
     lossless,
     ring::Ring,
 };
-use crate::attach::multi_link::Programs;
+use crate::attach::uprobe_links::{Programs, UprobeMechanism};
 
 /// Most `-p` targets and launched commands (without `--follow`, which follows many more).
 const PROCESS_TARGETS: u32 = 1024;
@@ -129,12 +129,14 @@ impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
     /// `lossless`: stop a thread that writes to a ring more than half full until it is drained.
+    /// `mechanism`: how the programs will be attached.
     pub fn load(
         offsets: TaskOffsets,
         ring_bytes: u32,
         empty_programs: bool,
         lossless: bool,
         scope: Scope,
+        mechanism: UprobeMechanism,
     ) -> Result<Self> {
         // Each of the type the BPF side declares it with.
         let globals: [(&str, &[u8]); 8] = [
@@ -162,7 +164,7 @@ impl DataPath {
             false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),
             true => (names::EMPTY_PROGRAM, names::EMPTY_PROGRAM),
         };
-        let programs = Programs::load(&loaded, entry, exit)?;
+        let programs = Programs::load(&loaded, entry, exit, mechanism)?;
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;

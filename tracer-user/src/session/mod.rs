@@ -31,6 +31,7 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
+use tracer_common::RecordingMasks;
 use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 
 use self::{
@@ -45,9 +46,9 @@ use crate::{
     attach::{
         exec_follow::{AttachRequest, Followed},
         launch::Launched,
-        multi_link::RunTime,
         probes::Probes,
         targets,
+        uprobe_links::RunTime,
     },
     capture::{
         datapath::DataPath,
@@ -302,7 +303,9 @@ impl Session {
             }
         }
 
-        // Records written before the probes went away are still in the rings: read them after.
+        // Nothing is recorded from here on, however long the probes take to go away; records
+        // written before are still in the rings: read them after.
+        self.datapath.set_recording(&RecordingMasks::default())?;
         let tracepoints = self.datapath.take_tracepoint_links();
         std::thread::scope(|scope| {
             scope.spawn(move || drop(tracepoints));
