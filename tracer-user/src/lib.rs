@@ -98,7 +98,10 @@ pub fn run(mut config: Config) -> Result<i32> {
     let mechanism = UprobeMechanism::detect(config.perf_event_probes);
     if config.verbose {
         say!("thrtrace-bpf: {}", btf_access.describe());
-        say!("thrtrace-bpf: {}", mechanism.describe());
+        say!(
+            "thrtrace-bpf: {}",
+            mechanism.describe(config.perf_event_probes)
+        );
     }
     let mut datapath = DataPath::load(
         offsets,

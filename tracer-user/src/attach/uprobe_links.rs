@@ -44,23 +44,26 @@ pub enum UprobeMechanism {
 }
 
 impl UprobeMechanism {
-    /// uprobe_multi links where the kernel loads a program for them, else perf-event uprobes
-    /// (or those if `force_perf_events`, to measure and test them on any kernel).
+    /// uprobe_multi links where the kernel has them with the process filter of 6.10 on (before,
+    /// a link's filter matched only the thread whose id it was given), else perf-event uprobes;
+    /// those too if `force_perf_events`, to measure and test them on any kernel.
     pub fn detect(force_perf_events: bool) -> Self {
-        let multi = !force_perf_events
-            && loader::kernel_loads(BPF_PROG_TYPE_KPROBE, Some(BPF_TRACE_UPROBE_MULTI));
-        match multi {
+        match !force_perf_events && kernel_has_uprobe_multi() {
             true => UprobeMechanism::MultiLink,
             false => UprobeMechanism::PerfEvent,
         }
     }
 
-    pub fn describe(self) -> &'static str {
-        match self {
-            UprobeMechanism::MultiLink => "probes: uprobe_multi links, one per library file",
-            UprobeMechanism::PerfEvent => {
+    /// What `-v` says of it; `forced`: chosen by `--perf-event-probes`.
+    pub fn describe(self, forced: bool) -> &'static str {
+        match (self, forced) {
+            (UprobeMechanism::MultiLink, _) => "probes: uprobe_multi links, one per library file",
+            (UprobeMechanism::PerfEvent, true) => {
+                "probes: perf-event uprobes with BPF cookies, one per probe (--perf-event-probes)"
+            }
+            (UprobeMechanism::PerfEvent, false) => {
                 "probes: perf-event uprobes with BPF cookies, one per probe (this kernel has no \
-                 uprobe_multi links, which came with 6.6)"
+                 uprobe_multi links that filter by process, which came with 6.10)"
             }
         }
     }
@@ -300,6 +303,38 @@ impl UprobeProgram {
         bpf(bpf_cmd::BPF_LINK_CREATE, &mut link)
             .with_context(|| format!("cannot attach a BPF program to the uprobe at {offset:#x}"))
     }
+}
+
+/// Asks the kernel as libbpf does: a kernel that has uprobe_multi links refuses one on the
+/// directory `/` with EBADF (older ones do not know the attach type: EINVAL, whatever a kprobe
+/// program was loaded for), and, once its process filter was fixed (6.10), refuses a pid of
+/// -1 with EINVAL before it looks at the file.
+fn kernel_has_uprobe_multi() -> bool {
+    let Some(program) = loader::trivial_program(BPF_PROG_TYPE_KPROBE, Some(BPF_TRACE_UPROBE_MULTI))
+    else {
+        return false;
+    };
+    let refusal = |pid: u32| {
+        let offsets = [0u64];
+        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: writing the link_create member of a zeroed union; the path and offsets
+        // outlive the call.
+        unsafe {
+            let link = &mut attr.link_create;
+            link.__bindgen_anon_1.prog_fd = program.as_raw_fd() as u32;
+            link.attach_type = BPF_TRACE_UPROBE_MULTI as u32;
+            let multi = &mut link.__bindgen_anon_3.uprobe_multi;
+            multi.path = c"/".as_ptr() as u64;
+            multi.offsets = offsets.as_ptr() as u64;
+            multi.cnt = 1;
+            multi.pid = pid;
+        }
+        bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
+            .err()
+            .and_then(|e| e.raw_os_error())
+    };
+    refusal(0) == Some(libc::EBADF) && refusal(u32::MAX) == Some(libc::EINVAL)
 }
 
 /// `PERF_FLAG_FD_CLOEXEC`.

@@ -291,16 +291,19 @@ fn stack_depths(log: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Whether the kernel loads a program of `prog_type` for `attach_type` at all: a program that
-/// only returns 0, so that what is asked is whether the kernel knows the type.
-pub fn kernel_loads(prog_type: bpf_prog_type, attach_type: Option<bpf_attach_type>) -> bool {
+/// A program of `prog_type` for `attach_type` that only returns 0, if the kernel loads one: to
+/// ask the kernel what it offers.
+pub fn trivial_program(
+    prog_type: bpf_prog_type,
+    attach_type: Option<bpf_attach_type>,
+) -> Option<OwnedFd> {
     use aya_obj::generated::bpf_insn;
     // r0 = 0; exit.
     // SAFETY: bpf_insn is plain data; all-zero is a valid instruction to overwrite.
     let mut return_zero: [bpf_insn; 2] = unsafe { MaybeUninit::zeroed().assume_init() };
     return_zero[0].code = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
     return_zero[1].code = 0x95; // BPF_JMP | BPF_EXIT
-    prog_load("thr_feature", prog_type, attach_type, &return_zero).is_ok()
+    prog_load("thr_feature", prog_type, attach_type, &return_zero).ok()
 }
 
 /// Attaches a raw tracepoint program to tracepoint `name` (no tracefs needed); the link lives
