@@ -1,9 +1,11 @@
 //! `cargo xtask COMMAND`: what cargo alone cannot do for this workspace.
 
 mod bench;
+mod debian;
 mod demo;
 mod fuzz;
 mod install;
+mod kernels;
 mod old_glibc;
 mod setup;
 mod shell;
@@ -46,6 +48,8 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// Boot Debian's kernels (12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
+    Kernels,
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
     Stress {
         /// How many trials
@@ -64,6 +68,7 @@ fn main() {
         Task::Test => test::run_all(),
         Task::Bench { reps } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
+        Task::Kernels => kernels::run_all(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),
         Task::Install { prefix } => install::run_install(&prefix),
     };

@@ -76,7 +76,7 @@ fn ensure_bpf_linker() -> Result<()> {
     .context("cannot build bpf-linker")
 }
 
-fn apt_install(packages: &[&str]) -> Result<()> {
+pub fn apt_install(packages: &[&str]) -> Result<()> {
     if !succeeds(command("apt-get").arg("--version")) {
         bail!(
             "{} missing and no apt-get here: install them by hand",

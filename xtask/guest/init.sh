@@ -1,0 +1,94 @@
+#!/bin/busybox sh
+# The guest side of `cargo xtask kernels`: runs as init in a busybox initramfs, traces the
+# project's workloads and runs the integration-test binaries, and prints what it found as
+# "KT..." lines on the console, which xtask reads. /etc/kt.conf says what this boot runs:
+# BOOT (full or preempt), THREADS and ROUNDS (of lock_mix), TESTS (test binaries in /tests,
+# each NAME:FILTER).
+/bin/busybox --install -s /bin
+export PATH=/usr/local/bin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+. /etc/kt.conf
+failed=0
+say() { echo "KT: $*"; }
+fail() { echo "KT-FAIL: $*"; failed=1; }
+show() { sed "s/^/KT|$1| /" "$2"; }
+uptime_cs() { tr -d . < /proc/uptime | cut -d' ' -f1; }
+
+say "kernel $(uname -r), $(nproc) CPUs, command line: $(cat /proc/cmdline)"
+
+# Every worker of lock_mix (a file whose thread is not the process) made exactly 2*ROUNDS
+# lock entries, lock returns and unlocks, in that cycle, and nothing else; THREADS of them.
+check_mix() { # $1: label, $2: directory
+    workers=0
+    for f in "$2"/tr.*; do
+        [ -f "$f" ] || continue
+        awk -F: 'NR == 1 { exit ($3 == $4) ? 0 : 1 }' "$f" && continue
+        workers=$((workers + 1))
+        verdict=$(awk -F: -v n=$((2 * ROUNDS)) '
+            NF != 13 { bad = "a line of " NF " fields"; exit }
+            { k = $6 ":" $7 ":" $8; want = (NR % 3 == 1) ? "2:2:1" : (NR % 3 == 2) ? "2:2:2" : "2:4:0"
+              if (k != want) { bad = "line " NR " is " k ", not " want; exit } }
+            END { if (bad != "") print bad; else if (NR != 3 * n) print NR " lines, not " 3 * n; else print "exact" }' "$f")
+        [ "$verdict" = exact ] || fail "$1: $(basename "$f"): $verdict"
+    done
+    [ $workers = "$THREADS" ] || fail "$1: $workers worker files, not $THREADS"
+}
+
+# No program of the tracer's is left once it has exited (perf-event probes are closed by a
+# child it leaves for that, one kernel grace period each: allow for it).
+check_detached() { # $1: label
+    for _ in $(seq 120); do
+        [ "$(/bpf_programs)" = 0 ] && return 0
+        sleep 0.5
+    done
+    fail "$1: $(/bpf_programs) BPF programs of the tracer still loaded 60 s after it exited"
+}
+
+trace_mix() { # $1: label, rest: tracer options
+    label=$1; shift
+    rm -rf /tmp/t && mkdir /tmp/t
+    thrtrace-bpf "$@" -e mutex --buffer-kib 32768 -d /tmp/t -- /lock_mix $THREADS $ROUNDS \
+        > /tmp/out 2> /tmp/err
+    rc=$?
+    show "$label" /tmp/out; show "$label" /tmp/err
+    [ $rc = 0 ] || fail "$label: tracer exit status $rc"
+    grep -q ' 0 lost' /tmp/err || fail "$label: records were lost"
+    check_mix "$label" /tmp/t
+    check_detached "$label"
+}
+
+if [ "$BOOT" = preempt ]; then
+    trace_mix preempt
+else
+    trace_mix mix -v
+    # Start and exit with every category, the tracer's whole run around a trivial command.
+    rm -rf /tmp/s && mkdir /tmp/s
+    start=$(uptime_cs)
+    thrtrace-bpf -d /tmp/s -- /lock_mix 1 1 > /dev/null 2> /tmp/err || fail "all categories: $(cat /tmp/err)"
+    say "TIMING start+exit with every category: $(( ($(uptime_cs) - start) * 10 )) ms"
+    check_detached "all categories"
+    for run in $TESTS; do
+        t=${run%%:*}; filter=${run#*:}
+        mkdir -p /tmp/tests && cd /tmp/tests
+        CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf /tests/$t --test-threads=1 $filter \
+            > /tmp/test.out 2>&1
+        rc=$?
+        cd /
+        summary=$(grep '^test result' /tmp/test.out | tail -1)
+        if [ $rc = 0 ]; then
+            say "TEST $t: $summary"
+        else
+            show "$t" /tmp/test.out
+            fail "TEST $t: exit status $rc: $summary"
+        fi
+        check_detached "$t"
+    done
+fi
+dmesg | grep -i -E 'bpf|uprobe' | tail -10 | sed 's/^/KT|dmesg| /'
+[ $failed = 0 ] && say "RESULT PASS" || say "RESULT FAIL"
+sync
+poweroff -f

@@ -1,0 +1,479 @@
+//! `cargo xtask kernels`: boots Debian's own kernels under qemu (TCG: no KVM is needed) with the
+//! release tracer, and checks inside each what users run: exact records of a contended
+//! workload, start and exit with every category, and the integration-test binaries as they are
+//! built here (every category's exact counts, `-p`, a launched command, `--follow`, `--log`
+//! with `dump`, `--lossless`), each followed by a check that no BPF program of the tracer's is
+//! left. The newest kernel is also booted `PREEMPT_BOOTS` times with `preempt=full`, on 2 and
+//! 4 vCPUs, tracing more threads than vCPUs locking shared and own mutexes, so that the BPF
+//! programs are often preempted. A kernel oops, a lost or duplicated record, or a failed test
+//! fails the run.
+//!
+//! The guest is a busybox initramfs: `xtask/guest/init.sh` as init, the tracer, the test
+//! binaries and the workloads at the paths they were built at, and the host libraries they
+//! link. Kernel packages come through `debian`'s apt configuration, never the machine's.
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    io::BufRead,
+    os::unix::fs::{PermissionsExt, symlink},
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{
+    debian::Suite,
+    setup,
+    shell::{build_tracer, command, compile_workload, output, run, workspace_root},
+};
+
+/// The kernels tested: Debian 12's and 13's stock kernels, and the newest in trixie-backports.
+const KERNELS: [(&str, &str); 3] = [
+    ("bookworm", "Debian 12 stock"),
+    ("trixie", "Debian 13 stock"),
+    ("trixie-backports", "trixie-backports newest"),
+];
+
+/// Boots of the newest kernel under `preempt=full`.
+const PREEMPT_BOOTS: u32 = 10;
+
+/// The integration tests run in each kernel's full boot, each a test binary and the filter
+/// it is given: every category's exact counts, `-p` on a running process, a launched command,
+/// `--follow`, `--log` and `dump`, `--lossless`, stopping by signal.
+const TESTS: [(&str, &str); 11] = [
+    ("records", ""),
+    ("thread", ""),
+    ("rwlock", ""),
+    ("sema", ""),
+    ("barrier_spin", ""),
+    ("rmutex", ""),
+    ("attach", ""),
+    ("follow", ""),
+    ("log", ""),
+    (
+        "losses",
+        "lossless_stops_the_target_instead_of_losing_records",
+    ),
+    ("stopping", ""),
+];
+
+/// lock_mix's threads and rounds: more threads than the guest's vCPUs.
+const THREADS: u32 = 8;
+const ROUNDS: u32 = 2000;
+
+/// Longest a boot may take before it counts as hung.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(900);
+
+pub fn run_all() -> Result<()> {
+    setup::ensure_prerequisites()?;
+    let missing: Vec<&str> = [
+        ("qemu-system-x86_64", "qemu-system-x86"),
+        ("/bin/busybox", "busybox-static"),
+        ("cpio", "cpio"),
+    ]
+    .into_iter()
+    .filter(|(program, _)| !crate::shell::succeeds(command(program).arg("--help")))
+    .map(|(_, package)| package)
+    .collect();
+    if !missing.is_empty() {
+        setup::apt_install(&missing)?;
+    }
+    let work = workspace_root().join("target/kernels");
+    let guest = Guest::build(&work)?;
+    let mut rows = Vec::new();
+    let mut failures = 0;
+    for (suite, label) in KERNELS {
+        let kernel = fetch_kernel(suite, &work)?;
+        let mut boots = vec![Boot::full(&kernel)];
+        if suite == "trixie-backports" {
+            boots.extend((0..PREEMPT_BOOTS).map(|n| Boot::preempt(&kernel, 2 + 2 * (n % 2))));
+        }
+        for boot in boots {
+            let outcome = boot.run(&guest, &work)?;
+            println!("{}", outcome.lines.join("\n"));
+            if !outcome.passed {
+                failures += 1;
+            }
+            rows.push(format!(
+                "| {label} ({}) | {} | {} vCPUs | {} | {} | {:.0} s |",
+                kernel.abi,
+                boot.what(),
+                boot.cpus,
+                if outcome.passed { "pass" } else { "FAIL" },
+                outcome.timing.as_deref().unwrap_or("-"),
+                outcome.elapsed.as_secs_f64()
+            ));
+        }
+    }
+    println!("\n| kernel | boot | CPUs | result | start+exit, every category | boot and tests |");
+    println!("|---|---|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    let boots = rows.len();
+    println!("\nkernels: {} passed, {failures} failed", boots - failures);
+    if failures > 0 {
+        bail!("{failures} of {boots} kernel boots failed");
+    }
+    Ok(())
+}
+
+/// A kernel image unpacked from Debian's package.
+struct Kernel {
+    abi: String,
+    vmlinuz: PathBuf,
+}
+
+/// The kernel of `suite`'s `linux-image-amd64`, downloaded and unpacked unless it is there.
+fn fetch_kernel(suite: &str, work: &Path) -> Result<Kernel> {
+    let apt = Suite::open(suite, &work.join(format!("apt-{suite}")))?;
+    let image = apt.dependency("linux-image-amd64", "linux-image-")?;
+    let abi = image
+        .strip_prefix("linux-image-")
+        .unwrap_or(&image)
+        .trim_end_matches("-unsigned")
+        .to_owned();
+    let root = work.join("k").join(&abi);
+    let candidates = [
+        root.join(format!("boot/vmlinuz-{abi}")),
+        // Newer packages put it under modules/, in linux-binary-ABI.
+        root.join(format!("usr/lib/modules/{abi}/vmlinuz")),
+    ];
+    let find = || candidates.iter().find(|path| path.exists()).cloned();
+    if find().is_none() {
+        eprintln!("xtask: fetching {image} from Debian's {suite}");
+        apt.unpack(&[&image], &root)?;
+        if find().is_none() {
+            apt.unpack(&[&format!("linux-binary-{abi}")], &root)?;
+        }
+    }
+    let vmlinuz = find().with_context(|| format!("no vmlinuz in {image}"))?;
+    Ok(Kernel { abi, vmlinuz })
+}
+
+/// The two initramfs images: one with the test binaries, one for the preemption boots.
+struct Guest {
+    full: PathBuf,
+    preempt: PathBuf,
+}
+
+impl Guest {
+    fn build(work: &Path) -> Result<Self> {
+        let tracer = build_tracer()?;
+        let (tests, workloads) = build_tests()?;
+        let lock_mix = compile_workload("lock_mix")?;
+        let bpf_programs = work.join("bpf_programs");
+        fs::create_dir_all(work)?;
+        run(command("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&bpf_programs)
+            .arg(workspace_root().join("xtask/guest/bpf_programs.c")))?;
+        let mut images = Vec::new();
+        for boot in ["full", "preempt"] {
+            let root = work.join(format!("initramfs-{boot}"));
+            let _ = fs::remove_dir_all(&root);
+            let mut files = Files::new(&root)?;
+            files.add(&tracer, Path::new("/usr/local/bin/thrtrace-bpf"))?;
+            files.add(&lock_mix, Path::new("/lock_mix"))?;
+            files.add(&bpf_programs, Path::new("/bpf_programs"))?;
+            files.add(
+                &workspace_root().join("xtask/guest/init.sh"),
+                Path::new("/init"),
+            )?;
+            fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
+            let mut runs = Vec::new();
+            if boot == "full" {
+                for (name, binary) in &tests {
+                    files.add(binary, &Path::new("/tests").join(name))?;
+                }
+                for (name, filter) in TESTS {
+                    runs.push(format!("{name}:{filter}"));
+                }
+                // At the path the test binaries were built to find them at.
+                files.add_tree(&workloads)?;
+            }
+            fs::write(
+                root.join("etc/kt.conf"),
+                format!(
+                    "BOOT={boot}\nTHREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\n",
+                    runs.join(" ")
+                ),
+            )?;
+            files.add_libraries()?;
+            images.push(files.pack(&work.join(format!("initramfs-{boot}.gz")))?);
+        }
+        let preempt = images.pop().context("the preemption image")?;
+        let full = images.pop().context("the full image")?;
+        Ok(Guest { full, preempt })
+    }
+}
+
+/// The test binaries `TESTS`, built as `cargo test` builds them, and the directory of the C
+/// workloads they were built to find.
+fn build_tests() -> Result<(Vec<(String, PathBuf)>, PathBuf)> {
+    let mut cargo = command("cargo");
+    cargo.args([
+        "test",
+        "--release",
+        "--no-run",
+        "--package",
+        "thrtrace-tests",
+        "--message-format=json",
+    ]);
+    for (test, _) in TESTS {
+        cargo.args(["--test", test]);
+    }
+    let built = output(cargo.stderr(Stdio::inherit()))?;
+    let mut tests = Vec::new();
+    let mut workloads = None;
+    for line in built.stdout.lines() {
+        let message: serde_json::Value = serde_json::from_str(&line?)?;
+        let target = &message["target"];
+        if let Some(executable) = message["executable"].as_str()
+            && target["kind"][0] == "test"
+        {
+            let name = target["name"].as_str().context("a test without a name")?;
+            tests.push((name.to_owned(), PathBuf::from(executable)));
+        }
+        if message["reason"] == "build-script-executed"
+            && message["package_id"]
+                .as_str()
+                .is_some_and(|id| id.contains("/tests#"))
+            && let Some(out) = message["out_dir"].as_str()
+        {
+            workloads = Some(Path::new(out).join("workloads"));
+        }
+    }
+    if tests.len() != TESTS.len() {
+        bail!(
+            "cargo built {} of the {} test binaries",
+            tests.len(),
+            TESTS.len()
+        );
+    }
+    Ok((
+        tests,
+        workloads.context("where the tests' workloads were built")?,
+    ))
+}
+
+/// An initramfs tree being filled.
+struct Files {
+    root: PathBuf,
+    executables: Vec<PathBuf>,
+}
+
+impl Files {
+    fn new(root: &Path) -> Result<Self> {
+        for dir in [
+            "bin",
+            "proc",
+            "sys",
+            "dev",
+            "tmp",
+            "run",
+            "etc",
+            "usr/local/bin",
+        ] {
+            fs::create_dir_all(root.join(dir))?;
+        }
+        fs::copy("/bin/busybox", root.join("bin/busybox"))?;
+        // The host's merged-/usr layout, so that libraries keep their paths.
+        for dir in ["lib", "lib64", "sbin"] {
+            if let Ok(target) = fs::read_link(Path::new("/").join(dir)) {
+                symlink(&target, root.join(dir))?;
+                fs::create_dir_all(
+                    root.join("usr")
+                        .join(target.file_name().unwrap_or_default()),
+                )?;
+            }
+        }
+        Ok(Files {
+            root: root.to_owned(),
+            executables: Vec::new(),
+        })
+    }
+
+    /// Copies `from` to `to` (an absolute path in the guest).
+    fn add(&mut self, from: &Path, to: &Path) -> Result<()> {
+        let inside = self.root.join(to.strip_prefix("/")?);
+        fs::create_dir_all(inside.parent().context("a path with no parent")?)?;
+        fs::copy(from, &inside).with_context(|| format!("cannot copy {}", from.display()))?;
+        self.executables.push(from.to_owned());
+        Ok(())
+    }
+
+    /// Copies directory `dir` to the same path in the guest.
+    fn add_tree(&mut self, dir: &Path) -> Result<()> {
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_file() {
+                self.add(&path, &path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The shared libraries every copied executable links, from the host.
+    fn add_libraries(&mut self) -> Result<()> {
+        let mut libraries = BTreeSet::new();
+        for executable in &self.executables {
+            let Ok(listed) = command("ldd").arg(executable).output() else {
+                continue;
+            };
+            for word in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+                if word.starts_with('/') {
+                    libraries.insert(PathBuf::from(word));
+                }
+            }
+        }
+        for library in libraries {
+            for path in [library.clone(), fs::canonicalize(&library)?] {
+                let inside = self.root.join(path.strip_prefix("/")?);
+                if !inside.exists() {
+                    fs::create_dir_all(inside.parent().context("a library path")?)?;
+                    fs::copy(&path, &inside)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tree as a gzip'd cpio archive at `image`.
+    fn pack(self, image: &Path) -> Result<PathBuf> {
+        run(command("sh").arg("-c").arg(format!(
+            "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+            self.root.display(),
+            image.display()
+        )))?;
+        Ok(image.to_owned())
+    }
+}
+
+/// One boot of a kernel: the full checks, or the preemption checks under `preempt=full`.
+struct Boot<'a> {
+    kernel: &'a Kernel,
+    preempt: bool,
+    cpus: u32,
+}
+
+/// What a boot showed.
+struct Outcome {
+    passed: bool,
+    lines: Vec<String>,
+    timing: Option<String>,
+    elapsed: Duration,
+}
+
+impl<'a> Boot<'a> {
+    fn full(kernel: &'a Kernel) -> Self {
+        Boot {
+            kernel,
+            preempt: false,
+            cpus: 2,
+        }
+    }
+
+    fn preempt(kernel: &'a Kernel, cpus: u32) -> Self {
+        Boot {
+            kernel,
+            preempt: true,
+            cpus,
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self.preempt {
+            true => "preempt=full, lock_mix",
+            false => "default preemption, all checks",
+        }
+    }
+
+    fn run(&self, guest: &Guest, work: &Path) -> Result<Outcome> {
+        let console = work.join(format!(
+            "console-{}-{}.log",
+            self.kernel.abi,
+            if self.preempt { "preempt" } else { "full" }
+        ));
+        let initrd = if self.preempt {
+            &guest.preempt
+        } else {
+            &guest.full
+        };
+        let mut append = String::from("console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init");
+        if self.preempt {
+            append += " preempt=full";
+        }
+        println!(
+            "xtask: booting {} ({}, {} vCPUs)",
+            self.kernel.abi,
+            self.what(),
+            self.cpus
+        );
+        let start = Instant::now();
+        let status = command("timeout")
+            .arg(BOOT_TIMEOUT.as_secs().to_string())
+            .args([
+                "qemu-system-x86_64",
+                "-accel",
+                "tcg",
+                "-cpu",
+                "max",
+                "-m",
+                "3072",
+            ])
+            .args(["-smp", &self.cpus.to_string()])
+            .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+            .arg("-serial")
+            .arg(format!("file:{}", console.display()))
+            .arg("-kernel")
+            .arg(&self.kernel.vmlinuz)
+            .arg("-initrd")
+            .arg(initrd)
+            .args(["-append", &append])
+            .stdin(Stdio::null())
+            .status()
+            .context("cannot start qemu-system-x86_64")?;
+        let elapsed = start.elapsed();
+        let log = String::from_utf8_lossy(&fs::read(&console)?).replace('\r', "");
+        let mut lines: Vec<String> = log
+            .lines()
+            .filter(|line| line.starts_with("KT"))
+            .map(str::to_owned)
+            .collect();
+        let oops = log.lines().position(|line| {
+            ["BUG: ", "Oops: ", "Kernel panic"]
+                .iter()
+                .any(|w| line.contains(w))
+        });
+        if let Some(at) = oops {
+            lines.push("--- kernel oops (the guest stops there: oops=panic):".to_owned());
+            lines.extend(log.lines().skip(at).take(40).map(str::to_owned));
+        }
+        let passed = oops.is_none() && lines.iter().any(|line| line == "KT: RESULT PASS");
+        if !passed && !lines.iter().any(|line| line.starts_with("KT: RESULT")) {
+            lines.push(format!(
+                "--- the guest did not finish ({status}); the console's end:"
+            ));
+            let all: Vec<&str> = log.lines().collect();
+            lines.extend(
+                all[all.len().saturating_sub(30)..]
+                    .iter()
+                    .map(|l| l.to_string()),
+            );
+        }
+        let timing = lines
+            .iter()
+            .find_map(|line| line.strip_prefix("KT: TIMING start+exit with every category: "))
+            .map(str::to_owned);
+        Ok(Outcome {
+            passed,
+            lines,
+            timing,
+            elapsed,
+        })
+    }
+}
