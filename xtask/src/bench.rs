@@ -155,12 +155,13 @@ enum Mode {
     Lossless,
     Stopped,
     FloorPlaced,
+    PerfEvent,
 }
 
 /// The modes whose programs' run times are read: traced, and empty programs at the same probes.
 const COSTED_MODES: [Mode; 2] = [Mode::Placed, Mode::FloorPlaced];
 
-const MODES: [Mode; 8] = [
+const MODES: [Mode; 9] = [
     Mode::Untraced,
     Mode::Placed,
     Mode::AtEntry,
@@ -169,6 +170,7 @@ const MODES: [Mode; 8] = [
     Mode::Lossless,
     Mode::Stopped,
     Mode::FloorPlaced,
+    Mode::PerfEvent,
 ];
 
 impl Mode {
@@ -182,6 +184,7 @@ impl Mode {
             Mode::Lossless => "thrtrace-bpf --lossless",
             Mode::Stopped => "stopped (ctl stop), at entry",
             Mode::FloorPlaced => "empty programs, placed",
+            Mode::PerfEvent => "perf-event probes (before 6.6)",
         }
     }
 
@@ -193,6 +196,7 @@ impl Mode {
             Mode::Lossless => &["--lossless"],
             Mode::Stopped => &["--stopped", "--probe-at-entry"],
             Mode::FloorPlaced => &["--empty-programs"],
+            Mode::PerfEvent => &["--perf-event-probes"],
             Mode::Untraced | Mode::Bpftrace => &[],
         }
     }
@@ -218,6 +222,7 @@ pub fn run(reps: usize) -> Result<()> {
     let mut costs: Vec<Vec<Vec<Vec<f64>>>> =
         vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
+    let mut every_category = [Vec::new(), Vec::new()];
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
     let mut sink_cpu: Vec<Vec<Consumed>> = vec![Vec::new(); SINK_RUNS.len()];
@@ -284,7 +289,12 @@ pub fn run(reps: usize) -> Result<()> {
         }
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
-        timings.push(latencies(&tracer, &dir)?);
+        timings.push(latencies(&tracer, &dir, &["--events", "mutex:cond"])?);
+        for (m, mechanism) in MECHANISMS.iter().enumerate() {
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            every_category[m].push(latencies(&tracer, &dir, mechanism)?);
+        }
     }
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
@@ -377,8 +387,23 @@ what --follow costs a target, µs per operation, median of {reps} runs"
         column(1),
         column(2)
     );
+    for (m, mechanism) in MECHANISMS.iter().enumerate() {
+        let column = |i: usize| median(&every_category[m].iter().map(|t| t[i]).collect::<Vec<_>>());
+        println!(
+            "every category, {:<22}: ready {:.0} ms; exit after SIGINT {:.0} ms",
+            mechanism
+                .first()
+                .map_or("uprobe_multi links", |_| "perf-event probes"),
+            column(0),
+            column(2)
+        );
+    }
     Ok(())
 }
+
+/// The probe mechanisms whose start and exit with every category are timed: uprobe_multi
+/// links, and the perf-event uprobes of kernels before 6.6.
+const MECHANISMS: [&[&str]; 2] = [&[], &["--perf-event-probes"]];
 
 fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
     println!("\nns per operation, median of {reps} runs; x = times untraced; lost = records lost");
@@ -745,16 +770,17 @@ fn start_gate(
     Ok((target, target_out))
 }
 
-/// Milliseconds from starting the tracer (`--unbuffered`) on a waiting process to its "tracing
-/// pid" line; from the process's last traced call to its records being in the file; and from
-/// SIGINT to the tracer's exit.
-fn latencies(tracer: &Path, dir: &Path) -> Result<[f64; 3]> {
+/// Milliseconds from starting the tracer (`--unbuffered`, with `options`) on a waiting process
+/// to its "tracing pid" line; from the process's last traced call to its records being in the
+/// file; and from SIGINT to the tracer's exit.
+fn latencies(tracer: &Path, dir: &Path, options: &[&str]) -> Result<[f64; 3]> {
     const PAIRS: usize = 10;
     let (mut target, mut target_out) = start_gate(PAIRS as u32, 0)?;
     let mut line = String::new();
     let start = Instant::now();
     let mut traced = command(tracer)
-        .args(["--events", "mutex:cond", "--unbuffered", "--dir"])
+        .args(options)
+        .args(["--unbuffered", "--dir"])
         .arg(dir)
         .args(["-p", &target.id().to_string()])
         .stderr(Stdio::piped())
