@@ -117,7 +117,7 @@ pub struct Cli {
     #[arg(long)]
     pub empty_programs: bool,
 
-    /// Attach probes as perf-event uprobes, as on kernels before 6.6, even where uprobe_multi
+    /// Attach probes as perf-event uprobes, as on kernels before 6.10, even where uprobe_multi
     /// links exist (measures and tests that way on any kernel)
     #[arg(long, hide = true)]
     pub perf_event_probes: bool,

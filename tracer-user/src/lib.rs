@@ -39,6 +39,7 @@ use crate::{
     capture::{
         datapath::{DataPath, Scope},
         decode::Decoder,
+        features,
         kernel::{self, TaskOffsets},
     },
     cli::{Config, LogOptions, Target},
@@ -66,6 +67,8 @@ pub fn run(mut config: Config) -> Result<i32> {
     if config.list_probes {
         return list_probes(&config, &events, &symbols);
     }
+    // Before anything is created or attached: a kernel below the floor ends the run at once.
+    let kernel_features = features::check()?;
     let recording = Recording::new(&events, config.events.clone(), config.stopped);
     // The stream is created now: its start is stamped before any record can be (unless it
     // starts stopped, when a controller's START starts it).
@@ -97,6 +100,7 @@ pub fn run(mut config: Config) -> Result<i32> {
     let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
     let mechanism = UprobeMechanism::detect(config.perf_event_probes);
     if config.verbose {
+        say!("thrtrace-bpf: {kernel_features}");
         say!("thrtrace-bpf: {}", btf_access.describe());
         say!(
             "thrtrace-bpf: {}",

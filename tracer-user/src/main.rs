@@ -2,6 +2,7 @@ use clap::Parser;
 use thrtrace::say;
 use thrtrace::{
     attach::launch::LaunchError,
+    capture::features::KernelTooOld,
     cli::{Action, Cli},
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
 };
@@ -22,8 +23,9 @@ fn main() {
         Ok(code) => code,
         Err(error) => {
             say!("thrtrace-bpf: {error:#}");
-            // A log that cannot be read is bad input, like a bad option.
-            if error.is::<UsageError>() || error.is::<LogError>() {
+            // A log that cannot be read is bad input, like a bad option; so is a kernel below
+            // the floor, which the user can change and we cannot.
+            if error.is::<UsageError>() || error.is::<LogError>() || error.is::<KernelTooOld>() {
                 EXIT_USAGE
             } else if let Some(launch) = error.downcast_ref::<LaunchError>() {
                 launch.exit_code()

@@ -184,7 +184,7 @@ impl Mode {
             Mode::Lossless => "thrtrace-bpf --lossless",
             Mode::Stopped => "stopped (ctl stop), at entry",
             Mode::FloorPlaced => "empty programs, placed",
-            Mode::PerfEvent => "perf-event probes (before 6.6)",
+            Mode::PerfEvent => "perf-event probes (before 6.10)",
         }
     }
 
@@ -402,7 +402,7 @@ what --follow costs a target, µs per operation, median of {reps} runs"
 }
 
 /// The probe mechanisms whose start and exit with every category are timed: uprobe_multi
-/// links, and the perf-event uprobes of kernels before 6.6.
+/// links, and the perf-event uprobes of kernels before 6.10.
 const MECHANISMS: [&[&str]; 2] = [&[], &["--perf-event-probes"]];
 
 fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {

@@ -1,9 +1,10 @@
 //! The links that put the BPF programs at the probed instructions, made the way the running
 //! kernel offers (found at start by asking it, not by its version):
 //!
-//! - **uprobe_multi links** (6.6 on): one link per library file and program puts it at every
-//!   traced offset of the file, each with its cookie, and closing it removes them all after a
-//!   single kernel grace period.
+//! - **uprobe_multi links** (6.10 on; 6.6 had them, but their process filter matched one
+//!   thread): one link per library file and program puts it at every traced offset of the
+//!   file, each with its cookie, and closing it removes them all after a single kernel grace
+//!   period.
 //! - **perf-event uprobes** (5.15 on): one perf event per probe, the program attached to it by
 //!   a BPF link that carries the probe's cookie. Each waits for kernel grace periods as it is
 //!   made and as it goes, so a file's probes are attached on many threads at once, and

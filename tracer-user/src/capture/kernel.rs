@@ -7,6 +7,8 @@ use std::{io, os::fd::AsRawFd};
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Backend, Btf, Type};
 
+use super::features::KernelTooOld;
+
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// How kernel BTF was read.
@@ -30,26 +32,25 @@ impl BtfAccess {
 }
 
 /// Kernel BTF, mapped where the kernel allows it, else read into memory first. No BTF at all
-/// (a kernel built without `CONFIG_DEBUG_INFO_BTF`) is an error that says so.
+/// (a kernel built without `CONFIG_DEBUG_INFO_BTF`) is a [`KernelTooOld`] that says so.
 fn kernel_btf() -> Result<(Btf, BtfAccess)> {
-    let no_btf = || {
-        format!(
-            "cannot read kernel BTF at {VMLINUX_BTF}: thrtrace-bpf needs a kernel built with \
-             CONFIG_DEBUG_INFO_BTF=y (5.15 or later, as every major distribution ships)"
-        )
-    };
-    match Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap) {
-        Ok(btf) => return Ok((btf, BtfAccess::Mapped)),
-        // Whatever refused the mapping (ENODEV before 2025), a copy is the answer.
-        Err(_) if std::path::Path::new(VMLINUX_BTF).exists() => {}
-        Err(error) => return Err(anyhow!("{error}")).with_context(no_btf),
+    let unreadable = || format!("cannot read kernel BTF at {VMLINUX_BTF}");
+    if !std::path::Path::new(VMLINUX_BTF).exists() {
+        return Err(KernelTooOld::lacking(format!(
+            "kernel BTF ({VMLINUX_BTF}: built without CONFIG_DEBUG_INFO_BTF=y)"
+        ))
+        .into());
     }
-    let copy = copy_to_memory(VMLINUX_BTF).with_context(no_btf)?;
+    // Whatever refused the mapping (ENODEV before 2025), a copy is the answer.
+    if let Ok(btf) = Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap) {
+        return Ok((btf, BtfAccess::Mapped));
+    }
+    let copy = copy_to_memory(VMLINUX_BTF).with_context(unreadable)?;
     // The memfd by its /proc path: btf-rs maps a file it opens by name.
     let path = format!("/proc/self/fd/{}", copy.as_raw_fd());
     let btf = Btf::from_file_with_backend(&path, Backend::Mmap)
         .map_err(|e| anyhow!("{e}"))
-        .with_context(no_btf)?;
+        .with_context(unreadable)?;
     Ok((btf, BtfAccess::Copied))
 }
 

@@ -10,7 +10,7 @@ use std::{
     collections::{HashMap, HashSet},
     io,
     mem::MaybeUninit,
-    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
 };
 
 use anyhow::{Context, Result, anyhow, ensure};
@@ -152,22 +152,52 @@ fn create_map_of_maps(
     as_the_kernel_takes_it(&mut inner);
     let inner = MapData::create(inner, &format!("{name}.inner"), btf_fd)
         .with_context(|| format!("cannot create the inner map of BPF map {name}"))?;
+    let fd = create_map(
+        name,
+        MapShape {
+            map_type: definition.map_type(),
+            key_size: definition.key_size(),
+            value_size: definition.value_size(),
+            max_entries: definition.max_entries(),
+            map_flags: definition.map_flags(),
+        },
+        Some(inner.fd().as_fd()),
+    )
+    .with_context(|| format!("cannot create BPF map {name}"))?;
+    Ok(MapData::from_fd(fd)?)
+}
+
+/// What `BPF_MAP_CREATE` is told of a map besides its name and inner map.
+#[derive(Clone, Copy, Debug)]
+pub struct MapShape {
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub map_flags: u32,
+}
+
+/// Creates a map with no BTF: a map-of-maps (of `inner`'s kind), or a map that asks the kernel
+/// what it offers.
+pub fn create_map(
+    name: &str,
+    shape: MapShape,
+    inner: Option<BorrowedFd<'_>>,
+) -> io::Result<OwnedFd> {
     // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
     let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
     // SAFETY: writing the map-create member of a zeroed union.
     unsafe {
         let create = &mut attr.__bindgen_anon_1;
-        create.map_type = definition.map_type();
-        create.key_size = definition.key_size();
-        create.value_size = definition.value_size();
-        create.max_entries = definition.max_entries();
-        create.map_flags = definition.map_flags();
-        create.inner_map_fd = inner.fd().as_fd().as_raw_fd() as u32;
+        create.map_type = shape.map_type;
+        create.key_size = shape.key_size;
+        create.value_size = shape.value_size;
+        create.max_entries = shape.max_entries;
+        create.map_flags = shape.map_flags;
+        create.inner_map_fd = inner.map_or(0, |fd| fd.as_raw_fd() as u32);
         copy_name(&mut create.map_name, name);
     }
-    let fd = bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)
-        .with_context(|| format!("cannot create BPF map {name}"))?;
-    Ok(MapData::from_fd(fd)?)
+    bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)
 }
 
 /// Writes a global-data map's initial bytes, and freezes read-only data, so that the verifier
@@ -303,7 +333,40 @@ pub fn trivial_program(
     let mut return_zero: [bpf_insn; 2] = unsafe { MaybeUninit::zeroed().assume_init() };
     return_zero[0].code = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
     return_zero[1].code = 0x95; // BPF_JMP | BPF_EXIT
-    prog_load("thr_feature", prog_type, attach_type, &return_zero).ok()
+    load_to_ask(prog_type, attach_type, &return_zero).ok()
+}
+
+/// Loads `instructions`, written to ask the kernel whether it has something, with a verifier
+/// log: the program, or the log's text (or the error, when the kernel wrote none).
+pub fn load_to_ask(
+    prog_type: bpf_prog_type,
+    attach_type: Option<bpf_attach_type>,
+    instructions: &[aya_obj::generated::bpf_insn],
+) -> Result<OwnedFd, String> {
+    let license = c"GPL";
+    let mut log = vec![0u8; STATS_LOG_BYTES];
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: writing the prog-load member of a zeroed union; `log` outlives the call.
+    unsafe {
+        let load = &mut attr.__bindgen_anon_3;
+        load.prog_type = prog_type as u32;
+        load.expected_attach_type = attach_type.map_or(0, |attach| attach as u32);
+        load.insns = instructions.as_ptr() as u64;
+        load.insn_cnt = instructions.len() as u32;
+        load.license = license.as_ptr() as u64;
+        load.log_level = 1;
+        load.log_buf = log.as_mut_ptr() as u64;
+        load.log_size = log.len() as u32;
+        copy_name(&mut load.prog_name, "thr_feature");
+    }
+    bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
+        let text = log_text(&log);
+        match text.trim().is_empty() {
+            true => error.to_string(),
+            false => text.into_owned(),
+        }
+    })
 }
 
 /// Attaches a raw tracepoint program to tracepoint `name` (no tracefs needed); the link lives

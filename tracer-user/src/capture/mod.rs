@@ -1,10 +1,12 @@
-//! How a record crosses from the kernel to a decoded record: the BPF object, its per-CPU rings
+//! How a record crosses from the kernel to a decoded record: what the kernel offers
+//! ([`features`]), the BPF object, its per-CPU rings
 //! and maps ([`datapath`], with `task_struct` offsets from [`kernel`]), time order across
 //! rings ([`reorder`]), raw record to `tracer_model::TraceRecord` ([`decode`]), and what could
 //! not cross ([`loss`]; [`lossless`] makes the target wait instead).
 
 pub mod datapath;
 pub mod decode;
+pub mod features;
 pub mod kernel;
 pub mod loader;
 pub mod loss;
