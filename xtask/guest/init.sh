@@ -1,9 +1,9 @@
 #!/bin/busybox sh
 # The guest side of `cargo xtask kernels`: runs as init in a busybox initramfs, traces the
 # project's workloads and runs the integration-test binaries, and prints what it found as
-# "KT..." lines on the console, which xtask reads. /etc/kt.conf says what this boot runs:
-# BOOT (full or preempt), THREADS and ROUNDS (of lock_mix), TESTS (test binaries in /tests,
-# each NAME:FILTER).
+# "KT..." lines on the console, which xtask reads. The kernel command line's kt= says what
+# this boot checks (full, preempt or floor); /etc/kt.conf gives THREADS and ROUNDS (of
+# lock_mix) and TESTS (test binaries in /tests, each NAME:FILTER).
 /bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/bin
 mount -t proc proc /proc
@@ -12,6 +12,7 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 . /etc/kt.conf
+BOOT=$(sed -n 's/.* kt=\([a-z]*\).*/\1/p' /proc/cmdline)
 failed=0
 say() { echo "KT: $*"; }
 fail() { echo "KT-FAIL: $*"; failed=1; }
@@ -48,10 +49,10 @@ check_detached() { # $1: label
     fail "$1: $(/bpf_programs) BPF programs of the tracer still loaded 60 s after it exited"
 }
 
-trace_mix() { # $1: label, rest: tracer options
-    label=$1; shift
+trace_mix() { # $1: label, $2: each CPU's ring in KiB, rest: tracer options
+    label=$1; ring=$2; shift 2
     rm -rf /tmp/t && mkdir /tmp/t
-    thrtrace-bpf "$@" -e mutex --buffer-kib 32768 -d /tmp/t -- /lock_mix $THREADS $ROUNDS \
+    thrtrace-bpf "$@" -e mutex --buffer-kib "$ring" -d /tmp/t -- /lock_mix $THREADS $ROUNDS \
         > /tmp/out 2> /tmp/err
     rc=$?
     show "$label" /tmp/out; show "$label" /tmp/err
@@ -61,10 +62,31 @@ trace_mix() { # $1: label, rest: tracer options
     check_detached "$label"
 }
 
-if [ "$BOOT" = preempt ]; then
-    trace_mix preempt
+# A kernel below the floor: one line that names what it lacks and the floor, exit status 2,
+# no file written, nothing left loaded.
+refused_below_floor() {
+    rm -rf /tmp/t && mkdir /tmp/t
+    thrtrace-bpf -e mutex -d /tmp/t -- /lock_mix 1 1 > /tmp/out 2> /tmp/err
+    rc=$?
+    show floor /tmp/err
+    [ $rc = 2 ] || fail "below the floor: exit status $rc, not 2"
+    [ "$(wc -l < /tmp/err)" = 1 ] || fail "below the floor: $(wc -l < /tmp/err) lines, not 1"
+    grep -q 'lacks .*(Linux [0-9.]*).*needs Linux 5.15 or later' /tmp/err \
+        || fail "below the floor: the line names no missing feature or floor"
+    [ -z "$(ls /tmp/t)" ] || fail "below the floor: files were written: $(ls /tmp/t)"
+    check_detached floor
+}
+
+if [ "$BOOT" = floor ]; then
+    refused_below_floor
+elif [ "$BOOT" = preempt ]; then
+    trace_mix preempt 32768
 else
-    trace_mix mix -v
+    trace_mix mix 32768 -v
+    # A ring of 16 KiB fills many times over: lossless stops the workload instead.
+    trace_mix lossless 16 --lossless
+    grep -q -- '--lossless stopped traced threads' /tmp/err \
+        || fail "lossless: the ring never filled, so nothing was checked"
     # Start and exit with every category, the tracer's whole run around a trivial command.
     rm -rf /tmp/s && mkdir /tmp/s
     start=$(uptime_cs)

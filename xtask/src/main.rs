@@ -48,7 +48,7 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
-    /// Boot Debian's kernels (12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
+    /// Boot Debian's kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
     Kernels,
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
     Stress {

@@ -1,4 +1,5 @@
-//! The whole test suite: formatting, lints (host and BPF crates), unit and integration tests.
+//! The whole test suite: formatting, lints (host and BPF crates), unit and integration tests,
+//! stress trials, and the tracer on Debian's own kernels under qemu (`kernels`).
 //! Tests that need BPF skip with a message when not root, and fail instead under `CI=true`.
 //! Ends with one closing line that adds up every test binary: `tests: N passed, N failed, N skipped`.
 
@@ -11,7 +12,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    old_glibc, setup,
+    kernels, old_glibc, setup,
     shell::{build_tracer, command, is_root, run, workspace_root},
     stress,
 };
@@ -84,6 +85,24 @@ pub fn run_all() -> Result<()> {
     } else {
         println!("skipping the stress trials: not running as root (BPF tracing needs root)");
         // Counted like the skipped cargo tests, which pass by returning early.
+        skipped += 1;
+        passed += 1;
+    }
+    // Debian's own kernels under qemu, each boot counted as a test. Emulated, they need no
+    // privilege here, but installing qemu does.
+    if is_root() || in_ci() {
+        match kernels::run_matrix() {
+            Ok((boots_passed, boots_failed)) => {
+                passed += boots_passed;
+                failed += boots_failed;
+            }
+            Err(error) => {
+                println!("kernels: {error:#}");
+                failed += 1;
+            }
+        }
+    } else {
+        println!("skipping the kernel boots: not running as root (installing qemu needs it)");
         skipped += 1;
         passed += 1;
     }
