@@ -250,6 +250,37 @@ const LOG_STATS: u32 = 4;
 /// a second run on the same CPU would share that stack: the programs keep every frame smaller.
 pub const PRIVATE_STACK_FRAME: u32 = 64;
 
+/// The verifier's `log_level` for the whole log of its work (`BPF_LOG_LEVEL1`).
+const LOG_FULL: u32 = 1;
+
+/// A `BPF_PROG_LOAD` request for `instructions`, with the verifier's log at `log_level` into
+/// `log`. Both must outlive the requests made with it.
+fn load_request(
+    name: &str,
+    prog_type: bpf_prog_type,
+    attach_type: Option<bpf_attach_type>,
+    instructions: &[aya_obj::generated::bpf_insn],
+    log_level: u32,
+    log: &mut [u8],
+) -> bpf_attr {
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: writing the prog-load member of a zeroed union; the license is static.
+    unsafe {
+        let load = &mut attr.__bindgen_anon_3;
+        load.prog_type = prog_type as u32;
+        load.expected_attach_type = attach_type.map_or(0, |attach| attach as u32);
+        load.insns = instructions.as_ptr() as u64;
+        load.insn_cnt = instructions.len() as u32;
+        load.license = c"GPL".as_ptr() as u64;
+        load.log_level = log_level;
+        load.log_buf = log.as_mut_ptr() as u64;
+        load.log_size = log.len() as u32;
+        copy_name(&mut load.prog_name, name);
+    }
+    attr
+}
+
 /// Loads a program, asking the verifier only for its statistics (a full log costs the verifier
 /// more than the verifying does), and refuses it if a frame is as large as the kernel would
 /// move to a per-CPU stack. Only if the kernel rejects it, loads it again with a full log, to
@@ -260,23 +291,15 @@ fn prog_load(
     attach_type: Option<bpf_attach_type>,
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd> {
-    let license = c"GPL";
     let mut stats = vec![0u8; STATS_LOG_BYTES];
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the prog-load member of a zeroed union; `stats` outlives the call.
-    unsafe {
-        let load = &mut attr.__bindgen_anon_3;
-        load.prog_type = prog_type as u32;
-        load.expected_attach_type = attach_type.map_or(0, |attach| attach as u32);
-        load.insns = instructions.as_ptr() as u64;
-        load.insn_cnt = instructions.len() as u32;
-        load.license = license.as_ptr() as u64;
-        load.log_level = LOG_STATS;
-        load.log_buf = stats.as_mut_ptr() as u64;
-        load.log_size = stats.len() as u32;
-        copy_name(&mut load.prog_name, name);
-    }
+    let mut attr = load_request(
+        name,
+        prog_type,
+        attach_type,
+        instructions,
+        LOG_STATS,
+        &mut stats,
+    );
     if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
         let largest = stack_depths(&log_text(&stats)).into_iter().max();
         ensure!(
@@ -289,10 +312,10 @@ fn prog_load(
         return Ok(program);
     }
     let mut log = vec![0u8; VERIFIER_LOG_BYTES];
-    // SAFETY: as above; `log` outlives the call that reads these.
+    // SAFETY: the prog-load member `load_request` wrote; `log` outlives the call that reads it.
     unsafe {
         let load = &mut attr.__bindgen_anon_3;
-        load.log_level = 1;
+        load.log_level = LOG_FULL;
         load.log_buf = log.as_mut_ptr() as u64;
         load.log_size = log.len() as u32;
     }
@@ -343,23 +366,15 @@ pub fn load_to_ask(
     attach_type: Option<bpf_attach_type>,
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd, String> {
-    let license = c"GPL";
     let mut log = vec![0u8; STATS_LOG_BYTES];
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the prog-load member of a zeroed union; `log` outlives the call.
-    unsafe {
-        let load = &mut attr.__bindgen_anon_3;
-        load.prog_type = prog_type as u32;
-        load.expected_attach_type = attach_type.map_or(0, |attach| attach as u32);
-        load.insns = instructions.as_ptr() as u64;
-        load.insn_cnt = instructions.len() as u32;
-        load.license = license.as_ptr() as u64;
-        load.log_level = 1;
-        load.log_buf = log.as_mut_ptr() as u64;
-        load.log_size = log.len() as u32;
-        copy_name(&mut load.prog_name, "thr_feature");
-    }
+    let mut attr = load_request(
+        "thr_feature",
+        prog_type,
+        attach_type,
+        instructions,
+        LOG_FULL,
+        &mut log,
+    );
     bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
         let text = log_text(&log);
         match text.trim().is_empty() {
