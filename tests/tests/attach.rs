@@ -11,6 +11,7 @@ use thrtrace_tests::{
     Gated, PLACEMENTS, TempDir, TraceRecord, bpf_available, field, file_name, lines_as_they_come,
     paired_calls, read_line, read_trace, record_of, run_tracer, start_tracer, workload,
 };
+use tracer_common::OWN_TARGET_SLOTS;
 
 /// (completed lock calls, unlock calls) on `mutex`.
 fn mutex_calls(lines: &[TraceRecord], mutex: i64) -> (usize, usize) {
@@ -113,6 +114,51 @@ fn unbuffered_records_reach_the_file_while_the_target_runs() {
         assert!(tracer.wait().unwrap().success());
         assert!(complete(&read().unwrap()), "{extra:?}");
     }
+}
+
+/// More `-p` targets than the entry program finds without a map lookup
+/// (`OWN_TARGET_SLOTS`): every one is traced exactly, through the lookup for the rest, and a
+/// process that maps the same library but was not named records nothing.
+#[test]
+fn more_targets_than_the_programs_list_are_each_traced_and_no_other_process_is() {
+    if !bpf_available("more_targets") {
+        return;
+    }
+    let dir = TempDir::new("more_targets");
+    let count = OWN_TARGET_SLOTS + 2;
+    // Each with its own number of pairs, so that a record in the wrong file is seen.
+    let mut targets: Vec<Gated> = (0..count).map(|i| Gated::start(0, 50 + i as u32)).collect();
+    let mut bystander = Gated::start(0, 40);
+    let pids: Vec<u32> = targets.iter().map(|t| t.pid).collect();
+    let (mut tracer, _stderr) = start_tracer(dir.path(), &pids, &[]);
+    let expected: Vec<(u32, i64, usize)> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.pid, t.mutex, 50 + i))
+        .collect();
+    bystander.run_phase_two();
+    let bystander_pid = bystander.pid;
+    bystander.finish();
+    for target in &mut targets {
+        target.run_phase_two();
+    }
+    for target in targets {
+        target.finish();
+    }
+    assert!(tracer.wait().unwrap().success());
+    let files = read_trace(dir.path());
+    for (pid, mutex, pairs) in expected {
+        let lines = files
+            .get(&file_name(pid, pid))
+            .unwrap_or_else(|| panic!("no file for pid {pid}: {:?}", files.keys()));
+        assert_eq!(mutex_calls(lines, mutex), (pairs, pairs), "pid {pid}");
+    }
+    assert!(
+        !files.contains_key(&file_name(bystander_pid, bystander_pid)),
+        "the process not named has a file: {:?}",
+        files.keys()
+    );
+    assert_eq!(files.len(), count, "{:?}", files.keys());
 }
 
 #[test]

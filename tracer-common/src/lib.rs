@@ -51,13 +51,25 @@ pub mod names {
     /// ([`crate::RecordingMasks`]): to userspace an array map of one entry, written to stop,
     /// start and filter a live trace.
     pub const RECORDING: &str = ".bss.recording";
+    /// The section of the global `OWN_TARGETS` ([`crate::OwnTargets`]): to userspace an
+    /// array map of one entry, written as processes are traced through their own links.
+    pub const OWN_TARGETS: &str = ".bss.own_targets";
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
 }
 
+/// The processes traced through their own links that the entry program finds with a few
+/// compares instead of a `TRACED` lookup (a hash map's lookup is an eighth of its run): up to
+/// `OWN_TARGET_SLOTS` process ids (0: a free slot), then at `OWN_TARGETS_SPILLED` a word set
+/// once more were traced, from when the program looks any other process up in `TRACED`.
+pub type OwnTargets = [u32; OWN_TARGET_SLOTS + 1];
+pub const OWN_TARGET_SLOTS: usize = 8;
+pub const OWN_TARGETS_SPILLED: usize = OWN_TARGET_SLOTS;
+
 /// A `TRACED` entry: which links record a process. The kernel's own process filter on a link
-/// is not relied on alone (perf-event uprobes and, before 6.10, uprobe_multi links filter by
-/// thread or by memory, not by process), so the entry program checks this for every hit.
+/// is not relied on alone (uprobe_multi links before 6.10 filter by thread, and a uretprobe
+/// perf event's by none), so the entry program checks the process for every hit: in
+/// [`OwnTargets`] first, for its own links.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TracedThrough {

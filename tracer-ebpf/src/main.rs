@@ -38,8 +38,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    LOST_PENDING, LOST_TOTAL, MAX_CPUS, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord,
-    STOP_SENT, TracedThrough,
+    LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets,
+    ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord, STOP_SENT, TracedThrough,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE},
 };
@@ -106,6 +106,12 @@ fn recording(cookie: &ProbeCookie) -> bool {
 #[btf_map]
 static TRACED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
 
+/// The processes traced through their own links, found without a map lookup
+/// ([`OwnTargets`]). Global data in a section of its own, which only userspace writes.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = ".bss.own_targets")]
+static mut OWN_TARGETS: OwnTargets = [0; OWN_TARGET_SLOTS + 1];
+
 /// Whether a hit through a link with these flags is recorded: its process is traced through
 /// that kind of link (system-wide, every process through the shared ones). Never the tracer.
 #[inline(always)]
@@ -118,12 +124,27 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
     if shared && unsafe { ptr::read_volatile(&SYSTEM_WIDE) } != 0 {
         return true;
     }
+    let tgid = (pid_tgid >> 32) as u32;
+    if !shared {
+        let own = ptr::addr_of!(OWN_TARGETS).cast::<u32>();
+        for i in 0..OWN_TARGET_SLOTS {
+            // SAFETY: a word of global data that only userspace writes, read volatile as it
+            // changes under the program.
+            if unsafe { ptr::read_volatile(own.add(i)) } == tgid {
+                return true;
+            }
+        }
+        // SAFETY: as above.
+        if unsafe { ptr::read_volatile(own.add(OWN_TARGETS_SPILLED)) } == 0 {
+            return false;
+        }
+    }
     let wanted = match shared {
         true => TracedThrough::SharedLinks,
         false => TracedThrough::OwnLinks,
     };
     // SAFETY: the value is copied out at once.
-    unsafe { TRACED.get((pid_tgid >> 32) as u32) }.is_some_and(|&how| how == wanted as u8)
+    unsafe { TRACED.get(tgid) }.is_some_and(|&how| how == wanted as u8)
 }
 
 /// A traced process forked: its child is traced too. Runs in the parent, on the raw
@@ -309,7 +330,8 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     }
     let flags = cookie.flags;
     let task = current_task();
-    if !recorded(current_pid_tgid(task), flags) {
+    let pid_tgid = current_pid_tgid(task);
+    if !recorded(pid_tgid, flags) {
         return 0;
     }
     let regs = ctx.regs;
@@ -341,7 +363,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // is copied to the slot too.
     let in_ring = !written_at_return_only(flags)
         && emit_with(|entry| {
-            fill_entry(entry, raw_cookie, regs);
+            fill_entry(entry, raw_cookie, regs, task, pid_tgid);
             if !slot.is_null() {
                 // SAFETY: the entry is ours until submitted; the slot is this thread's own.
                 unsafe {
@@ -358,7 +380,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         // The record waits for the call's return (or the ring had no room for its entry).
         if !in_ring {
             let record = ptr::addr_of_mut!((*slot).record);
-            fill_entry(record, raw_cookie, regs);
+            fill_entry(record, raw_cookie, regs, task, pid_tgid);
             (*record).which = u16::from(flags.has(ProbeFlags::PAIRED));
         }
         (*slot).nested = 0;
@@ -373,14 +395,18 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
 }
 
 /// Writes a call's record as its entry knows it into `record` (ring or slot memory): every
-/// byte, padding included, `which` 0. A function of its own (a BPF-to-BPF call) taking few
-/// arguments, so that its frame and its caller's each stay small.
+/// byte, padding included, `which` 0. A function of its own (a BPF-to-BPF call) whose
+/// arguments all fit in registers, so that its frame and its caller's each stay small.
 #[inline(never)]
-fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
+fn fill_entry(
+    record: *mut RawRecord,
+    raw_cookie: u64,
+    regs: *const pt_regs,
+    task: *mut task_struct,
+    pid_tgid: u64,
+) {
     let cookie = ProbeCookie::decode(raw_cookie);
     let flags = cookie.flags;
-    let task = current_task();
-    let pid_tgid = current_pid_tgid(task);
     // SAFETY: `record` is writable memory of a whole record, owned by this program run;
     // `regs` is the probe's context, the user's registers at the probed instruction.
     unsafe {

@@ -10,7 +10,8 @@ use aya_obj::generated::{
     bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
 use tracer_common::{
-    LOST_TOTAL, MAX_CPUS, RawRecord, RecordingMasks, STOP_SENT, TracedThrough, names,
+    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, RawRecord,
+    RecordingMasks, STOP_SENT, TracedThrough, names,
 };
 
 use super::{
@@ -102,6 +103,9 @@ pub struct DataPath {
     recording: Array<MapData, RecordingMasks>,
     errno_slots: HashMap<MapData, u32, u64>,
     traced: HashMap<MapData, u32, u8>,
+    /// What the BPF side's `OWN_TARGETS` holds, and the map it is written through.
+    own_targets: OwnTargets,
+    own_targets_map: Array<MapData, OwnTargets>,
     /// `--lossless`: the threads the BPF side has stopped for writing to a ring past half.
     stopped: HashMap<MapData, u32, u32>,
     lossless: bool,
@@ -170,6 +174,7 @@ impl DataPath {
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
         let errno_slots = HashMap::try_from(loaded.take_map(names::ERRNO_SLOTS)?)?;
         let traced = HashMap::try_from(loaded.take_map(names::TRACED)?)?;
+        let own_targets_map = Array::try_from(loaded.take_map(names::OWN_TARGETS)?)?;
         let stopped_map = loaded.take_map(names::STOPPED)?;
         let stopped_view = (lossless && scope == Scope::Follow)
             .then(|| StoppedView::of(&stopped_map))
@@ -197,6 +202,8 @@ impl DataPath {
             recording,
             errno_slots,
             traced,
+            own_targets: OwnTargets::default(),
+            own_targets_map,
             stopped,
             lossless,
             scope,
@@ -214,8 +221,23 @@ impl DataPath {
     /// attached; through shared ones, and no longer its own (with `--follow`, the children it
     /// forks from now on too).
     pub fn trace_through(&mut self, pid: u32, links: TracedThrough) -> Result<()> {
+        // `TRACED` first: a process moving to shared links is recorded through them before
+        // its own stop (a call at that instant may be recorded twice, never not at all).
         self.traced
             .insert(pid, links as u8, 0)
+            .with_context(|| format!("cannot add pid {pid} to the traced processes"))?;
+        let slots = &mut self.own_targets[..OWN_TARGET_SLOTS];
+        let listed = slots.iter().position(|&slot| slot == pid);
+        match (links, listed) {
+            (TracedThrough::OwnLinks, None) => match slots.iter().position(|&slot| slot == 0) {
+                Some(free) => slots[free] = pid,
+                None => self.own_targets[OWN_TARGETS_SPILLED] = 1,
+            },
+            (TracedThrough::SharedLinks, Some(at)) => slots[at] = 0,
+            _ => return Ok(()),
+        }
+        self.own_targets_map
+            .set(0, self.own_targets, 0)
             .with_context(|| format!("cannot add pid {pid} to the traced processes"))
     }
 
