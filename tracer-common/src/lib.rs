@@ -67,9 +67,9 @@ pub const OWN_TARGET_SLOTS: usize = 8;
 pub const OWN_TARGETS_SPILLED: usize = OWN_TARGET_SLOTS;
 
 /// A `TRACED` entry: which links record a process. The kernel's own process filter on a link
-/// is not relied on alone (uprobe_multi links before 6.10 filter by thread, and a uretprobe
-/// perf event's by none), so the entry program checks the process for every hit: in
-/// [`OwnTargets`] first, for its own links.
+/// is not relied on alone (uprobe_multi links before 6.10 filter by thread, not process), so
+/// the entry program checks the process for every hit: in [`OwnTargets`] first, for its own
+/// links.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TracedThrough {
