@@ -330,8 +330,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     }
     let flags = cookie.flags;
     let task = current_task();
-    let pid_tgid = current_pid_tgid(task);
-    if !recorded(pid_tgid, flags) {
+    if !recorded(current_pid_tgid(task), flags) {
         return 0;
     }
     let regs = ctx.regs;
@@ -363,7 +362,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // is copied to the slot too.
     let in_ring = !written_at_return_only(flags)
         && emit_with(|entry| {
-            fill_entry(entry, raw_cookie, regs, task, pid_tgid);
+            fill_entry(entry, raw_cookie, regs);
             if !slot.is_null() {
                 // SAFETY: the entry is ours until submitted; the slot is this thread's own.
                 unsafe {
@@ -380,7 +379,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         // The record waits for the call's return (or the ring had no room for its entry).
         if !in_ring {
             let record = ptr::addr_of_mut!((*slot).record);
-            fill_entry(record, raw_cookie, regs, task, pid_tgid);
+            fill_entry(record, raw_cookie, regs);
             (*record).which = u16::from(flags.has(ProbeFlags::PAIRED));
         }
         (*slot).nested = 0;
@@ -395,18 +394,15 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
 }
 
 /// Writes a call's record as its entry knows it into `record` (ring or slot memory): every
-/// byte, padding included, `which` 0. A function of its own (a BPF-to-BPF call) whose
-/// arguments all fit in registers, so that its frame and its caller's each stay small.
+/// byte, padding included, `which` 0. A function of its own (a BPF-to-BPF call) taking few
+/// arguments, so that its frame and its caller's each stay small: passing it the task and ids
+/// too made the caller's frame 56 bytes, which the kernel moves to a private stack.
 #[inline(never)]
-fn fill_entry(
-    record: *mut RawRecord,
-    raw_cookie: u64,
-    regs: *const pt_regs,
-    task: *mut task_struct,
-    pid_tgid: u64,
-) {
+fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
     let cookie = ProbeCookie::decode(raw_cookie);
     let flags = cookie.flags;
+    let task = current_task();
+    let pid_tgid = current_pid_tgid(task);
     // SAFETY: `record` is writable memory of a whole record, owned by this program run;
     // `regs` is the probe's context, the user's registers at the probed instruction.
     unsafe {

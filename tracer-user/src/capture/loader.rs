@@ -246,9 +246,16 @@ const STATS_LOG_BYTES: usize = 4096;
 const LOG_STATS: u32 = 4;
 
 /// The smallest frame that kernels with BPF private stacks (x86-64 and arm64 JITs, 6.13 on)
-/// move to a per-CPU stack (`BPF_PRIV_STACK_MIN_SIZE`). Uprobe programs can be preempted, and
-/// a second run on the same CPU would share that stack: the programs keep every frame smaller.
+/// move to a per-CPU stack (`BPF_PRIV_STACK_MIN_SIZE`), compared with the frame as the
+/// verifier rounds it for the JIT (up to 16 bytes): a 56-byte frame is moved. Uprobe programs
+/// can be preempted, and a second run on the same CPU would share that stack: the programs
+/// keep every frame smaller.
 pub const PRIVATE_STACK_FRAME: u32 = 64;
+
+/// A frame's size as the verifier weighs it for a private stack (`round_up_stack_depth`).
+pub fn jit_frame(depth: u32) -> u32 {
+    depth.next_multiple_of(16)
+}
 
 /// The verifier's `log_level` for the whole log of its work (`BPF_LOG_LEVEL1`).
 const LOG_FULL: u32 = 1;
@@ -303,10 +310,10 @@ fn prog_load(
     if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
         let largest = stack_depths(&log_text(&stats)).into_iter().max();
         ensure!(
-            largest.is_none_or(|depth| depth < PRIVATE_STACK_FRAME),
+            largest.is_none_or(|depth| jit_frame(depth) < PRIVATE_STACK_FRAME),
             "BPF program {name} has a {}-byte frame, which this kernel could run on a per-CPU \
              stack that a preempting run would overwrite; not loaded (a build error: the \
-             programs keep frames under {PRIVATE_STACK_FRAME} bytes)",
+             programs keep frames, rounded up to 16 bytes, under {PRIVATE_STACK_FRAME})",
             largest.unwrap_or_default()
         );
         return Ok(program);
@@ -501,7 +508,7 @@ mod tests {
         );
         for (name, depth) in depths {
             assert!(
-                depth < i64::from(PRIVATE_STACK_FRAME),
+                jit_frame(u32::try_from(depth).unwrap()) < PRIVATE_STACK_FRAME,
                 "{name} uses {depth} bytes of stack: a kernel with BPF private stacks would run \
                  it on a per-CPU stack that preempting runs share"
             );
