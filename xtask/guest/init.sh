@@ -9,8 +9,8 @@ export PATH=/usr/local/bin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
+# /tmp and /run stay in the initramfs, itself writable memory: a tmpfs mounted there would
+# hide the files copied to their build paths (a checkout under /tmp).
 . /etc/kt.conf
 BOOT=$(sed -n 's/.* kt=\([a-z]*\).*/\1/p' /proc/cmdline)
 failed=0
