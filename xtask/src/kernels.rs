@@ -68,6 +68,14 @@ const TESTS: [(&str, &str); 10] = [
 const THREADS: u32 = 8;
 const ROUNDS: u32 = 2000;
 
+/// One host thread runs every vCPU in turn (the guest still preempts its threads between
+/// any two instructions). With a host thread per vCPU, a vCPU could run a stale
+/// translation of kernel text that another had just finished patching through int3: boots
+/// oopsed on an int3 at static-branch sites on hardware-impossible timing (in
+/// `sched_clock_cpu` at start-up with 4 vCPUs, before init; in `kernel_clone` with 2, as
+/// a raw tracepoint was detached).
+const ACCELERATOR: &str = "tcg,thread=single";
+
 /// Longest a boot may take before it counts as hung.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -436,18 +444,6 @@ impl<'a> Boot<'a> {
         Boot { kernel, kind, cpus }
     }
 
-    /// One host thread per vCPU while there are host CPUs for them. With more vCPUs than host
-    /// CPUs, multi-threaded TCG let a vCPU run code the kernel was patching with int3 on
-    /// another (a boot oopsed in `sched_clock_cpu`, in the kernel's own start, before init):
-    /// one thread then runs them all in turn, and the guest still preempts its threads.
-    fn accelerator(&self) -> &'static str {
-        let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        match self.cpus as usize > host_cpus {
-            true => "tcg,thread=single",
-            false => "tcg",
-        }
-    }
-
     fn run(&self, guest: &Guest, work: &Path) -> Result<Outcome> {
         let console = work.join(format!(
             "console-{}-{}-{}.log",
@@ -475,7 +471,7 @@ impl<'a> Boot<'a> {
         let start = Instant::now();
         let status = command("timeout")
             .arg(BOOT_TIMEOUT.as_secs().to_string())
-            .args(["qemu-system-x86_64", "-accel", self.accelerator()])
+            .args(["qemu-system-x86_64", "-accel", ACCELERATOR])
             .args(["-cpu", "max", "-m", "3072"])
             .args(["-smp", &self.cpus.to_string()])
             .args(["-display", "none", "-monitor", "none", "-no-reboot"])
