@@ -11,7 +11,9 @@
 use std::{fs, os::fd::AsFd};
 
 use aya_obj::generated::{
-    BPF_ATOMIC, BPF_DW, BPF_FETCH, BPF_STX, BPF_XCHG, bpf_func_id, bpf_insn,
+    BPF_ATOMIC, BPF_DW, BPF_FETCH, BPF_STX, BPF_XCHG,
+    bpf_func_id::{self, *},
+    bpf_insn,
     bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
     bpf_prog_type::{self, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_RAW_TRACEPOINT},
 };
@@ -64,8 +66,6 @@ enum Ask {
     /// A raw tracepoint program (attached by name, with no tracefs).
     RawTracepoint,
 }
-
-use bpf_func_id::*;
 
 /// Every helper the programs call, each with what it gives them and the version that first
 /// offered it to kprobe (uprobe) programs; a test checks the object calls no other. Raw
