@@ -18,7 +18,7 @@ use aya_obj::generated::{
     bpf_prog_type::{self, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_RAW_TRACEPOINT},
 };
 
-use super::loader::{self, MapShape};
+use super::loader::{self, MapShape, exit, instruction, mov_imm};
 
 /// A kernel that lacks what the BPF side needs: exit status 2, as for other input the user
 /// can change (here, the kernel the tracer runs on).
@@ -219,21 +219,6 @@ fn has(ask: &Ask) -> bool {
 /// `BPF_ADD | BPF_FETCH` (`BPF_ADD` is 0).
 const BPF_ADD_FETCH: i32 = BPF_FETCH as i32;
 
-fn instruction(code: u32, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
-    // SAFETY: bpf_insn is plain data; all-zero is a valid instruction to overwrite.
-    let mut insn: bpf_insn = unsafe { std::mem::zeroed() };
-    insn.code = code as u8;
-    insn.set_dst_reg(dst);
-    insn.set_src_reg(src);
-    insn.off = off;
-    insn.imm = imm;
-    insn
-}
-
-fn mov_imm(dst: u8, imm: i32) -> bpf_insn {
-    instruction(0xb7, dst, 0, 0, imm) // BPF_ALU64 | BPF_MOV | BPF_K
-}
-
 /// `r1 = atomic_op((u64 *)(r10 - 8), r1)`.
 fn atomic(op: i32) -> bpf_insn {
     instruction(BPF_STX | BPF_DW | BPF_ATOMIC, 10, 1, -8, op)
@@ -241,10 +226,6 @@ fn atomic(op: i32) -> bpf_insn {
 
 fn call(helper: i32) -> bpf_insn {
     instruction(0x85, 0, 0, 0, helper) // BPF_JMP | BPF_CALL
-}
-
-fn exit() -> bpf_insn {
-    instruction(0x95, 0, 0, 0, 0) // BPF_JMP | BPF_EXIT
 }
 
 #[cfg(test)]

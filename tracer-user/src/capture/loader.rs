@@ -18,7 +18,7 @@ use aya::maps::{Map, MapData};
 use aya_obj::{
     EbpfSectionKind, Object,
     generated::{
-        bpf_attach_type, bpf_attr, bpf_cmd,
+        bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn,
         bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
         bpf_prog_type,
     },
@@ -357,13 +357,29 @@ pub fn trivial_program(
     prog_type: bpf_prog_type,
     attach_type: Option<bpf_attach_type>,
 ) -> Option<OwnedFd> {
-    use aya_obj::generated::bpf_insn;
-    // r0 = 0; exit.
+    load_to_ask(prog_type, attach_type, &[mov_imm(0, 0), exit()]).ok()
+}
+
+/// One instruction of a program written here to ask the kernel what it offers.
+pub fn instruction(code: u32, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     // SAFETY: bpf_insn is plain data; all-zero is a valid instruction to overwrite.
-    let mut return_zero: [bpf_insn; 2] = unsafe { MaybeUninit::zeroed().assume_init() };
-    return_zero[0].code = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
-    return_zero[1].code = 0x95; // BPF_JMP | BPF_EXIT
-    load_to_ask(prog_type, attach_type, &return_zero).ok()
+    let mut insn: bpf_insn = unsafe { std::mem::zeroed() };
+    insn.code = code as u8;
+    insn.set_dst_reg(dst);
+    insn.set_src_reg(src);
+    insn.off = off;
+    insn.imm = imm;
+    insn
+}
+
+/// `dst = imm`.
+pub fn mov_imm(dst: u8, imm: i32) -> bpf_insn {
+    instruction(0xb7, dst, 0, 0, imm) // BPF_ALU64 | BPF_MOV | BPF_K
+}
+
+/// `exit` (return r0).
+pub fn exit() -> bpf_insn {
+    instruction(0x95, 0, 0, 0, 0) // BPF_JMP | BPF_EXIT
 }
 
 /// Loads `instructions`, written to ask the kernel whether it has something, with a verifier
