@@ -290,10 +290,10 @@ pub fn run(reps: usize) -> Result<()> {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
         timings.push(latencies(&tracer, &dir, &["--events", "mutex:cond"])?);
-        for (m, mechanism) in MECHANISMS.iter().enumerate() {
+        for (m, (_, options)) in MECHANISMS.iter().enumerate() {
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir)?;
-            every_category[m].push(latencies(&tracer, &dir, mechanism)?);
+            every_category[m].push(latencies(&tracer, &dir, options)?);
         }
     }
     let _ = fs::remove_dir_all(&dir);
@@ -387,13 +387,10 @@ what --follow costs a target, µs per operation, median of {reps} runs"
         column(1),
         column(2)
     );
-    for (m, mechanism) in MECHANISMS.iter().enumerate() {
+    for (m, (mechanism, _)) in MECHANISMS.iter().enumerate() {
         let column = |i: usize| median(&every_category[m].iter().map(|t| t[i]).collect::<Vec<_>>());
         println!(
-            "every category, {:<22}: ready {:.0} ms; exit after SIGINT {:.0} ms",
-            mechanism
-                .first()
-                .map_or("uprobe_multi links", |_| "perf-event probes"),
+            "every category, {mechanism:<22}: ready {:.0} ms; exit after SIGINT {:.0} ms",
             column(0),
             column(2)
         );
@@ -403,7 +400,10 @@ what --follow costs a target, µs per operation, median of {reps} runs"
 
 /// The probe mechanisms whose start and exit with every category are timed: uprobe_multi
 /// links, and the perf-event uprobes of kernels before 6.10.
-const MECHANISMS: [&[&str]; 2] = [&[], &["--perf-event-probes"]];
+const MECHANISMS: [(&str, &[&str]); 2] = [
+    ("uprobe_multi links", &[]),
+    ("perf-event probes", &["--perf-event-probes"]),
+];
 
 fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
     println!("\nns per operation, median of {reps} runs; x = times untraced; lost = records lost");
