@@ -54,10 +54,7 @@ use crate::{
         signals::TraceSignals,
         target_error_event,
     },
-    sinks::{
-        Sink, Sinks, descriptors, log::TraceLog, threaded::Threaded, tr::TrFiles,
-        tr_writers::TrWriters,
-    },
+    sinks::{Sink, Sinks, descriptors, log::TraceLog, threaded::Threaded, tr_writers::TrWriters},
 };
 
 /// Traces as `config` says; returns the tracer's exit status.
@@ -214,22 +211,18 @@ pub fn run(mut config: Config) -> Result<i32> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     if let Some(output) = config.output.take() {
         let budget = descriptors::open_file_budget();
-        sinks.push(match config.consumer_threads {
-            1 => Box::new(TrFiles::new(output, config.unbuffered, budget)),
-            n => Box::new(
-                TrWriters::new(output, config.unbuffered, budget, n - 1)
-                    .context("cannot start the tr writer threads")?,
-            ),
-        });
+        // Files are created and written off the session's thread, which drains the rings.
+        let writers = (config.consumer_threads - 1).max(1);
+        sinks.push(Box::new(
+            TrWriters::new(output, config.unbuffered, budget, writers)
+                .context("cannot start the tr writer threads")?,
+        ));
     }
     if let Some(log) = config.log.take() {
         let log = trace_log(log, &config, created_ns)?;
-        sinks.push(match config.consumer_threads {
-            1 => Box::new(log),
-            _ => Box::new(
-                Threaded::new(log, "log-writer").context("cannot start the log writer thread")?,
-            ),
-        });
+        sinks.push(Box::new(
+            Threaded::new(log, "log-writer").context("cannot start the log writer thread")?,
+        ));
     }
     let session = Session {
         datapath,

@@ -1,6 +1,7 @@
-//! A sink run on a thread of its own (`--consumer-threads N`, N > 1): formatting, encoding and
-//! writing are most of what a record costs the consumer (perf: about 60% with tr files), so
-//! they move off the session's thread, which drains, decodes and analyses. The session hands
+//! A sink run on a thread of its own: every sink that writes files runs so. Creating files and
+//! writing them must never stall the session's thread, which drains the rings; and
+//! formatting, encoding and writing are most of what a record costs the consumer (perf: about
+//! 60% with tr files), so they move off the thread that drains, decodes and analyses. The session hands
 //! the sink's thread records and system events in batches, in the order it writes them, so the
 //! sink sees exactly what it would have seen in the session's thread; requests that answer
 //! (flush, clear, state, finish) wait for the thread to have done everything before them.
@@ -21,8 +22,11 @@ use super::{Sink, SinkState, TraceEnd};
 /// Events handed over at once: few enough that the thread is never idle for long, many
 /// enough that the hand-over costs little per event.
 const BATCH: usize = 1024;
-/// Batches that may wait for the thread before the session waits for it.
-const QUEUED_BATCHES: usize = 16;
+/// Batches that may wait for the thread before the session waits for it: 64 MiB of events.
+/// The session drains the rings, so it must not wait on the file system: a burst of thousands
+/// of new threads, each a file to create (and chown), took long enough with 16 batches for the
+/// rings to overflow (issue 27). Memory, not the rings, absorbs a slow disk, up to this bound.
+const QUEUED_BATCHES: usize = (64 << 20) / (BATCH * std::mem::size_of::<Item>());
 
 /// An event for the sink, in the session's order; a system event boxed, so that the many
 /// records take no more room than a record.
