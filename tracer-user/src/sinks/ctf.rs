@@ -194,19 +194,6 @@ impl Sink for CtfTrace {
         true
     }
 
-    fn batch_done(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    /// Only `convert` writes a CTF trace: nothing waits for a reader, nothing is controlled.
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn clear(&mut self) -> io::Result<u64> {
-        Ok(0)
-    }
-
     fn state(&self) -> SinkState {
         SinkState {
             descriptions: vec![format!("CTF trace in {}", self.dir.path().display())],

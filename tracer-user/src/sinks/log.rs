@@ -281,10 +281,6 @@ impl Sink for TraceLog {
         }
     }
 
-    fn process_exited(&mut self, _pid: u32) -> io::Result<()> {
-        Ok(())
-    }
-
     fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
         if self.status.running {
             self.append_own(SystemKind::Stop { auto: 0 });

@@ -36,23 +36,44 @@ pub struct TraceEnd {
     pub lost_per_cpu: Vec<u64>,
 }
 
+/// An output. Every sink takes records and completes its output at the end; the rest has
+/// defaults for a sink that has nothing to do then (no system events, nothing held to flush
+/// or clear).
 pub trait Sink {
     /// Tracing begins: the output is opened by the time this returns.
-    fn begin(&mut self) -> io::Result<()>;
+    fn begin(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     fn record(&mut self, record: &TraceRecord) -> io::Result<()>;
-    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()>;
+    /// A system event, for the sinks that keep them ([`Sink::wants_system_events`]).
+    fn system_event(&mut self, _event: &SystemEvent) -> io::Result<()> {
+        Ok(())
+    }
     /// Whether this sink keeps system events: those that cost reading /proc are made only then.
-    fn wants_system_events(&self) -> bool;
+    fn wants_system_events(&self) -> bool {
+        false
+    }
     /// Called after each batch drained from the kernel; unbuffered sinks push it to the files.
-    fn batch_done(&mut self) -> io::Result<()>;
+    fn batch_done(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// Asked for (SIGUSR1, `ctl flush`, a long block): write what is held now, the log's
     /// stream included.
-    fn flush(&mut self) -> io::Result<()>;
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// Asked for (`ctl clear`): drop the events the stream holds, unwritten. Returns how many.
-    fn clear(&mut self) -> io::Result<u64>;
-    fn state(&self) -> SinkState;
+    fn clear(&mut self) -> io::Result<u64> {
+        Ok(0)
+    }
+    /// What it writes where, for `ctl status`.
+    fn state(&self) -> SinkState {
+        SinkState::default()
+    }
     /// The process has exited and its last records have been written: complete its files.
-    fn process_exited(&mut self, pid: u32) -> io::Result<()>;
+    fn process_exited(&mut self, _pid: u32) -> io::Result<()> {
+        Ok(())
+    }
     /// Waits until everything handed over so far is written, and says if writing it failed:
     /// a sink on a thread of its own ([`threaded`]) learns of a failed write after the call
     /// that handed it over. Others write as they are called.

@@ -13,7 +13,6 @@ use foldhash::{HashMap, HashMapExt};
 
 use tracer_model::{
     TraceRecord,
-    event::SystemEvent,
     tr::{LineWriter, file_name},
 };
 
@@ -213,10 +212,6 @@ impl TrFiles {
 }
 
 impl Sink for TrFiles {
-    fn begin(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         let key = FileKey::of(record);
         self.clock += 1;
@@ -229,15 +224,6 @@ impl Sink for TrFiles {
         file.append(&mut self.lines, record, self.clock)
     }
 
-    /// A tr line has no room for them.
-    fn system_event(&mut self, _event: &SystemEvent) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn wants_system_events(&self) -> bool {
-        false
-    }
-
     fn batch_done(&mut self) -> io::Result<()> {
         if self.unbuffered {
             self.flush()?;
@@ -247,11 +233,6 @@ impl Sink for TrFiles {
 
     fn flush(&mut self) -> io::Result<()> {
         self.open.values_mut().try_for_each(OpenFile::flush)
-    }
-
-    /// Lines go to their files as they come: no stream holds them.
-    fn clear(&mut self) -> io::Result<u64> {
-        Ok(0)
     }
 
     fn state(&self) -> SinkState {

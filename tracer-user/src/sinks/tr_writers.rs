@@ -5,7 +5,7 @@
 
 use std::{io, path::PathBuf};
 
-use tracer_model::{TraceRecord, event::SystemEvent};
+use tracer_model::TraceRecord;
 
 use super::{
     Sink, SinkState, TraceEnd,
@@ -51,22 +51,9 @@ impl TrWriters {
 }
 
 impl Sink for TrWriters {
-    fn begin(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         let shard = FileKey::of(record).shard(self.writers.len());
         self.writers[shard].record(record)
-    }
-
-    /// A tr line has no room for them.
-    fn system_event(&mut self, _event: &SystemEvent) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn wants_system_events(&self) -> bool {
-        false
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
@@ -75,11 +62,6 @@ impl Sink for TrWriters {
 
     fn flush(&mut self) -> io::Result<()> {
         self.writers.iter_mut().try_for_each(|w| w.flush())
-    }
-
-    /// Lines go to their files as they come: no stream holds them.
-    fn clear(&mut self) -> io::Result<u64> {
-        Ok(0)
     }
 
     fn state(&self) -> SinkState {
