@@ -34,13 +34,13 @@ use crate::{
         exec_follow, launch,
         probes::{self, Probes},
         targets::{self, PthreadLibrary},
-        uprobe_links::UprobeMechanism,
     },
     capture::{
         datapath::{DataPath, Scope},
         decode::Decoder,
         features,
         kernel::{self, TaskOffsets},
+        programs::UprobeMechanism,
     },
     cli::{Config, LogOptions, Target},
     control::socket::{ControlError, RuntimeDir},
@@ -114,7 +114,7 @@ pub fn run(mut config: Config) -> Result<i32> {
     )?;
     // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
     datapath.set_recording(&recording.masks())?;
-    let mut probes = Probes::new(events, config.probe_at_entry, mechanism);
+    let mut probes = Probes::new(events, config.probe_at_entry, mechanism)?;
     let follow = config.follow;
     // Facts about the targets (executable, mapped files) are read as each is attached, for the
     // log only.

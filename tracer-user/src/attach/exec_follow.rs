@@ -24,7 +24,7 @@ use super::{
     launch::{self, Loader},
     targets::{self, PthreadLibrary},
 };
-use crate::capture::datapath::StoppedView;
+use crate::capture::lossless::StoppedView;
 
 /// What following the targets reports to the session.
 pub enum Followed {

@@ -25,9 +25,12 @@ use super::{
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     symbols::Function,
     targets::{self, PthreadLibrary},
-    uprobe_links::{Programs, UprobeMechanism},
+    uprobe_links::Linker,
 };
-use crate::capture::datapath::DataPath;
+use crate::capture::{
+    datapath::DataPath,
+    programs::{Programs, UprobeMechanism},
+};
 
 /// One probe to attach: an event's function and where in it the probe goes.
 pub struct PlannedProbe {
@@ -126,19 +129,25 @@ pub struct Probes {
     /// Library files with shared links, by device and inode.
     everywhere: Vec<(String, u64)>,
     mechanism: UprobeMechanism,
+    linker: Linker,
 }
 
 impl Probes {
     /// Probes for `events`, placed (or at the entry with `at_entry`), attached by `mechanism`.
-    pub fn new(events: Vec<&'static EventDef>, at_entry: bool, mechanism: UprobeMechanism) -> Self {
-        Probes {
+    pub fn new(
+        events: Vec<&'static EventDef>,
+        at_entry: bool,
+        mechanism: UprobeMechanism,
+    ) -> Result<Self> {
+        Ok(Probes {
             events,
             at_entry,
             process_links: HashMap::new(),
             shared_links: Vec::new(),
             everywhere: Vec::new(),
             mechanism,
-        }
+            linker: Linker::new(mechanism)?,
+        })
     }
 
     /// The processes traced through links of their own.
@@ -273,7 +282,10 @@ impl Probes {
         };
         for (program, set) in [(&programs.entry, &entry), (&programs.exit, &exit)] {
             if !set.offsets.is_empty() {
-                links.extend(program.attach(file, &set.offsets, &set.cookies, pid)?);
+                links.extend(
+                    self.linker
+                        .attach(program, file, &set.offsets, &set.cookies, pid)?,
+                );
             }
         }
         Ok(entry.offsets.len() + exit.offsets.len())

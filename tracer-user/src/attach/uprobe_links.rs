@@ -29,140 +29,39 @@ use std::{
 use anyhow::{Context, Result, anyhow};
 use aya_obj::generated::{
     BPF_F_UPROBE_MULTI_RETURN,
-    bpf_attach_type::{self, BPF_PERF_EVENT, BPF_TRACE_UPROBE_MULTI},
-    bpf_attr, bpf_cmd, bpf_prog_info,
-    bpf_prog_type::BPF_PROG_TYPE_KPROBE,
-    perf_event_attr,
+    bpf_attach_type::{BPF_PERF_EVENT, BPF_TRACE_UPROBE_MULTI},
+    bpf_attr, bpf_cmd, perf_event_attr,
 };
 
-use crate::capture::loader::{self, Loaded, bpf, bpf_no_fd};
-
-/// How probes are attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UprobeMechanism {
-    MultiLink,
-    PerfEvent,
-}
-
-impl UprobeMechanism {
-    /// uprobe_multi links where the kernel has them with the process filter of 6.10 on (before,
-    /// a link's filter matched only the thread whose id it was given), else perf-event uprobes;
-    /// those too if `force_perf_events`, to measure and test them on any kernel.
-    pub fn detect(force_perf_events: bool) -> Self {
-        match !force_perf_events && kernel_has_uprobe_multi() {
-            true => UprobeMechanism::MultiLink,
-            false => UprobeMechanism::PerfEvent,
-        }
-    }
-
-    /// What `-v` says of it; `forced`: chosen by `--perf-event-probes`.
-    pub fn describe(self, forced: bool) -> &'static str {
-        match (self, forced) {
-            (UprobeMechanism::MultiLink, _) => "probes: uprobe_multi links, one per library file",
-            (UprobeMechanism::PerfEvent, true) => {
-                "probes: perf-event uprobes with BPF cookies, one per probe (--perf-event-probes)"
-            }
-            (UprobeMechanism::PerfEvent, false) => {
-                "probes: perf-event uprobes with BPF cookies, one per probe (this kernel has no \
-                 uprobe_multi links that filter by process, which came with 6.10)"
-            }
-        }
-    }
-
-    /// The attach type the programs are loaded for.
-    fn attach_type(self) -> Option<bpf_attach_type> {
-        match self {
-            UprobeMechanism::MultiLink => Some(BPF_TRACE_UPROBE_MULTI),
-            UprobeMechanism::PerfEvent => None,
-        }
-    }
-}
-
-/// The loaded entry and return programs.
-pub struct Programs {
-    pub entry: UprobeProgram,
-    pub exit: UprobeProgram,
-}
-
-impl Programs {
-    /// Loads programs `entry` and `exit` (a uretprobe) of the loaded object, to be attached by
-    /// `mechanism`.
-    pub fn load(
-        loaded: &Loaded,
-        entry: &'static str,
-        exit: &'static str,
-        mechanism: UprobeMechanism,
-    ) -> Result<Self> {
-        let pmu = match mechanism {
-            UprobeMechanism::MultiLink => None,
-            UprobeMechanism::PerfEvent => Some(UprobePmu::read()?),
-        };
-        let load = |name: &'static str, is_return: bool| -> Result<UprobeProgram> {
-            let fd = loaded.load_program(name, BPF_PROG_TYPE_KPROBE, mechanism.attach_type())?;
-            Ok(UprobeProgram {
-                name,
-                fd,
-                is_return,
-                pmu,
-            })
-        };
-        Ok(Programs {
-            entry: load(entry, false)?,
-            exit: load(exit, true)?,
-        })
-    }
-
-    /// Each program's runs and the nanoseconds they took, as the kernel counts them while
-    /// `kernel.bpf_stats_enabled` is set (none otherwise).
-    pub fn run_times(&self) -> Result<Vec<RunTime>> {
-        [&self.entry, &self.exit]
-            .into_iter()
-            .map(UprobeProgram::run_time)
-            .collect()
-    }
-}
-
-/// What the kernel counted of a program's runs.
-#[derive(Clone, Copy, Debug)]
-pub struct RunTime {
-    pub program: &'static str,
-    pub runs: u64,
-    pub ns: u64,
-}
-
-/// A loaded uprobe program.
-pub struct UprobeProgram {
-    name: &'static str,
-    fd: OwnedFd,
-    is_return: bool,
-    /// The uprobe PMU, when probes are perf events.
-    pmu: Option<UprobePmu>,
-}
+use crate::capture::{
+    loader::bpf,
+    programs::{UprobeMechanism, UprobeProgram},
+};
 
 /// Most threads that make one file's perf-event uprobes at once.
 const ATTACH_THREADS: usize = 32;
 
-impl UprobeProgram {
-    fn run_time(&self) -> Result<RunTime> {
-        // SAFETY: both are plain data; all-zero is their "unset" value.
-        let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
-        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.info.bpf_fd = self.fd.as_raw_fd() as u32;
-        attr.info.info_len = size_of::<bpf_prog_info>() as u32;
-        attr.info.info = (&raw mut info) as u64;
-        bpf_no_fd(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)
-            .with_context(|| format!("cannot read BPF program {}'s run times", self.name))?;
-        Ok(RunTime {
-            program: self.name,
-            runs: info.run_cnt,
-            ns: info.run_time_ns,
-        })
+/// Makes the links of the mechanism chosen at start.
+pub struct Linker {
+    /// The uprobe PMU, when probes are perf events.
+    pmu: Option<UprobePmu>,
+}
+
+impl Linker {
+    /// Links made by `mechanism`.
+    pub fn new(mechanism: UprobeMechanism) -> Result<Self> {
+        let pmu = match mechanism {
+            UprobeMechanism::MultiLink => None,
+            UprobeMechanism::PerfEvent => Some(UprobePmu::read()?),
+        };
+        Ok(Linker { pmu })
     }
 
     /// Attaches at `offsets` of `file`, each with its cookie, for process `pid` (0: every
     /// process). Returns the links: closing them detaches.
     pub fn attach(
         &self,
+        program: &UprobeProgram,
         file: &Path,
         offsets: &[u64],
         cookies: &[u64],
@@ -171,171 +70,137 @@ impl UprobeProgram {
         assert_eq!(offsets.len(), cookies.len());
         let path = CString::new(file.as_os_str().as_bytes())?;
         let attached = match self.pmu {
-            None => self
-                .attach_multi(&path, offsets, cookies, pid)
-                .map(|link| vec![link]),
-            Some(pmu) => self.attach_perf_events(pmu, &path, offsets, cookies, pid),
+            None => attach_multi(program, &path, offsets, cookies, pid).map(|link| vec![link]),
+            Some(pmu) => attach_perf_events(program, pmu, &path, offsets, cookies, pid),
         };
         attached
             .with_context(|| format!("cannot attach uprobes to {} of pid {pid}", file.display()))
     }
+}
 
-    fn attach_multi(
-        &self,
-        path: &CString,
-        offsets: &[u64],
-        cookies: &[u64],
-        pid: u32,
-    ) -> Result<OwnedFd> {
-        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: writing the link_create member of a zeroed union.
-        unsafe {
-            let link = &mut attr.link_create;
-            link.__bindgen_anon_1.prog_fd = self.fd.as_raw_fd() as u32;
-            link.attach_type = BPF_TRACE_UPROBE_MULTI as u32;
-            let multi = &mut link.__bindgen_anon_3.uprobe_multi;
-            multi.path = path.as_ptr() as u64;
-            multi.offsets = offsets.as_ptr() as u64;
-            multi.cookies = cookies.as_ptr() as u64;
-            multi.cnt = offsets.len() as u32;
-            multi.flags = if self.is_return {
-                BPF_F_UPROBE_MULTI_RETURN
-            } else {
-                0
-            };
-            multi.pid = pid;
-        }
-        Ok(bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?)
-    }
-
-    /// One perf-event uprobe and BPF link per offset, made on up to `ATTACH_THREADS` threads.
-    fn attach_perf_events(
-        &self,
-        pmu: UprobePmu,
-        path: &CString,
-        offsets: &[u64],
-        cookies: &[u64],
-        pid: u32,
-    ) -> Result<Vec<OwnedFd>> {
-        let probes: Vec<(u64, u64)> = offsets
-            .iter()
-            .copied()
-            .zip(cookies.iter().copied())
-            .collect();
-        let per_thread = probes.len().div_ceil(ATTACH_THREADS).max(1);
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = probes
-                .chunks(per_thread)
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        chunk
-                            .iter()
-                            .map(|&(offset, cookie)| {
-                                self.attach_perf_event(pmu, path, offset, cookie, pid)
-                            })
-                            .collect::<Result<Vec<_>>>()
-                    })
-                })
-                .collect();
-            let mut links = Vec::with_capacity(probes.len());
-            for thread in threads {
-                let made = thread
-                    .join()
-                    .map_err(|_| anyhow!("a thread attaching uprobes panicked"))?;
-                links.extend(made?);
-            }
-            Ok(links)
-        })
-    }
-
-    fn attach_perf_event(
-        &self,
-        pmu: UprobePmu,
-        path: &CString,
-        offset: u64,
-        cookie: u64,
-        pid: u32,
-    ) -> Result<OwnedFd> {
-        // SAFETY: perf_event_attr is plain data; all-zero is its "unset" value.
-        let mut attr: perf_event_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.type_ = pmu.kind;
-        attr.size = size_of::<perf_event_attr>() as u32;
-        attr.config = if self.is_return {
-            1 << pmu.retprobe_bit
+fn attach_multi(
+    program: &UprobeProgram,
+    path: &CString,
+    offsets: &[u64],
+    cookies: &[u64],
+    pid: u32,
+) -> Result<OwnedFd> {
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: writing the link_create member of a zeroed union.
+    unsafe {
+        let link = &mut attr.link_create;
+        link.__bindgen_anon_1.prog_fd = program.fd().as_raw_fd() as u32;
+        link.attach_type = BPF_TRACE_UPROBE_MULTI as u32;
+        let multi = &mut link.__bindgen_anon_3.uprobe_multi;
+        multi.path = path.as_ptr() as u64;
+        multi.offsets = offsets.as_ptr() as u64;
+        multi.cookies = cookies.as_ptr() as u64;
+        multi.cnt = offsets.len() as u32;
+        multi.flags = if program.is_return() {
+            BPF_F_UPROBE_MULTI_RETURN
         } else {
             0
         };
-        attr.__bindgen_anon_3.uprobe_path = path.as_ptr() as u64;
-        attr.__bindgen_anon_4.probe_offset = offset;
-        // A process's probe follows its memory; every process's needs a CPU named instead.
-        let (target, cpu) = match pid {
-            0 => (-1, 0),
-            pid => (pid as libc::c_int, -1),
-        };
-        // SAFETY: `attr` is a valid perf_event_attr whose path outlives the call.
-        let event = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &raw const attr,
-                target,
-                cpu,
-                -1,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if event < 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("perf_event_open of a uprobe at {offset:#x}"));
-        }
-        // SAFETY: the kernel returned a new descriptor that nothing else owns.
-        let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
-        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-        let mut link: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: writing the link_create member of a zeroed union.
-        unsafe {
-            let create = &mut link.link_create;
-            create.__bindgen_anon_1.prog_fd = self.fd.as_raw_fd() as u32;
-            create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
-            create.attach_type = BPF_PERF_EVENT as u32;
-            create.__bindgen_anon_3.perf_event.bpf_cookie = cookie;
-        }
-        // The link holds the event: closing the link detaches the probe and removes it.
-        bpf(bpf_cmd::BPF_LINK_CREATE, &mut link)
-            .with_context(|| format!("cannot attach a BPF program to the uprobe at {offset:#x}"))
+        multi.pid = pid;
     }
+    Ok(bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?)
 }
 
-/// Asks the kernel as libbpf does: a kernel that has uprobe_multi links refuses one on the
-/// directory `/` with EBADF (older ones do not know the attach type: EINVAL, whatever a kprobe
-/// program was loaded for), and, once its process filter was fixed (6.10), refuses a pid of
-/// -1 with EINVAL before it looks at the file.
-fn kernel_has_uprobe_multi() -> bool {
-    let Some(program) = loader::trivial_program(BPF_PROG_TYPE_KPROBE, Some(BPF_TRACE_UPROBE_MULTI))
-    else {
-        return false;
-    };
-    let refusal = |pid: u32| {
-        let offsets = [0u64];
-        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: writing the link_create member of a zeroed union; the path and offsets
-        // outlive the call.
-        unsafe {
-            let link = &mut attr.link_create;
-            link.__bindgen_anon_1.prog_fd = program.as_raw_fd() as u32;
-            link.attach_type = BPF_TRACE_UPROBE_MULTI as u32;
-            let multi = &mut link.__bindgen_anon_3.uprobe_multi;
-            multi.path = c"/".as_ptr() as u64;
-            multi.offsets = offsets.as_ptr() as u64;
-            multi.cnt = 1;
-            multi.pid = pid;
+/// One perf-event uprobe and BPF link per offset, made on up to `ATTACH_THREADS` threads.
+fn attach_perf_events(
+    program: &UprobeProgram,
+    pmu: UprobePmu,
+    path: &CString,
+    offsets: &[u64],
+    cookies: &[u64],
+    pid: u32,
+) -> Result<Vec<OwnedFd>> {
+    let probes: Vec<(u64, u64)> = offsets
+        .iter()
+        .copied()
+        .zip(cookies.iter().copied())
+        .collect();
+    let per_thread = probes.len().div_ceil(ATTACH_THREADS).max(1);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = probes
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|&(offset, cookie)| {
+                            attach_perf_event(program, pmu, path, offset, cookie, pid)
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        let mut links = Vec::with_capacity(probes.len());
+        for thread in threads {
+            let made = thread
+                .join()
+                .map_err(|_| anyhow!("a thread attaching uprobes panicked"))?;
+            links.extend(made?);
         }
-        bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
-            .err()
-            .and_then(|e| e.raw_os_error())
+        Ok(links)
+    })
+}
+
+fn attach_perf_event(
+    program: &UprobeProgram,
+    pmu: UprobePmu,
+    path: &CString,
+    offset: u64,
+    cookie: u64,
+    pid: u32,
+) -> Result<OwnedFd> {
+    // SAFETY: perf_event_attr is plain data; all-zero is its "unset" value.
+    let mut attr: perf_event_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    attr.type_ = pmu.kind;
+    attr.size = size_of::<perf_event_attr>() as u32;
+    attr.config = if program.is_return() {
+        1 << pmu.retprobe_bit
+    } else {
+        0
     };
-    refusal(0) == Some(libc::EBADF) && refusal(u32::MAX) == Some(libc::EINVAL)
+    attr.__bindgen_anon_3.uprobe_path = path.as_ptr() as u64;
+    attr.__bindgen_anon_4.probe_offset = offset;
+    // A process's probe follows its memory; every process's needs a CPU named instead.
+    let (target, cpu) = match pid {
+        0 => (-1, 0),
+        pid => (pid as libc::c_int, -1),
+    };
+    // SAFETY: `attr` is a valid perf_event_attr whose path outlives the call.
+    let event = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &raw const attr,
+            target,
+            cpu,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if event < 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("perf_event_open of a uprobe at {offset:#x}"));
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut link: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: writing the link_create member of a zeroed union.
+    unsafe {
+        let create = &mut link.link_create;
+        create.__bindgen_anon_1.prog_fd = program.fd().as_raw_fd() as u32;
+        create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
+        create.attach_type = BPF_PERF_EVENT as u32;
+        create.__bindgen_anon_3.perf_event.bpf_cookie = cookie;
+    }
+    // The link holds the event: closing the link detaches the probe and removes it.
+    bpf(bpf_cmd::BPF_LINK_CREATE, &mut link)
+        .with_context(|| format!("cannot attach a BPF program to the uprobe at {offset:#x}"))
 }
 
 /// `PERF_FLAG_FD_CLOEXEC`.

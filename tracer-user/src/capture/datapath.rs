@@ -4,23 +4,23 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use anyhow::{Context, Result, anyhow, bail};
-use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray};
+use anyhow::{Context, Result, anyhow};
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray};
 use aya_obj::generated::{
     bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
 use tracer_common::{
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, RawRecord,
-    RecordingMasks, STOP_SENT, TracedThrough, names,
+    RecordingMasks, TracedThrough, names,
 };
 
 use super::{
     kernel::TaskOffsets,
     loader::{self, Loaded},
-    lossless,
+    lossless::{Stopped, StoppedView},
+    programs::{Programs, UprobeMechanism},
     ring::Ring,
 };
-use crate::attach::uprobe_links::{Programs, UprobeMechanism};
 
 /// Most `-p` targets and launched commands (without `--follow`, which follows many more).
 const PROCESS_TARGETS: u32 = 1024;
@@ -107,9 +107,7 @@ pub struct DataPath {
     own_targets: OwnTargets,
     own_targets_map: Array<MapData, OwnTargets>,
     /// `--lossless`: the threads the BPF side has stopped for writing to a ring past half.
-    stopped: HashMap<MapData, u32, u32>,
-    lossless: bool,
-    scope: Scope,
+    stopped: Stopped,
     /// A second handle on `stopped`, for the exec-following thread (`--follow --lossless`).
     stopped_view: Option<StoppedView>,
     /// Raw tracepoint links, each a descriptor.
@@ -179,7 +177,7 @@ impl DataPath {
         let stopped_view = (lossless && scope == Scope::Follow)
             .then(|| StoppedView::of(&stopped_map))
             .transpose()?;
-        let stopped = HashMap::try_from(stopped_map)?;
+        let stopped = Stopped::new(stopped_map, lossless, scope == Scope::Follow)?;
         // An exec'ing process's errno slot is forgotten; with --follow, children are followed.
         // Raw tracepoints are attached by name, with no tracefs mounted.
         let mut tracepoints = vec![(names::EXEC_PROGRAM, "sched_process_exec")];
@@ -205,8 +203,6 @@ impl DataPath {
             own_targets: OwnTargets::default(),
             own_targets_map,
             stopped,
-            lossless,
-            scope,
             stopped_view,
             tracepoint_links,
         })
@@ -289,43 +285,10 @@ impl DataPath {
         dealt
     }
 
-    /// `--lossless`: the threads the BPF side has stopped and sent their SIGSTOP since their
-    /// entries were last forgotten, as (thread id, process id). (An entry whose signal is not
-    /// sent yet is left: forgotten and resumed now, its thread could stop after the SIGCONT.)
-    pub fn stopped_threads(&self) -> Vec<(u32, u32)> {
-        if !self.lossless {
-            return Vec::new();
-        }
-        self.stopped
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, pid)| pid & STOP_SENT != 0)
-            .map(|(tid, pid)| (tid, pid & !STOP_SENT))
-            .collect()
-    }
-
-    /// `--lossless`: the processes with a thread the BPF side is stopping or has stopped
-    /// (its entry made, its SIGSTOP sent or about to be).
-    pub fn stopping_processes(&self) -> Vec<u32> {
-        if !self.lossless {
-            return Vec::new();
-        }
-        self.stopped
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(_, pid)| pid & !STOP_SENT)
-            .collect()
-    }
-
-    /// Forgets that thread `tid` was stopped: the next time it writes to a ring past half, it is
-    /// stopped anew (and under `--follow`, the exec-following thread lets it go now).
-    pub fn forget_stopped(&mut self, tid: u32) {
-        let _ = self.stopped.remove(&tid);
-    }
-
-    /// Whether the targets are under ptrace (`--follow`).
-    pub fn follows(&self) -> bool {
-        self.scope == Scope::Follow
+    /// `--lossless`: the threads the BPF side has stopped, to resume once the rings are
+    /// drained.
+    pub fn stopped(&mut self) -> &mut Stopped {
+        &mut self.stopped
     }
 
     /// Under `--follow` with `--lossless`: what the exec-following thread reads to tell when
@@ -341,34 +304,6 @@ impl DataPath {
             .get(&LOST_TOTAL, 0)
             .context("cannot read the lost-record counters")?;
         Ok(per_cpu.iter().copied().collect())
-    }
-}
-
-/// However the tracer ends short of SIGKILL (an error, a panic unwinding), no process is left
-/// stopped by `--lossless`.
-impl Drop for DataPath {
-    fn drop(&mut self) {
-        lossless::resume(self);
-    }
-}
-
-/// `--lossless` under `--follow`: the threads the BPF side has stopped, read by the thread that
-/// holds the targets under ptrace, which keeps each such thread stopped until its entry is gone.
-pub struct StoppedView(HashMap<MapData, u32, u32>);
-
-impl StoppedView {
-    fn of(map: &Map) -> Result<Self> {
-        let Map::HashMap(data) = map else {
-            bail!("the {} map is not a hash map", names::STOPPED);
-        };
-        let fd = data.fd().as_fd().try_clone_to_owned()?;
-        let data = MapData::from_fd(fd)?;
-        Ok(StoppedView(HashMap::try_from(Map::HashMap(data))?))
-    }
-
-    /// Whether thread `tid` is stopped until the rings are drained.
-    pub fn contains(&self, tid: u32) -> bool {
-        self.0.get(&tid, 0).is_ok()
     }
 }
 

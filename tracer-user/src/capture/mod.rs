@@ -11,5 +11,6 @@ pub mod kernel;
 pub mod loader;
 pub mod loss;
 pub mod lossless;
+pub mod programs;
 pub mod reorder;
 pub mod ring;

@@ -48,14 +48,13 @@ use crate::{
         launch::Launched,
         probes::Probes,
         targets,
-        uprobe_links::RunTime,
     },
     capture::{
         datapath::DataPath,
         decode::Decoder,
         kernel,
         loss::Losses,
-        lossless,
+        programs::RunTime,
         reorder::{LATE_COMMIT_NS, Released, Reorder},
     },
     control::{Reply, Request, StatusReport},
@@ -332,7 +331,7 @@ impl Session {
             }
         }
         self.write(unplaced, &mut flow)?;
-        flow.lossless_stops += lossless::resume_at_end(&mut self.datapath).len() as u64;
+        flow.lossless_stops += self.datapath.stopped().resume_at_end().len() as u64;
         if let Some(report) = flow.losses.report(std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
         }
@@ -686,7 +685,7 @@ impl Session {
         flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end: what --lossless stopped may run again.
         if drained.behind_after.is_none() {
-            flow.lossless_stops += lossless::resume(&mut self.datapath).len() as u64;
+            flow.lossless_stops += self.datapath.stopped().resume().len() as u64;
         }
         self.write_released(flow, Some((pass_start, drained.behind_after)))?;
         self.sinks.batch_done().context(INCOMPLETE)?;

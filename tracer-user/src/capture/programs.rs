@@ -1,0 +1,171 @@
+//! The uprobe programs of the BPF object, loaded for the way the running kernel attaches them
+//! (uprobe_multi links or perf-event uprobes: [`UprobeMechanism`]); `attach::uprobe_links`
+//! makes the links.
+
+use std::{
+    mem::MaybeUninit,
+    os::fd::{AsRawFd, OwnedFd},
+};
+
+use anyhow::{Context, Result};
+use aya_obj::generated::{
+    bpf_attach_type::{self, BPF_TRACE_UPROBE_MULTI},
+    bpf_attr, bpf_cmd, bpf_prog_info,
+    bpf_prog_type::BPF_PROG_TYPE_KPROBE,
+};
+
+use super::loader::{Loaded, bpf, bpf_no_fd, trivial_program};
+
+/// How probes are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UprobeMechanism {
+    MultiLink,
+    PerfEvent,
+}
+
+impl UprobeMechanism {
+    /// uprobe_multi links where the kernel has them with the process filter of 6.10 on (before,
+    /// a link's filter matched only the thread whose id it was given), else perf-event uprobes;
+    /// those too if `force_perf_events`, to measure and test them on any kernel.
+    pub fn detect(force_perf_events: bool) -> Self {
+        match !force_perf_events && kernel_has_uprobe_multi() {
+            true => UprobeMechanism::MultiLink,
+            false => UprobeMechanism::PerfEvent,
+        }
+    }
+
+    /// What `-v` says of it; `forced`: chosen by `--perf-event-probes`.
+    pub fn describe(self, forced: bool) -> &'static str {
+        match (self, forced) {
+            (UprobeMechanism::MultiLink, _) => "probes: uprobe_multi links, one per library file",
+            (UprobeMechanism::PerfEvent, true) => {
+                "probes: perf-event uprobes with BPF cookies, one per probe (--perf-event-probes)"
+            }
+            (UprobeMechanism::PerfEvent, false) => {
+                "probes: perf-event uprobes with BPF cookies, one per probe (this kernel has no \
+                 uprobe_multi links that filter by process, which came with 6.10)"
+            }
+        }
+    }
+
+    /// The attach type the programs are loaded for.
+    fn attach_type(self) -> Option<bpf_attach_type> {
+        match self {
+            UprobeMechanism::MultiLink => Some(BPF_TRACE_UPROBE_MULTI),
+            UprobeMechanism::PerfEvent => None,
+        }
+    }
+}
+
+/// The loaded entry and return programs.
+pub struct Programs {
+    pub entry: UprobeProgram,
+    pub exit: UprobeProgram,
+}
+
+impl Programs {
+    /// Loads programs `entry` and `exit` (a uretprobe) of the loaded object, to be attached by
+    /// `mechanism`.
+    pub fn load(
+        loaded: &Loaded,
+        entry: &'static str,
+        exit: &'static str,
+        mechanism: UprobeMechanism,
+    ) -> Result<Self> {
+        let load = |name: &'static str, is_return: bool| -> Result<UprobeProgram> {
+            let fd = loaded.load_program(name, BPF_PROG_TYPE_KPROBE, mechanism.attach_type())?;
+            Ok(UprobeProgram {
+                name,
+                fd,
+                is_return,
+            })
+        };
+        Ok(Programs {
+            entry: load(entry, false)?,
+            exit: load(exit, true)?,
+        })
+    }
+
+    /// Each program's runs and the nanoseconds they took, as the kernel counts them while
+    /// `kernel.bpf_stats_enabled` is set (none otherwise).
+    pub fn run_times(&self) -> Result<Vec<RunTime>> {
+        [&self.entry, &self.exit]
+            .into_iter()
+            .map(UprobeProgram::run_time)
+            .collect()
+    }
+}
+
+/// What the kernel counted of a program's runs.
+#[derive(Clone, Copy, Debug)]
+pub struct RunTime {
+    pub program: &'static str,
+    pub runs: u64,
+    pub ns: u64,
+}
+
+/// A loaded uprobe program.
+pub struct UprobeProgram {
+    name: &'static str,
+    fd: OwnedFd,
+    is_return: bool,
+}
+
+impl UprobeProgram {
+    /// The loaded program, for the links that attach it.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Whether it is the return program (a uretprobe).
+    pub fn is_return(&self) -> bool {
+        self.is_return
+    }
+
+    fn run_time(&self) -> Result<RunTime> {
+        // SAFETY: both are plain data; all-zero is their "unset" value.
+        let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
+        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        attr.info.bpf_fd = self.fd.as_raw_fd() as u32;
+        attr.info.info_len = size_of::<bpf_prog_info>() as u32;
+        attr.info.info = (&raw mut info) as u64;
+        bpf_no_fd(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)
+            .with_context(|| format!("cannot read BPF program {}'s run times", self.name))?;
+        Ok(RunTime {
+            program: self.name,
+            runs: info.run_cnt,
+            ns: info.run_time_ns,
+        })
+    }
+}
+
+/// Asks the kernel as libbpf does: a kernel that has uprobe_multi links refuses one on the
+/// directory `/` with EBADF (older ones do not know the attach type: EINVAL, whatever a kprobe
+/// program was loaded for), and, once its process filter was fixed (6.10), refuses a pid of
+/// -1 with EINVAL before it looks at the file.
+fn kernel_has_uprobe_multi() -> bool {
+    let Some(program) = trivial_program(BPF_PROG_TYPE_KPROBE, Some(BPF_TRACE_UPROBE_MULTI)) else {
+        return false;
+    };
+    let refusal = |pid: u32| {
+        let offsets = [0u64];
+        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: writing the link_create member of a zeroed union; the path and offsets
+        // outlive the call.
+        unsafe {
+            let link = &mut attr.link_create;
+            link.__bindgen_anon_1.prog_fd = program.as_raw_fd() as u32;
+            link.attach_type = BPF_TRACE_UPROBE_MULTI as u32;
+            let multi = &mut link.__bindgen_anon_3.uprobe_multi;
+            multi.path = c"/".as_ptr() as u64;
+            multi.offsets = offsets.as_ptr() as u64;
+            multi.cnt = 1;
+            multi.pid = pid;
+        }
+        bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
+            .err()
+            .and_then(|e| e.raw_os_error())
+    };
+    refusal(0) == Some(libc::EBADF) && refusal(u32::MAX) == Some(libc::EINVAL)
+}
