@@ -17,8 +17,10 @@ pub mod error;
 pub mod manual;
 pub mod readers;
 pub mod session;
+pub mod signals;
 pub mod sinks;
 pub mod sudo;
+pub mod symbolize;
 
 use foldhash::{HashSet, HashSetExt};
 
@@ -51,9 +53,9 @@ use crate::{
         control::{Controller, Recording, filtered_out},
         deadlocks::DeadlockWatch,
         facts::Facts,
-        signals::TraceSignals,
         target_error_event,
     },
+    signals::TraceSignals,
     sinks::{Sink, Sinks, descriptors, log::TraceLog, threaded::Threaded, tr_writers::TrWriters},
 };
 

@@ -1,4 +1,4 @@
-//! Messages on stderr, and a command's output on stdout. The tracer's stderr may be a pipe whose reader has gone (`2>&1 | grep -m1
+//! Messages on stderr, a command's output on stdout, and how durations are said in both. The tracer's stderr may be a pipe whose reader has gone (`2>&1 | grep -m1
 //! ...`): `eprintln!` panics there, which ended the trace and killed a launched command before it
 //! ran. A message that cannot be written is dropped instead, and the trace goes on.
 
@@ -9,6 +9,16 @@ macro_rules! say {
         use std::io::Write as _;
         let _ = writeln!(std::io::stderr().lock(), $($arg)*);
     }};
+}
+
+/// Nanoseconds as people read them: 830 ns, 5.1 µs, 12.4 ms, 1.23 s.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
 }
 
 /// Writes a command's output to stdout. As `head` expects, output that nobody reads any more is

@@ -21,7 +21,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::targets::{self, PthreadLibrary};
-use crate::{session::signals, sudo};
+use crate::{signals, sudo};
 
 /// How many syscall stops the loader may take before we stop waiting for it.
 const MAX_SYSCALL_STOPS: u32 = 20_000;

@@ -9,7 +9,6 @@ pub mod dump;
 pub mod info;
 pub mod perfetto;
 pub mod report;
-pub mod symbolize;
 
 use std::path::Path;
 

@@ -17,8 +17,11 @@ use tracer_model::{
     tr::parse_line,
 };
 
-use super::symbolize::{Location, Mapping, Symbols};
 use crate::cli::{InfoFormat, ReportArgs, ReportBy, ReportSort};
+use crate::{
+    say::duration,
+    symbolize::{Location, Mapping, Symbols},
+};
 
 /// How many callers a lock lists.
 const TOP_CALLERS: usize = 3;
@@ -488,15 +491,5 @@ fn histogram(out: &mut String, what: &str, buckets: &[u64]) {
             duration(1 << bucket),
             duration(1 << (bucket + 1))
         );
-    }
-}
-
-/// Nanoseconds as people read them: 830 ns, 5.1 µs, 12.4 ms, 1.23 s.
-pub fn duration(ns: u64) -> String {
-    match ns {
-        0..1_000 => format!("{ns} ns"),
-        1_000..1_000_000 => format!("{:.1} µs", ns as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
-        _ => format!("{:.2} s", ns as f64 / 1e9),
     }
 }

@@ -13,7 +13,7 @@ use tracer_model::{
 };
 
 use super::facts;
-use crate::readers::{report::duration, symbolize::Symbols};
+use crate::{say::duration, symbolize::Symbols};
 
 /// glibc's `pthread_mutex_t`: `__owner` (the owner's thread id) is its third word.
 const MUTEX_OWNER_WORD: usize = 2;

@@ -12,7 +12,6 @@ pub mod control;
 pub mod deadlocks;
 mod draw;
 pub mod facts;
-pub mod signals;
 
 use std::{
     collections::hash_map::Entry,
@@ -40,7 +39,6 @@ use self::{
     deadlocks::DeadlockWatch,
     draw::{DrawThreads, Drawn, Pulled},
     facts::Facts,
-    signals::{TraceSignal, TraceSignals},
 };
 use crate::{
     attach::{
@@ -58,6 +56,7 @@ use crate::{
         reorder::{LATE_COMMIT_NS, Released, Reorder},
     },
     control::{Reply, Request, StatusReport},
+    signals::{TraceSignal, TraceSignals},
     sinks::{Sink, Sinks, TraceEnd},
 };
 
