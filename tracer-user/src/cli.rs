@@ -3,13 +3,16 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use tracer_common::{Category, EVENTS, EventDef};
 use tracer_model::log::{Layout, LogFullPolicy, StreamFullPolicy};
 
 use crate::{
     attach::{launch, targets},
+    control::{client::CtlArgs, socket::parse_trace_name},
     error::UsageError,
+    manual::GenerateArgs,
+    readers::{convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs},
     sinks::output_dir::{OutputDir, split_file_path},
     usage_bail,
 };
@@ -156,181 +159,6 @@ pub enum Action {
     /// Write the manual pages or a shell's completions (for `cargo xtask install`)
     #[command(hide = true)]
     Generate(GenerateArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct GenerateArgs {
-    #[command(subcommand)]
-    pub what: Generated,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Generated {
-    /// The manual pages, thrtrace-bpf.1 and one per subcommand, into DIR
-    Man { dir: PathBuf },
-    /// The completions for SHELL, on standard output
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
-}
-
-#[derive(Debug, Args)]
-#[command(
-    arg_required_else_help = true,
-    after_help = "Examples:\n  sudo thrtrace-bpf ctl --list\n  sudo thrtrace-bpf ctl db status\n  \
-                  sudo thrtrace-bpf ctl db filter set mutex:cond_wait\n  \
-                  sudo thrtrace-bpf ctl db flush"
-)]
-pub struct CtlArgs {
-    /// List the running traces: name, tracer pid, targets, sinks
-    #[arg(long, conflicts_with = "name")]
-    pub list: bool,
-
-    /// The trace's name, as its --name gave it (see --list)
-    #[arg(value_parser = parse_trace_name, required_unless_present = "list")]
-    pub name: Option<String>,
-
-    #[command(subcommand)]
-    pub operation: Option<CtlOperation>,
-}
-
-#[derive(Clone, Debug, Subcommand)]
-pub enum CtlOperation {
-    /// The POSIX stream status, records, losses, rate, targets and sinks
-    Status {
-        #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
-        format: InfoFormat,
-    },
-    /// Record again (after stop, or --stopped)
-    Start,
-    /// Record nothing; the probes stay placed
-    Stop,
-    /// Change which events are recorded: categories or event names, colon-separated
-    Filter {
-        #[arg(value_enum)]
-        how: FilterHow,
-        #[arg(value_name = "EVENTS")]
-        events: String,
-    },
-    /// Write what the stream holds to the log now (the flight recorder's way out)
-    Flush,
-    /// Drop what the stream holds, unwritten
-    Clear,
-    /// End the trace as Ctrl-C does: complete files, summary, the tracer exits 0
-    Shutdown,
-}
-
-/// POSIX's SET_EVENTSET, ADD_EVENTSET and SUB_EVENTSET, on the events recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FilterHow {
-    /// Record these events only
-    Set,
-    /// Record these events too
-    Add,
-    /// Stop recording these events
-    Sub,
-}
-
-#[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  thrtrace-bpf report app.ptl\n  \
-                        thrtrace-bpf report --by thread app.ptl\n  \
-                        thrtrace-bpf report --sort hold --top 5 --histogram app.ptl\n  \
-                        thrtrace-bpf report --format json trace/")]
-pub struct ReportArgs {
-    #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
-    pub format: InfoFormat,
-    /// One row per lock (semaphores and condvars too), or per thread
-    #[arg(long, value_enum, default_value_t = ReportBy::Lock)]
-    pub by: ReportBy,
-    /// What orders the locks
-    #[arg(long, value_enum, default_value_t = ReportSort::Wait)]
-    pub sort: ReportSort,
-    /// How many locks to show
-    #[arg(long, default_value_t = 10, value_name = "N")]
-    pub top: usize,
-    /// Log2 histograms of wait and hold times for the locks shown
-    #[arg(long)]
-    pub histogram: bool,
-    /// A trace log (--log), or a directory of tr.* files
-    #[arg(value_name = "LOG|DIR")]
-    pub input: PathBuf,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ReportBy {
-    Lock,
-    Thread,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ReportSort {
-    Wait,
-    Hold,
-    Contended,
-    Acquisitions,
-}
-
-#[derive(Debug, Args)]
-pub struct DumpArgs {
-    /// text: every event, readable; tr: the tr lines of thread events, in time order; json: one
-    /// object per line
-    #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
-    pub format: DumpFormat,
-    /// Only these event types or categories, colon-separated (e.g. mutex_lock:cond:system)
-    #[arg(short = 'e', long, value_name = "EVENTS")]
-    pub events: Option<String>,
-    /// Only the events of this process (repeat for several)
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
-    /// Only the events of this thread (repeat for several)
-    #[arg(long = "lwpid", value_name = "LWPID")]
-    pub lwpids: Vec<u32>,
-    /// The log
-    pub log: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct InfoArgs {
-    #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
-    pub format: InfoFormat,
-    /// The log
-    pub log: PathBuf,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum InfoFormat {
-    Text,
-    Json,
-}
-
-#[derive(Debug, Args)]
-pub struct ConvertArgs {
-    /// The log
-    pub log: PathBuf,
-    /// tr: the tr.* files that --dir writes, byte for byte; ctf: a CTF 1.8 trace (babeltrace2,
-    /// Trace Compass); perfetto: a timeline for ui.perfetto.dev (Trace Event JSON)
-    #[arg(long, value_enum)]
-    pub to: ConvertFormat,
-    /// tr, ctf: the directory to write into (made if missing); perfetto: the file. Files of
-    /// the same names are replaced
-    #[arg(value_name = "DIR|FILE")]
-    pub dir: PathBuf,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ConvertFormat {
-    Tr,
-    Ctf,
-    Perfetto,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DumpFormat {
-    Text,
-    Tr,
-    Json,
 }
 
 /// `--log` and the stream's attributes, checked.
@@ -563,19 +391,6 @@ impl Cli {
 /// The trace's name: `--name`, or `thrtrace-PID` with the tracer's pid.
 fn trace_name(given: Option<&str>) -> String {
     given.map_or_else(|| format!("thrtrace-{}", std::process::id()), str::to_owned)
-}
-
-/// A trace name names its control socket too: letters, digits, `.`, `_` and `-`, not first a
-/// dot, at most 64 bytes.
-pub fn parse_trace_name(name: &str) -> Result<String, String> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if name.is_empty() || name.len() > 64 || name.starts_with('.') || !name.chars().all(allowed) {
-        return Err(format!(
-            "'{name}' is not a trace name: use up to 64 letters, digits, '.', '_' and '-', \
-             not starting with '.'"
-        ));
-    }
-    Ok(name.to_owned())
 }
 
 /// A duration as `200ms`, `1.5s` or `2m`.

@@ -1,4 +1,4 @@
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use thrtrace::say;
 use thrtrace::{
     attach::launch::LaunchError,
@@ -16,7 +16,7 @@ fn main() {
         Some(Action::Convert(args)) => thrtrace::readers::convert::run(args),
         Some(Action::Ctl(args)) => thrtrace::control::client::run(args),
         Some(Action::Report(args)) => thrtrace::readers::report::run(args),
-        Some(Action::Generate(args)) => thrtrace::manual::generate(&args.what),
+        Some(Action::Generate(args)) => thrtrace::manual::generate(&args.what, Cli::command()),
         None => cli.into_config().and_then(thrtrace::run),
     };
     let code = match result {

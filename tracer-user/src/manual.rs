@@ -1,29 +1,25 @@
 //! The manual pages and shell completions, generated from the command line's one definition
-//! ([`Cli`]) by clap_mangen and clap_complete; `cargo xtask install` installs them. What clap
+//! (`cli::Cli`, handed over as a [`Command`]) by clap_mangen and clap_complete; `cargo xtask install` installs them. What clap
 //! does not know (the environment, the files written, the exit statuses) is added here.
 
 use std::{
     io::{self, Write},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
-use clap::CommandFactory;
+use clap::{Args, Command, Subcommand};
 use clap_mangen::{
     Man,
     roff::{Roff, bold, roman},
 };
 
-use crate::{
-    cli::{Cli, Generated},
-    sinks::output_dir::OutputDir,
-};
+use crate::sinks::output_dir::OutputDir;
 
-/// Writes what `what` names; returns the exit status.
-pub fn generate(what: &Generated) -> anyhow::Result<i32> {
+/// Writes what `what` names for the command line `command`; returns the exit status.
+pub fn generate(what: &Generated, mut command: Command) -> anyhow::Result<i32> {
     match what {
-        Generated::Man { dir } => write_man_pages(dir)?,
+        Generated::Man { dir } => write_man_pages(dir, command)?,
         Generated::Completions { shell } => {
-            let mut command = Cli::command();
             let name = command.get_name().to_owned();
             // Made in memory first: clap_complete panics if its writer fails.
             let mut script = Vec::new();
@@ -36,9 +32,9 @@ pub fn generate(what: &Generated) -> anyhow::Result<i32> {
 
 /// One page per command, `thrtrace-bpf.1` with the sections below, each file created as the
 /// tracer creates any (`OutputDir`: new, no link followed, mode 0600).
-fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
+fn write_man_pages(dir: &Path, command: Command) -> anyhow::Result<()> {
     let dir = OutputDir::open(dir)?;
-    let mut command = Cli::command().disable_help_subcommand(true);
+    let mut command = command.disable_help_subcommand(true);
     // Built, so that subcommands have their display names (`thrtrace-bpf-dump`).
     command.build();
     let subcommands: Vec<clap::Command> = command
@@ -153,4 +149,21 @@ fn extra_sections() -> Roff {
     section("SIGNALS", &SIGNALS);
     section("EXIT STATUS", &EXIT_STATUS);
     roff
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: Generated,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Generated {
+    /// The manual pages, thrtrace-bpf.1 and one per subcommand, into DIR
+    Man { dir: PathBuf },
+    /// The completions for SHELL, on standard output
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }

@@ -7,15 +7,15 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
 
 use super::{
-    Reply, Request, StatusReport,
-    socket::{ControlError, RuntimeDir},
+    FilterHow, Reply, Request, StatusReport,
+    socket::{ControlError, RuntimeDir, parse_trace_name},
 };
 use crate::{
-    cli::{CtlArgs, CtlOperation, InfoFormat},
     error::UsageError,
-    say::print,
+    say::{OutputFormat, print},
 };
 
 /// How long a trace may take to answer: a shutdown completes every file first.
@@ -30,7 +30,7 @@ pub fn run(args: &CtlArgs) -> Result<i32> {
     }
     let name = args.name.as_deref().unwrap_or_default();
     let operation = args.operation.clone().unwrap_or(CtlOperation::Status {
-        format: InfoFormat::Text,
+        format: OutputFormat::Text,
     });
     let request = match &operation {
         CtlOperation::Status { .. } => Request::Status,
@@ -50,7 +50,7 @@ pub fn run(args: &CtlArgs) -> Result<i32> {
         Reply::Status(report) => {
             let text = match operation {
                 CtlOperation::Status {
-                    format: InfoFormat::Json,
+                    format: OutputFormat::Json,
                 } => serde_json::to_string_pretty(&report)? + "\n",
                 _ => report.text(),
             };
@@ -145,4 +145,50 @@ fn list() -> Result<i32> {
     }
     print(&table);
     Ok(0)
+}
+
+#[derive(Debug, Args)]
+#[command(
+    arg_required_else_help = true,
+    after_help = "Examples:\n  sudo thrtrace-bpf ctl --list\n  sudo thrtrace-bpf ctl db status\n  \
+                  sudo thrtrace-bpf ctl db filter set mutex:cond_wait\n  \
+                  sudo thrtrace-bpf ctl db flush"
+)]
+pub struct CtlArgs {
+    /// List the running traces: name, tracer pid, targets, sinks
+    #[arg(long, conflicts_with = "name")]
+    pub list: bool,
+
+    /// The trace's name, as its --name gave it (see --list)
+    #[arg(value_parser = parse_trace_name, required_unless_present = "list")]
+    pub name: Option<String>,
+
+    #[command(subcommand)]
+    pub operation: Option<CtlOperation>,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum CtlOperation {
+    /// The POSIX stream status, records, losses, rate, targets and sinks
+    Status {
+        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+        format: OutputFormat,
+    },
+    /// Record again (after stop, or --stopped)
+    Start,
+    /// Record nothing; the probes stay placed
+    Stop,
+    /// Change which events are recorded: categories or event names, colon-separated
+    Filter {
+        #[arg(value_enum)]
+        how: FilterHow,
+        #[arg(value_name = "EVENTS")]
+        events: String,
+    },
+    /// Write what the stream holds to the log now (the flight recorder's way out)
+    Flush,
+    /// Drop what the stream holds, unwritten
+    Clear,
+    /// End the trace as Ctrl-C does: complete files, summary, the tracer exits 0
+    Shutdown,
 }

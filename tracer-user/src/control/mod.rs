@@ -6,9 +6,8 @@
 pub mod client;
 pub mod socket;
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
-
-pub use crate::cli::FilterHow;
 
 /// The most bytes a request line may have: anything longer is not ours.
 pub const MAX_REQUEST_BYTES: usize = 4096;
@@ -142,6 +141,18 @@ pub fn plain(value: &str) -> String {
         .trim_start_matches("POSIX_TRACE_")
         .to_lowercase()
         .replace('_', " ")
+}
+
+/// POSIX's SET_EVENTSET, ADD_EVENTSET and SUB_EVENTSET, on the events recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FilterHow {
+    /// Record these events only
+    Set,
+    /// Record these events too
+    Add,
+    /// Stop recording these events
+    Sub,
 }
 
 #[cfg(test)]

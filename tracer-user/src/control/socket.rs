@@ -150,7 +150,7 @@ impl RuntimeDir {
                 continue;
             };
             if let Some(name) = file.strip_suffix(SOCKET_SUFFIX)
-                && crate::cli::parse_trace_name(name).is_ok()
+                && parse_trace_name(name).is_ok()
             {
                 names.push(name.to_owned());
             }
@@ -253,4 +253,17 @@ impl Drop for ControlSocket {
             let _ = rustix::fs::unlinkat(&self.dir.dir, &self.file_name, AtFlags::empty());
         }
     }
+}
+
+/// A trace name names its control socket too: letters, digits, `.`, `_` and `-`, not first a
+/// dot, at most 64 bytes.
+pub fn parse_trace_name(name: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 64 || name.starts_with('.') || !name.chars().all(allowed) {
+        return Err(format!(
+            "'{name}' is not a trace name: use up to 64 letters, digits, '.', '_' and '-', \
+             not starting with '.'"
+        ));
+    }
+    Ok(name.to_owned())
 }

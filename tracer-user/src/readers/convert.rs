@@ -3,15 +3,15 @@
 //! a timeline drawn by `perfetto`.
 
 use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
 use tracer_model::{
     event::{Event, SystemKind},
     log::LogReader,
 };
 
-use crate::{
-    cli::{ConvertArgs, ConvertFormat},
-    sinks::{Sink, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles},
-};
+use crate::sinks::{Sink, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles};
 
 /// Converts the log; returns the exit status.
 pub fn run(args: &ConvertArgs) -> Result<i32> {
@@ -67,4 +67,25 @@ pub fn replay(reader: &LogReader, sink: &mut dyn Sink) -> Result<String> {
             .unwrap_or_default(),
     };
     Ok(sink.finish(&end)?)
+}
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The log
+    pub log: PathBuf,
+    /// tr: the tr.* files that --dir writes, byte for byte; ctf: a CTF 1.8 trace (babeltrace2,
+    /// Trace Compass); perfetto: a timeline for ui.perfetto.dev (Trace Event JSON)
+    #[arg(long, value_enum)]
+    pub to: ConvertFormat,
+    /// tr, ctf: the directory to write into (made if missing); perfetto: the file. Files of
+    /// the same names are replaced
+    #[arg(value_name = "DIR|FILE")]
+    pub dir: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ConvertFormat {
+    Tr,
+    Ctf,
+    Perfetto,
 }

@@ -3,9 +3,13 @@
 //! A log whose writer died reads up to its last whole packet, with a warning, and exit 0; a log
 //! damaged elsewhere prints what precedes the damage, then one line naming the offset, exit 2.
 
-use std::io::{self, BufWriter, Write};
+use std::{
+    io::{self, BufWriter, Write},
+    path::PathBuf,
+};
 
 use anyhow::Result;
+use clap::{Args, ValueEnum};
 use serde_json::{Value as Json, json};
 use tracer_model::{
     TraceRecord,
@@ -15,10 +19,7 @@ use tracer_model::{
 };
 
 use super::timestamp;
-use crate::{
-    cli::{DumpArgs, DumpFormat},
-    error::UsageError,
-};
+use crate::error::UsageError;
 
 /// Dumps the log; returns the exit status.
 pub fn run(args: &DumpArgs) -> Result<i32> {
@@ -203,4 +204,30 @@ fn json_of(reader: &LogReader, event: &Event) -> Json {
             object
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// text: every event, readable; tr: the tr lines of thread events, in time order; json: one
+    /// object per line
+    #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
+    pub format: DumpFormat,
+    /// Only these event types or categories, colon-separated (e.g. mutex_lock:cond:system)
+    #[arg(short = 'e', long, value_name = "EVENTS")]
+    pub events: Option<String>,
+    /// Only the events of this process (repeat for several)
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Only the events of this thread (repeat for several)
+    #[arg(long = "lwpid", value_name = "LWPID")]
+    pub lwpids: Vec<u32>,
+    /// The log
+    pub log: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DumpFormat {
+    Text,
+    Tr,
+    Json,
 }

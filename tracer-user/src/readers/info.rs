@@ -4,9 +4,11 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::{self, Write},
+    path::PathBuf,
 };
 
 use anyhow::{Context, Result};
+use clap::Args;
 use serde_json::{Value as Json, json};
 use tracer_model::{
     event::{Event, SystemKind},
@@ -14,7 +16,7 @@ use tracer_model::{
 };
 
 use super::timestamp;
-use crate::cli::{InfoArgs, InfoFormat};
+use crate::say::OutputFormat;
 
 /// Prints the summary; returns the exit status.
 pub fn run(args: &InfoArgs) -> Result<i32> {
@@ -22,8 +24,8 @@ pub fn run(args: &InfoArgs) -> Result<i32> {
     let summary = Summary::of(&reader).with_context(|| super::cannot_read(&args.log))?;
     let mut out = io::stdout().lock();
     match args.format {
-        InfoFormat::Json => writeln!(out, "{}", summary.json(&reader))?,
-        InfoFormat::Text => summary.write_text(&reader, &mut out)?,
+        OutputFormat::Json => writeln!(out, "{}", summary.json(&reader))?,
+        OutputFormat::Text => summary.write_text(&reader, &mut out)?,
     }
     Ok(0)
 }
@@ -212,4 +214,12 @@ fn status_words(reader: &LogReader) -> Vec<&'static str> {
         flag(status.log_overrun, "log overrun", "no log overrun"),
         flag(status.log_full, "log full", "log not full"),
     ]
+}
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// The log
+    pub log: PathBuf,
 }

@@ -9,6 +9,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tracer_model::{
     TraceRecord,
@@ -17,9 +18,8 @@ use tracer_model::{
     tr::parse_line,
 };
 
-use crate::cli::{InfoFormat, ReportArgs, ReportBy, ReportSort};
 use crate::{
-    say::duration,
+    say::{OutputFormat, duration},
     symbolize::{Location, Mapping, Symbols},
 };
 
@@ -38,8 +38,8 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     }
     let report = Report::build(&mut analysis, &mut symbols, args);
     let text = match args.format {
-        InfoFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        InfoFormat::Text => report.text(args),
+        OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        OutputFormat::Text => report.text(args),
     };
     crate::say::print(&text);
     Ok(0)
@@ -492,4 +492,43 @@ fn histogram(out: &mut String, what: &str, buckets: &[u64]) {
             duration(1 << (bucket + 1))
         );
     }
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  thrtrace-bpf report app.ptl\n  \
+                        thrtrace-bpf report --by thread app.ptl\n  \
+                        thrtrace-bpf report --sort hold --top 5 --histogram app.ptl\n  \
+                        thrtrace-bpf report --format json trace/")]
+pub struct ReportArgs {
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// One row per lock (semaphores and condvars too), or per thread
+    #[arg(long, value_enum, default_value_t = ReportBy::Lock)]
+    pub by: ReportBy,
+    /// What orders the locks
+    #[arg(long, value_enum, default_value_t = ReportSort::Wait)]
+    pub sort: ReportSort,
+    /// How many locks to show
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// Log2 histograms of wait and hold times for the locks shown
+    #[arg(long)]
+    pub histogram: bool,
+    /// A trace log (--log), or a directory of tr.* files
+    #[arg(value_name = "LOG|DIR")]
+    pub input: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportBy {
+    Lock,
+    Thread,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportSort {
+    Wait,
+    Hold,
+    Contended,
+    Acquisitions,
 }
