@@ -72,6 +72,7 @@
 pub mod analysis;
 pub mod event;
 pub mod log;
+pub mod selection;
 pub mod tr;
 
 use tracer_common::EVENTS;

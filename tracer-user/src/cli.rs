@@ -4,8 +4,10 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use tracer_common::{Category, EVENTS, EventDef};
-use tracer_model::log::{Layout, LogFullPolicy, StreamFullPolicy};
+use tracer_model::{
+    log::{Layout, LogFullPolicy, StreamFullPolicy},
+    selection::EventSet,
+};
 
 use crate::{
     attach::{launch, targets},
@@ -184,8 +186,8 @@ pub const MIN_STREAM_SIZE: u64 = 64 << 10;
 /// What to trace and where, checked.
 #[derive(Debug)]
 pub struct Config {
-    /// The events to record, in the event table's order.
-    pub events: Vec<&'static EventDef>,
+    /// The events to record.
+    pub events: EventSet,
     /// Where tr.* files go; `None` with `--log` alone and with `list_probes`.
     pub output: Option<OutputDir>,
     pub log: Option<LogOptions>,
@@ -230,7 +232,8 @@ fn default_consumer_threads() -> usize {
 
 impl Cli {
     pub fn into_config(mut self) -> Result<Config> {
-        let events = parse_events(self.events.as_deref())?;
+        let events = EventSet::parse(self.events.as_deref().unwrap_or(""))
+            .map_err(|error| UsageError(error.to_string()))?;
         let log = match self.list_probes {
             true => None,
             false => self.log_options()?,
@@ -426,52 +429,6 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         })
 }
 
-/// `THR_TRACE_EVENTS` syntax: categories (`mutex`) and event names (`cond_wait`), separated by
-/// `:`; empty means every event this build traces. The events in the event table's order.
-pub fn parse_events(spec: Option<&str>) -> Result<Vec<&'static EventDef>> {
-    let mut selected: Vec<&'static EventDef> = Vec::new();
-    for name in spec.unwrap_or("").split(':').filter(|n| !n.is_empty()) {
-        if let Some(category) = Category::from_name(name) {
-            if !category.is_traced() {
-                usage_bail!(
-                    "event category '{name}' has no Linux counterpart (glibc has no such calls): \
-                     choose from {}",
-                    traced_categories().join(", ")
-                );
-            }
-            selected.extend(category.events());
-        } else if let Some(event) = EVENTS.iter().find(|e| e.name == name) {
-            selected.push(event);
-        } else {
-            usage_bail!(
-                "unknown event or category '{name}': give categories ({}) or event names \
-                 (mutex_lock, cond_wait, ...: the README's table of events)",
-                traced_categories().join(", ")
-            );
-        }
-    }
-    if selected.is_empty() {
-        return Ok(EVENTS.iter().collect());
-    }
-    Ok(EVENTS
-        .iter()
-        .filter(|e| selected.iter().any(|s| std::ptr::eq(*s, *e)))
-        .collect())
-}
-
-/// The names of `events`.
-pub fn event_names(events: &[&EventDef]) -> Vec<&'static str> {
-    events.iter().map(|e| e.name).collect()
-}
-
-fn traced_categories() -> Vec<&'static str> {
-    Category::ALL
-        .into_iter()
-        .filter(|c| c.is_traced())
-        .map(|c| c.name())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,23 +437,6 @@ mod tests {
     fn the_command_line_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn empty_or_unset_means_every_event() {
-        assert_eq!(parse_events(None).unwrap().len(), EVENTS.len());
-        assert_eq!(parse_events(Some("")).unwrap().len(), EVENTS.len());
-    }
-
-    #[test]
-    fn categories_and_event_names_select_each_event_once_in_table_order() {
-        let events = parse_events(Some("cond_wait:mutex_lock:cond_wait")).unwrap();
-        assert_eq!(event_names(&events), ["mutex_lock", "cond_wait"]);
-        let rwlock = parse_events(Some("rwlock:rw_rdlock")).unwrap();
-        assert_eq!(
-            event_names(&rwlock),
-            event_names(&Category::Rwlock.events().collect::<Vec<_>>())
-        );
     }
 
     #[test]
@@ -509,15 +449,5 @@ mod tests {
         assert!(parse_size("M").is_err());
         assert!(parse_size("12X").is_err());
         assert!(parse_size("99999999999G").is_err());
-    }
-
-    #[test]
-    fn unknown_names_list_the_valid_categories() {
-        let error = parse_events(Some("mutex:bogus")).unwrap_err().to_string();
-        assert!(
-            error.contains("unknown event or category 'bogus'"),
-            "{error}"
-        );
-        assert!(error.contains("barrier, spin"), "{error}");
     }
 }

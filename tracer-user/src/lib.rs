@@ -25,10 +25,10 @@ pub mod symbolize;
 use foldhash::{HashSet, HashSetExt};
 
 use anyhow::{Context, Result};
-use tracer_common::{Category, EventDef};
 use tracer_model::{
     event::{SystemEvent, SystemKind, event_types},
     log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
+    selection::EventSet,
 };
 
 use crate::{
@@ -50,7 +50,7 @@ use crate::{
     session::{
         Session,
         blocks::BlockWatch,
-        control::{Controller, Recording, filtered_out},
+        control::{Controller, Recording},
         deadlocks::DeadlockWatch,
         facts::Facts,
         target_error_event,
@@ -61,22 +61,24 @@ use crate::{
 
 /// Traces as `config` says; returns the tracer's exit status.
 pub fn run(mut config: Config) -> Result<i32> {
-    let events = probed_events(&config.events);
-    let symbols: Vec<&str> = events.iter().map(|e| e.symbol).collect();
+    // The events whose probes record the selected ones: rmutex calls are recorded by the
+    // mutex probes (told apart when decoded).
+    let probed = config.events.probed();
+    let symbols: Vec<&str> = probed.events().map(|e| e.symbol).collect();
     if config.list_probes {
-        return list_probes(&config, &events, &symbols);
+        return list_probes(&config, probed, &symbols);
     }
     // Before anything is created or attached: a kernel below the floor ends the run at once.
     let kernel_features = features::check()?;
-    let recording = Recording::new(&events, config.events.clone(), config.stopped);
+    let recording = Recording::new(probed, config.events, config.stopped);
     // The stream is created now: its start is stamped before any record can be (unless it
     // starts stopped, when a controller's START starts it).
     let created_ktime = kernel::monotonic_ns();
-    let decoder = Decoder::new(kernel::realtime_offset_ns(), &recording.decoded());
+    let decoder = Decoder::new(kernel::realtime_offset_ns(), recording.decoded());
     let created_ns = decoder.realtime_ns(created_ktime);
     let mut early_events = Vec::new();
     if !config.stopped {
-        early_events.push((created_ktime, start_event(created_ns, &config.events)));
+        early_events.push((created_ktime, start_event(created_ns, config.events)));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -116,7 +118,7 @@ pub fn run(mut config: Config) -> Result<i32> {
     )?;
     // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
     datapath.set_recording(&recording.masks())?;
-    let mut probes = Probes::new(events, config.probe_at_entry, mechanism)?;
+    let mut probes = Probes::new(probed, config.probe_at_entry, mechanism)?;
     let follow = config.follow;
     // Facts about the targets (executable, mapped files) are read as each is attached, for the
     // log only.
@@ -272,23 +274,9 @@ pub fn run(mut config: Config) -> Result<i32> {
     Ok(outcome.exit_code)
 }
 
-/// The events whose probes record `selected`, in category then table order: rmutex calls are
-/// recorded by the mutex probes (told apart when decoded).
-pub fn probed_events(selected: &[&'static EventDef]) -> Vec<&'static EventDef> {
-    let probed: Vec<&'static EventDef> = selected.iter().map(|e| e.probed_as()).collect();
-    let mut categories: Vec<Category> = probed.iter().map(|e| e.category).collect();
-    categories.sort();
-    categories.dedup();
-    categories
-        .into_iter()
-        .flat_map(|c| c.events())
-        .filter(|e| probed.iter().any(|p| std::ptr::eq(*p, *e)))
-        .collect()
-}
-
 /// START, with POSIX's filter: the event types not recorded.
-fn start_event(time_ns: i64, selected: &[&'static EventDef]) -> SystemEvent {
-    let filter = filtered_out(selected);
+fn start_event(time_ns: i64, selected: EventSet) -> SystemEvent {
+    let filter = selected.filtered_out();
     SystemEvent::new(time_ns, SystemKind::Start { filter })
 }
 
@@ -359,7 +347,7 @@ fn trace_log(log: LogOptions, config: &Config, created_ns: i64) -> Result<TraceL
 }
 
 /// `--list-probes`: where each probe would go in each target's pthread library.
-fn list_probes(config: &Config, events: &[&'static EventDef], symbols: &[&str]) -> Result<i32> {
+fn list_probes(config: &Config, events: EventSet, symbols: &[&str]) -> Result<i32> {
     let Target::Pids(pids) = &config.target else {
         usage_bail!("--list-probes takes -p PID");
     };

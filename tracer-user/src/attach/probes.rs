@@ -20,6 +20,7 @@ use std::{
 
 use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags, TracedThrough};
+use tracer_model::selection::EventSet;
 
 use super::{
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
@@ -55,13 +56,9 @@ impl PlannedProbe {
 
 /// Where the probes of `events` go in `library`: every definition of each function, each
 /// placed (or at its entry with `at_entry`).
-pub fn plan(
-    library: &PthreadLibrary,
-    events: &[&'static EventDef],
-    at_entry: bool,
-) -> Vec<PlannedProbe> {
+pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<PlannedProbe> {
     let mut probes = Vec::new();
-    for &event in events {
+    for event in events.events() {
         for function in library.functions.functions(event.symbol) {
             let size = if function.size == 0 {
                 DEFAULT_FUNCTION_BYTES
@@ -120,7 +117,7 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
 
 /// What to probe, and every link this run attached.
 pub struct Probes {
-    events: Vec<&'static EventDef>,
+    events: EventSet,
     at_entry: bool,
     /// Each process's own links.
     process_links: HashMap<u32, Vec<OwnedFd>>,
@@ -134,11 +131,7 @@ pub struct Probes {
 
 impl Probes {
     /// Probes for `events`, placed (or at the entry with `at_entry`), attached by `mechanism`.
-    pub fn new(
-        events: Vec<&'static EventDef>,
-        at_entry: bool,
-        mechanism: UprobeMechanism,
-    ) -> Result<Self> {
+    pub fn new(events: EventSet, at_entry: bool, mechanism: UprobeMechanism) -> Result<Self> {
         Ok(Probes {
             events,
             at_entry,
@@ -157,7 +150,7 @@ impl Probes {
 
     /// The functions probed.
     pub fn symbols(&self) -> Vec<&'static str> {
-        self.events.iter().map(|e| e.symbol).collect()
+        self.events.events().map(|e| e.symbol).collect()
     }
 
     /// Plans and attaches the probes in `library` for process `pid` (0: every process that
@@ -168,7 +161,7 @@ impl Probes {
         pid: u32,
         library: &PthreadLibrary,
     ) -> Result<()> {
-        let planned = plan(library, &self.events, self.at_entry);
+        let planned = plan(library, self.events, self.at_entry);
         for refused in planned.iter().filter(|p| p.placement.refused) {
             say!(
                 "thrtrace-bpf: {} cannot be probed at +{:#x} ({}): not traced",
@@ -212,7 +205,7 @@ impl Probes {
     ) -> Result<usize> {
         let mut count = 0;
         if !self.everywhere.contains(&library.file.identity) {
-            let planned = plan(library, &self.events, self.at_entry);
+            let planned = plan(library, self.events, self.at_entry);
             count = self.attach(datapath.programs(), 0, library, &planned)?;
             self.everywhere.push(library.file.identity.clone());
         }

@@ -1,8 +1,8 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{EVENTS, EventDef, Field, RawRecord, events::classify};
-use tracer_model::TraceRecord;
+use tracer_common::{EventDef, Field, RawRecord, events::classify};
+use tracer_model::{TraceRecord, selection::EventSet};
 
 /// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
 const MUTEX_COUNT_WORD: usize = 1;
@@ -38,23 +38,22 @@ fn rwlock_has_waiters(words: &[u32]) -> bool {
 #[derive(Clone)]
 pub struct Decoder {
     realtime_offset_ns: i128,
-    /// Whether each row of the event table is selected (rmutex and mutex records come from
-    /// the same probes): a lookup per record, not a search of the selection.
-    selected: Vec<bool>,
+    /// The events kept (rmutex and mutex records come from the same probes).
+    selected: EventSet,
 }
 
 impl Decoder {
     /// `realtime_offset_ns` is CLOCK_REALTIME - CLOCK_MONOTONIC (see `kernel::realtime_offset_ns`).
-    pub fn new(realtime_offset_ns: i128, selected: &[&EventDef]) -> Self {
+    pub fn new(realtime_offset_ns: i128, selected: EventSet) -> Self {
         Decoder {
             realtime_offset_ns,
-            selected: rows(selected),
+            selected,
         }
     }
 
     /// Keeps the records of `selected` only from now on (none: a stopped trace).
-    pub fn select(&mut self, selected: &[&EventDef]) {
-        self.selected = rows(selected);
+    pub fn select(&mut self, selected: EventSet) {
+        self.selected = selected;
     }
 
     /// CLOCK_REALTIME nanoseconds of a CLOCK_MONOTONIC stamp.
@@ -64,7 +63,7 @@ impl Decoder {
 
     /// Whether the record is of a selected event (a mutex probe records both kinds).
     pub fn selects(&self, record: &TraceRecord) -> bool {
-        EventDef::row(record.event1, record.event2).is_some_and(|row| self.selected[row])
+        self.selected.selects(record.event1, record.event2)
     }
 
     /// `None` for codes the event table does not know (a corrupt or foreign record).
@@ -89,16 +88,6 @@ impl Decoder {
             caller: raw.caller,
         })
     }
-}
-
-fn rows(events: &[&EventDef]) -> Vec<bool> {
-    let mut selected = vec![false; EVENTS.len()];
-    for event in events {
-        if let Some(row) = EventDef::row(event.category.code(), event.event2) {
-            selected[row] = true;
-        }
-    }
-    selected
 }
 
 /// Whether the call returned 0 (success for every call whose stores are recorded).
@@ -139,13 +128,9 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{Category, EVENTS};
+    use tracer_common::Category;
 
     use super::*;
-
-    fn every_event() -> Vec<&'static EventDef> {
-        EVENTS.iter().collect()
-    }
 
     fn raw(event1: u16, event2: u16, which: u16) -> RawRecord {
         RawRecord {
@@ -166,7 +151,7 @@ mod tests {
 
     #[test]
     fn lays_out_fields_as_the_seed_tables_say() {
-        let decoder = Decoder::new(1_000_000_000, &every_event());
+        let decoder = Decoder::new(1_000_000_000, EventSet::all());
         let lock_entry = decoder.decode(&raw(2, 2, 1)).unwrap();
         assert_eq!(lock_entry.a, [0x5555_0000, 0, 0, 0, 0]);
         assert_eq!((lock_entry.sec, lock_entry.nsec), (6, 123));
@@ -186,7 +171,7 @@ mod tests {
 
     #[test]
     fn derives_object_fields_from_the_copied_words() {
-        let decoder = Decoder::new(0, &every_event());
+        let decoder = Decoder::new(0, EventSet::all());
         let with_object = |event2: u16, object: &[(usize, u32)]| {
             let mut record = raw(2, event2, 0);
             for &(word, value) in object {
@@ -229,7 +214,7 @@ mod tests {
         let mut lock = raw(2, 2, 2);
         lock.object[4] = 1; // PTHREAD_MUTEX_RECURSIVE
         lock.object[1] = 3; // __count after the lock
-        let decoder = Decoder::new(0, &Category::Rmutex.events().collect::<Vec<_>>());
+        let decoder = Decoder::new(0, EventSet::of(Category::Rmutex.events()));
         let record = decoder.decode(&lock).unwrap();
         assert_eq!(
             (record.event1, record.event2, record.a[2]),
@@ -244,14 +229,14 @@ mod tests {
 
     #[test]
     fn rejects_unknown_codes() {
-        let decoder = Decoder::new(0, &every_event());
+        let decoder = Decoder::new(0, EventSet::all());
         assert_eq!(decoder.decode(&raw(2, 99, 0)), None);
         assert_eq!(decoder.decode(&raw(2, 2, 3)), None);
     }
 
     #[test]
     fn negative_offsets_keep_nanoseconds_in_range() {
-        let record = Decoder::new(-1, &every_event())
+        let record = Decoder::new(-1, EventSet::all())
             .decode(&raw(2, 2, 1))
             .unwrap();
         assert_eq!((record.sec, record.nsec), (5, 122));

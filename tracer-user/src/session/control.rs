@@ -16,13 +16,13 @@ use tokio::{
     sync::{mpsc, oneshot},
     task::JoinSet,
 };
-use tracer_common::{Category, EVENTS, EventDef, RecordingMasks, recording_masks};
-use tracer_model::event::{SystemEvent, SystemKind};
-
-use crate::{
-    cli,
-    control::{FilterHow, MAX_REQUEST_BYTES, Reply, Request, socket::ControlSocket},
+use tracer_common::RecordingMasks;
+use tracer_model::{
+    event::{SystemEvent, SystemKind},
+    selection::EventSet,
 };
+
+use crate::control::{FilterHow, MAX_REQUEST_BYTES, Reply, Request, socket::ControlSocket};
 
 /// How long a connection may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -156,26 +156,18 @@ async fn read_request(read: tokio::net::unix::OwnedReadHalf) -> Result<Request, 
 
 /// Which events are recorded, as the controller changes it.
 pub struct Recording {
-    /// What a filter can select: the events whose probes are placed.
-    recordable: Vec<&'static EventDef>,
-    /// What the filter selects, in the event table's order.
-    selected: Vec<&'static EventDef>,
+    /// What a filter can select: the events the placed probes record.
+    recordable: EventSet,
+    /// What the filter selects.
+    selected: EventSet,
     running: bool,
 }
 
 impl Recording {
-    /// `selected` of the placed probes' events `probed`; stopped with `stopped`.
-    pub fn new(
-        probed: &[&'static EventDef],
-        selected: Vec<&'static EventDef>,
-        stopped: bool,
-    ) -> Self {
-        let recordable = EVENTS
-            .iter()
-            .filter(|e| probed.iter().any(|p| std::ptr::eq(*p, e.probed_as())))
-            .collect();
+    /// `selected` of the events the probes placed for `probed` record; stopped with `stopped`.
+    pub fn new(probed: EventSet, selected: EventSet, stopped: bool) -> Self {
         Recording {
-            recordable,
+            recordable: probed.recordable(),
             selected,
             running: !stopped,
         }
@@ -187,41 +179,20 @@ impl Recording {
 
     /// What the BPF side lets record now.
     pub fn masks(&self) -> RecordingMasks {
-        recording_masks(self.decoded())
+        self.decoded().masks()
     }
 
     /// What the decoder keeps now: nothing while stopped.
-    pub fn decoded(&self) -> Vec<&'static EventDef> {
+    pub fn decoded(&self) -> EventSet {
         match self.running {
-            true => self.selected.clone(),
-            false => Vec::new(),
+            true => self.selected,
+            false => EventSet::EMPTY,
         }
     }
 
-    /// What is recorded as `--events` would say it: a category whose events are all selected
-    /// by its name, the others' events by theirs (`mutex:cond_wait`); empty for nothing.
-    pub fn spec(&self) -> String {
-        let selected = |e: &&EventDef| self.selected.iter().any(|s| std::ptr::eq(*s, *e));
-        let mut parts = Vec::new();
-        for category in Category::ALL.into_iter().filter(|c| c.is_traced()) {
-            let events: Vec<&EventDef> = category.events().collect();
-            let chosen: Vec<&EventDef> = events.iter().copied().filter(selected).collect();
-            if !chosen.is_empty() && chosen.len() == events.len() {
-                parts.push(category.name());
-            } else {
-                parts.extend(chosen.iter().map(|e| e.name));
-            }
-        }
-        parts.join(":")
-    }
-
-    pub fn selected_names(&self) -> Vec<&'static str> {
-        cli::event_names(&self.selected)
-    }
-
-    /// POSIX's filter: the event types not recorded.
-    pub fn filtered_out(&self) -> Vec<String> {
-        filtered_out(&self.selected)
+    /// What the filter selects, stopped or not.
+    pub fn selected(&self) -> EventSet {
+        self.selected
     }
 
     /// Starts or stops; the system event to record, if that changed anything.
@@ -232,7 +203,7 @@ impl Recording {
         self.running = running;
         let kind = match running {
             true => SystemKind::Start {
-                filter: self.filtered_out(),
+                filter: self.selected.filtered_out(),
             },
             false => SystemKind::Stop { auto: 0 },
         };
@@ -246,63 +217,46 @@ impl Recording {
         events: &str,
         time_ns: i64,
     ) -> Result<SystemEvent, String> {
-        if events.split(':').all(str::is_empty) {
+        let named = EventSet::parse_named(events).map_err(|e| e.to_string())?;
+        if named.is_empty() {
             return Err("name the events: categories or event names, colon-separated".into());
         }
-        let named = cli::parse_events(Some(events)).map_err(|e| e.to_string())?;
-        if let Some(missing) = named
-            .iter()
-            .find(|e| !self.recordable.iter().any(|r| std::ptr::eq(*r, **e)))
-        {
+        if let Some(missing) = named.difference(self.recordable).events().next() {
             return Err(format!(
                 "{} is not probed in this trace (its --events did not name it): start a trace \
                  whose --events include it",
                 missing.name
             ));
         }
-        let contains =
-            |list: &[&'static EventDef], e: &EventDef| list.iter().any(|x| std::ptr::eq(*x, e));
-        let old = self.filtered_out();
-        let selected = self.selected.clone();
-        self.selected = EVENTS
-            .iter()
-            .filter(|e| match how {
-                FilterHow::Set => contains(&named, e),
-                FilterHow::Add => contains(&selected, e) || contains(&named, e),
-                FilterHow::Sub => contains(&selected, e) && !contains(&named, e),
-            })
-            .collect();
+        let old = self.selected.filtered_out();
+        self.selected = match how {
+            FilterHow::Set => named,
+            FilterHow::Add => self.selected.union(named),
+            FilterHow::Sub => self.selected.difference(named),
+        };
         let kind = SystemKind::Filter {
             old,
-            new: self.filtered_out(),
+            new: self.selected.filtered_out(),
         };
         Ok(SystemEvent::new(time_ns, kind))
     }
 }
 
-/// The event types of the table not in `selected`.
-pub fn filtered_out(selected: &[&'static EventDef]) -> Vec<String> {
-    EVENTS
-        .iter()
-        .filter(|e| !selected.iter().any(|s| std::ptr::eq(*s, *e)))
-        .map(|e| e.name.to_owned())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::event_names as names;
+    use tracer_common::Category;
 
     #[test]
     fn filters_set_add_and_subtract_within_the_probed_events() {
-        let probed: Vec<_> = [Category::Mutex, Category::Cond]
-            .into_iter()
-            .flat_map(Category::events)
-            .collect();
-        let mut recording = Recording::new(&probed, probed.clone(), false);
+        let probed = EventSet::of(
+            [Category::Mutex, Category::Cond]
+                .into_iter()
+                .flat_map(Category::events),
+        );
+        let mut recording = Recording::new(probed, probed, false);
         let event = recording.filter(FilterHow::Set, "cond_signal", 7).unwrap();
-        assert_eq!(names(&recording.decoded()), ["cond_signal"]);
+        assert_eq!(recording.decoded().names(), ["cond_signal"]);
         let SystemKind::Filter { old, new } = event.kind else {
             panic!("{event:?}")
         };
@@ -310,25 +264,25 @@ mod tests {
         assert!(new.contains(&"mutex_lock".to_owned()));
         assert!(!new.contains(&"cond_signal".to_owned()));
         recording.filter(FilterHow::Add, "mutex_lock", 8).unwrap();
-        assert_eq!(names(&recording.decoded()), ["mutex_lock", "cond_signal"]);
-        assert_eq!(recording.spec(), "mutex_lock:cond_signal");
+        assert_eq!(recording.decoded().names(), ["mutex_lock", "cond_signal"]);
+        assert_eq!(recording.selected().spec(), "mutex_lock:cond_signal");
         recording.filter(FilterHow::Add, "cond", 9).unwrap();
-        assert_eq!(recording.spec(), "mutex_lock:cond");
+        assert_eq!(recording.selected().spec(), "mutex_lock:cond");
         recording.filter(FilterHow::Sub, "cond", 9).unwrap();
-        assert_eq!(names(&recording.decoded()), ["mutex_lock"]);
+        assert_eq!(recording.decoded().names(), ["mutex_lock"]);
         // rmutex calls are recorded through the mutex probes, which are placed.
         recording.filter(FilterHow::Add, "rmutex_lock", 9).unwrap();
         let error = recording.filter(FilterHow::Add, "rwlock", 10).unwrap_err();
         assert!(error.contains("is not probed in this trace"), "{error}");
         assert!(recording.filter(FilterHow::Set, "bogus", 11).is_err());
         assert!(recording.filter(FilterHow::Set, "", 11).is_err());
-        assert_eq!(names(&recording.decoded()), ["mutex_lock", "rmutex_lock"]);
+        assert_eq!(recording.decoded().names(), ["mutex_lock", "rmutex_lock"]);
     }
 
     #[test]
     fn a_stopped_trace_records_nothing_and_starts_with_its_filter() {
-        let all: Vec<_> = EVENTS.iter().collect();
-        let mut recording = Recording::new(&all, all.clone(), true);
+        let all = EventSet::all();
+        let mut recording = Recording::new(all, all, true);
         assert_eq!(recording.masks(), [0; 16]);
         assert!(recording.decoded().is_empty());
         let start = recording.set_running(true, 5).unwrap();

@@ -31,7 +31,10 @@ use tokio::{
 };
 
 use tracer_common::RecordingMasks;
-use tracer_model::event::{LossSource, SystemEvent, SystemKind};
+use tracer_model::{
+    event::{LossSource, SystemEvent, SystemKind},
+    selection::EventSet,
+};
 
 use self::{
     blocks::BlockWatch,
@@ -446,7 +449,7 @@ impl Session {
         let message = match &event.kind {
             SystemKind::Start { .. } => "started".to_owned(),
             SystemKind::Stop { .. } => "stopped".to_owned(),
-            _ => format!("recording {}", self.recording.spec()),
+            _ => format!("recording {}", self.recording.selected().spec()),
         };
         let action = Action::Select {
             events: self.recording.decoded(),
@@ -482,14 +485,15 @@ impl Session {
             posix_stream_flush_error: i32::from(status.flush_error),
             posix_log_overrun_status: flag(status.log_overrun, "OVERRUN", "NO_OVERRUN"),
             posix_log_full_status: flag(status.log_full, "FULL", "NOT_FULL"),
-            events: self.recording.spec(),
+            events: self.recording.selected().spec(),
             recorded: self
                 .recording
-                .selected_names()
+                .selected()
+                .names()
                 .into_iter()
                 .map(str::to_owned)
                 .collect(),
-            filtered_out: self.recording.filtered_out(),
+            filtered_out: self.recording.selected().filtered_out(),
             records: flow.records,
             lost: flow.losses.total(),
             rate: flow.rate.per_second,
@@ -505,7 +509,7 @@ impl Session {
     fn act(&mut self, action: Action, answer: Option<oneshot::Sender<Reply>>) -> Result<()> {
         let reply = match action {
             Action::Select { events, event } => {
-                self.decoder.select(&events);
+                self.decoder.select(events);
                 self.sinks.system_event(&event).context(INCOMPLETE)?;
                 return Ok(());
             }
@@ -841,7 +845,7 @@ enum Action {
     /// From here on the decoder keeps `events` (none while stopped); `event` (START, STOP,
     /// FILTER) says why.
     Select {
-        events: Vec<&'static tracer_common::EventDef>,
+        events: EventSet,
         event: SystemEvent,
     },
     Flush(FlushCause),

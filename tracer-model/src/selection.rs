@@ -1,0 +1,217 @@
+//! Which events a trace records: the one representation of `--events` (and of a controller's
+//! filter) that every stage uses. The command line parses it, the probes are placed for its
+//! [`EventSet::probed`] events, the BPF side is given its [`EventSet::masks`], the decoder keeps
+//! the records it [`EventSet::selects`], and the log's START and FILTER events carry its
+//! [`EventSet::filtered_out`] names.
+
+use tracer_common::{Category, EVENTS, EventDef, RecordingMasks, recording_masks};
+
+/// A set of rows of the event table (`tracer_common::EVENTS`), one bit each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventSet(u128);
+
+/// `--events` (or a filter) named something that cannot be recorded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SelectionError {
+    #[error(
+        "event category '{name}' has no Linux counterpart (glibc has no such calls): choose \
+         from {}", traced_categories()
+    )]
+    NoLinuxCounterpart { name: String },
+    #[error(
+        "unknown event or category '{name}': give categories ({}) or event names (mutex_lock, \
+         cond_wait, ...: the README's table of events)", traced_categories()
+    )]
+    Unknown { name: String },
+}
+
+impl EventSet {
+    /// No event.
+    pub const EMPTY: EventSet = EventSet(0);
+
+    /// Every event of the table.
+    pub fn all() -> Self {
+        Self::of(EVENTS)
+    }
+
+    /// The set of `events`.
+    pub fn of<'a>(events: impl IntoIterator<Item = &'a EventDef>) -> Self {
+        events
+            .into_iter()
+            .fold(Self::EMPTY, |set, event| set.with_row(row_of(event)))
+    }
+
+    /// `--events` syntax (`THR_TRACE_EVENTS` too): categories (`mutex`) and event names
+    /// (`cond_wait`), separated by `:`; empty means every event.
+    pub fn parse(spec: &str) -> Result<Self, SelectionError> {
+        let named = Self::parse_named(spec)?;
+        Ok(match named.is_empty() {
+            true => Self::all(),
+            false => named,
+        })
+    }
+
+    /// Like [`EventSet::parse`], but empty names nothing (a filter must name its events).
+    pub fn parse_named(spec: &str) -> Result<Self, SelectionError> {
+        let mut set = Self::EMPTY;
+        for name in spec.split(':').filter(|n| !n.is_empty()) {
+            if let Some(category) = Category::from_name(name) {
+                if !category.is_traced() {
+                    return Err(SelectionError::NoLinuxCounterpart { name: name.into() });
+                }
+                set = set.union(Self::of(category.events()));
+            } else if let Some(event) = EVENTS.iter().find(|e| e.name == name) {
+                set = set.union(Self::of([event]));
+            } else {
+                return Err(SelectionError::Unknown { name: name.into() });
+            }
+        }
+        Ok(set)
+    }
+
+    fn with_row(self, row: usize) -> Self {
+        EventSet(self.0 | 1 << row)
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn union(self, other: Self) -> Self {
+        EventSet(self.0 | other.0)
+    }
+
+    pub fn difference(self, other: Self) -> Self {
+        EventSet(self.0 & !other.0)
+    }
+
+    /// Whether every event of `self` is in `other`.
+    pub fn is_subset(self, other: Self) -> bool {
+        self.difference(other).is_empty()
+    }
+
+    pub fn contains(self, event: &EventDef) -> bool {
+        self.0 & 1 << row_of(event) != 0
+    }
+
+    /// Whether the record with these codes is of an event in the set (a mutex probe records
+    /// both kinds, told apart when decoded); false for codes the table does not have.
+    pub fn selects(self, event1: u16, event2: u16) -> bool {
+        EventDef::row(event1, event2).is_some_and(|row| self.0 & 1 << row != 0)
+    }
+
+    /// The events, in the event table's order.
+    pub fn events(self) -> impl Iterator<Item = &'static EventDef> {
+        EVENTS
+            .iter()
+            .enumerate()
+            .filter(move |(row, _)| self.0 & 1 << row != 0)
+            .map(|(_, event)| event)
+    }
+
+    pub fn names(self) -> Vec<&'static str> {
+        self.events().map(|e| e.name).collect()
+    }
+
+    /// The events whose probes record these: rmutex calls are recorded by the mutex probes.
+    pub fn probed(self) -> Self {
+        Self::of(self.events().map(EventDef::probed_as))
+    }
+
+    /// What probes placed for `self` can record: a filter can select these.
+    pub fn recordable(self) -> Self {
+        Self::of(EVENTS.iter().filter(|e| self.contains(e.probed_as())))
+    }
+
+    /// What the BPF side lets record.
+    pub fn masks(self) -> RecordingMasks {
+        recording_masks(self.events())
+    }
+
+    /// POSIX's filter: the event types of the table not in the set.
+    pub fn filtered_out(self) -> Vec<String> {
+        EVENTS
+            .iter()
+            .filter(|e| !self.contains(e))
+            .map(|e| e.name.to_owned())
+            .collect()
+    }
+
+    /// The set as `--events` would say it: a category whose events are all in it by its
+    /// name, the others' events by theirs (`mutex:cond_wait`); empty for nothing.
+    pub fn spec(self) -> String {
+        let mut parts = Vec::new();
+        for category in Category::ALL.into_iter().filter(|c| c.is_traced()) {
+            let events = Self::of(category.events());
+            let chosen = self.0 & events.0;
+            if chosen != 0 && chosen == events.0 {
+                parts.push(category.name());
+            } else {
+                parts.extend(EventSet(chosen).names());
+            }
+        }
+        parts.join(":")
+    }
+}
+
+/// The row of `event` in the table.
+fn row_of(event: &EventDef) -> usize {
+    let row = EventDef::row(event.category.code(), event.event2);
+    row.expect("an event of the table")
+}
+
+fn traced_categories() -> String {
+    let names: Vec<&str> = Category::ALL
+        .into_iter()
+        .filter(|c| c.is_traced())
+        .map(|c| c.name())
+        .collect();
+    names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_fits_in_the_set() {
+        assert!(EVENTS.len() <= 128);
+        assert_eq!(EventSet::all().events().count(), EVENTS.len());
+    }
+
+    #[test]
+    fn empty_means_every_event() {
+        assert_eq!(EventSet::parse(""), Ok(EventSet::all()));
+        assert_eq!(EventSet::parse_named("::"), Ok(EventSet::EMPTY));
+    }
+
+    #[test]
+    fn categories_and_event_names_select_each_event_once_in_table_order() {
+        let events = EventSet::parse("cond_wait:mutex_lock:cond_wait").unwrap();
+        assert_eq!(events.names(), ["mutex_lock", "cond_wait"]);
+        let rwlock = EventSet::parse("rwlock:rw_rdlock").unwrap();
+        assert_eq!(rwlock, EventSet::of(Category::Rwlock.events()));
+        assert_eq!(rwlock.spec(), "rwlock");
+        let mixed = EventSet::parse("mutex:cond_wait").unwrap();
+        assert_eq!(mixed.spec(), "mutex:cond_wait");
+    }
+
+    #[test]
+    fn unknown_names_list_the_valid_categories() {
+        let error = EventSet::parse("mutex:bogus").unwrap_err().to_string();
+        assert!(
+            error.contains("unknown event or category 'bogus'"),
+            "{error}"
+        );
+        assert!(error.contains("barrier, spin"), "{error}");
+    }
+
+    #[test]
+    fn rmutex_events_are_probed_through_the_mutex_probes() {
+        let rmutex = EventSet::of(Category::Rmutex.events());
+        let probed = rmutex.probed();
+        assert!(probed.events().all(|e| e.category == Category::Mutex));
+        assert!(rmutex.is_subset(probed.recordable()));
+        assert_eq!(rmutex.masks(), probed.masks());
+    }
+}
