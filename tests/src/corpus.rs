@@ -9,7 +9,7 @@ use std::{fs::File, path::Path};
 
 use tracer_model::{
     TraceRecord,
-    event::{Event, event_types},
+    event::{Event, LossSource, SystemEvent, SystemKind, event_types},
     log::{
         Attributes, EventPacket, FORMAT_NAME, FORMAT_VERSION, FinalStatus, Inheritance, Layout,
         LogFullPolicy, LogWriter, Metadata, Status, StreamFullPolicy, Written,
@@ -59,6 +59,83 @@ pub fn record(n: i64) -> Event {
         a: [n, -1, 2, 3, 4],
         caller: 0x4010,
     })
+}
+
+/// Events of several thread and system types, in time order: what the log kept as a fixture
+/// (`tests/fixtures/`) holds, written with the type ids of an earlier build.
+pub fn mixed_events() -> Vec<Event> {
+    let thread = |n: i64, event1: u16, event2: u16, which: u16| {
+        Event::Thread(TraceRecord {
+            sec: 1_700_000_000,
+            nsec: n,
+            lwpid: 11 + (n % 2) as u32,
+            pid: 10,
+            tid: 0x7f00,
+            event1,
+            event2,
+            which,
+            a: [0x5000 + n, n, -n, 0, 1],
+            caller: 0x4010 + n as u64,
+        })
+    };
+    let system = |n: i64, kind: SystemKind| {
+        Event::System(SystemEvent::of_process(
+            1_700_000_000_000_000_000 + n,
+            10,
+            11,
+            kind,
+        ))
+    };
+    vec![
+        system(
+            0,
+            SystemKind::Start {
+                filter: vec!["mutex_init".into()],
+            },
+        ),
+        system(
+            1,
+            SystemKind::ThreadName {
+                name: "worker".into(),
+            },
+        ),
+        thread(2, 1, 1, 1),
+        thread(3, 2, 2, 1),
+        thread(4, 2, 2, 2),
+        thread(5, 3, 4, 1),
+        system(
+            6,
+            SystemKind::Overflow {
+                lost: 3,
+                cpu: 1,
+                source: LossSource::Ring,
+                first_lost_ns: 0,
+            },
+        ),
+        system(7, SystemKind::Resume),
+        thread(8, 4, 3, 0),
+        thread(9, 9, 2, 2),
+        system(
+            10,
+            SystemKind::Mapping {
+                start: 0x1000,
+                end: 0x2000,
+                file_offset: 0,
+                build_id: vec![0xab, 0xcd],
+                path: "/lib/libc.so.6".into(),
+            },
+        ),
+        system(
+            11,
+            SystemKind::Deadlock {
+                certain: true,
+                threads: "[]".into(),
+                message: "m".into(),
+            },
+        ),
+        system(12, SystemKind::ProcessDetach),
+        system(13, SystemKind::Stop { auto: 0 }),
+    ]
 }
 
 /// Writes a log to `path`: `packets` packets of `per_packet` records each (record n has

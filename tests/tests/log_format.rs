@@ -3,7 +3,7 @@
 
 use std::{fs::File, os::unix::fs::FileExt, path::PathBuf};
 
-use thrtrace_tests::corpus::{metadata, record, write_log};
+use thrtrace_tests::corpus::{metadata, mixed_events, record, write_log};
 use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
     log::{
@@ -338,4 +338,20 @@ fn packets_written_together_make_the_same_log_as_written_one_by_one() {
         assert_eq!(each.len(), both.len(), "{name}");
         assert!(each == both, "{name}: the logs differ");
     }
+}
+
+#[test]
+fn a_log_whose_type_ids_are_table_rows_reads_as_written() {
+    // Written by the log writer before type ids were fixed by codes (ids 1.. in table
+    // order): a log's own list gives its ids meaning, so it reads the same today.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/log-ids-by-table-row.ptl"
+    );
+    let reader = LogReader::open(std::path::Path::new(path)).unwrap();
+    let types = &reader.metadata().event_types;
+    let mutex_lock = types.iter().find(|t| t.name == "mutex_lock");
+    assert_eq!(mutex_lock.map(|t| t.id), Some(24));
+    let events: Vec<Event> = reader.events().map(Result::unwrap).collect();
+    assert_eq!(events, mixed_events());
 }

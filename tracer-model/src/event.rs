@@ -70,88 +70,132 @@ pub const NO_CPU: u32 = u32::MAX;
 /// Strings in system events are cut to this many bytes (so that any event fits in a packet).
 pub const MAX_STRING: usize = 1024;
 
-/// The system events, standard (POSIX names) and ours (`thrtrace_` names).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SystemKind {
+/// Defines [`SystemKind`] and everything that follows from its one table: each kind's log type
+/// id (fixed, never reused), name, payload fields and their types, and the conversions to and
+/// from a log's named fields. A kind's fields are named as in the log.
+macro_rules! system_kinds {
+    ($(
+        $(#[$doc:meta])*
+        $kind:ident = $id:literal, $name:literal $({ $($field:ident: $ty:ty),* $(,)? })?;
+    )*) => {
+        /// The system events, standard (POSIX names) and ours (`thrtrace_` names).
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum SystemKind {
+            $( $(#[$doc])* $kind $({ $($field: $ty),* })?, )*
+            /// A system event of a type this build does not know (from a newer writer).
+            Unknown { name: String },
+        }
+
+        /// Every system event type this build writes, in id order.
+        const SYSTEM_TYPES: &[SystemType] = &[$(
+            SystemType {
+                id: $id,
+                name: $name,
+                fields: &[$($( (stringify!($field), <$ty as PayloadField>::TYPE) ),*)?],
+            },
+        )*];
+
+        impl SystemKind {
+            /// Its row of the table; none for a kind only readers make.
+            fn system_type(&self) -> Option<&'static SystemType> {
+                let id = match self {
+                    $( SystemKind::$kind { .. } => $id, )*
+                    SystemKind::Unknown { .. } => return None,
+                };
+                SYSTEM_TYPES.iter().find(|t| t.id == id)
+            }
+
+            /// The payload, in the order of the type's fields.
+            pub fn values(&self) -> Vec<Value> {
+                match self {
+                    $( SystemKind::$kind $({ $($field),* })? => {
+                        vec![$($( $field.to_value() ),*)?]
+                    } )*
+                    SystemKind::Unknown { .. } => Vec::new(),
+                }
+            }
+
+            /// The event of the type named `name` whose payload fields are `fields` (name,
+            /// value), as a log holds them; a field that is missing reads as zero or empty.
+            pub fn from_fields(name: &str, fields: &[(&str, Value)]) -> SystemKind {
+                #[allow(unused_variables, reason = "kinds without fields look nothing up")]
+                let field = |wanted: &str| {
+                    fields
+                        .iter()
+                        .find(|(n, _)| *n == wanted)
+                        .map_or(Value::Unsigned(0), |(_, v)| v.clone())
+                };
+                match name {
+                    $( $name => SystemKind::$kind $({ $(
+                        $field: PayloadField::from_value(&field(stringify!($field)))
+                    ),* })?, )*
+                    other => SystemKind::Unknown { name: other.to_owned() },
+                }
+            }
+        }
+    };
+}
+
+system_kinds! {
     /// Recording started; `filter` names the event types filtered out (POSIX's event set).
-    Start {
-        filter: Vec<String>,
-    },
+    Start = 0x8000, "posix_trace_start" { filter: Vec<String> };
     /// Recording stopped: `auto` 0 when asked to, non-zero when a policy stopped it.
-    Stop {
-        auto: u32,
-    },
+    Stop = 0x8001, "posix_trace_stop" { auto: u32 };
     /// The filter changed while running.
-    Filter {
-        old: Vec<String>,
-        new: Vec<String>,
-    },
+    Filter = 0x8002, "posix_trace_filter" { old: Vec<String>, new: Vec<String> };
     /// Events were lost: `lost` of them, from `source`, on `cpu` ([`NO_CPU`] if none), the
     /// first at `first_lost_ns` (0 if unknown).
-    Overflow {
+    Overflow = 0x8003, "posix_trace_overflow" {
         lost: u64,
         cpu: u32,
         source: LossSource,
         first_lost_ns: i64,
-    },
+    };
     /// Recording is reliable again, from the next event on.
-    Resume,
-    FlushStart,
-    FlushStop,
+    Resume = 0x8004, "posix_trace_resume";
+    FlushStart = 0x8005, "posix_trace_flush_start";
+    FlushStop = 0x8006, "posix_trace_flush_stop";
     /// Something went wrong that did not end the trace (a target that could not be attached).
-    Error {
-        code: i64,
-        message: String,
-    },
+    Error = 0x8007, "posix_trace_error" { code: i64, message: String };
     /// A process is traced from now on (`pid` of the event): its executable and arguments.
-    ProcessAttach {
-        exe: String,
-        cmdline: Vec<String>,
-    },
+    ProcessAttach = 0x8008, "thrtrace_process_attach" { exe: String, cmdline: Vec<String> };
     /// A process is no longer traced (it exited, or tracing ended).
-    ProcessDetach,
+    ProcessDetach = 0x8009, "thrtrace_process_detach";
     /// The name (comm) of a thread (`lwpid`), as first seen.
-    ThreadName {
-        name: String,
-    },
+    ThreadName = 0x800a, "thrtrace_thread_name" { name: String };
     /// Under `--follow`: the event's process was forked by `parent`.
-    Fork {
-        parent: u32,
-    },
+    Fork = 0x800b, "thrtrace_fork" { parent: u32 };
     /// Under `--follow`: the event's process exec'd `exe`.
-    Exec {
-        exe: String,
-    },
+    Exec = 0x800c, "thrtrace_exec" { exe: String };
     /// A file mapped executable in the event's process: addresses `start..end` map `path` from
     /// `file_offset`; `build_id` empty if the file has none.
-    Mapping {
+    Mapping = 0x800d, "thrtrace_mapping" {
         start: u64,
         end: u64,
         file_offset: u64,
         build_id: Vec<u8>,
         path: String,
-    },
+    };
     /// A traced call of the event's thread was blocked `blocked_ns` (`--flush-on-block`): in
     /// `call` (an event name) on `object` (its first argument), and had `returned` or was still
     /// blocked. The flight recorder was flushed for it.
-    Blocked {
+    Blocked = 0x800e, "thrtrace_blocked" {
         call: String,
         object: u64,
         blocked_ns: u64,
         returned: bool,
-    },
+    };
     /// Threads found waiting for each other while tracing: `certain` for locks and joins (else
     /// possible); `threads` the cycle as JSON (`analysis::Deadlock`'s threads); `message` as
     /// the tracer printed it.
-    Deadlock {
-        certain: bool,
-        threads: String,
-        message: String,
-    },
-    /// A system event of a type this build does not know (from a newer writer).
-    Unknown {
-        name: String,
-    },
+    Deadlock = 0x800f, "thrtrace_deadlock" { certain: bool, threads: String, message: String };
+}
+
+/// A system event type: its log type id, name and payload fields.
+struct SystemType {
+    id: u16,
+    name: &'static str,
+    fields: &'static [(&'static str, FieldType)],
 }
 
 /// The type of a payload field, as a log's event-type list names it.
@@ -198,70 +242,10 @@ impl EventType {
     }
 }
 
-/// The first id of system event types; thread event types are numbered from 1 in table order.
+/// The first id of system event types. Thread event types have ids below it, made of their
+/// codes (`event1 << 8 | event2`), so that no id changes when a row is added to either table
+/// (before log format 2's writers, ids were table rows; a log's own list is what readers go by).
 pub const FIRST_SYSTEM_ID: u16 = 0x8000;
-
-/// System event types in id order: name and payload fields. One definition for the writer, the
-/// event-type list and the readers.
-const SYSTEM_TYPES: [(&str, &[(&str, FieldType)]); 16] = [
-    ("posix_trace_start", &[("filter", FieldType::Str)]),
-    ("posix_trace_stop", &[("auto", FieldType::U32)]),
-    (
-        "posix_trace_filter",
-        &[("old", FieldType::Str), ("new", FieldType::Str)],
-    ),
-    (
-        "posix_trace_overflow",
-        &[
-            ("lost", FieldType::U64),
-            ("cpu", FieldType::U32),
-            ("source", FieldType::U32),
-            ("first_lost_ns", FieldType::I64),
-        ],
-    ),
-    ("posix_trace_resume", &[]),
-    ("posix_trace_flush_start", &[]),
-    ("posix_trace_flush_stop", &[]),
-    (
-        "posix_trace_error",
-        &[("code", FieldType::I64), ("message", FieldType::Str)],
-    ),
-    (
-        "thrtrace_process_attach",
-        &[("exe", FieldType::Str), ("cmdline", FieldType::Str)],
-    ),
-    ("thrtrace_process_detach", &[]),
-    ("thrtrace_thread_name", &[("name", FieldType::Str)]),
-    ("thrtrace_fork", &[("parent", FieldType::U32)]),
-    ("thrtrace_exec", &[("exe", FieldType::Str)]),
-    (
-        "thrtrace_mapping",
-        &[
-            ("start", FieldType::U64),
-            ("end", FieldType::U64),
-            ("file_offset", FieldType::U64),
-            ("build_id", FieldType::Bytes),
-            ("path", FieldType::Str),
-        ],
-    ),
-    (
-        "thrtrace_blocked",
-        &[
-            ("call", FieldType::Str),
-            ("object", FieldType::U64),
-            ("blocked_ns", FieldType::U64),
-            ("returned", FieldType::U32),
-        ],
-    ),
-    (
-        "thrtrace_deadlock",
-        &[
-            ("certain", FieldType::U32),
-            ("threads", FieldType::Str),
-            ("message", FieldType::Str),
-        ],
-    ),
-];
 
 /// The payload of every thread event: the tr line's `which` and a1..a5.
 const THREAD_PAYLOAD: [(&str, FieldType); 6] = [
@@ -285,31 +269,28 @@ fn specs(fields: &[(&str, FieldType)]) -> Vec<FieldSpec> {
 
 /// Every event type this build writes: the event table's rows, then the system events.
 pub fn event_types() -> Vec<EventType> {
-    let thread = EVENTS.iter().zip(1..).map(|(e, id)| EventType {
-        id,
+    let thread = EVENTS.iter().map(|e| EventType {
+        id: e.category.code() << 8 | e.event2,
         name: e.name.to_owned(),
         category: e.category.name().to_owned(),
         event1: e.category.code(),
         event2: e.event2,
         payload: specs(&THREAD_PAYLOAD),
     });
-    let system = SYSTEM_TYPES
-        .iter()
-        .zip(FIRST_SYSTEM_ID..)
-        .map(|(&(name, fields), id)| EventType {
-            id,
-            name: name.to_owned(),
-            category: SYSTEM_CATEGORY.to_owned(),
-            event1: 0,
-            event2: 0,
-            payload: specs(fields),
-        });
+    let system = SYSTEM_TYPES.iter().map(|t| EventType {
+        id: t.id,
+        name: t.name.to_owned(),
+        category: SYSTEM_CATEGORY.to_owned(),
+        event1: 0,
+        event2: 0,
+        payload: specs(t.fields),
+    });
     thread.chain(system).collect()
 }
 
-/// The id this build gives a thread event's codes.
+/// The id a thread event's codes have: fixed by the codes, which the tr format fixes.
 pub fn thread_type_id(event1: u16, event2: u16) -> Option<u16> {
-    EventDef::row(event1, event2).map(|row| row as u16 + 1)
+    EventDef::row(event1, event2).map(|_| event1 << 8 | event2)
 }
 
 /// A payload value.
@@ -342,207 +323,125 @@ impl Value {
     }
 }
 
-/// Lists (filters, command lines) travel as one string, items separated by NUL.
+/// The separator of a list's items in its one string.
 const LIST_SEPARATOR: char = '\0';
-
-fn join(items: &[String]) -> String {
-    items.join(&LIST_SEPARATOR.to_string())
-}
-
-fn split(joined: &str) -> Vec<String> {
-    match joined.is_empty() {
-        true => Vec::new(),
-        false => joined.split(LIST_SEPARATOR).map(str::to_owned).collect(),
-    }
-}
 
 impl SystemKind {
     /// The type's name: its POSIX name, or ours.
     pub fn name(&self) -> &str {
-        match self {
-            SystemKind::Unknown { name } => name,
-            known => SYSTEM_TYPES[known.index()].0,
+        match (self, self.system_type()) {
+            (SystemKind::Unknown { name }, _) => name,
+            (_, Some(t)) => t.name,
+            (_, None) => "",
         }
     }
 
     /// The names and types of the payload's fields.
     pub fn fields(&self) -> &'static [(&'static str, FieldType)] {
-        match self {
-            SystemKind::Unknown { .. } => &[],
-            known => SYSTEM_TYPES[known.index()].1,
-        }
+        self.system_type().map_or(&[], |t| t.fields)
     }
 
-    /// The id this build gives the type.
+    /// The id this build gives the type (never written for `Unknown`, which only readers make).
     pub fn type_id(&self) -> u16 {
-        FIRST_SYSTEM_ID + self.index() as u16
+        self.system_type().map_or(u16::MAX, |t| t.id)
     }
+}
 
-    fn index(&self) -> usize {
-        match self {
-            SystemKind::Start { .. } => 0,
-            SystemKind::Stop { .. } => 1,
-            SystemKind::Filter { .. } => 2,
-            SystemKind::Overflow { .. } => 3,
-            SystemKind::Resume => 4,
-            SystemKind::FlushStart => 5,
-            SystemKind::FlushStop => 6,
-            SystemKind::Error { .. } => 7,
-            SystemKind::ProcessAttach { .. } => 8,
-            SystemKind::ProcessDetach => 9,
-            SystemKind::ThreadName { .. } => 10,
-            SystemKind::Fork { .. } => 11,
-            SystemKind::Exec { .. } => 12,
-            SystemKind::Mapping { .. } => 13,
-            SystemKind::Blocked { .. } => 14,
-            SystemKind::Deadlock { .. } => 15,
-            // Never written: only readers make it.
-            SystemKind::Unknown { .. } => usize::MAX,
+/// How a field of a system kind travels in a log's payload.
+trait PayloadField: Sized {
+    const TYPE: FieldType;
+    fn to_value(&self) -> Value;
+    fn from_value(value: &Value) -> Self;
+}
+
+impl PayloadField for u32 {
+    const TYPE: FieldType = FieldType::U32;
+    fn to_value(&self) -> Value {
+        Value::Unsigned(u64::from(*self))
+    }
+    fn from_value(value: &Value) -> Self {
+        value.as_u64() as u32
+    }
+}
+
+impl PayloadField for u64 {
+    const TYPE: FieldType = FieldType::U64;
+    fn to_value(&self) -> Value {
+        Value::Unsigned(*self)
+    }
+    fn from_value(value: &Value) -> Self {
+        value.as_u64()
+    }
+}
+
+impl PayloadField for i64 {
+    const TYPE: FieldType = FieldType::I64;
+    fn to_value(&self) -> Value {
+        Value::Signed(*self)
+    }
+    fn from_value(value: &Value) -> Self {
+        value.as_i64()
+    }
+}
+
+impl PayloadField for bool {
+    const TYPE: FieldType = FieldType::U32;
+    fn to_value(&self) -> Value {
+        Value::Unsigned(u64::from(*self))
+    }
+    fn from_value(value: &Value) -> Self {
+        value.as_u64() != 0
+    }
+}
+
+impl PayloadField for String {
+    const TYPE: FieldType = FieldType::Str;
+    fn to_value(&self) -> Value {
+        Value::Str(self.clone())
+    }
+    fn from_value(value: &Value) -> Self {
+        value.as_str().to_owned()
+    }
+}
+
+/// Lists (filters, command lines) travel as one string, items separated by NUL.
+impl PayloadField for Vec<String> {
+    const TYPE: FieldType = FieldType::Str;
+    fn to_value(&self) -> Value {
+        Value::Str(self.join(&LIST_SEPARATOR.to_string()))
+    }
+    fn from_value(value: &Value) -> Self {
+        match value.as_str() {
+            "" => Vec::new(),
+            joined => joined.split(LIST_SEPARATOR).map(str::to_owned).collect(),
         }
     }
+}
 
-    /// The payload, in the order of the type's fields.
-    pub fn values(&self) -> Vec<Value> {
-        use Value::{Bytes, Signed, Str, Unsigned};
-        match self {
-            SystemKind::Start { filter } => vec![Str(join(filter))],
-            SystemKind::Stop { auto } => vec![Unsigned(u64::from(*auto))],
-            SystemKind::Filter { old, new } => vec![Str(join(old)), Str(join(new))],
-            SystemKind::Overflow {
-                lost,
-                cpu,
-                source,
-                first_lost_ns,
-            } => vec![
-                Unsigned(*lost),
-                Unsigned(u64::from(*cpu)),
-                Unsigned(*source as u64),
-                Signed(*first_lost_ns),
-            ],
-            SystemKind::Resume
-            | SystemKind::FlushStart
-            | SystemKind::FlushStop
-            | SystemKind::ProcessDetach
-            | SystemKind::Unknown { .. } => Vec::new(),
-            SystemKind::Error { code, message } => vec![Signed(*code), Str(message.clone())],
-            SystemKind::ProcessAttach { exe, cmdline } => {
-                vec![Str(exe.clone()), Str(join(cmdline))]
-            }
-            SystemKind::ThreadName { name } => vec![Str(name.clone())],
-            SystemKind::Fork { parent } => vec![Unsigned(u64::from(*parent))],
-            SystemKind::Exec { exe } => vec![Str(exe.clone())],
-            SystemKind::Mapping {
-                start,
-                end,
-                file_offset,
-                build_id,
-                path,
-            } => vec![
-                Unsigned(*start),
-                Unsigned(*end),
-                Unsigned(*file_offset),
-                Bytes(build_id.clone()),
-                Str(path.clone()),
-            ],
-            SystemKind::Blocked {
-                call,
-                object,
-                blocked_ns,
-                returned,
-            } => vec![
-                Str(call.clone()),
-                Unsigned(*object),
-                Unsigned(*blocked_ns),
-                Unsigned(u64::from(*returned)),
-            ],
-            SystemKind::Deadlock {
-                certain,
-                threads,
-                message,
-            } => vec![
-                Unsigned(u64::from(*certain)),
-                Str(threads.clone()),
-                Str(message.clone()),
-            ],
+impl PayloadField for Vec<u8> {
+    const TYPE: FieldType = FieldType::Bytes;
+    fn to_value(&self) -> Value {
+        Value::Bytes(self.clone())
+    }
+    fn from_value(value: &Value) -> Self {
+        match value {
+            Value::Bytes(bytes) => bytes.clone(),
+            _ => Vec::new(),
         }
     }
+}
 
-    /// The event of the type named `name` whose payload fields are `fields` (name, value), as
-    /// a log holds them; a field that is missing reads as zero or empty.
-    pub fn from_fields(name: &str, fields: &[(&str, Value)]) -> SystemKind {
-        let field = |wanted: &str| {
-            fields
-                .iter()
-                .find(|(n, _)| *n == wanted)
-                .map(|(_, v)| v.clone())
-                .unwrap_or(Value::Unsigned(0))
-        };
-        let text = |wanted: &str| field(wanted).as_str().to_owned();
-        let list = |wanted: &str| split(field(wanted).as_str());
-        let number = |wanted: &str| field(wanted).as_u64();
-        match name {
-            "posix_trace_start" => SystemKind::Start {
-                filter: list("filter"),
-            },
-            "posix_trace_stop" => SystemKind::Stop {
-                auto: number("auto") as u32,
-            },
-            "posix_trace_filter" => SystemKind::Filter {
-                old: list("old"),
-                new: list("new"),
-            },
-            "posix_trace_overflow" => SystemKind::Overflow {
-                lost: number("lost"),
-                cpu: number("cpu") as u32,
-                source: match number("source") {
-                    0 => LossSource::Ring,
-                    1 => LossSource::Stream,
-                    2 => LossSource::Log,
-                    _ => LossSource::Undecodable,
-                },
-                first_lost_ns: field("first_lost_ns").as_i64(),
-            },
-            "posix_trace_resume" => SystemKind::Resume,
-            "posix_trace_flush_start" => SystemKind::FlushStart,
-            "posix_trace_flush_stop" => SystemKind::FlushStop,
-            "posix_trace_error" => SystemKind::Error {
-                code: field("code").as_i64(),
-                message: text("message"),
-            },
-            "thrtrace_process_attach" => SystemKind::ProcessAttach {
-                exe: text("exe"),
-                cmdline: list("cmdline"),
-            },
-            "thrtrace_process_detach" => SystemKind::ProcessDetach,
-            "thrtrace_thread_name" => SystemKind::ThreadName { name: text("name") },
-            "thrtrace_fork" => SystemKind::Fork {
-                parent: number("parent") as u32,
-            },
-            "thrtrace_exec" => SystemKind::Exec { exe: text("exe") },
-            "thrtrace_mapping" => SystemKind::Mapping {
-                start: number("start"),
-                end: number("end"),
-                file_offset: number("file_offset"),
-                build_id: match field("build_id") {
-                    Value::Bytes(bytes) => bytes,
-                    _ => Vec::new(),
-                },
-                path: text("path"),
-            },
-            "thrtrace_blocked" => SystemKind::Blocked {
-                call: text("call"),
-                object: number("object"),
-                blocked_ns: number("blocked_ns"),
-                returned: number("returned") != 0,
-            },
-            "thrtrace_deadlock" => SystemKind::Deadlock {
-                certain: number("certain") != 0,
-                threads: text("threads"),
-                message: text("message"),
-            },
-            other => SystemKind::Unknown {
-                name: other.to_owned(),
-            },
+impl PayloadField for LossSource {
+    const TYPE: FieldType = FieldType::U32;
+    fn to_value(&self) -> Value {
+        Value::Unsigned(*self as u64)
+    }
+    fn from_value(value: &Value) -> Self {
+        match value.as_u64() {
+            0 => LossSource::Ring,
+            1 => LossSource::Stream,
+            2 => LossSource::Log,
+            _ => LossSource::Undecodable,
         }
     }
 }
@@ -574,12 +473,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_follow_the_table_and_every_system_kind_has_its_row() {
+    fn ids_are_fixed_by_codes_and_the_table_and_never_shared() {
         let types = event_types();
-        assert_eq!(types[0].id, 1);
-        assert_eq!(types[0].name, EVENTS[0].name);
+        let mut ids: Vec<u16> = types.iter().map(|t| t.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), types.len());
+        assert!(
+            types
+                .iter()
+                .all(|t| t.is_system() == (t.id >= FIRST_SYSTEM_ID))
+        );
+        // Documented in docs/log-format.md: these never change.
         let mutex_lock = types.iter().find(|t| t.name == "mutex_lock").unwrap();
+        assert_eq!(mutex_lock.id, 0x0202);
         assert_eq!(thread_type_id(2, 2), Some(mutex_lock.id));
+        assert_eq!(thread_type_id(2, 63), None);
+        assert_eq!(
+            SystemKind::Deadlock {
+                certain: true,
+                threads: String::new(),
+                message: String::new()
+            }
+            .type_id(),
+            0x800f
+        );
         let overflow = SystemKind::Overflow {
             lost: 3,
             cpu: 1,

@@ -15,12 +15,14 @@ pub struct EventSet(u128);
 pub enum SelectionError {
     #[error(
         "event category '{name}' has no Linux counterpart (glibc has no such calls): choose \
-         from {}", traced_categories()
+         from {}",
+        traced_categories()
     )]
     NoLinuxCounterpart { name: String },
     #[error(
         "unknown event or category '{name}': give categories ({}) or event names (mutex_lock, \
-         cond_wait, ...: the README's table of events)", traced_categories()
+         cond_wait, ...: the README's table of events)",
+        traced_categories()
     )]
     Unknown { name: String },
 }
