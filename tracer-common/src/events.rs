@@ -1,4 +1,4 @@
-//! The event table of `shared/spec/event-map.md`, defined once. The BPF programs read a probe's
+//! The event table of `docs/event-map.md`, defined once. The BPF programs read a probe's
 //! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
 //! [`EventDef::layout`], and names events and categories from here.
 
@@ -419,7 +419,7 @@ const MUTEX_LOCKED: u16 =
 const READ_LOCKED: u16 = LOCKED | RWLOCK | ProbeFlags::OBJECT_AT_RETURN;
 
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
-/// seed's field and leave the missing argument fields 0 (event map, "Fields a1..a5").
+/// seed's field and leave the missing argument fields 0 (`docs/event-map.md`, "Fields a1..a5").
 pub static EVENTS: &[EventDef] = TABLE;
 
 /// The rows of `EVENTS`, as a constant so that `INDEX` can be built from them at compile time.

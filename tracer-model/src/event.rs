@@ -1,7 +1,7 @@
 //! What a trace stream holds: thread events (the records of traced calls) and system events
 //! (what the trace itself went through: start, stop, losses, flushes, errors, and the facts about
 //! processes an analyzer needs). Every event type has an id, a name and a payload layout; a log
-//! carries the list (`shared/spec/posix-trace.md`, "Event types and event info").
+//! carries the list (`docs/posix-trace.md`, "Event types and event info").
 
 use serde::{Deserialize, Serialize};
 use tracer_common::{EVENTS, EventDef};

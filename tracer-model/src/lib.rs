@@ -3,7 +3,7 @@
 //! dependency, so that a reader needs none of the tracer's machinery.
 //!
 //! - [`TraceRecord`]: one record of UnixWare's `thread_trace(4)` scheme, as decoded;
-//! - [`tr`]: its `tr.*` line and the file it goes to (event map, "Record line" and "File
+//! - [`tr`]: its `tr.*` line and the file it goes to (`docs/event-map.md`, "Record line" and "File
 //!   names and buffering");
 //! - [`event`]: thread and system events and their types, as a trace stream holds them;
 //! - [`log`]: the trace log file, written and read back;
@@ -77,7 +77,7 @@ pub mod tr;
 
 use tracer_common::EVENTS;
 
-/// One record of the thread_trace scheme (event map, "Record line").
+/// One record of the thread_trace scheme (`docs/event-map.md`, "Record line").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
     /// CLOCK_REALTIME seconds and nanoseconds.

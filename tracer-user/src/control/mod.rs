@@ -1,4 +1,4 @@
-//! The controller of a live trace (`shared/spec/posix-trace.md`, "Controller operations"): each
+//! The controller of a live trace (`docs/posix-trace.md`, "Controller operations"): each
 //! trace listens on a Unix socket named after it in a root-only runtime directory
 //! ([`socket`]); `thrtrace-bpf ctl NAME OP` ([`client`]) sends one [`Request`] as a JSON line
 //! and prints the one [`Reply`] line the session sends back once the operation is in force.

@@ -1,5 +1,5 @@
 //! The sink that writes a trace log (`--log FILE`): the POSIX trace stream, with its full
-//! policy, in front of the log, with its own (`shared/spec/posix-trace.md`, "Policies").
+//! policy, in front of the log, with its own (`docs/posix-trace.md`, "Policies").
 //!
 //! Events are encoded into packets as they come; the stream is the packets not yet written,
 //! at most `--stream-size` bytes. Full, it is written to the log (`flush`), loses its oldest
