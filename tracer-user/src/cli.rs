@@ -1,20 +1,25 @@
-//! The command line, and its validation into a [`Config`] before anything is created.
+//! The command line, the tracer's edge: what it asks for, checked into a [`Config`] before
+//! anything is created, and which command does it ([`main`]).
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tracer_model::{
-    log::{Layout, LogFullPolicy, StreamFullPolicy},
+    log::{Layout, LogError, LogFullPolicy, StreamFullPolicy},
     selection::EventSet,
 };
 
 use crate::{
-    attach::{launch, targets},
-    control::{client::CtlArgs, socket::parse_trace_name},
-    error::UsageError,
-    manual::GenerateArgs,
-    readers::{convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs},
+    attach::{
+        launch::{self, LaunchError},
+        targets,
+    },
+    capture::features::KernelTooOld,
+    control::{self, client::CtlArgs, socket::parse_trace_name},
+    error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
+    manual::{self, GenerateArgs},
+    readers::{self, convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs},
     sinks::output_dir::{OutputDir, split_file_path},
     usage_bail,
 };
@@ -427,6 +432,65 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| {
             format!("'{text}' is not a size: give a number of bytes, optionally with K, M or G")
         })
+}
+
+/// The command line: parses it, does what it asks, and returns the exit status.
+pub fn main() -> i32 {
+    let cli = Cli::try_parse().unwrap_or_else(|error| usage_error(error));
+    let result = match &cli.action {
+        Some(Action::Dump(args)) => readers::dump::run(args),
+        Some(Action::Info(args)) => readers::info::run(args),
+        Some(Action::Convert(args)) => readers::convert::run(args),
+        Some(Action::Ctl(args)) => control::client::run(args),
+        Some(Action::Report(args)) => readers::report::run(args),
+        Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command()),
+        None => cli.into_config().and_then(crate::run),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            say!("thrtrace-bpf: {error:#}");
+            // A log that cannot be read is bad input, like a bad option; so is a kernel below
+            // the floor, which the user can change and we cannot.
+            if error.is::<UsageError>() || error.is::<LogError>() || error.is::<KernelTooOld>() {
+                EXIT_USAGE
+            } else if let Some(launch) = error.downcast_ref::<LaunchError>() {
+                launch.exit_code()
+            } else {
+                EXIT_FAILURE
+            }
+        }
+    }
+}
+
+/// A command line clap refused: help and version as clap prints them; an error as one line,
+/// like every other bad input, with exit status 2.
+fn usage_error(error: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        error.exit();
+    }
+    // The message is the text before the usage, its lines joined ("the following required
+    // arguments were not provided: <NAME>").
+    let text = error.to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let message = message.join(" ");
+    say!(
+        "thrtrace-bpf: {}; see --help",
+        message
+            .trim_start_matches("error: ")
+            .trim_end_matches(['.', ':'])
+    );
+    std::process::exit(EXIT_USAGE);
 }
 
 #[cfg(test)]

@@ -9,18 +9,20 @@
 #[macro_use]
 mod say;
 
-pub mod attach;
-pub mod capture;
-pub mod cli;
-pub mod control;
-pub mod error;
-pub mod manual;
-pub mod readers;
-pub mod session;
-pub mod signals;
-pub mod sinks;
-pub mod sudo;
-pub mod symbolize;
+mod attach;
+mod capture;
+mod cli;
+mod control;
+mod error;
+mod manual;
+mod readers;
+mod session;
+mod signals;
+mod sinks;
+mod sudo;
+mod symbolize;
+
+pub use cli::main;
 
 use foldhash::{HashSet, HashSetExt};
 
