@@ -20,7 +20,11 @@ use crate::{
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
     manual::{self, GenerateArgs},
     readers::{self, convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs},
-    sinks::output_dir::{OutputDir, split_file_path},
+    session::{
+        self,
+        config::{Config, LogOptions, Target},
+    },
+    sinks::output_dir::split_file_path,
     usage_bail,
 };
 
@@ -168,64 +172,10 @@ pub enum Action {
     Generate(GenerateArgs),
 }
 
-/// `--log` and the stream's attributes, checked.
-#[derive(Debug)]
-pub struct LogOptions {
-    /// The directory the log goes in, opened, and its name there.
-    pub dir: OutputDir,
-    pub file_name: String,
-    /// As the user named it, for messages.
-    pub shown: PathBuf,
-    pub trace_name: String,
-    pub stream_size: u64,
-    pub stream_full_policy: StreamFullPolicy,
-    pub log_size: Option<u64>,
-    pub log_full_policy: LogFullPolicy,
-}
-
 /// The stream size without `--stream-size`.
 pub const DEFAULT_STREAM_SIZE: u64 = 4 << 20;
 /// The smallest stream: a few packets.
 pub const MIN_STREAM_SIZE: u64 = 64 << 10;
-
-/// What to trace and where, checked.
-#[derive(Debug)]
-pub struct Config {
-    /// The events to record.
-    pub events: EventSet,
-    /// Where tr.* files go; `None` with `--log` alone and with `list_probes`.
-    pub output: Option<OutputDir>,
-    pub log: Option<LogOptions>,
-    /// The trace's name: POSIX trace-name, and the control socket's.
-    pub name: String,
-    /// `--name` was given: a control socket that cannot be made is an error, not a warning.
-    pub name_given: bool,
-    pub stopped: bool,
-    pub flush_on_block: Option<Duration>,
-    pub deadlock_after: Duration,
-    pub unbuffered: bool,
-    /// Threads that consume the rings, the session's own included (at least 1).
-    pub consumer_threads: usize,
-    pub duration: Option<Duration>,
-    pub ring_bytes: u32,
-    pub empty_programs: bool,
-    pub perf_event_probes: bool,
-    pub probe_at_entry: bool,
-    pub follow: bool,
-    pub verbose: bool,
-    pub lossless: bool,
-    /// Only print where the probes would go.
-    pub list_probes: bool,
-    pub target: Target,
-}
-
-#[derive(Debug)]
-pub enum Target {
-    Pids(Vec<u32>),
-    Command(Vec<OsString>),
-    /// Every process that maps a pthread library, now or later.
-    SystemWide,
-}
 
 /// Consumer threads when not told: one per 4 CPUs, from 1 to 4. On the 2-CPU development VM
 /// the producers it can run keep one consumer thread under half busy, and handing records
@@ -293,11 +243,7 @@ impl Cli {
             _ if log.is_some() => None,
             _ => Some(PathBuf::from(".")),
         };
-        // Opened now, once: every file is created relative to it (see `sinks::output_dir`).
-        let output = match (self.list_probes, dir) {
-            (false, Some(dir)) => Some(OutputDir::open(&dir).map_err(|e| e.usage("with --dir"))?),
-            _ => None,
-        };
+        let output = dir.filter(|_| !self.list_probes);
         let unbuffered =
             self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
         if let Some(threshold) = self.flush_on_block
@@ -362,12 +308,8 @@ impl Cli {
             }
             return Ok(None);
         };
-        let Some((parent, file_name)) = split_file_path(path) else {
+        if split_file_path(path).is_none() {
             usage_bail!("--log {}: name a file", path.display());
-        };
-        let dir = OutputDir::open(parent).map_err(|e| e.usage("for --log"))?;
-        if let Err(error) = dir.check_replaceable(file_name) {
-            usage_bail!("--log: {error}");
         }
         let stream_size = self.stream_size.unwrap_or(DEFAULT_STREAM_SIZE);
         if stream_size < MIN_STREAM_SIZE {
@@ -384,9 +326,7 @@ impl Cli {
             usage_bail!("--log-size with --log-full-policy loop: give at least 64K");
         }
         Ok(Some(LogOptions {
-            dir,
-            file_name: file_name.to_owned(),
-            shown: path.clone(),
+            path: path.clone(),
             trace_name: trace_name(self.name.as_deref()),
             stream_size,
             stream_full_policy,
@@ -444,7 +384,7 @@ pub fn main() -> i32 {
         Some(Action::Ctl(args)) => control::client::run(args),
         Some(Action::Report(args)) => readers::report::run(args),
         Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command()),
-        None => cli.into_config().and_then(crate::run),
+        None => cli.into_config().and_then(|config| session::trace(&config)),
     };
     match result {
         Ok(code) => code,

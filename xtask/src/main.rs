@@ -6,6 +6,7 @@ mod demo;
 mod fuzz;
 mod install;
 mod kernels;
+mod layers;
 mod old_glibc;
 mod setup;
 mod shell;
@@ -48,6 +49,8 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// Print which of the tracer's rooms imports which, and check that every import points down
+    Layers,
     /// Boot Debian's kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
     Kernels,
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
@@ -69,6 +72,7 @@ fn main() {
         Task::Bench { reps } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
         Task::Kernels => kernels::run_all(),
+        Task::Layers => layers::run(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),
         Task::Install { prefix } => install::run_install(&prefix),
     };

@@ -28,6 +28,7 @@ pub fn run_all() -> Result<()> {
     setup::ensure_prerequisites()?;
     old_glibc::ensure_sysroot()?;
     run(command("cargo").args(["fmt", "--all", "--check"]))?;
+    crate::layers::run()?;
     run(command("cargo").args([
         "clippy",
         "--release",

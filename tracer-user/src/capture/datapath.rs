@@ -257,6 +257,7 @@ impl DataPath {
     /// Duplicates of the ring buffers' descriptors, readable when the BPF side forces a wakeup
     /// (of the rings here: taken before any are shared out).
     pub fn ring_fds(&self) -> Result<Vec<OwnedFd>> {
+        // Before `share_rings`: afterwards this holds only its own share.
         let dup = |(_, ring): &(u32, Ring)| ring.as_fd().try_clone_to_owned();
         Ok(self.rings.rings.iter().map(dup).collect::<Result<_, _>>()?)
     }

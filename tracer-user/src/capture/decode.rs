@@ -1,7 +1,7 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{EventDef, Field, RawRecord, events::classify};
+use tracer_common::{Category, EventDef, Field, RawRecord, events::classify};
 use tracer_model::{TraceRecord, selection::EventSet};
 
 /// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
@@ -87,6 +87,19 @@ impl Decoder {
             a: event.layout(raw.which).map(|field| field_value(field, raw)),
             caller: raw.caller,
         })
+    }
+}
+
+/// glibc's `pthread_mutex_t`: `__owner` (the owner's thread id) is its third word.
+const MUTEX_OWNER_WORD: usize = 2;
+
+/// What the raw record of `record` says of who holds its lock (0: nothing): a mutex lock's
+/// entry carries the mutex's `__owner`, the owner of a lock taken before the trace began.
+pub fn owner_hint(record: &TraceRecord, raw: &RawRecord) -> u32 {
+    let mutex = [Category::Mutex.code(), Category::Rmutex.code()].contains(&record.event1);
+    match (mutex, record.which) {
+        (true, 1) => raw.object[MUTEX_OWNER_WORD],
+        _ => 0,
     }
 }
 

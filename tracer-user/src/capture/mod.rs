@@ -6,6 +6,7 @@
 
 pub mod datapath;
 pub mod decode;
+pub mod draw;
 pub mod features;
 pub mod kernel;
 pub mod loader;

@@ -10,6 +10,7 @@
 
 use std::{os::unix::net::UnixListener, time::Duration};
 
+use anyhow::Result;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::UnixStream,
@@ -22,7 +23,15 @@ use tracer_model::{
     selection::EventSet,
 };
 
-use crate::control::{FilterHow, MAX_REQUEST_BYTES, Reply, Request, socket::ControlSocket};
+use super::{
+    Session,
+    flow::{Action, FlushCause, Staged},
+};
+use crate::{
+    capture::kernel,
+    control::{FilterHow, MAX_REQUEST_BYTES, Reply, Request, StatusReport, socket::ControlSocket},
+    sinks::Sink,
+};
 
 /// How long a connection may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -239,6 +248,113 @@ impl Recording {
             new: self.selected.filtered_out(),
         };
         Ok(SystemEvent::new(time_ns, kind))
+    }
+}
+
+impl Session {
+    /// Answers a controller's request, or says it is to be answered at the end (shutdown).
+    pub(super) fn answer(&mut self, asked: Asked) -> Result<Option<oneshot::Sender<Reply>>> {
+        let Asked { request, answer } = asked;
+        let now = kernel::monotonic_ns();
+        let now_ns = self.decoder.realtime_ns(now);
+        let change = match request {
+            Request::Status => {
+                let status = self.status();
+                let _ = answer.send(Reply::Status(Box::new(status)));
+                return Ok(None);
+            }
+            Request::Shutdown => return Ok(Some(answer)),
+            Request::Flush | Request::Clear => {
+                let action = match request {
+                    Request::Flush => Action::Flush(FlushCause::Controller),
+                    _ => Action::Clear,
+                };
+                // Done once everything stamped before now is written.
+                let answer = Some(answer);
+                self.flow.reorder.push(now, Staged::Act { action, answer });
+                return Ok(None);
+            }
+            Request::Start => self
+                .recording
+                .set_running(true, now_ns)
+                .ok_or("running already"),
+            Request::Stop => self
+                .recording
+                .set_running(false, now_ns)
+                .ok_or("stopped already"),
+            Request::Filter { how, events } => match self.recording.filter(how, &events, now_ns) {
+                Ok(event) => Ok(event),
+                Err(refusal) => {
+                    let _ = answer.send(Reply::refused(refusal));
+                    return Ok(None);
+                }
+            },
+        };
+        let event = match change {
+            Ok(event) => event,
+            // Nothing to change: done, as POSIX's start of a running stream is.
+            Err(already) => {
+                let _ = answer.send(Reply::done(already));
+                return Ok(None);
+            }
+        };
+        self.datapath.set_recording(&self.recording.masks())?;
+        let message = match &event.kind {
+            SystemKind::Start { .. } => "started".to_owned(),
+            SystemKind::Stop { .. } => "stopped".to_owned(),
+            _ => format!("recording {}", self.recording.selected().spec()),
+        };
+        let action = Action::Select {
+            events: self.recording.decoded(),
+            event,
+        };
+        self.flow.reorder.push(
+            now,
+            Staged::Act {
+                action,
+                answer: None,
+            },
+        );
+        let _ = answer.send(Reply::done(message));
+        Ok(None)
+    }
+
+    /// `ctl status`.
+    fn status(&self) -> StatusReport {
+        let state = self.sinks.state();
+        let status = state.status.unwrap_or_default();
+        let running = self.recording.running() && (state.status.is_none() || status.running);
+        let flag =
+            |set: bool, yes: &str, no: &str| format!("POSIX_TRACE_{}", if set { yes } else { no });
+        let mut targets: Vec<u32> = self.watched.running.iter().copied().collect();
+        targets.sort_unstable();
+        StatusReport {
+            name: self.name.clone(),
+            pid: std::process::id(),
+            posix_stream_status: flag(running, "RUNNING", "SUSPENDED"),
+            posix_stream_full_status: flag(status.full, "FULL", "NOT_FULL"),
+            posix_stream_overrun_status: flag(status.overrun, "OVERRUN", "NO_OVERRUN"),
+            posix_stream_flush_status: flag(status.flushing, "FLUSHING", "NOT_FLUSHING"),
+            posix_stream_flush_error: i32::from(status.flush_error),
+            posix_log_overrun_status: flag(status.log_overrun, "OVERRUN", "NO_OVERRUN"),
+            posix_log_full_status: flag(status.log_full, "FULL", "NOT_FULL"),
+            events: self.recording.selected().spec(),
+            recorded: self
+                .recording
+                .selected()
+                .names()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            filtered_out: self.recording.selected().filtered_out(),
+            records: self.flow.records,
+            lost: self.flow.losses.total(),
+            rate: self.flow.rate.per_second,
+            uptime_s: self.flow.started.elapsed().as_secs_f64(),
+            targets,
+            system_wide: self.until_stopped,
+            sinks: state.descriptions,
+        }
     }
 }
 

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use tracer_common::{Category, RawRecord};
 use tracer_model::{
     TraceRecord,
     analysis::{Analysis, Deadlock},
@@ -14,19 +13,6 @@ use tracer_model::{
 
 use super::facts;
 use crate::{say::duration, symbolize::Symbols};
-
-/// glibc's `pthread_mutex_t`: `__owner` (the owner's thread id) is its third word.
-const MUTEX_OWNER_WORD: usize = 2;
-
-/// What the raw record of `record` says of who holds its lock (0: nothing): a mutex lock's
-/// entry carries the mutex's `__owner`, the owner of a lock taken before the trace began.
-pub fn owner_hint(record: &TraceRecord, raw: &RawRecord) -> u32 {
-    let mutex = [Category::Mutex.code(), Category::Rmutex.code()].contains(&record.event1);
-    match (mutex, record.which) {
-        (true, 1) => raw.object[MUTEX_OWNER_WORD],
-        _ => 0,
-    }
-}
 
 pub struct DeadlockWatch {
     analysis: Analysis,

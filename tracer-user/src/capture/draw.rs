@@ -1,7 +1,7 @@
 //! Where records leave the rings. Each is decoded as it is drawn, while its bytes are in cache:
 //! by the session's thread for its share of the rings and, with `--consumer-threads N`, by N-1
 //! drawing threads for the others, all in the same pass. The session then puts every record
-//! drawn in the reorder stage, which orders them whoever drew them.
+//! drawn in the reorder stage ([`super::reorder`]), which orders them whoever drew them.
 
 use std::{
     sync::mpsc,
@@ -12,10 +12,9 @@ use anyhow::{Context, Result, anyhow};
 use tracer_common::RawRecord;
 use tracer_model::TraceRecord;
 
-use super::deadlocks;
-use crate::capture::{
+use super::{
     datapath::{Drained, Rings},
-    decode::Decoder,
+    decode::{Decoder, owner_hint},
 };
 
 /// A record as it waits in the reorder stage, decoded as it was drawn from the ring of `cpu`:
@@ -23,7 +22,7 @@ use crate::capture::{
 /// a raw record's size, as many thousands wait there (perf: the misses of reading raw records
 /// back were the largest cost of writing them).
 #[derive(Clone, Copy)]
-pub(super) struct Drawn {
+pub struct Drawn {
     /// `None`: codes the event table does not know.
     pub record: Option<TraceRecord>,
     /// When it was stamped (realtime): where a gap before it, or its loss, is placed.
@@ -31,13 +30,13 @@ pub(super) struct Drawn {
     pub cpu: u32,
     /// Records the ring could not take just before it.
     pub lost_before: u32,
-    /// For the live deadlock watch (see `deadlocks::owner_hint`).
+    /// For the live deadlock watch (see `decode::owner_hint`).
     pub owner_hint: u32,
 }
 
 /// A record just drawn, with what the session needs of it before it waits: when it was stamped
 /// (CLOCK_MONOTONIC, the stage's order) and whose it is, known even when it does not decode.
-pub(super) struct Pulled {
+pub struct Pulled {
     pub ktime_ns: u64,
     pub pid: u32,
     pub lwpid: u32,
@@ -52,9 +51,7 @@ impl Pulled {
             pid: raw.pid,
             lwpid: raw.lwpid,
             drawn: Drawn {
-                owner_hint: record
-                    .as_ref()
-                    .map_or(0, |record| deadlocks::owner_hint(record, raw)),
+                owner_hint: record.as_ref().map_or(0, |record| owner_hint(record, raw)),
                 record,
                 time_ns: decoder.realtime_ns(raw.ktime_ns),
                 cpu,
@@ -66,7 +63,7 @@ impl Pulled {
 
 /// The threads that drain the rings shared out (`DataPath::share_rings`), each its own share,
 /// one pass when the session begins one. None with one consumer thread.
-pub(super) struct DrawThreads {
+pub struct DrawThreads {
     threads: Vec<DrawThread>,
 }
 

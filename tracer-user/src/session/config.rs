@@ -1,0 +1,60 @@
+//! What a trace is asked to do, checked: the command line (`cli`) makes a [`Config`], and
+//! [`super::Session::new`] starts a trace from it.
+
+use std::{ffi::OsString, path::PathBuf, time::Duration};
+
+use tracer_model::{
+    log::{LogFullPolicy, StreamFullPolicy},
+    selection::EventSet,
+};
+
+/// What to trace and where, checked.
+#[derive(Debug)]
+pub struct Config {
+    /// The events to record.
+    pub events: EventSet,
+    /// The directory tr.* files go in; `None` with `--log` alone and with `list_probes`.
+    pub output: Option<PathBuf>,
+    pub log: Option<LogOptions>,
+    /// The trace's name: POSIX trace-name, and the control socket's.
+    pub name: String,
+    /// `--name` was given: a control socket that cannot be made is an error, not a warning.
+    pub name_given: bool,
+    pub stopped: bool,
+    pub flush_on_block: Option<Duration>,
+    pub deadlock_after: Duration,
+    pub unbuffered: bool,
+    /// Threads that consume the rings, the session's own included (at least 1).
+    pub consumer_threads: usize,
+    pub duration: Option<Duration>,
+    pub ring_bytes: u32,
+    pub empty_programs: bool,
+    pub perf_event_probes: bool,
+    pub probe_at_entry: bool,
+    pub follow: bool,
+    pub verbose: bool,
+    pub lossless: bool,
+    /// Only print where the probes would go.
+    pub list_probes: bool,
+    pub target: Target,
+}
+
+#[derive(Debug)]
+pub enum Target {
+    Pids(Vec<u32>),
+    Command(Vec<OsString>),
+    /// Every process that maps a pthread library, now or later.
+    SystemWide,
+}
+
+/// `--log` and the stream's attributes, checked.
+#[derive(Debug)]
+pub struct LogOptions {
+    /// The log file, as the user named it (a file name in a directory, checked).
+    pub path: PathBuf,
+    pub trace_name: String,
+    pub stream_size: u64,
+    pub stream_full_policy: StreamFullPolicy,
+    pub log_size: Option<u64>,
+    pub log_full_policy: LogFullPolicy,
+}

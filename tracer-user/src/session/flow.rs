@@ -1,0 +1,480 @@
+//! The way of records and the session's own events from the rings to the sinks: drawn and
+//! decoded ([`crate::capture::draw`]), put in time order with the system events the session
+//! makes (a process first seen or gone, a gap, an error, a controller's action) by the reorder
+//! stage, then handed to the sinks and the live analyses ([`Flow`], `Session::drain`).
+
+use std::collections::hash_map::Entry;
+
+use anyhow::{Context, Result};
+// Per-record sets (processes and threads seen): a fast hasher rather than SipHash.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use tokio::{sync::oneshot, time::Instant};
+use tracer_model::{
+    event::{LossSource, SystemEvent, SystemKind},
+    selection::EventSet,
+};
+
+use super::{Session, facts, facts::Facts};
+use crate::{
+    capture::{
+        datapath::Rings,
+        decode::Decoder,
+        draw::{DrawThreads, Drawn, Pulled},
+        kernel,
+        loss::Losses,
+        reorder::{LATE_COMMIT_NS, Released, Reorder},
+    },
+    control::Reply,
+    sinks::Sink,
+};
+
+/// What a failed write of the trace means.
+pub(super) const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
+
+/// Records between the rings and the sinks, and those that never arrived.
+pub(super) struct Flow {
+    /// The threads that drain the rings shared out, if any.
+    pub(super) drawers: DrawThreads,
+    pub(super) reorder: Reorder<Drawn, Staged>,
+    /// Processes with records written whose exit has not been handled yet: system-wide, the
+    /// ones to look for; under `--follow`, the children to watch.
+    pub(super) processes: HashSet<u32>,
+    /// The process of the last record written, which `processes` holds (records come in runs
+    /// of one process: one lookup per run, not per record).
+    pub(super) last_recorded_pid: Option<u32>,
+    /// Processes whose exit waits in the reorder stage.
+    pub(super) exiting: HashSet<u32>,
+    pub(super) losses: Losses,
+    /// Per CPU, the losses placed in the stream by the records that came after them.
+    pub(super) placed: Vec<u64>,
+    pub(super) lossless_stops: u64,
+    /// Records handed to the sinks.
+    pub(super) records: u64,
+    /// Set when a sink keeps system events: the facts about processes are read then only.
+    pub(super) facts: Option<Facts>,
+    /// Processes whose facts are in the stream (a detach event ends them).
+    pub(super) described: HashSet<u32>,
+    /// Threads whose name is in the stream: that name, and the second they were last seen in.
+    pub(super) named_threads: HashMap<u32, ThreadSeen>,
+    /// Seconds since the trace began, as counted by the session's once-a-second tick.
+    pub(super) seconds: u64,
+    pub(super) started: Instant,
+    pub(super) rate: Rate,
+}
+
+impl Flow {
+    /// Records from the rings shared out in `shares` (drawn by threads of their own) and the
+    /// session's own; `early` system events first. `keeps_system_events`: a sink keeps them,
+    /// so the facts about processes are read; `described`: the processes whose facts are among
+    /// `early`.
+    pub fn new(
+        shares: Vec<Rings>,
+        decoder: &Decoder,
+        keeps_system_events: bool,
+        described: HashSet<u32>,
+        early: Vec<(u64, SystemEvent)>,
+    ) -> Result<Self> {
+        let mut reorder = Reorder::new(LATE_COMMIT_NS);
+        for (ktime, event) in early {
+            reorder.push(ktime, Staged::System(event));
+        }
+        Ok(Flow {
+            drawers: DrawThreads::start(shares, decoder)?,
+            reorder,
+            processes: HashSet::new(),
+            last_recorded_pid: None,
+            exiting: HashSet::new(),
+            losses: Losses::new(std::time::Instant::now()),
+            placed: Vec::new(),
+            lossless_stops: 0,
+            records: 0,
+            facts: keeps_system_events.then(Facts::default),
+            described,
+            named_threads: HashMap::new(),
+            seconds: 0,
+            started: Instant::now(),
+            rate: Rate::default(),
+        })
+    }
+}
+
+/// What else waits in the reorder stage, among the records.
+pub(super) enum Staged {
+    System(SystemEvent),
+    /// A process has exited: once everything before is written, its files are completed.
+    Exited(u32),
+    /// A thread first seen: its name is read when this is written (`first`: as it was when
+    /// its first record was read, in case it is gone by then).
+    ThreadName {
+        lwpid: u32,
+        first: Option<SystemEvent>,
+    },
+    /// Something asked of the sinks or the decoder, done once everything before is written;
+    /// `answer` is the controller's, if it asked.
+    Act {
+        action: Action,
+        answer: Option<oneshot::Sender<Reply>>,
+    },
+}
+
+pub(super) enum Action {
+    /// From here on the decoder keeps `events` (none while stopped); `event` (START, STOP,
+    /// FILTER) says why.
+    Select {
+        events: EventSet,
+        event: SystemEvent,
+    },
+    Flush(FlushCause),
+    Clear,
+}
+
+pub(super) enum FlushCause {
+    /// SIGUSR1.
+    Signal,
+    Controller,
+    /// `--flush-on-block`: a call blocked too long; the event says which (written first).
+    Blocked(SystemEvent),
+}
+
+/// "thread 4251 (pid 4242) blocked 250 ms in mutex_lock(0x55d0c0a4e0c0)".
+fn describe_block(event: &SystemEvent) -> String {
+    let SystemKind::Blocked {
+        call,
+        object,
+        blocked_ns,
+        returned,
+    } = &event.kind
+    else {
+        return event.kind.name().to_owned();
+    };
+    format!(
+        "thread {} (pid {}) {} {} ms in {call}({object:#x})",
+        event.lwpid,
+        event.pid,
+        if *returned {
+            "was blocked"
+        } else {
+            "has been blocked"
+        },
+        blocked_ns / 1_000_000
+    )
+}
+
+/// Records per second, measured over the last second.
+#[derive(Default)]
+pub(super) struct Rate {
+    last: Option<(Instant, u64)>,
+    pub(super) per_second: f64,
+}
+
+impl Rate {
+    pub(super) fn sample(&mut self, records: u64) {
+        let now = Instant::now();
+        if let Some((then, before)) = self.last {
+            let seconds = now.duration_since(then).as_secs_f64();
+            if seconds > 0.0 {
+                self.per_second = (records - before) as f64 / seconds;
+            }
+        }
+        self.last = Some((now, records));
+    }
+}
+
+/// `lost` records of `cpu` that never arrived, stamped `time_ns`.
+pub(super) fn overflow(time_ns: i64, lost: u64, cpu: u32, source: LossSource) -> SystemEvent {
+    let kind = SystemKind::Overflow {
+        lost,
+        cpu,
+        source,
+        first_lost_ns: 0,
+    };
+    SystemEvent::new(time_ns, kind)
+}
+
+pub(super) struct ThreadSeen {
+    pub(super) pid: u32,
+    pub(super) name: String,
+    pub(super) seen: u64,
+}
+
+/// The THREAD_NAME event of thread `lwpid` first seen: its name now, or the one it had when
+/// first seen if it is gone; none if that name is the one in the stream already.
+fn name_now(flow: &mut Flow, lwpid: u32, first: Option<SystemEvent>) -> Option<SystemEvent> {
+    let seen = flow.named_threads.get_mut(&lwpid)?;
+    let time_ns = first.as_ref()?.time_ns;
+    let event = facts::thread_name(seen.pid, lwpid, time_ns).or(first)?;
+    let SystemKind::ThreadName { name } = &event.kind else {
+        return None;
+    };
+    if *name == seen.name {
+        return None;
+    }
+    seen.name = name.clone();
+    Some(event)
+}
+
+impl Session {
+    /// Reads the rings into the reorder stage and writes what it releases; reads the kernel's
+    /// loss counters and reports new losses.
+    pub(super) fn drain(&mut self) -> Result<()> {
+        let pass_start = kernel::monotonic_ns();
+        self.flow.drawers.begin_pass()?;
+        let Flow {
+            reorder,
+            facts,
+            described,
+            named_threads,
+            seconds,
+            drawers,
+            ..
+        } = &mut self.flow;
+        // The thread of the previous record: records come in runs of one thread, whose
+        // process and name are known after the first (and `seconds` holds for the pass).
+        let mut previous = None;
+        let mut arrive = |pulled: Pulled| {
+            let Pulled {
+                ktime_ns,
+                pid,
+                lwpid,
+                drawn,
+            } = pulled;
+            // A process or thread first seen: its facts are read now, while it most likely
+            // still lives, and placed just before its record.
+            if let Some(facts) = facts.as_mut()
+                && previous.replace((pid, lwpid)) != Some((pid, lwpid))
+            {
+                let time_ns = drawn.time_ns;
+                let mut events = Vec::new();
+                if described.insert(pid) {
+                    events.extend(facts.attached(pid, time_ns));
+                }
+                for event in events {
+                    reorder.push(ktime_ns, Staged::System(event));
+                }
+                // A thread first seen is named when its first record is written: a thread
+                // that names itself as it starts has done so by then. The name it has now
+                // stands in if it is gone by then.
+                match named_threads.entry(lwpid) {
+                    Entry::Occupied(mut seen) => seen.get_mut().seen = *seconds,
+                    Entry::Vacant(slot) => {
+                        let name = facts::thread_name(pid, lwpid, time_ns);
+                        slot.insert(ThreadSeen {
+                            pid,
+                            name: String::new(),
+                            seen: *seconds,
+                        });
+                        let staged = Staged::ThreadName { lwpid, first: name };
+                        reorder.push(ktime_ns, staged);
+                    }
+                }
+            }
+            reorder.push_record(ktime_ns, drawn)
+        };
+        let decoder = &self.decoder;
+        let drained = self
+            .datapath
+            .drain(|cpu, raw| arrive(Pulled::new(decoder, cpu, raw)));
+        let drained = drained.merge(drawers.end_pass(&mut arrive)?);
+        self.flow.losses.add_undecodable(drained.malformed);
+        // Every ring read to its end: what --lossless stopped may run again.
+        if drained.behind_after.is_none() {
+            self.flow.lossless_stops += self.datapath.stopped().resume().len() as u64;
+        }
+        self.write_released(Some((pass_start, drained.behind_after)))?;
+        self.sinks.batch_done().context(INCOMPLETE)?;
+        let lost = self.datapath.lost_per_cpu()?;
+        if let Some(report) = self.flow.losses.update(lost, std::time::Instant::now()) {
+            say!("thrtrace-bpf: {report}");
+        }
+        Ok(())
+    }
+
+    /// Hands `items` to the sinks in order (see `write_item`), then ends the batch.
+    pub(super) fn write(&mut self, items: Vec<Staged>) -> Result<()> {
+        for item in items {
+            self.write_item(item)?;
+        }
+        self.sinks.batch_done().context(INCOMPLETE)
+    }
+
+    /// Writes what the reorder stage releases, as it releases it (a record read where it
+    /// waits): what the pass ending with `until` (pass start, oldest unread) completes, or
+    /// with `None` everything.
+    pub(super) fn write_released(&mut self, until: Option<(u64, Option<u64>)>) -> Result<()> {
+        let mut reorder = std::mem::replace(&mut self.flow.reorder, Reorder::new(LATE_COMMIT_NS));
+        let mut written = Ok(());
+        let mut sink = |item: Released<'_, Drawn, Staged>| {
+            if written.is_ok() {
+                written = match item {
+                    Released::Record(drawn) => self.write_record(drawn),
+                    Released::Other(item) => self.write_item(*item),
+                };
+            }
+        };
+        match until {
+            Some((pass_start, behind_after)) => {
+                reorder.release(pass_start, behind_after, &mut sink)
+            }
+            None => reorder.release_all(&mut sink),
+        }
+        self.flow.reorder = reorder;
+        written
+    }
+
+    /// Hands one item other than a record to the sinks (or does it): a process first seen
+    /// with its facts, a thread first seen with its name.
+    fn write_item(&mut self, item: Staged) -> Result<()> {
+        match item {
+            Staged::System(event) => self.sinks.system_event(&event).context(INCOMPLETE),
+            Staged::Act { action, answer } => self.act(action, answer),
+            Staged::ThreadName { lwpid, first } => {
+                if let Some(event) = name_now(&mut self.flow, lwpid, first) {
+                    self.sinks.system_event(&event).context(INCOMPLETE)?;
+                }
+                Ok(())
+            }
+            Staged::Exited(pid) => {
+                self.flow.exiting.remove(&pid);
+                self.flow.processes.remove(&pid);
+                self.flow.last_recorded_pid = None;
+                if let Some(blocks) = self.blocks.as_mut() {
+                    blocks.process_exited(pid);
+                }
+                if let Some(deadlocks) = self.deadlocks.as_mut() {
+                    deadlocks.process_exited(pid);
+                }
+                if self.flow.described.remove(&pid) {
+                    let now = self.decoder.realtime_ns(kernel::monotonic_ns());
+                    let detach = SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
+                    self.sinks.system_event(&detach).context(INCOMPLETE)?;
+                }
+                self.sinks.process_exited(pid).context(INCOMPLETE)
+            }
+        }
+    }
+
+    /// Writes a drawn record, after the overflow of the gap before it if there was one.
+    fn write_record(&mut self, drawn: &Drawn) -> Result<()> {
+        let Drawn {
+            ref record,
+            time_ns,
+            cpu,
+            lost_before,
+            owner_hint,
+        } = *drawn;
+        if lost_before > 0 {
+            let lost = u64::from(lost_before);
+            let slot = cpu as usize;
+            if self.flow.placed.len() <= slot {
+                self.flow.placed.resize(slot + 1, 0);
+            }
+            self.flow.placed[slot] += lost;
+            let gap = overflow(time_ns, lost, cpu, LossSource::Ring);
+            self.sinks.system_event(&gap).context(INCOMPLETE)?;
+            let resume = SystemEvent::new(time_ns, SystemKind::Resume);
+            self.sinks.system_event(&resume).context(INCOMPLETE)?;
+        }
+        match record {
+            Some(record) if self.decoder.selects(record) => {
+                if self.flow.last_recorded_pid != Some(record.pid) {
+                    self.flow.processes.insert(record.pid);
+                    self.flow.last_recorded_pid = Some(record.pid);
+                }
+                self.flow.records += 1;
+                self.sinks.record(record).context(INCOMPLETE)?;
+                if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(record)) {
+                    self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
+                }
+                if let Some(deadlocks) = self.deadlocks.as_mut() {
+                    deadlocks.record(record, owner_hint);
+                }
+            }
+            // A call of the kind not selected (a plain mutex when only rmutex is).
+            Some(_) => {}
+            None => {
+                self.flow.losses.add_undecodable(1);
+                let lost = overflow(time_ns, 1, cpu, LossSource::Undecodable);
+                self.sinks.system_event(&lost).context(INCOMPLETE)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Does what a controller, a signal or a long block asked, now that everything stamped
+    /// before the request has been written.
+    pub(super) fn act(
+        &mut self,
+        action: Action,
+        answer: Option<oneshot::Sender<Reply>>,
+    ) -> Result<()> {
+        let reply = match action {
+            Action::Select { events, event } => {
+                self.decoder.select(events);
+                self.sinks.system_event(&event).context(INCOMPLETE)?;
+                return Ok(());
+            }
+            Action::Clear => {
+                let dropped = self.sinks.clear().context(INCOMPLETE)?;
+                Reply::done(format!("cleared: {dropped} events dropped from the stream"))
+            }
+            Action::Flush(cause) => {
+                if let FlushCause::Blocked(event) = &cause {
+                    self.sinks.system_event(event).context(INCOMPLETE)?;
+                    let may_flush = self
+                        .blocks
+                        .as_mut()
+                        .is_some_and(|blocks| blocks.may_flush(std::time::Instant::now()));
+                    if !may_flush {
+                        return Ok(());
+                    }
+                }
+                self.sinks.flush().context(INCOMPLETE)?;
+                match &cause {
+                    FlushCause::Signal => say!("thrtrace-bpf: flushed (SIGUSR1)"),
+                    FlushCause::Blocked(event) => {
+                        say!("thrtrace-bpf: flushed: {}", describe_block(event))
+                    }
+                    FlushCause::Controller => {}
+                }
+                Reply::done("flushed")
+            }
+        };
+        if let Some(answer) = answer {
+            let _ = answer.send(reply);
+        }
+        Ok(())
+    }
+
+    /// Once a second: the threads seen in the last second whose name (comm) has changed get a
+    /// THREAD_NAME event with the new one.
+    pub(super) fn renamed_threads(&mut self) {
+        self.flow.seconds += 1;
+        if self.flow.facts.is_none() {
+            return;
+        }
+        let now = kernel::monotonic_ns();
+        let time_ns = self.decoder.realtime_ns(now);
+        let recent = self.flow.seconds - 1;
+        let mut renamed = Vec::new();
+        // A thread whose first name is not written yet (it waits in the reorder stage) is not
+        // renamed.
+        let renamable = |seen: &ThreadSeen| seen.seen >= recent && !seen.name.is_empty();
+        for (&lwpid, seen) in self
+            .flow
+            .named_threads
+            .iter_mut()
+            .filter(|(_, s)| renamable(s))
+        {
+            if let Some(event) = facts::thread_name(seen.pid, lwpid, time_ns)
+                && let SystemKind::ThreadName { name } = &event.kind
+                && *name != seen.name
+            {
+                seen.name = name.clone();
+                renamed.push(event);
+            }
+        }
+        for event in renamed {
+            self.flow.reorder.push(now, Staged::System(event));
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! How a trace starts, in the order that keeps the host safe and the user told: the outputs
+//! opened and the kernel checked before anything is created, the signals caught and the
+//! control socket named before anything is attached, then the BPF object loaded, the targets
+//! attached, and the sinks started ([`Session::new`]).
+
+use anyhow::{Context, Result};
+use foldhash::{HashSet, HashSetExt};
+use tracer_model::{
+    event::{SystemEvent, SystemKind, event_types},
+    log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
+    selection::EventSet,
+};
+
+use super::{
+    Session,
+    blocks::BlockWatch,
+    config::{Config, LogOptions, Target},
+    control::{Controller, Recording},
+    deadlocks::DeadlockWatch,
+    facts::Facts,
+    flow::Flow,
+    run::Clock,
+    watch::{Watched, target_error_event},
+};
+use crate::{
+    attach::{
+        exec_follow, launch,
+        probes::{self, Probes},
+        targets::{self, PthreadLibrary},
+    },
+    capture::{
+        datapath::{DataPath, Scope},
+        decode::Decoder,
+        features,
+        kernel::{self, TaskOffsets},
+        programs::UprobeMechanism,
+    },
+    control::socket::{ControlError, RuntimeDir},
+    error::UsageError,
+    signals::TraceSignals,
+    sinks::{
+        Sink, Sinks, descriptors,
+        log::TraceLog,
+        output_dir::{OutputDir, split_file_path},
+        threaded::Threaded,
+        tr_writers::TrWriters,
+    },
+    usage_bail,
+};
+
+/// The directories the files go in, opened once: every file is created relative to one of
+/// them (see `sinks::output_dir`).
+struct Outputs {
+    tr: Option<OutputDir>,
+    /// The log's directory and its file name there.
+    log: Option<(OutputDir, String)>,
+}
+
+impl Outputs {
+    fn open(config: &Config) -> Result<Self> {
+        let tr = match &config.output {
+            Some(dir) => Some(OutputDir::open(dir).map_err(|e| e.usage("with --dir"))?),
+            None => None,
+        };
+        let log = match &config.log {
+            Some(options) => {
+                let Some((parent, file_name)) = split_file_path(&options.path) else {
+                    usage_bail!("--log {}: name a file", options.path.display());
+                };
+                let dir = OutputDir::open(parent).map_err(|e| e.usage("for --log"))?;
+                if let Err(error) = dir.check_replaceable(file_name) {
+                    usage_bail!("--log: {error}");
+                }
+                Some((dir, file_name.to_owned()))
+            }
+            None => None,
+        };
+        Ok(Outputs { tr, log })
+    }
+}
+
+impl Session {
+    /// Starts the trace `config` asks for, up to the point where records flow: probes placed,
+    /// targets attached, sinks begun by [`Session::run`]. Needs a tokio runtime's context.
+    pub fn new(config: &Config) -> Result<Self> {
+        let outputs = Outputs::open(config)?;
+        // Before anything is created or attached: a kernel below the floor ends the run at once.
+        let kernel_features = features::check()?;
+        // The events whose probes record the selected ones: rmutex calls are recorded by the
+        // mutex probes (told apart when decoded).
+        let probed = config.events.probed();
+        let recording = Recording::new(probed, config.events, config.stopped);
+        // The stream is created now: its start is stamped before any record can be (unless it
+        // starts stopped, when a controller's START starts it).
+        let created_ktime = kernel::monotonic_ns();
+        let decoder = Decoder::new(kernel::realtime_offset_ns(), recording.decoded());
+        let created_ns = decoder.realtime_ns(created_ktime);
+        let mut early_events = Vec::new();
+        if !config.stopped {
+            early_events.push((created_ktime, start_event(created_ns, config.events)));
+        }
+        let signals =
+            TraceSignals::catch_and_hold().context("cannot catch SIGINT, SIGTERM and SIGUSR1")?;
+        // Before anything is attached: a name already taken ends the run at once.
+        let controller = control_socket(config)?;
+        descriptors::raise_limit();
+        let scope = match (&config.target, config.follow) {
+            (Target::SystemWide, _) => Scope::SystemWide,
+            (_, true) => Scope::Follow,
+            (_, false) => Scope::Processes,
+        };
+        let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
+        let mechanism = UprobeMechanism::detect(config.perf_event_probes);
+        if config.verbose {
+            say!("thrtrace-bpf: {kernel_features}");
+            say!("thrtrace-bpf: {}", btf_access.describe());
+            say!(
+                "thrtrace-bpf: {}",
+                mechanism.describe(config.perf_event_probes)
+            );
+        }
+        let mut datapath = DataPath::load(
+            offsets,
+            config.ring_bytes,
+            config.empty_programs,
+            config.lossless,
+            scope,
+            mechanism,
+        )?;
+        // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
+        datapath.set_recording(&recording.masks())?;
+        let mut probes = Probes::new(probed, config.probe_at_entry, mechanism)?;
+        let symbols = probes.symbols();
+        let follow = config.follow;
+        // Facts about the targets (executable, mapped files) are read as each is attached, for
+        // the log only.
+        let mut facts = config.log.is_some().then(Facts::default);
+        let mut described = HashSet::new();
+        let mut describe = |pid: u32, events: &mut Vec<(u64, SystemEvent)>| {
+            if let Some(facts) = facts.as_mut()
+                && described.insert(pid)
+            {
+                let now = kernel::monotonic_ns();
+                let facts = facts.attached(pid, decoder.realtime_ns(now));
+                events.extend(facts.into_iter().map(|event| (now, event)));
+            }
+        };
+        // Said only once the targets' execs are followed too: the line tells users it is ready.
+        let mut followed = Vec::new();
+        let mut attach = |pid: u32, library: &PthreadLibrary| {
+            describe(pid, &mut early_events);
+            if follow {
+                probes.attach_shared(&mut datapath, pid, library)?;
+                followed.push(format!(
+                    "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
+                    library.file.path
+                ));
+                Ok(())
+            } else if targets::main_thread_exited(pid) {
+                probes.attach_after_main_thread(&mut datapath, pid, library)
+            } else {
+                probes.attach_library(&mut datapath, pid, library)
+            }
+        };
+
+        let (attached_pids, launched) = match &config.target {
+            Target::Pids(pids) => {
+                let mut traced = Vec::new();
+                let mut failures = Vec::new();
+                for &pid in pids {
+                    let libraries = targets::find_pthread_libraries(pid, &symbols)?;
+                    if libraries.is_empty() {
+                        say!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
+                        continue;
+                    }
+                    // One target that cannot be attached is an error event; the others are
+                    // traced.
+                    match libraries
+                        .iter()
+                        .try_for_each(|library| attach(pid, library))
+                    {
+                        Ok(()) => traced.push(pid),
+                        Err(error) => failures.push((pid, error)),
+                    }
+                }
+                if traced.is_empty()
+                    && let Some((_, error)) = failures.pop()
+                {
+                    return Err(error);
+                }
+                for (pid, error) in failures {
+                    say!("thrtrace-bpf: pid {pid} is not traced: {error:#}");
+                    let now = kernel::monotonic_ns();
+                    let event = target_error_event(decoder.realtime_ns(now), pid, &error);
+                    early_events.push((now, event));
+                }
+                (traced, None)
+            }
+            Target::Command(argv) => (
+                Vec::new(),
+                Some(launch::launch(argv, &symbols, attach, follow)?),
+            ),
+            // Each distinct library file once; the tracer's own calls are skipped in BPF.
+            Target::SystemWide => {
+                probes.attach_new_libraries(&mut datapath)?;
+                (Vec::new(), None)
+            }
+        };
+
+        // Under --follow, the targets are also traced through exec into other libraries.
+        let exec_requests = follow
+            .then(|| {
+                let launched_pid = launched
+                    .as_ref()
+                    .filter(|l| l.exited.is_none())
+                    .map(|l| l.child.id());
+                exec_follow::start(
+                    attached_pids.clone(),
+                    launched_pid,
+                    symbols.clone(),
+                    datapath.take_stopped_view(),
+                )
+            })
+            .transpose()?;
+        for line in followed {
+            say!("{line}");
+        }
+        let sinks = start_sinks(config, outputs, created_ns)?;
+        let clock = Clock::new(&datapath, config.unbuffered, config.duration)?;
+        let shares = datapath.share_rings(config.consumer_threads);
+        let flow = Flow::new(
+            shares,
+            &decoder,
+            sinks.wants_system_events(),
+            described,
+            early_events,
+        )?;
+        Ok(Session {
+            datapath,
+            probes,
+            decoder,
+            sinks,
+            flow,
+            watched: Watched::new(&attached_pids, launched),
+            clock,
+            until_stopped: matches!(config.target, Target::SystemWide),
+            follow: config.follow,
+            exec_requests,
+            signals,
+            name: config.name.clone(),
+            controller,
+            recording,
+            blocks: config.flush_on_block.map(BlockWatch::new),
+            // Nothing is recorded with empty programs: nothing to watch.
+            deadlocks: (!config.empty_programs).then(|| DeadlockWatch::new(config.deadlock_after)),
+        })
+    }
+}
+
+/// The sinks `config` asks for, writing into `outputs`: each on a thread of its own, so that
+/// creating and writing files never stalls the drain.
+fn start_sinks(config: &Config, outputs: Outputs, created_ns: i64) -> Result<Sinks> {
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(dir) = outputs.tr {
+        let budget = descriptors::open_file_budget();
+        let writers = (config.consumer_threads - 1).max(1);
+        sinks.push(Box::new(
+            TrWriters::new(dir, config.unbuffered, budget, writers)
+                .context("cannot start the tr writer threads")?,
+        ));
+    }
+    if let (Some(options), Some((dir, file_name))) = (&config.log, outputs.log) {
+        let log = trace_log(options, &dir, &file_name, config, created_ns)?;
+        sinks.push(Box::new(
+            Threaded::new(log, "log-writer").context("cannot start the log writer thread")?,
+        ));
+    }
+    Ok(Sinks(sinks))
+}
+
+/// START, with POSIX's filter: the event types not recorded.
+fn start_event(time_ns: i64, selected: EventSet) -> SystemEvent {
+    let filter = selected.filtered_out();
+    SystemEvent::new(time_ns, SystemKind::Start { filter })
+}
+
+/// The trace's control socket, listening (in the runtime's context). A name that another
+/// trace has is an error; a socket that cannot be made is one only if `--name` asked for it.
+fn control_socket(config: &Config) -> Result<Option<Controller>> {
+    let socket = RuntimeDir::open(true).and_then(|dir| dir.listen(&config.name));
+    match socket {
+        Ok(socket) => {
+            let shown = socket.path();
+            let controller = Controller::listen(socket)
+                .with_context(|| format!("cannot listen on {}", shown.display()))?;
+            Ok(Some(controller))
+        }
+        Err(error @ ControlError::NameTaken { .. }) => Err(UsageError(error.to_string()).into()),
+        Err(error) if config.name_given => Err(error.into()),
+        Err(error) => {
+            say!("thrtrace-bpf: {error}; the trace cannot be controlled with `ctl`");
+            Ok(None)
+        }
+    }
+}
+
+/// The log sink: its file created now in `dir` (safely, see `sinks::output_dir`), its
+/// attributes as the command line gave them.
+fn trace_log(
+    log: &LogOptions,
+    dir: &OutputDir,
+    file_name: &str,
+    config: &Config,
+    created_ns: i64,
+) -> Result<TraceLog> {
+    let (file, _) = dir
+        .create(file_name)
+        .with_context(|| format!("cannot create the log {}", log.path.display()))?;
+    let event_types = event_types();
+    let max_data_size = event_types
+        .iter()
+        .map(|t| tracer_model::log::entry::max_payload(&t.payload))
+        .max()
+        .unwrap_or(0);
+    let metadata = Metadata {
+        format: FORMAT_NAME.to_owned(),
+        format_version: FORMAT_VERSION,
+        attributes: Attributes {
+            generation_version: format!(
+                "thrtrace-bpf {} (log format {FORMAT_VERSION})",
+                env!("CARGO_PKG_VERSION")
+            ),
+            trace_name: log.trace_name.clone(),
+            creation_time_ns: created_ns,
+            clock_resolution_ns: kernel::clock_resolution_ns(),
+            stream_min_size: log.stream_size,
+            stream_full_policy: log.stream_full_policy,
+            max_data_size,
+            inheritance: match config.follow {
+                true => Inheritance::Inherited,
+                false => Inheritance::CloseForChild,
+            },
+            log_max_size: log.log_size,
+            log_full_policy: log.log_full_policy,
+        },
+        layout: Layout::choose(log.log_size, log.log_full_policy),
+        event_types,
+    };
+    Ok(TraceLog::new(
+        file,
+        log.path.clone(),
+        metadata,
+        config.unbuffered,
+        !config.stopped,
+    ))
+}
+
+/// `--list-probes`: where each probe would go in each target's pthread library.
+pub fn list_probes(config: &Config) -> Result<i32> {
+    let Target::Pids(pids) = &config.target else {
+        usage_bail!("--list-probes takes -p PID");
+    };
+    let events = config.events.probed();
+    let symbols: Vec<&str> = events.events().map(|e| e.symbol).collect();
+    let mut table = String::new();
+    for &pid in pids {
+        let libraries = targets::find_pthread_libraries(pid, &symbols)?;
+        if libraries.is_empty() {
+            table += &format!("{}\n", targets::no_pthread_functions(pid));
+        }
+        for library in &libraries {
+            table += &format!("{} (pid {pid})\n", library.file.path);
+            table += &probes::describe(&probes::plan(library, events, config.probe_at_entry));
+        }
+    }
+    crate::say::print(&table);
+    Ok(0)
+}

@@ -1,0 +1,250 @@
+//! The targets the session watches: which run, which have exited, the launched command and its
+//! status, and the processes whose main thread has gone (traced through shared links from
+//! then on). A target's exit completes its files once its last records are written.
+
+use std::{
+    os::fd::{FromRawFd, OwnedFd, RawFd},
+    process::ExitStatus,
+    time::Duration,
+};
+
+use anyhow::Result;
+use foldhash::{HashMap, HashSet};
+use tokio::{sync::mpsc, time::Instant};
+use tracer_model::event::{SystemEvent, SystemKind};
+
+use super::{Session, flow::Staged, run::register};
+use crate::{
+    attach::{exec_follow::AttachRequest, launch::Launched, targets},
+    capture::kernel,
+};
+
+/// How long a target's main thread must have been gone before the process moves to shared
+/// links: longer than a process that is exiting as a whole takes to finish.
+const MAIN_THREAD_SETTLE: Duration = Duration::from_millis(50);
+
+/// How often at most the main threads of those targets are looked for: under load the rings
+/// are drained hundreds of times a second, and reading each pass's /proc/PID/stat was 4% of
+/// the tracer's CPU (perf). A fifth of `MAIN_THREAD_SETTLE`.
+const MAIN_THREAD_POLL: Duration = Duration::from_millis(10);
+
+/// Targets with links of their own whose main thread has been seen gone, and since when; and
+/// when they were last looked for.
+#[derive(Default)]
+struct MainThreads {
+    gone: HashMap<u32, Instant>,
+    checked: Option<Instant>,
+}
+
+/// The targets and what became of them.
+pub(super) struct Watched {
+    /// Traced processes that have not exited (by their pidfds).
+    pub(super) running: HashSet<u32>,
+    /// Every process ever watched: under `--follow`, children first seen in records join.
+    seen: HashSet<u32>,
+    exit_tx: mpsc::UnboundedSender<u32>,
+    pub(super) exits: mpsc::UnboundedReceiver<u32>,
+    /// Processes that exited since the last pass, to complete once their records are written.
+    pub(super) exited: Vec<u32>,
+    /// The process the tracer started, whose exit status becomes the tracer's.
+    pub(super) launched: Option<Launched>,
+    pub(super) launched_pid: Option<u32>,
+    pub(super) launched_status: Option<ExitStatus>,
+    main_threads: MainThreads,
+}
+
+impl Watched {
+    /// The targets attached (`attached`) and the command launched, if any.
+    pub(super) fn new(attached: &[u32], launched: Option<Launched>) -> Self {
+        let launched_pid = launched.as_ref().map(|l| l.child.id());
+        let launched_status = launched.as_ref().and_then(|l| l.exited);
+        let mut running: HashSet<u32> = attached.iter().copied().collect();
+        if launched_status.is_none() {
+            running.extend(launched_pid);
+        }
+        let (exit_tx, exits) = mpsc::unbounded_channel();
+        Watched {
+            seen: running.clone(),
+            running,
+            exit_tx,
+            exits,
+            exited: Vec::new(),
+            launched,
+            launched_pid,
+            launched_status,
+            main_threads: MainThreads::default(),
+        }
+    }
+
+    /// Starts watching the targets' exits (in the runtime).
+    pub(super) fn start(&self) {
+        for &pid in &self.running {
+            watch_pid(pid, self.exit_tx.clone());
+        }
+    }
+
+    /// Under `--follow`: the processes that records came from are watched like targets.
+    pub(super) fn follow(&mut self, processes: &HashSet<u32>) {
+        for &pid in processes {
+            if self.seen.insert(pid) {
+                self.running.insert(pid);
+                watch_pid(pid, self.exit_tx.clone());
+            }
+        }
+    }
+
+    /// Whether the launched command is still running.
+    pub(super) fn launched_running(&self) -> bool {
+        self.launched_pid
+            .is_some_and(|pid| self.running.contains(&pid))
+    }
+}
+
+impl Session {
+    /// The targets that have exited since the last pass: no longer running, and completed once
+    /// every record stamped before now has been written.
+    pub(super) fn handle_exits(&mut self) -> Result<()> {
+        for pid in std::mem::take(&mut self.watched.exited) {
+            if Some(pid) == self.watched.launched_pid
+                && let Some(launched) = self.watched.launched.as_mut()
+            {
+                self.watched.launched_status = launched.child.try_wait()?;
+            }
+            self.watched.running.remove(&pid);
+            if self.flow.exiting.insert(pid) {
+                self.flow
+                    .reorder
+                    .push(kernel::monotonic_ns(), Staged::Exited(pid));
+            }
+        }
+        Ok(())
+    }
+
+    /// System-wide, where there is no pidfd per process: the processes with records that are
+    /// gone, and the pthread libraries that have appeared since.
+    pub(super) fn look_around(&mut self) {
+        let gone = self
+            .flow
+            .processes
+            .iter()
+            .filter(|&&pid| !targets::process_exists(pid));
+        self.watched.exited.extend(gone);
+        if let Err(error) = self.probes.attach_new_libraries(&mut self.datapath) {
+            self.target_error(0, &error);
+        }
+    }
+
+    /// Probes the libraries of the image process `request.pid` has just exec'd, and says so
+    /// for the files that had no probes yet.
+    pub(super) fn attach_after_exec(&mut self, request: &AttachRequest) {
+        let now = kernel::monotonic_ns();
+        if let Some(facts) = self.flow.facts.as_mut() {
+            for event in facts.exec(request.pid, self.decoder.realtime_ns(now)) {
+                self.flow.reorder.push(now, Staged::System(event));
+            }
+        }
+        for library in &request.libraries {
+            match self
+                .probes
+                .attach_shared(&mut self.datapath, request.pid, library)
+            {
+                Ok(0) => {}
+                Ok(count) => say!(
+                    "thrtrace-bpf: pid {} exec'd: {count} probes in {}",
+                    request.pid,
+                    library.file.path
+                ),
+                Err(error) => self.target_error(request.pid, &error),
+            }
+        }
+    }
+
+    /// An error about one target: said, and an ERROR event in the trace, which goes on.
+    pub(super) fn target_error(&mut self, pid: u32, error: &anyhow::Error) {
+        say!("thrtrace-bpf: {error:#}");
+        let now = kernel::monotonic_ns();
+        let event = target_error_event(self.decoder.realtime_ns(now), pid, error);
+        self.flow.reorder.push(now, Staged::System(event));
+    }
+
+    /// A process with links of its own whose main thread has exited while others run on is
+    /// traced through shared links from then on: its own no longer apply (see `probes`). No
+    /// pidfd tells of that (the kernel holds its wakeup back while other threads run), so a
+    /// pass reads /proc/PID/stat of those processes, if `MAIN_THREAD_POLL` has passed since
+    /// the last did. A process moves once its main thread has been gone for
+    /// `MAIN_THREAD_SETTLE`: one exiting as a whole is gone by then, or has no thread left to
+    /// be seen through.
+    pub(super) fn share_after_main_thread(&mut self) {
+        let now = Instant::now();
+        let main_threads = &mut self.watched.main_threads;
+        if main_threads
+            .checked
+            .is_some_and(|at| now.duration_since(at) < MAIN_THREAD_POLL)
+        {
+            return;
+        }
+        main_threads.checked = Some(now);
+        let exited: Vec<u32> = self
+            .probes
+            .with_own_links()
+            .into_iter()
+            .filter(|&pid| targets::main_thread_exited(pid))
+            .collect();
+        let gone = &mut self.watched.main_threads.gone;
+        gone.retain(|pid, _| exited.contains(pid));
+        for pid in exited {
+            gone.entry(pid).or_insert(now);
+        }
+        let settled: Vec<u32> = gone
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= MAIN_THREAD_SETTLE)
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in settled {
+            self.watched.main_threads.gone.remove(&pid);
+            let libraries = targets::find_pthread_libraries(pid, &self.probes.symbols());
+            for library in libraries.iter().flatten() {
+                if let Err(error) =
+                    self.probes
+                        .attach_after_main_thread(&mut self.datapath, pid, library)
+                {
+                    self.target_error(pid, &error);
+                }
+            }
+        }
+    }
+}
+
+/// An ERROR event about process `pid` (0: none in particular).
+pub(super) fn target_error_event(time_ns: i64, pid: u32, error: &anyhow::Error) -> SystemEvent {
+    let code = error
+        .chain()
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error)
+        .unwrap_or(0);
+    let kind = SystemKind::Error {
+        code: i64::from(code),
+        message: format!("{error:#}"),
+    };
+    SystemEvent::of_process(time_ns, pid, 0, kind)
+}
+
+/// Sends `pid` on `exits` when that process exits, via a pidfd (which also works for our own
+/// child without reaping it, so its status can still be collected).
+fn watch_pid(pid: u32, exits: mpsc::UnboundedSender<u32>) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        // Already gone.
+        let _ = exits.send(pid);
+        return;
+    }
+    // SAFETY: the descriptor was just opened and is ours.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    tokio::spawn(async move {
+        if let Ok(ready) = register(pidfd) {
+            let _ = ready.readable().await;
+        }
+        let _ = exits.send(pid);
+    });
+}
