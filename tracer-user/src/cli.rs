@@ -25,7 +25,6 @@ use crate::{
         config::{Config, LogOptions, Target},
     },
     sinks::output_dir::split_file_path,
-    usage_bail,
 };
 
 #[derive(Debug, Parser)]

@@ -6,7 +6,6 @@
 pub struct UsageError(pub String);
 
 /// Returns early with a [`UsageError`] built like `format!`.
-#[macro_export]
 macro_rules! usage_bail {
     ($($arg:tt)*) => {
         return Err($crate::error::UsageError(format!($($arg)*)).into())

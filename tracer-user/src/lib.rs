@@ -8,12 +8,13 @@
 
 #[macro_use]
 mod say;
+#[macro_use]
+mod error;
 
 mod attach;
 mod capture;
 mod cli;
 mod control;
-mod error;
 mod manual;
 mod readers;
 mod session;

@@ -3,7 +3,6 @@
 //! ran. A message that cannot be written is dropped instead, and the trace goes on.
 
 /// Writes one line to stderr, formatted as `eprintln!` does; a write error is ignored.
-#[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;

@@ -31,9 +31,6 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Macros exported at the crate's root, and the room that defines each.
-const MACROS: &[(&str, &str)] = &[("usage_bail", "error"), ("say", "say")];
-
 /// Prints which room imports which, by layer; fails if one imports a room not below it.
 pub fn run() -> Result<()> {
     let imports = room_imports(&workspace_root().join("tracer-user/src"))?;
@@ -95,12 +92,8 @@ pub fn room_imports(src: &Path) -> Result<BTreeMap<String, BTreeSet<String>>> {
             syn::parse_file(&text).with_context(|| format!("cannot parse {}", file.display()))?;
         let mut names = CrateNames::default();
         names.visit_file(&parsed);
-        let rooms = names.0.into_iter().map(|name| {
-            let defined_in = MACROS.iter().find(|(m, _)| *m == name).map(|(_, r)| *r);
-            defined_in.map_or(name, str::to_owned)
-        });
         let used = imports.entry(room.clone()).or_default();
-        used.extend(rooms.filter(|name| *name != room));
+        used.extend(names.0.into_iter().filter(|name| *name != room));
     }
     Ok(imports)
 }

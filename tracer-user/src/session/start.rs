@@ -45,7 +45,6 @@ use crate::{
         threaded::Threaded,
         tr_writers::TrWriters,
     },
-    usage_bail,
 };
 
 /// The directories the files go in, opened once: every file is created relative to one of
