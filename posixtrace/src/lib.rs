@@ -26,10 +26,14 @@ use tracer_model::{
     },
 };
 
+/// `trace_id_t`: a trace log opened by `posix_trace_open`.
 pub type trace_id_t = c_int;
+/// `trace_event_id_t`: an event type's id in the log's own list.
 pub type trace_event_id_t = u32;
 
+/// Bytes of a trace name, its NUL included (`<trace.h>`).
 pub const TRACE_NAME_MAX: usize = 256;
+/// Bytes of an event type's name, its NUL included (`<trace.h>`).
 pub const TRACE_EVENT_NAME_MAX: usize = 64;
 
 const POSIX_TRACE_LOOP: c_int = 0;
@@ -62,6 +66,7 @@ pub struct trace_attr_t {
 /// What `initialized` holds once `posix_trace_attr_init` has run.
 const ATTR_INITIALIZED: c_int = 0x5054_4154;
 
+/// `struct posix_trace_event_info` (`<trace.h>`).
 #[repr(C)]
 pub struct posix_trace_event_info {
     posix_event_id: trace_event_id_t,
@@ -72,6 +77,7 @@ pub struct posix_trace_event_info {
     posix_thread_id: pthread_t,
 }
 
+/// `struct posix_trace_status_info` (`<trace.h>`).
 #[repr(C)]
 pub struct posix_trace_status_info {
     posix_stream_status: c_int,
@@ -201,6 +207,7 @@ pub unsafe extern "C" fn posix_trace_open(file_desc: c_int, trid: *mut trace_id_
     })
 }
 
+/// `posix_trace_rewind`: the next `posix_trace_getnext_event` returns the log's first event.
 #[unsafe(no_mangle)]
 pub extern "C" fn posix_trace_rewind(trid: trace_id_t) -> c_int {
     with_trace(trid, |trace| {
@@ -209,6 +216,7 @@ pub extern "C" fn posix_trace_rewind(trid: trace_id_t) -> c_int {
     })
 }
 
+/// `posix_trace_close`: closes a log `posix_trace_open` opened.
 #[unsafe(no_mangle)]
 pub extern "C" fn posix_trace_close(trid: trace_id_t) -> c_int {
     guarded(|| match traces().open.remove(&trid) {
@@ -335,6 +343,7 @@ pub unsafe extern "C" fn posix_trace_eventtypelist_getnext_id(
     })
 }
 
+/// `posix_trace_eventtypelist_rewind`: the type list starts over.
 #[unsafe(no_mangle)]
 pub extern "C" fn posix_trace_eventtypelist_rewind(trid: trace_id_t) -> c_int {
     with_trace(trid, |trace| {
@@ -368,6 +377,7 @@ pub unsafe extern "C" fn posix_trace_eventid_get_name(
     })
 }
 
+/// `posix_trace_eventid_equal`: whether two ids are the same event type.
 #[unsafe(no_mangle)]
 pub extern "C" fn posix_trace_eventid_equal(
     trid: trace_id_t,

@@ -6,18 +6,28 @@
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Category {
+    /// Thread creation, exit, joins, keys, scheduling (`pthread_create`, ...).
     Thread = 1,
+    /// Non-recursive mutexes (`pthread_mutex_*`).
     Mutex = 2,
+    /// Condition variables (`pthread_cond_*`).
     Cond = 3,
+    /// POSIX semaphores (`sem_*`).
     Sema = 4,
+    /// Read-write locks (`pthread_rwlock_*`).
     Rwlock = 5,
+    /// Recursive mutexes: the `pthread_mutex_*` calls on a `PTHREAD_MUTEX_RECURSIVE` mutex.
     Rmutex = 6,
+    /// Barriers (`pthread_barrier_*`).
     Barrier = 7,
+    /// UnixWare's spinning barriers: no Linux counterpart.
     BarrierSpin = 8,
+    /// Spin locks (`pthread_spin_*`).
     Spin = 9,
 }
 
 impl Category {
+    /// Every category, in code order.
     pub const ALL: [Category; 9] = [
         Category::Thread,
         Category::Mutex,
@@ -30,6 +40,7 @@ impl Category {
         Category::Spin,
     ];
 
+    /// The `--events` name (`mutex`, `barrier_spin`, ...).
     pub const fn name(self) -> &'static str {
         match self {
             Category::Thread => "thread",
@@ -44,10 +55,12 @@ impl Category {
         }
     }
 
+    /// The category named `name` (as [`Category::name`] spells it).
     pub fn from_name(name: &str) -> Option<Category> {
         Category::ALL.into_iter().find(|c| c.name() == name)
     }
 
+    /// The tr line's `event1`.
     pub const fn code(self) -> u16 {
         self as u16
     }
@@ -87,10 +100,12 @@ impl ProbeFlags {
     pub const BLOCK: u16 = 1 << 2;
     /// Two bits: which argument (2, 3 or 4; 0 for none) points to a `struct timespec` to read.
     pub const TIMESPEC_ARG_SHIFT: u16 = 3;
+    /// The bits of [`ProbeFlags::TIMESPEC_ARG_SHIFT`].
     pub const TIMESPEC_ARG_MASK: u16 = 0b11 << Self::TIMESPEC_ARG_SHIFT;
     /// Two bits: how much of the object the first argument points to is copied at entry
     /// ([`ObjectSize`]); userspace derives `waiters?`, `s_count` and the like from it.
     pub const OBJECT_SHIFT: u16 = 5;
+    /// The bits of [`ProbeFlags::OBJECT_SHIFT`].
     pub const OBJECT_MASK: u16 = 0b11 << Self::OBJECT_SHIFT;
     /// Copy the object again at return (for fields that describe it after the call).
     pub const OBJECT_AT_RETURN: u16 = 1 << 7;
@@ -143,6 +158,7 @@ impl ProbeFlags {
         }
     }
 
+    /// Whether `flag` (one of the constants) is set.
     pub const fn has(self, flag: u16) -> bool {
         self.0 & flag != 0
     }
@@ -153,6 +169,7 @@ impl ProbeFlags {
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ObjectSize {
+    /// Nothing is copied.
     None = 0,
     /// 4 bytes: `pthread_spinlock_t`.
     Word = 1,
@@ -164,6 +181,7 @@ pub enum ObjectSize {
 }
 
 impl ObjectSize {
+    /// The bytes copied.
     pub const fn bytes(self) -> usize {
         match self {
             ObjectSize::None => 0,
@@ -181,14 +199,18 @@ pub const OBJECT_WORDS: usize = 10;
 /// where the caller's return address is when the probe is placed past the entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie {
+    /// The event's category code (the tr line's `event1`).
     pub event1: u16,
+    /// The event's code in its category (the tr line's `event2`).
     pub event2: u16,
     /// Bytes the instructions before the probe pushed: the return address is at `[rsp + this]`.
     pub stack_offset: u16,
+    /// What the programs capture for the event.
     pub flags: ProbeFlags,
 }
 
 impl ProbeCookie {
+    /// The 64 bits of the cookie: event1, event2, stack offset and flags, high to low.
     pub const fn encode(self) -> u64 {
         ((self.event1 as u64) << 48)
             | ((self.event2 as u64) << 32)
@@ -196,6 +218,7 @@ impl ProbeCookie {
             | self.flags.0 as u64
     }
 
+    /// The cookie [`ProbeCookie::encode`] made.
     pub const fn decode(cookie: u64) -> Self {
         ProbeCookie {
             event1: (cookie >> 48) as u16,
@@ -213,6 +236,7 @@ pub enum Field {
     Zero,
     /// `argN`, N counted from 1.
     Arg(u8),
+    /// `rval`: the return value, as a 32-bit int.
     Rval,
     /// The whole 64-bit return value, for calls that return a pointer (`pthread_getspecific`).
     Rval64,
@@ -224,6 +248,7 @@ pub enum Field {
     /// `*argN` read at return whatever the result, as a 32-bit int: an input the call was
     /// given by pointer (`thr_setscheduler`'s `param->sched_priority`).
     Pointee32(u8),
+    /// `block?`: 1 if the thread slept in the kernel during the call.
     Block,
     /// `waiters?` of a glibc mutex: its `__lock` word (offset 0) is 2 when locked with waiters.
     MutexWaiters,
@@ -244,6 +269,7 @@ pub enum Field {
     /// `argN.sec` / `argN.nsec` of the timespec an argument points to
     /// ([`ProbeFlags::timespec_arg`]).
     TimespecSec,
+    /// See [`Field::TimespecSec`].
     TimespecNsec,
     /// `errno` after a call that returned -1, else 0: a Linux extension in the field after
     /// `rval`, so that a failure's cause is not lost.
@@ -258,12 +284,15 @@ use Field::{
 /// One row of the event map.
 #[derive(Debug)]
 pub struct EventDef {
+    /// Its category (the tr line's `event1`).
     pub category: Category,
+    /// Its code in the category (the tr line's `event2`).
     pub event2: u16,
     /// The seed's name, e.g. `mutex_lock`.
     pub name: &'static str,
     /// The glibc entry point.
     pub symbol: &'static str,
+    /// What the programs capture ([`ProbeFlags`] bits).
     pub flags: u16,
     /// a1..a5 of the which=0 record, or of the which=1 record of a paired event.
     pub first: [Field; 5],
@@ -352,6 +381,7 @@ impl EventDef {
         mask
     }
 
+    /// The flags as [`ProbeFlags`].
     pub const fn probe_flags(&self) -> ProbeFlags {
         ProbeFlags(self.flags)
     }

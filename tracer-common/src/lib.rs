@@ -30,22 +30,26 @@ pub mod names {
     pub const SYSTEM_WIDE: &str = "SYSTEM_WIDE";
     /// Read-only globals: byte offsets of `pid` and `tgid` in `task_struct` (from kernel BTF).
     pub const PID_OFFSET: &str = "PID_OFFSET";
+    /// See [`PID_OFFSET`].
     pub const TGID_OFFSET: &str = "TGID_OFFSET";
     /// Read-only global: the bytes of each CPU's ring buffer.
     pub const RING_BYTES: &str = "RING_BYTES";
     /// Read-only global: 1 with `--lossless`, and the map of the processes it has stopped.
     pub const LOSSLESS: &str = "LOSSLESS";
+    /// The map of the threads `--lossless` has stopped: thread id to process id (with [`crate::STOP_SENT`]).
     pub const STOPPED: &str = "STOPPED";
     /// The processes recorded, each with the links it is recorded through
     /// ([`TracedThrough`]), and the raw tracepoint program (on `sched_process_fork`) that adds
     /// `--follow`'s children.
     pub const TRACED: &str = "TRACED";
+    /// See [`TRACED`].
     pub const FORK_PROGRAM: &str = "thr_fork";
     /// The raw tracepoint program (on `sched_process_exec`) that forgets an exec'ing process's
     /// errno slot.
     pub const EXEC_PROGRAM: &str = "thr_exec";
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";
+    /// See [`ENTRY_PROGRAM`].
     pub const RETURN_PROGRAM: &str = "thr_return";
     /// The section of the global `RECORDING`, per category code the probes that record now
     /// ([`crate::RecordingMasks`]): to userspace an array map of one entry, written to stop,
@@ -63,7 +67,9 @@ pub mod names {
 /// `OWN_TARGET_SLOTS` process ids (0: a free slot), then at `OWN_TARGETS_SPILLED` a word set
 /// once more were traced, from when the program looks any other process up in `TRACED`.
 pub type OwnTargets = [u32; OWN_TARGET_SLOTS + 1];
+/// Process ids [`OwnTargets`] holds.
 pub const OWN_TARGET_SLOTS: usize = 8;
+/// The index of [`OwnTargets`]' spill word.
 pub const OWN_TARGETS_SPILLED: usize = OWN_TARGET_SLOTS;
 
 /// A `TRACED` entry: which links record a process. The kernel's own process filter on a link
@@ -87,6 +93,7 @@ pub const STOP_SENT: u32 = 1 << 31;
 
 /// The slots of the per-CPU `LOST` array.
 pub const LOST_TOTAL: u32 = 0;
+/// Lost since the last record that could be written (which carries the count).
 pub const LOST_PENDING: u32 = 1;
 
 /// Most CPUs the ring-buffer array has slots for.

@@ -15,13 +15,17 @@ pub struct RawRecord {
     pub caller: u64,
     /// Process id (TGID) and kernel thread id, as seen from the initial PID namespace.
     pub pid: u32,
+    /// See `pid`.
     pub lwpid: u32,
+    /// The event's category code (the tr line's `event1`).
     pub event1: u16,
+    /// The event's code in its category (the tr line's `event2`).
     pub event2: u16,
     /// 0: single record; 1: entry half; 2: return half.
     pub which: u16,
     /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
     pub block: u8,
+    /// Keeps the layout the BPF side writes; always 0.
     pub _pad: u8,
     /// The first five integer arguments (rdi, rsi, rdx, rcx, r8).
     pub args: [u64; 5],
@@ -42,6 +46,7 @@ pub struct RawRecord {
     pub pointees: [u64; 3],
 }
 
+/// The size of [`RawRecord`], which both sides check.
 pub const RAW_RECORD_SIZE: usize = 176;
 /// Bytes a record takes in a ring buffer: the record and the kernel's 8-byte header.
 pub const RING_ENTRY_SIZE: usize = RAW_RECORD_SIZE + 8;

@@ -23,15 +23,22 @@ use crate::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LockKind {
+    /// A non-recursive mutex.
     Mutex,
+    /// A recursive mutex.
     Rmutex,
+    /// A read-write lock.
     Rwlock,
+    /// A spin lock.
     Spin,
+    /// A semaphore.
     Sema,
+    /// A condition variable.
     Cond,
 }
 
 impl LockKind {
+    /// How reports name it: `mutex`, `rmutex`, ...
     pub fn name(self) -> &'static str {
         match self {
             LockKind::Mutex => "mutex",
@@ -48,14 +55,20 @@ impl LockKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockKind {
+    /// Waiting for a lock (mutex, rwlock, spin).
     LockWait,
+    /// Waiting on a condition variable.
     CondWait,
+    /// Waiting for a thread to exit (`pthread_join`).
     Join,
+    /// Waiting on a semaphore.
     SemWait,
+    /// Waiting at a barrier.
     Barrier,
 }
 
 impl BlockKind {
+    /// Every kind, in the order reports list them.
     pub const ALL: [BlockKind; 5] = [
         BlockKind::LockWait,
         BlockKind::CondWait,
@@ -64,6 +77,7 @@ impl BlockKind {
         BlockKind::Barrier,
     ];
 
+    /// How reports name it: `lock wait`, `cond wait`, ...
     pub fn name(self) -> &'static str {
         match self {
             BlockKind::LockWait => "lock wait",
@@ -146,9 +160,13 @@ fn field(record: &TraceRecord, event: &EventDef, field: Field) -> Option<i64> {
 /// ns; bucket 0 also holds 0).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Durations {
+    /// How many.
     pub count: u64,
+    /// Their sum.
     pub total_ns: u64,
+    /// The longest.
     pub max_ns: u64,
+    /// Per log2 bucket, how many.
     #[serde(skip)]
     pub log2: Vec<u64>,
 }
@@ -165,6 +183,7 @@ impl Durations {
         self.log2[bucket] += 1;
     }
 
+    /// The mean (0 when there are none).
     pub fn average_ns(&self) -> u64 {
         self.total_ns.checked_div(self.count).unwrap_or(0)
     }
@@ -173,15 +192,20 @@ impl Durations {
 /// A call site's share of a lock's acquisitions and waits.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CallerStats {
+    /// Acquisitions from this call site.
     pub count: u64,
+    /// Nanoseconds its callers waited, in total.
     pub wait_total_ns: u64,
 }
 
 /// One lock (or semaphore, or condvar) of one process.
 #[derive(Clone, Debug, Serialize)]
 pub struct LockStats {
+    /// The process whose memory the lock is in.
     pub pid: u32,
+    /// Its address there.
     pub address: u64,
+    /// What it is.
     pub kind: LockKind,
     /// Successful lock calls (waits, for a semaphore or condvar).
     pub acquisitions: u64,
@@ -189,7 +213,9 @@ pub struct LockStats {
     pub contended: u64,
     /// Outermost acquisitions by another thread than the one before.
     pub owner_changes: u64,
+    /// Time from a lock call's entry to its return (for a semaphore or condvar: the wait).
     pub wait: Durations,
+    /// Time from acquisition to release.
     pub hold: Durations,
     /// Signals and broadcasts (condvar), posts (semaphore).
     pub wakeups: u64,
@@ -203,8 +229,11 @@ pub struct LockStats {
 /// A thread that holds a lock: since when, from where, how deep (recursive mutexes).
 #[derive(Clone, Copy, Debug)]
 pub struct Holder {
+    /// The thread.
     pub lwpid: u32,
+    /// When it took the lock (CLOCK_REALTIME ns).
     pub since_ns: i64,
+    /// Where it took it from (0: unknown).
     pub caller: u64,
     depth: u32,
 }
@@ -212,8 +241,11 @@ pub struct Holder {
 /// One thread.
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadStats {
+    /// Its process.
     pub pid: u32,
+    /// Its kernel thread id.
     pub lwpid: u32,
+    /// Its name (comm), as the log last gave it; empty if none.
     pub name: String,
     /// Calls (records that start a call) per category.
     pub calls: BTreeMap<&'static str, u64>,
@@ -226,9 +258,13 @@ pub struct ThreadStats {
 /// A finished wait.
 #[derive(Clone, Debug, Serialize)]
 pub struct Wait {
+    /// How long it lasted.
     pub ns: u64,
+    /// The call's event name (`mutex_lock`, `cond_wait`, ...).
     pub call: &'static str,
+    /// The object waited on.
     pub object: u64,
+    /// Where the call was made from (0: unknown).
     pub caller: u64,
 }
 
@@ -261,16 +297,23 @@ struct Pending {
 /// A thread in a cycle of waits.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeadlockedThread {
+    /// Its process.
     pub pid: u32,
+    /// Its kernel thread id.
     pub lwpid: u32,
     /// The call it waits in (its C function), on what, from where, since when.
     pub call: String,
+    /// The object it waits on.
     pub waits_for: u64,
+    /// Where it called from.
     pub wait_caller: u64,
+    /// When it began to wait (CLOCK_REALTIME ns).
     pub waiting_since_ns: i64,
     /// The locks it holds, and where it took the one the next thread in the cycle waits for.
     pub holds: Vec<u64>,
+    /// Where it took that lock.
     pub locked_at: u64,
+    /// When it took it (CLOCK_REALTIME ns).
     pub holding_since_ns: i64,
 }
 
@@ -280,15 +323,20 @@ pub struct Deadlock {
     /// Certain for locks and joins; possible when a condvar or semaphore wait is part of it
     /// (its thread waits for one that woke it before).
     pub certain: bool,
+    /// The cycle, each thread waiting for the next.
     pub threads: Vec<DeadlockedThread>,
 }
 
 /// A span of one thread's time: a wait or a hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Slice {
+    /// Its process.
     pub pid: u32,
+    /// Its kernel thread id.
     pub lwpid: u32,
+    /// When it began (CLOCK_REALTIME ns).
     pub start_ns: i64,
+    /// When it ended.
     pub end_ns: i64,
     /// "lock wait", "hold", "cond wait", "join", "sem wait", "barrier".
     pub category: &'static str,
@@ -300,10 +348,15 @@ pub struct Slice {
 /// then got the lock, at `to_ns`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wake {
+    /// The process.
     pub pid: u32,
+    /// The thread that released the lock.
     pub from_lwpid: u32,
+    /// When it did (CLOCK_REALTIME ns).
     pub from_ns: i64,
+    /// The thread that then got the lock.
     pub to_lwpid: u32,
+    /// When it returned with it.
     pub to_ns: i64,
 }
 
@@ -311,7 +364,9 @@ pub struct Wake {
 /// the caller blocked), every hold, and each contended lock's wakeup.
 #[derive(Default)]
 pub struct Timeline {
+    /// The waits and holds.
     pub slices: Vec<Slice>,
+    /// The wakeups of contended locks.
     pub wakes: Vec<Wake>,
     /// The last unlock of each lock: who, when.
     last_release: HashMap<(u32, u64), (u32, i64)>,
@@ -360,7 +415,9 @@ pub struct Analysis {
     reported: HashSet<Vec<(u32, u64)>>,
     /// Deadlocks found by the tracer while it ran, from the log.
     recorded_deadlocks: Vec<SystemEvent>,
+    /// The time of the first record analysed (CLOCK_REALTIME ns).
     pub first_ns: Option<i64>,
+    /// The time of the last.
     pub last_ns: i64,
 }
 
@@ -384,6 +441,7 @@ impl Analysis {
         }
     }
 
+    /// A record, in time order with the others.
     pub fn record(&mut self, record: &TraceRecord) {
         self.record_with_owner(record, 0);
     }
@@ -708,6 +766,7 @@ impl Analysis {
         threads
     }
 
+    /// The name (comm) the log gave thread `lwpid`, if any.
     pub fn thread_name(&self, lwpid: u32) -> Option<&str> {
         self.names.get(&lwpid).map(String::as_str)
     }

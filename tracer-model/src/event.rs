@@ -11,7 +11,9 @@ use crate::TraceRecord;
 /// One event of a stream or log, in time order with the others.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// A traced call's record.
     Thread(TraceRecord),
+    /// Something the trace itself went through.
     System(SystemEvent),
 }
 
@@ -32,9 +34,11 @@ pub struct SystemEvent {
     pub time_ns: i64,
     /// The process and thread it is about; 0 for none.
     pub pid: u32,
+    /// The thread it is about; 0 for none.
     pub lwpid: u32,
     /// A string was cut to [`MAX_STRING`] bytes (POSIX_TRACE_TRUNCATED_RECORD).
     pub truncated: bool,
+    /// What happened, with its data.
     pub kind: SystemKind,
 }
 
@@ -80,10 +84,14 @@ macro_rules! system_kinds {
     )*) => {
         /// The system events, standard (POSIX names) and ours (`thrtrace_` names).
         #[derive(Clone, Debug, PartialEq, Eq)]
+        #[allow(missing_docs, reason = "each kind's documentation names its fields")]
         pub enum SystemKind {
             $( $(#[$doc])* $kind $({ $($field: $ty),* })?, )*
             /// A system event of a type this build does not know (from a newer writer).
-            Unknown { name: String },
+            Unknown {
+                /// Its type's name, as the log gives it.
+                name: String,
+            },
         }
 
         /// Every system event type this build writes, in id order.
@@ -153,7 +161,9 @@ system_kinds! {
     };
     /// Recording is reliable again, from the next event on.
     Resume = 0x8004, "posix_trace_resume";
+    /// A flush of the stream to the log begins.
     FlushStart = 0x8005, "posix_trace_flush_start";
+    /// The flush ends.
     FlushStop = 0x8006, "posix_trace_flush_stop";
     /// Something went wrong that did not end the trace (a target that could not be attached).
     Error = 0x8007, "posix_trace_error" { code: i64, message: String };
@@ -202,9 +212,13 @@ struct SystemType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldType {
+    /// A 16-bit unsigned integer.
     U16,
+    /// A 32-bit unsigned integer.
     U32,
+    /// A 64-bit unsigned integer.
     U64,
+    /// A 64-bit signed integer.
     I64,
     /// u32 length, then that many bytes of UTF-8.
     Str,
@@ -215,7 +229,9 @@ pub enum FieldType {
 /// One field of an event type's payload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldSpec {
+    /// The field's name (`lost`, `a1`, ...).
     pub name: String,
+    /// How it is encoded.
     #[serde(rename = "type")]
     pub ty: FieldType,
 }
@@ -226,17 +242,22 @@ pub const SYSTEM_CATEGORY: &str = "system";
 /// An event type as a log lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventType {
+    /// Its id in this log (see `docs/log-format.md`).
     pub id: u16,
+    /// Its name: the event table's (`mutex_lock`) or a system event's (`posix_trace_overflow`).
     pub name: String,
     /// A thread event's category (`mutex`, ...), or [`SYSTEM_CATEGORY`].
     pub category: String,
     /// The tr line's event1 and event2 (0 for system events).
     pub event1: u16,
+    /// See `event1`.
     pub event2: u16,
+    /// Its payload's fields, in order.
     pub payload: Vec<FieldSpec>,
 }
 
 impl EventType {
+    /// Whether it is a system event type.
     pub fn is_system(&self) -> bool {
         self.category == SYSTEM_CATEGORY
     }
@@ -296,13 +317,18 @@ pub fn thread_type_id(event1: u16, event2: u16) -> Option<u16> {
 /// A payload value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
+    /// An unsigned integer (u16, u32 or u64).
     Unsigned(u64),
+    /// A signed integer.
     Signed(i64),
+    /// A string.
     Str(String),
+    /// Bytes.
     Bytes(Vec<u8>),
 }
 
 impl Value {
+    /// The value as an unsigned integer (0 for a string or bytes).
     pub fn as_u64(&self) -> u64 {
         match self {
             Value::Unsigned(n) => *n,
@@ -311,10 +337,12 @@ impl Value {
         }
     }
 
+    /// The value as a signed integer (0 for a string or bytes).
     pub fn as_i64(&self) -> i64 {
         self.as_u64() as i64
     }
 
+    /// The value as a string (empty for a number or bytes).
     pub fn as_str(&self) -> &str {
         match self {
             Value::Str(s) => s,

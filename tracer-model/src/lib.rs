@@ -82,16 +82,21 @@ use tracer_common::EVENTS;
 pub struct TraceRecord {
     /// CLOCK_REALTIME seconds and nanoseconds.
     pub sec: i64,
+    /// See `sec`.
     pub nsec: i64,
     /// Kernel thread id and process id, as seen from the initial PID namespace.
     pub lwpid: u32,
+    /// See `lwpid`.
     pub pid: u32,
     /// `pthread_self()` of the caller.
     pub tid: u64,
+    /// The event's category code: the tr line's `event1`.
     pub event1: u16,
+    /// The event's code in its category: the tr line's `event2`.
     pub event2: u16,
     /// 0: a single record; 1 and 2: the entry and return halves of a call that can block.
     pub which: u16,
+    /// a1..a5, laid out as `docs/event-map.md`'s tables say for the event and `which`.
     pub a: [i64; 5],
     /// Where the call returns to (0 where unknown: a tr line has no field for it).
     pub caller: u64,

@@ -18,13 +18,21 @@ pub enum SelectionError {
          from {}",
         traced_categories()
     )]
-    NoLinuxCounterpart { name: String },
+    /// A category of UnixWare's that glibc has no calls for.
+    NoLinuxCounterpart {
+        /// The category named.
+        name: String,
+    },
     #[error(
         "unknown event or category '{name}': give categories ({}) or event names (mutex_lock, \
          cond_wait, ...: the README's table of events)",
         traced_categories()
     )]
-    Unknown { name: String },
+    /// Neither a category nor an event of the table.
+    Unknown {
+        /// The name given.
+        name: String,
+    },
 }
 
 impl EventSet {
@@ -75,14 +83,17 @@ impl EventSet {
         EventSet(self.0 | 1 << row)
     }
 
+    /// Whether it holds no event.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
 
+    /// The events of either.
     pub fn union(self, other: Self) -> Self {
         EventSet(self.0 | other.0)
     }
 
+    /// The events of `self` not in `other`.
     pub fn difference(self, other: Self) -> Self {
         EventSet(self.0 & !other.0)
     }
@@ -92,6 +103,7 @@ impl EventSet {
         self.difference(other).is_empty()
     }
 
+    /// Whether `event` is in the set.
     pub fn contains(self, event: &EventDef) -> bool {
         self.0 & 1 << row_of(event) != 0
     }
@@ -111,6 +123,7 @@ impl EventSet {
             .map(|(_, event)| event)
     }
 
+    /// The events' names, in table order.
     pub fn names(self) -> Vec<&'static str> {
         self.events().map(|e| e.name).collect()
     }

@@ -83,10 +83,17 @@ impl LineWriter {
 /// Why a line is not a record.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
+    /// The line has this many fields.
     #[error("{0} fields, not 13")]
     FieldCount(usize),
+    /// Field `field` (from 1) is not a number in range.
     #[error("field {field} ({value:?}) is not a decimal number in range")]
-    Field { field: usize, value: String },
+    Field {
+        /// Which field, from 1.
+        field: usize,
+        /// What it holds.
+        value: String,
+    },
 }
 
 /// Reads a line (without its newline) back into a record, whose `caller` is 0. A line read

@@ -21,6 +21,7 @@ use crate::{
     event::{Event, EventType, FieldType, MAX_STRING, SystemEvent, SystemKind, Value},
 };
 
+/// Bytes of an entry before its payload.
 pub const ENTRY_HEADER_LEN: usize = 40;
 const TRUNCATED: u32 = 1;
 
@@ -163,8 +164,11 @@ pub fn max_payload(fields: &[crate::event::FieldSpec]) -> u64 {
 /// Why an entry could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BadEntry {
+    /// The entry claims a size that does not fit (or is too small).
     Size(usize),
+    /// Its type id is not in the log's list.
     UnknownType(u16),
+    /// Its payload does not match its type's fields: the field named.
     Payload(&'static str),
 }
 

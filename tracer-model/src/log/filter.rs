@@ -11,10 +11,13 @@ pub struct Filter {
     /// Event type names (`mutex_lock`, `posix_trace_overflow`) or categories (`mutex`,
     /// `system`), as the log's event-type list names them.
     pub events: Vec<String>,
+    /// Processes whose events pass (none: every process).
     pub pids: Vec<u32>,
+    /// Threads whose events pass (none: every thread).
     pub lwpids: Vec<u32>,
     /// CLOCK_REALTIME nanoseconds: events at or after `from_ns`, before `until_ns`.
     pub from_ns: Option<i64>,
+    /// See `from_ns`.
     pub until_ns: Option<i64>,
 }
 
@@ -22,6 +25,7 @@ pub struct Filter {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("'{name}' is neither an event type nor a category of this log: it has {known}")]
 pub struct UnknownEvent {
+    /// The name given.
     pub name: String,
     /// The log's categories, comma-separated.
     pub known: String,
@@ -35,11 +39,13 @@ impl Filter {
         self
     }
 
+    /// Events of process `pid` too.
     pub fn pid(mut self, pid: u32) -> Self {
         self.pids.push(pid);
         self
     }
 
+    /// Events of thread `lwpid` too.
     pub fn lwpid(mut self, lwpid: u32) -> Self {
         self.lwpids.push(lwpid);
         self

@@ -58,7 +58,9 @@ pub enum LogFullPolicy {
 macro_rules! policy_names {
     ($policy:ty: $($variant:ident = $name:literal),+) => {
         impl $policy {
+            /// How the command line and the log name each policy.
             pub const NAMES: &[&str] = &[$($name),+];
+            /// The policy's name, as the command line and the log spell it.
             pub fn name(self) -> &'static str {
                 match self { $(Self::$variant => $name),+ }
             }
@@ -86,25 +88,34 @@ policy_names!(LogFullPolicy: Append = "append", Loop = "loop", UntilFull = "unti
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Inheritance {
+    /// POSIX_TRACE_CLOSE_FOR_CHILD: children are not traced.
     CloseForChild,
+    /// POSIX_TRACE_INHERITED: children are traced too (`--follow`).
     Inherited,
 }
 
 /// The stream's attributes (posix_trace_attr_t), as the controller created it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attributes {
+    /// `thrtrace-bpf X.Y.Z (log format N)`.
     pub generation_version: String,
+    /// `--name`, or `thrtrace-PID`.
     pub trace_name: String,
     /// CLOCK_REALTIME nanoseconds when the stream was created.
     pub creation_time_ns: i64,
+    /// The resolution of the clock records are stamped with.
     pub clock_resolution_ns: u64,
+    /// `--stream-size`: bytes of events the stream holds.
     pub stream_min_size: u64,
+    /// `--stream-full-policy`.
     pub stream_full_policy: StreamFullPolicy,
     /// The largest payload of any event type, in bytes.
     pub max_data_size: u64,
+    /// Whether children of traced processes are traced.
     pub inheritance: Inheritance,
     /// None: unbounded.
     pub log_max_size: Option<u64>,
+    /// `--log-full-policy`.
     pub log_full_policy: LogFullPolicy,
 }
 
@@ -116,16 +127,27 @@ pub enum Layout {
     Append,
     /// `slots` slots of `slot_size` bytes from the end of the metadata packet, packet `seq` in
     /// slot `(seq - 1) % slots`; the status packet after the last slot.
-    Loop { slot_size: u32, slots: u32 },
+    /// See above.
+    Loop {
+        /// Bytes of each slot.
+        slot_size: u32,
+        /// How many slots.
+        slots: u32,
+    },
 }
 
 /// The first packet of every log: everything a reader needs besides the events.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metadata {
+    /// [`FORMAT_NAME`].
     pub format: String,
+    /// [`FORMAT_VERSION`] of the writer.
     pub format_version: u16,
+    /// The stream's attributes.
     pub attributes: Attributes,
+    /// Where the events packets are.
     pub layout: Layout,
+    /// Every event type the log can hold, with its id.
     pub event_types: Vec<EventType>,
 }
 
@@ -139,9 +161,13 @@ pub struct Status {
     pub full: bool,
     /// The stream overran (events lost or overwritten).
     pub overrun: bool,
+    /// FLUSHING: a flush to the log is under way.
     pub flushing: bool,
+    /// A flush to the log failed.
     pub flush_error: bool,
+    /// The log overran (its `loop` policy overwrote packets).
     pub log_overrun: bool,
+    /// The log is full (`until-full`).
     pub log_full: bool,
 }
 
@@ -160,6 +186,7 @@ impl Status {
         ]
     }
 
+    /// The flags as bits: running is bit 0, log full bit 6.
     pub fn to_bits(self) -> u32 {
         self.flags()
             .iter()
@@ -168,6 +195,7 @@ impl Status {
             .sum()
     }
 
+    /// The flags [`Status::to_bits`] made.
     pub fn from_bits(bits: u32) -> Status {
         let set = |bit: u32| bits & (1 << bit) != 0;
         Status {
@@ -185,11 +213,13 @@ impl Status {
 /// The last packet of a log that was closed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinalStatus {
+    /// The status at the close.
     pub status: Status,
     /// CLOCK_REALTIME nanoseconds at the close.
     pub closed_ns: i64,
     /// Events in the log's packets, and events the log's policy kept out of it.
     pub events_written: u64,
+    /// See `events_written`.
     pub events_not_written: u64,
     /// Records the kernel could not deliver, per CPU, over the whole trace.
     pub lost_per_cpu: Vec<u64>,

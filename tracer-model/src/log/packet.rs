@@ -9,25 +9,35 @@
 //! | 16..20 | payload length |
 //! | 20..24 | CRC-32 (IEEE) of bytes 0..20 and the payload |
 
+/// The first four bytes of every packet.
 pub const MAGIC: [u8; 4] = *b"PTLP";
+/// Bytes of a packet header.
 pub const HEADER_LEN: usize = 24;
 /// No packet is larger; a header claiming more is corrupt, not a reason to allocate.
 pub const MAX_PAYLOAD: u32 = 16 << 20;
 
+/// What a packet holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Kind {
+    /// The log's metadata (JSON): the first packet.
     Metadata = 1,
+    /// Events.
     Events = 2,
+    /// The final status (JSON): the last packet of a closed log.
     Status = 3,
 }
 
 /// A packet header as read; its CRC is checked with [`Header::check`] once the payload is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The log format version it was written with.
     pub version: u16,
+    /// What it holds.
     pub kind: Kind,
+    /// Its sequence number (metadata 0, events from 1).
     pub seq: u64,
+    /// Bytes of payload after the header.
     pub payload_len: u32,
     crc: u32,
     bytes: [u8; 20],
@@ -36,12 +46,16 @@ pub struct Header {
 /// Why 24 bytes are not a packet header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BadHeader {
+    /// It does not begin with [`MAGIC`].
     Magic,
+    /// Its kind is none of [`Kind`]'s.
     Kind(u16),
+    /// It claims more payload than [`MAX_PAYLOAD`].
     Length(u32),
 }
 
 impl Header {
+    /// Reads a header's fields (its CRC is checked later, with the payload).
     pub fn parse(bytes: &[u8; HEADER_LEN]) -> Result<Header, BadHeader> {
         if bytes[0..4] != MAGIC {
             return Err(BadHeader::Magic);

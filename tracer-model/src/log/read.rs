@@ -17,17 +17,29 @@ use crate::event::{Event, EventType, LossSource, NO_CPU, SystemEvent, SystemKind
 /// Why a log cannot be read (or read further).
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
+    /// Reading the file failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+    /// The file is not a trace log.
     #[error("not a thrtrace-bpf trace log: it does not begin with a log's metadata packet")]
     NotALog,
     #[error(
         "log format version {found}; this thrtrace-bpf reads version {FORMAT_VERSION}: \
          read it with the thrtrace-bpf that wrote it"
     )]
-    Version { found: u16 },
+    /// A log of another format version.
+    Version {
+        /// The log's version.
+        found: u16,
+    },
+    /// The log is damaged at `offset`: `what` says how.
     #[error("corrupt log at offset {offset}: {what}")]
-    Corrupt { offset: u64, what: String },
+    Corrupt {
+        /// Where in the file.
+        offset: u64,
+        /// What is wrong there.
+        what: String,
+    },
 }
 
 fn corrupt(offset: u64, what: impl Into<String>) -> LogError {
@@ -70,6 +82,7 @@ pub struct TypeIds {
 }
 
 impl TypeIds {
+    /// The ids of `types`, a log's list.
     pub fn new(types: &[EventType]) -> TypeIds {
         let (system, thread): (Vec<&EventType>, Vec<&EventType>) =
             types.iter().partition(|t| t.is_system());
@@ -92,6 +105,7 @@ impl TypeIds {
         self.system.get(name).copied()
     }
 
+    /// The id of `event`'s type.
     pub fn of(&self, event: &Event) -> Option<u16> {
         match event {
             Event::Thread(r) => self.thread(r.event1, r.event2),
@@ -141,10 +155,12 @@ fn read_packet(file: &File, file_len: u64, offset: u64) -> io::Result<Found> {
 }
 
 impl LogReader {
+    /// Opens the log at `path` and reads its metadata.
     pub fn open(path: &Path) -> Result<LogReader, LogError> {
         LogReader::from_file(File::open(path)?)
     }
 
+    /// Reads the log open as `file`, from its metadata.
     pub fn from_file(file: File) -> Result<LogReader, LogError> {
         let file_len = file.metadata()?.len();
         let mut magic = [0u8; 4];
@@ -309,10 +325,12 @@ impl LogReader {
         Ok(())
     }
 
+    /// The log's metadata: attributes, layout, event types.
     pub fn metadata(&self) -> &Metadata {
         &self.metadata
     }
 
+    /// The event type with this id, if the log has one.
     pub fn event_type(&self, id: u16) -> Option<&EventType> {
         self.types.get(&id)
     }

@@ -38,6 +38,7 @@ pub struct EventPacket {
 }
 
 impl EventPacket {
+    /// Adds `event`.
     pub fn push(&mut self, event: &Event) {
         super::entry::encode(event, &mut self.entries);
         self.count += 1;
@@ -68,10 +69,12 @@ impl EventPacket {
         Some(next)
     }
 
+    /// How many events it holds.
     pub fn count(&self) -> u32 {
         self.count
     }
 
+    /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -117,6 +120,7 @@ impl Layout {
 /// What became of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Written {
+    /// The packet is in the log.
     Written,
     /// The log is full (`until-full`): the packet was not written, nor will any after it.
     LogFull,
@@ -169,6 +173,7 @@ impl LogWriter {
         })
     }
 
+    /// Where its packets go.
     pub fn layout(&self) -> Layout {
         self.layout
     }
