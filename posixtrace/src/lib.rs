@@ -68,6 +68,7 @@ const ATTR_INITIALIZED: c_int = 0x5054_4154;
 
 /// `struct posix_trace_event_info` (`<trace.h>`).
 #[repr(C)]
+#[allow(clippy::struct_field_names, reason = "POSIX names the fields")]
 pub struct posix_trace_event_info {
     posix_event_id: trace_event_id_t,
     posix_pid: pid_t,
@@ -79,6 +80,7 @@ pub struct posix_trace_event_info {
 
 /// `struct posix_trace_status_info` (`<trace.h>`).
 #[repr(C)]
+#[allow(clippy::struct_field_names, reason = "POSIX names the fields")]
 pub struct posix_trace_status_info {
     posix_stream_status: c_int,
     posix_stream_full_status: c_int,
@@ -121,7 +123,7 @@ fn traces() -> MutexGuard<'static, Traces> {
     // A panic under the lock leaves the table as it was: keep using it.
     TRACES
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs `body` with the log `trid` names; EINVAL if none.

@@ -33,6 +33,7 @@ pub fn workload(name: &str) -> PathBuf {
     path
 }
 
+/// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -42,9 +43,10 @@ pub fn workspace_root() -> PathBuf {
 
 /// The tracer under test: `$THRTRACE_BIN`, else the workspace's release build.
 pub fn tracer() -> PathBuf {
-    let path = std::env::var_os("THRTRACE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/release/thrtrace-bpf"));
+    let path = std::env::var_os("THRTRACE_BIN").map_or_else(
+        || workspace_root().join("target/release/thrtrace-bpf"),
+        PathBuf::from,
+    );
     assert!(
         path.exists(),
         "{} does not exist: build it with `cargo build --release` (`cargo xtask test` does)",
@@ -94,9 +96,10 @@ fn prerequisite(test: &str, missing: Option<&str>) -> bool {
     let Some(why) = missing else {
         return true;
     };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test} cannot run, and in CI a missing prerequisite is a failure: {why}");
-    }
+    assert!(
+        !std::env::var("CI").is_ok_and(|v| v == "true"),
+        "{test} cannot run, and in CI a missing prerequisite is a failure: {why}"
+    );
     eprintln!("skipping {test}: {why}");
     // `cargo xtask test` counts skips from this log for its closing line.
     if let Some(log) = std::env::var_os("THRTRACE_SKIP_LOG") {
@@ -122,6 +125,7 @@ fn effective_uid() -> Option<u32> {
 pub struct TempDir(PathBuf);
 
 impl TempDir {
+    /// A new empty directory, named after `label`, the test process and a counter.
     pub fn new(label: &str) -> Self {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -132,6 +136,7 @@ impl TempDir {
         TempDir(path)
     }
 
+    /// Where it is.
     pub fn path(&self) -> &Path {
         &self.0
     }
@@ -156,8 +161,11 @@ impl Drop for TempDir {
 /// What a finished tracer run printed and returned.
 #[derive(Debug)]
 pub struct Run {
+    /// How it exited.
     pub status: ExitStatus,
+    /// Its standard output.
     pub stdout: String,
+    /// Its standard error: messages and the summary line.
     pub stderr: String,
 }
 
@@ -290,7 +298,7 @@ pub fn contending_threads(
                 .unwrap_or_else(|| panic!("no file {name} for lwpid {lwpid}: {:?}", files.keys()))
                 .iter()
                 .filter(|l| l.lwpid == lwpid)
-                .cloned()
+                .copied()
                 .collect();
             assert!(
                 lines.iter().all(|l| l.pid == pid),
@@ -381,10 +389,13 @@ pub fn workload_arg(name: &str) -> String {
 /// holds the trace; panics if the tracer fails.
 pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
     let dir = TempDir::new(workload);
-    let mut argv: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+    let mut argv: Vec<String> = options
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
     argv.push("--".into());
     argv.push(workload_arg(workload));
-    argv.extend(args.iter().map(|s| s.to_string()));
+    argv.extend(args.iter().map(std::string::ToString::to_string));
     let run = run_tracer(dir.path(), &argv);
     assert!(run.status.success(), "{argv:?}: {run:?}");
     (dir, run)
@@ -428,7 +439,9 @@ pub struct Gated {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// Its process id.
     pub pid: u32,
+    /// The address of the mutex it locks.
     pub mutex: i64,
 }
 
@@ -488,12 +501,16 @@ pub struct Burst {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// Its process id.
     pub pid: u32,
+    /// The address of the mutex it locks.
     pub mutex: i64,
+    /// The address of the condition variable it signals.
     pub cond: i64,
 }
 
 impl Burst {
+    /// Starts it; it waits to be told what to do.
     pub fn start() -> Burst {
         let (child, stdin, stdout, ready) = start_told(&mut Command::new(workload("burst")));
         Burst {
@@ -591,6 +608,7 @@ pub fn lines_as_they_come(reader: impl BufRead + Send + 'static) -> mpsc::Receiv
     received
 }
 
+/// The next line of `reader`, without its newline.
 pub fn read_line(reader: &mut impl BufRead) -> String {
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();

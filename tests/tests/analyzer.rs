@@ -179,7 +179,7 @@ fn a_c_analyzer_gets_an_error_code_for_files_that_are_not_whole_logs() {
         log.clone(),
     ];
     let program = build_analyzer("open_errors", scratch.path());
-    let args: Vec<&std::path::Path> = files.iter().map(|p| p.as_path()).collect();
+    let args: Vec<&std::path::Path> = files.iter().map(std::path::PathBuf::as_path).collect();
     let output = run(&program, &args);
     let events = LogReader::open(&log).unwrap().events().count();
     let expected: Vec<String> = files[..6]

@@ -32,7 +32,7 @@ fn thread_lines(
     files[&file_name(pid, lwpid)]
         .iter()
         .filter(|l| l.lwpid == lwpid)
-        .cloned()
+        .copied()
         .collect()
 }
 

@@ -75,7 +75,7 @@ fn rounds(rounds: usize, mutex: bool, cond: bool) -> Vec<(&'static str, usize)> 
     if mutex {
         expected.extend([("mutex_lock", 2 * rounds), ("mutex_unlock", rounds)]);
     }
-    expected.sort();
+    expected.sort_unstable();
     expected.retain(|&(_, n)| n > 0);
     expected
 }

@@ -10,9 +10,8 @@ use tracer_model::{event::Event, log::LogReader};
 /// What the Rust API makes of a log: the events it returned as good, and whether it refused
 /// the log (at open, or at some packet).
 fn read_all(path: &Path) -> (Vec<Event>, bool) {
-    let reader = match LogReader::open(path) {
-        Ok(reader) => reader,
-        Err(_) => return (Vec::new(), true),
+    let Ok(reader) = LogReader::open(path) else {
+        return (Vec::new(), true);
     };
     let mut good = Vec::new();
     for event in reader.events() {

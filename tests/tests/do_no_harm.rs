@@ -26,7 +26,7 @@ fn untraced(name: &str, args: &[&str]) -> (Option<i32>, String) {
 fn traced(name: &str, args: &[&str]) -> (Option<i32>, String, usize) {
     let dir = TempDir::new("harm");
     let mut argv = vec!["--".to_string(), workload_arg(name)];
-    argv.extend(args.iter().map(|s| s.to_string()));
+    argv.extend(args.iter().map(std::string::ToString::to_string));
     let run = run_tracer(dir.path(), &argv);
     let records = read_trace(dir.path()).values().map(Vec::len).sum();
     (run.status.code(), run.stdout, records)

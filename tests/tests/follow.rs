@@ -22,7 +22,7 @@ fn per_thread_lock_calls(lines: impl IntoIterator<Item = TraceRecord>, mutex: i6
 
 /// Lock calls on `mutex` made by the threads of process `pid`.
 fn lock_calls(lines: &[TraceRecord], pid: u32, mutex: i64) -> usize {
-    let of_pid = lines.iter().filter(|l| l.pid == pid).cloned();
+    let of_pid = lines.iter().filter(|l| l.pid == pid).copied();
     per_thread_lock_calls(of_pid, mutex).into_iter().sum()
 }
 

@@ -146,7 +146,7 @@ fn the_log_holds_what_the_tr_files_hold_with_the_system_events_around_it() {
             Event::Thread(r) => {
                 recorded.insert(r.lwpid);
             }
-            _ => {}
+            Event::System(_) => {}
         }
     }
     assert_eq!(named.get(&pid).map(String::as_str), Some("mutex_contend"));

@@ -102,7 +102,7 @@ fn a_stalled_lossless_tracer_loses_nothing(test: &str, extra: &[&str]) {
         let mut options = vec!["--events", "mutex", "--buffer-kib", "4", "--lossless"];
         options.extend_from_slice(extra);
         let (mut tracer, stderr) = start_tracer(dir.path(), &[gate.pid], &options);
-        let target_watchdog = watchdog(gate.pid, Duration::from_secs(60));
+        let target_watchdog = watchdog(gate.pid, Duration::from_mins(1));
         signal(tracer.id(), "-STOP");
         gate.open();
         std::thread::sleep(Duration::from_secs(2));

@@ -42,7 +42,7 @@ fn trace_many_threads(dir: &Path, threads: usize, options: &[&str]) -> usize {
     let mut pairs = 0;
     for lines in files.values() {
         // Threads that share a file (and, past pid_max, a thread id) each did PAIRS pairs.
-        for (lwpid, thread) in by_thread(lines.iter().cloned()) {
+        for (lwpid, thread) in by_thread(lines.iter().copied()) {
             let calls = paired_calls(&thread, "mutex_lock", mutex).len();
             // The main thread, which makes the others, has none.
             assert!(calls.is_multiple_of(PAIRS), "thread {lwpid}: {calls} pairs");

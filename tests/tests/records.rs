@@ -63,7 +63,7 @@ fn a_single_thread_never_blocks_and_never_sees_waiters() {
     for placement in PLACEMENTS {
         let (run, files) = trace(placement, "mutex_contend", &["1", "10000"]);
         let mutex: i64 = field(&run.stdout, "mutex");
-        let lines: Vec<TraceRecord> = files.values().flatten().cloned().collect();
+        let lines: Vec<TraceRecord> = files.values().flatten().copied().collect();
         let locks = paired_calls(&lines, "mutex_lock", mutex);
         let unlocks: Vec<&TraceRecord> = lines
             .iter()

@@ -248,13 +248,11 @@ fn sigint_at_start() -> bool {
     // signal (blocked) while it loads them.
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let held = loop {
-        match sigint_caught_and_blocked(tracer.id()) {
-            (true, blocked) => break blocked,
-            (false, _) => {
-                assert!(std::time::Instant::now() < give_up, "never caught SIGINT");
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
+        if let (true, blocked) = sigint_caught_and_blocked(tracer.id()) {
+            break blocked;
         }
+        assert!(std::time::Instant::now() < give_up, "never caught SIGINT");
+        std::thread::sleep(std::time::Duration::from_micros(200));
     };
     let killed = Command::new("kill")
         .args(["-INT", &tracer.id().to_string()])

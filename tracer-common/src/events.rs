@@ -416,6 +416,10 @@ const MUTEX_RECURSIVE: u32 = 1;
 
 /// Whether these words of a `pthread_mutex_t` are a recursive mutex's (by its kind).
 #[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
 pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS]) -> bool {
     object[MUTEX_KIND_WORD] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE
 }

@@ -26,7 +26,7 @@ pub struct RawRecord {
     /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
     pub block: u8,
     /// Keeps the layout the BPF side writes; always 0.
-    pub _pad: u8,
+    pub padding: u8,
     /// The first five integer arguments (rdi, rsi, rdx, rcx, r8).
     pub args: [u64; 5],
     /// The return value (rax) for records written at return, else 0.
@@ -58,6 +58,7 @@ impl RawRecord {
     /// there, with no copy); `None` if the slice is too short, or not aligned as a record (the
     /// kernel aligns ring entries to 8 bytes).
     pub fn view(bytes: &[u8]) -> Option<&Self> {
+        #[allow(clippy::cast_ptr_alignment, reason = "the alignment is checked next")]
         let start = bytes.as_ptr().cast::<Self>();
         if bytes.len() < RAW_RECORD_SIZE || !start.is_aligned() {
             return None;
@@ -89,7 +90,12 @@ mod tests {
 
     fn as_bytes<T>(value: &T) -> &[u8] {
         // SAFETY: viewing plain integers as their bytes, for the value's lifetime.
-        unsafe { core::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+        unsafe {
+            core::slice::from_raw_parts(
+                core::ptr::from_ref::<T>(value).cast::<u8>(),
+                size_of::<T>(),
+            )
+        }
     }
 
     #[test]

@@ -16,6 +16,19 @@
 // The atomic intrinsics: the BPF target has no `Atomic*` types, but LLVM emits BPF atomics.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
+// Everything the verifier sees is inlined into its program: calls cost stack and instructions.
+#![allow(
+    clippy::inline_always,
+    reason = "each helper is inlined into its program"
+)]
+#![allow(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand each program its context by value"
+)]
+#![allow(
+    missing_docs,
+    reason = "aya's program macros make the exported functions; each program is documented where it is written"
+)]
 
 use core::{
     intrinsics::{AtomicOrdering, atomic_xadd, atomic_xchg},
@@ -121,7 +134,7 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
     }
     let shared = flags.has(ProbeFlags::SHARED);
     // SAFETY: a read-only global that userspace sets before loading.
-    if shared && unsafe { ptr::read_volatile(&SYSTEM_WIDE) } != 0 {
+    if shared && unsafe { ptr::read_volatile(&raw const SYSTEM_WIDE) } != 0 {
         return true;
     }
     let tgid = (pid_tgid >> 32) as u32;
@@ -160,7 +173,7 @@ pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     }
     let child_task: u64 = ctx.arg(1);
     // SAFETY: a read-only global that userspace sets before loading.
-    let tgid_offset = unsafe { ptr::read_volatile(&TGID_OFFSET) };
+    let tgid_offset = unsafe { ptr::read_volatile(&raw const TGID_OFFSET) };
     // SAFETY: a kernel read through the helper, at an offset taken from kernel BTF.
     let child = unsafe { bpf_probe_read_kernel((child_task + tgid_offset) as *const u32) };
     // A new thread of the parent has the parent's tgid, which is followed already.
@@ -188,7 +201,7 @@ pub fn thr_exec(_ctx: RawTracePointContext) -> u32 {
 #[inline(always)]
 fn is_tracer(pid_tgid: u64) -> bool {
     // SAFETY: a read-only global that userspace sets before loading.
-    (pid_tgid >> 32) as u32 == unsafe { ptr::read_volatile(&TRACER_TGID) }
+    (pid_tgid >> 32) as u32 == unsafe { ptr::read_volatile(&raw const TRACER_TGID) }
 }
 
 /// The inner definition is only a template: userspace creates one ring buffer per CPU.
@@ -292,6 +305,7 @@ fn open_call(calls: *mut Calls, event: u32) -> Option<*mut Pending> {
     for i in 0..CALL_SLOTS {
         // SAFETY: `calls` is this thread's value, which only this thread's probes touch.
         let slot = unsafe { ptr::addr_of_mut!((*calls).slots[i]) };
+        // SAFETY: as above: a slot of this thread's value.
         if unsafe { (*slot).event } == event {
             return Some(slot);
         }
@@ -320,6 +334,8 @@ fn free_slot(calls: *mut Calls) -> *mut Pending {
     unsafe { ptr::addr_of_mut!((*calls).slots[chosen % CALL_SLOTS]) }
 }
 
+/// At a traced function's entry (or where its probe is placed): the entry record, or the
+/// thread's open call, for the return to complete.
 #[uprobe]
 pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link this program runs for.
@@ -384,7 +400,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         }
         (*slot).nested = 0;
         (*slot).nvcsw_at_entry = if flags.has(ProbeFlags::BLOCK) {
-            read_task::<u64>(current_task(), ptr::read_volatile(&NVCSW_OFFSET))
+            read_task::<u64>(current_task(), ptr::read_volatile(&raw const NVCSW_OFFSET))
         } else {
             0
         };
@@ -414,7 +430,8 @@ fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
             words.add(i).write_volatile(0);
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
-        (*record).pthread_self = read_task::<u64>(task, ptr::read_volatile(&FSBASE_OFFSET));
+        (*record).pthread_self =
+            read_task::<u64>(task, ptr::read_volatile(&raw const FSBASE_OFFSET));
         // A call written once, at its return, takes its caller there, with no read.
         if !written_at_return_only(flags) {
             read_user_into(
@@ -448,6 +465,7 @@ fn written_at_return_only(flags: ProbeFlags) -> bool {
     flags.has(ProbeFlags::RETURN) && !flags.has(ProbeFlags::PAIRED)
 }
 
+/// At a traced function's return: the return record, or the open call completed.
 #[uretprobe]
 pub fn thr_return(ctx: RetProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link this program runs for.
@@ -504,17 +522,17 @@ unsafe fn complete(
     }
     if flags.has(ProbeFlags::BLOCK) {
         // SAFETY: a read-only global that userspace sets before loading.
-        let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&NVCSW_OFFSET) });
-        record.block = (nvcsw != nvcsw_at_entry) as u8;
+        let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&raw const NVCSW_OFFSET) });
+        record.block = u8::from(nvcsw != nvcsw_at_entry);
     }
     if flags.has(ProbeFlags::OBJECT_AT_RETURN)
         && (!flags.has(ProbeFlags::ONLY_IF_RECURSIVE) || is_recursive_mutex(&record.object))
     {
-        copy_object(&mut record.object, flags.object_size(), record.args[0]);
+        copy_object(&raw mut record.object, flags.object_size(), record.args[0]);
     }
     if flags.has(ProbeFlags::POINTEES) {
         for i in 0..record.pointees.len() {
-            read_user_into(&mut record.pointees[i], record.args[i]);
+            read_user_into(&raw mut record.pointees[i], record.args[i]);
         }
     }
     if flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
@@ -536,7 +554,7 @@ pub fn thr_empty(_ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn event_key(cookie: &ProbeCookie) -> u32 {
-    ((cookie.event1 as u32) << 16) | cookie.event2 as u32
+    (u32::from(cookie.event1) << 16) | u32::from(cookie.event2)
 }
 
 /// Copies the first words of the object at `address`: exactly `size`, never more, so that a
@@ -579,7 +597,7 @@ fn read_errno(errno: &mut i32, pid: u32, thread_pointer: u64) {
         return;
     };
     let mut offset = 0i64;
-    read_user_into(&mut offset, slot);
+    read_user_into(&raw mut offset, slot);
     read_user_into(errno, thread_pointer.wrapping_add(offset as u64));
 }
 
@@ -597,8 +615,8 @@ fn current_pid_tgid(task: *mut task_struct) -> u64 {
     // SAFETY: read-only globals that userspace sets before loading.
     let (pid, tgid) = unsafe {
         (
-            read_task::<u32>(task, ptr::read_volatile(&PID_OFFSET)),
-            read_task::<u32>(task, ptr::read_volatile(&TGID_OFFSET)),
+            read_task::<u32>(task, ptr::read_volatile(&raw const PID_OFFSET)),
+            read_task::<u32>(task, ptr::read_volatile(&raw const TGID_OFFSET)),
         )
     };
     (u64::from(tgid) << 32) | u64::from(pid)
@@ -648,9 +666,9 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
     // quarter: a wakeup is an interrupt, and a reader that is behind would get one per record.
     let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
     // SAFETY: `ring_ptr` is a ring buffer map of this CPU's slot.
-    let used = unsafe { bpf_ringbuf_query(ring_ptr, BPF_RB_AVAIL_DATA as u64) };
+    let used = unsafe { bpf_ringbuf_query(ring_ptr, u64::from(BPF_RB_AVAIL_DATA)) };
     // SAFETY: a read-only global that userspace sets before loading.
-    let size = unsafe { ptr::read_volatile(&RING_BYTES) };
+    let size = unsafe { ptr::read_volatile(&raw const RING_BYTES) };
     let step = (size / 16).max(1);
     let before = used.saturating_sub(RING_ENTRY_SIZE as u64);
     let wakeup = if used > size / 4 && before / step != used / step {
@@ -658,7 +676,7 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
     } else {
         BPF_RB_NO_WAKEUP
     };
-    entry.submit(wakeup as u64);
+    entry.submit(u64::from(wakeup));
     // Half full: the reader has been woken and not caught up; stop the writer for it.
     if used > size / 2 {
         stop_if_lossless();
@@ -673,12 +691,12 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
 #[inline(always)]
 fn stop_if_lossless() {
     // SAFETY: a read-only global that userspace sets before loading.
-    if unsafe { ptr::read_volatile(&LOSSLESS) } == 0 {
+    if unsafe { ptr::read_volatile(&raw const LOSSLESS) } == 0 {
         return;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let (pid, lwpid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    if STOPPED.insert(lwpid, pid, BPF_NOEXIST as u64).is_ok() {
+    if STOPPED.insert(lwpid, pid, u64::from(BPF_NOEXIST)).is_ok() {
         // SAFETY: the helper signals the current thread; it takes no pointers.
         unsafe { bpf_send_signal_thread(SIGSTOP) };
         if let Some(entry) = STOPPED.get_ptr_mut(lwpid) {

@@ -176,7 +176,7 @@ impl Durations {
         self.count += 1;
         self.total_ns += ns;
         self.max_ns = self.max_ns.max(ns);
-        let bucket = (63 - ns.max(1).leading_zeros()) as usize;
+        let bucket = ns.max(1).ilog2() as usize;
         if self.log2.len() <= bucket {
             self.log2.resize(bucket + 1, 0);
         }

@@ -179,7 +179,7 @@ fn traced_categories() -> String {
     let names: Vec<&str> = Category::ALL
         .into_iter()
         .filter(|c| c.is_traced())
-        .map(|c| c.name())
+        .map(tracer_common::Category::name)
         .collect();
     names.join(", ")
 }

@@ -375,7 +375,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 /// The command line: parses it, does what it asks, and returns the exit status.
 pub fn main() -> i32 {
-    let cli = Cli::try_parse().unwrap_or_else(|error| usage_error(error));
+    let cli = Cli::try_parse().unwrap_or_else(|error| usage_error(&error));
     let result = match &cli.action {
         Some(Action::Dump(args)) => readers::dump::run(args),
         Some(Action::Info(args)) => readers::info::run(args),
@@ -404,7 +404,7 @@ pub fn main() -> i32 {
 
 /// A command line clap refused: help and version as clap prints them; an error as one line,
 /// like every other bad input, with exit status 2.
-fn usage_error(error: clap::Error) -> ! {
+fn usage_error(error: &clap::Error) -> ! {
     use clap::error::ErrorKind;
     if matches!(
         error.kind(),

@@ -34,6 +34,7 @@ impl TraceSignals {
     }
 
     /// Delivers the held signals from now on (in this thread).
+    #[allow(clippy::unused_self, reason = "only who holds them releases them")]
     pub fn release(&self) -> std::io::Result<()> {
         set_blocked(false)
     }
@@ -64,16 +65,16 @@ pub fn set_blocked(blocked: bool) -> std::io::Result<()> {
     // only reads the set and changes this thread's mask.
     let result = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
+        libc::sigemptyset(&raw mut set);
         for signal in HANDLED {
-            libc::sigaddset(&mut set, signal);
+            libc::sigaddset(&raw mut set, signal);
         }
         let how = if blocked {
             libc::SIG_BLOCK
         } else {
             libc::SIG_UNBLOCK
         };
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut())
+        libc::pthread_sigmask(how, &raw const set, std::ptr::null_mut())
     };
     match result {
         0 => Ok(()),

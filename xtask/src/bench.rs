@@ -190,14 +190,13 @@ impl Mode {
 
     fn tracer_options(self) -> &'static [&'static str] {
         match self {
-            Mode::Placed => &[],
             Mode::AtEntry => &["--probe-at-entry"],
             Mode::Floor => &["--empty-programs", "--probe-at-entry"],
             Mode::Lossless => &["--lossless"],
             Mode::Stopped => &["--stopped", "--probe-at-entry"],
             Mode::FloorPlaced => &["--empty-programs"],
             Mode::PerfEvent => &["--perf-event-probes"],
-            Mode::Untraced | Mode::Bpftrace => &[],
+            Mode::Placed | Mode::Untraced | Mode::Bpftrace => &[],
         }
     }
 }
@@ -723,7 +722,14 @@ fn consume(
     // SAFETY: an all-zero rusage is valid; wait4 writes the status and the rusage we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waits for our own child; the pointers are to live locals.
-    let reaped = unsafe { libc::wait4(traced.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    let reaped = unsafe {
+        libc::wait4(
+            traced.id() as libc::pid_t,
+            &raw mut status,
+            0,
+            &raw mut usage,
+        )
+    };
     if reaped == -1 {
         bail!(
             "cannot wait for the tracer: {}",

@@ -77,12 +77,12 @@ const ROUNDS: u32 = 2000;
 const ACCELERATOR: &str = "tcg,thread=single";
 
 /// Longest a boot may take before it counts as hung.
-const BOOT_TIMEOUT: Duration = Duration::from_secs(900);
+const BOOT_TIMEOUT: Duration = Duration::from_mins(15);
 
 /// Longest a guest may take to reach init (its first console line, `KT: kernel`), which it
 /// does in a few seconds. About one emulated 4-vCPU boot in twenty hung before that, silent,
 /// with nothing of ours started: such a guest is ended and booted again, and that is said.
-const INIT_TIMEOUT: Duration = Duration::from_secs(120);
+const INIT_TIMEOUT: Duration = Duration::from_mins(2);
 
 /// Boots of one kind that may never reach init before the run fails.
 const BOOTS_BEFORE_INIT: u32 = 3;
@@ -564,7 +564,7 @@ impl<'a> Boot<'a> {
             lines.extend(
                 all[all.len().saturating_sub(30)..]
                     .iter()
-                    .map(|l| l.to_string()),
+                    .map(std::string::ToString::to_string),
             );
         }
         let timing = lines

@@ -29,7 +29,7 @@ const SIGNAL_WINDOW: Duration = Duration::from_secs(2);
 /// How long the tracer may take to exit after its signal.
 const TRACER_EXIT_LIMIT: Duration = Duration::from_secs(10);
 /// How long a workload may take to finish once its tracer is gone.
-const WORKLOAD_LIMIT: Duration = Duration::from_secs(60);
+const WORKLOAD_LIMIT: Duration = Duration::from_mins(1);
 /// How long the kernel may take to free the programs of a tracer that has exited.
 const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 /// The names the tracer's BPF programs have in the kernel.
@@ -168,7 +168,8 @@ fn wait_until_running(pid: u32, workload: &Path) -> Result<()> {
     let give_up = Instant::now() + Duration::from_secs(5);
     loop {
         let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
-        let threads = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |t| t.count());
+        let threads =
+            fs::read_dir(format!("/proc/{pid}/task")).map_or(0, std::iter::Iterator::count);
         if exe.as_deref() == Some(workload) && threads > 1 {
             return Ok(());
         }

@@ -183,7 +183,10 @@ impl std::fmt::Display for BadEntry {
 }
 
 /// Reads the entry at the start of `bytes`: the event and the entry's size.
-pub fn decode(bytes: &[u8], types: &HashMap<u16, EventType>) -> Result<(Event, usize), BadEntry> {
+pub fn decode<S: std::hash::BuildHasher>(
+    bytes: &[u8],
+    types: &HashMap<u16, EventType, S>,
+) -> Result<(Event, usize), BadEntry> {
     let Some(first) = bytes.first_chunk::<ENTRY_HEADER_LEN>() else {
         return Err(BadEntry::Size(bytes.len()));
     };

@@ -174,7 +174,7 @@ pub struct Status {
 impl Status {
     const FLAGS: usize = 7;
 
-    fn flags(&self) -> [bool; Self::FLAGS] {
+    fn flags(self) -> [bool; Self::FLAGS] {
         [
             self.running,
             self.full,

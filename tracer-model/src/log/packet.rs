@@ -119,9 +119,13 @@ pub fn seal_parts_into(kind: Kind, seq: u64, parts: &[&[u8]], out: &mut Vec<u8>)
     out.extend_from_slice(&(payload_len as u32).to_le_bytes());
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&out[start..]);
-    parts.iter().for_each(|part| hasher.update(part));
+    for part in parts {
+        hasher.update(part);
+    }
     out.extend_from_slice(&hasher.finalize().to_le_bytes());
-    parts.iter().for_each(|part| out.extend_from_slice(part));
+    for part in parts {
+        out.extend_from_slice(part);
+    }
 }
 
 #[cfg(test)]

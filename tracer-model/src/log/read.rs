@@ -216,7 +216,7 @@ impl LogReader {
         match reader.metadata.layout {
             Layout::Append => reader.scan_appended(region_start, file_len)?,
             Layout::Loop { slot_size, slots } => {
-                reader.scan_slots(region_start, file_len, slot_size, slots)?
+                reader.scan_slots(region_start, file_len, slot_size, slots)?;
             }
         }
         if closed_with != 0 && reader.status_seq != Some(closed_with) {
@@ -302,7 +302,7 @@ impl LogReader {
                 }
                 Found::Packet(..) => return Err(corrupt(offset, "not an events packet")),
                 Found::CutShort => {
-                    damaged.push((offset, slot, "the packet runs past its slot".into()))
+                    damaged.push((offset, slot, "the packet runs past its slot".into()));
                 }
                 Found::Bad(what) => damaged.push((offset, slot, what)),
             }

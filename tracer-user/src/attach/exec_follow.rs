@@ -172,7 +172,8 @@ impl Follower {
             let mut status = 0;
             // SAFETY: waitpid writes the status we pass. __WNOTHREAD: only this thread's
             // tracees, never the main thread's child, whose status is the tracer's to collect.
-            let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
+            let tid =
+                unsafe { libc::waitpid(-1, &raw mut status, libc::__WALL | libc::__WNOTHREAD) };
             if tid == -1 {
                 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -212,7 +213,7 @@ impl Follower {
             }
             // --lossless stopped this thread until the rings are drained.
             0 if signal == libc::SIGSTOP && self.stopped.is_some() && sent_by_kernel(tid) => {
-                self.hold_until_drained(tid)
+                self.hold_until_drained(tid);
             }
             // A signal on its way (even SIGTRAP: exec reports an event, not a SIGTRAP,
             // with PTRACE_O_TRACEEXEC): deliver it.
@@ -268,7 +269,7 @@ impl Follower {
                 say!(
                     "thrtrace-bpf: {}",
                     targets::no_pthread_functions(pid as u32)
-                )
+                );
             }
             Ok(libraries) => {
                 let (done, answered) = sync_mpsc::sync_channel(1);

@@ -65,10 +65,7 @@ pub fn check_runnable(program: &OsStr) -> Result<(), LaunchError> {
     let Some(found) = candidates.iter().find(|c| c.is_file()) else {
         return Err(error(io::ErrorKind::NotFound));
     };
-    let mode = found
-        .metadata()
-        .map(|m| m.permissions().mode())
-        .unwrap_or(0);
+    let mode = found.metadata().map_or(0, |m| m.permissions().mode());
     if mode & 0o111 == 0 {
         return Err(error(io::ErrorKind::PermissionDenied));
     }
@@ -271,7 +268,7 @@ fn wait_with(pid: libc::pid_t, options: libc::c_int) -> Result<libc::c_int> {
     let mut status = 0;
     loop {
         // SAFETY: waitpid writes the status we pass.
-        let r = unsafe { libc::waitpid(pid, &mut status, options) };
+        let r = unsafe { libc::waitpid(pid, &raw mut status, options) };
         if r == pid {
             return Ok(status);
         }

@@ -13,10 +13,7 @@
 //! breakpoints, and the next time any other link on the same functions is detached, the
 //! process's breakpoints go too.
 
-use std::{
-    collections::HashMap,
-    os::fd::{AsRawFd, OwnedFd},
-};
+use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::Result;
 use tracer_common::{EventDef, ProbeFlags, TracedThrough};
@@ -313,7 +310,7 @@ impl Probes {
 /// so that neither a terminal's signals nor a pipeline the tracer writes to wait for it.
 /// Returns false if no child could be made (the caller then closes the links itself).
 fn detach_in_child(links: &[OwnedFd]) -> bool {
-    let mut keep: Vec<libc::c_int> = links.iter().map(|link| link.as_raw_fd()).collect();
+    let mut keep: Vec<libc::c_int> = links.iter().map(rustix::fd::AsRawFd::as_raw_fd).collect();
     keep.sort_unstable();
     // SAFETY: the child of a multi-threaded process calls only async-signal-safe functions
     // (setsid, sigprocmask, signal, close_range, close, _exit) on memory made before the fork.
@@ -323,8 +320,8 @@ fn detach_in_child(links: &[OwnedFd]) -> bool {
             0 => {
                 libc::setsid();
                 let mut all: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut all);
-                libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+                libc::sigemptyset(&raw mut all);
+                libc::sigprocmask(libc::SIG_SETMASK, &raw const all, std::ptr::null_mut());
                 for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1] {
                     libc::signal(signal, libc::SIG_DFL);
                 }

@@ -114,14 +114,13 @@ fn pointee32(raw: &RawRecord, n: u8) -> i64 {
 
 fn field_value(field: Field, raw: &RawRecord) -> i64 {
     match field {
-        Field::Zero => 0,
         Field::Arg(n) => raw.args[usize::from(n) - 1] as i64,
         // The C functions return int: the upper half of rax is not part of the value.
         Field::Rval => i64::from(raw.rval as i32),
         Field::Rval64 => raw.rval,
         Field::Stored64(n) if succeeded(raw) => raw.pointees[usize::from(n) - 1] as i64,
         Field::Stored32(n) if succeeded(raw) => pointee32(raw, n),
-        Field::Stored64(_) | Field::Stored32(_) => 0,
+        Field::Zero | Field::Stored64(_) | Field::Stored32(_) => 0,
         Field::Pointee32(n) => pointee32(raw, n),
         Field::Block => i64::from(raw.block),
         Field::MutexWaiters => i64::from(raw.object[0] as i32 > 1),

@@ -12,7 +12,14 @@ use std::{fs, os::fd::AsFd};
 
 use aya_obj::generated::{
     BPF_ATOMIC, BPF_DW, BPF_FETCH, BPF_STX, BPF_XCHG,
-    bpf_func_id::{self, *},
+    bpf_func_id::{
+        self, BPF_FUNC_get_attach_cookie, BPF_FUNC_get_current_pid_tgid,
+        BPF_FUNC_get_current_task_btf, BPF_FUNC_get_smp_processor_id, BPF_FUNC_ktime_get_ns,
+        BPF_FUNC_map_delete_elem, BPF_FUNC_map_lookup_elem, BPF_FUNC_map_update_elem,
+        BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_query,
+        BPF_FUNC_ringbuf_reserve, BPF_FUNC_ringbuf_submit, BPF_FUNC_send_signal_thread,
+        BPF_FUNC_task_storage_get,
+    },
     bpf_insn,
     bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
     bpf_prog_type::{self, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_RAW_TRACEPOINT},

@@ -143,7 +143,7 @@ pub fn realtime_offset_ns() -> i128 {
     let before = now(libc::CLOCK_MONOTONIC);
     let real = now(libc::CLOCK_REALTIME);
     let after = now(libc::CLOCK_MONOTONIC);
-    real - (before + after) / 2
+    real - i128::midpoint(before, after)
 }
 
 /// CLOCK_MONOTONIC now, the clock of `bpf_ktime_get_ns`.
@@ -158,7 +158,7 @@ pub fn clock_resolution_ns() -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: clock_getres writes the timespec we pass; the clock always exists.
-    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -168,6 +168,6 @@ fn now(clock: libc::clockid_t) -> i128 {
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the timespec we pass; both clocks always exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &raw mut ts) };
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }

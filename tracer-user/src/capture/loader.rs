@@ -440,7 +440,7 @@ pub fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
         libc::syscall(
             libc::SYS_bpf,
             cmd as libc::c_int,
-            attr as *mut bpf_attr,
+            std::ptr::from_mut::<bpf_attr>(attr),
             size_of::<bpf_attr>(),
         )
     };
@@ -494,10 +494,10 @@ mod tests {
                     match (class(insn), insn.code & 0xf8) {
                         (0x07, 0xb8) => from_frame[dst] = from_frame[src], // mov reg
                         (0x07, 0x00) => {
-                            from_frame[dst] = from_frame[dst].map(|b| b + i64::from(insn.imm))
+                            from_frame[dst] = from_frame[dst].map(|b| b + i64::from(insn.imm));
                         }
                         (0x07 | 0x04 | 0x01, _) if dst != usize::from(FRAME_POINTER) => {
-                            from_frame[dst] = None
+                            from_frame[dst] = None;
                         }
                         // A call clobbers r0 to r5.
                         (0x05, 0x80) => from_frame[..6].fill(None),

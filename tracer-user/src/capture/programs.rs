@@ -125,6 +125,7 @@ impl UprobeProgram {
     fn run_time(&self) -> Result<RunTime> {
         // SAFETY: both are plain data; all-zero is their "unset" value.
         let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: as above.
         let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         attr.info.bpf_fd = self.fd.as_raw_fd() as u32;
         attr.info.info_len = size_of::<bpf_prog_info>() as u32;

@@ -97,30 +97,24 @@ impl<R: Copy, T> Reorder<R, T> {
 
     /// Holds `record`, stamped `ktime_ns` (CLOCK_MONOTONIC).
     pub fn push_record(&mut self, ktime_ns: u64, record: R) {
-        let slot = match self.free_records.pop() {
-            Some(slot) => {
-                self.records[slot as usize] = record;
-                slot
-            }
-            None => {
-                self.records.push(record);
-                (self.records.len() - 1) as u32
-            }
+        let slot = if let Some(slot) = self.free_records.pop() {
+            self.records[slot as usize] = record;
+            slot
+        } else {
+            self.records.push(record);
+            (self.records.len() - 1) as u32
         };
         self.arrive(ktime_ns, slot);
     }
 
     /// Holds `item`, stamped `ktime_ns` (CLOCK_MONOTONIC).
     pub fn push(&mut self, ktime_ns: u64, item: T) {
-        let slot = match self.free_others.pop() {
-            Some(slot) => {
-                self.others[slot as usize] = Some(Box::new(item));
-                slot
-            }
-            None => {
-                self.others.push(Some(Box::new(item)));
-                (self.others.len() - 1) as u32
-            }
+        let slot = if let Some(slot) = self.free_others.pop() {
+            self.others[slot as usize] = Some(Box::new(item));
+            slot
+        } else {
+            self.others.push(Some(Box::new(item)));
+            (self.others.len() - 1) as u32
         };
         self.arrive(ktime_ns, slot | OTHER);
     }

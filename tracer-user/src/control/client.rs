@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// How long a trace may take to answer: a shutdown completes every file first.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+const ANSWER_TIMEOUT: Duration = Duration::from_mins(2);
 
 pub fn run(args: &CtlArgs) -> Result<i32> {
     if args.list {

@@ -4,6 +4,7 @@
 //! damaged elsewhere prints what precedes the damage, then one line naming the offset, exit 2.
 
 use std::{
+    fmt::Write as _,
     io::{self, BufWriter, Write},
     path::PathBuf,
 };
@@ -154,7 +155,10 @@ fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
                     json!(s.split('\0').filter(|s| !s.is_empty()).collect::<Vec<_>>())
                 }
                 (_, _, Value::Bytes(bytes)) => {
-                    json!(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+                    json!(bytes.iter().fold(String::new(), |mut hex, b| {
+                        let _ = write!(hex, "{b:02x}");
+                        hex
+                    }))
                 }
                 (_, _, Value::Str(s)) => json!(s),
                 (_, _, Value::Signed(n)) => json!(n),

@@ -209,7 +209,7 @@ fn name_now(flow: &mut Flow, lwpid: u32, first: Option<SystemEvent>) -> Option<S
     if *name == seen.name {
         return None;
     }
-    seen.name = name.clone();
+    seen.name.clone_from(name);
     Some(event)
 }
 
@@ -268,7 +268,7 @@ impl Session {
                     }
                 }
             }
-            reorder.push_record(ktime_ns, drawn)
+            reorder.push_record(ktime_ns, drawn);
         };
         let decoder = &self.decoder;
         let drained = self
@@ -313,7 +313,7 @@ impl Session {
         };
         match until {
             Some((pass_start, behind_after)) => {
-                reorder.release(pass_start, behind_after, &mut sink)
+                reorder.release(pass_start, behind_after, &mut sink);
             }
             None => reorder.release_all(&mut sink),
         }
@@ -432,7 +432,7 @@ impl Session {
                 match &cause {
                     FlushCause::Signal => say!("thrtrace-bpf: flushed (SIGUSR1)"),
                     FlushCause::Blocked(event) => {
-                        say!("thrtrace-bpf: flushed: {}", describe_block(event))
+                        say!("thrtrace-bpf: flushed: {}", describe_block(event));
                     }
                     FlushCause::Controller => {}
                 }
@@ -469,7 +469,7 @@ impl Session {
                 && let SystemKind::ThreadName { name } = &event.kind
                 && *name != seen.name
             {
-                seen.name = name.clone();
+                seen.name.clone_from(name);
                 renamed.push(event);
             }
         }

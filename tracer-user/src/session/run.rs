@@ -119,10 +119,10 @@ impl Session {
         loop {
             let wakeup = tokio::select! {
                 _ = self.clock.poll.tick() => Wakeup::Poll,
-                _ = self.clock.wakeups.notified() => Wakeup::Poll,
+                () = self.clock.wakeups.notified() => Wakeup::Poll,
                 signal = self.signals.recv() => Wakeup::Signal(signal),
-                _ = sleep_until(self.clock.deadline) => Wakeup::TimeUp,
-                _ = sleep_until(self.clock.grace) => Wakeup::TimeUp,
+                () = sleep_until(self.clock.deadline) => Wakeup::TimeUp,
+                () = sleep_until(self.clock.grace) => Wakeup::TimeUp,
                 _ = self.clock.each_second.tick() => Wakeup::Second,
                 Some(asked) = next_request_of(&mut self.controller) => Wakeup::Request(asked),
                 Some(followed) = next_request(&mut self.exec_requests) => {

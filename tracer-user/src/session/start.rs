@@ -264,7 +264,7 @@ fn start_sinks(config: &Config, outputs: Outputs, created_ns: i64) -> Result<Sin
         let budget = descriptors::open_file_budget();
         let writers = (config.consumer_threads - 1).max(1);
         sinks.push(Box::new(
-            TrWriters::new(dir, config.unbuffered, budget, writers)
+            TrWriters::new(&dir, config.unbuffered, budget, writers)
                 .context("cannot start the tr writer threads")?,
         ));
     }

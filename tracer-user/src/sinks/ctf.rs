@@ -234,7 +234,7 @@ fn put_field(value: &Value, ty: FieldType, out: &mut Vec<u8>) {
         (FieldType::U16, _) => out.extend_from_slice(&(value.as_u64() as u16).to_le_bytes()),
         (FieldType::U32, _) => out.extend_from_slice(&(value.as_u64() as u32).to_le_bytes()),
         (FieldType::U64 | FieldType::I64, _) => {
-            out.extend_from_slice(&value.as_u64().to_le_bytes())
+            out.extend_from_slice(&value.as_u64().to_le_bytes());
         }
         (FieldType::Str, _) => {
             let text = value.as_str().trim_end_matches('\0');

@@ -30,6 +30,6 @@ pub fn open_file_budget() -> usize {
         .map_or(MOST_OPEN_FILES * 2, |n| {
             usize::try_from(n).unwrap_or(usize::MAX)
         });
-    let in_use = std::fs::read_dir("/proc/self/fd").map_or(0, |fds| fds.count());
+    let in_use = std::fs::read_dir("/proc/self/fd").map_or(0, std::iter::Iterator::count);
     (limit.saturating_sub(in_use) / 2).clamp(1, MOST_OPEN_FILES)
 }

@@ -261,7 +261,7 @@ impl OutputDir {
             let temporary = format!(".{name}.{}.{n}.tmp", std::process::id());
             match self.create_exclusive(&temporary) {
                 // Taken (planted, or left by a tracer killed mid-rename): try the next.
-                Err(error) if error.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(error) if error.raw_os_error() == Some(libc::EEXIST) => {}
                 result => return result.map(|fd| (fd, temporary)),
             }
         }
@@ -273,7 +273,7 @@ impl fmt::Debug for OutputDir {
         f.debug_struct("OutputDir")
             .field("path", &self.path)
             .field("owner", &self.owner)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

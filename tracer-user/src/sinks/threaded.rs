@@ -175,7 +175,7 @@ fn serve<S: Sink>(mut sink: S, queue: Receiver<Work<S>>, failed: &Mutex<Option<i
 
 impl<S: Sink + Send + 'static> Sink for Threaded<S> {
     fn begin(&mut self) -> io::Result<()> {
-        self.call(|sink| sink.begin())?
+        self.call(super::Sink::begin)?
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
@@ -194,15 +194,15 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
-        self.then(|sink| sink.batch_done())
+        self.then(super::Sink::batch_done)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.call(|sink| sink.flush())?
+        self.call(super::Sink::flush)?
     }
 
     fn clear(&mut self) -> io::Result<u64> {
-        self.call(|sink| sink.clear())?
+        self.call(super::Sink::clear)?
     }
 
     /// What the thread has done: the session ends each batch (handing everything over)

@@ -23,7 +23,7 @@ pub struct TrWriters {
 impl TrWriters {
     /// Files in `dir`, written by `threads` threads (at least 1) sharing `max_open` open files.
     pub fn new(
-        dir: OutputDir,
+        dir: &OutputDir,
         unbuffered: bool,
         max_open: usize,
         threads: usize,
@@ -57,11 +57,13 @@ impl Sink for TrWriters {
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
-        self.writers.iter_mut().try_for_each(|w| w.batch_done())
+        self.writers
+            .iter_mut()
+            .try_for_each(super::Sink::batch_done)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.writers.iter_mut().try_for_each(|w| w.flush())
+        self.writers.iter_mut().try_for_each(super::Sink::flush)
     }
 
     fn state(&self) -> SinkState {
@@ -75,7 +77,7 @@ impl Sink for TrWriters {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.writers.iter_mut().try_for_each(|w| w.sync())
+        self.writers.iter_mut().try_for_each(super::Sink::sync)
     }
 
     fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
@@ -100,7 +102,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("thrtrace-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let files = TrWriters::new(OutputDir::open(&dir).unwrap(), false, max_open, threads);
+        let files = TrWriters::new(&OutputDir::open(&dir).unwrap(), false, max_open, threads);
         (dir, files.unwrap())
     }
 
