@@ -106,7 +106,8 @@ pub struct Cli {
     /// Threads that consume the rings: with more than one, N threads drain and decode a share
     /// of the CPUs' rings each, the session's thread puts the records in order and analyses,
     /// the log is written by a thread of its own, and tr files by N-1, each owning some
-    /// threads' files [default: one per 4 CPUs, from 1 to 4]
+    /// threads' files; with one, one writer thread writes both [default: one per 4 CPUs,
+    /// from 1 to 4]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub consumer_threads: Option<u16>,
 

@@ -43,6 +43,7 @@ use crate::{
         log::TraceLog,
         output_dir::{OutputDir, split_file_path},
         threaded::Threaded,
+        tr::TrFiles,
         tr_writers::TrWriters,
     },
 };
@@ -256,20 +257,42 @@ impl Session {
     }
 }
 
-/// The sinks `config` asks for, writing into `outputs`: each on a thread of its own, so that
-/// creating and writing files never stalls the drain.
+/// The sinks `config` asks for, writing into `outputs`, on threads of their own so that
+/// creating and writing files never stalls the drain: with one consumer thread, one writer
+/// thread does all the writing (each record is handed over once); with N, the tr files are
+/// written by N-1 threads and the log by one.
 fn start_sinks(config: &Config, outputs: Outputs, created_ns: i64) -> Result<Sinks> {
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    let budget = descriptors::open_file_budget();
+    let log = match (&config.log, outputs.log) {
+        (Some(options), Some((dir, file_name))) => {
+            Some(trace_log(options, &dir, &file_name, config, created_ns)?)
+        }
+        _ => None,
+    };
+    let mut sinks: Vec<Box<dyn Sink + Send>> = Vec::new();
+    if config.consumer_threads == 1 {
+        let mut written: Vec<Box<dyn Sink + Send>> = Vec::new();
+        if let Some(dir) = outputs.tr {
+            written.push(Box::new(TrFiles::new(dir, config.unbuffered, budget)));
+        }
+        if let Some(log) = log {
+            written.push(Box::new(log));
+        }
+        if !written.is_empty() {
+            let writer = Threaded::new(Sinks(written), "writer")
+                .context("cannot start the writer thread")?;
+            sinks.push(Box::new(writer));
+        }
+        return Ok(Sinks(sinks));
+    }
     if let Some(dir) = outputs.tr {
-        let budget = descriptors::open_file_budget();
-        let writers = (config.consumer_threads - 1).max(1);
+        let writers = config.consumer_threads - 1;
         sinks.push(Box::new(
             TrWriters::new(&dir, config.unbuffered, budget, writers)
                 .context("cannot start the tr writer threads")?,
         ));
     }
-    if let (Some(options), Some((dir, file_name))) = (&config.log, outputs.log) {
-        let log = trace_log(options, &dir, &file_name, config, created_ns)?;
+    if let Some(log) = log {
         sinks.push(Box::new(
             Threaded::new(log, "log-writer").context("cannot start the log writer thread")?,
         ));

@@ -87,7 +87,7 @@ pub trait Sink {
 
 /// Several sinks at once, each given every event.
 #[derive(Default)]
-pub struct Sinks(pub Vec<Box<dyn Sink>>);
+pub struct Sinks(pub Vec<Box<dyn Sink + Send>>);
 
 impl Sink for Sinks {
     fn begin(&mut self) -> io::Result<()> {

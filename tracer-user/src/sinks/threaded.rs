@@ -10,7 +10,7 @@ use std::{
     io,
     sync::{
         Arc, Mutex,
-        mpsc::{self, Receiver, SyncSender},
+        mpsc::{self, Receiver, Sender, SyncSender},
     },
     thread::JoinHandle,
 };
@@ -49,6 +49,9 @@ enum Work<S> {
 /// Sink `S`, run on a thread of its own.
 pub struct Threaded<S> {
     pending: Vec<Item>,
+    /// Batches the thread has emptied, to fill again: fresh buffers cost page faults and
+    /// cache misses, and a buffer freed by another thread costs the allocator a lock.
+    spares: Receiver<Vec<Item>>,
     /// `None` once finished: the thread has ended.
     work: Option<SyncSender<Work<S>>>,
     thread: Option<JoinHandle<()>>,
@@ -63,12 +66,14 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         let wants_system_events = sink.wants_system_events();
         let failed = Arc::new(Mutex::new(None));
         let (work, queue) = mpsc::sync_channel(QUEUED_BATCHES);
+        let (emptied, spares) = mpsc::channel();
         let thread = std::thread::Builder::new().name(name.to_owned()).spawn({
             let failed = Arc::clone(&failed);
-            move || serve(sink, queue, &failed)
+            move || serve(sink, queue, &emptied, &failed)
         })?;
         Ok(Threaded {
             pending: Vec::with_capacity(BATCH),
+            spares,
             work: Some(work),
             thread: Some(thread),
             failed,
@@ -88,7 +93,11 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let items = std::mem::replace(&mut self.pending, Vec::with_capacity(BATCH));
+        let next = self
+            .spares
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        let items = std::mem::replace(&mut self.pending, next);
         self.send(Work::Items(items))
     }
 
@@ -147,16 +156,27 @@ impl<S: Sink + Send + 'static> Threaded<S> {
     }
 }
 
-/// The sink's thread: does what it is asked, in order, until the session lets go of it. After
-/// an error the sink is given no more events, and the session is told.
-fn serve<S: Sink>(mut sink: S, queue: Receiver<Work<S>>, failed: &Mutex<Option<io::Error>>) {
+/// The sink's thread: does what it is asked, in order, until the session lets go of it, and
+/// hands each emptied batch back. After an error the sink is given no more events, and the
+/// session is told.
+fn serve<S: Sink>(
+    mut sink: S,
+    queue: Receiver<Work<S>>,
+    emptied: &Sender<Vec<Item>>,
+    failed: &Mutex<Option<io::Error>>,
+) {
     let mut healthy = true;
     for work in queue {
         let done = match work {
-            Work::Items(items) if healthy => items.iter().try_for_each(|item| match item {
-                Item::Record(record) => sink.record(record),
-                Item::System(event) => sink.system_event(event),
-            }),
+            Work::Items(mut items) if healthy => {
+                let written = items.iter().try_for_each(|item| match item {
+                    Item::Record(record) => sink.record(record),
+                    Item::System(event) => sink.system_event(event),
+                });
+                items.clear();
+                let _ = emptied.send(items);
+                written
+            }
             Work::Do(act) if healthy => act(&mut sink),
             Work::Items(_) | Work::Do(_) => Ok(()),
             Work::Call(ask) => {

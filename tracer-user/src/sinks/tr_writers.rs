@@ -1,4 +1,4 @@
-//! The tr files written by threads of their own (one, or N-1 with `--consumer-threads N`): each writer
+//! The tr files written by threads of their own (N-1 with `--consumer-threads N`, N > 1): each writer
 //! thread ([`Threaded`]) owns the files of the threads whose file key falls to it
 //! ([`FileKey::shard`]), so a file is written by one thread, in the order the session hands its
 //! records over, which is time order.
