@@ -206,6 +206,15 @@ pub fn summary_count(stderr: &str, label: &str) -> u64 {
     words[at - 1].parse().unwrap()
 }
 
+/// The records of a `tr.*` file that the tracer may be writing: its whole lines only, as a
+/// read can end inside a write, mid-line (the kernel makes a write visible a page at a time).
+/// `None` if it cannot be read (yet).
+pub fn whole_lines_of(path: &Path) -> Option<Vec<TraceRecord>> {
+    let text = fs::read_to_string(path).ok()?;
+    let whole = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    Some(whole.lines().map(record_of).collect())
+}
+
 /// A `tr.*` line as the product reads it back; panics with the line if it is not a record.
 pub fn record_of(line: &str) -> TraceRecord {
     parse_line(line).unwrap_or_else(|e| panic!("not a record ({e}): {line:?}"))

@@ -9,7 +9,7 @@ use std::{
 
 use thrtrace_tests::{
     Gated, PLACEMENTS, TempDir, TraceRecord, bpf_available, field, file_name, lines_as_they_come,
-    paired_calls, read_line, read_trace, record_of, run_tracer, start_tracer, workload,
+    paired_calls, read_line, read_trace, run_tracer, start_tracer, whole_lines_of, workload,
 };
 use tracer_common::OWN_TARGET_SLOTS;
 
@@ -92,8 +92,7 @@ fn unbuffered_records_reach_the_file_while_the_target_runs() {
         let file = dir.path().join(file_name(target.pid, target.pid));
         let mutex = target.mutex;
         let complete = |lines: &[TraceRecord]| mutex_calls(lines, mutex) == (10, 10);
-        let read =
-            || std::fs::read_to_string(&file).map(|t| t.lines().map(record_of).collect::<Vec<_>>());
+        let read = || whole_lines_of(&file).ok_or(());
         if unbuffered {
             // The target is alive at its second gate; its records must show up meanwhile.
             let give_up = Instant::now() + Duration::from_secs(10);
@@ -176,10 +175,8 @@ fn several_pids_are_traced_at_once() {
     // The first target has exited: its file is completed while the other is still traced.
     let first_file = dir.path().join(file_name(first_pid, first_pid));
     let complete = || {
-        std::fs::read_to_string(&first_file).is_ok_and(|t| {
-            let lines: Vec<TraceRecord> = t.lines().map(record_of).collect();
-            mutex_calls(&lines, first_mutex) == (300, 300)
-        })
+        whole_lines_of(&first_file)
+            .is_some_and(|lines| mutex_calls(&lines, first_mutex) == (300, 300))
     };
     let give_up = Instant::now() + Duration::from_secs(10);
     while !complete() {

@@ -11,7 +11,7 @@ use std::{
 
 use thrtrace_tests::{
     Gated, TempDir, TraceRecord, bpf_available, field, file_name, paired_calls, read_line,
-    read_trace, record_of, start_contained_gate, start_tracer, workload,
+    read_trace, start_contained_gate, start_tracer, whole_lines_of, workload,
 };
 
 #[test]
@@ -39,10 +39,8 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
     // The gate process has exited: its file is completed while the tracer goes on.
     let file = dir.path().join(file_name(gate_pid, gate_pid));
     let complete = || {
-        std::fs::read_to_string(&file).is_ok_and(|t| {
-            let lines: Vec<TraceRecord> = t.lines().map(record_of).collect();
-            paired_calls(&lines, "mutex_lock", gate_mutex).len() == 300
-        })
+        whole_lines_of(&file)
+            .is_some_and(|lines| paired_calls(&lines, "mutex_lock", gate_mutex).len() == 300)
     };
     let give_up = Instant::now() + Duration::from_secs(10);
     while !complete() {

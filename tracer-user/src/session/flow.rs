@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::{sync::oneshot, time::Instant};
 use tracer_model::{
+    TraceRecord,
     event::{LossSource, SystemEvent, SystemKind},
     selection::EventSet,
 };
@@ -42,6 +43,8 @@ pub(super) struct Flow {
     /// The process of the last record written, which `processes` holds (records come in runs
     /// of one process: one lookup per run, not per record).
     pub(super) last_recorded_pid: Option<u32>,
+    /// The thread of the last record written (a thread's name is looked for once per run).
+    last_recorded_lwpid: Option<u32>,
     /// Processes whose exit waits in the reorder stage.
     pub(super) exiting: HashSet<u32>,
     pub(super) losses: Losses,
@@ -83,6 +86,7 @@ impl Flow {
             reorder,
             processes: HashSet::new(),
             last_recorded_pid: None,
+            last_recorded_lwpid: None,
             exiting: HashSet::new(),
             losses: Losses::new(std::time::Instant::now()),
             placed: Vec::new(),
@@ -193,8 +197,36 @@ pub(super) fn overflow(time_ns: i64, lost: u64, cpu: u32, source: LossSource) ->
 
 pub(super) struct ThreadSeen {
     pub(super) pid: u32,
+    /// The name in the stream (empty: none yet).
     pub(super) name: String,
     pub(super) seen: u64,
+    /// Its name when its first record was drawn, in case it is gone when that is written.
+    first_name: Option<String>,
+    /// Its name has been looked for as a record of it was written.
+    looked_for: bool,
+}
+
+/// The THREAD_NAME event of the thread of `record`, about to be written, if its name is not in
+/// the stream yet: a thread that migrated can have an earlier record drawn from another CPU's
+/// ring after a later one, which its name waits in the reorder stage with. Stamped as the
+/// record, so that the stream stays in time order; looked for once.
+fn name_before_records(flow: &mut Flow, record: &TraceRecord) -> Option<SystemEvent> {
+    flow.facts.as_ref()?;
+    let seen = flow.named_threads.get_mut(&record.lwpid)?;
+    if !seen.name.is_empty() || seen.looked_for {
+        return None;
+    }
+    seen.looked_for = true;
+    let name = facts::comm(seen.pid, record.lwpid).or_else(|| seen.first_name.clone())?;
+    seen.name.clone_from(&name);
+    let kind = SystemKind::ThreadName { name };
+    let time_ns = record.time_ns() as i64;
+    Some(SystemEvent::of_process(
+        time_ns,
+        seen.pid,
+        record.lwpid,
+        kind,
+    ))
 }
 
 /// The THREAD_NAME event of thread `lwpid` first seen: its name now, or the one it had when
@@ -258,10 +290,16 @@ impl Session {
                     Entry::Occupied(mut seen) => seen.get_mut().seen = *seconds,
                     Entry::Vacant(slot) => {
                         let name = facts::thread_name(pid, lwpid, time_ns);
+                        let first_name = name.as_ref().and_then(|event| match &event.kind {
+                            SystemKind::ThreadName { name } => Some(name.clone()),
+                            _ => None,
+                        });
                         slot.insert(ThreadSeen {
                             pid,
                             name: String::new(),
                             seen: *seconds,
+                            first_name,
+                            looked_for: false,
                         });
                         let staged = Staged::ThreadName { lwpid, first: name };
                         reorder.push(ktime_ns, staged);
@@ -380,6 +418,12 @@ impl Session {
                     self.flow.processes.insert(record.pid);
                     self.flow.last_recorded_pid = Some(record.pid);
                 }
+                if self.flow.last_recorded_lwpid != Some(record.lwpid) {
+                    self.flow.last_recorded_lwpid = Some(record.lwpid);
+                    if let Some(name) = name_before_records(&mut self.flow, record) {
+                        self.sinks.system_event(&name).context(INCOMPLETE)?;
+                    }
+                }
                 self.flow.records += 1;
                 self.sinks.record(record).context(INCOMPLETE)?;
                 if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(record)) {
@@ -476,5 +520,67 @@ impl Session {
         for event in renamed {
             self.flow.reorder.push(now, Staged::System(event));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_model::selection::EventSet;
+
+    use super::*;
+
+    #[test]
+    fn a_thread_whose_record_comes_before_its_staged_name_is_named_first_and_once() {
+        let decoder = Decoder::new(0, EventSet::all());
+        let mut flow = Flow::new(Vec::new(), &decoder, true, HashSet::new(), Vec::new()).unwrap();
+        // This test's own thread: /proc has its name.
+        let pid = std::process::id();
+        let lwpid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        let seen = ThreadSeen {
+            pid,
+            name: String::new(),
+            seen: 0,
+            first_name: Some("gone".into()),
+            looked_for: false,
+        };
+        flow.named_threads.insert(lwpid, seen);
+        let record = TraceRecord {
+            sec: 7,
+            nsec: 5,
+            lwpid,
+            pid,
+            tid: 0,
+            event1: 2,
+            event2: 2,
+            which: 1,
+            a: [0; 5],
+            caller: 0,
+        };
+        let event = name_before_records(&mut flow, &record).expect("named before its record");
+        let comm = facts::comm(pid, lwpid).unwrap();
+        assert_eq!(event.kind, SystemKind::ThreadName { name: comm.clone() });
+        assert_eq!((event.time_ns, event.lwpid), (7_000_000_005, lwpid));
+        assert_eq!(name_before_records(&mut flow, &record), None);
+        // The name staged with its later record is in the stream already: not written again.
+        let staged = facts::thread_name(pid, lwpid, 7_000_000_006);
+        assert_eq!(name_now(&mut flow, lwpid, staged), None);
+        // A thread gone by then keeps the name it had when first drawn.
+        let mut gone = record;
+        gone.lwpid = u32::MAX;
+        let first = ThreadSeen {
+            pid,
+            name: String::new(),
+            seen: 0,
+            first_name: Some("worker".into()),
+            looked_for: false,
+        };
+        flow.named_threads.insert(u32::MAX, first);
+        let event = name_before_records(&mut flow, &gone).unwrap();
+        assert_eq!(
+            event.kind,
+            SystemKind::ThreadName {
+                name: "worker".into()
+            }
+        );
     }
 }
