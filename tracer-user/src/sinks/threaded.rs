@@ -69,7 +69,10 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         let (emptied, spares) = mpsc::channel();
         let thread = std::thread::Builder::new().name(name.to_owned()).spawn({
             let failed = Arc::clone(&failed);
-            move || serve(sink, queue, &emptied, &failed)
+            move || {
+                yield_to_the_drain();
+                serve(sink, queue, &emptied, &failed);
+            }
         })?;
         Ok(Threaded {
             pending: Vec::with_capacity(BATCH),
@@ -154,6 +157,18 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         self.check()?;
         Ok(answer)
     }
+}
+
+/// How much nicer a writer thread is than the thread that drains the rings.
+const WRITER_NICENESS: i32 = 10;
+
+/// Lowers the calling writer thread's priority: when the CPUs are busy, draining the rings (and
+/// resuming what `--lossless` stopped) comes first, and what is drained waits in memory. On
+/// Linux the nice value is the calling thread's own. Best effort: left as it is if refused.
+fn yield_to_the_drain() {
+    let thread = rustix::thread::gettid();
+    let current = rustix::process::getpriority_process(Some(thread)).unwrap_or(0);
+    let _ = rustix::process::setpriority_process(Some(thread), current + WRITER_NICENESS);
 }
 
 /// The sink's thread: does what it is asked, in order, until the session lets go of it, and
