@@ -308,9 +308,9 @@ impl Cli {
             }
             return Ok(None);
         };
-        if split_file_path(path).is_none() {
+        let Some((dir, file_name)) = split_file_path(path) else {
             usage_bail!("--log {}: name a file", path.display());
-        }
+        };
         let stream_size = self.stream_size.unwrap_or(DEFAULT_STREAM_SIZE);
         if stream_size < MIN_STREAM_SIZE {
             usage_bail!("--stream-size {stream_size}: give at least 64K");
@@ -327,6 +327,8 @@ impl Cli {
         }
         Ok(Some(LogOptions {
             path: path.clone(),
+            dir: dir.to_owned(),
+            file_name: file_name.to_owned(),
             trace_name: trace_name(self.name.as_deref()),
             stream_size,
             stream_full_policy,

@@ -50,8 +50,11 @@ pub enum Target {
 /// `--log` and the stream's attributes, checked.
 #[derive(Debug)]
 pub struct LogOptions {
-    /// The log file, as the user named it (a file name in a directory, checked).
+    /// The log file, as the user named it, for messages.
     pub path: PathBuf,
+    /// The directory it goes in, and its name there (split once, checked).
+    pub dir: PathBuf,
+    pub file_name: String,
     pub trace_name: String,
     pub stream_size: u64,
     pub stream_full_policy: StreamFullPolicy,

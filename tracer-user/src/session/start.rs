@@ -39,12 +39,8 @@ use crate::{
     error::UsageError,
     signals::TraceSignals,
     sinks::{
-        Sink, Sinks, descriptors,
-        log::TraceLog,
-        output_dir::{OutputDir, split_file_path},
-        threaded::Threaded,
-        tr::TrFiles,
-        tr_writers::TrWriters,
+        Sink, Sinks, descriptors, log::TraceLog, output_dir::OutputDir, threaded::Threaded,
+        tr::TrFiles, tr_writers::TrWriters,
     },
 };
 
@@ -52,8 +48,8 @@ use crate::{
 /// them (see `sinks::output_dir`).
 struct Outputs {
     tr: Option<OutputDir>,
-    /// The log's directory and its file name there.
-    log: Option<(OutputDir, String)>,
+    /// The log's directory.
+    log: Option<OutputDir>,
 }
 
 impl Outputs {
@@ -64,14 +60,11 @@ impl Outputs {
         };
         let log = match &config.log {
             Some(options) => {
-                let Some((parent, file_name)) = split_file_path(&options.path) else {
-                    usage_bail!("--log {}: name a file", options.path.display());
-                };
-                let dir = OutputDir::open(parent).map_err(|e| e.usage("for --log"))?;
-                if let Err(error) = dir.check_replaceable(file_name) {
+                let dir = OutputDir::open(&options.dir).map_err(|e| e.usage("for --log"))?;
+                if let Err(error) = dir.check_replaceable(&options.file_name) {
                     usage_bail!("--log: {error}");
                 }
-                Some((dir, file_name.to_owned()))
+                Some(dir)
             }
             None => None,
         };
@@ -264,9 +257,7 @@ impl Session {
 fn start_sinks(config: &Config, outputs: Outputs, created_ns: i64) -> Result<Sinks> {
     let budget = descriptors::open_file_budget();
     let log = match (&config.log, outputs.log) {
-        (Some(options), Some((dir, file_name))) => {
-            Some(trace_log(options, &dir, &file_name, config, created_ns)?)
-        }
+        (Some(options), Some(dir)) => Some(trace_log(options, &dir, config, created_ns)?),
         _ => None,
     };
     let mut sinks: Vec<Box<dyn Sink + Send>> = Vec::new();
@@ -331,12 +322,11 @@ fn control_socket(config: &Config) -> Result<Option<Controller>> {
 fn trace_log(
     log: &LogOptions,
     dir: &OutputDir,
-    file_name: &str,
     config: &Config,
     created_ns: i64,
 ) -> Result<TraceLog> {
     let (file, _) = dir
-        .create(file_name)
+        .create(&log.file_name)
         .with_context(|| format!("cannot create the log {}", log.path.display()))?;
     let event_types = event_types();
     let max_data_size = event_types
