@@ -206,6 +206,20 @@ pub(super) struct ThreadSeen {
     looked_for: bool,
 }
 
+impl ThreadSeen {
+    /// A thread of `pid` first seen in second `seen`, named `first_name` then: no name in the
+    /// stream yet.
+    fn first_seen(pid: u32, seen: u64, first_name: Option<String>) -> Self {
+        ThreadSeen {
+            pid,
+            name: String::new(),
+            seen,
+            first_name,
+            looked_for: false,
+        }
+    }
+}
+
 /// The THREAD_NAME event of the thread of `record`, about to be written, if its name is not in
 /// the stream yet: a thread that migrated can have an earlier record drawn from another CPU's
 /// ring after a later one, which its name waits in the reorder stage with. Stamped as the
@@ -294,13 +308,7 @@ impl Session {
                             SystemKind::ThreadName { name } => Some(name.clone()),
                             _ => None,
                         });
-                        slot.insert(ThreadSeen {
-                            pid,
-                            name: String::new(),
-                            seen: *seconds,
-                            first_name,
-                            looked_for: false,
-                        });
+                        slot.insert(ThreadSeen::first_seen(pid, *seconds, first_name));
                         let staged = Staged::ThreadName { lwpid, first: name };
                         reorder.push(ktime_ns, staged);
                     }
@@ -536,13 +544,7 @@ mod tests {
         // This test's own thread: /proc has its name.
         let pid = std::process::id();
         let lwpid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-        let seen = ThreadSeen {
-            pid,
-            name: String::new(),
-            seen: 0,
-            first_name: Some("gone".into()),
-            looked_for: false,
-        };
+        let seen = ThreadSeen::first_seen(pid, 0, Some("gone".into()));
         flow.named_threads.insert(lwpid, seen);
         let record = TraceRecord {
             sec: 7,
@@ -567,13 +569,7 @@ mod tests {
         // A thread gone by then keeps the name it had when first drawn.
         let mut gone = record;
         gone.lwpid = u32::MAX;
-        let first = ThreadSeen {
-            pid,
-            name: String::new(),
-            seen: 0,
-            first_name: Some("worker".into()),
-            looked_for: false,
-        };
+        let first = ThreadSeen::first_seen(pid, 0, Some("worker".into()));
         flow.named_threads.insert(u32::MAX, first);
         let event = name_before_records(&mut flow, &gone).unwrap();
         assert_eq!(
