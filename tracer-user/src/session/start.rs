@@ -24,7 +24,8 @@ use super::{
 };
 use crate::{
     attach::{
-        exec_follow, launch,
+        exec_follow,
+        launch::{self, Launched},
         probes::{self, Probes},
         targets::{self, PthreadLibrary},
     },
@@ -97,111 +98,30 @@ impl Session {
         // Before anything is attached: a name already taken ends the run at once.
         let controller = control_socket(config)?;
         descriptors::raise_limit();
-        let scope = match (&config.target, config.follow) {
-            (Target::SystemWide, _) => Scope::SystemWide,
-            (_, true) => Scope::Follow,
-            (_, false) => Scope::Processes,
-        };
-        let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
-        let mechanism = UprobeMechanism::detect(config.perf_event_probes);
-        if config.verbose {
-            say!("thrtrace-bpf: {kernel_features}");
-            say!("thrtrace-bpf: {}", btf_access.describe());
-            say!(
-                "thrtrace-bpf: {}",
-                mechanism.describe(config.perf_event_probes)
-            );
-        }
-        let mut datapath = DataPath::load(
-            offsets,
-            config.ring_bytes,
-            config.empty_programs,
-            config.lossless,
-            scope,
-            mechanism,
-        )?;
-        // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
-        datapath.set_recording(&recording.masks())?;
+        let (mut datapath, mechanism) = load(config, &kernel_features, &recording)?;
         let mut probes = Probes::new(probed, config.probe_at_entry, mechanism)?;
         let symbols = probes.symbols();
-        let follow = config.follow;
-        // Facts about the targets (executable, mapped files) are read as each is attached, for
-        // the log only.
-        let mut facts = config.log.is_some().then(Facts::default);
-        let mut described = HashSet::new();
-        let mut describe = |pid: u32, events: &mut Vec<(u64, SystemEvent)>| {
-            if let Some(facts) = facts.as_mut()
-                && described.insert(pid)
-            {
-                let now = kernel::monotonic_ns();
-                let facts = facts.attached(pid, decoder.realtime_ns(now));
-                events.extend(facts.into_iter().map(|event| (now, event)));
-            }
-        };
-        // Said only once the targets' execs are followed too: the line tells users it is ready.
-        let mut followed = Vec::new();
-        let mut attach = |pid: u32, library: &PthreadLibrary| {
-            describe(pid, &mut early_events);
-            if follow {
-                probes.attach_shared(&mut datapath, pid, library)?;
-                followed.push(format!(
-                    "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
-                    library.file.path
-                ));
-                Ok(())
-            } else if targets::main_thread_exited(pid) {
-                probes.attach_after_main_thread(&mut datapath, pid, library)
-            } else {
-                probes.attach_library(&mut datapath, pid, library)
-            }
-        };
-
-        let (attached_pids, launched) = match &config.target {
-            Target::Pids(pids) => {
-                let mut traced = Vec::new();
-                let mut failures = Vec::new();
-                for &pid in pids {
-                    let libraries = targets::find_pthread_libraries(pid, &symbols)?;
-                    if libraries.is_empty() {
-                        say!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
-                        continue;
-                    }
-                    // One target that cannot be attached is an error event; the others are
-                    // traced.
-                    match libraries
-                        .iter()
-                        .try_for_each(|library| attach(pid, library))
-                    {
-                        Ok(()) => traced.push(pid),
-                        Err(error) => failures.push((pid, error)),
-                    }
-                }
-                if traced.is_empty()
-                    && let Some((_, error)) = failures.pop()
-                {
-                    return Err(error);
-                }
-                for (pid, error) in failures {
-                    say!("thrtrace-bpf: pid {pid} is not traced: {error:#}");
-                    let now = kernel::monotonic_ns();
-                    let event = target_error_event(decoder.realtime_ns(now), pid, &error);
-                    early_events.push((now, event));
-                }
-                (traced, None)
-            }
-            Target::Command(argv) => (
-                Vec::new(),
-                Some(launch::launch(argv, &symbols, attach, follow)?),
-            ),
-            // Each distinct library file once; the tracer's own calls are skipped in BPF.
-            Target::SystemWide => {
-                probes.attach_new_libraries(&mut datapath)?;
-                (Vec::new(), None)
-            }
-        };
+        let attached = Attacher {
+            probes: &mut probes,
+            datapath: &mut datapath,
+            decoder: &decoder,
+            follow: config.follow,
+            facts: config.log.is_some().then(Facts::default),
+            described: HashSet::new(),
+            early_events: &mut early_events,
+            followed: Vec::new(),
+        }
+        .targets(&config.target, &symbols)?;
+        let Attached {
+            pids: attached_pids,
+            launched,
+            described,
+            followed,
+        } = attached;
 
         // Under --follow, the targets are also traced through exec into other libraries.
-        let exec_requests = follow
+        let exec_requests = config
+            .follow
             .then(|| {
                 let launched_pid = launched
                     .as_ref()
@@ -247,6 +167,161 @@ impl Session {
             // Nothing is recorded with empty programs: nothing to watch.
             deadlocks: (!config.empty_programs).then(|| DeadlockWatch::new(config.deadlock_after)),
         })
+    }
+}
+
+/// The BPF object loaded for `config` on a kernel with `kernel_features`, recording what
+/// `recording` says from the first hit on, and the mechanism its uprobes are placed with.
+fn load(
+    config: &Config,
+    kernel_features: &str,
+    recording: &Recording,
+) -> Result<(DataPath, UprobeMechanism)> {
+    let scope = match (&config.target, config.follow) {
+        (Target::SystemWide, _) => Scope::SystemWide,
+        (_, true) => Scope::Follow,
+        (_, false) => Scope::Processes,
+    };
+    let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
+    let mechanism = UprobeMechanism::detect(config.perf_event_probes);
+    if config.verbose {
+        say!("thrtrace-bpf: {kernel_features}");
+        say!("thrtrace-bpf: {}", btf_access.describe());
+        say!(
+            "thrtrace-bpf: {}",
+            mechanism.describe(config.perf_event_probes)
+        );
+    }
+    let mut datapath = DataPath::load(
+        offsets,
+        config.ring_bytes,
+        config.empty_programs,
+        config.lossless,
+        scope,
+        mechanism,
+    )?;
+    // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
+    datapath.set_recording(&recording.masks())?;
+    Ok((datapath, mechanism))
+}
+
+/// The targets attached, and what the log is told of them.
+struct Attached {
+    /// The processes given with `-p` that are traced.
+    pids: Vec<u32>,
+    /// The command started (`-- COMMAND`).
+    launched: Option<Launched>,
+    /// The processes whose facts are among the early events.
+    described: HashSet<u32>,
+    /// The lines that tell users a target is ready, said once its execs are followed too.
+    followed: Vec<String>,
+}
+
+/// Places the probes in each target as it is found, and notes what the log is told of it.
+struct Attacher<'a> {
+    probes: &'a mut Probes,
+    datapath: &'a mut DataPath,
+    decoder: &'a Decoder,
+    follow: bool,
+    /// Facts about the targets (executable, mapped files), read as each is attached: for the
+    /// log only.
+    facts: Option<Facts>,
+    described: HashSet<u32>,
+    /// The events stamped before any record: each target's facts and errors go here.
+    early_events: &'a mut Vec<(u64, SystemEvent)>,
+    followed: Vec<String>,
+}
+
+impl Attacher<'_> {
+    /// Attaches `target`, whose pthread libraries define `symbols`.
+    fn targets(mut self, target: &Target, symbols: &[&str]) -> Result<Attached> {
+        let (pids, launched) = match target {
+            Target::Pids(pids) => (self.pids(pids, symbols)?, None),
+            Target::Command(argv) => {
+                let follow = self.follow;
+                let launched = launch::launch(
+                    argv,
+                    symbols,
+                    |pid, library| self.library(pid, library),
+                    follow,
+                )?;
+                (Vec::new(), Some(launched))
+            }
+            // Each distinct library file once; the tracer's own calls are skipped in BPF.
+            Target::SystemWide => {
+                self.probes.attach_new_libraries(self.datapath)?;
+                (Vec::new(), None)
+            }
+        };
+        Ok(Attached {
+            pids,
+            launched,
+            described: self.described,
+            followed: self.followed,
+        })
+    }
+
+    /// `-p`: the processes traced. One that cannot be attached is an error event and a line,
+    /// and the others are traced; if none can be, the run ends with the last one's error.
+    fn pids(&mut self, pids: &[u32], symbols: &[&str]) -> Result<Vec<u32>> {
+        let mut traced = Vec::new();
+        let mut failures = Vec::new();
+        for &pid in pids {
+            let libraries = targets::find_pthread_libraries(pid, symbols)?;
+            if libraries.is_empty() {
+                say!("thrtrace-bpf: {}", targets::no_pthread_functions(pid));
+                continue;
+            }
+            match libraries
+                .iter()
+                .try_for_each(|library| self.library(pid, library))
+            {
+                Ok(()) => traced.push(pid),
+                Err(error) => failures.push((pid, error)),
+            }
+        }
+        if traced.is_empty()
+            && let Some((_, error)) = failures.pop()
+        {
+            return Err(error);
+        }
+        for (pid, error) in failures {
+            say!("thrtrace-bpf: pid {pid} is not traced: {error:#}");
+            let now = kernel::monotonic_ns();
+            let event = target_error_event(self.decoder.realtime_ns(now), pid, &error);
+            self.early_events.push((now, event));
+        }
+        Ok(traced)
+    }
+
+    /// Places the probes in `library`, mapped by process `pid`.
+    fn library(&mut self, pid: u32, library: &PthreadLibrary) -> Result<()> {
+        self.describe(pid);
+        if self.follow {
+            self.probes.attach_shared(self.datapath, pid, library)?;
+            self.followed.push(format!(
+                "thrtrace-bpf: tracing pid {pid} and its children: probes in {}",
+                library.file.path
+            ));
+            Ok(())
+        } else if targets::main_thread_exited(pid) {
+            self.probes
+                .attach_after_main_thread(self.datapath, pid, library)
+        } else {
+            self.probes.attach_library(self.datapath, pid, library)
+        }
+    }
+
+    /// The facts of process `pid`, once, for the log.
+    fn describe(&mut self, pid: u32) {
+        if let Some(facts) = self.facts.as_mut()
+            && self.described.insert(pid)
+        {
+            let now = kernel::monotonic_ns();
+            let facts = facts.attached(pid, self.decoder.realtime_ns(now));
+            self.early_events
+                .extend(facts.into_iter().map(|event| (now, event)));
+        }
     }
 }
 
