@@ -13,7 +13,7 @@ use std::{
     os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
 };
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use aya::maps::{Map, MapData};
 use aya_obj::{
     EbpfSectionKind, Object,
@@ -309,12 +309,21 @@ fn prog_load(
     );
     if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
         let largest = stack_depths(&log_text(&stats)).into_iter().max();
+        // Unread, the frames could not be checked: a kernel that words its statistics in a
+        // third way is refused, not trusted.
+        let Some(largest) = largest else {
+            bail!(
+                "BPF program {name}: this kernel's verifier statistics do not give its stack \
+                 depth in a form thrtrace-bpf reads, so it cannot check that no frame would run \
+                 on a per-CPU stack a preempting run could overwrite; not loaded (please report \
+                 the kernel version)"
+            );
+        };
         ensure!(
-            largest.is_none_or(|depth| jit_frame(depth) < PRIVATE_STACK_FRAME),
-            "BPF program {name} has a {}-byte frame, which this kernel could run on a per-CPU \
+            jit_frame(largest) < PRIVATE_STACK_FRAME,
+            "BPF program {name} has a {largest}-byte frame, which this kernel could run on a per-CPU \
              stack that a preempting run would overwrite; not loaded (a build error: the \
-             programs keep frames, rounded up to 16 bytes, under {PRIVATE_STACK_FRAME})",
-            largest.unwrap_or_default()
+             programs keep frames, rounded up to 16 bytes, under {PRIVATE_STACK_FRAME})"
         );
         return Ok(program);
     }
@@ -342,13 +351,30 @@ fn log_text(log: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(&log[..end])
 }
 
-/// Each subprogram's stack depth, from the verifier's statistics line `stack depth 40+24`.
+/// Each subprogram's stack depth, from the verifier's statistics, which kernels word in two
+/// ways: `stack depth 40+24` (one number per subprogram, on some kernels followed by
+/// ` max 64`), or `stack depth max 64` (the deepest chain of calls) and then a line per
+/// subprogram ending in `stack 40` (7.3, among others).
 fn stack_depths(log: &str) -> Vec<u32> {
-    log.lines()
-        .filter_map(|line| line.strip_prefix("stack depth "))
-        .flat_map(|depths| depths.split('+'))
-        .filter_map(|depth| depth.trim().parse().ok())
-        .collect()
+    let mut depths = Vec::new();
+    for line in log.lines() {
+        if let Some(listed) = line.strip_prefix("stack depth ") {
+            let listed = listed.split_whitespace().next().unwrap_or_default();
+            if listed != "max" {
+                depths.extend(
+                    listed
+                        .split('+')
+                        .filter_map(|depth| depth.parse::<u32>().ok()),
+                );
+            }
+        } else if line.starts_with("subprog ")
+            && let Some((_, depth)) = line.rsplit_once(" stack ")
+            && let Ok(depth) = depth.trim().parse()
+        {
+            depths.push(depth);
+        }
+    }
+    depths
 }
 
 /// A program of `prog_type` for `attach_type` that only returns 0, if the kernel loads one: to
@@ -460,6 +486,15 @@ mod tests {
                    stack depth 40+24\nverification time 512 usec\n";
         assert_eq!(stack_depths(log), [40, 24]);
         assert_eq!(stack_depths("stack depth 0\n"), [0]);
+        assert_eq!(stack_depths("stack depth 40+24 max 64\n"), [40, 24]);
+        // As Debian's 7.3.4 says it: the chain's total is not a frame.
+        let log = "verification time 62104 usec\nstack depth max 80\n\
+                   subprog 0 (<unknown>) main insns_self 1548 insns_total 2649 stack 48\n\
+                   subprog 1 (<unknown>) static insns_self 1101 insns_total 1101 stack 24\n\
+                   processed 2649 insns (limit 1000000) max_states_per_insn 4\n";
+        assert_eq!(stack_depths(log), [48, 24]);
+        let oversized = log.replace("stack 48", "stack 80");
+        assert_eq!(stack_depths(&oversized).into_iter().max(), Some(80));
         assert!(stack_depths("no such line").is_empty());
     }
 
