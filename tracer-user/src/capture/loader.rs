@@ -479,6 +479,7 @@ pub fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aya_obj::generated::bpf_prog_type::BPF_PROG_TYPE_KPROBE;
 
     #[test]
     fn stack_depths_are_read_from_the_verifiers_statistics() {
@@ -564,6 +565,32 @@ mod tests {
                  it on a per-CPU stack that preempting runs share"
             );
         }
+    }
+
+    /// The guard itself, on this kernel's wording of its statistics: a program that touches
+    /// 80 bytes of stack is refused, one that touches 48 is loaded.
+    #[test]
+    fn the_kernel_loads_no_frame_a_private_stack_is_given_for() {
+        if trivial_program(BPF_PROG_TYPE_KPROBE, None).is_none() {
+            assert!(
+                std::env::var_os("CI").is_none_or(|ci| ci != "true"),
+                "BPF programs cannot be loaded here, and CI=true"
+            );
+            return;
+        }
+        let touching = |depth: i16| {
+            // *(u64 *)(r10 - depth) = r1 (BPF_STX | BPF_MEM | BPF_DW), then return 0.
+            let program = [
+                mov_imm(1, 0),
+                instruction(0x7b, 10, 1, -depth, 0),
+                mov_imm(0, 0),
+                exit(),
+            ];
+            prog_load("frame_check", BPF_PROG_TYPE_KPROBE, None, &program)
+        };
+        assert!(touching(48).is_ok());
+        let refused = touching(80).unwrap_err().to_string();
+        assert!(refused.contains("has a 80-byte frame"), "{refused}");
     }
 
     #[test]
