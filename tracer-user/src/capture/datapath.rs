@@ -39,6 +39,9 @@ pub struct Drained {
     /// Set when a ring was left with records in it: the earliest timestamp after which such a
     /// ring may still hold records stamped earlier than ones already read from other rings.
     pub behind_after: Option<u64>,
+    /// A ring was left more than half full (with records behind one still being written, or
+    /// written since it was read): what `--lossless` stopped must stay stopped.
+    pub past_half: bool,
 }
 
 impl Drained {
@@ -51,6 +54,7 @@ impl Drained {
         Drained {
             malformed: self.malformed + other.malformed,
             behind_after,
+            past_half: self.past_half || other.past_half,
         }
     }
 }
@@ -88,6 +92,7 @@ impl Rings {
                 drained.behind_after =
                     Some(drained.behind_after.map_or(ktime, |b: u64| b.min(ktime)));
             }
+            drained.past_half |= ring.past_half();
         }
         drained
     }

@@ -111,6 +111,22 @@ impl Ring {
         unsafe { self.producer.start.cast::<AtomicUsize>().as_ref() }
     }
 
+    /// The size of the data area, a power of two.
+    fn data_bytes(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Whether more than half the ring holds records this reader has not given back: read
+    /// or not, committed or still being written (a record still being written stops the
+    /// reader, however much is committed behind it). The BPF side measures a ring the same
+    /// way when it decides to stop a writer under `--lossless`.
+    pub fn past_half(&self) -> bool {
+        // Acquire, as in `drain`; the consumer position is only written by this reader.
+        let producer = self.producer_pos().load(Ordering::Acquire);
+        let unread = producer.wrapping_sub(self.consumer_pos().load(Ordering::Relaxed));
+        unread > self.data_bytes() / 2
+    }
+
     /// Hands `read` the bytes of each record committed in the ring, oldest first, at most
     /// `max_records` of them, then gives their space back to the producers at once. Returns
     /// how many were read.

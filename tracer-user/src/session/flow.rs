@@ -322,8 +322,10 @@ impl Session {
             .drain(|cpu, raw| arrive(Pulled::new(decoder, cpu, raw)));
         let drained = drained.merge(drawers.end_pass(&mut arrive)?);
         self.flow.losses.add_undecodable(drained.malformed);
-        // Every ring read to its end: what --lossless stopped may run again.
-        if drained.behind_after.is_none() {
+        // Every ring read to its end and at most half full: what --lossless stopped may run
+        // again, and is stopped again before its ring is full. (A ring read up to a record
+        // still being written, by a program preempted in a target, may be fuller than that.)
+        if drained.behind_after.is_none() && !drained.past_half {
             self.flow.lossless_stops += self.datapath.stopped().resume().len() as u64;
         }
         self.write_released(Some((pass_start, drained.behind_after)))?;
