@@ -684,10 +684,14 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
     true
 }
 
-/// With `--lossless`, stops the current thread with SIGSTOP, once per episode: only the
-/// insert that creates its entry sends the signal. A thread rather than its process, so that a
-/// thread under ptrace (`--follow`) stops at once, without waiting for the tracer to pass the
-/// signal on; without ptrace a stop signal stops the whole process anyway.
+/// With `--lossless`, stops the current thread with SIGSTOP. The first stop of an episode
+/// makes the thread's entry in `STOPPED`, which tells the tracer whom to resume. A thread that
+/// writes past half with its entry already made was not stopped by its signal (a SIGCONT for
+/// another thread of its process discards a stop signal not yet acted on; under emulated
+/// preemption a thread was seen filling its ring so), so it is signalled again: a stop signal
+/// does not queue, and a thread that stops writes nothing more. A thread rather than its
+/// process, so that a thread under ptrace (`--follow`) stops at once, without waiting for the
+/// tracer to pass the signal on; without ptrace a stop signal stops the whole process anyway.
 #[inline(always)]
 fn stop_if_lossless() {
     // SAFETY: a read-only global that userspace sets before loading.
@@ -696,13 +700,20 @@ fn stop_if_lossless() {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let (pid, lwpid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    if STOPPED.insert(lwpid, pid, u64::from(BPF_NOEXIST)).is_ok() {
-        // SAFETY: the helper signals the current thread; it takes no pointers.
-        unsafe { bpf_send_signal_thread(SIGSTOP) };
-        if let Some(entry) = STOPPED.get_ptr_mut(lwpid) {
-            // SAFETY: a value of this map; only this thread writes its own entry.
-            unsafe { *entry |= STOP_SENT };
-        }
+    let first = STOPPED.insert(lwpid, pid, u64::from(BPF_NOEXIST)).is_ok();
+    // SAFETY: the helper signals the current thread; it takes no pointers.
+    let sent = unsafe { bpf_send_signal_thread(SIGSTOP) } == 0;
+    if !first {
+        return;
+    }
+    if !sent {
+        // Refused (kernels that queue the signal through a per-CPU irq_work refuse while it
+        // is busy): the entry goes too, so that the tracer waits for no signal that never
+        // came, and the thread's next write tries again.
+        let _ = STOPPED.remove(lwpid);
+    } else if let Some(entry) = STOPPED.get_ptr_mut(lwpid) {
+        // SAFETY: a value of this map; only this thread writes its own entry.
+        unsafe { *entry |= STOP_SENT };
     }
 }
 
