@@ -35,16 +35,18 @@ fn links_of(pid: u32) -> BTreeSet<(u32, String)> {
     links
 }
 
-/// tracefs's list of uprobe events. It is one list for the whole kernel, so it is read through a
-/// tracefs mounted in a private mount namespace: a fresh machine has none mounted, and the
-/// host's mounts are left as they are.
+/// tracefs's list of uprobe events. It is one list for the whole kernel: read where the host
+/// has tracefs mounted (most distributions do), or else through one mounted in a private mount
+/// namespace (a fresh machine has none), leaving the host's mounts as they are.
 fn uprobe_events() -> String {
     let read = Command::new("unshare")
         .args([
             "--mount",
             "sh",
             "-c",
-            "mount -t tracefs nodev /sys/kernel/tracing && cat /sys/kernel/tracing/uprobe_events",
+            "cat /sys/kernel/tracing/uprobe_events 2>/dev/null || \
+             { mount -t tracefs nodev /sys/kernel/tracing && \
+               cat /sys/kernel/tracing/uprobe_events; }",
         ])
         .output()
         .unwrap();
