@@ -67,6 +67,14 @@ trace_mix() { # $1: label, $2: each CPU's ring in KiB, rest: tracer options
     check_detached "$label"
 }
 
+# A ring of 16 KiB fills many times over: --lossless stops the workload instead, and nothing
+# is lost.
+check_lossless() { # $1: label
+    trace_mix "$1" 16 --lossless
+    grep -q -- '--lossless stopped traced threads' /tmp/err \
+        || fail "$1: the ring never filled, so nothing was checked"
+}
+
 # A kernel below the floor: one line that names what it lacks and the floor, exit status 2,
 # no file written, nothing left loaded.
 refused_below_floor() {
@@ -86,12 +94,12 @@ if [ "$BOOT" = floor ]; then
     refused_below_floor
 elif [ "$BOOT" = preempt ]; then
     trace_mix preempt 32768
+    # Where programs are preempted most: a record still being written holds a ring's reader
+    # back, and a stop signal can be overtaken.
+    check_lossless preempt-lossless
 else
     trace_mix mix 32768 -v
-    # A ring of 16 KiB fills many times over: lossless stops the workload instead.
-    trace_mix lossless 16 --lossless
-    grep -q -- '--lossless stopped traced threads' /tmp/err \
-        || fail "lossless: the ring never filled, so nothing was checked"
+    check_lossless lossless
     # Start and exit with every category, the tracer's whole run around a trivial command.
     rm -rf /tmp/s && mkdir /tmp/s
     start=$(uptime_cs)

@@ -5,9 +5,9 @@
 //! launched command, `--follow`, `--log` with `dump`), each followed by a check that no BPF
 //! program of the tracer's is left. The newest kernel is also booted `PREEMPT_BOOTS` times
 //! with `preempt=full`, on 2 and 4 vCPUs, tracing more threads than vCPUs locking shared and
-//! own mutexes, so that the BPF programs are often preempted. Debian 11's kernel, below the
-//! floor, must be refused in one line. A kernel oops, a lost or duplicated record, or a failed
-//! check fails the run.
+//! own mutexes, plain and `--lossless`, so that the BPF programs are often preempted. Debian
+//! 11's kernel, below the floor, must be refused in one line. A kernel oops, a lost or
+//! duplicated record, or a failed check fails the run.
 //!
 //! The guest is a busybox initramfs: `xtask/guest/init.sh` as init, the tracer, the test
 //! binaries and the workloads at the paths they were built at, and the host libraries they
@@ -412,7 +412,7 @@ enum BootKind {
     /// Every check: lock_mix traced plain and `--lossless`, start and exit with every
     /// category, the integration tests.
     Full,
-    /// lock_mix under `preempt=full`, the programs often preempted.
+    /// lock_mix under `preempt=full`, plain and `--lossless`, the programs often preempted.
     Preempt,
     /// A kernel below the floor: one line, exit status 2, nothing written or left loaded.
     BelowFloor,
@@ -422,7 +422,7 @@ impl BootKind {
     fn what(self) -> &'static str {
         match self {
             BootKind::Full => "default preemption, all checks",
-            BootKind::Preempt => "preempt=full, lock_mix",
+            BootKind::Preempt => "preempt=full, lock_mix plain and lossless",
             BootKind::BelowFloor => "below the floor: refused",
         }
     }
