@@ -354,7 +354,7 @@ fn log_text(log: &[u8]) -> std::borrow::Cow<'_, str> {
 /// Each subprogram's stack depth, from the verifier's statistics, which kernels word in two
 /// ways: `stack depth 40+24` (one number per subprogram, on some kernels followed by
 /// ` max 64`), or `stack depth max 64` (the deepest chain of calls) and then a line per
-/// subprogram ending in `stack 40` (7.3, among others).
+/// subprogram ending in `stack 40` (Debian's 7.3.4, for one).
 fn stack_depths(log: &str) -> Vec<u32> {
     let mut depths = Vec::new();
     for line in log.lines() {
