@@ -107,11 +107,11 @@ pub(super) enum Staged {
     System(SystemEvent),
     /// A process has exited: once everything before is written, its files are completed.
     Exited(u32),
-    /// A thread first seen: its name is read when this is written (`first`: as it was when
-    /// its first record was read, in case it is gone by then).
+    /// A thread first seen, stamped `time_ns` as its first record was drawn: its name is read
+    /// when this is written (the one it had then if it is gone by then, see `ThreadSeen`).
     ThreadName {
         lwpid: u32,
-        first: Option<SystemEvent>,
+        time_ns: i64,
     },
     /// Something asked of the sinks or the decoder, done once everything before is written;
     /// `answer` is the controller's, if it asked.
@@ -218,6 +218,14 @@ impl ThreadSeen {
             looked_for: false,
         }
     }
+
+    /// Makes `name` thread `lwpid`'s name in the stream: its THREAD_NAME event, stamped
+    /// `time_ns`.
+    fn named(&mut self, lwpid: u32, time_ns: i64, name: String) -> SystemEvent {
+        self.name.clone_from(&name);
+        let kind = SystemKind::ThreadName { name };
+        SystemEvent::of_process(time_ns, self.pid, lwpid, kind)
+    }
 }
 
 /// The THREAD_NAME event of the thread of `record`, about to be written, if its name is not in
@@ -232,31 +240,17 @@ fn name_before_records(flow: &mut Flow, record: &TraceRecord) -> Option<SystemEv
     }
     seen.looked_for = true;
     let name = facts::comm(seen.pid, record.lwpid).or_else(|| seen.first_name.clone())?;
-    seen.name.clone_from(&name);
-    let kind = SystemKind::ThreadName { name };
-    let time_ns = record.time_ns() as i64;
-    Some(SystemEvent::of_process(
-        time_ns,
-        seen.pid,
-        record.lwpid,
-        kind,
-    ))
+    Some(seen.named(record.lwpid, record.time_ns() as i64, name))
 }
 
-/// The THREAD_NAME event of thread `lwpid` first seen: its name now, or the one it had when
-/// first seen if it is gone; none if that name is the one in the stream already.
-fn name_now(flow: &mut Flow, lwpid: u32, first: Option<SystemEvent>) -> Option<SystemEvent> {
+/// The THREAD_NAME event of thread `lwpid` first seen, stamped `time_ns`: its name now, or
+/// the one it had when first seen if it is gone; none if it had none then, or if that name is
+/// the one in the stream already.
+fn name_now(flow: &mut Flow, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
     let seen = flow.named_threads.get_mut(&lwpid)?;
-    let time_ns = first.as_ref()?.time_ns;
-    let event = facts::thread_name(seen.pid, lwpid, time_ns).or(first)?;
-    let SystemKind::ThreadName { name } = &event.kind else {
-        return None;
-    };
-    if *name == seen.name {
-        return None;
-    }
-    seen.name.clone_from(name);
-    Some(event)
+    let first = seen.first_name.clone()?;
+    let name = facts::comm(seen.pid, lwpid).unwrap_or(first);
+    (name != seen.name).then(|| seen.named(lwpid, time_ns, name))
 }
 
 impl Session {
@@ -303,14 +297,9 @@ impl Session {
                 match named_threads.entry(lwpid) {
                     Entry::Occupied(mut seen) => seen.get_mut().seen = *seconds,
                     Entry::Vacant(slot) => {
-                        let name = facts::thread_name(pid, lwpid, time_ns);
-                        let first_name = name.as_ref().and_then(|event| match &event.kind {
-                            SystemKind::ThreadName { name } => Some(name.clone()),
-                            _ => None,
-                        });
+                        let first_name = facts::comm(pid, lwpid);
                         slot.insert(ThreadSeen::first_seen(pid, *seconds, first_name));
-                        let staged = Staged::ThreadName { lwpid, first: name };
-                        reorder.push(ktime_ns, staged);
+                        reorder.push(ktime_ns, Staged::ThreadName { lwpid, time_ns });
                     }
                 }
             }
@@ -375,8 +364,8 @@ impl Session {
         match item {
             Staged::System(event) => self.sinks.system_event(&event).context(INCOMPLETE),
             Staged::Act { action, answer } => self.act(action, answer),
-            Staged::ThreadName { lwpid, first } => {
-                if let Some(event) = name_now(&mut self.flow, lwpid, first) {
+            Staged::ThreadName { lwpid, time_ns } => {
+                if let Some(event) = name_now(&mut self.flow, lwpid, time_ns) {
                     self.sinks.system_event(&event).context(INCOMPLETE)?;
                 }
                 Ok(())
@@ -519,12 +508,10 @@ impl Session {
             .iter_mut()
             .filter(|(_, s)| renamable(s))
         {
-            if let Some(event) = facts::thread_name(seen.pid, lwpid, time_ns)
-                && let SystemKind::ThreadName { name } = &event.kind
-                && *name != seen.name
+            if let Some(name) = facts::comm(seen.pid, lwpid)
+                && name != seen.name
             {
-                seen.name.clone_from(name);
-                renamed.push(event);
+                renamed.push(seen.named(lwpid, time_ns, name));
             }
         }
         for event in renamed {
@@ -566,8 +553,7 @@ mod tests {
         assert_eq!((event.time_ns, event.lwpid), (7_000_000_005, lwpid));
         assert_eq!(name_before_records(&mut flow, &record), None);
         // The name staged with its later record is in the stream already: not written again.
-        let staged = facts::thread_name(pid, lwpid, 7_000_000_006);
-        assert_eq!(name_now(&mut flow, lwpid, staged), None);
+        assert_eq!(name_now(&mut flow, lwpid, 7_000_000_006), None);
         // A thread gone by then keeps the name it had when first drawn.
         let mut gone = record;
         gone.lwpid = u32::MAX;
