@@ -155,7 +155,7 @@ impl Ring {
                 break;
             }
             let len = (header & !(BUSY | DISCARDED)) as usize;
-            if len > self.mask + 1 - HEADER_BYTES {
+            if len > self.data_bytes() - HEADER_BYTES {
                 // Not a length a producer could reserve: the ring cannot be read further.
                 break;
             }

@@ -101,7 +101,12 @@ impl Session {
         let (mut datapath, mechanism) = load(config, &kernel_features, &recording)?;
         let mut probes = Probes::new(probed, config.probe_at_entry, mechanism)?;
         let symbols = probes.symbols();
-        let attached = Attacher {
+        let Attached {
+            pids: attached_pids,
+            launched,
+            described,
+            followed,
+        } = Attacher {
             probes: &mut probes,
             datapath: &mut datapath,
             decoder: &decoder,
@@ -112,12 +117,6 @@ impl Session {
             followed: Vec::new(),
         }
         .targets(&config.target, &symbols)?;
-        let Attached {
-            pids: attached_pids,
-            launched,
-            described,
-            followed,
-        } = attached;
 
         // Under --follow, the targets are also traced through exec into other libraries.
         let exec_requests = config
