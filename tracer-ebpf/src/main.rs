@@ -687,7 +687,7 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
 /// With `--lossless`, stops the current thread with SIGSTOP. The first stop of an episode
 /// makes the thread's entry in `STOPPED`, which tells the tracer whom to resume. A thread that
 /// writes past half with its entry already made was not stopped by its signal (a SIGCONT for
-/// another thread of its process discards a stop signal not yet acted on; under emulated
+/// another thread of its process can discard a stop signal not yet acted on; under emulated
 /// preemption a thread was seen filling its ring so), so it is signalled again: a stop signal
 /// does not queue, and a thread that stops writes nothing more. A thread rather than its
 /// process, so that a thread under ptrace (`--follow`) stops at once, without waiting for the
