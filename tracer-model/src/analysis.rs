@@ -7,6 +7,8 @@
 //! the event's layout (`Field::Rval`, `Field::Block`), never by position, so that the table
 //! stays the one definition.
 
+mod lock_order;
+
 use std::{collections::BTreeMap, sync::OnceLock};
 
 use foldhash::{HashMap, HashMapExt, HashSet};
@@ -18,6 +20,7 @@ use crate::{
     TraceRecord,
     event::{SystemEvent, SystemKind},
 };
+pub use lock_order::{Acquisition, Inversion, LockOrder, MAX_EDGES, OrderEdge};
 
 /// A kind of lock, or of object a thread waits on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -92,10 +95,11 @@ impl BlockKind {
 /// What a call does, as far as the analysis goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    /// Takes a lock; `exclusive` unless a read lock.
+    /// Takes a lock; `exclusive` unless a read lock; `waits` unless a trylock.
     Acquire {
         kind: LockKind,
         exclusive: bool,
+        waits: bool,
     },
     Release(LockKind),
     SemWait,
@@ -126,6 +130,7 @@ fn role(event: &EventDef) -> Role {
         (_, Some(kind)) if has("lock") => Role::Acquire {
             kind,
             exclusive: !has("rdlock"),
+            waits: !has("try"),
         },
         (Category::Sema, _) if has("post") => Role::SemPost,
         (Category::Sema, _) if has("wait") => Role::SemWait,
@@ -273,6 +278,8 @@ pub struct Wait {
 struct Taken {
     kind: LockKind,
     exclusive: bool,
+    /// The call could wait for it (not a trylock).
+    waits: bool,
     caller: u64,
 }
 
@@ -415,6 +422,8 @@ pub struct Analysis {
     reported: HashSet<Vec<(u32, u64)>>,
     /// Deadlocks found by the tracer while it ran, from the log.
     recorded_deadlocks: Vec<SystemEvent>,
+    /// The lock-order graph, unless left off (`without_lock_order`).
+    order: Option<LockOrder>,
     /// The time of the first record analysed (CLOCK_REALTIME ns).
     pub first_ns: Option<i64>,
     /// The time of the last.
@@ -426,8 +435,22 @@ impl Analysis {
     pub fn new(stats: bool) -> Self {
         Analysis {
             stats,
+            order: Some(LockOrder::default()),
             ..Analysis::default()
         }
+    }
+
+    /// The same engine with no lock-order graph (`--lock-order off`).
+    pub fn without_lock_order(self) -> Self {
+        Analysis {
+            order: None,
+            ..self
+        }
+    }
+
+    /// The lock-order graph and the potential deadlocks it found, unless left off.
+    pub fn lock_order(&mut self) -> Option<&mut LockOrder> {
+        self.order.as_mut()
     }
 
     /// A thread's name (comm), as a system event gives it.
@@ -504,7 +527,11 @@ impl Analysis {
         let (pid, lwpid) = (call.pid, record.lwpid);
         let mut shown = true;
         let block_kind = match call.role {
-            Role::Acquire { kind, exclusive } => {
+            Role::Acquire {
+                kind,
+                exclusive,
+                waits,
+            } => {
                 shown = blocked;
                 if let Some(timeline) = self.timeline.as_mut()
                     && blocked
@@ -524,6 +551,7 @@ impl Analysis {
                     let taken = Taken {
                         kind,
                         exclusive,
+                        waits,
                         caller: call.caller,
                     };
                     self.acquire(pid, lwpid, call.object, taken, now);
@@ -551,8 +579,14 @@ impl Analysis {
                 Some(BlockKind::SemWait)
             }
             Role::CondWait => {
-                // The mutex is held again, taken inside the wait.
-                self.hold(pid, lwpid, call.second, true, now, call.caller);
+                // The mutex is held again, taken inside the wait (which may wait for it).
+                let taken = Taken {
+                    kind: LockKind::Mutex,
+                    exclusive: true,
+                    waits: true,
+                    caller: call.caller,
+                };
+                self.hold(pid, lwpid, call.second, taken, now);
                 if self.stats {
                     let lock = self.lock(pid, call.object, LockKind::Cond);
                     lock.acquisitions += 1;
@@ -598,10 +632,15 @@ impl Analysis {
         let object = record.a[0] as u64;
         let succeeded = field(record, event, Field::Rval).is_none_or(|r| r as i32 == 0);
         match role {
-            Role::Acquire { kind, exclusive } if succeeded => {
+            Role::Acquire {
+                kind,
+                exclusive,
+                waits,
+            } if succeeded => {
                 let taken = Taken {
                     kind,
                     exclusive,
+                    waits,
                     caller: record.caller,
                 };
                 self.acquire(record.pid, record.lwpid, object, taken, now);
@@ -626,13 +665,8 @@ impl Analysis {
 
     /// A lock call succeeded: `lwpid` holds `object`, counted as an acquisition.
     fn acquire(&mut self, pid: u32, lwpid: u32, object: u64, taken: Taken, now: i64) {
-        let Taken {
-            kind,
-            exclusive,
-            caller,
-        } = taken;
-        let sole = exclusive && kind != LockKind::Rwlock;
-        let outermost = self.hold(pid, lwpid, object, sole, now, caller);
+        let Taken { kind, caller, .. } = taken;
+        let outermost = self.hold(pid, lwpid, object, taken, now);
         if !self.stats {
             return;
         }
@@ -647,32 +681,37 @@ impl Analysis {
         }
     }
 
-    /// `lwpid` holds `object` (once more, if it did: a recursive mutex); `sole`: no one else
-    /// can, so any other holder is stale (its unlock was not recorded). Whether this is the
-    /// outermost hold.
-    fn hold(
-        &mut self,
-        pid: u32,
-        lwpid: u32,
-        object: u64,
-        sole: bool,
-        now: i64,
-        caller: u64,
-    ) -> bool {
+    /// `lwpid` holds `object` (once more, if it did: a recursive mutex). Whether this is the
+    /// outermost hold, which the lock order sees.
+    fn hold(&mut self, pid: u32, lwpid: u32, object: u64, taken: Taken, now: i64) -> bool {
         let holders = self.holders.entry((pid, object)).or_default();
         if let Some(holder) = holders.iter_mut().find(|h| h.lwpid == lwpid) {
             holder.depth += 1;
             return false;
         }
-        if sole {
-            holders.clear();
+        // Taken alone: any other holder is stale (its unlock was not recorded).
+        if taken.exclusive && taken.kind != LockKind::Rwlock {
+            for stale in holders.drain(..) {
+                if let Some(order) = self.order.as_mut() {
+                    order.released(pid, stale.lwpid, object);
+                }
+            }
         }
         holders.push(Holder {
             lwpid,
             since_ns: now,
-            caller,
+            caller: taken.caller,
             depth: 1,
         });
+        if let Some(order) = self.order.as_mut() {
+            let acquisition = Acquisition {
+                lock: object,
+                kind: taken.kind,
+                exclusive: taken.exclusive,
+                caller: taken.caller,
+            };
+            order.acquired(pid, lwpid, acquisition, taken.waits, now);
+        }
         true
     }
 
@@ -688,6 +727,9 @@ impl Analysis {
             return;
         }
         let holder = holders.remove(at);
+        if let Some(order) = self.order.as_mut() {
+            order.released(pid, lwpid, object);
+        }
         if let Some(timeline) = self.timeline.as_mut() {
             timeline.last_release.insert((pid, object), (lwpid, now));
             let kind = self
@@ -805,6 +847,9 @@ impl Analysis {
         self.pending
             .retain(|_, call| call.is_some_and(|call| call.pid != pid));
         self.holders.retain(|&(p, _), _| p != pid);
+        if let Some(order) = self.order.as_mut() {
+            order.process_exited(pid);
+        }
     }
 
     /// Cycles of threads each blocked longer than `threshold_ns` at `now_ns` in a lock or join
@@ -1054,6 +1099,44 @@ mod tests {
         assert_eq!(
             (two.waits_for, two.holds.clone()),
             (M1 as u64, vec![M2 as u64])
+        );
+    }
+
+    #[test]
+    fn lock_order_is_read_from_the_records_and_a_trylock_orders_nothing() {
+        let mut analysis = Analysis::new(true);
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        lock(&mut analysis, 1, M2, 1, 1, false);
+        unlock(&mut analysis, 1, M2, 2);
+        unlock(&mut analysis, 1, M1, 3);
+        // Thread 2 holds M2 and tries M1: no edge; relocks M2 under M1: no self-edge.
+        lock(&mut analysis, 2, M2, 4, 4, false);
+        analysis.record(&rec(2, "mutex_trylock", 0, 5, [M1, 0, 0, 0, 0]));
+        lock(&mut analysis, 2, M2, 6, 6, false);
+        assert!(analysis.lock_order().unwrap().inversions().is_empty());
+        unlock(&mut analysis, 2, M2, 7);
+        unlock(&mut analysis, 2, M1, 8);
+        unlock(&mut analysis, 2, M2, 9);
+        // Held M2 while locking M1: the inversion, with both witnesses.
+        lock(&mut analysis, 3, M2, 10, 10, false);
+        lock(&mut analysis, 3, M1, 11, 11, false);
+        let found = analysis.lock_order().unwrap().inversions();
+        assert_eq!(found.len(), 1);
+        let edges: Vec<(u64, u64, u32, i64)> = found[0]
+            .edges
+            .iter()
+            .map(|e| (e.held.lock, e.acquired.lock, e.lwpid, e.time_ns / MS))
+            .collect();
+        assert_eq!(
+            edges,
+            [(M1 as u64, M2 as u64, 1, 1), (M2 as u64, M1 as u64, 3, 11)]
+        );
+        assert_eq!(found[0].edges[1].held.caller, 0x400_003);
+        assert!(
+            Analysis::new(true)
+                .without_lock_order()
+                .lock_order()
+                .is_none()
         );
     }
 
