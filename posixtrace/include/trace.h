@@ -115,6 +115,11 @@ typedef struct {
  *                            array of {pid, lwpid, call, waits_for, wait_caller,
  *                            waiting_since_ns, holds, locked_at, holding_since_ns};
  *                            str message: as the tracer printed it
+ *   thrtrace_lock_order      str orders: a lock-order inversion (a deadlock that has not
+ *                            happened) as a JSON array of {pid, lwpid, held, acquired,
+ *                            time_ns}, held and acquired each {lock, kind, exclusive,
+ *                            caller}: each thread held one lock while acquiring the next;
+ *                            str message: as the tracer printed it
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)
@@ -132,6 +137,7 @@ typedef struct {
 #define THRTRACE_MAPPING ((trace_event_id_t)0x800d)
 #define THRTRACE_BLOCKED ((trace_event_id_t)0x800e)
 #define THRTRACE_DEADLOCK ((trace_event_id_t)0x800f)
+#define THRTRACE_LOCK_ORDER ((trace_event_id_t)0x8010)
 
 /* What posix_trace_getnext_event says of an event besides its payload. */
 struct posix_trace_event_info {

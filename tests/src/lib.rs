@@ -389,6 +389,17 @@ pub fn paired_calls<'a>(
 /// not single-step) and `--probe-at-entry`. Records must be the same under both.
 pub const PLACEMENTS: [&[&str]; 2] = [&[], &["--probe-at-entry"]];
 
+/// The line of `marker` (a comment such as `/* WAIT */`) in a workload's source.
+pub fn line_of(workload: &str, marker: &str) -> u32 {
+    let source = workspace_root().join(format!("tests/workloads/{workload}.c"));
+    let text = std::fs::read_to_string(source).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.contains("pthread_") && l.contains(marker))
+        .unwrap_or_else(|| panic!("no {marker} in {workload}.c"));
+    at as u32 + 1
+}
+
 /// A workload's path as a string argument.
 pub fn workload_arg(name: &str) -> String {
     workload(name).to_str().expect("UTF-8 path").to_owned()

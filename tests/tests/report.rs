@@ -10,8 +10,8 @@ use std::{
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, ctl_ok, field, lines_as_they_come, read_line, run_tracer, start_tracer,
-    unique_name, workload, workload_arg, workspace_root,
+    TempDir, bpf_available, ctl_ok, field, line_of, lines_as_they_come, read_line, run_tracer,
+    start_tracer, unique_name, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemKind},
@@ -23,17 +23,6 @@ const HOLD_MS: u64 = 150;
 const WAITERS: u64 = 2;
 /// What the scheduler may add to a wait or a hold on a loaded machine.
 const SLACK_NS: u64 = 250_000_000;
-
-/// The line of `marker` (a comment such as `/* WAIT */`) in a workload's source.
-fn line_of(workload: &str, marker: &str) -> u32 {
-    let source = workspace_root().join(format!("tests/workloads/{workload}.c"));
-    let text = std::fs::read_to_string(source).unwrap();
-    let at = text
-        .lines()
-        .position(|l| l.contains("pthread_") && l.contains(marker))
-        .unwrap_or_else(|| panic!("no {marker} in {workload}.c"));
-    at as u32 + 1
-}
 
 /// lock_story traced into a log (and tr files); the report's JSON and the addresses printed.
 fn story(dir: &TempDir) -> (Value, Value) {

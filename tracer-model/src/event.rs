@@ -199,6 +199,9 @@ system_kinds! {
     /// possible); `threads` the cycle as JSON (`analysis::Deadlock`'s threads); `message` as
     /// the tracer printed it.
     Deadlock = 0x800f, "thrtrace_deadlock" { certain: bool, threads: String, message: String };
+    /// A lock-order inversion found while tracing, before it deadlocked: `orders` the cycle as
+    /// JSON (`analysis::Inversion`'s edges); `message` as the tracer printed it.
+    LockOrder = 0x8010, "thrtrace_lock_order" { orders: String, message: String };
 }
 
 /// A system event type: its log type id, name and payload fields.

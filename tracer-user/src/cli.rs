@@ -73,6 +73,12 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
     pub deadlock_after: Duration,
 
+    /// Say (and log) each lock-order inversion, a deadlock that has not happened yet, once as
+    /// it appears: a thread that holds A while acquiring B where another held B while
+    /// acquiring A
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = Switch::On)]
+    pub lock_order: Switch,
+
     /// With --stream-full-policy loop: write the flight recorder to the log whenever a traced
     /// call has been blocked this long (e.g. 200ms), at most once per DURATION
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -172,6 +178,13 @@ pub enum Action {
     Generate(GenerateArgs),
 }
 
+/// An analysis the tracer runs unless told not to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
 /// The stream size without `--stream-size`.
 pub const DEFAULT_STREAM_SIZE: u64 = 4 << 20;
 /// The smallest stream: a few packets.
@@ -265,6 +278,7 @@ impl Cli {
             stopped: self.stopped,
             flush_on_block: self.flush_on_block,
             deadlock_after: self.deadlock_after,
+            lock_order: self.lock_order == Switch::On,
             log,
             unbuffered,
             consumer_threads: self

@@ -10,6 +10,7 @@ use std::{
     collections::HashMap,
     path::{Path, PathBuf},
 };
+use tracer_model::event::SystemKind;
 
 use blazesym::{
     Pid,
@@ -50,6 +51,28 @@ pub struct Mapping {
     pub build_id: Vec<u8>,
 }
 
+impl Mapping {
+    /// The mapping a `thrtrace_mapping` event records.
+    pub fn of(kind: &SystemKind) -> Option<Mapping> {
+        match kind {
+            SystemKind::Mapping {
+                start,
+                end,
+                file_offset,
+                build_id,
+                path,
+            } => Some(Mapping {
+                start: *start,
+                end: *end,
+                file_offset: *file_offset,
+                path: PathBuf::from(path),
+                build_id: build_id.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Symbols {
     symbolizer: Symbolizer,
@@ -71,6 +94,21 @@ impl Symbols {
 
     pub fn add_mapping(&mut self, pid: u32, mapping: Mapping) {
         self.mappings.entry(pid).or_default().push(mapping);
+    }
+
+    /// Process `pid` exited or exec'd: its mappings, and what was found through them, are gone.
+    pub fn forget(&mut self, pid: u32) {
+        self.mappings.remove(&pid);
+        self.cache.retain(|&(p, _), _| p != pid);
+    }
+
+    /// Where `address` of process `pid` is while tracing: from its recorded mappings where
+    /// there are some (they outlive the process), else through its own maps.
+    pub fn locate_traced(&mut self, pid: u32, address: u64) -> Location {
+        match self.mappings.contains_key(&pid) {
+            true => self.locate(pid, address),
+            false => self.locate_live(pid, address),
+        }
     }
 
     /// The global variable at `address` of process `pid` (a lock defined at file scope), as

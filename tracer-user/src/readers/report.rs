@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tracer_model::{
     TraceRecord,
-    analysis::{Analysis, BlockKind, Deadlock, Durations, LockStats},
+    analysis::{Acquisition, Analysis, BlockKind, Deadlock, Durations, LockStats, OrderEdge},
     event::{Event, SystemKind},
     tr::parse_line,
 };
@@ -52,21 +52,7 @@ fn feed_log(path: &Path, analysis: &mut Analysis, symbols: &mut Symbols) -> Resu
         match event.with_context(|| super::cannot_read(path))? {
             Event::Thread(record) => analysis.record(&record),
             Event::System(event) => {
-                if let SystemKind::Mapping {
-                    start,
-                    end,
-                    file_offset,
-                    build_id,
-                    path,
-                } = &event.kind
-                {
-                    let mapping = Mapping {
-                        start: *start,
-                        end: *end,
-                        file_offset: *file_offset,
-                        path: PathBuf::from(path),
-                        build_id: build_id.clone(),
-                    };
+                if let Some(mapping) = Mapping::of(&event.kind) {
                     symbols.add_mapping(event.pid, mapping);
                 }
                 if event.kind == SystemKind::ProcessDetach {
@@ -121,9 +107,16 @@ struct Report {
     /// Whether callers could be located (a log has their addresses and mappings).
     callers_known: bool,
     duration_ns: u64,
+    /// When the first record was made (CLOCK_REALTIME ns).
+    #[serde(skip)]
+    first_ns: i64,
     locks: Vec<LockRow>,
     threads: Vec<ThreadRow>,
     deadlocks: Vec<DeadlockRow>,
+    /// Lock-order inversions: deadlocks that did not happen in this trace but can.
+    potential_deadlocks: Vec<InversionRow>,
+    /// The lock-order graph reached its bound: later lock pairs were not checked.
+    lock_order_incomplete: bool,
 }
 
 #[derive(Serialize)]
@@ -194,6 +187,75 @@ struct DeadlockThreadRow {
     waits_at: Location,
     holds: Vec<String>,
     locked_at: Location,
+}
+
+#[derive(Serialize)]
+struct InversionRow {
+    pid: u32,
+    /// Each "held one lock while acquiring the next", the last acquiring the first's.
+    orders: Vec<OrderRow>,
+}
+
+#[derive(Serialize)]
+struct OrderRow {
+    lwpid: u32,
+    name: String,
+    held: LockTaken,
+    acquired: LockTaken,
+    /// When the acquisition was first seen (CLOCK_REALTIME ns).
+    time_ns: i64,
+}
+
+#[derive(Serialize)]
+struct LockTaken {
+    address: String,
+    /// The global variable it is, if it is one.
+    symbol: Option<String>,
+    kind: &'static str,
+    /// "write" (or the only mode of a mutex or spin lock) or "read".
+    mode: &'static str,
+    at: Location,
+}
+
+impl LockTaken {
+    fn new(pid: u32, taken: &Acquisition, symbols: &mut Symbols) -> Self {
+        LockTaken {
+            address: hex(taken.lock),
+            symbol: symbols.variable(pid, taken.lock),
+            kind: taken.kind.name(),
+            mode: if taken.exclusive { "write" } else { "read" },
+            at: symbols.locate(pid, taken.caller),
+        }
+    }
+}
+
+impl std::fmt::Display for LockTaken {
+    /// `0x5596d0a54180 (lock_a)` or `0x5596d0a54180 (table, read)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let notes: Vec<&str> = self
+            .symbol
+            .as_deref()
+            .into_iter()
+            .chain((self.mode == "read").then_some("read"))
+            .collect();
+        match notes.is_empty() {
+            true => write!(f, "{}", self.address),
+            false => write!(f, "{} ({})", self.address, notes.join(", ")),
+        }
+    }
+}
+
+fn order_row(edge: &OrderEdge, analysis: &Analysis, symbols: &mut Symbols) -> OrderRow {
+    OrderRow {
+        lwpid: edge.lwpid,
+        name: analysis
+            .thread_name(edge.lwpid)
+            .unwrap_or_default()
+            .to_owned(),
+        held: LockTaken::new(edge.pid, &edge.held, symbols),
+        acquired: LockTaken::new(edge.pid, &edge.acquired, symbols),
+        time_ns: edge.time_ns,
+    }
 }
 
 fn hex(address: u64) -> String {
@@ -275,8 +337,26 @@ impl Report {
                     .collect(),
             })
             .collect();
+        let (potential_deadlocks, lock_order_incomplete) = match analysis.lock_order() {
+            Some(order) => (order.inversions().to_vec(), order.full),
+            None => (Vec::new(), false),
+        };
+        let potential_deadlocks = potential_deadlocks
+            .iter()
+            .map(|inversion| InversionRow {
+                pid: inversion.pid,
+                orders: inversion
+                    .edges
+                    .iter()
+                    .map(|edge| order_row(edge, analysis, symbols))
+                    .collect(),
+            })
+            .collect();
         Report {
             callers_known,
+            potential_deadlocks,
+            lock_order_incomplete,
+            first_ns: analysis.first_ns.unwrap_or(0),
             duration_ns: analysis
                 .first_ns
                 .map_or(0, |first| (analysis.last_ns - first).max(0) as u64),
@@ -319,7 +399,39 @@ impl Report {
                 );
             }
         }
+        self.inversions_text(&mut out);
         out
+    }
+
+    /// Each lock-order inversion: who took which lock where, then which.
+    fn inversions_text(&self, out: &mut String) {
+        let start = self.first_ns;
+        for inversion in &self.potential_deadlocks {
+            let _ = writeln!(
+                out,
+                "\na potential deadlock (lock order inversion) in process {}:",
+                inversion.pid
+            );
+            for order in &inversion.orders {
+                let _ = writeln!(
+                    out,
+                    "  thread {} ({}) held {} taken at {}, then acquired {} at {}, {} into the trace",
+                    order.lwpid,
+                    order.name,
+                    order.held,
+                    order.held.at,
+                    order.acquired,
+                    order.acquired.at,
+                    duration((order.time_ns - start).max(0) as u64),
+                );
+            }
+        }
+        if self.lock_order_incomplete {
+            out.push_str(
+                "\nlock order: the trace has more lock pairs than the analysis keeps; later \
+                 pairs were not checked\n",
+            );
+        }
     }
 
     fn lock_table(&self, out: &mut String, args: &ReportArgs) {

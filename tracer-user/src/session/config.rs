@@ -23,6 +23,8 @@ pub struct Config {
     pub stopped: bool,
     pub flush_on_block: Option<Duration>,
     pub deadlock_after: Duration,
+    /// Live lock-order analysis (`--lock-order`).
+    pub lock_order: bool,
     pub unbuffered: bool,
     /// Threads that consume the rings, the session's own included (at least 1).
     pub consumer_threads: usize,

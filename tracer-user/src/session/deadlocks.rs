@@ -1,31 +1,43 @@
 //! Live deadlock detection: the records the session writes feed `tracer_model::analysis`
 //! (without statistics); each pass asks it for new cycles of threads blocked longer than
 //! `--deadlock-after`, and each is said once, with the threads' names and where each waits
-//! and locked, and written to the trace as a `thrtrace_deadlock` event.
+//! and locked, and written to the trace as a `thrtrace_deadlock` event. With `--lock-order`
+//! (on by default), each lock-order inversion the records show is said once as it appears, and
+//! written as a `thrtrace_lock_order` event.
 
 use std::time::Duration;
 
 use tracer_model::{
     TraceRecord,
-    analysis::{Analysis, Deadlock},
+    analysis::{Analysis, Deadlock, Inversion, MAX_EDGES},
     event::{SystemEvent, SystemKind},
 };
 
 use super::facts;
-use crate::{say::duration, symbolize::Symbols};
+use crate::{
+    say::duration,
+    symbolize::{Mapping, Symbols},
+};
 
 pub struct DeadlockWatch {
     analysis: Analysis,
     threshold: Duration,
     symbols: Symbols,
+    /// The lock-order graph's bound was said.
+    said_full: bool,
 }
 
 impl DeadlockWatch {
-    pub fn new(threshold: Duration) -> Self {
+    pub fn new(threshold: Duration, lock_order: bool) -> Self {
+        let analysis = Analysis::new(false);
         DeadlockWatch {
-            analysis: Analysis::new(false),
+            analysis: match lock_order {
+                true => analysis,
+                false => analysis.without_lock_order(),
+            },
             threshold,
             symbols: Symbols::new(),
+            said_full: false,
         }
     }
 
@@ -36,26 +48,116 @@ impl DeadlockWatch {
 
     pub fn process_exited(&mut self, pid: u32) {
         self.analysis.process_exited(pid);
+        self.symbols.forget(pid);
     }
 
-    /// The deadlocks found at `now_ns` not said before, as events (their message said).
+    /// A system event written: thread names, and the mappings that place callers after their
+    /// process is gone.
+    pub fn system_event(&mut self, event: &SystemEvent) {
+        match &event.kind {
+            SystemKind::Exec { .. } => self.symbols.forget(event.pid),
+            SystemKind::ThreadName { .. } => self.analysis.system_event(event),
+            kind => {
+                if let Some(mapping) = Mapping::of(kind) {
+                    self.symbols.add_mapping(event.pid, mapping);
+                }
+            }
+        }
+    }
+
+    /// `0x55d0c0a4e0c0 (queue_lock)`, `(table, read)` for a read hold of a global.
+    fn lock_named(&mut self, pid: u32, lock: u64, exclusive: bool) -> String {
+        let notes: Vec<String> = self
+            .symbols
+            .variable(pid, lock)
+            .into_iter()
+            .chain((!exclusive).then(|| "read".to_owned()))
+            .collect();
+        match notes.is_empty() {
+            true => format!("{lock:#x}"),
+            false => format!("{lock:#x} ({})", notes.join(", ")),
+        }
+    }
+
+    /// A thread's name: as first seen, else now; "?" if neither is known.
+    fn name(&self, pid: u32, lwpid: u32) -> String {
+        match self.analysis.thread_name(lwpid) {
+            Some(name) => name.to_owned(),
+            None => comm(pid, lwpid),
+        }
+    }
+
+    /// The deadlocks found at `now_ns` and the lock-order inversions found since the last
+    /// check, not said before, as events (their message said).
     pub fn check(&mut self, now_ns: i64) -> Vec<SystemEvent> {
+        let mut events = self.inversions(now_ns);
         let threshold_ns = self.threshold.as_nanos().min(i64::MAX as u128) as i64;
         let found = self.analysis.new_deadlocks(now_ns, threshold_ns);
+        events.extend(found.into_iter().map(|deadlock| {
+            let message = self.describe(&deadlock, now_ns);
+            say!("thrtrace-bpf: {message}");
+            let kind = SystemKind::Deadlock {
+                certain: deadlock.certain,
+                threads: serde_json::to_string(&deadlock.threads).unwrap_or_default(),
+                message,
+            };
+            let pid = deadlock.threads.first().map_or(0, |t| t.pid);
+            SystemEvent::of_process(now_ns, pid, 0, kind)
+        }));
+        events
+    }
+
+    /// The inversions found since the last check, said and as events.
+    fn inversions(&mut self, now_ns: i64) -> Vec<SystemEvent> {
+        let Some(order) = self.analysis.lock_order() else {
+            return Vec::new();
+        };
+        if order.full && !self.said_full {
+            self.said_full = true;
+            say!(
+                "thrtrace-bpf: lock order: {MAX_EDGES} lock pairs seen; later pairs are not \
+                 checked for inversions (--lock-order off leaves the analysis out)"
+            );
+        }
+        let found: Vec<Inversion> = order.new_inversions().to_vec();
         found
             .into_iter()
-            .map(|deadlock| {
-                let message = self.describe(&deadlock, now_ns);
+            .map(|inversion| {
+                let message = self.describe_inversion(&inversion);
                 say!("thrtrace-bpf: {message}");
-                let kind = SystemKind::Deadlock {
-                    certain: deadlock.certain,
-                    threads: serde_json::to_string(&deadlock.threads).unwrap_or_default(),
+                let kind = SystemKind::LockOrder {
+                    orders: serde_json::to_string(&inversion.edges).unwrap_or_default(),
                     message,
                 };
-                let pid = deadlock.threads.first().map_or(0, |t| t.pid);
-                SystemEvent::of_process(now_ns, pid, 0, kind)
+                SystemEvent::of_process(now_ns, inversion.pid, 0, kind)
             })
             .collect()
+    }
+
+    /// "lock order inversion (a potential deadlock): thread 4251 (worker-3) took
+    /// 0x55d0c0a4e0c0 at queue.c:88, then 0x55d0c0a4e100 at queue.c:90; thread 4252 (worker-4)
+    /// took 0x55d0c0a4e100 at queue.c:120, then 0x55d0c0a4e0c0 at queue.c:131".
+    fn describe_inversion(&mut self, inversion: &Inversion) -> String {
+        let pid = inversion.pid;
+        let parts: Vec<String> = inversion
+            .edges
+            .iter()
+            .map(|edge| {
+                format!(
+                    "thread {} ({}) took {} at {}, then {} at {}",
+                    edge.lwpid,
+                    self.name(pid, edge.lwpid),
+                    self.lock_named(pid, edge.held.lock, edge.held.exclusive),
+                    self.symbols.locate_traced(pid, edge.held.caller),
+                    self.lock_named(pid, edge.acquired.lock, edge.acquired.exclusive),
+                    self.symbols.locate_traced(pid, edge.acquired.caller),
+                )
+            })
+            .collect();
+        format!(
+            "lock order inversion (a potential deadlock) in process {pid}: {}",
+            parts.join("; ")
+        )
     }
 
     /// "deadlock: thread 4251 (worker-3) waits in pthread_mutex_lock(0x55d0c0a4e0c0) at
@@ -67,9 +169,10 @@ impl DeadlockWatch {
             .map(|i| {
                 let waiter = &threads[i];
                 let holder = &threads[(i + 1) % threads.len()];
-                let waits_at = self.symbols.locate_live(waiter.pid, waiter.wait_caller);
+                let waits_at = self.symbols.locate_traced(waiter.pid, waiter.wait_caller);
                 let woken = waiter.call.contains("cond_") || waiter.call.starts_with("sem_");
-                let holder_named = format!("{} ({})", holder.lwpid, comm(holder.pid, holder.lwpid));
+                let holder_named =
+                    format!("{} ({})", holder.lwpid, self.name(holder.pid, holder.lwpid));
                 let by = match (woken, holder.locked_at) {
                     (true, _) => format!("which {holder_named} woke before"),
                     (false, 0) => format!(
@@ -79,13 +182,13 @@ impl DeadlockWatch {
                     (false, at) => format!(
                         "held by {holder_named} since {}, locked at {}",
                         duration((now_ns - holder.holding_since_ns).max(0) as u64),
-                        self.symbols.locate_live(holder.pid, at)
+                        self.symbols.locate_traced(holder.pid, at)
                     ),
                 };
                 format!(
                     "thread {} ({}) waits in {}({:#x}) at {waits_at}, {by}",
                     waiter.lwpid,
-                    comm(waiter.pid, waiter.lwpid),
+                    self.name(waiter.pid, waiter.lwpid),
                     waiter.call,
                     waiter.waits_for,
                 )

@@ -358,15 +358,23 @@ impl Session {
         written
     }
 
+    /// Hands a system event to the sinks, and to the deadlock watch (names, mappings).
+    fn system_event(&mut self, event: &SystemEvent) -> Result<()> {
+        if let Some(deadlocks) = self.deadlocks.as_mut() {
+            deadlocks.system_event(event);
+        }
+        self.sinks.system_event(event).context(INCOMPLETE)
+    }
+
     /// Hands one item other than a record to the sinks (or does it): a process first seen
     /// with its facts, a thread first seen with its name.
     fn write_item(&mut self, item: Staged) -> Result<()> {
         match item {
-            Staged::System(event) => self.sinks.system_event(&event).context(INCOMPLETE),
+            Staged::System(event) => self.system_event(&event),
             Staged::Act { action, answer } => self.act(action, answer),
             Staged::ThreadName { lwpid, time_ns } => {
                 if let Some(event) = name_now(&mut self.flow, lwpid, time_ns) {
-                    self.sinks.system_event(&event).context(INCOMPLETE)?;
+                    self.system_event(&event)?;
                 }
                 Ok(())
             }
@@ -383,7 +391,7 @@ impl Session {
                 if self.flow.described.remove(&pid) {
                     let now = self.decoder.realtime_ns(kernel::monotonic_ns());
                     let detach = SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
-                    self.sinks.system_event(&detach).context(INCOMPLETE)?;
+                    self.system_event(&detach)?;
                 }
                 self.sinks.process_exited(pid).context(INCOMPLETE)
             }
@@ -407,9 +415,9 @@ impl Session {
             }
             self.flow.placed[slot] += lost;
             let gap = overflow(time_ns, lost, cpu, LossSource::Ring);
-            self.sinks.system_event(&gap).context(INCOMPLETE)?;
+            self.system_event(&gap)?;
             let resume = SystemEvent::new(time_ns, SystemKind::Resume);
-            self.sinks.system_event(&resume).context(INCOMPLETE)?;
+            self.system_event(&resume)?;
         }
         match record {
             Some(record) if self.decoder.selects(record) => {
@@ -420,7 +428,7 @@ impl Session {
                 if self.flow.last_recorded_lwpid != Some(record.lwpid) {
                     self.flow.last_recorded_lwpid = Some(record.lwpid);
                     if let Some(name) = name_before_records(&mut self.flow, record) {
-                        self.sinks.system_event(&name).context(INCOMPLETE)?;
+                        self.system_event(&name)?;
                     }
                 }
                 self.flow.records += 1;
@@ -437,7 +445,7 @@ impl Session {
             None => {
                 self.flow.losses.add_undecodable(1);
                 let lost = overflow(time_ns, 1, cpu, LossSource::Undecodable);
-                self.sinks.system_event(&lost).context(INCOMPLETE)?;
+                self.system_event(&lost)?;
             }
         }
         Ok(())
@@ -453,7 +461,7 @@ impl Session {
         let reply = match action {
             Action::Select { events, event } => {
                 self.decoder.select(events);
-                self.sinks.system_event(&event).context(INCOMPLETE)?;
+                self.system_event(&event)?;
                 return Ok(());
             }
             Action::Clear => {
@@ -462,7 +470,7 @@ impl Session {
             }
             Action::Flush(cause) => {
                 if let FlushCause::Blocked(event) = &cause {
-                    self.sinks.system_event(event).context(INCOMPLETE)?;
+                    self.system_event(event)?;
                     let may_flush = self
                         .blocks
                         .as_mut()

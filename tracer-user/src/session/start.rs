@@ -164,7 +164,8 @@ impl Session {
             recording,
             blocks: config.flush_on_block.map(BlockWatch::new),
             // Nothing is recorded with empty programs: nothing to watch.
-            deadlocks: (!config.empty_programs).then(|| DeadlockWatch::new(config.deadlock_after)),
+            deadlocks: (!config.empty_programs)
+                .then(|| DeadlockWatch::new(config.deadlock_after, config.lock_order)),
         })
     }
 }
