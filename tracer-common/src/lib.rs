@@ -45,8 +45,11 @@ pub mod names {
     /// See [`TRACED`].
     pub const FORK_PROGRAM: &str = "thr_fork";
     /// The raw tracepoint program (on `sched_process_exec`) that forgets an exec'ing process's
-    /// errno slot.
+    /// errno slot and notes in [`EXECS`] a target that exec'd.
     pub const EXEC_PROGRAM: &str = "thr_exec";
+    /// The targets (`-p`, a launched command) that exec'd, each with the monotonic time of its
+    /// exec: their new image is not probed without `--follow`. Userspace takes them out.
+    pub const EXECS: &str = "EXECS";
     /// The entry program (a uprobe) and the return program (a uretprobe).
     pub const ENTRY_PROGRAM: &str = "thr_entry";
     /// See [`ENTRY_PROGRAM`].

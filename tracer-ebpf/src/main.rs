@@ -139,17 +139,8 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
     }
     let tgid = (pid_tgid >> 32) as u32;
     if !shared {
-        let own = ptr::addr_of!(OWN_TARGETS).cast::<u32>();
-        for i in 0..OWN_TARGET_SLOTS {
-            // SAFETY: a word of global data that only userspace writes, read volatile as it
-            // changes under the program.
-            if unsafe { ptr::read_volatile(own.add(i)) } == tgid {
-                return true;
-            }
-        }
-        // SAFETY: as above.
-        if unsafe { ptr::read_volatile(own.add(OWN_TARGETS_SPILLED)) } == 0 {
-            return false;
+        if let Some(found) = own_target(tgid) {
+            return found;
         }
     }
     let wanted = match shared {
@@ -159,6 +150,29 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
     // SAFETY: the value is copied out at once.
     unsafe { TRACED.get(tgid) }.is_some_and(|&how| how == wanted as u8)
 }
+
+/// Whether `tgid` is in `OWN_TARGETS`: `Some(true)` found, `Some(false)` not there and none
+/// spilled, `None` not there but more targets than slots (`TRACED` says).
+#[inline(always)]
+fn own_target(tgid: u32) -> Option<bool> {
+    let own = ptr::addr_of!(OWN_TARGETS).cast::<u32>();
+    for i in 0..OWN_TARGET_SLOTS {
+        // SAFETY: a word of global data that only userspace writes, read volatile as it
+        // changes under the program.
+        if unsafe { ptr::read_volatile(own.add(i)) } == tgid {
+            return Some(true);
+        }
+    }
+    // SAFETY: as above.
+    match unsafe { ptr::read_volatile(own.add(OWN_TARGETS_SPILLED)) } {
+        0 => Some(false),
+        _ => None,
+    }
+}
+
+/// The targets that exec'd, and when (monotonic ns): see `names::EXECS`.
+#[btf_map]
+static EXECS: HashMap<u32, u64, 1024, { BPF_F_NO_PREALLOC as usize }> = HashMap::new();
 
 /// A traced process forked: its child is traced too. Runs in the parent, on the raw
 /// `sched_process_fork(parent, child)` tracepoint, whose arguments are the two `task_struct`s.
@@ -190,11 +204,20 @@ pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     0
 }
 
-/// A process replaced its image: its errno slot address means nothing in the new one.
+/// A process replaced its image: its errno slot address means nothing in the new one, and a
+/// target's new image has no probes of its own (without `--follow`, whose tracer sees the exec
+/// through ptrace): noted for userspace to say.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn thr_exec(_ctx: RawTracePointContext) -> u32 {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let _ = ERRNO_SLOTS.remove(pid);
+    // SAFETY: the value is not kept.
+    let target = own_target(pid) == Some(true) || unsafe { TRACED.get(pid) }.is_some();
+    if target {
+        // SAFETY: a helper that reads the clock.
+        let now = unsafe { bpf_ktime_get_ns() };
+        let _ = EXECS.insert(pid, now, 0);
+    }
     0
 }
 

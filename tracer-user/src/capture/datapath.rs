@@ -107,6 +107,8 @@ pub struct DataPath {
     /// Which probes record (all clear until `set_recording`).
     recording: Array<MapData, RecordingMasks>,
     errno_slots: HashMap<MapData, u32, u64>,
+    /// The targets that exec'd (`names::EXECS`).
+    execs: HashMap<MapData, u32, u64>,
     traced: HashMap<MapData, u32, u8>,
     /// What the BPF side's `OWN_TARGETS` holds, and the map it is written through.
     own_targets: OwnTargets,
@@ -176,6 +178,7 @@ impl DataPath {
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
         let errno_slots = HashMap::try_from(loaded.take_map(names::ERRNO_SLOTS)?)?;
+        let execs = HashMap::try_from(loaded.take_map(names::EXECS)?)?;
         let traced = HashMap::try_from(loaded.take_map(names::TRACED)?)?;
         let own_targets_map = Array::try_from(loaded.take_map(names::OWN_TARGETS)?)?;
         let stopped_map = loaded.take_map(names::STOPPED)?;
@@ -204,6 +207,7 @@ impl DataPath {
             lost,
             recording,
             errno_slots,
+            execs,
             traced,
             own_targets: OwnTargets::default(),
             own_targets_map,
@@ -253,6 +257,18 @@ impl DataPath {
     /// Tells the BPF side where process `pid` keeps errno's thread-pointer offset.
     pub fn set_errno_slot(&mut self, pid: u32, slot: u64) -> Result<()> {
         Ok(self.errno_slots.insert(pid, slot, 0)?)
+    }
+
+    /// The targets that exec'd since the last call, each with its exec's monotonic time, in
+    /// the order they did.
+    pub fn take_execs(&mut self) -> Vec<(u32, u64)> {
+        let mut execs: Vec<(u32, u64)> = self.execs.iter().filter_map(Result::ok).collect();
+        for (pid, _) in &execs {
+            // Gone already if it exited since: nothing else removes it.
+            let _ = self.execs.remove(pid);
+        }
+        execs.sort_by_key(|&(_, ktime)| ktime);
+        execs
     }
 
     pub fn programs(&self) -> &Programs {

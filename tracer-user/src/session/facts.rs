@@ -41,10 +41,7 @@ impl Facts {
 
     /// Process `pid` exec'd: its new executable and mapped files.
     pub fn exec(&mut self, pid: u32, time_ns: i64) -> Vec<SystemEvent> {
-        let exec = SystemKind::Exec {
-            exe: executable(pid),
-        };
-        let mut events = vec![SystemEvent::of_process(time_ns, pid, 0, exec)];
+        let mut events = vec![exec_event(pid, time_ns)];
         events.extend(self.mappings(pid, time_ns));
         events
     }
@@ -71,6 +68,14 @@ impl Facts {
             })
             .collect()
     }
+}
+
+/// Process `pid` exec'd: what it runs now.
+pub fn exec_event(pid: u32, time_ns: i64) -> SystemEvent {
+    let exec = SystemKind::Exec {
+        exe: executable(pid),
+    };
+    SystemEvent::of_process(time_ns, pid, 0, exec)
 }
 
 /// The name (comm) of thread `lwpid` of `pid` now, if it still exists.

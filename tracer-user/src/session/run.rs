@@ -229,6 +229,7 @@ impl Session {
             }
         }
         self.share_after_main_thread();
+        self.execs_without_follow();
         if self.follow {
             self.watched.follow(&self.flow.processes);
         }

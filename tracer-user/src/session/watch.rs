@@ -13,7 +13,7 @@ use foldhash::{HashMap, HashSet};
 use tokio::{sync::mpsc, time::Instant};
 use tracer_model::event::{SystemEvent, SystemKind};
 
-use super::{Session, flow::Staged, run::register};
+use super::{Session, facts, flow::Staged, run::register};
 use crate::{
     attach::{exec_follow::AttachRequest, launch::Launched, targets},
     capture::kernel,
@@ -51,6 +51,8 @@ pub(super) struct Watched {
     pub(super) launched_pid: Option<u32>,
     pub(super) launched_status: Option<ExitStatus>,
     main_threads: MainThreads,
+    /// Targets whose exec (without `--follow`) was said: once per process.
+    exec_said: HashSet<u32>,
 }
 
 impl Watched {
@@ -73,6 +75,7 @@ impl Watched {
             launched_pid,
             launched_status,
             main_threads: MainThreads::default(),
+            exec_said: HashSet::default(),
         }
     }
 
@@ -156,6 +159,50 @@ impl Session {
                 ),
                 Err(error) => self.target_error(request.pid, &error),
             }
+        }
+    }
+
+    /// Without `--follow`, a target that exec'd is no longer traced: its new image has no
+    /// probes. Said once per process (the new executable, and a hint where the new image
+    /// has pthread functions and is the launched command); in the trace, its exec and new
+    /// mappings, then its detach. Under `--follow`, ptrace saw the exec and it goes on.
+    pub(super) fn execs_without_follow(&mut self) {
+        for (pid, ktime) in self.datapath.take_execs() {
+            if self.follow {
+                continue;
+            }
+            let time_ns = self.decoder.realtime_ns(ktime);
+            let exec = match self.flow.facts.as_mut() {
+                Some(facts) => facts.exec(pid, time_ns),
+                None => vec![facts::exec_event(pid, time_ns)],
+            };
+            if self.watched.exec_said.insert(pid) {
+                let exe = match &exec[0].kind {
+                    SystemKind::Exec { exe } => exe.clone(),
+                    _ => String::new(),
+                };
+                say!(
+                    "thrtrace-bpf: pid {pid} exec'd {exe}: not traced from there on (--follow \
+                     traces what a target execs)"
+                );
+                let launched = self.watched.launched_pid == Some(pid);
+                let libraries = targets::find_pthread_libraries(pid, &self.probes.symbols());
+                if let Some(library) = libraries.ok().and_then(|l| l.into_iter().next())
+                    && launched
+                {
+                    say!(
+                        "thrtrace-bpf: hint: {exe} has pthread functions in {}: trace it with \
+                         --follow, or launch it directly",
+                        library.file.path
+                    );
+                }
+            }
+            for event in exec {
+                self.flow.reorder.push(ktime, Staged::System(event));
+            }
+            let detach = SystemEvent::of_process(time_ns, pid, 0, SystemKind::ProcessDetach);
+            self.flow.described.remove(&pid);
+            self.flow.reorder.push(ktime, Staged::System(detach));
         }
     }
 
