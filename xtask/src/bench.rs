@@ -97,12 +97,14 @@ const FOLLOW_MODES: [Option<&[&str]>; 3] = [
 /// Lock+unlock pairs of the run that measures the tracer's CPU per record (3 records a pair).
 const SINK_PAIRS: u32 = 400_000;
 
-/// The sink runs: each sink with the default consumer threads, and both with two.
-const SINK_RUNS: [(SinkMode, Option<usize>); 4] = [
+/// The sink runs: each sink with the default consumer threads, and both with two; the log
+/// without the live lock-order analysis, whose cost decides its default.
+const SINK_RUNS: [(SinkMode, Option<usize>); 5] = [
     (SinkMode::TrFiles, None),
     (SinkMode::Log, None),
     (SinkMode::Both, None),
     (SinkMode::Both, Some(2)),
+    (SinkMode::LogWithoutLockOrder, None),
 ];
 
 /// The consumers the scaling runs compare: one thread, and a writer thread per sink.
@@ -118,11 +120,12 @@ fn producer_counts() -> Vec<u32> {
 }
 
 /// Where the records of that run go.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum SinkMode {
     TrFiles,
     Log,
     Both,
+    LogWithoutLockOrder,
 }
 
 impl SinkMode {
@@ -131,6 +134,7 @@ impl SinkMode {
             SinkMode::TrFiles => "tr files (--dir)",
             SinkMode::Log => "log (--log)",
             SinkMode::Both => "both",
+            SinkMode::LogWithoutLockOrder => "log, --lock-order off",
         }
     }
 
@@ -141,6 +145,9 @@ impl SinkMode {
             SinkMode::TrFiles => vec!["--dir".into(), dir],
             SinkMode::Log => vec!["--log".into(), log],
             SinkMode::Both => vec!["--dir".into(), dir, "--log".into(), log],
+            SinkMode::LogWithoutLockOrder => {
+                vec!["--log".into(), log, "--lock-order".into(), "off".into()]
+            }
         }
     }
 }
@@ -349,6 +356,23 @@ what --follow costs a target, µs per operation, median of {reps} runs"
             "  {label:<36} {ns:>10.0} {:>20.0} {lost:>8} {:>9.0} ms {beyond:>10.0}",
             1e9 / ns,
             idle_ns / 1e6
+        );
+    }
+    let of = |mode: SinkMode| {
+        SINK_RUNS
+            .iter()
+            .position(|&(m, t)| m == mode && t.is_none())
+    };
+    if let (Some(on), Some(off)) = (of(SinkMode::Log), of(SinkMode::LogWithoutLockOrder)) {
+        let ratios: Vec<f64> = sink_cpu[on]
+            .iter()
+            .zip(&sink_cpu[off])
+            .map(|(on, off)| on.cpu_per_record() / off.cpu_per_record())
+            .collect();
+        println!(
+            "  live lock-order analysis: log / log with --lock-order off, per record, run by run: \
+             {:.3}",
+            median(&ratios)
         );
     }
     println!(
