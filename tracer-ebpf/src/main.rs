@@ -138,10 +138,8 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
         return true;
     }
     let tgid = (pid_tgid >> 32) as u32;
-    if !shared {
-        if let Some(found) = own_target(tgid) {
-            return found;
-        }
+    if !shared && let Some(found) = own_target(tgid) {
+        return found;
     }
     let wanted = match shared {
         true => TracedThrough::SharedLinks,
