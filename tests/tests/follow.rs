@@ -312,3 +312,48 @@ fn neither_tracefs_nor_debugfs_is_needed() {
         "both threads"
     );
 }
+
+/// Issue 30: under `--follow` a target's fork, clone and exec stops wait for the tracer's
+/// ptrace thread. A target thread at a real-time priority on the CPU that thread runs on kept
+/// it off the CPU, holding the creating thread in its clone stop until the spin ended (stress-ng
+/// --mutex then found its first worker finished before the next was created, and failed). The
+/// tracer is pinned to CPU 0, where rt_create's SCHED_FIFO thread spins 200 ms each round while
+/// its main thread, on CPU 1, creates a thread: the create must return while the spinner still
+/// spins, as untraced, in every round of every run.
+#[test]
+fn a_real_time_target_thread_does_not_hold_a_followed_create_in_its_clone_stop() {
+    if !bpf_available("follow_rt_create") {
+        return;
+    }
+    assert!(
+        std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2),
+        "needs 2 CPUs"
+    );
+    let workload = workload_arg("rt_create");
+    let args = [workload.as_str(), "3", "200", "0", "1"];
+    let untraced = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(untraced.status.success());
+    assert_eq!(
+        field::<u32>(&String::from_utf8_lossy(&untraced.stdout), "overlapped"),
+        3,
+        "untraced, the create returns while the spinner spins"
+    );
+    let dir = TempDir::new("follow-rt-create");
+    for run in 0..5 {
+        let traced = Command::new("taskset")
+            .args(["-c", "0"])
+            .arg(thrtrace_tests::tracer())
+            .args(["--follow", "-e", "thread", "--"])
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&traced.stdout);
+        assert!(traced.status.success(), "run {run}: {traced:?}");
+        assert_eq!(
+            field::<u32>(&stdout, "overlapped"),
+            3,
+            "run {run}: a create waited for the real-time thread: {stdout}"
+        );
+    }
+}
