@@ -8,6 +8,8 @@ use std::{env, fs, path::PathBuf, process::Command};
 const STATIC: [&str; 1] = ["mutex_contend"];
 /// Workloads with no C library at all, built only with `-nostdlib -static`.
 const FREESTANDING: [&str; 1] = ["no_pthread"];
+/// Shared objects to preload, built only as `libNAME.so`.
+const SHARED: [&str; 1] = ["interpose"];
 /// Workloads also built for glibc 2.31, whose pthread functions are in libpthread.so.0.
 const OLD_GLIBC: [&str; 3] = ["mutex_contend", "mutex_gate", "thread_story"];
 
@@ -58,6 +60,11 @@ fn main() {
             .into_owned();
         if FREESTANDING.contains(&stem.as_str()) {
             compile(&source, &out.join(&stem), &["-nostdlib", "-static"]);
+            continue;
+        }
+        if SHARED.contains(&stem.as_str()) {
+            let library = out.join(format!("lib{stem}.so"));
+            compile(&source, &library, &["-shared", "-fPIC", "-ldl"]);
             continue;
         }
         compile(&source, &out.join(&stem), &[]);

@@ -1,9 +1,12 @@
 //! Which file holds a process's pthread functions, found through `/proc/PID/maps`.
 //!
-//! glibc >= 2.34 has them in `libc.so.6`, a static binary in the executable: whichever mapped
-//! file defines them is the one probed. Older glibc splits them: `libpthread.so.0` has most,
-//! and `libc.so.6` both forwarders to those (never called by programs, which bind to
-//! libpthread's) and a few of its own (`pthread_self`), which are probed there. Files are
+//! glibc >= 2.34 has them in `libc.so.6`, a static binary in the executable: the mapped C
+//! library that defines them is the one probed. Older glibc splits them: `libpthread.so.0` has
+//! most, and `libc.so.6` both forwarders to those (never called by programs, which bind to
+//! libpthread's) and a few of its own (`pthread_self`), which are probed there. Any other file
+//! that defines them is an interposer (a preloaded profiler, sanitizer or wrapper): its
+//! definitions are never probed. What it forwards reaches the C library's and is recorded
+//! there once, as are the C library's own calls, which never go through it. Files are
 //! opened through `/proc/PID/map_files/`, so a library in another mount namespace or one that
 //! has been deleted since is still the one the process really runs. Once a process's main
 //! thread has exited, `/proc/PID/maps` is empty (it shows that thread's memory, which is gone):
@@ -132,18 +135,9 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
         .copied()
         .chain([MARKER, LIBC_MARKER, ERRNO_LOCATION])
         .collect();
-    let mut defining: Vec<PthreadLibrary> = executable_mappings(pid)?
+    let mut defining: Vec<PthreadLibrary> = defining_pthread_functions(pid, &names)?
         .into_iter()
-        .filter_map(|file| {
-            let image = read_mapped(&file)?;
-            let functions = FunctionOffsets::parse(&image, &names).ok()?;
-            Some(PthreadLibrary {
-                file,
-                image,
-                functions,
-            })
-        })
-        .filter(|library| library.functions.defines(MARKER))
+        .filter(|library| !library.is_interposer())
         .collect();
     let Some(split) = defining
         .iter()
@@ -167,6 +161,46 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
     }
     found.insert(0, libpthread);
     Ok(found)
+}
+
+/// The mapped files of `pid` that define pthread functions (`MARKER`), each with the offsets
+/// of `names`: the C library, a separate libpthread, and any interposer.
+fn defining_pthread_functions(pid: u32, names: &[&str]) -> Result<Vec<PthreadLibrary>> {
+    Ok(executable_mappings(pid)?
+        .into_iter()
+        .filter_map(|file| {
+            let image = read_mapped(&file)?;
+            let functions = FunctionOffsets::parse(&image, names).ok()?;
+            Some(PthreadLibrary {
+                file,
+                image,
+                functions,
+            })
+        })
+        .filter(|library| library.functions.defines(MARKER))
+        .collect())
+}
+
+/// The files of `pid` that define pthread functions of their own but are not its C library
+/// or libpthread (an interposer): by their paths, in mapping order.
+pub fn pthread_interposers(pid: u32) -> Vec<String> {
+    defining_pthread_functions(pid, &[MARKER, LIBC_MARKER])
+        .unwrap_or_default()
+        .into_iter()
+        .filter(PthreadLibrary::is_interposer)
+        .map(|library| library.file.path)
+        .collect()
+}
+
+impl PthreadLibrary {
+    /// Neither the C library (it has `__libc_start_main`: libc.so.6, or a static executable)
+    /// nor glibc's separate `libpthread` (glibc < 2.34, by its file name).
+    fn is_interposer(&self) -> bool {
+        let libpthread = std::path::Path::new(&self.file.path)
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("libpthread"));
+        !self.functions.defines(LIBC_MARKER) && !libpthread
+    }
 }
 
 /// The contents of a mapped file. map_files needs CAP_SYS_ADMIN; without it (--list-probes as

@@ -111,8 +111,10 @@ impl Session {
             datapath: &mut datapath,
             decoder: &decoder,
             follow: config.follow,
+            verbose: config.verbose,
             facts: config.log.is_some().then(Facts::default),
             described: HashSet::new(),
+            interposers_told: HashSet::new(),
             early_events: &mut early_events,
             followed: Vec::new(),
         }
@@ -223,10 +225,13 @@ struct Attacher<'a> {
     datapath: &'a mut DataPath,
     decoder: &'a Decoder,
     follow: bool,
+    verbose: bool,
     /// Facts about the targets (executable, mapped files), read as each is attached: for the
     /// log only.
     facts: Option<Facts>,
     described: HashSet<u32>,
+    /// The targets whose interposers `-v` has named.
+    interposers_told: HashSet<u32>,
     /// The events stamped before any record: each target's facts and errors go here.
     early_events: &'a mut Vec<(u64, SystemEvent)>,
     followed: Vec<String>,
@@ -297,6 +302,16 @@ impl Attacher<'_> {
     /// Places the probes in `library`, mapped by process `pid`.
     fn library(&mut self, pid: u32, library: &PthreadLibrary) -> Result<()> {
         self.describe(pid);
+        if self.verbose && self.interposers_told.insert(pid) {
+            for interposer in targets::pthread_interposers(pid) {
+                say!(
+                    "thrtrace-bpf: pid {pid}: {interposer} defines pthread functions of its own \
+                     (an interposer): the probes are on {}'s, where the calls it forwards are \
+                     recorded once, with its call site as the caller",
+                    library.file.path
+                );
+            }
+        }
         if self.follow {
             self.probes.attach_shared(self.datapath, pid, library)?;
             self.followed.push(format!(
