@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("where events go", &["sinks"]),
     (
         "shared pieces",
-        &["symbolize", "signals", "say", "error", "sudo"],
+        &["symbolize", "signals", "say", "error", "sudo", "priority"],
     ),
 ];
 

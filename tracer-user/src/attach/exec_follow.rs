@@ -74,7 +74,8 @@ pub fn start(
     thread::Builder::new()
         .name("exec-follow".into())
         .spawn(move || {
-            run_before_the_targets();
+            // Every fork, clone and exec of a target waits for this thread.
+            crate::priority::run_first();
             for &pid in &pids {
                 if let Err(error) = seize_process(pid) {
                     say!(
@@ -106,23 +107,6 @@ pub fn start(
         .recv()
         .context("the exec-following thread ended before it attached to the targets")?;
     Ok(received)
-}
-
-/// Every fork, clone and exec of a target stops it until this thread has handled the stop (a
-/// few microseconds). A target thread running at a real-time priority (stress-ng's mutex
-/// stressor sets SCHED_FIFO on its workers) would otherwise keep this thread off the CPU while
-/// the thread that made it waits in its clone stop: the first pthread_create of a forked child
-/// took 25-58 ms, long enough for the program to see a different run. So this thread runs at
-/// the highest SCHED_FIFO priority: it sleeps in waitpid between stops and runs only to handle
-/// them. Where that is refused (no CAP_SYS_NICE), it runs as before.
-fn run_before_the_targets() {
-    // SAFETY: a plain query with no memory effects.
-    let priority = unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) };
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: sets the calling thread's policy (pid 0); `param` is a live local.
-    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
 }
 
 /// Attaches to every thread of `pid`, again until no new thread has appeared meanwhile.

@@ -88,6 +88,7 @@ impl DrawThreads {
                 let handle = thread::Builder::new()
                     .name(format!("ring-drawer-{n}"))
                     .spawn(move || {
+                        crate::priority::run_first();
                         for mut batch in pass_requests {
                             let read =
                                 rings.drain(|cpu, raw| batch.push(Pulled::new(&decoder, cpu, raw)));

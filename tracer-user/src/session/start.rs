@@ -80,6 +80,10 @@ impl Session {
         let outputs = Outputs::open(config)?;
         // Before anything is created or attached: a kernel below the floor ends the run at once.
         let kernel_features = features::check()?;
+        // This thread drains the rings, from the first record a target makes once released:
+        // it must keep up with targets at any priority. (A launched command starts at the
+        // normal policy; the writer threads lower their own.)
+        crate::priority::run_first();
         // The events whose probes record the selected ones: rmutex calls are recorded by the
         // mutex probes (told apart when decoded).
         let probed = config.events.probed();

@@ -166,6 +166,7 @@ const WRITER_NICENESS: i32 = 10;
 /// resuming what `--lossless` stopped) comes first, and what is drained waits in memory. On
 /// Linux the nice value is the calling thread's own. Best effort: left as it is if refused.
 fn yield_to_the_drain() {
+    crate::priority::run_normally();
     let thread = rustix::thread::gettid();
     let current = rustix::process::getpriority_process(Some(thread)).unwrap_or(0);
     let _ = rustix::process::setpriority_process(Some(thread), current + WRITER_NICENESS);
