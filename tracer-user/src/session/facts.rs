@@ -84,7 +84,8 @@ pub fn comm(pid: u32, lwpid: u32) -> Option<String> {
     Some(name.trim_end_matches('\n').to_owned())
 }
 
-fn executable(pid: u32) -> String {
+/// What process `pid` runs now (its /proc/PID/exe); empty if that cannot be read.
+pub fn executable(pid: u32) -> String {
     fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default()

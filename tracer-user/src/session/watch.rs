@@ -28,6 +28,20 @@ const MAIN_THREAD_SETTLE: Duration = Duration::from_millis(50);
 /// the tracer's CPU (perf). A fifth of `MAIN_THREAD_SETTLE`.
 const MAIN_THREAD_POLL: Duration = Duration::from_millis(10);
 
+/// How often the new image of a launched command that exec'd is looked at for pthread
+/// functions, and for how long: its loader maps its libraries within milliseconds of the exec,
+/// which the tracer may see sooner.
+const EXEC_HINT_POLL: Duration = Duration::from_millis(10);
+const EXEC_HINT_PATIENCE: Duration = Duration::from_secs(1);
+
+/// A launched command that exec'd, to hint about once its new image has pthread functions.
+struct ExecHint {
+    pid: u32,
+    exe: String,
+    since: Instant,
+    looked: Instant,
+}
+
 /// Targets with links of their own whose main thread has been seen gone, and since when; and
 /// when they were last looked for.
 #[derive(Default)]
@@ -53,6 +67,7 @@ pub(super) struct Watched {
     main_threads: MainThreads,
     /// Targets whose exec (without `--follow`) was said: once per process.
     exec_said: HashSet<u32>,
+    exec_hints: Vec<ExecHint>,
 }
 
 impl Watched {
@@ -76,6 +91,7 @@ impl Watched {
             launched_status,
             main_threads: MainThreads::default(),
             exec_said: HashSet::default(),
+            exec_hints: Vec::new(),
         }
     }
 
@@ -163,8 +179,8 @@ impl Session {
     }
 
     /// Without `--follow`, a target that exec'd is no longer traced: its new image has no
-    /// probes. Said once per process (the new executable, and a hint where the new image
-    /// has pthread functions and is the launched command); in the trace, its exec and new
+    /// probes. Said once per process (the new executable, and a hint once the new image
+    /// has pthread functions, if it is the launched command); in the trace, its exec and new
     /// mappings, then its detach. Under `--follow`, ptrace saw the exec and it goes on.
     pub(super) fn execs_without_follow(&mut self) {
         for (pid, ktime) in self.datapath.take_execs() {
@@ -177,24 +193,19 @@ impl Session {
                 None => vec![facts::exec_event(pid, time_ns)],
             };
             if self.watched.exec_said.insert(pid) {
-                let exe = match &exec[0].kind {
-                    SystemKind::Exec { exe } => exe.clone(),
-                    _ => String::new(),
-                };
+                let exe = facts::executable(pid);
                 say!(
                     "thrtrace-bpf: pid {pid} exec'd {exe}: not traced from there on (--follow \
                      traces what a target execs)"
                 );
-                let launched = self.watched.launched_pid == Some(pid);
-                let libraries = targets::find_pthread_libraries(pid, &self.probes.symbols());
-                if let Some(library) = libraries.ok().and_then(|l| l.into_iter().next())
-                    && launched
-                {
-                    say!(
-                        "thrtrace-bpf: hint: {exe} has pthread functions in {}: trace it with \
-                         --follow, or launch it directly",
-                        library.file.path
-                    );
+                if self.watched.launched_pid == Some(pid) {
+                    let now = Instant::now();
+                    self.watched.exec_hints.push(ExecHint {
+                        pid,
+                        exe,
+                        since: now,
+                        looked: now - EXEC_HINT_POLL,
+                    });
                 }
             }
             for event in exec {
@@ -204,6 +215,38 @@ impl Session {
             self.flow.described.remove(&pid);
             self.flow.reorder.push(ktime, Staged::System(detach));
         }
+        self.hint_after_exec();
+    }
+
+    /// Looks at each launched command's new image (at most every `EXEC_HINT_POLL`, for
+    /// `EXEC_HINT_PATIENCE`) and, once it has pthread functions, says how to trace it.
+    fn hint_after_exec(&mut self) {
+        if self.watched.exec_hints.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let symbols = self.probes.symbols();
+        self.watched.exec_hints.retain_mut(|hint| {
+            if now.duration_since(hint.looked) < EXEC_HINT_POLL {
+                return true;
+            }
+            hint.looked = now;
+            let libraries = targets::find_pthread_libraries(hint.pid, &symbols);
+            match libraries.as_deref() {
+                Ok([library, ..]) => {
+                    say!(
+                        "thrtrace-bpf: hint: {} has pthread functions in {}: trace it with \
+                         --follow, or launch it directly",
+                        hint.exe,
+                        library.file.path
+                    );
+                    false
+                }
+                // Not mapped yet; gone, or none after all this time: nothing to say.
+                Ok([]) => now.duration_since(hint.since) < EXEC_HINT_PATIENCE,
+                Err(_) => false,
+            }
+        });
     }
 
     /// An error about one target: said, and an ERROR event in the trace, which goes on.
