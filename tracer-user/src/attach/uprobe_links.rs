@@ -127,6 +127,9 @@ fn attach_perf_events(
             .chunks(per_thread)
             .map(|chunk| {
                 scope.spawn(move || {
+                    // CPU-bound in the kernel: not ahead of everything else, whichever thread
+                    // attaches (the session's drains at a real-time priority).
+                    crate::priority::run_normally();
                     chunk
                         .iter()
                         .map(|&(offset, cookie)| {

@@ -80,10 +80,6 @@ impl Session {
         let outputs = Outputs::open(config)?;
         // Before anything is created or attached: a kernel below the floor ends the run at once.
         let kernel_features = features::check()?;
-        // This thread drains the rings, from the first record a target makes once released:
-        // it must keep up with targets at any priority. (A launched command starts at the
-        // normal policy; the writer threads lower their own.)
-        crate::priority::run_first();
         // The events whose probes record the selected ones: rmutex calls are recorded by the
         // mutex probes (told apart when decoded).
         let probed = config.events.probed();
@@ -123,6 +119,11 @@ impl Session {
             followed: Vec::new(),
         }
         .targets(&config.target, &symbols)?;
+        // This thread drains the rings from now on: it must keep up with targets at any
+        // priority, a launched command having just been released. (Attaching, which can be
+        // long and CPU-bound on kernels before uprobe_multi, ran at the normal policy; what
+        // the tracer launches starts at it, and the writer threads go back to it.)
+        crate::priority::run_first();
 
         // Under --follow, the targets are also traced through exec into other libraries.
         let exec_requests = config
