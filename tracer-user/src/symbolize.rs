@@ -51,6 +51,23 @@ pub struct Mapping {
     pub build_id: Vec<u8>,
 }
 
+/// How messages and reports name a lock: `0x5596d0a54180`, `0x5596d0a54180 (queue_lock)` for
+/// a global, with `read` for a read hold: `0x5596d0a54180 (table, read)`.
+pub fn lock_label(
+    address: impl std::fmt::Display,
+    variable: Option<&str>,
+    exclusive: bool,
+) -> String {
+    let notes: Vec<&str> = variable
+        .into_iter()
+        .chain((!exclusive).then_some("read"))
+        .collect();
+    match notes.is_empty() {
+        true => address.to_string(),
+        false => format!("{address} ({})", notes.join(", ")),
+    }
+}
+
 impl Mapping {
     /// The mapping a `thrtrace_mapping` event records.
     pub fn of(kind: &SystemKind) -> Option<Mapping> {

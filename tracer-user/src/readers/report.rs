@@ -20,7 +20,7 @@ use tracer_model::{
 
 use crate::{
     say::{OutputFormat, duration},
-    symbolize::{Location, Mapping, Symbols},
+    symbolize::{Location, Mapping, Symbols, lock_label},
 };
 
 /// How many callers a lock lists.
@@ -230,18 +230,10 @@ impl LockTaken {
 }
 
 impl std::fmt::Display for LockTaken {
-    /// `0x5596d0a54180 (lock_a)` or `0x5596d0a54180 (table, read)`.
+    /// As messages name a lock (`symbolize::lock_label`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let notes: Vec<&str> = self
-            .symbol
-            .as_deref()
-            .into_iter()
-            .chain((self.mode == "read").then_some("read"))
-            .collect();
-        match notes.is_empty() {
-            true => write!(f, "{}", self.address),
-            false => write!(f, "{} ({})", self.address, notes.join(", ")),
-        }
+        let label = lock_label(&self.address, self.symbol.as_deref(), self.mode != "read");
+        f.write_str(&label)
     }
 }
 

@@ -16,7 +16,7 @@ use tracer_model::{
 use super::facts;
 use crate::{
     say::duration,
-    symbolize::{Mapping, Symbols},
+    symbolize::{Mapping, Symbols, lock_label},
 };
 
 pub struct DeadlockWatch {
@@ -65,18 +65,10 @@ impl DeadlockWatch {
         }
     }
 
-    /// `0x55d0c0a4e0c0 (queue_lock)`, `(table, read)` for a read hold of a global.
+    /// The lock as messages name it (`symbolize::lock_label`).
     fn lock_named(&mut self, pid: u32, lock: u64, exclusive: bool) -> String {
-        let notes: Vec<String> = self
-            .symbols
-            .variable(pid, lock)
-            .into_iter()
-            .chain((!exclusive).then(|| "read".to_owned()))
-            .collect();
-        match notes.is_empty() {
-            true => format!("{lock:#x}"),
-            false => format!("{lock:#x} ({})", notes.join(", ")),
-        }
+        let variable = self.symbols.variable(pid, lock);
+        lock_label(format_args!("{lock:#x}"), variable.as_deref(), exclusive)
     }
 
     /// A thread's name: as first seen, else now; "?" if neither is known.
