@@ -98,16 +98,16 @@ impl LockOrder {
     /// Thread `lwpid` of `pid` took `taken` (its outermost hold); `waits`: the call could wait
     /// for it (not a trylock).
     pub fn acquired(&mut self, pid: u32, lwpid: u32, taken: Acquisition, waits: bool, now: i64) {
-        let mut held = std::mem::take(self.held.entry((pid, lwpid)).or_default());
-        if waits {
-            for from in held.iter().filter(|h| h.lock != taken.lock) {
-                let gates: Vec<u64> = held
-                    .iter()
-                    .filter(|h| h.exclusive && h.lock != from.lock && h.lock != taken.lock)
-                    .map(|h| h.lock)
-                    .collect();
-                self.witness(pid, lwpid, *from, taken, gates, now);
-            }
+        let held = self.held.entry((pid, lwpid)).or_default();
+        // Most acquisitions hold nothing else: one lookup, nothing to witness.
+        if !waits || held.iter().all(|h| h.lock == taken.lock) {
+            held.push(taken);
+            return;
+        }
+        // Witnessing needs the whole graph: the list leaves the map meanwhile.
+        let mut held = std::mem::take(held);
+        for from in held.iter().filter(|h| h.lock != taken.lock) {
+            self.witness(pid, lwpid, *from, taken, &held, now);
         }
         held.push(taken);
         self.held.insert((pid, lwpid), held);
@@ -145,17 +145,24 @@ impl LockOrder {
         &self.found[from..]
     }
 
-    /// One acquisition of `to` while holding `from`: a new edge, or a known one whose gates
-    /// this acquisition narrows; either way, a cycle it closes is looked for.
+    /// One acquisition of `to` while holding `from` (among all of `held`): a new edge, or a
+    /// known one whose gates this acquisition narrows; either way, a cycle it closes is
+    /// looked for. A known edge with no gates left, the common case, costs one lookup.
     fn witness(
         &mut self,
         pid: u32,
         lwpid: u32,
         from: Acquisition,
         to: Acquisition,
-        gates: Vec<u64>,
+        held: &[Acquisition],
         now: i64,
     ) {
+        // The other locks held exclusively now: the gates this acquisition keeps.
+        let gates = || {
+            held.iter()
+                .filter(move |h| h.exclusive && h.lock != from.lock && h.lock != to.lock)
+                .map(|h| h.lock)
+        };
         let key = (pid, from.lock, to.lock);
         let modes = (from.exclusive, to.exclusive);
         let known = self.edges.get_mut(&key).and_then(|variants| {
@@ -168,7 +175,7 @@ impl LockOrder {
                 return;
             }
             let before = edge.gates.len();
-            edge.gates.retain(|g| gates.contains(g));
+            edge.gates.retain(|g| gates().any(|gate| gate == *g));
             if edge.gates.len() == before {
                 return;
             }
@@ -184,7 +191,7 @@ impl LockOrder {
                 held: from,
                 acquired: to,
                 time_ns: now,
-                gates,
+                gates: gates().collect(),
             };
             let variants = self.edges.entry(key).or_default();
             if variants.is_empty() {
