@@ -159,17 +159,11 @@ impl<S: Sink + Send + 'static> Threaded<S> {
     }
 }
 
-/// How much nicer a writer thread is than the thread that drains the rings.
-const WRITER_NICENESS: i32 = 10;
-
-/// Lowers the calling writer thread's priority: when the CPUs are busy, draining the rings (and
-/// resuming what `--lossless` stopped) comes first, and what is drained waits in memory. On
-/// Linux the nice value is the calling thread's own. Best effort: left as it is if refused.
+/// Runs the calling writer thread below the threads that drain the rings, so that on busy
+/// CPUs the rings are drained first, and above any target, so that what the session waits on
+/// (see [`crate::priority`]) is never held up by the targets.
 fn yield_to_the_drain() {
-    crate::priority::run_normally();
-    let thread = rustix::thread::gettid();
-    let current = rustix::process::getpriority_process(Some(thread)).unwrap_or(0);
-    let _ = rustix::process::setpriority_process(Some(thread), current + WRITER_NICENESS);
+    crate::priority::run_second();
 }
 
 /// The sink's thread: does what it is asked, in order, until the session lets go of it, and
