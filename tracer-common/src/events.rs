@@ -111,9 +111,11 @@ impl ProbeFlags {
     pub const OBJECT_AT_RETURN: u16 = 1 << 7;
     /// When the call returns -1, read `errno` from the thread's TLS at return.
     pub const ERRNO: u16 = 1 << 8;
-    /// The probe sits inside a retry loop (`pthread_spin_lock`'s placed probe, past the
-    /// unprobeable `lock decl`, which the spin loop jumps back to): a hit while the call is
-    /// pending is the same call trying again, and sets `block?` (it spun).
+    /// A spin lock: `block?` says whether the lock was held when the call first tried it (it
+    /// spun). The first hit reads the lock word (held when at most 0, glibc's x86-64 value)
+    /// or, with [`ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ`], the flags its decrement left; a
+    /// hit while the call is pending is the same call trying again (glibc 2.36's spin loop
+    /// jumps back to the entry) and sets it too.
     pub const SPINS: u16 = 1 << 9;
     /// At return, read the 8 bytes each of the first three arguments points to: what the call
     /// stored through them (`thr_create`'s new thread, `thr_join`'s exit value).
@@ -127,6 +129,10 @@ impl ProbeFlags {
     /// record's; another mutex's return record reads nothing from it (a copy costs the traced
     /// thread about 115 ns on the development VM).
     pub const ONLY_IF_RECURSIVE: u16 = 1 << 12;
+    /// Set by the placement, not the event table: the probe is on the conditional jump right
+    /// after the call's locked decrement of the lock word (`lock decl; jne spin`), whose zero
+    /// flag says whether that first try took the lock.
+    pub const LOCKED_AT_FIRST_TRY_IF_NZ: u16 = 1 << 13;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
     pub const READS_MEMORY: u16 = Self::TIMESPEC_ARG_MASK | Self::OBJECT_MASK;
 

@@ -420,6 +420,9 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
             (*record).which = u16::from(flags.has(ProbeFlags::PAIRED));
         }
         (*slot).nested = 0;
+        if flags.has(ProbeFlags::SPINS) {
+            (*slot).record.block = u8::from(held_at_first_try(slot, flags, regs));
+        }
         (*slot).nvcsw_at_entry = if flags.has(ProbeFlags::BLOCK) {
             read_task::<u64>(current_task(), ptr::read_volatile(&raw const NVCSW_OFFSET))
         } else {
@@ -428,6 +431,24 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         (*slot).event = event_key(&cookie);
     }
     0
+}
+
+/// Whether a spin lock's first try found it held (`ProbeFlags::SPINS`): from the zero flag the
+/// decrement just before the probe left, or else from the lock word (held when at most 0),
+/// read into the slot's unused object words. A call of its own, to keep the entry's frame small.
+#[inline(never)]
+fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs) -> bool {
+    /// x86's zero flag, in `eflags`.
+    const ZERO_FLAG: u64 = 1 << 6;
+    // SAFETY: `regs` is the probe's context; `slot` is this thread's own slot.
+    unsafe {
+        if flags.has(ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ) {
+            return (*regs).eflags & ZERO_FLAG == 0;
+        }
+        let word = ptr::addr_of_mut!((*slot).record.object).cast::<i32>();
+        read_user_into(word, (*regs).rdi);
+        ptr::read_volatile(word) <= 0
+    }
 }
 
 /// Writes a call's record as its entry knows it into `record` (ring or slot memory): every

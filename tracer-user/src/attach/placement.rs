@@ -19,7 +19,7 @@
 //! Where no such point exists, the probe stays at the entry.
 
 use iced_x86::{
-    Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
+    ConditionCode, Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
     InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
 use tracer_common::{EventDef, ProbeFlags};
@@ -85,6 +85,10 @@ pub struct Placement {
     /// Whether the kernel refuses a uprobe on the probed instruction (a lock or segment
     /// prefix, as `pthread_spin_lock`'s `lock decl`): then the function cannot be traced.
     pub refused: bool,
+    /// Whether the probe is on a `je`/`jne` right after a locked read-modify-write of memory
+    /// (`lock decl; jne spin`): its zero flag then tells what that locked operation found
+    /// ([`ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ`] for a spin lock).
+    pub after_locked_update: bool,
     /// The probed instruction; none if the code could not be decoded.
     probed: Option<Instruction>,
     why: Why,
@@ -183,6 +187,7 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
             stack_offset: 0,
             emulated: false,
             refused: false,
+            after_locked_update: false,
             probed: None,
             why: Why::Undecodable,
         };
@@ -192,6 +197,11 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
         stack_offset,
         emulated,
         refused: kernel_refuses(code, base, instruction),
+        after_locked_update: instructions
+            .iter()
+            .take_while(|i| i.ip() < instruction.ip())
+            .last()
+            .is_some_and(|previous| zero_flag_of_locked_update(previous, instruction)),
         probed: Some(*instruction),
         why,
     };
@@ -239,6 +249,15 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
         }
     }
     entry(Why::NothingEmulated)
+}
+
+/// Whether `jump` tests the zero flag that `previous`, a locked read-modify-write of memory,
+/// set.
+fn zero_flag_of_locked_update(previous: &Instruction, jump: &Instruction) -> bool {
+    let writes_memory = (0..previous.op_count()).any(|n| previous.op_kind(n) == OpKind::Memory);
+    previous.has_lock_prefix()
+        && writes_memory
+        && matches!(jump.condition_code(), ConditionCode::e | ConditionCode::ne)
 }
 
 fn decode(code: &[u8], base: u64) -> Vec<Instruction> {
@@ -428,8 +447,12 @@ mod tests {
     fn spin_lock_skips_the_locked_decrement_it_cannot_probe_unless_memory_is_read() {
         let placement = place(&hex(SPIN_LOCK), 0x8ff70, ARG1_WITH_RETURN, false);
         assert_eq!(
-            (placement.offset, placement.emulated),
-            (3, true),
+            (
+                placement.offset,
+                placement.emulated,
+                placement.after_locked_update
+            ),
+            (3, true, true),
             "{placement:?}"
         );
         // The loop jumps back to the entry only, which the entry probe would see too.
@@ -443,6 +466,27 @@ mod tests {
             placement.reason().contains("writes memory"),
             "{placement:?}"
         );
+    }
+
+    #[test]
+    fn glibc_2_41s_spin_lock_is_probed_past_its_decrement_whose_flags_say_if_it_spins() {
+        // xor %eax,%eax; lock decl (%rdi); jne +0x10; ret; ... the retry loop of its own at
+        // +0x10, which never reaches the probe again.
+        const SPIN_LOCK_2_41: &str = "31c0f0ff0f7509c30f1f840000000000f39039077efaf0ff0f75f5c3";
+        let placement = place(&hex(SPIN_LOCK_2_41), 0x998f0, ARG1_WITH_RETURN, false);
+        assert_eq!(
+            (placement.offset, placement.after_locked_update),
+            (5, true),
+            "{placement:?}"
+        );
+        let at_entry = place(&hex(SPIN_LOCK_2_41), 0x998f0, ARG1_WITH_RETURN, true);
+        assert!(
+            !at_entry.refused && !at_entry.after_locked_update,
+            "{at_entry:?}"
+        );
+        // A jcc after an unlocked compare says nothing of a lock.
+        let mutex_lock = place(&hex(MUTEX_LOCK), 0x8c370, ARG1_WITH_RETURN, false);
+        assert!(!mutex_lock.after_locked_update, "{mutex_lock:?}");
     }
 
     #[test]

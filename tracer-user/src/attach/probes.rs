@@ -355,6 +355,9 @@ impl ProbeSet {
         if shared {
             cookie.flags.0 |= ProbeFlags::SHARED;
         }
+        if cookie.flags.has(ProbeFlags::SPINS) && probe.placement.after_locked_update {
+            cookie.flags.0 |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
+        }
         self.offsets.push(probe.file_offset());
         self.cookies.push(cookie.encode());
     }
