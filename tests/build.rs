@@ -1,8 +1,12 @@
 //! Compiles the C workloads in `workloads/` into OUT_DIR/workloads with the system C compiler,
 //! the ones in `STATIC` a second time as static executables (`NAME_static`), and the ones in
-//! `OLD_GLIBC` against glibc 2.31 (`NAME_glibc231`) when its sysroot is there (`cargo xtask
-//! test` fetches it into target/glibc-2.31).
-use std::{env, fs, path::PathBuf, process::Command};
+//! `OTHER_GLIBC` against each other glibc whose sysroot is there (`NAME_glibc231`,
+//! `NAME_glibc241`: `cargo xtask test` fetches them into target/glibc-VERSION).
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 /// Workloads also built with `-static`: glibc inside the executable itself.
 const STATIC: [&str; 1] = ["mutex_contend"];
@@ -10,11 +14,27 @@ const STATIC: [&str; 1] = ["mutex_contend"];
 const FREESTANDING: [&str; 1] = ["no_pthread"];
 /// Shared objects to preload, built only as `libNAME.so`.
 const SHARED: [&str; 1] = ["interpose"];
-/// Workloads also built for glibc 2.31, whose pthread functions are in libpthread.so.0.
-const OLD_GLIBC: [&str; 3] = ["mutex_contend", "mutex_gate", "thread_story"];
+/// Workloads also built against each other glibc: every category's story, and what the tests
+/// of glibc 2.31's libpthread.so.0 trace.
+const OTHER_GLIBC: [&str; 11] = [
+    "barrier_rounds",
+    "cond_prodcons",
+    "lock_story",
+    "mutex_contend",
+    "mutex_gate",
+    "rmutex_depth",
+    "rwlock_story",
+    "sem_sequence",
+    "spin_story",
+    "thread_story",
+    "timed_waits",
+];
+/// The other glibcs' versions, as `xtask/src/glibcs.rs` fetches them.
+const OTHER_GLIBCS: [&str; 2] = ["2.31", "2.41"];
 
-/// Compiler options that build against the glibc 2.31 in `sysroot`, and run with it.
-fn old_glibc_options(sysroot: &std::path::Path) -> Vec<String> {
+/// Compiler options that build against the glibc in `sysroot`, and run with it.
+fn other_glibc_options(sysroot: &Path) -> Vec<String> {
+    // Through `lib`, which is `usr/lib` in a merged-/usr release (Debian 12 and later).
     let lib = sysroot.join("lib/x86_64-linux-gnu");
     let dev = sysroot.join("usr/lib/x86_64-linux-gnu");
     vec![
@@ -22,13 +42,16 @@ fn old_glibc_options(sysroot: &std::path::Path) -> Vec<String> {
         // gcc's own search path names the host's crt files and libraries first.
         format!("-B{}/", dev.display()),
         format!("-L{}", dev.display()),
-        format!("-Wl,--dynamic-linker={}", lib.join("ld-2.31.so").display()),
+        format!(
+            "-Wl,--dynamic-linker={}",
+            lib.join("ld-linux-x86-64.so.2").display()
+        ),
         // DT_RPATH, not RUNPATH: it also covers libgcc_s.so.1, which pthread_cancel dlopens.
         format!("-Wl,--disable-new-dtags,-rpath={}", lib.display()),
     ]
 }
 
-fn compile(source: &std::path::Path, binary: &std::path::Path, extra: &[&str]) {
+fn compile(source: &Path, binary: &Path, extra: &[&str]) {
     let status = Command::new("cc")
         .args(["-O2", "-g", "-Wall", "-Werror", "-pthread"])
         .args(extra)
@@ -44,10 +67,30 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("workloads");
     fs::create_dir_all(&out).expect("create OUT_DIR/workloads");
     println!("cargo:rerun-if-changed=workloads");
-    let sysroot = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"))
-        .join("../target/glibc-2.31");
-    println!("cargo:rerun-if-changed={}", sysroot.display());
-    let old_glibc = sysroot.exists().then(|| old_glibc_options(&sysroot));
+    // Every other glibc's suffix, built or not, for the tests (`every_glibc`).
+    let suffixes: Vec<String> = OTHER_GLIBCS
+        .iter()
+        .map(|version| format!("_glibc{}", version.replace('.', "")))
+        .collect();
+    println!(
+        "cargo:rustc-env=OTHER_GLIBC_SUFFIXES={}",
+        suffixes.join(",")
+    );
+    let target =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("../target");
+    // Each other glibc there: the workloads' name suffix and the compiler's options.
+    let other_glibcs: Vec<(&String, Vec<String>)> = OTHER_GLIBCS
+        .iter()
+        .zip(&suffixes)
+        .filter_map(|(version, suffix)| {
+            let sysroot = target.join(format!("glibc-{version}"));
+            println!("cargo:rerun-if-changed={}", sysroot.display());
+            sysroot
+                .join("usr/include/pthread.h")
+                .exists()
+                .then(|| (suffix, other_glibc_options(&sysroot)))
+        })
+        .collect();
     for entry in fs::read_dir("workloads").expect("workloads/") {
         let source = entry.expect("workloads entry").path();
         if source.extension().is_none_or(|e| e != "c") {
@@ -71,12 +114,11 @@ fn main() {
         if STATIC.contains(&stem.as_str()) {
             compile(&source, &out.join(format!("{stem}_static")), &["-static"]);
         }
-        if let Some(options) = old_glibc
-            .as_ref()
-            .filter(|_| OLD_GLIBC.contains(&stem.as_str()))
-        {
-            let options: Vec<&str> = options.iter().map(String::as_str).collect();
-            compile(&source, &out.join(format!("{stem}_glibc231")), &options);
+        if OTHER_GLIBC.contains(&stem.as_str()) {
+            for (suffix, options) in &other_glibcs {
+                let options: Vec<&str> = options.iter().map(String::as_str).collect();
+                compile(&source, &out.join(format!("{stem}{suffix}")), &options);
+            }
         }
     }
 }

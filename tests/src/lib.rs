@@ -80,6 +80,39 @@ pub fn old_glibc_available(test: &str, workload: &str) -> bool {
     bpf_available(test) && prerequisite(test, missing)
 }
 
+/// The builds of `workload` that a category's record test checks: the one against the host's
+/// glibc (Debian 12's 2.36) and one against each other glibc (`NAME_glibc231`,
+/// `NAME_glibc241`, see build.rs). One that is not built skips that part of `test` with a
+/// message, or fails it in CI.
+pub fn every_glibc(test: &str, workload: &str) -> Vec<String> {
+    let mut builds = vec![workload.to_owned()];
+    for suffix in env!("OTHER_GLIBC_SUFFIXES").split(',') {
+        let build = format!("{workload}{suffix}");
+        let built = Path::new(env!("OUT_DIR"))
+            .join("workloads")
+            .join(&build)
+            .exists();
+        let why = format!(
+            "{build} is not built: its glibc is not in target/ (`cargo xtask test` fetches it)"
+        );
+        if prerequisite(test, (!built).then_some(why.as_str())) {
+            builds.push(build);
+        }
+    }
+    builds
+}
+
+/// [`every_glibc`]'s builds, each with every probe placement.
+pub fn every_glibc_and_placement(
+    test: &str,
+    workload: &str,
+) -> Vec<(String, &'static [&'static str])> {
+    every_glibc(test, workload)
+        .into_iter()
+        .flat_map(|build| PLACEMENTS.map(|placement| (build.clone(), placement)))
+        .collect()
+}
+
 /// True when nothing is `missing`; else skips `test` with a message, or fails it in CI.
 /// Whether `program` runs here (`program --version`); if not, skips the test, or fails it in
 /// CI, as [`bpf_available`] does. `cargo xtask setup` installs the ones the tests use.

@@ -1,7 +1,9 @@
 //! `--list-probes` shows where each probe goes (issue 3). Needs no privileges: it reads the
 //! tracer's own C library.
 
-use thrtrace_tests::{TempDir, run_tracer};
+use std::process::Command;
+
+use thrtrace_tests::{Gated, TempDir, every_glibc, run_tracer, workload, workspace_root};
 use tracer_common::EVENTS;
 
 fn listing(options: &[&str]) -> Vec<(String, String, String)> {
@@ -77,4 +79,108 @@ fn every_traced_function_is_listed_with_its_probe_point() {
         .find(|(f, _, _)| f == "pthread_spin_lock")
         .unwrap();
     assert!(spin.2.contains("refuses"), "{}", spin.2);
+}
+
+/// The glibc version of a build of a workload (see `every_glibc`): the host's, as glibc says,
+/// or the one its name's suffix gives.
+fn glibc_version(build: &str) -> String {
+    match build.rsplit_once("_glibc") {
+        Some((_, digits)) => format!("{}.{}", &digits[..1], &digits[1..]),
+        None => {
+            let said = Command::new("getconf")
+                .arg("GNU_LIBC_VERSION")
+                .output()
+                .unwrap();
+            let said = String::from_utf8(said.stdout).unwrap();
+            said.trim().trim_start_matches("glibc ").to_owned()
+        }
+    }
+}
+
+/// A listing as kept in the expectations: each library by its file name, and each probe
+/// without the addresses a rebuild of the same code moves (the function's offset, branch
+/// targets and RIP-relative operands), so that what remains is the placement decision.
+fn placement_decisions(stdout: &str) -> String {
+    let mut kept = String::new();
+    for line in stdout.lines() {
+        if line.starts_with("function") {
+            kept += line.split_whitespace().next().unwrap_or_default();
+        } else if let Some((library, _)) = line.split_once(" (pid ") {
+            kept += library.rsplit('/').next().unwrap_or(library);
+        } else {
+            let mut fields = line.split_whitespace();
+            let function = fields.next().unwrap_or_default();
+            let _offset = fields.next();
+            let rest: Vec<String> = fields.map(without_address).collect();
+            kept += &format!("{function} {}", rest.join(" "));
+        }
+        kept.push('\n');
+    }
+    kept
+}
+
+/// `word` with a hexadecimal number of four digits or more (an address) left out.
+fn without_address(word: &str) -> String {
+    let Some(at) = word.find("0x") else {
+        return word.to_owned();
+    };
+    let digits = word[at + 2..]
+        .bytes()
+        .take_while(u8::is_ascii_hexdigit)
+        .count();
+    match digits >= 4 {
+        true => format!("{}0x_{}", &word[..at], &word[at + 2 + digits..]),
+        false => word.to_owned(),
+    }
+}
+
+/// Where each probe goes, in a process of every glibc the tests build against, is what the
+/// expectations in tests/fixtures/list-probes/ say: a placement that changes with a glibc
+/// update or a change to the analysis is seen, and looked at, before it is accepted (rerun with
+/// THRTRACE_BLESS=1 to write what is listed now).
+#[test]
+fn each_glibcs_placements_are_as_expected() {
+    for build in every_glibc("list_probes_each_glibc", "mutex_gate") {
+        let mut gate = Gated::spawn(Command::new(workload(&build)).args(["0", "0"]));
+        let cwd = TempDir::new("list-glibc");
+        let pid = gate.pid.to_string();
+        let run = run_tracer(cwd.path(), &["--list-probes", "-p", &pid]);
+        gate.run_phase_two();
+        gate.finish();
+        assert!(run.status.success(), "{build}: {run:?}");
+        let listed = placement_decisions(&run.stdout);
+        let expected = workspace_root().join(format!(
+            "tests/fixtures/list-probes/glibc-{}.txt",
+            glibc_version(&build)
+        ));
+        if std::env::var_os("THRTRACE_BLESS").is_some() {
+            std::fs::write(&expected, &listed).unwrap();
+        }
+        let kept = std::fs::read_to_string(&expected).unwrap_or_default();
+        assert!(
+            kept == listed,
+            "{build}: the placements differ from {} (rerun with THRTRACE_BLESS=1 to keep them \
+             if the change is meant):\n{}",
+            expected.display(),
+            first_difference(&kept, &listed)
+        );
+    }
+}
+
+/// The first line where `kept` and `listed` differ, both ways.
+fn first_difference(kept: &str, listed: &str) -> String {
+    let (mut kept_lines, mut listed_lines) = (kept.lines(), listed.lines());
+    loop {
+        match (kept_lines.next(), listed_lines.next()) {
+            (None, None) => return String::from("(none)"),
+            (k, l) if k == l => {}
+            (k, l) => {
+                return format!(
+                    "expected: {}\nlisted:   {}",
+                    k.unwrap_or("(end)"),
+                    l.unwrap_or("(end)")
+                );
+            }
+        }
+    }
 }

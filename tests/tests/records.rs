@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use thrtrace_tests::{
     PLACEMENTS, Run, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available,
-    contending_threads, deadline_field, field, paired_calls, read_trace, run_tracer, run_workload,
-    trace_workload,
+    contending_threads, deadline_field, every_glibc_and_placement, field, paired_calls, read_trace,
+    run_tracer, run_workload, trace_workload,
 };
 
 type Files = BTreeMap<String, Vec<TraceRecord>>;
@@ -24,14 +24,15 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
     if !bpf_available("four_threads_contending") {
         return;
     }
-    for placement in PLACEMENTS {
+    for (build, placement) in every_glibc_and_placement("four_threads_contending", "mutex_contend")
+    {
         let options = [&["--events", "mutex"], placement].concat();
-        let (run, files) = trace(&options, "mutex_contend", &["4", "10000"]);
+        let (run, files) = trace(&options, &build, &["4", "10000"]);
         let (mutex, threads) = contending_threads(&run, &files, 4);
         let (mut blocked, mut waited, mut locks, mut unlocks) = (0, 0, 0, 0);
         for (name, lines) in &threads {
             let calls = paired_calls(lines, "mutex_lock", mutex);
-            assert_eq!(calls.len(), 10_000, "{name} {placement:?}");
+            assert_eq!(calls.len(), 10_000, "{name} {build} {placement:?}");
             for (entry, exit) in &calls {
                 assert_eq!((entry.tid, exit.a[0]), (exit.tid, 0), "{entry:?} {exit:?}");
                 blocked += exit.a[1];
@@ -40,7 +41,7 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
                 .iter()
                 .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
                 .collect();
-            assert_eq!(thread_unlocks.len(), 10_000, "{name} {placement:?}");
+            assert_eq!(thread_unlocks.len(), 10_000, "{name} {build} {placement:?}");
             assert!(thread_unlocks.iter().all(|l| l.a[1] == 0), "unlock failed");
             waited += thread_unlocks.iter().map(|l| l.a[2]).sum::<i64>();
             locks += calls.len();
@@ -49,9 +50,12 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
         assert_eq!((locks, unlocks), (40_000, 40_000));
         assert!(
             blocked > 0,
-            "4 threads on 2 CPUs never blocked ({placement:?})"
+            "4 threads on 2 CPUs never blocked ({build} {placement:?})"
         );
-        assert!(waited > 0, "no unlock ever saw a waiter ({placement:?})");
+        assert!(
+            waited > 0,
+            "no unlock ever saw a waiter ({build} {placement:?})"
+        );
     }
 }
 
@@ -60,8 +64,8 @@ fn a_single_thread_never_blocks_and_never_sees_waiters() {
     if !bpf_available("single_thread") {
         return;
     }
-    for placement in PLACEMENTS {
-        let (run, files) = trace(placement, "mutex_contend", &["1", "10000"]);
+    for (build, placement) in every_glibc_and_placement("single_thread", "mutex_contend") {
+        let (run, files) = trace(placement, &build, &["1", "10000"]);
         let mutex: i64 = field(&run.stdout, "mutex");
         let lines: Vec<TraceRecord> = files.values().flatten().copied().collect();
         let locks = paired_calls(&lines, "mutex_lock", mutex);
@@ -72,7 +76,7 @@ fn a_single_thread_never_blocks_and_never_sees_waiters() {
         assert_eq!(
             (locks.len(), unlocks.len()),
             (10_000, 10_000),
-            "{placement:?}"
+            "{build} {placement:?}"
         );
         assert!(
             locks.iter().all(|(_, exit)| exit.a[1] == 0),
@@ -90,9 +94,9 @@ fn cond_records_match_the_workloads_own_counts() {
     if !bpf_available("cond_counts") {
         return;
     }
-    for placement in PLACEMENTS {
+    for (build, placement) in every_glibc_and_placement("cond_counts", "cond_prodcons") {
         let options = [&["--events", "mutex:cond"], placement].concat();
-        let (run, files) = trace(&options, "cond_prodcons", &["3", "2000"]);
+        let (run, files) = trace(&options, &build, &["3", "2000"]);
         let all: Vec<&TraceRecord> = files.values().flatten().collect();
         let cond: i64 = field(&run.stdout, "cond");
         let never: i64 = field(&run.stdout, "never");
@@ -102,7 +106,7 @@ fn cond_records_match_the_workloads_own_counts() {
                 .count() as i64
         };
         let waits: i64 = field(&run.stdout, "waits");
-        assert_eq!(count("cond_wait", 1, cond), waits, "{placement:?}");
+        assert_eq!(count("cond_wait", 1, cond), waits, "{build} {placement:?}");
         let wait_returns = all.iter().filter(|l| l.is("cond_wait", 2)).count() as i64;
         assert_eq!(wait_returns, waits, "every wait returned once");
         assert_eq!(
@@ -145,9 +149,9 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
     if !bpf_available("timed_variants") {
         return;
     }
-    for placement in PLACEMENTS {
+    for (build, placement) in every_glibc_and_placement("timed_variants", "timed_waits") {
         let options = [&["--events", "mutex:cond"], placement].concat();
-        let (run, files) = trace(&options, "timed_waits", &[]);
+        let (run, files) = trace(&options, &build, &[]);
         let deadline = |key: &str| deadline_field(&run.stdout, key);
         let (mutex, other, cond): (i64, i64, i64) = (
             field(&run.stdout, "mutex"),
@@ -166,7 +170,7 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
         assert_eq!(
             calls("pthread_mutex_timedlock"),
             [([mutex, sec, nsec, 0, 0], [ETIMEDOUT, 1, 0, 0, 0])],
-            "{placement:?}: it slept until the deadline"
+            "{build} {placement:?}: it slept until the deadline"
         );
         let (sec, nsec) = deadline("m2");
         assert_eq!(

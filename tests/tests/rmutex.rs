@@ -1,13 +1,17 @@
 //! Recursive mutexes are told from plain ones at run time and recorded under rmutex; each
 //! category alone records only its kind (issue 4).
 
-use thrtrace_tests::{PLACEMENTS, TraceRecord, bpf_available, field, paired_calls, trace_workload};
+use thrtrace_tests::{
+    TraceRecord, bpf_available, every_glibc, every_glibc_and_placement, field, paired_calls,
+    trace_workload,
+};
 
 const EBUSY: i64 = 16;
 
-fn trace(events: &str, placement: &[&str]) -> (String, Vec<TraceRecord>) {
+/// Traces `build`, a build of rmutex_depth.c.
+fn trace(events: &str, build: &str, placement: &[&str]) -> (String, Vec<TraceRecord>) {
     let options = [&["--events", events], placement].concat();
-    let (run, lines) = trace_workload(&options, "rmutex_depth", &[]);
+    let (run, lines) = trace_workload(&options, build, &[]);
     (run.stdout, lines)
 }
 
@@ -16,8 +20,8 @@ fn a_recursive_mutex_is_an_rmutex_with_its_depth() {
     if !bpf_available("rmutex_depth") {
         return;
     }
-    for placement in PLACEMENTS {
-        let (stdout, lines) = trace("rmutex", placement);
+    for (build, placement) in every_glibc_and_placement("rmutex_depth", "rmutex_depth") {
+        let (stdout, lines) = trace("rmutex", &build, placement);
         let rmutex: i64 = field(&stdout, "rmutex");
         assert!(
             lines.iter().all(|l| l.event1 == 6),
@@ -31,7 +35,7 @@ fn a_recursive_mutex_is_an_rmutex_with_its_depth() {
                 .map(|l| l.a)
                 .collect()
         };
-        assert_eq!(ours("rmutex_init").len(), 1, "{placement:?}");
+        assert_eq!(ours("rmutex_init").len(), 1, "{build} {placement:?}");
         let depths: Vec<[i64; 5]> = paired_calls(&lines, "rmutex_lock", rmutex)
             .iter()
             .map(|(_, exit)| exit.a)
@@ -54,17 +58,19 @@ fn mutex_alone_records_only_the_plain_mutex() {
     if !bpf_available("mutex_not_rmutex") {
         return;
     }
-    let (stdout, lines) = trace("mutex", &[]);
-    let (rmutex, plain): (i64, i64) = (field(&stdout, "rmutex"), field(&stdout, "plain"));
-    assert!(lines.iter().all(|l| l.event1 == 2), "{lines:?}");
-    assert!(
-        !lines.iter().any(|l| l.a[0] == rmutex),
-        "no record of the recursive mutex"
-    );
-    let plain_calls: Vec<&TraceRecord> = lines.iter().filter(|l| l.a[0] == plain).collect();
-    assert_eq!(
-        plain_calls.len(),
-        2,
-        "its lock entry and its unlock: {plain_calls:?}"
-    );
+    for build in every_glibc("mutex_not_rmutex", "rmutex_depth") {
+        let (stdout, lines) = trace("mutex", &build, &[]);
+        let (rmutex, plain): (i64, i64) = (field(&stdout, "rmutex"), field(&stdout, "plain"));
+        assert!(lines.iter().all(|l| l.event1 == 2), "{lines:?}");
+        assert!(
+            !lines.iter().any(|l| l.a[0] == rmutex),
+            "no record of the recursive mutex"
+        );
+        let plain_calls: Vec<&TraceRecord> = lines.iter().filter(|l| l.a[0] == plain).collect();
+        assert_eq!(
+            plain_calls.len(),
+            2,
+            "its lock entry and its unlock: {plain_calls:?}"
+        );
+    }
 }

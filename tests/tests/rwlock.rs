@@ -2,7 +2,8 @@
 //! workload whose story is fixed (tests/workloads/rwlock_story.c) (issue 4).
 
 use thrtrace_tests::{
-    PLACEMENTS, TraceRecord, bpf_available, codes, deadline_field, field, trace_workload,
+    TraceRecord, bpf_available, codes, deadline_field, every_glibc_and_placement, field,
+    trace_workload,
 };
 
 const EBUSY: i64 = 16;
@@ -13,9 +14,9 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
     if !bpf_available("rwlock_story") {
         return;
     }
-    for placement in PLACEMENTS {
+    for (build, placement) in every_glibc_and_placement("rwlock_story", "rwlock_story") {
         let options = [&["--events", "rwlock"], placement].concat();
-        let (run, lines) = trace_workload(&options, "rwlock_story", &[]);
+        let (run, lines) = trace_workload(&options, &build, &[]);
         let rw: i64 = field(&run.stdout, "rwlock");
         let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {
             lines
@@ -28,7 +29,7 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
         assert_eq!(
             fields("rwlock_init", 0),
             [[rw, 0, 0, 0, 0]],
-            "{placement:?}"
+            "{build} {placement:?}"
         );
         // The readers took the lock one after another and kept it: 1, 2, 3 readers.
         assert_eq!(fields("rw_rdlock", 1), [[rw, 0, 0, 0, 0]; 3]);

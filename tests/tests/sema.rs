@@ -1,7 +1,7 @@
 //! The sema category: exact s_count, rval and errno for a known sequence of calls (issue 4).
 
 use thrtrace_tests::{
-    PLACEMENTS, TraceRecord, bpf_available, deadline_field, field, trace_workload,
+    TraceRecord, bpf_available, deadline_field, every_glibc_and_placement, field, trace_workload,
 };
 
 const EAGAIN: i64 = 11;
@@ -13,9 +13,9 @@ fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
     if !bpf_available("sema_sequence") {
         return;
     }
-    for placement in PLACEMENTS {
+    for (build, placement) in every_glibc_and_placement("sema_sequence", "sem_sequence") {
         let options = [&["--events", "sema"], placement].concat();
-        let (run, lines) = trace_workload(&options, "sem_sequence", &[]);
+        let (run, lines) = trace_workload(&options, &build, &[]);
         let sem: i64 = field(&run.stdout, "sem");
         assert!(lines.iter().all(|l| l.lwpid == l.pid), "one thread");
         let lines: Vec<&TraceRecord> = lines
@@ -29,7 +29,11 @@ fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
                 .map(|l| l.a)
                 .collect()
         };
-        assert_eq!(fields("sema_init", 0), [[sem, 2, 0, 0, 0]], "{placement:?}");
+        assert_eq!(
+            fields("sema_init", 0),
+            [[sem, 2, 0, 0, 0]],
+            "{build} {placement:?}"
+        );
         assert_eq!(
             fields("sema_wait", 1),
             [[sem, 2, 0, 0, 0], [sem, 1, 0, 0, 0], [sem, 1, 0, 0, 0]]

@@ -5,119 +5,114 @@
 use std::collections::BTreeMap;
 
 use thrtrace_tests::{
-    PLACEMENTS, bpf_available, codes, deadline_field, field, old_glibc_available, trace_workload,
+    bpf_available, codes, deadline_field, every_glibc_and_placement, field, trace_workload,
 };
 
 const EBUSY: i64 = 16;
 const ETIMEDOUT: i64 = 110;
 const PTHREAD_CANCELED: i64 = -1;
 
+/// With every glibc: 2.31's thread functions are split between libpthread.so.0 and libc.so.6.
 #[test]
 fn create_exit_join_and_the_other_thread_calls_are_recorded_as_they_happened() {
-    if bpf_available("thread_story") {
-        assert_thread_story("thread_story");
+    if !bpf_available("thread_story") {
+        return;
+    }
+    for (build, placement) in every_glibc_and_placement("thread_story", "thread_story") {
+        assert_thread_story(&build, placement);
     }
 }
 
-#[test]
-fn with_glibc_2_31_every_thread_call_is_recorded_as_with_the_current_glibc() {
-    if old_glibc_available("thread_story_glibc231", "thread_story_glibc231") {
-        assert_thread_story("thread_story_glibc231");
-    }
-}
-
-/// Traces `workload` (thread_story.c) under each placement and checks every record.
-fn assert_thread_story(workload: &str) {
-    for placement in PLACEMENTS {
-        let options = [&["--events", "thread"], placement].concat();
-        let (run, lines) = trace_workload(&options, workload, &[]);
-        let main = lines[0].pid;
-        let of_main = |name: &str, which: u16| -> Vec<[i64; 5]> {
-            lines
-                .iter()
-                .filter(|l| l.lwpid == main && l.is(name, which))
-                .map(|l| l.a)
-                .collect()
-        };
-
-        // The three workers: the new pthread_t that thr_create reports is the tid of the
-        // records the new thread writes, and thr_join gets what it passed to pthread_exit.
-        let workers: Vec<i64> = ["t0", "t1", "t2"]
+/// Traces `workload` (a build of thread_story.c) with `placement` and checks every record.
+fn assert_thread_story(workload: &str, placement: &[&str]) {
+    let options = [&["--events", "thread"], placement].concat();
+    let (run, lines) = trace_workload(&options, workload, &[]);
+    let main = lines[0].pid;
+    let of_main = |name: &str, which: u16| -> Vec<[i64; 5]> {
+        lines
             .iter()
-            .map(|k| field(&run.stdout, k))
-            .collect();
-        let created: Vec<i64> = of_main("thr_create", 2).iter().map(|a| a[1]).collect();
-        assert_eq!(created[..3], workers[..], "{placement:?}");
-        let exits: BTreeMap<u64, i64> = lines
-            .iter()
-            .filter(|l| l.is("thr_exit", 0))
-            .map(|l| (l.tid, l.a[0]))
-            .collect();
-        for (i, &worker) in workers.iter().enumerate() {
-            assert_eq!(
-                exits.get(&(worker as u64)),
-                Some(&(100 + i as i64)),
-                "worker {i}'s own records"
-            );
-        }
-        let joins = of_main("thr_join", 2);
-        assert_eq!(
-            joins[..3],
-            [
-                [workers[0], 100, 0, 0, 0],
-                [workers[1], 101, 0, 0, 0],
-                [workers[2], 102, 0, 0, 0]
-            ]
-        );
+            .filter(|l| l.lwpid == main && l.is(name, which))
+            .map(|l| l.a)
+            .collect()
+    };
 
-        let self_tid = lines[0].tid as i64;
-        assert_eq!(of_main("thr_kill", 0), [[self_tid, 0, 0, 0, 0]]);
-        assert_eq!(of_main("thr_sigsetmask", 0).len(), 1);
-        assert_eq!(of_main("thr_sigsetmask", 0)[0][0], 0, "SIG_BLOCK");
-        assert_eq!(of_main("thr_yield", 0).len(), 1);
-        // pthread_self is declared const: gcc calls it once for the four uses in main.
-        assert_eq!(of_main("thr_self", 0), [[0; 5]]);
-        assert_eq!(of_main("thr_setspecific", 0)[0][1..3], [0x1234, 0]);
+    // The three workers: the new pthread_t that thr_create reports is the tid of the
+    // records the new thread writes, and thr_join gets what it passed to pthread_exit.
+    let workers: Vec<i64> = ["t0", "t1", "t2"]
+        .iter()
+        .map(|k| field(&run.stdout, k))
+        .collect();
+    let created: Vec<i64> = of_main("thr_create", 2).iter().map(|a| a[1]).collect();
+    assert_eq!(created[..3], workers[..], "{placement:?}");
+    let exits: BTreeMap<u64, i64> = lines
+        .iter()
+        .filter(|l| l.is("thr_exit", 0))
+        .map(|l| (l.tid, l.a[0]))
+        .collect();
+    for (i, &worker) in workers.iter().enumerate() {
         assert_eq!(
-            of_main("thr_getspecific", 0)[0][1],
-            0x1234,
-            "the value returned"
+            exits.get(&(worker as u64)),
+            Some(&(100 + i as i64)),
+            "worker {i}'s own records"
         );
-        assert_eq!(of_main("thr_keycreate", 0)[0][2], 0);
-        assert_eq!(of_main("thr_keydelete", 0)[0][1], 0);
-        assert_eq!(
-            of_main("thr_getscheduler", 0),
-            [[self_tid, 0, 0, 0, 0]],
-            "SCHED_OTHER, priority 0"
-        );
-        assert_eq!(of_main("thr_setscheduler", 0), [[self_tid, 0, 0, 0, 0]]);
-        assert_eq!(of_main("thr_setprio", 0), [[self_tid, 0, 0, 0, 0]]);
-        assert_eq!(of_main("thr_setconcurrency", 0), [[4, 0, 0, 0, 0]]);
-        assert_eq!(of_main("thr_getconcurrency", 0), [[4, 0, 0, 0, 0]]);
-
-        // The sleeper: tryjoin EBUSY (nothing stored: a2 0), timedjoin ETIMEDOUT at its
-        // deadline, cancel, and a join that gets PTHREAD_CANCELED; then a detach.
-        let sleeper = of_main("thr_create", 2)[3][1];
-        let pairs = |name: &str| {
-            let (event1, event2) = codes(name);
-            lines
-                .iter()
-                .filter(|l| (l.event1, l.event2) == (event1, event2))
-                .map(|l| l.a)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            pairs("pthread_tryjoin_np"),
-            [[sleeper, 0, 0, 0, 0], [sleeper, 0, EBUSY, 0, 0]]
-        );
-        let (sec, nsec) = deadline_field(&run.stdout, "deadline");
-        assert_eq!(
-            pairs("pthread_timedjoin_np"),
-            [[sleeper, sec, nsec, 0, 0], [sleeper, 0, ETIMEDOUT, 0, 0]]
-        );
-        assert_eq!(pairs("pthread_cancel"), [[sleeper, 0, 0, 0, 0]]);
-        assert_eq!(joins[3], [sleeper, PTHREAD_CANCELED, 0, 0, 0]);
-        let loose = of_main("thr_create", 2)[4][1];
-        assert_eq!(pairs("pthread_detach"), [[loose, 0, 0, 0, 0]]);
     }
+    let joins = of_main("thr_join", 2);
+    assert_eq!(
+        joins[..3],
+        [
+            [workers[0], 100, 0, 0, 0],
+            [workers[1], 101, 0, 0, 0],
+            [workers[2], 102, 0, 0, 0]
+        ]
+    );
+
+    let self_tid = lines[0].tid as i64;
+    assert_eq!(of_main("thr_kill", 0), [[self_tid, 0, 0, 0, 0]]);
+    assert_eq!(of_main("thr_sigsetmask", 0).len(), 1);
+    assert_eq!(of_main("thr_sigsetmask", 0)[0][0], 0, "SIG_BLOCK");
+    assert_eq!(of_main("thr_yield", 0).len(), 1);
+    // pthread_self is declared const: gcc calls it once for the four uses in main.
+    assert_eq!(of_main("thr_self", 0), [[0; 5]]);
+    assert_eq!(of_main("thr_setspecific", 0)[0][1..3], [0x1234, 0]);
+    assert_eq!(
+        of_main("thr_getspecific", 0)[0][1],
+        0x1234,
+        "the value returned"
+    );
+    assert_eq!(of_main("thr_keycreate", 0)[0][2], 0);
+    assert_eq!(of_main("thr_keydelete", 0)[0][1], 0);
+    assert_eq!(
+        of_main("thr_getscheduler", 0),
+        [[self_tid, 0, 0, 0, 0]],
+        "SCHED_OTHER, priority 0"
+    );
+    assert_eq!(of_main("thr_setscheduler", 0), [[self_tid, 0, 0, 0, 0]]);
+    assert_eq!(of_main("thr_setprio", 0), [[self_tid, 0, 0, 0, 0]]);
+    assert_eq!(of_main("thr_setconcurrency", 0), [[4, 0, 0, 0, 0]]);
+    assert_eq!(of_main("thr_getconcurrency", 0), [[4, 0, 0, 0, 0]]);
+
+    // The sleeper: tryjoin EBUSY (nothing stored: a2 0), timedjoin ETIMEDOUT at its
+    // deadline, cancel, and a join that gets PTHREAD_CANCELED; then a detach.
+    let sleeper = of_main("thr_create", 2)[3][1];
+    let pairs = |name: &str| {
+        let (event1, event2) = codes(name);
+        lines
+            .iter()
+            .filter(|l| (l.event1, l.event2) == (event1, event2))
+            .map(|l| l.a)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        pairs("pthread_tryjoin_np"),
+        [[sleeper, 0, 0, 0, 0], [sleeper, 0, EBUSY, 0, 0]]
+    );
+    let (sec, nsec) = deadline_field(&run.stdout, "deadline");
+    assert_eq!(
+        pairs("pthread_timedjoin_np"),
+        [[sleeper, sec, nsec, 0, 0], [sleeper, 0, ETIMEDOUT, 0, 0]]
+    );
+    assert_eq!(pairs("pthread_cancel"), [[sleeper, 0, 0, 0, 0]]);
+    assert_eq!(joins[3], [sleeper, PTHREAD_CANCELED, 0, 0, 0]);
+    let loose = of_main("thr_create", 2)[4][1];
+    assert_eq!(pairs("pthread_detach"), [[loose, 0, 0, 0, 0]]);
 }

@@ -27,7 +27,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     debian::Suite,
-    old_glibc, setup,
+    glibcs, setup,
     shell::{build_tracer, command, compile_workload, output, run, workspace_root},
 };
 
@@ -100,7 +100,7 @@ pub fn run_all() -> Result<()> {
 pub fn run_matrix() -> Result<(usize, usize)> {
     setup::ensure_prerequisites()?;
     // Before the tests are built: the glibc 2.31 workloads are built only where it is.
-    old_glibc::ensure_sysroot()?;
+    glibcs::ensure_sysroots()?;
     let missing: Vec<&str> = [
         ("qemu-system-x86_64", "qemu-system-x86"),
         ("/bin/busybox", "busybox-static"),
@@ -232,9 +232,17 @@ impl Guest {
                 }
                 // At the path the test binaries were built to find them at.
                 files.add_tree(&workloads)?;
-                // What the glibc 2.31 workloads load, at the path they were linked to load it.
-                for dir in ["lib", "lib64"] {
-                    files.copy_tree(&old_glibc::sysroot().join(dir))?;
+                // What the other glibcs' workloads load, at the path they were linked to load
+                // it: `lib` and `lib64` (links into usr/ in a merged-/usr release).
+                for glibc in &glibcs::OTHER_GLIBCS {
+                    let sysroot = glibc.sysroot();
+                    for dir in ["lib", "lib64"] {
+                        files.copy_tree(&sysroot.join(dir))?;
+                    }
+                    if sysroot.join("lib").is_symlink() {
+                        files.copy_shared_objects(&sysroot.join("usr/lib/x86_64-linux-gnu"))?;
+                        files.copy_tree(&sysroot.join("usr/lib64"))?;
+                    }
                 }
                 // The tests' `sh -c` is a glibc program, as on a distribution, not busybox.
                 files.add(Path::new("/bin/dash"), Path::new("/bin/sh"))?;
@@ -368,6 +376,21 @@ impl Files {
         let inside = self.root.join(dir.strip_prefix("/")?);
         fs::create_dir_all(inside.parent().context("a path with no parent")?)?;
         run(command("cp").arg("-a").arg(dir).arg(&inside))
+    }
+
+    /// Copies the shared objects in directory `dir` (`*.so*`, not the static libraries beside
+    /// them), links as they are, to the same path in the guest.
+    fn copy_shared_objects(&mut self, dir: &Path) -> Result<()> {
+        let inside = self.root.join(dir.strip_prefix("/")?);
+        fs::create_dir_all(&inside)?;
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if name.contains(".so") && !path.is_dir() {
+                run(command("cp").arg("-a").arg(&path).arg(&inside))?;
+            }
+        }
+        Ok(())
     }
 
     /// The shared libraries every copied executable links, from the host.

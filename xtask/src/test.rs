@@ -12,7 +12,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    kernels, old_glibc, setup,
+    glibcs, kernels, setup,
     shell::{build_tracer, command, is_root, run, workspace_root},
     stress,
 };
@@ -26,7 +26,7 @@ fn in_ci() -> bool {
 
 pub fn run_all() -> Result<()> {
     setup::ensure_prerequisites()?;
-    old_glibc::ensure_sysroot()?;
+    glibcs::ensure_sysroots()?;
     run(command("cargo").args(["fmt", "--all", "--check"]))?;
     crate::layers::run()?;
     run(command("cargo").args([
