@@ -113,7 +113,6 @@ pub fn every_glibc_and_placement(
         .collect()
 }
 
-/// True when nothing is `missing`; else skips `test` with a message, or fails it in CI.
 /// Whether `program` runs here (`program --version`); if not, skips the test, or fails it in
 /// CI, as [`bpf_available`] does. `cargo xtask setup` installs the ones the tests use.
 pub fn program_available(test: &str, program: &str) -> bool {
@@ -125,7 +124,8 @@ pub fn program_available(test: &str, program: &str) -> bool {
     prerequisite(test, (!runs).then_some(why.as_str()))
 }
 
-fn prerequisite(test: &str, missing: Option<&str>) -> bool {
+/// True when nothing is `missing`; else skips `test` with a message, or fails it in CI.
+pub fn prerequisite(test: &str, missing: Option<&str>) -> bool {
     let Some(why) = missing else {
         return true;
     };

@@ -223,6 +223,8 @@ pub fn run(reps: usize) -> Result<()> {
     require_root("bench")?;
     ensure_bpftrace()?;
     let tracer = build_tracer()?;
+    let static_tracer =
+        crate::dist::build_static_tracer(&workspace_root().join("target/dist-build"))?;
     let dir = workspace_root().join("target/bench-trace");
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); MODES.len()]; WORKLOADS.len()];
     let mut costs: Vec<Vec<Vec<Vec<f64>>>> =
@@ -232,6 +234,8 @@ pub fn run(reps: usize) -> Result<()> {
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
     let mut sink_cpu: Vec<Vec<Consumed>> = vec![Vec::new(); SINK_RUNS.len()];
+    // The release's static tracer beside the glibc build, both sinks, run after run.
+    let mut static_cpu: Vec<(Consumed, Consumed)> = Vec::new();
     // The same runs without records: what starting and ending costs the tracer.
     let mut sink_idle_cpu: Vec<Vec<f64>> = vec![Vec::new(); SINK_RUNS.len()];
     let producers = producer_counts();
@@ -284,6 +288,12 @@ pub fn run(reps: usize) -> Result<()> {
             let idle = consume(&tracer, &dir, mode, (0, 1), threads)?;
             sink_idle_cpu[m].push(idle.cpu_ns);
         }
+        let both = |tracer: &Path| -> Result<Consumed> {
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            consume(tracer, &dir, SinkMode::Both, (SINK_PAIRS, 1), None)
+        };
+        static_cpu.push((both(&static_tracer)?, both(&tracer)?));
         for (p, &count) in producers.iter().enumerate() {
             for (c, &threads) in CONSUMER_THREADS.iter().enumerate() {
                 let _ = fs::remove_dir_all(&dir);
@@ -375,6 +385,28 @@ what --follow costs a target, µs per operation, median of {reps} runs"
             median(&ratios)
         );
     }
+    let ratios: Vec<f64> = static_cpu
+        .iter()
+        .map(|(release, glibc)| release.cpu_per_record() / glibc.cpu_per_record())
+        .collect();
+    let lost: u64 = static_cpu.iter().map(|(r, g)| r.lost + g.lost).sum();
+    println!(
+        "  the release's static tracer / the glibc build, both sinks, per record, run by run: \
+         {:.3} ({:.0} against {:.0} ns; {lost} lost)",
+        median(&ratios),
+        median(
+            &static_cpu
+                .iter()
+                .map(|(r, _)| r.cpu_per_record())
+                .collect::<Vec<_>>()
+        ),
+        median(
+            &static_cpu
+                .iter()
+                .map(|(_, g)| g.cpu_per_record())
+                .collect::<Vec<_>>()
+        ),
+    );
     println!(
         "\nrecords/s written to tr files and a log against producer threads ({} records in \
          all), the tracer's CPU per second of them (1.00 = one core), records lost; median of \

@@ -16,65 +16,14 @@ use crate::{
     shell::{build_tracer, command, is_root, output, run, workspace_root},
 };
 
-const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 const MAJOR: &str = env!("CARGO_PKG_VERSION_MAJOR");
 
 pub fn run_install(prefix: &Path) -> Result<()> {
     setup::ensure_prerequisites()?;
     let tracer = build_tracer()?;
-    let release = tracer.parent().expect("target/release");
-    let root = workspace_root();
-
-    install(&tracer, &prefix.join("bin/thrtrace-bpf"), 0o755)?;
-
-    let lib = prefix.join("lib");
-    let library = format!("libposixtrace.so.{VERSION}");
-    install(
-        &release.join("libposixtrace.so"),
-        &lib.join(&library),
-        0o755,
-    )?;
-    link(&library, &lib.join(format!("libposixtrace.so.{MAJOR}")))?;
-    link(
-        &format!("libposixtrace.so.{MAJOR}"),
-        &lib.join("libposixtrace.so"),
-    )?;
-    install(
-        &root.join("posixtrace/include/trace.h"),
-        &prefix.join("include/trace.h"),
-        0o644,
-    )?;
-    let pkg_config = format!(
-        "prefix={}\nincludedir=${{prefix}}/include\nlibdir=${{prefix}}/lib\n\n\
-         Name: posixtrace\n\
-         Description: The POSIX trace analyzer API (<trace.h>) for thrtrace-bpf trace logs\n\
-         Version: {VERSION}\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lposixtrace\n",
-        prefix.display()
-    );
-    write(
-        &lib.join("pkgconfig/posixtrace.pc"),
-        pkg_config.as_bytes(),
-        0o644,
-    )?;
-
-    let pages = root.join("target/man");
-    let _ = fs::remove_dir_all(&pages);
-    fs::create_dir_all(&pages)?;
-    run(command(&tracer).args(["generate", "man"]).arg(&pages))?;
-    for page in fs::read_dir(&pages)? {
-        let page = page?.path();
-        let name = page.file_name().expect("a page's name");
-        install(&page, &prefix.join("share/man/man1").join(name), 0o644)?;
-    }
-    let completions = [
-        ("bash", "share/bash-completion/completions/thrtrace-bpf"),
-        ("zsh", "share/zsh/site-functions/_thrtrace-bpf"),
-        ("fish", "share/fish/vendor_completions.d/thrtrace-bpf.fish"),
-    ];
-    for (shell, path) in completions {
-        let script = output(command(&tracer).args(["generate", "completions", shell]))?.stdout;
-        write(&prefix.join(path), &script, 0o644)?;
-    }
+    let library = tracer.with_file_name("libposixtrace.so");
+    lay_out(&tracer, &library, prefix, &prefix.display().to_string())?;
     // The dynamic loader's cache, for a prefix it searches.
     if is_root()
         && ["/usr", "/usr/local"]
@@ -88,6 +37,60 @@ pub fn run_install(prefix: &Path) -> Result<()> {
          include/trace.h, lib/pkgconfig/posixtrace.pc, man pages, bash/zsh/fish completions",
         prefix.display()
     );
+    Ok(())
+}
+
+/// Lays out what is installed under `dir`: `tracer` in bin/, `library` (libposixtrace.so) with
+/// its version links, trace.h and posixtrace.pc (whose prefix is `prefix`, as pkg-config
+/// reads it) in lib/ and include/, and the man pages and shell completions that `tracer`
+/// makes from its own command-line definition in share/.
+pub fn lay_out(tracer: &Path, library: &Path, dir: &Path, prefix: &str) -> Result<()> {
+    let root = workspace_root();
+    install(tracer, &dir.join("bin/thrtrace-bpf"), 0o755)?;
+
+    let lib = dir.join("lib");
+    let versioned = format!("libposixtrace.so.{VERSION}");
+    install(library, &lib.join(&versioned), 0o755)?;
+    link(&versioned, &lib.join(format!("libposixtrace.so.{MAJOR}")))?;
+    link(
+        &format!("libposixtrace.so.{MAJOR}"),
+        &lib.join("libposixtrace.so"),
+    )?;
+    install(
+        &root.join("posixtrace/include/trace.h"),
+        &dir.join("include/trace.h"),
+        0o644,
+    )?;
+    let pkg_config = format!(
+        "prefix={prefix}\nincludedir=${{prefix}}/include\nlibdir=${{prefix}}/lib\n\n\
+         Name: posixtrace\n\
+         Description: The POSIX trace analyzer API (<trace.h>) for thrtrace-bpf trace logs\n\
+         Version: {VERSION}\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lposixtrace\n"
+    );
+    write(
+        &lib.join("pkgconfig/posixtrace.pc"),
+        pkg_config.as_bytes(),
+        0o644,
+    )?;
+
+    let pages = root.join("target/man");
+    let _ = fs::remove_dir_all(&pages);
+    fs::create_dir_all(&pages)?;
+    run(command(tracer).args(["generate", "man"]).arg(&pages))?;
+    for page in fs::read_dir(&pages)? {
+        let page = page?.path();
+        let name = page.file_name().expect("a page's name");
+        install(&page, &dir.join("share/man/man1").join(name), 0o644)?;
+    }
+    let completions = [
+        ("bash", "share/bash-completion/completions/thrtrace-bpf"),
+        ("zsh", "share/zsh/site-functions/_thrtrace-bpf"),
+        ("fish", "share/fish/vendor_completions.d/thrtrace-bpf.fish"),
+    ];
+    for (shell, path) in completions {
+        let script = output(command(tracer).args(["generate", "completions", shell]))?.stdout;
+        write(&dir.join(path), &script, 0o644)?;
+    }
     Ok(())
 }
 

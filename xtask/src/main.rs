@@ -3,6 +3,7 @@
 mod bench;
 mod debian;
 mod demo;
+mod dist;
 mod fuzz;
 mod glibcs;
 mod install;
@@ -43,6 +44,9 @@ enum Task {
         #[arg(long, default_value = "/usr/local")]
         prefix: std::path::PathBuf,
     },
+    /// Build the release into target/dist: a static thrtrace-bpf with its man pages,
+    /// completions and the C analyzer library, as a .tar.gz and a .deb
+    Dist,
     /// Fuzz the trace log reader (Rust and C APIs) with cargo-fuzz, from the malformed-log corpus
     Fuzz {
         /// How long to fuzz
@@ -73,6 +77,7 @@ fn main() {
         Task::Stress { trials, seed } => stress::run(trials, seed),
         Task::Kernels => kernels::run_all(),
         Task::Layers => layers::run(),
+        Task::Dist => dist::run_dist(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),
         Task::Install { prefix } => install::run_install(&prefix),
     };

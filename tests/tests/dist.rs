@@ -1,0 +1,271 @@
+//! `cargo xtask dist` (issue 29): the static tracer traces exactly in an old userland with no
+//! other C library than its own, the .deb installs and removes cleanly, and the analyzer
+//! library loads with the oldest glibc it is built for.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::OnceLock,
+};
+
+use thrtrace_tests::{
+    TempDir, TraceRecord, bpf_available, corpus, field, paired_calls, program_available,
+    read_trace, workspace_root,
+};
+use tracer_model::{event::Event, log::LogReader, tr::Line};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Runs `command`; its output, after checking that it exited 0.
+fn checked(command: &mut Command) -> Output {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// target/dist, made once for every test of this binary.
+fn dist() -> &'static Path {
+    static DIST: OnceLock<PathBuf> = OnceLock::new();
+    DIST.get_or_init(|| {
+        let root = workspace_root();
+        checked(
+            Command::new("cargo")
+                .current_dir(&root)
+                .args(["xtask", "dist"]),
+        );
+        root.join("target/dist")
+    })
+}
+
+/// Debian 11's glibc 2.31, as `cargo xtask test` fetches it; `None` skips `test` (a failure in
+/// CI).
+fn glibc_2_31(test: &str) -> Option<PathBuf> {
+    let sysroot = workspace_root().join("target/glibc-2.31");
+    thrtrace_tests::prerequisite(
+        test,
+        (!sysroot.join("usr/include/pthread.h").exists())
+            .then_some("no glibc 2.31 in target/ (`cargo xtask test` fetches it)"),
+    )
+    .then_some(sysroot)
+}
+
+/// `cc` options that build against the glibc in `sysroot`.
+fn against(sysroot: &Path) -> Vec<String> {
+    let libraries = sysroot.join("usr/lib/x86_64-linux-gnu");
+    vec![
+        format!("--sysroot={}", sysroot.display()),
+        format!("-B{}/", libraries.display()),
+        format!("-L{}", libraries.display()),
+    ]
+}
+
+/// A Debian 11 userland in miniature: its C library and nothing else, entered with chroot.
+/// The release's static tracer, run there, traces a program built against that C library
+/// (its pthread functions in libpthread.so.0) with exact counts.
+#[test]
+fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
+    if !bpf_available("dist_old_userland") {
+        return;
+    }
+    let Some(sysroot) = glibc_2_31("dist_old_userland") else {
+        return;
+    };
+    let tracer = dist().join(format!(
+        "thrtrace-bpf-{VERSION}-x86_64-linux/bin/thrtrace-bpf"
+    ));
+    let headers = checked(
+        Command::new("readelf")
+            .arg("--program-headers")
+            .arg(&tracer),
+    );
+    assert!(
+        !String::from_utf8_lossy(&headers.stdout).contains("INTERP"),
+        "the release's tracer names a dynamic loader"
+    );
+
+    let root = TempDir::new("debian-11-root");
+    for dir in ["proc", "sys", "run", "out"] {
+        std::fs::create_dir(root.path().join(dir)).unwrap();
+    }
+    for dir in ["lib", "lib64"] {
+        checked(
+            Command::new("cp")
+                .arg("-a")
+                .arg(sysroot.join(dir))
+                .arg(root.path()),
+        );
+    }
+    std::fs::copy(&tracer, root.path().join("thrtrace-bpf")).unwrap();
+    // Built as on Debian 11: its loader at the standard path, its libraries found there.
+    checked(
+        Command::new("cc")
+            .args(["-O2", "-pthread"])
+            .args(against(&sysroot))
+            .arg(workspace_root().join("tests/workloads/mutex_contend.c"))
+            .arg("-o")
+            .arg(root.path().join("mutex_contend")),
+    );
+    let inside = format!(
+        "mount -t proc proc {root}/proc && mount -t sysfs sysfs {root}/sys && \
+         exec chroot {root} /thrtrace-bpf -e mutex -d /out -- /mutex_contend 2 1000",
+        root = root.path().display()
+    );
+    let run = checked(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private"])
+            .args(["sh", "-c", &inside]),
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("probes in /lib/x86_64-linux-gnu/libpthread-2.31.so"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(" 0 lost"), "{stderr}");
+    let mutex: i64 = field(&String::from_utf8_lossy(&run.stdout), "mutex");
+    let files = read_trace(&root.path().join("out"));
+    assert_eq!(files.len(), 2, "a file per thread: {:?}", files.keys());
+    for lines in files.values() {
+        assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 1000);
+        let unlocks = lines
+            .iter()
+            .filter(|l: &&TraceRecord| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+            .count();
+        assert_eq!(unlocks, 1000);
+    }
+}
+
+/// Removes the package if a test installed it and stopped half-way.
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg")
+            .args(["--remove", "thrtrace-bpf"])
+            .output();
+    }
+}
+
+/// A C analyzer's printed tr lines and the log's own, for `corpus::good_log`.
+fn analyzer_and_log_lines(analyzer: &Path, scratch: &Path) -> (Vec<String>, Vec<String>) {
+    let log = scratch.join("good.ptl");
+    std::fs::write(&log, corpus::good_log(scratch)).unwrap();
+    let printed = checked(Command::new(analyzer).arg(&log));
+    let printed = String::from_utf8(printed.stdout).unwrap();
+    let printed: Vec<String> = printed
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    let lines = LogReader::open(&log)
+        .unwrap()
+        .events()
+        .filter_map(|e| match e.unwrap() {
+            Event::Thread(record) => Some(Line(&record).to_string()),
+            Event::System(_) => None,
+        })
+        .collect();
+    (printed, lines)
+}
+
+/// The .deb as a user installs it: the tracer on PATH, its manual, pkg-config finding the
+/// analyzer library, a C analyzer built with it alone and run without LD_LIBRARY_PATH; and
+/// removed, nothing of it left.
+#[test]
+fn the_deb_installs_and_removes_cleanly() {
+    if !bpf_available("dist_deb")
+        || !program_available("dist_deb", "pkg-config")
+        || !program_available("dist_deb", "man")
+    {
+        return;
+    }
+    let deb = dist().join(format!("thrtrace-bpf_{VERSION}_amd64.deb"));
+    let installed = Installed;
+    checked(Command::new("dpkg").arg("--install").arg(&deb));
+    let version = checked(Command::new("/usr/bin/thrtrace-bpf").arg("--version"));
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        format!("thrtrace-bpf {VERSION}\n")
+    );
+    let page = checked(Command::new("man").args(["-w", "thrtrace-bpf"]));
+    assert_eq!(
+        String::from_utf8_lossy(&page.stdout).trim(),
+        "/usr/share/man/man1/thrtrace-bpf.1"
+    );
+    let flags = checked(Command::new("pkg-config").args(["--cflags", "--libs", "posixtrace"]));
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    assert!(flags.contains("-lposixtrace"), "{flags}");
+    let scratch = TempDir::new("dist-deb");
+    let analyzer = scratch.path().join("print_tr");
+    checked(
+        Command::new("cc")
+            .arg(workspace_root().join("tests/analyzers/print_tr.c"))
+            .arg("-o")
+            .arg(&analyzer)
+            .args(flags.split_whitespace()),
+    );
+    let (printed, lines) = analyzer_and_log_lines(&analyzer, scratch.path());
+    assert_eq!(printed, lines);
+    assert_eq!(lines.len(), 12);
+
+    checked(Command::new("dpkg").args(["--remove", "thrtrace-bpf"]));
+    drop(installed);
+    let status = Command::new("dpkg")
+        .args(["--status", "thrtrace-bpf"])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(!status.contains("Status: install ok installed"), "{status}");
+    for path in [
+        "/usr/bin/thrtrace-bpf",
+        "/usr/lib/libposixtrace.so.0",
+        "/usr/include/trace.h",
+        "/usr/lib/pkgconfig/posixtrace.pc",
+        "/usr/share/man/man1/thrtrace-bpf.1",
+    ] {
+        assert!(!Path::new(path).exists(), "{path} is left");
+    }
+}
+
+/// The release's analyzer library is linked against glibc 2.31: a C analyzer built and run
+/// with that glibc (its loader, its libraries) loads it and reads a log.
+#[test]
+fn the_analyzer_library_loads_with_glibc_2_31() {
+    let Some(sysroot) = glibc_2_31("dist_library_old_glibc") else {
+        return;
+    };
+    let lib = dist().join(format!("thrtrace-bpf-{VERSION}-x86_64-linux/lib"));
+    let include = lib.with_file_name("include");
+    let libraries = sysroot.join("lib/x86_64-linux-gnu");
+    let scratch = TempDir::new("dist-old-glibc");
+    let analyzer = scratch.path().join("print_tr");
+    checked(
+        Command::new("cc")
+            .args(against(&sysroot))
+            .arg(format!(
+                "-Wl,--dynamic-linker={}",
+                libraries.join("ld-linux-x86-64.so.2").display()
+            ))
+            .arg(format!(
+                "-Wl,--disable-new-dtags,-rpath={}:{}",
+                lib.display(),
+                libraries.display()
+            ))
+            // What the library needs (libgcc_s) from that glibc's release, not the host's
+            // compiler's, which needs glibc 2.35.
+            .arg(format!("-Wl,-rpath-link={}", libraries.display()))
+            .arg("-static-libgcc")
+            .arg(format!("-I{}", include.display()))
+            .arg(workspace_root().join("tests/analyzers/print_tr.c"))
+            .arg("-o")
+            .arg(&analyzer)
+            .arg(format!("-L{}", lib.display()))
+            .arg("-lposixtrace"),
+    );
+    let (printed, lines) = analyzer_and_log_lines(&analyzer, scratch.path());
+    assert_eq!(printed, lines);
+    assert_eq!(lines.len(), 12);
+}
