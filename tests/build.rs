@@ -16,9 +16,10 @@ const FREESTANDING: [&str; 1] = ["no_pthread"];
 const SHARED: [&str; 1] = ["interpose"];
 /// Workloads also built against each other glibc: every category's story, and what the tests
 /// of glibc 2.31's libpthread.so.0 trace.
-const OTHER_GLIBC: [&str; 11] = [
+const OTHER_GLIBC: [&str; 12] = [
     "barrier_rounds",
     "cond_prodcons",
+    "cond_waiters",
     "lock_story",
     "mutex_contend",
     "mutex_gate",

@@ -144,6 +144,44 @@ fn a_launched_commands_exit_status_is_the_tracers() {
     assert_eq!(run.status.code(), Some(128 + 15), "{run:?}");
 }
 
+/// `waiters?` of cond_signal and cond_broadcast, read from the condition variable as each
+/// glibc lays it out (2.41 dropped `__g_refs`, which moved `__wrefs` 8 bytes closer).
+#[test]
+fn a_condition_variables_waiters_are_read_as_each_glibc_lays_it_out() {
+    if !bpf_available("cond_waiters") {
+        return;
+    }
+    for (build, placement) in every_glibc_and_placement("cond_waiters", "cond_waiters") {
+        let options = [&["--events", "cond"], placement].concat();
+        let (run, files) = trace(&options, &build, &[]);
+        let cond: i64 = field(&run.stdout, "cond");
+        let calls: Vec<(&str, [i64; 5])> = files
+            .values()
+            .flatten()
+            .filter(|l| (l.is("cond_signal", 0) || l.is("cond_broadcast", 0)) && l.a[0] == cond)
+            .map(|l| {
+                (
+                    if l.is("cond_signal", 0) {
+                        "signal"
+                    } else {
+                        "broadcast"
+                    },
+                    l.a,
+                )
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("signal", [cond, 0, 0, 0, 0]),
+                ("broadcast", [cond, 0, 1, 0, 0]),
+                ("signal", [cond, 0, 0, 0, 0]),
+            ],
+            "{build} {placement:?}"
+        );
+    }
+}
+
 #[test]
 fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() {
     if !bpf_available("timed_variants") {

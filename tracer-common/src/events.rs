@@ -133,6 +133,9 @@ impl ProbeFlags {
     /// after the call's locked decrement of the lock word (`lock decl; jne spin`), whose zero
     /// flag says whether that first try took the lock.
     pub const LOCKED_AT_FIRST_TRY_IF_NZ: u16 = 1 << 13;
+    /// Set by the placement, not the event table: the library's condition variable has no
+    /// `__g_refs` (glibc 2.41), which the records say ([`crate::LAYOUT_COND_WITHOUT_G_REFS`]).
+    pub const COND_WITHOUT_G_REFS: u16 = 1 << 14;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
     pub const READS_MEMORY: u16 = Self::TIMESPEC_ARG_MASK | Self::OBJECT_MASK;
 

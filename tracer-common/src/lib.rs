@@ -9,7 +9,7 @@ pub use events::{
     Category, EVENTS, EventDef, Field, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RecordingMasks,
     recording_masks,
 };
-pub use record::RawRecord;
+pub use record::{LAYOUT_COND_WITHOUT_G_REFS, RawRecord};
 
 /// Names of the BPF maps and globals, shared so that neither side spells them twice.
 pub mod names {

@@ -25,8 +25,9 @@ pub struct RawRecord {
     pub which: u16,
     /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
     pub block: u8,
-    /// Keeps the layout the BPF side writes; always 0.
-    pub padding: u8,
+    /// How the object copied into `object` is laid out, where C libraries differ
+    /// ([`LAYOUT_COND_WITHOUT_G_REFS`]); 0 for glibc 2.25 to 2.40.
+    pub layout: u8,
     /// The first five integer arguments (rdi, rsi, rdx, rcx, r8).
     pub args: [u64; 5],
     /// The return value (rax) for records written at return, else 0.
@@ -45,6 +46,10 @@ pub struct RawRecord {
     /// What the first three arguments point to, read at return (`POINTEES`), else 0.
     pub pointees: [u64; 3],
 }
+
+/// [`RawRecord::layout`]: a condition variable without `__g_refs` (glibc 2.41), whose `__wrefs`
+/// is at byte 28 rather than 36.
+pub const LAYOUT_COND_WITHOUT_G_REFS: u8 = 1;
 
 /// The size of [`RawRecord`], which both sides check.
 pub const RAW_RECORD_SIZE: usize = 176;

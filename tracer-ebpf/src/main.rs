@@ -485,6 +485,7 @@ fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
         (*record).lwpid = pid_tgid as u32;
         (*record).event1 = cookie.event1;
         (*record).event2 = cookie.event2;
+        (*record).layout = u8::from(flags.has(ProbeFlags::COND_WITHOUT_G_REFS));
         (*record).args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
         // Through the record's copy of the arguments: a computed offset into the context is
         // not allowed, and a copy on the stack would not fit its budget.

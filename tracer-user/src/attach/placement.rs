@@ -251,6 +251,26 @@ pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement 
     entry(Why::NothingEmulated)
 }
 
+/// The displacement of the first 32-bit load through argument 1 (`mov disp(%rdi), %e..`) among
+/// the function's first instructions: glibc's pthread_cond_signal and pthread_cond_broadcast
+/// begin by loading `__wrefs` (to return at once without waiters), so this is where their
+/// library keeps it.
+pub fn first_load_through_argument_1(code: &[u8], base: u64) -> Option<u64> {
+    decode(code, base)
+        .iter()
+        .take(MAX_PREFIX_INSTRUCTIONS)
+        .find(|i| {
+            i.mnemonic() == Mnemonic::Mov
+                && i.op_count() == 2
+                && i.op0_kind() == OpKind::Register
+                && i.op0_register().is_gpr32()
+                && i.op1_kind() == OpKind::Memory
+                && i.memory_base() == Register::RDI
+                && i.memory_index() == Register::None
+        })
+        .map(Instruction::memory_displacement64)
+}
+
 /// Whether `jump` tests the zero flag that `previous`, a locked read-modify-write of memory,
 /// set.
 fn zero_flag_of_locked_update(previous: &Instruction, jump: &Instruction) -> bool {
@@ -487,6 +507,23 @@ mod tests {
         // A jcc after an unlocked compare says nothing of a lock.
         let mutex_lock = place(&hex(MUTEX_LOCK), 0x8c370, ARG1_WITH_RETURN, false);
         assert!(!mutex_lock.after_locked_update, "{mutex_lock:?}");
+    }
+
+    #[test]
+    fn cond_signal_loads_wrefs_where_its_glibc_keeps_it() {
+        // push %rbp; push %rbx; sub $8,%rsp; mov 0x1c(%rdi),%eax: glibc 2.41, no __g_refs.
+        const SIGNAL_2_41: &str = "55534883ec088b471c89c3c1eb030f84930000004989f8c1";
+        // push %r15 ... sub $0x28,%rsp; mov 0x24(%rdi),%ebx: glibc 2.36.
+        const SIGNAL_2_36: &str = "415741564155415455534883ec288b5f2489d8c1e8030f84";
+        assert_eq!(
+            first_load_through_argument_1(&hex(SIGNAL_2_41), 0x91880),
+            Some(28)
+        );
+        assert_eq!(
+            first_load_through_argument_1(&hex(SIGNAL_2_36), 0x87e20),
+            Some(36)
+        );
+        assert_eq!(first_load_through_argument_1(&hex(MUTEX_UNLOCK), 0), None);
     }
 
     #[test]

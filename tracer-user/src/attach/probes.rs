@@ -16,7 +16,7 @@
 use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::Result;
-use tracer_common::{EventDef, ProbeFlags, TracedThrough};
+use tracer_common::{EventDef, Field, ProbeFlags, TracedThrough};
 use tracer_model::selection::EventSet;
 
 use super::{
@@ -37,6 +37,9 @@ pub struct PlannedProbe {
     pub placement: Placement,
     /// Set when another traced function is the same code: that one's probe records the calls.
     pub same_code_as: Option<&'static EventDef>,
+    /// Cookie flags that say how this library lays out the objects the records read
+    /// ([`ProbeFlags::COND_WITHOUT_G_REFS`]).
+    pub layout: u16,
 }
 
 impl PlannedProbe {
@@ -79,10 +82,29 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<P
                 function,
                 placement,
                 same_code_as,
+                layout: layout(event, code, function.offset),
             });
         }
     }
     probes
+}
+
+/// Byte 28, where glibc 2.41's condition variable (without `__g_refs`) keeps `__wrefs`; 2.25 to
+/// 2.40 keep it at 36.
+const WREFS_WITHOUT_G_REFS: u64 = 28;
+
+/// The layout flags of `event`'s records from the library's code at `offset`: for the events
+/// that read a condition variable's waiters, where the function loads `__wrefs` from.
+fn layout(event: &EventDef, code: &[u8], offset: u64) -> u16 {
+    let reads_cond_waiters = [event.first, event.second]
+        .iter()
+        .any(|fields| fields.contains(&Field::CondWaiters));
+    match reads_cond_waiters
+        && placement::first_load_through_argument_1(code, offset) == Some(WREFS_WITHOUT_G_REFS)
+    {
+        true => ProbeFlags::COND_WITHOUT_G_REFS,
+        false => 0,
+    }
 }
 
 /// The plan as a table: function, file offset, where the probe goes, the instruction there,
@@ -355,6 +377,7 @@ impl ProbeSet {
         if shared {
             cookie.flags.0 |= ProbeFlags::SHARED;
         }
+        cookie.flags.0 |= probe.layout;
         if cookie.flags.has(ProbeFlags::SPINS) && probe.placement.after_locked_update {
             cookie.flags.0 |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
         }

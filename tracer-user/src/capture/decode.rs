@@ -1,13 +1,17 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{Category, EventDef, Field, RawRecord, events::classify};
+use tracer_common::{
+    Category, EventDef, Field, LAYOUT_COND_WITHOUT_G_REFS, RawRecord, events::classify,
+};
 use tracer_model::{TraceRecord, selection::EventSet};
 
 /// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
 const MUTEX_COUNT_WORD: usize = 1;
-/// `__wrefs` of glibc's x86-64 `pthread_cond_t` (glibc >= 2.25) is at byte 36: word 9.
+/// `__wrefs` of glibc's x86-64 `pthread_cond_t` (glibc 2.25 to 2.40) is at byte 36: word 9; in
+/// 2.41, without `__g_refs`, at byte 28 ([`LAYOUT_COND_WITHOUT_G_REFS`]).
 const COND_WREFS_WORD: usize = 9;
+const COND_WREFS_WORD_WITHOUT_G_REFS: usize = 7;
 /// glibc's x86-64 `pthread_rwlock_t` (glibc >= 2.25): `__readers`, `__writers`,
 /// `__wrphase_futex`, `__writers_futex` are its first four words.
 const RW_READERS_WORD: usize = 0;
@@ -124,7 +128,13 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::Pointee32(n) => pointee32(raw, n),
         Field::Block => i64::from(raw.block),
         Field::MutexWaiters => i64::from(raw.object[0] as i32 > 1),
-        Field::CondWaiters => i64::from(raw.object[COND_WREFS_WORD] >> 3 != 0),
+        Field::CondWaiters => {
+            let word = match raw.layout & LAYOUT_COND_WITHOUT_G_REFS {
+                0 => COND_WREFS_WORD,
+                _ => COND_WREFS_WORD_WITHOUT_G_REFS,
+            };
+            i64::from(raw.object[word] >> 3 != 0)
+        }
         Field::SemCount => i64::from(raw.object[0]),
         // glibc's barrier (>= 2.25) starts with `in` and `current_round`: the arrivals of the
         // round in progress are their difference.
@@ -203,6 +213,11 @@ mod tests {
             "bit 2 is the clock, not a waiter"
         );
         signal.object[9] = 2 << 3;
+        assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
+        // glibc 2.41's, without __g_refs: __wrefs is word 7, and word 9 is __g_signals[0].
+        signal.layout = LAYOUT_COND_WITHOUT_G_REFS;
+        assert_eq!(decoder.decode(&signal).unwrap().a[2], 0);
+        signal.object[7] = 1 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
         // rwlock: 3 readers hold it (3 << 3) while a writer waits (WRLOCKED in a read phase),
         // then a writer holds it alone (WRPHASE | WRLOCKED, wrphase futex 1).
