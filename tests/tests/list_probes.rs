@@ -84,17 +84,15 @@ fn every_traced_function_is_listed_with_its_probe_point() {
 /// The glibc version of a build of a workload (see `every_glibc`): the host's, as glibc says,
 /// or the one its name's suffix gives.
 fn glibc_version(build: &str) -> String {
-    match build.rsplit_once("_glibc") {
-        Some((_, digits)) => format!("{}.{}", &digits[..1], &digits[1..]),
-        None => {
-            let said = Command::new("getconf")
-                .arg("GNU_LIBC_VERSION")
-                .output()
-                .unwrap();
-            let said = String::from_utf8(said.stdout).unwrap();
-            said.trim().trim_start_matches("glibc ").to_owned()
-        }
+    if let Some((_, digits)) = build.rsplit_once("_glibc") {
+        return format!("{}.{}", &digits[..1], &digits[1..]);
     }
+    let said = Command::new("getconf")
+        .arg("GNU_LIBC_VERSION")
+        .output()
+        .unwrap();
+    let said = String::from_utf8(said.stdout).unwrap();
+    said.trim().trim_start_matches("glibc ").to_owned()
 }
 
 /// A listing as kept in the expectations: each library by its file name, and each probe
