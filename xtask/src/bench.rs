@@ -223,8 +223,11 @@ pub fn run(reps: usize) -> Result<()> {
     require_root("bench")?;
     ensure_bpftrace()?;
     let tracer = build_tracer()?;
-    let static_tracer =
-        crate::dist::build_static_tracer(&workspace_root().join("target/dist-build"))?;
+    let static_tracer = crate::dist::build_static_tracer(
+        &workspace_root()
+            .join("target")
+            .join(crate::dist::STATIC_BUILD),
+    )?;
     let dir = workspace_root().join("target/bench-trace");
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); MODES.len()]; WORKLOADS.len()];
     let mut costs: Vec<Vec<Vec<Vec<f64>>>> =

@@ -8,9 +8,12 @@
 //! userland, whatever its C library. Static glibc rather than musl keeps glibc's allocator and
 //! its memcpy, chosen at start-up for the CPU, which the consumer's speed rests on (`cargo
 //! xtask bench` compares the two builds run by run). The analyzer library is loaded into the
-//! analyzer's process, so it cannot be static: it is linked against Debian 11's glibc 2.31
-//! (as `glibcs` fetches it), so that it loads with glibc [`NEWEST_GLIBC_NEEDED`] and later
-//! (Debian 11, Ubuntu 20.04, RHEL 9), not only with the build host's.
+//! analyzer's process, so it cannot be static: it is linked by cargo-zigbuild against zig's
+//! stubs of glibc 2.17's symbols, so that it loads with glibc 2.17 and later (RHEL 7 on), not
+//! only with the build host's. Linked against a real older glibc (Debian 11's 2.31), Rust's
+//! standard library still needs the versions of the newer functions it looks up weakly, and
+//! the loader refuses a library whose version needs it does not define; zig's stubs have none
+//! of them. cargo-zigbuild and zig come from PyPI (`ziglang`), installed into target/ by pip.
 
 use std::{
     fs,
@@ -20,20 +23,20 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    glibcs::{self, OTHER_GLIBCS},
     install::{self, VERSION},
     setup,
-    shell::{command, output, run, workspace_root},
+    shell::{command, output, run, succeeds, workspace_root},
 };
 
-/// The glibc whose libraries the analyzer library is linked against.
-const LINKED_GLIBC: &str = "2.31";
-/// The newest glibc symbol version the analyzer library may need. Linked against 2.31, Rust's
-/// standard library asks for gettid (2.30) and a few older functions weakly, but the linker
-/// still records their versions as needs the loader checks.
-const NEWEST_GLIBC_NEEDED: (u32, u32) = (2, 30);
+/// The oldest glibc the analyzer library loads with: the newest symbol version it may need.
+const NEWEST_GLIBC_NEEDED: (u32, u32) = (2, 17);
+/// What links the analyzer library, pinned: PyPI's packages of cargo-zigbuild and of zig.
+const ZIGBUILD_PACKAGES: [&str; 2] = ["cargo-zigbuild==0.24.1", "ziglang==0.17.1"];
 /// The host triple, named so that the static build's flags do not reach build scripts.
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+/// Where under target/ the static tracer is built (its flags are its own: a build directory of
+/// its own keeps others from rebuilding what they share).
+pub const STATIC_BUILD: &str = "dist-build";
 
 /// What `dist` made.
 pub struct Release {
@@ -57,10 +60,9 @@ pub fn run_dist() -> Result<()> {
 /// Builds and packs the release into target/dist/.
 pub fn make_release() -> Result<Release> {
     setup::ensure_prerequisites()?;
-    glibcs::ensure_sysroots()?;
-    let build_dir = workspace_root().join("target/dist-build");
-    let tracer = build_static_tracer(&build_dir)?;
-    let library = build_analyzer_library(&build_dir)?;
+    let target = workspace_root().join("target");
+    let tracer = build_static_tracer(&target.join(STATIC_BUILD))?;
+    let library = build_analyzer_library(&target.join("dist-library"))?;
     check_glibc_versions(&library)?;
 
     let dist = workspace_root().join("target/dist");
@@ -128,29 +130,47 @@ pub fn build_static_tracer(build_dir: &Path) -> Result<PathBuf> {
     Ok(tracer)
 }
 
-/// libposixtrace.so, linked against the sysroot of glibc [`LINKED_GLIBC`].
+/// libposixtrace.so, linked against zig's glibc 2.17 stubs, built in `build_dir`.
 fn build_analyzer_library(build_dir: &Path) -> Result<PathBuf> {
-    let glibc = OTHER_GLIBCS
-        .iter()
-        .find(|g| g.version == LINKED_GLIBC)
-        .context("no sysroot of the glibc the analyzer library is linked against")?;
-    let sysroot = glibc.sysroot();
-    let libraries = sysroot.join("usr/lib/x86_64-linux-gnu");
-    run(command("cargo")
+    let tools = ensure_zigbuild()?;
+    let glibc = format!("{}.{}", NEWEST_GLIBC_NEEDED.0, NEWEST_GLIBC_NEEDED.1);
+    run(command(tools.join("bin/cargo-zigbuild"))
+        .args(["zigbuild", "--release", "--package", "posixtrace", "--lib"])
+        .arg("--target")
+        .arg(format!("{TRIPLE}.{glibc}"))
+        .env("CARGO_TARGET_DIR", build_dir)
+        // cargo-zigbuild runs zig as `python3 -m ziglang`, from where pip put it.
+        .env("PYTHONPATH", &tools))?;
+    Ok(build_dir.join(TRIPLE).join("release/libposixtrace.so"))
+}
+
+/// cargo-zigbuild and zig, installed by pip into target/dist-tools unless there; the directory.
+fn ensure_zigbuild() -> Result<PathBuf> {
+    let tools = workspace_root().join("target/dist-tools");
+    if tools.join("bin/cargo-zigbuild").exists() {
+        return Ok(tools);
+    }
+    if !succeeds(command("python3").args(["-m", "pip", "--version"])) {
+        setup::apt_install(&["python3-pip"])?;
+    }
+    eprintln!("xtask: installing cargo-zigbuild and zig (PyPI) into target/dist-tools");
+    let partial = tools.with_extension("partial");
+    let _ = fs::remove_dir_all(&partial);
+    run(command("python3")
         .args([
-            "rustc",
-            "--release",
-            "--package",
-            "posixtrace",
-            "--lib",
-            "--",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+            "--target",
         ])
-        .arg(format!("-Clink-arg=--sysroot={}", sysroot.display()))
-        // The compiler driver's own search path names the host's crt files first.
-        .arg(format!("-Clink-arg=-B{}/", libraries.display()))
-        .arg(format!("-Clink-arg=-L{}", libraries.display()))
-        .env("CARGO_TARGET_DIR", build_dir))?;
-    Ok(build_dir.join("release/libposixtrace.so"))
+        .arg(&partial)
+        .args(ZIGBUILD_PACKAGES))
+    .context("cannot install cargo-zigbuild and zig from PyPI")?;
+    fs::rename(&partial, &tools)?;
+    Ok(tools)
 }
 
 /// Fails if `library` needs a glibc symbol version newer than [`NEWEST_GLIBC_NEEDED`]: the
