@@ -113,6 +113,17 @@ pub fn every_glibc_and_placement(
         .collect()
 }
 
+/// Runs `command` and returns its output, failing the test unless it exited 0.
+pub fn succeeded(command: &mut Command) -> std::process::Output {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
 /// Whether `program` runs here (`program --version`); if not, skips the test, or fails it in
 /// CI, as [`bpf_available`] does. `cargo xtask setup` installs the ones the tests use.
 pub fn program_available(test: &str, program: &str) -> bool {

@@ -4,35 +4,24 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Command,
     sync::OnceLock,
 };
 
 use thrtrace_tests::{
     TempDir, TraceRecord, bpf_available, corpus, field, paired_calls, program_available,
-    read_trace, workspace_root,
+    read_trace, succeeded, workspace_root,
 };
 use tracer_model::{event::Event, log::LogReader, tr::Line};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Runs `command`; its output, after checking that it exited 0.
-fn checked(command: &mut Command) -> Output {
-    let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{command:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
 
 /// target/dist, made once for every test of this binary.
 fn dist() -> &'static Path {
     static DIST: OnceLock<PathBuf> = OnceLock::new();
     DIST.get_or_init(|| {
         let root = workspace_root();
-        checked(
+        succeeded(
             Command::new("cargo")
                 .current_dir(&root)
                 .args(["xtask", "dist"]),
@@ -77,7 +66,7 @@ fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
     let tracer = dist().join(format!(
         "thrtrace-bpf-{VERSION}-x86_64-linux/bin/thrtrace-bpf"
     ));
-    let headers = checked(
+    let headers = succeeded(
         Command::new("readelf")
             .arg("--program-headers")
             .arg(&tracer),
@@ -92,7 +81,7 @@ fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
         std::fs::create_dir(root.path().join(dir)).unwrap();
     }
     for dir in ["lib", "lib64"] {
-        checked(
+        succeeded(
             Command::new("cp")
                 .arg("-a")
                 .arg(sysroot.join(dir))
@@ -101,7 +90,7 @@ fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
     }
     std::fs::copy(&tracer, root.path().join("thrtrace-bpf")).unwrap();
     // Built as on Debian 11: its loader at the standard path, its libraries found there.
-    checked(
+    succeeded(
         Command::new("cc")
             .args(["-O2", "-pthread"])
             .args(against(&sysroot))
@@ -114,7 +103,7 @@ fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
          exec chroot {root} /thrtrace-bpf -e mutex -d /out -- /mutex_contend 2 1000",
         root = root.path().display()
     );
-    let run = checked(
+    let run = succeeded(
         Command::new("unshare")
             .args(["--mount", "--propagation", "private"])
             .args(["sh", "-c", &inside]),
@@ -153,7 +142,7 @@ impl Drop for Installed {
 fn analyzer_and_log_lines(analyzer: &Path, scratch: &Path) -> (Vec<String>, Vec<String>) {
     let log = scratch.join("good.ptl");
     std::fs::write(&log, corpus::good_log(scratch)).unwrap();
-    let printed = checked(Command::new(analyzer).arg(&log));
+    let printed = succeeded(Command::new(analyzer).arg(&log));
     let printed = String::from_utf8(printed.stdout).unwrap();
     let printed: Vec<String> = printed
         .lines()
@@ -184,23 +173,23 @@ fn the_deb_installs_and_removes_cleanly() {
     }
     let deb = dist().join(format!("thrtrace-bpf_{VERSION}_amd64.deb"));
     let installed = Installed;
-    checked(Command::new("dpkg").arg("--install").arg(&deb));
-    let version = checked(Command::new("/usr/bin/thrtrace-bpf").arg("--version"));
+    succeeded(Command::new("dpkg").arg("--install").arg(&deb));
+    let version = succeeded(Command::new("/usr/bin/thrtrace-bpf").arg("--version"));
     assert_eq!(
         String::from_utf8_lossy(&version.stdout),
         format!("thrtrace-bpf {VERSION}\n")
     );
-    let page = checked(Command::new("man").args(["-w", "thrtrace-bpf"]));
+    let page = succeeded(Command::new("man").args(["-w", "thrtrace-bpf"]));
     assert_eq!(
         String::from_utf8_lossy(&page.stdout).trim(),
         "/usr/share/man/man1/thrtrace-bpf.1"
     );
-    let flags = checked(Command::new("pkg-config").args(["--cflags", "--libs", "posixtrace"]));
+    let flags = succeeded(Command::new("pkg-config").args(["--cflags", "--libs", "posixtrace"]));
     let flags = String::from_utf8(flags.stdout).unwrap();
     assert!(flags.contains("-lposixtrace"), "{flags}");
     let scratch = TempDir::new("dist-deb");
     let analyzer = scratch.path().join("print_tr");
-    checked(
+    succeeded(
         Command::new("cc")
             .arg(workspace_root().join("tests/analyzers/print_tr.c"))
             .arg("-o")
@@ -211,7 +200,7 @@ fn the_deb_installs_and_removes_cleanly() {
     assert_eq!(printed, lines);
     assert_eq!(lines.len(), 12);
 
-    checked(Command::new("dpkg").args(["--remove", "thrtrace-bpf"]));
+    succeeded(Command::new("dpkg").args(["--remove", "thrtrace-bpf"]));
     drop(installed);
     let status = Command::new("dpkg")
         .args(["--status", "thrtrace-bpf"])
@@ -239,7 +228,7 @@ fn the_analyzer_library_needs_glibc_2_17_and_loads_with_2_31() {
         return;
     };
     let lib = dist().join(format!("thrtrace-bpf-{VERSION}-x86_64-linux/lib"));
-    let needs = checked(
+    let needs = succeeded(
         Command::new("readelf")
             .arg("--version-info")
             .arg(lib.join(format!("libposixtrace.so.{VERSION}"))),
@@ -259,7 +248,7 @@ fn the_analyzer_library_needs_glibc_2_17_and_loads_with_2_31() {
     let libraries = sysroot.join("lib/x86_64-linux-gnu");
     let scratch = TempDir::new("dist-old-glibc");
     let analyzer = scratch.path().join("print_tr");
-    checked(
+    succeeded(
         Command::new("cc")
             .args(against(&sysroot))
             .arg(format!(

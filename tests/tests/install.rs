@@ -3,17 +3,11 @@
 
 use std::process::Command;
 
-use thrtrace_tests::{TempDir, corpus, program_available, workspace_root};
+use thrtrace_tests::{TempDir, corpus, program_available, succeeded, workspace_root};
 use tracer_model::{event::Event, log::LogReader, tr::Line};
 
 fn checked(command: &mut Command) -> String {
-    let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{command:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
+    String::from_utf8(succeeded(command).stdout).unwrap()
 }
 
 #[test]

@@ -160,7 +160,7 @@ impl<S: Sink + Send + 'static> Threaded<S> {
 }
 
 /// Runs the calling writer thread below the threads that drain the rings, so that on busy
-/// CPUs the rings are drained first, and above any target, so that what the session waits on
+/// CPUs the rings are drained first, and above the targets, so that what the session waits on
 /// (see [`crate::priority`]) is never held up by the targets.
 fn yield_to_the_drain() {
     crate::priority::run_second();
