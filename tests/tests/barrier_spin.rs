@@ -81,8 +81,8 @@ fn a_contended_spin_lock_spun_and_an_uncontended_one_did_not() {
     if !bpf_available("spin_story") {
         return;
     }
+    const EBUSY: i64 = 16;
     for (build, placement) in every_glibc_and_placement("spin_story", "spin_story") {
-        const EBUSY: i64 = 16;
         let options = [&["--events", "spin"], placement].concat();
         let (run, lines) = trace_workload(&options, &build, &[]);
         if run

@@ -4,10 +4,11 @@
 //! that targets at a real-time priority (stress-ng's workers are SCHED_FIFO) can neither hold
 //! a thread of their own in a ptrace stop nor let the rings overflow. Each sleeps until it has
 //! work, and its work is bounded by what the targets make. The writer threads run one step
-//! below them, above targets at any lower real-time priority: the session waits on them (a sink's begin, flush or
-//! state; and locks they share, the allocator's and the channels'), so a writer that real-time
-//! targets kept off the CPU held the drain with it (rt_workers under `--follow`: 17 of 40 runs
-//! lost about 42,000 records at the start, when the session waits for the sinks to begin).
+//! below them, above targets at any lower real-time priority: the session waits on them (a
+//! sink's begin, flush or state; and locks they share, the allocator's and the channels'), so
+//! a writer that real-time targets kept off the CPU held the drain with it (rt_workers under
+//! `--follow`: 17 of 40 runs lost about 42,000 records at the start, when the session waits
+//! for the sinks to begin).
 
 /// Runs the calling thread at the highest SCHED_FIFO priority; a process it forks starts at
 /// the normal policy (SCHED_RESET_ON_FORK). Best effort: without CAP_SYS_NICE, the thread

@@ -39,11 +39,11 @@ const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 pub const STATIC_BUILD: &str = "dist-build";
 
 /// What `dist` made.
-pub struct Release {
+struct Release {
     /// The static tracer, as packed.
-    pub tracer: PathBuf,
-    pub archive: PathBuf,
-    pub deb: PathBuf,
+    tracer: PathBuf,
+    archive: PathBuf,
+    deb: PathBuf,
 }
 
 pub fn run_dist() -> Result<()> {
@@ -58,14 +58,14 @@ pub fn run_dist() -> Result<()> {
 }
 
 /// Builds and packs the release into target/dist/.
-pub fn make_release() -> Result<Release> {
+fn make_release() -> Result<Release> {
     setup::ensure_prerequisites()?;
     let target = workspace_root().join("target");
     let tracer = build_static_tracer(&target.join(STATIC_BUILD))?;
     let library = build_analyzer_library(&target.join("dist-library"))?;
     check_glibc_versions(&library)?;
 
-    let dist = workspace_root().join("target/dist");
+    let dist = target.join("dist");
     let _ = fs::remove_dir_all(&dist);
     let name = format!("thrtrace-bpf-{VERSION}-x86_64-linux");
     let tree = dist.join(&name);

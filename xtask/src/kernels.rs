@@ -99,7 +99,7 @@ pub fn run_all() -> Result<()> {
 /// Every boot, with a table of them at the end; how many passed and failed.
 pub fn run_matrix() -> Result<(usize, usize)> {
     setup::ensure_prerequisites()?;
-    // Before the tests are built: the glibc 2.31 workloads are built only where it is.
+    // Before the tests are built: each other glibc's workloads are built only where it is.
     glibcs::ensure_sysroots()?;
     let missing: Vec<&str> = [
         ("qemu-system-x86_64", "qemu-system-x86"),
@@ -383,14 +383,15 @@ impl Files {
     fn copy_shared_objects(&mut self, dir: &Path) -> Result<()> {
         let inside = self.root.join(dir.strip_prefix("/")?);
         fs::create_dir_all(&inside)?;
+        let mut shared = Vec::new();
         for entry in fs::read_dir(dir)? {
             let path = entry?.path();
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             if name.contains(".so") && !path.is_dir() {
-                run(command("cp").arg("-a").arg(&path).arg(&inside))?;
+                shared.push(path);
             }
         }
-        Ok(())
+        run(command("cp").arg("-a").args(shared).arg(&inside))
     }
 
     /// The shared libraries every copied executable links, from the host.

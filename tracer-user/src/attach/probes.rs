@@ -37,9 +37,9 @@ pub struct PlannedProbe {
     pub placement: Placement,
     /// Set when another traced function is the same code: that one's probe records the calls.
     pub same_code_as: Option<&'static EventDef>,
-    /// Cookie flags that say how this library lays out the objects the records read
-    /// ([`ProbeFlags::COND_WITHOUT_G_REFS`]).
-    pub layout: u16,
+    /// Cookie flags that this library's code decides, not the event table
+    /// ([`ProbeFlags::COND_WITHOUT_G_REFS`], [`ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ`]).
+    pub code_flags: u16,
 }
 
 impl PlannedProbe {
@@ -77,12 +77,13 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<P
                 })
                 .map(|p| p.event);
             let placement = placement::place(code, function.offset, Needs::of(event), at_entry);
+            let code_flags = code_flags(event, &placement, code, function.offset);
             probes.push(PlannedProbe {
                 event,
                 function,
                 placement,
                 same_code_as,
-                layout: layout(event, code, function.offset),
+                code_flags,
             });
         }
     }
@@ -93,18 +94,23 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<P
 /// 2.40 keep it at 36.
 const WREFS_WITHOUT_G_REFS: u64 = 28;
 
-/// The layout flags of `event`'s records from the library's code at `offset`: for the events
-/// that read a condition variable's waiters, where the function loads `__wrefs` from.
-fn layout(event: &EventDef, code: &[u8], offset: u64) -> u16 {
+/// The cookie flags of `event`'s probe that the library's code at `offset` decides: for a spin
+/// lock, whether `placement` is right after its locked decrement; for the events that read a
+/// condition variable's waiters, where the function loads `__wrefs` from.
+fn code_flags(event: &EventDef, placement: &Placement, code: &[u8], offset: u64) -> u16 {
+    let mut flags = 0;
+    if event.probe_flags().has(ProbeFlags::SPINS) && placement.after_locked_update {
+        flags |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
+    }
     let reads_cond_waiters = [event.first, event.second]
         .iter()
         .any(|fields| fields.contains(&Field::CondWaiters));
-    match reads_cond_waiters
+    if reads_cond_waiters
         && placement::first_load_through_argument_1(code, offset) == Some(WREFS_WITHOUT_G_REFS)
     {
-        true => ProbeFlags::COND_WITHOUT_G_REFS,
-        false => 0,
+        flags |= ProbeFlags::COND_WITHOUT_G_REFS;
     }
+    flags
 }
 
 /// The plan as a table: function, file offset, where the probe goes, the instruction there,
@@ -377,10 +383,7 @@ impl ProbeSet {
         if shared {
             cookie.flags.0 |= ProbeFlags::SHARED;
         }
-        cookie.flags.0 |= probe.layout;
-        if cookie.flags.has(ProbeFlags::SPINS) && probe.placement.after_locked_update {
-            cookie.flags.0 |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
-        }
+        cookie.flags.0 |= probe.code_flags;
         self.offsets.push(probe.file_offset());
         self.cookies.push(cookie.encode());
     }
