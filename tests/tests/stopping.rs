@@ -259,7 +259,9 @@ fn sigint_at_start() -> bool {
         .status()
         .unwrap();
     assert!(killed.success());
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // A bound for a hang, not a timing: under emulation, on kernels before 6.10, an attach
+    // can wait seconds behind the probes earlier tests' tracers are still removing.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_mins(1);
     let status = loop {
         if let Some(status) = tracer.try_wait().unwrap() {
             break status;

@@ -58,6 +58,20 @@ pub enum TraceSignal {
     Flush,
 }
 
+/// Whether SIGINT or SIGTERM is held, waiting for the trace to begin: long work before it
+/// (attaching perf-event uprobes one grace period each) stops early, so that the trace ends
+/// soon after it was asked to.
+pub fn stop_pending() -> bool {
+    // SAFETY: sigset_t is plain data, filled by sigpending before sigismember reads it.
+    unsafe {
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&raw mut pending) == 0
+            && [libc::SIGINT, libc::SIGTERM]
+                .iter()
+                .any(|&signal| libc::sigismember(&raw const pending, signal) == 1)
+    }
+}
+
 /// Blocks or unblocks the handled signals in the calling thread. A child process inherits the
 /// mask through exec: a launched command unblocks them before it execs.
 pub fn set_blocked(blocked: bool) -> std::io::Result<()> {
@@ -79,5 +93,40 @@ pub fn set_blocked(blocked: bool) -> std::io::Result<()> {
     match result {
         0 => Ok(()),
         error => Err(std::io::Error::from_raw_os_error(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_sigterm_is_seen_as_a_pending_stop_and_sigusr1_is_not() {
+        // In a thread of its own, which alone holds the signals sent to it.
+        std::thread::spawn(|| {
+            set_blocked(true).unwrap();
+            assert!(!stop_pending());
+            // SAFETY: signals sent to this thread, which blocks them; sigtimedwait takes
+            // them back before the thread unblocks anything.
+            unsafe {
+                libc::pthread_kill(libc::pthread_self(), libc::SIGUSR1);
+                assert!(!stop_pending());
+                libc::pthread_kill(libc::pthread_self(), libc::SIGTERM);
+                assert!(stop_pending());
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&raw mut set);
+                libc::sigaddset(&raw mut set, libc::SIGTERM);
+                libc::sigaddset(&raw mut set, libc::SIGUSR1);
+                let now = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                while libc::sigtimedwait(&raw const set, std::ptr::null_mut(), &raw const now) > 0 {
+                }
+            }
+            assert!(!stop_pending());
+        })
+        .join()
+        .unwrap();
     }
 }

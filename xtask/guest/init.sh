@@ -54,11 +54,40 @@ check_detached() { # $1: label
     fail "$1: $(/bpf_programs) BPF programs of the tracer still loaded 300 s after it exited"
 }
 
+# A run that has not ended in 300 s: what every thread of the tracer and of the workload is
+# doing, so that a hang says where it is instead of ending the boot silently.
+report_hung() { # $1: label
+    fail "$1: the tracer had not exited after 300 s; its threads and the workload's:"
+    for p in /proc/[0-9]*; do
+        comm=$(cat $p/comm 2>/dev/null)
+        case "$comm" in thrtrace-bpf|lock_mix) ;; *) continue ;; esac
+        for t in $p/task/*; do
+            echo "KT|hung| ${p#/proc/}/${t##*/} $(cat $t/comm 2>/dev/null)" \
+                "$(grep -E '^(State|SigPnd|ShdPnd|SigBlk)' $t/status 2>/dev/null | tr -s '\t\n' '  ')" \
+                "wchan=$(cat $t/wchan 2>/dev/null)"
+            sed 's/^/KT|hung|     /' $t/stack 2>/dev/null
+        done
+    done
+}
+
 trace_mix() { # $1: label, $2: each CPU's ring in KiB, rest: tracer options
     label=$1; ring=$2; shift 2
     rm -rf /tmp/t && mkdir /tmp/t
     thrtrace-bpf "$@" -e mutex --buffer-kib "$ring" -d /tmp/t -- /lock_mix $THREADS $ROUNDS \
-        > /tmp/out 2> /tmp/err
+        > /tmp/out 2> /tmp/err &
+    tracer=$!
+    waited=0
+    while [ -d /proc/$tracer ] && ! grep -q '^State:.*zombie' /proc/$tracer/status; do
+        if [ $waited = 600 ]; then
+            show "$label" /tmp/err
+            report_hung "$label"
+            kill -9 $tracer; killall -9 lock_mix 2>/dev/null
+            break
+        fi
+        sleep 0.5
+        waited=$((waited + 1))
+    done
+    wait $tracer
     rc=$?
     show "$label" /tmp/out; show "$label" /tmp/err
     [ $rc = 0 ] || fail "$label: tracer exit status $rc"

@@ -130,8 +130,11 @@ fn attach_perf_events(
                     // CPU-bound in the kernel: not ahead of everything else, whichever thread
                     // attaches (the session's drains at a real-time priority).
                     crate::priority::run_normally();
+                    // A trace asked to stop (its signal held meanwhile) attaches no more:
+                    // each probe here can wait a grace period.
                     chunk
                         .iter()
+                        .take_while(|_| !crate::signals::stop_pending())
                         .map(|&(offset, cookie)| {
                             attach_perf_event(program, pmu, path, offset, cookie, pid)
                         })
