@@ -743,12 +743,12 @@ fn stop_if_lossless() {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let (pid, lwpid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    let first = STOPPED.insert(lwpid, pid, u64::from(BPF_NOEXIST)).is_ok();
-    // SAFETY: the helper signals the current thread; it takes no pointers.
-    let sent = unsafe { bpf_send_signal_thread(SIGSTOP) } == 0;
-    if !first {
+    if STOPPED.insert(lwpid, pid, u64::from(BPF_NOEXIST)).is_err() {
+        stop_again(lwpid);
         return;
     }
+    // SAFETY: the helper signals the current thread; it takes no pointers.
+    let sent = unsafe { bpf_send_signal_thread(SIGSTOP) } == 0;
     if !sent {
         // Refused (kernels that queue the signal through a per-CPU irq_work refuse while it
         // is busy): the entry goes too, so that the tracer waits for no signal that never
@@ -760,8 +760,26 @@ fn stop_if_lossless() {
     }
 }
 
-/// SIGSTOP's number on Linux.
+/// Stops again a thread whose stop did not hold (its entry is still there). The tracer may
+/// have resumed it meanwhile (removed the entry, then sent SIGCONT), and a stop that landed
+/// after that SIGCONT would hold the process for good, with no entry to say so: if the entry
+/// is gone after the signal, the stop is lifted here (sent before the tracer's SIGCONT, it was
+/// discarded anyway). Seen under preempt=full: a process left stopped, the tracer waiting on
+/// it. A call of its own, whose map key stays off the writing program's frame.
+#[inline(never)]
+fn stop_again(lwpid: u32) {
+    // SAFETY: the helper signals the current thread; it takes no pointers.
+    let sent = unsafe { bpf_send_signal_thread(SIGSTOP) } == 0;
+    // SAFETY: the value is not kept.
+    if sent && unsafe { STOPPED.get(lwpid) }.is_none() {
+        // SAFETY: as above.
+        unsafe { bpf_send_signal_thread(SIGCONT) };
+    }
+}
+
+/// SIGSTOP's and SIGCONT's numbers on Linux.
 const SIGSTOP: u32 = 19;
+const SIGCONT: u32 = 18;
 
 #[inline(always)]
 fn count_lost() {
