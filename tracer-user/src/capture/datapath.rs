@@ -39,6 +39,10 @@ pub struct Drained {
     /// Set when a ring was left with records in it: the earliest timestamp after which such a
     /// ring may still hold records stamped earlier than ones already read from other rings.
     pub behind_after: Option<u64>,
+    /// Set when a ring's reader stopped at a record still being written: the earliest
+    /// timestamp after which such a ring may hold records, behind it, older than ones read
+    /// (`Ring::held_up_since`).
+    pub held_up_since: Option<u64>,
     /// A ring was left more than half full (with records behind one still being written, or
     /// written since it was read): what `--lossless` stopped must stay stopped.
     pub past_half: bool,
@@ -47,15 +51,26 @@ pub struct Drained {
 impl Drained {
     /// What two passes over different rings, made at the same time, read together.
     pub fn merge(self, other: Drained) -> Drained {
-        let behind_after = match (self.behind_after, other.behind_after) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         Drained {
             malformed: self.malformed + other.malformed,
-            behind_after,
+            behind_after: earliest(self.behind_after, other.behind_after),
+            held_up_since: earliest(self.held_up_since, other.held_up_since),
             past_half: self.past_half || other.past_half,
         }
+    }
+
+    /// The earliest timestamp after which a ring may hold records older than ones read: the
+    /// reorder stage releases nothing stamped after it.
+    pub fn incomplete_after(&self) -> Option<u64> {
+        earliest(self.behind_after, self.held_up_since)
+    }
+}
+
+/// The earlier of two timestamps, either of which may be missing.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -74,17 +89,20 @@ impl Rings {
     /// `sink` gets each record with the CPU whose ring it came from.
     pub fn drain(&mut self, mut sink: impl FnMut(u32, &RawRecord)) -> Drained {
         let mut drained = Drained::default();
+        let started = super::kernel::monotonic_ns();
         for (cpu, ring) in &mut self.rings {
             let mut last = None;
-            let read = ring.drain(self.records_per_ring, |bytes| {
-                match RawRecord::view(bytes) {
+            let read = ring.drain(
+                self.records_per_ring,
+                started,
+                |bytes| match RawRecord::view(bytes) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
                         sink(*cpu, record);
                     }
                     None => drained.malformed += 1,
-                }
-            });
+                },
+            );
             // The cap was reached: this ring may be behind.
             if read == self.records_per_ring
                 && let Some(ktime) = last
@@ -92,6 +110,7 @@ impl Rings {
                 drained.behind_after =
                     Some(drained.behind_after.map_or(ktime, |b: u64| b.min(ktime)));
             }
+            drained.held_up_since = earliest(drained.held_up_since, ring.held_up_since());
             drained.past_half |= ring.past_half();
         }
         drained

@@ -7,7 +7,8 @@
 //! committed long before the current pass (a pass is a poll interval later), so it has been read.
 //! Long before, but not always: a producer preempted between stamping a record and committing
 //! it (a loaded machine) commits it late, so records also wait out a margin of a few time
-//! slices.
+//! slices, and while a ring's reader is held up by a record still being written, nothing
+//! stamped after that record could have been reserved waits any less (`Ring::held_up_since`).
 
 //!
 //! What waits here is any item stamped with CLOCK_MONOTONIC: records, and the system events the
@@ -174,18 +175,19 @@ impl<R: Copy, T> Reorder<R, T> {
     }
 
     /// Ends a drain pass that began at `pass_start_ns` (CLOCK_MONOTONIC): hands over, in time
-    /// order, everything stamped before the previous pass began, and before `behind_after`
-    /// if the pass left a ring with records in it (they may be older than ones read).
+    /// order, everything stamped before the previous pass began, and before
+    /// `incomplete_after` if the pass left a ring that may still hold records older than ones
+    /// read (left with records, or held up by one still being written).
     pub fn release(
         &mut self,
         pass_start_ns: u64,
-        behind_after: Option<u64>,
+        incomplete_after: Option<u64>,
         sink: impl FnMut(Released<'_, R, T>),
     ) {
         self.merge_arrived();
         let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
-        let watermark = behind_after
-            .map_or(previous, |behind| behind.min(previous))
+        let watermark = incomplete_after
+            .map_or(previous, |incomplete| incomplete.min(previous))
             .saturating_sub(self.late_ns);
         self.release_before(watermark, sink);
     }

@@ -8,6 +8,7 @@
 //! it once, after the records it read have been handed on.
 
 use std::{
+    collections::VecDeque,
     os::fd::{AsFd, BorrowedFd, OwnedFd},
     ptr::NonNull,
     sync::atomic::{AtomicU32, AtomicUsize, Ordering},
@@ -72,7 +73,28 @@ pub struct Ring {
     page: usize,
     /// Data bytes - 1 (a power of two).
     mask: usize,
+    /// The last drains' producer positions, each with when its drain began (newest last): a
+    /// record at or past such a position was reserved after that drain began, and so stamped
+    /// after it.
+    seen: VecDeque<(usize, u64)>,
+    /// Where the last drain stopped at a record still being written, if it did.
+    held_up_at: Option<usize>,
 }
+
+/// When the record at `position` was reserved after, at the latest, by the drains `seen` (the
+/// last one the drain that found it): the start of the newest earlier drain whose producer
+/// position had not passed it; 0 if none is kept.
+fn reserved_after(seen: &VecDeque<(usize, u64)>, position: usize) -> u64 {
+    seen.iter()
+        .rev()
+        .skip(1)
+        .find(|&&(producer, _)| producer <= position)
+        .map_or(0, |&(_, started)| started)
+}
+
+/// How many drains' producer positions a ring keeps: a record still being written after that
+/// many passes is older than all of them.
+const POSITIONS_KEPT: usize = 16;
 
 // SAFETY: the mappings are owned by the value and read or written only through `&mut self`.
 unsafe impl Send for Ring {}
@@ -93,6 +115,8 @@ impl Ring {
             producer,
             page,
             mask: data_bytes - 1,
+            seen: VecDeque::with_capacity(POSITIONS_KEPT),
+            held_up_at: None,
         })
     }
 
@@ -127,10 +151,24 @@ impl Ring {
         unread > self.data_bytes() / 2
     }
 
+    /// Since when (CLOCK_MONOTONIC) a record still being written has stopped this ring's
+    /// reader, if the last drain stopped at one: records stamped after that may still come
+    /// from this ring, behind it, older than records read from other rings. (A target
+    /// preempted inside a probe's program holds its ring up so, for as long as it is off the
+    /// CPU: seen for over 50 ms under emulation, with preempt=full.)
+    pub fn held_up_since(&self) -> Option<u64> {
+        Some(reserved_after(&self.seen, self.held_up_at?))
+    }
+
     /// Hands `read` the bytes of each record committed in the ring, oldest first, at most
     /// `max_records` of them, then gives their space back to the producers at once. Returns
-    /// how many were read.
-    pub fn drain(&mut self, max_records: usize, mut read: impl FnMut(&[u8])) -> usize {
+    /// how many were read. `started` is when the pass that drains it began.
+    pub fn drain(
+        &mut self,
+        max_records: usize,
+        started: u64,
+        mut read: impl FnMut(&[u8]),
+    ) -> usize {
         // Only this reader writes it.
         let start = self.consumer_pos().load(Ordering::Relaxed);
         // Acquire: the records before the producer position are written as far as it shows.
@@ -138,6 +176,11 @@ impl Ring {
         let data = self.page;
         let mut position = start;
         let mut records = 0;
+        self.held_up_at = None;
+        if self.seen.len() == POSITIONS_KEPT {
+            self.seen.pop_front();
+        }
+        self.seen.push_back((end, started));
         while position != end && records < max_records {
             let offset = data + (position & self.mask);
             // SAFETY: the header is within the first data mapping (offsets are 8-aligned and
@@ -152,6 +195,7 @@ impl Ring {
                     .load(Ordering::Acquire)
             };
             if header & BUSY != 0 {
+                self.held_up_at = Some(position);
                 break;
             }
             let len = (header & !(BUSY | DISCARDED)) as usize;
@@ -179,5 +223,23 @@ impl Ring {
             self.consumer_pos().store(position, Ordering::Release);
         }
         records
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_being_written_is_dated_by_the_drains_that_saw_it_or_not() {
+        // Drains began at 100, 200 and 300 (this one), seeing the producer at 64, 128, 256.
+        let seen = VecDeque::from([(64, 100), (128, 200), (256, 300)]);
+        // Reserved after the drain at 200 read the producer at 128.
+        assert_eq!(reserved_after(&seen, 128), 200);
+        assert_eq!(reserved_after(&seen, 192), 200);
+        // Already there when the drain at 200 looked: reserved after the one at 100.
+        assert_eq!(reserved_after(&seen, 96), 100);
+        // Older than every drain kept.
+        assert_eq!(reserved_after(&seen, 32), 0);
     }
 }

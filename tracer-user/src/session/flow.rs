@@ -317,7 +317,7 @@ impl Session {
         if drained.behind_after.is_none() && !drained.past_half {
             self.flow.lossless_stops += self.datapath.stopped().resume().len() as u64;
         }
-        self.write_released(Some((pass_start, drained.behind_after)))?;
+        self.write_released(Some((pass_start, drained.incomplete_after())))?;
         self.sinks.batch_done().context(INCOMPLETE)?;
         let lost = self.datapath.lost_per_cpu()?;
         if let Some(report) = self.flow.losses.update(lost, std::time::Instant::now()) {
@@ -349,8 +349,8 @@ impl Session {
             }
         };
         match until {
-            Some((pass_start, behind_after)) => {
-                reorder.release(pass_start, behind_after, &mut sink);
+            Some((pass_start, incomplete_after)) => {
+                reorder.release(pass_start, incomplete_after, &mut sink);
             }
             None => reorder.release_all(&mut sink),
         }
