@@ -1,7 +1,9 @@
 //! Compiles the C workloads in `workloads/` into OUT_DIR/workloads with the system C compiler,
-//! the ones in `STATIC` a second time as static executables (`NAME_static`), and the ones in
+//! the ones in `STATIC` a second time as static executables (`NAME_static`), the ones in
 //! `OTHER_GLIBC` against each other glibc whose sysroot is there (`NAME_glibc231`,
-//! `NAME_glibc241`: `cargo xtask test` fetches them into target/glibc-VERSION).
+//! `NAME_glibc241`: `cargo xtask test` fetches them into target/glibc-VERSION), and those of
+//! them not `GLIBC_ONLY` with musl-gcc, dynamic and static (`NAME_musl`, `NAME_musl_static`), if
+//! it is there (`cargo xtask setup` installs it).
 use std::{
     env, fs,
     path::{Path, PathBuf},
@@ -14,12 +16,13 @@ const STATIC: [&str; 1] = ["mutex_contend"];
 const FREESTANDING: [&str; 1] = ["no_pthread"];
 /// Shared objects to preload, built only as `libNAME.so`.
 const SHARED: [&str; 1] = ["interpose"];
-/// Workloads also built against each other glibc: every category's story, and what the tests
-/// of glibc 2.31's libpthread.so.0 trace.
-const OTHER_GLIBC: [&str; 12] = [
+/// Workloads also built against each other glibc, and with musl: every category's story, and
+/// what the tests of glibc 2.31's libpthread.so.0 trace.
+const OTHER_GLIBC: [&str; 13] = [
     "barrier_rounds",
     "cond_prodcons",
     "cond_waiters",
+    "handler_call",
     "lock_story",
     "mutex_contend",
     "mutex_gate",
@@ -30,6 +33,12 @@ const OTHER_GLIBC: [&str; 12] = [
     "thread_story",
     "timed_waits",
 ];
+/// The workloads of `OTHER_GLIBC` not built with musl: they call glibc's `*_clock*` functions,
+/// which musl does not have.
+const GLIBC_ONLY: [&str; 2] = ["sem_sequence", "timed_waits"];
+/// The musl builds' suffixes, and their compiler options.
+const MUSL_BUILDS: [(&str, &[&str]); 2] = [("_musl", &[]), ("_musl_static", &["-static"])];
+
 /// The other glibcs' versions, as `xtask/src/glibcs.rs` fetches them.
 const OTHER_GLIBCS: [&str; 2] = ["2.31", "2.41"];
 
@@ -53,22 +62,30 @@ fn other_glibc_options(sysroot: &Path) -> Vec<String> {
 }
 
 fn compile(source: &Path, binary: &Path, extra: &[&str]) {
-    let status = Command::new("cc")
+    compile_with("cc", source, binary, extra);
+}
+
+fn compile_with(compiler: &str, source: &Path, binary: &Path, extra: &[&str]) {
+    let status = Command::new(compiler)
         .args(["-O2", "-g", "-Wall", "-Werror", "-pthread"])
         .args(extra)
         .arg("-o")
         .arg(binary)
         .arg(source)
         .status()
-        .expect("run cc (install gcc: cargo xtask setup does)");
-    assert!(status.success(), "cc failed on {}", source.display());
+        .unwrap_or_else(|_| panic!("run {compiler} (cargo xtask setup installs it)"));
+    assert!(
+        status.success(),
+        "{compiler} failed on {}",
+        source.display()
+    );
 }
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("workloads");
     fs::create_dir_all(&out).expect("create OUT_DIR/workloads");
     println!("cargo:rerun-if-changed=workloads");
-    // Every other glibc's suffix, built or not, for the tests (`every_glibc`).
+    // Every other glibc's suffix, built or not, for the tests (`every_libc`).
     let suffixes: Vec<String> = OTHER_GLIBCS
         .iter()
         .map(|version| format!("_glibc{}", version.replace('.', "")))
@@ -77,6 +94,22 @@ fn main() {
         "cargo:rustc-env=OTHER_GLIBC_SUFFIXES={}",
         suffixes.join(",")
     );
+    let musl_workloads: Vec<&str> = OTHER_GLIBC
+        .into_iter()
+        .filter(|workload| !GLIBC_ONLY.contains(workload))
+        .collect();
+    println!(
+        "cargo:rustc-env=MUSL_WORKLOADS={}",
+        musl_workloads.join(",")
+    );
+    println!(
+        "cargo:rustc-env=MUSL_SUFFIXES={}",
+        MUSL_BUILDS.map(|(suffix, _)| suffix).join(",")
+    );
+    let musl = Command::new("musl-gcc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|run| run.status.success());
     let target =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("../target");
     // Each other glibc there: the workloads' name suffix and the compiler's options.
@@ -114,6 +147,12 @@ fn main() {
         compile(&source, &out.join(&stem), &[]);
         if STATIC.contains(&stem.as_str()) {
             compile(&source, &out.join(format!("{stem}_static")), &["-static"]);
+        }
+        if musl && musl_workloads.contains(&stem.as_str()) {
+            for (suffix, options) in MUSL_BUILDS {
+                let binary = out.join(format!("{stem}{suffix}"));
+                compile_with("musl-gcc", &source, &binary, options);
+            }
         }
         if OTHER_GLIBC.contains(&stem.as_str()) {
             for (suffix, options) in &other_glibcs {

@@ -81,20 +81,39 @@ pub fn old_glibc_available(test: &str, workload: &str) -> bool {
 }
 
 /// The builds of `workload` that a category's record test checks: the one against the host's
-/// glibc (Debian 12's 2.36) and one against each other glibc (`NAME_glibc231`,
-/// `NAME_glibc241`, see build.rs). One that is not built skips that part of `test` with a
-/// message, or fails it in CI.
-pub fn every_glibc(test: &str, workload: &str) -> Vec<String> {
+/// glibc (Debian 12's 2.36), one against each other glibc (`NAME_glibc231`, `NAME_glibc241`),
+/// and musl's, dynamic and static (`NAME_musl`, `NAME_musl_static`) where musl can build it
+/// (see build.rs). One that is not built skips that part of `test` with a message, or fails
+/// it in CI.
+pub fn every_libc(test: &str, workload: &str) -> Vec<String> {
+    let musl = env!("MUSL_WORKLOADS").split(',').any(|w| w == workload);
+    let others = env!("OTHER_GLIBC_SUFFIXES")
+        .split(',')
+        .map(|suffix| {
+            (
+                suffix,
+                "its glibc is not in target/ (`cargo xtask test` fetches it)",
+            )
+        })
+        .chain(
+            env!("MUSL_SUFFIXES")
+                .split(',')
+                .filter(|_| musl)
+                .map(|suffix| {
+                    (
+                        suffix,
+                        "musl-gcc is missing (`cargo xtask setup` installs it)",
+                    )
+                }),
+        );
     let mut builds = vec![workload.to_owned()];
-    for suffix in env!("OTHER_GLIBC_SUFFIXES").split(',') {
+    for (suffix, why_not) in others {
         let build = format!("{workload}{suffix}");
         let built = Path::new(env!("OUT_DIR"))
             .join("workloads")
             .join(&build)
             .exists();
-        let why = format!(
-            "{build} is not built: its glibc is not in target/ (`cargo xtask test` fetches it)"
-        );
+        let why = format!("{build} is not built: {why_not}");
         if prerequisite(test, (!built).then_some(why.as_str())) {
             builds.push(build);
         }
@@ -102,12 +121,17 @@ pub fn every_glibc(test: &str, workload: &str) -> Vec<String> {
     builds
 }
 
-/// [`every_glibc`]'s builds, each with every probe placement.
-pub fn every_glibc_and_placement(
+/// Whether a build of a workload ([`every_libc`]) runs on musl.
+pub fn is_musl(build: &str) -> bool {
+    build.contains("_musl")
+}
+
+/// [`every_libc`]'s builds, each with every probe placement.
+pub fn every_libc_and_placement(
     test: &str,
     workload: &str,
 ) -> Vec<(String, &'static [&'static str])> {
-    every_glibc(test, workload)
+    every_libc(test, workload)
         .into_iter()
         .flat_map(|build| PLACEMENTS.map(|placement| (build.clone(), placement)))
         .collect()

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use thrtrace_tests::{Gated, TempDir, every_glibc, run_tracer, workload, workspace_root};
+use thrtrace_tests::{Gated, TempDir, every_libc, run_tracer, workload, workspace_root};
 use tracer_common::EVENTS;
 
 fn listing(options: &[&str]) -> Vec<(String, String, String)> {
@@ -81,18 +81,22 @@ fn every_traced_function_is_listed_with_its_probe_point() {
     assert!(spin.2.contains("refuses"), "{}", spin.2);
 }
 
-/// The glibc version of a build of a workload (see `every_glibc`): the host's, as glibc says,
-/// or the one its name's suffix gives.
-fn glibc_version(build: &str) -> String {
+/// The C library of a build of a workload (see `every_libc`), as its expectations are named:
+/// `glibc-VERSION` (the host's, as glibc says, or the one its name's suffix gives), `musl`, or
+/// `musl-static`.
+fn libc_name(build: &str) -> String {
+    if let Some((_, musl)) = build.split_once("_musl") {
+        return format!("musl{}", musl.replace('_', "-"));
+    }
     if let Some((_, digits)) = build.rsplit_once("_glibc") {
-        return format!("{}.{}", &digits[..1], &digits[1..]);
+        return format!("glibc-{}.{}", &digits[..1], &digits[1..]);
     }
     let said = Command::new("getconf")
         .arg("GNU_LIBC_VERSION")
         .output()
         .unwrap();
     let said = String::from_utf8(said.stdout).unwrap();
-    said.trim().trim_start_matches("glibc ").to_owned()
+    format!("glibc-{}", said.trim().trim_start_matches("glibc "))
 }
 
 /// A listing as kept in the expectations: each library by its file name, and each probe
@@ -132,13 +136,13 @@ fn without_address(word: &str) -> String {
     }
 }
 
-/// Where each probe goes, in a process of every glibc the tests build against, is what the
+/// Where each probe goes, in a process of every C library the tests build against, is what the
 /// expectations in tests/fixtures/list-probes/ say: a placement that changes with a glibc
 /// update or a change to the analysis is seen, and looked at, before it is accepted (rerun with
 /// THRTRACE_BLESS=1 to write what is listed now).
 #[test]
-fn each_glibcs_placements_are_as_expected() {
-    for build in every_glibc("list_probes_each_glibc", "mutex_gate") {
+fn each_c_librarys_placements_are_as_expected() {
+    for build in every_libc("list_probes_each_libc", "mutex_gate") {
         let mut gate = Gated::spawn(Command::new(workload(&build)).args(["0", "0"]));
         let cwd = TempDir::new("list-glibc");
         let pid = gate.pid.to_string();
@@ -148,8 +152,8 @@ fn each_glibcs_placements_are_as_expected() {
         assert!(run.status.success(), "{build}: {run:?}");
         let listed = placement_decisions(&run.stdout);
         let expected = workspace_root().join(format!(
-            "tests/fixtures/list-probes/glibc-{}.txt",
-            glibc_version(&build)
+            "tests/fixtures/list-probes/{}.txt",
+            libc_name(&build)
         ));
         if std::env::var_os("THRTRACE_BLESS").is_some() {
             std::fs::write(&expected, &listed).unwrap();

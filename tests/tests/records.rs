@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use thrtrace_tests::{
     PLACEMENTS, Run, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available,
-    contending_threads, deadline_field, every_glibc_and_placement, field, paired_calls, read_trace,
+    contending_threads, deadline_field, every_libc_and_placement, field, paired_calls, read_trace,
     run_tracer, run_workload, trace_workload,
 };
 
@@ -24,8 +24,7 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
     if !bpf_available("four_threads_contending") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("four_threads_contending", "mutex_contend")
-    {
+    for (build, placement) in every_libc_and_placement("four_threads_contending", "mutex_contend") {
         let options = [&["--events", "mutex"], placement].concat();
         let (run, files) = trace(&options, &build, &["4", "10000"]);
         let (mutex, threads) = contending_threads(&run, &files, 4);
@@ -64,7 +63,7 @@ fn a_single_thread_never_blocks_and_never_sees_waiters() {
     if !bpf_available("single_thread") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("single_thread", "mutex_contend") {
+    for (build, placement) in every_libc_and_placement("single_thread", "mutex_contend") {
         let (run, files) = trace(placement, &build, &["1", "10000"]);
         let mutex: i64 = field(&run.stdout, "mutex");
         let lines: Vec<TraceRecord> = files.values().flatten().copied().collect();
@@ -94,7 +93,7 @@ fn cond_records_match_the_workloads_own_counts() {
     if !bpf_available("cond_counts") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("cond_counts", "cond_prodcons") {
+    for (build, placement) in every_libc_and_placement("cond_counts", "cond_prodcons") {
         let options = [&["--events", "mutex:cond"], placement].concat();
         let (run, files) = trace(&options, &build, &["3", "2000"]);
         let all: Vec<&TraceRecord> = files.values().flatten().collect();
@@ -107,6 +106,19 @@ fn cond_records_match_the_workloads_own_counts() {
         };
         let waits: i64 = field(&run.stdout, "waits");
         assert_eq!(count("cond_wait", 1, cond), waits, "{build} {placement:?}");
+        // The program's own mutex calls only, not those its waits make inside the C library
+        // (musl's pthread_cond_timedwait calls pthread_mutex_unlock and pthread_mutex_lock): a
+        // pair per item on each side, one more per consumer to see the end, and main's last two.
+        let mutex: i64 = field(&run.stdout, "mutex");
+        let (consumers, items) = (3, 2000);
+        for name in ["mutex_lock", "mutex_unlock"] {
+            let which = u16::from(name == "mutex_lock");
+            assert_eq!(
+                count(name, which, mutex),
+                2 * items + consumers + 2,
+                "{build} {placement:?}: {name}"
+            );
+        }
         let wait_returns = all.iter().filter(|l| l.is("cond_wait", 2)).count() as i64;
         assert_eq!(wait_returns, waits, "every wait returned once");
         assert_eq!(
@@ -151,7 +163,7 @@ fn a_condition_variables_waiters_are_read_as_each_glibc_lays_it_out() {
     if !bpf_available("cond_waiters") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("cond_waiters", "cond_waiters") {
+    for (build, placement) in every_libc_and_placement("cond_waiters", "cond_waiters") {
         let options = [&["--events", "cond"], placement].concat();
         let (run, files) = trace(&options, &build, &[]);
         let cond: i64 = field(&run.stdout, "cond");
@@ -187,7 +199,7 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
     if !bpf_available("timed_variants") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("timed_variants", "timed_waits") {
+    for (build, placement) in every_libc_and_placement("timed_variants", "timed_waits") {
         let options = [&["--events", "mutex:cond"], placement].concat();
         let (run, files) = trace(&options, &build, &[]);
         let deadline = |key: &str| deadline_field(&run.stdout, key);
@@ -290,4 +302,46 @@ fn a_static_binary_is_traced_through_its_own_executable() {
         .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
         .count();
     assert_eq!((locks, unlocks), (1000, 1000));
+}
+
+/// A call a signal handler makes while its thread is in a traced call is the program's: with
+/// every C library (musl's lock is then inside its own pthread_mutex_timedlock, whose calls
+/// inside are not recorded), the worker's records are its lock's entry, the handler's
+/// sema_post, and the lock's return, which slept.
+#[test]
+fn a_signal_handlers_call_inside_a_traced_call_is_recorded() {
+    if !bpf_available("handler_call") {
+        return;
+    }
+    for (build, placement) in every_libc_and_placement("handler_call", "handler_call") {
+        let options = [&["--events", "mutex:sema"], placement].concat();
+        let (run, lines) = trace_workload(&options, &build, &[]);
+        let (sem, mutex): (i64, i64) = (field(&run.stdout, "sem"), field(&run.stdout, "mutex"));
+        let main = lines[0].lwpid;
+        let worker: Vec<(&str, u16, i64)> = lines
+            .iter()
+            .filter(|l| l.lwpid != main)
+            .map(|l| {
+                let name = ["mutex_lock", "mutex_unlock", "sema_post"]
+                    .into_iter()
+                    .find(|name| l.is(name, l.which))
+                    .unwrap_or("other");
+                (name, l.which, l.a[0])
+            })
+            .collect();
+        assert_eq!(
+            worker,
+            [
+                ("mutex_lock", 1, mutex),
+                ("sema_post", 0, sem),
+                ("mutex_lock", 2, 0),
+                ("mutex_unlock", 0, mutex)
+            ],
+            "{build} {placement:?}"
+        );
+        let slept = lines
+            .iter()
+            .find(|l| l.lwpid != main && l.is("mutex_lock", 2));
+        assert_eq!(slept.map(|l| l.a[1]), Some(1), "{build}: block?");
+    }
 }

@@ -2,7 +2,7 @@
 //! category alone records only its kind (issue 4).
 
 use thrtrace_tests::{
-    TraceRecord, bpf_available, every_glibc, every_glibc_and_placement, field, paired_calls,
+    TraceRecord, bpf_available, every_libc, every_libc_and_placement, field, paired_calls,
     trace_workload,
 };
 
@@ -20,7 +20,7 @@ fn a_recursive_mutex_is_an_rmutex_with_its_depth() {
     if !bpf_available("rmutex_depth") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("rmutex_depth", "rmutex_depth") {
+    for (build, placement) in every_libc_and_placement("rmutex_depth", "rmutex_depth") {
         let (stdout, lines) = trace("rmutex", &build, placement);
         let rmutex: i64 = field(&stdout, "rmutex");
         assert!(
@@ -58,7 +58,7 @@ fn mutex_alone_records_only_the_plain_mutex() {
     if !bpf_available("mutex_not_rmutex") {
         return;
     }
-    for build in every_glibc("mutex_not_rmutex", "rmutex_depth") {
+    for build in every_libc("mutex_not_rmutex", "rmutex_depth") {
         let (stdout, lines) = trace("mutex", &build, &[]);
         let (rmutex, plain): (i64, i64) = (field(&stdout, "rmutex"), field(&stdout, "plain"));
         assert!(lines.iter().all(|l| l.event1 == 2), "{lines:?}");

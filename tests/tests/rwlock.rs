@@ -2,7 +2,7 @@
 //! workload whose story is fixed (tests/workloads/rwlock_story.c) (issue 4).
 
 use thrtrace_tests::{
-    TraceRecord, bpf_available, codes, deadline_field, every_glibc_and_placement, field,
+    TraceRecord, bpf_available, codes, deadline_field, every_libc_and_placement, field,
     trace_workload,
 };
 
@@ -14,7 +14,7 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
     if !bpf_available("rwlock_story") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("rwlock_story", "rwlock_story") {
+    for (build, placement) in every_libc_and_placement("rwlock_story", "rwlock_story") {
         let options = [&["--events", "rwlock"], placement].concat();
         let (run, lines) = trace_workload(&options, &build, &[]);
         let rw: i64 = field(&run.stdout, "rwlock");

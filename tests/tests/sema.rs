@@ -1,7 +1,7 @@
 //! The sema category: exact s_count, rval and errno for a known sequence of calls (issue 4).
 
 use thrtrace_tests::{
-    TraceRecord, bpf_available, deadline_field, every_glibc_and_placement, field, trace_workload,
+    TraceRecord, bpf_available, deadline_field, every_libc_and_placement, field, trace_workload,
 };
 
 const EAGAIN: i64 = 11;
@@ -13,7 +13,7 @@ fn a_known_sequence_gives_the_expected_s_counts_return_values_and_errnos() {
     if !bpf_available("sema_sequence") {
         return;
     }
-    for (build, placement) in every_glibc_and_placement("sema_sequence", "sem_sequence") {
+    for (build, placement) in every_libc_and_placement("sema_sequence", "sem_sequence") {
         let options = [&["--events", "sema"], placement].concat();
         let (run, lines) = trace_workload(&options, &build, &[]);
         let sem: i64 = field(&run.stdout, "sem");

@@ -87,7 +87,7 @@ impl Category {
     }
 }
 
-/// What the BPF programs do for a probe. Carried in the low 16 bits of the attach cookie.
+/// What the BPF programs do for a probe. Carried in 16 bits of the attach cookie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeFlags(pub u16);
 
@@ -133,9 +133,17 @@ impl ProbeFlags {
     /// after the call's locked decrement of the lock word (`lock decl; jne spin`), whose zero
     /// flag says whether that first try took the lock.
     pub const LOCKED_AT_FIRST_TRY_IF_NZ: u16 = 1 << 13;
-    /// Set by the placement, not the event table: the library's condition variable has no
-    /// `__g_refs` (glibc 2.41), which the records say ([`crate::LAYOUT_COND_WITHOUT_G_REFS`]).
-    pub const COND_WITHOUT_G_REFS: u16 = 1 << 14;
+    /// Set by the plan, not the event table: another traced function of the library calls or
+    /// jumps to this one. A hit whose caller is inside a traced function the thread has open,
+    /// or that reuses an open call's return address (a tail call), is part of that call, not
+    /// a call the program made: nothing is recorded (musl's lock calls its timedlock, which
+    /// calls its trylock).
+    pub const CALLED_INSIDE: u16 = 1 << 14;
+    /// Set by the plan, not the event table: the probe of a function whose event is not
+    /// selected but which calls selected ones ([`ProbeFlags::CALLED_INSIDE`]). It records
+    /// nothing; it opens the call (with [`ProbeFlags::RETURN`]), so that those calls are
+    /// known to be part of it.
+    pub const ONLY_OPENS_CALL: u16 = 1 << 15;
     /// Flags whose capture reads memory at entry (the object, or what an argument points to).
     pub const READS_MEMORY: u16 = Self::TIMESPEC_ARG_MASK | Self::OBJECT_MASK;
 
@@ -204,36 +212,62 @@ impl ObjectSize {
 /// 32-bit words of the copied object: the largest [`ObjectSize`].
 pub const OBJECT_WORDS: usize = 10;
 
-/// The attach cookie: which event a probe reports, what its BPF program must capture, and
-/// where the caller's return address is when the probe is placed past the entry.
+/// The attach cookie: which event a probe reports, what its BPF program must capture, how the
+/// library lays out its objects, where the caller's return address is when the probe is placed
+/// past the entry, and where the traced function's code is, for telling calls from inside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeCookie {
-    /// The event's category code (the tr line's `event1`).
+    /// The event's category code (the tr line's `event1`): 6 bits.
     pub event1: u16,
-    /// The event's code in its category (the tr line's `event2`).
+    /// The event's code in its category (the tr line's `event2`): 6 bits.
     pub event2: u16,
+    /// The C library's object layout ([`crate::record::LAYOUT_MUSL`] and the like): 2 bits.
+    pub layout: u8,
     /// Bytes the instructions before the probe pushed: the return address is at `[rsp + this]`.
+    /// 8 bits.
     pub stack_offset: u16,
     /// What the programs capture for the event.
     pub flags: ProbeFlags,
+    /// The traced function's code, kept with an open call when the function calls other
+    /// traced functions ([`ProbeFlags::CALLED_INSIDE`]).
+    pub function: FunctionSpan,
+}
+
+/// Where a traced function's code lies, relative to its probe.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FunctionSpan {
+    /// Bytes from the function's start to the probe.
+    pub before_probe: u8,
+    /// The function's size; 0 when not kept.
+    pub bytes: u16,
 }
 
 impl ProbeCookie {
-    /// The 64 bits of the cookie: event1, event2, stack offset and flags, high to low.
+    /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), 2 unused,
+    /// stack offset (8), flags (16), the function span's bytes before the probe (8) and size
+    /// (16).
     pub const fn encode(self) -> u64 {
-        ((self.event1 as u64) << 48)
-            | ((self.event2 as u64) << 32)
-            | ((self.stack_offset as u64) << 16)
-            | self.flags.0 as u64
+        ((self.event1 as u64 & 0x3f) << 58)
+            | ((self.event2 as u64 & 0x3f) << 52)
+            | ((self.layout as u64 & 0x3) << 50)
+            | ((self.stack_offset as u64 & 0xff) << 40)
+            | ((self.flags.0 as u64) << 24)
+            | ((self.function.before_probe as u64) << 16)
+            | self.function.bytes as u64
     }
 
     /// The cookie [`ProbeCookie::encode`] made.
     pub const fn decode(cookie: u64) -> Self {
         ProbeCookie {
-            event1: (cookie >> 48) as u16,
-            event2: (cookie >> 32) as u16,
-            stack_offset: (cookie >> 16) as u16,
-            flags: ProbeFlags(cookie as u16),
+            event1: ((cookie >> 58) & 0x3f) as u16,
+            event2: ((cookie >> 52) & 0x3f) as u16,
+            layout: ((cookie >> 50) & 0x3) as u8,
+            stack_offset: ((cookie >> 40) & 0xff) as u16,
+            flags: ProbeFlags((cookie >> 24) as u16),
+            function: FunctionSpan {
+                before_probe: (cookie >> 16) as u8,
+                bytes: cookie as u16,
+            },
         }
     }
 }
@@ -356,13 +390,19 @@ impl EventDef {
         }
     }
 
-    /// The cookie of a probe for this event placed after `stack_offset` bytes were pushed.
-    pub const fn cookie(&self, stack_offset: u16) -> ProbeCookie {
+    /// The cookie of a probe for this event placed after `stack_offset` bytes were pushed (at
+    /// most 255), in a library whose objects are laid out as `layout` says.
+    pub const fn cookie(&self, layout: u8, stack_offset: u16) -> ProbeCookie {
         ProbeCookie {
             event1: self.category as u16,
             event2: self.event2,
+            layout,
             stack_offset,
             flags: ProbeFlags(self.flags),
+            function: FunctionSpan {
+                before_probe: 0,
+                bytes: 0,
+            },
         }
     }
 
@@ -417,29 +457,36 @@ impl EventDef {
     }
 }
 
-/// glibc's `__kind` of `pthread_mutex_t` is its fifth word (byte 16); the low two bits are the
-/// type, 1 for PTHREAD_MUTEX_RECURSIVE (robust, PI and PP variants keep them).
+/// glibc's `__kind` of `pthread_mutex_t` is its fifth word (byte 16), musl's `_m_type` its
+/// first; the low two bits are the type in both, 1 for PTHREAD_MUTEX_RECURSIVE (robust, PI and
+/// PP variants keep them).
 const MUTEX_KIND_WORD: usize = 4;
+const MUSL_MUTEX_TYPE_WORD: usize = 0;
 const MUTEX_TYPE_MASK: u32 = 3;
 const MUTEX_RECURSIVE: u32 = 1;
 
-/// Whether these words of a `pthread_mutex_t` are a recursive mutex's (by its kind).
+/// Whether these words of a `pthread_mutex_t`, laid out as `layout` says
+/// ([`RawRecord::layout`](crate::RawRecord::layout)), are a recursive mutex's (by its kind).
 #[inline(always)]
 #[allow(
     clippy::inline_always,
     reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
 )]
-pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS]) -> bool {
-    object[MUTEX_KIND_WORD] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE
+pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], layout: u8) -> bool {
+    let word = match layout {
+        crate::record::LAYOUT_MUSL => MUSL_MUTEX_TYPE_WORD,
+        _ => MUTEX_KIND_WORD,
+    };
+    object[word] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE
 }
 
 /// The event a record really is: a mutex call on a recursive mutex is an rmutex call, told by
 /// the kind in the mutex words the record carries. Other records keep their codes.
-pub fn classify(event1: u16, event2: u16, object: &[u32; OBJECT_WORDS]) -> (u16, u16) {
-    if event1 == Category::Mutex as u16 && is_recursive_mutex(object) {
-        (Category::Rmutex as u16, event2)
+pub fn classify(raw: &crate::RawRecord) -> (u16, u16) {
+    if raw.event1 == Category::Mutex as u16 && is_recursive_mutex(&raw.object, raw.layout) {
+        (Category::Rmutex as u16, raw.event2)
     } else {
-        (event1, event2)
+        (raw.event1, raw.event2)
     }
 }
 
@@ -1113,6 +1160,7 @@ const TABLE: &[EventDef] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::LAYOUT_MUSL;
 
     fn named(name: &str) -> &'static EventDef {
         EVENTS.iter().find(|e| e.name == name).unwrap()
@@ -1143,10 +1191,15 @@ mod tests {
         // An init sets the kind: always read again.
         assert!(flags("mutex_init").has(ProbeFlags::OBJECT_AT_RETURN));
         assert!(!flags("mutex_init").has(ProbeFlags::ONLY_IF_RECURSIVE));
-        let mut words = [0; OBJECT_WORDS];
         for (kind, recursive) in [(0, false), (1, true), (2, false), (3, false), (0x11, true)] {
+            let mut words = [0; OBJECT_WORDS];
             words[MUTEX_KIND_WORD] = kind;
-            assert_eq!(is_recursive_mutex(&words), recursive, "kind {kind:#x}");
+            assert_eq!(is_recursive_mutex(&words, 0), recursive, "kind {kind:#x}");
+            assert!(!is_recursive_mutex(&words, LAYOUT_MUSL), "kind {kind:#x}");
+            // musl's `_m_type` (robust: 4, process-shared: 128).
+            let mut words = [0; OBJECT_WORDS];
+            words[MUSL_MUTEX_TYPE_WORD] = kind | 128;
+            assert_eq!(is_recursive_mutex(&words, LAYOUT_MUSL), recursive);
         }
     }
 
@@ -1169,8 +1222,14 @@ mod tests {
     #[test]
     fn cookie_round_trips() {
         for event in EVENTS {
-            for stack_offset in [0, 8, 0xffff] {
-                let cookie = event.cookie(stack_offset);
+            for (layout, stack_offset) in [(0, 0), (1, 8), (LAYOUT_MUSL, 0xff)] {
+                let mut cookie = event.cookie(layout, stack_offset);
+                assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                cookie.flags.0 |= ProbeFlags::CALLED_INSIDE | ProbeFlags::SHARED;
+                cookie.function = FunctionSpan {
+                    before_probe: 0xff,
+                    bytes: 0xffff,
+                };
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
             }
         }
@@ -1207,15 +1266,17 @@ mod tests {
             let twin = EventDef::find(Category::Rmutex as u16, mutex.event2).expect(mutex.name);
             assert_eq!(twin.symbol, mutex.symbol);
         }
-        let mut words = [0; OBJECT_WORDS];
-        assert_eq!(classify(2, 2, &words), (2, 2));
-        words[MUTEX_KIND_WORD] = 1 | 16; // robust recursive
-        assert_eq!(classify(2, 2, &words), (6, 2));
-        assert_eq!(
-            classify(3, 4, &words),
-            (3, 4),
-            "only mutex records are classified"
-        );
+        let mut raw = crate::RawRecord {
+            event1: 2,
+            event2: 2,
+            ..Default::default()
+        };
+        assert_eq!(classify(&raw), (2, 2));
+        raw.object[MUTEX_KIND_WORD] = 1 | 16; // robust recursive
+        assert_eq!(classify(&raw), (6, 2));
+        raw.event1 = 3;
+        raw.event2 = 4;
+        assert_eq!(classify(&raw), (3, 4), "only mutex records are classified");
     }
 
     #[test]

@@ -6,10 +6,10 @@ pub mod events;
 pub mod record;
 
 pub use events::{
-    Category, EVENTS, EventDef, Field, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RecordingMasks,
-    recording_masks,
+    Category, EVENTS, EventDef, Field, FunctionSpan, ProbeCookie, ProbeFlags, RECORDING_SLOTS,
+    RecordingMasks, recording_masks,
 };
-pub use record::{LAYOUT_COND_WITHOUT_G_REFS, RawRecord};
+pub use record::{LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord};
 
 /// Names of the BPF maps and globals, shared so that neither side spells them twice.
 pub mod names {
@@ -18,8 +18,11 @@ pub mod names {
     /// Per CPU: [`LOST_TOTAL`] records could not be reserved in the ring buffer so far, and
     /// [`LOST_PENDING`] of them since the last record that could (which carries that count).
     pub const LOST: &str = "LOST";
-    /// Per process: the address of the GOT slot holding errno's thread-pointer offset.
-    pub const ERRNO_SLOTS: &str = "ERRNO_SLOTS";
+    /// Per process: what the BPF side needs of its C library ([`crate::ProcessLibrary`]).
+    pub const LIBRARIES: &str = "LIBRARIES";
+    /// The return addresses of the C library's own calls of traced functions, as
+    /// [`crate::call_site_key`]s: a hit that returns to one is not the program's call.
+    pub const CALL_SITES: &str = "CALL_SITES";
     /// Read-only global: byte offset of `thread.fsbase` in `task_struct` (from kernel BTF).
     pub const FSBASE_OFFSET: &str = "FSBASE_OFFSET";
     /// Read-only global: byte offset of `nvcsw` in `task_struct` (from kernel BTF).
@@ -93,6 +96,25 @@ pub enum TracedThrough {
 /// Set in a `STOPPED` entry's process id once the thread's SIGSTOP has been sent (process ids
 /// stay below 2^22).
 pub const STOP_SENT: u32 = 1 << 31;
+
+/// A `LIBRARIES` entry: what the BPF side needs of a process's C library, at these indexes.
+pub type ProcessLibrary = [u64; 3];
+/// Where errno is: the address of the GOT slot holding its offset from the thread pointer
+/// (glibc), or that offset itself with [`ERRNO_AT_OFFSET`] set (musl); 0 if unknown.
+pub const LIBRARY_ERRNO: usize = 0;
+/// Set in [`LIBRARY_ERRNO`] when it is the offset itself (user addresses never have it).
+pub const ERRNO_AT_OFFSET: u64 = 1 << 63;
+/// Where the file offset 0 of the C library is mapped, when its own calls of traced functions
+/// are known by their return addresses (`CALL_SITES`: musl's `libc.so`, whose dynamic linker
+/// takes `pthread_mutex_lock`); 0 otherwise.
+pub const LIBRARY_BASE: usize = 1;
+/// Which library's `CALL_SITES` keys apply ([`call_site_key`]).
+pub const LIBRARY_ID: usize = 2;
+
+/// A `CALL_SITES` key: the file offset of a return address in library `library`.
+pub const fn call_site_key(library: u64, file_offset: u64) -> u64 {
+    (library << 48) | (file_offset & ((1 << 48) - 1))
+}
 
 /// The slots of the per-CPU `LOST` array.
 pub const LOST_TOTAL: u32 = 0;

@@ -25,8 +25,8 @@ pub struct RawRecord {
     pub which: u16,
     /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
     pub block: u8,
-    /// How the object copied into `object` is laid out, where C libraries differ
-    /// ([`LAYOUT_COND_WITHOUT_G_REFS`]); 0 for glibc 2.25 to 2.40.
+    /// How the traced C library lays out the object copied into `object`: [`LAYOUT_GLIBC`],
+    /// [`LAYOUT_COND_WITHOUT_G_REFS`] or [`LAYOUT_MUSL`].
     pub layout: u8,
     /// The first five integer arguments (rdi, rsi, rdx, rcx, r8).
     pub args: [u64; 5],
@@ -47,9 +47,13 @@ pub struct RawRecord {
     pub pointees: [u64; 3],
 }
 
-/// [`RawRecord::layout`]: a condition variable without `__g_refs` (glibc 2.41), whose `__wrefs`
-/// is at byte 28 rather than 36.
+/// [`RawRecord::layout`]: glibc 2.25 to 2.40.
+pub const LAYOUT_GLIBC: u8 = 0;
+/// [`RawRecord::layout`]: glibc 2.41 and later, whose condition variable has no `__g_refs`: its
+/// `__wrefs` is at byte 28 rather than 36.
 pub const LAYOUT_COND_WITHOUT_G_REFS: u8 = 1;
+/// [`RawRecord::layout`]: musl (1.1.20 and later).
+pub const LAYOUT_MUSL: u8 = 2;
 
 /// The size of [`RawRecord`], which both sides check.
 pub const RAW_RECORD_SIZE: usize = 176;

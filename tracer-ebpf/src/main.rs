@@ -44,15 +44,17 @@ use aya_ebpf::{
     btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_ringbuf_query,
-        bpf_send_signal_thread, bpf_task_storage_get, generated,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_ringbuf_query, bpf_send_signal_thread, bpf_task_storage_get, generated,
     },
     macros::{btf_map, raw_tracepoint, uprobe, uretprobe},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets,
-    ProbeCookie, ProbeFlags, RECORDING_SLOTS, RawRecord, STOP_SENT, TracedThrough,
+    ERRNO_AT_OFFSET, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, LOST_PENDING,
+    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProbeCookie,
+    ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STOP_SENT, TracedThrough,
+    call_site_key,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE},
 };
@@ -193,10 +195,10 @@ pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
         && child != parent
     {
         let _ = TRACED.insert(child, TracedThrough::SharedLinks as u8, 0);
-        // The child is a copy of the parent's address space: the same errno slot.
+        // The child is a copy of the parent's address space: the same library, where it was.
         // SAFETY: the value is copied out at once.
-        if let Some(&slot) = unsafe { ERRNO_SLOTS.get(parent) } {
-            let _ = ERRNO_SLOTS.insert(child, slot, 0);
+        if let Some(&library) = unsafe { LIBRARIES.get(parent) } {
+            let _ = LIBRARIES.insert(child, library, 0);
         }
     }
     0
@@ -208,7 +210,7 @@ pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn thr_exec(_ctx: RawTracePointContext) -> u32 {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let _ = ERRNO_SLOTS.remove(pid);
+    let _ = LIBRARIES.remove(pid);
     // SAFETY: the value is not kept.
     let target = own_target(pid) == Some(true) || unsafe { TRACED.get(pid) }.is_some();
     if target {
@@ -233,10 +235,15 @@ static RING_BUFFERS: ArrayOfMaps<RingBuf<RawRecord, 4096>, { MAX_CPUS as usize }
 #[btf_map]
 static LOST: PerCpuArray<u64, 2> = PerCpuArray::new();
 
-/// Per traced process: the address of the GOT slot from which its C library's
-/// `__errno_location` loads errno's offset from the thread pointer.
+/// Per traced process: where its C library keeps errno, and where the library is whose own
+/// call sites `CALL_SITES` lists ([`ProcessLibrary`]).
 #[btf_map]
-static ERRNO_SLOTS: HashMap<u32, u64, 16384, { BPF_F_NO_PREALLOC as usize }> = HashMap::new();
+static LIBRARIES: HashMap<u32, ProcessLibrary, 16384, { BPF_F_NO_PREALLOC as usize }> =
+    HashMap::new();
+
+/// The C library's own calls of traced functions, by return address (`names::CALL_SITES`).
+#[btf_map]
+static CALL_SITES: HashMap<u64, u8, 65536, { BPF_F_NO_PREALLOC as usize }> = HashMap::new();
 
 /// A call between its entry and its return: the record so far and the switch count at entry.
 #[repr(C)]
@@ -249,6 +256,16 @@ struct Pending {
     nested: u32,
     /// The call's event (`event_key`) while the slot holds a call; `FREE` otherwise.
     event: u32,
+    /// 0 for a call opened only for the calls inside it (`ProbeFlags::ONLY_OPENS_CALL`, or a
+    /// call inside another): its return records nothing.
+    records: u8,
+    /// Where the call's return address is (`rsp` at entry, past what the prefix pushed): a
+    /// traced function jumped to with it still there is the call going on (a tail call).
+    return_slot: u64,
+    /// The traced function's code, when it calls other traced functions (else empty): a hit
+    /// that returns into it is the call going on.
+    code_start: u64,
+    code_end: u64,
 }
 
 /// An event key no probe has: no event has codes (0, 0), category codes start at 1.
@@ -362,15 +379,25 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link this program runs for.
     let raw_cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let cookie = ProbeCookie::decode(raw_cookie);
-    if !recording(&cookie) {
+    let flags = cookie.flags;
+    let only_opens_call = flags.has(ProbeFlags::ONLY_OPENS_CALL);
+    if !only_opens_call && !recording(&cookie) {
         return 0;
     }
-    let flags = cookie.flags;
     let task = current_task();
     if !recorded(current_pid_tgid(task), flags) {
         return 0;
     }
     let regs = ctx.regs;
+    // A call inside an open one records nothing; if it calls traced functions in turn, it is
+    // opened all the same, for its own calls inside to be known as such.
+    let mut only_opens_call = only_opens_call;
+    if flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, cookie.stack_offset) {
+        if cookie.function.bytes == 0 || !flags.has(ProbeFlags::RETURN) {
+            return 0;
+        }
+        only_opens_call = true;
+    }
     let slot = if flags.has(ProbeFlags::RETURN) {
         let calls = CALLS.of(task, true);
         if calls.is_null() {
@@ -397,7 +424,8 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // A single record, or the entry half of a paired call, is filled in the ring, where user
     // reads are cheaper than into the slot's slab memory (see `read_user_into`); an entry half
     // is copied to the slot too.
-    let in_ring = !written_at_return_only(flags)
+    let in_ring = !only_opens_call
+        && !written_at_return_only(flags)
         && emit_with(|entry| {
             fill_entry(entry, raw_cookie, regs);
             if !slot.is_null() {
@@ -420,6 +448,11 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
             (*record).which = u16::from(flags.has(ProbeFlags::PAIRED));
         }
         (*slot).nested = 0;
+        (*slot).records = u8::from(!only_opens_call);
+        let code_start = (*regs).rip - u64::from(cookie.function.before_probe);
+        (*slot).return_slot = (*regs).rsp + u64::from(cookie.stack_offset);
+        (*slot).code_start = code_start;
+        (*slot).code_end = code_start + u64::from(cookie.function.bytes);
         if flags.has(ProbeFlags::SPINS) {
             (*slot).record.block = u8::from(held_at_first_try(slot, flags, regs));
         }
@@ -433,9 +466,50 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Whether this hit is the C library's own call, not the program's (`ProbeFlags::CALLED_INSIDE`):
+/// it returns to one of the library's own call sites (`CALL_SITES`), or into the function of a
+/// traced call the thread has open, or it was jumped to with that call's return address in
+/// place (a tail call). A call from a signal handler that interrupted the
+/// open call returns into the handler, from deeper in the stack: it is recorded. A call of its
+/// own, to keep the entry's frame small.
+#[inline(never)]
+fn called_inside(task: *mut task_struct, regs: *const pt_regs, stack_offset: u16) -> bool {
+    // SAFETY: `regs` is the probe's context.
+    let return_slot = unsafe { (*regs).rsp } + u64::from(stack_offset);
+    // SAFETY: the helper checks the user address.
+    let caller = unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
+    let pid = (current_pid_tgid(task) >> 32) as u32;
+    // SAFETY: the value is read at once.
+    if let Some(library) = unsafe { LIBRARIES.get(pid) }
+        && library[LIBRARY_BASE] != 0
+        && caller >= library[LIBRARY_BASE]
+    {
+        let key = call_site_key(library[LIBRARY_ID], caller - library[LIBRARY_BASE]);
+        // SAFETY: the value is not kept.
+        if unsafe { CALL_SITES.get(key) }.is_some() {
+            return true;
+        }
+    }
+    let calls = CALLS.of(task, false);
+    if calls.is_null() {
+        return false;
+    }
+    for i in 0..CALL_SLOTS {
+        // SAFETY: as in `open_call`.
+        let slot = unsafe { &(*calls).slots[i] };
+        if slot.event != FREE
+            && (slot.return_slot == return_slot
+                || (slot.code_start <= caller && caller < slot.code_end))
+        {
+            return true;
+        }
+    }
+    false
+}
+
 /// Whether a spin lock's first try found it held (`ProbeFlags::SPINS`): from the zero flag the
-/// decrement just before the probe left, or else from the lock word (held when at most 0),
-/// read into the slot's unused object words. A call of its own, to keep the entry's frame small.
+/// decrement just before the probe left, or else from the lock word (glibc's held when at
+/// most 0, musl's when not 0), read into the slot's unused object words. A call of its own, to keep the entry's frame small.
 #[inline(never)]
 fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs) -> bool {
     /// x86's zero flag, in `eflags`.
@@ -447,7 +521,12 @@ fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs
         }
         let word = ptr::addr_of_mut!((*slot).record.object).cast::<i32>();
         read_user_into(word, (*regs).rdi);
-        ptr::read_volatile(word) <= 0
+        let word = ptr::read_volatile(word);
+        // musl's lock is 0 when free; glibc's x86-64 lock is 1 when free.
+        match (*slot).record.layout {
+            LAYOUT_MUSL => word != 0,
+            _ => word <= 0,
+        }
     }
 }
 
@@ -485,7 +564,7 @@ fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
         (*record).lwpid = pid_tgid as u32;
         (*record).event1 = cookie.event1;
         (*record).event2 = cookie.event2;
-        (*record).layout = u8::from(flags.has(ProbeFlags::COND_WITHOUT_G_REFS));
+        (*record).layout = cookie.layout;
         (*record).args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
         // Through the record's copy of the arguments: a computed offset into the context is
         // not allowed, and a copy on the stack would not fit its budget.
@@ -528,7 +607,7 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
             return 0;
         }
         // Stopped or filtered out since the entry: nothing more is recorded of the call.
-        if recording(&cookie) {
+        if (*slot).records != 0 && recording(&cookie) {
             // Completed in the ring, where the return's user reads land.
             let nvcsw_at_entry = (*slot).nvcsw_at_entry;
             let regs = &*ctx.regs;
@@ -569,7 +648,8 @@ unsafe fn complete(
         record.block = u8::from(nvcsw != nvcsw_at_entry);
     }
     if flags.has(ProbeFlags::OBJECT_AT_RETURN)
-        && (!flags.has(ProbeFlags::ONLY_IF_RECURSIVE) || is_recursive_mutex(&record.object))
+        && (!flags.has(ProbeFlags::ONLY_IF_RECURSIVE)
+            || is_recursive_mutex(&record.object, record.layout))
     {
         copy_object(&raw mut record.object, flags.object_size(), record.args[0]);
     }
@@ -631,17 +711,21 @@ fn read_user_into<T>(destination: *mut T, address: u64) {
 }
 
 /// Reads the calling thread's errno into `errno`: thread pointer + the offset the process's GOT
-/// holds (written by ld.so, so read at each use rather than when the probes were attached).
-/// Left 0 if unknown.
+/// holds (written by ld.so, so read at each use rather than when the probes were attached), or
+/// the library's fixed offset. Left 0 if unknown.
 #[inline(always)]
 fn read_errno(errno: &mut i32, pid: u32, thread_pointer: u64) {
     // SAFETY: the value is copied out at once.
-    let Some(&slot) = (unsafe { ERRNO_SLOTS.get(pid) }) else {
+    let Some(&library) = (unsafe { LIBRARIES.get(pid) }) else {
         return;
     };
-    let mut offset = 0i64;
-    read_user_into(&raw mut offset, slot);
-    read_user_into(errno, thread_pointer.wrapping_add(offset as u64));
+    let mut offset = library[LIBRARY_ERRNO] & !ERRNO_AT_OFFSET;
+    match library[LIBRARY_ERRNO] {
+        0 => return,
+        at if at & ERRNO_AT_OFFSET == 0 => read_user_into(&raw mut offset, at),
+        _ => {}
+    }
+    read_user_into(errno, thread_pointer.wrapping_add(offset));
 }
 
 /// The current thread's `task_struct`, as the BTF pointer that task storage and field loads

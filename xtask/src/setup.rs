@@ -1,8 +1,8 @@
 //! Installs what building and testing need, only where it is missing, so that a second run
 //! takes well under 5 seconds: the nightly toolchain's rust-src (for `-Z build-std=core`),
 //! bpf-linker built against LLVM 22 (rustc's LLVM), a C compiler for the workloads and the C
-//! analyzers, pkg-config (the installed library's test), and babeltrace2 (which reads the CTF
-//! traces `convert` writes, in the tests).
+//! analyzers, musl-gcc (the workloads built with musl), pkg-config (the installed library's
+//! test), and babeltrace2 (which reads the CTF traces `convert` writes, in the tests).
 
 use std::{path::Path, time::Instant};
 
@@ -19,6 +19,7 @@ pub fn ensure_prerequisites() -> Result<()> {
     ensure_bpf_linker()?;
     let missing: Vec<&str> = [
         ("cc", &["gcc", "libc6-dev"][..]),
+        ("musl-gcc", &["musl-tools"]),
         ("pkg-config", &["pkgconf"]),
         ("babeltrace2", &["babeltrace2"]),
     ]

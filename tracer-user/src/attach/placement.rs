@@ -271,6 +271,26 @@ pub fn first_load_through_argument_1(code: &[u8], base: u64) -> Option<u64> {
         .map(Instruction::memory_displacement64)
 }
 
+/// Where the function's direct calls and jumps, conditional or not, land (addresses in the
+/// space of `base`): another function's start among them is a call, or a tail call, to it.
+pub fn direct_branch_destinations(code: &[u8], base: u64) -> Vec<u64> {
+    decode(code, base)
+        .iter()
+        .filter(|i| i.op_count() > 0 && matches!(i.op0_kind(), OpKind::NearBranch64))
+        .map(Instruction::near_branch_target)
+        .collect()
+}
+
+/// The addresses the function computes relative to its own (`lea disp(%rip)`, in the space of
+/// `base`): a function among them is one it passes on, as pthread_create its thread's start.
+pub fn addresses_taken(code: &[u8], base: u64) -> Vec<u64> {
+    decode(code, base)
+        .iter()
+        .filter(|i| i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand())
+        .map(Instruction::ip_rel_memory_address)
+        .collect()
+}
+
 /// Whether `jump` tests the zero flag that `previous`, a locked read-modify-write of memory,
 /// set.
 fn zero_flag_of_locked_update(previous: &Instruction, jump: &Instruction) -> bool {

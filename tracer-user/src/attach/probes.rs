@@ -16,7 +16,10 @@
 use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::Result;
-use tracer_common::{EventDef, Field, ProbeFlags, TracedThrough};
+use tracer_common::{
+    Category, EVENTS, EventDef, Field, FunctionSpan, LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC,
+    LAYOUT_MUSL, ProbeFlags, ProcessLibrary, TracedThrough,
+};
 use tracer_model::selection::EventSet;
 
 use super::{
@@ -37,9 +40,18 @@ pub struct PlannedProbe {
     pub placement: Placement,
     /// Set when another traced function is the same code: that one's probe records the calls.
     pub same_code_as: Option<&'static EventDef>,
+    /// How the library lays out its objects ([`RawRecord::layout`](tracer_common::RawRecord)).
+    pub layout: u8,
     /// Cookie flags that this library's code decides, not the event table
-    /// ([`ProbeFlags::COND_WITHOUT_G_REFS`], [`ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ`]).
+    /// ([`ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ`], [`ProbeFlags::CALLED_INSIDE`]).
     pub code_flags: u16,
+    /// Set when the function calls other traced functions: its code, kept with its open call.
+    pub span: FunctionSpan,
+    /// The traced functions whose calls from inside this one are part of its call.
+    pub calls_inside: Vec<&'static str>,
+    /// Its event is not selected: the probe only opens the call
+    /// ([`ProbeFlags::ONLY_OPENS_CALL`]), for the selected functions it calls.
+    pub only_opens_call: bool,
 }
 
 impl PlannedProbe {
@@ -52,65 +64,201 @@ impl PlannedProbe {
     pub fn file_offset(&self) -> u64 {
         self.function.offset + self.placement.offset
     }
+
+    /// The cookie flags: the event's and the code's, or only what opening the call needs.
+    fn flags(&self) -> ProbeFlags {
+        ProbeFlags(match self.only_opens_call {
+            true => ProbeFlags::RETURN | ProbeFlags::ONLY_OPENS_CALL,
+            false => self.event.flags | self.code_flags,
+        })
+    }
 }
 
 /// Where the probes of `events` go in `library`: every definition of each function, each
-/// placed (or at its entry with `at_entry`).
+/// placed (or at its entry with `at_entry`); then the calls traced functions make to each
+/// other inside the library, which are no calls of the program's ([`mark_calls_inside`]).
 pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<PlannedProbe> {
-    let mut probes = Vec::new();
+    let layout = layout(library);
+    let mut probes: Vec<PlannedProbe> = Vec::new();
     for event in events.events() {
         for function in library.functions.functions(event.symbol) {
-            let size = if function.size == 0 {
-                DEFAULT_FUNCTION_BYTES
-            } else {
-                function.size
-            };
-            let start = (function.offset as usize).min(library.image.len());
-            let end = (start + size as usize).min(library.image.len());
-            let code = &library.image[start..end];
             // Two names, one code (glibc aliases pthread_spin_init to pthread_spin_unlock): a
             // call cannot be told apart, so the address gets the probe of the first event.
             let same_code_as = probes
                 .iter()
-                .find(|p: &&PlannedProbe| {
-                    p.function.offset == function.offset && p.same_code_as.is_none()
-                })
+                .find(|p| p.function.offset == function.offset && p.same_code_as.is_none())
                 .map(|p| p.event);
-            let placement = placement::place(code, function.offset, Needs::of(event), at_entry);
-            let code_flags = code_flags(event, &placement, code, function.offset);
-            probes.push(PlannedProbe {
-                event,
-                function,
-                placement,
-                same_code_as,
-                code_flags,
-            });
+            let mut probe = place(library, event, function, layout, at_entry);
+            probe.same_code_as = same_code_as;
+            probes.push(probe);
+        }
+    }
+    mark_calls_inside(library, layout, at_entry, &mut probes);
+    // musl's libc.so is its dynamic linker too, which takes pthread_mutex_lock, and any of its
+    // functions may call a pthread function: a call from its own call sites is not the
+    // program's (`targets::own_call_sites`).
+    if library.is_musl_shared_object() {
+        for probe in &mut probes {
+            probe.code_flags |= ProbeFlags::CALLED_INSIDE;
         }
     }
     probes
 }
 
+/// `event`'s probe in `function` of `library`, whose objects are laid out as `layout` says,
+/// placed (or at its entry with `at_entry`).
+fn place(
+    library: &PthreadLibrary,
+    event: &'static EventDef,
+    function: Function,
+    layout: u8,
+    at_entry: bool,
+) -> PlannedProbe {
+    let code = function_code(library, function);
+    let placement = placement::place(code, function.offset, Needs::of(event), at_entry);
+    let mut code_flags = 0;
+    if event.probe_flags().has(ProbeFlags::SPINS) && placement.after_locked_update {
+        code_flags |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
+    }
+    PlannedProbe {
+        event,
+        function,
+        placement,
+        same_code_as: None,
+        layout,
+        code_flags,
+        span: FunctionSpan::default(),
+        calls_inside: Vec::new(),
+        only_opens_call: false,
+    }
+}
+
+/// The bytes of `function` in `library`'s image (its first bytes if its size is unknown).
+fn function_code(library: &PthreadLibrary, function: Function) -> &[u8] {
+    let size = match function.size {
+        0 => DEFAULT_FUNCTION_BYTES,
+        size => size,
+    };
+    let start = (function.offset as usize).min(library.image.len());
+    let end = (start + size as usize).min(library.image.len());
+    &library.image[start..end]
+}
+
+/// What a probe on a function the library passes on opens its call as: no event has its codes,
+/// so no traced call is taken for it.
+pub static THREAD_START: EventDef = EventDef {
+    category: Category::Thread,
+    event2: 63,
+    name: "thread_start",
+    symbol: "(thread start)",
+    flags: 0,
+    first: [Field::Zero; 5],
+    second: [Field::Zero; 5],
+};
+
 /// Byte 28, where glibc 2.41's condition variable (without `__g_refs`) keeps `__wrefs`; 2.25 to
 /// 2.40 keep it at 36.
 const WREFS_WITHOUT_G_REFS: u64 = 28;
 
-/// The cookie flags of `event`'s probe that the library's code at `offset` decides: for a spin
-/// lock, whether `placement` is right after its locked decrement; for the events that read a
-/// condition variable's waiters, where the function loads `__wrefs` from.
-fn code_flags(event: &EventDef, placement: &Placement, code: &[u8], offset: u64) -> u16 {
-    let mut flags = 0;
-    if event.probe_flags().has(ProbeFlags::SPINS) && placement.after_locked_update {
-        flags |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
+/// How `library` lays out its objects: musl's, or glibc's, whose condition variable lost
+/// `__g_refs` in 2.41 (seen where pthread_cond_signal loads `__wrefs` from).
+fn layout(library: &PthreadLibrary) -> u8 {
+    if library.is_musl() {
+        return LAYOUT_MUSL;
     }
-    let reads_cond_waiters = [event.first, event.second]
+    let without_g_refs = library
+        .functions
+        .functions("pthread_cond_signal")
+        .any(|signal| {
+            placement::first_load_through_argument_1(function_code(library, signal), signal.offset)
+                == Some(WREFS_WITHOUT_G_REFS)
+        });
+    match without_g_refs {
+        true => LAYOUT_COND_WITHOUT_G_REFS,
+        false => LAYOUT_GLIBC,
+    }
+}
+
+/// Marks the calls traced functions make to each other inside `library` (musl's
+/// pthread_mutex_lock jumps to its pthread_mutex_timedlock, which calls its
+/// pthread_mutex_trylock; glibc's call internal code instead), found from the direct calls and
+/// jumps in their code. A probed function called so is [`ProbeFlags::CALLED_INSIDE`]; each
+/// function calling it keeps its code with its open call, and gets a probe that only opens the
+/// call if its own event is not selected.
+fn mark_calls_inside(
+    library: &PthreadLibrary,
+    layout: u8,
+    at_entry: bool,
+    probes: &mut Vec<PlannedProbe>,
+) {
+    // Every traced function the library defines, selected or not, once per address; then the
+    // functions they pass on (musl's pthread_create its thread start, which calls pthread_exit
+    // when the thread function returns).
+    let mut callers: Vec<(&'static EventDef, Function)> = Vec::new();
+    for event in EVENTS
         .iter()
-        .any(|fields| fields.contains(&Field::CondWaiters));
-    if reads_cond_waiters
-        && placement::first_load_through_argument_1(code, offset) == Some(WREFS_WITHOUT_G_REFS)
+        .filter(|e| e.category.probed_through() == e.category)
     {
-        flags |= ProbeFlags::COND_WITHOUT_G_REFS;
+        for function in library.functions.functions(event.symbol) {
+            if !callers.iter().any(|(_, f)| f.offset == function.offset) {
+                callers.push((event, function));
+            }
+        }
     }
-    flags
+    let passed_on: Vec<Function> = callers
+        .iter()
+        .flat_map(|(_, f)| placement::addresses_taken(function_code(library, *f), f.offset))
+        .filter_map(|address| library.functions.at_offset(address))
+        .filter(|f| f.size > 0 && !callers.iter().any(|(_, c)| c.offset == f.offset))
+        .collect();
+    callers.extend(passed_on.into_iter().map(|f| (&THREAD_START, f)));
+    for (event, caller) in callers {
+        let callees: Vec<&'static str> = {
+            let destinations = placement::direct_branch_destinations(
+                function_code(library, caller),
+                caller.offset,
+            );
+            let mut called: Vec<&'static str> = probes
+                .iter_mut()
+                // A call of the same event is the call itself going on, which the BPF side
+                // tells by the event alone (glibc's compat pthread_cond_signal calls the new).
+                .filter(|p| {
+                    p.attached()
+                        && (p.event.category, p.event.event2) != (event.category, event.event2)
+                        && destinations.contains(&p.function.offset)
+                })
+                .map(|p| {
+                    p.code_flags |= ProbeFlags::CALLED_INSIDE;
+                    p.event.symbol
+                })
+                .collect();
+            called.dedup();
+            called
+        };
+        if callees.is_empty() {
+            continue;
+        }
+        let opened = probes
+            .iter()
+            .position(|p| p.function.offset == caller.offset && p.attached());
+        let index = opened.unwrap_or_else(|| {
+            let mut probe = place(library, event, caller, layout, at_entry);
+            probe.only_opens_call = true;
+            probes.push(probe);
+            probes.len() - 1
+        });
+        let probe = &mut probes[index];
+        if let (Ok(before_probe), Ok(bytes)) = (
+            u8::try_from(probe.placement.offset),
+            u16::try_from(caller.size),
+        ) {
+            probe.span = FunctionSpan {
+                before_probe,
+                bytes,
+            };
+        }
+        probe.calls_inside = callees;
+    }
 }
 
 /// The plan as a table: function, file offset, where the probe goes, the instruction there,
@@ -127,6 +275,14 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
                 other.symbol, other.name
             ),
             None => probe.placement.reason(),
+        };
+        let inside = probe.calls_inside.join(", ");
+        let why = match (probe.only_opens_call, inside.is_empty()) {
+            (true, _) => format!(
+                "{why}; not selected: records nothing, opens the call for {inside} inside it"
+            ),
+            (false, false) => format!("{why}; its calls of {inside} are part of its call"),
+            (false, true) => why,
         };
         table += &format!(
             "{:<26} {:>#10x} {:>7}  {:<28} {}\n",
@@ -150,6 +306,9 @@ pub struct Probes {
     shared_links: Vec<OwnedFd>,
     /// Library files with shared links, by device and inode.
     everywhere: Vec<(String, u64)>,
+    /// Library files by device and inode, with the id of their own calls' return addresses
+    /// in `CALL_SITES`, if they have any.
+    call_site_ids: HashMap<(String, u64), Option<u64>>,
     mechanism: UprobeMechanism,
     linker: Linker,
 }
@@ -163,9 +322,32 @@ impl Probes {
             process_links: HashMap::new(),
             shared_links: Vec::new(),
             everywhere: Vec::new(),
+            call_site_ids: HashMap::new(),
             mechanism,
             linker: Linker::new(mechanism)?,
         })
+    }
+
+    /// The id under which `library`'s own calls of traced functions are known to the BPF side
+    /// (`targets::own_call_sites`), told it the first time; `None` if it has none.
+    fn call_sites_of(
+        &mut self,
+        datapath: &mut DataPath,
+        library: &PthreadLibrary,
+    ) -> Result<Option<u64>> {
+        if let Some(&id) = self.call_site_ids.get(&library.file.identity) {
+            return Ok(id);
+        }
+        let sites = targets::own_call_sites(library);
+        let id = if sites.is_empty() {
+            None
+        } else {
+            let id = self.call_site_ids.values().flatten().count() as u64 + 1;
+            datapath.add_call_sites(id, &sites)?;
+            Some(id)
+        };
+        self.call_site_ids.insert(library.file.identity.clone(), id);
+        Ok(id)
     }
 
     /// The processes traced through links of their own.
@@ -209,8 +391,11 @@ impl Probes {
             );
             return Ok(());
         }
-        if let Some(slot) = targets::errno_slot(pid, library) {
-            datapath.set_errno_slot(pid, slot)?;
+        let id = self.call_sites_of(datapath, library)?;
+        let process = targets::process_library(pid, library, id);
+        // glibc < 2.34 has two files, which both find errno: either one says.
+        if process != ProcessLibrary::default() {
+            datapath.set_library(pid, process)?;
         }
         say!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
         Ok(())
@@ -235,8 +420,11 @@ impl Probes {
             self.everywhere.push(library.file.identity.clone());
         }
         datapath.trace_through(pid, TracedThrough::SharedLinks)?;
-        if let Some(slot) = targets::errno_slot(pid, library) {
-            datapath.set_errno_slot(pid, slot)?;
+        let id = self.call_sites_of(datapath, library)?;
+        let process = targets::process_library(pid, library, id);
+        // glibc < 2.34 has two files, which both find errno: either one says.
+        if process != ProcessLibrary::default() {
+            datapath.set_library(pid, process)?;
         }
         if let Some(links) = self.process_links.remove(&pid) {
             // Each waits for a kernel grace period as it goes: not on the session's time.
@@ -289,7 +477,7 @@ impl Probes {
         let mut exit = ProbeSet::default();
         for probe in planned.iter().filter(|p| p.attached()) {
             entry.push(probe, shared);
-            if probe.event.probe_flags().has(ProbeFlags::RETURN) {
+            if probe.flags().has(ProbeFlags::RETURN) {
                 exit.push(probe, shared);
             }
         }
@@ -379,11 +567,14 @@ struct ProbeSet {
 
 impl ProbeSet {
     fn push(&mut self, probe: &PlannedProbe, shared: bool) {
-        let mut cookie = probe.event.cookie(probe.placement.stack_offset);
+        let mut cookie = probe
+            .event
+            .cookie(probe.layout, probe.placement.stack_offset);
+        cookie.flags = probe.flags();
         if shared {
             cookie.flags.0 |= ProbeFlags::SHARED;
         }
-        cookie.flags.0 |= probe.code_flags;
+        cookie.function = probe.span;
         self.offsets.push(probe.file_offset());
         self.cookies.push(cookie.encode());
     }

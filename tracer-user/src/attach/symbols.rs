@@ -78,6 +78,15 @@ impl FunctionOffsets {
         self.by_name.get(name).into_iter().flatten().copied()
     }
 
+    /// The function read that starts at file offset `offset`, if any.
+    pub fn at_offset(&self, offset: u64) -> Option<Function> {
+        self.by_name
+            .values()
+            .flatten()
+            .find(|function| function.offset == offset)
+            .copied()
+    }
+
     pub fn defines(&self, name: &str) -> bool {
         self.by_name.contains_key(name)
     }

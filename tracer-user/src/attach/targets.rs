@@ -15,7 +15,11 @@
 use std::{fs, path::PathBuf};
 
 use anyhow::{Context, Result};
-use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+
+use tracer_common::{
+    ERRNO_AT_OFFSET, EVENTS, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, ProcessLibrary,
+};
 
 use super::symbols::FunctionOffsets;
 
@@ -26,6 +30,39 @@ const MARKER: &str = "pthread_mutex_lock";
 const LIBC_MARKER: &str = "__libc_start_main";
 /// glibc's function that returns the calling thread's errno address.
 const ERRNO_LOCATION: &str = "__errno_location";
+/// Symbols only musl defines: its dynamic linker's last stage (in its `libc.so`, which is its
+/// dynamic linker) and its start-up's (in a static executable's symbol table).
+const MUSL_MARKERS: [&str; 2] = ["__dls3", "__init_libc"];
+/// musl's thread start wrappers, which call `pthread_exit` when the thread function returns:
+/// read so that the plan can find the one pthread_create passes on ([`THREAD_START`]).
+///
+/// [`THREAD_START`]: super::probes::THREAD_START
+const MUSL_THREAD_STARTS: [&str; 2] = ["start", "start_c11"];
+/// The C11 thread functions: the program calls them instead of the pthread functions they call
+/// in turn, which are recorded.
+const C11_FUNCTIONS: [&str; 21] = [
+    "call_once",
+    "cnd_broadcast",
+    "cnd_destroy",
+    "cnd_init",
+    "cnd_signal",
+    "cnd_timedwait",
+    "cnd_wait",
+    "mtx_destroy",
+    "mtx_init",
+    "mtx_lock",
+    "mtx_timedlock",
+    "mtx_trylock",
+    "mtx_unlock",
+    "thrd_create",
+    "thrd_detach",
+    "thrd_exit",
+    "thrd_join",
+    "tss_create",
+    "tss_delete",
+    "tss_get",
+    "tss_set",
+];
 
 /// A file mapped executable into a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,11 +167,18 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
 /// `functions` it is the one to probe for: one file, or libpthread and then libc for glibc <
 /// 2.34. Empty if the process maps no such file (yet).
 pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<PthreadLibrary>> {
-    let names: Vec<&str> = functions
+    // Every traced function is read, selected or not: the plan looks for calls between them.
+    let mut names: Vec<&str> = functions
         .iter()
         .copied()
+        .chain(EVENTS.iter().map(|event| event.symbol))
         .chain([MARKER, LIBC_MARKER, ERRNO_LOCATION])
+        .chain(MUSL_MARKERS)
+        .chain(MUSL_THREAD_STARTS)
+        .chain(C11_FUNCTIONS)
         .collect();
+    names.sort_unstable();
+    names.dedup();
     let mut defining: Vec<PthreadLibrary> = defining_pthread_functions(pid, &names)?
         .into_iter()
         .filter(|library| !library.is_interposer())
@@ -163,7 +207,7 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
     Ok(found)
 }
 
-/// The mapped files of `pid` that define pthread functions (`MARKER`), each with the offsets
+/// The mapped files of `pid` that implement pthread functions, each with the offsets
 /// of `names`: the C library, a separate libpthread, and any interposer.
 fn defining_pthread_functions(pid: u32, names: &[&str]) -> Result<Vec<PthreadLibrary>> {
     Ok(executable_mappings(pid)?
@@ -177,7 +221,7 @@ fn defining_pthread_functions(pid: u32, names: &[&str]) -> Result<Vec<PthreadLib
                 functions,
             })
         })
-        .filter(|library| library.functions.defines(MARKER))
+        .filter(PthreadLibrary::implements_pthreads)
         .collect())
 }
 
@@ -193,6 +237,28 @@ pub fn pthread_interposers(pid: u32) -> Vec<String> {
 }
 
 impl PthreadLibrary {
+    /// Whether the file implements pthread functions: it defines `MARKER`, or it is a C
+    /// library that defines traced functions (a static musl executable has only those it
+    /// calls).
+    fn implements_pthreads(&self) -> bool {
+        self.functions.defines(MARKER)
+            || (self.functions.defines(LIBC_MARKER)
+                && EVENTS
+                    .iter()
+                    .any(|event| self.functions.defines(event.symbol)))
+    }
+
+    /// Whether this is musl (its `libc.so`, or a static executable with its symbol table).
+    pub fn is_musl(&self) -> bool {
+        MUSL_MARKERS.iter().any(|name| self.functions.defines(name))
+    }
+
+    /// Whether this is musl's `libc.so` (its dynamic linker's marker), not a static executable
+    /// with the program's code beside it.
+    pub fn is_musl_shared_object(&self) -> bool {
+        self.functions.defines(MUSL_MARKERS[0])
+    }
+
     /// Neither the C library (it has `__libc_start_main`: libc.so.6, or a static executable)
     /// nor glibc's separate `libpthread` (glibc < 2.34, by its file name).
     fn is_interposer(&self) -> bool {
@@ -211,16 +277,86 @@ pub fn read_mapped(file: &MappedFile) -> Option<Vec<u8>> {
         .ok()
 }
 
-/// Where, in process `pid`, the GOT slot is from which `library`'s `__errno_location` loads
-/// errno's offset from the thread pointer (`mov slot(%rip),%rax; add %fs:0,%rax`). The slot
-/// is filled by ld.so, possibly after this is called: the BPF side reads it when it needs it.
-/// `None` where the library has no such function (a static binary, another libc).
-pub fn errno_slot(pid: u32, library: &PthreadLibrary) -> Option<u64> {
+/// What the BPF side needs of `library` in process `pid`: where errno is, and, if the library
+/// has its own calls of traced functions listed in `CALL_SITES` as `id`, where it is mapped.
+pub fn process_library(pid: u32, library: &PthreadLibrary, id: Option<u64>) -> ProcessLibrary {
+    let mut process = ProcessLibrary::default();
+    process[LIBRARY_ERRNO] = errno_location(pid, library).unwrap_or(0);
+    if let Some(id) = id {
+        process[LIBRARY_BASE] = library.file.start - library.file.file_offset;
+        process[LIBRARY_ID] = id;
+    }
+    process
+}
+
+/// The C library's own calls of traced functions, which are never the program's, as the file
+/// offsets of their return addresses: in musl's `libc.so` (its dynamic linker takes
+/// `pthread_mutex_lock`; any of its functions may call a pthread function), every direct call
+/// of a traced function but those of the C11 functions, which the program calls in its stead
+/// (`mtx_lock` and the like: those are recorded through the pthread calls they make). Empty for
+/// any other library: glibc's own calls go to internal code, and in a static executable the
+/// library's code cannot be told from the program's.
+pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
+    if !library.is_musl_shared_object() {
+        return Vec::new();
+    }
+    let traced: Vec<u64> = EVENTS
+        .iter()
+        .flat_map(|event| library.functions.functions(event.symbol))
+        .map(|function| function.offset)
+        .collect();
+    let c11: Vec<(u64, u64)> = C11_FUNCTIONS
+        .iter()
+        .flat_map(|name| library.functions.functions(name))
+        .map(|function| (function.offset, function.offset + function.size))
+        .collect();
+    let file = &library.file;
+    let start = file.file_offset as usize;
+    let end = (start + (file.end - file.start) as usize).min(library.image.len());
+    let Some(code) = library.image.get(start..end) else {
+        return Vec::new();
+    };
+    let mut decoder = Decoder::with_ip(64, code, file.file_offset, DecoderOptions::NONE);
+    let mut sites = Vec::new();
+    for instruction in &mut decoder {
+        if instruction.mnemonic() == Mnemonic::Call
+            && instruction.op0_kind() == OpKind::NearBranch64
+            && traced.contains(&instruction.near_branch_target())
+            && !c11
+                .iter()
+                .any(|&(from, to)| (from..to).contains(&instruction.ip()))
+        {
+            sites.push(instruction.next_ip());
+        }
+    }
+    sites
+}
+
+/// Where the calling thread's errno is, from `library`'s `__errno_location`: glibc's loads
+/// errno's offset from the thread pointer from a GOT slot (`mov slot(%rip),%rax; add
+/// %fs:0,%rax`), whose address in process `pid` this returns (ld.so fills it, possibly after
+/// this is called: the BPF side reads it when it needs it); musl's adds a constant to the
+/// thread pointer (`mov %fs:0,%rax; add $offset,%rax`), returned with [`ERRNO_AT_OFFSET`].
+/// `None` where the library has no such function (a static glibc binary, another libc).
+fn errno_location(pid: u32, library: &PthreadLibrary) -> Option<u64> {
     let function = library.functions.functions(ERRNO_LOCATION).next()?;
     let code = library.image.get(function.offset as usize..)?;
     let mut decoder = Decoder::with_ip(64, code, function.address, DecoderOptions::NONE);
     let load = decoder.decode();
-    if load.mnemonic() != Mnemonic::Mov || !load.is_ip_rel_memory_operand() {
+    if load.mnemonic() != Mnemonic::Mov {
+        return None;
+    }
+    if load.segment_prefix() == Register::FS && load.memory_displacement64() == 0 {
+        let add = decoder.decode();
+        let adds_constant = add.mnemonic() == Mnemonic::Add
+            && add.op0_register() == load.op0_register()
+            && matches!(
+                add.op1_kind(),
+                OpKind::Immediate8to64 | OpKind::Immediate32to64
+            );
+        return adds_constant.then(|| ERRNO_AT_OFFSET | add.immediate(1));
+    }
+    if !load.is_ip_rel_memory_operand() {
         return None;
     }
     let slot = load.ip_rel_memory_address();

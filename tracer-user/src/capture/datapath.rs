@@ -10,8 +10,8 @@ use aya_obj::generated::{
     bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
 use tracer_common::{
-    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, RawRecord,
-    RecordingMasks, TracedThrough, names,
+    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProcessLibrary,
+    RawRecord, RecordingMasks, TracedThrough, call_site_key, names,
 };
 
 use super::{
@@ -125,7 +125,8 @@ pub struct DataPath {
     lost: PerCpuArray<MapData, u64>,
     /// Which probes record (all clear until `set_recording`).
     recording: Array<MapData, RecordingMasks>,
-    errno_slots: HashMap<MapData, u32, u64>,
+    libraries: HashMap<MapData, u32, ProcessLibrary>,
+    call_sites: HashMap<MapData, u64, u8>,
     /// The targets that exec'd (`names::EXECS`).
     execs: HashMap<MapData, u32, u64>,
     traced: HashMap<MapData, u32, u8>,
@@ -196,7 +197,8 @@ impl DataPath {
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
-        let errno_slots = HashMap::try_from(loaded.take_map(names::ERRNO_SLOTS)?)?;
+        let libraries = HashMap::try_from(loaded.take_map(names::LIBRARIES)?)?;
+        let call_sites = HashMap::try_from(loaded.take_map(names::CALL_SITES)?)?;
         let execs = HashMap::try_from(loaded.take_map(names::EXECS)?)?;
         let traced = HashMap::try_from(loaded.take_map(names::TRACED)?)?;
         let own_targets_map = Array::try_from(loaded.take_map(names::OWN_TARGETS)?)?;
@@ -225,7 +227,8 @@ impl DataPath {
             },
             lost,
             recording,
-            errno_slots,
+            libraries,
+            call_sites,
             execs,
             traced,
             own_targets: OwnTargets::default(),
@@ -273,9 +276,18 @@ impl DataPath {
             .context("cannot change which probes record")
     }
 
-    /// Tells the BPF side where process `pid` keeps errno's thread-pointer offset.
-    pub fn set_errno_slot(&mut self, pid: u32, slot: u64) -> Result<()> {
-        Ok(self.errno_slots.insert(pid, slot, 0)?)
+    /// Tells the BPF side the return addresses of library `id`'s own calls of traced functions
+    /// (file offsets).
+    pub fn add_call_sites(&mut self, id: u64, sites: &[u64]) -> Result<()> {
+        for &site in sites {
+            self.call_sites.insert(call_site_key(id, site), 1, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the BPF side what it needs of process `pid`'s C library.
+    pub fn set_library(&mut self, pid: u32, library: ProcessLibrary) -> Result<()> {
+        Ok(self.libraries.insert(pid, library, 0)?)
     }
 
     /// The targets that exec'd since the last call, each with its exec's monotonic time, in

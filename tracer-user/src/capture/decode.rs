@@ -1,42 +1,10 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{
-    Category, EventDef, Field, LAYOUT_COND_WITHOUT_G_REFS, RawRecord, events::classify,
-};
+use tracer_common::{Category, EventDef, Field, RawRecord, events::classify};
 use tracer_model::{TraceRecord, selection::EventSet};
 
-/// `__count` of glibc's `pthread_mutex_t` (byte 4): a recursive mutex's depth.
-const MUTEX_COUNT_WORD: usize = 1;
-/// `__wrefs` of glibc's x86-64 `pthread_cond_t` (glibc 2.25 to 2.40) is at byte 36: word 9; in
-/// 2.41, without `__g_refs`, at byte 28 ([`LAYOUT_COND_WITHOUT_G_REFS`]).
-const COND_WREFS_WORD: usize = 9;
-const COND_WREFS_WORD_WITHOUT_G_REFS: usize = 7;
-/// glibc's x86-64 `pthread_rwlock_t` (glibc >= 2.25): `__readers`, `__writers`,
-/// `__wrphase_futex`, `__writers_futex` are its first four words.
-const RW_READERS_WORD: usize = 0;
-const RW_WRITERS_WORD: usize = 1;
-const RW_WRPHASE_FUTEX_WORD: usize = 2;
-const RW_WRITERS_FUTEX_WORD: usize = 3;
-
-/// Whether a glibc rwlock has threads waiting on it (nptl/pthread_rwlock_common.c):
-/// - readers waiting: `PTHREAD_RWLOCK_RWAITING` in `__readers`;
-/// - a primary writer waiting for readers to leave: `PTHREAD_RWLOCK_WRLOCKED` set while still
-///   in a read phase (`PTHREAD_RWLOCK_WRPHASE` clear);
-/// - secondary writers registered: `__writers` without its hand-over bit;
-/// - a waiter asleep on a futex: `PTHREAD_RWLOCK_FUTEX_USED` in either futex word.
-fn rwlock_has_waiters(words: &[u32]) -> bool {
-    const WRPHASE: u32 = 1;
-    const WRLOCKED: u32 = 2;
-    const RWAITING: u32 = 4;
-    const WRHANDOVER: u32 = 1 << 31;
-    const FUTEX_USED: u32 = 2;
-    let readers = words[RW_READERS_WORD];
-    readers & RWAITING != 0
-        || readers & (WRLOCKED | WRPHASE) == WRLOCKED
-        || words[RW_WRITERS_WORD] & !WRHANDOVER != 0
-        || (words[RW_WRPHASE_FUTEX_WORD] | words[RW_WRITERS_FUTEX_WORD]) & FUTEX_USED != 0
-}
+use super::layouts::Layout;
 
 /// Turns raw records into trace records.
 #[derive(Clone)]
@@ -72,7 +40,7 @@ impl Decoder {
 
     /// `None` for codes the event table does not know (a corrupt or foreign record).
     pub fn decode(&self, raw: &RawRecord) -> Option<TraceRecord> {
-        let (event1, event2) = classify(raw.event1, raw.event2, &raw.object);
+        let (event1, event2) = classify(raw);
         let event = EventDef::find(event1, event2)?;
         if raw.which > 2 {
             return None;
@@ -94,15 +62,12 @@ impl Decoder {
     }
 }
 
-/// glibc's `pthread_mutex_t`: `__owner` (the owner's thread id) is its third word.
-const MUTEX_OWNER_WORD: usize = 2;
-
 /// What the raw record of `record` says of who holds its lock (0: nothing): a mutex lock's
-/// entry carries the mutex's `__owner`, the owner of a lock taken before the trace began.
+/// entry carries the mutex's owner, the owner of a lock taken before the trace began.
 pub fn owner_hint(record: &TraceRecord, raw: &RawRecord) -> u32 {
     let mutex = [Category::Mutex.code(), Category::Rmutex.code()].contains(&record.event1);
     match (mutex, record.which) {
-        (true, 1) => raw.object[MUTEX_OWNER_WORD],
+        (true, 1) => Layout::of(raw).mutex_owner(&raw.object),
         _ => 0,
     }
 }
@@ -117,6 +82,7 @@ fn pointee32(raw: &RawRecord, n: u8) -> i64 {
 }
 
 fn field_value(field: Field, raw: &RawRecord) -> i64 {
+    let layout = Layout::of(raw);
     match field {
         Field::Arg(n) => raw.args[usize::from(n) - 1] as i64,
         // The C functions return int: the upper half of rax is not part of the value.
@@ -127,21 +93,13 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::Zero | Field::Stored64(_) | Field::Stored32(_) => 0,
         Field::Pointee32(n) => pointee32(raw, n),
         Field::Block => i64::from(raw.block),
-        Field::MutexWaiters => i64::from(raw.object[0] as i32 > 1),
-        Field::CondWaiters => {
-            let word = match raw.layout & LAYOUT_COND_WITHOUT_G_REFS {
-                0 => COND_WREFS_WORD,
-                _ => COND_WREFS_WORD_WITHOUT_G_REFS,
-            };
-            i64::from(raw.object[word] >> 3 != 0)
-        }
-        Field::SemCount => i64::from(raw.object[0]),
-        // glibc's barrier (>= 2.25) starts with `in` and `current_round`: the arrivals of the
-        // round in progress are their difference.
-        Field::BarrierWaiting => i64::from(raw.object[0].wrapping_sub(raw.object[1])),
-        Field::RecursionDepth => i64::from(raw.object[MUTEX_COUNT_WORD]),
-        Field::RwReaders => i64::from(raw.object[RW_READERS_WORD] >> 3),
-        Field::RwWaiters => i64::from(rwlock_has_waiters(&raw.object)),
+        Field::MutexWaiters => i64::from(layout.mutex_waiters(&raw.object)),
+        Field::CondWaiters => i64::from(layout.cond_waiters(&raw.object)),
+        Field::SemCount => i64::from(layout.sem_count(&raw.object)),
+        Field::BarrierWaiting => i64::from(layout.barrier_waiting(&raw.object)),
+        Field::RecursionDepth => i64::from(layout.recursion_depth(&raw.object)),
+        Field::RwReaders => i64::from(layout.rw_readers(&raw.object)),
+        Field::RwWaiters => i64::from(layout.rw_waiters(&raw.object)),
         Field::TimespecSec => raw.timespec[0],
         Field::TimespecNsec => raw.timespec[1],
         Field::Errno => i64::from(raw.errno),
@@ -215,7 +173,7 @@ mod tests {
         signal.object[9] = 2 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
         // glibc 2.41's, without __g_refs: __wrefs is word 7, and word 9 is __g_signals[0].
-        signal.layout = LAYOUT_COND_WITHOUT_G_REFS;
+        signal.layout = tracer_common::LAYOUT_COND_WITHOUT_G_REFS;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 0);
         signal.object[7] = 1 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);

@@ -1,14 +1,15 @@
 //! How a record crosses from the kernel to a decoded record: what the kernel offers
-//! ([`features`]), the BPF object, its per-CPU rings
-//! and maps ([`datapath`], with `task_struct` offsets from [`kernel`]), time order across
-//! rings ([`reorder`]), raw record to `tracer_model::TraceRecord` ([`decode`]), and what could
-//! not cross ([`loss`]; [`lossless`] makes the target wait instead).
+//! ([`features`]), the BPF object, its per-CPU rings and maps ([`datapath`], with
+//! `task_struct` offsets from [`kernel`]), time order across rings ([`reorder`]), raw record
+//! to `tracer_model::TraceRecord` ([`decode`], through each C library's object [`layouts`]),
+//! and what could not cross ([`loss`]; [`lossless`] makes the target wait instead).
 
 pub mod datapath;
 pub mod decode;
 pub mod draw;
 pub mod features;
 pub mod kernel;
+pub mod layouts;
 pub mod loader;
 pub mod loss;
 pub mod lossless;
