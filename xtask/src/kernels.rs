@@ -394,17 +394,27 @@ impl Files {
         run(command("cp").arg("-a").args(shared).arg(&inside))
     }
 
-    /// The shared libraries every copied executable links, from the host.
+    /// The shared libraries every copied executable links, from the host: what glibc's ldd
+    /// lists, and the program interpreter, which is all a musl executable needs (musl's
+    /// `libc.so` is its dynamic linker, and glibc's ldd cannot run one).
     fn add_libraries(&mut self) -> Result<()> {
         let mut libraries = BTreeSet::new();
         for executable in &self.executables {
-            let Ok(listed) = command("ldd").arg(executable).output() else {
-                continue;
-            };
-            for word in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
-                if word.starts_with('/') {
-                    libraries.insert(PathBuf::from(word));
-                }
+            for lister in [
+                command("ldd").arg(executable),
+                command("readelf").arg("-lW").arg(executable),
+            ] {
+                let Ok(listed) = lister.output() else {
+                    continue;
+                };
+                let listed = String::from_utf8_lossy(&listed.stdout).replace(']', " ");
+                libraries.extend(
+                    listed
+                        .split_whitespace()
+                        .filter(|word| word.starts_with('/'))
+                        .map(PathBuf::from)
+                        .filter(|path| path.is_file()),
+                );
             }
         }
         for library in libraries {

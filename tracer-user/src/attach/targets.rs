@@ -316,20 +316,50 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
     let Some(code) = library.image.get(start..end) else {
         return Vec::new();
     };
-    let mut decoder = Decoder::with_ip(64, code, file.file_offset, DecoderOptions::NONE);
-    let mut sites = Vec::new();
-    for instruction in &mut decoder {
-        if instruction.mnemonic() == Mnemonic::Call
-            && instruction.op0_kind() == OpKind::NearBranch64
+    let calls: Vec<(u64, u64)> = Decoder::with_ip(64, code, file.file_offset, DecoderOptions::NONE)
+        .into_iter()
+        .filter(|i| i.mnemonic() == Mnemonic::Call && i.op0_kind() == OpKind::NearBranch64)
+        .filter(|i| !c11.iter().any(|&(from, to)| (from..to).contains(&i.ip())))
+        .map(|i| (i.near_branch_target(), i.next_ip()))
+        .collect();
+    // A function that jumps to a traced one (musl's `__acquire_ptc`, which pthread_create
+    // calls, is `jmp pthread_rwlock_rdlock`) returns where it was called from.
+    let reaches_traced = |target: u64| {
+        traced.contains(&target) || forwards_to(code, file.file_offset, target, &traced)
+    };
+    calls
+        .iter()
+        .filter(|&&(target, _)| reaches_traced(target))
+        .map(|&(_, returns_to)| returns_to)
+        .collect()
+}
+
+/// Whether the code at `function` (an address in the space of `base`, within `code`) jumps to
+/// one of `traced` before it returns: a forwarder, whose caller the traced function returns to.
+fn forwards_to(code: &[u8], base: u64, function: u64, traced: &[u64]) -> bool {
+    /// Instructions looked at: forwarders are a few.
+    const FORWARDER_INSTRUCTIONS: usize = 16;
+    let Some(at) = function
+        .checked_sub(base)
+        .and_then(|at| code.get(at as usize..))
+    else {
+        return false;
+    };
+    for instruction in Decoder::with_ip(64, at, function, DecoderOptions::NONE)
+        .into_iter()
+        .take(FORWARDER_INSTRUCTIONS)
+    {
+        if instruction.op0_kind() == OpKind::NearBranch64
+            && instruction.mnemonic() != Mnemonic::Call
             && traced.contains(&instruction.near_branch_target())
-            && !c11
-                .iter()
-                .any(|&(from, to)| (from..to).contains(&instruction.ip()))
         {
-            sites.push(instruction.next_ip());
+            return true;
+        }
+        if matches!(instruction.mnemonic(), Mnemonic::Ret | Mnemonic::Jmp) {
+            return false;
         }
     }
-    sites
+    false
 }
 
 /// Where the calling thread's errno is, from `library`'s `__errno_location`: glibc's loads
