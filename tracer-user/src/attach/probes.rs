@@ -150,7 +150,7 @@ pub static THREAD_START: EventDef = EventDef {
     category: Category::Thread,
     event2: 63,
     name: "thread_start",
-    symbol: "(thread start)",
+    symbol: "(thread_start)",
     flags: 0,
     first: [Field::Zero; 5],
     second: [Field::Zero; 5],
