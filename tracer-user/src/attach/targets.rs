@@ -323,13 +323,16 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
         .map(|i| (i.near_branch_target(), i.next_ip()))
         .collect();
     // A function that jumps to a traced one (musl's `__acquire_ptc`, which pthread_create
-    // calls, is `jmp pthread_rwlock_rdlock`) returns where it was called from.
-    let reaches_traced = |target: u64| {
-        traced.contains(&target) || forwards_to(code, file.file_offset, target, &traced)
-    };
+    // calls, is `jmp pthread_rwlock_rdlock`) returns where it was called from. Each target is
+    // looked at once: most are called from many places.
+    let mut reaches_traced = std::collections::HashMap::new();
     calls
         .iter()
-        .filter(|&&(target, _)| reaches_traced(target))
+        .filter(|&&(target, _)| {
+            *reaches_traced.entry(target).or_insert_with(|| {
+                traced.contains(&target) || forwards_to(code, file.file_offset, target, &traced)
+            })
+        })
         .map(|&(_, returns_to)| returns_to)
         .collect()
 }
