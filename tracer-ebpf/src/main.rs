@@ -390,7 +390,8 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     }
     let regs = ctx.regs;
     // A call inside an open one records nothing; if it calls traced functions in turn, it is
-    // opened all the same, for its own calls inside to be known as such.
+    // opened all the same, for its own calls inside to be known as such. (A binding of its
+    // own: declared mutable above, the verifier counted the entry's frame at 56 bytes.)
     let mut only_opens_call = only_opens_call;
     if flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, cookie.stack_offset) {
         if cookie.function.bytes == 0 || !flags.has(ProbeFlags::RETURN) {
@@ -469,9 +470,9 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
 /// Whether this hit is the C library's own call, not the program's (`ProbeFlags::CALLED_INSIDE`):
 /// it returns to one of the library's own call sites (`CALL_SITES`), or into the function of a
 /// traced call the thread has open, or it was jumped to with that call's return address in
-/// place (a tail call). A call from a signal handler that interrupted the
-/// open call returns into the handler, from deeper in the stack: it is recorded. A call of its
-/// own, to keep the entry's frame small.
+/// place (a tail call). A call from a signal handler that interrupted the open call returns
+/// into the handler, from deeper in the stack: it is recorded. A call of its own, to keep the
+/// entry's frame small.
 #[inline(never)]
 fn called_inside(task: *mut task_struct, regs: *const pt_regs, stack_offset: u16) -> bool {
     // SAFETY: `regs` is the probe's context.
@@ -509,7 +510,8 @@ fn called_inside(task: *mut task_struct, regs: *const pt_regs, stack_offset: u16
 
 /// Whether a spin lock's first try found it held (`ProbeFlags::SPINS`): from the zero flag the
 /// decrement just before the probe left, or else from the lock word (glibc's held when at
-/// most 0, musl's when not 0), read into the slot's unused object words. A call of its own, to keep the entry's frame small.
+/// most 0, musl's when not 0), read into the slot's unused object words. A call of its own,
+/// to keep the entry's frame small.
 #[inline(never)]
 fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs) -> bool {
     /// x86's zero flag, in `eflags`.
