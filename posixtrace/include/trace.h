@@ -86,7 +86,9 @@ typedef struct {
  * the other, little-endian, with no padding: u16, u32, u64 and i64 in their sizes; a string
  * or byte string as a u32 length and that many bytes (no NUL). Fields by event:
  *
- *   posix_trace_start        str filter: the event types filtered out, NUL-separated names
+ *   posix_trace_start        str filter: the event types filtered out, NUL-separated names;
+ *                            u32 contended: 1 when only contended calls are recorded
+ *                            (--contended: an absent lock or unlock did not wait or wake)
  *   posix_trace_stop         u32 auto: 0 when stopped by the controller or at the end,
  *                            non-zero when the stream's until-full policy stopped it
  *   posix_trace_filter       str old, str new: the filters before and after, as in start

@@ -231,6 +231,10 @@ pub struct ProbeCookie {
     /// The traced function's code, kept with an open call when the function calls other
     /// traced functions ([`ProbeFlags::CALLED_INSIDE`]).
     pub function: FunctionSpan,
+    /// The probe is on the call's slow path (`--contended`), where the call blocks or wakes a
+    /// waiter, not at the function's entry: its records are marked
+    /// ([`RawRecord::slow_path`](crate::RawRecord::slow_path)). 1 bit.
+    pub slow_path: bool,
 }
 
 /// Where a traced function's code lies, relative to its probe.
@@ -243,13 +247,14 @@ pub struct FunctionSpan {
 }
 
 impl ProbeCookie {
-    /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), 2 unused,
-    /// stack offset (8), flags (16), the function span's bytes before the probe (8) and size
+    /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), slow path
+    /// (1), 1 unused, stack offset (8), flags (16), the function span's bytes before the probe (8) and size
     /// (16).
     pub const fn encode(self) -> u64 {
         ((self.event1 as u64 & 0x3f) << 58)
             | ((self.event2 as u64 & 0x3f) << 52)
             | ((self.layout as u64 & 0x3) << 50)
+            | ((self.slow_path as u64) << 49)
             | ((self.stack_offset as u64 & 0xff) << 40)
             | ((self.flags.0 as u64) << 24)
             | ((self.function.before_probe as u64) << 16)
@@ -262,6 +267,7 @@ impl ProbeCookie {
             event1: ((cookie >> 58) & 0x3f) as u16,
             event2: ((cookie >> 52) & 0x3f) as u16,
             layout: ((cookie >> 50) & 0x3) as u8,
+            slow_path: (cookie >> 49) & 1 != 0,
             stack_offset: ((cookie >> 40) & 0xff) as u16,
             flags: ProbeFlags((cookie >> 24) as u16),
             function: FunctionSpan {
@@ -295,6 +301,9 @@ pub enum Field {
     Block,
     /// `waiters?` of a glibc mutex: its `__lock` word (offset 0) is 2 when locked with waiters.
     MutexWaiters,
+    /// The thread id holding a mutex when the call found it (`__owner`, a Linux extension): 0
+    /// if it was free, or the library does not say (musl's normal mutex).
+    MutexOwner,
     /// `waiters?` of a glibc condition variable: `__wrefs` (offset 36) >> 3 counts waiters.
     CondWaiters,
     /// `s_count`: the semaphore's value, the low 32 bits of glibc's `sem_t`.
@@ -320,7 +329,7 @@ pub enum Field {
 }
 
 use Field::{
-    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexWaiters, Pointee32, RecursionDepth, Rval,
+    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexOwner, MutexWaiters, Pointee32, RecursionDepth, Rval,
     Rval64, RwReaders, RwWaiters, SemCount, Stored32, Stored64, TimespecNsec, TimespecSec, Zero,
 };
 
@@ -403,6 +412,7 @@ impl EventDef {
                 before_probe: 0,
                 bytes: 0,
             },
+            slow_path: false,
         }
     }
 
@@ -454,6 +464,43 @@ impl EventDef {
     pub fn row(event1: u16, event2: u16) -> Option<usize> {
         let row = *INDEX.get(usize::from(event1))?.get(usize::from(event2))?;
         (usize::from(row) < EVENTS.len()).then_some(usize::from(row))
+    }
+}
+
+/// How `--contended` traces an event's calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContendedProbe {
+    /// Probes on the slow path where the call waits for the object (a lock that finds it
+    /// held): the entry half there, the return half when the waiting function returns.
+    Waits,
+    /// A probe on the slow path where the call wakes a waiter (an unlock that finds waiters):
+    /// its one record there.
+    Wakes,
+    /// Probes at entry and return, as in a full trace: the call blocks by its nature (a
+    /// condition wait, a join, a barrier), or happens once per thread (create, exit).
+    Whole,
+    /// Not traced: the call neither blocks nor wakes, or its slow path is not probed yet
+    /// (semaphores, read-write locks, spin locks, timed locks).
+    Untraced,
+}
+
+impl EventDef {
+    /// How `--contended` traces this event.
+    pub fn contended(&self) -> ContendedProbe {
+        match self.symbol {
+            "pthread_mutex_lock" => ContendedProbe::Waits,
+            "pthread_mutex_unlock" => ContendedProbe::Wakes,
+            "pthread_create"
+            | "pthread_exit"
+            | "pthread_join"
+            | "pthread_timedjoin_np"
+            | "pthread_clockjoin_np"
+            | "pthread_cond_wait"
+            | "pthread_cond_timedwait"
+            | "pthread_cond_clockwait"
+            | "pthread_barrier_wait" => ContendedProbe::Whole,
+            _ => ContendedProbe::Untraced,
+        }
     }
 }
 
@@ -733,7 +780,7 @@ const TABLE: &[EventDef] = &[
         name: "mutex_lock",
         symbol: "pthread_mutex_lock",
         flags: MUTEX_LOCKED,
-        first: [Arg(1), Zero, Zero, Zero, Zero],
+        first: [Arg(1), MutexOwner, Zero, Zero, Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
     EventDef {
@@ -1030,7 +1077,7 @@ const TABLE: &[EventDef] = &[
         name: "rmutex_lock",
         symbol: "pthread_mutex_lock",
         flags: PAIRED,
-        first: [Arg(1), Zero, Zero, Zero, Zero],
+        first: [Arg(1), MutexOwner, Zero, Zero, Zero],
         second: [Rval, Block, RecursionDepth, Zero, Zero],
     },
     EventDef {

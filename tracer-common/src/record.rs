@@ -22,7 +22,11 @@ pub struct RawRecord {
     /// The event's code in its category (the tr line's `event2`).
     pub event2: u16,
     /// 0: single record; 1: entry half; 2: return half.
-    pub which: u16,
+    pub which: u8,
+    /// 1 if the record was taken on the call's slow path (`--contended`: the call was about to
+    /// block, or woke a waiter), not at the function's entry and return: fields that the object
+    /// no longer shows there are known from the path itself (`ProbeCookie::slow_path`).
+    pub slow_path: u8,
     /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
     pub block: u8,
     /// How the traced C library lays out the object copied into `object`: [`LAYOUT_GLIBC`],

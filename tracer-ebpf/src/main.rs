@@ -446,7 +446,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         if !in_ring {
             let record = ptr::addr_of_mut!((*slot).record);
             fill_entry(record, raw_cookie, regs);
-            (*record).which = u16::from(flags.has(ProbeFlags::PAIRED));
+            (*record).which = u8::from(flags.has(ProbeFlags::PAIRED));
         }
         (*slot).nested = 0;
         (*slot).records = u8::from(!only_opens_call);
@@ -567,6 +567,7 @@ fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
         (*record).event1 = cookie.event1;
         (*record).event2 = cookie.event2;
         (*record).layout = cookie.layout;
+        (*record).slow_path = u8::from(cookie.slow_path);
         (*record).args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
         // Through the record's copy of the arguments: a computed offset into the context is
         // not allowed, and a copy on the stack would not fit its budget.
@@ -638,7 +639,9 @@ unsafe fn complete(
     let flags = cookie.flags;
     // SAFETY: per the function's contract.
     let record = unsafe { &mut *record };
-    record.rval = regs.rax as i64;
+    // On the slow path the return is the waiting function's, which returns nothing: the call
+    // then goes on to succeed (`ProbeCookie::slow_path`).
+    record.rval = if cookie.slow_path { 0 } else { regs.rax as i64 };
     // Before it runs the return programs, the kernel puts the address the call returns to
     // back in the instruction pointer: the caller, as `[rsp]` at entry.
     if written_at_return_only(flags) {

@@ -296,8 +296,9 @@ struct Pending {
     caller: u64,
     /// The second argument: a condvar wait's mutex.
     second: u64,
-    /// glibc's `__owner` of a mutex at entry, where known (live tracing): the owner of a lock
-    /// taken before the trace began.
+    /// The mutex's owner when the lock's entry found it (its `MutexOwner` field; 0 if none or
+    /// unknown): the holder of a lock taken before the trace began, or while its taking was
+    /// not recorded (`--contended`).
     owner_hint: u32,
 }
 
@@ -466,12 +467,6 @@ impl Analysis {
 
     /// A record, in time order with the others.
     pub fn record(&mut self, record: &TraceRecord) {
-        self.record_with_owner(record, 0);
-    }
-
-    /// A record in time order; `owner_hint` is glibc's `__owner` of a mutex at a lock's entry
-    /// (0 if unknown).
-    pub fn record_with_owner(&mut self, record: &TraceRecord, owner_hint: u32) {
         let Some((event, role)) = lookup(record.event1, record.event2) else {
             return;
         };
@@ -501,7 +496,7 @@ impl Analysis {
                     object: record.a[0] as u64,
                     caller: record.caller,
                     second: record.a[1] as u64,
-                    owner_hint,
+                    owner_hint: field(record, event, Field::MutexOwner).unwrap_or(0) as u32,
                 };
                 self.pending.insert(key, Some(pending));
                 // A condvar wait lets its mutex go until it returns.
@@ -1143,8 +1138,8 @@ mod tests {
     #[test]
     fn an_owner_from_glibc_closes_a_cycle_the_records_cannot() {
         let mut analysis = Analysis::new(false);
-        analysis.record_with_owner(&rec(1, "mutex_lock", 1, 10, [M2, 0, 0, 0, 0]), 2);
-        analysis.record_with_owner(&rec(2, "mutex_lock", 1, 10, [M1, 0, 0, 0, 0]), 1);
+        analysis.record(&rec(1, "mutex_lock", 1, 10, [M2, 2, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", 1, 10, [M1, 1, 0, 0, 0]));
         let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
         assert_eq!(found.len(), 1);
         let two = found[0].threads.iter().find(|t| t.lwpid == 2).unwrap();

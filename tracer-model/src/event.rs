@@ -145,8 +145,10 @@ macro_rules! system_kinds {
 }
 
 system_kinds! {
-    /// Recording started; `filter` names the event types filtered out (POSIX's event set).
-    Start = 0x8000, "posix_trace_start" { filter: Vec<String> };
+    /// Recording started; `filter` names the event types filtered out (POSIX's event set);
+    /// `contended` set when only contended calls are recorded (`--contended`): a lock or
+    /// unlock absent from the trace did not wait or wake, it was not lost.
+    Start = 0x8000, "posix_trace_start" { filter: Vec<String>, contended: bool };
     /// Recording stopped: `auto` 0 when asked to, non-zero when a policy stopped it.
     Stop = 0x8001, "posix_trace_stop" { auto: u32 };
     /// The filter changed while running.
@@ -545,6 +547,7 @@ mod tests {
         let kinds = [
             SystemKind::Start {
                 filter: vec!["mutex_init".into(), "cond_init".into()],
+                contended: true,
             },
             SystemKind::Stop { auto: 1 },
             SystemKind::ProcessAttach {

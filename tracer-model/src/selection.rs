@@ -4,7 +4,9 @@
 //! the records it [`EventSet::selects`], and the log's START and FILTER events carry its
 //! [`EventSet::filtered_out`] names.
 
-use tracer_common::{Category, EVENTS, EventDef, RecordingMasks, recording_masks};
+use tracer_common::{
+    Category, ContendedProbe, EVENTS, EventDef, RecordingMasks, recording_masks,
+};
 
 /// A set of rows of the event table (`tracer_common::EVENTS`), one bit each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,6 +100,11 @@ impl EventSet {
         EventSet(self.0 & !other.0)
     }
 
+    /// The events in both.
+    pub fn intersection(self, other: Self) -> Self {
+        EventSet(self.0 & other.0)
+    }
+
     /// Whether every event of `self` is in `other`.
     pub fn is_subset(self, other: Self) -> bool {
         self.difference(other).is_empty()
@@ -133,6 +140,14 @@ impl EventSet {
     /// The events whose probes record these: rmutex calls are recorded by the mutex probes.
     pub fn probed(self) -> Self {
         Self::of(self.events().map(EventDef::probed_as))
+    }
+
+    /// The events of the set that `--contended` traces ([`ContendedProbe`]).
+    pub fn contended(self) -> Self {
+        Self::of(
+            self.events()
+                .filter(|e| e.contended() != ContendedProbe::Untraced),
+        )
     }
 
     /// What probes placed for `self` can record: a filter can select these.

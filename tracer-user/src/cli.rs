@@ -5,6 +5,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
+use tracer_common::Category;
 use tracer_model::{
     log::{Layout, LogError, LogFullPolicy, StreamFullPolicy},
     selection::EventSet,
@@ -142,6 +143,12 @@ pub struct Cli {
     #[arg(long, hide = true)]
     pub perf_event_probes: bool,
 
+    /// Trace only where locks are contended: mutex locks that wait and unlocks that wake a
+    /// waiter, probed on glibc's slow paths (an uncontended lock pays nothing), with condition
+    /// waits, joins, barrier waits and thread creation and exit in full
+    #[arg(long)]
+    pub contended: bool,
+
     /// Never lose a record: stop (SIGSTOP) a traced thread that writes to a ring more than half
     /// full, until the tracer has drained the rings (or set THR_TRACE_LOSSLESS to any value)
     #[arg(long)]
@@ -198,10 +205,35 @@ fn default_consumer_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 4).clamp(1, 4))
 }
 
+/// The events of `events` that `--contended` traces. Events named on the command line
+/// (`named`) that it does not trace are refused, as a category it traces nothing of.
+fn contended_events(events: EventSet, named: bool) -> Result<EventSet> {
+    let traced = events.contended();
+    // A category counts as traced if any event asked of it is.
+    let untraced = Category::ALL
+        .into_iter()
+        .map(|category| events.intersection(EventSet::of(category.events())))
+        .filter(|asked| asked.intersection(traced).is_empty())
+        .fold(EventSet::EMPTY, EventSet::union);
+    if (named && !untraced.is_empty()) || traced.is_empty() {
+        usage_bail!(
+            "--contended does not trace {}: their slow paths are not probed yet (it traces \
+             mutex_lock, mutex_unlock and the rmutex ones, cond waits, joins, barrier waits, \
+             thr_create and thr_exit); leave them out, or trace them without --contended",
+            untraced.names().join(", ")
+        );
+    }
+    Ok(traced)
+}
+
 impl Cli {
     pub fn into_config(mut self) -> Result<Config> {
         let events = EventSet::parse(self.events.as_deref().unwrap_or(""))
             .map_err(|error| UsageError(error.to_string()))?;
+        let events = match self.contended {
+            true => contended_events(events, self.events.is_some())?,
+            false => events,
+        };
         let log = match self.list_probes {
             true => None,
             false => self.log_options()?,
@@ -289,6 +321,7 @@ impl Cli {
             empty_programs: self.empty_programs,
             perf_event_probes: self.perf_event_probes,
             probe_at_entry: self.probe_at_entry,
+            contended: self.contended,
             follow: self.follow,
             verbose: self.verbose,
             lossless: self.lossless

@@ -150,7 +150,10 @@ mod tests {
         assert!(!matches(Filter::default().between(None, Some(5 * second))));
         let start = Event::System(SystemEvent::new(
             0,
-            SystemKind::Start { filter: Vec::new() },
+            SystemKind::Start {
+                filter: Vec::new(),
+                contended: false,
+            },
         ));
         let system = Filter::default().events("system");
         assert!(system.matches(&start, || type_of("posix_trace_start")));

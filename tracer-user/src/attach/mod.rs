@@ -8,6 +8,7 @@ pub mod exec_follow;
 pub mod launch;
 pub mod placement;
 pub mod probes;
+pub mod slow_path;
 pub mod symbols;
 pub mod targets;
 pub mod uprobe_links;

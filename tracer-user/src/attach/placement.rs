@@ -24,6 +24,8 @@ use iced_x86::{
 };
 use tracer_common::{EventDef, ProbeFlags};
 
+use super::slow_path;
+
 /// How far into a function a probe may move.
 const MAX_PREFIX_INSTRUCTIONS: usize = 16;
 /// How much of a function is decoded when its symbol has no size.
@@ -113,6 +115,11 @@ enum Why {
         by: Blocker,
     },
     NothingEmulated,
+    /// `--contended`: on the slow path, calling the futex function at this address (whose
+    /// return ends the wait), or making the futex call in line (`None`).
+    SlowPath(Option<u64>),
+    /// `--contended`: no slow path was found.
+    NoSlowPath,
 }
 
 /// What a prefix instruction does that the probe cannot move past.
@@ -168,11 +175,61 @@ impl Placement {
             Why::NothingEmulated => {
                 "single-stepped at the entry: no emulated instruction near it".into()
             }
+            Why::SlowPath(Some(waiting)) => {
+                format!("slow path: calls the futex function at {waiting:#x}")
+            }
+            Why::SlowPath(None) => "slow path: makes the futex call".into(),
+            Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
         };
-        if self.refused {
+        if self.refused && self.why != Why::NoSlowPath {
             format!("{why}; the kernel refuses a uprobe on this instruction: not traced")
         } else {
             why
+        }
+    }
+}
+
+impl Placement {
+    /// A probe on a slow-path `site` (`--contended`) of the function at `function_offset` in
+    /// `image`: its offset from the function's start wraps below it when the site is in code
+    /// the function jumps back to.
+    pub fn on_slow_path(image: &[u8], function_offset: u64, site: slow_path::Site) -> Placement {
+        let code = image.get(site.offset as usize..).unwrap_or_default();
+        let probed = decode(&code[..code.len().min(16)], site.offset).first().copied();
+        Placement {
+            offset: site.offset.wrapping_sub(function_offset),
+            stack_offset: site.stack_offset,
+            emulated: probed.is_some_and(|i| emulates(code, site.offset, &i).is_some()),
+            refused: probed.is_none_or(|i| kernel_refuses(code, site.offset, &i)),
+            after_locked_update: false,
+            probed,
+            why: Why::SlowPath(site.calls),
+        }
+    }
+
+    /// `--contended`'s refusal of a function in which no slow path was found.
+    pub fn without_slow_path() -> Placement {
+        Placement {
+            offset: 0,
+            stack_offset: 0,
+            emulated: false,
+            refused: true,
+            after_locked_update: false,
+            probed: None,
+            why: Why::NoSlowPath,
+        }
+    }
+
+    /// Whether this is [`Placement::without_slow_path`].
+    pub fn lacks_slow_path(&self) -> bool {
+        self.why == Why::NoSlowPath
+    }
+
+    /// The probe's offset from the function's start, signed (a slow path can lie before it).
+    pub fn signed_offset(&self) -> String {
+        match self.offset as i64 {
+            offset if offset < 0 => format!("-{:#x}", offset.unsigned_abs()),
+            offset => format!("+{offset:#x}"),
         }
     }
 }

@@ -17,13 +17,14 @@ use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::Result;
 use tracer_common::{
-    Category, EVENTS, EventDef, Field, FunctionSpan, LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC,
+    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC,
     LAYOUT_MUSL, ProbeFlags, ProcessLibrary, TracedThrough,
 };
 use tracer_model::selection::EventSet;
 
 use super::{
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
+    slow_path,
     symbols::Function,
     targets::{self, PthreadLibrary},
     uprobe_links::Linker,
@@ -52,6 +53,17 @@ pub struct PlannedProbe {
     /// Its event is not selected: the probe only opens the call
     /// ([`ProbeFlags::ONLY_OPENS_CALL`]), for the selected functions it calls.
     pub only_opens_call: bool,
+    /// `--contended`: the probe is on the call's slow path, not at its entry.
+    pub slow_path: Option<slow_path::Site>,
+}
+
+/// How the probes of a run are planned.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlanOptions {
+    /// `--probe-at-entry`: every probe at its function's first instruction.
+    pub at_entry: bool,
+    /// `--contended`: lock calls on their slow paths only ([`ContendedProbe`]).
+    pub contended: bool,
 }
 
 impl PlannedProbe {
@@ -62,26 +74,47 @@ impl PlannedProbe {
 
     /// The file offset of the probed instruction.
     pub fn file_offset(&self) -> u64 {
-        self.function.offset + self.placement.offset
+        self.function.offset.wrapping_add(self.placement.offset)
     }
 
-    /// The cookie flags: the event's and the code's, or only what opening the call needs.
+    /// Where the call's return is probed: the function's entry (a uretprobe), or on a slow
+    /// path the futex function whose return ends the wait.
+    fn return_offset(&self) -> u64 {
+        self.slow_path
+            .and_then(|site| site.calls)
+            .unwrap_or(self.file_offset())
+    }
+
+    /// The cookie flags: the event's and the code's, or only what opening the call needs. A
+    /// waking slow path is the call's one record, written there.
     fn flags(&self) -> ProbeFlags {
+        let event_flags = match self.event.contended() {
+            ContendedProbe::Wakes if self.slow_path.is_some() => {
+                self.event.flags & !ProbeFlags::RETURN
+            }
+            _ => self.event.flags,
+        };
         ProbeFlags(match self.only_opens_call {
             true => ProbeFlags::RETURN | ProbeFlags::ONLY_OPENS_CALL,
-            false => self.event.flags | self.code_flags,
+            false => event_flags | self.code_flags,
         })
     }
 }
 
 /// Where the probes of `events` go in `library`: every definition of each function, each
-/// placed (or at its entry with `at_entry`); then the calls traced functions make to each
-/// other inside the library, which are no calls of the program's ([`mark_calls_inside`]).
-pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<PlannedProbe> {
+/// placed (or at its entry with `at_entry`; with `contended`, on its slow paths where the event
+/// has them); then the calls traced functions make to each other inside the library, which are
+/// no calls of the program's ([`mark_calls_inside`]).
+pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) -> Vec<PlannedProbe> {
     let layout = layout(library);
+    let at_entry = options.at_entry;
     let mut probes: Vec<PlannedProbe> = Vec::new();
     for event in events.events() {
         for function in library.functions.functions(event.symbol) {
+            if options.contended && event.contended() != ContendedProbe::Whole {
+                plan_slow_path(library, event, function, layout, &mut probes);
+                continue;
+            }
             // Two names, one code (glibc aliases pthread_spin_init to pthread_spin_unlock): a
             // call cannot be told apart, so the address gets the probe of the first event.
             let same_code_as = probes
@@ -94,6 +127,9 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<P
         }
     }
     mark_calls_inside(library, layout, at_entry, &mut probes);
+    if options.contended {
+        keep_spans(&mut probes);
+    }
     // musl's libc.so is its dynamic linker too, which takes pthread_mutex_lock, and any of its
     // functions may call a pthread function: a call from its own call sites is not the
     // program's (`targets::own_call_sites`).
@@ -103,6 +139,74 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, at_entry: bool) -> Vec<P
         }
     }
     probes
+}
+
+/// `--contended`: the probes of `event` on the slow paths of `function` (a site another
+/// definition already has is not probed twice), or its refusal if it has none. A slow path is
+/// also reached from inside the library (glibc's condition wait unlocks its mutex through the
+/// code pthread_mutex_unlock jumps to): a hit from inside an open call records nothing.
+fn plan_slow_path(
+    library: &PthreadLibrary,
+    event: &'static EventDef,
+    function: Function,
+    layout: u8,
+    probes: &mut Vec<PlannedProbe>,
+) {
+    let sites = slow_path::sites(
+        &library.image,
+        function.offset,
+        function.size,
+        &library.functions.starts(),
+    );
+    let sites = match event.contended() {
+        ContendedProbe::Waits => slow_path::waiting_sites(&sites),
+        _ => slow_path::waking_sites(&sites),
+    };
+    let probe = |placement: Placement, site: Option<slow_path::Site>| PlannedProbe {
+        event,
+        function,
+        placement,
+        same_code_as: None,
+        layout,
+        code_flags: ProbeFlags::CALLED_INSIDE,
+        span: FunctionSpan::default(),
+        calls_inside: Vec::new(),
+        only_opens_call: false,
+        slow_path: site,
+    };
+    if sites.is_empty() {
+        probes.push(probe(Placement::without_slow_path(), None));
+        return;
+    }
+    for site in sites {
+        let placement = Placement::on_slow_path(&library.image, function.offset, site);
+        let mut planned = probe(placement, Some(site));
+        planned.same_code_as = probes
+            .iter()
+            .find(|p| p.slow_path.is_some() && p.file_offset() == site.offset)
+            .map(|p| p.event);
+        probes.push(planned);
+    }
+}
+
+/// `--contended`: every probe of a whole call keeps its function's code with the open call,
+/// so that a slow path its function reaches inside the library is known as part of it.
+fn keep_spans(probes: &mut [PlannedProbe]) {
+    for probe in probes
+        .iter_mut()
+        .filter(|p| p.slow_path.is_none() && p.flags().has(ProbeFlags::RETURN))
+    {
+        if let (Ok(before_probe), Ok(bytes)) = (
+            u8::try_from(probe.placement.offset),
+            u16::try_from(probe.function.size),
+        ) && probe.span.bytes == 0
+        {
+            probe.span = FunctionSpan {
+                before_probe,
+                bytes,
+            };
+        }
+    }
 }
 
 /// `event`'s probe in `function` of `library`, whose objects are laid out as `layout` says,
@@ -130,6 +234,7 @@ fn place(
         span: FunctionSpan::default(),
         calls_inside: Vec::new(),
         only_opens_call: false,
+        slow_path: None,
     }
 }
 
@@ -288,7 +393,7 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
             "{:<26} {:>#10x} {:>7}  {:<28} {}\n",
             probe.event.symbol,
             probe.function.offset,
-            format!("+{:#x}", probe.placement.offset),
+            probe.placement.signed_offset(),
             probe.placement.instruction(),
             why
         );
@@ -299,7 +404,7 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
 /// What to probe, and every link this run attached.
 pub struct Probes {
     events: EventSet,
-    at_entry: bool,
+    options: PlanOptions,
     /// Each process's own links.
     process_links: HashMap<u32, Vec<OwnedFd>>,
     /// Links with no process filter.
@@ -314,11 +419,11 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Probes for `events`, placed (or at the entry with `at_entry`), attached by `mechanism`.
-    pub fn new(events: EventSet, at_entry: bool, mechanism: UprobeMechanism) -> Result<Self> {
+    /// Probes for `events`, planned as `options` say, attached by `mechanism`.
+    pub fn new(events: EventSet, options: PlanOptions, mechanism: UprobeMechanism) -> Result<Self> {
         Ok(Probes {
             events,
-            at_entry,
+            options,
             process_links: HashMap::new(),
             shared_links: Vec::new(),
             everywhere: Vec::new(),
@@ -368,8 +473,20 @@ impl Probes {
         pid: u32,
         library: &PthreadLibrary,
     ) -> Result<()> {
-        let planned = plan(library, self.events, self.at_entry);
-        for refused in planned.iter().filter(|p| p.placement.refused) {
+        let planned = plan(library, self.events, self.options);
+        for refused in planned.iter().filter(|p| p.placement.lacks_slow_path()) {
+            say!(
+                "thrtrace-bpf: --contended: no slow path found in {} of {} (no call of a \
+                 function making the futex call): its calls are not traced; trace them without \
+                 --contended",
+                refused.event.symbol,
+                library.file.path
+            );
+        }
+        for refused in planned
+            .iter()
+            .filter(|p| p.placement.refused && !p.placement.lacks_slow_path())
+        {
             say!(
                 "thrtrace-bpf: {} cannot be probed at +{:#x} ({}): not traced",
                 refused.event.symbol,
@@ -415,7 +532,7 @@ impl Probes {
     ) -> Result<usize> {
         let mut count = 0;
         if !self.everywhere.contains(&library.file.identity) {
-            let planned = plan(library, self.events, self.at_entry);
+            let planned = plan(library, self.events, self.options);
             count = self.attach(datapath.programs(), 0, library, &planned)?;
             self.everywhere.push(library.file.identity.clone());
         }
@@ -476,9 +593,11 @@ impl Probes {
         let mut entry = ProbeSet::default();
         let mut exit = ProbeSet::default();
         for probe in planned.iter().filter(|p| p.attached()) {
-            entry.push(probe, shared);
-            if probe.flags().has(ProbeFlags::RETURN) {
-                exit.push(probe, shared);
+            entry.push(probe.file_offset(), probe, shared);
+            // Slow-path waits share their futex function's return: probed once.
+            let at = probe.return_offset();
+            if probe.flags().has(ProbeFlags::RETURN) && !exit.offsets.contains(&at) {
+                exit.push(at, probe, shared);
             }
         }
         let file = &library.file.open_path;
@@ -566,7 +685,7 @@ struct ProbeSet {
 }
 
 impl ProbeSet {
-    fn push(&mut self, probe: &PlannedProbe, shared: bool) {
+    fn push(&mut self, offset: u64, probe: &PlannedProbe, shared: bool) {
         let mut cookie = probe
             .event
             .cookie(probe.layout, probe.placement.stack_offset);
@@ -575,7 +694,8 @@ impl ProbeSet {
             cookie.flags.0 |= ProbeFlags::SHARED;
         }
         cookie.function = probe.span;
-        self.offsets.push(probe.file_offset());
+        cookie.slow_path = probe.slow_path.is_some();
+        self.offsets.push(offset);
         self.cookies.push(cookie.encode());
     }
 }

@@ -78,6 +78,11 @@ impl FunctionOffsets {
         self.by_name.get(name).into_iter().flatten().copied()
     }
 
+    /// Where every function read starts (file offsets).
+    pub fn starts(&self) -> std::collections::HashSet<u64> {
+        self.by_name.values().flatten().map(|f| f.offset).collect()
+    }
+
     /// The function read that starts at file offset `offset`, if any.
     pub fn at_offset(&self, offset: u64) -> Option<Function> {
         self.by_name

@@ -1,7 +1,7 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{Category, EventDef, Field, RawRecord, events::classify};
+use tracer_common::{EventDef, Field, RawRecord, events::classify};
 use tracer_model::{TraceRecord, selection::EventSet};
 
 use super::layouts::Layout;
@@ -55,20 +55,10 @@ impl Decoder {
             tid: raw.pthread_self,
             event1,
             event2,
-            which: raw.which,
-            a: event.layout(raw.which).map(|field| field_value(field, raw)),
+            which: u16::from(raw.which),
+            a: event.layout(u16::from(raw.which)).map(|field| field_value(field, raw)),
             caller: raw.caller,
         })
-    }
-}
-
-/// What the raw record of `record` says of who holds its lock (0: nothing): a mutex lock's
-/// entry carries the mutex's owner, the owner of a lock taken before the trace began.
-pub fn owner_hint(record: &TraceRecord, raw: &RawRecord) -> u32 {
-    let mutex = [Category::Mutex.code(), Category::Rmutex.code()].contains(&record.event1);
-    match (mutex, record.which) {
-        (true, 1) => Layout::of(raw).mutex_owner(&raw.object),
-        _ => 0,
     }
 }
 
@@ -93,10 +83,15 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::Zero | Field::Stored64(_) | Field::Stored32(_) => 0,
         Field::Pointee32(n) => pointee32(raw, n),
         Field::Block => i64::from(raw.block),
-        Field::MutexWaiters => i64::from(layout.mutex_waiters(&raw.object)),
+        // A slow-path unlock wakes a waiter: the lock word it cleared said so.
+        Field::MutexWaiters => i64::from(raw.slow_path != 0 || layout.mutex_waiters(&raw.object)),
+        Field::MutexOwner => i64::from(layout.mutex_owner(&raw.object)),
         Field::CondWaiters => i64::from(layout.cond_waiters(&raw.object)),
         Field::SemCount => i64::from(layout.sem_count(&raw.object)),
         Field::BarrierWaiting => i64::from(layout.barrier_waiting(&raw.object)),
+        // A lock that waited did not hold the mutex: it holds it once now, whatever the words
+        // read before its count was set say.
+        Field::RecursionDepth if raw.slow_path != 0 => 1,
         Field::RecursionDepth => i64::from(layout.recursion_depth(&raw.object)),
         Field::RwReaders => i64::from(layout.rw_readers(&raw.object)),
         Field::RwWaiters => i64::from(layout.rw_waiters(&raw.object)),
@@ -112,7 +107,7 @@ mod tests {
 
     use super::*;
 
-    fn raw(event1: u16, event2: u16, which: u16) -> RawRecord {
+    fn raw(event1: u16, event2: u16, which: u8) -> RawRecord {
         RawRecord {
             ktime_ns: 5_000_000_123,
             pthread_self: 0x7f00_0000_1000,

@@ -14,7 +14,7 @@ use tracer_model::TraceRecord;
 
 use super::{
     datapath::{Drained, Rings},
-    decode::{Decoder, owner_hint},
+    decode::Decoder,
 };
 
 /// A record as it waits in the reorder stage, decoded as it was drawn from the ring of `cpu`:
@@ -30,8 +30,6 @@ pub struct Drawn {
     pub cpu: u32,
     /// Records the ring could not take just before it.
     pub lost_before: u32,
-    /// For the live deadlock watch (see `decode::owner_hint`).
-    pub owner_hint: u32,
 }
 
 /// A record just drawn, with what the session needs of it before it waits: when it was stamped
@@ -51,7 +49,6 @@ impl Pulled {
             pid: raw.pid,
             lwpid: raw.lwpid,
             drawn: Drawn {
-                owner_hint: record.as_ref().map_or(0, |record| owner_hint(record, raw)),
                 record,
                 time_ns: decoder.realtime_ns(raw.ktime_ns),
                 cpu,

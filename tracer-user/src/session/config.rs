@@ -33,6 +33,8 @@ pub struct Config {
     pub empty_programs: bool,
     pub perf_event_probes: bool,
     pub probe_at_entry: bool,
+    /// `--contended`: locks traced on their slow paths only.
+    pub contended: bool,
     pub follow: bool,
     pub verbose: bool,
     pub lossless: bool,

@@ -170,16 +170,30 @@ pub struct Recording {
     /// What the filter selects.
     selected: EventSet,
     running: bool,
+    /// `--contended`: only contended calls are recorded.
+    contended: bool,
 }
 
 impl Recording {
-    /// `selected` of the events the probes placed for `probed` record; stopped with `stopped`.
-    pub fn new(probed: EventSet, selected: EventSet, stopped: bool) -> Self {
+    /// `selected` of the events the probes placed for `probed` record; stopped with `stopped`;
+    /// contended calls only with `contended`.
+    pub fn new(probed: EventSet, selected: EventSet, stopped: bool, contended: bool) -> Self {
         Recording {
             recordable: probed.recordable(),
             selected,
             running: !stopped,
+            contended,
         }
+    }
+
+    /// START: POSIX's filter (the event types not recorded), and whether only contended
+    /// calls are.
+    pub fn start_event(&self, time_ns: i64) -> SystemEvent {
+        let kind = SystemKind::Start {
+            filter: self.selected.filtered_out(),
+            contended: self.contended,
+        };
+        SystemEvent::new(time_ns, kind)
     }
 
     pub fn running(&self) -> bool {
@@ -210,13 +224,10 @@ impl Recording {
             return None;
         }
         self.running = running;
-        let kind = match running {
-            true => SystemKind::Start {
-                filter: self.selected.filtered_out(),
-            },
-            false => SystemKind::Stop { auto: 0 },
-        };
-        Some(SystemEvent::new(time_ns, kind))
+        Some(match running {
+            true => self.start_event(time_ns),
+            false => SystemEvent::new(time_ns, SystemKind::Stop { auto: 0 }),
+        })
     }
 
     /// Applies a filter request; the FILTER event, or why it is refused.
@@ -370,7 +381,7 @@ mod tests {
                 .into_iter()
                 .flat_map(Category::events),
         );
-        let mut recording = Recording::new(probed, probed, false);
+        let mut recording = Recording::new(probed, probed, false, false);
         let event = recording.filter(FilterHow::Set, "cond_signal", 7).unwrap();
         assert_eq!(recording.decoded().names(), ["cond_signal"]);
         let SystemKind::Filter { old, new } = event.kind else {
@@ -398,11 +409,17 @@ mod tests {
     #[test]
     fn a_stopped_trace_records_nothing_and_starts_with_its_filter() {
         let all = EventSet::all();
-        let mut recording = Recording::new(all, all, true);
+        let mut recording = Recording::new(all, all, true, true);
         assert_eq!(recording.masks(), [0; 16]);
         assert!(recording.decoded().is_empty());
         let start = recording.set_running(true, 5).unwrap();
-        assert_eq!(start.kind, SystemKind::Start { filter: Vec::new() });
+        assert_eq!(
+            start.kind,
+            SystemKind::Start {
+                filter: Vec::new(),
+                contended: true
+            }
+        );
         assert_eq!(recording.set_running(true, 6), None);
         assert_ne!(recording.masks(), [0; 16]);
         let stop = recording.set_running(false, 7).unwrap();

@@ -41,9 +41,9 @@ impl DeadlockWatch {
         }
     }
 
-    /// A record written, with its `owner_hint`.
-    pub fn record(&mut self, record: &TraceRecord, owner_hint: u32) {
-        self.analysis.record_with_owner(record, owner_hint);
+    /// A record written.
+    pub fn record(&mut self, record: &TraceRecord) {
+        self.analysis.record(record);
     }
 
     pub fn process_exited(&mut self, pid: u32) {

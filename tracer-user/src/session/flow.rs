@@ -405,7 +405,6 @@ impl Session {
             time_ns,
             cpu,
             lost_before,
-            owner_hint,
         } = *drawn;
         if lost_before > 0 {
             let lost = u64::from(lost_before);
@@ -437,7 +436,7 @@ impl Session {
                     self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
                 }
                 if let Some(deadlocks) = self.deadlocks.as_mut() {
-                    deadlocks.record(record, owner_hint);
+                    deadlocks.record(record);
                 }
             }
             // A call of the kind not selected (a plain mutex when only rmutex is).

@@ -6,9 +6,8 @@
 use anyhow::{Context, Result};
 use foldhash::{HashSet, HashSetExt};
 use tracer_model::{
-    event::{SystemEvent, SystemKind, event_types},
+    event::{SystemEvent, event_types},
     log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
-    selection::EventSet,
 };
 
 use super::{
@@ -26,7 +25,7 @@ use crate::{
     attach::{
         exec_follow,
         launch::{self, Launched},
-        probes::{self, Probes},
+        probes::{self, PlanOptions, Probes},
         targets::{self, PthreadLibrary},
     },
     capture::{
@@ -83,7 +82,7 @@ impl Session {
         // The events whose probes record the selected ones: rmutex calls are recorded by the
         // mutex probes (told apart when decoded).
         let probed = config.events.probed();
-        let recording = Recording::new(probed, config.events, config.stopped);
+        let recording = Recording::new(probed, config.events, config.stopped, config.contended);
         // The stream is created now: its start is stamped before any record can be (unless it
         // starts stopped, when a controller's START starts it).
         let created_ktime = kernel::monotonic_ns();
@@ -91,7 +90,7 @@ impl Session {
         let created_ns = decoder.realtime_ns(created_ktime);
         let mut early_events = Vec::new();
         if !config.stopped {
-            early_events.push((created_ktime, start_event(created_ns, config.events)));
+            early_events.push((created_ktime, recording.start_event(created_ns)));
         }
         let signals =
             TraceSignals::catch_and_hold().context("cannot catch SIGINT, SIGTERM and SIGUSR1")?;
@@ -99,7 +98,7 @@ impl Session {
         let controller = control_socket(config)?;
         descriptors::raise_limit();
         let (mut datapath, mechanism) = load(config, &kernel_features, &recording)?;
-        let mut probes = Probes::new(probed, config.probe_at_entry, mechanism)?;
+        let mut probes = Probes::new(probed, plan_options(config), mechanism)?;
         let symbols = probes.symbols();
         let Attached {
             pids: attached_pids,
@@ -386,11 +385,13 @@ fn start_sinks(config: &Config, outputs: Outputs, created_ns: i64) -> Result<Sin
     Ok(Sinks(sinks))
 }
 
-/// START, with POSIX's filter: the event types not recorded.
-fn start_event(time_ns: i64, selected: EventSet) -> SystemEvent {
-    let filter = selected.filtered_out();
-    SystemEvent::new(time_ns, SystemKind::Start { filter })
+fn plan_options(config: &Config) -> PlanOptions {
+    PlanOptions {
+        at_entry: config.probe_at_entry,
+        contended: config.contended,
+    }
 }
+
 
 /// The trace's control socket, listening (in the runtime's context). A name that another
 /// trace has is an error; a socket that cannot be made is one only if `--name` asked for it.
@@ -477,7 +478,7 @@ pub fn list_probes(config: &Config) -> Result<i32> {
         }
         for library in &libraries {
             table += &format!("{} (pid {pid})\n", library.file.path);
-            table += &probes::describe(&probes::plan(library, events, config.probe_at_entry));
+            table += &probes::describe(&probes::plan(library, events, plan_options(config)));
         }
     }
     crate::say::print(&table);
