@@ -91,6 +91,7 @@ pub fn mixed_events() -> Vec<Event> {
             0,
             SystemKind::Start {
                 filter: vec!["mutex_init".into()],
+                contended: false,
             },
         ),
         system(

@@ -184,7 +184,7 @@ fn stop_start_and_filters_act_in_bpf_and_the_log_shows_each_step() {
     };
     assert!(!out(old, "mutex_lock") && !out(old, "cond_signal") && out(old, "rw_rdlock"));
     assert!(out(new, "mutex_lock") && !out(new, "cond_signal"));
-    let SystemKind::Start { filter } = &controls[2] else {
+    let SystemKind::Start { filter, .. } = &controls[2] else {
         unreachable!()
     };
     assert_eq!(filter, old, "START carries the filter in force");

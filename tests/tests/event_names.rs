@@ -56,7 +56,7 @@ fn a_log_names_what_the_selection_filters_out() {
         .events()
         .find_map(|e| match e.unwrap() {
             Event::System(s) => match s.kind {
-                SystemKind::Start { filter } => Some(filter),
+                SystemKind::Start { filter, .. } => Some(filter),
                 _ => None,
             },
             Event::Thread(_) => None,

@@ -100,7 +100,9 @@ fn the_log_holds_what_the_tr_files_hold_with_the_system_events_around_it() {
     assert!(unlock > lock && unlock - lock < 32, "{lock:#x} {unlock:#x}");
 
     let system = system_events(&events);
-    assert!(matches!(&system[0].kind, SystemKind::Start { filter } if filter.is_empty()));
+    assert!(
+        matches!(&system[0].kind, SystemKind::Start { filter, contended: false } if filter.is_empty())
+    );
     assert_eq!(system.last().unwrap().kind, SystemKind::FlushStop);
     assert!(
         system

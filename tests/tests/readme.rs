@@ -20,6 +20,7 @@ fn field_name(event: &EventDef, field: Field) -> String {
         Field::TimespecSec => format!("arg{timespec}.sec"),
         Field::TimespecNsec => format!("arg{timespec}.nsec"),
         Field::Errno => "errno".into(),
+        Field::MutexOwner => "owner".into(),
     }
 }
 

@@ -329,8 +329,9 @@ pub enum Field {
 }
 
 use Field::{
-    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexOwner, MutexWaiters, Pointee32, RecursionDepth, Rval,
-    Rval64, RwReaders, RwWaiters, SemCount, Stored32, Stored64, TimespecNsec, TimespecSec, Zero,
+    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexOwner, MutexWaiters, Pointee32,
+    RecursionDepth, Rval, Rval64, RwReaders, RwWaiters, SemCount, Stored32, Stored64, TimespecNsec,
+    TimespecSec, Zero,
 };
 
 /// One row of the event map.

@@ -194,6 +194,18 @@ impl Durations {
     }
 }
 
+/// A holder that a lock's contended acquisitions waited for.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OwnerStats {
+    /// Acquisitions that found it holding the lock.
+    pub count: u64,
+    /// Nanoseconds they waited, in total.
+    pub wait_total_ns: u64,
+    /// Where it took the lock, the last time that was recorded (0: not recorded, as an
+    /// uncontended acquisition under `--contended`).
+    pub taken_at: u64,
+}
+
 /// A call site's share of a lock's acquisitions and waits.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CallerStats {
@@ -227,6 +239,10 @@ pub struct LockStats {
     /// By caller address (0: unknown, as in tr files).
     #[serde(skip)]
     pub callers: HashMap<u64, CallerStats>,
+    /// The threads its contended acquisitions found holding it (the owner a lock's entry
+    /// read), by thread id.
+    #[serde(skip)]
+    pub owners: HashMap<u32, OwnerStats>,
     #[serde(skip)]
     last_owner: Option<u32>,
 }
@@ -425,6 +441,9 @@ pub struct Analysis {
     recorded_deadlocks: Vec<SystemEvent>,
     /// The lock-order graph, unless left off (`without_lock_order`).
     order: Option<LockOrder>,
+    /// The trace records contended calls only (its START says so): an absent lock or unlock
+    /// did not wait or wake.
+    pub contended_only: bool,
     /// The time of the first record analysed (CLOCK_REALTIME ns).
     pub first_ns: Option<i64>,
     /// The time of the last.
@@ -457,6 +476,7 @@ impl Analysis {
     /// A thread's name (comm), as a system event gives it.
     pub fn system_event(&mut self, event: &SystemEvent) {
         match &event.kind {
+            SystemKind::Start { contended, .. } => self.contended_only |= *contended,
             SystemKind::ThreadName { name } => {
                 self.names.insert(event.lwpid, name.clone());
             }
@@ -549,9 +569,23 @@ impl Analysis {
                         waits,
                         caller: call.caller,
                     };
+                    // Where the owner it found took the lock, while its hold is still known.
+                    let owner_taken_at = self
+                        .holders_of(pid, call.object)
+                        .iter()
+                        .find(|h| h.lwpid == call.owner_hint)
+                        .map_or(0, |h| h.caller);
                     self.acquire(pid, lwpid, call.object, taken, now);
                     if self.stats {
                         let lock = self.lock(pid, call.object, kind);
+                        if call.owner_hint != 0 && call.owner_hint != lwpid {
+                            let owner = lock.owners.entry(call.owner_hint).or_default();
+                            owner.count += 1;
+                            owner.wait_total_ns += wait;
+                            if owner_taken_at != 0 {
+                                owner.taken_at = owner_taken_at;
+                            }
+                        }
                         lock.contended += u64::from(blocked);
                         lock.wait.add(wait);
                         let caller = lock.callers.entry(call.caller).or_default();
@@ -763,6 +797,7 @@ impl Analysis {
                 hold: Durations::default(),
                 wakeups: 0,
                 callers: HashMap::new(),
+                owners: HashMap::new(),
                 last_owner: None,
             });
         // A mutex first seen unlocked and later locked recursively is an rmutex.

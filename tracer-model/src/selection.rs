@@ -4,9 +4,7 @@
 //! the records it [`EventSet::selects`], and the log's START and FILTER events carry its
 //! [`EventSet::filtered_out`] names.
 
-use tracer_common::{
-    Category, ContendedProbe, EVENTS, EventDef, RecordingMasks, recording_masks,
-};
+use tracer_common::{Category, ContendedProbe, EVENTS, EventDef, RecordingMasks, recording_masks};
 
 /// A set of rows of the event table (`tracer_common::EVENTS`), one bit each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

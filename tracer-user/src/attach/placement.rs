@@ -195,7 +195,9 @@ impl Placement {
     /// the function jumps back to.
     pub fn on_slow_path(image: &[u8], function_offset: u64, site: slow_path::Site) -> Placement {
         let code = image.get(site.offset as usize..).unwrap_or_default();
-        let probed = decode(&code[..code.len().min(16)], site.offset).first().copied();
+        let probed = decode(&code[..code.len().min(16)], site.offset)
+            .first()
+            .copied();
         Placement {
             offset: site.offset.wrapping_sub(function_offset),
             stack_offset: site.stack_offset,

@@ -17,8 +17,8 @@ use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::Result;
 use tracer_common::{
-    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC,
-    LAYOUT_MUSL, ProbeFlags, ProcessLibrary, TracedThrough,
+    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, LAYOUT_COND_WITHOUT_G_REFS,
+    LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags, ProcessLibrary, TracedThrough,
 };
 use tracer_model::selection::EventSet;
 

@@ -242,13 +242,15 @@ fn stack_change(instruction: &Instruction) -> StackChange {
         }
         _ => None,
     };
-    let on_rsp = instruction.op0_kind() == OpKind::Register
-        && instruction.op0_register() == Register::RSP;
+    let on_rsp =
+        instruction.op0_kind() == OpKind::Register && instruction.op0_register() == Register::RSP;
     match instruction.mnemonic() {
         Mnemonic::Push | Mnemonic::Pushfq => StackChange::By(8),
         Mnemonic::Pop | Mnemonic::Popfq if !on_rsp => StackChange::By(-8),
         Mnemonic::Sub if on_rsp => immediate().map_or(StackChange::Unknown, StackChange::By),
-        Mnemonic::Add if on_rsp => immediate().map_or(StackChange::Unknown, |n| StackChange::By(-n)),
+        Mnemonic::Add if on_rsp => {
+            immediate().map_or(StackChange::Unknown, |n| StackChange::By(-n))
+        }
         Mnemonic::Lea
             if on_rsp
                 && instruction.memory_base() == Register::RSP
@@ -338,7 +340,10 @@ mod tests {
         };
         assert_eq!(sites, [wake]);
         assert_eq!(waking_sites(&sites), [wake]);
-        assert!(waiting_sites(&sites).is_empty(), "a lock waits only in a call");
+        assert!(
+            waiting_sites(&sites).is_empty(),
+            "a lock waits only in a call"
+        );
     }
 
     #[test]

@@ -56,7 +56,9 @@ impl Decoder {
             event1,
             event2,
             which: u16::from(raw.which),
-            a: event.layout(u16::from(raw.which)).map(|field| field_value(field, raw)),
+            a: event
+                .layout(u16::from(raw.which))
+                .map(|field| field_value(field, raw)),
             caller: raw.caller,
         })
     }

@@ -106,6 +106,8 @@ fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>> {
 struct Report {
     /// Whether callers could be located (a log has their addresses and mappings).
     callers_known: bool,
+    /// The trace records contended calls only (`--contended`).
+    contended_only: bool,
     duration_ns: u64,
     /// When the first record was made (CLOCK_REALTIME ns).
     #[serde(skip)]
@@ -139,6 +141,18 @@ struct LockRow {
     wait_histogram: Vec<u64>,
     hold_histogram: Vec<u64>,
     callers: Vec<CallerRow>,
+    /// The holders its contended acquisitions waited for, most waited for first.
+    owners: Vec<OwnerRow>,
+}
+
+#[derive(Serialize)]
+struct OwnerRow {
+    lwpid: u32,
+    name: String,
+    count: u64,
+    wait_total_ns: u64,
+    /// Where it took the lock, when that acquisition was recorded.
+    taken_at: Option<Location>,
 }
 
 #[derive(Serialize)]
@@ -268,7 +282,7 @@ impl Report {
         let locks: Vec<LockRow> = locks
             .into_iter()
             .take(args.top)
-            .map(|lock| lock_row(lock, symbols))
+            .map(|lock| lock_row(lock, analysis, symbols))
             .collect();
         let threads = analysis
             .threads()
@@ -346,6 +360,7 @@ impl Report {
             .collect();
         Report {
             callers_known,
+            contended_only: analysis.contended_only,
             potential_deadlocks,
             lock_order_incomplete,
             first_ns: analysis.first_ns.unwrap_or(0),
@@ -363,6 +378,11 @@ impl Report {
         if !self.callers_known {
             out += "callers: unknown (tr files and logs without mappings have no caller \
                     addresses; a trace log has them)\n";
+        }
+        if self.contended_only {
+            out += "contended calls only (--contended): a lock is counted when it waited, an \
+                    unlock when it woke a waiter; uncontended calls were not recorded, so hold \
+                    times are not known\n";
         }
         match args.by {
             ReportBy::Lock => self.lock_table(&mut out, args),
@@ -442,6 +462,11 @@ impl Report {
             "avg",
             "max"
         );
+        // Not known from contended calls only: the uncontended takes and releases are absent.
+        let hold = |ns: u64| match self.contended_only {
+            true => "-".to_owned(),
+            false => duration(ns),
+        };
         for lock in &self.locks {
             let _ = writeln!(
                 out,
@@ -454,9 +479,9 @@ impl Report {
                 duration(lock.wait_total_ns),
                 duration(lock.wait_avg_ns),
                 duration(lock.wait_max_ns),
-                duration(lock.hold_total_ns),
-                duration(lock.hold_avg_ns),
-                duration(lock.hold_max_ns),
+                hold(lock.hold_total_ns),
+                hold(lock.hold_avg_ns),
+                hold(lock.hold_max_ns),
             );
             for caller in &lock.callers {
                 let place = match (&caller.file, caller.line, &caller.function) {
@@ -477,9 +502,25 @@ impl Report {
                     duration(caller.wait_total_ns)
                 );
             }
+            for owner in &lock.owners {
+                let taken = owner.taken_at.as_ref().map_or_else(
+                    || "where it took the lock was not recorded".to_owned(),
+                    |at| format!("it took the lock at {at}"),
+                );
+                let _ = writeln!(
+                    out,
+                    "    held by thread {} ({}): waited for {} times, {}; {taken}",
+                    owner.lwpid,
+                    owner.name,
+                    owner.count,
+                    duration(owner.wait_total_ns)
+                );
+            }
             if args.histogram {
                 histogram(out, "wait", &lock.wait_histogram);
-                histogram(out, "hold", &lock.hold_histogram);
+                if !self.contended_only {
+                    histogram(out, "hold", &lock.hold_histogram);
+                }
             }
         }
     }
@@ -521,7 +562,7 @@ impl Report {
     }
 }
 
-fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
+fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> LockRow {
     // Call sites of one source line (an unrolled loop) are one caller.
     let mut callers: Vec<CallerRow> = Vec::new();
     for (&address, stats) in &lock.callers {
@@ -557,6 +598,19 @@ fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
         (b.wait_total_ns, b.count, &a.address).cmp(&(a.wait_total_ns, a.count, &b.address))
     });
     callers.truncate(TOP_CALLERS);
+    let mut owners: Vec<OwnerRow> = lock
+        .owners
+        .iter()
+        .map(|(&lwpid, owner)| OwnerRow {
+            lwpid,
+            name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
+            count: owner.count,
+            wait_total_ns: owner.wait_total_ns,
+            taken_at: (owner.taken_at != 0).then(|| symbols.locate(lock.pid, owner.taken_at)),
+        })
+        .collect();
+    owners.sort_by(|a, b| (b.wait_total_ns, a.lwpid).cmp(&(a.wait_total_ns, b.lwpid)));
+    owners.truncate(TOP_CALLERS);
     let Durations {
         total_ns: wait_total_ns,
         max_ns: wait_max_ns,
@@ -580,6 +634,7 @@ fn lock_row(lock: &LockStats, symbols: &mut Symbols) -> LockRow {
         wait_histogram: lock.wait.log2.clone(),
         hold_histogram: lock.hold.log2.clone(),
         callers,
+        owners,
     }
 }
 

@@ -392,7 +392,6 @@ fn plan_options(config: &Config) -> PlanOptions {
     }
 }
 
-
 /// The trace's control socket, listening (in the runtime's context). A name that another
 /// trace has is an error; a socket that cannot be made is one only if `--name` asked for it.
 fn control_socket(config: &Config) -> Result<Option<Controller>> {
