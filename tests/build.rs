@@ -18,10 +18,11 @@ const FREESTANDING: [&str; 1] = ["no_pthread"];
 const SHARED: [&str; 1] = ["interpose"];
 /// Workloads also built against each other glibc, and with musl: every category's story, and
 /// what the tests of glibc 2.31's libpthread.so.0 trace.
-const OTHER_GLIBC: [&str; 13] = [
+const OTHER_GLIBC: [&str; 14] = [
     "barrier_rounds",
     "cond_prodcons",
     "cond_waiters",
+    "contention",
     "handler_call",
     "lock_story",
     "mutex_contend",

@@ -1,7 +1,11 @@
-//! `--contended` (issue 28): locks traced on glibc's slow paths only. lock_story's contention
-//! is certain by construction (the main thread holds the mutex HOLD_MS while WAITERS threads
-//! lock it), so the contended-only trace must hold exactly the full trace's blocked locks and
-//! waking unlocks, with the same callers and the owner the waiters found, on every glibc.
+//! `--contended` (issue 28): locks traced on glibc's slow paths only. The contention
+//! workload's contention is certain by construction (the main thread holds a mutex HOLD_MS
+//! while WAITERS threads lock it, and posts a semaphore they all wait on only after HOLD_MS),
+//! so the contended-only trace must hold exactly the full trace's blocked calls, with the same
+//! callers, the owner the waiters found, and none of the uncontended calls each thread also
+//! makes, on every glibc.
+
+use std::collections::HashMap;
 
 use thrtrace_tests::{
     TempDir, bpf_available, codes, every_libc, field, is_musl, read_trace, run_tracer, workload_arg,
@@ -15,17 +19,28 @@ use tracer_model::{
 const ROUNDS: u64 = 4;
 const HOLD_MS: u64 = 30;
 const WAITERS: u64 = 3;
+/// Uncontended lock+unlock and post+wait pairs each thread makes between rounds.
+const WORK: u64 = 50;
 
-/// lock_story `build` traced with `options` into tr files and a log in a new directory: the
-/// directory, the workload's pid, the contended mutex's address and every record in time
-/// order.
-fn story(build: &str, options: &[&str]) -> (TempDir, u32, u64, Vec<TraceRecord>) {
+/// A traced run of the contention workload.
+struct Story {
+    dir: TempDir,
+    pid: u32,
+    /// The two mutexes and the semaphore the waiters block on.
+    first: u64,
+    second: u64,
+    sem: u64,
+    records: Vec<TraceRecord>,
+}
+
+/// The contention workload `build` traced with `options` into tr files and a log.
+fn story(build: &str, options: &[&str]) -> Story {
     let dir = TempDir::new("contended");
     let mut args: Vec<String> = options.iter().map(ToString::to_string).collect();
     args.extend(
         [
             "--events",
-            "mutex:rmutex",
+            "mutex:rmutex:sema",
             "--dir",
             ".",
             "--log",
@@ -35,146 +50,168 @@ fn story(build: &str, options: &[&str]) -> (TempDir, u32, u64, Vec<TraceRecord>)
             &ROUNDS.to_string(),
             &HOLD_MS.to_string(),
             &WAITERS.to_string(),
+            &WORK.to_string(),
         ]
         .map(String::from),
     );
     let run = run_tracer(dir.path(), &args);
     assert!(run.status.success(), "{args:?}: {run:?}");
-    let first = run.stdout.lines().next().unwrap();
-    let mutex = field::<u64>(first, "contended");
+    let first_line = run.stdout.lines().next().unwrap();
     let mut records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
     records.sort_by_key(TraceRecord::time_ns);
-    let pid = records.first().map_or(0, |r| r.pid);
-    (dir, pid, mutex, records)
+    Story {
+        pid: records.first().map_or(0, |r| r.pid),
+        first: field(first_line, "first"),
+        second: field(first_line, "second"),
+        sem: field(first_line, "sem"),
+        records,
+        dir,
+    }
 }
 
-/// The records of `event` (which half) on `mutex`, by thread: entry halves carry the mutex in
-/// a1, returns are matched to them through the thread's entry before.
-fn on_mutex(records: &[TraceRecord], mutex: u64, name: &str, which: u16) -> Vec<TraceRecord> {
+/// The calls of event `name` on `object`: each one's first record (entry half, or its one
+/// record) with its return half if it has one.
+fn calls(
+    records: &[TraceRecord],
+    name: &str,
+    object: u64,
+) -> Vec<(TraceRecord, Option<TraceRecord>)> {
     let code = codes(name);
-    let mut last_entry_on_mutex = std::collections::HashMap::new();
-    let mut found = Vec::new();
+    let mut open: HashMap<u32, usize> = HashMap::new();
+    let mut found: Vec<(TraceRecord, Option<TraceRecord>)> = Vec::new();
     for record in records.iter().filter(|r| (r.event1, r.event2) == code) {
         match record.which {
-            1 => {
-                last_entry_on_mutex.insert(record.lwpid, record.a[0] as u64 == mutex);
-            }
             2 => {
-                if which == 2 && last_entry_on_mutex.get(&record.lwpid) == Some(&true) {
-                    found.push(*record);
+                if let Some(index) = open.remove(&record.lwpid) {
+                    found[index].1 = Some(*record);
                 }
-                continue;
+            }
+            which if record.a[0] as u64 == object => {
+                if which == 1 {
+                    open.insert(record.lwpid, found.len());
+                }
+                found.push((*record, None));
             }
             _ => {}
-        }
-        if record.which == which && record.a[0] as u64 == mutex {
-            found.push(*record);
         }
     }
     found
 }
 
-/// Each lock's wait (entry to return) on `mutex`, in nanoseconds, summed.
-fn total_wait_ns(records: &[TraceRecord], mutex: u64) -> i128 {
-    let code = codes("mutex_lock");
-    let mut since = std::collections::HashMap::new();
-    let mut total = 0;
-    for record in records.iter().filter(|r| (r.event1, r.event2) == code) {
-        match record.which {
-            1 if record.a[0] as u64 == mutex => {
-                since.insert(record.lwpid, record.time_ns());
-            }
-            2 => {
-                if let Some(entry) = since.remove(&record.lwpid) {
-                    total += record.time_ns() - entry;
-                }
-            }
-            _ => {}
-        }
-    }
-    total
+/// The nanoseconds between each call's entry and return, summed.
+fn total_wait_ns(calls: &[(TraceRecord, Option<TraceRecord>)]) -> i128 {
+    calls
+        .iter()
+        .filter_map(|(entry, back)| Some(back.as_ref()?.time_ns() - entry.time_ns()))
+        .sum()
+}
+
+/// Where the calls were made from, as the offsets in their page (the runs map the workload
+/// at different addresses).
+fn callers(calls: &[(TraceRecord, Option<TraceRecord>)]) -> Vec<u64> {
+    let mut callers: Vec<u64> = calls
+        .iter()
+        .map(|(entry, _)| entry.caller & 0xfff)
+        .collect();
+    callers.sort_unstable();
+    callers.dedup();
+    callers
 }
 
 #[test]
-fn a_contended_trace_holds_exactly_the_full_traces_blocked_locks_and_waking_unlocks() {
+fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
     if !bpf_available("contended_counts") {
         return;
     }
-    for build in every_libc("contended_counts", "lock_story") {
+    let contended_calls = (ROUNDS * WAITERS) as usize;
+    for build in every_libc("contended_counts", "contention") {
         if is_musl(&build) {
             continue;
         }
-        let (_full_dir, _, full_mutex, full) = story(&build, &[]);
-        let (dir, pid, mutex, contended) = story(&build, &["--contended"]);
+        let full = story(&build, &[]);
+        let slow = story(&build, &["--contended"]);
 
-        let blocked: Vec<TraceRecord> = on_mutex(&full, full_mutex, "mutex_lock", 2)
-            .into_iter()
-            .filter(|r| r.a[1] == 1)
-            .collect();
-        let waited = on_mutex(&contended, mutex, "mutex_lock", 2);
-        assert_eq!(
-            blocked.len() as u64,
-            ROUNDS * WAITERS,
-            "{build}: full trace"
-        );
-        assert_eq!(waited.len(), blocked.len(), "{build}: {contended:#?}");
-        for lock in &waited {
-            assert_eq!(lock.a[..2], [0, 1], "{build}: rval 0, block? 1: {lock:?}");
-        }
-        // Every waiter found the main thread (lwpid = pid) holding the mutex.
-        let entries = on_mutex(&contended, mutex, "mutex_lock", 1);
-        assert_eq!(entries.len(), waited.len(), "{build}");
-        for entry in &entries {
+        for (name, objects) in [
+            (
+                "mutex_lock",
+                [full.first, full.second, slow.first, slow.second],
+            ),
+            ("sema_wait", [full.sem, 0, slow.sem, 0]),
+        ] {
+            let waited = |story: &Story, objects: [u64; 2]| {
+                let mut all = calls(&story.records, name, objects[0]);
+                all.extend(calls(&story.records, name, objects[1]));
+                all
+            };
+            let full_calls = waited(&full, [objects[0], objects[1]]);
+            let slow_calls = waited(&slow, [objects[2], objects[3]]);
+            // The full trace's blocked ones: block? for a lock, s_count 0 at entry for a wait.
+            let blocked: Vec<_> = full_calls
+                .iter()
+                .filter(|(entry, back)| match name {
+                    "mutex_lock" => back.is_some_and(|b| b.a[1] == 1),
+                    _ => entry.a[1] == 0,
+                })
+                .copied()
+                .collect();
+            assert_eq!(blocked.len(), contended_calls, "{build} {name}: full trace");
             assert_eq!(
-                entry.a[1],
-                i64::from(pid),
-                "{build}: owner found: {entry:?}"
+                slow_calls.len(),
+                contended_calls,
+                "{build} {name}: {slow_calls:#?}"
+            );
+            for (entry, back) in &slow_calls {
+                let back = back.unwrap_or_else(|| panic!("{build} {name}: no return: {entry:?}"));
+                assert_eq!(back.a[0], 0, "{build} {name}: rval: {back:?}");
+                if name == "mutex_lock" {
+                    assert_eq!(back.a[1], 1, "{build}: block?: {back:?}");
+                    // Every waiter found the main thread (lwpid = pid) holding the mutex.
+                    assert_eq!(entry.a[1], i64::from(slow.pid), "{build}: owner: {entry:?}");
+                }
+            }
+            assert_eq!(callers(&slow_calls), callers(&blocked), "{build} {name}");
+            let (full_wait, wait) = (total_wait_ns(&blocked), total_wait_ns(&slow_calls));
+            assert!(
+                (wait - full_wait).abs() * 20 <= full_wait,
+                "{build} {name}: waits {wait} ns against {full_wait} ns in full"
             );
         }
-        // The same call site as the full trace's blocked locks: the caller, not glibc.
-        let callers = |records: &[TraceRecord]| {
-            let mut callers: Vec<u64> = records.iter().map(|r| r.caller & 0xfff).collect();
-            callers.dedup();
-            callers
-        };
-        let full_entries: Vec<TraceRecord> = on_mutex(&full, full_mutex, "mutex_lock", 1)
-            .into_iter()
-            .filter(|r| r.lwpid != r.pid)
-            .collect();
-        assert_eq!(callers(&entries), callers(&full_entries), "{build}");
 
-        let waking = |records: &[TraceRecord], mutex: u64| -> Vec<TraceRecord> {
-            on_mutex(records, mutex, "mutex_unlock", 0)
-                .into_iter()
-                .filter(|r| r.a[2] == 1)
-                .collect()
-        };
-        let unlocks = on_mutex(&contended, mutex, "mutex_unlock", 0);
-        assert_eq!(
-            unlocks.len(),
-            waking(&full, full_mutex).len(),
-            "{build}: waking unlocks"
-        );
-        assert_eq!(unlocks.len(), waking(&contended, mutex).len(), "{build}");
-        assert!(unlocks.len() as u64 >= ROUNDS, "{build}: {unlocks:?}");
-        // Nothing else of the mutexes: the recursive one is never contended.
-        let mutex_records = contended
+        // Unlocks that woke a waiter, and posts that did: as many as in the full trace.
+        for (name, waiters_field) in [("mutex_unlock", 2), ("sema_post", usize::MAX)] {
+            let woke = |story: &Story, objects: &[u64]| -> Vec<TraceRecord> {
+                objects
+                    .iter()
+                    .flat_map(|&o| calls(&story.records, name, o))
+                    .map(|(record, _)| record)
+                    .filter(|r| waiters_field == usize::MAX || r.a[waiters_field] == 1)
+                    .collect()
+            };
+            let full_woke = woke(&full, &[full.first, full.second, full.sem]);
+            let slow_woke = woke(&slow, &[slow.first, slow.second, slow.sem]);
+            assert_eq!(slow_woke.len(), full_woke.len(), "{build} {name}");
+            assert!(
+                slow_woke.len() as u64 >= ROUNDS,
+                "{build} {name}: {slow_woke:?}"
+            );
+        }
+
+        // Nothing of the uncontended calls: every mutex and semaphore record is on the three.
+        let others: Vec<&TraceRecord> = slow
+            .records
             .iter()
-            .filter(|r| [2, 6].contains(&r.event1))
-            .count();
-        assert_eq!(mutex_records, 2 * waited.len() + unlocks.len(), "{build}");
-
-        let (full_wait, wait) = (
-            total_wait_ns(&full, full_mutex),
-            total_wait_ns(&contended, mutex),
-        );
+            .filter(|r| [2, 4, 6].contains(&r.event1) && r.which != 2)
+            .filter(|r| ![slow.first, slow.second, slow.sem].contains(&(r.a[0] as u64)))
+            .collect();
         assert!(
-            (wait - full_wait).abs() * 20 <= full_wait,
-            "{build}: waits {wait} ns against {full_wait} ns in full"
+            others.is_empty(),
+            "{build}: uncontended calls recorded: {others:#?}"
         );
+        let full_others = full.records.len() - slow.records.len();
+        assert!(full_others as u64 >= 4 * WORK * ROUNDS * WAITERS, "{build}");
 
         // The log says what kind of trace it is; the report shows the owner waited for.
-        let start = LogReader::open(&dir.path().join("app.ptl"))
+        let start = LogReader::open(&slow.dir.path().join("app.ptl"))
             .unwrap()
             .events()
             .map(Result::unwrap)
@@ -187,22 +224,28 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_locks_and_waking_unlo
             });
         assert_eq!(start, Some(true), "{build}");
         let run = run_tracer(
-            dir.path(),
+            slow.dir.path(),
             &["report", "--format", "json", "--top", "100", "app.ptl"],
         );
         assert!(run.status.success(), "{run:?}");
         let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
         assert_eq!(report["contended_only"], true);
-        let lock = report["locks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["address"] == format!("{mutex:#x}"))
-            .unwrap_or_else(|| panic!("{build}: no lock {mutex:#x} in {report:#}"));
-        assert_eq!(lock["contended"], ROUNDS * WAITERS, "{build}");
-        assert_eq!(lock["owners"][0]["lwpid"], pid, "{build}: {lock:#}");
-        assert_eq!(lock["owners"][0]["count"], ROUNDS * WAITERS, "{build}");
-        let run = run_tracer(dir.path(), &["report", "app.ptl"]);
+        let lock = |address: u64| {
+            report["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["address"] == format!("{address:#x}"))
+                .unwrap_or_else(|| panic!("{build}: no lock {address:#x} in {report:#}"))
+        };
+        for mutex in [slow.first, slow.second] {
+            let lock = lock(mutex);
+            assert_eq!(lock["contended"], ROUNDS * WAITERS / 2, "{build}: {lock:#}");
+            assert_eq!(lock["owners"][0]["lwpid"], slow.pid, "{build}: {lock:#}");
+            assert_eq!(lock["owners"][0]["count"], ROUNDS * WAITERS / 2, "{build}");
+        }
+        assert_eq!(lock(slow.sem)["acquisitions"], ROUNDS * WAITERS, "{build}");
+        let run = run_tracer(slow.dir.path(), &["report", "app.ptl"]);
         assert!(
             run.stdout.starts_with("contended calls only (--contended)"),
             "{}",
@@ -216,13 +259,13 @@ fn what_contended_mode_cannot_trace_is_refused_by_name() {
     let dir = TempDir::new("contended-refused");
     let run = run_tracer(
         dir.path(),
-        &["--contended", "--events", "mutex:sema", "--", "/bin/true"],
+        &["--contended", "--events", "mutex:rwlock", "--", "/bin/true"],
     );
     assert_eq!(run.status.code(), Some(2), "{run:?}");
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("--contended does not trace sema_init, sema_wait")
+            .contains("--contended does not trace rwlock_init, rw_rdlock")
             && run.stderr.contains("without --contended"),
         "{}",
         run.stderr
@@ -235,7 +278,7 @@ fn musl_has_no_slow_path_found_and_says_so_by_function() {
     if !bpf_available("contended_musl") {
         return;
     }
-    for build in every_libc("contended_musl", "lock_story")
+    for build in every_libc("contended_musl", "contention")
         .into_iter()
         .filter(|b| b.ends_with("_musl"))
     {

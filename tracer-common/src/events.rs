@@ -235,6 +235,10 @@ pub struct ProbeCookie {
     /// waiter, not at the function's entry: its records are marked
     /// ([`RawRecord::slow_path`](crate::RawRecord::slow_path)). 1 bit.
     pub slow_path: bool,
+    /// On a slow path, the waiting function's return is the call's own (sem_wait jumps to its
+    /// slow path): its value is the call's result. Otherwise a slow path's return is that of a
+    /// function that returns nothing, after which the call succeeds: its result is 0. 1 bit.
+    pub returns_result: bool,
 }
 
 /// Where a traced function's code lies, relative to its probe.
@@ -248,13 +252,14 @@ pub struct FunctionSpan {
 
 impl ProbeCookie {
     /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), slow path
-    /// (1), 1 unused, stack offset (8), flags (16), the function span's bytes before the probe (8) and size
+    /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before the probe (8) and size
     /// (16).
     pub const fn encode(self) -> u64 {
         ((self.event1 as u64 & 0x3f) << 58)
             | ((self.event2 as u64 & 0x3f) << 52)
             | ((self.layout as u64 & 0x3) << 50)
             | ((self.slow_path as u64) << 49)
+            | ((self.returns_result as u64) << 48)
             | ((self.stack_offset as u64 & 0xff) << 40)
             | ((self.flags.0 as u64) << 24)
             | ((self.function.before_probe as u64) << 16)
@@ -268,6 +273,7 @@ impl ProbeCookie {
             event2: ((cookie >> 52) & 0x3f) as u16,
             layout: ((cookie >> 50) & 0x3) as u8,
             slow_path: (cookie >> 49) & 1 != 0,
+            returns_result: (cookie >> 48) & 1 != 0,
             stack_offset: ((cookie >> 40) & 0xff) as u16,
             flags: ProbeFlags((cookie >> 24) as u16),
             function: FunctionSpan {
@@ -414,6 +420,7 @@ impl EventDef {
                 bytes: 0,
             },
             slow_path: false,
+            returns_result: false,
         }
     }
 
@@ -481,7 +488,8 @@ pub enum ContendedProbe {
     /// condition wait, a join, a barrier), or happens once per thread (create, exit).
     Whole,
     /// Not traced: the call neither blocks nor wakes, or its slow path is not probed yet
-    /// (semaphores, read-write locks, spin locks, timed locks).
+    /// (read-write locks, whose waits are on futexes inside the lock, in loops; spin locks;
+    /// timed locks).
     Untraced,
 }
 
@@ -489,8 +497,8 @@ impl EventDef {
     /// How `--contended` traces this event.
     pub fn contended(&self) -> ContendedProbe {
         match self.symbol {
-            "pthread_mutex_lock" => ContendedProbe::Waits,
-            "pthread_mutex_unlock" => ContendedProbe::Wakes,
+            "pthread_mutex_lock" | "sem_wait" => ContendedProbe::Waits,
+            "pthread_mutex_unlock" | "sem_post" => ContendedProbe::Wakes,
             "pthread_create"
             | "pthread_exit"
             | "pthread_join"
@@ -1278,6 +1286,10 @@ mod tests {
                     before_probe: 0xff,
                     bytes: 0xffff,
                 };
+                assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                cookie.slow_path = true;
+                assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                cookie.returns_result = true;
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
             }
         }

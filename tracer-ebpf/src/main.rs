@@ -639,9 +639,13 @@ unsafe fn complete(
     let flags = cookie.flags;
     // SAFETY: per the function's contract.
     let record = unsafe { &mut *record };
-    // On the slow path the return is the waiting function's, which returns nothing: the call
-    // then goes on to succeed (`ProbeCookie::slow_path`).
-    record.rval = if cookie.slow_path { 0 } else { regs.rax as i64 };
+    // On a slow path the return is the waiting function's, which returns nothing unless the
+    // call passed itself on to it (`ProbeCookie::returns_result`): the call then succeeds.
+    record.rval = if cookie.slow_path && !cookie.returns_result {
+        0
+    } else {
+        regs.rax as i64
+    };
     // Before it runs the return programs, the kernel puts the address the call returns to
     // back in the instruction pointer: the caller, as `[rsp]` at entry.
     if written_at_return_only(flags) {

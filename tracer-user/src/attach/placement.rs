@@ -115,9 +115,8 @@ enum Why {
         by: Blocker,
     },
     NothingEmulated,
-    /// `--contended`: on the slow path, calling the futex function at this address (whose
-    /// return ends the wait), or making the futex call in line (`None`).
-    SlowPath(Option<u64>),
+    /// `--contended`: on a slow path.
+    SlowPath(slow_path::Site),
     /// `--contended`: no slow path was found.
     NoSlowPath,
 }
@@ -175,10 +174,16 @@ impl Placement {
             Why::NothingEmulated => {
                 "single-stepped at the entry: no emulated instruction near it".into()
             }
-            Why::SlowPath(Some(waiting)) => {
-                format!("slow path: calls the futex function at {waiting:#x}")
-            }
-            Why::SlowPath(None) => "slow path: makes the futex call".into(),
+            Why::SlowPath(site) => match (site.calls, site.passes_on) {
+                (Some(waiting), true) => format!(
+                    "slow path: passes the call on to {waiting:#x}, which waits (its return is \
+                     the call's)"
+                ),
+                (Some(waiting), false) => {
+                    format!("slow path: calls the futex function at {waiting:#x}")
+                }
+                (None, _) => "slow path: makes the futex call".into(),
+            },
             Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
         };
         if self.refused && self.why != Why::NoSlowPath {
@@ -205,7 +210,7 @@ impl Placement {
             refused: probed.is_none_or(|i| kernel_refuses(code, site.offset, &i)),
             after_locked_update: false,
             probed,
-            why: Why::SlowPath(site.calls),
+            why: Why::SlowPath(site),
         }
     }
 

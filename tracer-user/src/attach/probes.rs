@@ -152,16 +152,17 @@ fn plan_slow_path(
     layout: u8,
     probes: &mut Vec<PlannedProbe>,
 ) {
+    let wanted = match event.contended() {
+        ContendedProbe::Waits => slow_path::Futex::Waits,
+        _ => slow_path::Futex::Wakes,
+    };
     let sites = slow_path::sites(
         &library.image,
         function.offset,
         function.size,
         &library.functions.starts(),
+        wanted,
     );
-    let sites = match event.contended() {
-        ContendedProbe::Waits => slow_path::waiting_sites(&sites),
-        _ => slow_path::waking_sites(&sites),
-    };
     let probe = |placement: Placement, site: Option<slow_path::Site>| PlannedProbe {
         event,
         function,
@@ -695,6 +696,7 @@ impl ProbeSet {
         }
         cookie.function = probe.span;
         cookie.slow_path = probe.slow_path.is_some();
+        cookie.returns_result = probe.slow_path.is_some_and(|site| site.passes_on);
         self.offsets.push(offset);
         self.cookies.push(cookie.encode());
     }

@@ -1,0 +1,91 @@
+/* Contention certain by construction, on two mutexes and a semaphore, for `--contended`.
+ * Usage: contention ROUNDS HOLD_MS WAITERS [WORK]
+ * Each round: the main thread locks mutex `first` or `second` (alternately), lets the WAITERS
+ * threads go, keeps it HOLD_MS and unlocks it; each waiter locks it (line WAIT_MUTEX), blocks
+ * until then and unlocks it, then waits on `sem` (line WAIT_SEM, value 0); once every waiter
+ * waits, the main thread sleeps HOLD_MS and posts once per waiter. Every waiter's lock and
+ * sem_wait therefore blocks: ROUNDS * WAITERS of each. The next round starts once every waiter
+ * is through. Between rounds each thread makes WORK uncontended lock+unlock pairs on a mutex of
+ * its own and post+wait pairs on a semaphore of its own (default 0).
+ * Prints "first=ADDR second=ADDR sem=ADDR" first, then "ns_per_op=X ops=N": wall time of the
+ * whole run per round. The threads wait for one another with atomics and usleep, not with
+ * traced calls. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_mutex_t first = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t second = PTHREAD_MUTEX_INITIALIZER;
+static sem_t sem;
+static atomic_int round_open, waiting, done;
+static int rounds, hold_ms;
+static long work;
+
+/* Uncontended calls: a mutex and a semaphore of the caller's own. */
+static void uncontended(void) {
+    pthread_mutex_t own = PTHREAD_MUTEX_INITIALIZER;
+    sem_t own_sem;
+    sem_init(&own_sem, 0, 0);
+    for (long i = 0; i < work; i++) {
+        pthread_mutex_lock(&own);
+        pthread_mutex_unlock(&own);
+        sem_post(&own_sem);
+        sem_wait(&own_sem);
+    }
+    sem_destroy(&own_sem);
+}
+
+static pthread_mutex_t *of_round(int r) { return r % 2 ? &first : &second; }
+
+static void *waiter(void *arg) {
+    char name[16];
+    snprintf(name, sizeof name, "waiter-%ld", (long)arg);
+    pthread_setname_np(pthread_self(), name);
+    for (int r = 1; r <= rounds; r++) {
+        while (atomic_load(&round_open) < r) usleep(100);
+        pthread_mutex_lock(of_round(r)); /* WAIT_MUTEX */
+        pthread_mutex_unlock(of_round(r));
+        atomic_fetch_add(&waiting, 1);
+        sem_wait(&sem); /* WAIT_SEM */
+        atomic_fetch_add(&done, 1);
+        uncontended();
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    rounds = argc > 1 ? atoi(argv[1]) : 3;
+    hold_ms = argc > 2 ? atoi(argv[2]) : 50;
+    long waiters = argc > 3 ? atol(argv[3]) : 2;
+    work = argc > 4 ? atol(argv[4]) : 0;
+    pthread_t ids[16];
+    struct timespec start, end;
+    if (rounds < 1 || waiters < 1 || waiters > 16) return 2;
+    sem_init(&sem, 0, 0);
+    printf("first=%lu second=%lu sem=%lu\n", (unsigned long)&first, (unsigned long)&second,
+           (unsigned long)&sem);
+    fflush(stdout);
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (long t = 0; t < waiters; t++) pthread_create(&ids[t], NULL, waiter, (void *)(t + 1));
+    for (int r = 1; r <= rounds; r++) {
+        pthread_mutex_lock(of_round(r)); /* HOLD */
+        atomic_store(&round_open, r);
+        usleep(hold_ms * 1000);
+        pthread_mutex_unlock(of_round(r));
+        while (atomic_load(&waiting) < r * waiters) usleep(100);
+        usleep(hold_ms * 1000);
+        for (long t = 0; t < waiters; t++) sem_post(&sem); /* POST */
+        while (atomic_load(&done) < r * waiters) usleep(100);
+        uncontended();
+    }
+    for (long t = 0; t < waiters; t++) pthread_join(ids[t], NULL);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    double ns = (end.tv_sec - start.tv_sec) * 1e9 + (end.tv_nsec - start.tv_nsec);
+    printf("ns_per_op=%.1f ops=%d\n", ns / rounds, rounds);
+    return 0;
+}
