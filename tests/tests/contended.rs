@@ -244,7 +244,9 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
             assert_eq!(lock["owners"][0]["lwpid"], slow.pid, "{build}: {lock:#}");
             assert_eq!(lock["owners"][0]["count"], ROUNDS * WAITERS / 2, "{build}");
         }
-        assert_eq!(lock(slow.sem)["acquisitions"], ROUNDS * WAITERS, "{build}");
+        let sem = lock(slow.sem);
+        assert_eq!(sem["acquisitions"], ROUNDS * WAITERS, "{build}: {sem:#}");
+        assert_eq!(sem["contended"], ROUNDS * WAITERS, "{build}: {sem:#}");
         let run = run_tracer(slow.dir.path(), &["report", "app.ptl"]);
         assert!(
             run.stdout.starts_with("contended calls only (--contended)"),

@@ -596,7 +596,8 @@ impl Analysis {
             }
             Role::SemWait => {
                 if self.stats {
-                    let empty = field(record, event, Field::SemCount).unwrap_or(1) == 0;
+                    // s_count as the wait found it, in its entry half.
+                    let empty = event.first[1] == Field::SemCount && call.second == 0;
                     let lock = self.lock(pid, call.object, LockKind::Sema);
                     lock.acquisitions += 1;
                     lock.contended += u64::from(empty || wait > 0 && rval as i32 != 0);

@@ -180,9 +180,55 @@ pub enum Action {
     /// Control a running trace by its --name: status, start, stop, filter, flush, clear,
     /// shutdown; or list the running traces
     Ctl(CtlArgs),
+    /// A live view of the most contended locks, as `perf top` shows functions: a --contended
+    /// trace of the process (or the command, or every process) whose lock table is redrawn
+    /// every second; q quits
+    Top(TopArgs),
     /// Write the manual pages or a shell's completions (for `cargo xtask install`)
     #[command(hide = true)]
     Generate(GenerateArgs),
+}
+
+/// What `top` watches.
+#[derive(Clone, Debug, clap::Args)]
+#[command(after_help = "Examples:\n  sudo thrtrace-bpf top -p 1234\n  \
+                        sudo thrtrace-bpf top --interval 2s -- ./server")]
+pub struct TopArgs {
+    /// Watch the process with this pid (repeat for several) [default: every process]
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// How often the view is redrawn
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// The events to trace, as the trace's --events [default: every event --contended traces]
+    #[arg(short = 'e', long, value_name = "EVENTS")]
+    pub events: Option<String>,
+    /// The command to start and watch
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+impl TopArgs {
+    /// The trace `top` runs: the command line's own `--contended` trace of the same targets,
+    /// with the live view for output instead of files.
+    pub fn into_config(self) -> Result<Config> {
+        let mut argv: Vec<OsString> = vec!["thrtrace-bpf".into(), "--contended".into()];
+        if let Some(events) = self.events {
+            argv.extend(["--events".into(), events.into()]);
+        }
+        for pid in self.pids {
+            argv.extend(["--pid".into(), pid.to_string().into()]);
+        }
+        if !self.command.is_empty() {
+            argv.push("--".into());
+            argv.extend(self.command);
+        }
+        let cli = Cli::try_parse_from(argv).map_err(|error| UsageError(error.to_string()))?;
+        let mut config = cli.into_config()?;
+        config.output = None;
+        config.live_view = Some(self.interval);
+        Ok(config)
+    }
 }
 
 /// An analysis the tracer runs unless told not to.
@@ -322,6 +368,7 @@ impl Cli {
             perf_event_probes: self.perf_event_probes,
             probe_at_entry: self.probe_at_entry,
             contended: self.contended,
+            live_view: None,
             follow: self.follow,
             verbose: self.verbose,
             lossless: self.lossless
@@ -432,6 +479,10 @@ pub fn main() -> i32 {
         Some(Action::Convert(args)) => readers::convert::run(args),
         Some(Action::Ctl(args)) => control::client::run(args),
         Some(Action::Report(args)) => readers::report::run(args),
+        Some(Action::Top(args)) => args
+            .clone()
+            .into_config()
+            .and_then(|config| session::trace(&config)),
         Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command()),
         None => cli.into_config().and_then(|config| session::trace(&config)),
     };

@@ -17,15 +17,17 @@ pub fn ensure_prerequisites() -> Result<()> {
     let start = Instant::now();
     ensure_nightly_rust_src()?;
     ensure_bpf_linker()?;
+    // Each program, how it says its version (so that it runs), and its packages.
     let missing: Vec<&str> = [
-        ("cc", &["gcc", "libc6-dev"][..]),
-        ("musl-gcc", &["musl-tools"]),
-        ("pkg-config", &["pkgconf"]),
-        ("babeltrace2", &["babeltrace2"]),
+        ("cc", "--version", &["gcc", "libc6-dev"][..]),
+        ("musl-gcc", "--version", &["musl-tools"]),
+        ("pkg-config", "--version", &["pkgconf"]),
+        ("babeltrace2", "--version", &["babeltrace2"]),
+        ("tmux", "-V", &["tmux"]),
     ]
     .into_iter()
-    .filter(|(program, _)| !succeeds(command(program).arg("--version")))
-    .flat_map(|(_, packages)| packages.iter().copied())
+    .filter(|(program, version, _)| !succeeds(command(program).arg(version)))
+    .flat_map(|(_, _, packages)| packages.iter().copied())
     .collect();
     if !missing.is_empty() {
         apt_install(&missing)?;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use tracer_model::{
     TraceRecord,
     analysis::{Acquisition, Analysis, BlockKind, Deadlock, Durations, LockStats, OrderEdge},
-    event::{Event, SystemKind},
+    event::{Event, SystemEvent, SystemKind},
     tr::parse_line,
 };
 
@@ -52,17 +52,42 @@ fn feed_log(path: &Path, analysis: &mut Analysis, symbols: &mut Symbols) -> Resu
         match event.with_context(|| super::cannot_read(path))? {
             Event::Thread(record) => analysis.record(&record),
             Event::System(event) => {
-                if let Some(mapping) = Mapping::of(&event.kind) {
-                    symbols.add_mapping(event.pid, mapping);
-                }
-                if event.kind == SystemKind::ProcessDetach {
-                    analysis.process_exited(event.pid);
-                }
-                analysis.system_event(&event);
+                take_system_event(&event, analysis, |pid, mapping| {
+                    symbols.add_mapping(pid, mapping);
+                });
             }
         }
     }
     Ok(())
+}
+
+/// A system event into `analysis`; a mapping to `add_mapping`, for the symbols.
+pub fn take_system_event(
+    event: &SystemEvent,
+    analysis: &mut Analysis,
+    mut add_mapping: impl FnMut(u32, Mapping),
+) {
+    if let Some(mapping) = Mapping::of(&event.kind) {
+        add_mapping(event.pid, mapping);
+    }
+    if event.kind == SystemKind::ProcessDetach {
+        analysis.process_exited(event.pid);
+    }
+    analysis.system_event(event);
+}
+
+/// The lock table of what `analysis` has seen so far, the `top` locks by wait time: the live
+/// view's (`thrtrace-bpf top`).
+pub fn lock_table_so_far(analysis: &mut Analysis, symbols: &mut Symbols, top: usize) -> String {
+    let args = ReportArgs {
+        format: OutputFormat::Text,
+        by: ReportBy::Lock,
+        sort: ReportSort::Wait,
+        top,
+        histogram: false,
+        input: PathBuf::new(),
+    };
+    Report::build(analysis, symbols, &args).text(&args)
 }
 
 /// The records of the `tr.*` files in `dir`, in time order.

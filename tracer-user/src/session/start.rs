@@ -39,8 +39,8 @@ use crate::{
     error::UsageError,
     signals::TraceSignals,
     sinks::{
-        Sink, Sinks, descriptors, log::TraceLog, output_dir::OutputDir, threaded::Threaded,
-        tr::TrFiles, tr_writers::TrWriters,
+        Sink, Sinks, descriptors, live::LiveView, log::TraceLog, output_dir::OutputDir,
+        threaded::Threaded, tr::TrFiles, tr_writers::TrWriters,
     },
 };
 
@@ -344,6 +344,18 @@ impl Attacher<'_> {
     }
 }
 
+/// What a trace of `target` is of, in a few words.
+fn watched(target: &Target) -> String {
+    match target {
+        Target::Pids(pids) => {
+            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+            format!("pid {}", pids.join(", "))
+        }
+        Target::Command(command) => command[0].to_string_lossy().into_owned(),
+        Target::SystemWide => "every process".into(),
+    }
+}
+
 /// The sinks `config` asks for, writing into `outputs`, on threads of their own so that
 /// creating and writing files never stalls the drain: with one consumer thread, one writer
 /// thread does all the writing (each record is handed over once); with N, the tr files are
@@ -355,6 +367,9 @@ fn start_sinks(config: &Config, outputs: Outputs, created_ns: i64) -> Result<Sin
         _ => None,
     };
     let mut sinks: Vec<Box<dyn Sink + Send>> = Vec::new();
+    if let Some(interval) = config.live_view {
+        sinks.push(Box::new(LiveView::new(interval, watched(&config.target))));
+    }
     if config.consumer_threads == 1 {
         let mut written: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(dir) = outputs.tr {

@@ -1,7 +1,8 @@
 //! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files, or
 //! [`tr_writers`]: the same written by several threads; [`log`]: the trace log, with the
 //! stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event
-//! to each of them, and [`threaded`] runs a sink on a thread of its own (`--consumer-threads`).
+//! to each of them, and [`threaded`] runs a sink on a thread of its own (`--consumer-threads`);
+//! [`live`] is `top`'s view, which writes no file.
 //! The session calls `begin`, then `record` and `system_event` in time order,
 //! `process_exited` once a process's last records are written, `flush` and `clear` when asked
 //! (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a sink writes, safely;
@@ -9,6 +10,7 @@
 
 pub mod ctf;
 pub mod descriptors;
+pub mod live;
 pub mod log;
 pub mod output_dir;
 pub mod threaded;
