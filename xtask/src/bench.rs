@@ -12,7 +12,14 @@
 //! - a stopped trace at the same probes (`--stopped --probe-at-entry`, as after `ctl stop`):
 //!   what a stopped or filtered-out event costs against the floor;
 //! - bpftrace (installed if missing): a uprobe and a uretprobe on each function, printing the
-//!   record fields to a file.
+//!   record fields to a file;
+//! - thrtrace-bpf `--contended`: probes on the slow paths only, run with the untraced run's
+//!   operations (it costs an uncontended call nothing, so the difference is in the noise).
+//!
+//! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes and a
+//! semaphore, and making uncontended calls between) is one of them, and a real program traced
+//! whole, `sysbench mutex` (installed if missing), is timed untraced, with `--contended` and
+//! with full tracing.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
@@ -50,7 +57,7 @@ struct Workload {
     traced_args: &'static [&'static str],
 }
 
-const WORKLOADS: [Workload; 4] = [
+const WORKLOADS: [Workload; 5] = [
     Workload {
         name: "mutex lock+unlock, 1 thread",
         program: "bench_mutex",
@@ -79,6 +86,33 @@ const WORKLOADS: [Workload; 4] = [
         untraced_args: &["20000"],
         traced_args: &["20000"],
     },
+    Workload {
+        name: "contended: 4 threads block on 2 mutexes and a semaphore, 2,000 uncontended \
+               lock+unlock and post+wait pairs each between rounds; per round",
+        program: "contention",
+        categories: "mutex:sema",
+        untraced_args: &["10", "2", "4", "2000"],
+        traced_args: &["10", "2", "4", "2000"],
+    },
+];
+
+/// A real program traced whole: `sysbench mutex` on 4 threads, untraced, with `--contended`
+/// and with every mutex call traced.
+const REAL_PROGRAM: [&str; 6] = [
+    "sysbench",
+    "mutex",
+    "--threads=4",
+    "--mutex-num=64",
+    "--mutex-locks=100000",
+    "run",
+];
+const REAL_PROGRAM_MODES: [(&str, Option<&[&str]>); 3] = [
+    ("untraced", None),
+    (
+        "thrtrace-bpf --contended",
+        Some(&["--events", "mutex", "--contended"]),
+    ),
+    ("thrtrace-bpf", Some(&["--events", "mutex"])),
 ];
 
 /// Thread and process creation (tests/workloads/bench_spawn.c): a name and its arguments.
@@ -163,12 +197,13 @@ enum Mode {
     Stopped,
     FloorPlaced,
     PerfEvent,
+    Contended,
 }
 
 /// The modes whose programs' run times are read: traced, and empty programs at the same probes.
 const COSTED_MODES: [Mode; 2] = [Mode::Placed, Mode::FloorPlaced];
 
-const MODES: [Mode; 9] = [
+const MODES: [Mode; 10] = [
     Mode::Untraced,
     Mode::Placed,
     Mode::AtEntry,
@@ -178,6 +213,7 @@ const MODES: [Mode; 9] = [
     Mode::Stopped,
     Mode::FloorPlaced,
     Mode::PerfEvent,
+    Mode::Contended,
 ];
 
 impl Mode {
@@ -192,6 +228,7 @@ impl Mode {
             Mode::Stopped => "stopped (ctl stop), at entry",
             Mode::FloorPlaced => "empty programs, placed",
             Mode::PerfEvent => "perf-event probes (before 6.10)",
+            Mode::Contended => "thrtrace-bpf --contended",
         }
     }
 
@@ -203,6 +240,7 @@ impl Mode {
             Mode::Stopped => &["--stopped", "--probe-at-entry"],
             Mode::FloorPlaced => &["--empty-programs"],
             Mode::PerfEvent => &["--perf-event-probes"],
+            Mode::Contended => &["--contended"],
             Mode::Placed | Mode::Untraced | Mode::Bpftrace => &[],
         }
     }
@@ -221,7 +259,8 @@ struct Sample {
 pub fn run(reps: usize) -> Result<()> {
     setup::ensure_prerequisites()?;
     require_root("bench")?;
-    ensure_bpftrace()?;
+    ensure_installed("bpftrace", "bpftrace", "the comparison")?;
+    ensure_installed("sysbench", "sysbench", "the real program's run")?;
     let tracer = build_tracer()?;
     let static_tracer = crate::dist::build_static_tracer(
         &workspace_root()
@@ -233,6 +272,7 @@ pub fn run(reps: usize) -> Result<()> {
     let mut costs: Vec<Vec<Vec<Vec<f64>>>> =
         vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
+    let mut real: Vec<Vec<f64>> = vec![Vec::new(); REAL_PROGRAM_MODES.len()];
     let mut every_category = [Vec::new(), Vec::new()];
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
@@ -259,6 +299,11 @@ pub fn run(reps: usize) -> Result<()> {
                 fs::create_dir_all(&dir)?;
                 costs[w][c].push(program_costs(&tracer, &program, workload, mode, &dir)?);
             }
+        }
+        for (m, (_, options)) in REAL_PROGRAM_MODES.iter().enumerate() {
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            real[m].push(real_program_ns(&tracer, *options, &dir)?);
         }
         let spawn = compile_workload("bench_spawn")?;
         for (w, args) in SPAWN_WORKLOADS.iter().enumerate() {
@@ -318,6 +363,19 @@ pub fn run(reps: usize) -> Result<()> {
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
     print_program_costs(&costs, reps);
+    println!(
+        "\na real program traced whole: `{}`, the time it reports, median of {reps} runs",
+        REAL_PROGRAM.join(" ")
+    );
+    let untraced_ns = median(&real[0]);
+    for (m, (label, _)) in REAL_PROGRAM_MODES.iter().enumerate() {
+        let ns = median(&real[m]);
+        println!(
+            "  {label:<32} {:>10.1} ms {:>8.2}x",
+            ns / 1e6,
+            ns / untraced_ns
+        );
+    }
     println!(
         "
 what --follow costs a target, µs per operation, median of {reps} runs"
@@ -592,6 +650,7 @@ fn measure(
             | Mode::Lossless
             | Mode::Stopped
             | Mode::FloorPlaced
+            | Mode::Contended
     ) {
         (sample.written, sample.lost) = summary_counts(&String::from_utf8_lossy(&out.stderr))?;
         let seconds = ns_per_op * value("ops")? / 1e9;
@@ -608,6 +667,11 @@ fn traced(
     options: &[&str],
     dir: &Path,
 ) -> std::process::Command {
+    // --contended costs an uncontended call nothing: as many operations as untraced.
+    let args = match options.contains(&"--contended") {
+        true => workload.untraced_args,
+        false => workload.traced_args,
+    };
     let mut run = command(tracer);
     run.args(["--events", workload.categories])
         .args(options)
@@ -615,7 +679,7 @@ fn traced(
         .arg(dir)
         .arg("--")
         .arg(program)
-        .args(workload.traced_args);
+        .args(args);
     run
 }
 
@@ -708,16 +772,44 @@ fn bpftrace_program(categories: &str) -> String {
     program
 }
 
-fn ensure_bpftrace() -> Result<()> {
-    if succeeds(command("bpftrace").arg("--version")) {
+/// Installs the Debian package `package` unless `program --version` runs.
+fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
+    if succeeds(command(program).arg("--version")) {
         return Ok(());
     }
-    eprintln!("xtask: installing bpftrace for the comparison");
+    eprintln!("xtask: installing {package} for {why}");
     crate::shell::run(
         command("apt-get")
-            .args(["install", "-y", "-qq", "bpftrace"])
+            .args(["install", "-y", "-qq", package])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
+}
+
+/// The time `sysbench mutex` run with the tracer's `options` (or untraced) says its run took,
+/// in ns: its threads' work, not the tracer's start-up and attach.
+fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Result<f64> {
+    let mut run = match options {
+        None => command(REAL_PROGRAM[0]),
+        Some(options) => {
+            let mut traced = command(tracer);
+            traced
+                .args(options)
+                .arg("--dir")
+                .arg(dir)
+                .arg("--")
+                .arg(REAL_PROGRAM[0]);
+            traced
+        }
+    };
+    run.args(&REAL_PROGRAM[1..]);
+    let out = output(&mut run)?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seconds = stdout
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("total time:"))
+        .and_then(|time| time.trim().trim_end_matches('s').parse::<f64>().ok())
+        .with_context(|| format!("sysbench printed no total time: {stdout}"))?;
+    Ok(seconds * 1e9)
 }
 
 /// What one traced run of `SINK_PAIRS` lock+unlock pairs cost the tracer.
