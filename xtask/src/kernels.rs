@@ -48,10 +48,10 @@ const PREEMPT_BOOTS: u32 = 10;
 
 /// The integration tests run in each kernel's full boot, each a test binary and the filter
 /// it is given: every category's exact counts, `-p` on a running process, a launched command,
-/// `--follow`, `--log` and `dump`, stopping by signal. `--lossless` is checked by the guest
+/// `--follow`, `--log` and `dump`, stopping by signal, `--contended`'s slow-path probes. `--lossless` is checked by the guest
 /// itself, on lock_mix through a small ring: the test binary's stalled-tracer runs take minutes
 /// under emulation.
-const TESTS: [(&str, &str); 10] = [
+const TESTS: [(&str, &str); 11] = [
     ("records", ""),
     ("thread", ""),
     ("rwlock", ""),
@@ -62,6 +62,7 @@ const TESTS: [(&str, &str); 10] = [
     ("follow", ""),
     ("log", ""),
     ("stopping", ""),
+    ("contended", ""),
 ];
 
 /// lock_mix's threads and rounds: more threads than the guest's vCPUs.
