@@ -261,9 +261,10 @@ fn the_perfetto_timeline_has_the_waits_holds_and_wakeups() {
     assert!(counters.iter().all(|c| c["name"] == "contended waiters"));
 }
 
-/// Runs deadlock.c (`mode`: before or after), traces it, lets it deadlock; returns the line the
-/// tracer said, how long after the deadlock it said it, the log, and the workload's thread ids.
-fn deadlock(mode: &str) -> (String, Duration, TempDir, u32, u32) {
+/// Runs deadlock.c (`mode`: before or after), traces it (with `options` too), lets it
+/// deadlock; returns the line the tracer said, how long after the deadlock it said it, the log,
+/// and the workload's thread ids.
+fn deadlock(mode: &str, options: &[&str]) -> (String, Duration, TempDir, u32, u32) {
     let dir = TempDir::new("deadlock");
     let name = unique_name("deadlock");
     let mut child = Command::new(workload("deadlock"))
@@ -276,11 +277,9 @@ fn deadlock(mode: &str) -> (String, Duration, TempDir, u32, u32) {
     let ready = read_line(&mut BufReader::new(child.stdout.take().unwrap()));
     let (a, b): (u32, u32) = (field(&ready, "a"), field(&ready, "b"));
     let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
-    let (tracer, stderr) = start_tracer(
-        dir.path(),
-        &[child.id()],
-        &["--name", &name, "--log", &log, "--deadlock-after", "500ms"],
-    );
+    let mut all = vec!["--name", &name, "--log", &log, "--deadlock-after", "500ms"];
+    all.extend_from_slice(options);
+    let (tracer, stderr) = start_tracer(dir.path(), &[child.id()], &all);
     let lines = lines_as_they_come(stderr);
     writeln!(stdin, "go").unwrap();
     let deadlocked = Instant::now();
@@ -301,7 +300,7 @@ fn an_ab_ba_deadlock_is_said_once_with_both_threads_and_lines() {
     if !bpf_available("deadlock_after_attach") {
         return;
     }
-    let (said, after, dir, a, b) = deadlock("after");
+    let (said, after, dir, a, b) = deadlock("after", &[]);
     let (first, second) = (
         line_of("deadlock", "/* FIRST */"),
         line_of("deadlock", "/* SECOND */"),
@@ -381,7 +380,7 @@ fn a_lock_taken_before_attach_is_owned_as_glibc_says() {
     if !bpf_available("deadlock_before_attach") {
         return;
     }
-    let (said, _, dir, a, b) = deadlock("before");
+    let (said, _, dir, a, b) = deadlock("before", &[]);
     for (waiter, holder) in [(a, b), (b, a)] {
         assert!(
             said.contains(&format!("thread {waiter} (worker-"))
@@ -407,11 +406,36 @@ fn a_lock_taken_before_attach_is_owned_as_glibc_says() {
 }
 
 #[test]
+fn a_deadlock_is_said_from_contended_calls_only() {
+    if !bpf_available("deadlock_contended") {
+        return;
+    }
+    // Each worker's first lock is uncontended, so not recorded: who holds what is known from
+    // the owner each blocked lock found.
+    let (said, _, dir, a, b) = deadlock("after", &["--contended"]);
+    let second = line_of("deadlock", "/* SECOND */");
+    for (waiter, holder) in [(a, b), (b, a)] {
+        let part = format!("thread {waiter} (worker-");
+        assert!(said.contains(&part), "{said}");
+        assert!(
+            said.contains(&format!(
+                ") at deadlock.c:{second}, held by {holder} (worker-"
+            )),
+            "{said}"
+        );
+    }
+    let report = report_json(&dir, &["app.ptl"]);
+    assert_eq!(report["contended_only"], true);
+    let threads = report["deadlocks"][0]["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 2, "{report:#}");
+}
+
+#[test]
 fn a_cycle_through_a_condvar_is_a_possible_deadlock() {
     if !bpf_available("deadlock_through_cond") {
         return;
     }
-    let (said, _, dir, a, c) = deadlock("cond");
+    let (said, _, dir, a, c) = deadlock("cond", &[]);
     assert!(
         said.starts_with("thrtrace-bpf: possible deadlock: "),
         "{said}"

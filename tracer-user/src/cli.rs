@@ -20,7 +20,10 @@ use crate::{
     control::{self, client::CtlArgs, socket::parse_trace_name},
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
     manual::{self, GenerateArgs},
-    readers::{self, convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs},
+    readers::{
+        self, convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs,
+        top::LiveView,
+    },
     session::{
         self,
         config::{Config, LogOptions, Target},
@@ -209,9 +212,23 @@ pub struct TopArgs {
 }
 
 impl TopArgs {
-    /// The trace `top` runs: the command line's own `--contended` trace of the same targets,
-    /// with the live view for output instead of files.
-    pub fn into_config(self) -> Result<Config> {
+    /// Runs `top`: the command line's own `--contended` trace of the same targets, with the
+    /// live view for output instead of files.
+    pub fn run(&self) -> Result<i32> {
+        let watched = match (self.pids.as_slice(), self.command.first()) {
+            ([], None) => "every process".to_owned(),
+            ([], Some(command)) => command.to_string_lossy().into_owned(),
+            (pids, _) => {
+                let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+                format!("pid {}", pids.join(", "))
+            }
+        };
+        let config = self.clone().into_config()?;
+        let view = LiveView::new(self.interval, watched);
+        session::trace_into(&config, vec![Box::new(view)])
+    }
+
+    fn into_config(self) -> Result<Config> {
         let mut argv: Vec<OsString> = vec!["thrtrace-bpf".into(), "--contended".into()];
         if let Some(events) = self.events {
             argv.extend(["--events".into(), events.into()]);
@@ -226,7 +243,6 @@ impl TopArgs {
         let cli = Cli::try_parse_from(argv).map_err(|error| UsageError(error.to_string()))?;
         let mut config = cli.into_config()?;
         config.output = None;
-        config.live_view = Some(self.interval);
         Ok(config)
     }
 }
@@ -368,7 +384,6 @@ impl Cli {
             perf_event_probes: self.perf_event_probes,
             probe_at_entry: self.probe_at_entry,
             contended: self.contended,
-            live_view: None,
             follow: self.follow,
             verbose: self.verbose,
             lossless: self.lossless
@@ -479,10 +494,7 @@ pub fn main() -> i32 {
         Some(Action::Convert(args)) => readers::convert::run(args),
         Some(Action::Ctl(args)) => control::client::run(args),
         Some(Action::Report(args)) => readers::report::run(args),
-        Some(Action::Top(args)) => args
-            .clone()
-            .into_config()
-            .and_then(|config| session::trace(&config)),
+        Some(Action::Top(args)) => args.run(),
         Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command()),
         None => cli.into_config().and_then(|config| session::trace(&config)),
     };

@@ -9,6 +9,7 @@ pub mod dump;
 pub mod info;
 pub mod perfetto;
 pub mod report;
+pub mod top;
 
 use std::path::Path;
 

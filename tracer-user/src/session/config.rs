@@ -35,8 +35,6 @@ pub struct Config {
     pub probe_at_entry: bool,
     /// `--contended`: locks traced on their slow paths only.
     pub contended: bool,
-    /// `top`: the live view, redrawn at this interval, instead of files.
-    pub live_view: Option<Duration>,
     pub follow: bool,
     pub verbose: bool,
     pub lossless: bool,

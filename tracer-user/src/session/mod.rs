@@ -33,11 +33,17 @@ use crate::{
     attach::{exec_follow::Followed, probes::Probes},
     capture::{datapath::DataPath, decode::Decoder, loss::Losses, programs::RunTime},
     signals::TraceSignals,
-    sinks::Sinks,
+    sinks::{Sink, Sinks},
 };
 
 /// Traces as `config` says; returns the tracer's exit status.
 pub fn trace(config: &Config) -> Result<i32> {
+    trace_into(config, Vec::new())
+}
+
+/// Traces as `config` says, handing every event to `viewers` too (`top`'s live view), which
+/// the session begins and finishes with its own sinks; returns the tracer's exit status.
+pub fn trace_into(config: &Config, viewers: Vec<Box<dyn Sink + Send>>) -> Result<i32> {
     if config.list_probes {
         return start::list_probes(config);
     }
@@ -46,7 +52,7 @@ pub fn trace(config: &Config) -> Result<i32> {
         .build()?;
     let session = {
         let _context = runtime.enter();
-        Session::new(config)?
+        Session::new(config, viewers)?
     };
     let outcome = runtime.block_on(session.run())?;
     say!("thrtrace-bpf: {}", outcome.summary());

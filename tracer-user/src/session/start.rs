@@ -39,8 +39,8 @@ use crate::{
     error::UsageError,
     signals::TraceSignals,
     sinks::{
-        Sink, Sinks, descriptors, live::LiveView, log::TraceLog, output_dir::OutputDir,
-        threaded::Threaded, tr::TrFiles, tr_writers::TrWriters,
+        Sink, Sinks, descriptors, log::TraceLog, output_dir::OutputDir, threaded::Threaded,
+        tr::TrFiles, tr_writers::TrWriters,
     },
 };
 
@@ -75,7 +75,7 @@ impl Outputs {
 impl Session {
     /// Starts the trace `config` asks for, up to the point where records flow: probes placed,
     /// targets attached, sinks begun by [`Session::run`]. Needs a tokio runtime's context.
-    pub fn new(config: &Config) -> Result<Self> {
+    pub fn new(config: &Config, viewers: Vec<Box<dyn Sink + Send>>) -> Result<Self> {
         let outputs = Outputs::open(config)?;
         // Before anything is created or attached: a kernel below the floor ends the run at once.
         let kernel_features = features::check()?;
@@ -143,7 +143,7 @@ impl Session {
         for line in followed {
             say!("{line}");
         }
-        let sinks = start_sinks(config, outputs, created_ns)?;
+        let sinks = start_sinks(config, outputs, created_ns, viewers)?;
         let clock = Clock::new(&datapath, config.unbuffered, config.duration)?;
         let shares = datapath.share_rings(config.consumer_threads);
         let flow = Flow::new(
@@ -344,32 +344,23 @@ impl Attacher<'_> {
     }
 }
 
-/// What a trace of `target` is of, in a few words.
-fn watched(target: &Target) -> String {
-    match target {
-        Target::Pids(pids) => {
-            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-            format!("pid {}", pids.join(", "))
-        }
-        Target::Command(command) => command[0].to_string_lossy().into_owned(),
-        Target::SystemWide => "every process".into(),
-    }
-}
-
 /// The sinks `config` asks for, writing into `outputs`, on threads of their own so that
 /// creating and writing files never stalls the drain: with one consumer thread, one writer
 /// thread does all the writing (each record is handed over once); with N, the tr files are
-/// written by N-1 threads and the log by one.
-fn start_sinks(config: &Config, outputs: Outputs, created_ns: i64) -> Result<Sinks> {
+/// written by N-1 threads and the log by one. `viewers` (the command line's: `top`'s view)
+/// come first, on the session's thread.
+fn start_sinks(
+    config: &Config,
+    outputs: Outputs,
+    created_ns: i64,
+    viewers: Vec<Box<dyn Sink + Send>>,
+) -> Result<Sinks> {
     let budget = descriptors::open_file_budget();
     let log = match (&config.log, outputs.log) {
         (Some(options), Some(dir)) => Some(trace_log(options, &dir, config, created_ns)?),
         _ => None,
     };
-    let mut sinks: Vec<Box<dyn Sink + Send>> = Vec::new();
-    if let Some(interval) = config.live_view {
-        sinks.push(Box::new(LiveView::new(interval, watched(&config.target))));
-    }
+    let mut sinks = viewers;
     if config.consumer_threads == 1 {
         let mut written: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(dir) = outputs.tr {

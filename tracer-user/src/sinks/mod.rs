@@ -2,7 +2,7 @@
 //! [`tr_writers`]: the same written by several threads; [`log`]: the trace log, with the
 //! stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event
 //! to each of them, and [`threaded`] runs a sink on a thread of its own (`--consumer-threads`);
-//! [`live`] is `top`'s view, which writes no file.
+//! `top`'s live view (`readers::top`) is one too, given to the session by the command line.
 //! The session calls `begin`, then `record` and `system_event` in time order,
 //! `process_exited` once a process's last records are written, `flush` and `clear` when asked
 //! (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a sink writes, safely;
@@ -10,7 +10,6 @@
 
 pub mod ctf;
 pub mod descriptors;
-pub mod live;
 pub mod log;
 pub mod output_dir;
 pub mod threaded;

@@ -1,6 +1,7 @@
-//! `thrtrace-bpf top`: the live view, a sink that writes no file. It feeds the records into the
-//! report's analysis and redraws the report's lock table every interval, as `perf top` does,
-//! on the terminal's alternate screen; `q` quits (it stops the trace as Ctrl-C does).
+//! `thrtrace-bpf top`: the report, live. A sink the trace is given besides its own (it writes
+//! no file): it feeds the records into the report's analysis and redraws the report's lock
+//! table every interval, as `perf top` does, on the terminal's alternate screen; `q` quits (it
+//! stops the trace as Ctrl-C does).
 
 use std::{
     io::{self, IsTerminal, Write},
@@ -19,10 +20,10 @@ use rustix::{
 };
 use tracer_model::{TraceRecord, analysis::Analysis, event::SystemEvent};
 
-use super::{Sink, TraceEnd};
+use super::report::{lock_table_so_far, take_system_event};
 use crate::{
-    readers::report::{lock_table_so_far, take_system_event},
     say::duration,
+    sinks::{Sink, TraceEnd},
     symbolize::{Mapping, Symbols},
 };
 
