@@ -1,14 +1,20 @@
 //! `--contended` (issue 28): locks traced on glibc's slow paths only. The contention
 //! workload's contention is certain by construction (the main thread holds a mutex HOLD_MS
-//! while WAITERS threads lock it, and posts a semaphore they all wait on only after HOLD_MS),
-//! so the contended-only trace must hold exactly the full trace's blocked calls, with the same
-//! callers, the owner the waiters found, and none of the uncontended calls each thread also
-//! makes, on every glibc.
+//! while WAITERS threads lock it, and posts a semaphore they all wait on only after HOLD_MS).
+//! One run of it is traced by two tracers at once, whole and `--contended`: the contended-only
+//! trace must hold exactly the whole trace's blocked calls, with the same callers, the owner
+//! the waiters found, the same waits (within 5% in total) and none of the uncontended calls
+//! each thread also makes, on every glibc.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+};
 
 use thrtrace_tests::{
-    TempDir, bpf_available, codes, every_libc, field, is_musl, read_trace, run_tracer, workload_arg,
+    TempDir, bpf_available, codes, every_libc, field, is_musl, read_trace, run_tracer,
+    start_tracer, workload, workload_arg,
 };
 use tracer_model::{
     TraceRecord,
@@ -21,51 +27,75 @@ const HOLD_MS: u64 = 30;
 const WAITERS: u64 = 3;
 /// Uncontended lock+unlock and post+wait pairs each thread makes between rounds.
 const WORK: u64 = 50;
+const EVENTS: &str = "mutex:rmutex:sema";
 
-/// A traced run of the contention workload.
-struct Story {
+/// One tracer's trace of the run.
+struct Trace {
     dir: TempDir,
-    pid: u32,
-    /// The two mutexes and the semaphore the waiters block on.
-    first: u64,
-    second: u64,
-    sem: u64,
     records: Vec<TraceRecord>,
 }
 
-/// The contention workload `build` traced with `options` into tr files and a log.
-fn story(build: &str, options: &[&str]) -> Story {
-    let dir = TempDir::new("contended");
-    let mut args: Vec<String> = options.iter().map(ToString::to_string).collect();
-    args.extend(
-        [
-            "--events",
-            "mutex:rmutex:sema",
-            "--dir",
-            ".",
-            "--log",
-            "app.ptl",
-            "--",
-            &workload_arg(build),
-            &ROUNDS.to_string(),
-            &HOLD_MS.to_string(),
-            &WAITERS.to_string(),
-            &WORK.to_string(),
-        ]
-        .map(String::from),
-    );
-    let run = run_tracer(dir.path(), &args);
-    assert!(run.status.success(), "{args:?}: {run:?}");
-    let first_line = run.stdout.lines().next().unwrap();
-    let mut records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
-    records.sort_by_key(TraceRecord::time_ns);
+impl Trace {
+    fn read(dir: TempDir) -> Self {
+        let mut records: Vec<TraceRecord> =
+            read_trace(dir.path()).into_values().flatten().collect();
+        records.sort_by_key(TraceRecord::time_ns);
+        Trace { dir, records }
+    }
+}
+
+/// A run of the contention workload `build`, traced whole and `--contended` by two tracers
+/// attached before it starts; its pid and the two mutexes and the semaphore the waiters block
+/// on.
+struct Story {
+    full: Trace,
+    slow: Trace,
+    pid: u32,
+    first: u64,
+    second: u64,
+    sem: u64,
+}
+
+fn story(build: &str) -> Story {
+    let mut child = Command::new(workload(build))
+        .args([ROUNDS, HOLD_MS, WAITERS, WORK, 1].map(|n| n.to_string()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read to its end, so that its last line does not meet a closed pipe.
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first_line = String::new();
+    out.read_line(&mut first_line).unwrap();
+    let pid = child.id();
+    let (full_dir, slow_dir) = (TempDir::new("contended-full"), TempDir::new("contended"));
+    let log = |dir: &TempDir| dir.path().join("app.ptl").to_string_lossy().into_owned();
+    let (full_log, slow_log) = (log(&full_dir), log(&slow_dir));
+    let tracers = [
+        start_tracer(
+            full_dir.path(),
+            &[pid],
+            &["--events", EVENTS, "--log", &full_log],
+        ),
+        start_tracer(
+            slow_dir.path(),
+            &[pid],
+            &["--contended", "--events", EVENTS, "--log", &slow_log],
+        ),
+    ];
+    writeln!(child.stdin.take().unwrap(), "go").unwrap();
+    std::io::copy(&mut out, &mut std::io::sink()).unwrap();
+    assert!(child.wait().unwrap().success(), "{build}");
+    for (mut tracer, _) in tracers {
+        assert!(tracer.wait().unwrap().success(), "{build}");
+    }
     Story {
-        pid: records.first().map_or(0, |r| r.pid),
-        first: field(first_line, "first"),
-        second: field(first_line, "second"),
-        sem: field(first_line, "sem"),
-        records,
-        dir,
+        full: Trace::read(full_dir),
+        slow: Trace::read(slow_dir),
+        pid,
+        first: field(&first_line, "first"),
+        second: field(&first_line, "second"),
+        sem: field(&first_line, "sem"),
     }
 }
 
@@ -128,23 +158,23 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
         if is_musl(&build) {
             continue;
         }
-        let full = story(&build, &[]);
-        let slow = story(&build, &["--contended"]);
+        let story = story(&build);
+        let Story {
+            full,
+            slow,
+            pid,
+            first,
+            second,
+            sem,
+        } = &story;
 
-        for (name, objects) in [
-            (
-                "mutex_lock",
-                [full.first, full.second, slow.first, slow.second],
-            ),
-            ("sema_wait", [full.sem, 0, slow.sem, 0]),
-        ] {
-            let waited = |story: &Story, objects: [u64; 2]| {
-                let mut all = calls(&story.records, name, objects[0]);
-                all.extend(calls(&story.records, name, objects[1]));
+        for (name, objects) in [("mutex_lock", [*first, *second]), ("sema_wait", [*sem, 0])] {
+            let waited = |trace: &Trace| {
+                let mut all = calls(&trace.records, name, objects[0]);
+                all.extend(calls(&trace.records, name, objects[1]));
                 all
             };
-            let full_calls = waited(&full, [objects[0], objects[1]]);
-            let slow_calls = waited(&slow, [objects[2], objects[3]]);
+            let (full_calls, slow_calls) = (waited(full), waited(slow));
             // The full trace's blocked ones: block? for a lock, s_count 0 at entry for a wait.
             let blocked: Vec<_> = full_calls
                 .iter()
@@ -166,7 +196,7 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
                 if name == "mutex_lock" {
                     assert_eq!(back.a[1], 1, "{build}: block?: {back:?}");
                     // Every waiter found the main thread (lwpid = pid) holding the mutex.
-                    assert_eq!(entry.a[1], i64::from(slow.pid), "{build}: owner: {entry:?}");
+                    assert_eq!(entry.a[1], i64::from(*pid), "{build}: owner: {entry:?}");
                 }
             }
             assert_eq!(callers(&slow_calls), callers(&blocked), "{build} {name}");
@@ -179,16 +209,15 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
 
         // Unlocks that woke a waiter, and posts that did: as many as in the full trace.
         for (name, waiters_field) in [("mutex_unlock", 2), ("sema_post", usize::MAX)] {
-            let woke = |story: &Story, objects: &[u64]| -> Vec<TraceRecord> {
-                objects
+            let woke = |trace: &Trace| -> Vec<TraceRecord> {
+                [*first, *second, *sem]
                     .iter()
-                    .flat_map(|&o| calls(&story.records, name, o))
+                    .flat_map(|&o| calls(&trace.records, name, o))
                     .map(|(record, _)| record)
                     .filter(|r| waiters_field == usize::MAX || r.a[waiters_field] == 1)
                     .collect()
             };
-            let full_woke = woke(&full, &[full.first, full.second, full.sem]);
-            let slow_woke = woke(&slow, &[slow.first, slow.second, slow.sem]);
+            let (full_woke, slow_woke) = (woke(full), woke(slow));
             assert_eq!(slow_woke.len(), full_woke.len(), "{build} {name}");
             assert!(
                 slow_woke.len() as u64 >= ROUNDS,
@@ -201,7 +230,7 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
             .records
             .iter()
             .filter(|r| [2, 4, 6].contains(&r.event1) && r.which != 2)
-            .filter(|r| ![slow.first, slow.second, slow.sem].contains(&(r.a[0] as u64)))
+            .filter(|r| ![*first, *second, *sem].contains(&(r.a[0] as u64)))
             .collect();
         assert!(
             others.is_empty(),
@@ -238,13 +267,13 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
                 .find(|l| l["address"] == format!("{address:#x}"))
                 .unwrap_or_else(|| panic!("{build}: no lock {address:#x} in {report:#}"))
         };
-        for mutex in [slow.first, slow.second] {
+        for mutex in [*first, *second] {
             let lock = lock(mutex);
             assert_eq!(lock["contended"], ROUNDS * WAITERS / 2, "{build}: {lock:#}");
-            assert_eq!(lock["owners"][0]["lwpid"], slow.pid, "{build}: {lock:#}");
+            assert_eq!(lock["owners"][0]["lwpid"], *pid, "{build}: {lock:#}");
             assert_eq!(lock["owners"][0]["count"], ROUNDS * WAITERS / 2, "{build}");
         }
-        let sem = lock(slow.sem);
+        let sem = lock(*sem);
         assert_eq!(sem["acquisitions"], ROUNDS * WAITERS, "{build}: {sem:#}");
         assert_eq!(sem["contended"], ROUNDS * WAITERS, "{build}: {sem:#}");
         let run = run_tracer(slow.dir.path(), &["report", "app.ptl"]);

@@ -1,12 +1,13 @@
 /* Contention certain by construction, on two mutexes and a semaphore, for `--contended`.
- * Usage: contention ROUNDS HOLD_MS WAITERS [WORK]
+ * Usage: contention ROUNDS HOLD_MS WAITERS [WORK [GATE]]
  * Each round: the main thread locks mutex `first` or `second` (alternately), lets the WAITERS
  * threads go, keeps it HOLD_MS and unlocks it; each waiter locks it (line WAIT_MUTEX), blocks
  * until then and unlocks it, then waits on `sem` (line WAIT_SEM, value 0); once every waiter
  * waits, the main thread sleeps HOLD_MS and posts once per waiter. Every waiter's lock and
  * sem_wait therefore blocks: ROUNDS * WAITERS of each. The next round starts once every waiter
  * is through. Between rounds each thread makes WORK uncontended lock+unlock pairs on a mutex of
- * its own and post+wait pairs on a semaphore of its own (default 0).
+ * its own and post+wait pairs on a semaphore of its own (default 0). With GATE 1, it starts only
+ * once a line is read from stdin (after printing its first line), so that tracers can attach.
  * Prints "first=ADDR second=ADDR sem=ADDR" first, then "ns_per_op=X ops=N": wall time of the
  * whole run per round. The threads wait for one another with atomics and usleep, not with
  * traced calls. */
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
     hold_ms = argc > 2 ? atoi(argv[2]) : 50;
     long waiters = argc > 3 ? atol(argv[3]) : 2;
     work = argc > 4 ? atol(argv[4]) : 0;
+    int gate = argc > 5 ? atoi(argv[5]) : 0;
     pthread_t ids[16];
     struct timespec start, end;
     if (rounds < 1 || waiters < 1 || waiters > 16) return 2;
@@ -70,6 +72,10 @@ int main(int argc, char **argv) {
     printf("first=%lu second=%lu sem=%lu\n", (unsigned long)&first, (unsigned long)&second,
            (unsigned long)&sem);
     fflush(stdout);
+    if (gate) {
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 3;
+    }
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (long t = 0; t < waiters; t++) pthread_create(&ids[t], NULL, waiter, (void *)(t + 1));
     for (int r = 1; r <= rounds; r++) {
