@@ -14,6 +14,22 @@ use thrtrace_tests::{
     read_trace, start_contained_gate, start_tracer, whole_lines_of, workload,
 };
 
+/// Reads the tracer's lines until the one that says the workloads' C library (the host's
+/// libc.so.6) is probed, and returns it: other files are probed before it in no set order (a
+/// static program of the host's, another test's container).
+fn until_the_hosts_libc_is_traced(stderr: &mut impl std::io::BufRead) -> String {
+    loop {
+        let line = read_line(stderr);
+        assert!(
+            !line.is_empty(),
+            "the tracer ended before probing libc.so.6"
+        );
+        if line.contains("tracing every process that maps") && line.contains("/libc.so.6 (") {
+            return line;
+        }
+    }
+}
+
 #[test]
 fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
     if !bpf_available("system_wide") {
@@ -21,8 +37,7 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
     }
     let dir = TempDir::new("system-wide");
     let (mut traced, mut stderr) = start_tracer(dir.path(), &[], &["--events", "mutex"]);
-    let line = read_line(&mut stderr);
-    assert!(line.contains("tracing every process that maps"), "{line}");
+    until_the_hosts_libc_is_traced(&mut stderr);
 
     // One process that runs to its end, and one whose files must be completed once it exits.
     let contend = Command::new(workload("mutex_contend"))
@@ -95,8 +110,7 @@ fn a_library_that_appears_after_start_gets_its_probes_too() {
     }
     let dir = TempDir::new("system-wide-late");
     let (mut traced, mut stderr) = start_tracer(dir.path(), &[], &["--events", "mutex"]);
-    let mut line = read_line(&mut stderr);
-    assert!(line.contains("tracing every process that maps"), "{line}");
+    let mut line = until_the_hosts_libc_is_traced(&mut stderr);
 
     // A container-like process started now, with its own copy of libc at the usual path.
     let scratch = TempDir::new("late-libc");

@@ -503,10 +503,13 @@ impl Probes {
         if pid == 0 {
             self.everywhere.push(library.file.identity.clone());
             let (device, inode) = &library.file.identity;
-            say!(
-                "thrtrace-bpf: tracing every process that maps {path} (device {device}, inode \
-                 {inode}): {count} probes"
-            );
+            // A file none of whose functions could be probed is not traced: not said to be.
+            if count > 0 {
+                say!(
+                    "thrtrace-bpf: tracing every process that maps {path} (device {device}, \
+                     inode {inode}): {count} probes"
+                );
+            }
             return Ok(());
         }
         let id = self.call_sites_of(datapath, library)?;
