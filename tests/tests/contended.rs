@@ -23,7 +23,10 @@ use tracer_model::{
 };
 
 const ROUNDS: u64 = 4;
-const HOLD_MS: u64 = 30;
+/// Each wait is about this long: long against what the traps themselves add to the whole
+/// trace's (its entry and return, the contended trace's own two), which under emulation (the
+/// kernel guests) is about 1.5 ms a wait.
+const HOLD_MS: u64 = 100;
 const WAITERS: u64 = 3;
 /// Uncontended lock+unlock and post+wait pairs each thread makes between rounds.
 const WORK: u64 = 50;
