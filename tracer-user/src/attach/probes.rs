@@ -13,7 +13,10 @@
 //! breakpoints, and the next time any other link on the same functions is detached, the
 //! process's breakpoints go too.
 
-use std::{collections::HashMap, os::fd::OwnedFd};
+use std::{
+    collections::{HashMap, HashSet},
+    os::fd::OwnedFd,
+};
 
 use anyhow::Result;
 use tracer_common::{
@@ -77,6 +80,19 @@ impl PlannedProbe {
         self.function.offset.wrapping_add(self.placement.offset)
     }
 
+    /// Keeps the function's code (`bytes` long) with its open call ([`FunctionSpan`]), where
+    /// the span fits the cookie.
+    fn keep_span(&mut self, bytes: u64) {
+        if let (Ok(before_probe), Ok(bytes)) =
+            (u8::try_from(self.placement.offset), u16::try_from(bytes))
+        {
+            self.span = FunctionSpan {
+                before_probe,
+                bytes,
+            };
+        }
+    }
+
     /// Where the call's return is probed: the function's entry (a uretprobe), or on a slow
     /// path the futex function whose return ends the wait.
     fn return_offset(&self) -> u64 {
@@ -108,11 +124,17 @@ impl PlannedProbe {
 pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) -> Vec<PlannedProbe> {
     let layout = layout(library);
     let at_entry = options.at_entry;
+    // Where the library's named functions start, for the slow-path walks (a tail call to one
+    // is not followed): read once for the whole plan.
+    let named = match options.contended {
+        true => library.functions.starts(),
+        false => HashSet::new(),
+    };
     let mut probes: Vec<PlannedProbe> = Vec::new();
     for event in events.events() {
         for function in library.functions.functions(event.symbol) {
             if options.contended && event.contended() != ContendedProbe::Whole {
-                plan_slow_path(library, event, function, layout, &mut probes);
+                plan_slow_path(library, &named, event, function, layout, &mut probes);
                 continue;
             }
             // Two names, one code (glibc aliases pthread_spin_init to pthread_spin_unlock): a
@@ -142,11 +164,13 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
 }
 
 /// `--contended`: the probes of `event` on the slow paths of `function` (a site another
-/// definition already has is not probed twice), or its refusal if it has none. A slow path is
+/// definition already has is not probed twice), or its refusal if it has none; `named` are
+/// the library's functions' starts. A slow path is
 /// also reached from inside the library (glibc's condition wait unlocks its mutex through the
 /// code pthread_mutex_unlock jumps to): a hit from inside an open call records nothing.
 fn plan_slow_path(
     library: &PthreadLibrary,
+    named: &HashSet<u64>,
     event: &'static EventDef,
     function: Function,
     layout: u8,
@@ -160,7 +184,7 @@ fn plan_slow_path(
         &library.image,
         function.offset,
         function.size,
-        &library.functions.starts(),
+        named,
         wanted,
     );
     let probe = |placement: Placement, site: Option<slow_path::Site>| PlannedProbe {
@@ -197,16 +221,7 @@ fn keep_spans(probes: &mut [PlannedProbe]) {
         .iter_mut()
         .filter(|p| p.slow_path.is_none() && p.flags().has(ProbeFlags::RETURN))
     {
-        if let (Ok(before_probe), Ok(bytes)) = (
-            u8::try_from(probe.placement.offset),
-            u16::try_from(probe.function.size),
-        ) && probe.span.bytes == 0
-        {
-            probe.span = FunctionSpan {
-                before_probe,
-                bytes,
-            };
-        }
+        probe.keep_span(probe.function.size);
     }
 }
 
@@ -354,15 +369,7 @@ fn mark_calls_inside(
             probes.len() - 1
         });
         let probe = &mut probes[index];
-        if let (Ok(before_probe), Ok(bytes)) = (
-            u8::try_from(probe.placement.offset),
-            u16::try_from(caller.size),
-        ) {
-            probe.span = FunctionSpan {
-                before_probe,
-                bytes,
-            };
-        }
+        probe.keep_span(caller.size);
         probe.calls_inside = callees;
     }
 }

@@ -124,7 +124,7 @@ impl Walker<'_> {
             return known;
         }
         if levels == 0 {
-            let futex = own_state(self.image, address);
+            let futex = own_futex_call(self.image, address);
             self.futex_of.insert((address, levels), futex);
             return futex;
         }
@@ -274,7 +274,7 @@ impl Walker<'_> {
 
 /// The futex call the function at `address` makes itself (glibc's `__lll_lock_wait`), among
 /// its first instructions in the order they lie, jumps followed, before its first return.
-fn own_state(image: &[u8], address: u64) -> Option<Futex> {
+fn own_futex_call(image: &[u8], address: u64) -> Option<Futex> {
     let mut ip = address;
     let mut state = PathState::default();
     for _ in 0..MAX_CALLEE_INSTRUCTIONS {
@@ -539,7 +539,7 @@ mod tests {
     }
 
     #[test]
-    fn a_state_in_line_is_probed_where_its_straight_run_begins() {
+    fn a_futex_call_in_line_is_probed_where_its_straight_run_begins() {
         // test %eax,%eax; jg +1 (to 5); ret; at 5: xor $0x81,%sil (FUTEX_WAKE, private);
         // mov $202,%eax; syscall; ret
         let entry = [
