@@ -569,16 +569,21 @@ impl Analysis {
                         waits,
                         caller: call.caller,
                     };
-                    // Where the owner it found took the lock, while its hold is still known.
-                    let owner_taken_at = self
-                        .holders_of(pid, call.object)
-                        .iter()
-                        .find(|h| h.lwpid == call.owner_hint)
-                        .map_or(0, |h| h.caller);
+                    // Where the owner it found took the lock, while its hold is still known; for
+                    // the report only (the live watch keeps no statistics).
+                    let owner_waited_for = self.stats && ![0, lwpid].contains(&call.owner_hint);
+                    let owner_taken_at = match owner_waited_for {
+                        true => self
+                            .holders_of(pid, call.object)
+                            .iter()
+                            .find(|h| h.lwpid == call.owner_hint)
+                            .map_or(0, |h| h.caller),
+                        false => 0,
+                    };
                     self.acquire(pid, lwpid, call.object, taken, now);
                     if self.stats {
                         let lock = self.lock(pid, call.object, kind);
-                        if call.owner_hint != 0 && call.owner_hint != lwpid {
+                        if owner_waited_for {
                             let owner = lock.owners.entry(call.owner_hint).or_default();
                             owner.count += 1;
                             owner.wait_total_ns += wait;

@@ -146,9 +146,10 @@ pub struct Cli {
     #[arg(long, hide = true)]
     pub perf_event_probes: bool,
 
-    /// Trace only where locks are contended: mutex locks that wait and unlocks that wake a
-    /// waiter, probed on glibc's slow paths (an uncontended lock pays nothing), with condition
-    /// waits, joins, barrier waits and thread creation and exit in full
+    /// Trace only where locks are contended: mutex locks and semaphore waits that wait, and
+    /// unlocks and posts that wake a waiter, probed on glibc's slow paths (an uncontended call
+    /// pays nothing), with condition waits, joins, barrier waits and thread creation and exit in
+    /// full
     #[arg(long)]
     pub contended: bool,
 
@@ -193,7 +194,7 @@ pub enum Action {
 }
 
 /// What `top` watches.
-#[derive(Clone, Debug, clap::Args)]
+#[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  sudo thrtrace-bpf top -p 1234\n  \
                         sudo thrtrace-bpf top --interval 2s -- ./server")]
 pub struct TopArgs {
@@ -215,30 +216,30 @@ impl TopArgs {
     /// Runs `top`: the command line's own `--contended` trace of the same targets, with the
     /// live view for output instead of files.
     pub fn run(&self) -> Result<i32> {
-        let watched = match (self.pids.as_slice(), self.command.first()) {
-            ([], None) => "every process".to_owned(),
-            ([], Some(command)) => command.to_string_lossy().into_owned(),
-            (pids, _) => {
+        let config = self.config()?;
+        let watched = match &config.target {
+            Target::Pids(pids) => {
                 let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
                 format!("pid {}", pids.join(", "))
             }
+            Target::Command(command) => command[0].to_string_lossy().into_owned(),
+            Target::SystemWide => "every process".to_owned(),
         };
-        let config = self.clone().into_config()?;
         let view = LiveView::new(self.interval, watched);
         session::trace_into(&config, vec![Box::new(view)])
     }
 
-    fn into_config(self) -> Result<Config> {
+    fn config(&self) -> Result<Config> {
         let mut argv: Vec<OsString> = vec!["thrtrace-bpf".into(), "--contended".into()];
-        if let Some(events) = self.events {
+        if let Some(events) = &self.events {
             argv.extend(["--events".into(), events.into()]);
         }
-        for pid in self.pids {
+        for pid in &self.pids {
             argv.extend(["--pid".into(), pid.to_string().into()]);
         }
         if !self.command.is_empty() {
             argv.push("--".into());
-            argv.extend(self.command);
+            argv.extend(self.command.iter().cloned());
         }
         let cli = Cli::try_parse_from(argv).map_err(|error| UsageError(error.to_string()))?;
         let mut config = cli.into_config()?;
@@ -279,10 +280,10 @@ fn contended_events(events: EventSet, named: bool) -> Result<EventSet> {
         .fold(EventSet::EMPTY, EventSet::union);
     if (named && !untraced.is_empty()) || traced.is_empty() {
         usage_bail!(
-            "--contended does not trace {}: their slow paths are not probed yet (it traces \
-             mutex_lock, mutex_unlock and the rmutex ones, cond waits, joins, barrier waits, \
-             thr_create and thr_exit); leave them out, or trace them without --contended",
-            untraced.names().join(", ")
+            "--contended does not trace {}: their slow paths are not probed yet (it traces {}); \
+             leave them out, or trace them without --contended",
+            untraced.names().join(", "),
+            EventSet::all().contended().names().join(", ")
         );
     }
     Ok(traced)
