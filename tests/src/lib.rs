@@ -457,13 +457,18 @@ pub fn paired_calls<'a>(
 /// not single-step) and `--probe-at-entry`. Records must be the same under both.
 pub const PLACEMENTS: [&[&str]; 2] = [&[], &["--probe-at-entry"]];
 
-/// The line of `marker` (a comment such as `/* WAIT */`) in a workload's source.
+/// The line of `marker` in a workload's source: a comment after the call, given whole
+/// (`/* WAIT */`) or by its word (`WAIT`).
 pub fn line_of(workload: &str, marker: &str) -> u32 {
     let source = workspace_root().join(format!("tests/workloads/{workload}.c"));
     let text = std::fs::read_to_string(source).unwrap();
+    let comment = match marker.starts_with("/*") {
+        true => marker.to_owned(),
+        false => format!("/* {marker} */"),
+    };
     let at = text
         .lines()
-        .position(|l| l.contains("pthread_") && l.contains(marker))
+        .position(|l| l.contains(&comment))
         .unwrap_or_else(|| panic!("no {marker} in {workload}.c"));
     at as u32 + 1
 }

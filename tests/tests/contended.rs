@@ -1,10 +1,13 @@
 //! `--contended` (issue 28): locks traced on glibc's slow paths only. The contention
 //! workload's contention is certain by construction (the main thread holds a mutex HOLD_MS
-//! while WAITERS threads lock it, and posts a semaphore they all wait on only after HOLD_MS).
-//! One run of it is traced by two tracers at once, whole and `--contended`: the contended-only
-//! trace must hold exactly the whole trace's blocked calls, with the same callers, the owner
-//! the waiters found, the same waits (within 5% in total) and none of the uncontended calls
-//! each thread also makes, on every glibc.
+//! while WAITERS threads lock it, posts a semaphore they all wait on only after HOLD_MS, and
+//! holds a read-write lock HOLD_MS as writer while they read-lock it, then as reader while they
+//! write-lock it). One run of it is traced by two tracers at once, whole and `--contended`: the
+//! contended-only trace must hold exactly the whole trace's blocked calls, with the owner the
+//! waiters found, the same waits (within 5% in total) and none of the uncontended calls each
+//! thread also makes, on every glibc. A run traced `--contended` alone names their callers (in
+//! the run traced twice, the whole trace's return probes stand in for the return addresses
+//! the slow paths read).
 
 use std::{
     collections::HashMap,
@@ -13,7 +16,7 @@ use std::{
 };
 
 use thrtrace_tests::{
-    TempDir, bpf_available, codes, every_libc, field, is_musl, read_trace, run_tracer,
+    TempDir, bpf_available, codes, every_libc, field, is_musl, line_of, read_trace, run_tracer,
     start_tracer, workload, workload_arg,
 };
 use tracer_model::{
@@ -30,7 +33,7 @@ const HOLD_MS: u64 = 100;
 const WAITERS: u64 = 3;
 /// Uncontended lock+unlock and post+wait pairs each thread makes between rounds.
 const WORK: u64 = 50;
-const EVENTS: &str = "mutex:rmutex:sema";
+const EVENTS: &str = "mutex:rmutex:sema:rwlock";
 
 /// One tracer's trace of the run.
 struct Trace {
@@ -48,8 +51,8 @@ impl Trace {
 }
 
 /// A run of the contention workload `build`, traced whole and `--contended` by two tracers
-/// attached before it starts; its pid and the two mutexes and the semaphore the waiters block
-/// on.
+/// attached before it starts; its pid and the two mutexes, the semaphore and the read-write
+/// lock the waiters block on.
 struct Story {
     full: Trace,
     slow: Trace,
@@ -57,6 +60,7 @@ struct Story {
     first: u64,
     second: u64,
     sem: u64,
+    rw: u64,
 }
 
 fn story(build: &str) -> Story {
@@ -99,6 +103,7 @@ fn story(build: &str) -> Story {
         first: field(&first_line, "first"),
         second: field(&first_line, "second"),
         sem: field(&first_line, "sem"),
+        rw: field(&first_line, "rw"),
     }
 }
 
@@ -139,18 +144,6 @@ fn total_wait_ns(calls: &[(TraceRecord, Option<TraceRecord>)]) -> i128 {
         .sum()
 }
 
-/// Where the calls were made from, as the offsets in their page (the runs map the workload
-/// at different addresses).
-fn callers(calls: &[(TraceRecord, Option<TraceRecord>)]) -> Vec<u64> {
-    let mut callers: Vec<u64> = calls
-        .iter()
-        .map(|(entry, _)| entry.caller & 0xfff)
-        .collect();
-    callers.sort_unstable();
-    callers.dedup();
-    callers
-}
-
 #[test]
 fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
     if !bpf_available("contended_counts") {
@@ -169,9 +162,16 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
             first,
             second,
             sem,
+            rw,
         } = &story;
 
-        for (name, objects) in [("mutex_lock", [*first, *second]), ("sema_wait", [*sem, 0])] {
+        let waits = [
+            ("mutex_lock", [*first, *second]),
+            ("sema_wait", [*sem, 0]),
+            ("rw_rdlock", [*rw, 0]),
+            ("rw_wrlock", [*rw, 0]),
+        ];
+        for (name, objects) in waits {
             let waited = |trace: &Trace| {
                 let mut all = calls(&trace.records, name, objects[0]);
                 all.extend(calls(&trace.records, name, objects[1]));
@@ -182,8 +182,8 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
             let blocked: Vec<_> = full_calls
                 .iter()
                 .filter(|(entry, back)| match name {
-                    "mutex_lock" => back.is_some_and(|b| b.a[1] == 1),
-                    _ => entry.a[1] == 0,
+                    "sema_wait" => entry.a[1] == 0,
+                    _ => back.is_some_and(|b| b.a[1] == 1),
                 })
                 .copied()
                 .collect();
@@ -196,13 +196,14 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
             for (entry, back) in &slow_calls {
                 let back = back.unwrap_or_else(|| panic!("{build} {name}: no return: {entry:?}"));
                 assert_eq!(back.a[0], 0, "{build} {name}: rval: {back:?}");
+                if name != "sema_wait" {
+                    assert_eq!(back.a[1], 1, "{build} {name}: block?: {back:?}");
+                }
                 if name == "mutex_lock" {
-                    assert_eq!(back.a[1], 1, "{build}: block?: {back:?}");
                     // Every waiter found the main thread (lwpid = pid) holding the mutex.
                     assert_eq!(entry.a[1], i64::from(*pid), "{build}: owner: {entry:?}");
                 }
             }
-            assert_eq!(callers(&slow_calls), callers(&blocked), "{build} {name}");
             let (full_wait, wait) = (total_wait_ns(&blocked), total_wait_ns(&slow_calls));
             assert!(
                 (wait - full_wait).abs() * 20 <= full_wait,
@@ -211,9 +212,14 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
         }
 
         // Unlocks that woke a waiter, and posts that did: as many as in the full trace.
-        for (name, waiters_field) in [("mutex_unlock", 2), ("sema_post", usize::MAX)] {
+        let wakes = [
+            ("mutex_unlock", 2),
+            ("sema_post", usize::MAX),
+            ("rw_unlock", 2),
+        ];
+        for (name, waiters_field) in wakes {
             let woke = |trace: &Trace| -> Vec<TraceRecord> {
-                [*first, *second, *sem]
+                [*first, *second, *sem, *rw]
                     .iter()
                     .flat_map(|&o| calls(&trace.records, name, o))
                     .map(|(record, _)| record)
@@ -228,19 +234,19 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
             );
         }
 
-        // Nothing of the uncontended calls: every mutex and semaphore record is on the three.
+        // Nothing of the uncontended calls: every lock and semaphore record is on the four.
         let others: Vec<&TraceRecord> = slow
             .records
             .iter()
-            .filter(|r| [2, 4, 6].contains(&r.event1) && r.which != 2)
-            .filter(|r| ![*first, *second, *sem].contains(&(r.a[0] as u64)))
+            .filter(|r| [2, 4, 5, 6].contains(&r.event1) && r.which != 2)
+            .filter(|r| ![*first, *second, *sem, *rw].contains(&(r.a[0] as u64)))
             .collect();
         assert!(
             others.is_empty(),
             "{build}: uncontended calls recorded: {others:#?}"
         );
         let full_others = full.records.len() - slow.records.len();
-        assert!(full_others as u64 >= 4 * WORK * ROUNDS * WAITERS, "{build}");
+        assert!(full_others as u64 >= 8 * WORK * ROUNDS * WAITERS, "{build}");
 
         // The log says what kind of trace it is; the report shows the owner waited for.
         let start = LogReader::open(&slow.dir.path().join("app.ptl"))
@@ -279,6 +285,8 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
         let sem = lock(*sem);
         assert_eq!(sem["acquisitions"], ROUNDS * WAITERS, "{build}: {sem:#}");
         assert_eq!(sem["contended"], ROUNDS * WAITERS, "{build}: {sem:#}");
+        let rw = lock(*rw);
+        assert_eq!(rw["contended"], 2 * ROUNDS * WAITERS, "{build}: {rw:#}");
         let run = run_tracer(slow.dir.path(), &["report", "app.ptl"]);
         assert!(
             run.stdout.starts_with("contended calls only (--contended)"),
@@ -289,17 +297,85 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
 }
 
 #[test]
+fn a_contended_trace_names_the_lines_that_waited() {
+    if !bpf_available("contended_callers") {
+        return;
+    }
+    for build in every_libc("contended_callers", "contention") {
+        if is_musl(&build) {
+            continue;
+        }
+        let dir = TempDir::new("contended-callers");
+        let run = run_tracer(
+            dir.path(),
+            &[
+                "--contended",
+                "--events",
+                EVENTS,
+                "--log",
+                "app.ptl",
+                "--",
+                &workload_arg(&build),
+                "1",
+                "50",
+                "2",
+            ],
+        );
+        assert!(run.status.success(), "{build}: {run:?}");
+        let first_line = run.stdout.lines().next().unwrap_or_default();
+        let run = run_tracer(
+            dir.path(),
+            &["report", "--format", "json", "--top", "100", "app.ptl"],
+        );
+        assert!(run.status.success(), "{build}: {run:?}");
+        let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        // Round 1 waits on `first` (WAIT_MUTEX), `sem` and `rw`, 2 waiters each.
+        let expected = [
+            ("first", vec!["WAIT_MUTEX"]),
+            ("sem", vec!["WAIT_SEM"]),
+            ("rw", vec!["WAIT_RDLOCK", "WAIT_WRLOCK"]),
+        ];
+        for (object, markers) in expected {
+            let address = format!("{:#x}", field::<u64>(first_line, object));
+            let lock = report["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["address"] == address)
+                .unwrap_or_else(|| panic!("{build}: no {object} in {report:#}"));
+            let mut lines: Vec<(u64, u64)> = lock["callers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    let file = c["file"].as_str().unwrap_or_default();
+                    assert!(file.ends_with("contention.c"), "{build} {object}: {c:#}");
+                    (c["line"].as_u64().unwrap(), c["count"].as_u64().unwrap())
+                })
+                .collect();
+            lines.sort_unstable();
+            let mut wanted: Vec<(u64, u64)> = markers
+                .iter()
+                .map(|m| (u64::from(line_of("contention", m)), 2))
+                .collect();
+            wanted.sort_unstable();
+            assert_eq!(lines, wanted, "{build} {object}: {lock:#}");
+        }
+    }
+}
+
+#[test]
 fn what_contended_mode_cannot_trace_is_refused_by_name() {
     let dir = TempDir::new("contended-refused");
     let run = run_tracer(
         dir.path(),
-        &["--contended", "--events", "mutex:rwlock", "--", "/bin/true"],
+        &["--contended", "--events", "mutex:spin", "--", "/bin/true"],
     );
     assert_eq!(run.status.code(), Some(2), "{run:?}");
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("--contended does not trace rwlock_init, rw_rdlock")
+            .contains("--contended does not trace _spin_unlock, _spin_init")
             && run.stderr.contains("without --contended"),
         "{}",
         run.stderr

@@ -1,16 +1,22 @@
-/* Contention certain by construction, on two mutexes and a semaphore, for `--contended`.
+/* Contention certain by construction, on two mutexes, a semaphore and a read-write lock, for
+ * `--contended`.
  * Usage: contention ROUNDS HOLD_MS WAITERS [WORK [GATE]]
  * Each round: the main thread locks mutex `first` or `second` (alternately), lets the WAITERS
  * threads go, keeps it HOLD_MS and unlocks it; each waiter locks it (line WAIT_MUTEX), blocks
  * until then and unlocks it, then waits on `sem` (line WAIT_SEM, value 0); once every waiter
- * waits, the main thread sleeps HOLD_MS and posts once per waiter. Every waiter's lock and
- * sem_wait therefore blocks: ROUNDS * WAITERS of each. The next round starts once every waiter
- * is through. Between rounds each thread makes WORK uncontended lock+unlock pairs on a mutex of
- * its own and post+wait pairs on a semaphore of its own (default 0). With GATE 1, it starts only
- * once a line is read from stdin (after printing its first line), so that tracers can attach.
- * Prints "first=ADDR second=ADDR sem=ADDR" first, then "ns_per_op=X ops=N": wall time of the
- * whole run per round. The threads wait for one another with atomics and usleep, not with
- * traced calls. */
+ * waits, the main thread sleeps HOLD_MS and posts once per waiter. Then the main thread
+ * write-locks `rw`, lets the waiters read-lock it (line WAIT_RDLOCK), keeps it HOLD_MS and
+ * unlocks it; then read-locks it, lets them write-lock it (line WAIT_WRLOCK) and keeps it
+ * HOLD_MS: the first writer waits for it, the others for the writer before them. Every waiter's
+ * lock, sem_wait, rdlock and wrlock therefore blocks: ROUNDS * WAITERS of each. The next round
+ * starts once every waiter is through. Between rounds each thread makes WORK uncontended
+ * lock+unlock pairs on a mutex of its own, post+wait pairs on a semaphore of its own, and
+ * rdlock+unlock and wrlock+unlock pairs on a read-write lock of its own (default 0). With GATE
+ * 1, it starts only once a line is read from stdin (after printing its first line), so that
+ * tracers can attach.
+ * Prints "first=ADDR second=ADDR sem=ADDR rw=ADDR" first, then "ns_per_op=X ops=N": wall time
+ * of the whole run per round. The threads wait for one another with atomics and usleep, not
+ * with traced calls. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <semaphore.h>
@@ -23,13 +29,15 @@
 static pthread_mutex_t first = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t second = PTHREAD_MUTEX_INITIALIZER;
 static sem_t sem;
-static atomic_int round_open, waiting, done;
+static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_int round_open, waiting, done, read_open, read_done, write_open, write_done;
 static int rounds, hold_ms;
 static long work;
 
 /* Uncontended calls: a mutex and a semaphore of the caller's own. */
 static void uncontended(void) {
     pthread_mutex_t own = PTHREAD_MUTEX_INITIALIZER;
+    pthread_rwlock_t own_rw = PTHREAD_RWLOCK_INITIALIZER;
     sem_t own_sem;
     sem_init(&own_sem, 0, 0);
     for (long i = 0; i < work; i++) {
@@ -37,6 +45,10 @@ static void uncontended(void) {
         pthread_mutex_unlock(&own);
         sem_post(&own_sem);
         sem_wait(&own_sem);
+        pthread_rwlock_rdlock(&own_rw);
+        pthread_rwlock_unlock(&own_rw);
+        pthread_rwlock_wrlock(&own_rw);
+        pthread_rwlock_unlock(&own_rw);
     }
     sem_destroy(&own_sem);
 }
@@ -54,6 +66,14 @@ static void *waiter(void *arg) {
         atomic_fetch_add(&waiting, 1);
         sem_wait(&sem); /* WAIT_SEM */
         atomic_fetch_add(&done, 1);
+        while (atomic_load(&read_open) < r) usleep(100);
+        pthread_rwlock_rdlock(&rw); /* WAIT_RDLOCK */
+        pthread_rwlock_unlock(&rw);
+        atomic_fetch_add(&read_done, 1);
+        while (atomic_load(&write_open) < r) usleep(100);
+        pthread_rwlock_wrlock(&rw); /* WAIT_WRLOCK */
+        pthread_rwlock_unlock(&rw);
+        atomic_fetch_add(&write_done, 1);
         uncontended();
     }
     return NULL;
@@ -69,8 +89,8 @@ int main(int argc, char **argv) {
     struct timespec start, end;
     if (rounds < 1 || waiters < 1 || waiters > 16) return 2;
     sem_init(&sem, 0, 0);
-    printf("first=%lu second=%lu sem=%lu\n", (unsigned long)&first, (unsigned long)&second,
-           (unsigned long)&sem);
+    printf("first=%lu second=%lu sem=%lu rw=%lu\n", (unsigned long)&first,
+           (unsigned long)&second, (unsigned long)&sem, (unsigned long)&rw);
     fflush(stdout);
     if (gate) {
         char line[16];
@@ -87,6 +107,16 @@ int main(int argc, char **argv) {
         usleep(hold_ms * 1000);
         for (long t = 0; t < waiters; t++) sem_post(&sem); /* POST */
         while (atomic_load(&done) < r * waiters) usleep(100);
+        pthread_rwlock_wrlock(&rw); /* HOLD_WRITE */
+        atomic_store(&read_open, r);
+        usleep(hold_ms * 1000);
+        pthread_rwlock_unlock(&rw);
+        while (atomic_load(&read_done) < r * waiters) usleep(100);
+        pthread_rwlock_rdlock(&rw); /* HOLD_READ */
+        atomic_store(&write_open, r);
+        usleep(hold_ms * 1000);
+        pthread_rwlock_unlock(&rw);
+        while (atomic_load(&write_done) < r * waiters) usleep(100);
         uncontended();
     }
     for (long t = 0; t < waiters; t++) pthread_join(ids[t], NULL);

@@ -237,8 +237,95 @@ pub struct ProbeCookie {
     pub slow_path: bool,
     /// On a slow path, the waiting function's return is the call's own (sem_wait jumps to its
     /// slow path): its value is the call's result. Otherwise a slow path's return is that of a
-    /// function that returns nothing, after which the call succeeds: its result is 0. 1 bit.
+    /// wait, after which the call succeeds: its result is 0. 1 bit.
     pub returns_result: bool,
+    /// On a slow path, the register holding the call's object (the futex waited on may be a
+    /// word inside it). Carried, on a slow path only, in the bits that say elsewhere where the
+    /// function starts ([`FunctionSpan::before_probe`]): a slow path's probe keeps no span.
+    pub object_register: ObjectRegister,
+}
+
+/// Where a slow-path probe finds the call's object: the first argument's register, or another
+/// the function copied it to (one a call leaves as it was, where it calls functions). Every
+/// general-purpose register but the stack pointer, by its code.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ObjectRegister {
+    /// The first argument's.
+    #[default]
+    Rdi = 0,
+    /// `rbx`, kept across calls.
+    Rbx = 1,
+    /// `rbp`, kept across calls.
+    Rbp = 2,
+    /// `r12`, kept across calls.
+    R12 = 3,
+    /// `r13`, kept across calls.
+    R13 = 4,
+    /// `r14`, kept across calls.
+    R14 = 5,
+    /// `r15`, kept across calls.
+    R15 = 6,
+    /// `r8`.
+    R8 = 7,
+    /// `r9`.
+    R9 = 8,
+    /// `r10`.
+    R10 = 9,
+    /// `r11`.
+    R11 = 10,
+    /// `rax`.
+    Rax = 11,
+    /// `rcx`.
+    Rcx = 12,
+    /// `rdx`.
+    Rdx = 13,
+    /// `rsi`.
+    Rsi = 14,
+}
+
+impl ObjectRegister {
+    /// Every one, in the order of their codes: the first argument's first, then those a call
+    /// keeps.
+    pub const ALL: [ObjectRegister; 15] = [
+        ObjectRegister::Rdi,
+        ObjectRegister::Rbx,
+        ObjectRegister::Rbp,
+        ObjectRegister::R12,
+        ObjectRegister::R13,
+        ObjectRegister::R14,
+        ObjectRegister::R15,
+        ObjectRegister::R8,
+        ObjectRegister::R9,
+        ObjectRegister::R10,
+        ObjectRegister::R11,
+        ObjectRegister::Rax,
+        ObjectRegister::Rcx,
+        ObjectRegister::Rdx,
+        ObjectRegister::Rsi,
+    ];
+
+    /// The register of code `code` (`rdi` for a code no register has). A match, not an index
+    /// into [`ObjectRegister::ALL`], which a BPF program would build on its small stack.
+    pub const fn from_code(code: u8) -> Self {
+        match code {
+            1 => ObjectRegister::Rbx,
+            2 => ObjectRegister::Rbp,
+            3 => ObjectRegister::R12,
+            4 => ObjectRegister::R13,
+            5 => ObjectRegister::R14,
+            6 => ObjectRegister::R15,
+            7 => ObjectRegister::R8,
+            8 => ObjectRegister::R9,
+            9 => ObjectRegister::R10,
+            10 => ObjectRegister::R11,
+            11 => ObjectRegister::Rax,
+            12 => ObjectRegister::Rcx,
+            13 => ObjectRegister::Rdx,
+            14 => ObjectRegister::Rsi,
+            _ => ObjectRegister::Rdi,
+        }
+    }
 }
 
 /// Where a traced function's code lies, relative to its probe.
@@ -252,8 +339,8 @@ pub struct FunctionSpan {
 
 impl ProbeCookie {
     /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), slow path
-    /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before the probe (8) and size
-    /// (16).
+    /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before
+    /// the probe (8; on a slow path the object's register) and size (16).
     pub const fn encode(self) -> u64 {
         ((self.event1 as u64 & 0x3f) << 58)
             | ((self.event2 as u64 & 0x3f) << 52)
@@ -262,23 +349,40 @@ impl ProbeCookie {
             | ((self.returns_result as u64) << 48)
             | ((self.stack_offset as u64 & 0xff) << 40)
             | ((self.flags.0 as u64) << 24)
-            | ((self.function.before_probe as u64) << 16)
+            | ((self.span_or_register() as u64) << 16)
             | self.function.bytes as u64
+    }
+
+    /// The byte at bits 16..24: the object's register on a slow path, else where the function
+    /// starts.
+    const fn span_or_register(self) -> u8 {
+        match self.slow_path {
+            true => self.object_register as u8,
+            false => self.function.before_probe,
+        }
     }
 
     /// The cookie [`ProbeCookie::encode`] made.
     pub const fn decode(cookie: u64) -> Self {
+        let slow_path = (cookie >> 49) & 1 != 0;
         ProbeCookie {
             event1: ((cookie >> 58) & 0x3f) as u16,
             event2: ((cookie >> 52) & 0x3f) as u16,
             layout: ((cookie >> 50) & 0x3) as u8,
-            slow_path: (cookie >> 49) & 1 != 0,
+            slow_path,
             returns_result: (cookie >> 48) & 1 != 0,
             stack_offset: ((cookie >> 40) & 0xff) as u16,
             flags: ProbeFlags((cookie >> 24) as u16),
             function: FunctionSpan {
-                before_probe: (cookie >> 16) as u8,
+                before_probe: match slow_path {
+                    true => 0,
+                    false => (cookie >> 16) as u8,
+                },
                 bytes: cookie as u16,
+            },
+            object_register: match slow_path {
+                true => ObjectRegister::from_code((cookie >> 16) as u8),
+                false => ObjectRegister::Rdi,
             },
         }
     }
@@ -421,6 +525,7 @@ impl EventDef {
             },
             slow_path: false,
             returns_result: false,
+            object_register: ObjectRegister::Rdi,
         }
     }
 
@@ -488,8 +593,7 @@ pub enum ContendedProbe {
     /// condition wait, a join, a barrier), or happens once per thread (create, exit).
     Whole,
     /// Not traced: the call neither blocks nor wakes, or its slow path is not probed yet
-    /// (read-write locks, whose waits are on futexes inside the lock, in loops; spin locks;
-    /// timed locks).
+    /// (spin locks, timed locks).
     Untraced,
 }
 
@@ -497,8 +601,11 @@ impl EventDef {
     /// How `--contended` traces this event.
     pub fn contended(&self) -> ContendedProbe {
         match self.symbol {
-            "pthread_mutex_lock" | "sem_wait" => ContendedProbe::Waits,
-            "pthread_mutex_unlock" | "sem_post" => ContendedProbe::Wakes,
+            "pthread_mutex_lock"
+            | "sem_wait"
+            | "pthread_rwlock_rdlock"
+            | "pthread_rwlock_wrlock" => ContendedProbe::Waits,
+            "pthread_mutex_unlock" | "sem_post" | "pthread_rwlock_unlock" => ContendedProbe::Wakes,
             "pthread_create"
             | "pthread_exit"
             | "pthread_join"
@@ -1288,7 +1395,12 @@ mod tests {
                 };
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
                 cookie.slow_path = true;
+                cookie.function.before_probe = 0;
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                for register in ObjectRegister::ALL {
+                    cookie.object_register = register;
+                    assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                }
                 cookie.returns_result = true;
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
             }

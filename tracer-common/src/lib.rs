@@ -6,8 +6,8 @@ pub mod events;
 pub mod record;
 
 pub use events::{
-    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, ProbeCookie, ProbeFlags,
-    RECORDING_SLOTS, RecordingMasks, recording_masks,
+    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, ObjectRegister, ProbeCookie,
+    ProbeFlags, RECORDING_SLOTS, RecordingMasks, recording_masks,
 };
 pub use record::{LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord};
 

@@ -35,6 +35,8 @@ use core::{
     ptr,
 };
 
+use core::mem::offset_of;
+
 use aya_ebpf::{
     EbpfContext,
     bindings::{
@@ -52,8 +54,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     ERRNO_AT_OFFSET, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, LOST_PENDING,
-    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProbeCookie,
-    ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STOP_SENT, TracedThrough,
+    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister, OwnTargets,
+    ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STOP_SENT, TracedThrough,
     call_site_key,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE},
@@ -576,12 +578,56 @@ fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
         {
             read_user_into(ptr::addr_of_mut!((*record).timespec), pointer);
         }
+    }
+    capture_object(record, raw_cookie, regs);
+}
+
+/// Copies the call's object into `record`, and on a slow path whose object is in another
+/// register than the first argument's, takes it from there as `a1`: read by the helper, as a
+/// load from an offset chosen at run time is a context access the verifier refuses, and into
+/// the record, as the stack has no room for it. A function of its own, called last, so that
+/// `fill_entry` keeps nothing across it.
+#[inline(never)]
+fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
+    let cookie = ProbeCookie::decode(raw_cookie);
+    // SAFETY: as in `fill_entry`, which has filled the record's arguments.
+    unsafe {
+        if cookie.object_register != ObjectRegister::Rdi {
+            generated::bpf_probe_read_kernel(
+                ptr::addr_of_mut!((*record).args[0]).cast(),
+                size_of::<u64>() as u32,
+                object_field(cookie.object_register, &*regs).cast(),
+            );
+        }
         copy_object(
             ptr::addr_of_mut!((*record).object),
-            flags.object_size(),
-            regs.rdi,
+            cookie.flags.object_size(),
+            ptr::read_volatile(ptr::addr_of!((*record).args[0])),
         );
     }
+}
+
+/// The field of `regs` that holds `register`.
+#[inline(always)]
+fn object_field(register: ObjectRegister, regs: &pt_regs) -> *const u64 {
+    let offset = match register {
+        ObjectRegister::Rdi => offset_of!(pt_regs, rdi),
+        ObjectRegister::Rbx => offset_of!(pt_regs, rbx),
+        ObjectRegister::Rbp => offset_of!(pt_regs, rbp),
+        ObjectRegister::R12 => offset_of!(pt_regs, r12),
+        ObjectRegister::R13 => offset_of!(pt_regs, r13),
+        ObjectRegister::R14 => offset_of!(pt_regs, r14),
+        ObjectRegister::R15 => offset_of!(pt_regs, r15),
+        ObjectRegister::R8 => offset_of!(pt_regs, r8),
+        ObjectRegister::R9 => offset_of!(pt_regs, r9),
+        ObjectRegister::R10 => offset_of!(pt_regs, r10),
+        ObjectRegister::R11 => offset_of!(pt_regs, r11),
+        ObjectRegister::Rax => offset_of!(pt_regs, rax),
+        ObjectRegister::Rcx => offset_of!(pt_regs, rcx),
+        ObjectRegister::Rdx => offset_of!(pt_regs, rdx),
+        ObjectRegister::Rsi => offset_of!(pt_regs, rsi),
+    };
+    ptr::from_ref(regs).cast::<u8>().wrapping_add(offset).cast()
 }
 
 /// Whether a call's one record is written at its return: its entry is not written.
@@ -590,7 +636,8 @@ fn written_at_return_only(flags: ProbeFlags) -> bool {
     flags.has(ProbeFlags::RETURN) && !flags.has(ProbeFlags::PAIRED)
 }
 
-/// At a traced function's return: the return record, or the open call completed.
+/// At a traced function's return (a uretprobe), or where a slow path's wait ends (a plain
+/// uprobe on the instruction after it): the return record, or the open call completed.
 #[uretprobe]
 pub fn thr_return(ctx: RetProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link this program runs for.
@@ -639,8 +686,9 @@ unsafe fn complete(
     let flags = cookie.flags;
     // SAFETY: per the function's contract.
     let record = unsafe { &mut *record };
-    // On a slow path the return is the waiting function's, which returns nothing unless the
-    // call passed itself on to it (`ProbeCookie::returns_result`): the call then succeeds.
+    // On a slow path the return is a wait's end, whose value is not the call's unless the call
+    // passed itself on to the function that waits (`ProbeCookie::returns_result`): the call
+    // then succeeds.
     record.rval = if cookie.slow_path && !cookie.returns_result {
         0
     } else {

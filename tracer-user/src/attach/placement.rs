@@ -174,16 +174,28 @@ impl Placement {
             Why::NothingEmulated => {
                 "single-stepped at the entry: no emulated instruction near it".into()
             }
-            Why::SlowPath(site) => match (site.calls, site.passes_on) {
-                (Some(waiting), true) => format!(
-                    "slow path: passes the call on to {waiting:#x}, which waits (its return is \
-                     the call's)"
-                ),
-                (Some(waiting), false) => {
-                    format!("slow path: calls the futex function at {waiting:#x}")
+            Why::SlowPath(site) => {
+                let made = match site.calls {
+                    Some(futex_function) => {
+                        format!("calls the futex function at {futex_function:#x}")
+                    }
+                    None => "makes the futex call".into(),
+                };
+                let object = format!("object in {:?}", site.object_register).to_lowercase();
+                match site.wait_ends {
+                    Some(slow_path::WaitEnd::PassedOn(waiting)) => format!(
+                        "slow path: passes the call on to {waiting:#x}, which waits (its return \
+                         is the call's); {object}"
+                    ),
+                    Some(slow_path::WaitEnd::After(end)) => {
+                        format!("slow path: {made}; the wait ends at {end:#x}; {object}")
+                    }
+                    Some(slow_path::WaitEnd::ReturnOf(_)) => {
+                        format!("slow path: {made}; the wait ends at its return; {object}")
+                    }
+                    None => format!("slow path: {made}; {object}"),
                 }
-                (None, _) => "slow path: makes the futex call".into(),
-            },
+            }
             Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
         };
         if self.refused && self.why != Why::NoSlowPath {
@@ -413,6 +425,15 @@ fn kernel_refuses(code: &[u8], base: u64, instruction: &Instruction) -> bool {
     bytes[..opcode_start]
         .iter()
         .any(|b| BAD_PREFIXES.contains(b))
+}
+
+/// Whether the kernel takes a uprobe on the instruction at `offset` of `image`.
+pub fn kernel_accepts(image: &[u8], offset: u64) -> bool {
+    let code = image.get(offset as usize..).unwrap_or_default();
+    let code = &code[..code.len().min(16)];
+    decode(code, offset)
+        .first()
+        .is_some_and(|instruction| !kernel_refuses(code, offset, instruction))
 }
 
 /// Offsets (after the entry) that a direct branch or call in the function lands on.

@@ -27,10 +27,10 @@ use tracer_model::selection::EventSet;
 
 use super::{
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
-    slow_path,
+    slow_path::{self, WaitEnd},
     symbols::Function,
     targets::{self, PthreadLibrary},
-    uprobe_links::Linker,
+    uprobe_links::{Hook, Linker},
 };
 use crate::capture::{
     datapath::DataPath,
@@ -93,12 +93,15 @@ impl PlannedProbe {
         }
     }
 
-    /// Where the call's return is probed: the function's entry (a uretprobe), or on a slow
-    /// path the futex function whose return ends the wait.
-    fn return_offset(&self) -> u64 {
-        self.slow_path
-            .and_then(|site| site.calls)
-            .unwrap_or(self.file_offset())
+    /// Where the call's return half is recorded, and how: at the function's return, or on a
+    /// slow path where its wait ends (the instruction after it, or the return of the function
+    /// that waits).
+    fn return_probe(&self) -> (u64, Hook) {
+        match self.slow_path.and_then(|site| site.wait_ends) {
+            Some(WaitEnd::After(offset)) => (offset, Hook::Instruction),
+            Some(WaitEnd::ReturnOf(offset) | WaitEnd::PassedOn(offset)) => (offset, Hook::Return),
+            None => (self.file_offset(), Hook::Return),
+        }
     }
 
     /// The cookie flags: the event's and the code's, or only what opening the call needs. A
@@ -180,13 +183,18 @@ fn plan_slow_path(
         ContendedProbe::Waits => slow_path::Futex::Waits,
         _ => slow_path::Futex::Wakes,
     };
-    let sites = slow_path::sites(
-        &library.image,
-        function.offset,
-        function.size,
-        named,
-        wanted,
-    );
+    // musl's slow paths are other functions', which spin before they wait (its lock passes
+    // itself on to its timed lock): not what a slow-path record says of a call.
+    let sites = match library.is_musl() {
+        true => Vec::new(),
+        false => slow_path::sites(
+            &library.image,
+            function.offset,
+            function.size,
+            named,
+            wanted,
+        ),
+    };
     let probe = |placement: Placement, site: Option<slow_path::Site>| PlannedProbe {
         event,
         function,
@@ -203,6 +211,16 @@ fn plan_slow_path(
         probes.push(probe(Placement::without_slow_path(), None));
         return;
     }
+    // A wait's end on an instruction the kernel refuses to probe is the futex function's
+    // return instead, if it has one.
+    let sites = sites.into_iter().filter_map(|mut site| {
+        if let Some(WaitEnd::After(end)) = site.wait_ends
+            && !placement::kernel_accepts(&library.image, end)
+        {
+            site.wait_ends = Some(WaitEnd::ReturnOf(site.calls?));
+        }
+        Some(site)
+    });
     for site in sites {
         let placement = Placement::on_slow_path(&library.image, function.offset, site);
         let mut planned = probe(placement, Some(site));
@@ -482,11 +500,14 @@ impl Probes {
         library: &PthreadLibrary,
     ) -> Result<()> {
         let planned = plan(library, self.events, self.options);
+        let why = match library.is_musl() {
+            true => "only glibc's slow paths are probed",
+            false => "no call of a function making the futex call",
+        };
         for refused in planned.iter().filter(|p| p.placement.lacks_slow_path()) {
             say!(
-                "thrtrace-bpf: --contended: no slow path found in {} of {} (no call of a \
-                 function making the futex call): its calls are not traced; trace them without \
-                 --contended",
+                "thrtrace-bpf: --contended: no slow path found in {} of {} ({why}): its calls \
+                 are not traced; trace them without --contended",
                 refused.event.symbol,
                 library.file.path
             );
@@ -602,13 +623,23 @@ impl Probes {
     ) -> Result<usize> {
         let shared = pid == 0;
         let mut entry = ProbeSet::default();
-        let mut exit = ProbeSet::default();
+        let mut at_returns = ProbeSet::default();
+        let mut after_waits = ProbeSet::default();
+        // A function that waits, shared by slow paths, gets a return probe per event: the
+        // return program completes the open call of its probe's event.
+        let mut returns_probed = HashSet::new();
         for probe in planned.iter().filter(|p| p.attached()) {
             entry.push(probe.file_offset(), probe, shared);
-            // Slow-path waits share their futex function's return: probed once.
-            let at = probe.return_offset();
-            if probe.flags().has(ProbeFlags::RETURN) && !exit.offsets.contains(&at) {
-                exit.push(at, probe, shared);
+            if !probe.flags().has(ProbeFlags::RETURN) {
+                continue;
+            }
+            match probe.return_probe() {
+                (at, Hook::Instruction) => after_waits.push(at, probe, shared),
+                (at, Hook::Return) => {
+                    if returns_probed.insert((at, probe.event.name)) {
+                        at_returns.push(at, probe, shared);
+                    }
+                }
             }
         }
         let file = &library.file.open_path;
@@ -616,15 +647,24 @@ impl Probes {
             true => &mut self.shared_links,
             false => self.process_links.entry(pid).or_default(),
         };
-        for (program, set) in [(&programs.entry, &entry), (&programs.exit, &exit)] {
+        let sets = [
+            (&programs.entry, Hook::Instruction, &entry),
+            (&programs.exit, Hook::Return, &at_returns),
+            (&programs.exit, Hook::Instruction, &after_waits),
+        ];
+        for (program, hook, set) in sets {
             if !set.offsets.is_empty() {
-                links.extend(
-                    self.linker
-                        .attach(program, file, &set.offsets, &set.cookies, pid)?,
-                );
+                links.extend(self.linker.attach(
+                    program,
+                    hook,
+                    file,
+                    &set.offsets,
+                    &set.cookies,
+                    pid,
+                )?);
             }
         }
-        Ok(entry.offsets.len() + exit.offsets.len())
+        Ok(entry.offsets.len() + at_returns.offsets.len() + after_waits.offsets.len())
     }
 
     /// Detaches every probe. Each uprobe_multi link waits for one kernel grace period when it
@@ -705,8 +745,11 @@ impl ProbeSet {
             cookie.flags.0 |= ProbeFlags::SHARED;
         }
         cookie.function = probe.span;
-        cookie.slow_path = probe.slow_path.is_some();
-        cookie.returns_result = probe.slow_path.is_some_and(|site| site.passes_on);
+        if let Some(site) = probe.slow_path {
+            cookie.slow_path = true;
+            cookie.returns_result = matches!(site.wait_ends, Some(WaitEnd::PassedOn(_)));
+            cookie.object_register = site.object_register;
+        }
         self.offsets.push(offset);
         self.cookies.push(cookie.encode());
     }

@@ -18,6 +18,7 @@
 use std::collections::{HashMap, HashSet};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use tracer_common::ObjectRegister;
 
 /// The futex system call's number on x86-64.
 const SYS_FUTEX: u64 = 202;
@@ -41,14 +42,30 @@ pub struct Site {
     /// Bytes pushed since the traced function's entry: its return address is at
     /// `[rsp + stack_offset]`.
     pub stack_offset: u16,
-    /// The futex function called there, whose return ends the wait; `None` for a futex call
-    /// in line (the probe is then on the first instruction of the straight run that makes it).
+    /// The register that holds the call's object there: the futex waited on may be a word inside it (a read-write
+    /// lock's), passed to the futex call as the object plus an offset.
+    pub object_register: ObjectRegister,
+    /// The futex function called there, or `None` for a futex call in line (the probe is
+    /// then on the first instruction of the straight run that makes it).
     pub calls: Option<u64>,
     /// What the futex call does.
     pub futex: Futex,
-    /// The site is the function's jump to the one that waits (sem_wait's to its slow path),
-    /// whose return is the call's own: its value is the call's result.
-    pub passes_on: bool,
+    /// Where a wait ends, for the call's return half; `None` for a wake.
+    pub wait_ends: Option<WaitEnd>,
+}
+
+/// Where a wait ends: the return half of a call that blocked is probed there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// At the instruction right after the call of the futex function (or the futex system
+    /// call), which nothing else jumps to: a plain uprobe, hit only after a wait.
+    After(u64),
+    /// At the return of the function at this offset (a uretprobe): the futex function's,
+    /// where the instruction after its call is also reached from elsewhere.
+    ReturnOf(u64),
+    /// The call passed itself on to the function at this offset (sem_wait jumps to its slow
+    /// path): that function's return is the call's own, with the call's result.
+    PassedOn(u64),
 }
 
 /// What a futex call does, from its operation.
@@ -73,11 +90,13 @@ impl Futex {
 
 /// The slow-path sites of the function at `entry`, `size` bytes, in `image` (a library's bytes,
 /// at their file offsets, which are also its addresses): each direct call of a function that
-/// makes a futex call of a known operation, and each such futex call made in line. A tail call
-/// from outside the function (to one of `named`, other functions' starts, or far with nothing
-/// pushed) is not followed. A function that waits in no call of its own but jumps to another
-/// that waits (itself or in the functions it calls) is probed at that jump. Sites whose stack
-/// depth cannot be followed (a frame pointer, an aligned stack) are left out.
+/// makes a futex call of a known operation, and each such futex call made in line, on the
+/// call's object or a word inside it. A tail call from outside the function (to one of
+/// `named`, other functions' starts, or far with nothing pushed) is not followed. A function
+/// that waits in no call of its own but jumps to another that waits (itself or in the
+/// functions it calls) is probed at that jump. Sites whose stack depth cannot be followed (a
+/// frame pointer, an aligned stack), and waits whose end has no probe of its own, are left
+/// out.
 pub fn sites(
     image: &[u8],
     entry: u64,
@@ -91,14 +110,24 @@ pub fn sites(
         futex_of: HashMap::new(),
         passes_on_waits: wanted == Futex::Waits,
     };
-    let (sites, passed_on) = walker.walk(entry, Some(size), 0, MAX_WALKED);
-    let mut sites: Vec<Site> = sites.into_iter().filter(|s| s.futex == wanted).collect();
-    // A lock waits only in a called function, whose return is the wait's end.
-    if wanted == Futex::Waits {
-        sites.retain(|s| s.calls.is_some());
+    let walked = walker.walk(entry, Some(size), 0, MAX_WALKED);
+    let mut sites: Vec<Site> = walked
+        .sites
+        .into_iter()
+        .filter(|s| s.futex == wanted)
+        .collect();
+    // The instruction after a wait ends it only if nothing else jumps there; else the futex
+    // function's return does, and a wait in line has no end of its own.
+    for site in &mut sites {
+        if let Some(WaitEnd::After(after)) = site.wait_ends
+            && walked.targets.contains(&after)
+        {
+            site.wait_ends = site.calls.map(WaitEnd::ReturnOf);
+        }
     }
+    sites.retain(|s| s.futex == Futex::Wakes || s.wait_ends.is_some());
     if wanted == Futex::Waits && sites.is_empty() {
-        sites.extend(passed_on);
+        sites.extend(walked.passed_on);
     }
     sites.sort_by_key(|s| s.offset);
     sites.dedup();
@@ -113,6 +142,18 @@ struct Walker<'a> {
     futex_of: HashMap<(u64, u32), Option<Futex>>,
     /// Whether a jump to a function that waits is a site (sought for a lock), not followed.
     passes_on_waits: bool,
+}
+
+/// What a walk found.
+struct Walked {
+    sites: Vec<Site>,
+    /// The jumps from the traced function with nothing pushed to another that waits, which
+    /// are not followed.
+    passed_on: Vec<Site>,
+    /// Where the branches walked land.
+    targets: HashSet<u64>,
+    /// The futex calls made in line: each site's, by its offset.
+    in_line: HashMap<u64, u64>,
 }
 
 impl Walker<'_> {
@@ -130,7 +171,7 @@ impl Walker<'_> {
         }
         // Not in the middle of its own analysis: a function that calls itself.
         self.futex_of.insert((address, levels), None);
-        let (sites, _) = self.walk(address, None, levels, MAX_WALKED_IN_CALLEE);
+        let sites = self.walk(address, None, levels, MAX_WALKED_IN_CALLEE).sites;
         let futex = [Futex::Waits, Futex::Wakes]
             .into_iter()
             .find(|&kind| sites.iter().any(|s| s.futex == kind));
@@ -140,59 +181,73 @@ impl Walker<'_> {
 
     /// The sites of the function at `entry` (`size` bytes; `None` for a called function, all
     /// of whose jumps are followed, its tail calls being part of what it does), where a called
-    /// function's futex call is looked for `levels` calls down; and the jumps from the traced
-    /// function with nothing pushed to another that waits, which are not followed.
-    fn walk(
-        &mut self,
-        entry: u64,
-        size: Option<u64>,
-        levels: u32,
-        budget: usize,
-    ) -> (Vec<Site>, Vec<Site>) {
+    /// function's futex call is looked for `levels` calls down.
+    fn walk(&mut self, entry: u64, size: Option<u64>, levels: u32, budget: usize) -> Walked {
         let called = size.is_none();
         let in_function =
             |address: u64| (entry..entry + size.unwrap_or(0).max(1)).contains(&address);
-        let mut passed_on = Vec::new();
-        let mut sites = Vec::new();
-        // The depth at each instruction walked, and whether the argument was in rdi there. An
-        // instruction is walked again when a path brings the argument where the first did not:
-        // a path that only seems to reach it (past a call that never returns, as
-        // `__assert_fail`) must not hide one that does.
-        let mut depths: HashMap<u64, (u64, bool)> = HashMap::new();
+        let mut walked = Walked {
+            sites: Vec::new(),
+            passed_on: Vec::new(),
+            targets: HashSet::new(),
+            in_line: HashMap::new(),
+        };
+        // The depth at each instruction walked, and the registers that hold the object there
+        // on every path walked to it that brings it ([`PathState::object_mask`]; `None`: none
+        // does). An instruction is walked again when a path brings the object where no path
+        // did, or leaves it out of a register that held it: a probe there reads it from a
+        // register that holds it whichever way the call came. A path that does not bring it
+        // does not hide one that does: it may only seem to reach there (past a call that
+        // never returns, as `__assert_fail`).
+        let mut depths: HashMap<u64, (u64, Option<u32>)> = HashMap::new();
         // Each run of instructions from where a branch lands, with the depth there and what
         // the path to it set up for a system call.
         let mut runs = vec![(entry, 0u64, PathState::at_entry())];
-        let mut walked = 0;
+        let mut decoded = 0;
         while let Some((start, depth, at_start)) = runs.pop() {
             let (mut depth, mut state) = (depth, at_start);
             let mut ip = start;
-            while walked < budget {
-                if depths
-                    .get(&ip)
-                    .is_some_and(|&(_, had)| had || !state.has_first_argument())
-                {
-                    break;
+            while decoded < budget {
+                let arriving = state.object_mask();
+                match depths.get_mut(&ip) {
+                    Some((_, seen)) => {
+                        let narrowed = match *seen {
+                            _ if arriving == 0 => break,
+                            None => arriving,
+                            Some(mask) => mask & arriving,
+                        };
+                        if *seen == Some(narrowed) {
+                            break;
+                        }
+                        *seen = Some(narrowed);
+                    }
+                    None => {
+                        depths.insert(ip, (depth, (arriving != 0).then_some(arriving)));
+                    }
                 }
                 let Some(instruction) = decode_one(self.image, ip) else {
                     break;
                 };
-                walked += 1;
-                depths.insert(ip, (depth, state.has_first_argument()));
+                decoded += 1;
                 let next = instruction.next_ip();
                 if instruction.mnemonic() == Mnemonic::Syscall {
-                    // Probed where the run starts: the argument must be in rdi there.
+                    // Probed where the run starts: the object must be in a register there.
                     if let Some(futex) = state.made()
-                        && at_start.has_first_argument()
+                        && state.futex_on_object()
+                        && let Some(object_register) = at_start.object_register()
                         && let Ok(stack_offset) = u16::try_from(depths[&start].0)
                     {
-                        sites.push(Site {
+                        walked.in_line.insert(start, ip);
+                        walked.sites.push(Site {
                             offset: start,
                             stack_offset,
+                            object_register,
                             calls: None,
                             futex,
-                            passes_on: false,
+                            wait_ends: (futex == Futex::Waits).then_some(WaitEnd::After(next)),
                         });
                     }
+                    state.after_syscall();
                     ip = next;
                     continue;
                 }
@@ -204,20 +259,22 @@ impl Walker<'_> {
                         let Some(target) = near_target(&instruction) else {
                             break;
                         };
+                        walked.targets.insert(target);
                         if self.passes_on_waits
                             && !called
                             && in_function(ip)
                             && depth == 0
-                            && state.has_first_argument()
                             && !in_function(target)
+                            && let Some(object_register) = state.object_register()
                             && self.futex_of(target, CALLEE_LEVELS) == Some(Futex::Waits)
                         {
-                            passed_on.push(Site {
+                            walked.passed_on.push(Site {
                                 offset: ip,
                                 stack_offset: 0,
+                                object_register,
                                 calls: Some(target),
                                 futex: Futex::Waits,
-                                passes_on: true,
+                                wait_ends: Some(WaitEnd::PassedOn(target)),
                             });
                         } else if called
                             || in_function(ip)
@@ -230,6 +287,7 @@ impl Walker<'_> {
                     }
                     FlowControl::ConditionalBranch => {
                         if let Some(target) = near_target(&instruction) {
+                            walked.targets.insert(target);
                             runs.push((target, depth, state));
                         }
                         runs.push((next, depth, state));
@@ -240,15 +298,17 @@ impl Walker<'_> {
                             Some((target, self.futex_of(target, levels.saturating_sub(1))?))
                         });
                         if let Some((target, futex)) = callee
-                            && state.has_first_argument()
+                            && state.futex_on_object()
+                            && let Some(object_register) = state.object_register()
                             && let Ok(stack_offset) = u16::try_from(depth)
                         {
-                            sites.push(Site {
+                            walked.sites.push(Site {
                                 offset: ip,
                                 stack_offset,
+                                object_register,
                                 calls: Some(target),
                                 futex,
-                                passes_on: false,
+                                wait_ends: (futex == Futex::Waits).then_some(WaitEnd::After(next)),
                             });
                         }
                         state.after_call();
@@ -268,7 +328,35 @@ impl Walker<'_> {
                 ip = next;
             }
         }
-        (sites, passed_on)
+        // A futex call in line is probed once, where the last run that reaches it starts: a
+        // run that starts earlier falls through there, so every way to the call passes it.
+        let mut last_start: HashMap<u64, u64> = HashMap::new();
+        for (&start, &syscall) in &walked.in_line {
+            let last = last_start.entry(syscall).or_insert(start);
+            *last = (*last).max(start);
+        }
+        walked.sites.retain(|site| {
+            site.calls.is_some()
+                || walked
+                    .in_line
+                    .get(&site.offset)
+                    .is_some_and(|syscall| last_start[syscall] == site.offset)
+        });
+        // Each site reads the object from a register that holds it on every way there.
+        let object_register = |site: &Site| match depths.get(&site.offset) {
+            Some(&(_, Some(mask))) => object_register_in(mask),
+            _ => None,
+        };
+        for sites in [&mut walked.sites, &mut walked.passed_on] {
+            sites.retain_mut(|site| match object_register(site) {
+                Some(register) => {
+                    site.object_register = register;
+                    true
+                }
+                None => false,
+            });
+        }
+        walked
     }
 }
 
@@ -292,22 +380,25 @@ fn own_futex_call(image: &[u8], address: u64) -> Option<Futex> {
     None
 }
 
-/// What a path through a function has set up: which registers hold the futex call's number
-/// (`mov $202, %eax`, or through another register), its operation in `esi` (`mov $op, %esi`,
-/// or glibc's `xor $op, %esi` of the private flag), and which still hold the function's first
-/// argument, which a probe there records as the object (`a1`): a lock's futex is its first
-/// word, so the futex function is passed the object itself, but a probe is placed only where
-/// `rdi` is known to hold it.
+/// How many general-purpose registers [`register_index`] numbers.
+const REGISTERS: usize = 16;
+
+/// What a path through a function has set up: the constants registers hold, for the futex
+/// call's number (`mov $202, %eax`, or through another register) and its operation in `esi`
+/// (`mov $op, %esi`; glibc's `xor $op, %esi` or `add $op, %esi` of the private flag, or the
+/// flag xor'ed in from another register);
+/// and which registers hold the function's first argument, the call's object, or an address
+/// inside it (`lea 8(%rbx), %rdi`: a read-write lock's futexes are words inside it).
 #[derive(Clone, Copy, Default)]
 struct PathState {
-    /// Registers holding 202, by [`register_bit`].
-    number_in: u32,
-    op: Option<u64>,
-    /// Registers holding the first argument.
-    first_argument_in: u32,
-    /// Stack slots holding it (`mov %rdi, 8(%rsp)` around a call), by their place below the
-    /// entry's stack pointer; 0 for none.
-    first_argument_saved: [i64; 2],
+    /// By [`register_index`]: the constant the register holds, in the bits an operation's
+    /// kind is told by (a flag or'ed or xor'ed in with it aside).
+    constants: [Option<u64>; REGISTERS],
+    /// By [`register_index`]: the object's address plus this many bytes.
+    object_plus: [Option<u8>; REGISTERS],
+    /// Stack slots holding the object (`mov %rdi, 8(%rsp)` around a call), by their place
+    /// below the entry's stack pointer; 0 for none.
+    object_saved: [i64; 2],
 }
 
 /// Registers a call leaves as they were (System V): rbx, rbp, r12 to r15.
@@ -322,129 +413,183 @@ const CALLEE_SAVED: [Register; 6] = [
 
 impl PathState {
     fn at_entry() -> Self {
-        PathState {
-            first_argument_in: register_bit(Register::RDI),
-            ..PathState::default()
-        }
+        let mut state = PathState::default();
+        state.object_plus[register_index(Register::RDI)] = Some(0);
+        state
     }
 
-    fn has_first_argument(&self) -> bool {
-        self.first_argument_in & register_bit(Register::RDI) != 0
+    /// The register the record can take the object from here: `rdi` if it holds it.
+    fn object_register(&self) -> Option<ObjectRegister> {
+        object_register_in(self.object_mask())
     }
 
-    /// What a call leaves: no futex call set up; the argument only where it is saved.
+    /// The registers that hold the object, a bit each by [`register_index`].
+    fn object_mask(&self) -> u32 {
+        (0..REGISTERS)
+            .filter(|&r| self.object_plus[r] == Some(0))
+            .fold(0, |mask, r| mask | 1 << r)
+    }
+
+    /// Whether a futex call made now is on the object: `rdi` points into it.
+    fn futex_on_object(&self) -> bool {
+        self.object_plus[register_index(Register::RDI)].is_some()
+    }
+
+    /// What a call leaves: only what the registers it keeps and the stack hold.
     fn after_call(&mut self) {
-        let saved = CALLEE_SAVED
-            .iter()
-            .fold(0, |bits, &r| bits | register_bit(r));
-        *self = PathState {
-            first_argument_in: self.first_argument_in & saved,
-            first_argument_saved: self.first_argument_saved,
+        let mut after = PathState {
+            object_saved: self.object_saved,
             ..PathState::default()
         };
+        for register in CALLEE_SAVED.map(register_index) {
+            after.constants[register] = self.constants[register];
+            after.object_plus[register] = self.object_plus[register];
+        }
+        *self = after;
     }
 
-    fn note(&mut self, instruction: &Instruction, depth: u64) {
-        self.note_argument(instruction, depth);
-        let immediate = matches!(
-            instruction.op1_kind(),
-            OpKind::Immediate8 | OpKind::Immediate32 | OpKind::Immediate32to64
-        );
-        let destination = register_bit(instruction.op0_register());
-        match instruction.mnemonic() {
-            Mnemonic::Mov | Mnemonic::Xor
-                if immediate && instruction.op0_register().full_register() == Register::RSI =>
-            {
-                self.op = Some(instruction.immediate(1));
-            }
-            Mnemonic::Mov if immediate => match instruction.immediate(1) {
-                SYS_FUTEX => self.number_in |= destination,
-                _ => self.number_in &= !destination,
-            },
-            Mnemonic::Mov if instruction.op1_kind() == OpKind::Register => {
-                match self.number_in & register_bit(instruction.op1_register()) {
-                    0 => self.number_in &= !destination,
-                    _ => self.number_in |= destination,
-                }
-            }
-            _ if instruction.op0_kind() == OpKind::Register => self.number_in &= !destination,
-            _ => {}
+    /// What a system call leaves: its result in `rax`; `rcx` and `r11` overwritten.
+    fn after_syscall(&mut self) {
+        for register in [Register::RAX, Register::RCX, Register::R11].map(register_index) {
+            self.constants[register] = None;
+            self.object_plus[register] = None;
         }
     }
 
-    /// Follows the first argument through 64-bit register copies (`mov %rdi, %rbx`, `lea
-    /// (%rdi), %rdi`) and stack slots it is saved in and loaded back from; any other write to
-    /// a register loses it there. `depth`: the bytes pushed since the entry.
-    fn note_argument(&mut self, instruction: &Instruction, depth: u64) {
+    /// Follows the instruction's writes: a constant moved, xor'ed, or'ed or added in, or
+    /// copied from another register; the object copied between 64-bit registers (`mov %rdi,
+    /// %rbx`), offset within it (`lea 8(%rbx), %r12`), saved in a stack slot and loaded back.
+    /// Any other write to a register loses what it held. `depth`: the bytes pushed since the
+    /// entry.
+    fn note(&mut self, instruction: &Instruction, depth: u64) {
         let stack_slot = |operand: u32| {
             (instruction.op_kind(operand) == OpKind::Memory
                 && instruction.memory_base() == Register::RSP
                 && instruction.memory_index() == Register::None)
                 .then(|| depth as i64 + 1 - instruction.memory_displacement64() as i64)
         };
-        if instruction.mnemonic() == Mnemonic::Mov
+        let mnemonic = instruction.mnemonic();
+        if mnemonic == Mnemonic::Mov
             && let Some(slot) = stack_slot(0)
         {
             let saved = instruction.op1_kind() == OpKind::Register
                 && instruction.op1_register().is_gpr64()
-                && self.first_argument_in & register_bit(instruction.op1_register()) != 0;
-            self.first_argument_saved = match saved {
-                true => [slot, self.first_argument_saved[0]],
-                false => self
-                    .first_argument_saved
-                    .map(|s| if s == slot { 0 } else { s }),
+                && self.object_plus[register_index(instruction.op1_register())] == Some(0);
+            self.object_saved = match saved {
+                true => [slot, self.object_saved[0]],
+                false => self.object_saved.map(|s| if s == slot { 0 } else { s }),
             };
             return;
+        }
+        // Registers written other than as the first operand.
+        match mnemonic {
+            Mnemonic::Xchg | Mnemonic::Xadd => self.forget(instruction.op1_register()),
+            Mnemonic::Cmpxchg => self.forget(Register::RAX),
+            _ => {}
         }
         if instruction.op0_kind() != OpKind::Register {
             return;
         }
-        let destination = register_bit(instruction.op0_register());
-        let source = match instruction.mnemonic() {
-            Mnemonic::Mov
-                if instruction.op1_kind() == OpKind::Register
-                    && instruction.op0_register().is_gpr64() =>
-            {
-                register_bit(instruction.op1_register())
-            }
-            Mnemonic::Lea
-                if instruction.memory_index() == Register::None
-                    && instruction.memory_displacement64() == 0
-                    && instruction.op0_register().is_gpr64() =>
-            {
-                register_bit(instruction.memory_base())
-            }
-            Mnemonic::Mov if instruction.op0_register().is_gpr64() => match stack_slot(1) {
-                Some(slot) if self.first_argument_saved.contains(&slot) => {
-                    self.first_argument_in |= destination;
-                    return;
-                }
-                _ => 0,
-            },
+        let destination = instruction.op0_register();
+        let index = register_index(destination);
+        if index >= REGISTERS {
+            return;
+        }
+        let immediate = matches!(
+            instruction.op1_kind(),
+            OpKind::Immediate8
+                | OpKind::Immediate8to32
+                | OpKind::Immediate8to64
+                | OpKind::Immediate32
+                | OpKind::Immediate32to64
+        )
+        .then(|| instruction.immediate(1));
+        let source = (instruction.op1_kind() == OpKind::Register)
+            .then(|| register_index(instruction.op1_register()))
+            .filter(|&source| source < REGISTERS);
+        let wide = destination.is_gpr64();
+        let (constant, object) = match (mnemonic, immediate, source) {
             // Compares and tests write no register.
-            Mnemonic::Cmp | Mnemonic::Test => return,
-            _ => 0,
+            (Mnemonic::Cmp | Mnemonic::Test, _, _) => return,
+            (Mnemonic::Mov | Mnemonic::Xor | Mnemonic::Or | Mnemonic::Add, Some(value), _) => {
+                (Some(value), None)
+            }
+            // The zeroing idiom.
+            (Mnemonic::Xor, None, Some(source)) if source == index => (Some(0), None),
+            // A flag from another register (glibc's private flag, `xor %r8d, %esi`).
+            (Mnemonic::Xor | Mnemonic::Or, None, Some(_)) => (self.constants[index], None),
+            (Mnemonic::Mov, None, Some(source)) => (
+                self.constants[source],
+                self.object_plus[source].filter(|_| wide),
+            ),
+            (Mnemonic::Lea, _, _)
+                if wide
+                    && instruction.memory_index() == Register::None
+                    && instruction.memory_base().is_gpr64() =>
+            {
+                let base = self.object_plus[register_index(instruction.memory_base())];
+                let plus = base.and_then(|b| {
+                    u8::try_from(i64::from(b) + instruction.memory_displacement64() as i64).ok()
+                });
+                (None, plus)
+            }
+            (Mnemonic::Mov, None, None) if wide => match stack_slot(1) {
+                Some(slot) if self.object_saved.contains(&slot) => (None, Some(0)),
+                _ => (None, None),
+            },
+            _ => (None, None),
         };
-        match self.first_argument_in & source {
-            0 => self.first_argument_in &= !destination,
-            _ => self.first_argument_in |= destination,
+        self.constants[index] = constant;
+        self.object_plus[index] = object;
+    }
+
+    fn forget(&mut self, register: Register) {
+        let index = register_index(register);
+        if index < REGISTERS {
+            self.constants[index] = None;
+            self.object_plus[index] = None;
         }
     }
 
     /// The kind of futex call a `syscall` now makes, if it is one of a known operation.
     fn made(&self) -> Option<Futex> {
-        let number_set = self.number_in & register_bit(Register::RAX) != 0;
-        self.op.filter(|_| number_set).and_then(Futex::of)
+        let number = self.constants[register_index(Register::RAX)];
+        let op = self.constants[register_index(Register::RSI)];
+        op.filter(|_| number == Some(SYS_FUTEX)).and_then(Futex::of)
     }
 }
 
-/// A bit per general-purpose register (its 64-bit name), 0 for the others.
-fn register_bit(register: Register) -> u32 {
+/// The first register of [`ObjectRegister::ALL`] in `mask` (a bit by [`register_index`]).
+fn object_register_in(mask: u32) -> Option<ObjectRegister> {
+    let register = |object: ObjectRegister| match object {
+        ObjectRegister::Rdi => Register::RDI,
+        ObjectRegister::Rbx => Register::RBX,
+        ObjectRegister::Rbp => Register::RBP,
+        ObjectRegister::R12 => Register::R12,
+        ObjectRegister::R13 => Register::R13,
+        ObjectRegister::R14 => Register::R14,
+        ObjectRegister::R15 => Register::R15,
+        ObjectRegister::R8 => Register::R8,
+        ObjectRegister::R9 => Register::R9,
+        ObjectRegister::R10 => Register::R10,
+        ObjectRegister::R11 => Register::R11,
+        ObjectRegister::Rax => Register::RAX,
+        ObjectRegister::Rcx => Register::RCX,
+        ObjectRegister::Rdx => Register::RDX,
+        ObjectRegister::Rsi => Register::RSI,
+    };
+    ObjectRegister::ALL
+        .into_iter()
+        .find(|&object| mask & 1 << register_index(register(object)) != 0)
+}
+
+/// A general-purpose register's number (of its 64-bit name, rax 0 to r15 15); [`REGISTERS`]
+/// or more for the others.
+fn register_index(register: Register) -> usize {
     let full = register.full_register();
-    if full.is_gpr64() {
-        1 << (full as u32 - Register::RAX as u32)
-    } else {
-        0
+    match full.is_gpr64() {
+        true => full as usize - Register::RAX as usize,
+        false => REGISTERS,
     }
 }
 
@@ -527,12 +672,15 @@ mod tests {
         ];
         let image = image(&entry, &FUTEX_FUNCTION);
         let sites = sites_of(&image, Futex::Waits);
+        // The instruction after the call is the je's target too: the wait ends at the futex
+        // function's return.
         let wait = Site {
             offset: 9,
             stack_offset: 24,
+            object_register: ObjectRegister::Rdi,
             calls: Some(0x40),
             futex: Futex::Waits,
-            passes_on: false,
+            wait_ends: Some(WaitEnd::ReturnOf(0x40)),
         };
         assert_eq!(sites, [wait]);
         assert!(sites_of(&image, Futex::Wakes).is_empty());
@@ -551,9 +699,10 @@ mod tests {
         let wake = Site {
             offset: 5,
             stack_offset: 0,
+            object_register: ObjectRegister::Rdi,
             calls: None,
             futex: Futex::Wakes,
-            passes_on: false,
+            wait_ends: None,
         };
         assert_eq!(sites, [wake]);
 
@@ -588,13 +737,45 @@ mod tests {
         let call = Site {
             offset: 0x40,
             stack_offset: 8,
+            object_register: ObjectRegister::Rdi,
             calls: Some(0x50),
             futex: Futex::Waits,
-            passes_on: false,
+            wait_ends: Some(WaitEnd::After(0x45)),
         };
         assert_eq!(sites(&bytes, 0, 3, &HashSet::new(), Futex::Waits), [call]);
         let named = HashSet::from([0x40]);
         assert_eq!(sites(&bytes, 0, 3, &named, Futex::Waits), []);
+    }
+
+    #[test]
+    fn a_wait_in_line_on_a_word_inside_the_object_is_probed_once_with_its_register() {
+        // push %rbx; mov %rdi,%rbx; test %eax,%eax; je 0xe; lea 8(%rbx),%rdi; jmp 0x11;
+        // at 0xe: mov %rbx,%rdi; at 0x11: mov $0x80,%esi; add $0x109,%esi (FUTEX_WAIT_BITSET,
+        // glibc 2.31's way); mov $202,%eax; syscall; at 0x23: cmp $-4096,%rax; pop %rbx; ret.
+        // The run from 0xe falls through 0x11, where the run from the jump starts: one probe,
+        // at 0x11, where only rbx holds the object on both ways (rdi points 8 bytes into it on
+        // one).
+        let entry = [
+            0x53, 0x48, 0x89, 0xfb, 0x85, 0xc0, 0x74, 0x06, 0x48, 0x8d, 0x7b, 0x08, 0xeb, 0x03,
+            0x48, 0x89, 0xdf, 0xbe, 0x80, 0x00, 0x00, 0x00, 0x81, 0xc6, 0x09, 0x01, 0x00, 0x00,
+            0xb8, 0xca, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, 0x5b,
+            0xc3,
+        ];
+        let mut bytes = vec![0xcc; 0x80];
+        bytes[..entry.len()].copy_from_slice(&entry);
+        let wait = Site {
+            offset: 0x11,
+            stack_offset: 8,
+            object_register: ObjectRegister::Rbx,
+            calls: None,
+            futex: Futex::Waits,
+            wait_ends: Some(WaitEnd::After(0x23)),
+        };
+        assert_eq!(
+            sites(&bytes, 0, 0x2b, &HashSet::new(), Futex::Waits),
+            [wait]
+        );
+        assert!(sites(&bytes, 0, 0x2b, &HashSet::new(), Futex::Wakes).is_empty());
     }
 
     #[test]
@@ -605,9 +786,10 @@ mod tests {
         let jump = Site {
             offset: 0,
             stack_offset: 0,
+            object_register: ObjectRegister::Rdi,
             calls: Some(0x40),
             futex: Futex::Waits,
-            passes_on: true,
+            wait_ends: Some(WaitEnd::PassedOn(0x40)),
         };
         assert_eq!(sites(&bytes, 0, 2, &HashSet::new(), Futex::Waits), [jump]);
         assert_eq!(sites(&bytes, 0, 2, &HashSet::new(), Futex::Wakes), []);

@@ -41,6 +41,15 @@ use crate::capture::{
 /// Most threads that make one file's perf-event uprobes at once.
 const ATTACH_THREADS: usize = 32;
 
+/// Where a program runs at the offset it is attached to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// Before the instruction there runs (a uprobe).
+    Instruction,
+    /// When the function starting there returns (a uretprobe).
+    Return,
+}
+
 /// Makes the links of the mechanism chosen at start.
 pub struct Linker {
     /// The uprobe PMU, when probes are perf events.
@@ -57,11 +66,13 @@ impl Linker {
         Ok(Linker { pmu })
     }
 
-    /// Attaches at `offsets` of `file`, each with its cookie, for process `pid` (0: every
-    /// process). Returns the links: closing them detaches.
+    /// Attaches `program` at `offsets` of `file` (at the instructions, or at the returns of
+    /// the functions there), each with its cookie, for process `pid` (0: every process).
+    /// Returns the links: closing them detaches.
     pub fn attach(
         &self,
         program: &UprobeProgram,
+        hook: Hook,
         file: &Path,
         offsets: &[u64],
         cookies: &[u64],
@@ -70,8 +81,10 @@ impl Linker {
         assert_eq!(offsets.len(), cookies.len());
         let path = CString::new(file.as_os_str().as_bytes())?;
         let attached = match self.pmu {
-            None => attach_multi(program, &path, offsets, cookies, pid).map(|link| vec![link]),
-            Some(pmu) => attach_perf_events(program, pmu, &path, offsets, cookies, pid),
+            None => {
+                attach_multi(program, hook, &path, offsets, cookies, pid).map(|link| vec![link])
+            }
+            Some(pmu) => attach_perf_events(program, hook, pmu, &path, offsets, cookies, pid),
         };
         attached
             .with_context(|| format!("cannot attach uprobes to {} of pid {pid}", file.display()))
@@ -80,6 +93,7 @@ impl Linker {
 
 fn attach_multi(
     program: &UprobeProgram,
+    hook: Hook,
     path: &CString,
     offsets: &[u64],
     cookies: &[u64],
@@ -97,7 +111,7 @@ fn attach_multi(
         multi.offsets = offsets.as_ptr() as u64;
         multi.cookies = cookies.as_ptr() as u64;
         multi.cnt = offsets.len() as u32;
-        multi.flags = if program.is_return() {
+        multi.flags = if hook == Hook::Return {
             BPF_F_UPROBE_MULTI_RETURN
         } else {
             0
@@ -110,6 +124,7 @@ fn attach_multi(
 /// One perf-event uprobe and BPF link per offset, made on up to `ATTACH_THREADS` threads.
 fn attach_perf_events(
     program: &UprobeProgram,
+    hook: Hook,
     pmu: UprobePmu,
     path: &CString,
     offsets: &[u64],
@@ -136,7 +151,7 @@ fn attach_perf_events(
                         .iter()
                         .take_while(|_| !crate::signals::stop_pending())
                         .map(|&(offset, cookie)| {
-                            attach_perf_event(program, pmu, path, offset, cookie, pid)
+                            attach_perf_event(program, hook, pmu, path, offset, cookie, pid)
                         })
                         .collect::<Result<Vec<_>>>()
                 })
@@ -155,6 +170,7 @@ fn attach_perf_events(
 
 fn attach_perf_event(
     program: &UprobeProgram,
+    hook: Hook,
     pmu: UprobePmu,
     path: &CString,
     offset: u64,
@@ -165,7 +181,7 @@ fn attach_perf_event(
     let mut attr: perf_event_attr = unsafe { MaybeUninit::zeroed().assume_init() };
     attr.type_ = pmu.kind;
     attr.size = size_of::<perf_event_attr>() as u32;
-    attr.config = if program.is_return() {
+    attr.config = if hook == Hook::Return {
         1 << pmu.retprobe_bit
     } else {
         0

@@ -96,7 +96,7 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::RecursionDepth if raw.slow_path != 0 => 1,
         Field::RecursionDepth => i64::from(layout.recursion_depth(&raw.object)),
         Field::RwReaders => i64::from(layout.rw_readers(&raw.object)),
-        Field::RwWaiters => i64::from(layout.rw_waiters(&raw.object)),
+        Field::RwWaiters => i64::from(raw.slow_path != 0 || layout.rw_waiters(&raw.object)),
         Field::TimespecSec => raw.timespec[0],
         Field::TimespecNsec => raw.timespec[1],
         Field::Errno => i64::from(raw.errno),

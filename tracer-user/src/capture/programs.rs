@@ -72,17 +72,13 @@ impl Programs {
         exit: &'static str,
         mechanism: UprobeMechanism,
     ) -> Result<Self> {
-        let load = |name: &'static str, is_return: bool| -> Result<UprobeProgram> {
+        let load = |name: &'static str| -> Result<UprobeProgram> {
             let fd = loaded.load_program(name, BPF_PROG_TYPE_KPROBE, mechanism.attach_type())?;
-            Ok(UprobeProgram {
-                name,
-                fd,
-                is_return,
-            })
+            Ok(UprobeProgram { name, fd })
         };
         Ok(Programs {
-            entry: load(entry, false)?,
-            exit: load(exit, true)?,
+            entry: load(entry)?,
+            exit: load(exit)?,
         })
     }
 
@@ -108,18 +104,12 @@ pub struct RunTime {
 pub struct UprobeProgram {
     name: &'static str,
     fd: OwnedFd,
-    is_return: bool,
 }
 
 impl UprobeProgram {
     /// The loaded program, for the links that attach it.
     pub fn fd(&self) -> &OwnedFd {
         &self.fd
-    }
-
-    /// Whether it is the return program (a uretprobe).
-    pub fn is_return(&self) -> bool {
-        self.is_return
     }
 
     fn run_time(&self) -> Result<RunTime> {
