@@ -146,10 +146,10 @@ pub struct Cli {
     #[arg(long, hide = true)]
     pub perf_event_probes: bool,
 
-    /// Trace only where locks are contended: mutex locks and semaphore waits that wait, and
-    /// unlocks and posts that wake a waiter, probed on glibc's slow paths (an uncontended call
-    /// pays nothing), with condition waits, joins, barrier waits and thread creation and exit in
-    /// full
+    /// Trace only where locks are contended: mutex and read-write locks and semaphore waits
+    /// that wait, and unlocks and posts that wake a waiter, probed on glibc's slow paths (an
+    /// uncontended call pays nothing), with condition waits, joins, barrier waits and thread
+    /// creation and exit in full
     #[arg(long)]
     pub contended: bool,
 

@@ -16,8 +16,8 @@
 //! - thrtrace-bpf `--contended`: probes on the slow paths only, run with the untraced run's
 //!   operations (it costs an uncontended call nothing, so the difference is in the noise).
 //!
-//! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes and a
-//! semaphore, and making uncontended calls between) is one of them, and a real program traced
+//! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes, a
+//! semaphore and a read-write lock, and making uncontended calls between) is one of them, and a real program traced
 //! whole, `sysbench mutex` (installed if missing), is timed untraced, with `--contended` and
 //! with full tracing.
 //!
@@ -57,7 +57,7 @@ struct Workload {
     traced_args: &'static [&'static str],
 }
 
-const WORKLOADS: [Workload; 5] = [
+const WORKLOADS: [Workload; 6] = [
     Workload {
         name: "mutex lock+unlock, 1 thread",
         program: "bench_mutex",
@@ -80,6 +80,13 @@ const WORKLOADS: [Workload; 5] = [
         traced_args: &["100000"],
     },
     Workload {
+        name: "rwlock rdlock+unlock, 1 thread",
+        program: "bench_rwlock",
+        categories: "rwlock",
+        untraced_args: &["5000000"],
+        traced_args: &["100000"],
+    },
+    Workload {
         name: "cond signal/wait ping-pong",
         program: "bench_cond",
         categories: "mutex:cond",
@@ -87,10 +94,10 @@ const WORKLOADS: [Workload; 5] = [
         traced_args: &["20000"],
     },
     Workload {
-        name: "contended: 4 threads block on 2 mutexes and a semaphore, 2,000 uncontended \
-               lock+unlock and post+wait pairs each between rounds; per round",
+        name: "contended: 4 threads block on 2 mutexes, a semaphore and a read-write lock, \
+               2,000 uncontended pairs of each kind each between rounds; per round",
         program: "contention",
-        categories: "mutex:sema",
+        categories: "mutex:sema:rwlock",
         untraced_args: &["10", "2", "4", "2000"],
         traced_args: &["10", "2", "4", "2000"],
     },
