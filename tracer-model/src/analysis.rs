@@ -719,6 +719,12 @@ impl Analysis {
     /// `lwpid` holds `object` (once more, if it did: a recursive mutex). Whether this is the
     /// outermost hold, which the lock order sees.
     fn hold(&mut self, pid: u32, lwpid: u32, object: u64, taken: Taken, now: i64) -> bool {
+        // A contended-only trace has no uncontended lock or unlock: its acquisitions say
+        // nothing of who holds a lock later, nor of the order locks are held in. A waiter's
+        // holder is the owner it found.
+        if self.contended_only {
+            return true;
+        }
         let holders = self.holders.entry((pid, object)).or_default();
         if let Some(holder) = holders.iter_mut().find(|h| h.lwpid == lwpid) {
             holder.depth += 1;
@@ -1109,6 +1115,29 @@ mod tests {
             analysis.new_deadlocks(3000 * MS, 1000 * MS).is_empty(),
             "said once"
         );
+    }
+
+    #[test]
+    fn a_contended_only_trace_keeps_no_holds_its_unlocks_would_have_ended() {
+        let mut analysis = Analysis::new(false);
+        let start = SystemKind::Start {
+            filter: Vec::new(),
+            contended: true,
+        };
+        analysis.system_event(&SystemEvent::new(0, start));
+        // Each waited for the other once; their unlocks, waking nobody, were not recorded.
+        for (lwpid, at) in [(1, 0), (2, 10)] {
+            analysis.record(&rec(lwpid, "rw_rdlock", 1, at, [M1, 0, 0, 0, 0]));
+            analysis.record(&rec(lwpid, "rw_rdlock", 2, at + 5, [0, 1, 1, 0, 0]));
+        }
+        analysis.record(&rec(1, "rw_wrlock", 1, 100, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "rw_wrlock", 1, 110, [M1, 0, 0, 0, 0]));
+        assert!(analysis.held_by(1).is_empty() && analysis.held_by(2).is_empty());
+        assert!(analysis.new_deadlocks(5000 * MS, 1000 * MS).is_empty());
+        // A mutex waiter's holder is the owner it found.
+        analysis.record(&rec(3, "mutex_lock", 1, 200, [M2, 4, 0, 0, 0]));
+        analysis.record(&rec(4, "mutex_lock", 1, 210, [M2 + 64, 3, 0, 0, 0]));
+        assert_eq!(analysis.new_deadlocks(5000 * MS, 1000 * MS).len(), 1);
     }
 
     #[test]

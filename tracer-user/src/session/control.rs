@@ -17,10 +17,10 @@ use tokio::{
     sync::{mpsc, oneshot},
     task::JoinSet,
 };
-use tracer_common::RecordingMasks;
+use tracer_common::{Category, RecordingMasks};
 use tracer_model::{
     event::{SystemEvent, SystemKind},
-    selection::EventSet,
+    selection::{EventSet, SelectionError},
 };
 
 use super::{
@@ -230,6 +230,24 @@ impl Recording {
         })
     }
 
+    /// The events a filter request names. Under `--contended`, as on its command line, a
+    /// category stands for those of its events it traces.
+    fn named(&self, events: &str) -> Result<EventSet, SelectionError> {
+        if !self.contended {
+            return EventSet::parse_named(events);
+        }
+        events
+            .split(':')
+            .filter(|name| !name.is_empty())
+            .try_fold(EventSet::EMPTY, |set, name| {
+                let one = EventSet::parse_named(name)?;
+                Ok(set.union(match Category::from_name(name) {
+                    Some(_) => one.intersection(self.recordable),
+                    None => one,
+                }))
+            })
+    }
+
     /// Applies a filter request; the FILTER event, or why it is refused.
     pub fn filter(
         &mut self,
@@ -237,14 +255,20 @@ impl Recording {
         events: &str,
         time_ns: i64,
     ) -> Result<SystemEvent, String> {
-        let named = EventSet::parse_named(events).map_err(|e| e.to_string())?;
+        let named = self.named(events).map_err(|e| e.to_string())?;
         if named.is_empty() {
-            return Err("name the events: categories or event names, colon-separated".into());
+            return Err(match events.split(':').any(|name| !name.is_empty()) {
+                true => format!("--contended traces no event of {events}"),
+                false => "name the events: categories or event names, colon-separated".into(),
+            });
         }
         if let Some(missing) = named.difference(self.recordable).events().next() {
+            let (why, instead) = match self.contended {
+                true => ("--contended does not trace it", "without --contended"),
+                false => ("its --events did not name it", "whose --events include it"),
+            };
             return Err(format!(
-                "{} is not probed in this trace (its --events did not name it): start a trace \
-                 whose --events include it",
+                "{} is not probed in this trace ({why}): start a trace {instead}",
                 missing.name
             ));
         }
@@ -372,7 +396,6 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracer_common::Category;
 
     #[test]
     fn filters_set_add_and_subtract_within_the_probed_events() {
@@ -404,6 +427,32 @@ mod tests {
         assert!(recording.filter(FilterHow::Set, "bogus", 11).is_err());
         assert!(recording.filter(FilterHow::Set, "", 11).is_err());
         assert_eq!(recording.decoded().names(), ["mutex_lock", "rmutex_lock"]);
+    }
+
+    #[test]
+    fn a_contended_trace_filters_a_category_to_the_events_it_traces() {
+        let traced = EventSet::all().contended();
+        let mut recording = Recording::new(traced, traced, false, true);
+        recording.filter(FilterHow::Set, "rwlock:sema", 5).unwrap();
+        assert_eq!(
+            recording.decoded().names(),
+            [
+                "sema_wait",
+                "sema_post",
+                "rw_rdlock",
+                "rw_wrlock",
+                "rw_unlock"
+            ]
+        );
+        let error = recording
+            .filter(FilterHow::Add, "rw_tryrdlock", 6)
+            .unwrap_err();
+        assert!(
+            error.contains("rw_tryrdlock is not probed in this trace (--contended does not"),
+            "{error}"
+        );
+        let error = recording.filter(FilterHow::Set, "spin", 7).unwrap_err();
+        assert_eq!(error, "--contended traces no event of spin");
     }
 
     #[test]

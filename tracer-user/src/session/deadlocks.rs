@@ -51,12 +51,14 @@ impl DeadlockWatch {
         self.symbols.forget(pid);
     }
 
-    /// A system event written: thread names, and the mappings that place callers after their
-    /// process is gone.
+    /// A system event written: thread names, whether the trace is contended-only (its START),
+    /// and the mappings that place callers after their process is gone.
     pub fn system_event(&mut self, event: &SystemEvent) {
         match &event.kind {
             SystemKind::Exec { .. } => self.symbols.forget(event.pid),
-            SystemKind::ThreadName { .. } => self.analysis.system_event(event),
+            SystemKind::ThreadName { .. } | SystemKind::Start { .. } => {
+                self.analysis.system_event(event);
+            }
             kind => {
                 if let Some(mapping) = Mapping::of(kind) {
                     self.symbols.add_mapping(event.pid, mapping);
