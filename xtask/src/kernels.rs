@@ -231,8 +231,10 @@ impl Guest {
                 for (name, filter) in TESTS {
                     runs.push(format!("{name}:{filter}"));
                 }
-                // At the path the test binaries were built to find them at.
+                // At the path the test binaries were built to find them at; and their sources,
+                // where the tests read the lines they mark (`line_of`).
                 files.add_tree(&workloads)?;
+                files.add_tree(&workspace_root().join("tests/workloads"))?;
                 // What the other glibcs' workloads load, at the path they were linked to load
                 // it: `lib` and `lib64` (links into usr/ in a merged-/usr release).
                 for glibc in &glibcs::OTHER_GLIBCS {
