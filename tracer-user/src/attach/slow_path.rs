@@ -5,7 +5,9 @@
 //! held calls the function that waits on its futex (`__lll_lock_wait`), and only an unlock that
 //! finds waiters calls the one that wakes them (`__lll_lock_wake`, or on 2.31 a futex syscall
 //! in line). The functions have no exported names, so they are told by what they do: they make
-//! the futex system call themselves.
+//! the futex system call themselves. A read-write lock waits in its own loop, on futexes inside
+//! the lock (`lea 8(%rbx), %rdi`), calling `__futex_abstimed_wait64` (or on 2.31 making the
+//! call in line): each wait is a site, which ends at the instruction after it.
 //!
 //! The walk follows the function's control flow from its entry, keeping the bytes pushed so far
 //! at each instruction, so that a probe in the middle knows where the caller's return address
