@@ -211,10 +211,7 @@ impl Placement {
     /// `image`: its offset from the function's start wraps below it when the site is in code
     /// the function jumps back to.
     pub fn on_slow_path(image: &[u8], function_offset: u64, site: slow_path::Site) -> Placement {
-        let code = image.get(site.offset as usize..).unwrap_or_default();
-        let probed = decode(&code[..code.len().min(16)], site.offset)
-            .first()
-            .copied();
+        let (code, probed) = instruction_at(image, site.offset);
         Placement {
             offset: site.offset.wrapping_sub(function_offset),
             stack_offset: site.stack_offset,
@@ -427,13 +424,17 @@ fn kernel_refuses(code: &[u8], base: u64, instruction: &Instruction) -> bool {
         .any(|b| BAD_PREFIXES.contains(b))
 }
 
+/// The code of `image` from `offset` on, and the instruction there if it decodes.
+fn instruction_at(image: &[u8], offset: u64) -> (&[u8], Option<Instruction>) {
+    let code = image.get(offset as usize..).unwrap_or_default();
+    let instruction = decode(&code[..code.len().min(16)], offset).first().copied();
+    (code, instruction)
+}
+
 /// Whether the kernel takes a uprobe on the instruction at `offset` of `image`.
 pub fn kernel_accepts(image: &[u8], offset: u64) -> bool {
-    let code = image.get(offset as usize..).unwrap_or_default();
-    let code = &code[..code.len().min(16)];
-    decode(code, offset)
-        .first()
-        .is_some_and(|instruction| !kernel_refuses(code, offset, instruction))
+    let (code, instruction) = instruction_at(image, offset);
+    instruction.is_some_and(|i| !kernel_refuses(code, offset, &i))
 }
 
 /// Offsets (after the entry) that a direct branch or call in the function lands on.
