@@ -148,6 +148,24 @@ impl EventSet {
         )
     }
 
+    /// `spec` (the [`EventSet::parse_named`] syntax) as `--contended` reads it: a category
+    /// stands for those of its events it traces, an event named alone must be one it traces.
+    /// The events it traces, and those asked for that it does not (an event named alone, or
+    /// every event of a category it traces none of).
+    pub fn parse_contended(spec: &str) -> Result<(Self, Self), SelectionError> {
+        let mut traced = Self::EMPTY;
+        let mut untraced = Self::EMPTY;
+        for name in spec.split(':').filter(|n| !n.is_empty()) {
+            let asked = Self::parse_named(name)?;
+            let kept = asked.contended();
+            traced = traced.union(kept);
+            if Category::from_name(name).is_none() || kept.is_empty() {
+                untraced = untraced.union(asked.difference(kept));
+            }
+        }
+        Ok((traced, untraced))
+    }
+
     /// What probes placed for `self` can record: a filter can select these.
     pub fn recordable(self) -> Self {
         Self::of(EVENTS.iter().filter(|e| self.contains(e.probed_as())))
@@ -224,6 +242,31 @@ mod tests {
         assert_eq!(rwlock.spec(), "rwlock");
         let mixed = EventSet::parse("mutex:cond_wait").unwrap();
         assert_eq!(mixed.spec(), "mutex:cond_wait");
+    }
+
+    #[test]
+    fn contended_reads_a_category_as_its_traced_events_and_refuses_others_named() {
+        let parse = |spec| EventSet::parse_contended(spec).unwrap();
+        let (traced, untraced) = parse("rwlock:sema_wait");
+        assert_eq!(
+            traced.names(),
+            ["sema_wait", "rw_rdlock", "rw_wrlock", "rw_unlock"]
+        );
+        assert!(untraced.is_empty());
+        let (traced, untraced) = parse("rw_rdlock:rw_tryrdlock:spin");
+        assert_eq!(traced.names(), ["rw_rdlock"]);
+        assert_eq!(
+            untraced.names(),
+            [
+                "rw_tryrdlock",
+                "_spin_unlock",
+                "_spin_init",
+                "_spin_lock",
+                "_spin_trylock",
+                "_spin_destroy"
+            ]
+        );
+        assert!(EventSet::parse_contended("bogus").is_err());
     }
 
     #[test]

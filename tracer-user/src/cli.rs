@@ -5,7 +5,6 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
-use tracer_common::Category;
 use tracer_model::{
     log::{Layout, LogError, LogFullPolicy, StreamFullPolicy},
     selection::EventSet,
@@ -268,17 +267,17 @@ fn default_consumer_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 4).clamp(1, 4))
 }
 
-/// The events of `events` that `--contended` traces. Events named on the command line
-/// (`named`) that it does not trace are refused, as a category it traces nothing of.
-fn contended_events(events: EventSet, named: bool) -> Result<EventSet> {
-    let traced = events.contended();
-    // A category counts as traced if any event asked of it is.
-    let untraced = Category::ALL
-        .into_iter()
-        .map(|category| events.intersection(EventSet::of(category.events())))
-        .filter(|asked| asked.intersection(traced).is_empty())
-        .fold(EventSet::EMPTY, EventSet::union);
-    if (named && !untraced.is_empty()) || traced.is_empty() {
+/// The events `--contended` traces of `spec` (the `--events` syntax; `None` or empty for
+/// every event). Events it does not trace are refused when named, alone or as a category it
+/// traces nothing of.
+fn contended_events(spec: Option<&str>) -> Result<EventSet> {
+    let (traced, untraced) = match spec.filter(|spec| !spec.is_empty()) {
+        Some(spec) => {
+            EventSet::parse_contended(spec).map_err(|error| UsageError(error.to_string()))?
+        }
+        None => (EventSet::all().contended(), EventSet::EMPTY),
+    };
+    if !untraced.is_empty() || traced.is_empty() {
         usage_bail!(
             "--contended does not trace {}: their slow paths are not probed yet (it traces {}); \
              leave them out, or trace them without --contended",
@@ -291,11 +290,10 @@ fn contended_events(events: EventSet, named: bool) -> Result<EventSet> {
 
 impl Cli {
     pub fn into_config(mut self) -> Result<Config> {
-        let events = EventSet::parse(self.events.as_deref().unwrap_or(""))
-            .map_err(|error| UsageError(error.to_string()))?;
         let events = match self.contended {
-            true => contended_events(events, self.events.is_some())?,
-            false => events,
+            true => contended_events(self.events.as_deref())?,
+            false => EventSet::parse(self.events.as_deref().unwrap_or(""))
+                .map_err(|error| UsageError(error.to_string()))?,
         };
         let log = match self.list_probes {
             true => None,

@@ -17,10 +17,10 @@ use tokio::{
     sync::{mpsc, oneshot},
     task::JoinSet,
 };
-use tracer_common::{Category, RecordingMasks};
+use tracer_common::RecordingMasks;
 use tracer_model::{
     event::{SystemEvent, SystemKind},
-    selection::{EventSet, SelectionError},
+    selection::EventSet,
 };
 
 use super::{
@@ -230,22 +230,22 @@ impl Recording {
         })
     }
 
-    /// The events a filter request names. Under `--contended`, as on its command line, a
-    /// category stands for those of its events it traces.
-    fn named(&self, events: &str) -> Result<EventSet, SelectionError> {
+    /// The events a filter request names, as `--events` reads them: under `--contended`, a
+    /// category stands for those of its events it traces, and an event it does not trace is
+    /// refused.
+    fn named(&self, events: &str) -> Result<EventSet, String> {
         if !self.contended {
-            return EventSet::parse_named(events);
+            return EventSet::parse_named(events).map_err(|e| e.to_string());
         }
-        events
-            .split(':')
-            .filter(|name| !name.is_empty())
-            .try_fold(EventSet::EMPTY, |set, name| {
-                let one = EventSet::parse_named(name)?;
-                Ok(set.union(match Category::from_name(name) {
-                    Some(_) => one.intersection(self.recordable),
-                    None => one,
-                }))
-            })
+        let (traced, untraced) = EventSet::parse_contended(events).map_err(|e| e.to_string())?;
+        match untraced.events().next() {
+            Some(event) => Err(format!(
+                "{} is not probed in this trace (--contended does not trace it): start a trace \
+                 without --contended",
+                event.name
+            )),
+            None => Ok(traced),
+        }
     }
 
     /// Applies a filter request; the FILTER event, or why it is refused.
@@ -255,20 +255,14 @@ impl Recording {
         events: &str,
         time_ns: i64,
     ) -> Result<SystemEvent, String> {
-        let named = self.named(events).map_err(|e| e.to_string())?;
+        let named = self.named(events)?;
         if named.is_empty() {
-            return Err(match events.split(':').any(|name| !name.is_empty()) {
-                true => format!("--contended traces no event of {events}"),
-                false => "name the events: categories or event names, colon-separated".into(),
-            });
+            return Err("name the events: categories or event names, colon-separated".into());
         }
         if let Some(missing) = named.difference(self.recordable).events().next() {
-            let (why, instead) = match self.contended {
-                true => ("--contended does not trace it", "without --contended"),
-                false => ("its --events did not name it", "whose --events include it"),
-            };
             return Err(format!(
-                "{} is not probed in this trace ({why}): start a trace {instead}",
+                "{} is not probed in this trace (its --events did not name it): start a trace \
+                 whose --events include it",
                 missing.name
             ));
         }
@@ -396,6 +390,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracer_common::Category;
 
     #[test]
     fn filters_set_add_and_subtract_within_the_probed_events() {
@@ -452,7 +447,20 @@ mod tests {
             "{error}"
         );
         let error = recording.filter(FilterHow::Set, "spin", 7).unwrap_err();
-        assert_eq!(error, "--contended traces no event of spin");
+        assert!(
+            error.starts_with(
+                "_spin_unlock is not probed in this trace (--contended does not trace it)"
+            ),
+            "{error}"
+        );
+        // Traced under --contended, but not asked for by this trace's --events.
+        let (mutex, _) = EventSet::parse_contended("mutex").unwrap();
+        let mut recording = Recording::new(mutex, mutex, false, true);
+        let error = recording.filter(FilterHow::Add, "sema", 8).unwrap_err();
+        assert!(
+            error.starts_with("sema_wait is not probed in this trace (its --events did not"),
+            "{error}"
+        );
     }
 
     #[test]
