@@ -16,6 +16,7 @@ use std::{
 
 pub mod corpus;
 
+use serde_json::Value;
 use tracer_common::EVENTS;
 use tracer_model::event::{Event, SystemEvent};
 pub use tracer_model::{
@@ -867,4 +868,23 @@ pub fn start_contained_gate(scratch: &TempDir, after: u32) -> (Gated, PathBuf) {
         &script,
     ]));
     (gate, copy)
+}
+
+/// `report --format json --top 100 ARGS` run in `dir`, parsed; panics if it fails.
+pub fn report_json(dir: &TempDir, args: &[&str]) -> Value {
+    let mut all = vec!["report", "--format", "json", "--top", "100"];
+    all.extend_from_slice(args);
+    let run = run_tracer(dir.path(), &all);
+    assert!(run.status.success(), "{run:?}");
+    serde_json::from_str(&run.stdout).unwrap()
+}
+
+/// The lock at `address` (as the report writes it) in a JSON report; panics if it has none.
+pub fn report_lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["address"] == *address)
+        .unwrap_or_else(|| panic!("no lock {address} in {report:#}"))
 }

@@ -16,8 +16,8 @@ use std::{
 };
 
 use thrtrace_tests::{
-    TempDir, bpf_available, codes, every_libc, field, is_musl, line_of, read_trace, run_tracer,
-    start_tracer, workload, workload_arg,
+    TempDir, bpf_available, codes, every_libc, field, is_musl, line_of, read_trace, report_json,
+    report_lock, run_tracer, start_tracer, workload, workload_arg,
 };
 use tracer_model::{
     TraceRecord,
@@ -261,21 +261,9 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
                 Event::Thread(_) => None,
             });
         assert_eq!(start, Some(true), "{build}");
-        let run = run_tracer(
-            slow.dir.path(),
-            &["report", "--format", "json", "--top", "100", "app.ptl"],
-        );
-        assert!(run.status.success(), "{run:?}");
-        let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let report = report_json(&slow.dir, &["app.ptl"]);
         assert_eq!(report["contended_only"], true);
-        let lock = |address: u64| {
-            report["locks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|l| l["address"] == format!("{address:#x}"))
-                .unwrap_or_else(|| panic!("{build}: no lock {address:#x} in {report:#}"))
-        };
+        let lock = |address: u64| report_lock(&report, &format!("{address:#x}").into());
         for mutex in [*first, *second] {
             let lock = lock(mutex);
             assert_eq!(lock["contended"], ROUNDS * WAITERS / 2, "{build}: {lock:#}");
@@ -323,12 +311,7 @@ fn a_contended_trace_names_the_lines_that_waited() {
         );
         assert!(run.status.success(), "{build}: {run:?}");
         let first_line = run.stdout.lines().next().unwrap_or_default();
-        let run = run_tracer(
-            dir.path(),
-            &["report", "--format", "json", "--top", "100", "app.ptl"],
-        );
-        assert!(run.status.success(), "{build}: {run:?}");
-        let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let report = report_json(&dir, &["app.ptl"]);
         // Round 1 waits on `first` (WAIT_MUTEX), `sem` and `rw`, 2 waiters each.
         let expected = [
             ("first", vec!["WAIT_MUTEX"]),
@@ -337,12 +320,7 @@ fn a_contended_trace_names_the_lines_that_waited() {
         ];
         for (object, markers) in expected {
             let address = format!("{:#x}", field::<u64>(first_line, object));
-            let lock = report["locks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|l| l["address"] == address)
-                .unwrap_or_else(|| panic!("{build}: no {object} in {report:#}"));
+            let lock = report_lock(&report, &address.into());
             let mut lines: Vec<(u64, u64)> = lock["callers"]
                 .as_array()
                 .unwrap()

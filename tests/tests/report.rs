@@ -10,8 +10,8 @@ use std::{
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, ctl_ok, field, line_of, lines_as_they_come, read_line, run_tracer,
-    start_tracer, unique_name, workload, workload_arg,
+    TempDir, bpf_available, ctl_ok, field, line_of, lines_as_they_come, read_line, report_json,
+    report_lock, run_tracer, start_tracer, unique_name, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemKind},
@@ -50,23 +50,6 @@ fn story(dir: &TempDir) -> (Value, Value) {
     (report_json(dir, &["app.ptl"]), addresses)
 }
 
-fn report_json(dir: &TempDir, args: &[&str]) -> Value {
-    let mut all = vec!["report", "--format", "json", "--top", "100"];
-    all.extend_from_slice(args);
-    let run = run_tracer(dir.path(), &all);
-    assert!(run.status.success(), "{run:?}");
-    serde_json::from_str(&run.stdout).unwrap()
-}
-
-fn lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
-    report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["address"] == *address)
-        .unwrap_or_else(|| panic!("no lock {address} in {report:#}"))
-}
-
 fn within(value: &Value, low: u64, high: u64) -> bool {
     value.as_u64().is_some_and(|v| (low..=high).contains(&v))
 }
@@ -83,7 +66,7 @@ fn the_report_counts_the_contention_the_workload_made() {
 
     // One holder and WAITERS waiters, ROUNDS times: every waiter blocks, every acquisition is
     // by another thread than the one before.
-    let contended = lock(&report, &addresses["contended"]);
+    let contended = report_lock(&report, &addresses["contended"]);
     assert_eq!(contended["kind"], "mutex");
     assert_eq!(contended["symbol"], "contended", "a global is named");
     assert_eq!(contended["acquisitions"], ROUNDS * (WAITERS + 1));
@@ -119,7 +102,7 @@ fn the_report_counts_the_contention_the_workload_made() {
     );
 
     // Three nested locks: one hold, from one line.
-    let recursive = lock(&report, &addresses["recursive"]);
+    let recursive = report_lock(&report, &addresses["recursive"]);
     assert_eq!(recursive["kind"], "rmutex");
     assert_eq!(recursive["acquisitions"], 3);
     assert_eq!(recursive["contended"], 0);
@@ -129,7 +112,7 @@ fn the_report_counts_the_contention_the_workload_made() {
     assert_eq!(rcallers[0]["count"], 3);
 
     // Two readers hold it while the writer waits.
-    let rw = lock(&report, &addresses["rw"]);
+    let rw = report_lock(&report, &addresses["rw"]);
     assert_eq!(rw["kind"], "rwlock");
     assert_eq!(rw["symbol"], "rw");
     assert_eq!(rw["acquisitions"], 3);
@@ -167,7 +150,7 @@ fn the_report_counts_the_contention_the_workload_made() {
     // From the tr files: the same counts, and no callers.
     let from_tr = report_json(&dir, &["."]);
     assert_eq!(from_tr["callers_known"], false);
-    let contended_tr = lock(&from_tr, &addresses["contended"]);
+    let contended_tr = report_lock(&from_tr, &addresses["contended"]);
     for key in [
         "acquisitions",
         "contended",
@@ -231,7 +214,7 @@ fn the_perfetto_timeline_has_the_waits_holds_and_wakeups() {
         assert!(names.contains(&name), "{names:?}");
     }
     // A slice per blocking lock wait (the waiters' and the writer's), a wakeup for each.
-    let contended = lock(&report, &addresses["contended"])["contended"]
+    let contended = report_lock(&report, &addresses["contended"])["contended"]
         .as_u64()
         .unwrap();
     let waits = of("X", "lock wait");
