@@ -17,9 +17,9 @@
 //!   operations (it costs an uncontended call nothing, so the difference is in the noise).
 //!
 //! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes, a
-//! semaphore and a read-write lock, and making uncontended calls between) is one of them, and a real program traced
-//! whole, `sysbench mutex` (installed if missing), is timed untraced, with `--contended` and
-//! with full tracing.
+//! semaphore and a read-write lock, and making uncontended calls between) is one of them, and
+//! a real program traced whole, `sysbench mutex` (installed if missing), is timed untraced,
+//! with `--contended` and with full tracing.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
