@@ -14,11 +14,14 @@ use std::{
 const STATIC: [&str; 1] = ["mutex_contend"];
 /// Workloads with no C library at all, built only with `-nostdlib -static`.
 const FREESTANDING: [&str; 1] = ["no_pthread"];
+/// Workloads also built with frame pointers (`NAME_fp`): every build is without them otherwise,
+/// as distributions build C (the stack tests unwind both).
+const FRAME_POINTERS: [&str; 1] = ["stack_chains"];
 /// Shared objects to preload, built only as `libNAME.so`.
 const SHARED: [&str; 1] = ["interpose"];
 /// Workloads also built against each other glibc, and with musl: every category's story, and
 /// what the tests of glibc 2.31's libpthread.so.0 trace.
-const OTHER_GLIBC: [&str; 14] = [
+const OTHER_GLIBC: [&str; 15] = [
     "barrier_rounds",
     "cond_prodcons",
     "cond_waiters",
@@ -31,6 +34,7 @@ const OTHER_GLIBC: [&str; 14] = [
     "rwlock_story",
     "sem_sequence",
     "spin_story",
+    "stack_chains",
     "thread_story",
     "timed_waits",
 ];
@@ -68,7 +72,14 @@ fn compile(source: &Path, binary: &Path, extra: &[&str]) {
 
 fn compile_with(compiler: &str, source: &Path, binary: &Path, extra: &[&str]) {
     let status = Command::new(compiler)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-pthread"])
+        .args([
+            "-O2",
+            "-fomit-frame-pointer",
+            "-g",
+            "-Wall",
+            "-Werror",
+            "-pthread",
+        ])
         .args(extra)
         .arg("-o")
         .arg(binary)
@@ -146,6 +157,10 @@ fn main() {
             continue;
         }
         compile(&source, &out.join(&stem), &[]);
+        if FRAME_POINTERS.contains(&stem.as_str()) {
+            let binary = out.join(format!("{stem}_fp"));
+            compile(&source, &binary, &["-fno-omit-frame-pointer"]);
+        }
         if STATIC.contains(&stem.as_str()) {
             compile(&source, &out.join(format!("{stem}_static")), &["-static"]);
         }

@@ -122,6 +122,12 @@ typedef struct {
  *                            time_ns}, held and acquired each {lock, kind, exclusive,
  *                            caller}: each thread held one lock while acquiring the next;
  *                            str message: as the tracer printed it
+ *   thrtrace_stack           u32 id: a call stack of posix_pid, which thread events name by
+ *                            this id (thrtrace_record's stack; never 0) after this event;
+ *                            bytes frames: 8-byte little-endian addresses, innermost first:
+ *                            the probed instruction, then each caller's return address;
+ *                            str end: empty when the stack reaches its thread's start,
+ *                            otherwise why it stops at its last frame
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)
@@ -140,6 +146,7 @@ typedef struct {
 #define THRTRACE_BLOCKED ((trace_event_id_t)0x800e)
 #define THRTRACE_DEADLOCK ((trace_event_id_t)0x800f)
 #define THRTRACE_LOCK_ORDER ((trace_event_id_t)0x8010)
+#define THRTRACE_STACK ((trace_event_id_t)0x8011)
 
 /* What posix_trace_getnext_event says of an event besides its payload. */
 struct posix_trace_event_info {
@@ -166,13 +173,16 @@ struct posix_trace_status_info {
  * The payload of a thread event (a traced pthread call): the values of its tr line,
  * `sec:nsec:lwpid:pid:tid:event1:event2:which:a1:a2:a3:a4:a5`, of which sec and nsec are
  * posix_timestamp, pid is posix_pid and tid is posix_thread_id. The event codes and a1..a5
- * are those of thread_trace(4) (thrtrace-bpf's event table).
+ * are those of thread_trace(4) (thrtrace-bpf's event table); `stack` is thrtrace-bpf's own
+ * (--stacks, on by default with --contended).
  */
 struct thrtrace_record {
     int lwpid;    /* the kernel's thread id */
     short event1; /* the category: 1 thread, 2 mutex, 3 cond, ... */
     short event2; /* the call within the category */
     short which;  /* 0 a single record; 1 and 2 the entry and return of a call that can block */
+    unsigned stack; /* thrtrace-bpf's extension: the id of the call stack the record was taken
+                       with (its THRTRACE_STACK event came before it); 0 for none */
     long a[5];
 };
 

@@ -99,6 +99,7 @@ pub struct thrtrace_record {
     event1: i16,
     event2: i16,
     which: i16,
+    stack: u32,
     a: [libc::c_long; 5],
 }
 
@@ -300,6 +301,7 @@ fn payload_of(event: &Event) -> Vec<u8> {
                 event1: r.event1 as i16,
                 event2: r.event2 as i16,
                 which: r.which as i16,
+                stack: r.stack,
                 a: r.a,
             };
             let size = size_of::<thrtrace_record>();
@@ -648,6 +650,7 @@ mod tests {
     #[test]
     fn the_record_has_the_layout_the_header_gives() {
         assert_eq!(size_of::<thrtrace_record>(), 56);
+        assert_eq!(std::mem::offset_of!(thrtrace_record, stack), 12);
         assert_eq!(std::mem::offset_of!(thrtrace_record, a), 16);
     }
 }

@@ -58,6 +58,7 @@ pub fn record(n: i64) -> Event {
         which: 1,
         a: [n, -1, 2, 3, 4],
         caller: 0x4010,
+        stack: 0,
     })
 }
 
@@ -76,6 +77,7 @@ pub fn mixed_events() -> Vec<Event> {
             which,
             a: [0x5000 + n, n, -n, 0, 1],
             caller: 0x4010 + n as u64,
+            stack: 0,
         })
     };
     let system = |n: i64, kind: SystemKind| {

@@ -8,7 +8,7 @@ use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
     log::{
         EventPacket, FinalStatus, Layout, LogError, LogFullPolicy, LogReader, LogWriter, Status,
-        Written,
+        Written, entry::THREAD_ENTRY_LEN,
     },
 };
 
@@ -101,12 +101,12 @@ fn a_log_cut_anywhere_reads_up_to_its_last_whole_packet() {
         let reader = log.open().unwrap();
         assert_eq!(a1s(&reader), (0..30).collect::<Vec<_>>());
         assert_eq!(reader.unclosed_at(), Some(whole.len() as u64));
-        whole.len() - 3 * (24 + 16 + 10 * 82)
+        whole.len() - 3 * (24 + 16 + 10 * THREAD_ENTRY_LEN)
     };
     for cut in (metadata_end..whole.len()).step_by(37) {
         std::fs::write(&log.0, &whole[..cut]).unwrap();
         let reader = log.open().unwrap();
-        let whole_packets = (cut - metadata_end) / (24 + 16 + 820);
+        let whole_packets = (cut - metadata_end) / (24 + 16 + 10 * THREAD_ENTRY_LEN);
         assert_eq!(a1s(&reader).len(), whole_packets * 10, "cut at {cut}");
         assert!(reader.unclosed_at().is_some());
     }
@@ -136,7 +136,7 @@ fn a_flipped_byte_before_the_end_is_an_error_naming_its_packet() {
     let log = TempLog::new("flip");
     write_log(&log.0, &metadata(None, LogFullPolicy::Append), 3, 10, true);
     let whole = log.bytes();
-    let second_packet = whole.len() - 2 * (24 + 16 + 820) - 24 - 200;
+    let second_packet = whole.len() - 2 * (24 + 16 + 10 * THREAD_ENTRY_LEN) - 24 - 200;
     for at in [
         0,
         30,
@@ -184,11 +184,11 @@ fn entries_that_lie_about_their_size_or_type_are_errors() {
     for (at, value) in [(0usize, 10u8), (0, 0xff), (2, 0x7f)] {
         write_log(&log.0, &meta, 1, 2, true);
         let mut bytes = log.bytes();
-        let entry = bytes.len() - 2 * 82 - status_len(&bytes);
+        let entry = bytes.len() - 2 * THREAD_ENTRY_LEN - status_len(&bytes);
         bytes[entry + at] = value;
         // Reseal the packet so that only the entry is wrong.
         let packet_at = entry - 16 - 24;
-        let payload = bytes[packet_at + 24..entry + 2 * 82].to_vec();
+        let payload = bytes[packet_at + 24..entry + 2 * THREAD_ENTRY_LEN].to_vec();
         let resealed =
             tracer_model::log::packet::seal(tracer_model::log::packet::Kind::Events, 1, &payload);
         bytes[packet_at..packet_at + resealed.len()].copy_from_slice(&resealed);
@@ -271,7 +271,9 @@ fn a_looping_log_whose_writer_died_mid_slot_reads_the_rest() {
 #[test]
 fn until_full_keeps_the_oldest_and_counts_what_it_kept_out() {
     let log = TempLog::new("until-full");
-    let meta = metadata(Some(10_000), LogFullPolicy::UntilFull);
+    // Room for three packets of 40 records.
+    let packet = 24 + 16 + 40 * THREAD_ENTRY_LEN as u64;
+    let meta = metadata(Some(3 * packet + 40), LogFullPolicy::UntilFull);
     let outcomes = write_log(&log.0, &meta, 5, 40, true);
     assert_eq!(
         outcomes,

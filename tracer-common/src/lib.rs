@@ -37,6 +37,9 @@ pub mod names {
     pub const TGID_OFFSET: &str = "TGID_OFFSET";
     /// Read-only global: the bytes of each CPU's ring buffer.
     pub const RING_BYTES: &str = "RING_BYTES";
+    /// Read-only global: 1 when a record written at a call's entry (a wait, a wake on a slow
+    /// path) carries its thread's user stack ([`crate::record::StackedRecord`]).
+    pub const STACKS: &str = "STACKS";
     /// Read-only global: 1 with `--lossless`, and the map of the processes it has stopped.
     pub const LOSSLESS: &str = "LOSSLESS";
     /// The map of the threads `--lossless` has stopped: thread id to process id (with [`crate::STOP_SENT`]).

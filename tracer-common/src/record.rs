@@ -66,6 +66,67 @@ pub const RING_ENTRY_SIZE: usize = RAW_RECORD_SIZE + 8;
 const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 
+/// Bytes of the user stack that a record taken with its stack carries: from the stack pointer
+/// up, as much as is mapped. 16 KiB holds the frames of deep C++ servers' request paths (perf's
+/// `--call-graph dwarf` takes 8 KiB by default); an unwind that needs more says so.
+pub const STACK_BYTES: usize = 16384;
+
+/// What follows a record taken with its stack (`names::STACKS`), in the same ring entry: the
+/// registers an unwinder starts from, at the probed instruction, and the top of the stack. The
+/// user's own frames are unwound from it in userspace, from the binaries' CFI, so that code
+/// built without frame pointers is unwound right.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserStack {
+    /// The instruction pointer at the probe.
+    pub ip: u64,
+    /// The stack pointer at the probe: `bytes[0]` is the byte at this address.
+    pub sp: u64,
+    /// The frame pointer register (`rbp`), which CFI may name as the frame's base.
+    pub bp: u64,
+    /// How many bytes of `bytes` were copied: the stack above `sp` is unmapped past them, or
+    /// the copy is full.
+    pub copied: u64,
+    /// The stack from `sp` up.
+    pub bytes: [u8; STACK_BYTES],
+}
+
+/// A ring entry of a record with its stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackedRecord {
+    /// The record, as in an entry of its own.
+    pub record: RawRecord,
+    /// Its thread's stack at the probe.
+    pub stack: UserStack,
+}
+
+/// The size of [`StackedRecord`].
+pub const STACKED_RECORD_SIZE: usize = RAW_RECORD_SIZE + 32 + STACK_BYTES;
+const _: () = assert!(core::mem::size_of::<StackedRecord>() == STACKED_RECORD_SIZE);
+
+impl UserStack {
+    /// The stack that follows the record at the start of ring-entry bytes, if the entry is a
+    /// [`StackedRecord`]; `None` for an entry of a record alone (or one too short to hold a
+    /// whole stack, or misaligned).
+    pub fn after_record(bytes: &[u8]) -> Option<&Self> {
+        let bytes = bytes.get(RAW_RECORD_SIZE..STACKED_RECORD_SIZE)?;
+        #[allow(clippy::cast_ptr_alignment, reason = "the alignment is checked next")]
+        let start = bytes.as_ptr().cast::<Self>();
+        if !start.is_aligned() {
+            return None;
+        }
+        // SAFETY: UserStack is plain old data (integers and bytes, every bit pattern valid); the
+        // slice holds a whole one at an aligned address, borrowed for the result's lifetime.
+        Some(unsafe { &*start })
+    }
+
+    /// The bytes copied, at most `STACK_BYTES` whatever `copied` says.
+    pub fn copied_bytes(&self) -> &[u8] {
+        &self.bytes[..(self.copied as usize).min(STACK_BYTES)]
+    }
+}
+
 impl RawRecord {
     /// The record at the start of ring-buffer bytes, where it lies (the drain decodes it from
     /// there, with no copy); `None` if the slice is too short, or not aligned as a record (the

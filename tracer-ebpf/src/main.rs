@@ -58,7 +58,7 @@ use tracer_common::{
     ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STOP_SENT, TracedThrough,
     call_site_key,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
-    record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE},
+    record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack},
 };
 
 /// Set by userspace from kernel BTF before loading.
@@ -82,6 +82,9 @@ static TGID_OFFSET: u64 = 0;
 /// at every record.
 #[unsafe(no_mangle)]
 static RING_BYTES: u64 = 0;
+/// Set when records written at a call's entry carry the thread's stack (`names::STACKS`).
+#[unsafe(no_mangle)]
+static STACKS: u32 = 0;
 /// Set with `--lossless`: a thread that writes to a ring more than half full is stopped until
 /// the tracer has drained the rings.
 #[unsafe(no_mangle)]
@@ -427,18 +430,8 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // A single record, or the entry half of a paired call, is filled in the ring, where user
     // reads are cheaper than into the slot's slab memory (see `read_user_into`); an entry half
     // is copied to the slot too.
-    let in_ring = !only_opens_call
-        && !written_at_return_only(flags)
-        && emit_with(|entry| {
-            fill_entry(entry, raw_cookie, regs);
-            if !slot.is_null() {
-                // SAFETY: the entry is ours until submitted; the slot is this thread's own.
-                unsafe {
-                    (*entry).which = 1;
-                    ptr::copy_nonoverlapping(entry, ptr::addr_of_mut!((*slot).record), 1);
-                }
-            }
-        });
+    let in_ring =
+        !only_opens_call && !written_at_return_only(flags) && emit_entry(raw_cookie, regs, slot);
     if slot.is_null() {
         return 0;
     }
@@ -467,6 +460,31 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         (*slot).event = event_key(&cookie);
     }
     0
+}
+
+/// Writes a call's entry record into the ring, with the thread's stack when asked
+/// (`names::STACKS`), and copies it to the open call's `slot` if there is one (null: none).
+/// Returns whether it was written. A call of its own, to keep the entry's frame small.
+#[inline(never)]
+fn emit_entry(raw_cookie: u64, regs: *const pt_regs, slot: *mut Pending) -> bool {
+    let fill = |entry: *mut RawRecord| {
+        fill_entry(entry, raw_cookie, regs);
+        if !slot.is_null() {
+            // SAFETY: the entry is ours until submitted; the slot is this thread's own.
+            unsafe {
+                (*entry).which = 1;
+                ptr::copy_nonoverlapping(entry, ptr::addr_of_mut!((*slot).record), 1);
+            }
+        }
+    };
+    match with_stacks() {
+        true => emit_with(|entry: *mut StackedRecord| {
+            fill(entry.cast());
+            // SAFETY: the entry is ours until submitted.
+            copy_stack(unsafe { ptr::addr_of_mut!((*entry).stack) }, regs);
+        }),
+        false => emit_with(fill),
+    }
 }
 
 /// Whether this hit is the C library's own call, not the program's (`ProbeFlags::CALLED_INSIDE`):
@@ -630,6 +648,63 @@ fn object_field(register: ObjectRegister, regs: &pt_regs) -> *const u64 {
     ptr::from_ref(regs).cast::<u8>().wrapping_add(offset).cast()
 }
 
+/// Whether records written at a call's entry carry the thread's stack (`names::STACKS`).
+#[inline(always)]
+fn with_stacks() -> bool {
+    // SAFETY: a read-only global that userspace sets before loading.
+    unsafe { ptr::read_volatile(&raw const STACKS) != 0 }
+}
+
+/// Copies the registers an unwinder starts from and as much of the user stack above the stack
+/// pointer as is mapped, up to `STACK_BYTES`: the largest readable prefix to 64 bytes, found by
+/// halving (a read that crosses the stack's end fails whole). Userspace unwinds it. A call of
+/// its own, to keep the entry's frame small.
+#[inline(never)]
+fn copy_stack(stack: *mut UserStack, regs: *const pt_regs) {
+    // SAFETY: `stack` is a reserved ring entry's, ours until submitted; `regs` is the probe's
+    // context.
+    unsafe {
+        let sp = (*regs).rsp;
+        (*stack).ip = (*regs).rip;
+        (*stack).sp = sp;
+        (*stack).bp = (*regs).rbp;
+        let bytes = ptr::addr_of_mut!((*stack).bytes).cast::<u8>();
+        let mut copied = 0;
+        copied = extend_stack_copy::<STACK_BYTES>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 2 }>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 4 }>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 8 }>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 16 }>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 32 }>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 64 }>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 128 }>(bytes, sp, copied);
+        copied = extend_stack_copy::<{ STACK_BYTES / 256 }>(bytes, sp, copied);
+        (*stack).copied = copied as u64;
+    }
+}
+
+/// Copies `SIZE` more bytes of the stack after the `copied` ones, if they fit and are all
+/// readable; returns how many are copied now.
+#[inline(always)]
+fn extend_stack_copy<const SIZE: usize>(bytes: *mut u8, sp: u64, copied: usize) -> usize {
+    if copied > STACK_BYTES - SIZE {
+        return copied;
+    }
+    // SAFETY: `bytes + copied .. + SIZE` lies within the entry's stack bytes (checked above);
+    // the helper checks the user address, and zeroes what it could not read.
+    let read = unsafe {
+        generated::bpf_probe_read_user(
+            bytes.wrapping_add(copied).cast(),
+            SIZE as u32,
+            (sp + copied as u64) as *const _,
+        )
+    };
+    match read {
+        0 => copied + SIZE,
+        _ => copied,
+    }
+}
+
 /// Whether a call's one record is written at its return: its entry is not written.
 #[inline(always)]
 fn written_at_return_only(flags: ProbeFlags) -> bool {
@@ -641,7 +716,8 @@ fn written_at_return_only(flags: ProbeFlags) -> bool {
 #[uretprobe]
 pub fn thr_return(ctx: RetProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link this program runs for.
-    let cookie = ProbeCookie::decode(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let raw_cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let cookie = ProbeCookie::decode(raw_cookie);
     let task = current_task();
     let calls = CALLS.of(task, false);
     if calls.is_null() {
@@ -659,16 +735,45 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
         // Stopped or filtered out since the entry: nothing more is recorded of the call.
         if (*slot).records != 0 && recording(&cookie) {
             // Completed in the ring, where the return's user reads land.
-            let nvcsw_at_entry = (*slot).nvcsw_at_entry;
-            let regs = &*ctx.regs;
-            emit_with(|entry| {
-                ptr::copy_nonoverlapping(ptr::addr_of!((*slot).record), entry, 1);
-                complete(entry, &cookie, task, regs, nvcsw_at_entry);
-            });
+            emit_return(slot, raw_cookie, task, ctx.regs);
         }
         (*slot).event = FREE;
     }
     0
+}
+
+/// Writes the record of the open call in `slot`, completed by its return, into the ring. A call
+/// written only at its return takes its stack there (`names::STACKS`): its callers' frames,
+/// from the instruction it returns to. A call of its own, to keep the return's frame small.
+#[inline(never)]
+fn emit_return(slot: *mut Pending, raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs) {
+    match with_stacks() && written_at_return_only(ProbeCookie::decode(raw_cookie).flags) {
+        true => emit_with(|entry: *mut StackedRecord| {
+            complete_from_slot(entry.cast(), slot, raw_cookie, task, regs);
+            // SAFETY: the entry is ours until submitted.
+            copy_stack(unsafe { ptr::addr_of_mut!((*entry).stack) }, regs);
+        }),
+        false => emit_with(|entry| complete_from_slot(entry, slot, raw_cookie, task, regs)),
+    };
+}
+
+/// Writes into `entry` the record of the open call in `slot`, completed by its return. A call
+/// of its own, whose decoded cookie stays off its caller's frame.
+#[inline(never)]
+fn complete_from_slot(
+    entry: *mut RawRecord,
+    slot: *mut Pending,
+    raw_cookie: u64,
+    task: *mut task_struct,
+    regs: *const pt_regs,
+) {
+    let cookie = ProbeCookie::decode(raw_cookie);
+    // SAFETY: the entry is ours until submitted; the slot is this thread's own, holding the
+    // open call's record; `regs` is the probe's context.
+    unsafe {
+        ptr::copy_nonoverlapping(ptr::addr_of!((*slot).record), entry, 1);
+        complete(entry, &cookie, task, &*regs, (*slot).nvcsw_at_entry);
+    }
 }
 
 /// Adds what the return knows to a call's record.
@@ -816,14 +921,15 @@ fn read_task<T>(task: *mut task_struct, offset: u64) -> T {
     unsafe { task.cast::<u8>().add(offset as usize).cast::<T>().read() }
 }
 
-/// Reserves a record in this CPU's ring, has `fill` write it in place (no copy of it on the
-/// stack) and submits it; counts it lost if the ring is full. Returns whether it was written.
+/// Reserves an entry in this CPU's ring (a [`RawRecord`], or a [`StackedRecord`]: a record
+/// with its stack), has `fill` write it in place (no copy of it on the stack) and submits it;
+/// counts it lost if the ring is full. Returns whether it was written.
 #[inline(always)]
-fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
+fn emit_with<T: 'static>(fill: impl FnOnce(*mut T)) -> bool {
     // SAFETY: the helper takes no arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     let reserved = RING_BUFFERS.get(cpu).and_then(|ring| {
-        let entry = ring.reserve(0)?;
+        let entry = ring.reserve_untyped::<T>(0)?;
         Some((ring, entry))
     });
     let Some((ring, mut entry)) = reserved else {
@@ -831,8 +937,9 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
         stop_if_lossless();
         return false;
     };
-    let record = entry.as_mut_ptr();
-    fill(record);
+    fill(entry.as_mut_ptr());
+    // Both kinds of entry begin with the record.
+    let record = entry.as_mut_ptr().cast::<RawRecord>();
     // The first record after a gap says how long the gap was, so that it is placed exactly.
     if let Some(pending) = LOST.get_ptr_mut(LOST_PENDING) {
         // SAFETY: per-CPU slot, as in `count_lost`; the entry is ours until submitted.

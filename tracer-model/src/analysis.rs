@@ -243,6 +243,18 @@ pub struct LockStats {
     /// read), by thread id.
     #[serde(skip)]
     pub owners: HashMap<u32, OwnerStats>,
+    /// Its contended waits by the call stack they waited with (`TraceRecord::stack`; 0:
+    /// none recorded).
+    #[serde(skip)]
+    pub waiting_stacks: HashMap<u32, CallerStats>,
+    /// Its contended waits by the call stack of the release (unlock, post) that ended them:
+    /// the last release by another thread after the wait began. The time is the waits'.
+    #[serde(skip)]
+    pub releasing_stacks: HashMap<u32, CallerStats>,
+    /// The stack its first contended wait waited with (0: none): where a lock that is no
+    /// global variable is named from.
+    #[serde(skip)]
+    pub first_waiting_stack: u32,
     #[serde(skip)]
     last_owner: Option<u32>,
 }
@@ -312,10 +324,20 @@ struct Pending {
     caller: u64,
     /// The second argument: a condvar wait's mutex.
     second: u64,
+    /// The call stack it was taken with (0: none).
+    stack: u32,
     /// The mutex's owner when the lock's entry found it (its `MutexOwner` field; 0 if none or
     /// unknown): the holder of a lock taken before the trace began, or while its taking was
     /// not recorded (`--contended`).
     owner_hint: u32,
+}
+
+/// The last release of a lock (an unlock, a post): whose, with which stack, when.
+#[derive(Clone, Copy, Debug)]
+struct Release {
+    lwpid: u32,
+    stack: u32,
+    ns: i64,
 }
 
 /// A thread in a cycle of waits.
@@ -434,6 +456,8 @@ pub struct Analysis {
     /// The threads that have signaled a condvar or posted a semaphore: whom a wait on it may
     /// be waiting for.
     wakers: HashMap<(u32, u64), HashSet<u32>>,
+    /// Each lock's last release (statistics only): what ended a wait on it.
+    last_releases: HashMap<(u32, u64), Release>,
     names: HashMap<u32, String>,
     /// Deadlocks already reported, by their threads and objects.
     reported: HashSet<Vec<(u32, u64)>>,
@@ -516,6 +540,7 @@ impl Analysis {
                     object: record.a[0] as u64,
                     caller: record.caller,
                     second: record.a[1] as u64,
+                    stack: record.stack,
                     owner_hint: field(record, event, Field::MutexOwner).unwrap_or(0) as u32,
                 };
                 self.pending.insert(key, Some(pending));
@@ -596,6 +621,9 @@ impl Analysis {
                         let caller = lock.callers.entry(call.caller).or_default();
                         caller.wait_total_ns += wait;
                     }
+                    if blocked {
+                        self.charge_stacks(call, lwpid, wait);
+                    }
                 }
                 Some(BlockKind::LockWait)
             }
@@ -610,6 +638,9 @@ impl Analysis {
                     let caller = lock.callers.entry(call.caller).or_default();
                     caller.count += 1;
                     caller.wait_total_ns += wait;
+                }
+                if blocked {
+                    self.charge_stacks(call, lwpid, wait);
                 }
                 Some(BlockKind::SemWait)
             }
@@ -662,9 +693,46 @@ impl Analysis {
         }
     }
 
+    /// A wait of `waiter` on `call`'s object that blocked `wait` ns: charged to the stack it
+    /// waited with and to that of the release that ended it (statistics only).
+    fn charge_stacks(&mut self, call: &Pending, waiter: u32, wait: u64) {
+        if !self.stats {
+            return;
+        }
+        let released = self
+            .last_releases
+            .get(&(call.pid, call.object))
+            .filter(|r| r.lwpid != waiter && r.ns >= call.entry_ns)
+            .map(|r| r.stack);
+        let Some(lock) = self.locks.get_mut(&(call.pid, call.object)) else {
+            return;
+        };
+        if lock.first_waiting_stack == 0 {
+            lock.first_waiting_stack = call.stack;
+        }
+        for (stacks, stack) in [
+            (&mut lock.waiting_stacks, Some(call.stack)),
+            (&mut lock.releasing_stacks, released),
+        ] {
+            if let Some(stack) = stack {
+                let stats = stacks.entry(stack).or_default();
+                stats.count += 1;
+                stats.wait_total_ns += wait;
+            }
+        }
+    }
+
     /// A call with one record (trylocks, unlocks, posts, signals).
     fn single(&mut self, record: &TraceRecord, event: &'static EventDef, role: Role, now: i64) {
         let object = record.a[0] as u64;
+        if self.stats && matches!(role, Role::Release(_) | Role::SemPost) {
+            let release = Release {
+                lwpid: record.lwpid,
+                stack: record.stack,
+                ns: now,
+            };
+            self.last_releases.insert((record.pid, object), release);
+        }
         let succeeded = field(record, event, Field::Rval).is_none_or(|r| r as i32 == 0);
         match role {
             Role::Acquire {
@@ -810,6 +878,9 @@ impl Analysis {
                 wakeups: 0,
                 callers: HashMap::new(),
                 owners: HashMap::new(),
+                waiting_stacks: HashMap::new(),
+                releasing_stacks: HashMap::new(),
+                first_waiting_stack: 0,
                 last_owner: None,
             });
         // A mutex first seen unlocked and later locked recursively is an rmutex.
@@ -1040,6 +1111,7 @@ mod tests {
             which,
             a,
             caller: 0x400_000 + u64::from(lwpid),
+            stack: 0,
         }
     }
 

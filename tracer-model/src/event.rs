@@ -204,7 +204,16 @@ system_kinds! {
     /// A lock-order inversion found while tracing, before it deadlocked: `orders` the cycle as
     /// JSON (`analysis::Inversion`'s edges); `message` as the tracer printed it.
     LockOrder = 0x8010, "thrtrace_lock_order" { orders: String, message: String };
+    /// A call stack of the event's process, which records of it name by `id` (unique in the
+    /// stream, never 0): `frames` innermost first, the probed instruction then each caller's
+    /// return address (at most [`MAX_FRAMES`]); `end` empty when the unwind reached the
+    /// thread's start, otherwise why it stopped at the last frame.
+    Stack = 0x8011, "thrtrace_stack" { id: u32, frames: Vec<u64>, end: String };
 }
+
+/// The most frames a `thrtrace_stack` event holds: as many addresses as fit a string's
+/// [`MAX_STRING`] bytes, the probed instruction's included.
+pub const MAX_FRAMES: usize = MAX_STRING / 8 - 1;
 
 /// A system event type: its log type id, name and payload fields.
 struct SystemType {
@@ -273,14 +282,16 @@ impl EventType {
 /// (before log format 2's writers, ids were table rows; a log's own list is what readers go by).
 pub const FIRST_SYSTEM_ID: u16 = 0x8000;
 
-/// The payload of every thread event: the tr line's `which` and a1..a5.
-const THREAD_PAYLOAD: [(&str, FieldType); 6] = [
+/// The payload of every thread event: the tr line's `which` and a1..a5, and the id of its call
+/// stack (0 for none; absent from logs written before stacks, where it reads 0).
+const THREAD_PAYLOAD: [(&str, FieldType); 7] = [
     ("which", FieldType::U16),
     ("a1", FieldType::I64),
     ("a2", FieldType::I64),
     ("a3", FieldType::I64),
     ("a4", FieldType::I64),
     ("a5", FieldType::I64),
+    ("stack", FieldType::U32),
 ];
 
 fn specs(fields: &[(&str, FieldType)]) -> Vec<FieldSpec> {
@@ -414,6 +425,23 @@ impl PayloadField for i64 {
     }
     fn from_value(value: &Value) -> Self {
         value.as_i64()
+    }
+}
+
+/// Addresses travel as bytes, 8 little-endian ones each (a partial last one is dropped).
+impl PayloadField for Vec<u64> {
+    const TYPE: FieldType = FieldType::Bytes;
+    fn to_value(&self) -> Value {
+        Value::Bytes(self.iter().flat_map(|a| a.to_le_bytes()).collect())
+    }
+    fn from_value(value: &Value) -> Self {
+        match value {
+            Value::Bytes(bytes) => bytes
+                .chunks_exact(8)
+                .map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes")))
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`tr`]: its `tr.*` line and the file it goes to (`docs/event-map.md`, "Record line" and "File
 //!   names and buffering");
 //! - [`event`]: thread and system events and their types, as a trace stream holds them;
+//! - [`stack`]: the call stacks records name, kept as a reader meets them;
 //! - [`log`]: the trace log file, written and read back;
 //! - [`analysis`]: what records mean for locks and threads (reports, deadlock detection).
 //!
@@ -38,7 +39,7 @@
 //! # let mut packet = EventPacket::default();
 //! # for (lwpid, event1, event2, which) in [(11, 2, 2, 1), (11, 2, 2, 2), (12, 2, 2, 1), (11, 3, 1, 0)] {
 //! #     let a = [0x1000, 0, 0, 0, 0];
-//! #     let record = TraceRecord { sec: 1, nsec: 0, lwpid, pid: 10, tid: 1, event1, event2, which, a, caller: 0 };
+//! #     let record = TraceRecord { sec: 1, nsec: 0, lwpid, pid: 10, tid: 1, event1, event2, which, a, caller: 0, stack: 0 };
 //! #     packet.push(&Event::Thread(record));
 //! # }
 //! # writer.write(&[packet], Status::default())?;
@@ -73,6 +74,7 @@ pub mod analysis;
 pub mod event;
 pub mod log;
 pub mod selection;
+pub mod stack;
 pub mod tr;
 
 use tracer_common::EVENTS;
@@ -100,6 +102,10 @@ pub struct TraceRecord {
     pub a: [i64; 5],
     /// Where the call returns to (0 where unknown: a tr line has no field for it).
     pub caller: u64,
+    /// The call stack the record was taken with: the id of its process's `thrtrace_stack`
+    /// event ([`event::SystemKind::Stack`]), which comes before it in the stream; 0 for none (a
+    /// tr line has no field for it).
+    pub stack: u32,
 }
 
 impl TraceRecord {

@@ -120,6 +120,7 @@ pub fn parse_line(line: &str) -> Result<TraceRecord, ParseError> {
             number(&fields, 12)?,
         ],
         caller: 0,
+        stack: 0,
     })
 }
 
@@ -153,6 +154,7 @@ mod tests {
             which: 0,
             a: [-3, 0, 1, 0, 0],
             caller: 0,
+            stack: 0,
         }
     }
 
@@ -220,6 +222,7 @@ mod tests {
             which: u16::MAX,
             a: [i64::MIN, i64::MAX, -1, 0, 1],
             caller: 0,
+            stack: 0,
         };
         let line = Line(&extreme).to_string();
         assert_eq!(

@@ -152,6 +152,12 @@ pub struct Cli {
     #[arg(long)]
     pub contended: bool,
 
+    /// Record the user call stack of each wait and of each unlock or post that woke a waiter
+    /// (every record written at a call's entry), unwound from the binaries' CFI, so code built
+    /// without frame pointers unwinds right [default: on with --contended, else off]
+    #[arg(long, value_name = "WHEN", value_enum)]
+    pub stacks: Option<Switch>,
+
     /// Never lose a record: stop (SIGSTOP) a traced thread that writes to a ring more than half
     /// full, until the tracer has drained the rings (or set THR_TRACE_LOSSLESS to any value)
     #[arg(long)]
@@ -383,6 +389,10 @@ impl Cli {
             perf_event_probes: self.perf_event_probes,
             probe_at_entry: self.probe_at_entry,
             contended: self.contended,
+            stacks: self.stacks.unwrap_or(match self.contended {
+                true => Switch::On,
+                false => Switch::Off,
+            }) == Switch::On,
             follow: self.follow,
             verbose: self.verbose,
             lossless: self.lossless

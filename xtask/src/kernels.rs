@@ -48,10 +48,11 @@ const PREEMPT_BOOTS: u32 = 10;
 
 /// The integration tests run in each kernel's full boot, each a test binary and the filter
 /// it is given: every category's exact counts, `-p` on a running process, a launched command,
-/// `--follow`, `--log` and `dump`, stopping by signal, `--contended`'s slow-path probes. `--lossless` is checked by the guest
+/// `--follow`, `--log` and `dump`, stopping by signal, `--contended`'s slow-path probes, the
+/// call stacks copied with records. `--lossless` is checked by the guest
 /// itself, on lock_mix through a small ring: the test binary's stalled-tracer runs take minutes
 /// under emulation.
-const TESTS: [(&str, &str); 11] = [
+const TESTS: [(&str, &str); 12] = [
     ("records", ""),
     ("thread", ""),
     ("rwlock", ""),
@@ -63,6 +64,7 @@ const TESTS: [(&str, &str); 11] = [
     ("log", ""),
     ("stopping", ""),
     ("contended", ""),
+    ("stacks", ""),
 ];
 
 /// lock_mix's threads and rounds: more threads than the guest's vCPUs.

@@ -23,6 +23,8 @@ use crate::{
 
 /// Bytes of an entry before its payload.
 pub const ENTRY_HEADER_LEN: usize = 40;
+/// Bytes of a thread event's entry: the header, `which`, a1..a5 and `stack`.
+pub const THREAD_ENTRY_LEN: usize = ENTRY_HEADER_LEN + 2 + 5 * 8 + 4;
 const TRUNCATED: u32 = 1;
 
 /// Appends `event` to `out`.
@@ -36,7 +38,7 @@ pub fn encode(event: &Event, out: &mut Vec<u8>) {
 /// A thread record's entry: a fixed size, made in one array and appended at once (the
 /// tracer encodes one per record).
 fn encode_thread(r: &TraceRecord, out: &mut Vec<u8>) {
-    const LEN: usize = ENTRY_HEADER_LEN + 2 + 5 * 8;
+    const LEN: usize = THREAD_ENTRY_LEN;
     let mut entry = [0u8; LEN];
     let type_id = crate::event::thread_type_id(r.event1, r.event2).unwrap_or(0);
     let header = Header {
@@ -51,9 +53,13 @@ fn encode_thread(r: &TraceRecord, out: &mut Vec<u8>) {
     };
     header.write(&mut entry[..ENTRY_HEADER_LEN]);
     entry[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + 2].copy_from_slice(&r.which.to_le_bytes());
-    for (slot, a) in entry[ENTRY_HEADER_LEN + 2..].chunks_exact_mut(8).zip(r.a) {
+    for (slot, a) in entry[ENTRY_HEADER_LEN + 2..LEN - 4]
+        .chunks_exact_mut(8)
+        .zip(r.a)
+    {
         slot.copy_from_slice(&a.to_le_bytes());
     }
+    entry[LEN - 4..].copy_from_slice(&r.stack.to_le_bytes());
     out.extend_from_slice(&entry);
 }
 
@@ -242,6 +248,7 @@ pub fn decode<S: std::hash::BuildHasher>(
             which: field("which") as u16,
             a: ["a1", "a2", "a3", "a4", "a5"].map(field),
             caller: prog_address,
+            stack: field("stack") as u32,
         })
     };
     Ok((event, size))

@@ -124,6 +124,7 @@ mod tests {
             which: 1,
             a: [0; 5],
             caller: 0,
+            stack: 0,
         })
     }
 

@@ -11,7 +11,7 @@ use aya_obj::generated::{
 };
 use tracer_common::{
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProcessLibrary,
-    RawRecord, RecordingMasks, TracedThrough, call_site_key, names,
+    RawRecord, RecordingMasks, TracedThrough, call_site_key, names, record::UserStack,
 };
 
 use super::{
@@ -87,7 +87,7 @@ impl Rings {
     /// Hands the records now in the rings to `sink`, at most one ring's worth from each ring,
     /// so that a producer faster than this consumer cannot keep one pass going forever.
     /// `sink` gets each record with the CPU whose ring it came from.
-    pub fn drain(&mut self, mut sink: impl FnMut(u32, &RawRecord)) -> Drained {
+    pub fn drain(&mut self, mut sink: impl FnMut(u32, &RawRecord, Option<&UserStack>)) -> Drained {
         let mut drained = Drained::default();
         let started = super::kernel::monotonic_ns();
         for (cpu, ring) in &mut self.rings {
@@ -98,7 +98,7 @@ impl Rings {
                 |bytes| match RawRecord::view(bytes) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
-                        sink(*cpu, record);
+                        sink(*cpu, record, UserStack::after_record(bytes));
                     }
                     None => drained.malformed += 1,
                 },
@@ -158,17 +158,19 @@ impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
     /// `lossless`: stop a thread that writes to a ring more than half full until it is drained.
-    /// `mechanism`: how the programs will be attached.
+    /// `stacks`: records written at a call's entry carry their thread's stack. `mechanism`: how
+    /// the programs will be attached.
     pub fn load(
         offsets: TaskOffsets,
         ring_bytes: u32,
         empty_programs: bool,
         lossless: bool,
+        stacks: bool,
         scope: Scope,
         mechanism: UprobeMechanism,
     ) -> Result<Self> {
         // Each of the type the BPF side declares it with.
-        let globals: [(&str, &[u8]); 8] = [
+        let globals: [(&str, &[u8]); 9] = [
             (names::FSBASE_OFFSET, &offsets.fsbase.to_ne_bytes()),
             (names::NVCSW_OFFSET, &offsets.nvcsw.to_ne_bytes()),
             (names::TRACER_TGID, &std::process::id().to_ne_bytes()),
@@ -179,6 +181,7 @@ impl DataPath {
             (names::PID_OFFSET, &offsets.pid.to_ne_bytes()),
             (names::TGID_OFFSET, &offsets.tgid.to_ne_bytes()),
             (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
+            (names::STACKS, &u32::from(stacks).to_ne_bytes()),
             (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
         ];
         // Without --follow, only -p targets and a launched command go in TRACED, whose
@@ -316,7 +319,7 @@ impl DataPath {
 
     /// Hands the records now in the rings not shared out (`share_rings`) to `sink` (see
     /// `Rings::drain`).
-    pub fn drain(&mut self, sink: impl FnMut(u32, &RawRecord)) -> Drained {
+    pub fn drain(&mut self, sink: impl FnMut(u32, &RawRecord, Option<&UserStack>)) -> Drained {
         self.rings.drain(sink)
     }
 

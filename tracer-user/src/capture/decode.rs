@@ -60,6 +60,7 @@ impl Decoder {
                 .layout(u16::from(raw.which))
                 .map(|field| field_value(field, raw)),
             caller: raw.caller,
+            stack: 0,
         })
     }
 }

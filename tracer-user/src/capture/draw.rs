@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, anyhow};
-use tracer_common::RawRecord;
+use tracer_common::{RawRecord, record::UserStack};
 use tracer_model::TraceRecord;
 
 use super::{
@@ -39,10 +39,12 @@ pub struct Pulled {
     pub pid: u32,
     pub lwpid: u32,
     pub drawn: Drawn,
+    /// The stack it was taken with, to unwind (`--stacks`).
+    pub stack: Option<Box<CopiedStack>>,
 }
 
 impl Pulled {
-    pub fn new(decoder: &Decoder, cpu: u32, raw: &RawRecord) -> Self {
+    pub fn new(decoder: &Decoder, cpu: u32, raw: &RawRecord, stack: Option<&UserStack>) -> Self {
         let record = decoder.decode(raw);
         Pulled {
             ktime_ns: raw.ktime_ns,
@@ -54,7 +56,40 @@ impl Pulled {
                 cpu,
                 lost_before: raw.lost_before,
             },
+            // Boxed: most records have none, and a pass moves thousands of them.
+            stack: stack.map(|stack| Box::new(CopiedStack::of(stack))),
         }
+    }
+}
+
+/// The stack a record was taken with, copied out of the ring: the registers at the probe and
+/// the bytes from the stack pointer up.
+pub struct CopiedStack {
+    /// The instruction pointer, stack pointer and frame pointer at the probe.
+    pub ip: u64,
+    /// See `ip`; `bytes[0]` is the byte at this address.
+    pub sp: u64,
+    /// See `ip`.
+    pub bp: u64,
+    /// The stack from `sp` up, as far as it was copied.
+    pub bytes: Vec<u8>,
+}
+
+impl CopiedStack {
+    pub fn of(stack: &UserStack) -> Self {
+        CopiedStack {
+            ip: stack.ip,
+            sp: stack.sp,
+            bp: stack.bp,
+            bytes: stack.copied_bytes().to_vec(),
+        }
+    }
+
+    /// The word at `address`, if the copy holds it.
+    pub fn word(&self, address: u64) -> Option<u64> {
+        let start = usize::try_from(address.checked_sub(self.sp)?).ok()?;
+        let word = self.bytes.get(start..start.checked_add(8)?)?;
+        Some(u64::from_le_bytes(word.try_into().ok()?))
     }
 }
 
@@ -87,8 +122,9 @@ impl DrawThreads {
                     .spawn(move || {
                         crate::priority::run_first();
                         for mut batch in pass_requests {
-                            let read =
-                                rings.drain(|cpu, raw| batch.push(Pulled::new(&decoder, cpu, raw)));
+                            let read = rings.drain(|cpu, raw, stack| {
+                                batch.push(Pulled::new(&decoder, cpu, raw, stack));
+                            });
                             if drawn_out.send((batch, read)).is_err() {
                                 break;
                             }

@@ -2,7 +2,8 @@
 //! ([`features`]), the BPF object, its per-CPU rings and maps ([`datapath`], with
 //! `task_struct` offsets from [`kernel`]), time order across rings ([`reorder`]), raw record
 //! to `tracer_model::TraceRecord` ([`decode`], through each C library's object [`layouts`]),
-//! and what could not cross ([`loss`]; [`lossless`] makes the target wait instead).
+//! and what could not cross ([`loss`]; [`lossless`] makes the target wait instead). A record
+//! taken with its stack crosses with the stack's bytes ([`draw`]), which the session unwinds.
 
 pub mod datapath;
 pub mod decode;

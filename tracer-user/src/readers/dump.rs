@@ -107,7 +107,7 @@ fn type_name<'a>(reader: &'a LogReader, record: &TraceRecord) -> &'a str {
 fn text(reader: &LogReader, event: &Event) -> String {
     match event {
         Event::Thread(r) => format!(
-            "{} {}/{} {}[{}] a=[{}, {}, {}, {}, {}] tid={:#x} caller={:#x}",
+            "{} {}/{} {}[{}] a=[{}, {}, {}, {}, {}] tid={:#x} caller={:#x}{}",
             timestamp(r.time_ns() as i64),
             r.pid,
             r.lwpid,
@@ -119,7 +119,11 @@ fn text(reader: &LogReader, event: &Event) -> String {
             r.a[3],
             r.a[4],
             r.tid,
-            r.caller
+            r.caller,
+            match r.stack {
+                0 => String::new(),
+                id => format!(" stack={id}"),
+            }
         ),
         Event::System(e) => {
             let fields: Vec<String> = system_fields(e)
@@ -150,6 +154,9 @@ fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
             let json = match (&event.kind, name, value) {
                 (SystemKind::Overflow { source, .. }, "source", _) => {
                     json!(source.name())
+                }
+                (SystemKind::Stack { frames, .. }, "frames", _) => {
+                    json!(frames.iter().map(|a| format!("{a:#x}")).collect::<Vec<_>>())
                 }
                 (_, "filter" | "old" | "new" | "cmdline", Value::Str(s)) => {
                     json!(s.split('\0').filter(|s| !s.is_empty()).collect::<Vec<_>>())
@@ -184,6 +191,7 @@ fn json_of(reader: &LogReader, event: &Event) -> Json {
             "event2": r.event2,
             "which": r.which,
             "a": r.a,
+            "stack": r.stack,
         }),
         Event::System(e) => {
             let mut object = json!({

@@ -1,9 +1,10 @@
 //! `thrtrace-bpf report LOG|DIR`: the per-lock and per-thread tables people read, from a log or
 //! a directory of tr files, through `tracer_model::analysis`. Callers are symbolized from the
-//! log's mapping snapshots (`symbolize`); tr files have no caller addresses, and the report
-//! says so.
+//! log's mapping snapshots (`symbolize`), and so are the call stacks a trace taken with stacks
+//! holds; tr files have no caller addresses, and the report says so.
 
 use std::{
+    collections::HashMap,
     fmt::Write as _,
     path::{Path, PathBuf},
 };
@@ -13,8 +14,11 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tracer_model::{
     TraceRecord,
-    analysis::{Acquisition, Analysis, BlockKind, Deadlock, Durations, LockStats, OrderEdge},
+    analysis::{
+        Acquisition, Analysis, BlockKind, CallerStats, Deadlock, Durations, LockStats, OrderEdge,
+    },
     event::{Event, SystemEvent, SystemKind},
+    stack::Stacks,
     tr::parse_line,
 };
 
@@ -25,18 +29,21 @@ use crate::{
 
 /// How many callers a lock lists.
 const TOP_CALLERS: usize = 3;
+/// How many stacks a lock lists, of its waits and of the releases that ended them.
+const TOP_STACKS: usize = 3;
 
 pub fn run(args: &ReportArgs) -> Result<i32> {
     let mut analysis = Analysis::new(true);
     let mut symbols = Symbols::new();
+    let mut stacks = Stacks::default();
     if args.input.is_dir() {
         for record in read_tr_dir(&args.input)? {
             analysis.record(&record);
         }
     } else {
-        feed_log(&args.input, &mut analysis, &mut symbols)?;
+        feed_log(&args.input, &mut analysis, &mut symbols, &mut stacks)?;
     }
-    let report = Report::build(&mut analysis, &mut symbols, args);
+    let report = Report::build(&mut analysis, &mut symbols, &stacks, args);
     let text = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         OutputFormat::Text => report.text(args),
@@ -45,12 +52,19 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Every event of a log into `analysis`, its mappings into `symbols`.
-fn feed_log(path: &Path, analysis: &mut Analysis, symbols: &mut Symbols) -> Result<()> {
+/// Every event of a log into `analysis`, its mappings into `symbols`, its call stacks into
+/// `stacks`.
+fn feed_log(
+    path: &Path,
+    analysis: &mut Analysis,
+    symbols: &mut Symbols,
+    stacks: &mut Stacks,
+) -> Result<()> {
     let reader = super::open_log(path)?;
     for event in reader.events() {
         match event.with_context(|| super::cannot_read(path))? {
             Event::Thread(record) => analysis.record(&record),
+            Event::System(event) if stacks.take(&event) => {}
             Event::System(event) => {
                 take_system_event(&event, analysis, |pid, mapping| {
                     symbols.add_mapping(pid, mapping);
@@ -87,7 +101,7 @@ pub fn lock_table_so_far(analysis: &mut Analysis, symbols: &mut Symbols, top: us
         histogram: false,
         input: PathBuf::new(),
     };
-    Report::build(analysis, symbols, &args).text(&args)
+    Report::build(analysis, symbols, &Stacks::default(), &args).text(&args)
 }
 
 /// The records of the `tr.*` files in `dir`, in time order.
@@ -152,6 +166,9 @@ struct LockRow {
     address: String,
     /// The global variable it is, if it is one.
     symbol: Option<String>,
+    /// For a lock that is none (on the heap, a stack): where its first contended wait was
+    /// called from (the innermost frame outside the lock function), which names it.
+    first_waited_at: Option<Location>,
     kind: &'static str,
     acquisitions: u64,
     contended: u64,
@@ -168,6 +185,23 @@ struct LockRow {
     callers: Vec<CallerRow>,
     /// The holders its contended acquisitions waited for, most waited for first.
     owners: Vec<OwnerRow>,
+    /// The call stacks its contended waits waited with, most waited first.
+    waiting_stacks: Vec<StackRow>,
+    /// The call stacks of the releases (unlocks, posts) that ended its contended waits, by
+    /// the time of the waits they ended.
+    releasing_stacks: Vec<StackRow>,
+}
+
+/// A call stack's share of a lock's contended waits.
+#[derive(Serialize)]
+struct StackRow {
+    /// Waits.
+    count: u64,
+    wait_total_ns: u64,
+    /// Innermost first.
+    frames: Vec<Location>,
+    /// Why the stack stops where it does, when it does not reach its thread's start.
+    end: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -294,7 +328,12 @@ fn hex(address: u64) -> String {
 }
 
 impl Report {
-    fn build(analysis: &mut Analysis, symbols: &mut Symbols, args: &ReportArgs) -> Report {
+    fn build(
+        analysis: &mut Analysis,
+        symbols: &mut Symbols,
+        stacks: &Stacks,
+        args: &ReportArgs,
+    ) -> Report {
         let callers_known = symbols.has_mappings();
         let mut locks: Vec<&LockStats> = analysis.locks().collect();
         let key = |lock: &LockStats| match args.sort {
@@ -307,7 +346,7 @@ impl Report {
         let locks: Vec<LockRow> = locks
             .into_iter()
             .take(args.top)
-            .map(|lock| lock_row(lock, analysis, symbols))
+            .map(|lock| lock_row(lock, analysis, symbols, stacks))
             .collect();
         let threads = analysis
             .threads()
@@ -508,6 +547,9 @@ impl Report {
                 hold(lock.hold_avg_ns),
                 hold(lock.hold_max_ns),
             );
+            if let Some(at) = &lock.first_waited_at {
+                let _ = writeln!(out, "    first waited on from {}", frame_text(at));
+            }
             for caller in &lock.callers {
                 let place = match (&caller.file, caller.line, &caller.function) {
                     (Some(file), Some(line), function) => format!(
@@ -540,6 +582,25 @@ impl Report {
                     owner.count,
                     duration(owner.wait_total_ns)
                 );
+            }
+            for (what, rows) in [
+                ("waited from", &lock.waiting_stacks),
+                ("released by", &lock.releasing_stacks),
+            ] {
+                for row in rows {
+                    let _ = writeln!(
+                        out,
+                        "    {what} ({} waits, {}):",
+                        row.count,
+                        duration(row.wait_total_ns)
+                    );
+                    for frame in &row.frames {
+                        let _ = writeln!(out, "        {}", frame_text(frame));
+                    }
+                    if let Some(end) = &row.end {
+                        let _ = writeln!(out, "        (stack ends here: {end})");
+                    }
+                }
             }
             if args.histogram {
                 histogram(out, "wait", &lock.wait_histogram);
@@ -587,7 +648,55 @@ impl Report {
     }
 }
 
-fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> LockRow {
+/// How a stack's frame reads: `function+0x1c (file.c:88)`, as much of it as is known.
+fn frame_text(frame: &Location) -> String {
+    match (&frame.function, &frame.file, frame.line) {
+        (Some(function), Some(file), Some(line)) => format!("{function} ({file}:{line})"),
+        _ => frame.to_string(),
+    }
+}
+
+/// The `TOP_STACKS` stacks of `by_stack` with the most wait time, symbolized.
+fn stack_rows(
+    by_stack: &HashMap<u32, CallerStats, impl std::hash::BuildHasher>,
+    stacks: &Stacks,
+    symbols: &mut Symbols,
+) -> Vec<StackRow> {
+    let mut ranked: Vec<(&u32, &CallerStats)> =
+        by_stack.iter().filter(|(id, _)| **id != 0).collect();
+    ranked.sort_by(|a, b| (b.1.wait_total_ns, a.0).cmp(&(a.1.wait_total_ns, b.0)));
+    ranked
+        .into_iter()
+        .filter_map(|(&id, stats)| Some((stacks.get(id)?, stats)))
+        .take(TOP_STACKS)
+        .map(|(stack, stats)| StackRow {
+            count: stats.count,
+            wait_total_ns: stats.wait_total_ns,
+            frames: stack
+                .frames
+                .iter()
+                .enumerate()
+                .map(|(n, &address)| match n {
+                    // The probed instruction itself, not a return address (which `locate` takes
+                    // the call before).
+                    0 => Location {
+                        address,
+                        ..symbols.locate(stack.pid, address + 1)
+                    },
+                    _ => symbols.locate(stack.pid, address),
+                })
+                .collect(),
+            end: (!stack.is_whole()).then(|| stack.end.clone()),
+        })
+        .collect()
+}
+
+fn lock_row(
+    lock: &LockStats,
+    analysis: &Analysis,
+    symbols: &mut Symbols,
+    stacks: &Stacks,
+) -> LockRow {
     // Call sites of one source line (an unrolled loop) are one caller.
     let mut callers: Vec<CallerRow> = Vec::new();
     for (&address, stats) in &lock.callers {
@@ -641,10 +750,18 @@ fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> Loc
         max_ns: wait_max_ns,
         ..
     } = lock.wait;
+    let symbol = symbols.variable(lock.pid, lock.address);
     LockRow {
         pid: lock.pid,
         address: hex(lock.address),
-        symbol: symbols.variable(lock.pid, lock.address),
+        first_waited_at: match symbol {
+            Some(_) => None,
+            None => stacks
+                .get(lock.first_waiting_stack)
+                .and_then(|stack| stack.frames.get(1))
+                .map(|&caller| symbols.locate(lock.pid, caller)),
+        },
+        symbol,
         kind: lock.kind.name(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,
@@ -660,6 +777,8 @@ fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> Loc
         hold_histogram: lock.hold.log2.clone(),
         callers,
         owners,
+        waiting_stacks: stack_rows(&lock.waiting_stacks, stacks, symbols),
+        releasing_stacks: stack_rows(&lock.releasing_stacks, stacks, symbols),
     }
 }
 

@@ -149,6 +149,7 @@ mod tests {
             which,
             a: [0x5000, 0, 0, 0, 0],
             caller: 0,
+            stack: 0,
         }
     }
 

@@ -15,7 +15,11 @@ use tracer_model::{
     selection::EventSet,
 };
 
-use super::{Session, facts, facts::Facts};
+use super::{
+    Session, facts,
+    facts::Facts,
+    stacks::{StackIds, Unwinder},
+};
 use crate::{
     capture::{
         datapath::Rings,
@@ -63,6 +67,9 @@ pub(super) struct Flow {
     pub(super) seconds: u64,
     pub(super) started: Instant,
     pub(super) rate: Rate,
+    /// Unwinds the stacks records are taken with (`--stacks`), and names each once.
+    pub(super) unwinder: Unwinder,
+    pub(super) stack_ids: StackIds,
 }
 
 impl Flow {
@@ -98,6 +105,8 @@ impl Flow {
             seconds: 0,
             started: Instant::now(),
             rate: Rate::default(),
+            unwinder: Unwinder::default(),
+            stack_ids: StackIds::default(),
         })
     }
 }
@@ -266,6 +275,8 @@ impl Session {
             named_threads,
             seconds,
             drawers,
+            unwinder,
+            stack_ids,
             ..
         } = &mut self.flow;
         // The thread of the previous record: records come in runs of one thread, whose
@@ -276,7 +287,8 @@ impl Session {
                 ktime_ns,
                 pid,
                 lwpid,
-                drawn,
+                mut drawn,
+                stack,
             } = pulled;
             // A process or thread first seen: its facts are read now, while it most likely
             // still lives, and placed just before its record.
@@ -303,12 +315,22 @@ impl Session {
                     }
                 }
             }
+            // Unwound as it arrives, while the process's files are mapped as they were; its
+            // stack event, if new, is placed just before it.
+            if let (Some(stack), Some(record)) = (stack, drawn.record.as_mut()) {
+                let unwound = unwinder.unwind(pid, &stack);
+                let (id, new) = stack_ids.intern(pid, unwound, drawn.time_ns);
+                if let Some(event) = new {
+                    reorder.push(ktime_ns, Staged::System(event));
+                }
+                record.stack = id;
+            }
             reorder.push_record(ktime_ns, drawn);
         };
         let decoder = &self.decoder;
         let drained = self
             .datapath
-            .drain(|cpu, raw| arrive(Pulled::new(decoder, cpu, raw)));
+            .drain(|cpu, raw, stack| arrive(Pulled::new(decoder, cpu, raw, stack)));
         let drained = drained.merge(drawers.end_pass(&mut arrive)?);
         self.flow.losses.add_undecodable(drained.malformed);
         // Every ring read to its end and at most half full: what --lossless stopped may run
@@ -388,6 +410,8 @@ impl Session {
                 if let Some(deadlocks) = self.deadlocks.as_mut() {
                     deadlocks.process_exited(pid);
                 }
+                self.flow.unwinder.forget(pid);
+                self.flow.stack_ids.forget(pid);
                 if self.flow.described.remove(&pid) {
                     let now = self.decoder.realtime_ns(kernel::monotonic_ns());
                     let detach = SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
@@ -553,6 +577,7 @@ mod tests {
             which: 1,
             a: [0; 5],
             caller: 0,
+            stack: 0,
         };
         let event = name_before_records(&mut flow, &record).expect("named before its record");
         let comm = facts::comm(pid, lwpid).unwrap();

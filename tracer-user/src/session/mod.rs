@@ -5,7 +5,8 @@
 //! attached or gone, a gap, an error) pass through one reorder stage, so that the sinks get
 //! them in time order (`flow.rs`). The session also answers the controller (`control.rs`),
 //! watches its targets (`watch.rs`), long blocks (`blocks.rs`) and deadlocks (`deadlocks.rs`),
-//! and reads what /proc says of the processes it sees (`facts.rs`).
+//! reads what /proc says of the processes it sees (`facts.rs`), and unwinds the call stacks
+//! records are taken with (`stacks.rs`).
 
 mod blocks;
 pub mod config;
@@ -14,6 +15,7 @@ mod deadlocks;
 mod facts;
 mod flow;
 mod run;
+mod stacks;
 mod start;
 mod watch;
 

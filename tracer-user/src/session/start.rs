@@ -203,6 +203,7 @@ fn load(
         config.ring_bytes,
         config.empty_programs,
         config.lossless,
+        config.stacks,
         scope,
         mechanism,
     )?;

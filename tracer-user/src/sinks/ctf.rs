@@ -155,7 +155,7 @@ impl Sink for CtfTrace {
         let Some(id) = self.ids.thread(record.event1, record.event2) else {
             return Ok(());
         };
-        let mut fields = Vec::with_capacity(66);
+        let mut fields = Vec::with_capacity(70);
         fields.extend_from_slice(&record.pid.to_le_bytes());
         fields.extend_from_slice(&record.lwpid.to_le_bytes());
         fields.extend_from_slice(&record.tid.to_le_bytes());
@@ -165,6 +165,7 @@ impl Sink for CtfTrace {
             .a
             .iter()
             .for_each(|a| fields.extend_from_slice(&a.to_le_bytes()));
+        fields.extend_from_slice(&record.stack.to_le_bytes());
         self.push(record.pid, id, record.time_ns() as i64, &fields)
     }
 
@@ -281,7 +282,7 @@ fn metadata(trace_name: &str, types: &[EventType]) -> String {
             fields.push_str(
                 "\t\thex64_t _tid;\n\t\thex64_t _caller;\n\t\tuint16_t _which;\n\
                  \t\tint64_t _a1;\n\t\tint64_t _a2;\n\t\tint64_t _a3;\n\t\tint64_t _a4;\n\
-                 \t\tint64_t _a5;\n",
+                 \t\tint64_t _a5;\n\t\tuint32_t _stack;\n",
             );
         }
         let _ = writeln!(

@@ -282,6 +282,7 @@ pub(super) mod tests {
             which: 0,
             a: [a1, 0, 1, 0, 0],
             caller: 0,
+            stack: 0,
         }
     }
 

@@ -1,0 +1,158 @@
+//! Call stacks: each contended wait and each release that ended one carries its thread's whole
+//! user stack, unwound from the binaries' CFI. The stack_chains workload's two waiters block on
+//! the global `big_lock` through chains of five functions each (alpha_1 .. alpha_5, beta_1 ..
+//! beta_5) while a third chain (holder_1 .. holder_5) holds it; built without frame pointers
+//! (and once with them), the report must name every function of each chain, in order, for the
+//! waits and for the releases that ended them, and the lock by its symbol.
+
+use serde_json::Value;
+use thrtrace_tests::{
+    TempDir, bpf_available, every_libc, is_musl, report_json, run_tracer, workload_arg,
+};
+
+/// The function of a report's frame, without its offset (`alpha_5+0x1c` is `alpha_5`).
+fn function(frame: &Value) -> String {
+    let name = frame["function"].as_str().unwrap_or_default();
+    name.split_once('+')
+        .map_or(name, |(name, _)| name)
+        .to_owned()
+}
+
+/// The functions of a report's stack, innermost first.
+fn functions(stack: &Value) -> Vec<String> {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(function)
+        .collect()
+}
+
+/// The chain `prefix`_5 .. `prefix`_1 then `run`, as a stack that waited or released through it
+/// holds it.
+fn chain(prefix: &str) -> Vec<String> {
+    (1..=5)
+        .rev()
+        .map(|n| format!("{prefix}_{n}"))
+        .chain(["run".to_owned()])
+        .collect()
+}
+
+/// Whether `functions` hold `chain` as consecutive frames.
+fn holds_chain(functions: &[String], chain: &[String]) -> bool {
+    functions.windows(chain.len()).any(|window| window == chain)
+}
+
+/// The chains (by prefix) the stacks of `stacks` go through, each with its wait count.
+fn chains_of(stacks: &Value, build: &str) -> Vec<(&'static str, u64)> {
+    let mut found: Vec<(&'static str, u64)> = stacks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|stack| {
+            let functions = functions(stack);
+            let prefix = ["alpha", "beta", "holder"]
+                .into_iter()
+                .find(|prefix| holds_chain(&functions, &chain(prefix)))
+                .unwrap_or_else(|| panic!("{build}: no whole chain in {stack:#}"));
+            // Unwound to the thread's start: nothing said about where it stopped.
+            if !is_musl(build) {
+                assert_eq!(stack["end"], Value::Null, "{build}: {stack:#}");
+            }
+            (prefix, stack["count"].as_u64().unwrap())
+        })
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// The stacks of a text report: runs of frame lines (`        function+0x1c (file.c:9)`), each
+/// as its functions.
+fn text_stacks(report: &str) -> Vec<Vec<String>> {
+    let mut stacks: Vec<Vec<String>> = Vec::new();
+    let mut in_stack = false;
+    for line in report.lines() {
+        match line.strip_prefix("        ") {
+            Some(frame) if !frame.starts_with('(') => {
+                if !in_stack {
+                    stacks.push(Vec::new());
+                }
+                let name = frame.split(['+', ' ']).next().unwrap_or_default();
+                stacks.last_mut().unwrap().push(name.to_owned());
+                in_stack = true;
+            }
+            _ => in_stack = false,
+        }
+    }
+    stacks
+}
+
+#[test]
+fn waits_and_the_releases_that_ended_them_name_every_function_of_their_chains() {
+    if !bpf_available("stacks") {
+        return;
+    }
+    let mut builds = every_libc("stacks", "stack_chains");
+    builds.push("stack_chains_fp".to_owned());
+    for build in builds {
+        let dir = TempDir::new("stacks");
+        // musl's slow paths are not probed: its waits are traced whole, with stacks asked for.
+        let mode: &[&str] = match is_musl(&build) {
+            true => &["--stacks", "on"],
+            false => &["--contended"],
+        };
+        let mut args: Vec<String> = mode.iter().map(|a| (*a).to_owned()).collect();
+        args.extend(
+            [
+                "--events",
+                "mutex",
+                "--log",
+                "app.ptl",
+                "--",
+                &workload_arg(&build),
+            ]
+            .map(str::to_owned),
+        );
+        let run = run_tracer(dir.path(), &args);
+        assert!(run.status.success(), "{build}: {run:?}");
+        let report = report_json(&dir, &["app.ptl"]);
+        let lock = report["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["symbol"] == "big_lock")
+            .unwrap_or_else(|| panic!("{build}: no big_lock in {report:#}"));
+        assert_eq!(lock["contended"], 2, "{build}: {lock:#}");
+        assert_eq!(
+            chains_of(&lock["waiting_stacks"], &build),
+            [("alpha", 1), ("beta", 1)],
+            "{build}: {lock:#}"
+        );
+        // The holder's unlock ended the first wait; the first waiter's, the second.
+        let released = chains_of(&lock["releasing_stacks"], &build);
+        assert_eq!(released.len(), 2, "{build}: {lock:#}");
+        assert!(released.contains(&("holder", 1)), "{build}: {lock:#}");
+        assert!(
+            released.contains(&("alpha", 1)) || released.contains(&("beta", 1)),
+            "{build}: {lock:#}"
+        );
+        // The text names the lock and shows each chain in order, as a stack's frames.
+        let text = run_tracer(dir.path(), &["report", "app.ptl"]);
+        assert!(text.status.success(), "{build}: {text:?}");
+        assert!(
+            text.stdout.contains("\nbig_lock "),
+            "{build}: {}",
+            text.stdout
+        );
+        let stacks = text_stacks(&text.stdout);
+        for prefix in ["alpha", "beta", "holder"] {
+            assert!(
+                stacks
+                    .iter()
+                    .any(|stack| holds_chain(stack, &chain(prefix))),
+                "{build}: no {prefix} chain in {}",
+                text.stdout
+            );
+        }
+    }
+}

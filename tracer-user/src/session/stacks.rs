@@ -1,0 +1,264 @@
+//! A record's call stack, from what the BPF side copied with it (the registers at the probe and
+//! the top of the thread's stack, `capture::draw::CopiedStack`): unwound with framehop from the CFI (`.eh_frame`,
+//! `.debug_frame`) of the files the process maps, so that code built without frame pointers
+//! (Debian's C library, most distribution C and C++) unwinds right. Each file's unwind sections
+//! are read once and shared by the processes that map it. Stacks are then interned: the stream
+//! holds each distinct stack of a process once (`thrtrace_stack`), and records name it by id.
+
+use std::{
+    collections::HashMap,
+    ops::Range,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use framehop::{
+    ExplicitModuleSectionInfo, Module, Unwinder as _,
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+};
+use object::{Object, ObjectSection, ObjectSegment};
+use tracer_model::event::{MAX_FRAMES, SystemEvent, SystemKind};
+
+use crate::{
+    attach::targets::{self, MappedFile},
+    capture::draw::CopiedStack,
+};
+
+/// A stack as far as it could be unwound.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Unwound {
+    /// The probed instruction, then each caller's return address.
+    pub frames: Vec<u64>,
+    /// Empty when the unwind reached the thread's start; otherwise why it stopped.
+    pub end: String,
+}
+
+/// The unwind sections of one mapped file, shared by the processes that map it.
+#[derive(Clone)]
+struct FileSections {
+    /// Where the file's code mapping starts, from the start of its first loaded segment's
+    /// address: added to a mapping's start, it gives where the file's address 0 is.
+    code_address: u64,
+    eh_frame: Option<(Range<u64>, Arc<[u8]>)>,
+    eh_frame_hdr: Option<(Range<u64>, Arc<[u8]>)>,
+    debug_frame: Option<Arc<[u8]>>,
+    text: Option<Range<u64>>,
+    got: Option<Range<u64>>,
+}
+
+impl FileSections {
+    /// The sections of the ELF file `image`, mapped from `file_offset`; `None` if it has no
+    /// unwind information at all.
+    fn read(image: &[u8], file_offset: u64) -> Option<Self> {
+        let file = object::File::parse(image).ok()?;
+        let code = file.segments().find(|segment| {
+            let (offset, size) = segment.file_range();
+            (offset..offset + size).contains(&file_offset)
+        })?;
+        let section = |name: &str| {
+            let section = file.section_by_name(name)?;
+            let range = section.address()..section.address() + section.size();
+            let data: Arc<[u8]> = section.uncompressed_data().ok()?.as_ref().into();
+            Some((range, data))
+        };
+        let range = |name: &str| {
+            let section = file.section_by_name(name)?;
+            Some(section.address()..section.address() + section.size())
+        };
+        let sections = FileSections {
+            code_address: code.address() + (file_offset - code.file_range().0),
+            eh_frame: section(".eh_frame"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            debug_frame: section(".debug_frame").map(|(_, data)| data),
+            text: range(".text"),
+            got: range(".got"),
+        };
+        (sections.eh_frame.is_some() || sections.debug_frame.is_some()).then_some(sections)
+    }
+
+    /// The module framehop unwinds through, for the file mapped at `mapping`.
+    fn module(&self, mapping: &MappedFile) -> Module<Arc<[u8]>> {
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text.clone(),
+            got_svma: self.got.clone(),
+            eh_frame_svma: self.eh_frame.as_ref().map(|(range, _)| range.clone()),
+            eh_frame: self.eh_frame.as_ref().map(|(_, data)| data.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|(range, _)| range.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(_, data)| data.clone()),
+            debug_frame: self.debug_frame.clone(),
+            ..ExplicitModuleSectionInfo::default()
+        };
+        let bias = mapping.start.wrapping_sub(self.code_address);
+        Module::new(mapping.path.clone(), mapping.start..mapping.end, bias, info)
+    }
+}
+
+/// One process's modules, as its maps showed them when last read.
+struct ProcessModules {
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    /// The code of each file mapped, and whether the file has unwind information.
+    mapped: Vec<(Range<u64>, bool)>,
+    read_at: Instant,
+}
+
+/// How often a process's maps are read again for an address none of its modules holds (a
+/// library it loaded since).
+const REREAD_AFTER: Duration = Duration::from_secs(1);
+
+/// Unwinds stacks, keeping each traced process's modules.
+#[derive(Default)]
+pub struct Unwinder {
+    processes: HashMap<u32, ProcessModules>,
+    /// Each file's sections by device and inode; `None` for one with no unwind information.
+    files: HashMap<(String, u64), Option<FileSections>>,
+    cache: Option<CacheX86_64>,
+}
+
+impl Unwinder {
+    /// Unwinds `stack`, taken in process `pid`.
+    pub fn unwind(&mut self, pid: u32, stack: &CopiedStack) -> Unwound {
+        let unwound = self.unwind_once(pid, stack);
+        // A frame in no module the process had: it may have mapped a library since its maps
+        // were read.
+        let reread = self
+            .processes
+            .get(&pid)
+            .is_some_and(|p| p.read_at.elapsed() >= REREAD_AFTER);
+        if unwound.end.starts_with(OUTSIDE_FILES) && reread {
+            self.processes.remove(&pid);
+            return self.unwind_once(pid, stack);
+        }
+        unwound
+    }
+
+    /// Process `pid` exited or exec'd: its modules are gone.
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
+    fn unwind_once(&mut self, pid: u32, stack: &CopiedStack) -> Unwound {
+        if !self.processes.contains_key(&pid) {
+            let modules = self.read_modules(pid);
+            self.processes.insert(pid, modules);
+        }
+        let process = &self.processes[&pid];
+        let cache = self.cache.get_or_insert_with(CacheX86_64::new);
+        let regs = UnwindRegsX86_64::new(stack.ip, stack.sp, stack.bp);
+        let mut read_stack = |address| stack.word(address).ok_or(());
+        let mut frames = process
+            .unwinder
+            .iter_frames(stack.ip, regs, cache, &mut read_stack);
+        let mut unwound = Unwound {
+            frames: Vec::new(),
+            end: String::new(),
+        };
+        loop {
+            let frame = match frames.next() {
+                Ok(Some(frame)) => frame.address(),
+                Ok(None) => return unwound,
+                Err(framehop::Error::CouldNotReadStack(address)) => {
+                    unwound.end = match address >= stack.sp {
+                        true => format!(
+                            "the stack copied ({} bytes) ends before the thread's start",
+                            stack.bytes.len()
+                        ),
+                        false => format!("a frame's address {address:#x} is below the stack"),
+                    };
+                    return unwound;
+                }
+                Err(error) => {
+                    unwound.end = format!("unwinding failed: {error}");
+                    return unwound;
+                }
+            };
+            if unwound.frames.len() == MAX_FRAMES {
+                unwound.end = format!("more than {MAX_FRAMES} frames");
+                return unwound;
+            }
+            unwound.frames.push(frame);
+            // framehop unwinds an address outside every module by frame pointers, which code
+            // built without them does not keep: stop rather than guess.
+            match process
+                .mapped
+                .iter()
+                .find(|(code, _)| code.contains(&frame))
+            {
+                Some((_, true)) => {}
+                Some((_, false)) => {
+                    unwound.end = format!("{NO_UNWIND_INFORMATION} at {frame:#x}");
+                    return unwound;
+                }
+                None => {
+                    unwound.end = format!("{OUTSIDE_FILES} ({frame:#x}: generated code?)");
+                    return unwound;
+                }
+            }
+        }
+    }
+
+    /// Process `pid`'s modules now (none if its maps cannot be read: it is gone).
+    fn read_modules(&mut self, pid: u32) -> ProcessModules {
+        let mut unwinder = UnwinderX86_64::new();
+        let mut mapped = Vec::new();
+        for mapping in targets::executable_mappings(pid).unwrap_or_default() {
+            let sections = self
+                .files
+                .entry(mapping.identity.clone())
+                .or_insert_with(|| {
+                    let image = targets::read_mapped(&mapping)?;
+                    FileSections::read(&image, mapping.file_offset)
+                });
+            if let Some(sections) = sections {
+                unwinder.add_module(sections.module(&mapping));
+            }
+            mapped.push((mapping.start..mapping.end, sections.is_some()));
+        }
+        ProcessModules {
+            unwinder,
+            mapped,
+            read_at: Instant::now(),
+        }
+    }
+}
+
+/// How a stack that reached code outside every file the process maps ends.
+const OUTSIDE_FILES: &str = "an address outside every file the process maps";
+/// How a stack that reached a file with neither `.eh_frame` nor `.debug_frame` ends.
+const NO_UNWIND_INFORMATION: &str = "a file with no unwind information (.eh_frame, .debug_frame)";
+
+/// The stacks in the stream, each with its id: a stack seen again is named by the id it got.
+#[derive(Default)]
+pub struct StackIds {
+    ids: HashMap<(u32, Unwound), u32>,
+    last: u32,
+}
+
+impl StackIds {
+    /// The id of `unwound` in process `pid`, and the `thrtrace_stack` event (stamped `time_ns`)
+    /// that must come before the first record naming it, if it is new.
+    pub fn intern(
+        &mut self,
+        pid: u32,
+        unwound: Unwound,
+        time_ns: i64,
+    ) -> (u32, Option<SystemEvent>) {
+        if let Some(&id) = self.ids.get(&(pid, unwound.clone())) {
+            return (id, None);
+        }
+        self.last += 1;
+        let id = self.last;
+        let kind = SystemKind::Stack {
+            id,
+            frames: unwound.frames.clone(),
+            end: unwound.end.clone(),
+        };
+        self.ids.insert((pid, unwound), id);
+        (id, Some(SystemEvent::of_process(time_ns, pid, 0, kind)))
+    }
+
+    /// Process `pid` is gone: its stacks will not be seen again.
+    pub fn forget(&mut self, pid: u32) {
+        self.ids.retain(|&(p, _), _| p != pid);
+    }
+}
