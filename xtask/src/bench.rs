@@ -14,12 +14,16 @@
 //! - bpftrace (installed if missing): a uprobe and a uretprobe on each function, printing the
 //!   record fields to a file;
 //! - thrtrace-bpf `--contended`: probes on the slow paths only, run with the untraced run's
-//!   operations (it costs an uncontended call nothing, so the difference is in the noise).
+//!   operations (it costs an uncontended call nothing, so the difference is in the noise),
+//!   with its default call stacks and with `--stacks off`;
+//! - thrtrace-bpf with `--stacks on`: the full trace with every entry record's call stack.
 //!
 //! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes, a
 //! semaphore and a read-write lock, and making uncontended calls between) is one of them, and
 //! a real program traced whole, `sysbench mutex` (installed if missing), is timed untraced,
-//! with `--contended` and with full tracing.
+//! with `--contended` and with full tracing. For the contended workload, what a record's call
+//! stack costs: the tracer's CPU per record and the BPF programs' time per run, with stacks and
+//! without.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
@@ -205,12 +209,16 @@ enum Mode {
     FloorPlaced,
     PerfEvent,
     Contended,
+    ContendedWithoutStacks,
+    Stacks,
 }
 
 /// The modes whose programs' run times are read: traced, and empty programs at the same probes.
 const COSTED_MODES: [Mode; 2] = [Mode::Placed, Mode::FloorPlaced];
+/// The modes whose contended records are costed, with their call stacks and without.
+const STACK_COST_MODES: [Mode; 2] = [Mode::Contended, Mode::ContendedWithoutStacks];
 
-const MODES: [Mode; 10] = [
+const MODES: [Mode; 12] = [
     Mode::Untraced,
     Mode::Placed,
     Mode::AtEntry,
@@ -221,6 +229,8 @@ const MODES: [Mode; 10] = [
     Mode::FloorPlaced,
     Mode::PerfEvent,
     Mode::Contended,
+    Mode::ContendedWithoutStacks,
+    Mode::Stacks,
 ];
 
 impl Mode {
@@ -236,6 +246,8 @@ impl Mode {
             Mode::FloorPlaced => "empty programs, placed",
             Mode::PerfEvent => "perf-event probes (before 6.10)",
             Mode::Contended => "thrtrace-bpf --contended",
+            Mode::ContendedWithoutStacks => "  the same, --stacks off",
+            Mode::Stacks => "thrtrace-bpf --stacks on",
         }
     }
 
@@ -248,6 +260,8 @@ impl Mode {
             Mode::FloorPlaced => &["--empty-programs"],
             Mode::PerfEvent => &["--perf-event-probes"],
             Mode::Contended => &["--contended"],
+            Mode::ContendedWithoutStacks => &["--contended", "--stacks", "off"],
+            Mode::Stacks => &["--stacks", "on"],
             Mode::Placed | Mode::Untraced | Mode::Bpftrace => &[],
         }
     }
@@ -280,6 +294,13 @@ pub fn run(reps: usize) -> Result<()> {
         vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
     let mut real: Vec<Vec<f64>> = vec![Vec::new(); REAL_PROGRAM_MODES.len()];
+    // Per mode of STACK_COST_MODES, run by run: the tracer's CPU per record, the entry and the
+    // return program's ns per run.
+    let mut stack_costs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); STACK_COST_MODES.len()];
+    let contended = WORKLOADS
+        .iter()
+        .find(|w| w.program == "contention")
+        .context("no contended workload")?;
     let mut every_category = [Vec::new(), Vec::new()];
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
@@ -311,6 +332,16 @@ pub fn run(reps: usize) -> Result<()> {
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir)?;
             real[m].push(real_program_ns(&tracer, *options, &dir)?);
+        }
+        let program = compile_workload(contended.program)?;
+        for (m, &mode) in STACK_COST_MODES.iter().enumerate() {
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            let cpu = contended_record_cpu(&tracer, &dir, mode)?;
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            let programs = program_costs(&tracer, &program, contended, mode, &dir)?;
+            stack_costs[m].push([cpu, programs[0], programs[1]]);
         }
         let spawn = compile_workload("bench_spawn")?;
         for (w, args) in SPAWN_WORKLOADS.iter().enumerate() {
@@ -370,6 +401,25 @@ pub fn run(reps: usize) -> Result<()> {
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
     print_program_costs(&costs, reps);
+    println!(
+        "\na --contended record's cost with its call stack and without, on the contended \
+         workload (its records are the contended calls), median of {reps} runs"
+    );
+    println!(
+        "  {:<32} {:>18} {:>14} {:>14}",
+        "", "tracer ns/record", "BPF entry ns", "BPF return ns"
+    );
+    for (m, mode) in STACK_COST_MODES.iter().enumerate() {
+        let column =
+            |i: usize| median(&stack_costs[m].iter().map(|run| run[i]).collect::<Vec<_>>());
+        println!(
+            "  {:<32} {:>18.0} {:>14.0} {:>14.0}",
+            mode.label(),
+            column(0),
+            column(1),
+            column(2)
+        );
+    }
     println!(
         "\na real program traced whole: `{}`, the time it reports, median of {reps} runs",
         REAL_PROGRAM.join(" ")
@@ -658,6 +708,8 @@ fn measure(
             | Mode::Stopped
             | Mode::FloorPlaced
             | Mode::Contended
+            | Mode::ContendedWithoutStacks
+            | Mode::Stacks
     ) {
         (sample.written, sample.lost) = summary_counts(&String::from_utf8_lossy(&out.stderr))?;
         let seconds = ns_per_op * value("ops")? / 1e9;
@@ -874,8 +926,20 @@ fn consume(
     let phase_ns = gate_opened.elapsed().as_nanos() as f64;
     drop(target.stdin.take());
     target.wait()?;
+    let (cpu_ns, written, lost) = reap_tracer(&traced, &mut stderr)?;
+    Ok(Consumed {
+        cpu_ns,
+        phase_ns,
+        written,
+        lost,
+    })
+}
+
+/// Waits for the tracer `traced`, whose target has exited, reading the rest of its `stderr`:
+/// its CPU time (user and system, ns) and the records it wrote and lost.
+fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Result<(f64, u64, u64)> {
     let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest)?;
+    std::io::Read::read_to_string(stderr, &mut rest)?;
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 writes the status and the rusage we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -897,12 +961,39 @@ fn consume(
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let cpu_ns = (seconds(usage.ru_utime) + seconds(usage.ru_stime)) * 1e9;
     let (written, lost) = summary_counts(&rest)?;
-    Ok(Consumed {
-        cpu_ns,
-        phase_ns,
-        written,
-        lost,
-    })
+    Ok((cpu_ns, written, lost))
+}
+
+/// The contended workload's arguments for the runs that cost its records, with its gate.
+const CONTENDED_COST_ARGS: [&str; 5] = ["10", "2", "4", "2000", "1"];
+
+/// The tracer's CPU per record (ns) of a trace in `mode` (a `--contended` one) of the contended
+/// workload, started apart so that its own time is not the tracer's.
+fn contended_record_cpu(tracer: &Path, dir: &Path, mode: Mode) -> Result<f64> {
+    let program = compile_workload("contention")?;
+    let mut target = command(program)
+        .args(CONTENDED_COST_ARGS)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    target_out.read_line(&mut line)?;
+    let mut traced = command(tracer)
+        .args(["--events", "mutex:sema:rwlock"])
+        .args(mode.tracer_options())
+        .arg("--dir")
+        .arg(dir)
+        .args(["-p", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
+    stderr.read_line(&mut line)?;
+    writeln!(target.stdin.as_mut().context("stdin")?, "go")?;
+    std::io::copy(&mut target_out, &mut std::io::sink())?;
+    target.wait()?;
+    let (cpu_ns, written, _) = reap_tracer(&traced, &mut stderr)?;
+    Ok(cpu_ns / written.max(1) as f64)
 }
 
 fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
