@@ -89,8 +89,9 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
     eprintln!("xtask: installing {}", packages.join(" "));
     run(command("apt-get").arg("update").arg("-qq"))
         .context("apt-get update failed (installing packages needs root)")?;
+    // Waits for another apt (a developer's, unattended upgrades) rather than fail at once.
     run(command("apt-get")
-        .args(["install", "-y", "-qq"])
+        .args(["install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600"])
         .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
