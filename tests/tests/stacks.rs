@@ -3,11 +3,17 @@
 //! the global `big_lock` through chains of five functions each (alpha_1 .. alpha_5, beta_1 ..
 //! beta_5) while a third chain (holder_1 .. holder_5) holds it; built without frame pointers
 //! (and once with them), the report must name every function of each chain, in order, for the
-//! waits and for the releases that ended them, and the lock by its symbol.
+//! waits and for the releases that ended them, and the lock by its symbol. The same stacks
+//! reach the Perfetto export and a C analyzer through the POSIX trace API.
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, every_libc, is_musl, report_json, run_tracer, workload_arg,
+    TempDir, bpf_available, build_analyzer, every_libc, is_musl, report_json, run_tracer,
+    workload_arg,
+};
+use tracer_model::{
+    event::{Event, SystemEvent, SystemKind},
+    log::LogReader,
 };
 
 /// The function of a report's frame, without its offset (`alpha_5+0x1c` is `alpha_5`).
@@ -154,5 +160,90 @@ fn waits_and_the_releases_that_ended_them_name_every_function_of_their_chains() 
                 text.stdout
             );
         }
+        perfetto_waits_carry_their_chains(&dir, &build);
+        a_c_analyzer_reads_the_logs_stacks(&dir, &build);
     }
+}
+
+/// The Perfetto export of the trace in `dir`: each blocked wait's slice carries its stack, whose
+/// frames hold its waiter's chain.
+fn perfetto_waits_carry_their_chains(dir: &TempDir, build: &str) {
+    let run = run_tracer(
+        dir.path(),
+        &["convert", "app.ptl", "--to", "perfetto", "timeline.json"],
+    );
+    assert!(run.status.success(), "{build}: {run:?}");
+    let timeline: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("timeline.json")).unwrap())
+            .unwrap();
+    let waits: Vec<Vec<String>> = timeline["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "lock wait")
+        .map(|e| {
+            e["args"]["stack"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{build}: a wait without its stack: {e}"))
+                .iter()
+                .map(|f| {
+                    f.as_str()
+                        .unwrap()
+                        .split(['+', ' '])
+                        .next()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(waits.len(), 2, "{build}: {waits:?}");
+    for prefix in ["alpha", "beta"] {
+        assert!(
+            waits.iter().any(|w| holds_chain(w, &chain(prefix))),
+            "{build}: {waits:?}"
+        );
+    }
+}
+
+/// A C analyzer's view of the log in `dir` (tests/analyzers/print_stacks.c): the same stacks,
+/// frame for frame, and the same records naming them, as the product's own reader.
+fn a_c_analyzer_reads_the_logs_stacks(dir: &TempDir, build: &str) {
+    let program = build_analyzer("print_stacks", dir.path());
+    let log = dir.path().join("app.ptl");
+    let output = std::process::Command::new(&program)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{build}: {output:?}");
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let mut expected = String::new();
+    for event in LogReader::open(&log).unwrap().events() {
+        match event.unwrap() {
+            Event::System(SystemEvent {
+                pid,
+                kind: SystemKind::Stack { id, frames, end },
+                ..
+            }) => {
+                let frames: Vec<String> = frames.iter().map(|f| format!("{f:x}")).collect();
+                let end = match end.is_empty() {
+                    true => String::new(),
+                    false => format!(" | {end}"),
+                };
+                expected += &format!("stack {id} {pid} {}{end}\n", frames.join(" "));
+            }
+            Event::Thread(r) if r.stack != 0 => {
+                expected += &format!(
+                    "record {} {} {} {} {}\n",
+                    r.lwpid, r.event1, r.event2, r.which, r.stack
+                );
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        expected.contains("stack ") && expected.contains("record "),
+        "{build}"
+    );
+    assert_eq!(printed, expected, "{build}");
 }

@@ -388,6 +388,8 @@ pub struct Slice {
     pub category: &'static str,
     /// The call (or for a hold, the lock's kind) and its object.
     pub name: String,
+    /// The call stack of a wait (`TraceRecord::stack`; 0 for none, and for a hold).
+    pub stack: u32,
 }
 
 /// An unlock that woke a waiter: from the releasing thread at `from_ns` to the thread that
@@ -404,6 +406,8 @@ pub struct Wake {
     pub to_lwpid: u32,
     /// When it returned with it.
     pub to_ns: i64,
+    /// The call stack of the release (0 for none).
+    pub stack: u32,
 }
 
 /// What a timeline shows (`convert --to perfetto`): every blocking wait (a lock wait only if
@@ -579,12 +583,18 @@ impl Analysis {
                         timeline.last_release.get(&(pid, call.object))
                     && from_ns >= call.entry_ns
                 {
+                    let stack = self
+                        .last_releases
+                        .get(&(pid, call.object))
+                        .filter(|r| (r.lwpid, r.ns) == (from_lwpid, from_ns))
+                        .map_or(0, |r| r.stack);
                     timeline.wakes.push(Wake {
                         pid,
                         from_lwpid,
                         from_ns,
                         to_lwpid: lwpid,
                         to_ns: now,
+                        stack,
                     });
                 }
                 if rval as i32 == 0 {
@@ -675,6 +685,7 @@ impl Analysis {
                 end_ns: now,
                 category: kind.name(),
                 name: format!("{} {:#x}", event.name, call.object),
+                stack: call.stack,
             });
         }
         if self.stats
@@ -852,6 +863,7 @@ impl Analysis {
                 end_ns: now,
                 category: "hold",
                 name: format!("hold {kind} {object:#x}"),
+                stack: 0,
             });
         }
         if self.stats

@@ -3,7 +3,8 @@
 //! slices for blocking waits (lock waits where the caller blocked, cond waits, joins, semaphore
 //! and barrier waits) and holds, a flow from each unlock to the waiter it woke, and a counter of
 //! the threads blocked on locks per process. The slices and wakes are
-//! `tracer_model::analysis`'s timeline.
+//! `tracer_model::analysis`'s timeline; a wait's slice and an unlock's carry their call stack,
+//! symbolized, in their `args` (a trace taken with stacks).
 
 use std::{
     collections::BTreeMap,
@@ -17,11 +18,13 @@ use tracer_model::{
     analysis::{Analysis, Timeline},
     event::{Event, SystemKind},
     log::LogReader,
+    stack::Stacks,
 };
 
 use crate::{
     error::UsageError,
     sinks::output_dir::{OutputDir, split_file_path},
+    symbolize::{Mapping, Symbols},
 };
 
 /// Writes the timeline of `reader` to `path`; returns the summary.
@@ -30,6 +33,8 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
     analysis.timeline = Some(Timeline::default());
     let mut processes = BTreeMap::new();
     let mut threads = BTreeMap::new();
+    let mut stacks = Stacks::default();
+    let mut symbols = Symbols::new();
     for event in reader.events() {
         match event? {
             Event::Thread(record) => {
@@ -49,7 +54,12 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
                     SystemKind::ThreadName { name } => {
                         threads.insert((event.pid, event.lwpid), name.clone());
                     }
-                    _ => {}
+                    kind => {
+                        if let Some(mapping) = Mapping::of(kind) {
+                            symbols.add_mapping(event.pid, mapping);
+                        }
+                        stacks.take(&event);
+                    }
                 }
                 analysis.system_event(&event);
             }
@@ -80,10 +90,18 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
     }
     // Threads blocked on locks, per process: +1 at each blocking wait's start, -1 at its end.
     let mut changes: Vec<(u32, i64, i64)> = Vec::new();
+    let mut stack_args = |id: u32| match stacks.get(id) {
+        Some(stack) => json!({"stack": super::report::stack_frames(stack, &mut symbols)
+            .iter()
+            .map(super::report::frame_text)
+            .collect::<Vec<_>>()}),
+        None => json!({}),
+    };
     for slice in &timeline.slices {
         events.push(json!({"ph": "X", "name": slice.name, "cat": slice.category,
                            "pid": slice.pid, "tid": slice.lwpid, "ts": us(slice.start_ns),
-                           "dur": (slice.end_ns - slice.start_ns) as f64 / 1e3}));
+                           "dur": (slice.end_ns - slice.start_ns) as f64 / 1e3,
+                           "args": stack_args(slice.stack)}));
         if slice.category == "lock wait" {
             changes.push((slice.pid, slice.start_ns, 1));
             changes.push((slice.pid, slice.end_ns, -1));
@@ -103,7 +121,8 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
         // The unlock, a slice for the flow to start in; the flow ends in the waiter's wait.
         events.push(
             json!({"ph": "X", "name": "unlock", "cat": "wake", "pid": wake.pid,
-                           "tid": wake.from_lwpid, "ts": us(wake.from_ns), "dur": 0.001}),
+                           "tid": wake.from_lwpid, "ts": us(wake.from_ns), "dur": 0.001,
+                           "args": stack_args(wake.stack)}),
         );
         events.push(json!({"ph": "s", "name": "wake", "cat": "wake", "id": id,
                            "pid": wake.pid, "tid": wake.from_lwpid, "ts": us(wake.from_ns)}));

@@ -18,7 +18,7 @@ use tracer_model::{
         Acquisition, Analysis, BlockKind, CallerStats, Deadlock, Durations, LockStats, OrderEdge,
     },
     event::{Event, SystemEvent, SystemKind},
-    stack::Stacks,
+    stack::{Stack, Stacks},
     tr::parse_line,
 };
 
@@ -649,7 +649,7 @@ impl Report {
 }
 
 /// How a stack's frame reads: `function+0x1c (file.c:88)`, as much of it as is known.
-fn frame_text(frame: &Location) -> String {
+pub fn frame_text(frame: &Location) -> String {
     match (&frame.function, &frame.file, frame.line) {
         (Some(function), Some(file), Some(line)) => format!("{function} ({file}:{line})"),
         _ => frame.to_string(),
@@ -672,21 +672,26 @@ fn stack_rows(
         .map(|(stack, stats)| StackRow {
             count: stats.count,
             wait_total_ns: stats.wait_total_ns,
-            frames: stack
-                .frames
-                .iter()
-                .enumerate()
-                .map(|(n, &address)| match n {
-                    // The probed instruction itself, not a return address (which `locate` takes
-                    // the call before).
-                    0 => Location {
-                        address,
-                        ..symbols.locate(stack.pid, address + 1)
-                    },
-                    _ => symbols.locate(stack.pid, address),
-                })
-                .collect(),
+            frames: stack_frames(stack, symbols),
             end: (!stack.is_whole()).then(|| stack.end.clone()),
+        })
+        .collect()
+}
+
+/// The frames of `stack`, symbolized, innermost first.
+pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
+    stack
+        .frames
+        .iter()
+        .enumerate()
+        .map(|(n, &address)| match n {
+            // The probed instruction itself, not a return address (which `locate` takes the
+            // call before).
+            0 => Location {
+                address,
+                ..symbols.locate(stack.pid, address + 1)
+            },
+            _ => symbols.locate(stack.pid, address),
         })
         .collect()
 }
