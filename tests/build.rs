@@ -14,6 +14,9 @@ use std::{
 const STATIC: [&str; 1] = ["mutex_contend"];
 /// Workloads with no C library at all, built only with `-nostdlib -static`.
 const FREESTANDING: [&str; 1] = ["no_pthread"];
+/// Workloads built without frame pointers, as release builds are: only their modules' symbols
+/// and debug information place their callers.
+const NO_FRAME_POINTER: [&str; 1] = ["static_callers"];
 /// Shared objects to preload, built only as `libNAME.so`.
 const SHARED: [&str; 1] = ["interpose"];
 /// Workloads also built against each other glibc, and with musl: every category's story, and
@@ -145,7 +148,11 @@ fn main() {
             compile(&source, &library, &["-shared", "-fPIC", "-ldl"]);
             continue;
         }
-        compile(&source, &out.join(&stem), &[]);
+        let frame_pointer: &[&str] = match NO_FRAME_POINTER.contains(&stem.as_str()) {
+            true => &["-fomit-frame-pointer"],
+            false => &[],
+        };
+        compile(&source, &out.join(&stem), frame_pointer);
         if STATIC.contains(&stem.as_str()) {
             compile(&source, &out.join(format!("{stem}_static")), &["-static"]);
         }

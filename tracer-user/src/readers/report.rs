@@ -20,7 +20,7 @@ use tracer_model::{
 
 use crate::{
     say::{OutputFormat, duration},
-    symbolize::{Location, Mapping, Symbols, lock_label},
+    symbolize::{Location, LockName, Mapping, Symbols},
 };
 
 /// How many callers a lock lists.
@@ -28,7 +28,7 @@ const TOP_CALLERS: usize = 3;
 
 pub fn run(args: &ReportArgs) -> Result<i32> {
     let mut analysis = Analysis::new(true);
-    let mut symbols = Symbols::new();
+    let mut symbols = Symbols::with_debug_dirs(&args.debug_dir);
     if args.input.is_dir() {
         for record in read_tr_dir(&args.input)? {
             analysis.record(&record);
@@ -85,6 +85,7 @@ pub fn lock_table_so_far(analysis: &mut Analysis, symbols: &mut Symbols, top: us
         sort: ReportSort::Wait,
         top,
         histogram: false,
+        debug_dir: Vec::new(),
         input: PathBuf::new(),
     };
     Report::build(analysis, symbols, &args).text(&args)
@@ -149,9 +150,9 @@ struct Report {
 #[derive(Serialize)]
 struct LockRow {
     pid: u32,
-    address: String,
-    /// The global variable it is, if it is one.
-    symbol: Option<String>,
+    /// Its address, and the global variable it is, if it is one.
+    #[serde(flatten)]
+    name: LockName,
     kind: &'static str,
     acquisitions: u64,
     contended: u64,
@@ -180,12 +181,11 @@ struct OwnerRow {
     taken_at: Option<Location>,
 }
 
+/// A caller: a source line (its call sites merged; the first's place), else an address.
 #[derive(Serialize)]
 struct CallerRow {
-    address: String,
-    function: Option<String>,
-    file: Option<String>,
-    line: Option<u32>,
+    #[serde(flatten)]
+    at: Location,
     count: u64,
     wait_total_ns: u64,
 }
@@ -247,9 +247,9 @@ struct OrderRow {
 
 #[derive(Serialize)]
 struct LockTaken {
-    address: String,
-    /// The global variable it is, if it is one.
-    symbol: Option<String>,
+    /// Its address, and the global variable it is, if it is one.
+    #[serde(flatten)]
+    name: LockName,
     kind: &'static str,
     /// "write" (or the only mode of a mutex or spin lock) or "read".
     mode: &'static str,
@@ -259,8 +259,7 @@ struct LockTaken {
 impl LockTaken {
     fn new(pid: u32, taken: &Acquisition, symbols: &mut Symbols) -> Self {
         LockTaken {
-            address: hex(taken.lock),
-            symbol: symbols.variable(pid, taken.lock),
+            name: symbols.name_lock(pid, taken.lock, None),
             kind: taken.kind.name(),
             mode: if taken.exclusive { "write" } else { "read" },
             at: symbols.locate(pid, taken.caller),
@@ -269,10 +268,9 @@ impl LockTaken {
 }
 
 impl std::fmt::Display for LockTaken {
-    /// As messages name a lock (`symbolize::lock_label`).
+    /// As messages name a lock (`symbolize::LockName::label`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let label = lock_label(&self.address, self.symbol.as_deref(), self.mode != "read");
-        f.write_str(&label)
+        f.write_str(&self.name.label(self.mode != "read"))
     }
 }
 
@@ -496,7 +494,10 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
-                lock.symbol.as_ref().unwrap_or(&lock.address),
+                lock.name
+                    .symbol
+                    .clone()
+                    .unwrap_or_else(|| hex(lock.name.address)),
                 lock.kind,
                 lock.acquisitions,
                 lock.contended,
@@ -509,16 +510,13 @@ impl Report {
                 hold(lock.hold_max_ns),
             );
             for caller in &lock.callers {
-                let place = match (&caller.file, caller.line, &caller.function) {
-                    (Some(file), Some(line), function) => format!(
-                        "{file}:{line}{}",
-                        function
-                            .as_ref()
-                            .map(|f| format!(" ({f})"))
-                            .unwrap_or_default()
-                    ),
-                    (_, _, Some(function)) => function.clone(),
-                    _ => caller.address.clone(),
+                // A line's call sites are one caller: the line says where, the function whose.
+                let at = &caller.at;
+                let place = match (at.source_line(), &at.function) {
+                    (Some(line), Some(function)) => {
+                        format!("{line} ({function}){}", at.inlined_text())
+                    }
+                    _ => at.to_string(),
                 };
                 let _ = writeln!(
                     out,
@@ -593,8 +591,8 @@ fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> Loc
     for (&address, stats) in &lock.callers {
         let at = symbols.locate(lock.pid, address);
         let same = |row: &CallerRow| match (&at.file, at.line) {
-            (Some(file), Some(line)) => row.file.as_ref() == Some(file) && row.line == Some(line),
-            _ => row.address == hex(address),
+            (Some(_), Some(_)) => (&row.at.file, row.at.line) == (&at.file, at.line),
+            _ => row.at.address == address,
         };
         match callers.iter_mut().find(|row| same(row)) {
             Some(row) => {
@@ -602,25 +600,14 @@ fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> Loc
                 row.wait_total_ns += stats.wait_total_ns;
             }
             None => callers.push(CallerRow {
-                address: hex(address),
-                // With a line, the function's name says enough; without, its offset is the
-                // place.
-                function: match at.line {
-                    Some(_) => at.function.map(|f| {
-                        f.split_once('+')
-                            .map_or(f.clone(), |(name, _)| name.to_owned())
-                    }),
-                    None => at.function,
-                },
-                file: at.file,
-                line: at.line,
+                at,
                 count: stats.count,
                 wait_total_ns: stats.wait_total_ns,
             }),
         }
     }
     callers.sort_by(|a, b| {
-        (b.wait_total_ns, b.count, &a.address).cmp(&(a.wait_total_ns, a.count, &b.address))
+        (b.wait_total_ns, b.count, a.at.address).cmp(&(a.wait_total_ns, a.count, b.at.address))
     });
     callers.truncate(TOP_CALLERS);
     let mut owners: Vec<OwnerRow> = lock
@@ -643,8 +630,7 @@ fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> Loc
     } = lock.wait;
     LockRow {
         pid: lock.pid,
-        address: hex(lock.address),
-        symbol: symbols.variable(lock.pid, lock.address),
+        name: symbols.name_lock(lock.pid, lock.address, None),
         kind: lock.kind.name(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,
@@ -698,6 +684,10 @@ pub struct ReportArgs {
     /// Log2 histograms of wait and hold times for the locks shown
     #[arg(long)]
     pub histogram: bool,
+    /// Where separate debug files are (as `.build-id/xx/rest.debug`), looked in before
+    /// /usr/lib/debug and /lib/debug; repeatable
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
     /// A trace log (--log), or a directory of tr.* files
     #[arg(value_name = "LOG|DIR")]
     pub input: PathBuf,
