@@ -888,3 +888,15 @@ pub fn report_lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
         .find(|l| l["address"] == *address)
         .unwrap_or_else(|| panic!("no lock {address} in {report:#}"))
 }
+
+/// A place as the report's text and the tracer's messages write it, from a report's JSON
+/// location: `worker+0x1c (queue.c:88)`.
+pub fn place(at: &Value) -> String {
+    format!(
+        "{}+{} ({}:{})",
+        at["function"].as_str().expect("a function"),
+        at["function_offset"].as_str().expect("an offset"),
+        at["file"].as_str().expect("a file"),
+        at["line"]
+    )
+}

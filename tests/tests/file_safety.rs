@@ -1,7 +1,8 @@
 //! The tracer runs as root and writes predictable names into directories others may write to:
 //! it never writes through a link planted there, replaces what an earlier run left, and
 //! creates files mode 0600 owned by the sudo user (issue 14, part 1); a name held by anything
-//! but a regular file or a link is never replaced (issue 26).
+//! but a regular file or a link is never replaced (issue 26). `--log` destroys no file: one
+//! that is not a trace log is refused, an earlier log is kept as `FILE.old`.
 
 use std::{
     fs,
@@ -10,8 +11,10 @@ use std::{
 };
 
 use thrtrace_tests::{
-    Gated, TempDir, bpf_available, file_name, paired_calls, read_trace, run_tracer, start_tracer,
+    Gated, Run, TempDir, bpf_available, field, file_name, paired_calls, read_trace, run_tracer,
+    start_tracer, thread_records, workload_arg,
 };
+use tracer_model::log::LogReader;
 
 const PAIRS: u32 = 25;
 
@@ -211,4 +214,140 @@ fn a_log_named_after_a_device_or_fifo_is_refused_and_left_alone() {
     );
     assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
     assert_eq!(scratch.entries(), ["pipe"]);
+}
+
+/// `--log FILE` run in `dir` on `mutex_contend 2 ITERS`.
+fn log_contend(dir: &Path, file: &str, iters: u32) -> Run {
+    run_tracer(
+        dir,
+        &[
+            "--events",
+            "mutex",
+            "--log",
+            file,
+            "--",
+            &workload_arg("mutex_contend"),
+            "2",
+            &iters.to_string(),
+        ],
+    )
+}
+
+/// The tracer's one line on stderr, and its exit status 2, for a `--log` it refuses.
+fn refused(run: &Run) -> &str {
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{run:?}");
+    lines[0]
+}
+
+/// Never a file destroyed: `--log` naming a file that is not a trace log (text; a file that
+/// begins like a log, with `PTLP`, but has no whole metadata packet) is refused with one line
+/// and exit 2 before anything is attached, and the file is left byte for byte as it was.
+#[test]
+fn a_log_named_after_a_file_that_is_not_a_log_is_refused_and_left_intact() {
+    let scratch = TempDir::new("log_not_a_log");
+    let mut magic_only = b"PTLP\x01\x00\x01\x00".to_vec();
+    magic_only.extend(0..=255u8);
+    let files: [(&str, &[u8]); 3] = [
+        ("y.txt", b"notes that took a week to write\n"),
+        ("empty", b""),
+        ("magic", &magic_only),
+    ];
+    for (name, bytes) in files {
+        fs::write(scratch.path().join(name), bytes).unwrap();
+        fs::set_permissions(scratch.path().join(name), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    for (name, bytes) in files {
+        let run = run_tracer(scratch.path(), &["--log", name, "--", "true"]);
+        assert_eq!(
+            refused(&run),
+            format!(
+                "thrtrace-bpf: --log: {name} exists and is not a trace log: it is left as it \
+                 is (name a new file, or move it away)"
+            )
+        );
+        assert_eq!(fs::read(scratch.path().join(name)).unwrap(), bytes);
+        let meta = fs::metadata(scratch.path().join(name)).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o644);
+    }
+    assert_eq!(scratch.entries(), ["empty", "magic", "y.txt"]);
+}
+
+/// An earlier trace log under `--log`'s name is kept as `FILE.old` (whatever regular file had
+/// that name is replaced), and FILE is the new log, whole, mode 0600. A link at either name is
+/// refused, never followed, and everything is left as it was.
+#[test]
+fn an_earlier_log_is_kept_as_file_old_and_links_are_refused() {
+    if !bpf_available("log_kept_as_old") {
+        return;
+    }
+    let scratch = TempDir::new("log_kept_as_old");
+    let dir = scratch.path();
+    let first = log_contend(dir, "app.ptl", 100);
+    assert!(first.status.success(), "{first:?}");
+    let earlier = fs::read(dir.join("app.ptl")).unwrap();
+    fs::write(dir.join("app.ptl.old"), "a log from long ago\n").unwrap();
+
+    let second = log_contend(dir, "app.ptl", 300);
+    assert!(second.status.success(), "{second:?}");
+    assert!(
+        second
+            .stderr
+            .contains(" events in app.ptl (the earlier log is app.ptl.old)"),
+        "{second:?}"
+    );
+    assert_eq!(scratch.entries(), ["app.ptl", "app.ptl.old"]);
+    assert_eq!(fs::read(dir.join("app.ptl.old")).unwrap(), earlier);
+    // Each log holds its own run: 2 threads of 100, then of 300, mutex_lock calls.
+    for (name, run, iters) in [("app.ptl.old", &first, 100), ("app.ptl", &second, 300)] {
+        let mutex = field::<u64>(&run.stdout, "mutex") as i64;
+        let reader = LogReader::open(&dir.join(name)).unwrap();
+        assert!(reader.final_status().is_some(), "{name} was closed");
+        let events: Vec<_> = reader.events().map(Result::unwrap).collect();
+        let records = thread_records(&events);
+        assert_eq!(
+            paired_calls(&records, "mutex_lock", mutex).len(),
+            2 * iters,
+            "{name}"
+        );
+    }
+    let meta = fs::symlink_metadata(dir.join("app.ptl")).unwrap();
+    assert!(meta.is_file());
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+
+    // A link at FILE.old (to a file outside) is not replaced: the new log would go nowhere.
+    let victim = dir.join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    fs::remove_file(dir.join("app.ptl.old")).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("app.ptl.old")).unwrap();
+    let logged = fs::read(dir.join("app.ptl")).unwrap();
+    let run = log_contend(dir, "app.ptl", 1);
+    assert_eq!(
+        refused(&run),
+        "thrtrace-bpf: --log: app.ptl is a trace log, kept as app.ptl.old when a new one is \
+         written, but app.ptl.old is a symbolic link, never replaced (remove it, or name \
+         another log)"
+    );
+    assert_eq!(fs::read(dir.join("app.ptl")).unwrap(), logged);
+    assert!(
+        fs::symlink_metadata(dir.join("app.ptl.old"))
+            .unwrap()
+            .is_symlink()
+    );
+
+    // A link at FILE, even to a trace log, is neither followed nor replaced.
+    let run = log_contend(dir, "app.ptl.old", 1);
+    assert_eq!(
+        refused(&run),
+        "thrtrace-bpf: --log: app.ptl.old is a symbolic link: a log is never written through \
+         one, nor put in its place (name the file itself, or remove the link)"
+    );
+    fs::remove_file(dir.join("app.ptl.old")).unwrap();
+    std::os::unix::fs::symlink(dir.join("app.ptl"), dir.join("link.ptl")).unwrap();
+    let run = log_contend(dir, "link.ptl", 1);
+    assert!(refused(&run).starts_with("thrtrace-bpf: --log: link.ptl is a symbolic link"));
+    assert_eq!(fs::read(dir.join("app.ptl")).unwrap(), logged);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(scratch.entries(), ["app.ptl", "link.ptl", "victim"]);
 }

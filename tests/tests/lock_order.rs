@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, field, line_of, run_tracer, system_events, workload_arg,
+    TempDir, bpf_available, field, line_of, place, run_tracer, system_events, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemKind},
@@ -129,20 +129,16 @@ fn ab_ba_in_turn_is_one_potential_deadlock_with_both_orders_and_their_lines() {
     // Said once while tracing, with both threads and lines, and logged once.
     let lines = said(&traced.stderr);
     assert_eq!(lines.len(), 1, "{}", traced.stderr);
+    // Each place as the report has it (whose lines `orders` checked): function+offset (line).
+    let (first, second) = (&inversions[0]["orders"][0], &inversions[0]["orders"][1]);
     for part in [
+        format!("(first) took {a} (a) at {}", place(&first["held"]["at"])),
         format!(
-            "(first) took {a} (a) at lock_order.c:{}",
-            line_of("lock_order", "A_FIRST")
-        ),
-        format!(
-            "(second) took {} (b) at lock_order.c:{}",
+            "(second) took {} (b) at {}",
             field::<String>(&traced.ready, "b"),
-            line_of("lock_order", "B_FIRST")
+            place(&second["held"]["at"])
         ),
-        format!(
-            "then {a} (a) at lock_order.c:{}",
-            line_of("lock_order", "A_AFTER_B")
-        ),
+        format!("then {a} (a) at {}", place(&second["acquired"]["at"])),
     ] {
         assert!(lines[0].contains(&part), "{part:?} not in {:?}", lines[0]);
     }
@@ -156,10 +152,10 @@ fn ab_ba_in_turn_is_one_potential_deadlock_with_both_orders_and_their_lines() {
     );
     assert!(
         traced.text.contains(&format!(
-            "(second) held {} (b) taken at lock_order.c:{}, then acquired {a} (a) at lock_order.c:{}",
+            "(second) held {} (b) taken at {}, then acquired {a} (a) at {}",
             field::<String>(&traced.ready, "b"),
-            line_of("lock_order", "B_FIRST"),
-            line_of("lock_order", "A_AFTER_B")
+            place(&second["held"]["at"]),
+            place(&second["acquired"]["at"])
         )),
         "{}",
         traced.text

@@ -7,8 +7,11 @@ use thrtrace_tests::corpus::{metadata, mixed_events, record, write_log};
 use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
     log::{
-        EventPacket, FinalStatus, Layout, LogError, LogFullPolicy, LogReader, LogWriter, Status,
-        Written, entry::THREAD_ENTRY_LEN,
+        EventPacket, FORMAT_NAME, FinalStatus, Layout, LogError, LogFullPolicy, LogReader,
+        LogWriter, Status, Written,
+        entry::THREAD_ENTRY_LEN,
+        is_trace_log,
+        packet::{Kind, checksum, seal},
     },
 };
 
@@ -356,4 +359,50 @@ fn a_log_whose_type_ids_are_table_rows_reads_as_written() {
     assert_eq!(mutex_lock.map(|t| t.id), Some(24));
     let events: Vec<Event> = reader.events().map(Result::unwrap).collect();
     assert_eq!(events, mixed_events());
+}
+
+/// What `--log FILE` keeps as `FILE.old` rather than refuse: a file that begins with a whole
+/// metadata packet naming the format, whatever follows it and whatever its version.
+#[test]
+fn a_trace_log_is_told_by_its_metadata_packet() {
+    let log = TempLog::new("is-log");
+    write_log(&log.0, &metadata(None, LogFullPolicy::Append), 3, 10, true);
+    let whole = log.bytes();
+    let is_log = |bytes: &[u8]| {
+        std::fs::write(&log.0, bytes).unwrap();
+        is_trace_log(&File::open(&log.0).unwrap()).unwrap()
+    };
+    assert!(is_log(&whole));
+    let metadata_end = 24 + u32::from_le_bytes(whole[16..20].try_into().unwrap()) as usize;
+    // Damaged after its metadata, or cut right after it: a log still, which its reader
+    // refuses or reads as far as it goes.
+    let mut damaged = whole.clone();
+    damaged[metadata_end + 30] ^= 0x40;
+    assert!(is_log(&damaged));
+    assert!(matches!(log.open(), Err(LogError::Corrupt { .. })));
+    assert!(is_log(&whole[..metadata_end]));
+    // Another format version, its checksum made again: a log, of a version not read here.
+    let mut other_version = whole[..metadata_end].to_vec();
+    other_version[4] = 9;
+    let crc = checksum(&other_version[..20], &other_version[24..]);
+    other_version[20..24].copy_from_slice(&crc.to_le_bytes());
+    assert!(is_log(&other_version));
+    assert!(matches!(log.open(), Err(LogError::Version { found: 9 })));
+    let named = format!(r#"{{"format": "{FORMAT_NAME}"}}"#);
+    assert!(is_log(&seal(Kind::Metadata, 0, named.as_bytes())));
+
+    let mut flipped = whole.clone();
+    flipped[30] ^= 0x40;
+    let not_logs: [&[u8]; 7] = [
+        b"",
+        b"1700000000:1:2:3:4:5:6:7:8:9:10:11:12\n",
+        b"PTLP",
+        &whole[..metadata_end - 1],
+        &flipped,
+        &seal(Kind::Metadata, 0, br#"{"format": "another format"}"#),
+        &seal(Kind::Events, 0, named.as_bytes()),
+    ];
+    for (n, bytes) in not_logs.into_iter().enumerate() {
+        assert!(!is_log(bytes), "not a log {n}");
+    }
 }

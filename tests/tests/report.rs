@@ -10,8 +10,8 @@ use std::{
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, ctl_ok, field, line_of, lines_as_they_come, read_line, report_json,
-    report_lock, run_tracer, start_tracer, unique_name, workload, workload_arg,
+    TempDir, bpf_available, ctl_ok, field, line_of, lines_as_they_come, place, read_line,
+    report_json, report_lock, run_tracer, start_tracer, unique_name, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemKind},
@@ -299,12 +299,12 @@ fn an_ab_ba_deadlock_is_said_once_with_both_threads_and_lines() {
     ] {
         let part = format!("thread {waiter} ({wname}) waits in pthread_mutex_lock(0x");
         assert!(said.contains(&part), "{said}");
-        let tail = format!(") at deadlock.c:{second}, held by {holder} ({hname}) since ");
+        let tail = format!(" (deadlock.c:{second}), held by {holder} ({hname}) since ");
         assert!(said.contains(&tail), "{said}");
     }
+    assert_eq!(said.matches(", locked at ").count(), 2, "{said}");
     assert_eq!(
-        said.matches(&format!("locked at deadlock.c:{first}"))
-            .count(),
+        said.matches(&format!(" (deadlock.c:{first})")).count(),
         2,
         "{said}"
     );
@@ -355,6 +355,19 @@ fn an_ab_ba_deadlock_is_said_once_with_both_threads_and_lines() {
         );
         assert_eq!(thread["waits_at"]["line"], second);
         assert_eq!(thread["locked_at"]["line"], first);
+        // Said as the report places them: function+offset (line).
+        let waiter = &thread["lwpid"];
+        let part = format!(
+            "thread {waiter} ({}) waits in pthread_mutex_lock({}) at {}, held by {} ({}) since ",
+            thread["name"].as_str().unwrap(),
+            thread["waits_for"].as_str().unwrap(),
+            place(&thread["waits_at"]),
+            other["lwpid"],
+            other["name"].as_str().unwrap(),
+        );
+        assert!(said.contains(&part), "{part} not in {said}");
+        let locked = format!("locked at {}", place(&other["locked_at"]));
+        assert!(said.contains(&locked), "{locked} not in {said}");
     }
 }
 
@@ -402,7 +415,7 @@ fn a_deadlock_is_said_from_contended_calls_only() {
         assert!(said.contains(&part), "{said}");
         assert!(
             said.contains(&format!(
-                ") at deadlock.c:{second}, held by {holder} (worker-"
+                " (deadlock.c:{second}), held by {holder} (worker-"
             )),
             "{said}"
         );
@@ -427,7 +440,7 @@ fn a_cycle_through_a_condvar_is_a_possible_deadlock() {
         said.contains(&format!(
             "thread {a} (worker-a) waits in pthread_cond_wait(0x"
         )) && said.contains(&format!(
-            "at deadlock.c:{}, which {c} (worker-c) woke before",
+            " (deadlock.c:{}), which {c} (worker-c) woke before",
             line_of("deadlock", "/* COND */")
         )),
         "{said}"
@@ -436,7 +449,7 @@ fn a_cycle_through_a_condvar_is_a_possible_deadlock() {
         said.contains(&format!(
             "thread {c} (worker-c) waits in pthread_mutex_lock(0x"
         )) && said.contains(&format!(
-            "at deadlock.c:{}, held by {a} (worker-a)",
+            " (deadlock.c:{}), held by {a} (worker-a)",
             line_of("deadlock", "/* BLOCKED */")
         )),
         "{said}"

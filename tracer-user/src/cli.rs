@@ -59,7 +59,8 @@ pub struct Cli {
     #[arg(short = 'd', long, env = "THR_TRACE_DIR", value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
-    /// Write a POSIX trace log (events and system events) to FILE; tr.* files too with --dir
+    /// Write a POSIX trace log (events and system events) to FILE; tr.* files too with --dir.
+    /// An earlier log at FILE is kept as FILE.old; any other file there is refused
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
 

@@ -1,43 +1,159 @@
-//! Caller addresses to function, file and line. An address is normalized through the mapped
-//! files the log recorded for its process (`thrtrace_mapping`: path, build-id, base, file
-//! offset) to a file offset, so that a report works after the process is gone and on another
-//! machine with the same files; a file whose build-id is not the recorded one is not trusted.
-//! blazesym reads DWARF where there is some (file:line), ELF symbols where not
-//! (function+offset); otherwise the raw address stays. A live process (deadlock messages while
-//! tracing) is symbolized through its own maps.
+//! Caller addresses to module, offset, function, file and line. An address is normalized
+//! through the mapped files the log recorded for its process (`thrtrace_mapping`: path,
+//! build-id, base, file offset) to a file offset in a module, so that a report works after the
+//! process is gone and on another machine with the same files; a file whose build-id is not the
+//! recorded one is not trusted. The function and the offset into it come from the module's ELF
+//! symbols (as perf and gdb name them), the file:line and the functions inlined at the address
+//! from its DWARF, read by blazesym. Debug information stripped into a separate file is found
+//! as gdb finds it: under a debug directory (`/usr/lib/debug`, where Debian's -dbg and -dbgsym
+//! packages put it, or one the user names) as `.build-id/xx/rest.debug` by the module's
+//! build-id, or through its `.gnu_debuglink`. Whatever is not known, the module, offset and
+//! build-id are, so that the address can be symbolized later: never a bare address inside a
+//! recorded mapping. A live process (deadlock messages while tracing without a log) is
+//! symbolized by blazesym through its own maps: its places have a module, but no offset or
+//! build-id.
 
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-};
-use tracer_model::event::SystemKind;
+use std::{collections::HashMap, fmt::Write as _, path::PathBuf};
 
 use blazesym::{
     Pid,
     symbolize::{
-        Input, Symbolized, Symbolizer,
+        CodeInfo, Input, Sym, Symbolized, Symbolizer,
         source::{Elf, Process, Source},
     },
 };
-use serde::Serialize;
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use serde::{Serialize, Serializer};
+use tracer_model::event::SystemKind;
+
+/// Where separate debug files are looked for after the directories the user names: where
+/// Debian's -dbg and -dbgsym packages install them, as gdb looks.
+const DEFAULT_DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
 /// Where an address is, as far as can be told.
+///
+/// `offset` is a **file offset**: the address's distance into its mapping plus the mapping's
+/// file offset. That is what pprof's profiles expect (a location's address placed by its
+/// mapping's start, limit and file offset) and what blazesym's and perf's file-offset inputs
+/// take; `llvm-symbolizer` and `addr2line` want the ELF virtual address instead, which for the
+/// usual layouts (each loaded segment at an address equal to its file offset, as GNU ld lays
+/// out PIE executables and shared libraries) is the same number. With `module` and
+/// `build_id`, it names the instruction on any machine that has that build of the file.
+/// `function_offset` and `offset` are those of the address itself (a return address: the call
+/// is the instruction before it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Location {
+    /// The address in the process (where ASLR put it).
+    #[serde(serialize_with = "hex")]
     pub address: u64,
+    /// The mapped file it is in.
+    pub module: Option<String>,
+    /// That file's GNU build-id, in hex.
+    pub build_id: Option<String>,
+    /// Its file offset in `module`.
+    #[serde(serialize_with = "hex_option")]
+    pub offset: Option<u64>,
+    /// The function (ELF symbol) it is in, and how far into it.
     pub function: Option<String>,
+    #[serde(serialize_with = "hex_option")]
+    pub function_offset: Option<u64>,
+    /// The source line of `function` it is on; with inlined functions, the line where the
+    /// first of them was inlined.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// The functions inlined at it, outermost first, each with its line: the last one's is
+    /// where the address is.
+    pub inlined: Vec<InlinedFrame>,
+}
+
+/// A function inlined at an address (DWARF's inlined subroutines), and the line in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct InlinedFrame {
+    pub function: String,
     pub file: Option<String>,
     pub line: Option<u32>,
 }
 
-impl std::fmt::Display for Location {
-    /// `queue.c:88`, `worker+0x1c`, or `0x55d0c0a4e0c0`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (&self.file, self.line, &self.function) {
-            (Some(file), Some(line), _) => write!(f, "{file}:{line}"),
-            (_, _, Some(function)) => write!(f, "{function}"),
-            _ => write!(f, "{:#x}", self.address),
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's serialize_with passes a reference"
+)]
+fn hex<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&format!("{value:#x}"))
+}
+
+#[allow(
+    clippy::ref_option,
+    reason = "serde's serialize_with passes a reference"
+)]
+fn hex_option<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => hex(value, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// `4da092e8...`: bytes (a build-id) as hex digits.
+fn hex_digits(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::new(), |mut digits, byte| {
+        let _ = write!(digits, "{byte:02x}");
+        digits
+    })
+}
+
+fn file_line(file: Option<&String>, line: Option<u32>) -> Option<String> {
+    match (file, line) {
+        (Some(file), Some(line)) => Some(format!("{file}:{line}")),
+        _ => None,
+    }
+}
+
+impl Location {
+    /// `queue.c:88`, if the line is known.
+    pub fn source_line(&self) -> Option<String> {
+        file_line(self.file.as_ref(), self.line)
+    }
+
+    /// `, inlined take (queue.c:40)` for each function inlined at the address.
+    pub fn inlined_text(&self) -> String {
+        let mut text = String::new();
+        for frame in &self.inlined {
+            let _ = write!(text, ", inlined {}", frame.function);
+            if let Some(line) = file_line(frame.file.as_ref(), frame.line) {
+                let _ = write!(text, " ({line})");
+            }
         }
+        text
+    }
+}
+
+impl std::fmt::Display for Location {
+    /// `worker+0x1c (queue.c:88)`, `worker+0x1c`, `queue.c:88`, then each inlined function
+    /// (`, inlined take (queue.c:40)`); where nothing names it,
+    /// `/usr/bin/app+0x1234 (build-id 9f3c...)`; outside every recorded mapping,
+    /// `0x55d0c0a4e0c0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let function = self
+            .function
+            .as_ref()
+            .map(|name| match self.function_offset {
+                Some(offset) => format!("{name}+{offset:#x}"),
+                None => name.clone(),
+            });
+        match (function, self.source_line()) {
+            (Some(function), Some(line)) => write!(f, "{function} ({line})")?,
+            (Some(place), None) | (None, Some(place)) => f.write_str(&place)?,
+            (None, None) => match (&self.module, self.offset) {
+                (Some(module), Some(offset)) => {
+                    write!(f, "{module}+{offset:#x}")?;
+                    if let Some(build_id) = &self.build_id {
+                        write!(f, " (build-id {build_id})")?;
+                    }
+                }
+                _ => write!(f, "{:#x}", self.address)?,
+            },
+        }
+        f.write_str(&self.inlined_text())
     }
 }
 
@@ -49,23 +165,6 @@ pub struct Mapping {
     pub file_offset: u64,
     pub path: PathBuf,
     pub build_id: Vec<u8>,
-}
-
-/// How messages and reports name a lock: `0x5596d0a54180`, `0x5596d0a54180 (queue_lock)` for
-/// a global, with `read` for a read hold: `0x5596d0a54180 (table, read)`.
-pub fn lock_label(
-    address: impl std::fmt::Display,
-    variable: Option<&str>,
-    exclusive: bool,
-) -> String {
-    let notes: Vec<&str> = variable
-        .into_iter()
-        .chain((!exclusive).then_some("read"))
-        .collect();
-    match notes.is_empty() {
-        true => address.to_string(),
-        false => format!("{address} ({})", notes.join(", ")),
-    }
 }
 
 impl Mapping {
@@ -90,18 +189,207 @@ impl Mapping {
     }
 }
 
+/// What names a lock besides its address.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LockName {
+    /// The lock's address in its process.
+    #[serde(serialize_with = "hex")]
+    pub address: u64,
+    /// The data symbol of a module that holds it (a lock defined at file scope, in data or
+    /// bss): `queue_lock`, or `table+0x8` inside one.
+    pub symbol: Option<String>,
+    /// For a lock no symbol holds (heap, stack): a frame that places it, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frame: Option<Location>,
+}
+
+impl LockName {
+    /// How messages and reports name a lock: `0x5596d0a54180`, `0x5596d0a54180 (queue_lock)`
+    /// for a global, `0x5596d0a54180 (at worker+0x1c (queue.c:88))` for one placed by a frame,
+    /// with `read` for a read hold: `0x5596d0a54180 (table, read)`.
+    pub fn label(&self, exclusive: bool) -> String {
+        let placed = self.frame.as_ref().map(|frame| format!("at {frame}"));
+        let notes: Vec<&str> = self
+            .symbol
+            .as_deref()
+            .or(placed.as_deref())
+            .into_iter()
+            .chain((!exclusive).then_some("read"))
+            .collect();
+        match notes.is_empty() {
+            true => format!("{:#x}", self.address),
+            false => format!("{:#x} ({})", self.address, notes.join(", ")),
+        }
+    }
+}
+
+/// A mapped file as read once: where its loaded segments are, its separate debug file, its
+/// symbols. A file that is not the one mapped (its build-id is not the recorded one; a file
+/// with none recorded is taken as it is), or cannot be read, has none of them.
 #[derive(Default)]
+struct Module {
+    /// Loaded segments: file offset, bytes in the file, virtual address.
+    segments: Vec<(u64, u64, u64)>,
+    /// Its debug information stripped into a file under a debug directory, found by build-id.
+    debug_file: Option<PathBuf>,
+    /// Its functions and its data (the debug file's symbol tables, else its own).
+    functions: SymbolTable,
+    data: SymbolTable,
+}
+
+impl Module {
+    fn read(mapping: &Mapping, debug_dirs: &[PathBuf]) -> Module {
+        let Ok(bytes) = std::fs::read(&mapping.path) else {
+            return Module::default();
+        };
+        let Ok(elf) = object::File::parse(&*bytes) else {
+            return Module::default();
+        };
+        let build_id = elf.build_id().ok().flatten().unwrap_or_default();
+        if !mapping.build_id.is_empty() && build_id != mapping.build_id.as_slice() {
+            return Module::default();
+        }
+        let segments = elf
+            .segments()
+            .map(|segment| {
+                let (offset, size) = segment.file_range();
+                (offset, size, segment.address())
+            })
+            .collect();
+        let debug_file = debug_file_of(build_id, debug_dirs);
+        let debug_bytes = debug_file
+            .as_ref()
+            .and_then(|path| std::fs::read(path).ok());
+        let debug_elf = debug_bytes
+            .as_deref()
+            .and_then(|bytes| object::File::parse(bytes).ok());
+        let symbols = debug_elf.as_ref().unwrap_or(&elf);
+        Module {
+            segments,
+            functions: SymbolTable::of(symbols, SymbolKind::Text),
+            data: SymbolTable::of(symbols, SymbolKind::Data),
+            debug_file,
+        }
+    }
+
+    /// The ELF virtual address of a file offset inside a loaded segment.
+    fn virtual_address(&self, file_offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(offset, size, _)| (*offset..offset + size).contains(&file_offset))
+            .map(|(offset, _, address)| address + (file_offset - offset))
+    }
+}
+
+/// Symbols of one kind (start, size, name), by start; of the names at one address, the one
+/// people call it by (as perf chooses): global before weak before local, then the one with
+/// fewer leading underscores, then the shorter (`dl_iterate_phdr`, not
+/// `__GI___dl_iterate_phdr`).
+#[derive(Default)]
+struct SymbolTable(Vec<(u64, u64, String)>);
+
+impl SymbolTable {
+    /// The defined symbols of `kind` in `elf`'s symbol table and its dynamic one.
+    fn of(elf: &object::File<'_>, kind: SymbolKind) -> SymbolTable {
+        // Start, rank (the lowest is the name kept), size, name.
+        type Ranked = (u64, (u8, usize, usize), u64, String);
+        let mut symbols: Vec<Ranked> = elf
+            .symbols()
+            .chain(elf.dynamic_symbols())
+            .filter(|symbol| symbol.kind() == kind && symbol.is_definition())
+            .filter_map(|symbol| {
+                let name = symbol.name().ok()?;
+                let binding = match (symbol.is_global(), symbol.is_weak()) {
+                    (true, false) => 0,
+                    (_, true) => 1,
+                    (false, false) => 2,
+                };
+                let underscores = name.len() - name.trim_start_matches('_').len();
+                let rank = (binding, underscores, name.len());
+                Some((symbol.address(), rank, symbol.size(), name.to_owned()))
+            })
+            .collect();
+        symbols.sort_unstable();
+        symbols.dedup_by_key(|(start, ..)| *start);
+        SymbolTable(
+            symbols
+                .into_iter()
+                .map(|(start, _, size, name)| (start, size, name))
+                .collect(),
+        )
+    }
+
+    /// The symbol holding `address`, and how far into it `address` is.
+    fn find(&self, address: u64) -> Option<(&str, u64)> {
+        let after = self.0.partition_point(|(start, _, _)| *start <= address);
+        let (start, _, name) = self.0[..after]
+            .iter()
+            .rev()
+            .find(|(start, size, _)| address < start + (*size).max(1))?;
+        Some((name, address - start))
+    }
+}
+
+/// `DIR/.build-id/xx/rest.debug` for the first debug directory that has it, and whose build-id
+/// is `build_id`.
+fn debug_file_of(build_id: &[u8], debug_dirs: &[PathBuf]) -> Option<PathBuf> {
+    let (first, rest) = build_id.split_first()?;
+    let rest = hex_digits(rest);
+    debug_dirs
+        .iter()
+        .map(|dir| {
+            dir.join(".build-id")
+                .join(format!("{first:02x}"))
+                .join(format!("{rest}.debug"))
+        })
+        .find(|path| {
+            blazesym::helper::read_elf_build_id(path)
+                .ok()
+                .flatten()
+                .is_some_and(|id| *id == *build_id)
+        })
+}
+
 pub struct Symbols {
     symbolizer: Symbolizer,
+    /// Where separate debug files are looked for, in order.
+    debug_dirs: Vec<PathBuf>,
     mappings: HashMap<u32, Vec<Mapping>>,
-    /// Files whose build-id is the recorded one, by path.
-    trusted: HashMap<PathBuf, bool>,
+    /// Each mapped file read so far, by path and recorded build-id.
+    modules: HashMap<(PathBuf, Vec<u8>), Module>,
     cache: HashMap<(u32, u64), Location>,
 }
 
+impl Default for Symbols {
+    fn default() -> Self {
+        Symbols::new()
+    }
+}
+
 impl Symbols {
+    /// Debug files looked for in the default directories.
     pub fn new() -> Self {
-        Symbols::default()
+        Symbols::with_debug_dirs(&[])
+    }
+
+    /// Debug files looked for in `dirs` first, then in the default directories.
+    pub fn with_debug_dirs(dirs: &[PathBuf]) -> Self {
+        let debug_dirs: Vec<PathBuf> = dirs
+            .iter()
+            .cloned()
+            .chain(DEFAULT_DEBUG_DIRS.map(PathBuf::from))
+            .collect();
+        Symbols {
+            symbolizer: Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .set_debug_dirs(Some(&debug_dirs))
+                .build(),
+            debug_dirs,
+            mappings: HashMap::new(),
+            modules: HashMap::new(),
+            cache: HashMap::new(),
+        }
     }
 
     /// Whether any process has mappings recorded (a log has; tr files have none).
@@ -128,15 +416,38 @@ impl Symbols {
         }
     }
 
-    /// The global variable at `address` of process `pid` (a lock defined at file scope), as
-    /// `name` or `name+0x8`: the ELF symbol table of the mapped file whose loaded segments hold
-    /// it, placed by the recorded mapping of its code.
-    pub fn variable(&mut self, pid: u32, address: u64) -> Option<String> {
+    /// Names the lock at `address` of process `pid`: by the data symbol holding it, when a
+    /// module's data or bss does (placed by the recorded mapping of that module's code);
+    /// otherwise by its address, with `fallback` (a frame that places it) if there is one.
+    pub fn name_lock(&mut self, pid: u32, address: u64, fallback: Option<Location>) -> LockName {
+        let symbol = self.data_symbol(pid, address);
+        LockName {
+            address,
+            frame: fallback.filter(|_| symbol.is_none()),
+            symbol,
+        }
+    }
+
+    fn data_symbol(&mut self, pid: u32, address: u64) -> Option<String> {
         let mappings = self.mappings.get(&pid)?.clone();
-        mappings
-            .iter()
-            .filter(|m| self.trust(m))
-            .find_map(|mapping| variable_in(mapping, address))
+        mappings.iter().find_map(|mapping| {
+            let module = self.module(mapping);
+            // The load bias, from the code mapping: its start is its file offset's address.
+            let code_address = module.virtual_address(mapping.file_offset)?;
+            let bias = mapping.start.wrapping_sub(code_address);
+            let (name, offset) = module.data.find(address.wrapping_sub(bias))?;
+            Some(match offset {
+                0 => name.to_owned(),
+                offset => format!("{name}+{offset:#x}"),
+            })
+        })
+    }
+
+    fn module(&mut self, mapping: &Mapping) -> &Module {
+        let key = (mapping.path.clone(), mapping.build_id.clone());
+        self.modules
+            .entry(key)
+            .or_insert_with(|| Module::read(mapping, &self.debug_dirs))
     }
 
     /// Where `address` of process `pid` is, from the recorded mappings. A return address: the
@@ -145,88 +456,179 @@ impl Symbols {
         if let Some(known) = self.cache.get(&(pid, address)) {
             return known.clone();
         }
-        let raw = Location {
-            address,
-            ..Location::default()
-        };
         let mapping = self.mappings.get(&pid).and_then(|maps| {
             maps.iter()
                 .find(|m| (m.start..m.end).contains(&address))
                 .cloned()
         });
         let location = match mapping {
-            Some(mapping) if address != 0 && self.trust(&mapping) => {
-                let offset = address - mapping.start + mapping.file_offset;
-                let source = Source::Elf(Elf::new(&mapping.path));
-                self.lookup(
-                    &source,
-                    Input::FileOffset(offset.saturating_sub(1)),
-                    address,
-                )
-            }
-            _ => raw,
+            Some(mapping) if address != 0 => self.locate_in(&mapping, address),
+            _ => Location {
+                address,
+                ..Location::default()
+            },
         };
         self.cache.insert((pid, address), location.clone());
         location
     }
 
-    /// Where `address` is in the running process `pid`, through its own maps.
-    pub fn locate_live(&mut self, pid: u32, address: u64) -> Location {
-        let source = Source::Process(Process::new(Pid::from(pid)));
-        self.lookup(&source, Input::AbsAddr(address.saturating_sub(1)), address)
-    }
-
-    fn lookup(&self, source: &Source, input: Input<u64>, address: u64) -> Location {
+    /// Where `address`, inside `mapping`, is: its module and offset always; its function and
+    /// line from the module's debug file found by build-id, else from the module (and the
+    /// debug file its debug link names), if the module here is the one mapped.
+    fn locate_in(&mut self, mapping: &Mapping, address: u64) -> Location {
+        let offset = address - mapping.start + mapping.file_offset;
         let mut location = Location {
             address,
+            module: Some(mapping.path.to_string_lossy().into_owned()),
+            build_id: (!mapping.build_id.is_empty()).then(|| hex_digits(&mapping.build_id)),
+            offset: Some(offset),
             ..Location::default()
         };
-        if let Ok(Symbolized::Sym(sym)) = self.symbolizer.symbolize_single(source, input) {
-            location.function = Some(format!("{}+{:#x}", sym.name, sym.offset + 1));
-            if let Some(code) = sym.code_info {
-                location.file = Some(code.file.to_string_lossy().into_owned());
-                location.line = code.line;
-            }
+        let module = self.module(mapping);
+        let Some(call) = module.virtual_address(offset).map(|a| a.saturating_sub(1)) else {
+            return location;
+        };
+        // The function from the ELF symbols, as perf and gdb name it: blazesym's from DWARF
+        // has no start when its code is in pieces (a hot and a cold part).
+        let function = module
+            .functions
+            .find(call)
+            .map(|(name, offset)| (name.to_owned(), offset + 1));
+        let source = module.debug_file.clone().unwrap_or(mapping.path.clone());
+        let source = Source::Elf(Elf::new(source));
+        if let Ok(Symbolized::Sym(sym)) = self
+            .symbolizer
+            .symbolize_single(&source, Input::VirtOffset(call))
+        {
+            fill(&mut location, &sym);
+        }
+        if let Some((name, offset)) = function {
+            location.function = Some(name);
+            location.function_offset = Some(offset);
         }
         location
     }
 
-    /// Whether the file on this machine is the one mapped: its build-id is the recorded one
-    /// (a file with none recorded is taken as it is).
-    fn trust(&mut self, mapping: &Mapping) -> bool {
-        if mapping.build_id.is_empty() {
-            return Path::new(&mapping.path).exists();
+    /// Where `address` is in the running process `pid`, through its own maps.
+    pub fn locate_live(&mut self, pid: u32, address: u64) -> Location {
+        let mut location = Location {
+            address,
+            ..Location::default()
+        };
+        let source = Source::Process(Process::new(Pid::from(pid)));
+        let input = Input::AbsAddr(address.saturating_sub(1));
+        if let Ok(Symbolized::Sym(sym)) = self.symbolizer.symbolize_single(&source, input) {
+            location.module = sym
+                .module
+                .as_ref()
+                .map(|module| module.to_string_lossy().into_owned());
+            fill(&mut location, &sym);
         }
-        *self.trusted.entry(mapping.path.clone()).or_insert_with(|| {
-            blazesym::helper::read_elf_build_id(&mapping.path)
-                .ok()
-                .flatten()
-                .is_some_and(|id| *id == *mapping.build_id)
-        })
+        location
     }
 }
 
-/// The data symbol of `mapping`'s file that holds `address`, if that file holds it. The load
-/// bias comes from the code mapping: its file offset lies in a loaded segment whose address
-/// is known.
-fn variable_in(mapping: &Mapping, address: u64) -> Option<String> {
-    use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
-    let data = std::fs::read(&mapping.path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    let code = file.segments().find(|segment| {
-        let (offset, size) = segment.file_range();
-        (offset..offset + size).contains(&mapping.file_offset)
-    })?;
-    let code_address = code.address() + (mapping.file_offset - code.file_range().0);
-    let bias = mapping.start.wrapping_sub(code_address);
-    let wanted = address.wrapping_sub(bias);
-    let symbol = file.symbols().find(|symbol| {
-        symbol.kind() == SymbolKind::Data
-            && (symbol.address()..symbol.address() + symbol.size().max(1)).contains(&wanted)
-    })?;
-    let name = symbol.name().ok()?;
-    Some(match wanted - symbol.address() {
-        0 => name.to_owned(),
-        offset => format!("{name}+{offset:#x}"),
-    })
+/// `location`'s function, line and inlined functions from what blazesym found at the byte
+/// before it.
+fn fill(location: &mut Location, sym: &Sym<'_>) {
+    let file = |code: &CodeInfo<'_>| code.file.to_string_lossy().into_owned();
+    location.function = Some(sym.name.to_string());
+    // An offset past the function's size is from no start at all (see `locate_in`).
+    location.function_offset = sym
+        .size
+        .is_some_and(|size| sym.offset < size)
+        .then_some(sym.offset as u64 + 1);
+    if let Some(code) = &sym.code_info {
+        location.file = Some(file(code));
+        location.line = code.line;
+    }
+    location.inlined = sym
+        .inlined
+        .iter()
+        .map(|inlined| InlinedFrame {
+            function: inlined.name.to_string(),
+            file: inlined.code_info.as_ref().map(file),
+            line: inlined.code_info.as_ref().and_then(|code| code.line),
+        })
+        .collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_module() -> Location {
+        Location {
+            address: 0x55d0_c0a4_e2d0,
+            module: Some("/usr/bin/app".into()),
+            build_id: Some("4da092e8".into()),
+            offset: Some(0x12d0),
+            ..Location::default()
+        }
+    }
+
+    #[test]
+    fn a_place_is_named_by_what_is_known_and_never_by_a_bare_address_in_a_module() {
+        let mut at = in_module();
+        assert_eq!(at.to_string(), "/usr/bin/app+0x12d0 (build-id 4da092e8)");
+        at.function = Some("worker".into());
+        at.function_offset = Some(0x1c);
+        assert_eq!(at.to_string(), "worker+0x1c");
+        at.file = Some("queue.c".into());
+        at.line = Some(88);
+        assert_eq!(at.to_string(), "worker+0x1c (queue.c:88)");
+        at.inlined = vec![InlinedFrame {
+            function: "take".into(),
+            file: Some("queue.h".into()),
+            line: Some(12),
+        }];
+        assert_eq!(
+            at.to_string(),
+            "worker+0x1c (queue.c:88), inlined take (queue.h:12)"
+        );
+        at.function = None;
+        assert_eq!(at.to_string(), "queue.c:88, inlined take (queue.h:12)");
+        let nowhere = Location {
+            address: 0x55d0_c0a4_e2d0,
+            ..Location::default()
+        };
+        assert_eq!(nowhere.to_string(), "0x55d0c0a4e2d0");
+    }
+
+    #[test]
+    fn addresses_and_offsets_are_hex_strings_in_json() {
+        let json = serde_json::to_value(in_module()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "address": "0x55d0c0a4e2d0", "module": "/usr/bin/app", "build_id": "4da092e8",
+                "offset": "0x12d0", "function": null, "function_offset": null, "file": null,
+                "line": null, "inlined": []
+            })
+        );
+    }
+
+    #[test]
+    fn a_lock_is_named_by_its_symbol_else_by_a_frame_given_else_by_its_address() {
+        let global = LockName {
+            address: 0x5596_d0a5_4180,
+            symbol: Some("queue_lock".into()),
+            frame: None,
+        };
+        assert_eq!(global.label(true), "0x5596d0a54180 (queue_lock)");
+        assert_eq!(global.label(false), "0x5596d0a54180 (queue_lock, read)");
+        let heap = LockName {
+            symbol: None,
+            ..global
+        };
+        assert_eq!(heap.label(true), "0x5596d0a54180");
+        let placed = LockName {
+            frame: Some(in_module()),
+            ..heap
+        };
+        assert_eq!(
+            placed.label(true),
+            "0x5596d0a54180 (at /usr/bin/app+0x12d0 (build-id 4da092e8))"
+        );
+    }
 }

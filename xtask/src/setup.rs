@@ -2,7 +2,8 @@
 //! takes well under 5 seconds: the nightly toolchain's rust-src (for `-Z build-std=core`),
 //! bpf-linker built against LLVM 22 (rustc's LLVM), a C compiler for the workloads and the C
 //! analyzers, musl-gcc (the workloads built with musl), pkg-config (the installed library's
-//! test), and babeltrace2 (which reads the CTF traces `convert` writes, in the tests).
+//! test), babeltrace2 (which reads the CTF traces `convert` writes, in the tests), and libc6-dbg
+//! (glibc's separate debug information: reports name callers inside libc by line).
 
 use std::{path::Path, time::Instant};
 
@@ -18,7 +19,7 @@ pub fn ensure_prerequisites() -> Result<()> {
     ensure_nightly_rust_src()?;
     ensure_bpf_linker()?;
     // Each program, how it says its version (so that it runs), and its packages.
-    let missing: Vec<&str> = [
+    let mut missing: Vec<&str> = [
         ("cc", "--version", &["gcc", "libc6-dev"][..]),
         ("musl-gcc", "--version", &["musl-tools"]),
         ("pkg-config", "--version", &["pkgconf"]),
@@ -29,6 +30,7 @@ pub fn ensure_prerequisites() -> Result<()> {
     .filter(|(program, version, _)| !succeeds(command(program).arg(version)))
     .flat_map(|(_, _, packages)| packages.iter().copied())
     .collect();
+    missing.extend(DATA_PACKAGES.into_iter().filter(|p| !package_installed(p)));
     if !missing.is_empty() {
         apt_install(&missing)?;
     }
@@ -37,6 +39,16 @@ pub fn ensure_prerequisites() -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Packages of files, not programs: glibc's debug information, which the tests of callers
+/// inside libc read.
+const DATA_PACKAGES: [&str; 1] = ["libc6-dbg"];
+
+/// Whether dpkg has `package` installed (never, where there is no dpkg).
+fn package_installed(package: &str) -> bool {
+    output(command("dpkg-query").args(["-W", "-f=${db:Status-Status}", package]))
+        .is_ok_and(|run| run.stdout == b"installed")
 }
 
 fn ensure_nightly_rust_src() -> Result<()> {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::{
     filter::{Filter, UnknownEvent},
-    read::{Cursor, Events, LogError, LogReader, TypeIds},
+    read::{Cursor, Events, LogError, LogReader, TypeIds, is_trace_log},
     write::{EventPacket, LogWriter, Written},
 };
 use crate::event::EventType;

@@ -123,6 +123,16 @@ enum Found {
 }
 
 fn read_packet(file: &File, file_len: u64, offset: u64) -> io::Result<Found> {
+    read_packet_of(file, file_len, offset, Some(FORMAT_VERSION))
+}
+
+/// The packet at `offset`, of format version `version` (`None`: of any).
+fn read_packet_of(
+    file: &File,
+    file_len: u64,
+    offset: u64,
+    version: Option<u16>,
+) -> io::Result<Found> {
     if file_len < offset + HEADER_LEN as u64 {
         return Ok(Found::CutShort);
     }
@@ -142,7 +152,7 @@ fn read_packet(file: &File, file_len: u64, offset: u64) -> io::Result<Found> {
     }
     let mut payload = vec![0u8; header.payload_len as usize];
     file.read_exact_at(&mut payload, offset + HEADER_LEN as u64)?;
-    if header.version != FORMAT_VERSION {
+    if version.is_some_and(|version| header.version != version) {
         return Ok(Found::Bad(format!(
             "a packet of format version {}",
             header.version
@@ -152,6 +162,26 @@ fn read_packet(file: &File, file_len: u64, offset: u64) -> io::Result<Found> {
         return Ok(Found::Bad("the packet's checksum does not match".into()));
     }
     Ok(Found::Packet(header, payload))
+}
+
+/// Whether `file` is a trace log, as far as its first packet tells: it begins with a whole
+/// metadata packet (magic `PTLP`, its checksum matching) whose JSON names the format, of any
+/// format version, whatever later packets hold. Damage after the metadata leaves it a log; a
+/// file that is not one, or whose beginning is lost, is not.
+pub fn is_trace_log(file: &File) -> io::Result<bool> {
+    /// The one field every version's metadata has.
+    #[derive(serde::Deserialize)]
+    struct Named {
+        format: String,
+    }
+    let file_len = file.metadata()?.len();
+    Ok(match read_packet_of(file, file_len, 0, None)? {
+        Found::Packet(header, payload) => {
+            header.kind == Kind::Metadata
+                && serde_json::from_slice::<Named>(&payload).is_ok_and(|m| m.format == FORMAT_NAME)
+        }
+        Found::CutShort | Found::Bad(_) => false,
+    })
 }
 
 impl LogReader {

@@ -93,7 +93,7 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
     let mut stack_args = |id: u32| match stacks.get(id) {
         Some(stack) => json!({"stack": super::report::stack_frames(stack, &mut symbols)
             .iter()
-            .map(super::report::frame_text)
+            .map(ToString::to_string)
             .collect::<Vec<_>>()}),
         None => json!({}),
     };

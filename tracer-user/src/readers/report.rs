@@ -24,7 +24,7 @@ use tracer_model::{
 
 use crate::{
     say::{OutputFormat, duration},
-    symbolize::{Location, Mapping, Symbols, lock_label},
+    symbolize::{Location, LockName, Mapping, Symbols},
 };
 
 /// How many callers a lock lists.
@@ -34,7 +34,7 @@ const TOP_STACKS: usize = 3;
 
 pub fn run(args: &ReportArgs) -> Result<i32> {
     let mut analysis = Analysis::new(true);
-    let mut symbols = Symbols::new();
+    let mut symbols = Symbols::with_debug_dirs(&args.debug_dir);
     let mut stacks = Stacks::default();
     if args.input.is_dir() {
         for record in read_tr_dir(&args.input)? {
@@ -99,6 +99,7 @@ pub fn lock_table_so_far(analysis: &mut Analysis, symbols: &mut Symbols, top: us
         sort: ReportSort::Wait,
         top,
         histogram: false,
+        debug_dir: Vec::new(),
         input: PathBuf::new(),
     };
     Report::build(analysis, symbols, &Stacks::default(), &args).text(&args)
@@ -163,12 +164,11 @@ struct Report {
 #[derive(Serialize)]
 struct LockRow {
     pid: u32,
-    address: String,
-    /// The global variable it is, if it is one.
-    symbol: Option<String>,
-    /// For a lock that is none (on the heap, a stack): where its first contended wait was
-    /// called from (the innermost frame outside the lock function), which names it.
-    first_waited_at: Option<Location>,
+    /// Its address, and the global variable it is, if it is one; for a lock that is none (on
+    /// the heap, a stack), where its first contended wait was called from (the innermost frame
+    /// outside the lock function), which names it.
+    #[serde(flatten)]
+    name: LockName,
     kind: &'static str,
     acquisitions: u64,
     contended: u64,
@@ -214,12 +214,11 @@ struct OwnerRow {
     taken_at: Option<Location>,
 }
 
+/// A caller: a source line (its call sites merged; the first's place), else an address.
 #[derive(Serialize)]
 struct CallerRow {
-    address: String,
-    function: Option<String>,
-    file: Option<String>,
-    line: Option<u32>,
+    #[serde(flatten)]
+    at: Location,
     count: u64,
     wait_total_ns: u64,
 }
@@ -281,9 +280,9 @@ struct OrderRow {
 
 #[derive(Serialize)]
 struct LockTaken {
-    address: String,
-    /// The global variable it is, if it is one.
-    symbol: Option<String>,
+    /// Its address, and the global variable it is, if it is one.
+    #[serde(flatten)]
+    name: LockName,
     kind: &'static str,
     /// "write" (or the only mode of a mutex or spin lock) or "read".
     mode: &'static str,
@@ -293,8 +292,7 @@ struct LockTaken {
 impl LockTaken {
     fn new(pid: u32, taken: &Acquisition, symbols: &mut Symbols) -> Self {
         LockTaken {
-            address: hex(taken.lock),
-            symbol: symbols.variable(pid, taken.lock),
+            name: symbols.name_lock(pid, taken.lock, None),
             kind: taken.kind.name(),
             mode: if taken.exclusive { "write" } else { "read" },
             at: symbols.locate(pid, taken.caller),
@@ -303,10 +301,9 @@ impl LockTaken {
 }
 
 impl std::fmt::Display for LockTaken {
-    /// As messages name a lock (`symbolize::lock_label`).
+    /// As messages name a lock (`symbolize::LockName::label`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let label = lock_label(&self.address, self.symbol.as_deref(), self.mode != "read");
-        f.write_str(&label)
+        f.write_str(&self.name.label(self.mode != "read"))
     }
 }
 
@@ -535,7 +532,10 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
-                lock.symbol.as_ref().unwrap_or(&lock.address),
+                lock.name
+                    .symbol
+                    .clone()
+                    .unwrap_or_else(|| hex(lock.name.address)),
                 lock.kind,
                 lock.acquisitions,
                 lock.contended,
@@ -547,20 +547,17 @@ impl Report {
                 hold(lock.hold_avg_ns),
                 hold(lock.hold_max_ns),
             );
-            if let Some(at) = &lock.first_waited_at {
-                let _ = writeln!(out, "    first waited on from {}", frame_text(at));
+            if let Some(at) = &lock.name.frame {
+                let _ = writeln!(out, "    first waited on from {at}");
             }
             for caller in &lock.callers {
-                let place = match (&caller.file, caller.line, &caller.function) {
-                    (Some(file), Some(line), function) => format!(
-                        "{file}:{line}{}",
-                        function
-                            .as_ref()
-                            .map(|f| format!(" ({f})"))
-                            .unwrap_or_default()
-                    ),
-                    (_, _, Some(function)) => function.clone(),
-                    _ => caller.address.clone(),
+                // A line's call sites are one caller: the line says where, the function whose.
+                let at = &caller.at;
+                let place = match (at.source_line(), &at.function) {
+                    (Some(line), Some(function)) => {
+                        format!("{line} ({function}){}", at.inlined_text())
+                    }
+                    _ => at.to_string(),
                 };
                 let _ = writeln!(
                     out,
@@ -595,7 +592,7 @@ impl Report {
                         duration(row.wait_total_ns)
                     );
                     for frame in &row.frames {
-                        let _ = writeln!(out, "        {}", frame_text(frame));
+                        let _ = writeln!(out, "        {frame}");
                     }
                     if let Some(end) = &row.end {
                         let _ = writeln!(out, "        (stack ends here: {end})");
@@ -645,14 +642,6 @@ impl Report {
             };
             let _ = writeln!(out, "  {}; {longest}; {held}", calls.join(", "));
         }
-    }
-}
-
-/// How a stack's frame reads: `function+0x1c (file.c:88)`, as much of it as is known.
-pub fn frame_text(frame: &Location) -> String {
-    match (&frame.function, &frame.file, frame.line) {
-        (Some(function), Some(file), Some(line)) => format!("{function} ({file}:{line})"),
-        _ => frame.to_string(),
     }
 }
 
@@ -707,8 +696,8 @@ fn lock_row(
     for (&address, stats) in &lock.callers {
         let at = symbols.locate(lock.pid, address);
         let same = |row: &CallerRow| match (&at.file, at.line) {
-            (Some(file), Some(line)) => row.file.as_ref() == Some(file) && row.line == Some(line),
-            _ => row.address == hex(address),
+            (Some(_), Some(_)) => (&row.at.file, row.at.line) == (&at.file, at.line),
+            _ => row.at.address == address,
         };
         match callers.iter_mut().find(|row| same(row)) {
             Some(row) => {
@@ -716,25 +705,14 @@ fn lock_row(
                 row.wait_total_ns += stats.wait_total_ns;
             }
             None => callers.push(CallerRow {
-                address: hex(address),
-                // With a line, the function's name says enough; without, its offset is the
-                // place.
-                function: match at.line {
-                    Some(_) => at.function.map(|f| {
-                        f.split_once('+')
-                            .map_or(f.clone(), |(name, _)| name.to_owned())
-                    }),
-                    None => at.function,
-                },
-                file: at.file,
-                line: at.line,
+                at,
                 count: stats.count,
                 wait_total_ns: stats.wait_total_ns,
             }),
         }
     }
     callers.sort_by(|a, b| {
-        (b.wait_total_ns, b.count, &a.address).cmp(&(a.wait_total_ns, a.count, &b.address))
+        (b.wait_total_ns, b.count, a.at.address).cmp(&(a.wait_total_ns, a.count, b.at.address))
     });
     callers.truncate(TOP_CALLERS);
     let mut owners: Vec<OwnerRow> = lock
@@ -755,18 +733,13 @@ fn lock_row(
         max_ns: wait_max_ns,
         ..
     } = lock.wait;
-    let symbol = symbols.variable(lock.pid, lock.address);
+    let first_waited_at = stacks
+        .get(lock.first_waiting_stack)
+        .and_then(|stack| stack.frames.get(1))
+        .map(|&caller| symbols.locate(lock.pid, caller));
     LockRow {
         pid: lock.pid,
-        address: hex(lock.address),
-        first_waited_at: match symbol {
-            Some(_) => None,
-            None => stacks
-                .get(lock.first_waiting_stack)
-                .and_then(|stack| stack.frames.get(1))
-                .map(|&caller| symbols.locate(lock.pid, caller)),
-        },
-        symbol,
+        name: symbols.name_lock(lock.pid, lock.address, first_waited_at),
         kind: lock.kind.name(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,
@@ -822,6 +795,10 @@ pub struct ReportArgs {
     /// Log2 histograms of wait and hold times for the locks shown
     #[arg(long)]
     pub histogram: bool,
+    /// Where separate debug files are (as `.build-id/xx/rest.debug`), looked in before
+    /// /usr/lib/debug and /lib/debug; repeatable
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
     /// A trace log (--log), or a directory of tr.* files
     #[arg(value_name = "LOG|DIR")]
     pub input: PathBuf,

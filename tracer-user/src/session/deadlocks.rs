@@ -16,7 +16,7 @@ use tracer_model::{
 use super::facts;
 use crate::{
     say::duration,
-    symbolize::{Mapping, Symbols, lock_label},
+    symbolize::{Mapping, Symbols},
 };
 
 pub struct DeadlockWatch {
@@ -67,10 +67,9 @@ impl DeadlockWatch {
         }
     }
 
-    /// The lock as messages name it (`symbolize::lock_label`).
+    /// The lock as messages name it (`symbolize::LockName::label`).
     fn lock_named(&mut self, pid: u32, lock: u64, exclusive: bool) -> String {
-        let variable = self.symbols.variable(pid, lock);
-        lock_label(format_args!("{lock:#x}"), variable.as_deref(), exclusive)
+        self.symbols.name_lock(pid, lock, None).label(exclusive)
     }
 
     /// A thread's name: as first seen, else now; "?" if neither is known.
@@ -129,8 +128,8 @@ impl DeadlockWatch {
     }
 
     /// "lock order inversion (a potential deadlock): thread 4251 (worker-3) took
-    /// 0x55d0c0a4e0c0 at queue.c:88, then 0x55d0c0a4e100 at queue.c:90; thread 4252 (worker-4)
-    /// took 0x55d0c0a4e100 at queue.c:120, then 0x55d0c0a4e0c0 at queue.c:131".
+    /// 0x55d0c0a4e0c0 at put+0x1c (queue.c:88), then 0x55d0c0a4e100 at put+0x2a (queue.c:90);
+    /// thread 4252 (worker-4) took 0x55d0c0a4e100 at ...".
     fn describe_inversion(&mut self, inversion: &Inversion) -> String {
         let pid = inversion.pid;
         let parts: Vec<String> = inversion
@@ -155,8 +154,8 @@ impl DeadlockWatch {
     }
 
     /// "deadlock: thread 4251 (worker-3) waits in pthread_mutex_lock(0x55d0c0a4e0c0) at
-    /// queue.c:88, held by 4252 (worker-4) since 12.4 s, locked at queue.c:131; thread 4252
-    /// waits in ...".
+    /// put+0x1c (queue.c:88), held by 4252 (worker-4) since 12.4 s, locked at take+0x3e
+    /// (queue.c:131); thread 4252 waits in ...".
     fn describe(&mut self, deadlock: &Deadlock, now_ns: i64) -> String {
         let threads = &deadlock.threads;
         let parts: Vec<String> = (0..threads.len())

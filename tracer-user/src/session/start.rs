@@ -39,8 +39,12 @@ use crate::{
     error::UsageError,
     signals::TraceSignals,
     sinks::{
-        Sink, Sinks, descriptors, log::TraceLog, output_dir::OutputDir, threaded::Threaded,
-        tr::TrFiles, tr_writers::TrWriters,
+        Sink, Sinks, descriptors,
+        log::{LogFile, TraceLog, check_log_name},
+        output_dir::OutputDir,
+        threaded::Threaded,
+        tr::TrFiles,
+        tr_writers::TrWriters,
     },
 };
 
@@ -61,7 +65,7 @@ impl Outputs {
         let log = match &config.log {
             Some(options) => {
                 let dir = OutputDir::open(&options.dir).map_err(|e| e.usage("for --log"))?;
-                if let Err(error) = dir.check_replaceable(&options.file_name) {
+                if let Err(error) = check_log_name(&dir, &options.file_name) {
                     usage_bail!("--log: {error}");
                 }
                 Some(dir)
@@ -427,8 +431,7 @@ fn trace_log(
     config: &Config,
     created_ns: i64,
 ) -> Result<TraceLog> {
-    let (file, _) = dir
-        .create(&log.file_name)
+    let file = LogFile::create(dir, &log.file_name)
         .with_context(|| format!("cannot create the log {}", log.path.display()))?;
     let event_types = event_types();
     let max_data_size = event_types

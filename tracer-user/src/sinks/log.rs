@@ -15,13 +15,17 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use rustix::fs::FileType;
 use tracer_model::{
     TraceRecord,
     event::{Event, LossSource, NO_CPU, SystemEvent, SystemKind},
-    log::{EventPacket, FinalStatus, LogWriter, Metadata, Status, StreamFullPolicy, Written},
+    log::{
+        EventPacket, FinalStatus, LogWriter, Metadata, Status, StreamFullPolicy, Written,
+        is_trace_log,
+    },
 };
 
-use super::{Sink, SinkState, TraceEnd};
+use super::{Sink, SinkState, TraceEnd, output_dir::OutputDir};
 
 /// How often the `flush` policy writes the stream when it is not full.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -29,11 +33,91 @@ const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Packets of a stream are at most this share of it, so that `loop` drops little at a time.
 const PACKETS_PER_STREAM: u64 = 8;
 
+/// Why `--log FILE` cannot be written: whatever has the name is left as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum LogNameError {
+    #[error(
+        "{0} is a symbolic link: a log is never written through one, nor put in its place \
+         (name the file itself, or remove the link)"
+    )]
+    Link(PathBuf),
+    #[error(
+        "{0} exists and is not a trace log: it is left as it is (name a new file, or move it \
+         away)"
+    )]
+    NotALog(PathBuf),
+    #[error(
+        "{log} is a trace log, kept as {old} when a new one is written, but {old} is a \
+         symbolic link, never replaced (remove it, or name another log)"
+    )]
+    OldIsLink { log: PathBuf, old: PathBuf },
+    /// Reading what has the name failed, or it is not a file (`OutputDir::check_replaceable`).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// The name an earlier trace log is kept under when `--log` names it again (as `perf record`
+/// keeps `perf.data.old`).
+fn old_log_name(name: &str) -> String {
+    format!("{name}.old")
+}
+
+/// What has the name `--log` gives, as long as writing the log may go on: nothing, or an
+/// earlier trace log, to be kept under [`old_log_name`] (whatever regular file had that name
+/// is replaced). Anything else is refused: a file that is not a trace log, a link (at either
+/// name), a device, FIFO, socket or directory.
+pub fn check_log_name(dir: &OutputDir, name: &str) -> Result<Option<String>, LogNameError> {
+    dir.check_replaceable(name)?;
+    match dir.file_type(name)? {
+        None => return Ok(None),
+        Some(FileType::Symlink) => return Err(LogNameError::Link(dir.shown(name))),
+        Some(_) => {}
+    }
+    if !is_trace_log(&dir.open_to_read(name)?)? {
+        return Err(LogNameError::NotALog(dir.shown(name)));
+    }
+    let old = old_log_name(name);
+    dir.check_replaceable(&old)?;
+    if dir.file_type(&old)? == Some(FileType::Symlink) {
+        return Err(LogNameError::OldIsLink {
+            log: dir.shown(name),
+            old: dir.shown(&old),
+        });
+    }
+    Ok(Some(old))
+}
+
+/// A log file made for writing, new and empty.
+pub struct LogFile {
+    file: File,
+    /// Where the earlier log that had its name is now, if there was one.
+    kept_old: Option<PathBuf>,
+}
+
+impl LogFile {
+    /// Creates the log `name` in `dir` (as `OutputDir::create` does), an earlier trace log
+    /// there first renamed to [`old_log_name`]; checked again now ([`check_log_name`]), as it
+    /// may have changed since the trace began.
+    pub fn create(dir: &OutputDir, name: &str) -> Result<LogFile, LogNameError> {
+        let kept = check_log_name(dir, name)?;
+        if let Some(old) = &kept {
+            dir.rename(name, old)?;
+        }
+        let (file, _) = dir.create(name)?;
+        Ok(LogFile {
+            file,
+            kept_old: kept.map(|old| dir.shown(&old)),
+        })
+    }
+}
+
 pub struct TraceLog {
     writer: Option<LogWriter>,
     /// Until `begin`: the file and what goes first in it.
     pending: Option<(File, Metadata)>,
     shown: PathBuf,
+    /// Where the earlier log that had its name is now, if there was one.
+    kept_old: Option<PathBuf>,
     policy: StreamFullPolicy,
     stream_size: u64,
     packet_capacity: usize,
@@ -57,10 +141,10 @@ pub struct TraceLog {
 }
 
 impl TraceLog {
-    /// A log to be written to `file` (created, empty) when the trace begins; its stream
-    /// `running` from the start, or suspended until a START.
+    /// A log to be written to `file` when the trace begins; its stream `running` from the
+    /// start, or suspended until a START.
     pub fn new(
-        file: File,
+        file: LogFile,
         shown: PathBuf,
         metadata: Metadata,
         unbuffered: bool,
@@ -76,8 +160,9 @@ impl TraceLog {
             writer: None,
             policy: attributes.stream_full_policy,
             newest_ns: attributes.creation_time_ns,
-            pending: Some((file, metadata)),
+            pending: Some((file.file, metadata)),
             shown,
+            kept_old: file.kept_old,
             stream_size,
             packet_capacity,
             current: EventPacket::default(),
@@ -312,6 +397,9 @@ impl Sink for TraceLog {
                 " ({} not recorded: the stream filled, --stream-full-policy until-full)",
                 self.not_recorded
             );
+        }
+        if let Some(old) = &self.kept_old {
+            summary += &format!(" (the earlier log is {})", old.display());
         }
         Ok(summary)
     }

@@ -151,9 +151,13 @@ impl OutputDir {
         &self.path
     }
 
-    /// `name` in the directory, for messages.
+    /// `name` in the directory, for messages: as a file path names it (`y.txt`, not
+    /// `./y.txt`, for the working directory).
     pub fn shown(&self, name: &str) -> PathBuf {
-        self.path.join(name)
+        match self.path == Path::new(".") {
+            true => PathBuf::from(name),
+            false => self.path.join(name),
+        }
     }
 
     /// Permission bits alone say nothing for root: try. An `O_TMPFILE` file has no name and
@@ -209,16 +213,43 @@ impl OutputDir {
         Ok(File::from(fd))
     }
 
+    /// What has `name` now (a link is a link, not what it points to), if anything does.
+    pub fn file_type(&self, name: &str) -> io::Result<Option<rustix::fs::FileType>> {
+        match rustix::fs::statat(&self.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(rustix::fs::FileType::from_raw_mode(stat.st_mode))),
+            Err(Errno::NOENT) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Opens the regular file `name` to read it, never through a link, and never waiting on a
+    /// FIFO put in its place.
+    pub fn open_to_read(&self, name: &str) -> io::Result<File> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.dir, name, flags, Mode::empty())?;
+        if !rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode).is_file() {
+            return Err(io::Error::other(format!(
+                "{} is not a regular file",
+                self.shown(name).display()
+            )));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Renames `from` to `to` in the directory; whatever had the name `to` is replaced (a link
+    /// itself, not what it points to).
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        Ok(rustix::fs::renameat(&self.dir, from, &self.dir, to)?)
+    }
+
     /// Whether whatever has `name` now may be replaced by a file of ours: a regular file or a
     /// symbolic link (the link is replaced, not what it points to). Said before anything is
     /// attached for `--log`; checked again as the file is made.
     pub fn check_replaceable(&self, name: &str) -> io::Result<()> {
-        let stat = match rustix::fs::statat(&self.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-        {
-            Err(Errno::NOENT) => return Ok(()),
-            result => result?,
+        let Some(file_type) = self.file_type(name)? else {
+            return Ok(());
         };
-        let kind = match rustix::fs::FileType::from_raw_mode(stat.st_mode) {
+        let kind = match file_type {
             rustix::fs::FileType::RegularFile | rustix::fs::FileType::Symlink => return Ok(()),
             rustix::fs::FileType::Directory => "a directory",
             rustix::fs::FileType::CharacterDevice => "a character device",
