@@ -23,7 +23,9 @@
 //! a real program traced whole, `sysbench mutex` (installed if missing), is timed untraced,
 //! with `--contended` and with full tracing. For the contended workload, what a record's call
 //! stack costs: the tracer's CPU per record and the BPF programs' time per run, with stacks and
-//! without.
+//! without. A real server under load (a private MariaDB, Debian's `mariadb-server`, driven by
+//! sysbench: `server`) serves rounds untraced and traced `--contended` with its stacks, in
+//! turn: the transaction rates' ratio, round by round.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
@@ -44,6 +46,7 @@ use anyhow::{Context, Result, bail};
 use tracer_common::{Category, EVENTS};
 
 use crate::{
+    server::Server,
     setup,
     shell::{
         build_tracer, command, compile_workload, output, require_root, succeeds, workspace_root,
@@ -282,6 +285,7 @@ pub fn run(reps: usize) -> Result<()> {
     require_root("bench")?;
     ensure_installed("bpftrace", "bpftrace", "the comparison")?;
     ensure_installed("sysbench", "sysbench", "the real program's run")?;
+    ensure_installed("mariadbd", "mariadb-server", "the real server's run")?;
     let tracer = build_tracer()?;
     let static_tracer = crate::dist::build_static_tracer(
         &workspace_root()
@@ -301,6 +305,9 @@ pub fn run(reps: usize) -> Result<()> {
         .iter()
         .find(|w| w.program == "contention")
         .context("no contended workload")?;
+    let server = Server::start(&workspace_root().join("target/bench-server"))?;
+    // Round by round: transactions/s untraced, then traced; records lost.
+    let mut server_rounds: Vec<(f64, f64, u64)> = Vec::new();
     let mut every_category = [Vec::new(), Vec::new()];
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
@@ -391,6 +398,9 @@ pub fn run(reps: usize) -> Result<()> {
         }
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
+        server_rounds.push(server_round(&tracer, &server, &dir)?);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
         timings.push(latencies(&tracer, &dir, &["--events", "mutex:cond"])?);
         for (m, (_, options)) in MECHANISMS.iter().enumerate() {
             let _ = fs::remove_dir_all(&dir);
@@ -433,6 +443,28 @@ pub fn run(reps: usize) -> Result<()> {
             ns / untraced_ns
         );
     }
+    drop(server);
+    let rates = |i: usize| -> Vec<f64> {
+        server_rounds
+            .iter()
+            .map(|round| [round.0, round.1][i])
+            .collect()
+    };
+    let ratios: Vec<f64> = server_rounds.iter().map(|(u, t, _)| t / u).collect();
+    println!(
+        "\na real server under load: MariaDB ({}), {SERVER_SECONDS} s rounds, untraced and \
+         traced `--contended` (call stacks on) in turn, median of {reps}",
+        Server::load()
+    );
+    println!(
+        "  transactions/s untraced {:.1}, traced {:.1}; traced / untraced, round by round: \
+         {:.3} (min {:.3}); {} records lost",
+        median(&rates(0)),
+        median(&rates(1)),
+        median(&ratios),
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        server_rounds.iter().map(|round| round.2).sum::<u64>()
+    );
     println!(
         "
 what --follow costs a target, µs per operation, median of {reps} runs"
@@ -837,11 +869,7 @@ fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: installing {package} for {why}");
-    crate::shell::run(
-        command("apt-get")
-            .args(["install", "-y", "-qq", package])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    setup::apt_install(&[package])
 }
 
 /// The time `sysbench mutex` run with the tracer's `options` (or untraced) says its run took,
@@ -962,6 +990,29 @@ fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Resul
     let cpu_ns = (seconds(usage.ru_utime) + seconds(usage.ru_stime)) * 1e9;
     let (written, lost) = summary_counts(&rest)?;
     Ok((cpu_ns, written, lost))
+}
+
+/// How long each of the real server's rounds runs.
+const SERVER_SECONDS: u32 = 10;
+
+/// One round of the real server's load untraced, then one traced `--contended` (its default
+/// call stacks on): the two transaction rates, and the records the trace lost.
+fn server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, f64, u64)> {
+    let untraced = server.transactions_per_second(SERVER_SECONDS)?;
+    let mut traced = command(tracer)
+        .args(["--contended", "--dir"])
+        .arg(dir)
+        .args(["-p", &server.pid().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
+    // Its first line says it is tracing.
+    stderr.read_line(&mut String::new())?;
+    let rate = server.transactions_per_second(SERVER_SECONDS);
+    // SAFETY: a signal to our own child, not reaped yet (reap_tracer waits for it).
+    unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
+    let (_, _, lost) = reap_tracer(&traced, &mut stderr)?;
+    Ok((untraced, rate?, lost))
 }
 
 /// The contended workload's arguments for the runs that cost its records, with its gate.

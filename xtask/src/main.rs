@@ -9,6 +9,7 @@ mod glibcs;
 mod install;
 mod kernels;
 mod layers;
+mod server;
 mod setup;
 mod shell;
 mod stress;
