@@ -65,6 +65,14 @@ fn chains_of(stacks: &Value, build: &str) -> Vec<(&'static str, u64)> {
             if !is_musl(build) {
                 assert_eq!(stack["end"], Value::Null, "{build}: {stack:#}");
             }
+            // Each chain is one thread's, named after it (the holder may be gone, with its
+            // name, by the time its one record is drawn).
+            let threads = stack["threads"].as_array().unwrap();
+            assert_eq!(threads.len(), 1, "{build}: {stack:#}");
+            if prefix != "holder" {
+                assert_eq!(threads[0]["name"], prefix, "{build}: {stack:#}");
+            }
+            assert_eq!(threads[0]["count"], 1, "{build}: {stack:#}");
             (prefix, stack["count"].as_u64().unwrap())
         })
         .collect();

@@ -215,6 +215,18 @@ pub struct CallerStats {
     pub wait_total_ns: u64,
 }
 
+/// A call stack's share of a lock's contended waits: those it waited with, or those that the
+/// release it made ended.
+#[derive(Clone, Debug, Default)]
+pub struct StackStats {
+    /// Waits.
+    pub count: u64,
+    /// Nanoseconds they lasted, in total.
+    pub wait_total_ns: u64,
+    /// Of them, by the thread that waited (or released).
+    pub threads: HashMap<u32, u64>,
+}
+
 /// One lock (or semaphore, or condvar) of one process.
 #[derive(Clone, Debug, Serialize)]
 pub struct LockStats {
@@ -246,11 +258,11 @@ pub struct LockStats {
     /// Its contended waits by the call stack they waited with (`TraceRecord::stack`; 0:
     /// none recorded).
     #[serde(skip)]
-    pub waiting_stacks: HashMap<u32, CallerStats>,
+    pub waiting_stacks: HashMap<u32, StackStats>,
     /// Its contended waits by the call stack of the release (unlock, post) that ended them:
     /// the last release by another thread after the wait began. The time is the waits'.
     #[serde(skip)]
-    pub releasing_stacks: HashMap<u32, CallerStats>,
+    pub releasing_stacks: HashMap<u32, StackStats>,
     /// The stack its first contended wait waited with (0: none): where a lock that is no
     /// global variable is named from.
     #[serde(skip)]
@@ -714,21 +726,22 @@ impl Analysis {
             .last_releases
             .get(&(call.pid, call.object))
             .filter(|r| r.lwpid != waiter && r.ns >= call.entry_ns)
-            .map(|r| r.stack);
+            .map(|r| (r.stack, r.lwpid));
         let Some(lock) = self.locks.get_mut(&(call.pid, call.object)) else {
             return;
         };
         if lock.first_waiting_stack == 0 {
             lock.first_waiting_stack = call.stack;
         }
-        for (stacks, stack) in [
-            (&mut lock.waiting_stacks, Some(call.stack)),
+        for (stacks, by) in [
+            (&mut lock.waiting_stacks, Some((call.stack, waiter))),
             (&mut lock.releasing_stacks, released),
         ] {
-            if let Some(stack) = stack {
+            if let Some((stack, lwpid)) = by {
                 let stats = stacks.entry(stack).or_default();
                 stats.count += 1;
                 stats.wait_total_ns += wait;
+                *stats.threads.entry(lwpid).or_default() += 1;
             }
         }
     }

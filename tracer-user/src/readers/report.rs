@@ -15,7 +15,7 @@ use serde::Serialize;
 use tracer_model::{
     TraceRecord,
     analysis::{
-        Acquisition, Analysis, BlockKind, CallerStats, Deadlock, Durations, LockStats, OrderEdge,
+        Acquisition, Analysis, BlockKind, Deadlock, Durations, LockStats, OrderEdge, StackStats,
     },
     event::{Event, SystemEvent, SystemKind},
     stack::{Stack, Stacks},
@@ -198,6 +198,8 @@ struct StackRow {
     /// Waits.
     count: u64,
     wait_total_ns: u64,
+    /// The threads that waited (or released) with it, most waits first.
+    threads: Vec<ThreadShare>,
     /// Innermost first.
     frames: Vec<Location>,
     /// Why the stack stops where it does, when it does not reach its thread's start.
@@ -585,11 +587,17 @@ impl Report {
                 ("released by", &lock.releasing_stacks),
             ] {
                 for row in rows {
+                    let threads: Vec<String> = row
+                        .threads
+                        .iter()
+                        .map(|t| format!("{} ({}) {}", t.lwpid, t.name, t.count))
+                        .collect();
                     let _ = writeln!(
                         out,
-                        "    {what} ({} waits, {}):",
+                        "    {what} ({} waits, {}; threads {}):",
                         row.count,
-                        duration(row.wait_total_ns)
+                        duration(row.wait_total_ns),
+                        threads.join(", ")
                     );
                     for frame in &row.frames {
                         let _ = writeln!(out, "        {frame}");
@@ -645,13 +653,23 @@ impl Report {
     }
 }
 
-/// The `TOP_STACKS` stacks of `by_stack` with the most wait time, symbolized.
+/// A thread's share of a stack's waits.
+#[derive(Serialize)]
+struct ThreadShare {
+    lwpid: u32,
+    name: String,
+    count: u64,
+}
+
+/// The `TOP_STACKS` stacks of `by_stack` with the most wait time, symbolized, each with its
+/// `TOP_CALLERS` threads.
 fn stack_rows(
-    by_stack: &HashMap<u32, CallerStats, impl std::hash::BuildHasher>,
+    by_stack: &HashMap<u32, StackStats, impl std::hash::BuildHasher>,
+    analysis: &Analysis,
     stacks: &Stacks,
     symbols: &mut Symbols,
 ) -> Vec<StackRow> {
-    let mut ranked: Vec<(&u32, &CallerStats)> =
+    let mut ranked: Vec<(&u32, &StackStats)> =
         by_stack.iter().filter(|(id, _)| **id != 0).collect();
     ranked.sort_by(|a, b| (b.1.wait_total_ns, a.0).cmp(&(a.1.wait_total_ns, b.0)));
     ranked
@@ -661,6 +679,20 @@ fn stack_rows(
         .map(|(stack, stats)| StackRow {
             count: stats.count,
             wait_total_ns: stats.wait_total_ns,
+            threads: {
+                let mut threads: Vec<ThreadShare> = stats
+                    .threads
+                    .iter()
+                    .map(|(&lwpid, &count)| ThreadShare {
+                        lwpid,
+                        name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
+                        count,
+                    })
+                    .collect();
+                threads.sort_by(|a, b| (b.count, a.lwpid).cmp(&(a.count, b.lwpid)));
+                threads.truncate(TOP_CALLERS);
+                threads
+            },
             frames: stack_frames(stack, symbols),
             end: (!stack.is_whole()).then(|| stack.end.clone()),
         })
@@ -755,8 +787,8 @@ fn lock_row(
         hold_histogram: lock.hold.log2.clone(),
         callers,
         owners,
-        waiting_stacks: stack_rows(&lock.waiting_stacks, stacks, symbols),
-        releasing_stacks: stack_rows(&lock.releasing_stacks, stacks, symbols),
+        waiting_stacks: stack_rows(&lock.waiting_stacks, analysis, stacks, symbols),
+        releasing_stacks: stack_rows(&lock.releasing_stacks, analysis, stacks, symbols),
     }
 }
 
