@@ -298,7 +298,8 @@ impl SymbolTable {
             .chain(elf.dynamic_symbols())
             .filter(|symbol| symbol.kind() == kind && symbol.is_definition())
             .filter_map(|symbol| {
-                let name = symbol.name().ok()?;
+                // glibc's symbol table names versioned aliases `pthread_mutex_lock@@GLIBC_2.2.5`.
+                let name = symbol.name().ok()?.split('@').next()?;
                 let binding = match (symbol.is_global(), symbol.is_weak()) {
                     (true, false) => 0,
                     (_, true) => 1,
@@ -328,6 +329,21 @@ impl SymbolTable {
             .find(|(start, size, _)| address < start + (*size).max(1))?;
         Some((name, address - start))
     }
+}
+
+/// A symbol's name as people read it: a C++ or Rust name demangled (`tc_acquire_table(THD*,
+/// TDC_element*)`, not `_Z16tc_acquire_tableP3THDP11TDC_element`), any other as it is. Done
+/// when a name is shown, not for a whole symbol table.
+fn demangled(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name)
+        && (name.starts_with("_R") || name.ends_with('E') && name.contains("17h"))
+    {
+        return format!("{rust:#}");
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|symbol| symbol.demangle().ok())
+        .unwrap_or_else(|| name.to_owned())
 }
 
 /// `DIR/.build-id/xx/rest.debug` for the first debug directory that has it, and whose build-id
@@ -436,8 +452,9 @@ impl Symbols {
             let code_address = module.virtual_address(mapping.file_offset)?;
             let bias = mapping.start.wrapping_sub(code_address);
             let (name, offset) = module.data.find(address.wrapping_sub(bias))?;
+            let name = demangled(name);
             Some(match offset {
-                0 => name.to_owned(),
+                0 => name,
                 offset => format!("{name}+{offset:#x}"),
             })
         })
@@ -503,7 +520,7 @@ impl Symbols {
             fill(&mut location, &sym);
         }
         if let Some((name, offset)) = function {
-            location.function = Some(name);
+            location.function = Some(demangled(&name));
             location.function_offset = Some(offset);
         }
         location
@@ -593,6 +610,19 @@ mod tests {
             ..Location::default()
         };
         assert_eq!(nowhere.to_string(), "0x55d0c0a4e2d0");
+    }
+
+    #[test]
+    fn names_are_demangled_and_unversioned() {
+        assert_eq!(
+            demangled("_Z16tc_acquire_tableP3THDP11TDC_element"),
+            "tc_acquire_table(THD*, TDC_element*)"
+        );
+        assert_eq!(demangled("pthread_mutex_lock"), "pthread_mutex_lock");
+        assert_eq!(
+            demangled("_ZN4core9panicking5panic17h0123456789abcdefE"),
+            "core::panicking::panic"
+        );
     }
 
     #[test]
