@@ -101,6 +101,22 @@ fn the_report_counts_the_contention_the_workload_made() {
         )
     );
 
+    // Every waiter began to wait while the main thread held it, taken at line HOLD: the
+    // holder and its line, although its unlock came before each waiter's return.
+    let hold_line = line_of("lock_story", "/* HOLD */");
+    let owners = contended["owners"].as_array().unwrap();
+    assert_eq!(owners.len(), 1, "{contended:#}");
+    assert_eq!(owners[0]["lwpid"], contended["pid"], "the main thread");
+    assert_eq!(owners[0]["count"], ROUNDS * WAITERS);
+    assert_eq!(
+        (
+            &owners[0]["taken_at"]["file"],
+            &owners[0]["taken_at"]["line"]
+        ),
+        (&"lock_story.c".into(), &hold_line.into()),
+        "{contended:#}"
+    );
+
     // Three nested locks: one hold, from one line.
     let recursive = report_lock(&report, &addresses["recursive"]);
     assert_eq!(recursive["kind"], "rmutex");
@@ -178,6 +194,19 @@ fn the_report_counts_the_contention_the_workload_made() {
         "{text}"
     );
     assert!(text.contains("wait times:"), "{text}");
+    let held = format!(
+        "    held by thread {} (lock_story): waited for {} times, ",
+        contended["pid"],
+        ROUNDS * WAITERS
+    );
+    let held_line = text
+        .lines()
+        .find(|l| l.starts_with(&held))
+        .unwrap_or_else(|| panic!("no {held:?} in {text}"));
+    assert!(
+        held_line.ends_with(&format!("; it took the lock at lock_story.c:{hold_line}")),
+        "{held_line}"
+    );
     let by_thread = run_tracer(dir.path(), &["report", "--by", "thread", "app.ptl"]).stdout;
     assert!(by_thread.contains("waiter-2"), "{by_thread}");
     assert!(by_thread.contains("in rw_wrlock("), "{by_thread}");

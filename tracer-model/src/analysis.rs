@@ -201,8 +201,8 @@ pub struct OwnerStats {
     pub count: u64,
     /// Nanoseconds they waited, in total.
     pub wait_total_ns: u64,
-    /// Where it took the lock, the last time that was recorded (0: not recorded, as an
-    /// uncontended acquisition under `--contended`).
+    /// Where it took the lock, the last time a wait began while it held it and its taking was
+    /// recorded (0: not recorded, as an uncontended acquisition under `--contended`).
     pub taken_at: u64,
 }
 
@@ -239,8 +239,9 @@ pub struct LockStats {
     /// By caller address (0: unknown, as in tr files).
     #[serde(skip)]
     pub callers: HashMap<u64, CallerStats>,
-    /// The threads its contended acquisitions found holding it (the owner a lock's entry
-    /// read), by thread id.
+    /// The threads its contended acquisitions found holding it as they began to wait (the
+    /// owner a lock's entry read, or in a full trace the holder the records name), by thread
+    /// id.
     #[serde(skip)]
     pub owners: HashMap<u32, OwnerStats>,
     #[serde(skip)]
@@ -316,6 +317,10 @@ struct Pending {
     /// unknown): the holder of a lock taken before the trace began, or while its taking was
     /// not recorded (`--contended`).
     owner_hint: u32,
+    /// For the report: the thread that held the lock when this wait began, and where it took
+    /// the lock (0: not recorded). Looked up then, as the holder's unlock, before this call
+    /// returns, forgets its hold.
+    held_by: Option<(u32, u64)>,
 }
 
 /// A thread in a cycle of waits.
@@ -507,16 +512,25 @@ impl Analysis {
         let key = (record.lwpid, record.event1, record.event2);
         match record.which {
             1 => {
+                let object = record.a[0] as u64;
+                let owner_hint = field(record, event, Field::MutexOwner).unwrap_or(0) as u32;
+                let held_by = match (self.stats, role) {
+                    (true, Role::Acquire { .. }) => {
+                        self.holder_at_entry(record.pid, record.lwpid, object, owner_hint)
+                    }
+                    _ => None,
+                };
                 let pending = Pending {
                     event,
                     role,
                     tid: record.tid,
                     pid: record.pid,
                     entry_ns: now,
-                    object: record.a[0] as u64,
+                    object,
                     caller: record.caller,
                     second: record.a[1] as u64,
-                    owner_hint: field(record, event, Field::MutexOwner).unwrap_or(0) as u32,
+                    owner_hint,
+                    held_by,
                 };
                 self.pending.insert(key, Some(pending));
                 // A condvar wait lets its mutex go until it returns.
@@ -569,26 +583,19 @@ impl Analysis {
                         waits,
                         caller: call.caller,
                     };
-                    // Where the owner it found took the lock, while its hold is still known; for
-                    // the report only (the live watch keeps no statistics).
-                    let owner_waited_for = self.stats && ![0, lwpid].contains(&call.owner_hint);
-                    let owner_taken_at = match owner_waited_for {
-                        true => self
-                            .holders_of(pid, call.object)
-                            .iter()
-                            .find(|h| h.lwpid == call.owner_hint)
-                            .map_or(0, |h| h.caller),
-                        false => 0,
-                    };
                     self.acquire(pid, lwpid, call.object, taken, now);
                     if self.stats {
                         let lock = self.lock(pid, call.object, kind);
-                        if owner_waited_for {
-                            let owner = lock.owners.entry(call.owner_hint).or_default();
+                        // The owner the call found held it; a holder the records name was
+                        // waited for if the call blocked (two read holds do not exclude).
+                        if let Some((holder, taken_at)) = call.held_by
+                            && (blocked || call.owner_hint != 0)
+                        {
+                            let owner = lock.owners.entry(holder).or_default();
                             owner.count += 1;
                             owner.wait_total_ns += wait;
-                            if owner_taken_at != 0 {
-                                owner.taken_at = owner_taken_at;
+                            if taken_at != 0 {
+                                owner.taken_at = taken_at;
                             }
                         }
                         lock.contended += u64::from(blocked);
@@ -792,6 +799,46 @@ impl Analysis {
             lock.hold
                 .add(now.saturating_sub(holder.since_ns).max(0) as u64);
         }
+    }
+
+    /// Who holds `object` as `lwpid` begins to wait for it, and where that thread took it (0:
+    /// not recorded): the owner the call found (glibc's `__owner`), else, in a full trace, the
+    /// one thread the records say holds it. The holder's own lock call may not have returned
+    /// yet (it took the lock, its return was not yet seen): its place is then that call's.
+    fn holder_at_entry(
+        &self,
+        pid: u32,
+        lwpid: u32,
+        object: u64,
+        owner_hint: u32,
+    ) -> Option<(u32, u64)> {
+        let holders = self.holders_of(pid, object);
+        let holder = match owner_hint {
+            0 => match holders {
+                [only] if only.lwpid != lwpid => only.lwpid,
+                _ => return None,
+            },
+            owner if owner == lwpid => return None,
+            owner => owner,
+        };
+        let taken_at = holders
+            .iter()
+            .find(|h| h.lwpid == holder)
+            .map(|h| h.caller)
+            .or_else(|| {
+                self.pending
+                    .iter()
+                    .filter_map(|(&(waiter, _, _), call)| Some((waiter, call.as_ref()?)))
+                    .find(|(waiter, call)| {
+                        *waiter == holder
+                            && call.pid == pid
+                            && call.object == object
+                            && matches!(call.role, Role::Acquire { .. })
+                    })
+                    .map(|(_, call)| call.caller)
+            })
+            .unwrap_or(0);
+        Some((holder, taken_at))
     }
 
     fn lock(&mut self, pid: u32, address: u64, kind: LockKind) -> &mut LockStats {
@@ -1079,6 +1126,44 @@ mod tests {
         assert_eq!(threads[1].blocked[&BlockKind::LockWait], 91 * MS as u64);
         assert_eq!(threads[1].calls["mutex"], 2);
         assert!(analysis.held_by(2).is_empty());
+    }
+
+    #[test]
+    fn the_holder_a_wait_found_is_named_with_where_it_took_the_lock_after_its_unlock() {
+        let mut analysis = Analysis::new(true);
+        // Thread 1 holds M1 (taken at its caller) when 2 begins to wait; 1 unlocks before 2
+        // returns. Thread 3 begins to wait for M2 between 4's taking it and 4's return.
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        analysis.record(&rec(2, "mutex_lock", 1, 10, [M1, 1, 0, 0, 0]));
+        unlock(&mut analysis, 1, M1, 100);
+        analysis.record(&rec(2, "mutex_lock", 2, 101, [0, 1, 0, 0, 0]));
+        analysis.record(&rec(4, "mutex_lock", 1, 200, [M2, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", 1, 201, [M2, 4, 0, 0, 0]));
+        analysis.record(&rec(4, "mutex_lock", 2, 202, [0, 0, 0, 0, 0]));
+        unlock(&mut analysis, 4, M2, 300);
+        analysis.record(&rec(3, "mutex_lock", 2, 301, [0, 1, 0, 0, 0]));
+        // A read-write lock (no owner in its words): its one holder, as the records say.
+        analysis.record(&rec(5, "rw_wrlock", 1, 400, [0x5000, 0, 0, 0, 0]));
+        analysis.record(&rec(5, "rw_wrlock", 2, 400, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(6, "rw_rdlock", 1, 410, [0x5000, 0, 0, 0, 0]));
+        analysis.record(&rec(5, "rw_unlock", 0, 500, [0x5000, 0, 0, 0, 0]));
+        analysis.record(&rec(6, "rw_rdlock", 2, 501, [0, 1, 1, 0, 0]));
+        let owners = |address: i64| {
+            let lock = analysis
+                .locks()
+                .find(|l| l.address == address as u64)
+                .unwrap();
+            let mut owners: Vec<(u32, u64, u64, u64)> = lock
+                .owners
+                .iter()
+                .map(|(&lwpid, o)| (lwpid, o.count, o.wait_total_ns, o.taken_at))
+                .collect();
+            owners.sort_unstable();
+            owners
+        };
+        assert_eq!(owners(M1), [(1, 1, 91 * MS as u64, 0x400_001)]);
+        assert_eq!(owners(M2), [(4, 1, 100 * MS as u64, 0x400_004)]);
+        assert_eq!(owners(0x5000), [(5, 1, 91 * MS as u64, 0x400_005)]);
     }
 
     #[test]
