@@ -95,7 +95,8 @@ impl BlockKind {
 /// What a call does, as far as the analysis goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    /// Takes a lock; `exclusive` unless a read lock; `waits` unless a trylock.
+    /// Takes a lock; `exclusive` unless a read lock; `waits` unless a trylock or a timed lock:
+    /// whether it can wait without end, and so close a cycle of waits.
     Acquire {
         kind: LockKind,
         exclusive: bool,
@@ -121,6 +122,13 @@ fn kind_of(category: Category) -> Option<LockKind> {
     })
 }
 
+/// Whether a call gives up at a deadline (`pthread_mutex_timedlock`, `pthread_cond_clockwait`,
+/// `sem_timedwait`, ...): the event table's timed calls are those with a timespec argument. A
+/// timed wait cannot hang, so it closes no cycle of waits.
+fn timed(event: &EventDef) -> bool {
+    event.probe_flags().timespec_argument().is_some()
+}
+
 fn role(event: &EventDef) -> Role {
     let name = event.name;
     let lock = kind_of(event.category);
@@ -130,7 +138,7 @@ fn role(event: &EventDef) -> Role {
         (_, Some(kind)) if has("lock") => Role::Acquire {
             kind,
             exclusive: !has("rdlock"),
-            waits: !has("try"),
+            waits: !has("try") && !timed(event),
         },
         (Category::Sema, _) if has("post") => Role::SemPost,
         (Category::Sema, _) if has("wait") => Role::SemWait,
@@ -350,7 +358,7 @@ pub struct DeadlockedThread {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Deadlock {
     /// Certain for locks and joins; possible when a condvar or semaphore wait is part of it
-    /// (its thread waits for one that woke it before).
+    /// (its thread waits for the only other thread that ever woke it).
     pub certain: bool,
     /// The cycle, each thread waiting for the next.
     pub threads: Vec<DeadlockedThread>,
@@ -941,17 +949,22 @@ impl Analysis {
         }
     }
 
-    /// Cycles of threads each blocked longer than `threshold_ns` at `now_ns` in a lock or join
-    /// whose owner is the next thread; each reported once. A thread waits for the holders of
-    /// the lock it waits on (for a mutex taken before the trace began, for glibc's `__owner`)
-    /// or for the thread it joins.
+    /// Cycles of threads each blocked longer than `threshold_ns` at `now_ns`, each waiting for
+    /// the next; each reported once. A thread in a lock waits for the lock's holders (for a
+    /// mutex taken before the trace began, for glibc's `__owner`); one in a join, for the
+    /// thread it joins. A condvar or semaphore has no owner: a thread waiting on one is taken
+    /// to wait for a thread only when that thread is the only other one that ever signaled
+    /// (posted) it, and a cycle counts only if it also has a wait for a lock or a join: threads
+    /// waiting only on condvars are idle, waiting for work that may come from anyone (a
+    /// thread pool's workers, woken by each other before). Timed waits give up at their
+    /// deadline: they never make a cycle.
     pub fn new_deadlocks(&mut self, now_ns: i64, threshold_ns: i64) -> Vec<Deadlock> {
-        // Blocked long enough, in a lock or a join: lwpid -> the call.
+        // Blocked long enough, with no deadline, in a lock, a join or a wait: lwpid -> the call.
         let waiting: HashMap<u32, Pending> = self
             .pending
             .iter()
             .filter_map(|(key, call)| Some((key, call.as_ref()?)))
-            .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns)
+            .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns && !timed(call.event))
             .filter(|(_, call)| {
                 matches!(
                     call.role,
@@ -969,15 +982,15 @@ impl Analysis {
                     .filter(|(_, other)| other.pid == call.pid && other.tid == call.object)
                     .map(|(&joined, _)| (joined, None))
                     .collect(),
-                // Whoever woke it before may be the one it waits for: a possible deadlock.
+                // The only other thread that ever woke it may be the one it waits for (a possible
+                // deadlock); of several, none is.
                 Role::CondWait | Role::SemWait => {
-                    let mut wakers: Vec<u32> = self
-                        .wakers
-                        .get(&(call.pid, call.object))
-                        .map(|w| w.iter().copied().filter(|&w| w != lwpid).collect())
-                        .unwrap_or_default();
-                    wakers.sort_unstable();
-                    wakers.into_iter().map(|w| (w, None)).collect()
+                    let wakers = self.wakers.get(&(call.pid, call.object));
+                    let mut others = wakers.into_iter().flatten().filter(|&&w| w != lwpid);
+                    match (others.next(), others.next()) {
+                        (Some(&only), None) => vec![(only, None)],
+                        _ => Vec::new(),
+                    }
                 }
                 _ => {
                     let holders = self.holders_of(call.pid, call.object);
@@ -1022,6 +1035,13 @@ impl Analysis {
         }
         let mut deadlocks = Vec::new();
         for cycle in found {
+            let waits_for_thread = |(lwpid, _): &(u32, Option<Holder>)| {
+                matches!(waiting[lwpid].role, Role::Acquire { .. } | Role::Join)
+            };
+            // Only condvars and semaphores: idle threads, not a deadlock.
+            if !cycle.iter().any(waits_for_thread) {
+                continue;
+            }
             let n = cycle.len();
             let threads = (0..n)
                 .map(|i| {
@@ -1051,9 +1071,7 @@ impl Analysis {
                     }
                 })
                 .collect();
-            let certain = cycle
-                .iter()
-                .all(|(lwpid, _)| matches!(waiting[lwpid].role, Role::Acquire { .. } | Role::Join));
+            let certain = cycle.iter().all(waits_for_thread);
             let deadlock = Deadlock { certain, threads };
             if self.reported.insert(deadlock.key()) {
                 deadlocks.push(deadlock);
@@ -1299,6 +1317,71 @@ mod tests {
         assert_eq!(found.len(), 1);
         let two = found[0].threads.iter().find(|t| t.lwpid == 2).unwrap();
         assert_eq!((two.holds.clone(), two.locked_at), (vec![M2 as u64], 0));
+    }
+
+    #[test]
+    fn idle_workers_woken_by_each_other_are_no_deadlock_timed_or_not() {
+        const WORKERS: u32 = 4;
+        for wait in ["cond_wait", "pthread_cond_clockwait", "cond_timedwait"] {
+            let mut analysis = Analysis::new(false);
+            // Worker n signals worker n+1's condvar, then waits on its own, as a thread
+            // pool's workers hand work on: each condvar's only waker is the worker before.
+            for n in 1..=WORKERS {
+                let next = 0x3000 + i64::from(n % WORKERS) * 64;
+                analysis.record(&rec(n, "cond_signal", 0, 0, [next, 0, 0, 0, 0]));
+            }
+            for n in 1..=WORKERS {
+                let own = 0x3000 + i64::from(n - 1) * 64;
+                analysis.record(&rec(n, wait, 1, 1, [own, M1, 0, 0, 0]));
+            }
+            assert!(
+                analysis.new_deadlocks(60_000 * MS, 1000 * MS).is_empty(),
+                "{wait}"
+            );
+        }
+    }
+
+    #[test]
+    fn timed_waits_close_no_cycle() {
+        // A lock waited for, or a condvar waited on whose only waker waits for a lock the
+        // waiter holds: a cycle, unless the wait is timed (it gives up at its deadline).
+        for (wait, object, cycles) in [
+            ("mutex_lock", M2, 1),
+            ("pthread_mutex_timedlock", M2, 0),
+            ("cond_wait", 0x3000, 1),
+            ("pthread_cond_clockwait", 0x3000, 0),
+        ] {
+            let mut analysis = Analysis::new(false);
+            analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+            lock(&mut analysis, 1, M1, 1, 1, false);
+            lock(&mut analysis, 2, M2, 1, 1, false);
+            analysis.record(&rec(1, wait, 1, 2, [object, M2 + 64, 0, 0, 0]));
+            analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+            let found = analysis.new_deadlocks(60_000 * MS, 1000 * MS);
+            assert_eq!(found.len(), cycles, "{wait}");
+        }
+        // Nor does a timed lock order locks: AB, then BA timed, is no inversion.
+        let mut order = Analysis::new(false);
+        lock(&mut order, 1, M1, 0, 0, false);
+        lock(&mut order, 1, M2, 1, 1, false);
+        unlock(&mut order, 1, M2, 2);
+        unlock(&mut order, 1, M1, 3);
+        lock(&mut order, 2, M2, 4, 4, false);
+        order.record(&rec(2, "pthread_mutex_timedlock", 1, 5, [M1, 0, 0, 0, 0]));
+        order.record(&rec(2, "pthread_mutex_timedlock", 2, 6, [0, 0, 0, 0, 0]));
+        assert!(order.lock_order().unwrap().inversions().is_empty());
+    }
+
+    #[test]
+    fn a_condvar_signaled_by_several_threads_waits_for_none_of_them() {
+        let mut analysis = Analysis::new(false);
+        analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+        lock(&mut analysis, 1, M1, 1, 1, false);
+        analysis.record(&rec(1, "cond_wait", 1, 2, [0x3000, M2, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+        assert!(analysis.new_deadlocks(2000 * MS, 1000 * MS).is_empty());
     }
 
     #[test]

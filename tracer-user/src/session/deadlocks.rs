@@ -168,7 +168,7 @@ impl DeadlockWatch {
                 let holder_named =
                     format!("{} ({})", holder.lwpid, self.name(holder.pid, holder.lwpid));
                 let by = match (woken, holder.locked_at) {
-                    (true, _) => format!("which {holder_named} woke before"),
+                    (true, _) => format!("which only {holder_named} ever woke"),
                     (false, 0) => format!(
                         "held by {holder_named} since before the trace began, locked at an \
                          unknown place"
