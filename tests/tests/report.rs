@@ -50,6 +50,39 @@ fn story(dir: &TempDir) -> (Value, Value) {
     (report_json(dir, &["app.ptl"]), addresses)
 }
 
+/// Every address in a JSON report is a hex string ("0x..."), or null where it is not known
+/// (with the reason, `unknown`).
+fn assert_addresses_are_hex(value: &Value) {
+    let hex = |key: &str, v: &Value, object: &Value| match v {
+        Value::String(s) => assert!(
+            s.strip_prefix("0x")
+                .is_some_and(|digits| u64::from_str_radix(digits, 16).is_ok()),
+            "{key}: {s}"
+        ),
+        Value::Null if key == "address" => {
+            assert!(object["unknown"].is_string(), "{object:#}");
+        }
+        other => panic!("{key} is not a hex string: {other}"),
+    };
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match key.as_str() {
+                    "address" | "waits_for" | "object" => hex(key, v, value),
+                    "holds" | "holds_at_end" => {
+                        for held in v.as_array().unwrap() {
+                            hex(key, held, value);
+                        }
+                    }
+                    _ => assert_addresses_are_hex(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(assert_addresses_are_hex),
+        _ => {}
+    }
+}
+
 fn within(value: &Value, low: u64, high: u64) -> bool {
     value.as_u64().is_some_and(|v| (low..=high).contains(&v))
 }
@@ -162,6 +195,37 @@ fn the_report_counts_the_contention_the_workload_made() {
         assert_eq!(waiter["holds_at_end"], serde_json::json!([]));
     }
     assert_eq!(report["deadlocks"], serde_json::json!([]));
+
+    // JSON has every lock whatever --top says; text lists --top of them, 0 for all.
+    let locks = |report: &Value| {
+        let mut locks: Vec<(String, usize)> = report["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let callers = l["callers"].as_array().unwrap().len();
+                (l["address"].as_str().unwrap().to_owned(), callers)
+            })
+            .collect();
+        locks.sort();
+        locks
+    };
+    assert!(locks(&report).len() >= 3, "{report:#}");
+    for top in ["1", "0"] {
+        let cut = report_json(&dir, &["--top", top, "app.ptl"]);
+        assert_eq!(locks(&cut), locks(&report), "--top {top}");
+    }
+    let rows = |top: &str| {
+        let text = run_tracer(dir.path(), &["report", "--top", top, "app.ptl"]).stdout;
+        let kinds = [" mutex ", " rmutex ", " rwlock "];
+        text.lines()
+            .filter(|l| !l.starts_with(' ') && kinds.iter().any(|k| l.contains(k)))
+            .count()
+    };
+    // The loader's own locks, taken through pthread_mutex_lock, are in the trace too.
+    let all = locks(&report).len();
+    assert_eq!((rows("1"), rows("2"), rows("0")), (1, 2, all));
+    assert_addresses_are_hex(&report);
 
     // From the tr files: the same counts, and no callers.
     let from_tr = report_json(&dir, &["."]);
@@ -385,6 +449,12 @@ fn an_ab_ba_deadlock_is_said_once_with_both_threads_and_lines() {
         assert_eq!(thread["waits_at"]["line"], second);
         assert_eq!(thread["locked_at"]["line"], first);
     }
+    assert_addresses_are_hex(&report);
+    let waits_at = &threads[0]["waits_at"]["address"];
+    assert!(
+        waits_at.as_str().is_some_and(|a| a.starts_with("0x")),
+        "{waits_at}"
+    );
 }
 
 #[test]

@@ -23,7 +23,63 @@ use crate::{
     symbolize::{Location, Mapping, Symbols, lock_label},
 };
 
-/// How many callers a lock lists.
+/// Where a call was made from, as the report shows it: in JSON its address is a hex string,
+/// as every address in the report is, or null, with the reason it is not known.
+#[derive(Clone, Debug, Serialize)]
+struct Place {
+    address: Option<String>,
+    function: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+    /// Why the address is not known (null when it is).
+    unknown: Option<&'static str>,
+}
+
+impl Place {
+    /// Caller `address` of process `pid` (0: not recorded).
+    fn locate(symbols: &mut Symbols, pid: u32, address: u64) -> Place {
+        match address {
+            0 => Place::unknown("not recorded"),
+            address => Place::from(symbols.locate(pid, address)),
+        }
+    }
+
+    fn unknown(why: &'static str) -> Place {
+        Place {
+            address: None,
+            function: None,
+            file: None,
+            line: None,
+            unknown: Some(why),
+        }
+    }
+}
+
+impl From<Location> for Place {
+    fn from(location: Location) -> Place {
+        Place {
+            address: Some(hex(location.address)),
+            function: location.function,
+            file: location.file,
+            line: location.line,
+            unknown: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Place {
+    /// `queue.c:88`, `worker+0x1c`, `0x55d0c0a4e0c0`, or `unknown (why)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.file, self.line, &self.function, &self.address) {
+            (Some(file), Some(line), _, _) => write!(f, "{file}:{line}"),
+            (_, _, Some(function), _) => write!(f, "{function}"),
+            (_, _, _, Some(address)) => write!(f, "{address}"),
+            _ => write!(f, "unknown ({})", self.unknown.unwrap_or("not recorded")),
+        }
+    }
+}
+
+/// How many callers and holders a lock lists in text (JSON has them all).
 const TOP_CALLERS: usize = 3;
 
 pub fn run(args: &ReportArgs) -> Result<i32> {
@@ -177,15 +233,13 @@ struct OwnerRow {
     count: u64,
     wait_total_ns: u64,
     /// Where it took the lock, when that acquisition was recorded.
-    taken_at: Option<Location>,
+    taken_at: Option<Place>,
 }
 
 #[derive(Serialize)]
 struct CallerRow {
-    address: String,
-    function: Option<String>,
-    file: Option<String>,
-    line: Option<u32>,
+    #[serde(flatten)]
+    at: Place,
     count: u64,
     wait_total_ns: u64,
 }
@@ -207,7 +261,7 @@ struct LongestWait {
     ns: u64,
     call: &'static str,
     object: String,
-    at: Location,
+    at: Place,
 }
 
 #[derive(Serialize)]
@@ -223,9 +277,9 @@ struct DeadlockThreadRow {
     name: String,
     call: String,
     waits_for: String,
-    waits_at: Location,
+    waits_at: Place,
     holds: Vec<String>,
-    locked_at: Location,
+    locked_at: Place,
 }
 
 #[derive(Serialize)]
@@ -253,7 +307,7 @@ struct LockTaken {
     kind: &'static str,
     /// "write" (or the only mode of a mutex or spin lock) or "read".
     mode: &'static str,
-    at: Location,
+    at: Place,
 }
 
 impl LockTaken {
@@ -263,7 +317,7 @@ impl LockTaken {
             symbol: symbols.variable(pid, taken.lock),
             kind: taken.kind.name(),
             mode: if taken.exclusive { "write" } else { "read" },
-            at: symbols.locate(pid, taken.caller),
+            at: Place::locate(symbols, pid, taken.caller),
         }
     }
 }
@@ -304,10 +358,16 @@ impl Report {
             ReportSort::Acquisitions => lock.acquisitions,
         };
         locks.sort_by(|a, b| key(b).cmp(&key(a)).then(a.address.cmp(&b.address)));
+        // Text lists the first --top locks (0: all) and a few callers and holders of each;
+        // JSON has everything.
+        let (shown, listed) = match (args.format, args.top) {
+            (OutputFormat::Json, _) | (OutputFormat::Text, 0) => (usize::MAX, usize::MAX),
+            (OutputFormat::Text, top) => (top, TOP_CALLERS),
+        };
         let locks: Vec<LockRow> = locks
             .into_iter()
-            .take(args.top)
-            .map(|lock| lock_row(lock, analysis, symbols))
+            .take(shown)
+            .map(|lock| lock_row(lock, analysis, symbols, listed))
             .collect();
         let threads = analysis
             .threads()
@@ -320,7 +380,7 @@ impl Report {
                     ns: w.ns,
                     call: w.call,
                     object: hex(w.object),
-                    at: symbols.locate(t.pid, w.caller),
+                    at: Place::locate(symbols, t.pid, w.caller),
                 }),
                 pid: t.pid,
                 lwpid: t.lwpid,
@@ -357,8 +417,8 @@ impl Report {
                     .into_iter()
                     .map(|t| DeadlockThreadRow {
                         name: analysis.thread_name(t.lwpid).unwrap_or_default().to_owned(),
-                        waits_at: symbols.locate(t.pid, t.wait_caller),
-                        locked_at: symbols.locate(t.pid, t.locked_at),
+                        waits_at: Place::locate(symbols, t.pid, t.wait_caller),
+                        locked_at: Place::locate(symbols, t.pid, t.locked_at),
                         pid: t.pid,
                         lwpid: t.lwpid,
                         call: t.call,
@@ -420,8 +480,8 @@ impl Report {
                 if deadlock.certain { "a" } else { "a possible" }
             );
             for t in &deadlock.threads {
-                let locked_at = match t.locked_at.address {
-                    0 => "taken before the trace began".to_owned(),
+                let locked_at = match t.locked_at.unknown {
+                    Some("not recorded") => "taken before the trace began".to_owned(),
                     _ => format!("locked at {}", t.locked_at),
                 };
                 let _ = writeln!(
@@ -509,16 +569,12 @@ impl Report {
                 hold(lock.hold_max_ns),
             );
             for caller in &lock.callers {
-                let place = match (&caller.file, caller.line, &caller.function) {
-                    (Some(file), Some(line), function) => format!(
-                        "{file}:{line}{}",
-                        function
-                            .as_ref()
-                            .map(|f| format!(" ({f})"))
-                            .unwrap_or_default()
-                    ),
-                    (_, _, Some(function)) => function.clone(),
-                    _ => caller.address.clone(),
+                let at = &caller.at;
+                let place = match (&at.file, at.line, &at.function) {
+                    (Some(file), Some(line), Some(function)) => {
+                        format!("{file}:{line} ({function})")
+                    }
+                    _ => at.to_string(),
                 };
                 let _ = writeln!(
                     out,
@@ -587,42 +643,43 @@ impl Report {
     }
 }
 
-fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> LockRow {
+/// A lock's row, with its first `listed` callers and holders.
+fn lock_row(
+    lock: &LockStats,
+    analysis: &Analysis,
+    symbols: &mut Symbols,
+    listed: usize,
+) -> LockRow {
     // Call sites of one source line (an unrolled loop) are one caller.
     let mut callers: Vec<CallerRow> = Vec::new();
     for (&address, stats) in &lock.callers {
-        let at = symbols.locate(lock.pid, address);
+        let mut at = Place::locate(symbols, lock.pid, address);
         let same = |row: &CallerRow| match (&at.file, at.line) {
-            (Some(file), Some(line)) => row.file.as_ref() == Some(file) && row.line == Some(line),
-            _ => row.address == hex(address),
+            (Some(_), Some(_)) => (&row.at.file, row.at.line) == (&at.file, at.line),
+            _ => (&row.at.address, row.at.unknown) == (&at.address, at.unknown),
         };
-        match callers.iter_mut().find(|row| same(row)) {
-            Some(row) => {
-                row.count += stats.count;
-                row.wait_total_ns += stats.wait_total_ns;
-            }
-            None => callers.push(CallerRow {
-                address: hex(address),
-                // With a line, the function's name says enough; without, its offset is the
-                // place.
-                function: match at.line {
-                    Some(_) => at.function.map(|f| {
-                        f.split_once('+')
-                            .map_or(f.clone(), |(name, _)| name.to_owned())
-                    }),
-                    None => at.function,
-                },
-                file: at.file,
-                line: at.line,
-                count: stats.count,
-                wait_total_ns: stats.wait_total_ns,
-            }),
+        if let Some(row) = callers.iter_mut().find(|row| same(row)) {
+            row.count += stats.count;
+            row.wait_total_ns += stats.wait_total_ns;
+            continue;
         }
+        // With a line, the function's name says enough; without, its offset is the place.
+        if at.line.is_some() {
+            at.function = at.function.map(|f| {
+                f.split_once('+')
+                    .map_or(f.clone(), |(name, _)| name.to_owned())
+            });
+        }
+        callers.push(CallerRow {
+            at,
+            count: stats.count,
+            wait_total_ns: stats.wait_total_ns,
+        });
     }
     callers.sort_by(|a, b| {
-        (b.wait_total_ns, b.count, &a.address).cmp(&(a.wait_total_ns, a.count, &b.address))
+        (b.wait_total_ns, b.count, &a.at.address).cmp(&(a.wait_total_ns, a.count, &b.at.address))
     });
-    callers.truncate(TOP_CALLERS);
+    callers.truncate(listed);
     let mut owners: Vec<OwnerRow> = lock
         .owners
         .iter()
@@ -631,11 +688,12 @@ fn lock_row(lock: &LockStats, analysis: &Analysis, symbols: &mut Symbols) -> Loc
             name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
             count: owner.count,
             wait_total_ns: owner.wait_total_ns,
-            taken_at: (owner.taken_at != 0).then(|| symbols.locate(lock.pid, owner.taken_at)),
+            taken_at: (owner.taken_at != 0)
+                .then(|| Place::locate(symbols, lock.pid, owner.taken_at)),
         })
         .collect();
     owners.sort_by(|a, b| (b.wait_total_ns, a.lwpid).cmp(&(a.wait_total_ns, b.lwpid)));
-    owners.truncate(TOP_CALLERS);
+    owners.truncate(listed);
     let Durations {
         total_ns: wait_total_ns,
         max_ns: wait_max_ns,
@@ -692,7 +750,8 @@ pub struct ReportArgs {
     /// What orders the locks
     #[arg(long, value_enum, default_value_t = ReportSort::Wait)]
     pub sort: ReportSort,
-    /// How many locks to show
+    /// How many locks the text lists, 0 for all (JSON has every lock, with all its callers and
+    /// holders)
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
     /// Log2 histograms of wait and hold times for the locks shown
