@@ -19,65 +19,10 @@ use tracer_model::{
 };
 
 use crate::{
+    place::{NOT_RECORDED, Place},
     say::{OutputFormat, duration},
-    symbolize::{Location, Mapping, Symbols, lock_label},
+    symbolize::{Mapping, Symbols, lock_label},
 };
-
-/// Where a call was made from, as the report shows it: in JSON its address is a hex string,
-/// as every address in the report is, or null, with the reason it is not known.
-#[derive(Clone, Debug, Serialize)]
-struct Place {
-    address: Option<String>,
-    function: Option<String>,
-    file: Option<String>,
-    line: Option<u32>,
-    /// Why the address is not known (null when it is).
-    unknown: Option<&'static str>,
-}
-
-impl Place {
-    /// Caller `address` of process `pid` (0: not recorded).
-    fn locate(symbols: &mut Symbols, pid: u32, address: u64) -> Place {
-        match address {
-            0 => Place::unknown("not recorded"),
-            address => Place::from(symbols.locate(pid, address)),
-        }
-    }
-
-    fn unknown(why: &'static str) -> Place {
-        Place {
-            address: None,
-            function: None,
-            file: None,
-            line: None,
-            unknown: Some(why),
-        }
-    }
-}
-
-impl From<Location> for Place {
-    fn from(location: Location) -> Place {
-        Place {
-            address: Some(hex(location.address)),
-            function: location.function,
-            file: location.file,
-            line: location.line,
-            unknown: None,
-        }
-    }
-}
-
-impl std::fmt::Display for Place {
-    /// `queue.c:88`, `worker+0x1c`, `0x55d0c0a4e0c0`, or `unknown (why)`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (&self.file, self.line, &self.function, &self.address) {
-            (Some(file), Some(line), _, _) => write!(f, "{file}:{line}"),
-            (_, _, Some(function), _) => write!(f, "{function}"),
-            (_, _, _, Some(address)) => write!(f, "{address}"),
-            _ => write!(f, "unknown ({})", self.unknown.unwrap_or("not recorded")),
-        }
-    }
-}
 
 /// How many callers and holders a lock lists in text (JSON has them all).
 const TOP_CALLERS: usize = 3;
@@ -481,7 +426,7 @@ impl Report {
             );
             for t in &deadlock.threads {
                 let locked_at = match t.locked_at.unknown {
-                    Some("not recorded") => "taken before the trace began".to_owned(),
+                    Some(NOT_RECORDED) => "taken before the trace began".to_owned(),
                     _ => format!("locked at {}", t.locked_at),
                 };
                 let _ = writeln!(
