@@ -596,7 +596,12 @@ fn idle_workers_that_woke_each_other_are_no_deadlock() {
         let cond0: u64 = field(&run.stdout, "cond0");
         for n in 0..WORKERS {
             let address = format!("{:#x}", cond0 + n * 48);
-            let cond = report_lock(&report, &address.into());
+            let cond = report["idle_waits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["address"] == address.as_str())
+                .unwrap_or_else(|| panic!("{mode}: no idle wait on {address}: {report:#}"));
             assert_eq!(cond["kind"], "cond", "{mode}: {cond:#}");
             assert_eq!(cond["acquisitions"], POOL_ROUNDS + 1, "{mode}: {cond:#}");
             assert_eq!(cond["wakeups"], POOL_ROUNDS + 1, "{mode}: {cond:#}");
@@ -614,4 +619,125 @@ fn idle_workers_that_woke_each_other_are_no_deadlock() {
             .collect::<Vec<_>>();
         assert_eq!(calls, vec![wait.to_owned(); WORKERS as usize], "{mode}");
     }
+}
+
+#[test]
+fn lock_contention_comes_before_longer_idle_waits() {
+    if !bpf_available("report_contention_first") {
+        return;
+    }
+    const IDLERS: u64 = 4;
+    const LOCKERS: u64 = 2;
+    const BUSY_ROUNDS: u64 = 3;
+    let dir = TempDir::new("busy_and_idle");
+    let run = run_tracer(
+        dir.path(),
+        &[
+            "--log",
+            "app.ptl",
+            "--",
+            &workload_arg("busy_and_idle"),
+            &IDLERS.to_string(),
+            &LOCKERS.to_string(),
+            &BUSY_ROUNDS.to_string(),
+            "100",
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let report = report_json(&dir, &["app.ptl"]);
+    let hot = &report["locks"][0];
+    assert_eq!(
+        hot["symbol"], "hot",
+        "the most waited-for lock first: {report:#}"
+    );
+    assert_eq!(hot["acquisitions"], BUSY_ROUNDS * (LOCKERS + 1));
+    assert_eq!(hot["contended"], BUSY_ROUNDS * LOCKERS);
+    assert_eq!(
+        hot["callers"][0]["line"],
+        line_of("busy_and_idle", "CONTEND")
+    );
+    let idle = report["idle_waits"].as_array().unwrap();
+    let work_ready = &idle[0];
+    assert_eq!(work_ready["symbol"], "work_ready", "{report:#}");
+    assert_eq!(work_ready["kind"], "cond");
+    assert_eq!(work_ready["acquisitions"], IDLERS);
+    assert_eq!(work_ready["wakeups"], 1);
+    assert_eq!(
+        work_ready["callers"][0]["line"],
+        line_of("busy_and_idle", "IDLE")
+    );
+    // The idlers waited longer than the lockers: by time waited alone, they would come first.
+    assert!(
+        work_ready["wait_total_ns"].as_u64() > hot["wait_total_ns"].as_u64(),
+        "{work_ready:#} {hot:#}"
+    );
+    // Each thread the main thread joined, a wait of its own; no lock among the idle waits,
+    // no idle wait among the locks.
+    let joins = idle.iter().filter(|w| w["kind"] == "join").count() as u64;
+    assert_eq!(joins, IDLERS + LOCKERS, "{idle:#?}");
+    assert!(
+        idle.iter()
+            .all(|w| ["cond", "join"].contains(&w["kind"].as_str().unwrap()))
+    );
+    let locks = report["locks"].as_array().unwrap();
+    assert!(
+        locks
+            .iter()
+            .all(|l| ["mutex", "rmutex"].contains(&l["kind"].as_str().unwrap()))
+    );
+
+    // The text: the contended lock's section and row first, then the idle waits'.
+    let text = run_tracer(dir.path(), &["report", "app.ptl"]).stdout;
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |starts: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(starts))
+            .unwrap_or_else(|| panic!("no line {starts:?} in {text}"))
+    };
+    let sections = (
+        at("lock contention (mutex, rmutex, rwlock, spin, sema), by time waited:"),
+        at("lock             kind"),
+        at("hot              mutex"),
+        at("idle waits, for work or an event (cond, barrier, join), by time waited:"),
+        at("object           kind"),
+        at("work_ready       cond"),
+    );
+    assert_eq!(
+        (
+            sections.0 + 1,
+            sections.1 + 1,
+            sections.3 + 1,
+            sections.4 + 1
+        ),
+        (sections.1, sections.2, sections.4, sections.5),
+        "{text}"
+    );
+    assert!(sections.2 < sections.3, "{text}");
+
+    // --kind: only the kinds named, in text and JSON; an unknown kind is refused.
+    let mutexes = run_tracer(dir.path(), &["report", "--kind", "mutex", "app.ptl"]).stdout;
+    assert!(
+        mutexes.starts_with("lock contention (mutex), by time waited:\n"),
+        "{mutexes}"
+    );
+    assert!(
+        !mutexes.contains("idle waits") && !mutexes.contains(" rmutex "),
+        "{mutexes}"
+    );
+    let conds = report_json(&dir, &["--kind", "cond,join", "app.ptl"]);
+    assert_eq!(conds["locks"], serde_json::json!([]));
+    assert_eq!(
+        conds["idle_waits"].as_array().unwrap().len() as u64,
+        1 + IDLERS + LOCKERS
+    );
+    let refused = run_tracer(dir.path(), &["report", "--kind", "mutex,futex", "app.ptl"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("unknown kind 'futex'"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stdout.is_empty());
 }

@@ -38,9 +38,25 @@ pub enum LockKind {
     Sema,
     /// A condition variable.
     Cond,
+    /// A barrier.
+    Barrier,
+    /// A thread, as its joiners wait for its end (by its `pthread_t`).
+    Join,
 }
 
 impl LockKind {
+    /// Every kind: the locks first, as reports list them.
+    pub const ALL: [LockKind; 8] = [
+        LockKind::Mutex,
+        LockKind::Rmutex,
+        LockKind::Rwlock,
+        LockKind::Spin,
+        LockKind::Sema,
+        LockKind::Cond,
+        LockKind::Barrier,
+        LockKind::Join,
+    ];
+
     /// How reports name it: `mutex`, `rmutex`, ...
     pub fn name(self) -> &'static str {
         match self {
@@ -50,7 +66,17 @@ impl LockKind {
             LockKind::Spin => "spin",
             LockKind::Sema => "sema",
             LockKind::Cond => "cond",
+            LockKind::Barrier => "barrier",
+            LockKind::Join => "join",
         }
+    }
+
+    /// Whether a wait on it is a wait for a lock, which its holder (or, for a semaphore, the
+    /// threads that have taken its units) keeps from the waiter: contention. The others are
+    /// waits for work or an event (a condition, a barrier's last thread, a thread's end),
+    /// which an idle thread makes by design.
+    pub fn is_lock(self) -> bool {
+        !matches!(self, LockKind::Cond | LockKind::Barrier | LockKind::Join)
     }
 }
 
@@ -232,7 +258,7 @@ pub struct LockStats {
     pub address: u64,
     /// What it is.
     pub kind: LockKind,
-    /// Successful lock calls (waits, for a semaphore or condvar).
+    /// Successful lock calls (waits, for a semaphore, condvar, barrier or thread joined).
     pub acquisitions: u64,
     /// Of those, the ones whose caller blocked or spun (for a semaphore: found it at 0).
     pub contended: u64,
@@ -615,16 +641,10 @@ impl Analysis {
                 Some(BlockKind::LockWait)
             }
             Role::SemWait => {
-                if self.stats {
+                if let Some(sem) = self.waited(call, LockKind::Sema, wait) {
                     // s_count as the wait found it, in its entry half.
                     let empty = event.first[1] == Field::SemCount && call.second == 0;
-                    let lock = self.lock(pid, call.object, LockKind::Sema);
-                    lock.acquisitions += 1;
-                    lock.contended += u64::from(empty || wait > 0 && rval as i32 != 0);
-                    lock.wait.add(wait);
-                    let caller = lock.callers.entry(call.caller).or_default();
-                    caller.count += 1;
-                    caller.wait_total_ns += wait;
+                    sem.contended += u64::from(empty || wait > 0 && rval as i32 != 0);
                 }
                 Some(BlockKind::SemWait)
             }
@@ -637,18 +657,17 @@ impl Analysis {
                     caller: call.caller,
                 };
                 self.hold(pid, lwpid, call.second, taken, now);
-                if self.stats {
-                    let lock = self.lock(pid, call.object, LockKind::Cond);
-                    lock.acquisitions += 1;
-                    lock.wait.add(wait);
-                    let caller = lock.callers.entry(call.caller).or_default();
-                    caller.count += 1;
-                    caller.wait_total_ns += wait;
-                }
+                self.waited(call, LockKind::Cond, wait);
                 Some(BlockKind::CondWait)
             }
-            Role::Join => Some(BlockKind::Join),
-            Role::Barrier => Some(BlockKind::Barrier),
+            Role::Join => {
+                self.waited(call, LockKind::Join, wait);
+                Some(BlockKind::Join)
+            }
+            Role::Barrier => {
+                self.waited(call, LockKind::Barrier, wait);
+                Some(BlockKind::Barrier)
+            }
             _ => None,
         };
         if let (Some(timeline), Some(kind), true) = (self.timeline.as_mut(), block_kind, shown) {
@@ -675,6 +694,22 @@ impl Analysis {
                 });
             }
         }
+    }
+
+    /// A wait on an object that is no lock one holds (a semaphore, condvar, barrier, thread
+    /// joined) ended: counted as an acquisition of it, from the call's caller. Its statistics,
+    /// if kept.
+    fn waited(&mut self, call: &Pending, kind: LockKind, wait: u64) -> Option<&mut LockStats> {
+        if !self.stats {
+            return None;
+        }
+        let object = self.lock(call.pid, call.object, kind);
+        object.acquisitions += 1;
+        object.wait.add(wait);
+        let caller = object.callers.entry(call.caller).or_default();
+        caller.count += 1;
+        caller.wait_total_ns += wait;
+        Some(object)
     }
 
     /// A call with one record (trylocks, unlocks, posts, signals).
@@ -1182,6 +1217,41 @@ mod tests {
         assert_eq!(owners(M1), [(1, 1, 91 * MS as u64, 0x400_001)]);
         assert_eq!(owners(M2), [(4, 1, 100 * MS as u64, 0x400_004)]);
         assert_eq!(owners(0x5000), [(5, 1, 91 * MS as u64, 0x400_005)]);
+    }
+
+    #[test]
+    fn barriers_and_joins_are_waits_of_their_own_apart_from_locks() {
+        let mut analysis = Analysis::new(true);
+        analysis.record(&rec(1, "barrier_wait", 1, 0, [0x6000, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "barrier_wait", 2, 30, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "thr_join", 1, 0, [1 << 8, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "thr_join", 2, 50, [1 << 8, 0, 0, 0, 0]));
+        lock(&mut analysis, 3, M1, 0, 0, false);
+        let mut seen: Vec<(LockKind, u64, u64, u64, bool)> = analysis
+            .locks()
+            .map(|l| {
+                let kind = l.kind;
+                (
+                    kind,
+                    l.address,
+                    l.acquisitions,
+                    l.wait.total_ns,
+                    kind.is_lock(),
+                )
+            })
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            [
+                (LockKind::Mutex, M1 as u64, 1, 0, true),
+                (LockKind::Barrier, 0x6000, 1, 30 * MS as u64, false),
+                (LockKind::Join, 1 << 8, 1, 50 * MS as u64, false),
+            ]
+        );
+        let threads = analysis.threads();
+        assert_eq!(threads[0].blocked[&BlockKind::Barrier], 30 * MS as u64);
+        assert_eq!(threads[1].blocked[&BlockKind::Join], 50 * MS as u64);
     }
 
     #[test]

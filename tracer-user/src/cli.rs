@@ -20,7 +20,11 @@ use crate::{
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
     manual::{self, GenerateArgs},
     readers::{
-        self, convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs,
+        self,
+        convert::ConvertArgs,
+        dump::DumpArgs,
+        info::InfoArgs,
+        report::{KindArg, ReportArgs},
         top::LiveView,
     },
     session::{
@@ -206,6 +210,8 @@ pub struct TopArgs {
     /// The events to trace, as the trace's --events [default: every event --contended traces]
     #[arg(short = 'e', long, value_name = "EVENTS")]
     pub events: Option<String>,
+    #[command(flatten)]
+    pub kinds: KindArg,
     /// The command to start and watch
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -224,7 +230,7 @@ impl TopArgs {
             Target::Command(command) => command[0].to_string_lossy().into_owned(),
             Target::SystemWide => "every process".to_owned(),
         };
-        let view = LiveView::new(self.interval, watched);
+        let view = LiveView::new(self.interval, watched, self.kinds.clone());
         session::trace_into(&config, vec![Box::new(view)])
     }
 

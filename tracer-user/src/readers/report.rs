@@ -13,7 +13,9 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tracer_model::{
     TraceRecord,
-    analysis::{Acquisition, Analysis, BlockKind, Deadlock, Durations, LockStats, OrderEdge},
+    analysis::{
+        Acquisition, Analysis, BlockKind, Deadlock, Durations, LockKind, LockStats, OrderEdge,
+    },
     event::{Event, SystemEvent, SystemKind},
     tr::parse_line,
 };
@@ -77,14 +79,21 @@ pub fn take_system_event(
     analysis.system_event(event);
 }
 
-/// The lock table of what `analysis` has seen so far, the `top` locks by wait time: the live
-/// view's (`thrtrace-bpf top`).
-pub fn lock_table_so_far(analysis: &mut Analysis, symbols: &mut Symbols, top: usize) -> String {
+/// The lock tables of what `analysis` has seen so far, the first `top` locks by `sort` and the
+/// longest idle waits, of the `kinds` given: the live view's (`thrtrace-bpf top`).
+pub fn lock_table_so_far(
+    analysis: &mut Analysis,
+    symbols: &mut Symbols,
+    top: usize,
+    sort: ReportSort,
+    kinds: KindArg,
+) -> String {
     let args = ReportArgs {
         format: OutputFormat::Text,
         by: ReportBy::Lock,
-        sort: ReportSort::Wait,
+        sort,
         top,
+        kinds,
         histogram: false,
         input: PathBuf::new(),
     };
@@ -138,7 +147,11 @@ struct Report {
     /// When the first record was made (CLOCK_REALTIME ns).
     #[serde(skip)]
     first_ns: i64,
+    /// Contention: the locks (mutex, rmutex, rwlock, spin, semaphore), most waited for first
+    /// (or as `--sort` says).
     locks: Vec<LockRow>,
+    /// Waits for work or an event (condvars, barriers, threads joined), the longest first.
+    idle_waits: Vec<LockRow>,
     threads: Vec<ThreadRow>,
     deadlocks: Vec<DeadlockRow>,
     /// Lock-order inversions: deadlocks that did not happen in this trace but can.
@@ -295,7 +308,15 @@ fn hex(address: u64) -> String {
 impl Report {
     fn build(analysis: &mut Analysis, symbols: &mut Symbols, args: &ReportArgs) -> Report {
         let callers_known = symbols.has_mappings();
-        let mut locks: Vec<&LockStats> = analysis.locks().collect();
+        let (mut locks, mut idle): (Vec<&LockStats>, Vec<&LockStats>) = analysis
+            .locks()
+            .filter(|lock| {
+                args.kinds
+                    .kind
+                    .as_ref()
+                    .is_none_or(|k| k.0.contains(&lock.kind))
+            })
+            .partition(|lock| lock.kind.is_lock());
         let key = |lock: &LockStats| match args.sort {
             ReportSort::Wait => lock.wait.total_ns,
             ReportSort::Hold => lock.hold.total_ns,
@@ -303,17 +324,22 @@ impl Report {
             ReportSort::Acquisitions => lock.acquisitions,
         };
         locks.sort_by(|a, b| key(b).cmp(&key(a)).then(a.address.cmp(&b.address)));
-        // Text lists the first --top locks (0: all) and a few callers and holders of each;
+        // Idle waits are neither held nor contended: the longest first.
+        idle.sort_by(|a, b| (b.wait.total_ns, a.address).cmp(&(a.wait.total_ns, b.address)));
+        // Text lists the first --top of each (0: all) and a few callers and holders of each;
         // JSON has everything.
         let (shown, listed) = match (args.format, args.top) {
             (OutputFormat::Json, _) | (OutputFormat::Text, 0) => (usize::MAX, usize::MAX),
             (OutputFormat::Text, top) => (top, TOP_CALLERS),
         };
-        let locks: Vec<LockRow> = locks
-            .into_iter()
-            .take(shown)
-            .map(|lock| lock_row(lock, analysis, symbols, listed))
-            .collect();
+        let mut rows = |locks: Vec<&LockStats>| -> Vec<LockRow> {
+            locks
+                .into_iter()
+                .take(shown)
+                .map(|lock| lock_row(lock, analysis, symbols, listed))
+                .collect()
+        };
+        let (locks, idle_waits) = (rows(locks), rows(idle));
         let threads = analysis
             .threads()
             .into_iter()
@@ -398,6 +424,7 @@ impl Report {
                 .first_ns
                 .map_or(0, |first| (analysis.last_ns - first).max(0) as u64),
             locks,
+            idle_waits,
             threads,
             deadlocks,
         }
@@ -415,7 +442,7 @@ impl Report {
                     times are not known\n";
         }
         match args.by {
-            ReportBy::Lock => self.lock_table(&mut out, args),
+            ReportBy::Lock => self.lock_tables(&mut out, args),
             ReportBy::Thread => self.thread_table(&mut out),
         }
         for deadlock in &self.deadlocks {
@@ -476,6 +503,39 @@ impl Report {
         }
     }
 
+    /// Lock contention first, ranked as `--sort` says (by time waited unless told), then the
+    /// idle waits: a thread pool's workers waiting for work wait long, and are no contention.
+    fn lock_tables(&self, out: &mut String, args: &ReportArgs) {
+        let kinds = |locks: bool| -> Vec<&str> {
+            LockKind::ALL
+                .into_iter()
+                .filter(|k| k.is_lock() == locks && args.kinds.shows(*k))
+                .map(LockKind::name)
+                .collect()
+        };
+        let (lock_kinds, idle_kinds) = (kinds(true), kinds(false));
+        if !lock_kinds.is_empty() {
+            let _ = writeln!(
+                out,
+                "lock contention ({}), by {}:",
+                lock_kinds.join(", "),
+                args.sort.description()
+            );
+            self.lock_table(out, args);
+        }
+        if !idle_kinds.is_empty() && !self.idle_waits.is_empty() {
+            if !lock_kinds.is_empty() {
+                out.push('\n');
+            }
+            let _ = writeln!(
+                out,
+                "idle waits, for work or an event ({}), by time waited:",
+                idle_kinds.join(", ")
+            );
+            self.idle_table(out, args);
+        }
+    }
+
     fn lock_table(&self, out: &mut String, args: &ReportArgs) {
         let _ = writeln!(
             out,
@@ -513,21 +573,7 @@ impl Report {
                 hold(lock.hold_avg_ns),
                 hold(lock.hold_max_ns),
             );
-            for caller in &lock.callers {
-                let at = &caller.at;
-                let place = match (&at.file, at.line, &at.function) {
-                    (Some(file), Some(line), Some(function)) => {
-                        format!("{file}:{line} ({function})")
-                    }
-                    _ => at.to_string(),
-                };
-                let _ = writeln!(
-                    out,
-                    "    {place}: {} calls, waited {}",
-                    caller.count,
-                    duration(caller.wait_total_ns)
-                );
-            }
+            callers_text(out, &lock.callers);
             for owner in &lock.owners {
                 let taken = owner.taken_at.as_ref().map_or_else(
                     || "where it took the lock was not recorded".to_owned(),
@@ -547,6 +593,33 @@ impl Report {
                 if !self.contended_only {
                     histogram(out, "hold", &lock.hold_histogram);
                 }
+            }
+        }
+    }
+
+    /// Condvars, barriers and threads joined: how often and how long they were waited on,
+    /// from where, and how often woken (signals and broadcasts).
+    fn idle_table(&self, out: &mut String, args: &ReportArgs) {
+        let _ = writeln!(
+            out,
+            "{:<16} {:<7} {:>8} {:>10} {:>9} {:>9} {:>8}",
+            "object", "kind", "waits", "wait total", "avg", "max", "wakeups"
+        );
+        for wait in &self.idle_waits {
+            let _ = writeln!(
+                out,
+                "{:<16} {:<7} {:>8} {:>10} {:>9} {:>9} {:>8}",
+                wait.symbol.as_ref().unwrap_or(&wait.address),
+                wait.kind,
+                wait.acquisitions,
+                duration(wait.wait_total_ns),
+                duration(wait.wait_avg_ns),
+                duration(wait.wait_max_ns),
+                wait.wakeups,
+            );
+            callers_text(out, &wait.callers);
+            if args.histogram {
+                histogram(out, "wait", &wait.wait_histogram);
             }
         }
     }
@@ -666,6 +739,23 @@ fn lock_row(
     }
 }
 
+/// A row's callers, one line each: where, how many calls, how long they waited.
+fn callers_text(out: &mut String, callers: &[CallerRow]) {
+    for caller in callers {
+        let at = &caller.at;
+        let place = match (&at.file, at.line, &at.function) {
+            (Some(file), Some(line), Some(function)) => format!("{file}:{line} ({function})"),
+            _ => at.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "    {place}: {} calls, waited {}",
+            caller.count,
+            duration(caller.wait_total_ns)
+        );
+    }
+}
+
 /// A log2 histogram, one line per non-empty bucket.
 fn histogram(out: &mut String, what: &str, buckets: &[u64]) {
     let most = buckets.iter().copied().max().unwrap_or(0).max(1);
@@ -699,6 +789,8 @@ pub struct ReportArgs {
     /// holders)
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    #[command(flatten)]
+    pub kinds: KindArg,
     /// Log2 histograms of wait and hold times for the locks shown
     #[arg(long)]
     pub histogram: bool,
@@ -719,4 +811,62 @@ pub enum ReportSort {
     Hold,
     Contended,
     Acquisitions,
+}
+
+impl ReportSort {
+    /// What it orders the locks by, in words.
+    pub fn description(self) -> &'static str {
+        match self {
+            ReportSort::Wait => "time waited",
+            ReportSort::Hold => "time held",
+            ReportSort::Contended => "acquisitions that waited",
+            ReportSort::Acquisitions => "acquisitions",
+        }
+    }
+}
+
+/// `--kind`, of `report` and `top`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct KindArg {
+    /// Only these kinds, separated by commas: mutex, rmutex, rwlock, spin, sema (locks), cond,
+    /// barrier, join (idle waits) [default: all]
+    #[arg(long, value_name = "KINDS", value_parser = KindFilter::parse)]
+    pub kind: Option<KindFilter>,
+}
+
+impl KindArg {
+    /// Whether rows of this kind are shown.
+    pub fn shows(&self, kind: LockKind) -> bool {
+        self.kind
+            .as_ref()
+            .is_none_or(|kinds| kinds.0.contains(&kind))
+    }
+}
+
+/// The kinds of lock or wait a report shows (`--kind mutex,rwlock`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindFilter(pub Vec<LockKind>);
+
+impl KindFilter {
+    /// Kind names separated by commas (or colons, as `--events` separates its categories).
+    pub fn parse(text: &str) -> Result<KindFilter, String> {
+        let names = || {
+            let all: Vec<&str> = LockKind::ALL.into_iter().map(LockKind::name).collect();
+            all.join(", ")
+        };
+        let kinds = text
+            .split([',', ':'])
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                LockKind::ALL
+                    .into_iter()
+                    .find(|kind| kind.name() == name)
+                    .ok_or_else(|| format!("unknown kind '{name}': give some of {}", names()))
+            })
+            .collect::<Result<Vec<LockKind>, String>>()?;
+        if kinds.is_empty() {
+            return Err(format!("no kind given: give some of {}", names()));
+        }
+        Ok(KindFilter(kinds))
+    }
 }

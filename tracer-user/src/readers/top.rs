@@ -20,7 +20,7 @@ use rustix::{
 };
 use tracer_model::{TraceRecord, analysis::Analysis, event::SystemEvent};
 
-use super::report::{lock_table_so_far, take_system_event};
+use super::report::{KindArg, ReportSort, lock_table_so_far, take_system_event};
 use crate::{
     say::duration,
     sinks::{Sink, TraceEnd},
@@ -45,6 +45,8 @@ struct Seen {
 
 pub struct LiveView {
     interval: Duration,
+    /// The kinds of lock or wait shown (`--kind`).
+    kinds: KindArg,
     /// What the trace is of, for the title ("pid 1234", "every process").
     what: String,
     seen: Arc<Mutex<Seen>>,
@@ -55,9 +57,10 @@ pub struct LiveView {
 }
 
 impl LiveView {
-    pub fn new(interval: Duration, what: String) -> Self {
+    pub fn new(interval: Duration, what: String, kinds: KindArg) -> Self {
         LiveView {
             interval,
+            kinds,
             what,
             seen: Arc::new(Mutex::new(Seen {
                 analysis: Analysis::new(true).without_lock_order(),
@@ -116,19 +119,32 @@ fn quit_pressed(keys: bool, timeout: Duration) -> bool {
 }
 
 /// The lock table so far, and the records it is made of.
-fn table(seen: &Mutex<Seen>, symbols: &mut Symbols) -> (String, u64) {
+fn table(seen: &Mutex<Seen>, symbols: &mut Symbols, kinds: &KindArg) -> (String, u64) {
     let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
     for (pid, mapping) in seen.mappings.drain(..) {
         symbols.add_mapping(pid, mapping);
     }
-    let table = lock_table_so_far(&mut seen.analysis, symbols, LOCKS_SHOWN);
+    let table = lock_table_so_far(
+        &mut seen.analysis,
+        symbols,
+        LOCKS_SHOWN,
+        ReportSort::Wait,
+        kinds.clone(),
+    );
     (table, seen.records)
 }
 
 /// Draws the view every `interval` until `stop`, then the last table on the normal screen.
 /// `q` (read if `keys`) stops the trace as Ctrl-C does: every output completed, targets
 /// detached.
-fn draw(seen: &Mutex<Seen>, stop: &AtomicBool, interval: Duration, what: &str, keys: bool) {
+fn draw(
+    seen: &Mutex<Seen>,
+    stop: &AtomicBool,
+    interval: Duration,
+    what: &str,
+    kinds: &KindArg,
+    keys: bool,
+) {
     let tty = io::stdout().is_terminal();
     let since = Instant::now();
     let mut symbols = Symbols::new();
@@ -140,7 +156,7 @@ fn draw(seen: &Mutex<Seen>, stop: &AtomicBool, interval: Duration, what: &str, k
                 rustix::process::Signal::INT,
             );
         }
-        let (table, records) = table(seen, &mut symbols);
+        let (table, records) = table(seen, &mut symbols, kinds);
         let mut out = io::stdout().lock();
         let _ = match (stopping, tty) {
             (true, true) => write!(out, "{LEAVE_ALTERNATE_SCREEN}{table}"),
@@ -169,15 +185,16 @@ impl Sink for LiveView {
         }
         self.terminal = keys_one_by_one();
         let keys = self.terminal.is_some();
-        let (seen, stop, interval, what) = (
+        let (seen, stop, interval, what, kinds) = (
             Arc::clone(&self.seen),
             Arc::clone(&self.stop),
             self.interval,
             self.what.clone(),
+            self.kinds.clone(),
         );
         let drawer = std::thread::Builder::new()
             .name("live-view".into())
-            .spawn(move || draw(&seen, &stop, interval, &what, keys))?;
+            .spawn(move || draw(&seen, &stop, interval, &what, &kinds, keys))?;
         self.drawer = Some(drawer);
         Ok(())
     }
