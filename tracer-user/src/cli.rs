@@ -188,8 +188,9 @@ pub enum Action {
     /// shutdown; or list the running traces
     Ctl(CtlArgs),
     /// A live view of the most contended locks, as `perf top` shows functions: a --contended
-    /// trace of the process (or the command, or every process) whose lock table is redrawn
-    /// every second; q quits
+    /// trace of the process (or the command, or every process) whose lock tables are redrawn
+    /// every second to fit the window; w, c, a sort by time waited, contended, acquired (< >
+    /// step through them); q quits
     Top(TopArgs),
     /// Write the manual pages or a shell's completions (for `cargo xtask install`)
     #[command(hide = true)]
