@@ -872,7 +872,7 @@ pub fn start_contained_gate(scratch: &TempDir, after: u32) -> (Gated, PathBuf) {
 
 /// `report --format json --top 100 ARGS` run in `dir`, parsed; panics if it fails.
 pub fn report_json(dir: &TempDir, args: &[&str]) -> Value {
-    let mut all = vec!["report", "--format", "json", "--top", "100"];
+    let mut all = vec!["report", "--format", "json"];
     all.extend_from_slice(args);
     let run = run_tracer(dir.path(), &all);
     assert!(run.status.success(), "{run:?}");

@@ -275,7 +275,36 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
         assert_eq!(sem["contended"], ROUNDS * WAITERS, "{build}: {sem:#}");
         let rw = lock(*rw);
         assert_eq!(rw["contended"], 2 * ROUNDS * WAITERS, "{build}: {rw:#}");
+        // The whole trace's return probes put the kernel's trampoline where the slow paths
+        // read their callers: no caller is named, each lock's waits are one unknown caller.
+        for (object, waits) in [
+            (story.first, ROUNDS * WAITERS / 2),
+            (story.second, ROUNDS * WAITERS / 2),
+            (story.sem, ROUNDS * WAITERS),
+            (story.rw, 2 * ROUNDS * WAITERS),
+        ] {
+            let lock = lock(object);
+            let callers = lock["callers"].as_array().unwrap();
+            assert_eq!(callers.len(), 1, "{build}: {lock:#}");
+            assert_eq!(
+                callers[0]["address"],
+                serde_json::Value::Null,
+                "{build}: {lock:#}"
+            );
+            assert_eq!(callers[0]["unknown"], "another tool's return probe");
+            assert_eq!(callers[0]["count"], waits, "{build}: {lock:#}");
+        }
         let run = run_tracer(slow.dir.path(), &["report", "app.ptl"]);
+        let unknown = format!(
+            "    unknown (another tool's return probe): {} calls, ",
+            2 * ROUNDS * WAITERS
+        );
+        assert!(
+            run.stdout.lines().any(|l| l.starts_with(&unknown)),
+            "{build}: {}",
+            run.stdout
+        );
+        assert!(!run.stdout.contains("0x7fffffffe000"), "{}", run.stdout);
         assert!(
             run.stdout.starts_with("contended calls only (--contended)"),
             "{}",

@@ -50,6 +50,39 @@ fn story(dir: &TempDir) -> (Value, Value) {
     (report_json(dir, &["app.ptl"]), addresses)
 }
 
+/// Every address in a JSON report is a hex string ("0x..."), or null where it is not known
+/// (with the reason, `unknown`).
+fn assert_addresses_are_hex(value: &Value) {
+    let hex = |key: &str, v: &Value, object: &Value| match v {
+        Value::String(s) => assert!(
+            s.strip_prefix("0x")
+                .is_some_and(|digits| u64::from_str_radix(digits, 16).is_ok()),
+            "{key}: {s}"
+        ),
+        Value::Null if key == "address" => {
+            assert!(object["unknown"].is_string(), "{object:#}");
+        }
+        other => panic!("{key} is not a hex string: {other}"),
+    };
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match key.as_str() {
+                    "address" | "waits_for" | "object" => hex(key, v, value),
+                    "holds" | "holds_at_end" => {
+                        for held in v.as_array().unwrap() {
+                            hex(key, held, value);
+                        }
+                    }
+                    _ => assert_addresses_are_hex(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(assert_addresses_are_hex),
+        _ => {}
+    }
+}
+
 fn within(value: &Value, low: u64, high: u64) -> bool {
     value.as_u64().is_some_and(|v| (low..=high).contains(&v))
 }
@@ -101,6 +134,22 @@ fn the_report_counts_the_contention_the_workload_made() {
         )
     );
 
+    // Every waiter began to wait while the main thread held it, taken at line HOLD: the
+    // holder and its line, although its unlock came before each waiter's return.
+    let hold_line = line_of("lock_story", "/* HOLD */");
+    let owners = contended["owners"].as_array().unwrap();
+    assert_eq!(owners.len(), 1, "{contended:#}");
+    assert_eq!(owners[0]["lwpid"], contended["pid"], "the main thread");
+    assert_eq!(owners[0]["count"], ROUNDS * WAITERS);
+    assert_eq!(
+        (
+            &owners[0]["taken_at"]["file"],
+            &owners[0]["taken_at"]["line"]
+        ),
+        (&"lock_story.c".into(), &hold_line.into()),
+        "{contended:#}"
+    );
+
     // Three nested locks: one hold, from one line.
     let recursive = report_lock(&report, &addresses["recursive"]);
     assert_eq!(recursive["kind"], "rmutex");
@@ -147,6 +196,37 @@ fn the_report_counts_the_contention_the_workload_made() {
     }
     assert_eq!(report["deadlocks"], serde_json::json!([]));
 
+    // JSON has every lock whatever --top says; text lists --top of them, 0 for all.
+    let locks = |report: &Value| {
+        let mut locks: Vec<(String, usize)> = report["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let callers = l["callers"].as_array().unwrap().len();
+                (l["address"].as_str().unwrap().to_owned(), callers)
+            })
+            .collect();
+        locks.sort();
+        locks
+    };
+    assert!(locks(&report).len() >= 3, "{report:#}");
+    for top in ["1", "0"] {
+        let cut = report_json(&dir, &["--top", top, "app.ptl"]);
+        assert_eq!(locks(&cut), locks(&report), "--top {top}");
+    }
+    let rows = |top: &str| {
+        let text = run_tracer(dir.path(), &["report", "--top", top, "app.ptl"]).stdout;
+        let kinds = [" mutex ", " rmutex ", " rwlock "];
+        text.lines()
+            .filter(|l| !l.starts_with(' ') && kinds.iter().any(|k| l.contains(k)))
+            .count()
+    };
+    // The loader's own locks, taken through pthread_mutex_lock, are in the trace too.
+    let all = locks(&report).len();
+    assert_eq!((rows("1"), rows("2"), rows("0")), (1, 2, all));
+    assert_addresses_are_hex(&report);
+
     // From the tr files: the same counts, and no callers.
     let from_tr = report_json(&dir, &["."]);
     assert_eq!(from_tr["callers_known"], false);
@@ -178,6 +258,20 @@ fn the_report_counts_the_contention_the_workload_made() {
         "{text}"
     );
     assert!(text.contains("wait times:"), "{text}");
+    let held = format!(
+        "    held by thread {} (lock_story): waited for {} times, ",
+        contended["pid"],
+        ROUNDS * WAITERS
+    );
+    let held_line = text
+        .lines()
+        .find(|l| l.starts_with(&held))
+        .unwrap_or_else(|| panic!("no {held:?} in {text}"));
+    assert!(
+        held_line.contains("; it took the lock at main+0x")
+            && held_line.ends_with(&format!(" (lock_story.c:{hold_line})")),
+        "{held_line}"
+    );
     let by_thread = run_tracer(dir.path(), &["report", "--by", "thread", "app.ptl"]).stdout;
     assert!(by_thread.contains("waiter-2"), "{by_thread}");
     assert!(by_thread.contains("in rw_wrlock("), "{by_thread}");
@@ -369,6 +463,12 @@ fn an_ab_ba_deadlock_is_said_once_with_both_threads_and_lines() {
         let locked = format!("locked at {}", place(&other["locked_at"]));
         assert!(said.contains(&locked), "{locked} not in {said}");
     }
+    assert_addresses_are_hex(&report);
+    let waits_at = &threads[0]["waits_at"]["address"];
+    assert!(
+        waits_at.as_str().is_some_and(|a| a.starts_with("0x")),
+        "{waits_at}"
+    );
 }
 
 #[test]
@@ -440,7 +540,7 @@ fn a_cycle_through_a_condvar_is_a_possible_deadlock() {
         said.contains(&format!(
             "thread {a} (worker-a) waits in pthread_cond_wait(0x"
         )) && said.contains(&format!(
-            " (deadlock.c:{}), which {c} (worker-c) woke before",
+            " (deadlock.c:{}), which only {c} (worker-c) ever woke",
             line_of("deadlock", "/* COND */")
         )),
         "{said}"
@@ -456,4 +556,202 @@ fn a_cycle_through_a_condvar_is_a_possible_deadlock() {
     );
     let report = report_json(&dir, &["app.ptl"]);
     assert_eq!(report["deadlocks"][0]["certain"], false, "{report:#}");
+}
+
+#[test]
+fn idle_workers_that_woke_each_other_are_no_deadlock() {
+    if !bpf_available("idle_pool_no_deadlock") {
+        return;
+    }
+    const WORKERS: u64 = 4;
+    const POOL_ROUNDS: u64 = 3;
+    for (mode, wait, marker) in [
+        ("timed", "pthread_cond_clockwait", "TIMED_WAIT"),
+        ("untimed", "cond_wait", "WAIT"),
+    ] {
+        let dir = TempDir::new("idle_pool");
+        // Idle for 1.5 s, fifteen times --deadlock-after, traced whole.
+        let run = run_tracer(
+            dir.path(),
+            &[
+                "--log",
+                "app.ptl",
+                "--deadlock-after",
+                "100ms",
+                "--",
+                &workload_arg("idle_pool"),
+                &WORKERS.to_string(),
+                &POOL_ROUNDS.to_string(),
+                "1500",
+                mode,
+            ],
+        );
+        assert!(run.status.success(), "{mode}: {run:?}");
+        assert!(run.stdout.contains("\nidle\n"), "{mode}: {}", run.stdout);
+        assert!(!run.stderr.contains("deadlock"), "{mode}: {}", run.stderr);
+        let logged = LogReader::open(&dir.path().join("app.ptl"))
+            .unwrap()
+            .events()
+            .map(Result::unwrap)
+            .filter(
+                |e| matches!(e, Event::System(s) if matches!(s.kind, SystemKind::Deadlock { .. })),
+            )
+            .count();
+        assert_eq!(logged, 0, "{mode}");
+        let report = report_json(&dir, &["app.ptl"]);
+        assert_eq!(report["deadlocks"], serde_json::json!([]), "{mode}");
+        assert_eq!(
+            report["potential_deadlocks"],
+            serde_json::json!([]),
+            "{mode}"
+        );
+        // Each worker's condvar (pthread_cond_t is 48 bytes): waited on and signaled once a
+        // round and once more when idle, from the wait's line.
+        let cond0: u64 = field(&run.stdout, "cond0");
+        for n in 0..WORKERS {
+            let address = format!("{:#x}", cond0 + n * 48);
+            let cond = report["idle_waits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["address"] == address.as_str())
+                .unwrap_or_else(|| panic!("{mode}: no idle wait on {address}: {report:#}"));
+            assert_eq!(cond["kind"], "cond", "{mode}: {cond:#}");
+            assert_eq!(cond["acquisitions"], POOL_ROUNDS + 1, "{mode}: {cond:#}");
+            assert_eq!(cond["wakeups"], POOL_ROUNDS + 1, "{mode}: {cond:#}");
+            let callers = cond["callers"].as_array().unwrap();
+            assert_eq!(callers.len(), 1, "{mode}: {cond:#}");
+            assert_eq!(callers[0]["line"], line_of("idle_pool", marker), "{mode}");
+            assert_eq!(callers[0]["count"], POOL_ROUNDS + 1, "{mode}");
+        }
+        let calls = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("worker-")))
+            .map(|t| t["longest_wait"]["call"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>();
+        assert_eq!(calls, vec![wait.to_owned(); WORKERS as usize], "{mode}");
+    }
+}
+
+#[test]
+fn lock_contention_comes_before_longer_idle_waits() {
+    if !bpf_available("report_contention_first") {
+        return;
+    }
+    const IDLERS: u64 = 4;
+    const LOCKERS: u64 = 2;
+    const BUSY_ROUNDS: u64 = 3;
+    let dir = TempDir::new("busy_and_idle");
+    let run = run_tracer(
+        dir.path(),
+        &[
+            "--log",
+            "app.ptl",
+            "--",
+            &workload_arg("busy_and_idle"),
+            &IDLERS.to_string(),
+            &LOCKERS.to_string(),
+            &BUSY_ROUNDS.to_string(),
+            "100",
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let report = report_json(&dir, &["app.ptl"]);
+    let hot = &report["locks"][0];
+    assert_eq!(
+        hot["symbol"], "hot",
+        "the most waited-for lock first: {report:#}"
+    );
+    assert_eq!(hot["acquisitions"], BUSY_ROUNDS * (LOCKERS + 1));
+    assert_eq!(hot["contended"], BUSY_ROUNDS * LOCKERS);
+    assert_eq!(
+        hot["callers"][0]["line"],
+        line_of("busy_and_idle", "CONTEND")
+    );
+    let idle = report["idle_waits"].as_array().unwrap();
+    let work_ready = &idle[0];
+    assert_eq!(work_ready["symbol"], "work_ready", "{report:#}");
+    assert_eq!(work_ready["kind"], "cond");
+    assert_eq!(work_ready["acquisitions"], IDLERS);
+    assert_eq!(work_ready["wakeups"], 1);
+    assert_eq!(
+        work_ready["callers"][0]["line"],
+        line_of("busy_and_idle", "IDLE")
+    );
+    // The idlers waited longer than the lockers: by time waited alone, they would come first.
+    assert!(
+        work_ready["wait_total_ns"].as_u64() > hot["wait_total_ns"].as_u64(),
+        "{work_ready:#} {hot:#}"
+    );
+    // Each thread the main thread joined, a wait of its own; no lock among the idle waits,
+    // no idle wait among the locks.
+    let joins = idle.iter().filter(|w| w["kind"] == "join").count() as u64;
+    assert_eq!(joins, IDLERS + LOCKERS, "{idle:#?}");
+    assert!(
+        idle.iter()
+            .all(|w| ["cond", "join"].contains(&w["kind"].as_str().unwrap()))
+    );
+    let locks = report["locks"].as_array().unwrap();
+    assert!(
+        locks
+            .iter()
+            .all(|l| ["mutex", "rmutex"].contains(&l["kind"].as_str().unwrap()))
+    );
+
+    // The text: the contended lock's section and row first, then the idle waits'.
+    let text = run_tracer(dir.path(), &["report", "app.ptl"]).stdout;
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |starts: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(starts))
+            .unwrap_or_else(|| panic!("no line {starts:?} in {text}"))
+    };
+    let sections = (
+        at("lock contention (mutex, rmutex, rwlock, spin, sema), by time waited:"),
+        at("lock             kind"),
+        at("hot              mutex"),
+        at("idle waits, for work or an event (cond, barrier, join), by time waited:"),
+        at("object           kind"),
+        at("work_ready       cond"),
+    );
+    assert_eq!(
+        (
+            sections.0 + 1,
+            sections.1 + 1,
+            sections.3 + 1,
+            sections.4 + 1
+        ),
+        (sections.1, sections.2, sections.4, sections.5),
+        "{text}"
+    );
+    assert!(sections.2 < sections.3, "{text}");
+
+    // --kind: only the kinds named, in text and JSON; an unknown kind is refused.
+    let mutexes = run_tracer(dir.path(), &["report", "--kind", "mutex", "app.ptl"]).stdout;
+    assert!(
+        mutexes.starts_with("lock contention (mutex), by time waited:\n"),
+        "{mutexes}"
+    );
+    assert!(
+        !mutexes.contains("idle waits") && !mutexes.contains(" rmutex "),
+        "{mutexes}"
+    );
+    let conds = report_json(&dir, &["--kind", "cond,join", "app.ptl"]);
+    assert_eq!(conds["locks"], serde_json::json!([]));
+    assert_eq!(
+        conds["idle_waits"].as_array().unwrap().len() as u64,
+        1 + IDLERS + LOCKERS
+    );
+    let refused = run_tracer(dir.path(), &["report", "--kind", "mutex,futex", "app.ptl"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("unknown kind 'futex'"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stdout.is_empty());
 }

@@ -38,9 +38,25 @@ pub enum LockKind {
     Sema,
     /// A condition variable.
     Cond,
+    /// A barrier.
+    Barrier,
+    /// A thread, as its joiners wait for its end (by its `pthread_t`).
+    Join,
 }
 
 impl LockKind {
+    /// Every kind: the locks first, as reports list them.
+    pub const ALL: [LockKind; 8] = [
+        LockKind::Mutex,
+        LockKind::Rmutex,
+        LockKind::Rwlock,
+        LockKind::Spin,
+        LockKind::Sema,
+        LockKind::Cond,
+        LockKind::Barrier,
+        LockKind::Join,
+    ];
+
     /// How reports name it: `mutex`, `rmutex`, ...
     pub fn name(self) -> &'static str {
         match self {
@@ -50,7 +66,17 @@ impl LockKind {
             LockKind::Spin => "spin",
             LockKind::Sema => "sema",
             LockKind::Cond => "cond",
+            LockKind::Barrier => "barrier",
+            LockKind::Join => "join",
         }
+    }
+
+    /// Whether a wait on it is a wait for a lock, which its holder (or, for a semaphore, the
+    /// threads that have taken its units) keeps from the waiter: contention. The others are
+    /// waits for work or an event (a condition, a barrier's last thread, a thread's end),
+    /// which an idle thread makes by design.
+    pub fn is_lock(self) -> bool {
+        !matches!(self, LockKind::Cond | LockKind::Barrier | LockKind::Join)
     }
 }
 
@@ -95,7 +121,8 @@ impl BlockKind {
 /// What a call does, as far as the analysis goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    /// Takes a lock; `exclusive` unless a read lock; `waits` unless a trylock.
+    /// Takes a lock; `exclusive` unless a read lock; `waits` unless a trylock or a timed lock:
+    /// whether it can wait without end, and so close a cycle of waits.
     Acquire {
         kind: LockKind,
         exclusive: bool,
@@ -121,6 +148,13 @@ fn kind_of(category: Category) -> Option<LockKind> {
     })
 }
 
+/// Whether a call gives up at a deadline (`pthread_mutex_timedlock`, `pthread_cond_clockwait`,
+/// `sem_timedwait`, ...): the event table's timed calls are those with a timespec argument. A
+/// timed wait cannot hang, so it closes no cycle of waits.
+fn timed(event: &EventDef) -> bool {
+    event.probe_flags().timespec_argument().is_some()
+}
+
 fn role(event: &EventDef) -> Role {
     let name = event.name;
     let lock = kind_of(event.category);
@@ -130,7 +164,7 @@ fn role(event: &EventDef) -> Role {
         (_, Some(kind)) if has("lock") => Role::Acquire {
             kind,
             exclusive: !has("rdlock"),
-            waits: !has("try"),
+            waits: !has("try") && !timed(event),
         },
         (Category::Sema, _) if has("post") => Role::SemPost,
         (Category::Sema, _) if has("wait") => Role::SemWait,
@@ -201,8 +235,8 @@ pub struct OwnerStats {
     pub count: u64,
     /// Nanoseconds they waited, in total.
     pub wait_total_ns: u64,
-    /// Where it took the lock, the last time that was recorded (0: not recorded, as an
-    /// uncontended acquisition under `--contended`).
+    /// Where it took the lock, the last time a wait began while it held it and its taking was
+    /// recorded (0: not recorded, as an uncontended acquisition under `--contended`).
     pub taken_at: u64,
 }
 
@@ -236,7 +270,7 @@ pub struct LockStats {
     pub address: u64,
     /// What it is.
     pub kind: LockKind,
-    /// Successful lock calls (waits, for a semaphore or condvar).
+    /// Successful lock calls (waits, for a semaphore, condvar, barrier or thread joined).
     pub acquisitions: u64,
     /// Of those, the ones whose caller blocked or spun (for a semaphore: found it at 0).
     pub contended: u64,
@@ -251,8 +285,9 @@ pub struct LockStats {
     /// By caller address (0: unknown, as in tr files).
     #[serde(skip)]
     pub callers: HashMap<u64, CallerStats>,
-    /// The threads its contended acquisitions found holding it (the owner a lock's entry
-    /// read), by thread id.
+    /// The threads its contended acquisitions found holding it as they began to wait (the
+    /// owner a lock's entry read, or in a full trace the holder the records name), by thread
+    /// id.
     #[serde(skip)]
     pub owners: HashMap<u32, OwnerStats>,
     /// Its contended waits by the call stack they waited with (`TraceRecord::stack`; 0:
@@ -342,6 +377,10 @@ struct Pending {
     /// unknown): the holder of a lock taken before the trace began, or while its taking was
     /// not recorded (`--contended`).
     owner_hint: u32,
+    /// For the report: the thread that held the lock when this wait began, and where it took
+    /// the lock (0: not recorded). Looked up then, as the holder's unlock, before this call
+    /// returns, forgets its hold.
+    held_by: Option<(u32, u64)>,
 }
 
 /// The last release of a lock (an unlock, a post): whose, with which stack, when.
@@ -379,7 +418,7 @@ pub struct DeadlockedThread {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Deadlock {
     /// Certain for locks and joins; possible when a condvar or semaphore wait is part of it
-    /// (its thread waits for one that woke it before).
+    /// (its thread waits for the only other thread that ever woke it).
     pub certain: bool,
     /// The cycle, each thread waiting for the next.
     pub threads: Vec<DeadlockedThread>,
@@ -547,17 +586,26 @@ impl Analysis {
         let key = (record.lwpid, record.event1, record.event2);
         match record.which {
             1 => {
+                let object = record.a[0] as u64;
+                let owner_hint = field(record, event, Field::MutexOwner).unwrap_or(0) as u32;
+                let held_by = match (self.stats, role) {
+                    (true, Role::Acquire { .. }) => {
+                        self.holder_at_entry(record.pid, record.lwpid, object, owner_hint)
+                    }
+                    _ => None,
+                };
                 let pending = Pending {
                     event,
                     role,
                     tid: record.tid,
                     pid: record.pid,
                     entry_ns: now,
-                    object: record.a[0] as u64,
+                    object,
                     caller: record.caller,
                     second: record.a[1] as u64,
                     stack: record.stack,
-                    owner_hint: field(record, event, Field::MutexOwner).unwrap_or(0) as u32,
+                    owner_hint,
+                    held_by,
                 };
                 self.pending.insert(key, Some(pending));
                 // A condvar wait lets its mutex go until it returns.
@@ -616,26 +664,19 @@ impl Analysis {
                         waits,
                         caller: call.caller,
                     };
-                    // Where the owner it found took the lock, while its hold is still known; for
-                    // the report only (the live watch keeps no statistics).
-                    let owner_waited_for = self.stats && ![0, lwpid].contains(&call.owner_hint);
-                    let owner_taken_at = match owner_waited_for {
-                        true => self
-                            .holders_of(pid, call.object)
-                            .iter()
-                            .find(|h| h.lwpid == call.owner_hint)
-                            .map_or(0, |h| h.caller),
-                        false => 0,
-                    };
                     self.acquire(pid, lwpid, call.object, taken, now);
                     if self.stats {
                         let lock = self.lock(pid, call.object, kind);
-                        if owner_waited_for {
-                            let owner = lock.owners.entry(call.owner_hint).or_default();
+                        // The owner the call found held it; a holder the records name was
+                        // waited for if the call blocked (two read holds do not exclude).
+                        if let Some((holder, taken_at)) = call.held_by
+                            && (blocked || call.owner_hint != 0)
+                        {
+                            let owner = lock.owners.entry(holder).or_default();
                             owner.count += 1;
                             owner.wait_total_ns += wait;
-                            if owner_taken_at != 0 {
-                                owner.taken_at = owner_taken_at;
+                            if taken_at != 0 {
+                                owner.taken_at = taken_at;
                             }
                         }
                         lock.contended += u64::from(blocked);
@@ -650,16 +691,10 @@ impl Analysis {
                 Some(BlockKind::LockWait)
             }
             Role::SemWait => {
-                if self.stats {
+                if let Some(sem) = self.waited(call, LockKind::Sema, wait) {
                     // s_count as the wait found it, in its entry half.
                     let empty = event.first[1] == Field::SemCount && call.second == 0;
-                    let lock = self.lock(pid, call.object, LockKind::Sema);
-                    lock.acquisitions += 1;
-                    lock.contended += u64::from(empty || wait > 0 && rval as i32 != 0);
-                    lock.wait.add(wait);
-                    let caller = lock.callers.entry(call.caller).or_default();
-                    caller.count += 1;
-                    caller.wait_total_ns += wait;
+                    sem.contended += u64::from(empty || wait > 0 && rval as i32 != 0);
                 }
                 if blocked {
                     self.charge_stacks(call, lwpid, wait);
@@ -675,18 +710,17 @@ impl Analysis {
                     caller: call.caller,
                 };
                 self.hold(pid, lwpid, call.second, taken, now);
-                if self.stats {
-                    let lock = self.lock(pid, call.object, LockKind::Cond);
-                    lock.acquisitions += 1;
-                    lock.wait.add(wait);
-                    let caller = lock.callers.entry(call.caller).or_default();
-                    caller.count += 1;
-                    caller.wait_total_ns += wait;
-                }
+                self.waited(call, LockKind::Cond, wait);
                 Some(BlockKind::CondWait)
             }
-            Role::Join => Some(BlockKind::Join),
-            Role::Barrier => Some(BlockKind::Barrier),
+            Role::Join => {
+                self.waited(call, LockKind::Join, wait);
+                Some(BlockKind::Join)
+            }
+            Role::Barrier => {
+                self.waited(call, LockKind::Barrier, wait);
+                Some(BlockKind::Barrier)
+            }
             _ => None,
         };
         if let (Some(timeline), Some(kind), true) = (self.timeline.as_mut(), block_kind, shown) {
@@ -744,6 +778,22 @@ impl Analysis {
                 *stats.threads.entry(lwpid).or_default() += 1;
             }
         }
+    }
+
+    /// A wait on an object that is no lock one holds (a semaphore, condvar, barrier, thread
+    /// joined) ended: counted as an acquisition of it, from the call's caller. Its statistics,
+    /// if kept.
+    fn waited(&mut self, call: &Pending, kind: LockKind, wait: u64) -> Option<&mut LockStats> {
+        if !self.stats {
+            return None;
+        }
+        let object = self.lock(call.pid, call.object, kind);
+        object.acquisitions += 1;
+        object.wait.add(wait);
+        let caller = object.callers.entry(call.caller).or_default();
+        caller.count += 1;
+        caller.wait_total_ns += wait;
+        Some(object)
     }
 
     /// A call with one record (trylocks, unlocks, posts, signals).
@@ -887,6 +937,46 @@ impl Analysis {
         }
     }
 
+    /// Who holds `object` as `lwpid` begins to wait for it, and where that thread took it (0:
+    /// not recorded): the owner the call found (glibc's `__owner`), else, in a full trace, the
+    /// one thread the records say holds it. The holder's own lock call may not have returned
+    /// yet (it took the lock, its return was not yet seen): its place is then that call's.
+    fn holder_at_entry(
+        &self,
+        pid: u32,
+        lwpid: u32,
+        object: u64,
+        owner_hint: u32,
+    ) -> Option<(u32, u64)> {
+        let holders = self.holders_of(pid, object);
+        let holder = match owner_hint {
+            0 => match holders {
+                [only] if only.lwpid != lwpid => only.lwpid,
+                _ => return None,
+            },
+            owner if owner == lwpid => return None,
+            owner => owner,
+        };
+        let taken_at = holders
+            .iter()
+            .find(|h| h.lwpid == holder)
+            .map(|h| h.caller)
+            .or_else(|| {
+                self.pending
+                    .iter()
+                    .filter_map(|(&(waiter, _, _), call)| Some((waiter, call.as_ref()?)))
+                    .find(|(waiter, call)| {
+                        *waiter == holder
+                            && call.pid == pid
+                            && call.object == object
+                            && matches!(call.role, Role::Acquire { .. })
+                    })
+                    .map(|(_, call)| call.caller)
+            })
+            .unwrap_or(0);
+        Some((holder, taken_at))
+    }
+
     fn lock(&mut self, pid: u32, address: u64, kind: LockKind) -> &mut LockStats {
         let lock = self
             .locks
@@ -990,17 +1080,22 @@ impl Analysis {
         }
     }
 
-    /// Cycles of threads each blocked longer than `threshold_ns` at `now_ns` in a lock or join
-    /// whose owner is the next thread; each reported once. A thread waits for the holders of
-    /// the lock it waits on (for a mutex taken before the trace began, for glibc's `__owner`)
-    /// or for the thread it joins.
+    /// Cycles of threads each blocked longer than `threshold_ns` at `now_ns`, each waiting for
+    /// the next; each reported once. A thread in a lock waits for the lock's holders (for a
+    /// mutex taken before the trace began, for glibc's `__owner`); one in a join, for the
+    /// thread it joins. A condvar or semaphore has no owner: a thread waiting on one is taken
+    /// to wait for a thread only when that thread is the only other one that ever signaled
+    /// (posted) it, and a cycle counts only if it also has a wait for a lock or a join: threads
+    /// waiting only on condvars are idle, waiting for work that may come from anyone (a
+    /// thread pool's workers, woken by each other before). Timed waits give up at their
+    /// deadline: they never make a cycle.
     pub fn new_deadlocks(&mut self, now_ns: i64, threshold_ns: i64) -> Vec<Deadlock> {
-        // Blocked long enough, in a lock or a join: lwpid -> the call.
+        // Blocked long enough, with no deadline, in a lock, a join or a wait: lwpid -> the call.
         let waiting: HashMap<u32, Pending> = self
             .pending
             .iter()
             .filter_map(|(key, call)| Some((key, call.as_ref()?)))
-            .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns)
+            .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns && !timed(call.event))
             .filter(|(_, call)| {
                 matches!(
                     call.role,
@@ -1018,15 +1113,15 @@ impl Analysis {
                     .filter(|(_, other)| other.pid == call.pid && other.tid == call.object)
                     .map(|(&joined, _)| (joined, None))
                     .collect(),
-                // Whoever woke it before may be the one it waits for: a possible deadlock.
+                // The only other thread that ever woke it may be the one it waits for (a possible
+                // deadlock); of several, none is.
                 Role::CondWait | Role::SemWait => {
-                    let mut wakers: Vec<u32> = self
-                        .wakers
-                        .get(&(call.pid, call.object))
-                        .map(|w| w.iter().copied().filter(|&w| w != lwpid).collect())
-                        .unwrap_or_default();
-                    wakers.sort_unstable();
-                    wakers.into_iter().map(|w| (w, None)).collect()
+                    let wakers = self.wakers.get(&(call.pid, call.object));
+                    let mut others = wakers.into_iter().flatten().filter(|&&w| w != lwpid);
+                    match (others.next(), others.next()) {
+                        (Some(&only), None) => vec![(only, None)],
+                        _ => Vec::new(),
+                    }
                 }
                 _ => {
                     let holders = self.holders_of(call.pid, call.object);
@@ -1071,6 +1166,13 @@ impl Analysis {
         }
         let mut deadlocks = Vec::new();
         for cycle in found {
+            let waits_for_thread = |(lwpid, _): &(u32, Option<Holder>)| {
+                matches!(waiting[lwpid].role, Role::Acquire { .. } | Role::Join)
+            };
+            // Only condvars and semaphores: idle threads, not a deadlock.
+            if !cycle.iter().any(waits_for_thread) {
+                continue;
+            }
             let n = cycle.len();
             let threads = (0..n)
                 .map(|i| {
@@ -1100,9 +1202,7 @@ impl Analysis {
                     }
                 })
                 .collect();
-            let certain = cycle
-                .iter()
-                .all(|(lwpid, _)| matches!(waiting[lwpid].role, Role::Acquire { .. } | Role::Join));
+            let certain = cycle.iter().all(waits_for_thread);
             let deadlock = Deadlock { certain, threads };
             if self.reported.insert(deadlock.key()) {
                 deadlocks.push(deadlock);
@@ -1176,6 +1276,79 @@ mod tests {
         assert_eq!(threads[1].blocked[&BlockKind::LockWait], 91 * MS as u64);
         assert_eq!(threads[1].calls["mutex"], 2);
         assert!(analysis.held_by(2).is_empty());
+    }
+
+    #[test]
+    fn the_holder_a_wait_found_is_named_with_where_it_took_the_lock_after_its_unlock() {
+        let mut analysis = Analysis::new(true);
+        // Thread 1 holds M1 (taken at its caller) when 2 begins to wait; 1 unlocks before 2
+        // returns. Thread 3 begins to wait for M2 between 4's taking it and 4's return.
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        analysis.record(&rec(2, "mutex_lock", 1, 10, [M1, 1, 0, 0, 0]));
+        unlock(&mut analysis, 1, M1, 100);
+        analysis.record(&rec(2, "mutex_lock", 2, 101, [0, 1, 0, 0, 0]));
+        analysis.record(&rec(4, "mutex_lock", 1, 200, [M2, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", 1, 201, [M2, 4, 0, 0, 0]));
+        analysis.record(&rec(4, "mutex_lock", 2, 202, [0, 0, 0, 0, 0]));
+        unlock(&mut analysis, 4, M2, 300);
+        analysis.record(&rec(3, "mutex_lock", 2, 301, [0, 1, 0, 0, 0]));
+        // A read-write lock (no owner in its words): its one holder, as the records say.
+        analysis.record(&rec(5, "rw_wrlock", 1, 400, [0x5000, 0, 0, 0, 0]));
+        analysis.record(&rec(5, "rw_wrlock", 2, 400, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(6, "rw_rdlock", 1, 410, [0x5000, 0, 0, 0, 0]));
+        analysis.record(&rec(5, "rw_unlock", 0, 500, [0x5000, 0, 0, 0, 0]));
+        analysis.record(&rec(6, "rw_rdlock", 2, 501, [0, 1, 1, 0, 0]));
+        let owners = |address: i64| {
+            let lock = analysis
+                .locks()
+                .find(|l| l.address == address as u64)
+                .unwrap();
+            let mut owners: Vec<(u32, u64, u64, u64)> = lock
+                .owners
+                .iter()
+                .map(|(&lwpid, o)| (lwpid, o.count, o.wait_total_ns, o.taken_at))
+                .collect();
+            owners.sort_unstable();
+            owners
+        };
+        assert_eq!(owners(M1), [(1, 1, 91 * MS as u64, 0x400_001)]);
+        assert_eq!(owners(M2), [(4, 1, 100 * MS as u64, 0x400_004)]);
+        assert_eq!(owners(0x5000), [(5, 1, 91 * MS as u64, 0x400_005)]);
+    }
+
+    #[test]
+    fn barriers_and_joins_are_waits_of_their_own_apart_from_locks() {
+        let mut analysis = Analysis::new(true);
+        analysis.record(&rec(1, "barrier_wait", 1, 0, [0x6000, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "barrier_wait", 2, 30, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "thr_join", 1, 0, [1 << 8, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "thr_join", 2, 50, [1 << 8, 0, 0, 0, 0]));
+        lock(&mut analysis, 3, M1, 0, 0, false);
+        let mut seen: Vec<(LockKind, u64, u64, u64, bool)> = analysis
+            .locks()
+            .map(|l| {
+                let kind = l.kind;
+                (
+                    kind,
+                    l.address,
+                    l.acquisitions,
+                    l.wait.total_ns,
+                    kind.is_lock(),
+                )
+            })
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            [
+                (LockKind::Mutex, M1 as u64, 1, 0, true),
+                (LockKind::Barrier, 0x6000, 1, 30 * MS as u64, false),
+                (LockKind::Join, 1 << 8, 1, 50 * MS as u64, false),
+            ]
+        );
+        let threads = analysis.threads();
+        assert_eq!(threads[0].blocked[&BlockKind::Barrier], 30 * MS as u64);
+        assert_eq!(threads[1].blocked[&BlockKind::Join], 50 * MS as u64);
     }
 
     #[test]
@@ -1311,6 +1484,71 @@ mod tests {
         assert_eq!(found.len(), 1);
         let two = found[0].threads.iter().find(|t| t.lwpid == 2).unwrap();
         assert_eq!((two.holds.clone(), two.locked_at), (vec![M2 as u64], 0));
+    }
+
+    #[test]
+    fn idle_workers_woken_by_each_other_are_no_deadlock_timed_or_not() {
+        const WORKERS: u32 = 4;
+        for wait in ["cond_wait", "pthread_cond_clockwait", "cond_timedwait"] {
+            let mut analysis = Analysis::new(false);
+            // Worker n signals worker n+1's condvar, then waits on its own, as a thread
+            // pool's workers hand work on: each condvar's only waker is the worker before.
+            for n in 1..=WORKERS {
+                let next = 0x3000 + i64::from(n % WORKERS) * 64;
+                analysis.record(&rec(n, "cond_signal", 0, 0, [next, 0, 0, 0, 0]));
+            }
+            for n in 1..=WORKERS {
+                let own = 0x3000 + i64::from(n - 1) * 64;
+                analysis.record(&rec(n, wait, 1, 1, [own, M1, 0, 0, 0]));
+            }
+            assert!(
+                analysis.new_deadlocks(60_000 * MS, 1000 * MS).is_empty(),
+                "{wait}"
+            );
+        }
+    }
+
+    #[test]
+    fn timed_waits_close_no_cycle() {
+        // A lock waited for, or a condvar waited on whose only waker waits for a lock the
+        // waiter holds: a cycle, unless the wait is timed (it gives up at its deadline).
+        for (wait, object, cycles) in [
+            ("mutex_lock", M2, 1),
+            ("pthread_mutex_timedlock", M2, 0),
+            ("cond_wait", 0x3000, 1),
+            ("pthread_cond_clockwait", 0x3000, 0),
+        ] {
+            let mut analysis = Analysis::new(false);
+            analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+            lock(&mut analysis, 1, M1, 1, 1, false);
+            lock(&mut analysis, 2, M2, 1, 1, false);
+            analysis.record(&rec(1, wait, 1, 2, [object, M2 + 64, 0, 0, 0]));
+            analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+            let found = analysis.new_deadlocks(60_000 * MS, 1000 * MS);
+            assert_eq!(found.len(), cycles, "{wait}");
+        }
+        // Nor does a timed lock order locks: AB, then BA timed, is no inversion.
+        let mut order = Analysis::new(false);
+        lock(&mut order, 1, M1, 0, 0, false);
+        lock(&mut order, 1, M2, 1, 1, false);
+        unlock(&mut order, 1, M2, 2);
+        unlock(&mut order, 1, M1, 3);
+        lock(&mut order, 2, M2, 4, 4, false);
+        order.record(&rec(2, "pthread_mutex_timedlock", 1, 5, [M1, 0, 0, 0, 0]));
+        order.record(&rec(2, "pthread_mutex_timedlock", 2, 6, [0, 0, 0, 0, 0]));
+        assert!(order.lock_order().unwrap().inversions().is_empty());
+    }
+
+    #[test]
+    fn a_condvar_signaled_by_several_threads_waits_for_none_of_them() {
+        let mut analysis = Analysis::new(false);
+        analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+        lock(&mut analysis, 1, M1, 1, 1, false);
+        analysis.record(&rec(1, "cond_wait", 1, 2, [0x3000, M2, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+        assert!(analysis.new_deadlocks(2000 * MS, 1000 * MS).is_empty());
     }
 
     #[test]

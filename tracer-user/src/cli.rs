@@ -20,7 +20,11 @@ use crate::{
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
     manual::{self, GenerateArgs},
     readers::{
-        self, convert::ConvertArgs, dump::DumpArgs, info::InfoArgs, report::ReportArgs,
+        self,
+        convert::ConvertArgs,
+        dump::DumpArgs,
+        info::InfoArgs,
+        report::{KindArg, ReportArgs},
         top::LiveView,
     },
     session::{
@@ -191,8 +195,9 @@ pub enum Action {
     /// shutdown; or list the running traces
     Ctl(CtlArgs),
     /// A live view of the most contended locks, as `perf top` shows functions: a --contended
-    /// trace of the process (or the command, or every process) whose lock table is redrawn
-    /// every second; q quits
+    /// trace of the process (or the command, or every process) whose lock tables are redrawn
+    /// every second to fit the window; w, c, a sort by time waited, contended, acquired (< >
+    /// step through them); q quits
     Top(TopArgs),
     /// Write the manual pages or a shell's completions (for `cargo xtask install`)
     #[command(hide = true)]
@@ -213,6 +218,8 @@ pub struct TopArgs {
     /// The events to trace, as the trace's --events [default: every event --contended traces]
     #[arg(short = 'e', long, value_name = "EVENTS")]
     pub events: Option<String>,
+    #[command(flatten)]
+    pub kinds: KindArg,
     /// The command to start and watch
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -231,7 +238,7 @@ impl TopArgs {
             Target::Command(command) => command[0].to_string_lossy().into_owned(),
             Target::SystemWide => "every process".to_owned(),
         };
-        let view = LiveView::new(self.interval, watched);
+        let view = LiveView::new(self.interval, watched, self.kinds.clone());
         session::trace_into(&config, vec![Box::new(view)])
     }
 

@@ -16,6 +16,7 @@ mod capture;
 mod cli;
 mod control;
 mod manual;
+mod place;
 mod priority;
 mod readers;
 mod session;

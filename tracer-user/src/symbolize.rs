@@ -340,9 +340,11 @@ fn demangled(name: &str) -> String {
     {
         return format!("{rust:#}");
     }
-    cpp_demangle::Symbol::new(name)
-        .ok()
-        .and_then(|symbol| symbol.demangle().ok())
+    // Only an Itanium-mangled name: the demangler reads any other as a type (`a` is `signed
+    // char`).
+    name.starts_with("_Z")
+        .then(|| cpp_demangle::Symbol::new(name).ok()?.demangle().ok())
+        .flatten()
         .unwrap_or_else(|| name.to_owned())
 }
 
@@ -619,6 +621,10 @@ mod tests {
             "tc_acquire_table(THD*, TDC_element*)"
         );
         assert_eq!(demangled("pthread_mutex_lock"), "pthread_mutex_lock");
+        // Plain C names that read as types or ill-formed mangled names stay as they are.
+        for plain in ["a", "b", "i", "_Z"] {
+            assert_eq!(demangled(plain), plain);
+        }
         assert_eq!(
             demangled("_ZN4core9panicking5panic17h0123456789abcdefE"),
             "core::panicking::panic"

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("where probes go", &["attach"]),
     ("how records cross", &["capture"]),
     ("where events go", &["sinks"]),
+    ("where a call was made from", &["place"]),
     (
         "shared pieces",
         &["symbolize", "signals", "say", "error", "sudo", "priority"],

@@ -3,10 +3,11 @@
 //! find them). `Analysis` feeds it each outermost acquisition and each last release.
 //!
 //! What makes an edge, and which cycles are potential deadlocks:
-//! - An acquisition that can wait (a lock, timed lock, read or write lock, spin lock, and a
+//! - An acquisition that can wait without end (a lock, read or write lock, spin lock, and a
 //!   condvar wait taking its mutex back) makes an edge from each other lock its thread holds.
-//!   A trylock makes none, as it cannot wait and so cannot close a cycle; the lock it took is
-//!   held like any other, so what its thread then acquires is ordered after it. A recursive
+//!   A trylock makes none, as it cannot wait and so cannot close a cycle, nor does a timed
+//!   lock, which gives up at its deadline; the lock either took is held like any other, so
+//!   what its thread then acquires is ordered after it. A recursive
 //!   re-lock is no acquisition: no edge from a lock to itself.
 //! - Read sides: two read holds never exclude each other (glibc's rwlocks prefer readers by
 //!   default: a reader never waits for a reader), so a cycle is one only if, at each of its
@@ -96,7 +97,7 @@ pub struct LockOrder {
 
 impl LockOrder {
     /// Thread `lwpid` of `pid` took `taken` (its outermost hold); `waits`: the call could wait
-    /// for it (not a trylock).
+    /// for it without end (not a trylock or a timed lock).
     pub fn acquired(&mut self, pid: u32, lwpid: u32, taken: Acquisition, waits: bool, now: i64) {
         let held = self.held.entry((pid, lwpid)).or_default();
         // Most acquisitions hold nothing else: one lookup, nothing to witness.

@@ -15,7 +15,8 @@ use serde::Serialize;
 use tracer_model::{
     TraceRecord,
     analysis::{
-        Acquisition, Analysis, BlockKind, Deadlock, Durations, LockStats, OrderEdge, StackStats,
+        Acquisition, Analysis, BlockKind, Deadlock, Durations, LockKind, LockStats, OrderEdge,
+        StackStats,
     },
     event::{Event, SystemEvent, SystemKind},
     stack::{Stack, Stacks},
@@ -23,11 +24,12 @@ use tracer_model::{
 };
 
 use crate::{
+    place::{NOT_RECORDED, Place},
     say::{OutputFormat, duration},
     symbolize::{Location, LockName, Mapping, Symbols},
 };
 
-/// How many callers a lock lists.
+/// How many callers and holders a lock lists in text (JSON has them all).
 const TOP_CALLERS: usize = 3;
 /// How many stacks a lock lists, of its waits and of the releases that ended them.
 const TOP_STACKS: usize = 3;
@@ -90,14 +92,21 @@ pub fn take_system_event(
     analysis.system_event(event);
 }
 
-/// The lock table of what `analysis` has seen so far, the `top` locks by wait time: the live
-/// view's (`thrtrace-bpf top`).
-pub fn lock_table_so_far(analysis: &mut Analysis, symbols: &mut Symbols, top: usize) -> String {
+/// The lock tables of what `analysis` has seen so far, the first `top` locks by `sort` and the
+/// longest idle waits, of the `kinds` given: the live view's (`thrtrace-bpf top`).
+pub fn lock_table_so_far(
+    analysis: &mut Analysis,
+    symbols: &mut Symbols,
+    top: usize,
+    sort: ReportSort,
+    kinds: KindArg,
+) -> String {
     let args = ReportArgs {
         format: OutputFormat::Text,
         by: ReportBy::Lock,
-        sort: ReportSort::Wait,
+        sort,
         top,
+        kinds,
         histogram: false,
         debug_dir: Vec::new(),
         input: PathBuf::new(),
@@ -152,7 +161,11 @@ struct Report {
     /// When the first record was made (CLOCK_REALTIME ns).
     #[serde(skip)]
     first_ns: i64,
+    /// Contention: the locks (mutex, rmutex, rwlock, spin, semaphore), most waited for first
+    /// (or as `--sort` says).
     locks: Vec<LockRow>,
+    /// Waits for work or an event (condvars, barriers, threads joined), the longest first.
+    idle_waits: Vec<LockRow>,
     threads: Vec<ThreadRow>,
     deadlocks: Vec<DeadlockRow>,
     /// Lock-order inversions: deadlocks that did not happen in this trace but can.
@@ -213,14 +226,14 @@ struct OwnerRow {
     count: u64,
     wait_total_ns: u64,
     /// Where it took the lock, when that acquisition was recorded.
-    taken_at: Option<Location>,
+    taken_at: Option<Place>,
 }
 
 /// A caller: a source line (its call sites merged; the first's place), else an address.
 #[derive(Serialize)]
 struct CallerRow {
     #[serde(flatten)]
-    at: Location,
+    at: Place,
     count: u64,
     wait_total_ns: u64,
 }
@@ -242,7 +255,7 @@ struct LongestWait {
     ns: u64,
     call: &'static str,
     object: String,
-    at: Location,
+    at: Place,
 }
 
 #[derive(Serialize)]
@@ -258,9 +271,9 @@ struct DeadlockThreadRow {
     name: String,
     call: String,
     waits_for: String,
-    waits_at: Location,
+    waits_at: Place,
     holds: Vec<String>,
-    locked_at: Location,
+    locked_at: Place,
 }
 
 #[derive(Serialize)]
@@ -288,7 +301,7 @@ struct LockTaken {
     kind: &'static str,
     /// "write" (or the only mode of a mutex or spin lock) or "read".
     mode: &'static str,
-    at: Location,
+    at: Place,
 }
 
 impl LockTaken {
@@ -297,7 +310,7 @@ impl LockTaken {
             name: symbols.name_lock(pid, taken.lock, None),
             kind: taken.kind.name(),
             mode: if taken.exclusive { "write" } else { "read" },
-            at: symbols.locate(pid, taken.caller),
+            at: Place::locate(symbols, pid, taken.caller),
         }
     }
 }
@@ -334,7 +347,15 @@ impl Report {
         args: &ReportArgs,
     ) -> Report {
         let callers_known = symbols.has_mappings();
-        let mut locks: Vec<&LockStats> = analysis.locks().collect();
+        let (mut locks, mut idle): (Vec<&LockStats>, Vec<&LockStats>) = analysis
+            .locks()
+            .filter(|lock| {
+                args.kinds
+                    .kind
+                    .as_ref()
+                    .is_none_or(|k| k.0.contains(&lock.kind))
+            })
+            .partition(|lock| lock.kind.is_lock());
         let key = |lock: &LockStats| match args.sort {
             ReportSort::Wait => lock.wait.total_ns,
             ReportSort::Hold => lock.hold.total_ns,
@@ -342,11 +363,22 @@ impl Report {
             ReportSort::Acquisitions => lock.acquisitions,
         };
         locks.sort_by(|a, b| key(b).cmp(&key(a)).then(a.address.cmp(&b.address)));
-        let locks: Vec<LockRow> = locks
-            .into_iter()
-            .take(args.top)
-            .map(|lock| lock_row(lock, analysis, symbols, stacks))
-            .collect();
+        // Idle waits are neither held nor contended: the longest first.
+        idle.sort_by(|a, b| (b.wait.total_ns, a.address).cmp(&(a.wait.total_ns, b.address)));
+        // Text lists the first --top of each (0: all) and a few callers and holders of each;
+        // JSON has everything.
+        let (shown, listed) = match (args.format, args.top) {
+            (OutputFormat::Json, _) | (OutputFormat::Text, 0) => (usize::MAX, usize::MAX),
+            (OutputFormat::Text, top) => (top, TOP_CALLERS),
+        };
+        let mut rows = |locks: Vec<&LockStats>| -> Vec<LockRow> {
+            locks
+                .into_iter()
+                .take(shown)
+                .map(|lock| lock_row(lock, analysis, symbols, stacks, listed))
+                .collect()
+        };
+        let (locks, idle_waits) = (rows(locks), rows(idle));
         let threads = analysis
             .threads()
             .into_iter()
@@ -358,7 +390,7 @@ impl Report {
                     ns: w.ns,
                     call: w.call,
                     object: hex(w.object),
-                    at: symbols.locate(t.pid, w.caller),
+                    at: Place::locate(symbols, t.pid, w.caller),
                 }),
                 pid: t.pid,
                 lwpid: t.lwpid,
@@ -395,8 +427,8 @@ impl Report {
                     .into_iter()
                     .map(|t| DeadlockThreadRow {
                         name: analysis.thread_name(t.lwpid).unwrap_or_default().to_owned(),
-                        waits_at: symbols.locate(t.pid, t.wait_caller),
-                        locked_at: symbols.locate(t.pid, t.locked_at),
+                        waits_at: Place::locate(symbols, t.pid, t.wait_caller),
+                        locked_at: Place::locate(symbols, t.pid, t.locked_at),
                         pid: t.pid,
                         lwpid: t.lwpid,
                         call: t.call,
@@ -431,6 +463,7 @@ impl Report {
                 .first_ns
                 .map_or(0, |first| (analysis.last_ns - first).max(0) as u64),
             locks,
+            idle_waits,
             threads,
             deadlocks,
         }
@@ -448,7 +481,7 @@ impl Report {
                     times are not known\n";
         }
         match args.by {
-            ReportBy::Lock => self.lock_table(&mut out, args),
+            ReportBy::Lock => self.lock_tables(&mut out, args),
             ReportBy::Thread => self.thread_table(&mut out),
         }
         for deadlock in &self.deadlocks {
@@ -458,8 +491,8 @@ impl Report {
                 if deadlock.certain { "a" } else { "a possible" }
             );
             for t in &deadlock.threads {
-                let locked_at = match t.locked_at.address {
-                    0 => "taken before the trace began".to_owned(),
+                let locked_at = match t.locked_at.unknown {
+                    Some(NOT_RECORDED) => "taken before the trace began".to_owned(),
                     _ => format!("locked at {}", t.locked_at),
                 };
                 let _ = writeln!(
@@ -509,6 +542,39 @@ impl Report {
         }
     }
 
+    /// Lock contention first, ranked as `--sort` says (by time waited unless told), then the
+    /// idle waits: a thread pool's workers waiting for work wait long, and are no contention.
+    fn lock_tables(&self, out: &mut String, args: &ReportArgs) {
+        let kinds = |locks: bool| -> Vec<&str> {
+            LockKind::ALL
+                .into_iter()
+                .filter(|k| k.is_lock() == locks && args.kinds.shows(*k))
+                .map(LockKind::name)
+                .collect()
+        };
+        let (lock_kinds, idle_kinds) = (kinds(true), kinds(false));
+        if !lock_kinds.is_empty() {
+            let _ = writeln!(
+                out,
+                "lock contention ({}), by {}:",
+                lock_kinds.join(", "),
+                args.sort.description()
+            );
+            self.lock_table(out, args);
+        }
+        if !idle_kinds.is_empty() && !self.idle_waits.is_empty() {
+            if !lock_kinds.is_empty() {
+                out.push('\n');
+            }
+            let _ = writeln!(
+                out,
+                "idle waits, for work or an event ({}), by time waited:",
+                idle_kinds.join(", ")
+            );
+            self.idle_table(out, args);
+        }
+    }
+
     fn lock_table(&self, out: &mut String, args: &ReportArgs) {
         let _ = writeln!(
             out,
@@ -552,22 +618,7 @@ impl Report {
             if let Some(at) = &lock.name.frame {
                 let _ = writeln!(out, "    first waited on from {at}");
             }
-            for caller in &lock.callers {
-                // A line's call sites are one caller: the line says where, the function whose.
-                let at = &caller.at;
-                let place = match (at.source_line(), &at.function) {
-                    (Some(line), Some(function)) => {
-                        format!("{line} ({function}){}", at.inlined_text())
-                    }
-                    _ => at.to_string(),
-                };
-                let _ = writeln!(
-                    out,
-                    "    {place}: {} calls, waited {}",
-                    caller.count,
-                    duration(caller.wait_total_ns)
-                );
-            }
+            callers_text(out, &lock.callers);
             for owner in &lock.owners {
                 let taken = owner.taken_at.as_ref().map_or_else(
                     || "where it took the lock was not recorded".to_owned(),
@@ -612,6 +663,36 @@ impl Report {
                 if !self.contended_only {
                     histogram(out, "hold", &lock.hold_histogram);
                 }
+            }
+        }
+    }
+
+    /// Condvars, barriers and threads joined: how often and how long they were waited on,
+    /// from where, and how often woken (signals and broadcasts).
+    fn idle_table(&self, out: &mut String, args: &ReportArgs) {
+        let _ = writeln!(
+            out,
+            "{:<16} {:<7} {:>8} {:>10} {:>9} {:>9} {:>8}",
+            "object", "kind", "waits", "wait total", "avg", "max", "wakeups"
+        );
+        for wait in &self.idle_waits {
+            let _ = writeln!(
+                out,
+                "{:<16} {:<7} {:>8} {:>10} {:>9} {:>9} {:>8}",
+                wait.name
+                    .symbol
+                    .clone()
+                    .unwrap_or_else(|| format!("{:#x}", wait.name.address)),
+                wait.kind,
+                wait.acquisitions,
+                duration(wait.wait_total_ns),
+                duration(wait.wait_avg_ns),
+                duration(wait.wait_max_ns),
+                wait.wakeups,
+            );
+            callers_text(out, &wait.callers);
+            if args.histogram {
+                histogram(out, "wait", &wait.wait_histogram);
             }
         }
     }
@@ -717,36 +798,44 @@ pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
         .collect()
 }
 
+/// A lock's row, with its first `listed` callers and holders.
 fn lock_row(
     lock: &LockStats,
     analysis: &Analysis,
     symbols: &mut Symbols,
     stacks: &Stacks,
+    listed: usize,
 ) -> LockRow {
     // Call sites of one source line (an unrolled loop) are one caller.
     let mut callers: Vec<CallerRow> = Vec::new();
     for (&address, stats) in &lock.callers {
-        let at = symbols.locate(lock.pid, address);
-        let same = |row: &CallerRow| match (&at.file, at.line) {
-            (Some(_), Some(_)) => (&row.at.file, row.at.line) == (&at.file, at.line),
-            _ => row.at.address == address,
-        };
-        match callers.iter_mut().find(|row| same(row)) {
-            Some(row) => {
-                row.count += stats.count;
-                row.wait_total_ns += stats.wait_total_ns;
+        let at = Place::locate(symbols, lock.pid, address);
+        let same = |row: &CallerRow| match (at.source_line(), row.at.source_line()) {
+            (Some(line), Some(row_line)) => line == row_line,
+            (None, None) => {
+                (place_address(&row.at), row.at.unknown) == (place_address(&at), at.unknown)
             }
-            None => callers.push(CallerRow {
-                at,
-                count: stats.count,
-                wait_total_ns: stats.wait_total_ns,
-            }),
+            _ => false,
+        };
+        if let Some(row) = callers.iter_mut().find(|row| same(row)) {
+            row.count += stats.count;
+            row.wait_total_ns += stats.wait_total_ns;
+            continue;
         }
+        callers.push(CallerRow {
+            at,
+            count: stats.count,
+            wait_total_ns: stats.wait_total_ns,
+        });
     }
     callers.sort_by(|a, b| {
-        (b.wait_total_ns, b.count, a.at.address).cmp(&(a.wait_total_ns, a.count, b.at.address))
+        (b.wait_total_ns, b.count, place_address(&a.at)).cmp(&(
+            a.wait_total_ns,
+            a.count,
+            place_address(&b.at),
+        ))
     });
-    callers.truncate(TOP_CALLERS);
+    callers.truncate(listed);
     let mut owners: Vec<OwnerRow> = lock
         .owners
         .iter()
@@ -755,11 +844,12 @@ fn lock_row(
             name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
             count: owner.count,
             wait_total_ns: owner.wait_total_ns,
-            taken_at: (owner.taken_at != 0).then(|| symbols.locate(lock.pid, owner.taken_at)),
+            taken_at: (owner.taken_at != 0)
+                .then(|| Place::locate(symbols, lock.pid, owner.taken_at)),
         })
         .collect();
     owners.sort_by(|a, b| (b.wait_total_ns, a.lwpid).cmp(&(a.wait_total_ns, b.lwpid)));
-    owners.truncate(TOP_CALLERS);
+    owners.truncate(listed);
     let Durations {
         total_ns: wait_total_ns,
         max_ns: wait_max_ns,
@@ -792,6 +882,33 @@ fn lock_row(
     }
 }
 
+/// A row's callers, one line each: where, how many calls, how long they waited.
+fn callers_text(out: &mut String, callers: &[CallerRow]) {
+    for caller in callers {
+        // A line's call sites are one caller: the line says where, the function whose.
+        let at = &caller.at;
+        let place = match (at.source_line(), &at.location) {
+            (Some(line), Some(location)) if location.function.is_some() => format!(
+                "{line} ({}){}",
+                location.function.as_deref().unwrap_or_default(),
+                location.inlined_text()
+            ),
+            _ => at.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "    {place}: {} calls, waited {}",
+            caller.count,
+            duration(caller.wait_total_ns)
+        );
+    }
+}
+
+/// A place's address, if it has one (an order for places with no line).
+fn place_address(place: &Place) -> Option<u64> {
+    place.location.as_ref().map(|location| location.address)
+}
+
 /// A log2 histogram, one line per non-empty bucket.
 fn histogram(out: &mut String, what: &str, buckets: &[u64]) {
     let most = buckets.iter().copied().max().unwrap_or(0).max(1);
@@ -821,9 +938,12 @@ pub struct ReportArgs {
     /// What orders the locks
     #[arg(long, value_enum, default_value_t = ReportSort::Wait)]
     pub sort: ReportSort,
-    /// How many locks to show
+    /// How many locks the text lists, 0 for all (JSON has every lock, with all its callers and
+    /// holders)
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    #[command(flatten)]
+    pub kinds: KindArg,
     /// Log2 histograms of wait and hold times for the locks shown
     #[arg(long)]
     pub histogram: bool,
@@ -848,4 +968,62 @@ pub enum ReportSort {
     Hold,
     Contended,
     Acquisitions,
+}
+
+impl ReportSort {
+    /// What it orders the locks by, in words.
+    pub fn description(self) -> &'static str {
+        match self {
+            ReportSort::Wait => "time waited",
+            ReportSort::Hold => "time held",
+            ReportSort::Contended => "acquisitions that waited",
+            ReportSort::Acquisitions => "acquisitions",
+        }
+    }
+}
+
+/// `--kind`, of `report` and `top`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct KindArg {
+    /// Only these kinds, separated by commas: mutex, rmutex, rwlock, spin, sema (locks), cond,
+    /// barrier, join (idle waits) [default: all]
+    #[arg(long, value_name = "KINDS", value_parser = KindFilter::parse)]
+    pub kind: Option<KindFilter>,
+}
+
+impl KindArg {
+    /// Whether rows of this kind are shown.
+    pub fn shows(&self, kind: LockKind) -> bool {
+        self.kind
+            .as_ref()
+            .is_none_or(|kinds| kinds.0.contains(&kind))
+    }
+}
+
+/// The kinds of lock or wait a report shows (`--kind mutex,rwlock`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindFilter(pub Vec<LockKind>);
+
+impl KindFilter {
+    /// Kind names separated by commas (or colons, as `--events` separates its categories).
+    pub fn parse(text: &str) -> Result<KindFilter, String> {
+        let names = || {
+            let all: Vec<&str> = LockKind::ALL.into_iter().map(LockKind::name).collect();
+            all.join(", ")
+        };
+        let kinds = text
+            .split([',', ':'])
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                LockKind::ALL
+                    .into_iter()
+                    .find(|kind| kind.name() == name)
+                    .ok_or_else(|| format!("unknown kind '{name}': give some of {}", names()))
+            })
+            .collect::<Result<Vec<LockKind>, String>>()?;
+        if kinds.is_empty() {
+            return Err(format!("no kind given: give some of {}", names()));
+        }
+        Ok(KindFilter(kinds))
+    }
 }

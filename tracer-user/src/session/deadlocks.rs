@@ -15,6 +15,7 @@ use tracer_model::{
 
 use super::facts;
 use crate::{
+    place::Place,
     say::duration,
     symbolize::{Mapping, Symbols},
 };
@@ -141,9 +142,9 @@ impl DeadlockWatch {
                     edge.lwpid,
                     self.name(pid, edge.lwpid),
                     self.lock_named(pid, edge.held.lock, edge.held.exclusive),
-                    self.symbols.locate_traced(pid, edge.held.caller),
+                    Place::locate_traced(&mut self.symbols, pid, edge.held.caller),
                     self.lock_named(pid, edge.acquired.lock, edge.acquired.exclusive),
-                    self.symbols.locate_traced(pid, edge.acquired.caller),
+                    Place::locate_traced(&mut self.symbols, pid, edge.acquired.caller),
                 )
             })
             .collect();
@@ -162,12 +163,13 @@ impl DeadlockWatch {
             .map(|i| {
                 let waiter = &threads[i];
                 let holder = &threads[(i + 1) % threads.len()];
-                let waits_at = self.symbols.locate_traced(waiter.pid, waiter.wait_caller);
+                let waits_at =
+                    Place::locate_traced(&mut self.symbols, waiter.pid, waiter.wait_caller);
                 let woken = waiter.call.contains("cond_") || waiter.call.starts_with("sem_");
                 let holder_named =
                     format!("{} ({})", holder.lwpid, self.name(holder.pid, holder.lwpid));
                 let by = match (woken, holder.locked_at) {
-                    (true, _) => format!("which {holder_named} woke before"),
+                    (true, _) => format!("which only {holder_named} ever woke"),
                     (false, 0) => format!(
                         "held by {holder_named} since before the trace began, locked at an \
                          unknown place"
@@ -175,7 +177,7 @@ impl DeadlockWatch {
                     (false, at) => format!(
                         "held by {holder_named} since {}, locked at {}",
                         duration((now_ns - holder.holding_since_ns).max(0) as u64),
-                        self.symbols.locate_traced(holder.pid, at)
+                        Place::locate_traced(&mut self.symbols, holder.pid, at)
                     ),
                 };
                 format!(

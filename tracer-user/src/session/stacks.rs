@@ -22,6 +22,7 @@ use tracer_model::event::{MAX_FRAMES, SystemEvent, SystemKind};
 use crate::{
     attach::targets::{self, MappedFile},
     capture::draw::CopiedStack,
+    place::{self, RETURN_PROBE},
 };
 
 /// A stack as far as it could be unwound.
@@ -174,6 +175,12 @@ impl Unwinder {
             };
             if unwound.frames.len() == MAX_FRAMES {
                 unwound.end = format!("more than {MAX_FRAMES} frames");
+                return unwound;
+            }
+            // Another tool's uretprobe put the kernel's trampoline in this return address's
+            // slot; the real one is the kernel's to know.
+            if place::is_uretprobe_trampoline(frame) {
+                unwound.end = format!("{RETURN_PROBE} replaced the next return address");
                 return unwound;
             }
             unwound.frames.push(frame);
