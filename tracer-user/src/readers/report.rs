@@ -626,9 +626,8 @@ impl Report {
                 );
                 let _ = writeln!(
                     out,
-                    "    held by thread {} ({}): waited for {} times, {}; {taken}",
-                    owner.lwpid,
-                    owner.name,
+                    "    held by thread {}: waited for {} times, {}; {taken}",
+                    thread_label(owner.lwpid, &owner.name),
                     owner.count,
                     duration(owner.wait_total_ns)
                 );
@@ -641,7 +640,7 @@ impl Report {
                     let threads: Vec<String> = row
                         .threads
                         .iter()
-                        .map(|t| format!("{} ({}) {}", t.lwpid, t.name, t.count))
+                        .map(|t| format!("{} {}", thread_label(t.lwpid, &t.name), t.count))
                         .collect();
                     let _ = writeln!(
                         out,
@@ -901,6 +900,15 @@ fn callers_text(out: &mut String, callers: &[CallerRow]) {
             caller.count,
             duration(caller.wait_total_ns)
         );
+    }
+}
+
+/// `4251 (worker)`, or `4251` for a thread whose name was never read (gone before its first
+/// record was drawn).
+fn thread_label(lwpid: u32, name: &str) -> String {
+    match name.is_empty() {
+        true => lwpid.to_string(),
+        false => format!("{lwpid} ({name})"),
     }
 }
 
