@@ -900,3 +900,20 @@ pub fn place(at: &Value) -> String {
         at["line"]
     )
 }
+
+/// The GNU build-id of an ELF file, in hex, as reports write it.
+pub fn build_id_of(elf: &object::File<'_>) -> String {
+    use object::Object;
+    let id = elf.build_id().unwrap().expect("a build-id");
+    id.iter().fold(String::new(), |mut digits, byte| {
+        let _ = std::fmt::Write::write_fmt(&mut digits, format_args!("{byte:02x}"));
+        digits
+    })
+}
+
+/// `DIR/.build-id/xx/rest.debug`, as debug packages lay their files out.
+pub fn debug_file_path(dir: &Path, build_id: &str) -> PathBuf {
+    dir.join(".build-id")
+        .join(&build_id[..2])
+        .join(format!("{}.debug", &build_id[2..]))
+}

@@ -15,8 +15,8 @@ use std::{
 use object::{Object, ObjectSegment, ObjectSymbol};
 use serde_json::{Value, json};
 use thrtrace_tests::{
-    LIBC, TempDir, bpf_available, field, line_of, prerequisite, report_json, report_lock,
-    run_tracer, succeeded, workload,
+    LIBC, TempDir, bpf_available, build_id_of, debug_file_path, field, line_of, prerequisite,
+    report_json, report_lock, run_tracer, succeeded, workload,
 };
 
 const ROUNDS: u64 = 3;
@@ -39,12 +39,7 @@ impl Binary {
     }
 
     fn build_id(&self) -> String {
-        let elf = self.elf();
-        let id = elf.build_id().unwrap().expect("a build-id");
-        id.iter().fold(String::new(), |mut digits, byte| {
-            let _ = write!(digits, "{byte:02x}");
-            digits
-        })
+        build_id_of(&self.elf())
     }
 
     /// The file offset of a virtual address in a loaded segment.
@@ -260,13 +255,6 @@ fn callers_are_placed_by_module_offset_and_build_id_and_named_from_debug_informa
         caller(&report, &global)["inlined"],
         json!([{"function": "take", "file": SOURCE, "line": take_line}])
     );
-}
-
-/// `DIR/.build-id/xx/rest.debug`, as debug packages lay their files out.
-fn debug_file_path(dir: &Path, build_id: &str) -> PathBuf {
-    dir.join(".build-id")
-        .join(&build_id[..2])
-        .join(format!("{}.debug", &build_id[2..]))
 }
 
 /// libc's own lock, taken inside libc (dl_iterate_phdr), is placed by its line from the debug

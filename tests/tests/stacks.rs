@@ -4,12 +4,14 @@
 //! beta_5) while a third chain (holder_1 .. holder_5) holds it; built without frame pointers
 //! (and once with them), the report must name every function of each chain, in order, for the
 //! waits and for the releases that ended them, and the lock by its symbol. The same stacks
-//! reach the Perfetto export and a C analyzer through the POSIX trace API.
+//! reach the Perfetto export and a C analyzer through the POSIX trace API. Stripped, the
+//! chains' frames are placed by module, offset and build-id; with the debug file beside, they
+//! are named again.
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, build_analyzer, every_libc, is_musl, report_json, run_tracer,
-    workload_arg,
+    TempDir, bpf_available, build_analyzer, build_id_of, debug_file_path, every_libc, is_musl,
+    report_json, run_tracer, succeeded, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemEvent, SystemKind},
@@ -254,4 +256,79 @@ fn a_c_analyzer_reads_the_logs_stacks(dir: &TempDir, build: &str) {
         "{build}"
     );
     assert_eq!(printed, expected, "{build}");
+}
+
+#[test]
+fn a_stripped_programs_frames_are_placed_by_module_offset_and_build_id_and_named_from_its_debug_file()
+ {
+    if !bpf_available("stacks_stripped") {
+        return;
+    }
+    let dir = TempDir::new("stacks-stripped");
+    let built = workload("stack_chains");
+    let stripped = dir.path().join("stack_chains");
+    succeeded(
+        std::process::Command::new("strip")
+            .args(["--strip-all", "-o"])
+            .arg(&stripped)
+            .arg(&built),
+    );
+    let bytes = std::fs::read(&built).unwrap();
+    let build_id = build_id_of(&object::File::parse(&*bytes).unwrap());
+    let program = stripped.to_str().unwrap();
+    let run = run_tracer(
+        dir.path(),
+        &[
+            "--contended",
+            "--events",
+            "mutex",
+            "--log",
+            "app.ptl",
+            "--",
+            program,
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    // No symbol names the lock now: the one that was waited on twice.
+    let contended = |report: &Value| -> Value {
+        report["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["contended"] == 2)
+            .unwrap_or_else(|| panic!("no lock waited on twice in {report:#}"))
+            .clone()
+    };
+    let lock = contended(&report_json(&dir, &["app.ptl"]));
+    let waits = lock["waiting_stacks"].as_array().unwrap();
+    assert_eq!(waits.len(), 2, "{lock:#}");
+    for stack in waits {
+        // The waiter's five links and `run`, after the lock function: placed in the program.
+        let frames = &stack["frames"].as_array().unwrap()[1..7];
+        for frame in frames {
+            assert_eq!(frame["module"], program, "{stack:#}");
+            assert_eq!(frame["build_id"], build_id.as_str(), "{stack:#}");
+            assert!(
+                frame["offset"].as_str().unwrap().starts_with("0x"),
+                "{stack:#}"
+            );
+            assert_eq!(frame["function"], Value::Null, "{stack:#}");
+        }
+    }
+    // Its debug file where debug packages put theirs, under a directory of the test's own.
+    let file = debug_file_path(&dir.path().join("debug"), &build_id);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    succeeded(
+        std::process::Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&built)
+            .arg(&file),
+    );
+    let report = report_json(&dir, &["--debug-dir", "debug", "app.ptl"]);
+    let lock = contended(&report);
+    assert_eq!(lock["symbol"], "big_lock", "{lock:#}");
+    assert_eq!(
+        chains_of(&lock["waiting_stacks"], "stack_chains"),
+        [("alpha", 1), ("beta", 1)]
+    );
 }
