@@ -5,12 +5,7 @@
 //! symbols), and stripped with its debug file under a debug directory (file:line again). A
 //! caller inside libc is placed by Debian's libc6-dbg.
 
-use std::{
-    fmt::Write as _,
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{fs, path::Path, process::Command};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 use serde_json::{Value, json};
