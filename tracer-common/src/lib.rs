@@ -37,8 +37,9 @@ pub mod names {
     pub const TGID_OFFSET: &str = "TGID_OFFSET";
     /// Read-only global: the bytes of each CPU's ring buffer.
     pub const RING_BYTES: &str = "RING_BYTES";
-    /// Read-only global: 1 when a record written at a call's entry (a wait, a wake on a slow
-    /// path) carries its thread's user stack ([`crate::record::StackedRecord`]).
+    /// Read-only global: which records carry their thread's user stack
+    /// ([`crate::record::StackedRecord`]): [`crate::STACKS_NONE`], [`crate::STACKS_SLOW_PATHS`]
+    /// or [`crate::STACKS_ALL`].
     pub const STACKS: &str = "STACKS";
     /// Read-only global: 1 with `--lossless`, and the map of the processes it has stopped.
     pub const LOSSLESS: &str = "LOSSLESS";
@@ -70,6 +71,15 @@ pub mod names {
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
 }
+
+/// `names::STACKS`: no record carries its stack.
+pub const STACKS_NONE: u32 = 0;
+/// `names::STACKS`: the records of slow paths carry their stack (`--contended`'s waits and
+/// wakes), not those of calls traced whole (a thread pool's condition waits, at any rate).
+pub const STACKS_SLOW_PATHS: u32 = 1;
+/// `names::STACKS`: every record written at a call's entry, or at its return for a call written
+/// only there, carries its stack.
+pub const STACKS_ALL: u32 = 2;
 
 /// The processes traced through their own links that the entry program finds with a few
 /// compares instead of a `TRACED` lookup (a hash map's lookup is an eighth of its run): up to

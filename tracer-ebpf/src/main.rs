@@ -55,8 +55,8 @@ use aya_ebpf::{
 use tracer_common::{
     ERRNO_AT_OFFSET, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, LOST_PENDING,
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister, OwnTargets,
-    ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STOP_SENT, TracedThrough,
-    call_site_key,
+    ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_NONE,
+    STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack},
 };
@@ -82,9 +82,9 @@ static TGID_OFFSET: u64 = 0;
 /// at every record.
 #[unsafe(no_mangle)]
 static RING_BYTES: u64 = 0;
-/// Set when records written at a call's entry carry the thread's stack (`names::STACKS`).
+/// Which records carry the thread's stack (`names::STACKS`).
 #[unsafe(no_mangle)]
-static STACKS: u32 = 0;
+static STACKS: u32 = STACKS_NONE;
 /// Set with `--lossless`: a thread that writes to a ring more than half full is stopped until
 /// the tracer has drained the rings.
 #[unsafe(no_mangle)]
@@ -477,7 +477,7 @@ fn emit_entry(raw_cookie: u64, regs: *const pt_regs, slot: *mut Pending) -> bool
             }
         }
     };
-    match with_stacks() {
+    match with_stack(raw_cookie) {
         true => emit_with(|entry: *mut StackedRecord| {
             fill(entry.cast());
             // SAFETY: the entry is ours until submitted.
@@ -648,11 +648,16 @@ fn object_field(register: ObjectRegister, regs: &pt_regs) -> *const u64 {
     ptr::from_ref(regs).cast::<u8>().wrapping_add(offset).cast()
 }
 
-/// Whether records written at a call's entry carry the thread's stack (`names::STACKS`).
+/// Whether a record of the probe whose cookie is `raw_cookie` carries the thread's stack
+/// (`names::STACKS`).
 #[inline(always)]
-fn with_stacks() -> bool {
+fn with_stack(raw_cookie: u64) -> bool {
     // SAFETY: a read-only global that userspace sets before loading.
-    unsafe { ptr::read_volatile(&raw const STACKS) != 0 }
+    match unsafe { ptr::read_volatile(&raw const STACKS) } {
+        STACKS_ALL => true,
+        STACKS_SLOW_PATHS => ProbeCookie::decode(raw_cookie).slow_path,
+        _ => false,
+    }
 }
 
 /// Copies the registers an unwinder starts from and as much of the user stack above the stack
@@ -747,7 +752,7 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
 /// from the instruction it returns to. A call of its own, to keep the return's frame small.
 #[inline(never)]
 fn emit_return(slot: *mut Pending, raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs) {
-    match with_stacks() && written_at_return_only(ProbeCookie::decode(raw_cookie).flags) {
+    match with_stack(raw_cookie) && written_at_return_only(ProbeCookie::decode(raw_cookie).flags) {
         true => emit_with(|entry: *mut StackedRecord| {
             complete_from_slot(entry.cast(), slot, raw_cookie, task, regs);
             // SAFETY: the entry is ours until submitted.

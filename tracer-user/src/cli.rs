@@ -157,9 +157,10 @@ pub struct Cli {
     #[arg(long)]
     pub contended: bool,
 
-    /// Record the user call stack of each wait and of each unlock or post that woke a waiter
-    /// (every record written at a call's entry), unwound from the binaries' CFI, so code built
-    /// without frame pointers unwinds right [default: on with --contended, else off]
+    /// Record each call's user call stack (every record written at a call's entry), unwound
+    /// from the binaries' CFI, so code built without frame pointers unwinds right [default:
+    /// with --contended, the stacks of the waits and wakes on slow paths, not of the calls it
+    /// traces whole (condition waits ...); else off]
     #[arg(long, value_name = "WHEN", value_enum)]
     pub stacks: Option<Switch>,
 
@@ -397,10 +398,11 @@ impl Cli {
             perf_event_probes: self.perf_event_probes,
             probe_at_entry: self.probe_at_entry,
             contended: self.contended,
-            stacks: self.stacks.unwrap_or(match self.contended {
-                true => Switch::On,
-                false => Switch::Off,
-            }) == Switch::On,
+            stacks: match (self.stacks, self.contended) {
+                (Some(Switch::On), _) => tracer_common::STACKS_ALL,
+                (None, true) => tracer_common::STACKS_SLOW_PATHS,
+                (Some(Switch::Off), _) | (None, false) => tracer_common::STACKS_NONE,
+            },
             follow: self.follow,
             verbose: self.verbose,
             lossless: self.lossless

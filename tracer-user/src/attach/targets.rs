@@ -272,8 +272,16 @@ impl PthreadLibrary {
 /// The contents of a mapped file. map_files needs CAP_SYS_ADMIN; without it (--list-probes as
 /// a user) the file is read by its path in the process's root.
 pub fn read_mapped(file: &MappedFile) -> Option<Vec<u8>> {
-    fs::read(&file.open_path)
-        .or_else(|_| fs::read(format!("/proc/{}/root{}", file.seen_through, file.path)))
+    let mut contents = Vec::new();
+    std::io::Read::read_to_end(&mut open_mapped(file)?, &mut contents).ok()?;
+    Some(contents)
+}
+
+/// The mapped file itself, opened for reading (see [`read_mapped`]): for a reader that needs
+/// only parts of it.
+pub fn open_mapped(file: &MappedFile) -> Option<fs::File> {
+    fs::File::open(&file.open_path)
+        .or_else(|_| fs::File::open(format!("/proc/{}/root{}", file.seen_through, file.path)))
         .ok()
 }
 

@@ -158,14 +158,14 @@ impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
     /// `lossless`: stop a thread that writes to a ring more than half full until it is drained.
-    /// `stacks`: records written at a call's entry carry their thread's stack. `mechanism`: how
-    /// the programs will be attached.
+    /// `stacks`: which records carry their thread's stack (`tracer_common::STACKS_*`).
+    /// `mechanism`: how the programs will be attached.
     pub fn load(
         offsets: TaskOffsets,
         ring_bytes: u32,
         empty_programs: bool,
         lossless: bool,
-        stacks: bool,
+        stacks: u32,
         scope: Scope,
         mechanism: UprobeMechanism,
     ) -> Result<Self> {
@@ -181,7 +181,7 @@ impl DataPath {
             (names::PID_OFFSET, &offsets.pid.to_ne_bytes()),
             (names::TGID_OFFSET, &offsets.tgid.to_ne_bytes()),
             (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
-            (names::STACKS, &u32::from(stacks).to_ne_bytes()),
+            (names::STACKS, &stacks.to_ne_bytes()),
             (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
         ];
         // Without --follow, only -p targets and a launched command go in TRACED, whose

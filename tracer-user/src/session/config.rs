@@ -35,8 +35,8 @@ pub struct Config {
     pub probe_at_entry: bool,
     /// `--contended`: locks traced on their slow paths only.
     pub contended: bool,
-    /// Records written at a call's entry carry their thread's call stack (`--stacks`).
-    pub stacks: bool,
+    /// Which records carry their thread's call stack (`--stacks`: `tracer_common::STACKS_*`).
+    pub stacks: u32,
     pub follow: bool,
     pub verbose: bool,
     pub lossless: bool,

@@ -7,6 +7,7 @@
 
 use std::{
     collections::HashMap,
+    fs,
     ops::Range,
     sync::Arc,
     time::{Duration, Instant},
@@ -16,7 +17,7 @@ use framehop::{
     ExplicitModuleSectionInfo, Module, Unwinder as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment, ReadCache};
 use tracer_model::event::{MAX_FRAMES, SystemEvent, SystemKind};
 
 use crate::{
@@ -48,10 +49,12 @@ struct FileSections {
 }
 
 impl FileSections {
-    /// The sections of the ELF file `image`, mapped from `file_offset`; `None` if it has no
-    /// unwind information at all.
-    fn read(image: &[u8], file_offset: u64) -> Option<Self> {
-        let file = object::File::parse(image).ok()?;
+    /// The sections of the ELF file `file`, mapped from `file_offset`; `None` if it has no
+    /// unwind information at all. Only its headers and those sections are read: a large
+    /// program's (mariadbd's 25 MB) whole file would hold the first stack up.
+    fn read(file: fs::File, file_offset: u64) -> Option<Self> {
+        let image = ReadCache::new(file);
+        let file = object::File::parse(&image).ok()?;
         let code = file.segments().find(|segment| {
             let (offset, size) = segment.file_range();
             (offset..offset + size).contains(&file_offset)
@@ -213,8 +216,7 @@ impl Unwinder {
                 .files
                 .entry(mapping.identity.clone())
                 .or_insert_with(|| {
-                    let image = targets::read_mapped(&mapping)?;
-                    FileSections::read(&image, mapping.file_offset)
+                    FileSections::read(targets::open_mapped(&mapping)?, mapping.file_offset)
                 });
             if let Some(sections) = sections {
                 unwinder.add_module(sections.module(&mapping));
