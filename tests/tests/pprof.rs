@@ -20,11 +20,13 @@ struct Sample {
     labels: String,
 }
 
-/// A profile as `go tool pprof -raw` prints it: its comments and samples.
+/// A profile as `go tool pprof -raw` prints it: its comments, samples and mappings (each as
+/// its line: `1: start/limit/offset file build-id [FN]...`).
 #[derive(Debug)]
 struct RawProfile {
     comments: Vec<String>,
     samples: Vec<Sample>,
+    mappings: Vec<String>,
 }
 
 /// `go tool pprof -raw` of `file` in `dir`, with the profile's own symbols (nothing looked up
@@ -51,6 +53,7 @@ fn parse_raw(text: &str) -> RawProfile {
     let mut comments = Vec::new();
     let mut samples: Vec<(u64, u64, Vec<u64>, String)> = Vec::new();
     let mut locations: Vec<(u64, Vec<String>)> = Vec::new();
+    let mut mappings = Vec::new();
     let mut section = "";
     for line in text.lines() {
         if let Some(comment) = line.strip_prefix("Comment: ") {
@@ -87,6 +90,7 @@ fn parse_raw(text: &str) -> RawProfile {
                 // The function an inlined one above was inlined into.
                 None => locations.last_mut().unwrap().1.push(fields[0].to_owned()),
             },
+            "Mappings" => mappings.push(line.to_owned()),
             _ => {}
         }
     }
@@ -109,7 +113,11 @@ fn parse_raw(text: &str) -> RawProfile {
             labels,
         })
         .collect();
-    RawProfile { comments, samples }
+    RawProfile {
+        comments,
+        samples,
+        mappings,
+    }
 }
 
 /// The chain `prefix`_5 .. `prefix`_1 then `run`, innermost first.
@@ -159,6 +167,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
         return;
     }
     let dir = TempDir::new("pprof");
+    let program = workload_arg("stack_chains");
     let run = run_tracer(
         dir.path(),
         &[
@@ -168,7 +177,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
             "--log",
             "app.ptl",
             "--",
-            &workload_arg("stack_chains"),
+            &program,
         ],
     );
     assert!(run.status.success(), "{run:?}");
@@ -208,6 +217,11 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
     chains.sort_unstable();
     assert_eq!(chains, ["alpha", "beta"], "{waiters:#?}");
     assert!(samples.iter().all(|s| s.count == 1), "{waiters:#?}");
+    // pprof takes the first mapping for the program's.
+    assert!(
+        waiters.mappings[0].contains(&format!(" {program} ")),
+        "{waiters:#?}"
+    );
     let delay: u64 = samples.iter().map(|s| s.delay_ns).sum();
     assert!(
         delay.abs_diff(wait_total_ns) * 1000 <= wait_total_ns,

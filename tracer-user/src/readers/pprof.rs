@@ -264,6 +264,21 @@ impl Builder {
 
     /// The profile, with its value types, period and comment.
     fn finish(mut self, analysis: &Analysis, view: View) -> proto::Profile {
+        // pprof takes the first mapping for the program's own (its name heads every view):
+        // a program is mapped below the libraries it loads, PIE or not.
+        self.profile.mapping.sort_by_key(|m| m.memory_start);
+        let new_ids: HashMap<u64, u64> = self
+            .profile
+            .mapping
+            .iter_mut()
+            .zip(1..)
+            .map(|(mapping, id)| (std::mem::replace(&mut mapping.id, id), id))
+            .collect();
+        for location in &mut self.profile.location {
+            if let Some(&id) = new_ids.get(&location.mapping_id) {
+                location.mapping_id = id;
+            }
+        }
         let sample_type = vec![
             self.value_type("contentions", "count"),
             self.value_type("delay", "nanoseconds"),
