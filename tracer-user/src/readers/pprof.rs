@@ -299,3 +299,63 @@ impl Builder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::InlinedFrame;
+
+    /// A frame with `take` inlined into `pop` inlined into `worker`: pprof wants its lines
+    /// innermost first, each function once in the table, and the frame once as a location.
+    #[test]
+    fn inlined_functions_are_lines_innermost_first() {
+        let frame = Location {
+            address: 0x1234,
+            function: Some("worker".to_owned()),
+            file: Some("queue.c".to_owned()),
+            line: Some(88),
+            inlined: vec![
+                InlinedFrame {
+                    function: "pop".to_owned(),
+                    file: Some("queue.h".to_owned()),
+                    line: Some(12),
+                },
+                InlinedFrame {
+                    function: "take".to_owned(),
+                    file: Some("queue.h".to_owned()),
+                    line: Some(40),
+                },
+            ],
+            ..Location::default()
+        };
+        let mut builder = Builder::default();
+        let symbols = Symbols::new();
+        let id = builder.location(7, false, &frame, &symbols);
+        assert_eq!(builder.location(7, false, &frame, &symbols), id);
+        let profile = &builder.profile;
+        assert_eq!(profile.location.len(), 1);
+        let lines: Vec<(&str, &str, i64)> = profile.location[0]
+            .line
+            .iter()
+            .map(|line| {
+                let function = &profile.function[line.function_id as usize - 1];
+                (
+                    profile.string_table[function.name as usize].as_str(),
+                    profile.string_table[function.filename as usize].as_str(),
+                    line.line,
+                )
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("take", "queue.h", 40),
+                ("pop", "queue.h", 12),
+                ("worker", "queue.c", 88)
+            ]
+        );
+        // Outside every recorded mapping: no mapping named.
+        assert_eq!(profile.location[0].mapping_id, 0);
+        assert_eq!(profile.string_table[0], "");
+    }
+}
