@@ -123,14 +123,19 @@ pub fn write(
         .with_context(|| format!("cannot create {}", path.display()))?;
     file.write_all(&bytes)
         .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(format!(
-        "{samples} samples ({} view) on {sampled_locks} locks in {}",
-        match view {
-            View::Waiters => "waiters",
-            View::Releasers => "releasers",
-        },
+    let view_name = match view {
+        View::Waiters => "waiters",
+        View::Releasers => "releasers",
+    };
+    let mut summary = format!(
+        "{samples} samples ({view_name} view) on {sampled_locks} locks in {}",
         path.display()
-    ))
+    );
+    if samples == 0 {
+        summary += ": no contended wait has a call stack (stacks are taken with --contended, \
+                    or --stacks on)";
+    }
+    Ok(summary)
 }
 
 /// A profile being built: its tables, each entry once, by what it is.
