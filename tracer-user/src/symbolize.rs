@@ -469,17 +469,21 @@ impl Symbols {
             .or_insert_with(|| Module::read(mapping, &self.debug_dirs))
     }
 
+    /// The recorded mapping of process `pid` that holds `address`.
+    pub fn mapping_of(&self, pid: u32, address: u64) -> Option<&Mapping> {
+        self.mappings
+            .get(&pid)?
+            .iter()
+            .find(|m| (m.start..m.end).contains(&address))
+    }
+
     /// Where `address` of process `pid` is, from the recorded mappings. A return address: the
     /// call is the byte before it.
     pub fn locate(&mut self, pid: u32, address: u64) -> Location {
         if let Some(known) = self.cache.get(&(pid, address)) {
             return known.clone();
         }
-        let mapping = self.mappings.get(&pid).and_then(|maps| {
-            maps.iter()
-                .find(|m| (m.start..m.end).contains(&address))
-                .cloned()
-        });
+        let mapping = self.mapping_of(pid, address).cloned();
         let location = match mapping {
             Some(mapping) if address != 0 => self.locate_in(&mapping, address),
             _ => Location {

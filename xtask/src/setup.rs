@@ -2,7 +2,8 @@
 //! takes well under 5 seconds: the nightly toolchain's rust-src (for `-Z build-std=core`),
 //! bpf-linker built against LLVM 22 (rustc's LLVM), a C compiler for the workloads and the C
 //! analyzers, musl-gcc (the workloads built with musl), pkg-config (the installed library's
-//! test), babeltrace2 (which reads the CTF traces `convert` writes, in the tests), and libc6-dbg
+//! test), babeltrace2 (which reads the CTF traces `convert` writes, in the tests), Go (whose
+//! `go tool pprof` reads the profiles `report --format pprof` writes, in the tests), and libc6-dbg
 //! (glibc's separate debug information: reports name callers inside libc by line).
 
 use std::{path::Path, time::Instant};
@@ -25,6 +26,7 @@ pub fn ensure_prerequisites() -> Result<()> {
         ("pkg-config", "--version", &["pkgconf"]),
         ("babeltrace2", "--version", &["babeltrace2"]),
         ("tmux", "-V", &["tmux"]),
+        ("go", "version", &["golang-go"]),
     ]
     .into_iter()
     .filter(|(program, version, _)| !succeeds(command(program).arg(version)))

@@ -8,6 +8,7 @@ pub mod convert;
 pub mod dump;
 pub mod info;
 pub mod perfetto;
+pub mod pprof;
 pub mod report;
 pub mod top;
 
@@ -15,6 +16,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use tracer_model::log::{Attributes, LogReader};
+
+use crate::{
+    error::UsageError,
+    sinks::output_dir::{OutputDir, split_file_path},
+};
 
 /// Opens a log, saying so when it was not closed (read up to its last whole packet).
 pub fn open_log(path: &Path) -> Result<LogReader> {
@@ -48,4 +54,13 @@ pub fn timestamp(ns: i64) -> String {
         ns.div_euclid(1_000_000_000),
         ns.rem_euclid(1_000_000_000)
     )
+}
+
+/// The directory a file goes in, opened, and its name there.
+fn output_place(path: &Path) -> Result<(OutputDir, String)> {
+    let Some((parent, name)) = split_file_path(path) else {
+        return Err(UsageError(format!("{}: name a file", path.display())).into());
+    };
+    let dir = OutputDir::open(parent).map_err(|e| e.usage("output file"))?;
+    Ok((dir, name.to_owned()))
 }

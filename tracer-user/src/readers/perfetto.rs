@@ -21,11 +21,7 @@ use tracer_model::{
     stack::Stacks,
 };
 
-use crate::{
-    error::UsageError,
-    sinks::output_dir::{OutputDir, split_file_path},
-    symbolize::{Mapping, Symbols},
-};
+use crate::symbolize::{Mapping, Symbols};
 
 /// Writes the timeline of `reader` to `path`; returns the summary.
 pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
@@ -132,7 +128,7 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
         );
     }
 
-    let (dir, name) = output_place(path)?;
+    let (dir, name) = super::output_place(path)?;
     let (file, _) = dir
         .create(&name)
         .with_context(|| format!("cannot create {}", path.display()))?;
@@ -150,13 +146,4 @@ pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
         threads.len(),
         path.display()
     ))
-}
-
-/// The directory a file goes in, opened, and its name there.
-fn output_place(path: &Path) -> Result<(OutputDir, String)> {
-    let Some((parent, name)) = split_file_path(path) else {
-        return Err(UsageError(format!("{}: name a file", path.display())).into());
-    };
-    let dir = OutputDir::open(parent).map_err(|e| e.usage("output file"))?;
-    Ok((dir, name.to_owned()))
 }

@@ -25,7 +25,8 @@ use tracer_model::{
 
 use crate::{
     place::{NOT_RECORDED, Place},
-    say::{OutputFormat, duration},
+    readers::pprof::View,
+    say::duration,
     symbolize::{Location, LockName, Mapping, Symbols},
 };
 
@@ -35,6 +36,15 @@ const TOP_CALLERS: usize = 3;
 const TOP_STACKS: usize = 3;
 
 pub fn run(args: &ReportArgs) -> Result<i32> {
+    // Refused before the log is read: a profile is not printed, and only a profile is written.
+    let pprof_path = match (args.format, &args.output) {
+        (ReportFormat::Pprof, Some(path)) => Some(path),
+        (ReportFormat::Pprof, None) => {
+            usage_bail!("--format pprof writes a binary profile: name its file with -o FILE")
+        }
+        (_, Some(_)) => usage_bail!("-o FILE is for --format pprof: text and JSON are printed"),
+        (_, None) => None,
+    };
     let mut analysis = Analysis::new(true);
     let mut symbols = Symbols::with_debug_dirs(&args.debug_dir);
     let mut stacks = Stacks::default();
@@ -45,10 +55,22 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     } else {
         feed_log(&args.input, &mut analysis, &mut symbols, &mut stacks)?;
     }
+    if let Some(path) = pprof_path {
+        let summary = super::pprof::write(
+            &analysis,
+            &mut symbols,
+            &stacks,
+            &args.kinds,
+            args.view,
+            path,
+        )?;
+        say!("thrtrace-bpf: {summary}");
+        return Ok(0);
+    }
     let report = Report::build(&mut analysis, &mut symbols, &stacks, args);
     let text = match args.format {
-        OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        OutputFormat::Text => report.text(args),
+        ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        ReportFormat::Text | ReportFormat::Pprof => report.text(args),
     };
     crate::say::print(&text);
     Ok(0)
@@ -102,7 +124,9 @@ pub fn lock_table_so_far(
     kinds: KindArg,
 ) -> String {
     let args = ReportArgs {
-        format: OutputFormat::Text,
+        format: ReportFormat::Text,
+        output: None,
+        view: View::default(),
         by: ReportBy::Lock,
         sort,
         top,
@@ -368,8 +392,10 @@ impl Report {
         // Text lists the first --top of each (0: all) and a few callers and holders of each;
         // JSON has everything.
         let (shown, listed) = match (args.format, args.top) {
-            (OutputFormat::Json, _) | (OutputFormat::Text, 0) => (usize::MAX, usize::MAX),
-            (OutputFormat::Text, top) => (top, TOP_CALLERS),
+            (ReportFormat::Json | ReportFormat::Pprof, _) | (ReportFormat::Text, 0) => {
+                (usize::MAX, usize::MAX)
+            }
+            (ReportFormat::Text, top) => (top, TOP_CALLERS),
         };
         let mut rows = |locks: Vec<&LockStats>| -> Vec<LockRow> {
             locks
@@ -797,6 +823,15 @@ pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
         .collect()
 }
 
+/// What names `lock`: its symbol, else where its first contended wait was called from.
+pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> LockName {
+    let first_waited_at = stacks
+        .get(lock.first_waiting_stack)
+        .and_then(|stack| stack.frames.get(1))
+        .map(|&caller| symbols.locate(lock.pid, caller));
+    symbols.name_lock(lock.pid, lock.address, first_waited_at)
+}
+
 /// A lock's row, with its first `listed` callers and holders.
 fn lock_row(
     lock: &LockStats,
@@ -854,13 +889,9 @@ fn lock_row(
         max_ns: wait_max_ns,
         ..
     } = lock.wait;
-    let first_waited_at = stacks
-        .get(lock.first_waiting_stack)
-        .and_then(|stack| stack.frames.get(1))
-        .map(|&caller| symbols.locate(lock.pid, caller));
     LockRow {
         pid: lock.pid,
-        name: symbols.name_lock(lock.pid, lock.address, first_waited_at),
+        name: lock_name(lock, symbols, stacks),
         kind: lock.kind.name(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,
@@ -936,10 +967,19 @@ fn histogram(out: &mut String, what: &str, buckets: &[u64]) {
 #[command(after_help = "Examples:\n  thrtrace-bpf report app.ptl\n  \
                         thrtrace-bpf report --by thread app.ptl\n  \
                         thrtrace-bpf report --sort hold --top 5 --histogram app.ptl\n  \
-                        thrtrace-bpf report --format json trace/")]
+                        thrtrace-bpf report --format json trace/\n  \
+                        thrtrace-bpf report --format pprof -o app.pb.gz app.ptl")]
 pub struct ReportArgs {
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub format: OutputFormat,
+    /// Tables for people, JSON, or a pprof contention profile (with -o FILE; from a log of a
+    /// trace taken with stacks)
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+    /// The file --format pprof writes (gzipped profile.proto, for `go tool pprof`)
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Which stacks the pprof profile holds
+    #[arg(long, value_enum, default_value_t = View::Waiters)]
+    pub view: View,
     /// One row per lock (semaphores and condvars too), or per thread
     #[arg(long, value_enum, default_value_t = ReportBy::Lock)]
     pub by: ReportBy,
@@ -962,6 +1002,14 @@ pub struct ReportArgs {
     /// A trace log (--log), or a directory of tr.* files
     #[arg(value_name = "LOG|DIR")]
     pub input: PathBuf,
+}
+
+/// What `report` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+    Pprof,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

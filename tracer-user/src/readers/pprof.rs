@@ -1,0 +1,366 @@
+//! `report --format pprof -o FILE`: the locks' contended waits as a pprof profile (gzipped
+//! `profile.proto`), as Go's contention profiles are: values `contentions/count` and
+//! `delay/nanoseconds`, one sample per lock and call stack, labelled with the lock, its kind and
+//! its process. The waiters view holds the stacks that waited (Go's block profile); the
+//! releasers view, the stacks of the releases that ended the waits (Go's mutex profile).
+
+mod proto;
+
+use std::{collections::HashMap, io::Write as _, path::Path};
+
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use flate2::{Compression, write::GzEncoder};
+use prost::Message as _;
+use tracer_model::{
+    analysis::{Analysis, LockStats, StackStats},
+    stack::{Stack, Stacks},
+};
+
+use super::report::{KindArg, lock_name, stack_frames};
+use crate::symbolize::{Location, Symbols};
+
+/// Which stacks a profile holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum View {
+    /// The stacks that waited (Go's block profile)
+    #[default]
+    Waiters,
+    /// The stacks of the releases that ended the waits (Go's mutex profile)
+    Releasers,
+}
+
+impl View {
+    /// What the profile says it is, in its comments.
+    fn comment(self) -> &'static str {
+        match self {
+            View::Waiters => {
+                "thrtrace-bpf waiters view: the call stacks that waited for each lock, \
+                 as Go's block profile"
+            }
+            View::Releasers => {
+                "thrtrace-bpf releasers view: the call stacks of the releases that ended \
+                 each lock's waits, as Go's mutex profile"
+            }
+        }
+    }
+
+    fn stacks(self, lock: &LockStats) -> impl Iterator<Item = (&u32, &StackStats)> {
+        match self {
+            View::Waiters => &lock.waiting_stacks,
+            View::Releasers => &lock.releasing_stacks,
+        }
+        .iter()
+    }
+}
+
+/// Writes the profile of what `analysis` saw, of the `kinds` asked for, to `path`; returns
+/// the summary.
+pub fn write(
+    analysis: &Analysis,
+    symbols: &mut Symbols,
+    stacks: &Stacks,
+    kinds: &KindArg,
+    view: View,
+    path: &Path,
+) -> Result<String> {
+    let mut builder = Builder::default();
+    let mut locks: Vec<&LockStats> = analysis
+        .locks()
+        .filter(|lock| kinds.shows(lock.kind))
+        .collect();
+    locks.sort_by_key(|lock| (lock.pid, lock.address));
+    let mut sampled_locks = 0;
+    for lock in locks {
+        let mut by_stack: Vec<(u32, &Stack, u64, u64)> = view
+            .stacks(lock)
+            .filter_map(|(&id, stats)| {
+                Some((id, stacks.get(id)?, stats.count, stats.wait_total_ns))
+            })
+            .collect();
+        if by_stack.is_empty() {
+            continue;
+        }
+        sampled_locks += 1;
+        by_stack.sort_unstable_by_key(|&(id, ..)| id);
+        let name = lock_name(lock, symbols, stacks);
+        let labels = vec![
+            builder.string_label(
+                "lock",
+                &name
+                    .symbol
+                    .unwrap_or_else(|| format!("{:#x}", name.address)),
+            ),
+            builder.string_label("lock_kind", lock.kind.name()),
+            proto::Label {
+                key: builder.string("pid"),
+                num: i64::from(lock.pid),
+                ..proto::Label::default()
+            },
+        ];
+        for (_, stack, count, wait_total_ns) in by_stack {
+            let location_id = stack_frames(stack, symbols)
+                .iter()
+                .enumerate()
+                .map(|(n, frame)| builder.location(stack.pid, n == 0, frame, symbols))
+                .collect();
+            builder.profile.sample.push(proto::Sample {
+                location_id,
+                value: vec![count as i64, wait_total_ns as i64],
+                label: labels.clone(),
+            });
+        }
+    }
+    let samples = builder.profile.sample.len();
+    let profile = builder.finish(analysis, view);
+    let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
+    gzip.write_all(&profile.encode_to_vec())?;
+    let bytes = gzip.finish()?;
+    // Made whole in memory first: the file is only created once there is all of it to write.
+    let (dir, name) = super::output_place(path)?;
+    let (mut file, _) = dir
+        .create(&name)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(&bytes)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let view_name = match view {
+        View::Waiters => "waiters",
+        View::Releasers => "releasers",
+    };
+    let mut summary = format!(
+        "{samples} samples ({view_name} view) on {sampled_locks} locks in {}",
+        path.display()
+    );
+    if samples == 0 {
+        summary += ": no contended wait has a call stack (stacks are taken with --contended, \
+                    or --stacks on)";
+    }
+    Ok(summary)
+}
+
+/// A profile being built: its tables, each entry once, by what it is.
+#[derive(Default)]
+struct Builder {
+    profile: proto::Profile,
+    strings: HashMap<String, i64>,
+    /// By process and start address.
+    mappings: HashMap<(u32, u64), u64>,
+    /// By process, whether it is a stack's first frame (the probed instruction rather than a
+    /// return address), and address.
+    locations: HashMap<(u32, bool, u64), u64>,
+    /// By name and file.
+    functions: HashMap<(String, Option<String>), u64>,
+}
+
+impl Builder {
+    /// The index of `text` in the string table.
+    fn string(&mut self, text: &str) -> i64 {
+        if self.profile.string_table.is_empty() {
+            // pprof's rule: the table starts with the empty string.
+            self.profile.string_table.push(String::new());
+            self.strings.insert(String::new(), 0);
+        }
+        if let Some(&index) = self.strings.get(text) {
+            return index;
+        }
+        let index = self.profile.string_table.len() as i64;
+        self.profile.string_table.push(text.to_owned());
+        self.strings.insert(text.to_owned(), index);
+        index
+    }
+
+    fn string_label(&mut self, key: &str, value: &str) -> proto::Label {
+        proto::Label {
+            key: self.string(key),
+            str: self.string(value),
+            ..proto::Label::default()
+        }
+    }
+
+    fn value_type(&mut self, kind: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.string(kind),
+            unit: self.string(unit),
+        }
+    }
+
+    /// The id of the location of `frame` of process `pid`, with its mapping and functions.
+    fn location(&mut self, pid: u32, first: bool, frame: &Location, symbols: &Symbols) -> u64 {
+        let key = (pid, first, frame.address);
+        if let Some(&id) = self.locations.get(&key) {
+            return id;
+        }
+        let mapping_id = self.mapping(pid, frame, symbols);
+        let mut line = Vec::new();
+        if let Some(function) = &frame.function {
+            // pprof's order: the innermost inlined function first, the one they are in last.
+            for inlined in frame.inlined.iter().rev() {
+                line.push(proto::Line {
+                    function_id: self.function(&inlined.function, inlined.file.as_ref()),
+                    line: inlined.line.map_or(0, i64::from),
+                });
+            }
+            line.push(proto::Line {
+                function_id: self.function(function, frame.file.as_ref()),
+                line: frame.line.map_or(0, i64::from),
+            });
+        }
+        let id = self.profile.location.len() as u64 + 1;
+        self.profile.location.push(proto::Location {
+            id,
+            mapping_id,
+            address: frame.address,
+            line,
+        });
+        self.locations.insert(key, id);
+        id
+    }
+
+    /// The id of the mapping `frame` is in (0: in none recorded); what it says of the code it
+    /// holds grows with each frame in it that was named.
+    fn mapping(&mut self, pid: u32, frame: &Location, symbols: &Symbols) -> u64 {
+        let Some(mapping) = symbols.mapping_of(pid, frame.address) else {
+            return 0;
+        };
+        let id = if let Some(&id) = self.mappings.get(&(pid, mapping.start)) {
+            id
+        } else {
+            let id = self.profile.mapping.len() as u64 + 1;
+            let build_id = frame.build_id.clone().unwrap_or_default();
+            let entry = proto::Mapping {
+                id,
+                memory_start: mapping.start,
+                memory_limit: mapping.end,
+                file_offset: mapping.file_offset,
+                filename: self.string(&mapping.path.to_string_lossy()),
+                build_id: self.string(&build_id),
+                ..proto::Mapping::default()
+            };
+            self.profile.mapping.push(entry);
+            self.mappings.insert((pid, mapping.start), id);
+            id
+        };
+        let entry = &mut self.profile.mapping[id as usize - 1];
+        entry.has_functions |= frame.function.is_some();
+        entry.has_filenames |= frame.file.is_some();
+        entry.has_line_numbers |= frame.line.is_some();
+        entry.has_inline_frames |= !frame.inlined.is_empty();
+        id
+    }
+
+    /// The id of the function `name` in `file`.
+    fn function(&mut self, name: &str, file: Option<&String>) -> u64 {
+        let key = (name.to_owned(), file.cloned());
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        let id = self.profile.function.len() as u64 + 1;
+        let name_index = self.string(name);
+        let filename = file.map_or(0, |file| self.string(file));
+        self.profile.function.push(proto::Function {
+            id,
+            name: name_index,
+            system_name: name_index,
+            filename,
+        });
+        self.functions.insert(key, id);
+        id
+    }
+
+    /// The profile, with its value types, period and comment.
+    fn finish(mut self, analysis: &Analysis, view: View) -> proto::Profile {
+        // pprof takes the first mapping for the program's own (its name heads every view):
+        // a program is mapped below the libraries it loads, PIE or not.
+        self.profile.mapping.sort_by_key(|m| m.memory_start);
+        let new_ids: HashMap<u64, u64> = self
+            .profile
+            .mapping
+            .iter_mut()
+            .zip(1..)
+            .map(|(mapping, id)| (std::mem::replace(&mut mapping.id, id), id))
+            .collect();
+        for location in &mut self.profile.location {
+            if let Some(&id) = new_ids.get(&location.mapping_id) {
+                location.mapping_id = id;
+            }
+        }
+        let sample_type = vec![
+            self.value_type("contentions", "count"),
+            self.value_type("delay", "nanoseconds"),
+        ];
+        let period_type = Some(self.value_type("contentions", "count"));
+        let comment = vec![self.string(view.comment())];
+        let first_ns = analysis.first_ns.unwrap_or(0);
+        proto::Profile {
+            sample_type,
+            period_type,
+            period: 1,
+            comment,
+            time_nanos: first_ns,
+            duration_nanos: analysis
+                .first_ns
+                .map_or(0, |first| (analysis.last_ns - first).max(0)),
+            ..self.profile
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::InlinedFrame;
+
+    /// A frame with `take` inlined into `pop` inlined into `worker`: pprof wants its lines
+    /// innermost first, each function once in the table, and the frame once as a location.
+    #[test]
+    fn inlined_functions_are_lines_innermost_first() {
+        let frame = Location {
+            address: 0x1234,
+            function: Some("worker".to_owned()),
+            file: Some("queue.c".to_owned()),
+            line: Some(88),
+            inlined: vec![
+                InlinedFrame {
+                    function: "pop".to_owned(),
+                    file: Some("queue.h".to_owned()),
+                    line: Some(12),
+                },
+                InlinedFrame {
+                    function: "take".to_owned(),
+                    file: Some("queue.h".to_owned()),
+                    line: Some(40),
+                },
+            ],
+            ..Location::default()
+        };
+        let mut builder = Builder::default();
+        let symbols = Symbols::new();
+        let id = builder.location(7, false, &frame, &symbols);
+        assert_eq!(builder.location(7, false, &frame, &symbols), id);
+        let profile = &builder.profile;
+        assert_eq!(profile.location.len(), 1);
+        let lines: Vec<(&str, &str, i64)> = profile.location[0]
+            .line
+            .iter()
+            .map(|line| {
+                let function = &profile.function[line.function_id as usize - 1];
+                (
+                    profile.string_table[function.name as usize].as_str(),
+                    profile.string_table[function.filename as usize].as_str(),
+                    line.line,
+                )
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("take", "queue.h", 40),
+                ("pop", "queue.h", 12),
+                ("worker", "queue.c", 88)
+            ]
+        );
+        // Outside every recorded mapping: no mapping named.
+        assert_eq!(profile.location[0].mapping_id, 0);
+        assert_eq!(profile.string_table[0], "");
+    }
+}
