@@ -8,11 +8,15 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static sem_t posted;
 static volatile sig_atomic_t waiting;
+static volatile long worker_tid;
 
 static void on_signal(int signal) {
     (void)signal;
@@ -21,10 +25,28 @@ static void on_signal(int signal) {
 
 static void *worker(void *arg) {
     (void)arg;
+    worker_tid = syscall(SYS_gettid);
     waiting = 1;
     pthread_mutex_lock(&mutex);
     pthread_mutex_unlock(&mutex);
     return NULL;
+}
+
+/* Whether thread `tid` of this process sleeps (state S in its stat line). */
+static int asleep(long tid) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    FILE *stat = fopen(path, "r");
+    if (!stat) {
+        perror(path);
+        exit(1);
+    }
+    size_t read = fread(line, 1, sizeof line - 1, stat);
+    fclose(stat);
+    line[read] = 0;
+    /* The state follows the name, which is in parentheses and may hold any character. */
+    const char *end = strrchr(line, ')');
+    return end && end[1] == ' ' && end[2] == 'S';
 }
 
 int main(void) {
@@ -36,8 +58,9 @@ int main(void) {
     pthread_t thread;
     pthread_create(&thread, NULL, worker, NULL);
     while (!waiting) usleep(1000);
-    /* Long enough for the worker to be asleep in the lock, however slow the machine. */
-    usleep(100 * 1000);
+    /* Until the worker sleeps in the lock, however slow the machine (an emulated guest on a
+     * busy host took longer than any fixed delay). */
+    while (!asleep(worker_tid)) usleep(1000);
     pthread_kill(thread, SIGUSR1);
     sem_wait(&posted);
     pthread_mutex_unlock(&mutex);
