@@ -649,14 +649,34 @@ fn object_field(register: ObjectRegister, regs: &pt_regs) -> *const u64 {
 }
 
 /// Whether a record of the probe whose cookie is `raw_cookie` carries the thread's stack
-/// (`names::STACKS`).
+/// (`names::STACKS`), and this CPU's ring has room for it.
 #[inline(always)]
 fn with_stack(raw_cookie: u64) -> bool {
     // SAFETY: a read-only global that userspace sets before loading.
-    match unsafe { ptr::read_volatile(&raw const STACKS) } {
+    let wanted = match unsafe { ptr::read_volatile(&raw const STACKS) } {
         STACKS_ALL => true,
         STACKS_SLOW_PATHS => ProbeCookie::decode(raw_cookie).slow_path,
         _ => false,
+    };
+    wanted && !ring_busy()
+}
+
+/// Whether this CPU's ring is a quarter full or more, where the reader is woken: a record then
+/// goes without its stack (16 KiB of ring each), so that a burst of them cannot fill the ring
+/// and lose records; userspace counts the stacks left out. A call of its own, to keep its
+/// callers' frames small.
+#[inline(never)]
+fn ring_busy() -> bool {
+    // SAFETY: the helper takes no arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let Some(ring) = RING_BUFFERS.get(cpu) else {
+        return true;
+    };
+    let ring = ptr::from_ref(ring).cast_mut().cast();
+    // SAFETY: `ring` is this CPU's ring buffer map; read-only globals that userspace sets.
+    unsafe {
+        bpf_ringbuf_query(ring, u64::from(BPF_RB_AVAIL_DATA))
+            >= ptr::read_volatile(&raw const RING_BYTES) / 4
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Pulled {
     pub drawn: Drawn,
     /// The stack it was taken with, to unwind (`--stacks`).
     pub stack: Option<Box<CopiedStack>>,
+    /// It was taken on a call's slow path (`RawRecord::slow_path`).
+    pub slow_path: bool,
 }
 
 impl Pulled {
@@ -58,6 +60,7 @@ impl Pulled {
             },
             // Boxed: most records have none, and a pass moves thousands of them.
             stack: stack.map(|stack| Box::new(CopiedStack::of(stack))),
+            slow_path: raw.slow_path != 0,
         }
     }
 }

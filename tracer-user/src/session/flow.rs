@@ -70,6 +70,11 @@ pub(super) struct Flow {
     /// Unwinds the stacks records are taken with (`--stacks`), and names each once.
     pub(super) unwinder: Unwinder,
     pub(super) stack_ids: StackIds,
+    /// Which records carry their stack (`tracer_common::STACKS_*`).
+    pub(super) stacks: u32,
+    /// Records that came without the stack they were to carry: the BPF side leaves it out when
+    /// its CPU's ring is a quarter full.
+    pub(super) stacks_left_out: u64,
 }
 
 impl Flow {
@@ -107,6 +112,8 @@ impl Flow {
             rate: Rate::default(),
             unwinder: Unwinder::default(),
             stack_ids: StackIds::default(),
+            stacks: tracer_common::STACKS_NONE,
+            stacks_left_out: 0,
         })
     }
 }
@@ -277,6 +284,8 @@ impl Session {
             drawers,
             unwinder,
             stack_ids,
+            stacks,
+            stacks_left_out,
             ..
         } = &mut self.flow;
         // The thread of the previous record: records come in runs of one thread, whose
@@ -289,6 +298,7 @@ impl Session {
                 lwpid,
                 mut drawn,
                 stack,
+                slow_path,
             } = pulled;
             // A process or thread first seen: its facts are read now, while it most likely
             // still lives, and placed just before its record.
@@ -317,6 +327,15 @@ impl Session {
             }
             // Unwound as it arrives, while the process's files are mapped as they were; its
             // stack event, if new, is placed just before it.
+            let wanted = match *stacks {
+                tracer_common::STACKS_ALL => true,
+                tracer_common::STACKS_SLOW_PATHS => slow_path,
+                _ => false,
+            };
+            // The return half of a call takes none: its entry half has it.
+            if wanted && stack.is_none() && drawn.record.is_some_and(|r| r.which != 2) {
+                *stacks_left_out += 1;
+            }
             if let (Some(stack), Some(record)) = (stack, drawn.record.as_mut()) {
                 let unwound = unwinder.unwind(pid, &stack);
                 let (id, new) = stack_ids.intern(pid, unwound, drawn.time_ns);

@@ -280,6 +280,13 @@ impl Session {
         if let Some(report) = self.flow.losses.report(std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
         }
+        if self.flow.stacks_left_out > 0 {
+            say!(
+                "thrtrace-bpf: {} records carry no call stack: they came while their CPU's ring was \
+                 a quarter full or more, where a stack (16 KiB) could have filled it",
+                self.flow.stacks_left_out
+            );
+        }
         // A write that failed in a sink's own thread is a failed write, said as such.
         self.sinks.sync().context(INCOMPLETE)?;
         let written = self

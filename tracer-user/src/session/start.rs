@@ -150,13 +150,14 @@ impl Session {
         let sinks = start_sinks(config, outputs, created_ns, viewers)?;
         let clock = Clock::new(&datapath, config.unbuffered, config.duration)?;
         let shares = datapath.share_rings(config.consumer_threads);
-        let flow = Flow::new(
+        let mut flow = Flow::new(
             shares,
             &decoder,
             sinks.wants_system_events(),
             described,
             early_events,
         )?;
+        flow.stacks = config.stacks;
         Ok(Session {
             datapath,
             probes,
