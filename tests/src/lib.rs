@@ -917,3 +917,19 @@ pub fn debug_file_path(dir: &Path, build_id: &str) -> PathBuf {
         .join(&build_id[..2])
         .join(format!("{}.debug", &build_id[2..]))
 }
+
+/// Traces `program`, launched, `--contended` on its mutexes into `app.ptl` in `dir`; panics if
+/// the tracer fails.
+pub fn trace_contended_mutexes(dir: &TempDir, program: &str) {
+    let args = [
+        "--contended",
+        "--events",
+        "mutex",
+        "--log",
+        "app.ptl",
+        "--",
+        program,
+    ];
+    let run = run_tracer(dir.path(), &args);
+    assert!(run.status.success(), "{run:?}");
+}

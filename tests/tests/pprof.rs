@@ -8,7 +8,9 @@
 use std::process::Command;
 
 use serde_json::Value;
-use thrtrace_tests::{TempDir, bpf_available, report_json, run_tracer, workload_arg};
+use thrtrace_tests::{
+    TempDir, bpf_available, report_json, run_tracer, trace_contended_mutexes, workload_arg,
+};
 
 /// A sample of `go tool pprof -raw`: its values, its frames' functions (innermost first, inlined
 /// functions before their callers) and its labels as printed.
@@ -168,19 +170,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
     }
     let dir = TempDir::new("pprof");
     let program = workload_arg("stack_chains");
-    let run = run_tracer(
-        dir.path(),
-        &[
-            "--contended",
-            "--events",
-            "mutex",
-            "--log",
-            "app.ptl",
-            "--",
-            &program,
-        ],
-    );
-    assert!(run.status.success(), "{run:?}");
+    trace_contended_mutexes(&dir, &program);
     let report = report_json(&dir, &["app.ptl"]);
     let lock = report["locks"]
         .as_array()

@@ -11,7 +11,7 @@
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, build_analyzer, build_id_of, debug_file_path, every_libc, is_musl,
-    report_json, run_tracer, succeeded, workload, workload_arg,
+    report_json, run_tracer, succeeded, trace_contended_mutexes, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemEvent, SystemKind},
@@ -182,19 +182,7 @@ fn a_c_analyzer_reads_the_stacks_the_log_holds() {
     }
     let dir = TempDir::new("stacks-c");
     let program = workload_arg("stack_chains");
-    let run = run_tracer(
-        dir.path(),
-        &[
-            "--contended",
-            "--events",
-            "mutex",
-            "--log",
-            "app.ptl",
-            "--",
-            &program,
-        ],
-    );
-    assert!(run.status.success(), "{run:?}");
+    trace_contended_mutexes(&dir, &program);
     a_c_analyzer_reads_the_logs_stacks(&dir, "stack_chains");
 }
 
@@ -299,19 +287,7 @@ fn a_stripped_programs_frames_are_placed_by_module_offset_and_build_id_and_named
     let bytes = std::fs::read(&built).unwrap();
     let build_id = build_id_of(&object::File::parse(&*bytes).unwrap());
     let program = stripped.to_str().unwrap();
-    let run = run_tracer(
-        dir.path(),
-        &[
-            "--contended",
-            "--events",
-            "mutex",
-            "--log",
-            "app.ptl",
-            "--",
-            program,
-        ],
-    );
-    assert!(run.status.success(), "{run:?}");
+    trace_contended_mutexes(&dir, program);
     // No symbol names the lock now: the one that was waited on twice.
     let contended = |report: &Value| -> Value {
         report["locks"]
