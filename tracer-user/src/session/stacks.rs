@@ -6,7 +6,7 @@
 //! holds each distinct stack of a process once (`thrtrace_stack`), and records name it by id.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, hash_map::Entry},
     fs,
     ops::Range,
     sync::Arc,
@@ -252,17 +252,19 @@ impl StackIds {
         unwound: Unwound,
         time_ns: i64,
     ) -> (u32, Option<SystemEvent>) {
-        if let Some(&id) = self.ids.get(&(pid, unwound.clone())) {
-            return (id, None);
-        }
+        let slot = match self.ids.entry((pid, unwound)) {
+            Entry::Occupied(known) => return (*known.get(), None),
+            Entry::Vacant(slot) => slot,
+        };
         self.last += 1;
         let id = self.last;
+        let (_, unwound) = slot.key();
         let kind = SystemKind::Stack {
             id,
             frames: unwound.frames.clone(),
             end: unwound.end.clone(),
         };
-        self.ids.insert((pid, unwound), id);
+        slot.insert(id);
         (id, Some(SystemEvent::of_process(time_ns, pid, 0, kind)))
     }
 
