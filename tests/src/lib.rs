@@ -879,6 +879,16 @@ pub fn report_json(dir: &TempDir, args: &[&str]) -> Value {
     serde_json::from_str(&run.stdout).unwrap()
 }
 
+/// The lock named `symbol` (a global variable) in a JSON report; panics if it has none.
+pub fn report_lock_named<'a>(report: &'a Value, symbol: &str) -> &'a Value {
+    report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["symbol"] == symbol)
+        .unwrap_or_else(|| panic!("no lock {symbol} in {report:#}"))
+}
+
 /// The lock at `address` (as the report writes it) in a JSON report; panics if it has none.
 pub fn report_lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
     report["locks"]

@@ -9,7 +9,8 @@ use std::process::Command;
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, report_json, run_tracer, trace_contended_mutexes, workload_arg,
+    TempDir, bpf_available, report_json, report_lock_named, run_tracer, trace_contended_mutexes,
+    workload_arg,
 };
 
 /// A sample of `go tool pprof -raw`: its values, its frames' functions (innermost first, inlined
@@ -172,12 +173,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
     let program = workload_arg("stack_chains");
     trace_contended_mutexes(&dir, &program);
     let report = report_json(&dir, &["app.ptl"]);
-    let lock = report["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["symbol"] == "big_lock")
-        .unwrap_or_else(|| panic!("no big_lock in {report:#}"));
+    let lock = report_lock_named(&report, "big_lock");
     let wait_total_ns = lock["wait_total_ns"].as_u64().unwrap();
 
     // The default view: the waiters'.

@@ -11,7 +11,8 @@
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, build_analyzer, build_id_of, debug_file_path, every_libc, is_musl,
-    report_json, run_tracer, succeeded, trace_contended_mutexes, workload, workload_arg,
+    report_json, report_lock_named, run_tracer, succeeded, trace_contended_mutexes, workload,
+    workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemEvent, SystemKind},
@@ -132,12 +133,7 @@ fn waits_and_the_releases_that_ended_them_name_every_function_of_their_chains() 
         let run = run_tracer(dir.path(), &args);
         assert!(run.status.success(), "{build}: {run:?}");
         let report = report_json(&dir, &["app.ptl"]);
-        let lock = report["locks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["symbol"] == "big_lock")
-            .unwrap_or_else(|| panic!("{build}: no big_lock in {report:#}"));
+        let lock = report_lock_named(&report, "big_lock");
         assert_eq!(lock["contended"], 2, "{build}: {lock:#}");
         assert_eq!(
             chains_of(&lock["waiting_stacks"], &build),
