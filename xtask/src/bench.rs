@@ -24,8 +24,9 @@
 //! with `--contended` and with full tracing. For the contended workload, what a record's call
 //! stack costs: the tracer's CPU per record and the BPF programs' time per run, with stacks and
 //! without. A real server under load (a private MariaDB, Debian's `mariadb-server`, driven by
-//! sysbench: `server`) serves rounds untraced and traced `--contended` with its stacks, in
-//! turn: the transaction rates' ratio, round by round.
+//! sysbench: `server`), after a round to warm it, serves rounds untraced, traced `--contended`
+//! with its stacks, traced and untraced again: the transaction rates' ratio, repetition by
+//! repetition.
 //!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
@@ -306,7 +307,9 @@ pub fn run(reps: usize) -> Result<()> {
         .find(|w| w.program == "contention")
         .context("no contended workload")?;
     let server = Server::start(&workspace_root().join("target/bench-server"))?;
-    // Round by round: transactions/s untraced, then traced; records lost.
+    // A first round unmeasured: a new server's caches are cold.
+    server.transactions_per_second(SERVER_SECONDS)?;
+    // Repetition by repetition: transactions/s untraced and traced; records lost.
     let mut server_rounds: Vec<(f64, f64, u64)> = Vec::new();
     let mut every_category = [Vec::new(), Vec::new()];
     let mut follow: Vec<Vec<Vec<f64>>> =
@@ -396,8 +399,6 @@ pub fn run(reps: usize) -> Result<()> {
                 scaling[p][c].push(run);
             }
         }
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir)?;
         server_rounds.push(server_round(&tracer, &server, &dir)?);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
@@ -452,12 +453,12 @@ pub fn run(reps: usize) -> Result<()> {
     };
     let ratios: Vec<f64> = server_rounds.iter().map(|(u, t, _)| t / u).collect();
     println!(
-        "\na real server under load: MariaDB ({}), {SERVER_SECONDS} s rounds, untraced and \
-         traced `--contended` (call stacks on) in turn, median of {reps}",
+        "\na real server under load: MariaDB ({}), {SERVER_SECONDS} s rounds untraced, traced \
+         `--contended` (call stacks on), traced, untraced; median of {reps}",
         Server::load()
     );
     println!(
-        "  transactions/s untraced {:.1}, traced {:.1}; traced / untraced, round by round: \
+        "  transactions/s untraced {:.1}, traced {:.1}; traced / untraced, repetition by repetition: \
          {:.3} (min {:.3}); {} records lost",
         median(&rates(0)),
         median(&rates(1)),
@@ -995,10 +996,28 @@ fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Resul
 /// How long each of the real server's rounds runs.
 const SERVER_SECONDS: u32 = 10;
 
-/// One round of the real server's load untraced, then one traced `--contended` (its default
-/// call stacks on): the two transaction rates, and the records the trace lost.
+/// Four rounds of the real server's load, untraced, traced, traced, untraced (traced
+/// `--contended`, its default call stacks on): the untraced and the traced transaction rates,
+/// each the mean of its two rounds, and the records the traces lost. The mirrored order cancels
+/// the server's drift over the rounds (its tables grow, its caches warm), which one untraced
+/// round before one traced one charged to the tracer.
 fn server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, f64, u64)> {
-    let untraced = server.transactions_per_second(SERVER_SECONDS)?;
+    let first = server.transactions_per_second(SERVER_SECONDS)?;
+    let (second, lost_second) = traced_server_round(tracer, server, dir)?;
+    let (third, lost_third) = traced_server_round(tracer, server, dir)?;
+    let fourth = server.transactions_per_second(SERVER_SECONDS)?;
+    Ok((
+        f64::midpoint(first, fourth),
+        f64::midpoint(second, third),
+        lost_second + lost_third,
+    ))
+}
+
+/// One round of the real server's load traced `--contended`: its transaction rate and the
+/// records the trace lost.
+fn traced_server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, u64)> {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir)?;
     let mut traced = command(tracer)
         .args(["--contended", "--dir"])
         .arg(dir)
@@ -1012,7 +1031,7 @@ fn server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, f64,
     // SAFETY: a signal to our own child, not reaped yet (reap_tracer waits for it).
     unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
     let (_, _, lost) = reap_tracer(&traced, &mut stderr)?;
-    Ok((untraced, rate?, lost))
+    Ok((rate?, lost))
 }
 
 /// The contended workload's arguments for the runs that cost its records, with its gate.
