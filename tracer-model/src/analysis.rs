@@ -1021,6 +1021,15 @@ impl Analysis {
         self.locks.values()
     }
 
+    /// The statistics of every lock and thread seen since the last call, handed over and
+    /// begun again (a profile per interval). Who holds and who waits is kept: a wait that
+    /// spans the cut is charged, whole, to the interval it ends in.
+    pub fn take_lock_stats(&mut self) -> Vec<LockStats> {
+        self.threads.clear();
+        self.first_ns = None;
+        std::mem::take(&mut self.locks).into_values().collect()
+    }
+
     /// Every thread seen, with its name where known.
     pub fn threads(&self) -> Vec<ThreadStats> {
         let mut threads: Vec<ThreadStats> = self
@@ -1075,6 +1084,8 @@ impl Analysis {
         self.pending
             .retain(|_, call| call.is_some_and(|call| call.pid != pid));
         self.holders.retain(|&(p, _), _| p != pid);
+        self.wakers.retain(|&(p, _), _| p != pid);
+        self.last_releases.retain(|&(p, _), _| p != pid);
         if let Some(order) = self.order.as_mut() {
             order.process_exited(pid);
         }

@@ -46,6 +46,11 @@ impl Stacks {
         true
     }
 
+    /// Process `pid` has exited: its stacks will not be named again.
+    pub fn forget(&mut self, pid: u32) {
+        self.by_id.retain(|_, stack| stack.pid != pid);
+    }
+
     /// The stack a record names (`None` for 0, or an id no event has given).
     pub fn get(&self, id: u32) -> Option<&Stack> {
         self.by_id.get(&id)
@@ -73,5 +78,9 @@ mod tests {
         );
         assert!(stack.is_whole());
         assert_eq!(stacks.get(0), None);
+        stacks.forget(41);
+        assert!(stacks.get(3).is_some());
+        stacks.forget(42);
+        assert_eq!(stacks.get(3), None);
     }
 }
