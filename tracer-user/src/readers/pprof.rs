@@ -54,19 +54,46 @@ impl View {
     }
 }
 
-/// Writes the profile of what `analysis` saw, of the `kinds` asked for, to `path`; returns
-/// the summary.
-pub fn write(
-    analysis: &Analysis,
+/// A profile encoded (gzipped `profile.proto`), with what it holds.
+pub struct Encoded {
+    pub bytes: Vec<u8>,
+    pub samples: usize,
+    /// Locks with at least one sample.
+    pub locks: usize,
+}
+
+/// The time a profile covers: when it starts (CLOCK_REALTIME ns) and how long.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub start_ns: i64,
+    pub duration_ns: i64,
+}
+
+impl Span {
+    /// From the first record `analysis` saw to its last.
+    pub fn of(analysis: &Analysis) -> Span {
+        let start_ns = analysis.first_ns.unwrap_or(0);
+        Span {
+            start_ns,
+            duration_ns: analysis
+                .first_ns
+                .map_or(0, |first| (analysis.last_ns - first).max(0)),
+        }
+    }
+}
+
+/// The profile of the contended waits of `locks`, of the `kinds` asked for, over `span`.
+pub fn encode<'a>(
+    locks: impl IntoIterator<Item = &'a LockStats>,
     symbols: &mut Symbols,
     stacks: &Stacks,
     kinds: &KindArg,
     view: View,
-    path: &Path,
-) -> Result<String> {
+    span: Span,
+) -> Result<Encoded> {
     let mut builder = Builder::default();
-    let mut locks: Vec<&LockStats> = analysis
-        .locks()
+    let mut locks: Vec<&LockStats> = locks
+        .into_iter()
         .filter(|lock| kinds.shows(lock.kind))
         .collect();
     locks.sort_by_key(|lock| (lock.pid, lock.address));
@@ -112,26 +139,52 @@ pub fn write(
         }
     }
     let samples = builder.profile.sample.len();
-    let profile = builder.finish(analysis, view);
+    let profile = builder.finish(span, view);
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(&profile.encode_to_vec())?;
-    let bytes = gzip.finish()?;
+    Ok(Encoded {
+        bytes: gzip.finish()?,
+        samples,
+        locks: sampled_locks,
+    })
+}
+
+/// Writes the profile of what `analysis` saw, of the `kinds` asked for, to `path`; returns
+/// the summary.
+pub fn write(
+    analysis: &Analysis,
+    symbols: &mut Symbols,
+    stacks: &Stacks,
+    kinds: &KindArg,
+    view: View,
+    path: &Path,
+) -> Result<String> {
+    let profile = encode(
+        analysis.locks(),
+        symbols,
+        stacks,
+        kinds,
+        view,
+        Span::of(analysis),
+    )?;
     // Made whole in memory first: the file is only created once there is all of it to write.
     let (dir, name) = super::output_place(path)?;
     let (mut file, _) = dir
         .create(&name)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    file.write_all(&bytes)
+    file.write_all(&profile.bytes)
         .with_context(|| format!("cannot write {}", path.display()))?;
     let view_name = match view {
         View::Waiters => "waiters",
         View::Releasers => "releasers",
     };
     let mut summary = format!(
-        "{samples} samples ({view_name} view) on {sampled_locks} locks in {}",
+        "{} samples ({view_name} view) on {} locks in {}",
+        profile.samples,
+        profile.locks,
         path.display()
     );
-    if samples == 0 {
+    if profile.samples == 0 {
         summary += ": no contended wait has a call stack (stacks are taken with --contended, \
                     or --stacks on)";
     }
@@ -268,7 +321,7 @@ impl Builder {
     }
 
     /// The profile, with its value types, period and comment.
-    fn finish(mut self, analysis: &Analysis, view: View) -> proto::Profile {
+    fn finish(mut self, span: Span, view: View) -> proto::Profile {
         // pprof takes the first mapping for the program's own (its name heads every view):
         // a program is mapped below the libraries it loads, PIE or not.
         self.profile.mapping.sort_by_key(|m| m.memory_start);
@@ -290,16 +343,13 @@ impl Builder {
         ];
         let period_type = Some(self.value_type("contentions", "count"));
         let comment = vec![self.string(view.comment())];
-        let first_ns = analysis.first_ns.unwrap_or(0);
         proto::Profile {
             sample_type,
             period_type,
             period: 1,
             comment,
-            time_nanos: first_ns,
-            duration_nanos: analysis
-                .first_ns
-                .map_or(0, |first| (analysis.last_ns - first).max(0)),
+            time_nanos: span.start_ns,
+            duration_nanos: span.duration_ns,
             ..self.profile
         }
     }
