@@ -15,6 +15,8 @@ use std::{
 };
 
 pub mod corpus;
+pub mod ingest;
+pub mod pprof;
 
 use serde_json::Value;
 use tracer_common::EVENTS;

@@ -5,123 +5,12 @@
 //! lock; the releasers view has the holder's chain, whose unlock ended the first wait.
 //! Without `-o` the profile is refused, in one line, with nothing written.
 
-use std::process::Command;
-
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, report_json, report_lock_named, run_tracer, trace_contended_mutexes,
-    workload_arg,
+    TempDir, bpf_available,
+    pprof::{RawProfile, Sample, pprof_raw},
+    report_json, report_lock_named, run_tracer, trace_contended_mutexes, workload_arg,
 };
-
-/// A sample of `go tool pprof -raw`: its values, its frames' functions (innermost first, inlined
-/// functions before their callers) and its labels as printed.
-#[derive(Debug)]
-struct Sample {
-    count: u64,
-    delay_ns: u64,
-    functions: Vec<String>,
-    labels: String,
-}
-
-/// A profile as `go tool pprof -raw` prints it: its comments, samples and mappings (each as
-/// its line: `1: start/limit/offset file build-id [FN]...`).
-#[derive(Debug)]
-struct RawProfile {
-    comments: Vec<String>,
-    samples: Vec<Sample>,
-    mappings: Vec<String>,
-}
-
-/// `go tool pprof -raw` of `file` in `dir`, with the profile's own symbols (nothing looked up
-/// again by pprof).
-fn pprof_raw(dir: &TempDir, file: &str) -> RawProfile {
-    let run = Command::new("go")
-        .args(["tool", "pprof", "-raw", "-symbolize=none", file])
-        .current_dir(dir.path())
-        .output()
-        .expect("go tool pprof runs (`cargo xtask setup` installs golang-go)");
-    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert!(
-        run.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    parse_raw(&stdout)
-}
-
-/// Parses `-raw` output: a `Samples:` section (a `count delay: location ids` line, then label
-/// lines), then `Locations` (`id: address M=mapping function file:line s=0`, then a line per
-/// caller of an inlined function).
-fn parse_raw(text: &str) -> RawProfile {
-    let mut comments = Vec::new();
-    let mut samples: Vec<(u64, u64, Vec<u64>, String)> = Vec::new();
-    let mut locations: Vec<(u64, Vec<String>)> = Vec::new();
-    let mut mappings = Vec::new();
-    let mut section = "";
-    for line in text.lines() {
-        if let Some(comment) = line.strip_prefix("Comment: ") {
-            comments.push(comment.to_owned());
-            continue;
-        }
-        match line.trim() {
-            heading @ ("Samples:" | "Locations" | "Mappings") => {
-                section = heading;
-                continue;
-            }
-            "" => continue,
-            _ => {}
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match section {
-            "Samples:" => {
-                if let Some(count) = fields[0].parse::<u64>().ok()
-                    && let Some(delay) = fields.get(1).and_then(|f| f.strip_suffix(':'))
-                {
-                    let ids = fields[2..].iter().map(|id| id.parse().unwrap()).collect();
-                    samples.push((count, delay.parse().unwrap(), ids, String::new()));
-                } else if let Some(sample) = samples.last_mut() {
-                    sample.3 += line.trim();
-                    sample.3 += " ";
-                }
-            }
-            "Locations" => match fields[0].strip_suffix(':') {
-                // `id: 0x55.. M=2 alpha_5 stack_chains.c:55 s=0`; unnamed: `id: 0x55.. M=2`.
-                Some(id) => locations.push((
-                    id.parse().unwrap(),
-                    fields.get(3).map(|f| (*f).to_owned()).into_iter().collect(),
-                )),
-                // The function an inlined one above was inlined into.
-                None => locations.last_mut().unwrap().1.push(fields[0].to_owned()),
-            },
-            "Mappings" => mappings.push(line.to_owned()),
-            _ => {}
-        }
-    }
-    let samples = samples
-        .into_iter()
-        .map(|(count, delay_ns, ids, labels)| Sample {
-            count,
-            delay_ns,
-            functions: ids
-                .iter()
-                .flat_map(|id| {
-                    locations
-                        .iter()
-                        .find(|(location, _)| location == id)
-                        .unwrap_or_else(|| panic!("no location {id} in {text}"))
-                        .1
-                        .clone()
-                })
-                .collect(),
-            labels,
-        })
-        .collect();
-    RawProfile {
-        comments,
-        samples,
-        mappings,
-    }
-}
 
 /// The chain `prefix`_5 .. `prefix`_1 then `run`, innermost first.
 fn chain(prefix: &str) -> Vec<String> {

@@ -31,7 +31,10 @@ use crate::{
         self,
         config::{Config, LogOptions, Target},
     },
-    sinks::output_dir::split_file_path,
+    sinks::{
+        output_dir::split_file_path,
+        pyroscope::{Credentials, Endpoint, PushOptions},
+    },
 };
 
 #[derive(Debug, Parser)]
@@ -163,6 +166,29 @@ pub struct Cli {
     /// traces whole (condition waits ...); else off]
     #[arg(long, value_name = "WHEN", value_enum)]
     pub stacks: Option<Switch>,
+
+    /// Push each interval's contention profile (the stacks of the lock waits, as pprof) to the
+    /// Grafana Pyroscope server at URL, e.g. http://pyroscope:4040 (or set
+    /// THRTRACE_PYROSCOPE_URL); needs call stacks (--contended). Writes no trace files unless
+    /// --dir or --log is given too
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "THRTRACE_PYROSCOPE_URL",
+        hide_env_values = true
+    )]
+    pub pyroscope: Option<String>,
+
+    /// How often --pyroscope pushes a profile
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "15s")]
+    pub push_interval: Duration,
+
+    /// The credentials --pyroscope sends, from FILE (mode 0600): lines `token = …` (a bearer
+    /// token) or `user = …` and `password = …` (basic auth), and `tenant = …` (X-Scope-OrgID);
+    /// without it, from THRTRACE_PYROSCOPE_TOKEN, _USER, _PASSWORD and _TENANT if set. Never on
+    /// the command line, which every user can read
+    #[arg(long, value_name = "FILE")]
+    pub pyroscope_credentials: Option<PathBuf>,
 
     /// Never lose a record: stop (SIGSTOP) a traced thread that writes to a ring more than half
     /// full, until the tracer has drained the rings (or set THR_TRACE_LOSSLESS to any value)
@@ -323,6 +349,7 @@ impl Cli {
             // The tracer's own C library: what a command started from here would most likely map.
             self.pids.push(std::process::id());
         }
+        let push = self.push_options()?;
         let target = match (self.pids.is_empty(), self.command.is_empty()) {
             (false, false) => usage_bail!("give either -p PID or -- COMMAND, not both"),
             (true, true) => Target::SystemWide,
@@ -361,7 +388,7 @@ impl Cli {
         };
         let dir = match self.dir.take() {
             Some(dir) if !dir.as_os_str().is_empty() => Some(dir),
-            _ if log.is_some() => None,
+            _ if log.is_some() || push.is_some() => None,
             _ => Some(PathBuf::from(".")),
         };
         let output = dir.filter(|_| !self.list_probes);
@@ -409,7 +436,40 @@ impl Cli {
                 || std::env::var_os("THR_TRACE_LOSSLESS").is_some_and(|v| !v.is_empty()),
             list_probes: self.list_probes,
             target,
+            push,
         })
+    }
+
+    /// `--pyroscope` and its options, checked; an error for options given without it.
+    fn push_options(&self) -> Result<Option<PushOptions>> {
+        let Some(url) = self.pyroscope.as_deref().filter(|url| !url.is_empty()) else {
+            if self.pyroscope_credentials.is_some() {
+                usage_bail!("--pyroscope-credentials is for --pyroscope URL: give the URL too");
+            }
+            return Ok(None);
+        };
+        if !self.contended && self.stacks != Some(Switch::On) {
+            usage_bail!(
+                "--pyroscope pushes the call stacks of lock waits: add --contended (or --stacks on)"
+            );
+        }
+        if self.list_probes {
+            usage_bail!("--pyroscope traces: leave out --list-probes");
+        }
+        if self.push_interval < Duration::from_secs(1) {
+            usage_bail!(
+                "--push-interval {}: give at least 1s",
+                humantime::format_duration(self.push_interval)
+            );
+        }
+        let credentials = Credentials::load(self.pyroscope_credentials.as_deref())
+            .map_err(|error| UsageError(error.to_string()))?;
+        let endpoint =
+            Endpoint::new(url, credentials).map_err(|error| UsageError(error.to_string()))?;
+        Ok(Some(PushOptions {
+            endpoint,
+            interval: self.push_interval,
+        }))
     }
 }
 

@@ -1,0 +1,457 @@
+//! `--pyroscope URL`: continuous contention profiling. A sink that feeds the records into the
+//! report's analysis and, every `--push-interval`, cuts the interval's contended lock waits
+//! into one pprof profile per process (the waiters' stacks, as Go's block profile: the same
+//! profile as `report --format pprof`), which [`delivery`] sends to Pyroscope's ingest API
+//! ([`ingest`]). The session's thread only hands records over; the profiles are made on a
+//! thread of their own (`pyroscope-profile`, which keeps the symbols and stacks) and sent from
+//! another, so that neither symbolizing nor a slow endpoint holds the drain. What is kept is
+//! bounded: the analysis's statistics begin again at each cut, and a process's stacks,
+//! mappings and labels are dropped once it has exited and its last interval was pushed.
+
+mod credentials;
+mod delivery;
+mod ingest;
+
+use std::{
+    collections::HashMap,
+    io::{self, Read as _},
+    mem,
+    sync::{Arc, Condvar, Mutex, PoisonError},
+    thread::JoinHandle,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use thiserror::Error;
+use tracer_model::{
+    TraceRecord,
+    analysis::{Analysis, LockKind, LockStats},
+    event::{SystemEvent, SystemKind},
+    stack::Stacks,
+};
+
+pub use self::credentials::Credentials;
+use self::{
+    delivery::{Deliveries, Delivery},
+    ingest::Ingest,
+};
+use super::{Sink, TraceEnd};
+use crate::{
+    readers::{
+        pprof::{self, Span, View},
+        report::{KindArg, KindFilter},
+    },
+    symbolize::{Mapping, Symbols},
+};
+
+/// Where profiles go, checked.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// As the user gave it, for messages.
+    pub url: String,
+    /// Its ingest API.
+    ingest: String,
+    credentials: Credentials,
+}
+
+#[derive(Debug, Error)]
+#[error("--pyroscope {url}: {problem}")]
+pub struct EndpointError {
+    url: String,
+    problem: &'static str,
+}
+
+impl Endpoint {
+    /// The server at `url` (`http://host:4040`, or `https://…/prefix`).
+    pub fn new(url: &str, credentials: Credentials) -> Result<Endpoint, EndpointError> {
+        let refuse = |problem| EndpointError {
+            url: url.to_owned(),
+            problem,
+        };
+        let uri: ureq::http::Uri = url
+            .parse()
+            .map_err(|_| refuse("not a URL: give http://HOST:PORT or https://HOST[/PATH]"))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(refuse(
+                "not a URL: give http://HOST:PORT or https://HOST[/PATH]",
+            ));
+        }
+        if uri.query().is_some() || url.contains('#') {
+            return Err(refuse(
+                "give the server's address without a query: the tracer adds /ingest and its own",
+            ));
+        }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(refuse(
+                "credentials do not go in the URL (every user sees the command line): use \
+                 --pyroscope-credentials FILE or THRTRACE_PYROSCOPE_USER/PASSWORD/TOKEN",
+            ));
+        }
+        Ok(Endpoint {
+            url: url.to_owned(),
+            ingest: format!("{}/ingest", url.trim_end_matches('/')),
+            credentials,
+        })
+    }
+}
+
+/// `--pyroscope` and its options, checked.
+#[derive(Clone, Debug)]
+pub struct PushOptions {
+    pub endpoint: Endpoint,
+    /// `--push-interval`.
+    pub interval: Duration,
+}
+
+/// What the profiler has not yet taken from the session's thread.
+struct Interval {
+    analysis: Analysis,
+    /// The events the profiler keeps (stacks, mappings, processes), in order.
+    events: Vec<SystemEvent>,
+    /// The cgroup of each process attached, read as it was.
+    cgroups: Vec<(u32, String)>,
+}
+
+/// The profiler's stop signal: set, and the thread woken, at the end of the trace.
+type Stop = (Mutex<bool>, Condvar);
+
+pub struct ContentionPush {
+    shared: Arc<Mutex<Interval>>,
+    stop: Arc<Stop>,
+    /// Given to the profiler when the trace begins.
+    options: Option<PushOptions>,
+    url: String,
+    profiler: Option<JoinHandle<Deliveries>>,
+}
+
+impl ContentionPush {
+    pub fn new(options: PushOptions) -> ContentionPush {
+        ContentionPush {
+            shared: Arc::new(Mutex::new(Interval {
+                analysis: Analysis::new(true).without_lock_order(),
+                events: Vec::new(),
+                cgroups: Vec::new(),
+            })),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+            url: options.endpoint.url.clone(),
+            options: Some(options),
+            profiler: None,
+        }
+    }
+
+    fn interval(&self) -> std::sync::MutexGuard<'_, Interval> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Sink for ContentionPush {
+    fn begin(&mut self) -> io::Result<()> {
+        let Some(options) = self.options.take() else {
+            return Ok(());
+        };
+        let delivery = Delivery::start(options.endpoint)?;
+        let (shared, stop) = (Arc::clone(&self.shared), Arc::clone(&self.stop));
+        let profiler = std::thread::Builder::new()
+            .name("pyroscope-profile".into())
+            .spawn(move || Profiler::new(delivery).run(options.interval, &shared, &stop))?;
+        self.profiler = Some(profiler);
+        Ok(())
+    }
+
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
+        self.interval().analysis.record(record);
+        Ok(())
+    }
+
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        let cgroup = match event.kind {
+            SystemKind::ProcessAttach { .. } => cgroup_of(event.pid),
+            _ => None,
+        };
+        let mut interval = self.interval();
+        match &event.kind {
+            SystemKind::ProcessDetach => interval.analysis.process_exited(event.pid),
+            SystemKind::ThreadName { .. } => interval.analysis.system_event(event),
+            _ => {}
+        }
+        if matches!(
+            event.kind,
+            SystemKind::Stack { .. }
+                | SystemKind::Mapping { .. }
+                | SystemKind::ProcessAttach { .. }
+                | SystemKind::Exec { .. }
+                | SystemKind::ProcessDetach
+        ) {
+            interval.events.push(event.clone());
+        }
+        if let Some(cgroup) = cgroup {
+            interval.cgroups.push((event.pid, cgroup));
+        }
+        Ok(())
+    }
+
+    fn wants_system_events(&self) -> bool {
+        true
+    }
+
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
+        let (stopped, woken) = &*self.stop;
+        *stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        woken.notify_all();
+        let delivered = self
+            .profiler
+            .take()
+            .and_then(|profiler| profiler.join().ok())
+            .unwrap_or_default();
+        let mut summary = format!(
+            "{} contention profiles pushed to {}",
+            delivered.sent, self.url
+        );
+        if delivered.not_delivered > 0 {
+            summary += &format!(", {} not delivered", delivered.not_delivered);
+            if let Some(why) = &delivered.last_error {
+                summary += &format!(" (the last failure: {why})");
+            }
+        }
+        Ok(summary)
+    }
+}
+
+/// A traced process, as its profiles are labelled.
+struct Process {
+    name: String,
+    cgroup: Option<String>,
+}
+
+/// The profiler thread's own state.
+struct Profiler {
+    delivery: Delivery,
+    symbols: Symbols,
+    stacks: Stacks,
+    processes: HashMap<u32, Process>,
+    host: String,
+    /// Lock waits only: idle waits (condition variables, joins, barriers) are no contention.
+    kinds: KindArg,
+}
+
+impl Profiler {
+    fn new(delivery: Delivery) -> Profiler {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim().to_owned())
+            .unwrap_or_default();
+        Profiler {
+            delivery,
+            symbols: Symbols::new(),
+            stacks: Stacks::default(),
+            processes: HashMap::new(),
+            host,
+            kinds: KindArg {
+                kind: Some(KindFilter(
+                    LockKind::ALL.into_iter().filter(|k| k.is_lock()).collect(),
+                )),
+            },
+        }
+    }
+
+    /// Cuts and queues a profile per process every `every`, and once more when stopped;
+    /// returns what became of them.
+    fn run(mut self, every: Duration, shared: &Mutex<Interval>, stop: &Stop) -> Deliveries {
+        let mut from = SystemTime::now();
+        loop {
+            let stopped = {
+                let (stopped, woken) = stop;
+                let guard = stopped.lock().unwrap_or_else(PoisonError::into_inner);
+                let (guard, _) = woken
+                    .wait_timeout_while(guard, every, |stopped| !*stopped)
+                    .unwrap_or_else(PoisonError::into_inner);
+                *guard
+            };
+            let until = SystemTime::now();
+            let (locks, events, cgroups) = {
+                let mut interval = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                (
+                    interval.analysis.take_lock_stats(),
+                    mem::take(&mut interval.events),
+                    mem::take(&mut interval.cgroups),
+                )
+            };
+            let exited = self.take_events(&events, cgroups);
+            self.push_interval(&locks, from, until);
+            for pid in exited {
+                self.symbols.forget(pid);
+                self.stacks.forget(pid);
+                self.processes.remove(&pid);
+            }
+            from = until;
+            if stopped {
+                return self.delivery.finish();
+            }
+        }
+    }
+
+    /// Keeps what `events` say of stacks, mappings and processes; returns the processes that
+    /// exited, to forget once their last interval is pushed.
+    fn take_events(&mut self, events: &[SystemEvent], cgroups: Vec<(u32, String)>) -> Vec<u32> {
+        let mut exited = Vec::new();
+        for event in events {
+            if self.stacks.take(event) {
+                continue;
+            }
+            if let Some(mapping) = Mapping::of(&event.kind) {
+                self.symbols.add_mapping(event.pid, mapping);
+                continue;
+            }
+            match &event.kind {
+                SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
+                    let name = exe.rsplit('/').next().unwrap_or_default();
+                    let process = self.processes.entry(event.pid).or_insert(Process {
+                        name: String::new(),
+                        cgroup: None,
+                    });
+                    name.clone_into(&mut process.name);
+                    if matches!(event.kind, SystemKind::Exec { .. }) {
+                        self.symbols.forget(event.pid);
+                    }
+                }
+                SystemKind::ProcessDetach => exited.push(event.pid),
+                _ => {}
+            }
+        }
+        for (pid, cgroup) in cgroups {
+            if let Some(process) = self.processes.get_mut(&pid) {
+                process.cgroup = Some(cgroup);
+            }
+        }
+        exited
+    }
+
+    /// Queues the profile of each process with contended lock waits in `locks`.
+    fn push_interval(&mut self, locks: &[LockStats], from: SystemTime, until: SystemTime) {
+        let mut by_process: HashMap<u32, Vec<&LockStats>> = HashMap::new();
+        for lock in locks {
+            by_process.entry(lock.pid).or_default().push(lock);
+        }
+        let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let (start, end) = (seconds(from), seconds(until));
+        let span = Span {
+            start_ns: start.as_nanos() as i64,
+            duration_ns: end.saturating_sub(start).as_nanos() as i64,
+        };
+        for (pid, locks) in by_process {
+            let profile = match pprof::encode(
+                locks,
+                &mut self.symbols,
+                &self.stacks,
+                &self.kinds,
+                View::Waiters,
+                span,
+            ) {
+                Ok(profile) if profile.samples > 0 => profile,
+                _ => continue,
+            };
+            let process = self.processes.get(&pid);
+            let name = process
+                .map(|p| p.name.clone())
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| format!("pid-{pid}"));
+            let pid_text = pid.to_string();
+            let mut labels = vec![
+                ("service_name", name.as_str()),
+                ("host", self.host.as_str()),
+                ("pid", pid_text.as_str()),
+            ];
+            let cgroup = process.and_then(|p| p.cgroup.as_deref());
+            let container = cgroup.and_then(container_id);
+            if let Some(cgroup) = cgroup {
+                labels.push(("cgroup", cgroup));
+            }
+            if let Some(container) = container {
+                labels.push(("container_id", container));
+            }
+            self.delivery.push(Ingest {
+                name: Ingest::series(&labels),
+                from: start.as_secs(),
+                until: end.as_secs().max(start.as_secs() + 1),
+                profile: profile.bytes,
+            });
+        }
+    }
+}
+
+/// The cgroup (v2) process `pid` is in, as `/proc/PID/cgroup` says (its `0::` line); none
+/// for the root or if it cannot be read. What the file holds is not trusted: its size is
+/// bounded and a path that is not plain text is dropped.
+fn cgroup_of(pid: u32) -> Option<String> {
+    let file = std::fs::File::open(format!("/proc/{pid}/cgroup")).ok()?;
+    let mut text = String::new();
+    file.take(4096).read_to_string(&mut text).ok()?;
+    let path = text.lines().find_map(|line| line.strip_prefix("0::"))?;
+    (path != "/" && !path.is_empty() && !path.chars().any(char::is_control))
+        .then(|| path.to_owned())
+}
+
+/// The container a cgroup path belongs to, as container runtimes name its cgroup
+/// (`docker-<64 hex>.scope`, `cri-containerd-<id>.scope`, `libpod-<id>.scope`, `/docker/<id>`):
+/// the id's first 12 characters, as `docker ps` shows them.
+fn container_id(cgroup: &str) -> Option<&str> {
+    cgroup.split('/').rev().find_map(|component| {
+        let bytes = component.as_bytes();
+        (0..bytes.len().saturating_sub(63)).find_map(|at| {
+            let run = &bytes[at..at + 64];
+            let boundary = |i: Option<&u8>| i.is_none_or(|c| !c.is_ascii_hexdigit());
+            (run.iter().all(u8::is_ascii_hexdigit)
+                && boundary(at.checked_sub(1).and_then(|i| bytes.get(i)))
+                && boundary(bytes.get(at + 64)))
+            .then(|| &component[at..at + 12])
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn containers_are_found_in_the_cgroups_their_runtimes_make() {
+        let id = "3f2a9c0d1e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f";
+        for path in [
+            format!("/system.slice/docker-{id}.scope"),
+            format!("/kubepods.slice/kubepods-burstable.slice/cri-containerd-{id}.scope"),
+            format!("/machine.slice/libpod-{id}.scope/container"),
+            format!("/docker/{id}"),
+        ] {
+            assert_eq!(container_id(&path), Some("3f2a9c0d1e8b"), "{path}");
+        }
+        assert_eq!(
+            container_id("/user.slice/user-1000.slice/session-2.scope"),
+            None
+        );
+        assert_eq!(container_id(&format!("/x/{id}0")), None);
+    }
+
+    #[test]
+    fn an_endpoint_is_a_plain_http_url_and_its_ingest_is_below_it() {
+        let endpoint = |url: &str| Endpoint::new(url, Credentials::default());
+        assert_eq!(
+            endpoint("http://127.0.0.1:4040").unwrap().ingest,
+            "http://127.0.0.1:4040/ingest"
+        );
+        assert_eq!(
+            endpoint("https://profiles.example.com/pyroscope/")
+                .unwrap()
+                .ingest,
+            "https://profiles.example.com/pyroscope/ingest"
+        );
+        for (url, said) in [
+            ("localhost:4040", "not a URL"),
+            ("ftp://host", "not a URL"),
+            ("http://host/?a=b", "without a query"),
+            (
+                "https://user:secret@host",
+                "credentials do not go in the URL",
+            ),
+        ] {
+            let error = endpoint(url).unwrap_err().to_string();
+            assert!(error.contains(said), "{url}: {error}");
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Sends profiles to Pyroscope's ingest API from a thread of its own, so that the trace never
+//! waits for the network: the profiler hands each one to a bounded queue (a profile that finds
+//! it full is dropped and counted), and the thread sends them in order, retrying one that did
+//! not arrive with a growing pause until the endpoint answers again. An outage is said once,
+//! when it begins; a profile the server refuses (a 4xx answer: bad credentials, a profile it
+//! cannot read) is dropped, counted and said once, since sending it again would be refused
+//! again. When the trace ends the queue gets a few seconds to drain; what is left is counted
+//! as not delivered.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use super::{Endpoint, ingest::Ingest};
+
+/// Profiles waiting to be sent: at the default interval, half an hour of an outage; at one
+/// profile a second, two minutes. What they can take is bounded by this times a profile's size.
+pub const QUEUE_PROFILES: usize = 128;
+/// The first pause after a failed send, doubled each time up to the longest.
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+const LONGEST_PAUSE: Duration = Duration::from_secs(30);
+/// A send that has not finished in this long has failed.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the queue may take to drain once the trace has ended.
+const DRAIN_AT_END: Duration = Duration::from_secs(5);
+
+/// What became of the profiles.
+#[derive(Debug, Default)]
+pub struct Deliveries {
+    pub sent: u64,
+    /// Dropped: refused by the server, left in the queue at the end, or finding it full.
+    pub not_delivered: u64,
+    /// Why the last one that failed did.
+    pub last_error: Option<String>,
+}
+
+/// The sending thread and its queue.
+pub struct Delivery {
+    queue: Option<SyncSender<Ingest>>,
+    /// Profiles dropped on a full queue.
+    dropped: Arc<AtomicU64>,
+    /// Set when the trace has ended: the thread then gives up on the endpoint after
+    /// [`DRAIN_AT_END`].
+    ending: Arc<AtomicBool>,
+    said_full: bool,
+    thread: Option<JoinHandle<Deliveries>>,
+}
+
+impl Delivery {
+    pub fn start(endpoint: Endpoint) -> std::io::Result<Delivery> {
+        let (queue, profiles) = sync_channel(QUEUE_PROFILES);
+        let ending = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let ending = Arc::clone(&ending);
+            std::thread::Builder::new()
+                .name("pyroscope-push".into())
+                .spawn(move || send_all(&endpoint, &profiles, &ending))?
+        };
+        Ok(Delivery {
+            queue: Some(queue),
+            dropped: Arc::new(AtomicU64::new(0)),
+            ending,
+            said_full: false,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `ingest`, or drops it if the queue is full.
+    pub fn push(&mut self, ingest: Ingest) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(ingest) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            if !std::mem::replace(&mut self.said_full, true) {
+                say!(
+                    "thrtrace-bpf: {QUEUE_PROFILES} contention profiles are waiting to be pushed: \
+                     the newest are dropped until the endpoint takes them"
+                );
+            }
+        }
+    }
+
+    /// No more profiles: waits for the queue to drain (at most [`DRAIN_AT_END`] once the
+    /// endpoint fails), and says what became of them all.
+    pub fn finish(&mut self) -> Deliveries {
+        self.queue = None;
+        self.ending.store(true, Ordering::Relaxed);
+        let mut delivered = self
+            .thread
+            .take()
+            .and_then(|thread| thread.join().ok())
+            .unwrap_or_default();
+        delivered.not_delivered += self.dropped.load(Ordering::Relaxed);
+        delivered
+    }
+}
+
+/// The thread: sends each profile queued, in order, until the queue is closed and empty, or
+/// the trace has ended and the endpoint has failed for [`DRAIN_AT_END`].
+fn send_all(endpoint: &Endpoint, profiles: &Receiver<Ingest>, ending: &AtomicBool) -> Deliveries {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(SEND_TIMEOUT))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+                .build(),
+        )
+        .build()
+        .new_agent();
+    let mut delivered = Deliveries::default();
+    let mut in_outage = false;
+    let mut said_refused = false;
+    let mut give_up_at: Option<Instant> = None;
+    loop {
+        let ingest = match profiles.recv_timeout(FIRST_PAUSE) {
+            Ok(ingest) => ingest,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut pause = FIRST_PAUSE;
+        loop {
+            match ingest.send(&agent, endpoint) {
+                Ok(()) => {
+                    delivered.sent += 1;
+                    if std::mem::take(&mut in_outage) {
+                        say!(
+                            "thrtrace-bpf: {} takes contention profiles again",
+                            endpoint.url
+                        );
+                    }
+                    give_up_at = None;
+                    break;
+                }
+                Err(Failure::Refused(why)) => {
+                    delivered.not_delivered += 1;
+                    if !std::mem::replace(&mut said_refused, true) {
+                        say!(
+                            "thrtrace-bpf: {} refused a contention profile: {why}; \
+                             profiles it refuses are dropped",
+                            endpoint.url
+                        );
+                    }
+                    delivered.last_error = Some(why);
+                    break;
+                }
+                Err(Failure::Unreachable(why)) => {
+                    if !std::mem::replace(&mut in_outage, true) {
+                        say!(
+                            "thrtrace-bpf: cannot push contention profiles to {}: {why}; \
+                             keeping up to {QUEUE_PROFILES} and trying again",
+                            endpoint.url
+                        );
+                    }
+                    delivered.last_error = Some(why);
+                }
+            }
+            if ending.load(Ordering::Relaxed) {
+                let deadline = *give_up_at.get_or_insert_with(|| Instant::now() + DRAIN_AT_END);
+                if Instant::now() >= deadline {
+                    // This one and every one still queued.
+                    delivered.not_delivered += 1 + profiles.try_iter().count() as u64;
+                    return delivered;
+                }
+            }
+            pause_unless_ending(pause, ending);
+            pause = (pause * 2).min(LONGEST_PAUSE);
+        }
+    }
+    delivered
+}
+
+/// Sleeps `pause`, or at most half a second once the trace has ended (the queue then has
+/// [`DRAIN_AT_END`], not the longest pause).
+fn pause_unless_ending(pause: Duration, ending: &AtomicBool) {
+    const STEP: Duration = Duration::from_millis(100);
+    const AT_END: Duration = Duration::from_millis(500);
+    let mut until = Instant::now() + pause;
+    loop {
+        let now = Instant::now();
+        if ending.load(Ordering::Relaxed) {
+            until = until.min(now + AT_END);
+        }
+        if now >= until {
+            return;
+        }
+        std::thread::sleep(STEP.min(until - now));
+    }
+}
+
+/// Why a send failed.
+pub enum Failure {
+    /// The server answered no (4xx but 408 and 429): this profile will never be taken.
+    Refused(String),
+    /// No answer, or one that says to come back (5xx, 408, 429): try again.
+    Unreachable(String),
+}
