@@ -32,7 +32,8 @@
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
 //! the default consumer threads and with two), the records per second written to tr files
 //! and a log against the number of producer threads (1, 2, one per CPU) with one consumer
-//! thread and with two, with the tracer's CPU share, and how fast the tracer gets
+//! thread and with two, with the tracer's CPU share, what a `--pyroscope` push costs the
+//! tracer (its CPU with a push a second and without, per push), and how fast the tracer gets
 //! ready and how fast it exits after Ctrl-C.
 
 use std::{
@@ -319,6 +320,8 @@ pub fn run(reps: usize) -> Result<()> {
     let mut static_cpu: Vec<(Consumed, Consumed)> = Vec::new();
     // The same runs without records: what starting and ending costs the tracer.
     let mut sink_idle_cpu: Vec<Vec<f64>> = vec![Vec::new(); SINK_RUNS.len()];
+    // Run by run: the tracer's CPU (ns) with pushes and without, and the pushes.
+    let mut push_costs: Vec<(f64, f64, usize)> = Vec::new();
     let producers = producer_counts();
     let mut scaling: Vec<Vec<Vec<Consumed>>> =
         vec![vec![Vec::new(); CONSUMER_THREADS.len()]; producers.len()];
@@ -390,6 +393,7 @@ pub fn run(reps: usize) -> Result<()> {
             consume(tracer, &dir, SinkMode::Both, (SINK_PAIRS, 1), None)
         };
         static_cpu.push((both(&static_tracer)?, both(&tracer)?));
+        push_costs.push(push_cpu(&tracer, &dir)?);
         for (p, &count) in producers.iter().enumerate() {
             for (c, &threads) in CONSUMER_THREADS.iter().enumerate() {
                 let _ = fs::remove_dir_all(&dir);
@@ -412,6 +416,22 @@ pub fn run(reps: usize) -> Result<()> {
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
     print_program_costs(&costs, reps);
+    println!(
+        "\nwhat a --pyroscope push costs the tracer, on the contended workload traced \
+         --contended for {PUSH_SECONDS} s with a push every second and without, median of {reps}"
+    );
+    let per_push: Vec<f64> = push_costs
+        .iter()
+        .map(|&(with, without, pushes)| (with - without) / pushes.max(1) as f64)
+        .collect();
+    println!(
+        "  tracer CPU {:.1} ms with pushes, {:.1} ms without; {:.0} µs per push (per interval \
+         of one process), {} pushes a run",
+        median(&push_costs.iter().map(|c| c.0).collect::<Vec<_>>()) / 1e6,
+        median(&push_costs.iter().map(|c| c.1).collect::<Vec<_>>()) / 1e6,
+        median(&per_push) / 1e3,
+        push_costs.first().map_or(0, |c| c.2)
+    );
     println!(
         "\na --contended record's cost with its call stack and without, on the contended \
          workload (its records are the contended calls), median of {reps} runs"
@@ -1032,6 +1052,44 @@ fn traced_server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f6
     unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
     let (_, _, lost) = reap_tracer(&traced, &mut stderr)?;
     Ok((rate?, lost))
+}
+
+/// How long the push cost's traces run.
+const PUSH_SECONDS: u32 = 10;
+
+/// The tracer's CPU (ns) tracing the contended workload `--contended` for [`PUSH_SECONDS`]
+/// with a push a second to a stand-in Pyroscope on the loopback address, the same without
+/// pushes, and how many pushes arrived.
+fn push_cpu(tracer: &Path, dir: &Path) -> Result<(f64, f64, usize)> {
+    let server = thrtrace_tests::ingest::IngestServer::start();
+    let url = server.url();
+    let with = contended_trace_cpu(tracer, dir, &["--pyroscope", &url, "--push-interval", "1s"])?;
+    let without = contended_trace_cpu(tracer, dir, &[])?;
+    Ok((with, without, server.requests().len()))
+}
+
+/// The tracer's CPU (ns) tracing the contended workload, endless, `--contended` with `options`
+/// for [`PUSH_SECONDS`].
+fn contended_trace_cpu(tracer: &Path, dir: &Path, options: &[&str]) -> Result<f64> {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir)?;
+    let mut target = command(compile_workload("contention")?)
+        .args(["1000000", "10", "2"])
+        .stdout(Stdio::null())
+        .spawn()?;
+    let mut traced = command(tracer)
+        .args(["--contended", "--dir"])
+        .arg(dir)
+        .args(options)
+        .args(["--duration", &PUSH_SECONDS.to_string()])
+        .args(["-p", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
+    let reaped = reap_tracer(&traced, &mut stderr);
+    target.kill()?;
+    target.wait()?;
+    Ok(reaped?.0)
 }
 
 /// The contended workload's arguments for the runs that cost its records, with its gate.
