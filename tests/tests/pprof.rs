@@ -1,8 +1,8 @@
 //! `report --format pprof -o FILE`: the stack_chains workload's contended waits on `big_lock`,
 //! traced with `--contended`, as a pprof contention profile that Go's own `go tool pprof` reads
 //! back. The waiters view has one sample per waiting chain (alpha_5 .. alpha_1, beta_5 ..
-//! beta_1), each one contention, their delays adding up to the report's wait total for the
-//! lock; the releasers view has the holder's chain, whose unlock ended the first wait.
+//! beta_1), each one contention, labelled with the thread that ran it and the process, their
+//! delays adding up to the report's wait total for the lock; the releasers view has the holder's chain, whose unlock ended the first wait.
 //! Without `-o` the profile is refused, in one line, with nothing written.
 
 use serde_json::Value;
@@ -35,18 +35,32 @@ fn chain_of<'a>(sample: &Sample, prefixes: &[&'a str]) -> &'a str {
         .unwrap_or_else(|| panic!("no whole chain in {sample:#?}"))
 }
 
-/// The samples of `profile` on big_lock, checked for its other labels (a mutex of process
-/// `pid`).
-fn big_lock_samples<'a>(profile: &'a RawProfile, pid: &Value) -> Vec<&'a Sample> {
+/// The samples of `profile` on big_lock, checked for its other labels: a mutex of process
+/// `pid`, named after `program`, each sample of one thread, named after the chain it ran
+/// (threads alpha, beta and holder run the chains of their names).
+fn big_lock_samples<'a>(profile: &'a RawProfile, pid: &Value, program: &str) -> Vec<&'a Sample> {
     let samples: Vec<&Sample> = profile
         .samples
         .iter()
         .filter(|s| s.labels.contains("lock:[big_lock]"))
         .collect();
+    let name = program.rsplit('/').next().unwrap();
     for sample in &samples {
         assert!(sample.labels.contains("lock_kind:[mutex]"), "{sample:#?}");
         assert!(
             sample.labels.contains(&format!("pid:[{pid}]")),
+            "{sample:#?}"
+        );
+        assert!(
+            sample.labels.contains(&format!("process:[{name}]")),
+            "{sample:#?}"
+        );
+        assert!(sample.labels.contains("thread:["), "{sample:#?}");
+        // A thread gone before the tracer read its name has its id alone.
+        let chain = chain_of(sample, &["alpha", "beta", "holder"]);
+        assert!(
+            !sample.labels.contains("thread_name:[")
+                || sample.labels.contains(&format!("thread_name:[{chain}]")),
             "{sample:#?}"
         );
     }
@@ -83,7 +97,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
         waiters.comments.iter().any(|c| c.contains("waiters view")),
         "{waiters:#?}"
     );
-    let samples = big_lock_samples(&waiters, &lock["pid"]);
+    let samples = big_lock_samples(&waiters, &lock["pid"], &program);
     assert_eq!(samples.len(), 2, "{waiters:#?}");
     let mut chains: Vec<&str> = samples
         .iter()
@@ -125,7 +139,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
             .any(|c| c.contains("releasers view")),
         "{releasers:#?}"
     );
-    let samples = big_lock_samples(&releasers, &lock["pid"]);
+    let samples = big_lock_samples(&releasers, &lock["pid"], &program);
     assert_eq!(samples.len(), 2, "{releasers:#?}");
     assert!(samples.iter().all(|s| s.count == 1), "{releasers:#?}");
     // The holder's unlock ended the first wait; the first waiter's, the second.

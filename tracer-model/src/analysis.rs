@@ -258,7 +258,16 @@ pub struct StackStats {
     /// Nanoseconds they lasted, in total.
     pub wait_total_ns: u64,
     /// Of them, by the thread that waited (or released).
-    pub threads: HashMap<u32, u64>,
+    pub threads: HashMap<u32, ThreadWaits>,
+}
+
+/// One thread's share of a stack's waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadWaits {
+    /// Waits.
+    pub count: u64,
+    /// Nanoseconds they lasted, in total.
+    pub wait_total_ns: u64,
 }
 
 /// One lock (or semaphore, or condvar) of one process.
@@ -514,6 +523,8 @@ pub struct Analysis {
     /// Each lock's last release (statistics only): what ended a wait on it.
     last_releases: HashMap<(u32, u64), Release>,
     names: HashMap<u32, String>,
+    /// Each process's executable's file name.
+    process_names: HashMap<u32, String>,
     /// Deadlocks already reported, by their threads and objects.
     reported: HashSet<Vec<(u32, u64)>>,
     /// Deadlocks found by the tracer while it ran, from the log.
@@ -552,12 +563,17 @@ impl Analysis {
         self.order.as_mut()
     }
 
-    /// A thread's name (comm), as a system event gives it.
+    /// A thread's name (comm), or a process's (its executable's file name), as a system event
+    /// gives it.
     pub fn system_event(&mut self, event: &SystemEvent) {
         match &event.kind {
             SystemKind::Start { contended, .. } => self.contended_only |= *contended,
             SystemKind::ThreadName { name } => {
                 self.names.insert(event.lwpid, name.clone());
+            }
+            SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
+                let name = exe.rsplit('/').next().unwrap_or_default();
+                self.process_names.insert(event.pid, name.to_owned());
             }
             SystemKind::Deadlock { .. } => self.recorded_deadlocks.push(event.clone()),
             _ => {}
@@ -775,7 +791,9 @@ impl Analysis {
                 let stats = stacks.entry(stack).or_default();
                 stats.count += 1;
                 stats.wait_total_ns += wait;
-                *stats.threads.entry(lwpid).or_default() += 1;
+                let thread = stats.threads.entry(lwpid).or_default();
+                thread.count += 1;
+                thread.wait_total_ns += wait;
             }
         }
     }
@@ -1048,6 +1066,11 @@ impl Analysis {
     /// The name (comm) the log gave thread `lwpid`, if any.
     pub fn thread_name(&self, lwpid: u32) -> Option<&str> {
         self.names.get(&lwpid).map(String::as_str)
+    }
+
+    /// The file name of process `pid`'s executable, if the log gave it.
+    pub fn process_name(&self, pid: u32) -> Option<&str> {
+        self.process_names.get(&pid).map(String::as_str)
     }
 
     /// The locks `lwpid` holds now (at the end of a trace: held at the end).

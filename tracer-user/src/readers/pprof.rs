@@ -1,7 +1,7 @@
 //! `report --format pprof -o FILE`: the locks' contended waits as a pprof profile (gzipped
 //! `profile.proto`), as Go's contention profiles are: values `contentions/count` and
-//! `delay/nanoseconds`, one sample per lock and call stack, labelled with the lock, its kind and
-//! its process. The waiters view holds the stacks that waited (Go's block profile); the
+//! `delay/nanoseconds`, one sample per lock, call stack and thread, labelled with the lock, its
+//! kind, its process and the thread. The waiters view holds the stacks that waited (Go's block profile); the
 //! releasers view, the stacks of the releases that ended the waits (Go's mutex profile).
 
 mod proto;
@@ -13,7 +13,7 @@ use clap::ValueEnum;
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 use tracer_model::{
-    analysis::{Analysis, LockStats, StackStats},
+    analysis::{Analysis, LockStats, StackStats, ThreadWaits},
     stack::{Stack, Stacks},
 };
 
@@ -82,9 +82,42 @@ impl Span {
     }
 }
 
-/// The profile of the contended waits of `locks`, of the `kinds` asked for, over `span`.
+/// The names of the threads (comm) whose waits some locks hold and of their processes (the
+/// executable's file name): a profile's labels.
+#[derive(Debug, Default)]
+pub struct Names {
+    threads: HashMap<u32, String>,
+    processes: HashMap<u32, String>,
+}
+
+impl Names {
+    /// As `analysis` knows them, for `locks`.
+    pub fn of<'a>(analysis: &Analysis, locks: impl IntoIterator<Item = &'a LockStats>) -> Names {
+        let mut names = Names::default();
+        for lock in locks {
+            if let Some(name) = analysis.process_name(lock.pid) {
+                names.processes.insert(lock.pid, name.to_owned());
+            }
+            let threads = lock
+                .waiting_stacks
+                .values()
+                .chain(lock.releasing_stacks.values())
+                .flat_map(|stats| stats.threads.keys());
+            for &lwpid in threads {
+                if let Some(name) = analysis.thread_name(lwpid) {
+                    names.threads.insert(lwpid, name.to_owned());
+                }
+            }
+        }
+        names
+    }
+}
+
+/// The profile of the contended waits of `locks`, of the `kinds` asked for, over `span`: a
+/// sample per lock, stack and thread, labelled with the `names` of the threads and processes.
 pub fn encode<'a>(
     locks: impl IntoIterator<Item = &'a LockStats>,
+    names: &Names,
     symbols: &mut Symbols,
     stacks: &Stacks,
     kinds: &KindArg,
@@ -99,11 +132,9 @@ pub fn encode<'a>(
     locks.sort_by_key(|lock| (lock.pid, lock.address));
     let mut sampled_locks = 0;
     for lock in locks {
-        let mut by_stack: Vec<(u32, &Stack, u64, u64)> = view
+        let mut by_stack: Vec<(u32, &Stack, &StackStats)> = view
             .stacks(lock)
-            .filter_map(|(&id, stats)| {
-                Some((id, stacks.get(id)?, stats.count, stats.wait_total_ns))
-            })
+            .filter_map(|(&id, stats)| Some((id, stacks.get(id)?, stats)))
             .collect();
         if by_stack.is_empty() {
             continue;
@@ -111,7 +142,7 @@ pub fn encode<'a>(
         sampled_locks += 1;
         by_stack.sort_unstable_by_key(|&(id, ..)| id);
         let name = lock_name(lock, symbols, stacks);
-        let labels = vec![
+        let mut labels = vec![
             builder.string_label(
                 "lock",
                 &name
@@ -119,23 +150,31 @@ pub fn encode<'a>(
                     .unwrap_or_else(|| format!("{:#x}", name.address)),
             ),
             builder.string_label("lock_kind", lock.kind.name()),
-            proto::Label {
-                key: builder.string("pid"),
-                num: i64::from(lock.pid),
-                ..proto::Label::default()
-            },
+            builder.number_label("pid", lock.pid),
         ];
-        for (_, stack, count, wait_total_ns) in by_stack {
-            let location_id = stack_frames(stack, symbols)
+        if let Some(process) = names.processes.get(&lock.pid) {
+            labels.push(builder.string_label("process", process));
+        }
+        for (_, stack, stats) in by_stack {
+            let location_id: Vec<u64> = stack_frames(stack, symbols)
                 .iter()
                 .enumerate()
                 .map(|(n, frame)| builder.location(stack.pid, n == 0, frame, symbols))
                 .collect();
-            builder.profile.sample.push(proto::Sample {
-                location_id,
-                value: vec![count as i64, wait_total_ns as i64],
-                label: labels.clone(),
-            });
+            let mut threads: Vec<(&u32, &ThreadWaits)> = stats.threads.iter().collect();
+            threads.sort_unstable_by_key(|&(lwpid, _)| *lwpid);
+            for (&lwpid, waits) in threads {
+                let mut label = labels.clone();
+                label.push(builder.number_label("thread", lwpid));
+                if let Some(name) = names.threads.get(&lwpid) {
+                    label.push(builder.string_label("thread_name", name));
+                }
+                builder.profile.sample.push(proto::Sample {
+                    location_id: location_id.clone(),
+                    value: vec![waits.count as i64, waits.wait_total_ns as i64],
+                    label,
+                });
+            }
         }
     }
     let samples = builder.profile.sample.len();
@@ -161,6 +200,7 @@ pub fn write(
 ) -> Result<String> {
     let profile = encode(
         analysis.locks(),
+        &Names::of(analysis, analysis.locks()),
         symbols,
         stacks,
         kinds,
@@ -226,6 +266,14 @@ impl Builder {
         proto::Label {
             key: self.string(key),
             str: self.string(value),
+            ..proto::Label::default()
+        }
+    }
+
+    fn number_label(&mut self, key: &str, value: u32) -> proto::Label {
+        proto::Label {
+            key: self.string(key),
+            num: i64::from(value),
             ..proto::Label::default()
         }
     }

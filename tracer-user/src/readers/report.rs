@@ -789,10 +789,10 @@ fn stack_rows(
                 let mut threads: Vec<ThreadShare> = stats
                     .threads
                     .iter()
-                    .map(|(&lwpid, &count)| ThreadShare {
+                    .map(|(&lwpid, waits)| ThreadShare {
                         lwpid,
                         name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
-                        count,
+                        count: waits.count,
                     })
                     .collect();
                 threads.sort_by(|a, b| (b.count, a.lwpid).cmp(&(a.count, b.lwpid)));

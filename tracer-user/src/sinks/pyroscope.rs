@@ -266,16 +266,19 @@ impl Profiler {
                 *guard
             };
             let until = SystemTime::now();
-            let (locks, events, cgroups) = {
+            let (locks, names, events, cgroups) = {
                 let mut interval = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                let locks = interval.analysis.take_lock_stats();
+                let names = pprof::Names::of(&interval.analysis, &locks);
                 (
-                    interval.analysis.take_lock_stats(),
+                    locks,
+                    names,
                     mem::take(&mut interval.events),
                     mem::take(&mut interval.cgroups),
                 )
             };
             let exited = self.take_events(&events, cgroups);
-            self.push_interval(&locks, from, until);
+            self.push_interval(&locks, &names, from, until);
             for pid in exited {
                 self.symbols.forget(pid);
                 self.stacks.forget(pid);
@@ -325,7 +328,13 @@ impl Profiler {
     }
 
     /// Queues the profile of each process with contended lock waits in `locks`.
-    fn push_interval(&mut self, locks: &[LockStats], from: SystemTime, until: SystemTime) {
+    fn push_interval(
+        &mut self,
+        locks: &[LockStats],
+        names: &pprof::Names,
+        from: SystemTime,
+        until: SystemTime,
+    ) {
         let mut by_process: HashMap<u32, Vec<&LockStats>> = HashMap::new();
         for lock in locks {
             by_process.entry(lock.pid).or_default().push(lock);
@@ -339,6 +348,7 @@ impl Profiler {
         for (pid, locks) in by_process {
             let profile = match pprof::encode(
                 locks,
+                names,
                 &mut self.symbols,
                 &self.stacks,
                 &self.kinds,
