@@ -522,7 +522,8 @@ pub struct Analysis {
     wakers: HashMap<(u32, u64), HashSet<u32>>,
     /// Each lock's last release (statistics only): what ended a wait on it.
     last_releases: HashMap<(u32, u64), Release>,
-    names: HashMap<u32, String>,
+    /// Each thread's name (comm), with its process.
+    names: HashMap<u32, (u32, String)>,
     /// Each process's executable's file name.
     process_names: HashMap<u32, String>,
     /// Deadlocks already reported, by their threads and objects.
@@ -569,7 +570,7 @@ impl Analysis {
         match &event.kind {
             SystemKind::Start { contended, .. } => self.contended_only |= *contended,
             SystemKind::ThreadName { name } => {
-                self.names.insert(event.lwpid, name.clone());
+                self.names.insert(event.lwpid, (event.pid, name.clone()));
             }
             SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
                 let name = exe.rsplit('/').next().unwrap_or_default();
@@ -1055,7 +1056,11 @@ impl Analysis {
             .values()
             .cloned()
             .map(|mut t| {
-                t.name = self.names.get(&t.lwpid).cloned().unwrap_or_default();
+                t.name = self
+                    .names
+                    .get(&t.lwpid)
+                    .map(|(_, name)| name.clone())
+                    .unwrap_or_default();
                 t
             })
             .collect();
@@ -1065,7 +1070,15 @@ impl Analysis {
 
     /// The name (comm) the log gave thread `lwpid`, if any.
     pub fn thread_name(&self, lwpid: u32) -> Option<&str> {
-        self.names.get(&lwpid).map(String::as_str)
+        self.names.get(&lwpid).map(|(_, name)| name.as_str())
+    }
+
+    /// Drops the names of process `pid` and its threads: for an analysis that runs as long as
+    /// the host does (the profiles pushed), once the process has exited and its last profile
+    /// is made. A report keeps them, to name what it lists.
+    pub fn forget_names(&mut self, pid: u32) {
+        self.names.retain(|_, (of, _)| *of != pid);
+        self.process_names.remove(&pid);
     }
 
     /// The file name of process `pid`'s executable, if the log gave it.
@@ -1287,6 +1300,33 @@ mod tests {
 
     fn unlock(analysis: &mut Analysis, lwpid: u32, mutex: i64, at: i64) {
         analysis.record(&rec(lwpid, "mutex_unlock", 0, at, [mutex, 0, 0, 0, 0]));
+    }
+
+    #[test]
+    fn names_are_kept_until_forgotten_with_their_process() {
+        let mut analysis = Analysis::new(true);
+        let name = |lwpid, name: &str| {
+            let kind = SystemKind::ThreadName {
+                name: name.to_owned(),
+            };
+            SystemEvent::of_process(1, 5, lwpid, kind)
+        };
+        analysis.system_event(&name(5, "server"));
+        analysis.system_event(&name(6, "worker"));
+        let attach = SystemKind::ProcessAttach {
+            exe: "/usr/sbin/server".to_owned(),
+            cmdline: Vec::new(),
+        };
+        analysis.system_event(&SystemEvent::of_process(1, 5, 5, attach));
+        analysis.process_exited(5);
+        assert_eq!(analysis.thread_name(6), Some("worker"));
+        assert_eq!(analysis.process_name(5), Some("server"));
+        analysis.forget_names(4);
+        assert_eq!(analysis.thread_name(6), Some("worker"));
+        analysis.forget_names(5);
+        assert_eq!(analysis.thread_name(6), None);
+        assert_eq!(analysis.thread_name(5), None);
+        assert_eq!(analysis.process_name(5), None);
     }
 
     #[test]

@@ -228,6 +228,8 @@ struct Profiler {
     symbols: Symbols,
     stacks: Stacks,
     processes: HashMap<u32, Process>,
+    /// The processes that exited before the last cut, whose names the analysis still keeps.
+    exited: Vec<u32>,
     host: String,
     /// Lock waits only: idle waits (condition variables, joins, barriers) are no contention.
     kinds: KindArg,
@@ -243,6 +245,7 @@ impl Profiler {
             symbols: Symbols::new(),
             stacks: Stacks::default(),
             processes: HashMap::new(),
+            exited: Vec::new(),
             host,
             kinds: KindArg {
                 kind: Some(KindFilter(
@@ -270,6 +273,9 @@ impl Profiler {
                 let mut interval = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 let locks = interval.analysis.take_lock_stats();
                 let names = pprof::Names::of(&interval.analysis, &locks);
+                for pid in mem::take(&mut self.exited) {
+                    interval.analysis.forget_names(pid);
+                }
                 (
                     locks,
                     names,
@@ -279,11 +285,13 @@ impl Profiler {
             };
             let exited = self.take_events(&events, cgroups);
             self.push_interval(&locks, &names, from, until);
-            for pid in exited {
+            for &pid in &exited {
                 self.symbols.forget(pid);
                 self.stacks.forget(pid);
                 self.processes.remove(&pid);
             }
+            // Their names, once the next cut has taken the waits named with them.
+            self.exited = exited;
             from = until;
             if stopped {
                 return self.delivery.finish();
