@@ -170,7 +170,10 @@ impl Sink for ContentionPush {
         let mut interval = self.interval();
         match &event.kind {
             SystemKind::ProcessDetach => interval.analysis.process_exited(event.pid),
-            SystemKind::ThreadName { .. } => interval.analysis.system_event(event),
+            // Names, for the labels (not the deadlocks it would keep for a report).
+            SystemKind::ThreadName { .. }
+            | SystemKind::ProcessAttach { .. }
+            | SystemKind::Exec { .. } => interval.analysis.system_event(event),
             _ => {}
         }
         if matches!(
