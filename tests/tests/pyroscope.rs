@@ -18,9 +18,9 @@ use std::{
 };
 
 use thrtrace_tests::{
-    TempDir, bpf_available,
+    Run, TempDir, bpf_available,
     ingest::{IngestServer, Request},
-    pprof::pprof_raw_of,
+    pprof::{RawProfile, pprof_raw_of},
     run_tracer, tracer, workload_arg,
 };
 
@@ -81,9 +81,8 @@ fn checked_ingest(request: &Request, workload_pid: u32) -> (u64, u64) {
     (from, until)
 }
 
-/// The totals of a `-raw` profile: waits and nanoseconds.
-fn totals(dir: &TempDir, files: &[&str]) -> (u64, u64) {
-    let profile = pprof_raw_of(dir, files);
+/// The totals of a profile: waits and nanoseconds.
+fn totals(profile: &RawProfile) -> (u64, u64) {
     profile.samples.iter().fold((0, 0), |(count, delay), s| {
         (count + s.count, delay + s.delay_ns)
     })
@@ -187,7 +186,16 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
         files.push(name);
     }
     let names: Vec<&str> = files.iter().map(String::as_str).collect();
-    let pushed = totals(&dir, &names);
+    let pushed_profile = pprof_raw_of(&dir, &names);
+    for sample in &pushed_profile.samples {
+        assert!(
+            sample.labels.contains("process:[contention]")
+                && sample.labels.contains(&format!("pid:[{}]", workload.id()))
+                && sample.labels.contains("thread:["),
+            "{sample:?}"
+        );
+    }
+    let pushed = totals(&pushed_profile);
     let made = run_tracer(
         dir.path(),
         &[
@@ -202,7 +210,7 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
         ],
     );
     assert!(made.status.success(), "{made:?}");
-    let logged = totals(&dir, &["log.pb.gz"]);
+    let logged = totals(&pprof_raw_of(&dir, &["log.pb.gz"]));
     assert_eq!(pushed, logged, "pushed (waits, ns) against the log's");
     assert!(logged.0 > 1000, "{logged:?}");
 }
@@ -221,21 +229,18 @@ fn an_unreachable_or_refusing_endpoint_is_said_once_and_the_trace_ends_well() {
         (&refusing, "refused a contention profile: 401"),
         (&unreachable, "cannot push contention profiles to"),
     ] {
-        let run = run_tracer(
-            dir.path(),
-            &[
-                "--contended",
-                "--push-interval",
-                "1s",
-                "--pyroscope",
-                &server.url(),
-                "--",
-                &workload_arg("contention"),
-                "40",
-                "10",
-                "2",
-            ],
-        );
+        let run: Run = Command::new(tracer())
+            .args(["--contended", "--push-interval", "1s", "--pyroscope"])
+            .arg(server.url())
+            .arg("--")
+            .arg(workload_arg("contention"))
+            .args(["40", "10", "2"])
+            .env("THRTRACE_PYROSCOPE_TOKEN", "t0ken")
+            .env("THRTRACE_PYROSCOPE_TENANT", "team-a")
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+            .into();
         assert!(run.status.success(), "{run:?}");
         assert_eq!(run.stderr.matches(said).count(), 1, "{}", run.stderr);
         let summary = run.stderr.lines().last().unwrap();
@@ -244,10 +249,68 @@ fn an_unreachable_or_refusing_endpoint_is_said_once_and_the_trace_ends_well() {
                 && summary.contains(" not delivered (the last failure: "),
             "{summary}"
         );
+        assert!(!run.stderr.contains("t0ken"), "{}", run.stderr);
         // No trace files: the pushes were the output.
         assert!(dir.entries().is_empty(), "{:?}", dir.entries());
     }
-    assert!(!refusing.requests().is_empty());
+    // The credentials the environment gave, as headers.
+    let requests = refusing.requests();
+    assert!(!requests.is_empty());
+    for request in &requests {
+        assert_eq!(request.header("authorization"), Some("Bearer t0ken"));
+        assert_eq!(request.header("x-scope-orgid"), Some("team-a"));
+    }
+}
+
+#[test]
+fn a_credentials_file_gives_basic_auth() {
+    if !bpf_available("pyroscope") {
+        return;
+    }
+    let dir = TempDir::new("pyroscope-basic");
+    let server = IngestServer::start();
+    let credentials = dir.path().join("credentials");
+    fs::write(
+        &credentials,
+        "# the proxy's\nuser = alice\npassword = s3cret\n",
+    )
+    .unwrap();
+    fs::set_permissions(
+        &credentials,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let run = run_tracer(
+        dir.path(),
+        &[
+            "--contended",
+            "--pyroscope",
+            &server.url(),
+            "--pyroscope-credentials",
+            &credentials.to_string_lossy(),
+            "--",
+            &workload_arg("contention"),
+            "3",
+            "10",
+            "2",
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let requests = server.requests();
+    // One interval: the trace is shorter than the default 15 s.
+    assert_eq!(requests.len(), 1, "{}", run.stderr);
+    // base64("alice:s3cret")
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Basic YWxpY2U6czNjcmV0")
+    );
+    assert_eq!(requests[0].header("x-scope-orgid"), None);
+    assert!(
+        run.stderr
+            .contains(&format!("1 contention profile pushed to {}", server.url())),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

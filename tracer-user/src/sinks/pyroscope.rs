@@ -205,8 +205,9 @@ impl Sink for ContentionPush {
             .take()
             .and_then(|profiler| profiler.join().ok())
             .unwrap_or_default();
+        let plural = if delivered.sent == 1 { "" } else { "s" };
         let mut summary = format!(
-            "{} contention profiles pushed to {}",
+            "{} contention profile{plural} pushed to {}",
             delivered.sent, self.url
         );
         if delivered.not_delivered > 0 {
