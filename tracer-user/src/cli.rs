@@ -24,6 +24,7 @@ use crate::{
         convert::ConvertArgs,
         dump::DumpArgs,
         info::InfoArgs,
+        pyroscope::{ContentionPush, Credentials, ENVIRONMENT, Endpoint, PushOptions},
         report::{KindArg, ReportArgs},
         top::LiveView,
     },
@@ -31,10 +32,7 @@ use crate::{
         self,
         config::{Config, LogOptions, Target},
     },
-    sinks::{
-        output_dir::split_file_path,
-        pyroscope::{Credentials, Endpoint, PushOptions},
-    },
+    sinks::{Sink, output_dir::split_file_path},
 };
 
 #[derive(Debug, Parser)]
@@ -179,9 +177,9 @@ pub struct Cli {
     )]
     pub pyroscope: Option<String>,
 
-    /// How often --pyroscope pushes a profile
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "15s")]
-    pub push_interval: Duration,
+    /// How often --pyroscope pushes a profile [default: 15s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub push_interval: Option<Duration>,
 
     /// The credentials --pyroscope sends, from FILE (mode 0600): lines `token = …` (a bearer
     /// token) or `user = …` and `password = …` (basic auth), and `tenant = …` (X-Scope-OrgID);
@@ -295,6 +293,9 @@ pub enum Switch {
     Off,
 }
 
+/// How often `--pyroscope` pushes without `--push-interval`: Pyroscope's own clients' period.
+const DEFAULT_PUSH_INTERVAL: Duration = Duration::from_secs(15);
+
 /// The stream size without `--stream-size`.
 pub const DEFAULT_STREAM_SIZE: u64 = 4 << 20;
 /// The smallest stream: a few packets.
@@ -349,7 +350,6 @@ impl Cli {
             // The tracer's own C library: what a command started from here would most likely map.
             self.pids.push(std::process::id());
         }
-        let push = self.push_options()?;
         let target = match (self.pids.is_empty(), self.command.is_empty()) {
             (false, false) => usage_bail!("give either -p PID or -- COMMAND, not both"),
             (true, true) => Target::SystemWide,
@@ -388,7 +388,7 @@ impl Cli {
         };
         let dir = match self.dir.take() {
             Some(dir) if !dir.as_os_str().is_empty() => Some(dir),
-            _ if log.is_some() || push.is_some() => None,
+            _ if log.is_some() || self.pyroscope.as_deref().is_some_and(|u| !u.is_empty()) => None,
             _ => Some(PathBuf::from(".")),
         };
         let output = dir.filter(|_| !self.list_probes);
@@ -436,40 +436,68 @@ impl Cli {
                 || std::env::var_os("THR_TRACE_LOSSLESS").is_some_and(|v| !v.is_empty()),
             list_probes: self.list_probes,
             target,
-            push,
         })
     }
 
-    /// `--pyroscope` and its options, checked; an error for options given without it.
+    /// Traces as the command line says, with the profiles pushed to Pyroscope if asked.
+    fn trace(self) -> Result<i32> {
+        let push = self.push_options()?;
+        let config = self.into_config()?;
+        let viewers: Vec<Box<dyn Sink + Send>> = match push {
+            Some(push) => vec![Box::new(ContentionPush::new(push))],
+            None => Vec::new(),
+        };
+        session::trace_into(&config, viewers)
+    }
+
+    /// `--pyroscope` and its options, checked; an error for options given without it. The
+    /// credentials' variables are then taken out of the environment: the command traced, and
+    /// any other process started, runs as the invoking user, who would read them in
+    /// /proc/PID/environ.
     fn push_options(&self) -> Result<Option<PushOptions>> {
         let Some(url) = self.pyroscope.as_deref().filter(|url| !url.is_empty()) else {
-            if self.pyroscope_credentials.is_some() {
-                usage_bail!("--pyroscope-credentials is for --pyroscope URL: give the URL too");
+            for (option, given) in [
+                (
+                    "--pyroscope-credentials",
+                    self.pyroscope_credentials.is_some(),
+                ),
+                ("--push-interval", self.push_interval.is_some()),
+            ] {
+                if given {
+                    usage_bail!("{option} is for --pyroscope URL: give the URL too");
+                }
             }
             return Ok(None);
         };
-        if !self.contended && self.stacks != Some(Switch::On) {
-            usage_bail!(
+        match (self.contended, self.stacks) {
+            (_, Some(Switch::Off)) => usage_bail!(
+                "--pyroscope pushes the call stacks of lock waits: leave out --stacks off"
+            ),
+            (false, None) => usage_bail!(
                 "--pyroscope pushes the call stacks of lock waits: add --contended (or --stacks on)"
-            );
+            ),
+            _ => {}
         }
+        let interval = self.push_interval.unwrap_or(DEFAULT_PUSH_INTERVAL);
         if self.list_probes {
             usage_bail!("--pyroscope traces: leave out --list-probes");
         }
-        if self.push_interval < Duration::from_secs(1) {
+        if interval < Duration::from_secs(1) {
             usage_bail!(
                 "--push-interval {}: give at least 1s",
-                humantime::format_duration(self.push_interval)
+                humantime::format_duration(interval)
             );
         }
         let credentials = Credentials::load(self.pyroscope_credentials.as_deref())
             .map_err(|error| UsageError(error.to_string()))?;
         let endpoint =
             Endpoint::new(url, credentials).map_err(|error| UsageError(error.to_string()))?;
-        Ok(Some(PushOptions {
-            endpoint,
-            interval: self.push_interval,
-        }))
+        for variable in ENVIRONMENT {
+            // SAFETY: the command line is read before the tracer starts a thread (the session's
+            // runtime and workers come later), so nothing reads the environment meanwhile.
+            unsafe { std::env::remove_var(variable) };
+        }
+        Ok(Some(PushOptions { endpoint, interval }))
     }
 }
 
@@ -575,7 +603,7 @@ pub fn main() -> i32 {
         Some(Action::Report(args)) => readers::report::run(args),
         Some(Action::Top(args)) => args.run(),
         Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command()),
-        None => cli.into_config().and_then(|config| session::trace(&config)),
+        None => cli.trace(),
     };
     match result {
         Ok(code) => code,

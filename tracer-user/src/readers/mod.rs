@@ -2,13 +2,16 @@
 //! `tracer_model::log::LogReader`: [`dump`] prints its events, [`info`] sums them up,
 //! [`convert`] replays them into a sink (the tr files, or a CTF trace), and [`report`] tables
 //! them per lock and per thread through `tracer_model::analysis`, its callers located by
-//! [`symbolize`].
+//! [`symbolize`]; [`pprof`] makes its profiles. The same analysis, live, as sinks the command
+//! line gives a trace: [`top`] draws the report as it runs, [`pyroscope`] pushes each
+//! interval's profile to a profiling server.
 
 pub mod convert;
 pub mod dump;
 pub mod info;
 pub mod perfetto;
 pub mod pprof;
+pub mod pyroscope;
 pub mod report;
 pub mod top;
 

@@ -3,7 +3,6 @@
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use crate::sinks::pyroscope::PushOptions;
 use tracer_model::{
     log::{LogFullPolicy, StreamFullPolicy},
     selection::EventSet,
@@ -44,8 +43,6 @@ pub struct Config {
     /// Only print where the probes would go.
     pub list_probes: bool,
     pub target: Target,
-    /// `--pyroscope`: each interval's contention profile pushed there.
-    pub push: Option<PushOptions>,
 }
 
 #[derive(Debug)]

@@ -38,13 +38,9 @@ use crate::{
     sinks::{Sink, Sinks},
 };
 
-/// Traces as `config` says; returns the tracer's exit status.
-pub fn trace(config: &Config) -> Result<i32> {
-    trace_into(config, Vec::new())
-}
-
-/// Traces as `config` says, handing every event to `viewers` too (`top`'s live view), which
-/// the session begins and finishes with its own sinks; returns the tracer's exit status.
+/// Traces as `config` says, handing every event to `viewers` too (`top`'s live view, the
+/// profiles pushed to Pyroscope), which the session begins and finishes with its own sinks;
+/// returns the tracer's exit status.
 pub fn trace_into(config: &Config, viewers: Vec<Box<dyn Sink + Send>>) -> Result<i32> {
     if config.list_probes {
         return start::list_probes(config);

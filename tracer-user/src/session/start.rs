@@ -42,7 +42,6 @@ use crate::{
         Sink, Sinks, descriptors,
         log::{LogFile, TraceLog, check_log_name},
         output_dir::OutputDir,
-        pyroscope::ContentionPush,
         threaded::Threaded,
         tr::TrFiles,
         tr_writers::TrWriters,
@@ -368,9 +367,6 @@ fn start_sinks(
         _ => None,
     };
     let mut sinks = viewers;
-    if let Some(push) = &config.push {
-        sinks.push(Box::new(ContentionPush::new(push.clone())));
-    }
     if config.consumer_threads == 1 {
         let mut written: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(dir) = outputs.tr {

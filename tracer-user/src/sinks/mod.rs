@@ -2,8 +2,8 @@
 //! [`tr_writers`]: the same written by several threads; [`log`]: the trace log, with the
 //! stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event
 //! to each of them, and [`threaded`] runs a sink on a thread of its own (`--consumer-threads`);
-//! [`pyroscope`] pushes each interval's contention profile to a profiling server; `top`'s live
-//! view (`readers::top`) is one too, given to the session by the command line.
+//! `top`'s live view (`readers::top`) and the profiles pushed to Pyroscope
+//! (`readers::pyroscope`) are sinks too, given to the session by the command line.
 //! The session calls `begin`, then `record` and `system_event` in time order,
 //! `process_exited` once a process's last records are written, `flush` and `clear` when asked
 //! (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a sink writes, safely;
@@ -13,7 +13,6 @@ pub mod ctf;
 pub mod descriptors;
 pub mod log;
 pub mod output_dir;
-pub mod pyroscope;
 pub mod threaded;
 pub mod tr;
 pub mod tr_writers;

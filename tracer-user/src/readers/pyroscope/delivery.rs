@@ -2,16 +2,16 @@
 //! waits for the network: the profiler hands each one to a bounded queue (a profile that finds
 //! it full is dropped and counted), and the thread sends them in order, retrying one that did
 //! not arrive with a growing pause until the endpoint answers again. An outage is said once,
-//! when it begins; a profile the server refuses (a 4xx answer: bad credentials, a profile it
-//! cannot read) is dropped, counted and said once, since sending it again would be refused
-//! again. When the trace ends the queue gets a few seconds to drain; what is left is counted
-//! as not delivered.
+//! when it begins; a profile the server refuses (a 3xx or 4xx answer: bad credentials, a
+//! redirect, a profile it cannot read) is dropped, counted and said once, since sending it
+//! again would be refused again. When the trace ends the queue gets [`DRAIN_AT_END`] to drain,
+//! whatever the endpoint does; what is left is counted as not delivered.
 
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-        mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel},
+        atomic::{AtomicBool, Ordering},
+        mpsc::{Receiver, SyncSender, TrySendError, sync_channel},
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -44,9 +44,8 @@ pub struct Deliveries {
 pub struct Delivery {
     queue: Option<SyncSender<Ingest>>,
     /// Profiles dropped on a full queue.
-    dropped: Arc<AtomicU64>,
-    /// Set when the trace has ended: the thread then gives up on the endpoint after
-    /// [`DRAIN_AT_END`].
+    dropped: u64,
+    /// Set when the trace has ended: the thread then has [`DRAIN_AT_END`] left.
     ending: Arc<AtomicBool>,
     said_full: bool,
     thread: Option<JoinHandle<Deliveries>>,
@@ -64,7 +63,7 @@ impl Delivery {
         };
         Ok(Delivery {
             queue: Some(queue),
-            dropped: Arc::new(AtomicU64::new(0)),
+            dropped: 0,
             ending,
             said_full: false,
             thread: Some(thread),
@@ -76,37 +75,48 @@ impl Delivery {
         let Some(queue) = &self.queue else {
             return;
         };
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(ingest) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            if !std::mem::replace(&mut self.said_full, true) {
-                say!(
-                    "thrtrace-bpf: {QUEUE_PROFILES} contention profiles are waiting to be pushed: \
-                     the newest are dropped until the endpoint takes them"
-                );
+        match queue.try_send(ingest) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.dropped += 1;
+                if !std::mem::replace(&mut self.said_full, true) {
+                    say!(
+                        "thrtrace-bpf: {QUEUE_PROFILES} contention profiles are waiting to be \
+                         pushed: the newest are dropped until the endpoint takes them"
+                    );
+                }
             }
+            // The sending thread is gone (it cannot be but by a bug): its count says so.
+            Err(TrySendError::Disconnected(_)) => self.dropped += 1,
         }
     }
 
-    /// No more profiles: waits for the queue to drain (at most [`DRAIN_AT_END`] once the
-    /// endpoint fails), and says what became of them all.
+    /// Counts a profile that could not be made.
+    pub fn not_made(&mut self) {
+        self.dropped += 1;
+    }
+
+    /// No more profiles: waits for the queue to drain (at most [`DRAIN_AT_END`]), and says
+    /// what became of them all.
     pub fn finish(&mut self) -> Deliveries {
         self.queue = None;
         self.ending.store(true, Ordering::Relaxed);
-        let mut delivered = self
-            .thread
-            .take()
-            .and_then(|thread| thread.join().ok())
-            .unwrap_or_default();
-        delivered.not_delivered += self.dropped.load(Ordering::Relaxed);
+        let mut delivered = match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(delivered)) => delivered,
+            _ => Deliveries {
+                last_error: Some("the sending thread failed".into()),
+                ..Deliveries::default()
+            },
+        };
+        delivered.not_delivered += self.dropped;
         delivered
     }
 }
 
 /// The thread: sends each profile queued, in order, until the queue is closed and empty, or
-/// the trace has ended and the endpoint has failed for [`DRAIN_AT_END`].
+/// [`DRAIN_AT_END`] after the trace has ended.
 fn send_all(endpoint: &Endpoint, profiles: &Receiver<Ingest>, ending: &AtomicBool) -> Deliveries {
     let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(SEND_TIMEOUT))
         .http_status_as_error(false)
         .max_redirects(0)
         .tls_config(
@@ -119,16 +129,28 @@ fn send_all(endpoint: &Endpoint, profiles: &Receiver<Ingest>, ending: &AtomicBoo
     let mut delivered = Deliveries::default();
     let mut in_outage = false;
     let mut said_refused = false;
-    let mut give_up_at: Option<Instant> = None;
-    loop {
-        let ingest = match profiles.recv_timeout(FIRST_PAUSE) {
-            Ok(ingest) => ingest,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
+    let mut drain_until: Option<Instant> = None;
+    // What is left of the time to drain, once the trace has ended (`None` before).
+    let mut time_left = || {
+        ending.load(Ordering::Relaxed).then(|| {
+            drain_until
+                .get_or_insert_with(|| Instant::now() + DRAIN_AT_END)
+                .saturating_duration_since(Instant::now())
+        })
+    };
+    while let Ok(ingest) = profiles.recv() {
         let mut pause = FIRST_PAUSE;
         loop {
-            match ingest.send(&agent, endpoint) {
+            let timeout = match time_left() {
+                Some(left) if left.is_zero() => {
+                    // This one and every one still queued.
+                    delivered.not_delivered += 1 + profiles.try_iter().count() as u64;
+                    return delivered;
+                }
+                Some(left) => left.min(SEND_TIMEOUT),
+                None => SEND_TIMEOUT,
+            };
+            match ingest.send(&agent, endpoint, timeout) {
                 Ok(()) => {
                     delivered.sent += 1;
                     if std::mem::take(&mut in_outage) {
@@ -137,7 +159,6 @@ fn send_all(endpoint: &Endpoint, profiles: &Receiver<Ingest>, ending: &AtomicBoo
                             endpoint.url
                         );
                     }
-                    give_up_at = None;
                     break;
                 }
                 Err(Failure::Refused(why)) => {
@@ -161,14 +182,6 @@ fn send_all(endpoint: &Endpoint, profiles: &Receiver<Ingest>, ending: &AtomicBoo
                         );
                     }
                     delivered.last_error = Some(why);
-                }
-            }
-            if ending.load(Ordering::Relaxed) {
-                let deadline = *give_up_at.get_or_insert_with(|| Instant::now() + DRAIN_AT_END);
-                if Instant::now() >= deadline {
-                    // This one and every one still queued.
-                    delivered.not_delivered += 1 + profiles.try_iter().count() as u64;
-                    return delivered;
                 }
             }
             pause_unless_ending(pause, ending);
@@ -198,7 +211,7 @@ fn pause_unless_ending(pause: Duration, ending: &AtomicBool) {
 
 /// Why a send failed.
 pub enum Failure {
-    /// The server answered no (4xx but 408 and 429): this profile will never be taken.
+    /// The server answered no (3xx, or 4xx but 408 and 429): this profile will never be taken.
     Refused(String),
     /// No answer, or one that says to come back (5xx, 408, 429): try again.
     Unreachable(String),

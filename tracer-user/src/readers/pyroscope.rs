@@ -5,8 +5,10 @@
 //! ([`ingest`]). The session's thread only hands records over; the profiles are made on a
 //! thread of their own (`pyroscope-profile`, which keeps the symbols and stacks) and sent from
 //! another, so that neither symbolizing nor a slow endpoint holds the drain. What is kept is
-//! bounded: the analysis's statistics begin again at each cut, and a process's stacks,
-//! mappings and labels are dropped once it has exited and its last interval was pushed.
+//! bounded by what runs, not by how long: the analysis's statistics begin again at each cut; a
+//! process's stacks, mappings, names and labels are dropped once it has exited and its last
+//! interval was made; every hour the symbols begin again from the live processes' mappings
+//! and the names of threads gone are dropped.
 
 mod credentials;
 mod delivery;
@@ -18,7 +20,7 @@ use std::{
     mem,
     sync::{Arc, Condvar, Mutex, PoisonError},
     thread::JoinHandle,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use thiserror::Error;
@@ -29,17 +31,17 @@ use tracer_model::{
     stack::Stacks,
 };
 
-pub use self::credentials::Credentials;
+pub use self::credentials::{Credentials, ENVIRONMENT};
 use self::{
     delivery::{Deliveries, Delivery},
     ingest::Ingest,
 };
-use super::{Sink, TraceEnd};
+use super::{
+    pprof::{self, Span, View},
+    report::{KindArg, KindFilter},
+};
 use crate::{
-    readers::{
-        pprof::{self, Span, View},
-        report::{KindArg, KindFilter},
-    },
+    sinks::{Sink, TraceEnd},
     symbolize::{Mapping, Symbols},
 };
 
@@ -64,7 +66,7 @@ impl Endpoint {
     /// The server at `url` (`http://host:4040`, or `https://…/prefix`).
     pub fn new(url: &str, credentials: Credentials) -> Result<Endpoint, EndpointError> {
         let refuse = |problem| EndpointError {
-            url: url.to_owned(),
+            url: without_userinfo(url),
             problem,
         };
         let uri: ureq::http::Uri = url
@@ -77,12 +79,13 @@ impl Endpoint {
         }
         if uri.query().is_some() || url.contains('#') {
             return Err(refuse(
-                "give the server's address without a query: the tracer adds /ingest and its own",
+                "give the server's address without a query or fragment: the tracer adds /ingest \
+                 and its own query",
             ));
         }
         if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
             return Err(refuse(
-                "credentials do not go in the URL (every user sees the command line): use \
+                "credentials do not go in the URL (messages and other users would see them): use \
                  --pyroscope-credentials FILE or THRTRACE_PYROSCOPE_USER/PASSWORD/TOKEN",
             ));
         }
@@ -91,6 +94,19 @@ impl Endpoint {
             ingest: format!("{}/ingest", url.trim_end_matches('/')),
             credentials,
         })
+    }
+}
+
+/// `url` with what stands between its `//` and an `@` (a user and password) left out, for
+/// messages.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("//") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}//…@{}", &rest[at + 1..]),
+        None => url.to_owned(),
     }
 }
 
@@ -121,6 +137,8 @@ pub struct ContentionPush {
     options: Option<PushOptions>,
     url: String,
     profiler: Option<JoinHandle<Deliveries>>,
+    /// The profiler thread ended before the trace did (a bug): records are no longer kept.
+    profiler_failed: bool,
 }
 
 impl ContentionPush {
@@ -135,6 +153,7 @@ impl ContentionPush {
             url: options.endpoint.url.clone(),
             options: Some(options),
             profiler: None,
+            profiler_failed: false,
         }
     }
 
@@ -158,11 +177,16 @@ impl Sink for ContentionPush {
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        self.interval().analysis.record(record);
+        if !self.profiler_failed {
+            self.interval().analysis.record(record);
+        }
         Ok(())
     }
 
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        if self.profiler_failed {
+            return Ok(());
+        }
         let cgroup = match event.kind {
             SystemKind::ProcessAttach { .. } => cgroup_of(event.pid),
             _ => None,
@@ -170,8 +194,10 @@ impl Sink for ContentionPush {
         let mut interval = self.interval();
         match &event.kind {
             SystemKind::ProcessDetach => interval.analysis.process_exited(event.pid),
-            // Names, for the labels (not the deadlocks it would keep for a report).
-            SystemKind::ThreadName { .. }
+            // How the trace was taken (a --contended one records no uncontended unlock) and
+            // names, for the labels; not the deadlocks it would keep for a report.
+            SystemKind::Start { .. }
+            | SystemKind::ThreadName { .. }
             | SystemKind::ProcessAttach { .. }
             | SystemKind::Exec { .. } => interval.analysis.system_event(event),
             _ => {}
@@ -196,21 +222,36 @@ impl Sink for ContentionPush {
         true
     }
 
+    fn batch_done(&mut self) -> io::Result<()> {
+        if !self.profiler_failed && self.profiler.as_ref().is_some_and(JoinHandle::is_finished) {
+            self.profiler_failed = true;
+            *self.interval() = Interval {
+                analysis: Analysis::default(),
+                events: Vec::new(),
+                cgroups: Vec::new(),
+            };
+            say!("thrtrace-bpf: the contention profiler failed: no more profiles are pushed");
+        }
+        Ok(())
+    }
+
     fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
         let (stopped, woken) = &*self.stop;
         *stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
         woken.notify_all();
-        let delivered = self
-            .profiler
-            .take()
-            .and_then(|profiler| profiler.join().ok())
-            .unwrap_or_default();
+        let delivered = match self.profiler.take().map(JoinHandle::join) {
+            Some(Ok(delivered)) => delivered,
+            _ => Deliveries {
+                last_error: Some("the contention profiler failed".into()),
+                ..Deliveries::default()
+            },
+        };
         let plural = if delivered.sent == 1 { "" } else { "s" };
         let mut summary = format!(
             "{} contention profile{plural} pushed to {}",
             delivered.sent, self.url
         );
-        if delivered.not_delivered > 0 {
+        if delivered.not_delivered > 0 || delivered.last_error.is_some() {
             summary += &format!(", {} not delivered", delivered.not_delivered);
             if let Some(why) = &delivered.last_error {
                 summary += &format!(" (the last failure: {why})");
@@ -226,17 +267,22 @@ struct Process {
     cgroup: Option<String>,
 }
 
+/// How often the profiler begins its symbols again (the files of processes gone, which it
+/// would otherwise keep parsed forever) and drops the names of threads gone.
+const RENEWED_EVERY: Duration = Duration::from_hours(1);
+
 /// The profiler thread's own state.
 struct Profiler {
     delivery: Delivery,
     symbols: Symbols,
+    /// The live processes' mappings, to give new symbols.
+    mappings: HashMap<u32, Vec<Mapping>>,
     stacks: Stacks,
     processes: HashMap<u32, Process>,
-    /// The processes that exited before the last cut, whose names the analysis still keeps.
-    exited: Vec<u32>,
     host: String,
     /// Lock waits only: idle waits (condition variables, joins, barriers) are no contention.
     kinds: KindArg,
+    said_not_made: bool,
 }
 
 impl Profiler {
@@ -247,15 +293,16 @@ impl Profiler {
         Profiler {
             delivery,
             symbols: Symbols::new(),
+            mappings: HashMap::new(),
             stacks: Stacks::default(),
             processes: HashMap::new(),
-            exited: Vec::new(),
             host,
             kinds: KindArg {
                 kind: Some(KindFilter(
                     LockKind::ALL.into_iter().filter(|k| k.is_lock()).collect(),
                 )),
             },
+            said_not_made: false,
         }
     }
 
@@ -263,6 +310,7 @@ impl Profiler {
     /// returns what became of them.
     fn run(mut self, every: Duration, shared: &Mutex<Interval>, stop: &Stop) -> Deliveries {
         let mut from = SystemTime::now();
+        let mut renewed = Instant::now();
         loop {
             let stopped = {
                 let (stopped, woken) = stop;
@@ -277,25 +325,32 @@ impl Profiler {
                 let mut interval = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 let locks = interval.analysis.take_lock_stats();
                 let names = pprof::Names::of(&interval.analysis, &locks);
-                for pid in mem::take(&mut self.exited) {
+                let events = mem::take(&mut interval.events);
+                for pid in gone(&events) {
                     interval.analysis.forget_names(pid);
                 }
-                (
-                    locks,
-                    names,
-                    mem::take(&mut interval.events),
-                    mem::take(&mut interval.cgroups),
-                )
+                if renewed.elapsed() >= RENEWED_EVERY {
+                    interval.analysis.retain_names(thread_exists);
+                }
+                (locks, names, events, mem::take(&mut interval.cgroups))
             };
-            let exited = self.take_events(&events, cgroups);
+            self.take_events(&events, cgroups);
             self.push_interval(&locks, &names, from, until);
-            for &pid in &exited {
+            for pid in gone(&events) {
                 self.symbols.forget(pid);
+                self.mappings.remove(&pid);
                 self.stacks.forget(pid);
                 self.processes.remove(&pid);
             }
-            // Their names, once the next cut has taken the waits named with them.
-            self.exited = exited;
+            if renewed.elapsed() >= RENEWED_EVERY {
+                renewed = Instant::now();
+                self.symbols = Symbols::new();
+                for (&pid, mappings) in &self.mappings {
+                    for mapping in mappings {
+                        self.symbols.add_mapping(pid, mapping.clone());
+                    }
+                }
+            }
             from = until;
             if stopped {
                 return self.delivery.finish();
@@ -303,32 +358,27 @@ impl Profiler {
         }
     }
 
-    /// Keeps what `events` say of stacks, mappings and processes; returns the processes that
-    /// exited, to forget once their last interval is pushed.
-    fn take_events(&mut self, events: &[SystemEvent], cgroups: Vec<(u32, String)>) -> Vec<u32> {
-        let mut exited = Vec::new();
+    /// Keeps what `events` say of stacks, mappings and processes.
+    fn take_events(&mut self, events: &[SystemEvent], cgroups: Vec<(u32, String)>) {
         for event in events {
             if self.stacks.take(event) {
                 continue;
             }
             if let Some(mapping) = Mapping::of(&event.kind) {
-                self.symbols.add_mapping(event.pid, mapping);
+                self.symbols.add_mapping(event.pid, mapping.clone());
+                self.mappings.entry(event.pid).or_default().push(mapping);
                 continue;
             }
-            match &event.kind {
-                SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
-                    let name = exe.rsplit('/').next().unwrap_or_default();
-                    let process = self.processes.entry(event.pid).or_insert(Process {
-                        name: String::new(),
-                        cgroup: None,
-                    });
-                    name.clone_into(&mut process.name);
-                    if matches!(event.kind, SystemKind::Exec { .. }) {
-                        self.symbols.forget(event.pid);
-                    }
-                }
-                SystemKind::ProcessDetach => exited.push(event.pid),
-                _ => {}
+            if let SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } = &event.kind {
+                // A new image, or a new process with a pid seen before: its own mappings follow.
+                self.symbols.forget(event.pid);
+                self.mappings.remove(&event.pid);
+                let name = exe.rsplit('/').next().unwrap_or_default();
+                let process = self.processes.entry(event.pid).or_insert(Process {
+                    name: String::new(),
+                    cgroup: None,
+                });
+                name.clone_into(&mut process.name);
             }
         }
         for (pid, cgroup) in cgroups {
@@ -336,7 +386,6 @@ impl Profiler {
                 process.cgroup = Some(cgroup);
             }
         }
-        exited
     }
 
     /// Queues the profile of each process with contended lock waits in `locks`.
@@ -368,7 +417,14 @@ impl Profiler {
                 span,
             ) {
                 Ok(profile) if profile.samples > 0 => profile,
-                _ => continue,
+                Ok(_) => continue,
+                Err(error) => {
+                    self.delivery.not_made();
+                    if !mem::replace(&mut self.said_not_made, true) {
+                        say!("thrtrace-bpf: cannot make a contention profile: {error:#}");
+                    }
+                    continue;
+                }
             };
             let process = self.processes.get(&pid);
             let name = process
@@ -397,6 +453,25 @@ impl Profiler {
             });
         }
     }
+}
+
+/// The processes `events` say exited, and were not attached again after (a new process with
+/// the same pid).
+fn gone(events: &[SystemEvent]) -> Vec<u32> {
+    let mut gone = Vec::new();
+    for event in events {
+        match event.kind {
+            SystemKind::ProcessDetach => gone.push(event.pid),
+            SystemKind::ProcessAttach { .. } => gone.retain(|&pid| pid != event.pid),
+            _ => {}
+        }
+    }
+    gone
+}
+
+/// Whether thread `lwpid` of process `pid` still runs.
+fn thread_exists(pid: u32, lwpid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/task/{lwpid}")).exists()
 }
 
 /// The cgroup (v2) process `pid` is in, as `/proc/PID/cgroup` says (its `0::` line); none
@@ -474,6 +549,7 @@ mod tests {
         ] {
             let error = endpoint(url).unwrap_err().to_string();
             assert!(error.contains(said), "{url}: {error}");
+            assert!(!error.contains("secret"), "{error}");
         }
     }
 }

@@ -5,6 +5,8 @@
 //! `sample_type_config` part that says what the values are: waits and nanoseconds waited per
 //! interval (summed, not cumulative as Go's runtime counts them), shown as a block profile.
 
+use std::{io::Read as _, time::Duration};
+
 use super::{Endpoint, delivery::Failure};
 
 /// The application name every profile is pushed under.
@@ -66,8 +68,13 @@ impl Ingest {
         (body, format!("multipart/form-data; boundary={boundary}"))
     }
 
-    /// Sends it to `endpoint` with `agent`.
-    pub fn send(&self, agent: &ureq::Agent, endpoint: &Endpoint) -> Result<(), Failure> {
+    /// Sends it to `endpoint` with `agent`, giving up after `timeout`.
+    pub fn send(
+        &self,
+        agent: &ureq::Agent,
+        endpoint: &Endpoint,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
         let (body, content_type) = self.body();
         let mut request = agent
             .post(&endpoint.ingest)
@@ -84,35 +91,41 @@ impl Ingest {
             request = request.header("X-Scope-OrgID", tenant);
         }
         let mut response = request
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
             .send(&body[..])
             .map_err(|error| Failure::Unreachable(error.to_string()))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
         }
-        // What the server says of it, in one short line.
-        let said: String = response
+        // What the server says of it, in one short line: its first bytes, as text.
+        let mut said = Vec::new();
+        let _ = response
             .body_mut()
-            .with_config()
-            .limit(512)
-            .read_to_string()
-            .unwrap_or_default()
+            .as_reader()
+            .take(512)
+            .read_to_end(&mut said);
+        let said = match response.headers().get("location") {
+            Some(location) => format!(
+                "it redirects to {}",
+                String::from_utf8_lossy(location.as_bytes())
+            ),
+            None => String::from_utf8_lossy(&said).into_owned(),
+        };
+        let said: String = said
             .chars()
-            .filter(|c| !c.is_control())
+            .map(|c| if c.is_control() { ' ' } else { c })
             .take(200)
             .collect();
-        let why = format!(
-            "{status}{}",
-            if said.is_empty() {
-                String::new()
-            } else {
-                format!(": {said}")
-            }
-        );
+        let why = match said.trim() {
+            "" => status.to_string(),
+            said => format!("{status}: {said}"),
+        };
         match status.as_u16() {
-            408 | 429 => Err(Failure::Unreachable(why)),
-            400..=499 => Err(Failure::Refused(why)),
-            _ => Err(Failure::Unreachable(why)),
+            408 | 429 | 500.. => Err(Failure::Unreachable(why)),
+            _ => Err(Failure::Refused(why)),
         }
     }
 }

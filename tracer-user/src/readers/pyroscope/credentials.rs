@@ -19,6 +19,10 @@ pub const USER_VAR: &str = "THRTRACE_PYROSCOPE_USER";
 pub const PASSWORD_VAR: &str = "THRTRACE_PYROSCOPE_PASSWORD";
 pub const TENANT_VAR: &str = "THRTRACE_PYROSCOPE_TENANT";
 
+/// Every variable the push reads, the URL's included.
+pub const ENVIRONMENT: [&str; 5] = [URL_VAR, TOKEN_VAR, USER_VAR, PASSWORD_VAR, TENANT_VAR];
+pub const URL_VAR: &str = "THRTRACE_PYROSCOPE_URL";
+
 /// A credentials file larger than this is no credentials file.
 const MAX_FILE_BYTES: u64 = 64 << 10;
 
