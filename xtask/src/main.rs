@@ -50,7 +50,8 @@ enum Task {
         sysconfdir: std::path::PathBuf,
     },
     /// Build the release into target/dist: a static thrtrace-bpf with its man pages,
-    /// completions and the C analyzer library, as a .tar.gz and a .deb
+    /// completions and the C analyzer library, as a .tar.gz and a .deb (which also has the
+    /// contention agent's systemd unit, disabled)
     Dist,
     /// Fuzz the trace log reader (Rust and C APIs) with cargo-fuzz, from the malformed-log corpus
     Fuzz {
