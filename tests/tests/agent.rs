@@ -1,17 +1,19 @@
 //! The contention agent's systemd unit and configuration, as shipped (dist/systemd), checked
 //! without systemd running: what the unit's start check does with the configuration's
-//! variables, run as systemd would run it; and the tracer, with no capability but the unit's,
-//! tracing a process of another user.
+//! variables, run as systemd would run it; the tracer, with no capability but the unit's,
+//! tracing a process of another user; and the unit's command line, run with a configuration's
+//! variables, pushing to a stand-in Pyroscope.
 
 use std::{
     io::Read,
     os::unix::fs::{PermissionsExt, chown},
     process::{Command, Output, Stdio},
+    time::{Duration, Instant},
 };
 
 use thrtrace_tests::{
-    Gated, TempDir, bpf_available, file_name, paired_calls, read_line, read_trace, tracer,
-    workload, workspace_root,
+    Gated, TempDir, bpf_available, file_name, ingest::IngestServer, paired_calls, read_line,
+    read_trace, tracer, workload, workspace_root,
 };
 
 fn shipped(name: &str) -> String {
@@ -93,6 +95,19 @@ fn the_unit_puts_no_url_or_credential_on_the_command_line() {
     );
 }
 
+/// `setpriv` options that leave a root process the unit's capabilities alone, as systemd
+/// leaves them to it (its bounding set).
+fn with_the_units_capabilities(unit: &str) -> String {
+    let [capabilities] = directive(unit, "CapabilityBoundingSet")[..] else {
+        panic!("not one CapabilityBoundingSet= in the unit");
+    };
+    let bounding: Vec<String> = capabilities
+        .split_whitespace()
+        .map(|c| format!("+{}", c.strip_prefix("CAP_").unwrap().to_lowercase()))
+        .collect();
+    format!("--bounding-set=-all,{}", bounding.join(","))
+}
+
 /// The tracer with the unit's capabilities alone (its bounding set, as systemd leaves it to a
 /// root service) traces a program another user runs from a directory only that user can
 /// enter: its /proc entries and mapped files are read, its calls recorded, none lost. (By
@@ -120,16 +135,9 @@ fn the_units_capabilities_suffice_to_trace_another_users_process() {
     );
 
     let unit = shipped("thrtrace-bpf-agent.service");
-    let [capabilities] = directive(&unit, "CapabilityBoundingSet")[..] else {
-        panic!("not one CapabilityBoundingSet= in the unit");
-    };
-    let bounding: Vec<String> = capabilities
-        .split_whitespace()
-        .map(|c| format!("+{}", c.strip_prefix("CAP_").unwrap().to_lowercase()))
-        .collect();
     let dir = TempDir::new("agent-capabilities");
     let mut traced = Command::new("setpriv")
-        .arg(format!("--bounding-set=-all,{}", bounding.join(",")))
+        .arg(with_the_units_capabilities(&unit))
         .arg("--")
         .arg(tracer())
         .args(["--events", "mutex", "-p", &gate.pid.to_string(), "--dir"])
@@ -165,4 +173,95 @@ fn the_units_capabilities_suffice_to_trace_another_users_process() {
         300,
         "{rest}"
     );
+}
+
+/// The unit's `ExecStart=` as systemd runs it with `variables` (the configuration's, over the
+/// unit's `Environment=`): the installed tracer, `${VARIABLE}` replaced by its value.
+fn start_command(unit: &str, variables: &[(&str, &str)]) -> Vec<String> {
+    let [start] = directive(unit, "ExecStart")[..] else {
+        panic!("not one ExecStart= in the unit");
+    };
+    let defaults = directive(unit, "Environment")
+        .into_iter()
+        .map(|setting| setting.split_once('=').expect("VARIABLE=value"));
+    let mut environment: Vec<(&str, &str)> = defaults.collect();
+    environment.extend(variables.iter().copied());
+    let mut words: Vec<String> = start.split_whitespace().map(str::to_owned).collect();
+    words[0] = tracer().display().to_string();
+    for word in &mut words {
+        if let Some(name) = word.strip_prefix("${").and_then(|w| w.strip_suffix('}')) {
+            let value = environment.iter().rev().find(|(key, _)| *key == name);
+            *word = value.map_or("", |(_, value)| value).to_owned();
+        }
+    }
+    words
+}
+
+/// The agent as an administrator configures it (a URL, a token, a tenant, an interval) pushes
+/// the host's contention to the server with its credentials, writes no trace file, and ends
+/// cleanly when systemd stops it (SIGTERM). It runs the unit's command line, with the unit's
+/// capabilities and environment alone, from an empty directory that stays empty.
+#[test]
+fn the_agent_as_configured_pushes_with_its_credentials_and_writes_no_file() {
+    if !bpf_available("agent_pushes") {
+        return;
+    }
+    let server = IngestServer::start();
+    let unit = shipped("thrtrace-bpf-agent.service");
+    let url = server.url();
+    let configured = [
+        ("THRTRACE_PYROSCOPE_URL", url.as_str()),
+        ("THRTRACE_PUSH_INTERVAL", "1s"),
+        ("THRTRACE_PYROSCOPE_TOKEN", "agent-token"),
+        ("THRTRACE_PYROSCOPE_TENANT", "team-a"),
+    ];
+    let command = start_command(&unit, &configured);
+    let cwd = TempDir::new("agent-cwd");
+    let mut agent = Command::new("setpriv")
+        .arg(with_the_units_capabilities(&unit))
+        .arg("--")
+        .args(&command)
+        .current_dir(cwd.path())
+        .env_clear()
+        .envs(configured)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
+    loop {
+        let line = read_line(&mut stderr);
+        assert!(!line.is_empty(), "the agent ended before probing libc.so.6");
+        if line.contains("tracing every process that maps") && line.contains("/libc.so.6 (") {
+            break;
+        }
+    }
+
+    // A process started after the agent, contended (10 ms holds, two waiters).
+    let contended = Command::new(workload("contention"))
+        .args(["50", "10", "2"])
+        .output()
+        .unwrap();
+    assert!(contended.status.success(), "{contended:?}");
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while server.requests().is_empty() {
+        assert!(Instant::now() < give_up, "nothing pushed in 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Command::new("kill")
+        .args(["-TERM", &agent.id().to_string()])
+        .status()
+        .unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(agent.wait().unwrap().success(), "{rest}");
+
+    for request in server.requests() {
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            ("POST", "/ingest")
+        );
+        assert_eq!(request.header("authorization"), Some("Bearer agent-token"));
+        assert_eq!(request.header("x-scope-orgid"), Some("team-a"));
+    }
+    assert_eq!(cwd.entries(), Vec::<String>::new(), "{rest}");
 }
