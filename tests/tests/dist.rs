@@ -1,8 +1,10 @@
 //! `cargo xtask dist` (issue 29): the static tracer traces exactly in an old userland with no
-//! other C library than its own, the .deb installs and removes cleanly, and the analyzer
-//! library needs nothing newer than glibc 2.17 and loads with an older glibc than the host's.
+//! other C library than its own, the .deb installs and removes cleanly and ships the agent
+//! disabled, and the analyzer library needs nothing newer than glibc 2.17 and loads with an
+//! older glibc than the host's.
 
 use std::{
+    os::unix::fs::{MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     process::Command,
     sync::OnceLock,
@@ -127,16 +129,19 @@ fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
     }
 }
 
-/// Removes the package if a test installed it and stopped half-way.
+/// Purges the package if a test installed it and stopped half-way.
 struct Installed;
 
 impl Drop for Installed {
     fn drop(&mut self) {
         let _ = Command::new("dpkg")
-            .args(["--remove", "thrtrace-bpf"])
+            .args(["--purge", "thrtrace-bpf"])
             .output();
     }
 }
+
+const AGENT_UNIT: &str = "/usr/lib/systemd/system/thrtrace-bpf-agent.service";
+const AGENT_CONFIG: &str = "/etc/thrtrace-bpf/agent.conf";
 
 /// A C analyzer's printed tr lines and the log's own, for `corpus::good_log`.
 fn analyzer_and_log_lines(analyzer: &Path, scratch: &Path) -> (Vec<String>, Vec<String>) {
@@ -161,13 +166,15 @@ fn analyzer_and_log_lines(analyzer: &Path, scratch: &Path) -> (Vec<String>, Vec<
 }
 
 /// The .deb as a user installs it: the tracer on PATH, its manual, pkg-config finding the
-/// analyzer library, a C analyzer built with it alone and run without LD_LIBRARY_PATH; and
-/// removed, nothing of it left.
+/// analyzer library, a C analyzer built with it alone and run without LD_LIBRARY_PATH, the
+/// agent's unit as systemd accepts it, disabled, its configuration only root reads; and
+/// purged, nothing of it left.
 #[test]
 fn the_deb_installs_and_removes_cleanly() {
     if !bpf_available("dist_deb")
         || !program_available("dist_deb", "pkg-config")
         || !program_available("dist_deb", "man")
+        || !program_available("dist_deb", "systemd-analyze")
     {
         return;
     }
@@ -200,7 +207,19 @@ fn the_deb_installs_and_removes_cleanly() {
     assert_eq!(printed, lines);
     assert_eq!(lines.len(), 12);
 
-    succeeded(Command::new("dpkg").args(["--remove", "thrtrace-bpf"]));
+    let verified = succeeded(Command::new("systemd-analyze").args(["verify", AGENT_UNIT]));
+    assert_eq!(String::from_utf8_lossy(&verified.stderr), "");
+    // Read from the files, as systemd is not running here: installed, not enabled.
+    let enabled = Command::new("systemctl")
+        .args(["--root=/", "is-enabled", "thrtrace-bpf-agent.service"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&enabled.stdout), "disabled\n");
+    let config = std::fs::metadata(AGENT_CONFIG).unwrap();
+    assert_eq!(config.permissions().mode() & 0o7777, 0o600);
+    assert_eq!((config.uid(), config.gid()), (0, 0));
+
+    succeeded(Command::new("dpkg").args(["--purge", "thrtrace-bpf"]));
     drop(installed);
     let status = Command::new("dpkg")
         .args(["--status", "thrtrace-bpf"])
@@ -214,8 +233,49 @@ fn the_deb_installs_and_removes_cleanly() {
         "/usr/include/trace.h",
         "/usr/lib/pkgconfig/posixtrace.pc",
         "/usr/share/man/man1/thrtrace-bpf.1",
+        AGENT_UNIT,
+        "/etc/thrtrace-bpf",
     ] {
         assert!(!Path::new(path).exists(), "{path} is left");
+    }
+}
+
+/// The .deb ships the agent as Debian ships a service, without installing it: the unit under
+/// /usr/lib/systemd/system, the configuration a conffile only root reads, and maintainer scripts
+/// none of which enables or starts the agent.
+#[test]
+fn the_deb_ships_the_agent_disabled_its_config_a_conffile() {
+    let deb = dist().join(format!("thrtrace-bpf_{VERSION}_amd64.deb"));
+    let contents = succeeded(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+    let contents = String::from_utf8(contents.stdout).unwrap();
+    for (path, mode) in [(AGENT_UNIT, "-rw-r--r--"), (AGENT_CONFIG, "-rw-------")] {
+        let entry = contents
+            .lines()
+            .find(|line| line.ends_with(&format!(".{path}")))
+            .unwrap_or_else(|| panic!("no {path} in the package:\n{contents}"));
+        assert!(entry.starts_with(&format!("{mode} root/root ")), "{entry}");
+    }
+
+    let control = TempDir::new("dist-deb-control");
+    succeeded(
+        Command::new("dpkg-deb")
+            .arg("--control")
+            .arg(&deb)
+            .arg(control.path()),
+    );
+    let conffiles = std::fs::read_to_string(control.path().join("conffiles")).unwrap();
+    assert_eq!(conffiles, format!("{AGENT_CONFIG}\n"));
+    for script in ["postinst", "prerm", "postrm"] {
+        let text = std::fs::read_to_string(control.path().join(script)).unwrap();
+        let commands = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with('#'));
+        for word in commands.flat_map(str::split_whitespace) {
+            assert!(
+                !["enable", "reenable", "start", "--now"].contains(&word),
+                "{script} runs {word}:\n{text}"
+            );
+        }
     }
 }
 

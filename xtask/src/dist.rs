@@ -2,7 +2,10 @@
 //! `target/dist/` gets an archive (`thrtrace-bpf-VERSION-x86_64-linux.tar.gz`) and a Debian
 //! package (`thrtrace-bpf_VERSION_amd64.deb`) of the same files, laid out as
 //! `cargo xtask install` lays them out: the tracer, its man pages and completions, and the C
-//! analyzer library with trace.h and posixtrace.pc.
+//! analyzer library with trace.h and posixtrace.pc. The package also has the contention
+//! agent, as Debian ships a service: its systemd unit, its configuration a conffile, installed
+//! disabled. The archive has no agent: a unit names its tracer by an absolute path, which an
+//! archive unpacked anywhere cannot know.
 //!
 //! The tracer is one static executable (glibc's static-pie): it runs on any x86-64 Linux
 //! userland, whatever its C library. Static glibc rather than musl keeps glibc's allocator and
@@ -17,6 +20,7 @@
 
 use std::{
     fs,
+    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
 };
 
@@ -81,13 +85,32 @@ fn make_release() -> Result<Release> {
 
     let deb_root = dist.join("deb");
     install::lay_out(&tracer, &library, &deb_root.join("usr"), "/usr")?;
-    fs::create_dir_all(deb_root.join("DEBIAN"))?;
-    fs::write(deb_root.join("DEBIAN/control"), control(&deb_root)?)?;
-    // dpkg runs ldconfig once the package's files are in place or gone.
-    fs::write(
-        deb_root.join("DEBIAN/triggers"),
-        "activate-noawait ldconfig\n",
+    install::lay_out_agent_unit(
+        &deb_root.join("usr"),
+        Path::new("/usr/bin"),
+        Path::new("/etc"),
     )?;
+    install::place_agent_config(&deb_root.join("etc").join(install::AGENT_CONFIG))?;
+    let control_dir = deb_root.join("DEBIAN");
+    fs::create_dir_all(&control_dir)?;
+    // dpkg keeps an administrator's edits of a conffile on upgrade, and removes it on purge.
+    fs::write(
+        control_dir.join("conffiles"),
+        format!("/etc/{}\n", install::AGENT_CONFIG),
+    )?;
+    // The maintainer scripts reload systemd, restart a running agent on upgrade and stop it
+    // before removal; none enables or starts it.
+    for script in ["postinst", "prerm", "postrm"] {
+        let installed = control_dir.join(script);
+        fs::copy(
+            workspace_root().join("dist/debian").join(script),
+            &installed,
+        )?;
+        fs::set_permissions(&installed, fs::Permissions::from_mode(0o755))?;
+    }
+    fs::write(control_dir.join("control"), control(&deb_root)?)?;
+    // dpkg runs ldconfig once the package's files are in place or gone.
+    fs::write(control_dir.join("triggers"), "activate-noawait ldconfig\n")?;
     let deb = dist.join(format!("thrtrace-bpf_{VERSION}_amd64.deb"));
     run(command("dpkg-deb")
         .args(["--root-owner-group", "--build"])

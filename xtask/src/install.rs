@@ -1,11 +1,14 @@
 //! `cargo xtask install [--prefix DIR]`: installs thrtrace-bpf as a Linux tool is installed,
 //! under DIR (default /usr/local): the binary, its manual pages and shell completions (made by
 //! the binary from its own command-line definition), and the C analyzer library with its
-//! header and pkg-config file.
+//! header and pkg-config file; and the contention agent, disabled: its systemd unit under
+//! DIR/lib/systemd/system and an example of its configuration under --sysconfdir (default
+//! /etc), never replacing one that is there.
 
 use std::{
     fs,
-    os::unix::fs::{PermissionsExt, symlink},
+    io::{self, Write},
+    os::unix::fs::{OpenOptionsExt, PermissionsExt, symlink},
     path::Path,
 };
 
@@ -19,11 +22,26 @@ use crate::{
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 const MAJOR: &str = env!("CARGO_PKG_VERSION_MAJOR");
 
-pub fn run_install(prefix: &Path) -> Result<()> {
+/// The agent's unit, as systemd names it.
+pub const AGENT_UNIT: &str = "thrtrace-bpf-agent.service";
+/// The agent's configuration, under the system configuration directory.
+pub const AGENT_CONFIG: &str = "thrtrace-bpf/agent.conf";
+
+pub fn run_install(prefix: &Path, sysconfdir: &Path) -> Result<()> {
     setup::ensure_prerequisites()?;
     let tracer = build_tracer()?;
     let library = tracer.with_file_name("libposixtrace.so");
+    // The unit names the tracer and its configuration by absolute paths.
+    let prefix = &std::path::absolute(prefix)?;
+    let sysconfdir = std::path::absolute(sysconfdir)?;
     lay_out(&tracer, &library, prefix, &prefix.display().to_string())?;
+    lay_out_agent_unit(prefix, &prefix.join("bin"), &sysconfdir)?;
+    let config = sysconfdir.join(AGENT_CONFIG);
+    let config_state = if place_agent_config(&config)? {
+        "an example of its configuration"
+    } else {
+        "its configuration as it was"
+    };
     // The dynamic loader's cache, for a prefix it searches.
     if is_root()
         && ["/usr", "/usr/local"]
@@ -34,8 +52,10 @@ pub fn run_install(prefix: &Path) -> Result<()> {
     }
     eprintln!(
         "xtask: installed thrtrace-bpf {VERSION} under {}: bin/thrtrace-bpf, lib/libposixtrace.so, \
-         include/trace.h, lib/pkgconfig/posixtrace.pc, man pages, bash/zsh/fish completions",
-        prefix.display()
+         include/trace.h, lib/pkgconfig/posixtrace.pc, man pages, bash/zsh/fish completions; \
+         the agent, disabled: lib/systemd/system/{AGENT_UNIT}, {config_state} in {}",
+        prefix.display(),
+        config.display()
     );
     Ok(())
 }
@@ -92,6 +112,50 @@ pub fn lay_out(tracer: &Path, library: &Path, dir: &Path, prefix: &str) -> Resul
         write(&dir.join(path), &script, 0o644)?;
     }
     Ok(())
+}
+
+/// Writes the agent's systemd unit into `dir`/lib/systemd/system, naming the tracer in
+/// `bindir` and its configuration under `sysconfdir`. Enabling it is the administrator's
+/// choice, once the configuration names a server.
+pub fn lay_out_agent_unit(dir: &Path, bindir: &Path, sysconfdir: &Path) -> Result<()> {
+    let template = workspace_root().join("dist/systemd").join(AGENT_UNIT);
+    let unit = fs::read_to_string(&template)
+        .with_context(|| format!("cannot read {}", template.display()))?
+        .replace("@bindir@", &bindir.display().to_string())
+        .replace("@sysconfdir@", &sysconfdir.display().to_string());
+    write(
+        &dir.join("lib/systemd/system").join(AGENT_UNIT),
+        unit.as_bytes(),
+        0o644,
+    )
+}
+
+/// Writes the example of the agent's configuration at `config`, mode 0600 as it may come to
+/// hold credentials, unless a file is there: a configuration is the administrator's, never
+/// replaced. Whether it was written.
+pub fn place_agent_config(config: &Path) -> Result<bool> {
+    let example = workspace_root().join("dist/systemd/agent.conf");
+    let bytes = fs::read(&example).with_context(|| format!("cannot read {}", example.display()))?;
+    let dir = config.parent().expect("the configuration's directory");
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let created = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(config);
+    let mut file = match created {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot create {}", config.display()));
+        }
+    };
+    if let Err(error) = file.write_all(&bytes) {
+        // Half an example would read as the administrator's own configuration next time.
+        let _ = fs::remove_file(config);
+        return Err(error).with_context(|| format!("cannot write {}", config.display()));
+    }
+    Ok(true)
 }
 
 /// Copies `from` to `to` with `mode`: a new file renamed into place, so that a program running

@@ -38,15 +38,20 @@ enum Task {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
-    /// Build and install the binary, its man pages and completions, and the C analyzer library
-    /// with trace.h and posixtrace.pc
+    /// Build and install the binary, its man pages and completions, the C analyzer library
+    /// with trace.h and posixtrace.pc, and the contention agent's systemd unit (disabled) with
+    /// an example of its configuration
     Install {
         /// Where to install: bin/, lib/, include/ and share/ under it
         #[arg(long, default_value = "/usr/local")]
         prefix: std::path::PathBuf,
+        /// Where the agent's configuration goes (thrtrace-bpf/agent.conf, kept if there)
+        #[arg(long, default_value = "/etc")]
+        sysconfdir: std::path::PathBuf,
     },
     /// Build the release into target/dist: a static thrtrace-bpf with its man pages,
-    /// completions and the C analyzer library, as a .tar.gz and a .deb
+    /// completions and the C analyzer library, as a .tar.gz and a .deb (which also has the
+    /// contention agent's systemd unit, disabled)
     Dist,
     /// Fuzz the trace log reader (Rust and C APIs) with cargo-fuzz, from the malformed-log corpus
     Fuzz {
@@ -80,7 +85,7 @@ fn main() {
         Task::Layers => layers::run(),
         Task::Dist => dist::run_dist(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),
-        Task::Install { prefix } => install::run_install(&prefix),
+        Task::Install { prefix, sysconfdir } => install::run_install(&prefix, &sysconfdir),
     };
     if let Err(error) = result {
         eprintln!("xtask: {error:#}");

@@ -3,8 +3,10 @@
 //! bpf-linker built against LLVM 22 (rustc's LLVM), a C compiler for the workloads and the C
 //! analyzers, musl-gcc (the workloads built with musl), pkg-config (the installed library's
 //! test), babeltrace2 (which reads the CTF traces `convert` writes, in the tests), Go (whose
-//! `go tool pprof` reads the profiles `report --format pprof` writes, in the tests), and libc6-dbg
-//! (glibc's separate debug information: reports name callers inside libc by line).
+//! `go tool pprof` reads the profiles `report --format pprof` writes, in the tests), libc6-dbg
+//! (glibc's separate debug information: reports name callers inside libc by line), and
+//! systemd's systemd-analyze (which verifies the agent's unit, in the tests; it runs without
+//! systemd running).
 
 use std::{path::Path, time::Instant};
 
@@ -27,6 +29,7 @@ pub fn ensure_prerequisites() -> Result<()> {
         ("babeltrace2", "--version", &["babeltrace2"]),
         ("tmux", "-V", &["tmux"]),
         ("go", "version", &["golang-go"]),
+        ("systemd-analyze", "--version", &["systemd"]),
     ]
     .into_iter()
     .filter(|(program, version, _)| !succeeds(command(program).arg(version)))
