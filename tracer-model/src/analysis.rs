@@ -514,6 +514,8 @@ pub struct Analysis {
     /// Each lock's last release (statistics only): what ended a wait on it.
     last_releases: HashMap<(u32, u64), Release>,
     names: HashMap<u32, String>,
+    /// Each traced process's executable, as it was attached or last exec'd, by pid.
+    executables: BTreeMap<u32, String>,
     /// Deadlocks already reported, by their threads and objects.
     reported: HashSet<Vec<(u32, u64)>>,
     /// Deadlocks found by the tracer while it ran, from the log.
@@ -552,12 +554,16 @@ impl Analysis {
         self.order.as_mut()
     }
 
-    /// A thread's name (comm), as a system event gives it.
+    /// What a system event says of the trace: how it was taken, a thread's name (comm), a
+    /// process's executable, a deadlock the tracer found.
     pub fn system_event(&mut self, event: &SystemEvent) {
         match &event.kind {
             SystemKind::Start { contended, .. } => self.contended_only |= *contended,
             SystemKind::ThreadName { name } => {
                 self.names.insert(event.lwpid, name.clone());
+            }
+            SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
+                self.executables.insert(event.pid, exe.clone());
             }
             SystemKind::Deadlock { .. } => self.recorded_deadlocks.push(event.clone()),
             _ => {}
@@ -1041,6 +1047,11 @@ impl Analysis {
         self.names.get(&lwpid).map(String::as_str)
     }
 
+    /// The traced processes' executables (as attached, or last exec'd), by pid.
+    pub fn executables(&self) -> &BTreeMap<u32, String> {
+        &self.executables
+    }
+
     /// The locks `lwpid` holds now (at the end of a trace: held at the end).
     pub fn held_by(&self, lwpid: u32) -> Vec<u64> {
         let mut held: Vec<u64> = self
@@ -1385,6 +1396,31 @@ mod tests {
             analysis.new_deadlocks(3000 * MS, 1000 * MS).is_empty(),
             "said once"
         );
+    }
+
+    #[test]
+    fn a_process_is_known_by_the_executable_it_was_attached_with_or_last_execd() {
+        let mut analysis = Analysis::new(true);
+        let attach = SystemKind::ProcessAttach {
+            exe: "/usr/bin/sh".into(),
+            cmdline: vec!["sh".into()],
+        };
+        analysis.system_event(&SystemEvent::of_process(0, 7, 7, attach));
+        let attach = SystemKind::ProcessAttach {
+            exe: "/usr/bin/make".into(),
+            cmdline: vec!["make".into()],
+        };
+        analysis.system_event(&SystemEvent::of_process(1, 9, 9, attach));
+        let exec = SystemKind::Exec {
+            exe: "/usr/bin/cc".into(),
+        };
+        analysis.system_event(&SystemEvent::of_process(2, 7, 7, exec));
+        let executables: Vec<(u32, &str)> = analysis
+            .executables()
+            .iter()
+            .map(|(&pid, exe)| (pid, exe.as_str()))
+            .collect();
+        assert_eq!(executables, [(7, "/usr/bin/cc"), (9, "/usr/bin/make")]);
     }
 
     #[test]
