@@ -6,136 +6,70 @@
 
 mod proto;
 
-use std::{collections::HashMap, io::Write as _, path::Path};
+use std::{collections::HashMap, io::Write as _, path::PathBuf};
 
-use anyhow::{Context, Result};
-use clap::ValueEnum;
+use anyhow::Result;
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
-use tracer_model::{
-    analysis::{Analysis, LockStats, StackStats},
-    stack::{Stack, Stacks},
-};
+use tracer_model::analysis::Analysis;
 
-use super::report::{KindArg, lock_name, stack_frames};
+use super::{
+    OutputFile,
+    samples::{LockSamples, View},
+};
 use crate::symbolize::{Location, Symbols};
 
-/// Which stacks a profile holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum View {
-    /// The stacks that waited (Go's block profile)
-    #[default]
-    Waiters,
-    /// The stacks of the releases that ended the waits (Go's mutex profile)
-    Releasers,
-}
-
-impl View {
-    /// What the profile says it is, in its comments.
-    fn comment(self) -> &'static str {
-        match self {
-            View::Waiters => {
-                "thrtrace-bpf waiters view: the call stacks that waited for each lock, \
-                 as Go's block profile"
-            }
-            View::Releasers => {
-                "thrtrace-bpf releasers view: the call stacks of the releases that ended \
-                 each lock's waits, as Go's mutex profile"
-            }
+/// What the profile says it is, in its comments.
+fn comment(view: View) -> &'static str {
+    match view {
+        View::Waiters => {
+            "thrtrace-bpf waiters view: the call stacks that waited for each lock, \
+             as Go's block profile"
         }
-    }
-
-    fn stacks(self, lock: &LockStats) -> impl Iterator<Item = (&u32, &StackStats)> {
-        match self {
-            View::Waiters => &lock.waiting_stacks,
-            View::Releasers => &lock.releasing_stacks,
+        View::Releasers => {
+            "thrtrace-bpf releasers view: the call stacks of the releases that ended \
+             each lock's waits, as Go's mutex profile"
         }
-        .iter()
     }
 }
 
-/// Writes the profile of what `analysis` saw, of the `kinds` asked for, to `path`; returns
-/// the summary.
+/// Writes the profile of `samples`, of what `analysis` saw, to `file`; returns where it is.
 pub fn write(
     analysis: &Analysis,
-    symbols: &mut Symbols,
-    stacks: &Stacks,
-    kinds: &KindArg,
+    samples: &[LockSamples<'_>],
+    symbols: &Symbols,
     view: View,
-    path: &Path,
-) -> Result<String> {
+    file: OutputFile,
+) -> Result<PathBuf> {
     let mut builder = Builder::default();
-    let mut locks: Vec<&LockStats> = analysis
-        .locks()
-        .filter(|lock| kinds.shows(lock.kind))
-        .collect();
-    locks.sort_by_key(|lock| (lock.pid, lock.address));
-    let mut sampled_locks = 0;
-    for lock in locks {
-        let mut by_stack: Vec<(u32, &Stack, u64, u64)> = view
-            .stacks(lock)
-            .filter_map(|(&id, stats)| {
-                Some((id, stacks.get(id)?, stats.count, stats.wait_total_ns))
-            })
-            .collect();
-        if by_stack.is_empty() {
-            continue;
-        }
-        sampled_locks += 1;
-        by_stack.sort_unstable_by_key(|&(id, ..)| id);
-        let name = lock_name(lock, symbols, stacks);
+    for lock in samples {
         let labels = vec![
-            builder.string_label(
-                "lock",
-                &name
-                    .symbol
-                    .unwrap_or_else(|| format!("{:#x}", name.address)),
-            ),
-            builder.string_label("lock_kind", lock.kind.name()),
+            builder.string_label("lock", &lock.name),
+            builder.string_label("lock_kind", lock.lock.kind.name()),
             proto::Label {
                 key: builder.string("pid"),
-                num: i64::from(lock.pid),
+                num: i64::from(lock.lock.pid),
                 ..proto::Label::default()
             },
         ];
-        for (_, stack, count, wait_total_ns) in by_stack {
-            let location_id = stack_frames(stack, symbols)
+        for sample in &lock.stacks {
+            let location_id = sample
+                .frames
                 .iter()
                 .enumerate()
-                .map(|(n, frame)| builder.location(stack.pid, n == 0, frame, symbols))
+                .map(|(n, frame)| builder.location(sample.stack.pid, n == 0, frame, symbols))
                 .collect();
             builder.profile.sample.push(proto::Sample {
                 location_id,
-                value: vec![count as i64, wait_total_ns as i64],
+                value: vec![sample.count as i64, sample.delay_ns as i64],
                 label: labels.clone(),
             });
         }
     }
-    let samples = builder.profile.sample.len();
     let profile = builder.finish(analysis, view);
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(&profile.encode_to_vec())?;
-    let bytes = gzip.finish()?;
-    // Made whole in memory first: the file is only created once there is all of it to write.
-    let (dir, name) = super::output_place(path)?;
-    let (mut file, _) = dir
-        .create(&name)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    file.write_all(&bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    let view_name = match view {
-        View::Waiters => "waiters",
-        View::Releasers => "releasers",
-    };
-    let mut summary = format!(
-        "{samples} samples ({view_name} view) on {sampled_locks} locks in {}",
-        path.display()
-    );
-    if samples == 0 {
-        summary += ": no contended wait has a call stack (stacks are taken with --contended, \
-                    or --stacks on)";
-    }
-    Ok(summary)
+    file.write(&gzip.finish()?)
 }
 
 /// A profile being built: its tables, each entry once, by what it is.
@@ -289,7 +223,7 @@ impl Builder {
             self.value_type("delay", "nanoseconds"),
         ];
         let period_type = Some(self.value_type("contentions", "count"));
-        let comment = vec![self.string(view.comment())];
+        let comment = vec![self.string(comment(view))];
         let first_ns = analysis.first_ns.unwrap_or(0);
         proto::Profile {
             sample_type,
