@@ -225,10 +225,15 @@ fn folded_stacks_and_the_flame_graph_hold_each_chain_that_waited_and_released() 
             assert!(titles.contains(&expected), "{expected} in {titles:#?}");
         }
     }
-    assert!(
-        titles.iter().any(|title| title.starts_with(BIG_LOCK)),
-        "{titles:#?}"
-    );
+    // The lock tops each tower, in its own colour.
+    let lock_frames: Vec<&str> = svg
+        .split("<g><title>")
+        .filter(|frame| frame.starts_with(BIG_LOCK))
+        .collect();
+    assert_eq!(lock_frames.len(), 2, "{svg}");
+    for frame in lock_frames {
+        assert!(frame.contains("fill=\"rgb(150,190,240)\""), "{frame}");
+    }
 }
 
 /// The fixture log: thread records and no stacks.
@@ -275,6 +280,8 @@ fn a_trace_without_stacks_says_so_and_writes_no_stack() {
         drawn.stderr.contains("no contended wait has a call stack"),
         "{drawn:?}"
     );
+    // Nothing to draw: no file, rather than an SVG of an error.
+    assert!(!dir.path().join("none.svg").exists(), "{drawn:?}");
 }
 
 #[test]

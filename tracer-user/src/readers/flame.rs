@@ -9,7 +9,10 @@
 use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 
 use anyhow::{Context, Result};
-use inferno::flamegraph::{self, Options};
+use inferno::flamegraph::{
+    self, Options,
+    color::{Color, PaletteMap},
+};
 use tracer_model::analysis::Analysis;
 
 use super::{
@@ -20,6 +23,13 @@ use crate::{say::duration, symbolize::Location};
 
 /// How many processes a flame graph's title names; more are counted.
 const TITLED_PROCESSES: usize = 3;
+
+/// A lock's frame in a flame graph: a light blue, which the code's hot palette never draws.
+const LOCK_COLOUR: Color = Color {
+    r: 150,
+    g: 190,
+    b: 240,
+};
 
 /// The folded stacks of `samples`, one line each, sorted.
 pub fn folded(samples: &[LockSamples<'_>]) -> String {
@@ -36,7 +46,7 @@ pub fn folded(samples: &[LockSamples<'_>]) -> String {
 fn folded_stacks(samples: &[LockSamples<'_>]) -> BTreeMap<String, u64> {
     let mut stacks = BTreeMap::new();
     for lock in samples {
-        let lock_frame = format!("lock {} ({})", lock.name, lock.lock.kind.name());
+        let lock_frame = lock_frame(lock);
         for sample in &lock.stacks {
             *stacks
                 .entry(folded_stack(&sample.frames, &lock_frame))
@@ -49,8 +59,13 @@ fn folded_stacks(samples: &[LockSamples<'_>]) -> BTreeMap<String, u64> {
 /// `frames` (innermost first) folded root first, with `lock_frame` as the leaf.
 fn folded_stack(frames: &[Location], lock_frame: &str) -> String {
     let mut folded: Vec<String> = frames.iter().rev().flat_map(frames_of).collect();
-    folded.push(frame(lock_frame));
+    folded.push(lock_frame.to_owned());
     folded.join(";")
+}
+
+/// The frame that tops each stack of `lock`: `lock big_lock (mutex)`.
+fn lock_frame(lock: &LockSamples<'_>) -> String {
+    frame(&format!("lock {} ({})", lock.name, lock.lock.kind.name()))
 }
 
 /// The folded frames `location` stands for, root first: its function, then each function
@@ -112,6 +127,13 @@ pub fn flame_graph(
         .to_owned(),
     );
     options.count_name = String::from("ns");
+    // The locks in a colour of their own, on top of the code's warm ones: what each tower
+    // waited on is seen at a glance.
+    let mut colours = PaletteMap::default();
+    for lock in samples {
+        colours.insert(lock_frame(lock), LOCK_COLOUR);
+    }
+    options.palette_map = Some(&mut colours);
     // A function has the same colour in every graph, so that two can be compared.
     options.deterministic = true;
     let mut svg = Vec::new();
@@ -217,7 +239,8 @@ mod tests {
             ..Location::default()
         };
         assert_eq!(frames_of(&location), ["f<&operator,>()", "g h"]);
-        assert_eq!(folded_stack(&[], "lock a;b (mutex)"), "lock a,b (mutex)");
+        // A lock's name too (`lock_frame`).
+        assert_eq!(frame("lock table;1 (mutex)"), "lock table,1 (mutex)");
     }
 
     #[test]
