@@ -9,8 +9,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 
 use thrtrace_tests::{
-    TempDir, bpf_available, report_json, report_lock_named, run_tracer, trace_contended_mutexes,
-    workload_arg, workspace_root,
+    TempDir, bpf_available, run_tracer, trace_stack_chains_big_lock, workspace_root,
 };
 
 /// The leaf-most frame of the stacks that waited on `big_lock`.
@@ -133,10 +132,7 @@ fn folded_stacks_and_the_flame_graph_hold_each_chain_that_waited_and_released() 
         return;
     }
     let dir = TempDir::new("flamegraph");
-    let program = workload_arg("stack_chains");
-    trace_contended_mutexes(&dir, &program);
-    let report = report_json(&dir, &["app.ptl"]);
-    let lock = report_lock_named(&report, "big_lock");
+    let lock = &trace_stack_chains_big_lock(&dir);
     let wait_total_ns = lock["wait_total_ns"].as_u64().unwrap();
 
     // The default view, the waiters', printed.

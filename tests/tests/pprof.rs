@@ -9,8 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, report_json, report_lock_named, run_tracer, trace_contended_mutexes,
-    workload_arg,
+    TempDir, bpf_available, run_tracer, trace_stack_chains_big_lock, workload_arg,
 };
 
 /// A sample of `go tool pprof -raw`: its values, its frames' functions (innermost first, inlined
@@ -170,10 +169,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
         return;
     }
     let dir = TempDir::new("pprof");
-    let program = workload_arg("stack_chains");
-    trace_contended_mutexes(&dir, &program);
-    let report = report_json(&dir, &["app.ptl"]);
-    let lock = report_lock_named(&report, "big_lock");
+    let lock = &trace_stack_chains_big_lock(&dir);
     let wait_total_ns = lock["wait_total_ns"].as_u64().unwrap();
 
     // The default view: the waiters'.
@@ -205,7 +201,7 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
     assert!(samples.iter().all(|s| s.count == 1), "{waiters:#?}");
     // pprof takes the first mapping for the program's.
     assert!(
-        waiters.mappings[0].contains(&format!(" {program} ")),
+        waiters.mappings[0].contains(&format!(" {} ", workload_arg("stack_chains"))),
         "{waiters:#?}"
     );
     let delay: u64 = samples.iter().map(|s| s.delay_ns).sum();
