@@ -278,6 +278,13 @@ fn a_trace_without_stacks_says_so_and_writes_no_stack() {
     );
     // Nothing to draw: no file, rather than an SVG of an error.
     assert!(!dir.path().join("none.svg").exists(), "{drawn:?}");
+    // Where --kind left every stack out, the note says so, not how stacks are taken.
+    let filtered = run_tracer(
+        dir.path(),
+        &["report", "--format", "folded", "--kind", "rwlock", &log],
+    );
+    assert_eq!(filtered.status.code(), Some(0), "{filtered:?}");
+    assert!(filtered.stderr.contains("(--kind)"), "{filtered:?}");
 }
 
 #[test]

@@ -79,7 +79,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             Export::FlameGraph(file) => {
                 let Some(svg) = flame::flame_graph(&analysis, &samples, &args.kinds, args.view)?
                 else {
-                    let summary = summary(&samples, args.view, None);
+                    let summary = summary(&samples, args.view, &args.kinds, None);
                     say!(
                         "thrtrace-bpf: {summary}; nothing to draw, {} not written",
                         file.path().display()
@@ -91,7 +91,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         };
         say!(
             "thrtrace-bpf: {}",
-            summary(&samples, args.view, written.as_deref())
+            summary(&samples, args.view, &args.kinds, written.as_deref())
         );
         return Ok(0);
     }

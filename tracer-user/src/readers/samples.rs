@@ -105,9 +105,15 @@ pub fn contention_samples<'a>(
         .collect()
 }
 
-/// What a command that wrote `samples` of `view` says it did: `N samples (waiters view) on N
-/// locks in FILE` (or without the file, printed), and why there are none.
-pub fn summary(samples: &[LockSamples<'_>], view: View, path: Option<&Path>) -> String {
+/// What a command that wrote `samples` of `view`, of the `kinds` asked for, says it did: `N
+/// samples (waiters view) on N locks in FILE` (or without the file, printed), and why there are
+/// none.
+pub fn summary(
+    samples: &[LockSamples<'_>],
+    view: View,
+    kinds: &KindArg,
+    path: Option<&Path>,
+) -> String {
     let count: usize = samples.iter().map(|lock| lock.stacks.len()).sum();
     let mut summary = format!(
         "{count} samples ({} view) on {} locks",
@@ -118,8 +124,13 @@ pub fn summary(samples: &[LockSamples<'_>], view: View, path: Option<&Path>) -> 
         summary += &format!(" in {}", path.display());
     }
     if count == 0 {
-        summary += ": no contended wait has a call stack (stacks are taken with --contended, \
-                    or --stacks on)";
+        summary += match kinds.kind {
+            Some(_) => ": no contended wait of the kinds asked for (--kind) has a call stack",
+            None => {
+                ": no contended wait has a call stack (stacks are taken with --contended, or \
+                 --stacks on)"
+            }
+        };
     }
     summary
 }
