@@ -945,3 +945,12 @@ pub fn trace_contended_mutexes(dir: &TempDir, program: &str) {
     let run = run_tracer(dir.path(), &args);
     assert!(run.status.success(), "{run:?}");
 }
+
+/// Traces the stack_chains workload `--contended` into `app.ptl` in `dir` (as
+/// [`trace_contended_mutexes`]); returns the JSON report's row of its `big_lock`, the lock that
+/// the profile and flame graph tests weigh their stacks against.
+pub fn trace_stack_chains_big_lock(dir: &TempDir) -> Value {
+    trace_contended_mutexes(dir, &workload_arg("stack_chains"));
+    let report = report_json(dir, &["app.ptl"]);
+    report_lock_named(&report, "big_lock").clone()
+}

@@ -2,14 +2,15 @@
 //! traced with `--contended`, as a pprof contention profile that Go's own `go tool pprof` reads
 //! back. The waiters view has one sample per waiting chain (alpha_5 .. alpha_1, beta_5 ..
 //! beta_1), each one contention, labelled with the thread that ran it and the process, their
-//! delays adding up to the report's wait total for the lock; the releasers view has the holder's chain, whose unlock ended the first wait.
+//! delays adding up to the report's wait total for the lock; the releasers view has the
+//! holder's chain, whose unlock ended the first wait.
 //! Without `-o` the profile is refused, in one line, with nothing written.
 
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available,
     pprof::{RawProfile, Sample, pprof_raw},
-    report_json, report_lock_named, run_tracer, trace_contended_mutexes, workload_arg,
+    run_tracer, trace_stack_chains_big_lock, workload_arg,
 };
 
 /// The chain `prefix`_5 .. `prefix`_1 then `run`, innermost first.
@@ -73,10 +74,8 @@ fn a_contention_profile_holds_each_chain_that_waited_and_released() {
         return;
     }
     let dir = TempDir::new("pprof");
+    let lock = &trace_stack_chains_big_lock(&dir);
     let program = workload_arg("stack_chains");
-    trace_contended_mutexes(&dir, &program);
-    let report = report_json(&dir, &["app.ptl"]);
-    let lock = report_lock_named(&report, "big_lock");
     let wait_total_ns = lock["wait_total_ns"].as_u64().unwrap();
 
     // The default view: the waiters'.

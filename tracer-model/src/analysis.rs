@@ -524,8 +524,8 @@ pub struct Analysis {
     last_releases: HashMap<(u32, u64), Release>,
     /// Each thread's name (comm), with its process.
     names: HashMap<u32, (u32, String)>,
-    /// Each process's executable's file name.
-    process_names: HashMap<u32, String>,
+    /// Each traced process's executable, as it was attached or last exec'd, by pid.
+    executables: BTreeMap<u32, String>,
     /// Deadlocks already reported, by their threads and objects.
     reported: HashSet<Vec<(u32, u64)>>,
     /// Deadlocks found by the tracer while it ran, from the log.
@@ -564,8 +564,8 @@ impl Analysis {
         self.order.as_mut()
     }
 
-    /// A thread's name (comm), or a process's (its executable's file name), as a system event
-    /// gives it.
+    /// What a system event says of the trace: how it was taken, a thread's name (comm), a
+    /// process's executable, a deadlock the tracer found.
     pub fn system_event(&mut self, event: &SystemEvent) {
         match &event.kind {
             SystemKind::Start { contended, .. } => self.contended_only |= *contended,
@@ -573,8 +573,7 @@ impl Analysis {
                 self.names.insert(event.lwpid, (event.pid, name.clone()));
             }
             SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
-                let name = exe.rsplit('/').next().unwrap_or_default();
-                self.process_names.insert(event.pid, name.to_owned());
+                self.executables.insert(event.pid, exe.clone());
             }
             SystemKind::Deadlock { .. } => self.recorded_deadlocks.push(event.clone()),
             _ => {}
@@ -1083,7 +1082,7 @@ impl Analysis {
     /// is made. A report keeps them, to name what it lists.
     pub fn forget_names(&mut self, pid: u32) {
         self.names.retain(|_, (of, _)| *of != pid);
-        self.process_names.remove(&pid);
+        self.executables.remove(&pid);
     }
 
     /// Keeps the names of the threads `alive` says still run.
@@ -1093,7 +1092,13 @@ impl Analysis {
 
     /// The file name of process `pid`'s executable, if the log gave it.
     pub fn process_name(&self, pid: u32) -> Option<&str> {
-        self.process_names.get(&pid).map(String::as_str)
+        let exe = self.executables.get(&pid)?;
+        exe.rsplit('/').next()
+    }
+
+    /// The traced processes' executables (as attached, or last exec'd), by pid.
+    pub fn executables(&self) -> &BTreeMap<u32, String> {
+        &self.executables
     }
 
     /// The locks `lwpid` holds now (at the end of a trace: held at the end).
@@ -1469,6 +1474,31 @@ mod tests {
             analysis.new_deadlocks(3000 * MS, 1000 * MS).is_empty(),
             "said once"
         );
+    }
+
+    #[test]
+    fn a_process_is_known_by_the_executable_it_was_attached_with_or_last_execd() {
+        let mut analysis = Analysis::new(true);
+        let attach = SystemKind::ProcessAttach {
+            exe: "/usr/bin/sh".into(),
+            cmdline: vec!["sh".into()],
+        };
+        analysis.system_event(&SystemEvent::of_process(0, 7, 7, attach));
+        let attach = SystemKind::ProcessAttach {
+            exe: "/usr/bin/make".into(),
+            cmdline: vec!["make".into()],
+        };
+        analysis.system_event(&SystemEvent::of_process(1, 9, 9, attach));
+        let exec = SystemKind::Exec {
+            exe: "/usr/bin/cc".into(),
+        };
+        analysis.system_event(&SystemEvent::of_process(2, 7, 7, exec));
+        let executables: Vec<(u32, &str)> = analysis
+            .executables()
+            .iter()
+            .map(|(&pid, exe)| (pid, exe.as_str()))
+            .collect();
+        assert_eq!(executables, [(7, "/usr/bin/cc"), (9, "/usr/bin/make")]);
     }
 
     #[test]

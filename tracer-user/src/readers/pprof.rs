@@ -1,65 +1,37 @@
 //! `report --format pprof -o FILE`: the locks' contended waits as a pprof profile (gzipped
 //! `profile.proto`), as Go's contention profiles are: values `contentions/count` and
 //! `delay/nanoseconds`, one sample per lock, call stack and thread, labelled with the lock, its
-//! kind, its process and the thread. The waiters view holds the stacks that waited (Go's block profile); the
-//! releasers view, the stacks of the releases that ended the waits (Go's mutex profile).
+//! kind, its process and the thread. The waiters view holds the stacks that waited (Go's block
+//! profile); the releasers view, the stacks of the releases that ended the waits (Go's mutex
+//! profile). The profiles pushed to Pyroscope are encoded here too.
 
 mod proto;
 
-use std::{collections::HashMap, io::Write as _, path::Path};
+use std::{collections::HashMap, io::Write as _, path::PathBuf};
 
-use anyhow::{Context, Result};
-use clap::ValueEnum;
+use anyhow::Result;
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
-use tracer_model::{
-    analysis::{Analysis, LockStats, StackStats, ThreadWaits},
-    stack::{Stack, Stacks},
-};
+use tracer_model::analysis::{Analysis, LockStats};
 
-use super::report::{KindArg, lock_name, stack_frames};
+use super::{
+    OutputFile,
+    samples::{LockSamples, View},
+};
 use crate::symbolize::{Location, Symbols};
 
-/// Which stacks a profile holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum View {
-    /// The stacks that waited (Go's block profile)
-    #[default]
-    Waiters,
-    /// The stacks of the releases that ended the waits (Go's mutex profile)
-    Releasers,
-}
-
-impl View {
-    /// What the profile says it is, in its comments.
-    fn comment(self) -> &'static str {
-        match self {
-            View::Waiters => {
-                "thrtrace-bpf waiters view: the call stacks that waited for each lock, \
-                 as Go's block profile"
-            }
-            View::Releasers => {
-                "thrtrace-bpf releasers view: the call stacks of the releases that ended \
-                 each lock's waits, as Go's mutex profile"
-            }
+/// What the profile says it is, in its comments.
+fn comment(view: View) -> &'static str {
+    match view {
+        View::Waiters => {
+            "thrtrace-bpf waiters view: the call stacks that waited for each lock, \
+             as Go's block profile"
+        }
+        View::Releasers => {
+            "thrtrace-bpf releasers view: the call stacks of the releases that ended \
+             each lock's waits, as Go's mutex profile"
         }
     }
-
-    fn stacks(self, lock: &LockStats) -> impl Iterator<Item = (&u32, &StackStats)> {
-        match self {
-            View::Waiters => &lock.waiting_stacks,
-            View::Releasers => &lock.releasing_stacks,
-        }
-        .iter()
-    }
-}
-
-/// A profile encoded (gzipped `profile.proto`), with what it holds.
-pub struct Encoded {
-    pub bytes: Vec<u8>,
-    pub samples: usize,
-    /// Locks with at least one sample.
-    pub locks: usize,
 }
 
 /// The time a profile covers: when it starts (CLOCK_REALTIME ns) and how long.
@@ -72,9 +44,8 @@ pub struct Span {
 impl Span {
     /// From the first record `analysis` saw to its last.
     pub fn of(analysis: &Analysis) -> Span {
-        let start_ns = analysis.first_ns.unwrap_or(0);
         Span {
-            start_ns,
+            start_ns: analysis.first_ns.unwrap_or(0),
             duration_ns: analysis
                 .first_ns
                 .map_or(0, |first| (analysis.last_ns - first).max(0)),
@@ -113,57 +84,33 @@ impl Names {
     }
 }
 
-/// The profile of the contended waits of `locks`, of the `kinds` asked for, over `span`: a
-/// sample per lock, stack and thread, labelled with the `names` of the threads and processes.
-pub fn encode<'a>(
-    locks: impl IntoIterator<Item = &'a LockStats>,
+/// The profile of `samples` (gzipped profile.proto) over `span`: a sample per lock, stack and
+/// thread, labelled with the `names` of the threads and processes.
+pub fn encode(
+    samples: &[LockSamples<'_>],
     names: &Names,
-    symbols: &mut Symbols,
-    stacks: &Stacks,
-    kinds: &KindArg,
+    symbols: &Symbols,
     view: View,
     span: Span,
-) -> Result<Encoded> {
+) -> Result<Vec<u8>> {
     let mut builder = Builder::default();
-    let mut locks: Vec<&LockStats> = locks
-        .into_iter()
-        .filter(|lock| kinds.shows(lock.kind))
-        .collect();
-    locks.sort_by_key(|lock| (lock.pid, lock.address));
-    let mut sampled_locks = 0;
-    for lock in locks {
-        let mut by_stack: Vec<(u32, &Stack, &StackStats)> = view
-            .stacks(lock)
-            .filter_map(|(&id, stats)| Some((id, stacks.get(id)?, stats)))
-            .collect();
-        if by_stack.is_empty() {
-            continue;
-        }
-        sampled_locks += 1;
-        by_stack.sort_unstable_by_key(|&(id, ..)| id);
-        let name = lock_name(lock, symbols, stacks);
+    for lock in samples {
         let mut labels = vec![
-            builder.string_label(
-                "lock",
-                &name
-                    .symbol
-                    .unwrap_or_else(|| format!("{:#x}", name.address)),
-            ),
-            builder.string_label("lock_kind", lock.kind.name()),
-            builder.number_label("pid", lock.pid),
+            builder.string_label("lock", &lock.name),
+            builder.string_label("lock_kind", lock.lock.kind.name()),
+            builder.number_label("pid", lock.lock.pid),
         ];
-        if let Some(process) = names.processes.get(&lock.pid) {
+        if let Some(process) = names.processes.get(&lock.lock.pid) {
             labels.push(builder.string_label("process", process));
         }
-        for (_, stack, stats) in by_stack {
-            let location_id: Vec<u64> = stack_frames(stack, symbols)
+        for sample in &lock.stacks {
+            let location_id: Vec<u64> = sample
+                .frames
                 .iter()
                 .enumerate()
-                .map(|(n, frame)| builder.location(stack.pid, n == 0, frame, symbols))
+                .map(|(n, frame)| builder.location(sample.stack.pid, n == 0, frame, symbols))
                 .collect();
-            let mut threads: Vec<(&u32, &ThreadWaits)> = stats.threads.iter().collect();
-            threads.sort_unstable_by_key(|&(lwpid, _)| *lwpid);
-            for (&lwpid, waits) in threads {
+            for &(lwpid, waits) in &sample.threads {
                 let mut label = labels.clone();
                 label.push(builder.number_label("thread", lwpid));
                 if let Some(name) = names.threads.get(&lwpid) {
@@ -177,58 +124,22 @@ pub fn encode<'a>(
             }
         }
     }
-    let samples = builder.profile.sample.len();
     let profile = builder.finish(span, view);
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(&profile.encode_to_vec())?;
-    Ok(Encoded {
-        bytes: gzip.finish()?,
-        samples,
-        locks: sampled_locks,
-    })
+    Ok(gzip.finish()?)
 }
 
-/// Writes the profile of what `analysis` saw, of the `kinds` asked for, to `path`; returns
-/// the summary.
+/// Writes the profile of `samples`, of what `analysis` saw, to `file`; returns where it is.
 pub fn write(
     analysis: &Analysis,
-    symbols: &mut Symbols,
-    stacks: &Stacks,
-    kinds: &KindArg,
+    samples: &[LockSamples<'_>],
+    symbols: &Symbols,
     view: View,
-    path: &Path,
-) -> Result<String> {
-    let profile = encode(
-        analysis.locks(),
-        &Names::of(analysis, analysis.locks()),
-        symbols,
-        stacks,
-        kinds,
-        view,
-        Span::of(analysis),
-    )?;
-    // Made whole in memory first: the file is only created once there is all of it to write.
-    let (dir, name) = super::output_place(path)?;
-    let (mut file, _) = dir
-        .create(&name)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    file.write_all(&profile.bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    let view_name = match view {
-        View::Waiters => "waiters",
-        View::Releasers => "releasers",
-    };
-    let mut summary = format!(
-        "{} samples ({view_name} view) on {} locks in {}",
-        profile.samples,
-        profile.locks,
-        path.display()
-    );
-    if profile.samples == 0 {
-        summary += ": no contended wait has a call stack (stacks are taken with --contended, \
-                    or --stacks on)";
-    }
-    Ok(summary)
+    file: OutputFile,
+) -> Result<PathBuf> {
+    let names = Names::of(analysis, samples.iter().map(|lock| lock.lock));
+    file.write(&encode(samples, &names, symbols, view, Span::of(analysis))?)
 }
 
 /// A profile being built: its tables, each entry once, by what it is.
@@ -390,7 +301,7 @@ impl Builder {
             self.value_type("delay", "nanoseconds"),
         ];
         let period_type = Some(self.value_type("contentions", "count"));
-        let comment = vec![self.string(view.comment())];
+        let comment = vec![self.string(comment(view))];
         proto::Profile {
             sample_type,
             period_type,

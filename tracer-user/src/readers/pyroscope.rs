@@ -37,8 +37,9 @@ use self::{
     ingest::Ingest,
 };
 use super::{
-    pprof::{self, Span, View},
+    pprof::{self, Span},
     report::{KindArg, KindFilter},
+    samples::{View, contention_samples},
 };
 use crate::{
     sinks::{Sink, TraceEnd},
@@ -239,19 +240,19 @@ impl Sink for ContentionPush {
         let (stopped, woken) = &*self.stop;
         *stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
         woken.notify_all();
-        let delivered = match self.profiler.take().map(JoinHandle::join) {
-            Some(Ok(delivered)) => delivered,
-            _ => Deliveries {
-                last_error: Some("the contention profiler failed".into()),
-                ..Deliveries::default()
-            },
+        let (delivered, failed) = match self.profiler.take().map(JoinHandle::join) {
+            Some(Ok(delivered)) => (delivered, false),
+            _ => (Deliveries::default(), true),
         };
         let plural = if delivered.sent == 1 { "" } else { "s" };
         let mut summary = format!(
             "{} contention profile{plural} pushed to {}",
             delivered.sent, self.url
         );
-        if delivered.not_delivered > 0 || delivered.last_error.is_some() {
+        if failed {
+            summary += " (the contention profiler failed)";
+        }
+        if delivered.not_delivered > 0 {
             summary += &format!(", {} not delivered", delivered.not_delivered);
             if let Some(why) = &delivered.last_error {
                 summary += &format!(" (the last failure: {why})");
@@ -407,17 +408,18 @@ impl Profiler {
             duration_ns: end.saturating_sub(start).as_nanos() as i64,
         };
         for (pid, locks) in by_process {
-            let profile = match pprof::encode(
+            let samples = contention_samples(
                 locks,
-                names,
                 &mut self.symbols,
                 &self.stacks,
                 &self.kinds,
                 View::Waiters,
-                span,
-            ) {
-                Ok(profile) if profile.samples > 0 => profile,
-                Ok(_) => continue,
+            );
+            if samples.is_empty() {
+                continue;
+            }
+            let profile = match pprof::encode(&samples, names, &self.symbols, View::Waiters, span) {
+                Ok(profile) => profile,
                 Err(error) => {
                     self.delivery.not_made();
                     if !mem::replace(&mut self.said_not_made, true) {
@@ -449,7 +451,7 @@ impl Profiler {
                 name: Ingest::series(&labels),
                 from: start.as_secs(),
                 until: end.as_secs().max(start.as_secs() + 1),
-                profile: profile.bytes,
+                profile,
             });
         }
     }

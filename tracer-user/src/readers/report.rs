@@ -25,7 +25,10 @@ use tracer_model::{
 
 use crate::{
     place::{NOT_RECORDED, Place},
-    readers::pprof::View,
+    readers::{
+        OutputFile, flame,
+        samples::{View, contention_samples, summary},
+    },
     say::duration,
     symbolize::{Location, LockName, Mapping, Symbols},
 };
@@ -36,14 +39,21 @@ const TOP_CALLERS: usize = 3;
 const TOP_STACKS: usize = 3;
 
 pub fn run(args: &ReportArgs) -> Result<i32> {
-    // Refused before the log is read: a profile is not printed, and only a profile is written.
-    let pprof_path = match (args.format, &args.output) {
-        (ReportFormat::Pprof, Some(path)) => Some(path),
-        (ReportFormat::Pprof, None) => {
+    // Refused before the log is read: a profile and a flame graph are written, never printed;
+    // tables are printed, never written. Clap refuses --format and -o beside --flamegraph.
+    let export = match (args.format, &args.output, &args.flamegraph) {
+        (_, _, Some(svg)) => Some(Export::FlameGraph(OutputFile::prepare(svg)?)),
+        (ReportFormat::Pprof, Some(path), None) => Some(Export::Pprof(OutputFile::prepare(path)?)),
+        (ReportFormat::Pprof, None, None) => {
             usage_bail!("--format pprof writes a binary profile: name its file with -o FILE")
         }
-        (_, Some(_)) => usage_bail!("-o FILE is for --format pprof: text and JSON are printed"),
-        (_, None) => None,
+        (ReportFormat::Folded, path, None) => Some(Export::Folded(
+            path.as_deref().map(OutputFile::prepare).transpose()?,
+        )),
+        (ReportFormat::Text | ReportFormat::Json, Some(_), None) => {
+            usage_bail!("-o FILE is for --format pprof and folded: text and JSON are printed")
+        }
+        (ReportFormat::Text | ReportFormat::Json, None, None) => None,
     };
     let mut analysis = Analysis::new(true);
     let mut symbols = Symbols::with_debug_dirs(&args.debug_dir);
@@ -55,25 +65,57 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     } else {
         feed_log(&args.input, &mut analysis, &mut symbols, &mut stacks)?;
     }
-    if let Some(path) = pprof_path {
-        let summary = super::pprof::write(
-            &analysis,
+    if let Some(export) = export {
+        let samples = contention_samples(
+            analysis.locks(),
             &mut symbols,
             &stacks,
             &args.kinds,
             args.view,
-            path,
-        )?;
-        say!("thrtrace-bpf: {summary}");
+        );
+        let written = match export {
+            Export::Pprof(file) => Some(super::pprof::write(
+                &analysis, &samples, &symbols, args.view, file,
+            )?),
+            Export::Folded(Some(file)) => Some(file.write(flame::folded(&samples).as_bytes())?),
+            Export::Folded(None) => {
+                crate::say::print(&flame::folded(&samples));
+                None
+            }
+            Export::FlameGraph(file) => {
+                let Some(svg) = flame::flame_graph(&analysis, &samples, &args.kinds, args.view)?
+                else {
+                    let summary = summary(&samples, args.view, &args.kinds, None);
+                    say!(
+                        "thrtrace-bpf: {summary}; nothing to draw, {} not written",
+                        file.path().display()
+                    );
+                    return Ok(0);
+                };
+                Some(file.write(&svg)?)
+            }
+        };
+        say!(
+            "thrtrace-bpf: {}",
+            summary(&samples, args.view, &args.kinds, written.as_deref())
+        );
         return Ok(0);
     }
     let report = Report::build(&mut analysis, &mut symbols, &stacks, args);
     let text = match args.format {
         ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        ReportFormat::Text | ReportFormat::Pprof => report.text(args),
+        ReportFormat::Text | ReportFormat::Pprof | ReportFormat::Folded => report.text(args),
     };
     crate::say::print(&text);
     Ok(0)
+}
+
+/// The contended waits' call stacks, written as a format other tools read.
+enum Export {
+    Pprof(OutputFile),
+    /// To a file, or printed.
+    Folded(Option<OutputFile>),
+    FlameGraph(OutputFile),
 }
 
 /// Every event of a log into `analysis`, its mappings into `symbols`, its call stacks into
@@ -126,6 +168,7 @@ pub fn lock_table_so_far(
     let args = ReportArgs {
         format: ReportFormat::Text,
         output: None,
+        flamegraph: None,
         view: View::default(),
         by: ReportBy::Lock,
         sort,
@@ -392,9 +435,8 @@ impl Report {
         // Text lists the first --top of each (0: all) and a few callers and holders of each;
         // JSON has everything.
         let (shown, listed) = match (args.format, args.top) {
-            (ReportFormat::Json | ReportFormat::Pprof, _) | (ReportFormat::Text, 0) => {
-                (usize::MAX, usize::MAX)
-            }
+            (ReportFormat::Json | ReportFormat::Pprof | ReportFormat::Folded, _)
+            | (ReportFormat::Text, 0) => (usize::MAX, usize::MAX),
             (ReportFormat::Text, top) => (top, TOP_CALLERS),
         };
         let mut rows = |locks: Vec<&LockStats>| -> Vec<LockRow> {
@@ -968,16 +1010,25 @@ fn histogram(out: &mut String, what: &str, buckets: &[u64]) {
                         thrtrace-bpf report --by thread app.ptl\n  \
                         thrtrace-bpf report --sort hold --top 5 --histogram app.ptl\n  \
                         thrtrace-bpf report --format json trace/\n  \
-                        thrtrace-bpf report --format pprof -o app.pb.gz app.ptl")]
+                        thrtrace-bpf report --format pprof -o app.pb.gz app.ptl\n  \
+                        thrtrace-bpf report --format folded app.ptl | flamegraph.pl > app.svg\n  \
+                        thrtrace-bpf report --flamegraph app.svg --view releasers app.ptl")]
 pub struct ReportArgs {
-    /// Tables for people, JSON, or a pprof contention profile (with -o FILE; from a log of a
-    /// trace taken with stacks)
+    /// Tables for people, JSON, a pprof contention profile (with -o FILE), or folded stacks
+    /// (flamegraph.pl's and speedscope's input, weighted by nanoseconds waited; printed, or
+    /// written with -o FILE); the last two from a log of a trace taken with stacks
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
-    /// The file --format pprof writes (gzipped profile.proto, for `go tool pprof`)
+    /// The file --format pprof (gzipped profile.proto, for `go tool pprof`) or --format folded
+    /// writes
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Which stacks the pprof profile holds
+    /// Write a flame graph (SVG) of the contended waits' call stacks, weighted by time waited,
+    /// each stack topped by the lock it waited on, to FILE (from a log of a trace taken with
+    /// stacks)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["format", "output"])]
+    pub flamegraph: Option<PathBuf>,
+    /// Which stacks the pprof profile, the folded stacks and the flame graph hold
     #[arg(long, value_enum, default_value_t = View::Waiters)]
     pub view: View,
     /// One row per lock (semaphores and condvars too), or per thread
@@ -1010,6 +1061,7 @@ pub enum ReportFormat {
     Text,
     Json,
     Pprof,
+    Folded,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
