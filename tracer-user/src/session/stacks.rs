@@ -104,6 +104,8 @@ struct ProcessModules {
     /// The code of each file mapped, and whether the file has unwind information.
     mapped: Vec<(Range<u64>, bool)>,
     read_at: Instant,
+    /// Its maps could not be read: it had exited.
+    gone: bool,
 }
 
 /// How often a process's maps are read again for an address none of its modules holds (a
@@ -147,6 +149,12 @@ impl Unwinder {
             self.processes.insert(pid, modules);
         }
         let process = &self.processes[&pid];
+        if process.gone {
+            return Unwound {
+                frames: vec![stack.ip],
+                end: PROCESS_GONE.to_owned(),
+            };
+        }
         let cache = self.cache.get_or_insert_with(CacheX86_64::new);
         let regs = UnwindRegsX86_64::new(stack.ip, stack.sp, stack.bp);
         let mut read_stack = |address| stack.word(address).ok_or(());
@@ -211,7 +219,9 @@ impl Unwinder {
     fn read_modules(&mut self, pid: u32) -> ProcessModules {
         let mut unwinder = UnwinderX86_64::new();
         let mut mapped = Vec::new();
-        for mapping in targets::executable_mappings(pid).unwrap_or_default() {
+        let mappings = targets::executable_mappings(pid);
+        let gone = mappings.is_err();
+        for mapping in mappings.unwrap_or_default() {
             let sections = self
                 .files
                 .entry(mapping.identity.clone())
@@ -227,10 +237,14 @@ impl Unwinder {
             unwinder,
             mapped,
             read_at: Instant::now(),
+            gone,
         }
     }
 }
 
+/// How the stack of a process that exited before its records were drained ends: its files
+/// are known by its maps, which are gone with it.
+const PROCESS_GONE: &str = "the process had exited when its stack was unwound";
 /// How a stack that reached code outside every file the process maps ends.
 const OUTSIDE_FILES: &str = "an address outside every file the process maps";
 /// How a stack that reached a file with neither `.eh_frame` nor `.debug_frame` ends.
@@ -271,5 +285,26 @@ impl StackIds {
     /// Process `pid` is gone: its stacks will not be seen again.
     pub fn forget(&mut self, pid: u32) {
         self.ids.retain(|&(p, _), _| p != pid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process gone before its stack is unwound has no maps to read its files by: its stack
+    /// says so, with the probed instruction alone, rather than that the address is in no file.
+    #[test]
+    fn the_stack_of_a_process_gone_says_it_was_gone() {
+        let stack = CopiedStack {
+            ip: 0x7f00_0000_1234,
+            sp: 0x7ffe_0000_0000,
+            bp: 0,
+            bytes: vec![0; 64],
+        };
+        // Above the kernel's pid_max: no such process.
+        let unwound = Unwinder::default().unwind(u32::MAX - 1, &stack);
+        assert_eq!(unwound.frames, [0x7f00_0000_1234]);
+        assert_eq!(unwound.end, PROCESS_GONE);
     }
 }
