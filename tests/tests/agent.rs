@@ -13,7 +13,7 @@ use std::{
 
 use thrtrace_tests::{
     Gated, TempDir, bpf_available, file_name, ingest::IngestServer, paired_calls, read_line,
-    read_trace, tracer, workload, workspace_root,
+    read_trace, signal, tracer, workload, workspace_root,
 };
 
 fn shipped(name: &str) -> String {
@@ -158,10 +158,7 @@ fn the_units_capabilities_suffice_to_trace_another_users_process() {
     gate.run_phase_two();
     gate.finish();
 
-    Command::new("kill")
-        .args(["-INT", &traced.id().to_string()])
-        .status()
-        .unwrap();
+    signal(traced.id(), "-INT");
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
     assert!(traced.wait().unwrap().success(), "{rest}");
@@ -247,10 +244,7 @@ fn the_agent_as_configured_pushes_with_its_credentials_and_writes_no_file() {
         assert!(Instant::now() < give_up, "nothing pushed in 20 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-    Command::new("kill")
-        .args(["-TERM", &agent.id().to_string()])
-        .status()
-        .unwrap();
+    signal(agent.id(), "-TERM");
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
     assert!(agent.wait().unwrap().success(), "{rest}");
