@@ -38,7 +38,7 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader, Read as _, Write},
     path::{Path, PathBuf},
     process::Stdio,
     time::Instant,
@@ -1059,13 +1059,48 @@ const PUSH_SECONDS: u32 = 10;
 
 /// The tracer's CPU (ns) tracing the contended workload `--contended` for [`PUSH_SECONDS`]
 /// with a push a second to a stand-in Pyroscope on the loopback address, the same without
-/// pushes, and how many pushes arrived.
+/// pushes, and how many pushes it took.
 fn push_cpu(tracer: &Path, dir: &Path) -> Result<(f64, f64, usize)> {
-    let server = thrtrace_tests::ingest::IngestServer::start();
-    let url = server.url();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let taken = std::thread::spawn(move || take_pushes(&listener));
     let with = contended_trace_cpu(tracer, dir, &["--pyroscope", &url, "--push-interval", "1s"])?;
+    // Wakes the stand-in's accept: a connection that sends nothing ends it.
+    drop(std::net::TcpStream::connect(
+        url.trim_start_matches("http://"),
+    )?);
+    let pushes = taken
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stand-in Pyroscope failed"))?;
     let without = contended_trace_cpu(tracer, dir, &[])?;
-    Ok((with, without, server.requests().len()))
+    Ok((with, without, pushes))
+}
+
+/// Answers each request `listener` gets with 200, as Pyroscope's ingest does, until a
+/// connection sends nothing; returns how many it answered.
+fn take_pushes(listener: &std::net::TcpListener) -> usize {
+    let mut pushes = 0;
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let mut reader = BufReader::new(stream);
+        let mut length = None;
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+            let header = line.to_ascii_lowercase();
+            if let Some(value) = header.strip_prefix("content-length:") {
+                length = value.trim().parse::<u64>().ok();
+            }
+            line.clear();
+        }
+        let Some(length) = length else { return pushes };
+        // The whole body before the answer: a socket closed with bytes unread is reset.
+        let _ = std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink());
+        let answered = reader
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        pushes += usize::from(answered.is_ok());
+    }
+    pushes
 }
 
 /// The tracer's CPU (ns) tracing the contended workload, endless, `--contended` with `options`
