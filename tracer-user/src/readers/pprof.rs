@@ -82,6 +82,11 @@ impl Names {
         }
         names
     }
+
+    /// The name of process `pid`, if known.
+    pub fn process(&self, pid: u32) -> Option<&str> {
+        self.processes.get(&pid).map(String::as_str)
+    }
 }
 
 /// The profile of `samples` (gzipped profile.proto) over `span`: a sample per lock, stack and

@@ -31,7 +31,7 @@ use tracer_model::{
     stack::Stacks,
 };
 
-pub use self::credentials::{Credentials, ENVIRONMENT};
+pub use self::credentials::{Credentials, URL_VARIABLE, environment};
 use self::{
     delivery::{Deliveries, Delivery},
     ingest::Ingest,
@@ -128,6 +128,16 @@ struct Interval {
     cgroups: Vec<(u32, String)>,
 }
 
+impl Interval {
+    fn new() -> Interval {
+        Interval {
+            analysis: Analysis::new(true).without_lock_order(),
+            events: Vec::new(),
+            cgroups: Vec::new(),
+        }
+    }
+}
+
 /// The profiler's stop signal: set, and the thread woken, at the end of the trace.
 type Stop = (Mutex<bool>, Condvar);
 
@@ -145,11 +155,7 @@ pub struct ContentionPush {
 impl ContentionPush {
     pub fn new(options: PushOptions) -> ContentionPush {
         ContentionPush {
-            shared: Arc::new(Mutex::new(Interval {
-                analysis: Analysis::new(true).without_lock_order(),
-                events: Vec::new(),
-                cgroups: Vec::new(),
-            })),
+            shared: Arc::new(Mutex::new(Interval::new())),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             url: options.endpoint.url.clone(),
             options: Some(options),
@@ -226,11 +232,7 @@ impl Sink for ContentionPush {
     fn batch_done(&mut self) -> io::Result<()> {
         if !self.profiler_failed && self.profiler.as_ref().is_some_and(JoinHandle::is_finished) {
             self.profiler_failed = true;
-            *self.interval() = Interval {
-                analysis: Analysis::default(),
-                events: Vec::new(),
-                cgroups: Vec::new(),
-            };
+            *self.interval() = Interval::new();
             say!("thrtrace-bpf: the contention profiler failed: no more profiles are pushed");
         }
         Ok(())
@@ -262,12 +264,6 @@ impl Sink for ContentionPush {
     }
 }
 
-/// A traced process, as its profiles are labelled.
-struct Process {
-    name: String,
-    cgroup: Option<String>,
-}
-
 /// How often the profiler begins its symbols again (the files of processes gone, which it
 /// would otherwise keep parsed forever) and drops the names of threads gone.
 const RENEWED_EVERY: Duration = Duration::from_hours(1);
@@ -279,7 +275,8 @@ struct Profiler {
     /// The live processes' mappings, to give new symbols.
     mappings: HashMap<u32, Vec<Mapping>>,
     stacks: Stacks,
-    processes: HashMap<u32, Process>,
+    /// The cgroup of each live process in one (its name is the analysis's).
+    cgroups: HashMap<u32, String>,
     host: String,
     /// Lock waits only: idle waits (condition variables, joins, barriers) are no contention.
     kinds: KindArg,
@@ -296,7 +293,7 @@ impl Profiler {
             symbols: Symbols::new(),
             mappings: HashMap::new(),
             stacks: Stacks::default(),
-            processes: HashMap::new(),
+            cgroups: HashMap::new(),
             host,
             kinds: KindArg {
                 kind: Some(KindFilter(
@@ -341,7 +338,7 @@ impl Profiler {
                 self.symbols.forget(pid);
                 self.mappings.remove(&pid);
                 self.stacks.forget(pid);
-                self.processes.remove(&pid);
+                self.cgroups.remove(&pid);
             }
             if renewed.elapsed() >= RENEWED_EVERY {
                 renewed = Instant::now();
@@ -359,7 +356,7 @@ impl Profiler {
         }
     }
 
-    /// Keeps what `events` say of stacks, mappings and processes.
+    /// Keeps what `events` say of stacks, mappings and processes, and the cgroups read.
     fn take_events(&mut self, events: &[SystemEvent], cgroups: Vec<(u32, String)>) {
         for event in events {
             if self.stacks.take(event) {
@@ -370,23 +367,16 @@ impl Profiler {
                 self.mappings.entry(event.pid).or_default().push(mapping);
                 continue;
             }
-            if let SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } = &event.kind {
+            if let SystemKind::ProcessAttach { .. } | SystemKind::Exec { .. } = event.kind {
                 // A new image, or a new process with a pid seen before: its own mappings follow.
                 self.symbols.forget(event.pid);
                 self.mappings.remove(&event.pid);
-                let name = exe.rsplit('/').next().unwrap_or_default();
-                let process = self.processes.entry(event.pid).or_insert(Process {
-                    name: String::new(),
-                    cgroup: None,
-                });
-                name.clone_into(&mut process.name);
+            }
+            if let SystemKind::ProcessAttach { .. } = event.kind {
+                self.cgroups.remove(&event.pid);
             }
         }
-        for (pid, cgroup) in cgroups {
-            if let Some(process) = self.processes.get_mut(&pid) {
-                process.cgroup = Some(cgroup);
-            }
-        }
+        self.cgroups.extend(cgroups);
     }
 
     /// Queues the profile of each process with contended lock waits in `locks`.
@@ -428,18 +418,17 @@ impl Profiler {
                     continue;
                 }
             };
-            let process = self.processes.get(&pid);
-            let name = process
-                .map(|p| p.name.clone())
+            let name = names
+                .process(pid)
                 .filter(|name| !name.is_empty())
-                .unwrap_or_else(|| format!("pid-{pid}"));
+                .map_or_else(|| format!("pid-{pid}"), str::to_owned);
             let pid_text = pid.to_string();
             let mut labels = vec![
                 ("service_name", name.as_str()),
                 ("host", self.host.as_str()),
                 ("pid", pid_text.as_str()),
             ];
-            let cgroup = process.and_then(|p| p.cgroup.as_deref());
+            let cgroup = self.cgroups.get(&pid).map(String::as_str);
             let container = cgroup.and_then(container_id);
             if let Some(cgroup) = cgroup {
                 labels.push(("cgroup", cgroup));
