@@ -24,7 +24,9 @@ use crate::{
         convert::ConvertArgs,
         dump::DumpArgs,
         info::InfoArgs,
-        pyroscope::{ContentionPush, Credentials, ENVIRONMENT, Endpoint, PushOptions},
+        pyroscope::{
+            ContentionPush, Credentials, Endpoint, PushOptions, URL_VARIABLE, environment,
+        },
         report::{KindArg, ReportArgs},
         top::LiveView,
     },
@@ -172,7 +174,7 @@ pub struct Cli {
     #[arg(
         long,
         value_name = "URL",
-        env = "THRTRACE_PYROSCOPE_URL",
+        env = URL_VARIABLE,
         hide_env_values = true
     )]
     pub pyroscope: Option<String>,
@@ -492,7 +494,7 @@ impl Cli {
             .map_err(|error| UsageError(error.to_string()))?;
         let endpoint =
             Endpoint::new(url, credentials).map_err(|error| UsageError(error.to_string()))?;
-        for variable in ENVIRONMENT {
+        for variable in environment() {
             // SAFETY: the command line is read before the tracer starts a thread (the session's
             // runtime and workers come later), so nothing reads the environment meanwhile.
             unsafe { std::env::remove_var(variable) };

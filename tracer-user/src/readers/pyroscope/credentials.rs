@@ -13,15 +13,22 @@ use std::{
 use base64::Engine as _;
 use thiserror::Error;
 
-/// The environment variables read when no file is given.
-pub const TOKEN_VAR: &str = "THRTRACE_PYROSCOPE_TOKEN";
-pub const USER_VAR: &str = "THRTRACE_PYROSCOPE_USER";
-pub const PASSWORD_VAR: &str = "THRTRACE_PYROSCOPE_PASSWORD";
-pub const TENANT_VAR: &str = "THRTRACE_PYROSCOPE_TENANT";
+/// The environment variable that gives `--pyroscope`'s URL.
+pub const URL_VARIABLE: &str = "THRTRACE_PYROSCOPE_URL";
+
+/// The environment variables read when no file is given, each with the file's key it stands
+/// for.
+const CREDENTIAL_VARIABLES: [(&str, &str); 4] = [
+    ("THRTRACE_PYROSCOPE_TOKEN", "token"),
+    ("THRTRACE_PYROSCOPE_USER", "user"),
+    ("THRTRACE_PYROSCOPE_PASSWORD", "password"),
+    ("THRTRACE_PYROSCOPE_TENANT", "tenant"),
+];
 
 /// Every variable the push reads, the URL's included.
-pub const ENVIRONMENT: [&str; 5] = [URL_VAR, TOKEN_VAR, USER_VAR, PASSWORD_VAR, TENANT_VAR];
-pub const URL_VAR: &str = "THRTRACE_PYROSCOPE_URL";
+pub fn environment() -> impl Iterator<Item = &'static str> {
+    std::iter::once(URL_VARIABLE).chain(CREDENTIAL_VARIABLES.iter().map(|(variable, _)| *variable))
+}
 
 /// A credentials file larger than this is no credentials file.
 const MAX_FILE_BYTES: u64 = 64 << 10;
@@ -68,13 +75,13 @@ impl Credentials {
     /// used), else from the environment; none is fine (a server on the host, or behind a proxy
     /// that adds them).
     pub fn load(file: Option<&Path>) -> Result<Credentials, CredentialsError> {
-        let from_env: Vec<(&str, String)> = [TOKEN_VAR, USER_VAR, PASSWORD_VAR, TENANT_VAR]
+        let from_env: Vec<(&str, &str, String)> = CREDENTIAL_VARIABLES
             .into_iter()
-            .filter_map(|var| Some((var, std::env::var(var).ok()?)))
-            .filter(|(_, value)| !value.is_empty())
+            .filter_map(|(var, key)| Some((var, key, std::env::var(var).ok()?)))
+            .filter(|(_, _, value)| !value.is_empty())
             .collect();
         if let Some(path) = file {
-            if let Some((var, _)) = from_env.first() {
+            if let Some((var, ..)) = from_env.first() {
                 return Err(CredentialsError::Invalid {
                     place: path.display().to_string(),
                     problem: format!(
@@ -85,15 +92,9 @@ impl Credentials {
             }
             return Self::parse(&path.display().to_string(), &read_private(path)?);
         }
-        let key = |var: &str| match var {
-            TOKEN_VAR => "token",
-            USER_VAR => "user",
-            PASSWORD_VAR => "password",
-            _ => "tenant",
-        };
         let pairs: Vec<(String, &str, &str)> = from_env
             .iter()
-            .map(|(var, value)| (format!("environment {var}"), key(var), value.as_str()))
+            .map(|(var, key, value)| (format!("environment {var}"), *key, value.as_str()))
             .collect();
         Self::from_pairs("the environment", &pairs)
     }
