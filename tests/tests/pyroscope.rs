@@ -11,7 +11,7 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
+    io::{BufReader, Write},
     process::{Command, Stdio},
     thread::sleep,
     time::{Duration, Instant},
@@ -21,7 +21,7 @@ use thrtrace_tests::{
     Run, TempDir, bpf_available,
     ingest::{IngestServer, Request},
     pprof::{RawProfile, pprof_raw_of},
-    run_tracer, tracer, workload_arg,
+    read_line, run_tracer, tracer, workload_arg,
 };
 
 /// How long the soak traces, when the endpoint goes down and for how long, and when memory is
@@ -101,9 +101,7 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut workload_out = BufReader::new(workload.stdout.take().unwrap());
-    let mut first = String::new();
-    workload_out.read_line(&mut first).unwrap();
+    read_line(&mut BufReader::new(workload.stdout.take().unwrap()));
     let mut traced = Command::new(tracer())
         .args(["--contended", "--push-interval", "1s", "--log"])
         .arg(dir.path().join("app.ptl"))
@@ -114,8 +112,7 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(traced.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    let line = read_line(&mut stderr);
     assert!(line.starts_with("thrtrace-bpf: tracing pid"), "{line}");
     let started = Instant::now();
     writeln!(workload.stdin.as_mut().unwrap()).unwrap();
