@@ -70,6 +70,13 @@ pub mod names {
     pub const OWN_TARGETS: &str = ".bss.own_targets";
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
+    /// The tracepoint programs on the futex syscall's entry and exit (`futex` category).
+    pub const FUTEX_ENTER_PROGRAM: &str = "thr_futex_enter";
+    /// See [`FUTEX_ENTER_PROGRAM`].
+    pub const FUTEX_EXIT_PROGRAM: &str = "thr_futex_exit";
+    /// Read-only global: 1 when only the futex waits that blocked are recorded (`--contended`),
+    /// 0 when every one is.
+    pub const FUTEX_BLOCKED_ONLY: &str = "FUTEX_BLOCKED_ONLY";
 }
 
 /// `names::STACKS`: no record carries its stack.

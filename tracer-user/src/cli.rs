@@ -58,7 +58,7 @@ pub struct Cli {
     pub pids: Vec<u32>,
 
     /// Colon-separated event categories or event names to trace, e.g. mutex:cond or
-    /// mutex_lock:cond_wait [default: all]
+    /// mutex_lock:cond_wait [default: all but futex]
     #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "EVENTS")]
     pub events: Option<String>,
 

@@ -478,7 +478,7 @@ pub fn list_probes(config: &Config) -> Result<i32> {
     let Target::Pids(pids) = &config.target else {
         usage_bail!("--list-probes takes -p PID");
     };
-    let events = config.events.probed();
+    let events = config.events.probed().in_library();
     let symbols: Vec<&str> = events.events().map(|e| e.symbol).collect();
     let mut table = String::new();
     for &pid in pids {
