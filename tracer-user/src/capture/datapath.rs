@@ -7,7 +7,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray};
 use aya_obj::generated::{
-    bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
+    bpf_map_type::BPF_MAP_TYPE_RINGBUF,
+    bpf_prog_type::{BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT},
 };
 use tracer_common::{
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProcessLibrary,
@@ -15,6 +16,7 @@ use tracer_common::{
 };
 
 use super::{
+    futex_hook::{self, FutexHookError},
     kernel::TaskOffsets,
     loader::{self, Loaded},
     lossless::{Stopped, StoppedView},
@@ -137,8 +139,10 @@ pub struct DataPath {
     stopped: Stopped,
     /// A second handle on `stopped`, for the exec-following thread (`--follow --lossless`).
     stopped_view: Option<StoppedView>,
-    /// Raw tracepoint links, each a descriptor.
+    /// Raw tracepoint links, and the futex programs' links, each a descriptor.
     tracepoint_links: Vec<OwnedFd>,
+    /// Why the futex programs could not be attached, when they were to be.
+    futex_unhooked: Option<FutexHookError>,
 }
 
 /// Which processes a run traces, as far as the BPF side is concerned.
@@ -154,23 +158,48 @@ pub enum Scope {
     SystemWide,
 }
 
+/// Which futex waits the futex programs record (`docs/futex-design.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FutexWaits {
+    /// None: the futex category is not selected; its programs are not attached.
+    None,
+    /// Those that blocked (`--contended`).
+    Blocked,
+    /// Every one (a full trace that names the category).
+    Every,
+}
+
+/// What the programs do.
+#[derive(Clone, Copy, Debug)]
+pub struct ProgramOptions {
+    /// Attach a program that records nothing, to measure the probes' cost.
+    pub empty: bool,
+    /// Stop a thread that writes to a ring more than half full until it is drained.
+    pub lossless: bool,
+    /// Which records carry their thread's stack (`tracer_common::STACKS_*`).
+    pub stacks: u32,
+    /// Which futex waits are recorded.
+    pub futex: FutexWaits,
+}
+
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
-    /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
-    /// `lossless`: stop a thread that writes to a ring more than half full until it is drained.
-    /// `stacks`: which records carry their thread's stack (`tracer_common::STACKS_*`).
-    /// `mechanism`: how the programs will be attached.
+    /// `mechanism`: how the uprobe programs will be attached.
     pub fn load(
         offsets: TaskOffsets,
         ring_bytes: u32,
-        empty_programs: bool,
-        lossless: bool,
-        stacks: u32,
+        options: ProgramOptions,
         scope: Scope,
         mechanism: UprobeMechanism,
     ) -> Result<Self> {
+        let ProgramOptions {
+            empty: empty_programs,
+            lossless,
+            stacks,
+            futex,
+        } = options;
         // Each of the type the BPF side declares it with.
-        let globals: [(&str, &[u8]); 9] = [
+        let globals: [(&str, &[u8]); 10] = [
             (names::FSBASE_OFFSET, &offsets.fsbase.to_ne_bytes()),
             (names::NVCSW_OFFSET, &offsets.nvcsw.to_ne_bytes()),
             (names::TRACER_TGID, &std::process::id().to_ne_bytes()),
@@ -183,6 +212,10 @@ impl DataPath {
             (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
             (names::STACKS, &stacks.to_ne_bytes()),
             (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
+            (
+                names::FUTEX_BLOCKED_ONLY,
+                &u32::from(futex == FutexWaits::Blocked).to_ne_bytes(),
+            ),
         ];
         // Without --follow, only -p targets and a launched command go in TRACED, whose
         // entries (an LRU map's) are all allocated when it is created.
@@ -197,6 +230,28 @@ impl DataPath {
             true => (names::EMPTY_PROGRAM, names::EMPTY_PROGRAM),
         };
         let programs = Programs::load(&loaded, entry, exit, mechanism)?;
+        // Loaded before the rings' map is let go, as the uprobe programs are (the programs
+        // hold the maps they use). Attached now, but nothing is traced yet. The exit first: an
+        // exit with no wait noted records nothing, while a wait noted with no exit program yet
+        // would be recorded at the thread's next futex exit. A kernel without the tracepoints
+        // traces the rest (the session says so).
+        let mut futex_links = Vec::new();
+        let mut futex_unhooked = None;
+        if futex != FutexWaits::None {
+            for (name, tracepoint) in [
+                (names::FUTEX_EXIT_PROGRAM, "sys_exit_futex"),
+                (names::FUTEX_ENTER_PROGRAM, "sys_enter_futex"),
+            ] {
+                let program = loaded.load_program(name, BPF_PROG_TYPE_TRACEPOINT, None)?;
+                match futex_hook::attach_syscall_tracepoint(&program, tracepoint) {
+                    Ok(link) => futex_links.push(link),
+                    Err(error) => {
+                        futex_unhooked = Some(error);
+                        break;
+                    }
+                }
+            }
+        }
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
@@ -216,7 +271,7 @@ impl DataPath {
         if scope == Scope::Follow {
             tracepoints.push((names::FORK_PROGRAM, "sched_process_fork"));
         }
-        let mut tracepoint_links = Vec::new();
+        let mut tracepoint_links = futex_links;
         for (name, event) in tracepoints {
             let program = loaded.load_program(name, BPF_PROG_TYPE_RAW_TRACEPOINT, None)?;
             tracepoint_links.push(loader::attach_raw_tracepoint(&program, event)?);
@@ -239,7 +294,14 @@ impl DataPath {
             stopped,
             stopped_view,
             tracepoint_links,
+            futex_unhooked,
         })
+    }
+
+    /// Why the futex waits that were selected are not recorded, if they are not (taken: said
+    /// once).
+    pub fn take_futex_unhooked(&mut self) -> Option<FutexHookError> {
+        self.futex_unhooked.take()
     }
 
     /// The tracepoint links, to detach together with the probes (each waits for a grace period).

@@ -5,9 +5,11 @@
 
 use anyhow::{Context, Result};
 use foldhash::{HashSet, HashSetExt};
+use tracer_common::Category;
 use tracer_model::{
     event::{SystemEvent, event_types},
     log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
+    selection::EventSet,
 };
 
 use super::{
@@ -29,7 +31,7 @@ use crate::{
         targets::{self, PthreadLibrary},
     },
     capture::{
-        datapath::{DataPath, Scope},
+        datapath::{DataPath, FutexWaits, ProgramOptions, Scope},
         decode::Decoder,
         features,
         kernel::{self, TaskOffsets},
@@ -203,15 +205,30 @@ fn load(
             mechanism.describe(config.perf_event_probes)
         );
     }
-    let mut datapath = DataPath::load(
-        offsets,
-        config.ring_bytes,
-        config.empty_programs,
-        config.lossless,
-        config.stacks,
-        scope,
-        mechanism,
-    )?;
+    let futex_selected = !config
+        .events
+        .intersection(EventSet::of(Category::Futex.events()))
+        .is_empty();
+    let futex = match (futex_selected && !config.empty_programs, config.contended) {
+        (false, _) => FutexWaits::None,
+        (true, true) => FutexWaits::Blocked,
+        (true, false) => FutexWaits::Every,
+    };
+    if config.verbose && futex != FutexWaits::None {
+        say!(
+            "thrtrace-bpf: futex waits: the syscall tracepoints syscalls:sys_enter_futex and sys_exit_futex"
+        );
+    }
+    let options = ProgramOptions {
+        empty: config.empty_programs,
+        lossless: config.lossless,
+        stacks: config.stacks,
+        futex,
+    };
+    let mut datapath = DataPath::load(offsets, config.ring_bytes, options, scope, mechanism)?;
+    if let Some(error) = datapath.take_futex_unhooked() {
+        say!("thrtrace-bpf: futex waits outside pthread calls are not recorded: {error}");
+    }
     // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
     datapath.set_recording(&recording.masks())?;
     Ok((datapath, mechanism))
