@@ -2,6 +2,8 @@
 //! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
 //! [`EventDef::layout`], and names events and categories from here.
 
+
+use crate::futex;
 /// The seed's event categories (`event1`), with their `THR_TRACE_EVENTS` names.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -698,9 +700,6 @@ const MUTEX_LOCKED: u16 =
     LOCKED | MUTEX | ProbeFlags::OBJECT_AT_RETURN | ProbeFlags::ONLY_IF_RECURSIVE;
 const READ_LOCKED: u16 = LOCKED | RWLOCK | ProbeFlags::OBJECT_AT_RETURN;
 
-/// `futex_wait`'s event2, which the kernel-side programs write with no cookie to carry it.
-pub const FUTEX_WAIT_EVENT2: u16 = 1;
-
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
 /// seed's field and leave the missing argument fields 0 (`docs/event-map.md`, "Fields a1..a5").
 pub static EVENTS: &[EventDef] = TABLE;
@@ -1348,13 +1347,33 @@ const TABLE: &[EventDef] = &[
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
-    // futex (event1 = 10): one record at the end of each wait, stamped there, so that it is
-    // in time order with the records written meanwhile; it says when the wait began.
+    // futex (event1 = 10): one record at the end of each call, stamped there, so that it is
+    // in time order with the records written meanwhile; it says how long the call took, so
+    // that when it began is known (a wake is paired with the waits it ended by that).
     EventDef {
         category: Category::Futex,
-        event2: FUTEX_WAIT_EVENT2,
+        event2: futex::WAIT_EVENT2,
         name: "futex_wait",
         symbol: "futex",
+        flags: 0,
+        first: [Arg(1), Arg(2), ElapsedNs, Rval, TimeoutNs],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Futex,
+        event2: futex::WAKE_EVENT2,
+        name: "futex_wake",
+        symbol: "futex",
+        flags: 0,
+        first: [Arg(1), Arg(2), Rval, Arg(3), ElapsedNs],
+        second: NONE,
+    },
+    // The word of a futex_waitv(2) call is its first; a2 is how many words it waited on.
+    EventDef {
+        category: Category::Futex,
+        event2: futex::WAITV_EVENT2,
+        name: "futex_waitv",
+        symbol: "futex_waitv",
         flags: 0,
         first: [Arg(1), Arg(2), ElapsedNs, Rval, TimeoutNs],
         second: NONE,

@@ -3,6 +3,7 @@
 #![no_std]
 
 pub mod events;
+pub mod futex;
 pub mod record;
 
 pub use events::{

@@ -57,7 +57,7 @@ use tracer_common::{
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister, OwnTargets,
     ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_NONE,
     STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
-    events::{FUTEX_WAIT_EVENT2, OBJECT_WORDS, ObjectSize, is_recursive_mutex},
+    events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack},
 };
 
