@@ -58,6 +58,7 @@ use tracer_common::{
     ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_NONE,
     STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
+    futex,
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack},
 };
 
@@ -924,7 +925,7 @@ pub fn thr_futex_enter(ctx: TracePointContext) -> u32 {
     if command != FUTEX_WAIT && command != FUTEX_WAIT_BITSET {
         return 0;
     }
-    if !recording_event(Category::Futex as u16, FUTEX_WAIT_EVENT2) {
+    if !recording_event(Category::Futex as u16, futex::WAIT_EVENT2) {
         return 0;
     }
     let task = current_task();
@@ -1045,7 +1046,7 @@ fn fill_futex_wait(record: *mut RawRecord, wait: *const FutexWait, result: i64, 
         (*record).pid = (pid_tgid >> 32) as u32;
         (*record).lwpid = pid_tgid as u32;
         (*record).event1 = Category::Futex as u16;
-        (*record).event2 = FUTEX_WAIT_EVENT2;
+        (*record).event2 = futex::WAIT_EVENT2;
         (*record).block = u8::from(blocked);
         (*record).args = (*wait).args;
         (*record).rval = result;
