@@ -901,6 +901,22 @@ pub fn report_lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
         .unwrap_or_else(|| panic!("no lock {address} in {report:#}"))
 }
 
+/// The functions of a report's stack (its JSON), innermost first, each without its offset
+/// (`alpha_5+0x1c` is `alpha_5`).
+pub fn stack_functions(stack: &Value) -> Vec<String> {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|frame| {
+            let name = frame["function"].as_str().unwrap_or_default();
+            name.split_once('+')
+                .map_or(name, |(name, _)| name)
+                .to_owned()
+        })
+        .collect()
+}
+
 /// A place as the report's text and the tracer's messages write it, from a report's JSON
 /// location: `worker+0x1c (queue.c:88)`.
 pub fn place(at: &Value) -> String {
