@@ -3,19 +3,23 @@
 //! can hook the futex syscalls (`--futex-hook`). The workloads' waits are certain (a thread of
 //! theirs sees each waiter asleep in its wait, through /proc, before it ends it), so the
 //! records are counted exactly: the raw futex calls of futex_raw.c, including a futex_waitv(2)
-//! round where the kernel has it. Under `--contended` only the waits that blocked and the wakes
-//! that woke one are recorded; a full trace records every futex call when `-e futex` names the
-//! category, none otherwise; and a pthread call's wait or wake is its pthread event's alone.
+//! round where the kernel has it; Rust's `std::sync::Mutex` and `Condvar` (src/bin/futex_std.rs),
+//! which the workload counts itself. Under
+//! `--contended` only the waits that blocked and the wakes that woke one are recorded, with
+//! their stacks; a full trace records every futex call when `-e futex` names the category,
+//! none otherwise; and a pthread call's wait or wake is its pthread event's alone.
 
 use std::{
     collections::BTreeSet,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader, Read, Write},
     path::Path,
     process::{Command, Stdio},
 };
 
+use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, field, prerequisite, read_trace, start_tracer, workload,
+    TempDir, bpf_available, field, prerequisite, read_trace, report_json, report_lock,
+    stack_functions, start_tracer, workload,
 };
 use tracer_common::{
     Category,
@@ -85,16 +89,19 @@ fn kernel_has_futex_waitv() -> bool {
 
 /// A traced run of a workload.
 struct Traced {
+    /// Holds the tr files and the log, `app.ptl`.
+    dir: TempDir,
     /// Every record, in time order.
     records: Vec<TraceRecord>,
     /// Its process id, which is its main thread's lwpid.
     pid: u32,
-    /// The line it printed first.
+    /// The line it printed first, and what it printed after.
     first_line: String,
+    rest: String,
 }
 
 /// A run of `program` with `args`, a workload that prints a line and waits for one on stdin
-/// before it starts, traced with `options` from then on.
+/// before it starts, traced with `options` from then on into tr files and a log.
 fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
     let mut child = Command::new(program)
         .args(args)
@@ -106,18 +113,24 @@ fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
     let mut first_line = String::new();
     out.read_line(&mut first_line).unwrap();
     let dir = TempDir::new("futex");
-    let (mut tracer, _) = start_tracer(dir.path(), &[child.id()], options);
+    let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
+    let mut options = options.to_vec();
+    options.extend(["--log", &log]);
+    let (mut tracer, _) = start_tracer(dir.path(), &[child.id()], &options);
     writeln!(child.stdin.take().unwrap(), "go").unwrap();
     // Read to its end, so that its last line does not meet a closed pipe.
-    std::io::copy(&mut out, &mut std::io::sink()).unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
     assert!(child.wait().unwrap().success(), "{}", program.display());
     assert!(tracer.wait().unwrap().success());
     let mut records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
     records.sort_by_key(TraceRecord::time_ns);
     Traced {
+        dir,
         records,
         pid: child.id(),
         first_line,
+        rest,
     }
 }
 
@@ -423,5 +436,132 @@ fn a_pthread_wait_or_wake_is_recorded_once_as_its_pthread_event() {
     }
     for hook in futex_hooks("futex_pthread_once") {
         pthread_waits_and_wakes_recorded_once(hook);
+    }
+}
+
+/// Checks that each of a JSON report's stacks of the futex word at `address` (the
+/// `waiting_stacks` of its row, kind `futex`) starts with one of `chains` (functions, innermost
+/// first), and that they are `waits` waits in all.
+fn assert_waiting_stacks(report: &Value, address: i64, chains: &[&[&str]], waits: u64, at: &str) {
+    let lock = report_lock(report, &Value::from(format!("{address:#x}")));
+    assert_eq!(lock["kind"], "futex", "{at}: {lock:#}");
+    let stacks = lock["waiting_stacks"].as_array().unwrap();
+    for stack in stacks {
+        let functions = stack_functions(stack);
+        assert!(
+            chains.iter().any(|chain| functions
+                .starts_with(&chain.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>())),
+            "{at}: none of {chains:?} in {functions:#?}"
+        );
+    }
+    let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, waits, "{at}: {lock:#}");
+}
+
+/// The one address that all of `records` are on.
+fn the_address(records: &[&TraceRecord], context: &str) -> i64 {
+    let addresses: BTreeSet<i64> = records.iter().map(|r| r.a[0]).collect();
+    assert_eq!(addresses.len(), 1, "{context}: {records:#?}");
+    addresses.into_iter().next().unwrap()
+}
+
+// std is mangled the v0 way, whose methods demangle as `<Type>::method`; the workload the
+// legacy way (`futex_std::wait_for_permit`). The innermost frame is the syscall's own
+// instruction, in libc's `syscall`.
+const LOCK_CONTENDED: &str = "<std::sys::sync::mutex::futex::Mutex>::lock_contended";
+const CONDVAR_WAIT: &str = "<std::sys::sync::condvar::futex::Condvar>::wait";
+const LOCK_HELD_MUTEX: &str = "futex_std::lock_held_mutex";
+const WAIT_FOR_PERMIT: &str = "futex_std::wait_for_permit";
+
+fn std_mutex_and_condvar(hook: &str) {
+    let context = format!("--futex-hook {hook}");
+    let args = [ROUNDS, WAITERS, HOLD_MS as u64].map(|n| n.to_string());
+    let program = Path::new(env!("CARGO_BIN_EXE_futex_std"));
+    let run = traced_run(program, &args, &["--contended", "--futex-hook", hook]);
+    let mutex: u64 = field(&run.first_line, "mutex");
+    let condvar: u64 = field(&run.first_line, "condvar");
+    let mutex_waits: u64 = field(&run.rest, "mutex_waits");
+    let condvar_waits: u64 = field(&run.rest, "condvar_waits");
+    // Each round's mutex phase and notify_all phase block each waiter on the mutex; its
+    // notify_one and notify_all phases, on the condition variable.
+    assert_eq!(
+        (mutex_waits, condvar_waits),
+        (2 * ROUNDS * WAITERS, 2 * ROUNDS * WAITERS),
+        "{}",
+        run.rest
+    );
+
+    let waits = named(&run.records, "futex_wait");
+    let on_mutex = within(&waits, mutex, field(&run.first_line, "mutex_size"));
+    let on_condvar = within(&waits, condvar, field(&run.first_line, "condvar_size"));
+    assert_eq!(on_mutex.len() as u64, mutex_waits, "{context}: {waits:#?}");
+    assert_eq!(
+        on_condvar.len() as u64,
+        condvar_waits,
+        "{context}: {waits:#?}"
+    );
+    assert_eq!(
+        waits.len(),
+        on_mutex.len() + on_condvar.len(),
+        "{context}: no other wait: {waits:#?}"
+    );
+    // std waits with FUTEX_WAIT_BITSET, with no timeout here; none returned EAGAIN.
+    assert_woken(&waits, WAIT_BITSET, 1, &context);
+
+    // Each mutex wait was ended by an unlock's wake of one; the last waiter's unlock woke none.
+    let wakes = named(&run.records, "futex_wake");
+    let mutex_wakes = within(&wakes, mutex, field(&run.first_line, "mutex_size"));
+    assert_eq!(
+        mutex_wakes.len() as u64,
+        mutex_waits,
+        "{context}: {wakes:#?}"
+    );
+    assert_wakes(&mutex_wakes, 1, 1, &context);
+    // The condition variable's: a notify_one per waiter, and a notify_all per round that woke
+    // every waiter.
+    let condvar_wakes = within(&wakes, condvar, field(&run.first_line, "condvar_size"));
+    let (ones, alls): (Vec<&TraceRecord>, Vec<&TraceRecord>) =
+        condvar_wakes.iter().partition(|r| r.a[3] == 1);
+    assert_eq!(ones.len() as u64, ROUNDS * WAITERS, "{context}: {wakes:#?}");
+    assert_wakes(&ones, 1, 1, &context);
+    assert_eq!(alls.len() as u64, ROUNDS, "{context}: {wakes:#?}");
+    assert_wakes(&alls, WAKE_ALL, WAITERS as i64, &context);
+    assert_eq!(
+        wakes.len(),
+        mutex_wakes.len() + condvar_wakes.len(),
+        "{context}: no other wake: {wakes:#?}"
+    );
+
+    let report = report_json(&run.dir, &["app.ptl"]);
+    assert_waiting_stacks(
+        &report,
+        the_address(&on_mutex, &context),
+        &[
+            &["syscall", LOCK_CONTENDED, LOCK_HELD_MUTEX],
+            // A woken waiter takes the mutex back in the condition variable's wait.
+            &["syscall", LOCK_CONTENDED, CONDVAR_WAIT, WAIT_FOR_PERMIT],
+        ],
+        mutex_waits,
+        &format!("{context}: the mutex"),
+    );
+    assert_waiting_stacks(
+        &report,
+        the_address(&on_condvar, &context),
+        &[&["syscall", CONDVAR_WAIT, WAIT_FOR_PERMIT]],
+        condvar_waits,
+        &format!("{context}: the condition variable"),
+    );
+}
+
+/// Rust's std locks wait and wake with the futex syscall, in no pthread call: every wait the
+/// workload saw blocked is recorded, on the mutex or the condition variable, with the wakes
+/// that ended them, and each stack names std's lock function and the workload's, demangled.
+#[test]
+fn rust_std_mutex_and_condvar_waits_are_recorded_with_their_stacks() {
+    if !bpf_available("futex_std") {
+        return;
+    }
+    for hook in futex_hooks("futex_std") {
+        std_mutex_and_condvar(hook);
     }
 }
