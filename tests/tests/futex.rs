@@ -4,7 +4,7 @@
 //! theirs sees each waiter asleep in its wait, through /proc, before it ends it), so the
 //! records are counted exactly: the raw futex calls of futex_raw.c, including a futex_waitv(2)
 //! round where the kernel has it; Rust's `std::sync::Mutex` and `Condvar` (src/bin/futex_std.rs),
-//! which the workload counts itself. Under
+//! which the workload counts itself; glibc's own lock of a FILE (stdio_lock.c). Under
 //! `--contended` only the waits that blocked and the wakes that woke one are recorded, with
 //! their stacks; a full trace records every futex call when `-e futex` names the category,
 //! none otherwise; and a pthread call's wait or wake is its pthread event's alone.
@@ -563,5 +563,69 @@ fn rust_std_mutex_and_condvar_waits_are_recorded_with_their_stacks() {
     }
     for hook in futex_hooks("futex_std") {
         std_mutex_and_condvar(hook);
+    }
+}
+
+fn stdio_lock_waits(hook: &str) {
+    let context = format!("--futex-hook {hook}");
+    let args = [ROUNDS, HOLD_MS as u64].map(|n| n.to_string());
+    let run = traced_run(
+        &workload("stdio_lock"),
+        &args,
+        &["--contended", "--futex-hook", hook],
+    );
+    let lock: u64 = field(&run.first_line, "lock");
+    // glibc's lll_lock: FUTEX_WAIT_PRIVATE on the lock's word, for the value 2 (contended).
+    let waits = named(&run.records, "futex_wait");
+    assert_eq!(
+        within(&waits, lock, 4).len() as u64,
+        ROUNDS,
+        "{context}: {waits:#?}"
+    );
+    assert_eq!(
+        waits.len() as u64,
+        ROUNDS,
+        "{context}: none from a pthread call: {waits:#?}"
+    );
+    assert_woken(&waits, WAIT, HOLD_MS * MS, &context);
+    let writer: BTreeSet<u32> = waits.iter().map(|r| r.lwpid).collect();
+    assert!(
+        writer.len() == 1 && !writer.contains(&run.pid),
+        "{context}: the writer thread's: {waits:#?}"
+    );
+    // Each funlockfile woke the writer; the writer's own unlocks woke none.
+    let wakes = named(&run.records, "futex_wake");
+    assert_eq!(
+        within(&wakes, lock, 4).len() as u64,
+        ROUNDS,
+        "{context}: {wakes:#?}"
+    );
+    assert_eq!(wakes.len() as u64, ROUNDS, "{context}: {wakes:#?}");
+    assert_wakes(&wakes, 1, 1, &context);
+    assert!(
+        wakes.iter().all(|r| r.lwpid == run.pid),
+        "{context}: the main thread's: {wakes:#?}"
+    );
+    let report = report_json(&run.dir, &["app.ptl"]);
+    // fputs's global name, before its weak alias (the symbolizer names an address so).
+    assert_waiting_stacks(
+        &report,
+        lock as i64,
+        &[&["__lll_lock_wait_private", "_IO_fputs", "writer"]],
+        ROUNDS,
+        &format!("{context}: the FILE's lock"),
+    );
+}
+
+/// glibc's stdio locks its FILEs with a lock of its own, whose contended path waits with the
+/// futex syscall in no pthread call: each round's fputs on a FILE locked by another thread is
+/// one futex wait, through `__lll_lock_wait_private` and fputs, and the unlock's wake ends it.
+#[test]
+fn glibc_internal_lock_waits_are_recorded_with_their_stacks() {
+    if !bpf_available("futex_stdio") {
+        return;
+    }
+    for hook in futex_hooks("futex_stdio") {
+        stdio_lock_waits(hook);
     }
 }
