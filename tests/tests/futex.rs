@@ -4,10 +4,11 @@
 //! theirs sees each waiter asleep in its wait, through /proc, before it ends it), so the
 //! records are counted exactly: the raw futex calls of futex_raw.c, including a futex_waitv(2)
 //! round where the kernel has it; Rust's `std::sync::Mutex` and `Condvar` (src/bin/futex_std.rs),
-//! which the workload counts itself; glibc's own lock of a FILE (stdio_lock.c). Under
-//! `--contended` only the waits that blocked and the wakes that woke one are recorded, with
-//! their stacks; a full trace records every futex call when `-e futex` names the category,
-//! none otherwise; and a pthread call's wait or wake is its pthread event's alone.
+//! which the workload counts itself; glibc's own lock of a FILE (stdio_lock.c); and, at least
+//! once, malloc's lock of an arena (malloc_arena.c). Under `--contended` only the waits that
+//! blocked and the wakes that woke one are recorded, with their stacks; a full trace records
+//! every futex call when `-e futex` names the category, none otherwise; and a pthread call's
+//! wait or wake is its pthread event's alone.
 
 use std::{
     collections::BTreeSet,
@@ -19,7 +20,7 @@ use std::{
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, field, prerequisite, read_trace, report_json, report_lock,
-    stack_functions, start_tracer, workload,
+    run_workload, stack_functions, start_tracer, workload,
 };
 use tracer_common::{
     Category,
@@ -628,4 +629,50 @@ fn glibc_internal_lock_waits_are_recorded_with_their_stacks() {
     for hook in futex_hooks("futex_stdio") {
         stdio_lock_waits(hook);
     }
+}
+
+/// Threads allocating in one arena wait for its lock: likely, not certain, so at least one
+/// wait is asked for. Each is glibc's lock wait (FUTEX_WAIT_PRIVATE, woken, no timeout), none
+/// the main thread's (it is in pthread_join, a pthread call), and each stack starts in
+/// `__lll_lock_wait_private`, some in the workload's threads (the others in their exit, which
+/// takes malloc's locks too).
+#[test]
+fn glibc_malloc_arena_lock_waits_are_recorded_with_their_stacks() {
+    if !bpf_available("futex_malloc") {
+        return;
+    }
+    let (dir, _) = run_workload(
+        &["--contended", "--log", "app.ptl", "--dir", "."],
+        "malloc_arena",
+        &["4", "200000"],
+    );
+    let records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
+    let waits = named(&records, "futex_wait");
+    assert!(!waits.is_empty(), "no wait for malloc's arena lock");
+    assert_woken(&waits, WAIT, 1, "malloc");
+    assert!(
+        waits.iter().all(|r| r.lwpid != r.pid),
+        "none of the main thread's: {waits:#?}"
+    );
+    let report = report_json(&dir, &["app.ptl"]);
+    let stacks: Vec<Vec<String>> = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["kind"] == "futex")
+        .flat_map(|lock| lock["waiting_stacks"].as_array().unwrap())
+        .map(stack_functions)
+        .collect();
+    assert!(
+        stacks.iter().all(|stack| stack
+            .first()
+            .is_some_and(|f| f == "__lll_lock_wait_private")),
+        "{stacks:#?}"
+    );
+    assert!(
+        stacks
+            .iter()
+            .any(|stack| stack.iter().any(|f| f == "worker")),
+        "{stacks:#?}"
+    );
 }
