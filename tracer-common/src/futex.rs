@@ -18,19 +18,31 @@ pub const SYS_FUTEX_WAITV: u64 = 449;
 /// `op`'s flags, `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`, which are not its command.
 pub const OP_FLAGS: u64 = 128 | 256;
 
-/// `futex(2)`'s commands (`op` without [`OP_FLAGS`]).
+/// `futex(2)`'s commands (`op` without [`OP_FLAGS`]), as `linux/futex.h` numbers them.
 pub mod command {
+    /// `FUTEX_WAIT`.
     pub const WAIT: u64 = 0;
+    /// `FUTEX_WAKE`.
     pub const WAKE: u64 = 1;
+    /// `FUTEX_REQUEUE`.
     pub const REQUEUE: u64 = 3;
+    /// `FUTEX_CMP_REQUEUE`.
     pub const CMP_REQUEUE: u64 = 4;
+    /// `FUTEX_WAKE_OP`.
     pub const WAKE_OP: u64 = 5;
+    /// `FUTEX_LOCK_PI`.
     pub const LOCK_PI: u64 = 6;
+    /// `FUTEX_UNLOCK_PI`.
     pub const UNLOCK_PI: u64 = 7;
+    /// `FUTEX_WAIT_BITSET`.
     pub const WAIT_BITSET: u64 = 9;
+    /// `FUTEX_WAKE_BITSET`.
     pub const WAKE_BITSET: u64 = 10;
+    /// `FUTEX_WAIT_REQUEUE_PI`.
     pub const WAIT_REQUEUE_PI: u64 = 11;
+    /// `FUTEX_CMP_REQUEUE_PI`.
     pub const CMP_REQUEUE_PI: u64 = 12;
+    /// `FUTEX_LOCK_PI2`.
     pub const LOCK_PI2: u64 = 13;
 }
 
@@ -46,6 +58,10 @@ pub const WAITV_EVENT2: u16 = 3;
 /// The event a `futex(2)` call of `op` is recorded as, if any: [`WAIT_EVENT2`],
 /// [`WAKE_EVENT2`], or none (`TRYLOCK_PI` never sleeps, `FUTEX_FD` is gone).
 #[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
 pub const fn event_of_op(op: u64) -> Option<u16> {
     match op & !OP_FLAGS {
         command::WAIT
@@ -66,6 +82,10 @@ pub const fn event_of_op(op: u64) -> Option<u16> {
 
 /// The event a call of syscall `nr` with `op` is recorded as, if any.
 #[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
 pub const fn event_of_call(nr: u64, op: u64) -> Option<u16> {
     match nr {
         SYS_FUTEX => event_of_op(op),
