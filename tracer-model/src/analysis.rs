@@ -314,8 +314,8 @@ pub struct LockStats {
     #[serde(skip)]
     pub callers: HashMap<u64, CallerStats>,
     /// The threads its contended acquisitions found holding it as they began to wait (the
-    /// owner a lock's entry read, or in a full trace the holder the records name), by thread
-    /// id.
+    /// owner a lock's entry read, or in a full trace the holder the records name; for a futex
+    /// word, the thread whose wake ended the wait), by thread id.
     #[serde(skip)]
     pub owners: HashMap<u32, OwnerStats>,
     /// Its contended waits by the call stack they waited with (`TraceRecord::stack`; 0:
