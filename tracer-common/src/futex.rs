@@ -18,7 +18,7 @@ pub const SYS_FUTEX_WAITV: u64 = 449;
 /// `op`'s flags, `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`, which are not its command.
 pub const OP_FLAGS: u64 = 128 | 256;
 
-/// `futex(2)`'s commands (`op` without [`OP_FLAGS`]).
+/// `futex(2)`'s commands (`op` without [`OP_FLAGS`]), as `linux/futex.h` numbers them.
 pub mod command {
     /// Sleeps while the word holds `val`.
     pub const WAIT: u64 = 0;
@@ -58,6 +58,10 @@ pub const WAITV_EVENT2: u16 = 3;
 /// The event a `futex(2)` call of `op` is recorded as, if any: [`WAIT_EVENT2`],
 /// [`WAKE_EVENT2`], or none (`TRYLOCK_PI` never sleeps, `FUTEX_FD` is gone).
 #[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
 pub const fn event_of_op(op: u64) -> Option<u16> {
     match op & !OP_FLAGS {
         command::WAIT
@@ -78,6 +82,10 @@ pub const fn event_of_op(op: u64) -> Option<u16> {
 
 /// The event a call of syscall `nr` with `op` is recorded as, if any.
 #[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
 pub const fn event_of_call(nr: u64, op: u64) -> Option<u16> {
     match nr {
         SYS_FUTEX => event_of_op(op),
