@@ -8,7 +8,8 @@
  * write-locks `rw`, lets the waiters read-lock it (line WAIT_RDLOCK), keeps it HOLD_MS and
  * unlocks it; then read-locks it, lets them write-lock it (line WAIT_WRLOCK) and keeps it
  * HOLD_MS: the first writer waits for it, the others for the writer before them. Every waiter's
- * lock, sem_wait, rdlock and wrlock therefore blocks: ROUNDS * WAITERS of each. The next round
+ * lock, sem_wait, rdlock and wrlock therefore blocks: ROUNDS * WAITERS of each (the main thread
+ * lets a lock go only once every waiter is asleep in its futex wait). The next round
  * starts once every waiter is through. Between rounds each thread makes WORK uncontended
  * lock+unlock pairs on a mutex of its own, post+wait pairs on a semaphore of its own, and
  * rdlock+unlock and wrlock+unlock pairs on a read-write lock of its own (default 0). With GATE
@@ -26,12 +27,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "asleep.h"
+
 static pthread_mutex_t first = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t second = PTHREAD_MUTEX_INITIALIZER;
 static sem_t sem;
 static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
 static atomic_int round_open, waiting, done, read_open, read_done, write_open, write_done;
 static int rounds, hold_ms;
+static long waiters;
+/* Each waiter's thread id, for the main thread to see it asleep. */
+static volatile pid_t waiter_tids[16];
 static long work;
 
 /* Uncontended calls: a mutex and a semaphore of the caller's own. */
@@ -59,6 +65,7 @@ static void *waiter(void *arg) {
     char name[16];
     snprintf(name, sizeof name, "waiter-%ld", (long)arg);
     pthread_setname_np(pthread_self(), name);
+    waiter_tids[(long)arg - 1] = (pid_t)syscall(SYS_gettid);
     for (int r = 1; r <= rounds; r++) {
         while (atomic_load(&round_open) < r) usleep(100);
         pthread_mutex_lock(of_round(r)); /* WAIT_MUTEX */
@@ -82,7 +89,7 @@ static void *waiter(void *arg) {
 int main(int argc, char **argv) {
     rounds = argc > 1 ? atoi(argv[1]) : 3;
     hold_ms = argc > 2 ? atoi(argv[2]) : 50;
-    long waiters = argc > 3 ? atol(argv[3]) : 2;
+    waiters = argc > 3 ? atol(argv[3]) : 2;
     work = argc > 4 ? atol(argv[4]) : 0;
     int gate = argc > 5 ? atoi(argv[5]) : 0;
     pthread_t ids[16];
@@ -101,19 +108,23 @@ int main(int argc, char **argv) {
     for (int r = 1; r <= rounds; r++) {
         pthread_mutex_lock(of_round(r)); /* HOLD */
         atomic_store(&round_open, r);
+        until_asleep_in_futex(waiter_tids, waiters);
         usleep(hold_ms * 1000);
         pthread_mutex_unlock(of_round(r));
         while (atomic_load(&waiting) < r * waiters) usleep(100);
+        until_asleep_in_futex(waiter_tids, waiters);
         usleep(hold_ms * 1000);
         for (long t = 0; t < waiters; t++) sem_post(&sem); /* POST */
         while (atomic_load(&done) < r * waiters) usleep(100);
         pthread_rwlock_wrlock(&rw); /* HOLD_WRITE */
         atomic_store(&read_open, r);
+        until_asleep_in_futex(waiter_tids, waiters);
         usleep(hold_ms * 1000);
         pthread_rwlock_unlock(&rw);
         while (atomic_load(&read_done) < r * waiters) usleep(100);
         pthread_rwlock_rdlock(&rw); /* HOLD_READ */
         atomic_store(&write_open, r);
+        until_asleep_in_futex(waiter_tids, waiters);
         usleep(hold_ms * 1000);
         pthread_rwlock_unlock(&rw);
         while (atomic_load(&write_done) < r * waiters) usleep(100);

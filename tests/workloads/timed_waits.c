@@ -10,6 +10,10 @@
 
 #include "deadline.h"
 
+/* Long enough that the call is made, traced, before its deadline even on an emulated kernel:
+ * a deadline already past when it is called returns at once, without sleeping. */
+#define TIMEOUT_MS 200
+
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER, other = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static sem_t held, done;
@@ -30,14 +34,14 @@ int main(void) {
     sem_init(&done, 0, 0);
     pthread_create(&thread, NULL, holder, NULL);
     sem_wait(&held);
-    struct timespec m1 = deadline_in_ms(CLOCK_REALTIME, 20);
+    struct timespec m1 = deadline_in_ms(CLOCK_REALTIME, TIMEOUT_MS);
     ok &= pthread_mutex_timedlock(&mutex, &m1) == ETIMEDOUT;
-    struct timespec m2 = deadline_in_ms(CLOCK_MONOTONIC, 20);
+    struct timespec m2 = deadline_in_ms(CLOCK_MONOTONIC, TIMEOUT_MS);
     ok &= pthread_mutex_clocklock(&mutex, CLOCK_MONOTONIC, &m2) == ETIMEDOUT;
     sem_post(&done);
     pthread_join(thread, NULL);
     pthread_mutex_lock(&other);
-    struct timespec c1 = deadline_in_ms(CLOCK_MONOTONIC, 20);
+    struct timespec c1 = deadline_in_ms(CLOCK_MONOTONIC, TIMEOUT_MS);
     ok &= pthread_cond_clockwait(&cond, &other, CLOCK_MONOTONIC, &c1) == ETIMEDOUT;
     pthread_mutex_unlock(&other);
     printf("mutex=%lu other=%lu cond=%lu m1=%ld.%09ld m2=%ld.%09ld c1=%ld.%09ld\n",

@@ -2,7 +2,6 @@
 //! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
 //! [`EventDef::layout`], and names events and categories from here.
 
-
 use crate::futex;
 /// The seed's event categories (`event1`), with their `THR_TRACE_EVENTS` names.
 #[repr(u16)]

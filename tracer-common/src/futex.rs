@@ -18,19 +18,31 @@ pub const SYS_FUTEX_WAITV: u64 = 449;
 /// `op`'s flags, `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`, which are not its command.
 pub const OP_FLAGS: u64 = 128 | 256;
 
-/// `futex(2)`'s commands (`op` without [`OP_FLAGS`]).
+/// `futex(2)`'s commands (`op` without [`OP_FLAGS`]), as `linux/futex.h` numbers them.
 pub mod command {
+    /// Sleeps while the word holds `val`.
     pub const WAIT: u64 = 0;
+    /// Wakes up to `val` waiters.
     pub const WAKE: u64 = 1;
+    /// Wakes `val` waiters and moves the rest to a second word.
     pub const REQUEUE: u64 = 3;
+    /// `REQUEUE` if the word still holds `val3`.
     pub const CMP_REQUEUE: u64 = 4;
+    /// Changes a second word and wakes waiters on both.
     pub const WAKE_OP: u64 = 5;
+    /// Takes a priority-inheritance lock, sleeping while another thread holds it.
     pub const LOCK_PI: u64 = 6;
+    /// Lets a priority-inheritance lock go, to its first waiter if it has one.
     pub const UNLOCK_PI: u64 = 7;
+    /// `WAIT` for the wakes whose bits meet `val3`.
     pub const WAIT_BITSET: u64 = 9;
+    /// `WAKE` of the waiters whose bits meet `val3`.
     pub const WAKE_BITSET: u64 = 10;
+    /// Waits to be requeued to, and take, a priority-inheritance lock.
     pub const WAIT_REQUEUE_PI: u64 = 11;
+    /// Requeues waiters to a priority-inheritance lock.
     pub const CMP_REQUEUE_PI: u64 = 12;
+    /// `LOCK_PI` on the clock the flags name (Linux 5.14).
     pub const LOCK_PI2: u64 = 13;
 }
 
@@ -46,6 +58,10 @@ pub const WAITV_EVENT2: u16 = 3;
 /// The event a `futex(2)` call of `op` is recorded as, if any: [`WAIT_EVENT2`],
 /// [`WAKE_EVENT2`], or none (`TRYLOCK_PI` never sleeps, `FUTEX_FD` is gone).
 #[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
 pub const fn event_of_op(op: u64) -> Option<u16> {
     match op & !OP_FLAGS {
         command::WAIT
@@ -66,6 +82,10 @@ pub const fn event_of_op(op: u64) -> Option<u16> {
 
 /// The event a call of syscall `nr` with `op` is recorded as, if any.
 #[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
 pub const fn event_of_call(nr: u64, op: u64) -> Option<u16> {
     match nr {
         SYS_FUTEX => event_of_op(op),

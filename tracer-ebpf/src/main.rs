@@ -37,6 +37,8 @@ use core::{
 
 use core::mem::offset_of;
 
+mod futex_calls;
+
 use aya_ebpf::{
     EbpfContext,
     bindings::{
@@ -49,16 +51,15 @@ use aya_ebpf::{
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_ringbuf_query, bpf_send_signal_thread, bpf_task_storage_get, generated,
     },
-    macros::{btf_map, raw_tracepoint, tracepoint, uprobe, uretprobe},
-    programs::{ProbeContext, RawTracePointContext, RetProbeContext, TracePointContext},
+    macros::{btf_map, raw_tracepoint, uprobe, uretprobe},
+    programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    Category, ERRNO_AT_OFFSET, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, LOST_PENDING,
+    ERRNO_AT_OFFSET, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, LOST_PENDING,
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister, OwnTargets,
     ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_NONE,
     STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
     events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
-    futex,
     record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack},
 };
 
@@ -440,6 +441,11 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     let in_ring =
         !only_opens_call && !written_at_return_only(flags) && emit_entry(raw_cookie, regs, slot);
     if slot.is_null() {
+        // A waking slow path's record is its call's: the futex wake that follows is not
+        // recorded again.
+        if in_ring && cookie.slow_path {
+            futex_calls::pthread_wake_recorded();
+        }
         return 0;
     }
     // SAFETY: this thread's own slot, filled before anything reads it.
@@ -867,191 +873,6 @@ unsafe fn complete(
 #[uprobe]
 pub fn thr_empty(_ctx: ProbeContext) -> u32 {
     0
-}
-
-/// Set by userspace: 1 under `--contended`, where a futex wait is recorded only if it blocked.
-#[unsafe(no_mangle)]
-static FUTEX_BLOCKED_ONLY: u32 = 0;
-
-/// A futex wait of a traced thread, between the syscall's entry and its exit.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct FutexWait {
-    /// The syscall's first five arguments: uaddr, op, val, utime, uaddr2.
-    args: [u64; 5],
-    /// The `struct timespec` that `utime` points to, read at entry; zero when it is null.
-    timeout: [i64; 2],
-    started_ns: u64,
-    nvcsw_at_entry: u64,
-    /// Not 0 from the entry of a wait that is recorded to its exit.
-    open: u64,
-}
-
-/// Each traced thread's futex wait in progress.
-#[btf_map]
-static FUTEX_WAITS: TaskStorage<FutexWait> = TaskStorage::new();
-
-/// The futex commands that wait without priority inheritance (`op` without its flag bits).
-const FUTEX_WAIT: u64 = 0;
-const FUTEX_WAIT_BITSET: u64 = 9;
-/// `op`'s flags, `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`, which are not its command.
-const FUTEX_OP_FLAGS: u64 = 128 | 256;
-/// The result of a wait whose word no longer held the value expected: it did not sleep.
-const EAGAIN: i64 = 11;
-
-/// The `syscalls:sys_enter_*` record holds the syscall's arguments as 8-byte words from here,
-/// and `syscalls:sys_exit_*` its return value (the tracepoints' `format` files).
-const SYSCALL_RECORD_WORDS_FROM: usize = 2;
-
-/// Word `n` of a syscall tracepoint's record, from `SYSCALL_RECORD_WORDS_FROM`: argument `n`
-/// at the entry, the return value (n = 0) at the exit. A load from the context at a constant
-/// offset, which the verifier checks.
-#[inline(always)]
-fn syscall_record_word(ctx: &TracePointContext, n: usize) -> u64 {
-    // SAFETY: the context is the tracepoint's record, whose words these are.
-    unsafe {
-        ctx.as_ptr()
-            .cast::<u64>()
-            .add(SYSCALL_RECORD_WORDS_FROM + n)
-            .read()
-    }
-}
-
-/// At the entry of a futex syscall: a wait of a traced thread that is not part of a traced
-/// call (whose record covers it) is noted, for its exit to record.
-#[tracepoint]
-pub fn thr_futex_enter(ctx: TracePointContext) -> u32 {
-    let command = syscall_record_word(&ctx, 1) & !FUTEX_OP_FLAGS;
-    if command != FUTEX_WAIT && command != FUTEX_WAIT_BITSET {
-        return 0;
-    }
-    if !recording_event(Category::Futex as u16, futex::WAIT_EVENT2) {
-        return 0;
-    }
-    let task = current_task();
-    if !traced_process(current_pid_tgid(task)) || inside_traced_call(task) {
-        return 0;
-    }
-    let wait = FUTEX_WAITS.of(task, true);
-    if wait.is_null() {
-        count_lost();
-        return 0;
-    }
-    // SAFETY: this thread's own value, which only its own futex programs touch.
-    unsafe {
-        // Each at a constant offset: the verifier refuses a context load at a computed one.
-        (*wait).args = [
-            syscall_record_word(&ctx, 0),
-            syscall_record_word(&ctx, 1),
-            syscall_record_word(&ctx, 2),
-            syscall_record_word(&ctx, 3),
-            syscall_record_word(&ctx, 4),
-        ];
-        let utime = (*wait).args[3];
-        (*wait).timeout = [0, 0];
-        if utime != 0 {
-            read_user_into(ptr::addr_of_mut!((*wait).timeout), utime);
-        }
-        (*wait).nvcsw_at_entry =
-            read_task::<u64>(task, ptr::read_volatile(&raw const NVCSW_OFFSET));
-        (*wait).started_ns = bpf_ktime_get_ns();
-        (*wait).open = 1;
-    }
-    0
-}
-
-/// At the exit of a futex syscall: the record of the thread's wait noted at its entry, if it
-/// blocked (`--contended`) or whatever it did.
-#[tracepoint]
-pub fn thr_futex_exit(ctx: TracePointContext) -> u32 {
-    let task = current_task();
-    let wait = FUTEX_WAITS.of(task, false);
-    if wait.is_null() {
-        return 0;
-    }
-    // SAFETY: this thread's own value.
-    let nvcsw_at_entry = unsafe {
-        if (*wait).open == 0 {
-            return 0;
-        }
-        (*wait).open = 0;
-        (*wait).nvcsw_at_entry
-    };
-    let result = syscall_record_word(&ctx, 0) as i64;
-    // SAFETY: a read-only global that userspace sets before loading.
-    let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&raw const NVCSW_OFFSET) });
-    // A wait that slept and did not find the word changed; one woken before it slept returns
-    // 0 without a switch.
-    let blocked = nvcsw != nvcsw_at_entry && result != -EAGAIN;
-    // SAFETY: a read-only global that userspace sets before loading.
-    if !blocked && unsafe { ptr::read_volatile(&raw const FUTEX_BLOCKED_ONLY) } != 0 {
-        return 0;
-    }
-    emit_with(|entry| fill_futex_wait(entry, wait, result, blocked));
-    0
-}
-
-/// Whether the current process is recorded by the futex programs, which have no links of
-/// their own: it is traced through links of either kind, or the trace is system-wide. Never
-/// the tracer.
-#[inline(always)]
-fn traced_process(pid_tgid: u64) -> bool {
-    if is_tracer(pid_tgid) {
-        return false;
-    }
-    // SAFETY: a read-only global that userspace sets before loading.
-    if unsafe { ptr::read_volatile(&raw const SYSTEM_WIDE) } != 0 {
-        return true;
-    }
-    let tgid = (pid_tgid >> 32) as u32;
-    // SAFETY: the value is not kept.
-    own_target(tgid) == Some(true) || unsafe { TRACED.get(tgid) }.is_some()
-}
-
-/// Whether the thread has a traced call open: a futex wait inside it is that call's, which is
-/// recorded as its own event.
-#[inline(always)]
-fn inside_traced_call(task: *mut task_struct) -> bool {
-    let calls = CALLS.of(task, false);
-    if calls.is_null() {
-        return false;
-    }
-    for i in 0..CALL_SLOTS {
-        // SAFETY: as in `open_call`.
-        if unsafe { (*calls).slots[i].event } != FREE {
-            return true;
-        }
-    }
-    false
-}
-
-/// Writes the record of the futex wait in `wait`, which ended with `result`, into `record`
-/// (a ring entry): every byte, stamped now. A call of its own, to keep the exit's frame small.
-#[inline(never)]
-fn fill_futex_wait(record: *mut RawRecord, wait: *const FutexWait, result: i64, blocked: bool) {
-    let task = current_task();
-    let pid_tgid = current_pid_tgid(task);
-    // SAFETY: `record` is a reserved ring entry, ours until submitted; `wait` is this
-    // thread's own value.
-    unsafe {
-        // As in `fill_entry`: zeroed word by word, with no call to `memset`.
-        let words = record.cast::<u64>();
-        for i in 0..RAW_RECORD_SIZE / 8 {
-            words.add(i).write_volatile(0);
-        }
-        (*record).ktime_ns = bpf_ktime_get_ns();
-        (*record).started_ns = (*wait).started_ns;
-        (*record).pthread_self =
-            read_task::<u64>(task, ptr::read_volatile(&raw const FSBASE_OFFSET));
-        (*record).pid = (pid_tgid >> 32) as u32;
-        (*record).lwpid = pid_tgid as u32;
-        (*record).event1 = Category::Futex as u16;
-        (*record).event2 = futex::WAIT_EVENT2;
-        (*record).block = u8::from(blocked);
-        (*record).args = (*wait).args;
-        (*record).rval = result;
-        (*record).timespec = (*wait).timeout;
-    }
 }
 
 #[inline(always)]

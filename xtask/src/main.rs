@@ -62,7 +62,11 @@ enum Task {
     /// Print which of the tracer's rooms imports which, and check that every import points down
     Layers,
     /// Boot Debian's kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
-    Kernels,
+    Kernels {
+        /// Boot only this Debian suite's kernel (bullseye, bookworm, trixie, trixie-backports)
+        #[arg(long)]
+        suite: Option<String>,
+    },
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
     Stress {
         /// How many trials
@@ -81,7 +85,7 @@ fn main() {
         Task::Test => test::run_all(),
         Task::Bench { reps } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
-        Task::Kernels => kernels::run_all(),
+        Task::Kernels { suite } => kernels::run_all(suite.as_deref()),
         Task::Layers => layers::run(),
         Task::Dist => dist::run_dist(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),

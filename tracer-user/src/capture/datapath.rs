@@ -7,8 +7,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray};
 use aya_obj::generated::{
-    bpf_map_type::BPF_MAP_TYPE_RINGBUF,
-    bpf_prog_type::{BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT},
+    bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
 use tracer_common::{
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProcessLibrary,
@@ -16,8 +15,8 @@ use tracer_common::{
 };
 
 use super::{
-    futex_hook::{self, FutexHookError},
-    kernel::TaskOffsets,
+    futex_hook::{self, FutexHook, FutexHookError},
+    kernel::KernelBtf,
     loader::{self, Loaded},
     lossless::{Stopped, StoppedView},
     programs::{Programs, UprobeMechanism},
@@ -141,8 +140,8 @@ pub struct DataPath {
     stopped_view: Option<StoppedView>,
     /// Raw tracepoint links, and the futex programs' links, each a descriptor.
     tracepoint_links: Vec<OwnedFd>,
-    /// Why the futex programs could not be attached, when they were to be.
-    futex_unhooked: Option<FutexHookError>,
+    /// How the futex programs were hooked, when they were to be.
+    futex_hooking: Option<FutexHooking>,
 }
 
 /// Which processes a run traces, as far as the BPF side is concerned.
@@ -158,13 +157,13 @@ pub enum Scope {
     SystemWide,
 }
 
-/// Which futex waits the futex programs record (`docs/futex-design.md`).
+/// Which futex calls the futex programs record (`docs/futex-design.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FutexWaits {
+pub enum FutexCalls {
     /// None: the futex category is not selected; its programs are not attached.
     None,
-    /// Those that blocked (`--contended`).
-    Blocked,
+    /// The waits that blocked and the wakes that woke (`--contended`).
+    Contended,
     /// Every one (a full trace that names the category).
     Every,
 }
@@ -178,15 +177,50 @@ pub struct ProgramOptions {
     pub lossless: bool,
     /// Which records carry their thread's stack (`tracer_common::STACKS_*`).
     pub stacks: u32,
-    /// Which futex waits are recorded.
-    pub futex: FutexWaits,
+    /// Which futex calls are recorded.
+    pub futex: FutexCalls,
+    /// The one way to hook them that may be used (`--futex-hook`), or the first of
+    /// [`FutexHook::ALL`] that attaches.
+    pub futex_hook: Option<FutexHook>,
+}
+
+/// How the futex programs were hooked into the kernel: with which hook, if any, and why the
+/// Attaches the futex programs with `forced`, or else with the first of [`FutexHook::ALL`]
+/// that attaches; `functions` are the BTF ids of [`futex_hook::SYSCALL_FUNCTIONS`].
+fn hook_futex(
+    loaded: &Loaded,
+    forced: Option<FutexHook>,
+    functions: &[Option<u32>],
+) -> (Vec<OwnedFd>, FutexHooking) {
+    let mut hooking = FutexHooking::default();
+    let tried = match forced {
+        Some(hook) => vec![hook],
+        None => FutexHook::ALL.to_vec(),
+    };
+    for hook in tried {
+        match futex_hook::attach(loaded, hook, functions) {
+            Ok(links) => {
+                hooking.used = Some(hook);
+                return (links, hooking);
+            }
+            Err(error) => hooking.passed_over.push((hook, error)),
+        }
+    }
+    (Vec::new(), hooking)
+}
+
+/// ones tried before it were not used.
+#[derive(Debug, Default)]
+pub struct FutexHooking {
+    pub used: Option<FutexHook>,
+    pub passed_over: Vec<(FutexHook, FutexHookError)>,
 }
 
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
     /// `mechanism`: how the uprobe programs will be attached.
     pub fn load(
-        offsets: TaskOffsets,
+        kernel: &KernelBtf,
         ring_bytes: u32,
         options: ProgramOptions,
         scope: Scope,
@@ -197,7 +231,9 @@ impl DataPath {
             lossless,
             stacks,
             futex,
+            futex_hook,
         } = options;
+        let offsets = kernel.offsets;
         // Each of the type the BPF side declares it with.
         let globals: [(&str, &[u8]); 10] = [
             (names::FSBASE_OFFSET, &offsets.fsbase.to_ne_bytes()),
@@ -213,8 +249,8 @@ impl DataPath {
             (names::STACKS, &stacks.to_ne_bytes()),
             (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
             (
-                names::FUTEX_BLOCKED_ONLY,
-                &u32::from(futex == FutexWaits::Blocked).to_ne_bytes(),
+                names::FUTEX_CONTENDED_ONLY,
+                &u32::from(futex == FutexCalls::Contended).to_ne_bytes(),
             ),
         ];
         // Without --follow, only -p targets and a launched command go in TRACED, whose
@@ -231,27 +267,15 @@ impl DataPath {
         };
         let programs = Programs::load(&loaded, entry, exit, mechanism)?;
         // Loaded before the rings' map is let go, as the uprobe programs are (the programs
-        // hold the maps they use). Attached now, but nothing is traced yet. The exit first: an
-        // exit with no wait noted records nothing, while a wait noted with no exit program yet
-        // would be recorded at the thread's next futex exit. A kernel without the tracepoints
-        // traces the rest (the session says so).
-        let mut futex_links = Vec::new();
-        let mut futex_unhooked = None;
-        if futex != FutexWaits::None {
-            for (name, tracepoint) in [
-                (names::FUTEX_EXIT_PROGRAM, "sys_exit_futex"),
-                (names::FUTEX_ENTER_PROGRAM, "sys_enter_futex"),
-            ] {
-                let program = loaded.load_program(name, BPF_PROG_TYPE_TRACEPOINT, None)?;
-                match futex_hook::attach_syscall_tracepoint(&program, tracepoint) {
-                    Ok(link) => futex_links.push(link),
-                    Err(error) => {
-                        futex_unhooked = Some(error);
-                        break;
-                    }
-                }
+        // hold the maps they use). Attached now, but nothing is traced yet. A kernel where no
+        // hook attaches traces the rest (the session says so).
+        let (futex_links, futex_hooking) = match futex {
+            FutexCalls::None => (Vec::new(), None),
+            _ => {
+                let (links, hooking) = hook_futex(&loaded, futex_hook, &kernel.functions);
+                (links, Some(hooking))
             }
-        }
+        };
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
@@ -259,7 +283,16 @@ impl DataPath {
         let call_sites = HashMap::try_from(loaded.take_map(names::CALL_SITES)?)?;
         let execs = HashMap::try_from(loaded.take_map(names::EXECS)?)?;
         let traced = HashMap::try_from(loaded.take_map(names::TRACED)?)?;
-        let own_targets_map = Array::try_from(loaded.take_map(names::OWN_TARGETS)?)?;
+        let mut own_targets_map = Array::try_from(loaded.take_map(names::OWN_TARGETS)?)?;
+        // With --follow, children are traced that only `TRACED` holds (the fork program adds
+        // them): a process not among the targets' slots must be looked up there.
+        let mut own_targets = OwnTargets::default();
+        if scope == Scope::Follow {
+            own_targets[OWN_TARGETS_SPILLED] = 1;
+            own_targets_map
+                .set(0, own_targets, 0)
+                .context("cannot set up the traced processes")?;
+        }
         let stopped_map = loaded.take_map(names::STOPPED)?;
         let stopped_view = (lossless && scope == Scope::Follow)
             .then(|| StoppedView::of(&stopped_map))
@@ -289,19 +322,18 @@ impl DataPath {
             call_sites,
             execs,
             traced,
-            own_targets: OwnTargets::default(),
+            own_targets,
             own_targets_map,
             stopped,
             stopped_view,
             tracepoint_links,
-            futex_unhooked,
+            futex_hooking,
         })
     }
 
-    /// Why the futex waits that were selected are not recorded, if they are not (taken: said
-    /// once).
-    pub fn take_futex_unhooked(&mut self) -> Option<FutexHookError> {
-        self.futex_unhooked.take()
+    /// How the futex programs were hooked, if they were to be (taken: said once).
+    pub fn take_futex_hooking(&mut self) -> Option<FutexHooking> {
+        self.futex_hooking.take()
     }
 
     /// The tracepoint links, to detach together with the probes (each waits for a grace period).
@@ -325,7 +357,16 @@ impl DataPath {
                 Some(free) => slots[free] = pid,
                 None => self.own_targets[OWN_TARGETS_SPILLED] = 1,
             },
-            (TracedThrough::SharedLinks, Some(at)) => slots[at] = 0,
+            // A process not in the slots is traced: the futex programs, which have no links to
+            // say so, must look it up in `TRACED`.
+            (TracedThrough::SharedLinks, _) => {
+                if let Some(at) = listed {
+                    slots[at] = 0;
+                } else if self.own_targets[OWN_TARGETS_SPILLED] != 0 {
+                    return Ok(());
+                }
+                self.own_targets[OWN_TARGETS_SPILLED] = 1;
+            }
             _ => return Ok(()),
         }
         self.own_targets_map

@@ -25,7 +25,7 @@ use aya_obj::generated::{
     bpf_prog_type::{self, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_RAW_TRACEPOINT},
 };
 
-use super::loader::{self, MapShape, exit, instruction, mov_imm};
+use super::loader::{self, Attach, MapShape, exit, instruction, mov_imm};
 
 /// A kernel that lacks what the BPF side needs: exit status 2, as for other input the user
 /// can change (here, the kernel the tracer runs on).
@@ -179,7 +179,7 @@ fn has(ask: &Ask) -> bool {
             // The call alone: the verifier looks the helper up before it checks arguments, so
             // only a missing helper gets these words (libbpf asks the same way).
             let program = [call(helper as i32), exit()];
-            match loader::load_to_ask(prog_type, None, &program) {
+            match loader::load_to_ask(prog_type, Attach::default(), &program) {
                 Ok(_) => true,
                 Err(log) => !["invalid func ", "unknown func ", "cannot use helper"]
                     .iter()
@@ -197,7 +197,7 @@ fn has(ask: &Ask) -> bool {
                 mov_imm(0, 0),
                 exit(),
             ];
-            loader::load_to_ask(BPF_PROG_TYPE_KPROBE, None, &program).is_ok()
+            loader::load_to_ask(BPF_PROG_TYPE_KPROBE, Attach::default(), &program).is_ok()
         }
         Ask::RingInMapOfMaps => {
             let ring = MapShape {

@@ -1,7 +1,13 @@
-//! Where the futex category's programs run: the futex syscall's own tracepoints
-//! (`syscalls:sys_enter_futex` and `sys_exit_futex`, which need `CONFIG_FTRACE_SYSCALLS`),
-//! each attached through a perf event, by the id tracefs gives it, with a BPF link
-//! (`docs/futex-design.md` says which hooks come next where these are missing).
+//! Where the futex category's programs run in the kernel, and what each place costs the
+//! processes that are not traced. Tried in this order, the first that attaches is used:
+//!
+//! 1. fentry/fexit on the futex syscalls' own functions (`__x64_sys_futex`,
+//!    `__x64_sys_futex_waitv`), found in kernel BTF: only futex calls run the programs.
+//! 2. The futex syscalls' tracepoints (`syscalls:sys_enter_futex`, ...), which need
+//!    `CONFIG_FTRACE_SYSCALLS` and tracefs: while one is on, every syscall of every process
+//!    takes the kernel's slower syscall path.
+//! 3. `raw_syscalls:sys_enter`/`sys_exit`, attached by name: every syscall of every process
+//!    takes the slower path and runs the programs, which return at their first compare.
 
 use std::{
     fs, io,
@@ -9,9 +15,36 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-use aya_obj::generated::{bpf_attach_type::BPF_PERF_EVENT, bpf_attr, bpf_cmd, perf_event_attr};
+use aya_obj::generated::{
+    bpf_attach_type::{BPF_PERF_EVENT, BPF_TRACE_FENTRY, BPF_TRACE_FEXIT},
+    bpf_attr, bpf_cmd,
+    bpf_prog_type::{BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT},
+    perf_event_attr,
+};
+use tracer_common::names;
 
-use super::loader::bpf;
+use super::loader::{self, Loaded, bpf};
+
+/// How the futex programs are hooked into the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FutexHook {
+    /// fentry/fexit on the syscalls' functions.
+    Fentry,
+    /// The syscalls' own tracepoints.
+    SyscallTracepoints,
+    /// `raw_syscalls:sys_enter`/`sys_exit`.
+    RawSyscalls,
+}
+
+/// The futex syscalls' functions, as fentry hooks them (kernel BTF names them so on x86-64).
+pub const SYSCALL_FUNCTIONS: [&str; 2] = ["__x64_sys_futex", "__x64_sys_futex_waitv"];
+
+/// The futex syscalls' tracepoints, each an entry and an exit. The first is needed; the
+/// second exists from Linux 5.16.
+const SYSCALL_TRACEPOINTS: [(&str, &str); 2] = [
+    ("sys_enter_futex", "sys_exit_futex"),
+    ("sys_enter_futex_waitv", "sys_exit_futex_waitv"),
+];
 
 /// Where tracefs is mounted, in the order looked at.
 const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -22,45 +55,178 @@ const PERF_TYPE_TRACEPOINT: u32 = 2;
 /// `PERF_FLAG_FD_CLOEXEC`.
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 
-/// A syscall tracepoint the futex programs could not be attached to.
+impl FutexHook {
+    /// Every hook, in the order tried.
+    pub const ALL: [FutexHook; 3] = [
+        FutexHook::Fentry,
+        FutexHook::SyscallTracepoints,
+        FutexHook::RawSyscalls,
+    ];
+
+    /// Its `--futex-hook` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FutexHook::Fentry => "fentry",
+            FutexHook::SyscallTracepoints => "syscall-tracepoints",
+            FutexHook::RawSyscalls => "raw-syscalls",
+        }
+    }
+
+    /// What it is and what it costs the processes that are not traced, for `-v`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FutexHook::Fentry => {
+                "fentry/fexit on __x64_sys_futex and __x64_sys_futex_waitv (other processes' \
+                 futex calls run a trampoline and a few compares; their other syscalls nothing)"
+            }
+            FutexHook::SyscallTracepoints => {
+                "the tracepoints syscalls:sys_enter_futex and sys_exit_futex (while they are \
+                 on, every syscall of every process takes the kernel's slower syscall path)"
+            }
+            FutexHook::RawSyscalls => {
+                "raw_syscalls:sys_enter and sys_exit (every syscall of every process takes the \
+                 slower syscall path and runs a compare)"
+            }
+        }
+    }
+}
+
+/// Why a hook could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum FutexHookError {
-    /// No tracefs mount has the tracepoint: tracefs is not mounted, or the kernel has no
-    /// syscall tracepoints.
+    /// Kernel BTF has no such function (another architecture's names, or a kernel without it).
+    #[error("kernel BTF has no function {name}")]
+    NoFunction {
+        /// The function's name.
+        name: &'static str,
+    },
+    /// No tracefs mount has the tracepoint.
     #[error(
         "the tracepoint syscalls:{name} is not in tracefs (looked in {}): tracefs is not \
          mounted, or this kernel lacks CONFIG_FTRACE_SYSCALLS",
         TRACEFS.join(" and ")
     )]
-    NotFound {
+    NoTracepoint {
         /// The tracepoint's name.
         name: &'static str,
     },
-    /// The kernel refused the perf event.
-    #[error("perf_event_open of the tracepoint syscalls:{name}: {source}")]
-    Open {
-        /// The tracepoint's name.
-        name: &'static str,
+    /// The kernel refused the program or its attachment.
+    #[error("{what}: {source:#}")]
+    Refused {
+        /// What was refused.
+        what: String,
         /// Why.
-        source: io::Error,
-    },
-    /// The kernel refused the link of the program to the event.
-    #[error("cannot attach a BPF program to the tracepoint syscalls:{name}: {source}")]
-    Link {
-        /// The tracepoint's name.
-        name: &'static str,
-        /// Why.
-        source: io::Error,
+        source: anyhow::Error,
     },
 }
 
-/// Attaches the tracepoint program `program` to the syscall tracepoint `name`
-/// (`sys_enter_futex`, ...), on every CPU. Closing the link detaches it.
-pub fn attach_syscall_tracepoint(
-    program: &OwnedFd,
-    name: &'static str,
-) -> Result<OwnedFd, FutexHookError> {
-    let id = tracepoint_id(name).ok_or(FutexHookError::NotFound { name })?;
+impl FutexHookError {
+    fn refused(what: impl Into<String>, source: impl Into<anyhow::Error>) -> Self {
+        FutexHookError::Refused {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// Attaches the futex programs of `loaded` with `hook`: the links, which detach them when
+/// closed. `functions` are the BTF ids of [`SYSCALL_FUNCTIONS`]. The exits first: an exit
+/// with no call noted records nothing, while a call noted with no exit program yet would wait
+/// for the thread's next futex exit.
+pub fn attach(
+    loaded: &Loaded,
+    hook: FutexHook,
+    functions: &[Option<u32>],
+) -> Result<Vec<OwnedFd>, FutexHookError> {
+    match hook {
+        FutexHook::Fentry => attach_fentry(loaded, functions),
+        FutexHook::SyscallTracepoints => attach_syscall_tracepoints(loaded),
+        FutexHook::RawSyscalls => {
+            let mut links = Vec::new();
+            for (program, tracepoint) in [
+                (names::FUTEX_RAW_EXIT_PROGRAM, "sys_exit"),
+                (names::FUTEX_RAW_ENTER_PROGRAM, "sys_enter"),
+            ] {
+                let what = || format!("{program} on raw_syscalls:{tracepoint}");
+                let fd = loaded
+                    .load_program(program, BPF_PROG_TYPE_RAW_TRACEPOINT, None)
+                    .map_err(|e| FutexHookError::refused(what(), e))?;
+                links.push(
+                    loader::attach_raw_tracepoint(&fd, tracepoint)
+                        .map_err(|e| FutexHookError::refused(what(), e))?,
+                );
+            }
+            Ok(links)
+        }
+    }
+}
+
+/// fexit, then fentry, on each syscall function kernel BTF has; the first is needed.
+fn attach_fentry(
+    loaded: &Loaded,
+    functions: &[Option<u32>],
+) -> Result<Vec<OwnedFd>, FutexHookError> {
+    let mut links = Vec::new();
+    for (at, (&name, &id)) in SYSCALL_FUNCTIONS.iter().zip(functions).enumerate() {
+        let Some(id) = id else {
+            if at == 0 {
+                return Err(FutexHookError::NoFunction { name });
+            }
+            continue;
+        };
+        for (program, attach_type) in [
+            (names::FUTEX_FEXIT_PROGRAM, BPF_TRACE_FEXIT),
+            (names::FUTEX_FENTRY_PROGRAM, BPF_TRACE_FENTRY),
+        ] {
+            let what = || format!("{program} on {name}");
+            let fd = loaded
+                .load_tracing_program(program, attach_type, id)
+                .map_err(|e| FutexHookError::refused(what(), e))?;
+            links.push(attach_tracing(&fd).map_err(|e| FutexHookError::refused(what(), e))?);
+        }
+    }
+    Ok(links)
+}
+
+/// Attaches a tracing program (fentry, fexit) to the function it was loaded for.
+fn attach_tracing(program: &OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    // No name: the program's own target, given at load.
+    attr.raw_tracepoint.prog_fd = program.as_raw_fd() as u32;
+    bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+}
+
+/// The exit, then the entry tracepoint of each futex syscall tracefs has; the first is needed.
+fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Vec<OwnedFd>, FutexHookError> {
+    let mut links = Vec::new();
+    for (at, (enter, exit)) in SYSCALL_TRACEPOINTS.into_iter().enumerate() {
+        let ids = (tracepoint_id(exit), tracepoint_id(enter));
+        let (Some(exit_id), Some(enter_id)) = ids else {
+            if at == 0 {
+                return Err(FutexHookError::NoTracepoint { name: enter });
+            }
+            continue;
+        };
+        for (program, name, id) in [
+            (names::FUTEX_TP_EXIT_PROGRAM, exit, exit_id),
+            (names::FUTEX_TP_ENTER_PROGRAM, enter, enter_id),
+        ] {
+            let what = || format!("{program} on syscalls:{name}");
+            let fd = loaded
+                .load_program(program, BPF_PROG_TYPE_TRACEPOINT, None)
+                .map_err(|e| FutexHookError::refused(what(), e))?;
+            links.push(
+                attach_perf_tracepoint(&fd, id).map_err(|e| FutexHookError::refused(what(), e))?,
+            );
+        }
+    }
+    Ok(links)
+}
+
+/// Attaches the tracepoint program `program` to the tracepoint whose id is `id`, on every
+/// CPU, through a perf event and a BPF link. Closing the link detaches it.
+fn attach_perf_tracepoint(program: &OwnedFd, id: u64) -> io::Result<OwnedFd> {
     // SAFETY: perf_event_attr is plain data; all-zero is its "unset" value.
     let mut attr: perf_event_attr = unsafe { MaybeUninit::zeroed().assume_init() };
     attr.type_ = PERF_TYPE_TRACEPOINT;
@@ -79,10 +245,7 @@ pub fn attach_syscall_tracepoint(
         )
     };
     if event < 0 {
-        return Err(FutexHookError::Open {
-            name,
-            source: io::Error::last_os_error(),
-        });
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel returned a new descriptor that nothing else owns.
     let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
@@ -96,7 +259,7 @@ pub fn attach_syscall_tracepoint(
         create.attach_type = BPF_PERF_EVENT as u32;
     }
     // The link holds the event: closing the link detaches the program and removes the event.
-    bpf(bpf_cmd::BPF_LINK_CREATE, &mut link).map_err(|source| FutexHookError::Link { name, source })
+    bpf(bpf_cmd::BPF_LINK_CREATE, &mut link)
 }
 
 /// The id of the syscall tracepoint `name`, from the first tracefs that has it. Where none

@@ -20,7 +20,7 @@ use aya_obj::{
     generated::{
         bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn,
         bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
-        bpf_prog_type,
+        bpf_prog_type::{self, BPF_PROG_TYPE_TRACING},
     },
 };
 
@@ -122,13 +122,38 @@ impl Loaded {
         prog_type: bpf_prog_type,
         attach_type: Option<bpf_attach_type>,
     ) -> Result<OwnedFd> {
+        self.load(name, prog_type, attach_type, 0)
+    }
+
+    /// Loads program `name` as a tracing program (fentry, fexit: `attach_type`) of the kernel
+    /// function whose BTF id is `function`.
+    pub fn load_tracing_program(
+        &self,
+        name: &str,
+        attach_type: bpf_attach_type,
+        function: u32,
+    ) -> Result<OwnedFd> {
+        self.load(name, BPF_PROG_TYPE_TRACING, Some(attach_type), function)
+    }
+
+    fn load(
+        &self,
+        name: &str,
+        prog_type: bpf_prog_type,
+        attach_type: Option<bpf_attach_type>,
+        attach_btf_id: u32,
+    ) -> Result<OwnedFd> {
         let program = self
             .object
             .programs
             .get(name)
             .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?;
         let function = &self.object.functions[&program.function_key()];
-        prog_load(name, prog_type, attach_type, &function.instructions)
+        let attach = Attach {
+            attach_type,
+            attach_btf_id,
+        };
+        prog_load(name, prog_type, attach, &function.instructions)
             .with_context(|| format!("cannot load BPF program {name}"))
     }
 }
@@ -260,12 +285,29 @@ pub fn jit_frame(depth: u32) -> u32 {
 /// The verifier's `log_level` for the whole log of its work (`BPF_LOG_LEVEL1`).
 const LOG_FULL: u32 = 1;
 
+/// What a program is loaded for, where its type needs it: an attach type, and for a tracing
+/// program the BTF id of the kernel function it hooks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Attach {
+    pub attach_type: Option<bpf_attach_type>,
+    pub attach_btf_id: u32,
+}
+
+impl From<Option<bpf_attach_type>> for Attach {
+    fn from(attach_type: Option<bpf_attach_type>) -> Self {
+        Attach {
+            attach_type,
+            attach_btf_id: 0,
+        }
+    }
+}
+
 /// A `BPF_PROG_LOAD` request for `instructions`, with the verifier's log at `log_level` into
 /// `log`. Both must outlive the requests made with it.
 fn load_request(
     name: &str,
     prog_type: bpf_prog_type,
-    attach_type: Option<bpf_attach_type>,
+    attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
     log_level: u32,
     log: &mut [u8],
@@ -276,7 +318,8 @@ fn load_request(
     unsafe {
         let load = &mut attr.__bindgen_anon_3;
         load.prog_type = prog_type as u32;
-        load.expected_attach_type = attach_type.map_or(0, |attach| attach as u32);
+        load.expected_attach_type = attach.attach_type.map_or(0, |attach| attach as u32);
+        load.attach_btf_id = attach.attach_btf_id;
         load.insns = instructions.as_ptr() as u64;
         load.insn_cnt = instructions.len() as u32;
         load.license = c"GPL".as_ptr() as u64;
@@ -295,18 +338,11 @@ fn load_request(
 fn prog_load(
     name: &str,
     prog_type: bpf_prog_type,
-    attach_type: Option<bpf_attach_type>,
+    attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd> {
     let mut stats = vec![0u8; STATS_LOG_BYTES];
-    let mut attr = load_request(
-        name,
-        prog_type,
-        attach_type,
-        instructions,
-        LOG_STATS,
-        &mut stats,
-    );
+    let mut attr = load_request(name, prog_type, attach, instructions, LOG_STATS, &mut stats);
     if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
         let largest = stack_depths(&log_text(&stats)).into_iter().max();
         // Unread, the frames could not be checked: a kernel that words its statistics in a
@@ -383,7 +419,7 @@ pub fn trivial_program(
     prog_type: bpf_prog_type,
     attach_type: Option<bpf_attach_type>,
 ) -> Option<OwnedFd> {
-    load_to_ask(prog_type, attach_type, &[mov_imm(0, 0), exit()]).ok()
+    load_to_ask(prog_type, attach_type.into(), &[mov_imm(0, 0), exit()]).ok()
 }
 
 /// One instruction of a program written here to ask the kernel what it offers.
@@ -412,14 +448,14 @@ pub fn exit() -> bpf_insn {
 /// log: the program, or the log's text (or the error, when the kernel wrote none).
 pub fn load_to_ask(
     prog_type: bpf_prog_type,
-    attach_type: Option<bpf_attach_type>,
+    attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd, String> {
     let mut log = vec![0u8; STATS_LOG_BYTES];
     let mut attr = load_request(
         "thr_feature",
         prog_type,
-        attach_type,
+        attach,
         instructions,
         LOG_FULL,
         &mut log,
@@ -586,7 +622,12 @@ mod tests {
                 mov_imm(0, 0),
                 exit(),
             ];
-            prog_load("frame_check", BPF_PROG_TYPE_KPROBE, None, &program)
+            prog_load(
+                "frame_check",
+                BPF_PROG_TYPE_KPROBE,
+                Attach::default(),
+                &program,
+            )
         };
         assert!(touching(48).is_ok());
         let refused = touching(80).unwrap_err().to_string();

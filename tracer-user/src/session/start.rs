@@ -31,10 +31,10 @@ use crate::{
         targets::{self, PthreadLibrary},
     },
     capture::{
-        datapath::{DataPath, FutexWaits, ProgramOptions, Scope},
+        datapath::{DataPath, FutexCalls, FutexHooking, ProgramOptions, Scope},
         decode::Decoder,
-        features,
-        kernel::{self, TaskOffsets},
+        features, futex_hook,
+        kernel::{self, KernelBtf},
         programs::UprobeMechanism,
     },
     control::socket::{ControlError, RuntimeDir},
@@ -195,28 +195,28 @@ fn load(
         (_, true) => Scope::Follow,
         (_, false) => Scope::Processes,
     };
-    let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
-    let mechanism = UprobeMechanism::detect(config.perf_event_probes);
-    if config.verbose {
-        say!("thrtrace-bpf: {kernel_features}");
-        say!("thrtrace-bpf: {}", btf_access.describe());
-        say!(
-            "thrtrace-bpf: {}",
-            mechanism.describe(config.perf_event_probes)
-        );
-    }
     let futex_selected = !config
         .events
         .intersection(EventSet::of(Category::Futex.events()))
         .is_empty();
     let futex = match (futex_selected && !config.empty_programs, config.contended) {
-        (false, _) => FutexWaits::None,
-        (true, true) => FutexWaits::Blocked,
-        (true, false) => FutexWaits::Every,
+        (false, _) => FutexCalls::None,
+        (true, true) => FutexCalls::Contended,
+        (true, false) => FutexCalls::Every,
     };
-    if config.verbose && futex != FutexWaits::None {
+    // fentry needs the futex syscalls' functions' ids, each a scan of kernel BTF.
+    let hooked_functions: &[&str] = match futex {
+        FutexCalls::None => &[],
+        _ => &futex_hook::SYSCALL_FUNCTIONS,
+    };
+    let kernel = KernelBtf::read(hooked_functions)?;
+    let mechanism = UprobeMechanism::detect(config.perf_event_probes);
+    if config.verbose {
+        say!("thrtrace-bpf: {kernel_features}");
+        say!("thrtrace-bpf: {}", kernel.access.describe());
         say!(
-            "thrtrace-bpf: futex waits: the syscall tracepoints syscalls:sys_enter_futex and sys_exit_futex"
+            "thrtrace-bpf: {}",
+            mechanism.describe(config.perf_event_probes)
         );
     }
     let options = ProgramOptions {
@@ -224,14 +224,50 @@ fn load(
         lossless: config.lossless,
         stacks: config.stacks,
         futex,
+        futex_hook: config.futex_hook,
     };
-    let mut datapath = DataPath::load(offsets, config.ring_bytes, options, scope, mechanism)?;
-    if let Some(error) = datapath.take_futex_unhooked() {
-        say!("thrtrace-bpf: futex waits outside pthread calls are not recorded: {error}");
+    let mut datapath = DataPath::load(&kernel, config.ring_bytes, options, scope, mechanism)?;
+    if let Some(hooking) = datapath.take_futex_hooking() {
+        say_futex_hooking(config, hooking)?;
     }
     // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
     datapath.set_recording(&recording.masks())?;
     Ok((datapath, mechanism))
+}
+
+/// Says how the futex calls are hooked (with `-v`), or that they cannot be: a hook the user
+/// chose that cannot be used ends the trace; when none can, the rest is traced.
+fn say_futex_hooking(config: &Config, hooking: FutexHooking) -> Result<()> {
+    let FutexHooking { used, passed_over } = hooking;
+    if let (Some(forced), Some((_, error))) = (config.futex_hook, passed_over.first()) {
+        usage_bail!(
+            "--futex-hook {} cannot be used on this kernel: {error}; leave --futex-hook out to \
+             use the first hook that works",
+            forced.name()
+        );
+    }
+    match used {
+        Some(hook) => {
+            if config.verbose {
+                for (hook, error) in &passed_over {
+                    say!("thrtrace-bpf: futex calls: not {}: {error}", hook.name());
+                }
+                say!("thrtrace-bpf: futex calls: {}", hook.describe());
+            }
+        }
+        None => {
+            let why: Vec<String> = passed_over
+                .iter()
+                .map(|(hook, error)| format!("{}: {error}", hook.name()))
+                .collect();
+            say!(
+                "thrtrace-bpf: futex waits outside pthread calls are not recorded: no way to hook \
+                 the futex syscalls works here ({})",
+                why.join("; ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The targets attached, and what the log is told of them.
