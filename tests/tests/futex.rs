@@ -15,11 +15,12 @@ use std::{
     io::{BufRead, BufReader, Read, Write},
     path::Path,
     process::{Command, Stdio},
+    sync::OnceLock,
 };
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, field, prerequisite, read_trace, report_json, report_lock,
+    TempDir, bpf_available, field, prerequisite, read_trace, report_json, report_lock, run_tracer,
     run_workload, stack_functions, start_tracer, workload,
 };
 use tracer_common::{
@@ -41,34 +42,40 @@ const WAKE: i64 = command::WAKE as i64 | PRIVATE;
 /// What a wake that wakes every waiter asks for (`INT_MAX`).
 const WAKE_ALL: i64 = i32::MAX as i64;
 
-/// The ways the tracer can hook the futex syscalls (`--futex-hook`) that this kernel has: fentry
-/// on the syscall's function (named in kernel BTF), the syscall's own tracepoints (in tracefs),
-/// the raw syscall tracepoints (every kernel). A missing one skips its part of `test`, or
-/// fails it in CI.
+/// The ways the tracer can hook the futex syscalls (`--futex-hook`), each with why this kernel
+/// does not have it, as the tracer says when asked for it alone (on a trace of `true`), if it
+/// does not. Asked once per test binary.
+fn hook_refusals() -> &'static [(&'static str, Option<String>)] {
+    static REFUSALS: OnceLock<Vec<(&'static str, Option<String>)>> = OnceLock::new();
+    REFUSALS.get_or_init(|| {
+        ["fentry", "syscall-tracepoints", "raw-syscalls"]
+            .into_iter()
+            .map(|hook| {
+                let dir = TempDir::new("futex-hook");
+                let args = ["--contended", "--futex-hook", hook, "--", "true"];
+                let run = run_tracer(dir.path(), &args);
+                let refusal = (!run.status.success()).then(|| {
+                    // Any other failure is the tracer's own.
+                    assert!(
+                        run.stderr.contains("cannot be used on this kernel"),
+                        "{args:?}: {run:?}"
+                    );
+                    run.stderr.trim().to_owned()
+                });
+                (hook, refusal)
+            })
+            .collect()
+    })
+}
+
+/// The ways to hook the futex syscalls that this kernel has, for `test` to run under each; one
+/// it has not skips its part of `test`, or fails it in CI.
 fn futex_hooks(test: &str) -> Vec<&'static str> {
-    let btf = std::fs::read("/sys/kernel/btf/vmlinux").unwrap_or_default();
-    let function: &[u8] = b"\0__x64_sys_futex\0";
-    let fentry = btf.windows(function.len()).any(|name| name == function);
-    let tracepoint = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+    hook_refusals()
         .iter()
-        .any(|tracefs| {
-            Path::new(tracefs)
-                .join("events/syscalls/sys_enter_futex")
-                .exists()
-        });
-    [
-        ("fentry", fentry, "kernel BTF has no __x64_sys_futex"),
-        (
-            "syscall-tracepoints",
-            tracepoint,
-            "no syscalls:sys_enter_futex in tracefs (CONFIG_FTRACE_SYSCALLS, tracefs mounted)",
-        ),
-        ("raw-syscalls", true, ""),
-    ]
-    .into_iter()
-    .filter(|(hook, has, why)| prerequisite(&format!("{test} {hook}"), (!has).then_some(*why)))
-    .map(|(hook, ..)| hook)
-    .collect()
+        .filter(|(hook, refusal)| prerequisite(&format!("{test} {hook}"), refusal.as_deref()))
+        .map(|(hook, _)| *hook)
+        .collect()
 }
 
 /// Whether this kernel has futex_waitv(2) (5.16): asked to wait on no words, it refuses them
