@@ -449,7 +449,7 @@ fn a_pthread_wait_or_wake_is_recorded_once_as_its_pthread_event() {
 
 /// Checks that each of a JSON report's stacks of the futex word at `address` (the
 /// `waiting_stacks` of its row, kind `futex`) starts with one of `chains` (functions, innermost
-/// first), and that they are `waits` waits in all.
+/// first) and was unwound to its thread's start, and that they are `waits` waits in all.
 fn assert_waiting_stacks(report: &Value, address: i64, chains: &[&[&str]], waits: u64, at: &str) {
     let lock = report_lock(report, &Value::from(format!("{address:#x}")));
     assert_eq!(lock["kind"], "futex", "{at}: {lock:#}");
@@ -461,6 +461,7 @@ fn assert_waiting_stacks(report: &Value, address: i64, chains: &[&[&str]], waits
                 .starts_with(&chain.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>())),
             "{at}: none of {chains:?} in {functions:#?}"
         );
+        assert_eq!(stack["end"], Value::Null, "{at}: {stack:#}");
     }
     let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
     assert_eq!(counted, waits, "{at}: {lock:#}");
@@ -474,12 +475,14 @@ fn the_address(records: &[&TraceRecord], context: &str) -> i64 {
 }
 
 // std is mangled the v0 way, whose methods demangle as `<Type>::method`; the workload the
-// legacy way (`futex_std::wait_for_permit`). The innermost frame is the syscall's own
+// legacy way (`futex_std::wait_for_permit`), and with it std's generic functions, such as the
+// frame every thread's closure is called from. The innermost frame is the syscall's own
 // instruction, in libc's `syscall`.
 const LOCK_CONTENDED: &str = "<std::sys::sync::mutex::futex::Mutex>::lock_contended";
 const CONDVAR_WAIT: &str = "<std::sys::sync::condvar::futex::Condvar>::wait";
 const LOCK_HELD_MUTEX: &str = "futex_std::lock_held_mutex";
 const WAIT_FOR_PERMIT: &str = "futex_std::wait_for_permit";
+const THREAD_CLOSURE: &str = "std::sys::backtrace::__rust_begin_short_backtrace";
 
 fn std_mutex_and_condvar(hook: &str) {
     let context = format!("--futex-hook {hook}");
@@ -545,9 +548,15 @@ fn std_mutex_and_condvar(hook: &str) {
         &report,
         the_address(&on_mutex, &context),
         &[
-            &["syscall", LOCK_CONTENDED, LOCK_HELD_MUTEX],
+            &["syscall", LOCK_CONTENDED, LOCK_HELD_MUTEX, THREAD_CLOSURE],
             // A woken waiter takes the mutex back in the condition variable's wait.
-            &["syscall", LOCK_CONTENDED, CONDVAR_WAIT, WAIT_FOR_PERMIT],
+            &[
+                "syscall",
+                LOCK_CONTENDED,
+                CONDVAR_WAIT,
+                WAIT_FOR_PERMIT,
+                THREAD_CLOSURE,
+            ],
         ],
         mutex_waits,
         &format!("{context}: the mutex"),
@@ -555,7 +564,7 @@ fn std_mutex_and_condvar(hook: &str) {
     assert_waiting_stacks(
         &report,
         the_address(&on_condvar, &context),
-        &[&["syscall", CONDVAR_WAIT, WAIT_FOR_PERMIT]],
+        &[&["syscall", CONDVAR_WAIT, WAIT_FOR_PERMIT, THREAD_CLOSURE]],
         condvar_waits,
         &format!("{context}: the condition variable"),
     );
@@ -641,8 +650,9 @@ fn glibc_internal_lock_waits_are_recorded_with_their_stacks() {
 /// Threads allocating in one arena wait for its lock: likely, not certain, so at least one
 /// wait is asked for. Each is glibc's lock wait (FUTEX_WAIT_PRIVATE, woken, no timeout), none
 /// the main thread's (it is in pthread_join, a pthread call), and each stack starts in
-/// `__lll_lock_wait_private`, some in the workload's threads (the others in their exit, which
-/// takes malloc's locks too).
+/// `__lll_lock_wait_private` and is unwound to its thread's start, some through the workload's
+/// `worker` (the others through the threads' exit, which takes malloc's locks too). The threads
+/// are gone a moment after their last wait: their stacks must be unwound all the same.
 #[test]
 fn glibc_malloc_arena_lock_waits_are_recorded_with_their_stacks() {
     if !bpf_available("futex_malloc") {
@@ -662,24 +672,30 @@ fn glibc_malloc_arena_lock_waits_are_recorded_with_their_stacks() {
         "none of the main thread's: {waits:#?}"
     );
     let report = report_json(&dir, &["app.ptl"]);
-    let stacks: Vec<Vec<String>> = report["locks"]
+    let stacks: Vec<&Value> = report["locks"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|lock| lock["kind"] == "futex")
         .flat_map(|lock| lock["waiting_stacks"].as_array().unwrap())
-        .map(stack_functions)
         .collect();
-    assert!(
-        stacks.iter().all(|stack| stack
-            .first()
-            .is_some_and(|f| f == "__lll_lock_wait_private")),
-        "{stacks:#?}"
-    );
+    for stack in &stacks {
+        let functions = stack_functions(stack);
+        assert_eq!(
+            functions.first().map(String::as_str),
+            Some("__lll_lock_wait_private"),
+            "{stack:#}"
+        );
+        assert_eq!(
+            stack["end"],
+            Value::Null,
+            "unwound to its thread's start: {stack:#}"
+        );
+    }
     assert!(
         stacks
             .iter()
-            .any(|stack| stack.iter().any(|f| f == "worker")),
+            .any(|stack| stack_functions(stack).iter().any(|f| f == "worker")),
         "{stacks:#?}"
     );
 }
