@@ -300,10 +300,16 @@ impl Session {
                 stack,
                 slow_path,
             } = pulled;
+            let new_run = previous.replace((pid, lwpid)) != Some((pid, lwpid));
+            // The files a process maps are read at its first record, not its first stack: a
+            // process may have exited, its maps gone, by the time a record with a stack comes.
+            if new_run && *stacks != tracer_common::STACKS_NONE {
+                unwinder.prepare(pid);
+            }
             // A process or thread first seen: its facts are read now, while it most likely
             // still lives, and placed just before its record.
             if let Some(facts) = facts.as_mut()
-                && previous.replace((pid, lwpid)) != Some((pid, lwpid))
+                && new_run
             {
                 let time_ns = drawn.time_ns;
                 let mut events = Vec::new();
