@@ -1018,40 +1018,60 @@ const SERVER_SECONDS: u32 = 10;
 
 /// Four rounds of the real server's load, untraced, traced, traced, untraced (traced
 /// `--contended`, its default call stacks on): the untraced and the traced transaction rates,
-/// each the mean of its two rounds, and the records the traces lost. The mirrored order cancels
-/// the server's drift over the rounds (its tables grow, its caches warm), which one untraced
-/// round before one traced one charged to the tracer.
+/// each the mean of its two rounds, and the records the traces lost.
 fn server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, f64, u64)> {
-    let first = server.transactions_per_second(SERVER_SECONDS)?;
-    let (second, lost_second) = traced_server_round(tracer, server, dir)?;
-    let (third, lost_third) = traced_server_round(tracer, server, dir)?;
-    let fourth = server.transactions_per_second(SERVER_SECONDS)?;
+    let rate = || server.transactions_per_second(SERVER_SECONDS);
+    let (untraced, [(second, lost_second), (third, lost_third)]) = mirrored_rounds(rate, || {
+        beside_trace(tracer, &["--contended"], server.pid(), dir, rate)
+    })?;
     Ok((
-        f64::midpoint(first, fourth),
+        f64::midpoint(untraced[0], untraced[1]),
         f64::midpoint(second, third),
         lost_second + lost_third,
     ))
 }
 
-/// One round of the real server's load traced `--contended`: its transaction rate and the
-/// records the trace lost.
-fn traced_server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, u64)> {
+/// Four rounds, untraced, traced, traced, untraced: the untraced rounds' results and the traced
+/// ones'. The mirrored order cancels drift over the rounds (a server's tables grow, its caches
+/// warm; the machine's other load comes and goes), which one untraced round before one traced
+/// one charged to the tracer.
+fn mirrored_rounds<U, T>(
+    mut untraced: impl FnMut() -> Result<U>,
+    mut traced: impl FnMut() -> Result<T>,
+) -> Result<([U; 2], [T; 2])> {
+    let first = untraced()?;
+    let second = traced()?;
+    let third = traced()?;
+    let fourth = untraced()?;
+    Ok(([first, fourth], [second, third]))
+}
+
+/// What `work` gives while a trace with `options` of the process `pid` runs, started before it
+/// and ready, and the records the trace lost.
+fn beside_trace<T>(
+    tracer: &Path,
+    options: &[&str],
+    pid: u32,
+    dir: &Path,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<(T, u64)> {
     let _ = fs::remove_dir_all(dir);
     fs::create_dir_all(dir)?;
     let mut traced = command(tracer)
-        .args(["--contended", "--dir"])
+        .args(options)
+        .arg("--dir")
         .arg(dir)
-        .args(["-p", &server.pid().to_string()])
+        .args(["-p", &pid.to_string()])
         .stderr(Stdio::piped())
         .spawn()?;
     let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
     // Its first line says it is tracing.
     stderr.read_line(&mut String::new())?;
-    let rate = server.transactions_per_second(SERVER_SECONDS);
+    let result = work();
     // SAFETY: a signal to our own child, not reaped yet (reap_tracer waits for it).
     unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
     let (_, _, lost) = reap_tracer(&traced, &mut stderr)?;
-    Ok((rate?, lost))
+    Ok((result?, lost))
 }
 
 /// How long the push cost's traces run.
