@@ -37,6 +37,7 @@
 //! ready and how fast it exits after Ctrl-C.
 
 use std::{
+    ffi::OsStr,
     fs,
     io::{BufRead, BufReader, Read as _, Write},
     path::{Path, PathBuf},
@@ -361,20 +362,7 @@ pub fn run(reps: usize) -> Result<()> {
             for (m, options) in FOLLOW_MODES.iter().enumerate() {
                 let _ = fs::remove_dir_all(&dir);
                 fs::create_dir_all(&dir)?;
-                let mut run = match options {
-                    None => command(&spawn),
-                    Some(options) => {
-                        let mut traced = command(&tracer);
-                        traced
-                            .args(*options)
-                            .arg("--dir")
-                            .arg(&dir)
-                            .arg("--")
-                            .arg(&spawn);
-                        traced
-                    }
-                };
-                let out = output(run.args(args.1))?;
+                let out = output(launched(&tracer, *options, &dir, &spawn).args(args.1))?;
                 follow[w][m].push(workload_value(&out.stdout, "ns_per_op")?);
             }
         }
@@ -784,14 +772,12 @@ fn traced(
         true => workload.untraced_args,
         false => workload.traced_args,
     };
-    let mut run = command(tracer);
-    run.args(["--events", workload.categories])
-        .args(options)
-        .arg("--dir")
-        .arg(dir)
-        .arg("--")
-        .arg(program)
-        .args(args);
+    let options: Vec<&str> = ["--events", workload.categories]
+        .into_iter()
+        .chain(options.iter().copied())
+        .collect();
+    let mut run = launched(tracer, Some(&options), dir, program);
+    run.args(args);
     run
 }
 
@@ -896,21 +882,7 @@ fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
 /// The time `sysbench mutex` run with the tracer's `options` (or untraced) says its run took,
 /// in ns: its threads' work, not the tracer's start-up and attach.
 fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Result<f64> {
-    let mut run = match options {
-        None => command(REAL_PROGRAM[0]),
-        Some(options) => {
-            let mut traced = command(tracer);
-            traced
-                .args(options)
-                .arg("--dir")
-                .arg(dir)
-                .arg("--")
-                .arg(REAL_PROGRAM[0]);
-            traced
-        }
-    };
-    run.args(&REAL_PROGRAM[1..]);
-    let out = output(&mut run)?;
+    let out = output(launched(tracer, options, dir, REAL_PROGRAM[0]).args(&REAL_PROGRAM[1..]))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let seconds = stdout
         .lines()
@@ -918,6 +890,27 @@ fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Resul
         .and_then(|time| time.trim().trim_end_matches('s').parse::<f64>().ok())
         .with_context(|| format!("sysbench printed no total time: {stdout}"))?;
     Ok(seconds * 1e9)
+}
+
+/// `program`, untraced (`options` None) or launched by the tracer with `options` writing to
+/// `dir`.
+fn launched(
+    tracer: &Path,
+    options: Option<&[&str]>,
+    dir: &Path,
+    program: impl AsRef<OsStr>,
+) -> std::process::Command {
+    let Some(options) = options else {
+        return command(program);
+    };
+    let mut traced = command(tracer);
+    traced
+        .args(options)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--")
+        .arg(program);
+    traced
 }
 
 /// What one traced run of `SINK_PAIRS` lock+unlock pairs cost the tracer.
