@@ -132,6 +132,19 @@ const REAL_PROGRAM_MODES: [(&str, Option<&[&str]>); 3] = [
     ("thrtrace-bpf", Some(&["--events", "mutex"])),
 ];
 
+/// The futex category's hooks, each forced in turn with `--futex-hook`, and the goal for what a
+/// trace with it costs a syscall-heavy process it does not trace: at most 1.05x where a
+/// futex-specific hook exists; the raw_syscalls fallback runs a program on every syscall of the
+/// machine, and is only measured.
+const FUTEX_HOOKS: [(&str, &str); 3] = [
+    ("fentry", "at most 1.05x"),
+    ("syscall-tracepoints", "at most 1.05x"),
+    ("raw-syscalls", "measured"),
+];
+
+/// Calls of each kind (getppid, an uncontended futex wake) per run of `bench_syscalls`.
+const SYSCALLS: u32 = 1_000_000;
+
 /// Thread and process creation (tests/workloads/bench_spawn.c): a name and its arguments.
 const SPAWN_WORKLOADS: [(&str, &[&str]); 2] = [
     ("thread create+join", &["threads", "2000"]),
@@ -301,6 +314,9 @@ pub fn run(reps: usize) -> Result<()> {
         vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
     let mut real: Vec<Vec<f64>> = vec![Vec::new(); REAL_PROGRAM_MODES.len()];
+    // Per futex hook, repetition by repetition: `bench_syscalls`'s ns per call untraced and
+    // beside the trace.
+    let mut syscall_rounds: Vec<Vec<SyscallRound>> = vec![Vec::new(); FUTEX_HOOKS.len()];
     // Per mode of STACK_COST_MODES, run by run: the tracer's CPU per record, the entry and the
     // return program's ns per run.
     let mut stack_costs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); STACK_COST_MODES.len()];
@@ -346,6 +362,10 @@ pub fn run(reps: usize) -> Result<()> {
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir)?;
             real[m].push(real_program_ns(&tracer, *options, &dir)?);
+        }
+        let syscalls = compile_workload("bench_syscalls")?;
+        for (h, (hook, _)) in FUTEX_HOOKS.iter().enumerate() {
+            syscall_rounds[h].push(syscall_round(&tracer, &syscalls, hook, &dir)?);
         }
         let program = compile_workload(contended.program)?;
         for (m, &mode) in STACK_COST_MODES.iter().enumerate() {
@@ -452,6 +472,7 @@ pub fn run(reps: usize) -> Result<()> {
             ns / untraced_ns
         );
     }
+    print_syscall_costs(&syscall_rounds, reps);
     drop(server);
     let rates = |i: usize| -> Vec<f64> {
         server_rounds
@@ -892,6 +913,78 @@ fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Resul
     Ok(seconds * 1e9)
 }
 
+fn print_syscall_costs(rounds: &[Vec<SyscallRound>], reps: usize) {
+    println!(
+        "\nwhat a --contended trace of an idle process costs a syscall-heavy process it does not \
+         trace, per futex hook (--futex-hook): ns per call of {SYSCALLS} getppid and of \
+         {SYSCALLS} FUTEX_WAKE_PRIVATE on a word nobody waits on; runs untraced, traced, traced, \
+         untraced; x = traced / untraced, round by round; median of {reps}"
+    );
+    println!(
+        "  {:<32} {:>10} {:>8} {:>12} {:>8}   goal",
+        "", "getppid", "x", "futex wake", "x"
+    );
+    let every_round = || rounds.iter().flatten();
+    let untraced =
+        [0, 1].map(|kind| median(&every_round().map(|r| r.untraced[kind]).collect::<Vec<_>>()));
+    println!(
+        "  {:<32} {:>10.1} {:>8} {:>12.1}",
+        "untraced", untraced[0], "", untraced[1]
+    );
+    for ((hook, goal), rounds) in FUTEX_HOOKS.iter().zip(rounds) {
+        let traced =
+            |kind: usize| median(&rounds.iter().map(|r| r.traced[kind]).collect::<Vec<_>>());
+        let ratio =
+            |kind: usize| median(&rounds.iter().map(|r| r.ratios()[kind]).collect::<Vec<_>>());
+        println!(
+            "  {:<32} {:>10.1} {:>8.3} {:>12.1} {:>8.3}   {goal}",
+            format!("--futex-hook {hook}"),
+            traced(0),
+            ratio(0),
+            traced(1),
+            ratio(1),
+        );
+    }
+}
+
+/// `bench_syscalls`'s ns per getppid and per futex wake, untraced and beside a trace of another
+/// process, each the mean of its two runs.
+#[derive(Clone, Copy)]
+struct SyscallRound {
+    untraced: [f64; 2],
+    traced: [f64; 2],
+}
+
+impl SyscallRound {
+    /// Traced / untraced, per kind of call.
+    fn ratios(&self) -> [f64; 2] {
+        [0, 1].map(|kind| self.traced[kind] / self.untraced[kind])
+    }
+}
+
+/// Four runs of `bench_syscalls` (`program`), untraced, beside a `--contended` trace with the
+/// futex hook `hook` of an idle process (a `mutex_gate` at its gate), beside another, untraced.
+fn syscall_round(tracer: &Path, program: &Path, hook: &str, dir: &Path) -> Result<SyscallRound> {
+    let run = || {
+        let out = output(command(program).arg(SYSCALLS.to_string()))?;
+        let value = |key: &str| workload_value(&out.stdout, key);
+        Ok([value("getppid_ns")?, value("futex_wake_ns")?])
+    };
+    let (mut idle, _) = start_gate(0, 0)?;
+    let options = ["--contended", "--futex-hook", hook];
+    let runs = mirrored_rounds(run, || {
+        Ok(beside_trace(tracer, &options, idle.id(), dir, run)?.0)
+    });
+    idle.kill()?;
+    idle.wait()?;
+    let (untraced, traced) = runs?;
+    let mean = |[a, b]: [[f64; 2]; 2]| [0, 1].map(|kind| f64::midpoint(a[kind], b[kind]));
+    Ok(SyscallRound {
+        untraced: mean(untraced),
+        traced: mean(traced),
+    })
+}
+
 /// `program`, untraced (`options` None) or launched by the tracer with `options` writing to
 /// `dir`.
 fn launched(
@@ -1058,13 +1151,32 @@ fn beside_trace<T>(
         .stderr(Stdio::piped())
         .spawn()?;
     let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
-    // Its first line says it is tracing.
-    stderr.read_line(&mut String::new())?;
-    let result = work();
+    let result = wait_until_tracing(&mut stderr).and_then(|()| work());
     // SAFETY: a signal to our own child, not reaped yet (reap_tracer waits for it).
     unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
-    let (_, _, lost) = reap_tracer(&traced, &mut stderr)?;
-    Ok((result?, lost))
+    let reaped = reap_tracer(&traced, &mut stderr);
+    let result = result?;
+    Ok((result, reaped?.2))
+}
+
+/// Reads the tracer's `stderr` until it says it is tracing: its probes and the futex hook are
+/// in place. Fails if it says it cannot hook the futex syscall: a `--contended` trace without
+/// its futex hook is not the one measured.
+fn wait_until_tracing(stderr: &mut impl BufRead) -> Result<()> {
+    let mut said = String::new();
+    loop {
+        let start = said.len();
+        if stderr.read_line(&mut said)? == 0 {
+            bail!("the tracer ended before tracing: {said}");
+        }
+        let line = &said[start..];
+        if line.contains("futex waits outside pthread calls are not recorded") {
+            bail!("{}", line.trim());
+        }
+        if line.contains(": tracing pid ") {
+            return Ok(());
+        }
+    }
 }
 
 /// How long the push cost's traces run.
