@@ -52,7 +52,8 @@ use crate::{
     server::Server,
     setup,
     shell::{
-        build_tracer, command, compile_workload, output, require_root, succeeds, workspace_root,
+        build_tracer, command, compile_rust_workload, compile_workload, output, require_root,
+        succeeds, workspace_root,
     },
 };
 
@@ -144,6 +145,9 @@ const FUTEX_HOOKS: [(&str, &str); 3] = [
 
 /// Calls of each kind (getppid, an uncontended futex wake) per run of `bench_syscalls`.
 const SYSCALLS: u32 = 1_000_000;
+
+/// Uncontended lock+unlock pairs per run of `std_mutex` (xtask/workloads/std_mutex.rs).
+const STD_MUTEX_PAIRS: u32 = 20_000_000;
 
 /// Thread and process creation (tests/workloads/bench_spawn.c): a name and its arguments.
 const SPAWN_WORKLOADS: [(&str, &[&str]); 2] = [
@@ -317,6 +321,8 @@ pub fn run(reps: usize) -> Result<()> {
     // Per futex hook, repetition by repetition: `bench_syscalls`'s ns per call untraced and
     // beside the trace.
     let mut syscall_rounds: Vec<Vec<SyscallRound>> = vec![Vec::new(); FUTEX_HOOKS.len()];
+    // Repetition by repetition: `std_mutex`'s ns per pair untraced and traced `--contended`.
+    let mut std_mutex_rounds: Vec<(f64, f64)> = Vec::new();
     // Per mode of STACK_COST_MODES, run by run: the tracer's CPU per record, the entry and the
     // return program's ns per run.
     let mut stack_costs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); STACK_COST_MODES.len()];
@@ -367,6 +373,7 @@ pub fn run(reps: usize) -> Result<()> {
         for (h, (hook, _)) in FUTEX_HOOKS.iter().enumerate() {
             syscall_rounds[h].push(syscall_round(&tracer, &syscalls, hook, &dir)?);
         }
+        std_mutex_rounds.push(std_mutex_round(&tracer, &dir)?);
         let program = compile_workload(contended.program)?;
         for (m, &mode) in STACK_COST_MODES.iter().enumerate() {
             let _ = fs::remove_dir_all(&dir);
@@ -473,6 +480,7 @@ pub fn run(reps: usize) -> Result<()> {
         );
     }
     print_syscall_costs(&syscall_rounds, reps);
+    print_std_mutex_costs(&std_mutex_rounds, reps);
     drop(server);
     let rates = |i: usize| -> Vec<f64> {
         server_rounds
@@ -983,6 +991,45 @@ fn syscall_round(tracer: &Path, program: &Path, hook: &str, dir: &Path) -> Resul
         untraced: mean(untraced),
         traced: mean(traced),
     })
+}
+
+fn print_std_mutex_costs(rounds: &[(f64, f64)], reps: usize) {
+    println!(
+        "\nthe traced process's uncontended std::sync::Mutex lock+unlock (Rust, no futex call), \
+         {STD_MUTEX_PAIRS} pairs; runs untraced, traced --contended, traced, untraced; x = traced \
+         / untraced, round by round; median of {reps}"
+    );
+    let column =
+        |value: fn(&(f64, f64)) -> f64| median(&rounds.iter().map(value).collect::<Vec<_>>());
+    println!("  {:<32} {:>10.1} ns", "untraced", column(|r| r.0));
+    println!(
+        "  {:<32} {:>10.1} ns {:>8.3}x   goal at most 1.05x",
+        "thrtrace-bpf --contended",
+        column(|r| r.1),
+        column(|(untraced, traced)| traced / untraced)
+    );
+}
+
+/// Four runs of `std_mutex`, untraced, launched by a `--contended` trace (the futex hook the
+/// tracer picks), again, untraced: ns per lock+unlock pair untraced and traced, each the mean
+/// of its two runs.
+fn std_mutex_round(tracer: &Path, dir: &Path) -> Result<(f64, f64)> {
+    let program = compile_rust_workload("std_mutex")?;
+    let run = |options: Option<&[&str]>| -> Result<f64> {
+        let _ = fs::remove_dir_all(dir);
+        fs::create_dir_all(dir)?;
+        let mut run = launched(tracer, options, dir, &program);
+        let out = output(run.arg(STD_MUTEX_PAIRS.to_string()))?;
+        if options.is_some() {
+            wait_until_tracing(&mut out.stderr.as_slice())?;
+        }
+        workload_value(&out.stdout, "ns_per_op")
+    };
+    let (untraced, traced) = mirrored_rounds(|| run(None), || run(Some(&["--contended"])))?;
+    Ok((
+        f64::midpoint(untraced[0], untraced[1]),
+        f64::midpoint(traced[0], traced[1]),
+    ))
 }
 
 /// `program`, untraced (`options` None) or launched by the tracer with `options` writing to
