@@ -28,6 +28,12 @@
 //! with its stacks, traced and untraced again: the transaction rates' ratio, repetition by
 //! repetition.
 //!
+//! What a `--contended` trace's futex hook costs processes it does not trace: a syscall-heavy
+//! one (tests/workloads/bench_syscalls.c: getppid and uncontended futex wakes) untraced and
+//! beside a trace of an idle process, for each hook forced with `--futex-hook`; and the traced
+//! process's uncontended `std::sync::Mutex` lock+unlock (xtask/workloads/std_mutex.rs),
+//! untraced and traced; both in runs untraced, traced, traced, untraced.
+//!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
 //! the default consumer threads and with two), the records per second written to tr files
