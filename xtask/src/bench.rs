@@ -327,6 +327,11 @@ pub fn run(reps: usize) -> Result<()> {
     // Per futex hook, repetition by repetition: `bench_syscalls`'s ns per call untraced and
     // beside the trace.
     let mut syscall_rounds: Vec<Vec<SyscallRound>> = vec![Vec::new(); FUTEX_HOOKS.len()];
+    // Why this kernel refuses a hook, for each it does (this machine refuses fentry programs).
+    let hook_refusals = FUTEX_HOOKS
+        .iter()
+        .map(|(hook, _)| hook_refusal(&tracer, hook))
+        .collect::<Result<Vec<_>>>()?;
     // Repetition by repetition: `std_mutex`'s ns per pair untraced and traced `--contended`.
     let mut std_mutex_rounds: Vec<(f64, f64)> = Vec::new();
     // Per mode of STACK_COST_MODES, run by run: the tracer's CPU per record, the entry and the
@@ -377,7 +382,9 @@ pub fn run(reps: usize) -> Result<()> {
         }
         let syscalls = compile_workload("bench_syscalls")?;
         for (h, (hook, _)) in FUTEX_HOOKS.iter().enumerate() {
-            syscall_rounds[h].push(syscall_round(&tracer, &syscalls, hook, &dir)?);
+            if hook_refusals[h].is_none() {
+                syscall_rounds[h].push(syscall_round(&tracer, &syscalls, hook, &dir)?);
+            }
         }
         std_mutex_rounds.push(std_mutex_round(&tracer, &dir)?);
         let program = compile_workload(contended.program)?;
@@ -485,7 +492,7 @@ pub fn run(reps: usize) -> Result<()> {
             ns / untraced_ns
         );
     }
-    print_syscall_costs(&syscall_rounds, reps);
+    print_syscall_costs(&syscall_rounds, &hook_refusals, reps);
     print_std_mutex_costs(&std_mutex_rounds, reps);
     drop(server);
     let rates = |i: usize| -> Vec<f64> {
@@ -927,7 +934,7 @@ fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Resul
     Ok(seconds * 1e9)
 }
 
-fn print_syscall_costs(rounds: &[Vec<SyscallRound>], reps: usize) {
+fn print_syscall_costs(rounds: &[Vec<SyscallRound>], refusals: &[Option<String>], reps: usize) {
     println!(
         "\nwhat a --contended trace of an idle process costs a syscall-heavy process it does not \
          trace, per futex hook (--futex-hook): ns per call of {SYSCALLS} getppid and of \
@@ -939,13 +946,24 @@ fn print_syscall_costs(rounds: &[Vec<SyscallRound>], reps: usize) {
         "", "getppid", "x", "futex wake", "x"
     );
     let every_round = || rounds.iter().flatten();
+    if every_round().next().is_none() {
+        println!("  no hook could be measured on this kernel");
+        return;
+    }
     let untraced =
         [0, 1].map(|kind| median(&every_round().map(|r| r.untraced[kind]).collect::<Vec<_>>()));
     println!(
         "  {:<32} {:>10.1} {:>8} {:>12.1}",
         "untraced", untraced[0], "", untraced[1]
     );
-    for ((hook, goal), rounds) in FUTEX_HOOKS.iter().zip(rounds) {
+    for (((hook, goal), rounds), refusal) in FUTEX_HOOKS.iter().zip(rounds).zip(refusals) {
+        if let Some(refusal) = refusal {
+            println!(
+                "  {:<32} not on this kernel: {refusal}",
+                format!("--futex-hook {hook}")
+            );
+            continue;
+        }
         let traced =
             |kind: usize| median(&rounds.iter().map(|r| r.traced[kind]).collect::<Vec<_>>());
         let ratio =
@@ -959,6 +977,20 @@ fn print_syscall_costs(rounds: &[Vec<SyscallRound>], reps: usize) {
             ratio(1),
         );
     }
+}
+
+/// Why the tracer refuses futex hook `hook` on this kernel, if it does (its one line).
+fn hook_refusal(tracer: &Path, hook: &str) -> Result<Option<String>> {
+    // A refusal is the tracer's exit with one line: not `output`'s failure.
+    let out = command(tracer)
+        .args(["--contended", "--futex-hook", hook, "--", "true"])
+        .output()
+        .with_context(|| format!("cannot start {}", tracer.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Ok(stderr
+        .lines()
+        .find(|line| line.contains("cannot be used on this kernel"))
+        .map(str::to_owned))
 }
 
 /// `bench_syscalls`'s ns per getppid and per futex wake, untraced and beside a trace of another
