@@ -20,8 +20,8 @@ use std::{
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, field, prerequisite, read_trace, report_json, report_lock, run_tracer,
-    run_workload, stack_functions, start_tracer, workload,
+    TempDir, bpf_available, field, kernel_refuses_tracing_programs, prerequisite, read_trace,
+    report_json, report_lock, run_tracer, run_workload, stack_functions, start_tracer, workload,
 };
 use tracer_common::{
     Category,
@@ -73,7 +73,15 @@ fn hook_refusals() -> &'static [(&'static str, Option<String>)] {
 fn futex_hooks(test: &str) -> Vec<&'static str> {
     hook_refusals()
         .iter()
-        .filter(|(hook, refusal)| prerequisite(&format!("{test} {hook}"), refusal.as_deref()))
+        .filter(|(hook, refusal)| {
+            // A machine that lets no tracing program load has no fentry hook, CI or not: the
+            // kernel guests run it.
+            if *hook == "fentry" && refusal.is_some() && kernel_refuses_tracing_programs() {
+                eprintln!("{test}: not under fentry: this kernel refuses every tracing program");
+                return false;
+            }
+            prerequisite(&format!("{test} {hook}"), refusal.as_deref())
+        })
         .map(|(hook, _)| *hook)
         .collect()
 }

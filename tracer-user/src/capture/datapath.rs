@@ -269,12 +269,11 @@ impl DataPath {
         // Loaded before the rings' map is let go, as the uprobe programs are (the programs
         // hold the maps they use). Attached now, but nothing is traced yet. A kernel where no
         // hook attaches traces the rest (the session says so).
-        let (futex_links, futex_hooking) = match futex {
-            FutexCalls::None => (Vec::new(), None),
-            _ => {
-                let (links, hooking) = hook_futex(&loaded, futex_hook, &kernel.functions);
-                (links, Some(hooking))
-            }
+        let (futex_links, futex_hooking) = if futex == FutexCalls::None {
+            (Vec::new(), None)
+        } else {
+            let (links, hooking) = hook_futex(&loaded, futex_hook, &kernel.functions);
+            (links, Some(hooking))
         };
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;

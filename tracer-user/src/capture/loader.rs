@@ -374,6 +374,10 @@ fn prog_load(
     bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
         let log = log_text(&log);
         let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        // Refused before the verifier ran (a policy, a missing kernel feature): no log.
+        if tail.is_empty() {
+            return anyhow!("{error} (before the verifier ran)");
+        }
         anyhow!(
             "{error}; verifier: {}",
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")

@@ -344,6 +344,14 @@ impl Session {
             }
             if let (Some(stack), Some(record)) = (stack, drawn.record.as_mut()) {
                 let unwound = unwinder.unwind(pid, &stack);
+                // A futex call's instruction is in the function that made the syscall (the C
+                // library's `syscall`, or its own lock's wait): where it was called from says
+                // more, as a pthread call's return address does.
+                if record.event1 == tracer_common::Category::Futex as u16
+                    && let Some(&called_from) = unwound.frames.get(1)
+                {
+                    record.caller = called_from;
+                }
                 let (id, new) = stack_ids.intern(pid, unwound, drawn.time_ns);
                 if let Some(event) = new {
                     reorder.push(ktime_ns, Staged::System(event));

@@ -246,26 +246,23 @@ fn say_futex_hooking(config: &Config, hooking: FutexHooking) -> Result<()> {
             forced.name()
         );
     }
-    match used {
-        Some(hook) => {
-            if config.verbose {
-                for (hook, error) in &passed_over {
-                    say!("thrtrace-bpf: futex calls: not {}: {error}", hook.name());
-                }
-                say!("thrtrace-bpf: futex calls: {}", hook.describe());
+    if let Some(hook) = used {
+        if config.verbose {
+            for (hook, error) in &passed_over {
+                say!("thrtrace-bpf: futex calls: not {}: {error}", hook.name());
             }
+            say!("thrtrace-bpf: futex calls: {}", hook.describe());
         }
-        None => {
-            let why: Vec<String> = passed_over
-                .iter()
-                .map(|(hook, error)| format!("{}: {error}", hook.name()))
-                .collect();
-            say!(
-                "thrtrace-bpf: futex waits outside pthread calls are not recorded: no way to hook \
-                 the futex syscalls works here ({})",
-                why.join("; ")
-            );
-        }
+    } else {
+        let why: Vec<String> = passed_over
+            .iter()
+            .map(|(hook, error)| format!("{}: {error}", hook.name()))
+            .collect();
+        say!(
+            "thrtrace-bpf: futex waits outside pthread calls are not recorded: no way to hook \
+             the futex syscalls works here ({})",
+            why.join("; ")
+        );
     }
     Ok(())
 }
