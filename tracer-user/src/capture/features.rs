@@ -18,7 +18,7 @@ use aya_obj::generated::{
         BPF_FUNC_map_delete_elem, BPF_FUNC_map_lookup_elem, BPF_FUNC_map_update_elem,
         BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_query,
         BPF_FUNC_ringbuf_reserve, BPF_FUNC_ringbuf_submit, BPF_FUNC_send_signal_thread,
-        BPF_FUNC_task_storage_get,
+        BPF_FUNC_task_pt_regs, BPF_FUNC_task_storage_get,
     },
     bpf_insn,
     bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
@@ -77,7 +77,7 @@ enum Ask {
 /// Every helper the programs call, each with what it gives them and the version that first
 /// offered it to kprobe (uprobe) programs; a test checks the object calls no other. Raw
 /// tracepoint programs call a few of them too, offered to both at the same time.
-const HELPERS: [(bpf_func_id, &str, &str); 15] = [
+const HELPERS: [(bpf_func_id, &str, &str); 16] = [
     (BPF_FUNC_map_lookup_elem, "map lookups", "4.1"),
     (BPF_FUNC_map_update_elem, "map updates", "4.1"),
     (BPF_FUNC_map_delete_elem, "map deletes", "4.1"),
@@ -101,6 +101,11 @@ const HELPERS: [(bpf_func_id, &str, &str); 15] = [
         "5.11",
     ),
     (BPF_FUNC_get_attach_cookie, "BPF cookies on uprobes", "5.15"),
+    (
+        BPF_FUNC_task_pt_regs,
+        "a thread's registers in a syscall (futex stacks)",
+        "5.15",
+    ),
 ];
 
 fn needs() -> Vec<Need> {
