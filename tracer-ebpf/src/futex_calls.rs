@@ -12,7 +12,6 @@ use core::{mem::offset_of, ptr};
 use aya_ebpf::{
     EbpfContext,
     bindings::{pt_regs, task_struct},
-    btf_maps::LruHashMap,
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, generated},
     macros::{btf_map, fentry, fexit, raw_tracepoint, tracepoint},
     programs::{FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
@@ -23,9 +22,9 @@ use tracer_common::{
 };
 
 use crate::{
-    CALL_SLOTS, CALLS, FREE, FSBASE_OFFSET, NVCSW_OFFSET, STACKS, SYSTEM_WIDE, TRACED, copy_stack,
-    count_lost, current_pid_tgid, current_task, emit_with, is_tracer, own_target, read_task,
-    read_user_into, recording_event, ring_busy,
+    CALL_SLOTS, CALLS, FREE, FSBASE_OFFSET, NVCSW_OFFSET, STACKS, SYSTEM_WIDE, TRACED, TaskStorage,
+    copy_stack, count_lost, current_pid_tgid, current_task, emit_with, is_tracer, own_target,
+    read_task, read_user_into, recording_event, ring_busy,
 };
 
 /// Set by userspace: 1 under `--contended`, where a wait is recorded only if it blocked and a
@@ -54,40 +53,9 @@ struct FutexCall {
     pthread_wake_next: u32,
 }
 
-/// Each traced thread's futex call in progress, by thread id. A hash map, not task storage:
-/// Debian 13's 7.3 kernel did not create a thread's task storage from a tracing (fentry)
-/// program, which lost each thread's first futex call. An exited thread's entry stays until
-/// the map needs its room.
+/// Each traced thread's futex call in progress.
 #[btf_map]
-static FUTEX_CALLS: LruHashMap<u32, FutexCall, FUTEX_THREADS> = LruHashMap::new();
-
-/// Threads whose futex calls are followed at once.
-const FUTEX_THREADS: usize = 16384;
-
-/// A thread's first entry, copied from here (a value on the stack would overflow the frame).
-static NO_CALL: FutexCall = FutexCall {
-    args: [0; 5],
-    timeout: [0; 2],
-    started_ns: 0,
-    nvcsw_at_entry: 0,
-    event2: 0,
-    word_at_entry: 0,
-    pthread_wake_next: 0,
-};
-
-/// The current thread's entry, made if `create` and it has none; null if it has none or the
-/// map could not take it.
-#[inline(always)]
-fn futex_call(task: *mut task_struct, create: bool) -> *mut FutexCall {
-    let thread = current_pid_tgid(task) as u32;
-    if let Some(call) = FUTEX_CALLS.get_ptr_mut(thread) {
-        return call;
-    }
-    if !create || FUTEX_CALLS.insert(thread, &NO_CALL, 0).is_err() {
-        return ptr::null_mut();
-    }
-    FUTEX_CALLS.get_ptr_mut(thread).unwrap_or(ptr::null_mut())
-}
+static FUTEX_CALLS: TaskStorage<FutexCall> = TaskStorage::new();
 
 /// `FUTEX_UNLOCK_PI` found waiters to hand the lock to: the word's `FUTEX_WAITERS` bit.
 const FUTEX_WAITERS: u32 = 0x8000_0000;
@@ -101,7 +69,7 @@ const WAITV_UADDR_OFFSET: u64 = 8;
 pub(crate) fn pthread_wake_recorded() {
     // The task taken again here, not passed: kept live across the entry program, it would
     // grow that program's frame.
-    let call = futex_call(current_task(), true);
+    let call = FUTEX_CALLS.of(current_task(), true);
     if !call.is_null() {
         // SAFETY: this thread's own value, which only its own programs touch.
         unsafe { (*call).pthread_wake_next = 1 };
@@ -122,7 +90,7 @@ fn futex_call_entered(nr: u64, op: u64, read_args: impl FnOnce(*mut [u64; 5])) {
     if !traced_process(current_pid_tgid(task)) {
         return;
     }
-    let call = futex_call(task, true);
+    let call = FUTEX_CALLS.of(task, true);
     if call.is_null() {
         count_lost();
         return;
@@ -178,7 +146,7 @@ unsafe fn note_call(call: *mut FutexCall, event2: u16) {
 #[inline(always)]
 fn futex_call_exited(result: i64) {
     let task = current_task();
-    let call = futex_call(task, false);
+    let call = FUTEX_CALLS.of(task, false);
     if call.is_null() {
         return;
     }
