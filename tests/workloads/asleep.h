@@ -9,8 +9,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* Whether thread `tid` is asleep (state S) in the futex syscall, on `word` unless it is NULL. */
-static int asleep_in_futex(pid_t tid, const void *word) {
+/* Whether thread `tid` is asleep (state S) in the futex syscall. */
+static int asleep_in_futex(pid_t tid) {
     char path[64], text[256];
     snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
     FILE *file = fopen(path, "r");
@@ -25,16 +25,15 @@ static int asleep_in_futex(pid_t tid, const void *word) {
     file = fopen(path, "r");
     if (!file) return 0;
     long number = -1;
-    unsigned long address = 0;
-    int read = fscanf(file, "%ld %lx", &number, &address);
+    int read = fscanf(file, "%ld", &number);
     fclose(file);
-    return read == 2 && number == SYS_futex && (!word || address == (unsigned long)word);
+    return read == 1 && number == SYS_futex;
 }
 
 /* Returns once each of the `count` threads `tids` (0: not started yet) is asleep in a futex
  * wait. */
 static void until_asleep_in_futex(const volatile pid_t *tids, long count) {
     for (long i = 0; i < count; i++)
-        while (!tids[i] || !asleep_in_futex(tids[i], NULL)) usleep(1000);
+        while (!tids[i] || !asleep_in_futex(tids[i])) usleep(1000);
 }
 #endif
