@@ -63,8 +63,8 @@ enum Task {
     Layers,
     /// Boot Debian's kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
     Kernels {
-        /// Boot only this Debian suite's kernel (bullseye, bookworm, trixie, trixie-backports)
-        #[arg(long)]
+        /// Boot only this Debian suite's kernel
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(kernels::suites()))]
         suite: Option<String>,
     },
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
