@@ -4,6 +4,7 @@
 
 pub mod events;
 pub mod futex;
+pub mod kfuncs;
 pub mod record;
 
 pub use events::{

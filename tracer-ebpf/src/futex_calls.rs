@@ -18,6 +18,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     Category, RawRecord, STACKS_NONE, futex,
+    kfuncs::{self, Kfunc},
     record::{RAW_RECORD_SIZE, StackedRecord},
 };
 
@@ -317,18 +318,39 @@ fn entered_with_registers(regs: *const pt_regs) {
     });
 }
 
+/// Runs `body` with preemption off where the kernel can turn it off (`kfuncs::PREEMPT_DISABLE`),
+/// as every futex program does: while one is preempted, the kernel skips it for every other
+/// thread on that CPU.
+#[inline(always)]
+fn unpreempted(body: impl FnOnce()) {
+    call_kfunc(kfuncs::PREEMPT_DISABLE);
+    body();
+    call_kfunc(kfuncs::PREEMPT_ENABLE);
+}
+
+/// A call of `kfunc`, by its placeholder, which the loader replaces.
+#[inline(always)]
+fn call_kfunc(kfunc: Kfunc) {
+    // SAFETY: the placeholder is a call the loader turns into the kfunc's (which takes no
+    // arguments and returns nothing) or into nothing; a kernel never runs it as it is.
+    unsafe {
+        let call: unsafe extern "C" fn() = core::mem::transmute(kfunc.placeholder as usize);
+        call();
+    }
+}
+
 /// fentry on the futex syscalls' functions (`__x64_sys_futex`, `__x64_sys_futex_waitv`),
 /// whose one argument is the saved registers: only futex calls run it.
 #[fentry]
 pub fn thr_futex_fentry(ctx: FEntryContext) -> u32 {
-    entered_with_registers(ctx.arg(0));
+    unpreempted(|| entered_with_registers(ctx.arg(0)));
     0
 }
 
 /// fexit of the same functions: their second word is the return value.
 #[fexit]
 pub fn thr_futex_fexit(ctx: FExitContext) -> u32 {
-    futex_call_exited(ctx.arg(1));
+    unpreempted(|| futex_call_exited(ctx.arg(1)));
     0
 }
 
@@ -362,18 +384,20 @@ pub fn thr_futex_tp_enter(ctx: TracePointContext) -> u32 {
             .cast::<i32>()
             .read()
     };
-    futex_call_entered(nr as u64, syscall_record_word(&ctx, 1), |args| {
-        // SAFETY: `args` is the thread's own value. Each at a constant offset: the verifier
-        // refuses a context load at a computed one.
-        unsafe {
-            *args = [
-                syscall_record_word(&ctx, 0),
-                syscall_record_word(&ctx, 1),
-                syscall_record_word(&ctx, 2),
-                syscall_record_word(&ctx, 3),
-                syscall_record_word(&ctx, 4),
-            ];
-        }
+    unpreempted(|| {
+        futex_call_entered(nr as u64, syscall_record_word(&ctx, 1), |args| {
+            // SAFETY: `args` is the thread's own value. Each at a constant offset: the verifier
+            // refuses a context load at a computed one.
+            unsafe {
+                *args = [
+                    syscall_record_word(&ctx, 0),
+                    syscall_record_word(&ctx, 1),
+                    syscall_record_word(&ctx, 2),
+                    syscall_record_word(&ctx, 3),
+                    syscall_record_word(&ctx, 4),
+                ];
+            }
+        })
     });
     0
 }
@@ -381,7 +405,7 @@ pub fn thr_futex_tp_enter(ctx: TracePointContext) -> u32 {
 /// The futex syscalls' exit tracepoints.
 #[tracepoint]
 pub fn thr_futex_tp_exit(ctx: TracePointContext) -> u32 {
-    futex_call_exited(syscall_record_word(&ctx, 0) as i64);
+    unpreempted(|| futex_call_exited(syscall_record_word(&ctx, 0) as i64));
     0
 }
 
@@ -391,7 +415,7 @@ pub fn thr_futex_tp_exit(ctx: TracePointContext) -> u32 {
 pub fn thr_futex_raw_enter(ctx: RawTracePointContext) -> u32 {
     let nr: u64 = ctx.arg(1);
     if nr == futex::SYS_FUTEX || nr == futex::SYS_FUTEX_WAITV {
-        entered_with_registers(ctx.arg(0));
+        unpreempted(|| entered_with_registers(ctx.arg(0)));
     }
     0
 }
@@ -401,7 +425,7 @@ pub fn thr_futex_raw_enter(ctx: RawTracePointContext) -> u32 {
 pub fn thr_futex_raw_exit(ctx: RawTracePointContext) -> u32 {
     let nr = user_register(ctx.arg(0), offset_of!(pt_regs, orig_rax));
     if nr == futex::SYS_FUTEX || nr == futex::SYS_FUTEX_WAITV {
-        futex_call_exited(ctx.arg(1));
+        unpreempted(|| futex_call_exited(ctx.arg(1)));
     }
     0
 }

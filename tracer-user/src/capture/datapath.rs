@@ -2,7 +2,10 @@
 //! buffer (an `ARRAY_OF_MAPS` slot per CPU, so producers on different CPUs never share a lock),
 //! drains them, and reads the per-CPU count of records the kernel could not deliver.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsFd, OwnedFd},
+};
 
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray};
@@ -15,7 +18,7 @@ use tracer_common::{
 };
 
 use super::{
-    futex_hook::{self, FutexHook, FutexHookError},
+    futex_hook::{self, FutexHook, FutexHookError, Hooked},
     kernel::KernelBtf,
     loader::{self, Loaded},
     lossless::{Stopped, StoppedView},
@@ -142,6 +145,8 @@ pub struct DataPath {
     tracepoint_links: Vec<OwnedFd>,
     /// How the futex programs were hooked, when they were to be.
     futex_hooking: Option<FutexHooking>,
+    /// The futex programs attached, whose skipped runs are futex calls lost.
+    futex_programs: Vec<OwnedFd>,
 }
 
 /// Which processes a run traces, as far as the BPF side is concerned.
@@ -184,14 +189,13 @@ pub struct ProgramOptions {
     pub futex_hook: Option<FutexHook>,
 }
 
-/// How the futex programs were hooked into the kernel: with which hook, if any, and why the
 /// Attaches the futex programs with `forced`, or else with the first of [`FutexHook::ALL`]
-/// that attaches; `functions` are the BTF ids of [`futex_hook::SYSCALL_FUNCTIONS`].
+/// that attaches; `functions` are kernel functions' BTF ids by name.
 fn hook_futex(
     loaded: &Loaded,
     forced: Option<FutexHook>,
-    functions: &[Option<u32>],
-) -> (Vec<OwnedFd>, FutexHooking) {
+    functions: &BTreeMap<&str, u32>,
+) -> (Hooked, FutexHooking) {
     let mut hooking = FutexHooking::default();
     let tried = match forced {
         Some(hook) => vec![hook],
@@ -199,16 +203,17 @@ fn hook_futex(
     };
     for hook in tried {
         match futex_hook::attach(loaded, hook, functions) {
-            Ok(links) => {
+            Ok(hooked) => {
                 hooking.used = Some(hook);
-                return (links, hooking);
+                return (hooked, hooking);
             }
             Err(error) => hooking.passed_over.push((hook, error)),
         }
     }
-    (Vec::new(), hooking)
+    (Hooked::default(), hooking)
 }
 
+/// How the futex programs were hooked into the kernel: with which hook, if any, and why the
 /// ones tried before it were not used.
 #[derive(Debug, Default)]
 pub struct FutexHooking {
@@ -259,7 +264,7 @@ impl DataPath {
             Scope::Follow => &[],
             Scope::Processes | Scope::SystemWide => &[(names::TRACED, PROCESS_TARGETS)],
         };
-        let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes)
+        let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes, &kernel.functions)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         let (entry, exit) = match empty_programs {
             false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),
@@ -269,11 +274,11 @@ impl DataPath {
         // Loaded before the rings' map is let go, as the uprobe programs are (the programs
         // hold the maps they use). Attached now, but nothing is traced yet. A kernel where no
         // hook attaches traces the rest (the session says so).
-        let (futex_links, futex_hooking) = if futex == FutexCalls::None {
-            (Vec::new(), None)
+        let (futex_hooked, futex_hooking) = if futex == FutexCalls::None {
+            (Hooked::default(), None)
         } else {
-            let (links, hooking) = hook_futex(&loaded, futex_hook, &kernel.functions);
-            (links, Some(hooking))
+            let (hooked, hooking) = hook_futex(&loaded, futex_hook, &kernel.functions);
+            (hooked, Some(hooking))
         };
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
@@ -303,7 +308,7 @@ impl DataPath {
         if scope == Scope::Follow {
             tracepoints.push((names::FORK_PROGRAM, "sched_process_fork"));
         }
-        let mut tracepoint_links = futex_links;
+        let mut tracepoint_links = futex_hooked.links;
         for (name, event) in tracepoints {
             let program = loaded.load_program(name, BPF_PROG_TYPE_RAW_TRACEPOINT, None)?;
             tracepoint_links.push(loader::attach_raw_tracepoint(&program, event)?);
@@ -327,7 +332,18 @@ impl DataPath {
             stopped_view,
             tracepoint_links,
             futex_hooking,
+            futex_programs: futex_hooked.programs,
         })
+    }
+
+    /// Runs of the futex programs the kernel skipped so far, each a futex call lost: it skips
+    /// a program on a CPU where a run of it is preempted (see `kfuncs::PREEMPT_DISABLE`).
+    pub fn futex_skips(&self) -> u64 {
+        self.futex_programs
+            .iter()
+            .filter_map(|program| loader::program_info(program).ok())
+            .map(|info| info.recursion_misses)
+            .sum()
     }
 
     /// How the futex programs were hooked, if they were to be (taken: said once).

@@ -10,6 +10,7 @@
 //!    takes the slower path and runs the programs, which return at their first compare.
 
 use std::{
+    collections::BTreeMap,
     fs, io,
     mem::MaybeUninit,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
@@ -129,20 +130,36 @@ impl FutexHookError {
     }
 }
 
-/// Attaches the futex programs of `loaded` with `hook`: the links, which detach them when
-/// closed. `functions` are the BTF ids of [`SYSCALL_FUNCTIONS`]. The exits first: an exit
-/// with no call noted records nothing, while a call noted with no exit program yet would wait
-/// for the thread's next futex exit.
+/// The futex programs, attached.
+#[derive(Default)]
+pub struct Hooked {
+    /// The links, which detach the programs when closed.
+    pub links: Vec<OwnedFd>,
+    /// The programs, whose skipped runs are read from them ([`loader::program_info`]).
+    pub programs: Vec<OwnedFd>,
+}
+
+impl Hooked {
+    fn add(&mut self, program: OwnedFd, link: OwnedFd) {
+        self.programs.push(program);
+        self.links.push(link);
+    }
+}
+
+/// Attaches the futex programs of `loaded` with `hook`. `functions` are the BTF ids of
+/// kernel functions by name, [`SYSCALL_FUNCTIONS`] among them. The exits first: an exit with
+/// no call noted records nothing, while a call noted with no exit program yet would wait for
+/// the thread's next futex exit.
 pub fn attach(
     loaded: &Loaded,
     hook: FutexHook,
-    functions: &[Option<u32>],
-) -> Result<Vec<OwnedFd>, FutexHookError> {
+    functions: &BTreeMap<&str, u32>,
+) -> Result<Hooked, FutexHookError> {
     match hook {
         FutexHook::Fentry => attach_fentry(loaded, functions),
         FutexHook::SyscallTracepoints => attach_syscall_tracepoints(loaded),
         FutexHook::RawSyscalls => {
-            let mut links = Vec::new();
+            let mut hooked = Hooked::default();
             for (program, tracepoint) in [
                 (names::FUTEX_RAW_EXIT_PROGRAM, "sys_exit"),
                 (names::FUTEX_RAW_ENTER_PROGRAM, "sys_enter"),
@@ -151,12 +168,11 @@ pub fn attach(
                 let fd = loaded
                     .load_program(program, BPF_PROG_TYPE_RAW_TRACEPOINT, None)
                     .map_err(|e| FutexHookError::refused(what(), e))?;
-                links.push(
-                    loader::attach_raw_tracepoint(&fd, tracepoint)
-                        .map_err(|e| FutexHookError::refused(what(), e))?,
-                );
+                let link = loader::attach_raw_tracepoint(&fd, tracepoint)
+                    .map_err(|e| FutexHookError::refused(what(), e))?;
+                hooked.add(fd, link);
             }
-            Ok(links)
+            Ok(hooked)
         }
     }
 }
@@ -164,11 +180,11 @@ pub fn attach(
 /// fexit, then fentry, on each syscall function kernel BTF has; the first is needed.
 fn attach_fentry(
     loaded: &Loaded,
-    functions: &[Option<u32>],
-) -> Result<Vec<OwnedFd>, FutexHookError> {
-    let mut links = Vec::new();
-    for (at, (&name, &id)) in SYSCALL_FUNCTIONS.iter().zip(functions).enumerate() {
-        let Some(id) = id else {
+    functions: &BTreeMap<&str, u32>,
+) -> Result<Hooked, FutexHookError> {
+    let mut hooked = Hooked::default();
+    for (at, name) in SYSCALL_FUNCTIONS.into_iter().enumerate() {
+        let Some(&id) = functions.get(name) else {
             if at == 0 {
                 return Err(FutexHookError::NoFunction { name });
             }
@@ -182,10 +198,11 @@ fn attach_fentry(
             let fd = loaded
                 .load_tracing_program(program, attach_type, id)
                 .map_err(|e| FutexHookError::refused(what(), e))?;
-            links.push(attach_tracing(&fd).map_err(|e| FutexHookError::refused(what(), e))?);
+            let link = attach_tracing(&fd).map_err(|e| FutexHookError::refused(what(), e))?;
+            hooked.add(fd, link);
         }
     }
-    Ok(links)
+    Ok(hooked)
 }
 
 /// Attaches a tracing program (fentry, fexit) to the function it was loaded for.
@@ -198,8 +215,8 @@ fn attach_tracing(program: &OwnedFd) -> io::Result<OwnedFd> {
 }
 
 /// The exit, then the entry tracepoint of each futex syscall tracefs has; the first is needed.
-fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Vec<OwnedFd>, FutexHookError> {
-    let mut links = Vec::new();
+fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Hooked, FutexHookError> {
+    let mut hooked = Hooked::default();
     for (at, (enter, exit)) in SYSCALL_TRACEPOINTS.into_iter().enumerate() {
         let ids = (tracepoint_id(exit), tracepoint_id(enter));
         let (Some(exit_id), Some(enter_id)) = ids else {
@@ -216,12 +233,12 @@ fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Vec<OwnedFd>, FutexHook
             let fd = loaded
                 .load_program(program, BPF_PROG_TYPE_TRACEPOINT, None)
                 .map_err(|e| FutexHookError::refused(what(), e))?;
-            links.push(
-                attach_perf_tracepoint(&fd, id).map_err(|e| FutexHookError::refused(what(), e))?,
-            );
+            let link =
+                attach_perf_tracepoint(&fd, id).map_err(|e| FutexHookError::refused(what(), e))?;
+            hooked.add(fd, link);
         }
     }
-    Ok(links)
+    Ok(hooked)
 }
 
 /// Attaches the tracepoint program `program` to the tracepoint whose id is `id`, on every

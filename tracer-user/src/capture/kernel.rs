@@ -2,7 +2,7 @@
 //! and the clock offset that turns `bpf_ktime_get_ns` into realtime. Nothing here reads tracefs,
 //! which a fresh machine may not have mounted.
 
-use std::{io, os::fd::AsRawFd};
+use std::{collections::BTreeMap, io, os::fd::AsRawFd};
 
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Backend, Btf, Type};
@@ -81,24 +81,26 @@ pub struct KernelBtf {
     pub offsets: TaskOffsets,
     /// How the BTF was read.
     pub access: BtfAccess,
-    /// The BTF ids of the kernel functions asked for (to hook with fentry), `None` for those
-    /// the kernel does not have.
-    pub functions: Vec<Option<u32>>,
+    /// The BTF ids of the kernel functions asked for (to hook with fentry, to call as kfuncs)
+    /// that the kernel has, by name.
+    pub functions: BTreeMap<&'static str, u32>,
 }
 
 impl KernelBtf {
     /// Reads kernel BTF once, for the offsets and the ids of `functions`.
-    pub fn read(functions: &[&str]) -> Result<Self> {
+    pub fn read(functions: &[&'static str]) -> Result<Self> {
         let (btf, access) = kernel_btf()?;
         let offsets = TaskOffsets::from_btf(&btf)?;
         // Each a scan of the type table: asked only when fentry may be used.
         let functions = functions
             .iter()
-            .map(|name| {
-                btf.resolve_ids_by_name(name)
+            .filter_map(|&name| {
+                let id = btf
+                    .resolve_ids_by_name(name)
                     .ok()?
                     .into_iter()
-                    .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Func(_))))
+                    .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Func(_))))?;
+                Some((name, id))
             })
             .collect();
         Ok(KernelBtf {

@@ -7,7 +7,7 @@
 //! none (a test checks). And the uprobe_multi programs need an attach type it cannot load.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     io,
     mem::MaybeUninit,
     os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
@@ -18,11 +18,13 @@ use aya::maps::{Map, MapData};
 use aya_obj::{
     EbpfSectionKind, Object,
     generated::{
-        bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn,
+        BPF_PSEUDO_KFUNC_CALL, bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn,
         bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
+        bpf_prog_info,
         bpf_prog_type::{self, BPF_PROG_TYPE_TRACING},
     },
 };
+use tracer_common::kfuncs;
 
 /// Size of the verifier log kept when the kernel rejects a program.
 const VERIFIER_LOG_BYTES: usize = 1 << 20;
@@ -31,6 +33,8 @@ const VERIFIER_LOG_BYTES: usize = 1 << 20;
 pub struct Loaded {
     object: Object,
     maps: HashMap<String, MapData>,
+    /// Each kfunc's placeholder, and its BTF id where the kernel has it.
+    kfuncs: Vec<(i32, Option<u32>)>,
     /// The object's BTF in the kernel, which the maps' types refer to.
     _btf: Option<OwnedFd>,
 }
@@ -38,8 +42,14 @@ pub struct Loaded {
 impl Loaded {
     /// Parses `object`, sets `globals` (name, bytes) in its global data, loads its BTF and
     /// creates its maps, those of `sizes` (name, entries) with that many entries. Every global
-    /// must exist.
-    pub fn new(object: &[u8], globals: &[(&str, &[u8])], sizes: &[(&str, u32)]) -> Result<Self> {
+    /// must exist. `functions`: kernel functions' BTF ids by name, the kfuncs the programs
+    /// call among them where the kernel has them.
+    pub fn new(
+        object: &[u8],
+        globals: &[(&str, &[u8])],
+        sizes: &[(&str, u32)],
+        functions: &BTreeMap<&str, u32>,
+    ) -> Result<Self> {
         let mut obj = Object::parse(object).context("cannot parse the BPF object")?;
         ensure!(
             !obj.has_btf_relocations(),
@@ -99,9 +109,14 @@ impl Loaded {
         )?;
         obj.relocate_calls(&text_sections)?;
         obj.sanitize_functions(aya::features());
+        let kfuncs = kfuncs::ALL
+            .iter()
+            .map(|kfunc| (kfunc.placeholder, functions.get(kfunc.name).copied()))
+            .collect();
         Ok(Loaded {
             object: obj,
             maps,
+            kfuncs,
             _btf: btf,
         })
     }
@@ -153,9 +168,39 @@ impl Loaded {
             attach_type,
             attach_btf_id,
         };
-        prog_load(name, prog_type, attach, &function.instructions)
+        let mut instructions = function.instructions.clone();
+        for instruction in &mut instructions {
+            link_kfunc_call(instruction, &self.kfuncs);
+        }
+        prog_load(name, prog_type, attach, &instructions)
             .with_context(|| format!("cannot load BPF program {name}"))
     }
+}
+
+/// Turns a call of a kfunc's placeholder (a helper call, `kfuncs`' first) into a call of the
+/// kfunc (its BTF id in kernel BTF, `kfuncs`' second) or, where the kernel has none, into
+/// nothing: a move of 0 into the return register, which the kfuncs called so return nothing
+/// in.
+fn link_kfunc_call(insn: &mut bpf_insn, kfuncs: &[(i32, Option<u32>)]) {
+    /// `BPF_JMP | BPF_CALL`.
+    const CALL: u8 = 0x85;
+    let helper_call = insn.code == CALL && insn.src_reg() == 0;
+    let Some(&(_, id)) = kfuncs
+        .iter()
+        .find(|(placeholder, _)| helper_call && insn.imm == *placeholder)
+    else {
+        return;
+    };
+    *insn = match id {
+        Some(id) => instruction(
+            u32::from(CALL),
+            0,
+            BPF_PSEUDO_KFUNC_CALL as u8,
+            0,
+            id as i32,
+        ),
+        None => mov_imm(0, 0),
+    };
 }
 
 /// A ring buffer's value size is 0 to the kernel, whatever the BTF type its definition names.
@@ -426,7 +471,8 @@ pub fn trivial_program(
     load_to_ask(prog_type, attach_type.into(), &[mov_imm(0, 0), exit()]).ok()
 }
 
-/// One instruction of a program written here to ask the kernel what it offers.
+/// One instruction written here: of a program that asks the kernel what it offers, or in
+/// place of a kfunc's placeholder.
 pub fn instruction(code: u32, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     // SAFETY: bpf_insn is plain data; all-zero is a valid instruction to overwrite.
     let mut insn: bpf_insn = unsafe { std::mem::zeroed() };
@@ -514,6 +560,21 @@ pub fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(result as i32)
+}
+
+/// What the kernel tells of a loaded program: how often it ran and for how long (with
+/// `kernel.bpf_stats_enabled`), and how many runs it skipped (`recursion_misses`: it was
+/// running on that CPU already, and nothing of it ran).
+pub fn program_info(program: &OwnedFd) -> io::Result<bpf_prog_info> {
+    // SAFETY: both are plain data; all-zero is their "unset" value.
+    let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    attr.info.bpf_fd = program.as_raw_fd() as u32;
+    attr.info.info_len = size_of::<bpf_prog_info>() as u32;
+    attr.info.info = (&raw mut info) as u64;
+    bpf_no_fd(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(info)
 }
 
 #[cfg(test)]
@@ -636,6 +697,45 @@ mod tests {
         assert!(touching(48).is_ok());
         let refused = touching(80).unwrap_err().to_string();
         assert!(refused.contains("has a 80-byte frame"), "{refused}");
+    }
+
+    /// The futex programs call each kfunc by its placeholder, which becomes the kfunc's call
+    /// where the kernel has it and nothing where it has not; no other call changes.
+    #[test]
+    fn kfunc_placeholders_become_kfunc_calls_or_nothing() {
+        let object = Object::parse(crate::capture::datapath::BPF_OBJECT).unwrap();
+        let program = &object.programs[tracer_common::names::FUTEX_TP_EXIT_PROGRAM];
+        let instructions = &object.functions[&program.function_key()].instructions;
+        let placeholders = |kfunc: kfuncs::Kfunc| {
+            instructions
+                .iter()
+                .filter(|insn| insn.code == 0x85 && insn.imm == kfunc.placeholder)
+                .count()
+        };
+        assert_eq!(placeholders(kfuncs::PREEMPT_DISABLE), 1);
+        assert_eq!(placeholders(kfuncs::PREEMPT_ENABLE), 1);
+        let with_ids = [
+            (kfuncs::PREEMPT_DISABLE.placeholder, Some(7)),
+            (kfuncs::PREEMPT_ENABLE.placeholder, Some(8)),
+        ];
+        let without = with_ids.map(|(placeholder, _)| (placeholder, None));
+        for (kfuncs, expected) in [(with_ids, "kfunc calls"), (without, "nothing")] {
+            let mut linked = instructions.clone();
+            for insn in &mut linked {
+                link_kfunc_call(insn, &kfuncs);
+            }
+            let changed: Vec<(i32, u8, u8)> = instructions
+                .iter()
+                .zip(&linked)
+                .filter(|(before, after)| before.imm != after.imm || before.code != after.code)
+                .map(|(_, after)| (after.imm, after.code, after.src_reg()))
+                .collect();
+            let want = match kfuncs[0].1 {
+                Some(_) => vec![(7, 0x85, 2), (8, 0x85, 2)],
+                None => vec![(0, 0xb7, 0), (0, 0xb7, 0)],
+            };
+            assert_eq!(changed, want, "placeholders become {expected}");
+        }
     }
 
     #[test]

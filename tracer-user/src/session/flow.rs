@@ -11,7 +11,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::{sync::oneshot, time::Instant};
 use tracer_model::{
     TraceRecord,
-    event::{LossSource, SystemEvent, SystemKind},
+    event::{LossSource, NO_CPU, SystemEvent, SystemKind},
     selection::EventSet,
 };
 
@@ -366,6 +366,19 @@ impl Session {
             .drain(|cpu, raw, stack| arrive(Pulled::new(decoder, cpu, raw, stack)));
         let drained = drained.merge(drawers.end_pass(&mut arrive)?);
         self.flow.losses.add_undecodable(drained.malformed);
+        // Futex calls the kernel did not show the programs: marked where the tracer learnt of
+        // them, which is as near as can be told.
+        let skipped = self.datapath.futex_skips();
+        if let Some((new, report)) = self
+            .flow
+            .losses
+            .update_skipped(skipped, std::time::Instant::now())
+        {
+            say!("thrtrace-bpf: {report}");
+            let time_ns = self.decoder.realtime_ns(pass_start);
+            let marker = overflow(time_ns, new, NO_CPU, LossSource::Skipped);
+            self.flow.reorder.push(pass_start, Staged::System(marker));
+        }
         // Every ring read to its end and at most half full: what --lossless stopped may run
         // again, and is stopped again before its ring is full. (A ring read up to a record
         // still being written, by a program preempted in a target, may be fuller than that.)

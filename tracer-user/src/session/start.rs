@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use foldhash::{HashSet, HashSetExt};
-use tracer_common::Category;
+use tracer_common::{Category, kfuncs};
 use tracer_model::{
     event::{SystemEvent, event_types},
     log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
@@ -204,12 +204,16 @@ fn load(
         (true, true) => FutexCalls::Contended,
         (true, false) => FutexCalls::Every,
     };
-    // fentry needs the futex syscalls' functions' ids, each a scan of kernel BTF.
-    let hooked_functions: &[&str] = match futex {
-        FutexCalls::None => &[],
-        _ => &futex_hook::SYSCALL_FUNCTIONS,
+    // fentry needs the futex syscalls' functions' ids, and the futex programs those of the
+    // kfuncs they call: each a scan of kernel BTF.
+    let functions: Vec<&str> = match futex {
+        FutexCalls::None => Vec::new(),
+        _ => futex_hook::SYSCALL_FUNCTIONS
+            .into_iter()
+            .chain(kfuncs::ALL.map(|kfunc| kfunc.name))
+            .collect(),
     };
-    let kernel = KernelBtf::read(hooked_functions)?;
+    let kernel = KernelBtf::read(&functions)?;
     let mechanism = UprobeMechanism::detect(config.perf_event_probes);
     if config.verbose {
         say!("thrtrace-bpf: {kernel_features}");
@@ -228,16 +232,18 @@ fn load(
     };
     let mut datapath = DataPath::load(&kernel, config.ring_bytes, options, scope, mechanism)?;
     if let Some(hooking) = datapath.take_futex_hooking() {
-        say_futex_hooking(config, hooking)?;
+        let unpreempted = kernel.functions.contains_key(kfuncs::PREEMPT_DISABLE.name);
+        say_futex_hooking(config, hooking, unpreempted)?;
     }
     // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
     datapath.set_recording(&recording.masks())?;
     Ok((datapath, mechanism))
 }
 
-/// Says how the futex calls are hooked (with `-v`), or that they cannot be: a hook the user
-/// chose that cannot be used ends the trace; when none can, the rest is traced.
-fn say_futex_hooking(config: &Config, hooking: FutexHooking) -> Result<()> {
+/// Says how the futex calls are hooked (with `-v`), and whether their programs run with
+/// preemption off (`unpreempted`), or that they cannot be hooked: a hook the user chose that
+/// cannot be used ends the trace; when none can, the rest is traced.
+fn say_futex_hooking(config: &Config, hooking: FutexHooking, unpreempted: bool) -> Result<()> {
     let FutexHooking { used, passed_over } = hooking;
     if let (Some(forced), Some((_, error))) = (config.futex_hook, passed_over.first()) {
         usage_bail!(
@@ -252,6 +258,18 @@ fn say_futex_hooking(config: &Config, hooking: FutexHooking) -> Result<()> {
                 say!("thrtrace-bpf: futex calls: not {}: {error}", hook.name());
             }
             say!("thrtrace-bpf: futex calls: {}", hook.describe());
+            let kfunc = kfuncs::PREEMPT_DISABLE;
+            if unpreempted {
+                say!("thrtrace-bpf: futex calls: their programs run with preemption off");
+            } else {
+                say!(
+                    "thrtrace-bpf: futex calls: their programs may be preempted (this kernel \
+                     lacks {}, Linux {}): a call made where one is preempted is skipped, and \
+                     counted lost",
+                    kfunc.name,
+                    kfunc.since
+                );
+            }
         }
     } else {
         let why: Vec<String> = passed_over
