@@ -71,6 +71,37 @@ pub fn bpf_available(test: &str) -> bool {
     prerequisite(test, missing)
 }
 
+/// Whether this kernel refuses every tracing (fentry) program before verifying it, whatever
+/// function it hooks: a policy of the machine (this one's sandbox has it), where the futex
+/// tests cannot run the fentry hook. Asked here, not of the tracer, so that a tracer that
+/// refuses fentry on a kernel that has it still fails. The program names BTF type 1 (no
+/// function): a kernel that allows tracing programs refuses it as invalid (EINVAL).
+pub fn kernel_refuses_tracing_programs() -> bool {
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    const BPF_PROG_TYPE_TRACING: u32 = 26;
+    const BPF_TRACE_FENTRY: u32 = 24;
+    // r0 = 0; exit.
+    let instructions: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
+    let license = c"GPL";
+    // The prog-load part of `union bpf_attr`, at its fields' offsets.
+    let mut attr = [0u8; 128];
+    let mut put = |at: usize, bytes: &[u8]| attr[at..at + bytes.len()].copy_from_slice(bytes);
+    put(0, &BPF_PROG_TYPE_TRACING.to_ne_bytes());
+    put(4, &2u32.to_ne_bytes());
+    put(8, &(instructions.as_ptr() as u64).to_ne_bytes());
+    put(16, &(license.as_ptr() as u64).to_ne_bytes());
+    put(68, &BPF_TRACE_FENTRY.to_ne_bytes());
+    put(108, &1u32.to_ne_bytes());
+    // SAFETY: a BPF_PROG_LOAD request whose pointers outlive the call.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, attr.as_ptr(), attr.len()) };
+    if fd >= 0 {
+        // SAFETY: the kernel gave this descriptor, which nothing else owns.
+        unsafe { libc::close(fd as i32) };
+        return false;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Whether `workload`, one built against glibc 2.31 (`NAME_glibc231`, see build.rs), is there
 /// and BPF is available; if not, skips the test, or fails it in CI, as [`bpf_available`] does.
 pub fn old_glibc_available(test: &str, workload: &str) -> bool {
@@ -899,6 +930,22 @@ pub fn report_lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
         .iter()
         .find(|l| l["address"] == *address)
         .unwrap_or_else(|| panic!("no lock {address} in {report:#}"))
+}
+
+/// The functions of a report's stack (its JSON), innermost first, each without its offset
+/// (`alpha_5+0x1c` is `alpha_5`).
+pub fn stack_functions(stack: &Value) -> Vec<String> {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|frame| {
+            let name = frame["function"].as_str().unwrap_or_default();
+            name.split_once('+')
+                .map_or(name, |(name, _)| name)
+                .to_owned()
+        })
+        .collect()
 }
 
 /// A place as the report's text and the tracer's messages write it, from a report's JSON

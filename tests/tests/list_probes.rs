@@ -33,7 +33,8 @@ fn listing(options: &[&str]) -> Vec<(String, String, String)> {
 #[test]
 fn every_traced_function_is_listed_with_its_probe_point() {
     let placed = listing(&["--list-probes"]);
-    for event in EVENTS {
+    // The futex category's records come from the kernel, with no probe.
+    for event in EVENTS.iter().filter(|e| e.category.is_probed_in_library()) {
         assert!(
             placed.iter().any(|(f, _, _)| f == event.symbol),
             "{} missing",

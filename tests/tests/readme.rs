@@ -21,6 +21,8 @@ fn field_name(event: &EventDef, field: Field) -> String {
         Field::TimespecNsec => format!("arg{timespec}.nsec"),
         Field::Errno => "errno".into(),
         Field::MutexOwner => "owner".into(),
+        Field::ElapsedNs => "elapsed_ns".into(),
+        Field::TimeoutNs => "timeout_ns".into(),
     }
 }
 

@@ -710,7 +710,7 @@ fn lock_contention_comes_before_longer_idle_waits() {
             .unwrap_or_else(|| panic!("no line {starts:?} in {text}"))
     };
     let sections = (
-        at("lock contention (mutex, rmutex, rwlock, spin, sema), by time waited:"),
+        at("lock contention (mutex, rmutex, rwlock, spin, sema, futex), by time waited:"),
         at("lock             kind"),
         at("hot              mutex"),
         at("idle waits, for work or an event (cond, barrier, join), by time waited:"),
@@ -745,11 +745,14 @@ fn lock_contention_comes_before_longer_idle_waits() {
         conds["idle_waits"].as_array().unwrap().len() as u64,
         1 + IDLERS + LOCKERS
     );
-    let refused = run_tracer(dir.path(), &["report", "--kind", "mutex,futex", "app.ptl"]);
+    let refused = run_tracer(
+        dir.path(),
+        &["report", "--kind", "mutex,semaphore", "app.ptl"],
+    );
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
     assert!(
-        refused.stderr.contains("unknown kind 'futex'"),
+        refused.stderr.contains("unknown kind 'semaphore'"),
         "{}",
         refused.stderr
     );

@@ -11,31 +11,13 @@
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, build_analyzer, build_id_of, debug_file_path, every_libc, is_musl,
-    report_json, report_lock_named, run_tracer, succeeded, trace_contended_mutexes, workload,
-    workload_arg,
+    report_json, report_lock_named, run_tracer, stack_functions, succeeded,
+    trace_contended_mutexes, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemEvent, SystemKind},
     log::LogReader,
 };
-
-/// The function of a report's frame, without its offset (`alpha_5+0x1c` is `alpha_5`).
-fn function(frame: &Value) -> String {
-    let name = frame["function"].as_str().unwrap_or_default();
-    name.split_once('+')
-        .map_or(name, |(name, _)| name)
-        .to_owned()
-}
-
-/// The functions of a report's stack, innermost first.
-fn functions(stack: &Value) -> Vec<String> {
-    stack["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(function)
-        .collect()
-}
 
 /// The chain `prefix`_5 .. `prefix`_1 then `run`, as a stack that waited or released through it
 /// holds it.
@@ -59,7 +41,7 @@ fn chains_of(stacks: &Value, build: &str) -> Vec<(&'static str, u64)> {
         .unwrap()
         .iter()
         .map(|stack| {
-            let functions = functions(stack);
+            let functions = stack_functions(stack);
             let prefix = ["alpha", "beta", "holder"]
                 .into_iter()
                 .find(|prefix| holds_chain(&functions, &chain(prefix)))

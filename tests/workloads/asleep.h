@@ -1,6 +1,7 @@
-/* Whether a thread of this process is asleep in a futex wait: the certain sign that a lock
- * call blocked, which a workload waits for before it lets the lock go, so that its contention
- * does not depend on how fast its threads run (emulated kernels run them very slowly). */
+/* Whether a thread of this process is asleep in a syscall (a futex wait): the certain sign that
+ * a lock call blocked, which a workload waits for before it lets the lock go, so that its
+ * contention does not depend on how fast its threads run (emulated kernels run them very
+ * slowly). A futex wait that returns at once (EAGAIN) never sleeps. */
 #ifndef ASLEEP_H
 #define ASLEEP_H
 #include <stdio.h>
@@ -9,8 +10,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* Whether thread `tid` is asleep (state S) in the futex syscall. */
-static int asleep_in_futex(pid_t tid) {
+/* Whether thread `tid` is asleep (its /proc/self/task/TID/stat says S) in syscall `number`,
+ * called with `first` as its first argument unless it is NULL (its /proc/self/task/TID/syscall). */
+static inline int asleep_in(pid_t tid, long number, const void *first) {
     char path[64], text[256];
     snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
     FILE *file = fopen(path, "r");
@@ -24,16 +26,17 @@ static int asleep_in_futex(pid_t tid) {
     snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
     file = fopen(path, "r");
     if (!file) return 0;
-    long number = -1;
-    int read = fscanf(file, "%ld", &number);
+    long called = -1;
+    unsigned long argument = 0;
+    int read = fscanf(file, "%ld %lx", &called, &argument);
     fclose(file);
-    return read == 1 && number == SYS_futex;
+    return read == 2 && called == number && (!first || argument == (unsigned long)first);
 }
 
 /* Returns once each of the `count` threads `tids` (0: not started yet) is asleep in a futex
  * wait. */
-static void until_asleep_in_futex(const volatile pid_t *tids, long count) {
+static inline void until_asleep_in_futex(const volatile pid_t *tids, long count) {
     for (long i = 0; i < count; i++)
-        while (!tids[i] || !asleep_in_futex(tids[i])) usleep(1000);
+        while (!tids[i] || !asleep_in(tids[i], SYS_futex, NULL)) usleep(1000);
 }
 #endif

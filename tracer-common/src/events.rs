@@ -2,6 +2,7 @@
 //! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
 //! [`EventDef::layout`], and names events and categories from here.
 
+use crate::futex;
 /// The seed's event categories (`event1`), with their `THR_TRACE_EVENTS` names.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -24,11 +25,15 @@ pub enum Category {
     BarrierSpin = 8,
     /// Spin locks (`pthread_spin_*`).
     Spin = 9,
+    /// Futex waits made outside traced pthread calls (a program's own locks, glibc's internal
+    /// ones), recorded from the kernel's futex entry points rather than by probes in the
+    /// library (`docs/futex-design.md`).
+    Futex = 10,
 }
 
 impl Category {
     /// Every category, in code order.
-    pub const ALL: [Category; 9] = [
+    pub const ALL: [Category; 10] = [
         Category::Thread,
         Category::Mutex,
         Category::Cond,
@@ -38,6 +43,7 @@ impl Category {
         Category::Barrier,
         Category::BarrierSpin,
         Category::Spin,
+        Category::Futex,
     ];
 
     /// The `--events` name (`mutex`, `barrier_spin`, ...).
@@ -52,6 +58,7 @@ impl Category {
             Category::Barrier => "barrier",
             Category::BarrierSpin => "barrier_spin",
             Category::Spin => "spin",
+            Category::Futex => "futex",
         }
     }
 
@@ -75,6 +82,18 @@ impl Category {
     /// Whether this build traces any event of the category.
     pub fn is_traced(self) -> bool {
         self.events().next().is_some()
+    }
+
+    /// Whether its records come from probes in the pthread library: every category but
+    /// `futex`, whose records come from the kernel.
+    pub const fn is_probed_in_library(self) -> bool {
+        !matches!(self, Category::Futex)
+    }
+
+    /// Whether a full trace records it when `--events` names no event: every category but
+    /// `futex`, which records every futex call of a program outside its pthread calls.
+    pub const fn is_in_full_trace_by_default(self) -> bool {
+        self.is_probed_in_library()
     }
 
     /// The category whose probes record this one's calls: rmutex calls are pthread_mutex_*
@@ -436,12 +455,18 @@ pub enum Field {
     /// `errno` after a call that returned -1, else 0: a Linux extension in the field after
     /// `rval`, so that a failure's cause is not lost.
     Errno,
+    /// The nanoseconds from the start of what the record measures to its end (a futex wait's
+    /// time blocked): its time less [`RawRecord::started_ns`](crate::RawRecord::started_ns).
+    ElapsedNs,
+    /// The timeout that argument 4 points to, in nanoseconds as given (relative or absolute
+    /// as the call says), or -1 when the pointer is null: no timeout.
+    TimeoutNs,
 }
 
 use Field::{
-    Arg, BarrierWaiting, Block, CondWaiters, Errno, MutexOwner, MutexWaiters, Pointee32,
-    RecursionDepth, Rval, Rval64, RwReaders, RwWaiters, SemCount, Stored32, Stored64, TimespecNsec,
-    TimespecSec, Zero,
+    Arg, BarrierWaiting, Block, CondWaiters, ElapsedNs, Errno, MutexOwner, MutexWaiters, Pointee32,
+    RecursionDepth, Rval, Rval64, RwReaders, RwWaiters, SemCount, Stored32, Stored64, TimeoutNs,
+    TimespecNsec, TimespecSec, Zero,
 };
 
 /// One row of the event map.
@@ -595,6 +620,8 @@ pub enum ContendedProbe {
     /// Not traced: the call neither blocks nor wakes, or its slow path is not probed yet
     /// (spin locks, timed locks).
     Untraced,
+    /// Recorded from the kernel, not by probes: only the waits that blocked (futex waits).
+    BlockedInKernel,
 }
 
 impl EventDef {
@@ -615,6 +642,7 @@ impl EventDef {
             | "pthread_cond_timedwait"
             | "pthread_cond_clockwait"
             | "pthread_barrier_wait" => ContendedProbe::Whole,
+            _ if !self.category.is_probed_in_library() => ContendedProbe::BlockedInKernel,
             _ => ContendedProbe::Untraced,
         }
     }
@@ -1316,6 +1344,37 @@ const TABLE: &[EventDef] = &[
         symbol: "pthread_spin_destroy",
         flags: R,
         first: [Arg(1), Rval, Zero, Zero, Zero],
+        second: NONE,
+    },
+    // futex (event1 = 10): one record at the end of each call, stamped there, so that it is
+    // in time order with the records written meanwhile; it says how long the call took, so
+    // that when it began is known (a wake is paired with the waits it ended by that).
+    EventDef {
+        category: Category::Futex,
+        event2: futex::WAIT_EVENT2,
+        name: "futex_wait",
+        symbol: "futex",
+        flags: 0,
+        first: [Arg(1), Arg(2), ElapsedNs, Rval, TimeoutNs],
+        second: NONE,
+    },
+    EventDef {
+        category: Category::Futex,
+        event2: futex::WAKE_EVENT2,
+        name: "futex_wake",
+        symbol: "futex",
+        flags: 0,
+        first: [Arg(1), Arg(2), Rval, Arg(3), ElapsedNs],
+        second: NONE,
+    },
+    // The word of a futex_waitv(2) call is its first; a2 is how many words it waited on.
+    EventDef {
+        category: Category::Futex,
+        event2: futex::WAITV_EVENT2,
+        name: "futex_waitv",
+        symbol: "futex_waitv",
+        flags: 0,
+        first: [Arg(1), Arg(2), ElapsedNs, Rval, TimeoutNs],
         second: NONE,
     },
 ];

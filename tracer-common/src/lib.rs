@@ -3,6 +3,8 @@
 #![no_std]
 
 pub mod events;
+pub mod futex;
+pub mod kfuncs;
 pub mod record;
 
 pub use events::{
@@ -70,6 +72,22 @@ pub mod names {
     pub const OWN_TARGETS: &str = ".bss.own_targets";
     /// A program that does nothing, to measure the cost of the probes themselves.
     pub const EMPTY_PROGRAM: &str = "thr_empty";
+    /// The futex category's programs, a pair (entry, exit) per way of hooking the futex
+    /// syscalls: fentry/fexit on their functions.
+    pub const FUTEX_FENTRY_PROGRAM: &str = "thr_futex_fentry";
+    /// See [`FUTEX_FENTRY_PROGRAM`].
+    pub const FUTEX_FEXIT_PROGRAM: &str = "thr_futex_fexit";
+    /// The futex syscalls' own tracepoints (`syscalls:sys_enter_futex`, ...).
+    pub const FUTEX_TP_ENTER_PROGRAM: &str = "thr_futex_tp_enter";
+    /// See [`FUTEX_TP_ENTER_PROGRAM`].
+    pub const FUTEX_TP_EXIT_PROGRAM: &str = "thr_futex_tp_exit";
+    /// `raw_syscalls:sys_enter` and `sys_exit`.
+    pub const FUTEX_RAW_ENTER_PROGRAM: &str = "thr_futex_raw_enter";
+    /// See [`FUTEX_RAW_ENTER_PROGRAM`].
+    pub const FUTEX_RAW_EXIT_PROGRAM: &str = "thr_futex_raw_exit";
+    /// Read-only global: 1 when only the futex waits that blocked and the wakes that woke are
+    /// recorded (`--contended`), 0 when every call is.
+    pub const FUTEX_CONTENDED_ONLY: &str = "FUTEX_CONTENDED_ONLY";
 }
 
 /// `names::STACKS`: no record carries its stack.
@@ -84,7 +102,8 @@ pub const STACKS_ALL: u32 = 2;
 /// The processes traced through their own links that the entry program finds with a few
 /// compares instead of a `TRACED` lookup (a hash map's lookup is an eighth of its run): up to
 /// `OWN_TARGET_SLOTS` process ids (0: a free slot), then at `OWN_TARGETS_SPILLED` a word set
-/// once more were traced, from when the program looks any other process up in `TRACED`.
+/// once a traced process is not among them (more were traced, one moved to shared links, or
+/// `--follow` traces children), from when the programs look any other process up in `TRACED`.
 pub type OwnTargets = [u32; OWN_TARGET_SLOTS + 1];
 /// Process ids [`OwnTargets`] holds.
 pub const OWN_TARGET_SLOTS: usize = 8;

@@ -32,7 +32,7 @@ pub struct RawRecord {
     /// How the traced C library lays out the object copied into `object`: [`LAYOUT_GLIBC`],
     /// [`LAYOUT_COND_WITHOUT_G_REFS`] or [`LAYOUT_MUSL`].
     pub layout: u8,
-    /// The first five integer arguments (rdi, rsi, rdx, rcx, r8).
+    /// The first five integer arguments (rdi, rsi, rdx, rcx, r8), or a syscall's first five.
     pub args: [u64; 5],
     /// The return value (rax) for records written at return, else 0.
     pub rval: i64,
@@ -49,6 +49,9 @@ pub struct RawRecord {
     pub lost_before: u32,
     /// What the first three arguments point to, read at return (`POINTEES`), else 0.
     pub pointees: [u64; 3],
+    /// For a record written at the end of what it measures (a futex wait), when that began
+    /// (CLOCK_MONOTONIC nanoseconds); else 0.
+    pub started_ns: u64,
 }
 
 /// [`RawRecord::layout`]: glibc 2.25 to 2.40.
@@ -60,7 +63,7 @@ pub const LAYOUT_COND_WITHOUT_G_REFS: u8 = 1;
 pub const LAYOUT_MUSL: u8 = 2;
 
 /// The size of [`RawRecord`], which both sides check.
-pub const RAW_RECORD_SIZE: usize = 176;
+pub const RAW_RECORD_SIZE: usize = 184;
 /// Bytes a record takes in a ring buffer: the record and the kernel's 8-byte header.
 pub const RING_ENTRY_SIZE: usize = RAW_RECORD_SIZE + 8;
 const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);

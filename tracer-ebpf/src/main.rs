@@ -37,6 +37,8 @@ use core::{
 
 use core::mem::offset_of;
 
+mod futex_calls;
+
 use aya_ebpf::{
     EbpfContext,
     bindings::{
@@ -110,11 +112,17 @@ static mut RECORDING: [u64; RECORDING_SLOTS as usize] = [0; RECORDING_SLOTS as u
 /// event costs its trap and one load.
 #[inline(always)]
 fn recording(cookie: &ProbeCookie) -> bool {
-    let slot = usize::from(cookie.event1) % RECORDING_SLOTS as usize;
+    recording_event(cookie.event1, cookie.event2)
+}
+
+/// Whether the event of these codes records now.
+#[inline(always)]
+fn recording_event(event1: u16, event2: u16) -> bool {
+    let slot = usize::from(event1) % RECORDING_SLOTS as usize;
     // SAFETY: a bounded index into global data that only userspace writes; read volatile, as
     // it changes under the program.
     let mask = unsafe { ptr::read_volatile(ptr::addr_of!(RECORDING[slot])) };
-    mask & (1 << (cookie.event2 & 63)) != 0
+    mask & (1 << (event2 & 63)) != 0
 }
 
 /// The processes recorded, and through which links ([`TracedThrough`]): `-p` targets and a
@@ -433,6 +441,11 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     let in_ring =
         !only_opens_call && !written_at_return_only(flags) && emit_entry(raw_cookie, regs, slot);
     if slot.is_null() {
+        // A waking slow path's record is its call's: the futex wake that follows is not
+        // recorded again.
+        if in_ring && cookie.slow_path {
+            futex_calls::pthread_wake_recorded();
+        }
         return 0;
     }
     // SAFETY: this thread's own slot, filled before anything reads it.

@@ -7,6 +7,7 @@
 //! the event's layout (`Field::Rval`, `Field::Block`), never by position, so that the table
 //! stays the one definition.
 
+mod futex_pairs;
 mod lock_order;
 
 use std::{collections::BTreeMap, sync::OnceLock};
@@ -20,6 +21,7 @@ use crate::{
     TraceRecord,
     event::{SystemEvent, SystemKind},
 };
+use futex_pairs::{FutexPairs, FutexWait, FutexWake};
 pub use lock_order::{Acquisition, Inversion, LockOrder, MAX_EDGES, OrderEdge};
 
 /// A kind of lock, or of object a thread waits on.
@@ -36,6 +38,9 @@ pub enum LockKind {
     Spin,
     /// A semaphore.
     Sema,
+    /// A futex word a program waits on through the futex syscall itself, outside pthread
+    /// calls (its own locks, Rust's `std::sync`, glibc's internal locks).
+    Futex,
     /// A condition variable.
     Cond,
     /// A barrier.
@@ -46,12 +51,13 @@ pub enum LockKind {
 
 impl LockKind {
     /// Every kind: the locks first, as reports list them.
-    pub const ALL: [LockKind; 8] = [
+    pub const ALL: [LockKind; 9] = [
         LockKind::Mutex,
         LockKind::Rmutex,
         LockKind::Rwlock,
         LockKind::Spin,
         LockKind::Sema,
+        LockKind::Futex,
         LockKind::Cond,
         LockKind::Barrier,
         LockKind::Join,
@@ -65,6 +71,7 @@ impl LockKind {
             LockKind::Rwlock => "rwlock",
             LockKind::Spin => "spin",
             LockKind::Sema => "sema",
+            LockKind::Futex => "futex",
             LockKind::Cond => "cond",
             LockKind::Barrier => "barrier",
             LockKind::Join => "join",
@@ -78,13 +85,19 @@ impl LockKind {
     pub fn is_lock(self) -> bool {
         !matches!(self, LockKind::Cond | LockKind::Barrier | LockKind::Join)
     }
+
+    /// Whether the trace says when it is held: a futex word's records are its waits and the
+    /// wakes that end them, which say nothing of who holds it from when to when.
+    pub fn holds_recorded(self) -> bool {
+        self != LockKind::Futex
+    }
 }
 
 /// What a thread is blocked in, for its time-blocked totals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockKind {
-    /// Waiting for a lock (mutex, rwlock, spin).
+    /// Waiting for a lock (mutex, rwlock, spin, futex).
     LockWait,
     /// Waiting on a condition variable.
     CondWait,
@@ -135,6 +148,10 @@ enum Role {
     CondSignal,
     Join,
     Barrier,
+    /// A futex wait (one record, at its end): a contended acquisition of the word's lock.
+    FutexWait,
+    /// A futex wake: the release that ends waits on the word.
+    FutexWake,
     Other,
 }
 
@@ -172,6 +189,8 @@ fn role(event: &EventDef) -> Role {
         (Category::Cond, _) if has("signal") || has("broadcast") => Role::CondSignal,
         (Category::Thread, _) if has("join") && !has("tryjoin") => Role::Join,
         (Category::Barrier | Category::BarrierSpin, _) if has("wait") => Role::Barrier,
+        (Category::Futex, _) if has("wake") => Role::FutexWake,
+        (Category::Futex, _) if has("wait") => Role::FutexWait,
         _ => Role::Other,
     }
 }
@@ -295,8 +314,8 @@ pub struct LockStats {
     #[serde(skip)]
     pub callers: HashMap<u64, CallerStats>,
     /// The threads its contended acquisitions found holding it as they began to wait (the
-    /// owner a lock's entry read, or in a full trace the holder the records name), by thread
-    /// id.
+    /// owner a lock's entry read, or in a full trace the holder the records name; for a futex
+    /// word, the thread whose wake ended the wait), by thread id.
     #[serde(skip)]
     pub owners: HashMap<u32, OwnerStats>,
     /// Its contended waits by the call stack they waited with (`TraceRecord::stack`; 0:
@@ -314,6 +333,41 @@ pub struct LockStats {
     #[serde(skip)]
     last_owner: Option<u32>,
 }
+
+impl LockStats {
+    /// One more contended wait of `ns` by `lwpid`, charged to the stack it waited with.
+    fn waited_with(&mut self, stack: u32, lwpid: u32, ns: u64) {
+        if self.first_waiting_stack == 0 {
+            self.first_waiting_stack = stack;
+        }
+        charge(&mut self.waiting_stacks, stack, lwpid, ns);
+    }
+
+    /// One more contended wait of `ns`, ended by a release `lwpid` made with `stack`.
+    fn released_by(&mut self, stack: u32, lwpid: u32, ns: u64) {
+        charge(&mut self.releasing_stacks, stack, lwpid, ns);
+    }
+
+    /// Whether reports list it: a futex word that was only woken, never waited on (a
+    /// condvar's, whose waits are pthread calls, not futex records), is no lock of the trace.
+    pub fn is_reported(&self) -> bool {
+        self.kind != LockKind::Futex || self.acquisitions > 0
+    }
+}
+
+/// One more wait of `ns` charged to `stack`, by `lwpid`.
+fn charge(stacks: &mut HashMap<u32, StackStats>, stack: u32, lwpid: u32, ns: u64) {
+    let stats = stacks.entry(stack).or_default();
+    stats.count += 1;
+    stats.wait_total_ns += ns;
+    let thread = stats.threads.entry(lwpid).or_default();
+    thread.count += 1;
+    thread.wait_total_ns += ns;
+}
+
+/// What a futex wait returns when its word no longer held the value it expected: it
+/// returned at once, without sleeping.
+const EAGAIN: i32 = -11;
 
 /// A thread that holds a lock: since when, from where, how deep (recursive mutexes).
 #[derive(Clone, Copy, Debug)]
@@ -357,6 +411,18 @@ pub struct Wait {
     pub caller: u64,
 }
 
+/// A wait that ended, as its thread's time blocked and the timeline see it.
+struct EndedWait {
+    pid: u32,
+    lwpid: u32,
+    start_ns: i64,
+    end_ns: i64,
+    event: &'static EventDef,
+    object: u64,
+    caller: u64,
+    stack: u32,
+}
+
 /// How a lock was taken.
 #[derive(Clone, Copy, Debug)]
 struct Taken {
@@ -390,6 +456,13 @@ struct Pending {
     /// the lock (0: not recorded). Looked up then, as the holder's unlock, before this call
     /// returns, forgets its hold.
     held_by: Option<(u32, u64)>,
+}
+
+impl Pending {
+    /// Its process, object and caller: what a wait is counted by.
+    fn waited_on(&self) -> (u32, u64, u64) {
+        (self.pid, self.object, self.caller)
+    }
 }
 
 /// The last release of a lock (an unlock, a post): whose, with which stack, when.
@@ -522,6 +595,8 @@ pub struct Analysis {
     wakers: HashMap<(u32, u64), HashSet<u32>>,
     /// Each lock's last release (statistics only): what ended a wait on it.
     last_releases: HashMap<(u32, u64), Release>,
+    /// Futex waits and wakes not yet paired (statistics and timeline only).
+    futex_pairs: FutexPairs,
     /// Each thread's name (comm), with its process.
     names: HashMap<u32, (u32, String)>,
     /// Each traced process's executable, as it was attached or last exec'd, by pid.
@@ -707,7 +782,7 @@ impl Analysis {
                 Some(BlockKind::LockWait)
             }
             Role::SemWait => {
-                if let Some(sem) = self.waited(call, LockKind::Sema, wait) {
+                if let Some(sem) = self.waited(call.waited_on(), LockKind::Sema, wait) {
                     // s_count as the wait found it, in its entry half.
                     let empty = event.first[1] == Field::SemCount && call.second == 0;
                     sem.contended += u64::from(empty || wait > 0 && rval as i32 != 0);
@@ -726,43 +801,61 @@ impl Analysis {
                     caller: call.caller,
                 };
                 self.hold(pid, lwpid, call.second, taken, now);
-                self.waited(call, LockKind::Cond, wait);
+                self.waited(call.waited_on(), LockKind::Cond, wait);
                 Some(BlockKind::CondWait)
             }
             Role::Join => {
-                self.waited(call, LockKind::Join, wait);
+                self.waited(call.waited_on(), LockKind::Join, wait);
                 Some(BlockKind::Join)
             }
             Role::Barrier => {
-                self.waited(call, LockKind::Barrier, wait);
+                self.waited(call.waited_on(), LockKind::Barrier, wait);
                 Some(BlockKind::Barrier)
             }
             _ => None,
         };
-        if let (Some(timeline), Some(kind), true) = (self.timeline.as_mut(), block_kind, shown) {
-            timeline.slices.push(Slice {
+        if let Some(kind) = block_kind {
+            let ended = EndedWait {
                 pid,
                 lwpid,
                 start_ns: call.entry_ns,
                 end_ns: now,
-                category: kind.name(),
-                name: format!("{} {:#x}", event.name, call.object),
+                event,
+                object: call.object,
+                caller: call.caller,
                 stack: call.stack,
+            };
+            self.wait_ended(&ended, kind, shown);
+        }
+    }
+
+    /// A wait in `kind` ended: a slice of the timeline if `shown` (a lock wait, if it
+    /// blocked); its thread's time blocked and longest wait.
+    fn wait_ended(&mut self, wait: &EndedWait, kind: BlockKind, shown: bool) {
+        if let (Some(timeline), true) = (self.timeline.as_mut(), shown) {
+            timeline.slices.push(Slice {
+                pid: wait.pid,
+                lwpid: wait.lwpid,
+                start_ns: wait.start_ns,
+                end_ns: wait.end_ns,
+                category: kind.name(),
+                name: format!("{} {:#x}", wait.event.name, wait.object),
+                stack: wait.stack,
             });
         }
-        if self.stats
-            && let Some(kind) = block_kind
-        {
-            let thread = self.thread(pid, lwpid);
-            *thread.blocked.entry(kind).or_default() += wait;
-            if thread.longest_wait.as_ref().is_none_or(|w| wait > w.ns) {
-                thread.longest_wait = Some(Wait {
-                    ns: wait,
-                    call: event.name,
-                    object: call.object,
-                    caller: call.caller,
-                });
-            }
+        if !self.stats {
+            return;
+        }
+        let ns = wait.end_ns.saturating_sub(wait.start_ns).max(0) as u64;
+        let thread = self.thread(wait.pid, wait.lwpid);
+        *thread.blocked.entry(kind).or_default() += ns;
+        if thread.longest_wait.as_ref().is_none_or(|w| ns > w.ns) {
+            thread.longest_wait = Some(Wait {
+                ns,
+                call: wait.event.name,
+                object: wait.object,
+                caller: wait.caller,
+            });
         }
     }
 
@@ -780,38 +873,31 @@ impl Analysis {
         let Some(lock) = self.locks.get_mut(&(call.pid, call.object)) else {
             return;
         };
-        if lock.first_waiting_stack == 0 {
-            lock.first_waiting_stack = call.stack;
-        }
-        for (stacks, by) in [
-            (&mut lock.waiting_stacks, Some((call.stack, waiter))),
-            (&mut lock.releasing_stacks, released),
-        ] {
-            if let Some((stack, lwpid)) = by {
-                let stats = stacks.entry(stack).or_default();
-                stats.count += 1;
-                stats.wait_total_ns += wait;
-                let thread = stats.threads.entry(lwpid).or_default();
-                thread.count += 1;
-                thread.wait_total_ns += wait;
-            }
+        lock.waited_with(call.stack, waiter, wait);
+        if let Some((stack, lwpid)) = released {
+            lock.released_by(stack, lwpid, wait);
         }
     }
 
     /// A wait on an object that is no lock one holds (a semaphore, condvar, barrier, thread
-    /// joined) ended: counted as an acquisition of it, from the call's caller. Its statistics,
-    /// if kept.
-    fn waited(&mut self, call: &Pending, kind: LockKind, wait: u64) -> Option<&mut LockStats> {
+    /// joined, futex word) ended: counted as an acquisition of it, from `caller`. Its
+    /// statistics, if kept.
+    fn waited(
+        &mut self,
+        (pid, object, caller): (u32, u64, u64),
+        kind: LockKind,
+        wait: u64,
+    ) -> Option<&mut LockStats> {
         if !self.stats {
             return None;
         }
-        let object = self.lock(call.pid, call.object, kind);
-        object.acquisitions += 1;
-        object.wait.add(wait);
-        let caller = object.callers.entry(call.caller).or_default();
+        let stats = self.lock(pid, object, kind);
+        stats.acquisitions += 1;
+        stats.wait.add(wait);
+        let caller = stats.callers.entry(caller).or_default();
         caller.count += 1;
         caller.wait_total_ns += wait;
-        Some(object)
+        Some(stats)
     }
 
     /// A call with one record (trylocks, unlocks, posts, signals).
@@ -854,7 +940,95 @@ impl Analysis {
                     self.lock(record.pid, object, kind).wakeups += 1;
                 }
             }
+            // Waits and wakes to pair, for the statistics and the timeline: they hold
+            // nothing, so the live watch has no use for them.
+            Role::FutexWait | Role::FutexWake if !self.stats && self.timeline.is_none() => {}
+            Role::FutexWait => self.futex_wait(record, event, now),
+            Role::FutexWake => self.futex_wake(record, event, now),
             _ => {}
+        }
+    }
+
+    /// A futex wait ended: an acquisition of its word's lock, contended unless the word had
+    /// changed (it never slept). One that was woken is paired with the wake that ended it.
+    /// Nothing is held: the word's release is not recorded, only wakes.
+    fn futex_wait(&mut self, record: &TraceRecord, event: &'static EventDef, now: i64) {
+        let value = |of: Field| field(record, event, of).unwrap_or(0);
+        let (pid, object) = (record.pid, value(Field::Arg(1)) as u64);
+        let wait = FutexWait {
+            lwpid: record.lwpid,
+            start_ns: now.saturating_sub(value(Field::ElapsedNs).max(0)),
+            end_ns: now,
+        };
+        let result = value(Field::Rval) as i32;
+        let contended = result != EAGAIN;
+        let waited_on = (pid, object, record.caller);
+        if let Some(lock) = self.waited(waited_on, LockKind::Futex, wait.ns()) {
+            lock.contended += u64::from(contended);
+            if contended {
+                lock.waited_with(record.stack, record.lwpid, wait.ns());
+            }
+        }
+        let ended = EndedWait {
+            pid,
+            lwpid: record.lwpid,
+            start_ns: wait.start_ns,
+            end_ns: wait.end_ns,
+            event,
+            object,
+            caller: record.caller,
+            stack: record.stack,
+        };
+        self.wait_ended(&ended, BlockKind::LockWait, contended);
+        if result == 0
+            && let Some(wake) = self.futex_pairs.wait((pid, object), wait)
+        {
+            self.futex_woken(pid, object, wait, wake);
+        }
+    }
+
+    /// A futex wake: a wakeup of its word, paired with the waits it ended.
+    fn futex_wake(&mut self, record: &TraceRecord, event: &'static EventDef, now: i64) {
+        let value = |of: Field| field(record, event, of).unwrap_or(0);
+        let (pid, object) = (record.pid, value(Field::Arg(1)) as u64);
+        if self.stats {
+            self.lock(pid, object, LockKind::Futex).wakeups += 1;
+        }
+        let woken = value(Field::Rval).max(0) as u64;
+        if woken == 0 {
+            return;
+        }
+        let wake = FutexWake {
+            lwpid: record.lwpid,
+            begin_ns: now.saturating_sub(value(Field::ElapsedNs).max(0)),
+            end_ns: now,
+            stack: record.stack,
+            woken,
+        };
+        for wait in self.futex_pairs.wake((pid, object), wake) {
+            self.futex_woken(pid, object, wait, wake);
+        }
+    }
+
+    /// `wake` ended `wait` on `object`: its thread released the word to the waiter.
+    fn futex_woken(&mut self, pid: u32, object: u64, wait: FutexWait, wake: FutexWake) {
+        if let Some(timeline) = self.timeline.as_mut() {
+            timeline.wakes.push(Wake {
+                pid,
+                from_lwpid: wake.lwpid,
+                from_ns: wake.begin_ns,
+                to_lwpid: wait.lwpid,
+                to_ns: wait.end_ns,
+                stack: wake.stack,
+            });
+        }
+        if self.stats
+            && let Some(lock) = self.locks.get_mut(&(pid, object))
+        {
+            lock.released_by(wake.stack, wake.lwpid, wait.ns());
+            let owner = lock.owners.entry(wake.lwpid).or_default();
+            owner.count += 1;
+            owner.wait_total_ns += wait.ns();
         }
     }
 
@@ -1016,8 +1190,12 @@ impl Analysis {
                 first_waiting_stack: 0,
                 last_owner: None,
             });
-        // A mutex first seen unlocked and later locked recursively is an rmutex.
-        if lock.kind == LockKind::Mutex && kind == LockKind::Rmutex {
+        // A mutex first seen unlocked and later locked recursively is an rmutex; a word first
+        // seen as a futex and later through a pthread call (a mutex's word, woken by its
+        // unlock) is that call's object.
+        if (lock.kind == LockKind::Mutex && kind == LockKind::Rmutex)
+            || lock.kind == LockKind::Futex
+        {
             lock.kind = kind;
         }
         lock
@@ -1049,6 +1227,8 @@ impl Analysis {
         // for: one that spans the cut is charged its own stack, not the release's.
         self.last_releases.clear();
         self.wakers.clear();
+        // Likewise a futex wait and its wake on either side of the cut are not paired.
+        self.futex_pairs.clear();
         self.first_ns = None;
         std::mem::take(&mut self.locks).into_values().collect()
     }
@@ -1118,6 +1298,7 @@ impl Analysis {
         self.unswept = 0;
         self.holders.retain(|_, holders| !holders.is_empty());
         self.pending.retain(|_, call| call.is_some());
+        self.futex_pairs.expire(self.last_ns);
     }
 
     /// Who holds `object` of `pid` now.
@@ -1137,6 +1318,7 @@ impl Analysis {
         self.holders.retain(|&(p, _), _| p != pid);
         self.wakers.retain(|&(p, _), _| p != pid);
         self.last_releases.retain(|&(p, _), _| p != pid);
+        self.futex_pairs.process_exited(pid);
         if let Some(order) = self.order.as_mut() {
             order.process_exited(pid);
         }
@@ -1315,6 +1497,256 @@ mod tests {
 
     fn unlock(analysis: &mut Analysis, lwpid: u32, mutex: i64, at: i64) {
         analysis.record(&rec(lwpid, "mutex_unlock", 0, at, [mutex, 0, 0, 0, 0]));
+    }
+
+    /// A record of futex event `name` by thread `lwpid`, ended at `ms` milliseconds, with
+    /// `stack`: each value at the field its event's layout has it in.
+    fn futex(lwpid: u32, name: &str, ms: i64, stack: u32, fields: &[(Field, i64)]) -> TraceRecord {
+        let event = EVENTS.iter().find(|e| e.name == name).unwrap();
+        let mut a = [0; 5];
+        for &(of, value) in fields {
+            a[event.layout(0).iter().position(|f| *f == of).unwrap()] = value;
+        }
+        TraceRecord {
+            stack,
+            ..rec(lwpid, name, 0, ms, a)
+        }
+    }
+
+    /// A futex wait on `word` that ended at `ms` with `result`, having waited `waited_ns`.
+    fn futex_wait(lwpid: u32, word: i64, ms: i64, waited_ns: i64, result: i64) -> TraceRecord {
+        let fields = [
+            (Field::Arg(1), word),
+            (Field::ElapsedNs, waited_ns),
+            (Field::Rval, result),
+        ];
+        futex(lwpid, "futex_wait", ms, 10 + lwpid, &fields)
+    }
+
+    /// A futex wake of `word` that ended at `ms`, began `took_ns` before, and woke `woken`.
+    fn futex_wake(lwpid: u32, word: i64, ms: i64, took_ns: i64, woken: i64) -> TraceRecord {
+        let fields = [
+            (Field::Arg(1), word),
+            (Field::ElapsedNs, took_ns),
+            (Field::Rval, woken),
+        ];
+        futex(lwpid, "futex_wake", ms, 10 + lwpid, &fields)
+    }
+
+    const WORD: i64 = 0x7000;
+
+    fn word(analysis: &Analysis, address: i64) -> &LockStats {
+        analysis
+            .locks()
+            .find(|l| l.address == address as u64)
+            .unwrap()
+    }
+
+    /// Per stack and thread that waited (or released) with it, sorted: (stack, its waits, their
+    /// ns, thread, its waits, their ns).
+    fn stack_charges(stacks: &HashMap<u32, StackStats>) -> Vec<(u32, u64, u64, u32, u64, u64)> {
+        let mut charges: Vec<_> = stacks
+            .iter()
+            .flat_map(|(&id, s)| {
+                s.threads
+                    .iter()
+                    .map(move |(&t, w)| (id, s.count, s.wait_total_ns, t, w.count, w.wait_total_ns))
+            })
+            .collect();
+        charges.sort_unstable();
+        charges
+    }
+
+    #[test]
+    fn a_futex_wait_is_an_acquisition_of_its_word_contended_unless_it_never_slept() {
+        let mut analysis = Analysis::new(true);
+        analysis.timeline = Some(Timeline::default());
+        // Woken (no wake recorded), timed out, and EAGAIN (the word had changed).
+        analysis.record(&futex_wait(1, WORD, 100, 40 * MS, 0));
+        analysis.record(&futex_wait(2, WORD, 200, 60 * MS, -110));
+        analysis.record(&futex_wait(3, WORD, 210, 1000, -11));
+        let lock = word(&analysis, WORD);
+        assert_eq!(lock.kind, LockKind::Futex);
+        assert!(lock.kind.is_lock() && lock.is_reported());
+        assert_eq!((lock.acquisitions, lock.contended, lock.wakeups), (3, 2, 0));
+        assert_eq!(
+            (lock.wait.count, lock.wait.total_ns, lock.wait.max_ns),
+            (3, 100 * MS as u64 + 1000, 60 * MS as u64)
+        );
+        let caller = &lock.callers[&0x400_002];
+        assert_eq!((caller.count, caller.wait_total_ns), (1, 60 * MS as u64));
+        // The EAGAIN one's stack (13) is no contended wait's.
+        assert_eq!(
+            stack_charges(&lock.waiting_stacks),
+            [
+                (11, 1, 40 * MS as u64, 1, 1, 40 * MS as u64),
+                (12, 1, 60 * MS as u64, 2, 1, 60 * MS as u64),
+            ]
+        );
+        assert_eq!(lock.first_waiting_stack, 11);
+        assert!(lock.releasing_stacks.is_empty() && lock.owners.is_empty());
+        let threads = analysis.threads();
+        let blocked: Vec<u64> = threads
+            .iter()
+            .map(|t| t.blocked[&BlockKind::LockWait])
+            .collect();
+        assert_eq!(blocked, [40 * MS as u64, 60 * MS as u64, 1000]);
+        let longest = threads[1].longest_wait.as_ref().unwrap();
+        assert_eq!(
+            (longest.ns, longest.call, longest.object, longest.caller),
+            (60 * MS as u64, "futex_wait", WORD as u64, 0x400_002)
+        );
+        assert_eq!(threads[0].calls["futex"], 1);
+        let timeline = analysis.timeline.as_ref().unwrap();
+        let slices: Vec<(u32, i64, i64, &str, &str, u32)> = timeline
+            .slices
+            .iter()
+            .map(|s| {
+                let (start, end) = (s.start_ns / MS, s.end_ns / MS);
+                (s.lwpid, start, end, s.category, s.name.as_str(), s.stack)
+            })
+            .collect();
+        assert_eq!(
+            slices,
+            [
+                (1, 60, 100, "lock wait", "futex_wait 0x7000", 11),
+                (2, 140, 200, "lock wait", "futex_wait 0x7000", 12),
+            ]
+        );
+        assert!(timeline.wakes.is_empty());
+        assert!(analysis.held_by(1).is_empty() && analysis.holders_of(PID, WORD as u64).is_empty());
+    }
+
+    #[test]
+    fn a_futex_wake_releases_the_wait_it_ended_whichever_record_comes_first() {
+        // The waiter returns before the waker's call does, or after it.
+        let wait_first = [
+            futex_wait(1, WORD, 100, 50 * MS, 0),
+            futex_wake(9, WORD, 101, 2 * MS, 1),
+        ];
+        let wake_first = [
+            futex_wake(9, WORD, 100, 3 * MS, 1),
+            futex_wait(1, WORD, 101, 50 * MS, 0),
+        ];
+        for (records, wake_began, wait_ended) in [(wait_first, 99, 100), (wake_first, 97, 101)] {
+            let mut analysis = Analysis::new(true);
+            analysis.timeline = Some(Timeline::default());
+            for record in &records {
+                analysis.record(record);
+            }
+            let lock = word(&analysis, WORD);
+            assert_eq!((lock.acquisitions, lock.wakeups), (1, 1));
+            assert_eq!(
+                stack_charges(&lock.releasing_stacks),
+                [(19, 1, 50 * MS as u64, 9, 1, 50 * MS as u64)]
+            );
+            let owner = &lock.owners[&9];
+            assert_eq!(
+                (lock.owners.len(), owner.count, owner.wait_total_ns),
+                (1, 1, 50 * MS as u64)
+            );
+            assert_eq!(
+                analysis.timeline.as_ref().unwrap().wakes,
+                [Wake {
+                    pid: PID,
+                    from_lwpid: 9,
+                    from_ns: wake_began * MS,
+                    to_lwpid: 1,
+                    to_ns: wait_ended * MS,
+                    stack: 19,
+                }]
+            );
+            assert_eq!(analysis.futex_pairs.len(), 0, "nothing left to pair");
+        }
+    }
+
+    #[test]
+    fn a_futex_wake_that_woke_two_of_three_waiters_releases_two_the_earliest_ending() {
+        // Waiter 1 returns before the wake's record comes, 2 and 3 after it.
+        let mut analysis = Analysis::new(true);
+        analysis.record(&futex_wait(1, WORD, 100, 50 * MS, 0));
+        analysis.record(&futex_wake(9, WORD, 101, 10 * MS, 2));
+        analysis.record(&futex_wait(2, WORD, 102, 60 * MS, 0));
+        analysis.record(&futex_wait(3, WORD, 103, 70 * MS, 0));
+        let lock = word(&analysis, WORD);
+        assert_eq!((lock.acquisitions, lock.contended), (3, 3));
+        assert_eq!(
+            stack_charges(&lock.releasing_stacks),
+            [(19, 2, 110 * MS as u64, 9, 2, 110 * MS as u64)]
+        );
+        assert_eq!(lock.owners[&9].count, 2);
+        assert_eq!(analysis.futex_pairs.len(), 1, "waiter 3, unpaired");
+    }
+
+    #[test]
+    fn a_futex_word_only_woken_is_counted_but_not_reported_and_a_mutex_stays_one() {
+        let mut analysis = Analysis::new(true);
+        // A condvar's word, woken by cond_signal (whose waits are cond_wait calls).
+        analysis.record(&futex_wake(9, 0x8000, 10, MS, 1));
+        analysis.record(&futex_wake(9, 0x8000, 20, MS, 1));
+        analysis.record(&futex_wait(1, WORD, 30, MS, -110));
+        // A mutex's word, woken by its unlock before its waiter's lock returns.
+        analysis.record(&rec(2, "mutex_lock", 1, 40, [M1, 3, 0, 0, 0]));
+        analysis.record(&futex_wake(3, M1, 50, MS, 1));
+        analysis.record(&rec(2, "mutex_lock", 2, 51, [0, 1, 0, 0, 0]));
+        let only_woken = word(&analysis, 0x8000);
+        assert_eq!(
+            (only_woken.kind, only_woken.acquisitions, only_woken.wakeups),
+            (LockKind::Futex, 0, 2)
+        );
+        assert!(!only_woken.is_reported());
+        assert!(word(&analysis, WORD).is_reported());
+        let mutex = word(&analysis, M1);
+        assert_eq!(
+            (
+                mutex.kind,
+                mutex.acquisitions,
+                mutex.contended,
+                mutex.wakeups
+            ),
+            (LockKind::Mutex, 1, 1, 1)
+        );
+        assert!(mutex.is_reported());
+    }
+
+    #[test]
+    fn futex_pairing_is_forgotten_with_the_stats_the_process_and_in_time() {
+        let mut analysis = Analysis::new(true);
+        analysis.record(&futex_wait(1, WORD, 100, MS, 0));
+        assert_eq!(analysis.futex_pairs.len(), 1);
+        analysis.take_lock_stats();
+        assert_eq!(analysis.futex_pairs.len(), 0);
+        analysis.record(&futex_wake(9, WORD, 200, MS, 1));
+        assert_eq!(analysis.futex_pairs.len(), 1);
+        analysis.process_exited(PID);
+        assert_eq!(analysis.futex_pairs.len(), 0);
+        // Kept past a sweep within a second, not past one after it.
+        analysis.record(&futex_wait(1, WORD, 300, MS, 0));
+        for _ in 0..SWEEP_EVERY {
+            analysis.record(&futex_wait(2, 0x9000, 1299, MS, -110));
+        }
+        assert_eq!(analysis.futex_pairs.len(), 1);
+        for _ in 0..SWEEP_EVERY {
+            analysis.record(&futex_wait(2, 0x9000, 1301, MS, -110));
+        }
+        assert_eq!(analysis.futex_pairs.len(), 0);
+    }
+
+    #[test]
+    fn futex_records_hold_nothing_and_pair_nothing_in_the_live_watch() {
+        let mut analysis = Analysis::new(false);
+        lock(&mut analysis, 1, M1, 0, 0, false);
+        // Thread 2 waits on M1's word and is woken by 1; then both wait on M2's word.
+        analysis.record(&futex_wait(2, M1, 10, 5 * MS, 0));
+        analysis.record(&futex_wake(1, M1, 11, MS, 1));
+        analysis.record(&futex_wait(1, M2, 20, 5 * MS, 0));
+        analysis.record(&futex_wake(2, M2, 21, 2 * MS, 1));
+        assert_eq!(analysis.held_by(1), [M1 as u64]);
+        assert!(analysis.held_by(2).is_empty());
+        assert!(analysis.holders_of(PID, M2 as u64).is_empty());
+        assert_eq!(analysis.locks().count(), 0);
+        assert_eq!(analysis.futex_pairs.len(), 0);
+        assert!(analysis.new_deadlocks(60_000 * MS, 1000 * MS).is_empty());
     }
 
     #[test]

@@ -54,16 +54,21 @@ pub enum LossSource {
     Log = 2,
     /// A record arrived that could not be decoded.
     Undecodable = 3,
+    /// The kernel skipped a futex program's run, so a futex call went unseen: a run of the
+    /// same program was preempted on that CPU (its recursion check). Counted when the tracer
+    /// read the count, not when the call was made.
+    Skipped = 4,
 }
 
 impl LossSource {
-    /// How readers name it: `ring`, `stream`, `log`, `undecodable`.
+    /// How readers name it: `ring`, `stream`, `log`, `undecodable`, `skipped`.
     pub fn name(self) -> &'static str {
         match self {
             LossSource::Ring => "ring",
             LossSource::Stream => "stream",
             LossSource::Log => "log",
             LossSource::Undecodable => "undecodable",
+            LossSource::Skipped => "skipped",
         }
     }
 }
@@ -502,6 +507,7 @@ impl PayloadField for LossSource {
             0 => LossSource::Ring,
             1 => LossSource::Stream,
             2 => LossSource::Log,
+            4 => LossSource::Skipped,
             _ => LossSource::Undecodable,
         }
     }
@@ -578,6 +584,12 @@ mod tests {
                 contended: true,
             },
             SystemKind::Stop { auto: 1 },
+            SystemKind::Overflow {
+                lost: 2,
+                cpu: NO_CPU,
+                source: LossSource::Skipped,
+                first_lost_ns: 0,
+            },
             SystemKind::ProcessAttach {
                 exe: "/bin/x".into(),
                 cmdline: vec!["x".into(), "-v".into()],

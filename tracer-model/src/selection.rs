@@ -52,13 +52,28 @@ impl EventSet {
     }
 
     /// `--events` syntax (`THR_TRACE_EVENTS` too): categories (`mutex`) and event names
-    /// (`cond_wait`), separated by `:`; empty means every event.
+    /// (`cond_wait`), separated by `:`; empty means a full trace's ([`EventSet::full_trace`]).
     pub fn parse(spec: &str) -> Result<Self, SelectionError> {
         let named = Self::parse_named(spec)?;
         Ok(match named.is_empty() {
-            true => Self::all(),
+            true => Self::full_trace(),
             false => named,
         })
+    }
+
+    /// What a full trace records when no event is named: every event but those of categories
+    /// that must be named ([`Category::is_in_full_trace_by_default`]).
+    pub fn full_trace() -> Self {
+        Self::of(
+            EVENTS
+                .iter()
+                .filter(|e| e.category.is_in_full_trace_by_default()),
+        )
+    }
+
+    /// The events recorded by probes in the pthread library ([`Category::is_probed_in_library`]).
+    pub fn in_library(self) -> Self {
+        Self::of(self.events().filter(|e| e.category.is_probed_in_library()))
     }
 
     /// Like [`EventSet::parse`], but empty names nothing (a filter must name its events).
@@ -228,8 +243,17 @@ mod tests {
     }
 
     #[test]
-    fn empty_means_every_event() {
-        assert_eq!(EventSet::parse(""), Ok(EventSet::all()));
+    fn empty_means_every_event_but_the_futex_waits() {
+        let futex = EventSet::of(Category::Futex.events());
+        assert_eq!(EventSet::parse(""), Ok(EventSet::all().difference(futex)));
+        assert_eq!(EventSet::parse("futex"), Ok(futex));
+        assert!(EventSet::all().contended().is_subset(EventSet::all()));
+        assert_eq!(
+            EventSet::all().contended().intersection(futex),
+            futex,
+            "--contended records the futex waits that blocked"
+        );
+        assert!(EventSet::all().in_library().intersection(futex).is_empty());
         assert_eq!(EventSet::parse_named("::"), Ok(EventSet::EMPTY));
     }
 

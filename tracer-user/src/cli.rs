@@ -15,7 +15,7 @@ use crate::{
         launch::{self, LaunchError},
         targets,
     },
-    capture::features::KernelTooOld,
+    capture::{features::KernelTooOld, futex_hook::FutexHook},
     control::{self, client::CtlArgs, socket::parse_trace_name},
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
     manual::{self, GenerateArgs},
@@ -58,7 +58,7 @@ pub struct Cli {
     pub pids: Vec<u32>,
 
     /// Colon-separated event categories or event names to trace, e.g. mutex:cond or
-    /// mutex_lock:cond_wait [default: all]
+    /// mutex_lock:cond_wait [default: all but futex]
     #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "EVENTS")]
     pub events: Option<String>,
 
@@ -152,6 +152,13 @@ pub struct Cli {
     /// links exist (measures and tests that way on any kernel)
     #[arg(long, hide = true)]
     pub perf_event_probes: bool,
+
+    /// How to hook the kernel's futex calls (the futex category): fentry (only futex calls of
+    /// other processes pay), syscall-tracepoints (every syscall of the machine takes a slower
+    /// path), raw-syscalls (every syscall also runs a compare) [default: auto, the first of
+    /// these that works]
+    #[arg(long, value_name = "HOOK", value_enum, default_value = "auto")]
+    pub futex_hook: FutexHookChoice,
 
     /// Trace only where locks are contended: mutex and read-write locks and semaphore waits
     /// that wait, and unlocks and posts that wake a waiter, probed on glibc's slow paths (an
@@ -285,6 +292,27 @@ impl TopArgs {
         let mut config = cli.into_config()?;
         config.output = None;
         Ok(config)
+    }
+}
+
+/// `--futex-hook`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FutexHookChoice {
+    Auto,
+    Fentry,
+    SyscallTracepoints,
+    RawSyscalls,
+}
+
+impl FutexHookChoice {
+    /// The hook chosen, `None` for the first that works.
+    fn hook(self) -> Option<FutexHook> {
+        match self {
+            FutexHookChoice::Auto => None,
+            FutexHookChoice::Fentry => Some(FutexHook::Fentry),
+            FutexHookChoice::SyscallTracepoints => Some(FutexHook::SyscallTracepoints),
+            FutexHookChoice::RawSyscalls => Some(FutexHook::RawSyscalls),
+        }
     }
 }
 
@@ -425,6 +453,7 @@ impl Cli {
             ring_bytes,
             empty_programs: self.empty_programs,
             perf_event_probes: self.perf_event_probes,
+            futex_hook: self.futex_hook.hook(),
             probe_at_entry: self.probe_at_entry,
             contended: self.contended,
             stacks: match (self.stacks, self.contended) {

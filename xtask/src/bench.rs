@@ -28,6 +28,12 @@
 //! with its stacks, traced and untraced again: the transaction rates' ratio, repetition by
 //! repetition.
 //!
+//! What a `--contended` trace's futex hook costs processes it does not trace: a syscall-heavy
+//! one (tests/workloads/bench_syscalls.c: getppid and uncontended futex wakes) untraced and
+//! beside a trace of an idle process, for each hook forced with `--futex-hook`; and the traced
+//! process's uncontended `std::sync::Mutex` lock+unlock (xtask/workloads/std_mutex.rs),
+//! untraced and traced; both in runs untraced, traced, traced, untraced.
+//!
 //! Then what `--follow` costs a target's thread and process creation (it holds targets under
 //! ptrace), the tracer's own CPU time per record for each sink (tr files; the log; both, with
 //! the default consumer threads and with two), the records per second written to tr files
@@ -37,6 +43,7 @@
 //! ready and how fast it exits after Ctrl-C.
 
 use std::{
+    ffi::OsStr,
     fs,
     io::{BufRead, BufReader, Read as _, Write},
     path::{Path, PathBuf},
@@ -51,7 +58,8 @@ use crate::{
     server::Server,
     setup,
     shell::{
-        build_tracer, command, compile_workload, output, require_root, succeeds, workspace_root,
+        build_tracer, command, compile_rust_workload, compile_workload, output, require_root,
+        succeeds, workspace_root,
     },
 };
 
@@ -130,6 +138,22 @@ const REAL_PROGRAM_MODES: [(&str, Option<&[&str]>); 3] = [
     ),
     ("thrtrace-bpf", Some(&["--events", "mutex"])),
 ];
+
+/// The futex category's hooks, each forced in turn with `--futex-hook`, and the goal for what a
+/// trace with it costs a syscall-heavy process it does not trace: at most 1.05x where a
+/// futex-specific hook exists; the raw_syscalls fallback runs a program on every syscall of the
+/// machine, and is only measured.
+const FUTEX_HOOKS: [(&str, &str); 3] = [
+    ("fentry", "at most 1.05x"),
+    ("syscall-tracepoints", "at most 1.05x"),
+    ("raw-syscalls", "measured"),
+];
+
+/// Calls of each kind (getppid, an uncontended futex wake) per run of `bench_syscalls`.
+const SYSCALLS: u32 = 1_000_000;
+
+/// Uncontended lock+unlock pairs per run of `std_mutex` (xtask/workloads/std_mutex.rs).
+const STD_MUTEX_PAIRS: u32 = 20_000_000;
 
 /// Thread and process creation (tests/workloads/bench_spawn.c): a name and its arguments.
 const SPAWN_WORKLOADS: [(&str, &[&str]); 2] = [
@@ -300,6 +324,16 @@ pub fn run(reps: usize) -> Result<()> {
         vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
     let mut real: Vec<Vec<f64>> = vec![Vec::new(); REAL_PROGRAM_MODES.len()];
+    // Per futex hook, repetition by repetition: `bench_syscalls`'s ns per call untraced and
+    // beside the trace.
+    let mut syscall_rounds: Vec<Vec<SyscallRound>> = vec![Vec::new(); FUTEX_HOOKS.len()];
+    // Why this kernel refuses a hook, for each it does (this machine refuses fentry programs).
+    let hook_refusals = FUTEX_HOOKS
+        .iter()
+        .map(|(hook, _)| hook_refusal(&tracer, hook))
+        .collect::<Result<Vec<_>>>()?;
+    // Repetition by repetition: `std_mutex`'s ns per pair untraced and traced `--contended`.
+    let mut std_mutex_rounds: Vec<(f64, f64)> = Vec::new();
     // Per mode of STACK_COST_MODES, run by run: the tracer's CPU per record, the entry and the
     // return program's ns per run.
     let mut stack_costs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); STACK_COST_MODES.len()];
@@ -346,6 +380,13 @@ pub fn run(reps: usize) -> Result<()> {
             fs::create_dir_all(&dir)?;
             real[m].push(real_program_ns(&tracer, *options, &dir)?);
         }
+        let syscalls = compile_workload("bench_syscalls")?;
+        for (h, (hook, _)) in FUTEX_HOOKS.iter().enumerate() {
+            if hook_refusals[h].is_none() {
+                syscall_rounds[h].push(syscall_round(&tracer, &syscalls, hook, &dir)?);
+            }
+        }
+        std_mutex_rounds.push(std_mutex_round(&tracer, &dir)?);
         let program = compile_workload(contended.program)?;
         for (m, &mode) in STACK_COST_MODES.iter().enumerate() {
             let _ = fs::remove_dir_all(&dir);
@@ -361,20 +402,7 @@ pub fn run(reps: usize) -> Result<()> {
             for (m, options) in FOLLOW_MODES.iter().enumerate() {
                 let _ = fs::remove_dir_all(&dir);
                 fs::create_dir_all(&dir)?;
-                let mut run = match options {
-                    None => command(&spawn),
-                    Some(options) => {
-                        let mut traced = command(&tracer);
-                        traced
-                            .args(*options)
-                            .arg("--dir")
-                            .arg(&dir)
-                            .arg("--")
-                            .arg(&spawn);
-                        traced
-                    }
-                };
-                let out = output(run.args(args.1))?;
+                let out = output(launched(&tracer, *options, &dir, &spawn).args(args.1))?;
                 follow[w][m].push(workload_value(&out.stdout, "ns_per_op")?);
             }
         }
@@ -464,6 +492,8 @@ pub fn run(reps: usize) -> Result<()> {
             ns / untraced_ns
         );
     }
+    print_syscall_costs(&syscall_rounds, &hook_refusals, reps);
+    print_std_mutex_costs(&std_mutex_rounds, reps);
     drop(server);
     let rates = |i: usize| -> Vec<f64> {
         server_rounds
@@ -784,14 +814,12 @@ fn traced(
         true => workload.untraced_args,
         false => workload.traced_args,
     };
-    let mut run = command(tracer);
-    run.args(["--events", workload.categories])
-        .args(options)
-        .arg("--dir")
-        .arg(dir)
-        .arg("--")
-        .arg(program)
-        .args(args);
+    let options: Vec<&str> = ["--events", workload.categories]
+        .into_iter()
+        .chain(options.iter().copied())
+        .collect();
+    let mut run = launched(tracer, Some(&options), dir, program);
+    run.args(args);
     run
 }
 
@@ -896,21 +924,7 @@ fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
 /// The time `sysbench mutex` run with the tracer's `options` (or untraced) says its run took,
 /// in ns: its threads' work, not the tracer's start-up and attach.
 fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Result<f64> {
-    let mut run = match options {
-        None => command(REAL_PROGRAM[0]),
-        Some(options) => {
-            let mut traced = command(tracer);
-            traced
-                .args(options)
-                .arg("--dir")
-                .arg(dir)
-                .arg("--")
-                .arg(REAL_PROGRAM[0]);
-            traced
-        }
-    };
-    run.args(&REAL_PROGRAM[1..]);
-    let out = output(&mut run)?;
+    let out = output(launched(tracer, options, dir, REAL_PROGRAM[0]).args(&REAL_PROGRAM[1..]))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let seconds = stdout
         .lines()
@@ -918,6 +932,163 @@ fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Resul
         .and_then(|time| time.trim().trim_end_matches('s').parse::<f64>().ok())
         .with_context(|| format!("sysbench printed no total time: {stdout}"))?;
     Ok(seconds * 1e9)
+}
+
+fn print_syscall_costs(rounds: &[Vec<SyscallRound>], refusals: &[Option<String>], reps: usize) {
+    println!(
+        "\nwhat a --contended trace of an idle process costs a syscall-heavy process it does not \
+         trace, per futex hook (--futex-hook): ns per call of {SYSCALLS} getppid and of \
+         {SYSCALLS} FUTEX_WAKE_PRIVATE on a word nobody waits on; runs untraced, traced, traced, \
+         untraced; x = traced / untraced, round by round; median of {reps}"
+    );
+    println!(
+        "  {:<32} {:>10} {:>8} {:>12} {:>8}   goal",
+        "", "getppid", "x", "futex wake", "x"
+    );
+    let every_round = || rounds.iter().flatten();
+    if every_round().next().is_none() {
+        println!("  no hook could be measured on this kernel");
+        return;
+    }
+    let untraced =
+        [0, 1].map(|kind| median(&every_round().map(|r| r.untraced[kind]).collect::<Vec<_>>()));
+    println!(
+        "  {:<32} {:>10.1} {:>8} {:>12.1}",
+        "untraced", untraced[0], "", untraced[1]
+    );
+    for (((hook, goal), rounds), refusal) in FUTEX_HOOKS.iter().zip(rounds).zip(refusals) {
+        if let Some(refusal) = refusal {
+            println!(
+                "  {:<32} not on this kernel: {refusal}",
+                format!("--futex-hook {hook}")
+            );
+            continue;
+        }
+        let traced =
+            |kind: usize| median(&rounds.iter().map(|r| r.traced[kind]).collect::<Vec<_>>());
+        let ratio =
+            |kind: usize| median(&rounds.iter().map(|r| r.ratios()[kind]).collect::<Vec<_>>());
+        println!(
+            "  {:<32} {:>10.1} {:>8.3} {:>12.1} {:>8.3}   {goal}",
+            format!("--futex-hook {hook}"),
+            traced(0),
+            ratio(0),
+            traced(1),
+            ratio(1),
+        );
+    }
+}
+
+/// Why the tracer refuses futex hook `hook` on this kernel, if it does (its one line).
+fn hook_refusal(tracer: &Path, hook: &str) -> Result<Option<String>> {
+    // A refusal is the tracer's exit with one line: not `output`'s failure.
+    let out = command(tracer)
+        .args(["--contended", "--futex-hook", hook, "--", "true"])
+        .output()
+        .with_context(|| format!("cannot start {}", tracer.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Ok(stderr
+        .lines()
+        .find(|line| line.contains("cannot be used on this kernel"))
+        .map(str::to_owned))
+}
+
+/// `bench_syscalls`'s ns per getppid and per futex wake, untraced and beside a trace of another
+/// process, each the mean of its two runs.
+#[derive(Clone, Copy)]
+struct SyscallRound {
+    untraced: [f64; 2],
+    traced: [f64; 2],
+}
+
+impl SyscallRound {
+    /// Traced / untraced, per kind of call.
+    fn ratios(&self) -> [f64; 2] {
+        [0, 1].map(|kind| self.traced[kind] / self.untraced[kind])
+    }
+}
+
+/// Four runs of `bench_syscalls` (`program`), untraced, beside a `--contended` trace with the
+/// futex hook `hook` of an idle process (a `mutex_gate` at its gate), beside another, untraced.
+fn syscall_round(tracer: &Path, program: &Path, hook: &str, dir: &Path) -> Result<SyscallRound> {
+    let run = || {
+        let out = output(command(program).arg(SYSCALLS.to_string()))?;
+        let value = |key: &str| workload_value(&out.stdout, key);
+        Ok([value("getppid_ns")?, value("futex_wake_ns")?])
+    };
+    let (mut idle, _) = start_gate(0, 0)?;
+    let options = ["--contended", "--futex-hook", hook];
+    let runs = mirrored_rounds(run, || {
+        Ok(beside_trace(tracer, &options, idle.id(), dir, run)?.0)
+    });
+    idle.kill()?;
+    idle.wait()?;
+    let (untraced, traced) = runs?;
+    let mean = |[a, b]: [[f64; 2]; 2]| [0, 1].map(|kind| f64::midpoint(a[kind], b[kind]));
+    Ok(SyscallRound {
+        untraced: mean(untraced),
+        traced: mean(traced),
+    })
+}
+
+fn print_std_mutex_costs(rounds: &[(f64, f64)], reps: usize) {
+    println!(
+        "\nthe traced process's uncontended std::sync::Mutex lock+unlock (Rust, no futex call), \
+         {STD_MUTEX_PAIRS} pairs; runs untraced, traced --contended, traced, untraced; x = traced \
+         / untraced, round by round; median of {reps}"
+    );
+    let column =
+        |value: fn(&(f64, f64)) -> f64| median(&rounds.iter().map(value).collect::<Vec<_>>());
+    println!("  {:<32} {:>10.1} ns", "untraced", column(|r| r.0));
+    println!(
+        "  {:<32} {:>10.1} ns {:>8.3}x   goal at most 1.05x",
+        "thrtrace-bpf --contended",
+        column(|r| r.1),
+        column(|(untraced, traced)| traced / untraced)
+    );
+}
+
+/// Four runs of `std_mutex`, untraced, launched by a `--contended` trace (the futex hook the
+/// tracer picks), again, untraced: ns per lock+unlock pair untraced and traced, each the mean
+/// of its two runs.
+fn std_mutex_round(tracer: &Path, dir: &Path) -> Result<(f64, f64)> {
+    let program = compile_rust_workload("std_mutex")?;
+    let run = |options: Option<&[&str]>| -> Result<f64> {
+        let _ = fs::remove_dir_all(dir);
+        fs::create_dir_all(dir)?;
+        let mut run = launched(tracer, options, dir, &program);
+        let out = output(run.arg(STD_MUTEX_PAIRS.to_string()))?;
+        if options.is_some() {
+            wait_until_tracing(&mut out.stderr.as_slice())?;
+        }
+        workload_value(&out.stdout, "ns_per_op")
+    };
+    let (untraced, traced) = mirrored_rounds(|| run(None), || run(Some(&["--contended"])))?;
+    Ok((
+        f64::midpoint(untraced[0], untraced[1]),
+        f64::midpoint(traced[0], traced[1]),
+    ))
+}
+
+/// `program`, untraced (`options` None) or launched by the tracer with `options` writing to
+/// `dir`.
+fn launched(
+    tracer: &Path,
+    options: Option<&[&str]>,
+    dir: &Path,
+    program: impl AsRef<OsStr>,
+) -> std::process::Command {
+    let Some(options) = options else {
+        return command(program);
+    };
+    let mut traced = command(tracer);
+    traced
+        .args(options)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--")
+        .arg(program);
+    traced
 }
 
 /// What one traced run of `SINK_PAIRS` lock+unlock pairs cost the tracer.
@@ -1018,40 +1189,79 @@ const SERVER_SECONDS: u32 = 10;
 
 /// Four rounds of the real server's load, untraced, traced, traced, untraced (traced
 /// `--contended`, its default call stacks on): the untraced and the traced transaction rates,
-/// each the mean of its two rounds, and the records the traces lost. The mirrored order cancels
-/// the server's drift over the rounds (its tables grow, its caches warm), which one untraced
-/// round before one traced one charged to the tracer.
+/// each the mean of its two rounds, and the records the traces lost.
 fn server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, f64, u64)> {
-    let first = server.transactions_per_second(SERVER_SECONDS)?;
-    let (second, lost_second) = traced_server_round(tracer, server, dir)?;
-    let (third, lost_third) = traced_server_round(tracer, server, dir)?;
-    let fourth = server.transactions_per_second(SERVER_SECONDS)?;
+    let rate = || server.transactions_per_second(SERVER_SECONDS);
+    let (untraced, [(second, lost_second), (third, lost_third)]) = mirrored_rounds(rate, || {
+        beside_trace(tracer, &["--contended"], server.pid(), dir, rate)
+    })?;
     Ok((
-        f64::midpoint(first, fourth),
+        f64::midpoint(untraced[0], untraced[1]),
         f64::midpoint(second, third),
         lost_second + lost_third,
     ))
 }
 
-/// One round of the real server's load traced `--contended`: its transaction rate and the
-/// records the trace lost.
-fn traced_server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, u64)> {
+/// Four rounds, untraced, traced, traced, untraced: the untraced rounds' results and the traced
+/// ones'. The mirrored order cancels drift over the rounds (a server's tables grow, its caches
+/// warm; the machine's other load comes and goes), which one untraced round before one traced
+/// one charged to the tracer.
+fn mirrored_rounds<U, T>(
+    mut untraced: impl FnMut() -> Result<U>,
+    mut traced: impl FnMut() -> Result<T>,
+) -> Result<([U; 2], [T; 2])> {
+    let first = untraced()?;
+    let second = traced()?;
+    let third = traced()?;
+    let fourth = untraced()?;
+    Ok(([first, fourth], [second, third]))
+}
+
+/// What `work` gives while a trace with `options` of the process `pid` runs, started before it
+/// and ready, and the records the trace lost.
+fn beside_trace<T>(
+    tracer: &Path,
+    options: &[&str],
+    pid: u32,
+    dir: &Path,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<(T, u64)> {
     let _ = fs::remove_dir_all(dir);
     fs::create_dir_all(dir)?;
     let mut traced = command(tracer)
-        .args(["--contended", "--dir"])
+        .args(options)
+        .arg("--dir")
         .arg(dir)
-        .args(["-p", &server.pid().to_string()])
+        .args(["-p", &pid.to_string()])
         .stderr(Stdio::piped())
         .spawn()?;
     let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
-    // Its first line says it is tracing.
-    stderr.read_line(&mut String::new())?;
-    let rate = server.transactions_per_second(SERVER_SECONDS);
+    let result = wait_until_tracing(&mut stderr).and_then(|()| work());
     // SAFETY: a signal to our own child, not reaped yet (reap_tracer waits for it).
     unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
-    let (_, _, lost) = reap_tracer(&traced, &mut stderr)?;
-    Ok((rate?, lost))
+    let reaped = reap_tracer(&traced, &mut stderr);
+    let result = result?;
+    Ok((result, reaped?.2))
+}
+
+/// Reads the tracer's `stderr` until it says it is tracing: its probes and the futex hook are
+/// in place. Fails if it says it cannot hook the futex syscall: a `--contended` trace without
+/// its futex hook is not the one measured.
+fn wait_until_tracing(stderr: &mut impl BufRead) -> Result<()> {
+    let mut said = String::new();
+    loop {
+        let start = said.len();
+        if stderr.read_line(&mut said)? == 0 {
+            bail!("the tracer ended before tracing: {said}");
+        }
+        let line = &said[start..];
+        if line.contains("futex waits outside pthread calls are not recorded") {
+            bail!("{}", line.trim());
+        }
+        if line.contains(": tracing pid ") {
+            return Ok(());
+        }
+    }
 }
 
 /// How long the push cost's traces run.

@@ -48,11 +48,12 @@ const PREEMPT_BOOTS: u32 = 10;
 
 /// The integration tests run in each kernel's full boot, each a test binary and the filter
 /// it is given: every category's exact counts, `-p` on a running process, a launched command,
-/// `--follow`, `--log` and `dump`, stopping by signal, `--contended`'s slow-path probes, the
+/// `--follow`, `--log` and `dump`, stopping by signal, `--contended`'s slow-path probes, futex calls
+/// under each hook the kernel has, the
 /// call stacks copied with records. `--lossless` is checked by the guest
 /// itself, on lock_mix through a small ring: the test binary's stalled-tracer runs take minutes
 /// under emulation.
-const TESTS: [(&str, &str); 12] = [
+const TESTS: [(&str, &str); 13] = [
     ("records", ""),
     ("thread", ""),
     ("rwlock", ""),
@@ -64,6 +65,7 @@ const TESTS: [(&str, &str); 12] = [
     ("log", ""),
     ("stopping", ""),
     ("contended", ""),
+    ("futex", ""),
     // The stripped program's test needs binutils, which the guests do not carry.
     ("stacks", "waits_and_the_releases"),
 ];
@@ -217,7 +219,11 @@ struct Guest {
 impl Guest {
     fn build(work: &Path) -> Result<Self> {
         let tracer = build_tracer()?;
-        let (tests, workloads) = build_tests()?;
+        let TestBinaries {
+            tests,
+            programs,
+            workloads,
+        } = build_tests()?;
         let lock_mix = compile_workload("lock_mix")?;
         let bpf_programs = work.join("bpf_programs");
         fs::create_dir_all(work)?;
@@ -248,6 +254,9 @@ impl Guest {
                 // At the path the test binaries were built to find them at; and their sources,
                 // where the tests read the lines they mark (`line_of`).
                 files.add_tree(&workloads)?;
+                for program in &programs {
+                    files.add(program, program)?;
+                }
                 files.add_tree(&workspace_root().join("tests/workloads"))?;
                 // What the other glibcs' workloads load, at the path they were linked to load
                 // it: `lib` and `lib64` (links into usr/ in a merged-/usr release).
@@ -281,9 +290,9 @@ impl Guest {
     }
 }
 
-/// The test binaries `TESTS`, built as `cargo test` builds them, and the directory of the C
-/// workloads they were built to find.
-fn build_tests() -> Result<(Vec<(String, PathBuf)>, PathBuf)> {
+/// The test binaries `TESTS`, built as `cargo test` builds them, with the programs and the
+/// directory of the C workloads they were built to find.
+fn build_tests() -> Result<TestBinaries> {
     let mut cargo = command("cargo");
     cargo.args([
         "test",
@@ -298,15 +307,18 @@ fn build_tests() -> Result<(Vec<(String, PathBuf)>, PathBuf)> {
     }
     let built = output(cargo.stderr(Stdio::inherit()))?;
     let mut tests = Vec::new();
+    let mut programs = Vec::new();
     let mut workloads = None;
     for line in built.stdout.lines() {
         let message: serde_json::Value = serde_json::from_str(&line?)?;
         let target = &message["target"];
-        if let Some(executable) = message["executable"].as_str()
-            && target["kind"][0] == "test"
-        {
-            let name = target["name"].as_str().context("a test without a name")?;
-            tests.push((name.to_owned(), PathBuf::from(executable)));
+        if let Some(executable) = message["executable"].as_str() {
+            if target["kind"][0] == "test" {
+                let name = target["name"].as_str().context("a test without a name")?;
+                tests.push((name.to_owned(), PathBuf::from(executable)));
+            } else if target["kind"][0] == "bin" {
+                programs.push(PathBuf::from(executable));
+            }
         }
         if message["reason"] == "build-script-executed"
             && message["package_id"]
@@ -324,10 +336,22 @@ fn build_tests() -> Result<(Vec<(String, PathBuf)>, PathBuf)> {
             TESTS.len()
         );
     }
-    Ok((
+    Ok(TestBinaries {
         tests,
-        workloads.context("where the tests' workloads were built")?,
-    ))
+        programs,
+        workloads: workloads.context("where the tests' workloads were built")?,
+    })
+}
+
+/// What `build_tests` built.
+struct TestBinaries {
+    /// Each test binary of `TESTS`, by name.
+    tests: Vec<(String, PathBuf)>,
+    /// The tests crate's own programs (Rust workloads), which the tests find where they
+    /// were built.
+    programs: Vec<PathBuf>,
+    /// The directory of the C workloads.
+    workloads: PathBuf,
 }
 
 /// An initramfs tree being filled.

@@ -86,15 +86,31 @@ pub fn build_tracer() -> Result<PathBuf> {
 
 /// Compiles `tests/workloads/NAME.c` into `target/workloads/NAME`.
 pub fn compile_workload(name: &str) -> Result<PathBuf> {
-    let root = workspace_root();
-    let out_dir = root.join("target/workloads");
+    let source = workspace_root()
+        .join("tests/workloads")
+        .join(format!("{name}.c"));
+    compile(command("cc").args(["-O2", "-pthread"]), &source, name)
+}
+
+/// Compiles `xtask/workloads/NAME.rs`, a Rust program of the bench's, with the toolchain's rustc
+/// into `target/workloads/NAME`.
+pub fn compile_rust_workload(name: &str) -> Result<PathBuf> {
+    let source = workspace_root()
+        .join("xtask/workloads")
+        .join(format!("{name}.rs"));
+    compile(
+        command("rustc").args(["-O", "--edition", "2024"]),
+        &source,
+        name,
+    )
+}
+
+/// Compiles `source` with `compiler` into `target/workloads/NAME`.
+fn compile(compiler: &mut Command, source: &Path, name: &str) -> Result<PathBuf> {
+    let out_dir = workspace_root().join("target/workloads");
     std::fs::create_dir_all(&out_dir)?;
     let binary = out_dir.join(name);
-    let source = root.join("tests/workloads").join(format!("{name}.c"));
-    run(command("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&binary)
-        .arg(&source))?;
+    run(compiler.arg("-o").arg(&binary).arg(source))?;
     Ok(binary)
 }
 

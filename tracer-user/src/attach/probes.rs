@@ -336,7 +336,7 @@ fn mark_calls_inside(
     let mut callers: Vec<(&'static EventDef, Function)> = Vec::new();
     for event in EVENTS
         .iter()
-        .filter(|e| e.category.probed_through() == e.category)
+        .filter(|e| e.category.probed_through() == e.category && e.category.is_probed_in_library())
     {
         for function in library.functions.functions(event.symbol) {
             if !callers.iter().any(|(_, f)| f.offset == function.offset) {
@@ -448,7 +448,8 @@ impl Probes {
     /// Probes for `events`, planned as `options` say, attached by `mechanism`.
     pub fn new(events: EventSet, options: PlanOptions, mechanism: UprobeMechanism) -> Result<Self> {
         Ok(Probes {
-            events,
+            // The futex category's records come from the kernel, not from probes.
+            events: events.in_library(),
             options,
             process_links: HashMap::new(),
             shared_links: Vec::new(),

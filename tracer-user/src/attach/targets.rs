@@ -163,6 +163,14 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
     Ok(files)
 }
 
+/// The functions of every event probed in the pthread library.
+fn library_symbols<'a>() -> impl Iterator<Item = &'a str> {
+    EVENTS
+        .iter()
+        .filter(|event| event.category.is_probed_in_library())
+        .map(|event| event.symbol)
+}
+
 /// The mapped files that define the pthread functions, each with the offsets of the
 /// `functions` it is the one to probe for: one file, or libpthread and then libc for glibc <
 /// 2.34. Empty if the process maps no such file (yet).
@@ -171,7 +179,7 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
     let mut names: Vec<&str> = functions
         .iter()
         .copied()
-        .chain(EVENTS.iter().map(|event| event.symbol))
+        .chain(library_symbols())
         .chain([MARKER, LIBC_MARKER, ERRNO_LOCATION])
         .chain(MUSL_MARKERS)
         .chain(MUSL_THREAD_STARTS)
@@ -243,9 +251,7 @@ impl PthreadLibrary {
     fn implements_pthreads(&self) -> bool {
         self.functions.defines(MARKER)
             || (self.functions.defines(LIBC_MARKER)
-                && EVENTS
-                    .iter()
-                    .any(|event| self.functions.defines(event.symbol)))
+                && library_symbols().any(|symbol| self.functions.defines(symbol)))
     }
 
     /// Whether this is musl (its `libc.so`, or a static executable with its symbol table).
@@ -308,9 +314,8 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
     if !library.is_musl_shared_object() {
         return Vec::new();
     }
-    let traced: Vec<u64> = EVENTS
-        .iter()
-        .flat_map(|event| library.functions.functions(event.symbol))
+    let traced: Vec<u64> = library_symbols()
+        .flat_map(|symbol| library.functions.functions(symbol))
         .map(|function| function.offset)
         .collect();
     let c11: Vec<(u64, u64)> = C11_FUNCTIONS

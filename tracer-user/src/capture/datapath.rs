@@ -2,7 +2,10 @@
 //! buffer (an `ARRAY_OF_MAPS` slot per CPU, so producers on different CPUs never share a lock),
 //! drains them, and reads the per-CPU count of records the kernel could not deliver.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsFd, OwnedFd},
+};
 
 use anyhow::{Context, Result, anyhow};
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray};
@@ -15,7 +18,8 @@ use tracer_common::{
 };
 
 use super::{
-    kernel::TaskOffsets,
+    futex_hook::{self, FutexHook, FutexHookError, Hooked},
+    kernel::KernelBtf,
     loader::{self, Loaded},
     lossless::{Stopped, StoppedView},
     programs::{Programs, UprobeMechanism},
@@ -137,8 +141,12 @@ pub struct DataPath {
     stopped: Stopped,
     /// A second handle on `stopped`, for the exec-following thread (`--follow --lossless`).
     stopped_view: Option<StoppedView>,
-    /// Raw tracepoint links, each a descriptor.
+    /// Raw tracepoint links, and the futex programs' links, each a descriptor.
     tracepoint_links: Vec<OwnedFd>,
+    /// How the futex programs were hooked, when they were to be.
+    futex_hooking: Option<FutexHooking>,
+    /// The futex programs attached, whose skipped runs are futex calls lost.
+    futex_programs: Vec<OwnedFd>,
 }
 
 /// Which processes a run traces, as far as the BPF side is concerned.
@@ -154,23 +162,85 @@ pub enum Scope {
     SystemWide,
 }
 
+/// Which futex calls the futex programs record (`docs/futex-design.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FutexCalls {
+    /// None: the futex category is not selected; its programs are not attached.
+    None,
+    /// The waits that blocked and the wakes that woke (`--contended`).
+    Contended,
+    /// Every one (a full trace that names the category).
+    Every,
+}
+
+/// What the programs do.
+#[derive(Clone, Copy, Debug)]
+pub struct ProgramOptions {
+    /// Attach a program that records nothing, to measure the probes' cost.
+    pub empty: bool,
+    /// Stop a thread that writes to a ring more than half full until it is drained.
+    pub lossless: bool,
+    /// Which records carry their thread's stack (`tracer_common::STACKS_*`).
+    pub stacks: u32,
+    /// Which futex calls are recorded.
+    pub futex: FutexCalls,
+    /// The one way to hook them that may be used (`--futex-hook`), or the first of
+    /// [`FutexHook::ALL`] that attaches.
+    pub futex_hook: Option<FutexHook>,
+}
+
+/// Attaches the futex programs with `forced`, or else with the first of [`FutexHook::ALL`]
+/// that attaches; `functions` are kernel functions' BTF ids by name.
+fn hook_futex(
+    loaded: &Loaded,
+    forced: Option<FutexHook>,
+    functions: &BTreeMap<&str, u32>,
+) -> (Hooked, FutexHooking) {
+    let mut hooking = FutexHooking::default();
+    let tried = match forced {
+        Some(hook) => vec![hook],
+        None => FutexHook::ALL.to_vec(),
+    };
+    for hook in tried {
+        match futex_hook::attach(loaded, hook, functions) {
+            Ok(hooked) => {
+                hooking.used = Some(hook);
+                return (hooked, hooking);
+            }
+            Err(error) => hooking.passed_over.push((hook, error)),
+        }
+    }
+    (Hooked::default(), hooking)
+}
+
+/// How the futex programs were hooked into the kernel: with which hook, if any, and why the
+/// ones tried before it were not used.
+#[derive(Debug, Default)]
+pub struct FutexHooking {
+    pub used: Option<FutexHook>,
+    pub passed_over: Vec<(FutexHook, FutexHookError)>,
+}
+
 impl DataPath {
     /// Loads and verifies the programs and creates `ring_bytes` of ring buffer per CPU.
-    /// `empty_programs`: attach a program that records nothing, to measure the probes' cost.
-    /// `lossless`: stop a thread that writes to a ring more than half full until it is drained.
-    /// `stacks`: which records carry their thread's stack (`tracer_common::STACKS_*`).
-    /// `mechanism`: how the programs will be attached.
+    /// `mechanism`: how the uprobe programs will be attached.
     pub fn load(
-        offsets: TaskOffsets,
+        kernel: &KernelBtf,
         ring_bytes: u32,
-        empty_programs: bool,
-        lossless: bool,
-        stacks: u32,
+        options: ProgramOptions,
         scope: Scope,
         mechanism: UprobeMechanism,
     ) -> Result<Self> {
+        let ProgramOptions {
+            empty: empty_programs,
+            lossless,
+            stacks,
+            futex,
+            futex_hook,
+        } = options;
+        let offsets = kernel.offsets;
         // Each of the type the BPF side declares it with.
-        let globals: [(&str, &[u8]); 9] = [
+        let globals: [(&str, &[u8]); 10] = [
             (names::FSBASE_OFFSET, &offsets.fsbase.to_ne_bytes()),
             (names::NVCSW_OFFSET, &offsets.nvcsw.to_ne_bytes()),
             (names::TRACER_TGID, &std::process::id().to_ne_bytes()),
@@ -183,6 +253,10 @@ impl DataPath {
             (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
             (names::STACKS, &stacks.to_ne_bytes()),
             (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
+            (
+                names::FUTEX_CONTENDED_ONLY,
+                &u32::from(futex == FutexCalls::Contended).to_ne_bytes(),
+            ),
         ];
         // Without --follow, only -p targets and a launched command go in TRACED, whose
         // entries (an LRU map's) are all allocated when it is created.
@@ -190,13 +264,22 @@ impl DataPath {
             Scope::Follow => &[],
             Scope::Processes | Scope::SystemWide => &[(names::TRACED, PROCESS_TARGETS)],
         };
-        let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes)
+        let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes, &kernel.functions)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
         let (entry, exit) = match empty_programs {
             false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),
             true => (names::EMPTY_PROGRAM, names::EMPTY_PROGRAM),
         };
         let programs = Programs::load(&loaded, entry, exit, mechanism)?;
+        // Loaded before the rings' map is let go, as the uprobe programs are (the programs
+        // hold the maps they use). Attached now, but nothing is traced yet. A kernel where no
+        // hook attaches traces the rest (the session says so).
+        let (futex_hooked, futex_hooking) = if futex == FutexCalls::None {
+            (Hooked::default(), None)
+        } else {
+            let (hooked, hooking) = hook_futex(&loaded, futex_hook, &kernel.functions);
+            (hooked, Some(hooking))
+        };
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
@@ -204,7 +287,16 @@ impl DataPath {
         let call_sites = HashMap::try_from(loaded.take_map(names::CALL_SITES)?)?;
         let execs = HashMap::try_from(loaded.take_map(names::EXECS)?)?;
         let traced = HashMap::try_from(loaded.take_map(names::TRACED)?)?;
-        let own_targets_map = Array::try_from(loaded.take_map(names::OWN_TARGETS)?)?;
+        let mut own_targets_map = Array::try_from(loaded.take_map(names::OWN_TARGETS)?)?;
+        // With --follow, children are traced that only `TRACED` holds (the fork program adds
+        // them): a process not among the targets' slots must be looked up there.
+        let mut own_targets = OwnTargets::default();
+        if scope == Scope::Follow {
+            own_targets[OWN_TARGETS_SPILLED] = 1;
+            own_targets_map
+                .set(0, own_targets, 0)
+                .context("cannot set up the traced processes")?;
+        }
         let stopped_map = loaded.take_map(names::STOPPED)?;
         let stopped_view = (lossless && scope == Scope::Follow)
             .then(|| StoppedView::of(&stopped_map))
@@ -216,7 +308,7 @@ impl DataPath {
         if scope == Scope::Follow {
             tracepoints.push((names::FORK_PROGRAM, "sched_process_fork"));
         }
-        let mut tracepoint_links = Vec::new();
+        let mut tracepoint_links = futex_hooked.links;
         for (name, event) in tracepoints {
             let program = loaded.load_program(name, BPF_PROG_TYPE_RAW_TRACEPOINT, None)?;
             tracepoint_links.push(loader::attach_raw_tracepoint(&program, event)?);
@@ -234,12 +326,29 @@ impl DataPath {
             call_sites,
             execs,
             traced,
-            own_targets: OwnTargets::default(),
+            own_targets,
             own_targets_map,
             stopped,
             stopped_view,
             tracepoint_links,
+            futex_hooking,
+            futex_programs: futex_hooked.programs,
         })
+    }
+
+    /// Runs of the futex programs the kernel skipped so far, each a futex call lost: it skips
+    /// a program on a CPU where a run of it is preempted (see `kfuncs::PREEMPT_DISABLE`).
+    pub fn futex_skips(&self) -> u64 {
+        self.futex_programs
+            .iter()
+            .filter_map(|program| loader::program_info(program).ok())
+            .map(|info| info.recursion_misses)
+            .sum()
+    }
+
+    /// How the futex programs were hooked, if they were to be (taken: said once).
+    pub fn take_futex_hooking(&mut self) -> Option<FutexHooking> {
+        self.futex_hooking.take()
     }
 
     /// The tracepoint links, to detach together with the probes (each waits for a grace period).
@@ -263,7 +372,16 @@ impl DataPath {
                 Some(free) => slots[free] = pid,
                 None => self.own_targets[OWN_TARGETS_SPILLED] = 1,
             },
-            (TracedThrough::SharedLinks, Some(at)) => slots[at] = 0,
+            // A process not in the slots is traced: the futex programs, which have no links to
+            // say so, must look it up in `TRACED`.
+            (TracedThrough::SharedLinks, _) => {
+                if let Some(at) = listed {
+                    slots[at] = 0;
+                } else if self.own_targets[OWN_TARGETS_SPILLED] != 0 {
+                    return Ok(());
+                }
+                self.own_targets[OWN_TARGETS_SPILLED] = 1;
+            }
             _ => return Ok(()),
         }
         self.own_targets_map

@@ -101,6 +101,18 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::TimespecSec => raw.timespec[0],
         Field::TimespecNsec => raw.timespec[1],
         Field::Errno => i64::from(raw.errno),
+        Field::ElapsedNs => raw.ktime_ns.saturating_sub(raw.started_ns) as i64,
+        Field::TimeoutNs => timeout_ns(raw),
+    }
+}
+
+/// The timeout read through argument 4 at entry, in nanoseconds; -1 for a null pointer.
+fn timeout_ns(raw: &RawRecord) -> i64 {
+    match raw.args[3] {
+        0 => -1,
+        _ => raw.timespec[0]
+            .saturating_mul(1_000_000_000)
+            .saturating_add(raw.timespec[1]),
     }
 }
 
@@ -208,6 +220,22 @@ mod tests {
         let plain = decoder.decode(&raw(2, 2, 2)).unwrap();
         assert_eq!(plain.event1, 2);
         assert!(!decoder.selects(&plain), "only rmutex selected");
+    }
+
+    #[test]
+    fn a_futex_wait_says_how_long_it_blocked_and_its_timeout() {
+        let decoder = Decoder::new(0, EventSet::all());
+        let mut wait = raw(Category::Futex.code(), 1, 0);
+        wait.started_ns = wait.ktime_ns - 2_500;
+        wait.args = [0x5555_0000, 0x80, 1, 0x7ffd_0000, 0];
+        wait.rval = -110;
+        let record = decoder.decode(&wait).unwrap();
+        assert_eq!(
+            record.a,
+            [0x5555_0000, 0x80, 2_500, -110, 1_700_000_000_000_000_250]
+        );
+        wait.args[3] = 0;
+        assert_eq!(decoder.decode(&wait).unwrap().a[4], -1, "no timeout");
     }
 
     #[test]

@@ -18,14 +18,14 @@ use aya_obj::generated::{
         BPF_FUNC_map_delete_elem, BPF_FUNC_map_lookup_elem, BPF_FUNC_map_update_elem,
         BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_query,
         BPF_FUNC_ringbuf_reserve, BPF_FUNC_ringbuf_submit, BPF_FUNC_send_signal_thread,
-        BPF_FUNC_task_storage_get,
+        BPF_FUNC_task_pt_regs, BPF_FUNC_task_storage_get,
     },
     bpf_insn,
     bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
     bpf_prog_type::{self, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_RAW_TRACEPOINT},
 };
 
-use super::loader::{self, MapShape, exit, instruction, mov_imm};
+use super::loader::{self, Attach, MapShape, exit, instruction, mov_imm};
 
 /// A kernel that lacks what the BPF side needs: exit status 2, as for other input the user
 /// can change (here, the kernel the tracer runs on).
@@ -77,7 +77,7 @@ enum Ask {
 /// Every helper the programs call, each with what it gives them and the version that first
 /// offered it to kprobe (uprobe) programs; a test checks the object calls no other. Raw
 /// tracepoint programs call a few of them too, offered to both at the same time.
-const HELPERS: [(bpf_func_id, &str, &str); 15] = [
+const HELPERS: [(bpf_func_id, &str, &str); 16] = [
     (BPF_FUNC_map_lookup_elem, "map lookups", "4.1"),
     (BPF_FUNC_map_update_elem, "map updates", "4.1"),
     (BPF_FUNC_map_delete_elem, "map deletes", "4.1"),
@@ -101,6 +101,11 @@ const HELPERS: [(bpf_func_id, &str, &str); 15] = [
         "5.11",
     ),
     (BPF_FUNC_get_attach_cookie, "BPF cookies on uprobes", "5.15"),
+    (
+        BPF_FUNC_task_pt_regs,
+        "a thread's registers in a syscall (futex stacks)",
+        "5.15",
+    ),
 ];
 
 fn needs() -> Vec<Need> {
@@ -179,7 +184,7 @@ fn has(ask: &Ask) -> bool {
             // The call alone: the verifier looks the helper up before it checks arguments, so
             // only a missing helper gets these words (libbpf asks the same way).
             let program = [call(helper as i32), exit()];
-            match loader::load_to_ask(prog_type, None, &program) {
+            match loader::load_to_ask(prog_type, Attach::default(), &program) {
                 Ok(_) => true,
                 Err(log) => !["invalid func ", "unknown func ", "cannot use helper"]
                     .iter()
@@ -197,7 +202,7 @@ fn has(ask: &Ask) -> bool {
                 mov_imm(0, 0),
                 exit(),
             ];
-            loader::load_to_ask(BPF_PROG_TYPE_KPROBE, None, &program).is_ok()
+            loader::load_to_ask(BPF_PROG_TYPE_KPROBE, Attach::default(), &program).is_ok()
         }
         Ask::RingInMapOfMaps => {
             let ring = MapShape {
@@ -244,7 +249,8 @@ mod tests {
     use super::*;
 
     /// The helpers the object calls are exactly those the table asks the kernel for: a helper
-    /// added to the programs is asked for too, and none is asked for that is not called.
+    /// added to the programs is asked for too, and none is asked for that is not called. A
+    /// kfunc's placeholder is no helper: the loader replaces it.
     #[test]
     fn every_helper_the_programs_call_is_asked_for() {
         let object = Object::parse(crate::capture::datapath::BPF_OBJECT).unwrap();
@@ -255,6 +261,11 @@ mod tests {
             // A helper call: BPF_JMP | BPF_CALL with source 0 (1 is a BPF-to-BPF call).
             .filter(|insn| insn.code == 0x85 && insn.src_reg() == 0)
             .map(|insn| insn.imm)
+            .filter(|imm| {
+                !tracer_common::kfuncs::ALL
+                    .iter()
+                    .any(|kfunc| kfunc.placeholder == *imm)
+            })
             .collect();
         let asked: BTreeSet<i32> = HELPERS.iter().map(|&(id, _, _)| id as i32).collect();
         assert_eq!(called, asked, "the helpers called, against those asked for");

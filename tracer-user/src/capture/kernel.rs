@@ -2,7 +2,7 @@
 //! and the clock offset that turns `bpf_ktime_get_ns` into realtime. Nothing here reads tracefs,
 //! which a fresh machine may not have mounted.
 
-use std::{io, os::fd::AsRawFd};
+use std::{collections::BTreeMap, io, os::fd::AsRawFd};
 
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Backend, Btf, Type};
@@ -75,15 +75,50 @@ pub struct TaskOffsets {
     pub tgid: u64,
 }
 
+/// What the tracer reads of kernel BTF at start.
+pub struct KernelBtf {
+    /// Offsets in `task_struct`.
+    pub offsets: TaskOffsets,
+    /// How the BTF was read.
+    pub access: BtfAccess,
+    /// The BTF ids of the kernel functions asked for (to hook with fentry, to call as kfuncs)
+    /// that the kernel has, by name.
+    pub functions: BTreeMap<&'static str, u32>,
+}
+
+impl KernelBtf {
+    /// Reads kernel BTF once, for the offsets and the ids of `functions`.
+    pub fn read(functions: &[&'static str]) -> Result<Self> {
+        let (btf, access) = kernel_btf()?;
+        let offsets = TaskOffsets::from_btf(&btf)?;
+        // Each a scan of the type table: asked only when fentry may be used.
+        let functions = functions
+            .iter()
+            .filter_map(|&name| {
+                let id = btf
+                    .resolve_ids_by_name(name)
+                    .ok()?
+                    .into_iter()
+                    .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Func(_))))?;
+                Some((name, id))
+            })
+            .collect();
+        Ok(KernelBtf {
+            offsets,
+            access,
+            functions,
+        })
+    }
+}
+
 impl TaskOffsets {
     /// Looks `task_struct` up by name once: a lookup by name scans the kernel's whole type
     /// table, a good part of the tracer's start-up. `thread_struct` is reached through the type
     /// of `task_struct.thread`.
-    pub fn from_kernel_btf() -> Result<(Self, BtfAccess)> {
-        let (btf, access) = kernel_btf()?;
-        let task = struct_named(&btf, "task_struct")?;
+    fn from_btf(btf: &Btf) -> Result<Self> {
+        let task = struct_named(btf, "task_struct")?;
         let member = |s: &btf_rs::Struct, owner: &str, name: &str| {
-            find_member(&btf, s, name)
+            find_member(btf, s, name)
                 .ok_or_else(|| anyhow!("kernel BTF has no member {name} in struct {owner}"))
         };
         let offset = |s: &btf_rs::Struct, owner: &str, name: &str| {
@@ -99,7 +134,7 @@ impl TaskOffsets {
             pid: offset(&task, "task_struct", "pid")?,
             tgid: offset(&task, "task_struct", "tgid")?,
         };
-        Ok((offsets, access))
+        Ok(offsets)
     }
 }
 

@@ -7,7 +7,7 @@
 //! none (a test checks). And the uprobe_multi programs need an attach type it cannot load.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     io,
     mem::MaybeUninit,
     os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
@@ -18,11 +18,13 @@ use aya::maps::{Map, MapData};
 use aya_obj::{
     EbpfSectionKind, Object,
     generated::{
-        bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn,
+        BPF_PSEUDO_KFUNC_CALL, bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn,
         bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
-        bpf_prog_type,
+        bpf_prog_info,
+        bpf_prog_type::{self, BPF_PROG_TYPE_TRACING},
     },
 };
+use tracer_common::kfuncs;
 
 /// Size of the verifier log kept when the kernel rejects a program.
 const VERIFIER_LOG_BYTES: usize = 1 << 20;
@@ -31,6 +33,8 @@ const VERIFIER_LOG_BYTES: usize = 1 << 20;
 pub struct Loaded {
     object: Object,
     maps: HashMap<String, MapData>,
+    /// Each kfunc's placeholder, and its BTF id where the kernel has it.
+    kfuncs: Vec<(i32, Option<u32>)>,
     /// The object's BTF in the kernel, which the maps' types refer to.
     _btf: Option<OwnedFd>,
 }
@@ -38,8 +42,14 @@ pub struct Loaded {
 impl Loaded {
     /// Parses `object`, sets `globals` (name, bytes) in its global data, loads its BTF and
     /// creates its maps, those of `sizes` (name, entries) with that many entries. Every global
-    /// must exist.
-    pub fn new(object: &[u8], globals: &[(&str, &[u8])], sizes: &[(&str, u32)]) -> Result<Self> {
+    /// must exist. `functions`: kernel functions' BTF ids by name, the kfuncs the programs
+    /// call among them where the kernel has them.
+    pub fn new(
+        object: &[u8],
+        globals: &[(&str, &[u8])],
+        sizes: &[(&str, u32)],
+        functions: &BTreeMap<&str, u32>,
+    ) -> Result<Self> {
         let mut obj = Object::parse(object).context("cannot parse the BPF object")?;
         ensure!(
             !obj.has_btf_relocations(),
@@ -99,9 +109,14 @@ impl Loaded {
         )?;
         obj.relocate_calls(&text_sections)?;
         obj.sanitize_functions(aya::features());
+        let kfuncs = kfuncs::ALL
+            .iter()
+            .map(|kfunc| (kfunc.placeholder, functions.get(kfunc.name).copied()))
+            .collect();
         Ok(Loaded {
             object: obj,
             maps,
+            kfuncs,
             _btf: btf,
         })
     }
@@ -122,15 +137,70 @@ impl Loaded {
         prog_type: bpf_prog_type,
         attach_type: Option<bpf_attach_type>,
     ) -> Result<OwnedFd> {
+        self.load(name, prog_type, attach_type, 0)
+    }
+
+    /// Loads program `name` as a tracing program (fentry, fexit: `attach_type`) of the kernel
+    /// function whose BTF id is `function`.
+    pub fn load_tracing_program(
+        &self,
+        name: &str,
+        attach_type: bpf_attach_type,
+        function: u32,
+    ) -> Result<OwnedFd> {
+        self.load(name, BPF_PROG_TYPE_TRACING, Some(attach_type), function)
+    }
+
+    fn load(
+        &self,
+        name: &str,
+        prog_type: bpf_prog_type,
+        attach_type: Option<bpf_attach_type>,
+        attach_btf_id: u32,
+    ) -> Result<OwnedFd> {
         let program = self
             .object
             .programs
             .get(name)
             .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?;
         let function = &self.object.functions[&program.function_key()];
-        prog_load(name, prog_type, attach_type, &function.instructions)
+        let attach = Attach {
+            attach_type,
+            attach_btf_id,
+        };
+        let mut instructions = function.instructions.clone();
+        for instruction in &mut instructions {
+            link_kfunc_call(instruction, &self.kfuncs);
+        }
+        prog_load(name, prog_type, attach, &instructions)
             .with_context(|| format!("cannot load BPF program {name}"))
     }
+}
+
+/// Turns a call of a kfunc's placeholder (a helper call, `kfuncs`' first) into a call of the
+/// kfunc (its BTF id in kernel BTF, `kfuncs`' second) or, where the kernel has none, into
+/// nothing: a move of 0 into the return register, which the kfuncs called so return nothing
+/// in.
+fn link_kfunc_call(insn: &mut bpf_insn, kfuncs: &[(i32, Option<u32>)]) {
+    /// `BPF_JMP | BPF_CALL`.
+    const CALL: u8 = 0x85;
+    let helper_call = insn.code == CALL && insn.src_reg() == 0;
+    let Some(&(_, id)) = kfuncs
+        .iter()
+        .find(|(placeholder, _)| helper_call && insn.imm == *placeholder)
+    else {
+        return;
+    };
+    *insn = match id {
+        Some(id) => instruction(
+            u32::from(CALL),
+            0,
+            BPF_PSEUDO_KFUNC_CALL as u8,
+            0,
+            id as i32,
+        ),
+        None => mov_imm(0, 0),
+    };
 }
 
 /// A ring buffer's value size is 0 to the kernel, whatever the BTF type its definition names.
@@ -260,12 +330,29 @@ pub fn jit_frame(depth: u32) -> u32 {
 /// The verifier's `log_level` for the whole log of its work (`BPF_LOG_LEVEL1`).
 const LOG_FULL: u32 = 1;
 
+/// What a program is loaded for, where its type needs it: an attach type, and for a tracing
+/// program the BTF id of the kernel function it hooks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Attach {
+    pub attach_type: Option<bpf_attach_type>,
+    pub attach_btf_id: u32,
+}
+
+impl From<Option<bpf_attach_type>> for Attach {
+    fn from(attach_type: Option<bpf_attach_type>) -> Self {
+        Attach {
+            attach_type,
+            attach_btf_id: 0,
+        }
+    }
+}
+
 /// A `BPF_PROG_LOAD` request for `instructions`, with the verifier's log at `log_level` into
 /// `log`. Both must outlive the requests made with it.
 fn load_request(
     name: &str,
     prog_type: bpf_prog_type,
-    attach_type: Option<bpf_attach_type>,
+    attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
     log_level: u32,
     log: &mut [u8],
@@ -276,7 +363,8 @@ fn load_request(
     unsafe {
         let load = &mut attr.__bindgen_anon_3;
         load.prog_type = prog_type as u32;
-        load.expected_attach_type = attach_type.map_or(0, |attach| attach as u32);
+        load.expected_attach_type = attach.attach_type.map_or(0, |attach| attach as u32);
+        load.attach_btf_id = attach.attach_btf_id;
         load.insns = instructions.as_ptr() as u64;
         load.insn_cnt = instructions.len() as u32;
         load.license = c"GPL".as_ptr() as u64;
@@ -295,18 +383,11 @@ fn load_request(
 fn prog_load(
     name: &str,
     prog_type: bpf_prog_type,
-    attach_type: Option<bpf_attach_type>,
+    attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd> {
     let mut stats = vec![0u8; STATS_LOG_BYTES];
-    let mut attr = load_request(
-        name,
-        prog_type,
-        attach_type,
-        instructions,
-        LOG_STATS,
-        &mut stats,
-    );
+    let mut attr = load_request(name, prog_type, attach, instructions, LOG_STATS, &mut stats);
     if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
         let largest = stack_depths(&log_text(&stats)).into_iter().max();
         // Unread, the frames could not be checked: a kernel that words its statistics in a
@@ -338,6 +419,10 @@ fn prog_load(
     bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
         let log = log_text(&log);
         let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        // Refused before the verifier ran (a policy, a missing kernel feature): no log.
+        if tail.is_empty() {
+            return anyhow!("{error} (before the verifier ran)");
+        }
         anyhow!(
             "{error}; verifier: {}",
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
@@ -383,10 +468,11 @@ pub fn trivial_program(
     prog_type: bpf_prog_type,
     attach_type: Option<bpf_attach_type>,
 ) -> Option<OwnedFd> {
-    load_to_ask(prog_type, attach_type, &[mov_imm(0, 0), exit()]).ok()
+    load_to_ask(prog_type, attach_type.into(), &[mov_imm(0, 0), exit()]).ok()
 }
 
-/// One instruction of a program written here to ask the kernel what it offers.
+/// One instruction written here: of a program that asks the kernel what it offers, or in
+/// place of a kfunc's placeholder.
 pub fn instruction(code: u32, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     // SAFETY: bpf_insn is plain data; all-zero is a valid instruction to overwrite.
     let mut insn: bpf_insn = unsafe { std::mem::zeroed() };
@@ -412,14 +498,14 @@ pub fn exit() -> bpf_insn {
 /// log: the program, or the log's text (or the error, when the kernel wrote none).
 pub fn load_to_ask(
     prog_type: bpf_prog_type,
-    attach_type: Option<bpf_attach_type>,
+    attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd, String> {
     let mut log = vec![0u8; STATS_LOG_BYTES];
     let mut attr = load_request(
         "thr_feature",
         prog_type,
-        attach_type,
+        attach,
         instructions,
         LOG_FULL,
         &mut log,
@@ -474,6 +560,21 @@ pub fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(result as i32)
+}
+
+/// What the kernel tells of a loaded program: how often it ran and for how long (with
+/// `kernel.bpf_stats_enabled`), and how many runs it skipped (`recursion_misses`: it was
+/// running on that CPU already, and nothing of it ran).
+pub fn program_info(program: &OwnedFd) -> io::Result<bpf_prog_info> {
+    // SAFETY: both are plain data; all-zero is their "unset" value.
+    let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    attr.info.bpf_fd = program.as_raw_fd() as u32;
+    attr.info.info_len = size_of::<bpf_prog_info>() as u32;
+    attr.info.info = (&raw mut info) as u64;
+    bpf_no_fd(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(info)
 }
 
 #[cfg(test)]
@@ -586,11 +687,55 @@ mod tests {
                 mov_imm(0, 0),
                 exit(),
             ];
-            prog_load("frame_check", BPF_PROG_TYPE_KPROBE, None, &program)
+            prog_load(
+                "frame_check",
+                BPF_PROG_TYPE_KPROBE,
+                Attach::default(),
+                &program,
+            )
         };
         assert!(touching(48).is_ok());
         let refused = touching(80).unwrap_err().to_string();
         assert!(refused.contains("has a 80-byte frame"), "{refused}");
+    }
+
+    /// The futex programs call each kfunc by its placeholder, which becomes the kfunc's call
+    /// where the kernel has it and nothing where it has not; no other call changes.
+    #[test]
+    fn kfunc_placeholders_become_kfunc_calls_or_nothing() {
+        let object = Object::parse(crate::capture::datapath::BPF_OBJECT).unwrap();
+        let program = &object.programs[tracer_common::names::FUTEX_TP_EXIT_PROGRAM];
+        let instructions = &object.functions[&program.function_key()].instructions;
+        let placeholders = |kfunc: kfuncs::Kfunc| {
+            instructions
+                .iter()
+                .filter(|insn| insn.code == 0x85 && insn.imm == kfunc.placeholder)
+                .count()
+        };
+        assert_eq!(placeholders(kfuncs::PREEMPT_DISABLE), 1);
+        assert_eq!(placeholders(kfuncs::PREEMPT_ENABLE), 1);
+        let with_ids = [
+            (kfuncs::PREEMPT_DISABLE.placeholder, Some(7)),
+            (kfuncs::PREEMPT_ENABLE.placeholder, Some(8)),
+        ];
+        let without = with_ids.map(|(placeholder, _)| (placeholder, None));
+        for (kfuncs, expected) in [(with_ids, "kfunc calls"), (without, "nothing")] {
+            let mut linked = instructions.clone();
+            for insn in &mut linked {
+                link_kfunc_call(insn, &kfuncs);
+            }
+            let changed: Vec<(i32, u8, u8)> = instructions
+                .iter()
+                .zip(&linked)
+                .filter(|(before, after)| before.imm != after.imm || before.code != after.code)
+                .map(|(_, after)| (after.imm, after.code, after.src_reg()))
+                .collect();
+            let want = match kfuncs[0].1 {
+                Some(_) => vec![(7, 0x85, 2), (8, 0x85, 2)],
+                None => vec![(0, 0xb7, 0), (0, 0xb7, 0)],
+            };
+            assert_eq!(changed, want, "placeholders become {expected}");
+        }
     }
 
     #[test]

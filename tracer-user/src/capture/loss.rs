@@ -21,6 +21,8 @@ pub struct Losses {
     last_report: Option<Instant>,
     /// Records that reached userspace but could not be read as records.
     undecodable: u64,
+    /// Futex calls unseen: runs of the futex programs the kernel skipped.
+    skipped: u64,
 }
 
 impl Losses {
@@ -32,6 +34,7 @@ impl Losses {
             reported: Vec::new(),
             last_report: None,
             undecodable: 0,
+            skipped: 0,
         }
     }
 
@@ -48,6 +51,19 @@ impl Losses {
     /// Records that arrived but could not be decoded: lost too, on no particular CPU.
     pub fn add_undecodable(&mut self, count: u64) {
         self.undecodable += count;
+    }
+
+    /// Takes the count of the futex programs' runs the kernel skipped so far; returns how many
+    /// are new, each a futex call unseen, and a report to print of them.
+    pub fn update_skipped(&mut self, skipped: u64, now: Instant) -> Option<(u64, String)> {
+        let new = skipped.checked_sub(self.skipped).filter(|&new| new > 0)?;
+        self.skipped = skipped;
+        let report = format!(
+            "up to {new} futex calls unseen {:.1} s into the trace: the kernel skipped the \
+             futex programs where a run of them was preempted on the same CPU",
+            now.duration_since(self.started).as_secs_f64(),
+        );
+        Some((new, report))
     }
 
     /// A report of what has been lost since the last one, if anything has, whenever it is.
@@ -80,7 +96,7 @@ impl Losses {
 
     /// Every record lost so far.
     pub fn total(&self) -> u64 {
-        self.per_cpu.iter().sum::<u64>() + self.undecodable
+        self.per_cpu.iter().sum::<u64>() + self.undecodable + self.skipped
     }
 
     /// The totals split by CPU, for `--verbose`.
@@ -91,7 +107,12 @@ impl Losses {
             .enumerate()
             .map(|(cpu, n)| format!("cpu {cpu}: {n}"))
             .collect();
-        format!("{}; undecodable: {}", cpus.join(", "), self.undecodable)
+        format!(
+            "{}; undecodable: {}; futex calls skipped: {}",
+            cpus.join(", "),
+            self.undecodable,
+            self.skipped
+        )
     }
 }
 
@@ -123,7 +144,38 @@ mod tests {
         );
         losses.add_undecodable(2);
         assert_eq!(losses.total(), 15);
-        assert_eq!(losses.split(), "cpu 0: 3, cpu 1: 10; undecodable: 2");
+        assert_eq!(
+            losses.split(),
+            "cpu 0: 3, cpu 1: 10; undecodable: 2; futex calls skipped: 0"
+        );
         assert_eq!(losses.report(start + Duration::from_secs(2)), None);
+    }
+
+    #[test]
+    fn futex_calls_the_kernel_skipped_are_lost_and_said_as_they_are_learnt() {
+        let start = Instant::now();
+        let mut losses = Losses::new(start);
+        assert_eq!(losses.update_skipped(0, start), None);
+        let (new, report) = losses
+            .update_skipped(3, start + Duration::from_millis(200))
+            .unwrap();
+        assert_eq!(new, 3);
+        assert!(
+            report.starts_with("up to 3 futex calls unseen 0.2 s into the trace: "),
+            "{report}"
+        );
+        assert_eq!(
+            losses.update_skipped(3, start + Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(
+            losses
+                .update_skipped(5, start + Duration::from_secs(1))
+                .unwrap()
+                .0,
+            2
+        );
+        assert_eq!(losses.total(), 5);
+        assert!(losses.split().ends_with("futex calls skipped: 5"));
     }
 }

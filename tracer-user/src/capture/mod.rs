@@ -4,11 +4,13 @@
 //! to `tracer_model::TraceRecord` ([`decode`], through each C library's object [`layouts`]),
 //! and what could not cross ([`loss`]; [`lossless`] makes the target wait instead). A record
 //! taken with its stack crosses with the stack's bytes ([`draw`]), which the session unwinds.
+//! The futex category's programs are on the futex syscall's tracepoints ([`futex_hook`]).
 
 pub mod datapath;
 pub mod decode;
 pub mod draw;
 pub mod features;
+pub mod futex_hook;
 pub mod kernel;
 pub mod layouts;
 pub mod loader;

@@ -10,11 +10,11 @@ use std::{
 use anyhow::{Context, Result};
 use aya_obj::generated::{
     bpf_attach_type::{self, BPF_TRACE_UPROBE_MULTI},
-    bpf_attr, bpf_cmd, bpf_prog_info,
+    bpf_attr, bpf_cmd,
     bpf_prog_type::BPF_PROG_TYPE_KPROBE,
 };
 
-use super::loader::{Loaded, bpf, bpf_no_fd, trivial_program};
+use super::loader::{Loaded, bpf, program_info, trivial_program};
 
 /// How probes are attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,14 +113,7 @@ impl UprobeProgram {
     }
 
     fn run_time(&self) -> Result<RunTime> {
-        // SAFETY: both are plain data; all-zero is their "unset" value.
-        let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: as above.
-        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.info.bpf_fd = self.fd.as_raw_fd() as u32;
-        attr.info.info_len = size_of::<bpf_prog_info>() as u32;
-        attr.info.info = (&raw mut info) as u64;
-        bpf_no_fd(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)
+        let info = program_info(&self.fd)
             .with_context(|| format!("cannot read BPF program {}'s run times", self.name))?;
         Ok(RunTime {
             program: self.name,

@@ -228,8 +228,8 @@ struct Report {
     /// When the first record was made (CLOCK_REALTIME ns).
     #[serde(skip)]
     first_ns: i64,
-    /// Contention: the locks (mutex, rmutex, rwlock, spin, semaphore), most waited for first
-    /// (or as `--sort` says).
+    /// Contention: the locks (mutex, rmutex, rwlock, spin, semaphore, futex word waited on),
+    /// most waited for first (or as `--sort` says).
     locks: Vec<LockRow>,
     /// Waits for work or an event (condvars, barriers, threads joined), the longest first.
     idle_waits: Vec<LockRow>,
@@ -250,6 +250,10 @@ struct LockRow {
     #[serde(flatten)]
     name: LockName,
     kind: &'static str,
+    /// Whether its kind's holds are recorded: a futex word's are not, so neither its hold
+    /// times nor its owner changes are known.
+    #[serde(skip)]
+    holds_recorded: bool,
     acquisitions: u64,
     contended: u64,
     owner_changes: u64,
@@ -416,12 +420,7 @@ impl Report {
         let callers_known = symbols.has_mappings();
         let (mut locks, mut idle): (Vec<&LockStats>, Vec<&LockStats>) = analysis
             .locks()
-            .filter(|lock| {
-                args.kinds
-                    .kind
-                    .as_ref()
-                    .is_none_or(|k| k.0.contains(&lock.kind))
-            })
+            .filter(|lock| args.kinds.shows(lock.kind) && lock.is_reported())
             .partition(|lock| lock.kind.is_lock());
         let key = |lock: &LockStats| match args.sort {
             ReportSort::Wait => lock.wait.total_ns,
@@ -659,12 +658,18 @@ impl Report {
             "avg",
             "max"
         );
-        // Not known from contended calls only: the uncontended takes and releases are absent.
-        let hold = |ns: u64| match self.contended_only {
-            true => "-".to_owned(),
-            false => duration(ns),
-        };
         for lock in &self.locks {
+            // Not known from contended calls only (the uncontended takes and releases are
+            // absent), nor for a kind whose holds are not recorded.
+            let holds_known = lock.holds_recorded && !self.contended_only;
+            let hold = |ns: u64| match holds_known {
+                true => duration(ns),
+                false => "-".to_owned(),
+            };
+            let owner_changes = match lock.holds_recorded {
+                true => lock.owner_changes.to_string(),
+                false => "-".to_owned(),
+            };
             let _ = writeln!(
                 out,
                 "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
@@ -675,7 +680,7 @@ impl Report {
                 lock.kind,
                 lock.acquisitions,
                 lock.contended,
-                lock.owner_changes,
+                owner_changes,
                 duration(lock.wait_total_ns),
                 duration(lock.wait_avg_ns),
                 duration(lock.wait_max_ns),
@@ -687,7 +692,13 @@ impl Report {
                 let _ = writeln!(out, "    first waited on from {at}");
             }
             callers_text(out, &lock.callers);
-            for owner in &lock.owners {
+            // A futex word has no holder the records name: its owners are the threads whose
+            // wakes ended the waits, which "released by" lists with their stacks.
+            let holders = match lock.kind == LockKind::Futex.name() {
+                true => &[][..],
+                false => &lock.owners[..],
+            };
+            for owner in holders {
                 let taken = owner.taken_at.as_ref().map_or_else(
                     || "where it took the lock was not recorded".to_owned(),
                     |at| format!("it took the lock at {at}"),
@@ -727,7 +738,7 @@ impl Report {
             }
             if args.histogram {
                 histogram(out, "wait", &lock.wait_histogram);
-                if !self.contended_only {
+                if holds_known {
                     histogram(out, "hold", &lock.hold_histogram);
                 }
             }
@@ -935,6 +946,7 @@ fn lock_row(
         pid: lock.pid,
         name: lock_name(lock, symbols, stacks),
         kind: lock.kind.name(),
+        holds_recorded: lock.kind.holds_recorded(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,
         owner_changes: lock.owner_changes,
@@ -1093,8 +1105,8 @@ impl ReportSort {
 /// `--kind`, of `report` and `top`.
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct KindArg {
-    /// Only these kinds, separated by commas: mutex, rmutex, rwlock, spin, sema (locks), cond,
-    /// barrier, join (idle waits) [default: all]
+    /// Only these kinds, separated by commas: mutex, rmutex, rwlock, spin, sema, futex (locks),
+    /// cond, barrier, join (idle waits) [default: all]
     #[arg(long, value_name = "KINDS", value_parser = KindFilter::parse)]
     pub kind: Option<KindFilter>,
 }
@@ -1133,5 +1145,255 @@ impl KindFilter {
             return Err(format!("no kind given: give some of {}", names()));
         }
         Ok(KindFilter(kinds))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{EVENTS, Field};
+
+    use super::*;
+    use crate::readers::samples::LockSamples;
+
+    const MS: i64 = 1_000_000;
+    const WAITED_ON: i64 = 0x7000;
+    const ONLY_WOKEN: i64 = 0x8000;
+
+    /// Futex event `name` of thread `lwpid`, ended at `ms`, with stack 10 + `lwpid`: each value
+    /// at the field its event's layout has it in.
+    fn futex(lwpid: u32, name: &str, ms: i64, fields: [(Field, i64); 3]) -> TraceRecord {
+        let event = EVENTS.iter().find(|e| e.name == name).unwrap();
+        let mut a = [0; 5];
+        for (of, value) in fields {
+            a[event.layout(0).iter().position(|f| *f == of).unwrap()] = value;
+        }
+        TraceRecord {
+            sec: ms / 1000,
+            nsec: ms % 1000 * MS,
+            lwpid,
+            pid: 100,
+            tid: u64::from(lwpid) << 8,
+            event1: event.category.code(),
+            event2: event.event2,
+            which: 0,
+            a,
+            caller: 0,
+            stack: 10 + lwpid,
+        }
+    }
+
+    /// A word waited on twice (once woken by thread 9 after 40 ms, once not at all: its value
+    /// had changed) and one only woken, as a condvar's word is under --contended.
+    fn futex_trace() -> Analysis {
+        let mut analysis = Analysis::new(true);
+        let wait = |lwpid, ms, waited_ns, result| {
+            let fields = [
+                (Field::Arg(1), WAITED_ON),
+                (Field::ElapsedNs, waited_ns),
+                (Field::Rval, result),
+            ];
+            futex(lwpid, "futex_wait", ms, fields)
+        };
+        let wake = |word, ms| {
+            let fields = [
+                (Field::Arg(1), word),
+                (Field::ElapsedNs, MS),
+                (Field::Rval, 1),
+            ];
+            futex(9, "futex_wake", ms, fields)
+        };
+        for record in [
+            wait(1, 100, 40 * MS, 0),
+            wake(WAITED_ON, 101),
+            wait(2, 110, 1000, -11),
+            wake(ONLY_WOKEN, 120),
+        ] {
+            analysis.record(&record);
+        }
+        analysis
+    }
+
+    fn table(kinds: &str) -> String {
+        let kinds = KindArg {
+            kind: (!kinds.is_empty()).then(|| KindFilter::parse(kinds).unwrap()),
+        };
+        let mut analysis = futex_trace();
+        lock_table_so_far(
+            &mut analysis,
+            &mut Symbols::new(),
+            0,
+            ReportSort::Wait,
+            kinds,
+        )
+    }
+
+    #[test]
+    fn futex_is_a_lock_kind_that_kind_names() {
+        assert_eq!(
+            KindFilter::parse("futex:mutex"),
+            Ok(KindFilter(vec![LockKind::Futex, LockKind::Mutex]))
+        );
+        let error = KindFilter::parse("futx").unwrap_err();
+        assert!(error.contains("sema, futex, cond"), "{error}");
+    }
+
+    #[test]
+    fn a_futex_word_waited_on_is_a_lock_with_no_holds_known_and_one_only_woken_is_none() {
+        let text = table("");
+        let lines: Vec<&str> = text.lines().collect();
+        let header = "lock contention (mutex, rmutex, rwlock, spin, sema, futex), by time waited:";
+        let at = lines.iter().position(|l| *l == header).expect(&text);
+        // Its owner changes and hold times are not known.
+        let row = format!(
+            "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
+            "0x7000", "futex", 2, 1, "-", "40.0 ms", "20.0 ms", "40.0 ms", "-", "-", "-"
+        );
+        assert_eq!(lines[at + 2], row, "{text}");
+        // Its waker is no holder: "released by" names it, with its stack.
+        assert!(!text.contains("held by thread 9"), "{text}");
+        assert!(!text.contains("0x8000"), "{text}");
+        assert!(table("futex").contains("\nlock contention (futex), by time waited:\n"));
+        assert!(!table("sema").contains("0x7000"));
+    }
+
+    #[test]
+    fn a_futex_words_waits_and_the_wakes_that_ended_them_are_samples_of_its_kind() {
+        let analysis = futex_trace();
+        let mut stacks = Stacks::default();
+        for (id, frames) in [(11, vec![0x1000, 0x2000]), (19, vec![0x3000])] {
+            let end = String::new();
+            let kind = SystemKind::Stack { id, frames, end };
+            stacks.take(&SystemEvent::of_process(0, 100, 0, kind));
+        }
+        let kinds = |kinds: &str| KindArg {
+            kind: Some(KindFilter::parse(kinds).unwrap()),
+        };
+        let mut symbols = Symbols::new();
+        let waiters = contention_samples(
+            analysis.locks(),
+            &mut symbols,
+            &stacks,
+            &kinds("futex"),
+            View::Waiters,
+        );
+        let releasers = contention_samples(
+            analysis.locks(),
+            &mut symbols,
+            &stacks,
+            &kinds("futex"),
+            View::Releasers,
+        );
+        let seen = |samples: &[LockSamples<'_>]| -> Vec<_> {
+            samples
+                .iter()
+                .flat_map(|lock| {
+                    lock.stacks.iter().map(|sample| {
+                        let threads: Vec<(u32, u64, u64)> = sample
+                            .threads
+                            .iter()
+                            .map(|(lwpid, waits)| (*lwpid, waits.count, waits.wait_total_ns))
+                            .collect();
+                        let frames = sample.stack.frames.clone();
+                        (
+                            lock.name.clone(),
+                            lock.lock.kind,
+                            frames,
+                            sample.delay_ns,
+                            threads,
+                        )
+                    })
+                })
+                .collect()
+        };
+        let waited = 40 * MS as u64;
+        assert_eq!(
+            seen(&waiters),
+            [(
+                "0x7000".to_owned(),
+                LockKind::Futex,
+                vec![0x1000, 0x2000],
+                waited,
+                vec![(1, 1, waited)]
+            )]
+        );
+        assert_eq!(
+            seen(&releasers),
+            [(
+                "0x7000".to_owned(),
+                LockKind::Futex,
+                vec![0x3000],
+                waited,
+                vec![(9, 1, waited)]
+            )]
+        );
+        assert_eq!(
+            flame::folded(&waiters),
+            "[unknown];[unknown];lock 0x7000 (futex) 40000000\n"
+        );
+        let mutexes = contention_samples(
+            analysis.locks(),
+            &mut symbols,
+            &stacks,
+            &kinds("mutex"),
+            View::Waiters,
+        );
+        assert!(mutexes.is_empty());
+    }
+
+    #[test]
+    fn json_has_the_futex_word_waited_on_and_not_the_one_only_woken() {
+        let args = ReportArgs {
+            format: ReportFormat::Json,
+            output: None,
+            flamegraph: None,
+            view: View::default(),
+            by: ReportBy::Lock,
+            sort: ReportSort::Wait,
+            top: 10,
+            kinds: KindArg::default(),
+            histogram: false,
+            debug_dir: Vec::new(),
+            input: PathBuf::new(),
+        };
+        let mut analysis = futex_trace();
+        let report = Report::build(
+            &mut analysis,
+            &mut Symbols::new(),
+            &Stacks::default(),
+            &args,
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        let locks = json["locks"].as_array().unwrap();
+        assert_eq!(locks.len(), 1, "{json}");
+        let lock = &locks[0];
+        assert_eq!(
+            (
+                lock["address"].as_str(),
+                lock["kind"].as_str(),
+                lock["acquisitions"].as_u64(),
+                lock["contended"].as_u64(),
+                lock["wakeups"].as_u64(),
+                lock["wait_total_ns"].as_u64(),
+            ),
+            (
+                Some("0x7000"),
+                Some("futex"),
+                Some(2),
+                Some(1),
+                Some(1),
+                Some(40 * MS as u64 + 1000)
+            )
+        );
+        assert_eq!(lock["owners"][0]["lwpid"], 9);
+        assert_eq!(json["idle_waits"].as_array().map(Vec::len), Some(0));
+        let waiter = &json["threads"][0];
+        assert_eq!(
+            (
+                waiter["lwpid"].as_u64(),
+                waiter["blocked_by_kind"]["lock wait"].as_u64()
+            ),
+            (Some(1), Some(40 * MS as u64))
+        );
+        assert_eq!(waiter["longest_wait"]["call"], "futex_wait");
     }
 }

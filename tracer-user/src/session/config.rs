@@ -3,6 +3,7 @@
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
+use crate::capture::futex_hook::FutexHook;
 use tracer_model::{
     log::{LogFullPolicy, StreamFullPolicy},
     selection::EventSet,
@@ -32,6 +33,9 @@ pub struct Config {
     pub ring_bytes: u32,
     pub empty_programs: bool,
     pub perf_event_probes: bool,
+    /// `--futex-hook`: the one way to hook futex calls that may be used (`None`: the first
+    /// that works).
+    pub futex_hook: Option<FutexHook>,
     pub probe_at_entry: bool,
     /// `--contended`: locks traced on their slow paths only.
     pub contended: bool,

@@ -11,7 +11,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::{sync::oneshot, time::Instant};
 use tracer_model::{
     TraceRecord,
-    event::{LossSource, SystemEvent, SystemKind},
+    event::{LossSource, NO_CPU, SystemEvent, SystemKind},
     selection::EventSet,
 };
 
@@ -300,10 +300,16 @@ impl Session {
                 stack,
                 slow_path,
             } = pulled;
+            let new_run = previous.replace((pid, lwpid)) != Some((pid, lwpid));
+            // The files a process maps are read at its first record, not its first stack: a
+            // process may have exited, its maps gone, by the time a record with a stack comes.
+            if new_run && *stacks != tracer_common::STACKS_NONE {
+                unwinder.prepare(pid);
+            }
             // A process or thread first seen: its facts are read now, while it most likely
             // still lives, and placed just before its record.
             if let Some(facts) = facts.as_mut()
-                && previous.replace((pid, lwpid)) != Some((pid, lwpid))
+                && new_run
             {
                 let time_ns = drawn.time_ns;
                 let mut events = Vec::new();
@@ -338,6 +344,14 @@ impl Session {
             }
             if let (Some(stack), Some(record)) = (stack, drawn.record.as_mut()) {
                 let unwound = unwinder.unwind(pid, &stack);
+                // A futex call's instruction is in the function that made the syscall (the C
+                // library's `syscall`, or its own lock's wait): where it was called from says
+                // more, as a pthread call's return address does.
+                if record.event1 == tracer_common::Category::Futex as u16
+                    && let Some(&called_from) = unwound.frames.get(1)
+                {
+                    record.caller = called_from;
+                }
                 let (id, new) = stack_ids.intern(pid, unwound, drawn.time_ns);
                 if let Some(event) = new {
                     reorder.push(ktime_ns, Staged::System(event));
@@ -352,6 +366,19 @@ impl Session {
             .drain(|cpu, raw, stack| arrive(Pulled::new(decoder, cpu, raw, stack)));
         let drained = drained.merge(drawers.end_pass(&mut arrive)?);
         self.flow.losses.add_undecodable(drained.malformed);
+        // Futex calls the kernel did not show the programs: marked where the tracer learnt of
+        // them, which is as near as can be told.
+        let skipped = self.datapath.futex_skips();
+        if let Some((new, report)) = self
+            .flow
+            .losses
+            .update_skipped(skipped, std::time::Instant::now())
+        {
+            say!("thrtrace-bpf: {report}");
+            let time_ns = self.decoder.realtime_ns(pass_start);
+            let marker = overflow(time_ns, new, NO_CPU, LossSource::Skipped);
+            self.flow.reorder.push(pass_start, Staged::System(marker));
+        }
         // Every ring read to its end and at most half full: what --lossless stopped may run
         // again, and is stopped again before its ring is full. (A ring read up to a record
         // still being written, by a program preempted in a target, may be fuller than that.)

@@ -17,7 +17,7 @@ use framehop::{
     ExplicitModuleSectionInfo, Module, Unwinder as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
-use object::{Object, ObjectSection, ObjectSegment, ReadCache};
+use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags, elf};
 use tracer_model::event::{MAX_FRAMES, SystemEvent, SystemKind};
 
 use crate::{
@@ -55,10 +55,20 @@ impl FileSections {
     fn read(file: fs::File, file_offset: u64) -> Option<Self> {
         let image = ReadCache::new(file);
         let file = object::File::parse(&image).ok()?;
-        let code = file.segments().find(|segment| {
-            let (offset, size) = segment.file_range();
-            (offset..offset + size).contains(&file_offset)
-        })?;
+        // A mapping starts at a page; a segment need not (LLD, the linker of Rust programs,
+        // places them at any offset that agrees with their address within the page). Of two
+        // segments sharing the mapping's first page, the code's.
+        let page = rustix::param::page_size() as u64;
+        let code = file
+            .segments()
+            .filter(|segment| {
+                let (offset, size) = segment.file_range();
+                (offset & !(page - 1)..offset + size).contains(&file_offset)
+            })
+            .max_by_key(|segment| match segment.flags() {
+                SegmentFlags::Elf { p_flags } => p_flags & elf::PF_X != 0,
+                _ => false,
+            })?;
         let section = |name: &str| {
             let section = file.section_by_name(name)?;
             let range = section.address()..section.address() + section.size();
@@ -70,7 +80,7 @@ impl FileSections {
             Some(section.address()..section.address() + section.size())
         };
         let sections = FileSections {
-            code_address: code.address() + (file_offset - code.file_range().0),
+            code_address: (code.address() + file_offset).wrapping_sub(code.file_range().0),
             eh_frame: section(".eh_frame"),
             eh_frame_hdr: section(".eh_frame_hdr"),
             debug_frame: section(".debug_frame").map(|(_, data)| data),
@@ -143,11 +153,16 @@ impl Unwinder {
         self.processes.remove(&pid);
     }
 
-    fn unwind_once(&mut self, pid: u32, stack: &CopiedStack) -> Unwound {
+    /// Reads the files process `pid` maps, unless they are known.
+    pub fn prepare(&mut self, pid: u32) {
         if !self.processes.contains_key(&pid) {
             let modules = self.read_modules(pid);
             self.processes.insert(pid, modules);
         }
+    }
+
+    fn unwind_once(&mut self, pid: u32, stack: &CopiedStack) -> Unwound {
+        self.prepare(pid);
         let process = &self.processes[&pid];
         if process.gone {
             return Unwound {
@@ -220,7 +235,8 @@ impl Unwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut mapped = Vec::new();
         let mappings = targets::executable_mappings(pid);
-        let gone = mappings.is_err();
+        // An exited process that is not yet reaped has maps, empty.
+        let gone = mappings.as_ref().is_ok_and(Vec::is_empty) || mappings.is_err();
         for mapping in mappings.unwrap_or_default() {
             let sections = self
                 .files

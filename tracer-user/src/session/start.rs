@@ -5,9 +5,11 @@
 
 use anyhow::{Context, Result};
 use foldhash::{HashSet, HashSetExt};
+use tracer_common::{Category, kfuncs};
 use tracer_model::{
     event::{SystemEvent, event_types},
     log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
+    selection::EventSet,
 };
 
 use super::{
@@ -29,10 +31,10 @@ use crate::{
         targets::{self, PthreadLibrary},
     },
     capture::{
-        datapath::{DataPath, Scope},
+        datapath::{DataPath, FutexCalls, FutexHooking, ProgramOptions, Scope},
         decode::Decoder,
-        features,
-        kernel::{self, TaskOffsets},
+        features, futex_hook,
+        kernel::{self, KernelBtf},
         programs::UprobeMechanism,
     },
     control::socket::{ControlError, RuntimeDir},
@@ -193,28 +195,94 @@ fn load(
         (_, true) => Scope::Follow,
         (_, false) => Scope::Processes,
     };
-    let (offsets, btf_access) = TaskOffsets::from_kernel_btf()?;
+    let futex_selected = !config
+        .events
+        .intersection(EventSet::of(Category::Futex.events()))
+        .is_empty();
+    let futex = match (futex_selected && !config.empty_programs, config.contended) {
+        (false, _) => FutexCalls::None,
+        (true, true) => FutexCalls::Contended,
+        (true, false) => FutexCalls::Every,
+    };
+    // fentry needs the futex syscalls' functions' ids, and the futex programs those of the
+    // kfuncs they call: each a scan of kernel BTF.
+    let functions: Vec<&str> = match futex {
+        FutexCalls::None => Vec::new(),
+        _ => futex_hook::SYSCALL_FUNCTIONS
+            .into_iter()
+            .chain(kfuncs::ALL.map(|kfunc| kfunc.name))
+            .collect(),
+    };
+    let kernel = KernelBtf::read(&functions)?;
     let mechanism = UprobeMechanism::detect(config.perf_event_probes);
     if config.verbose {
         say!("thrtrace-bpf: {kernel_features}");
-        say!("thrtrace-bpf: {}", btf_access.describe());
+        say!("thrtrace-bpf: {}", kernel.access.describe());
         say!(
             "thrtrace-bpf: {}",
             mechanism.describe(config.perf_event_probes)
         );
     }
-    let mut datapath = DataPath::load(
-        offsets,
-        config.ring_bytes,
-        config.empty_programs,
-        config.lossless,
-        config.stacks,
-        scope,
-        mechanism,
-    )?;
+    let options = ProgramOptions {
+        empty: config.empty_programs,
+        lossless: config.lossless,
+        stacks: config.stacks,
+        futex,
+        futex_hook: config.futex_hook,
+    };
+    let mut datapath = DataPath::load(&kernel, config.ring_bytes, options, scope, mechanism)?;
+    if let Some(hooking) = datapath.take_futex_hooking() {
+        let unpreempted = kernel.functions.contains_key(kfuncs::PREEMPT_DISABLE.name);
+        say_futex_hooking(config, hooking, unpreempted)?;
+    }
     // Set before any probe is placed: the first hits record (or, `--stopped`, do not).
     datapath.set_recording(&recording.masks())?;
     Ok((datapath, mechanism))
+}
+
+/// Says how the futex calls are hooked (with `-v`), and whether their programs run with
+/// preemption off (`unpreempted`), or that they cannot be hooked: a hook the user chose that
+/// cannot be used ends the trace; when none can, the rest is traced.
+fn say_futex_hooking(config: &Config, hooking: FutexHooking, unpreempted: bool) -> Result<()> {
+    let FutexHooking { used, passed_over } = hooking;
+    if let (Some(forced), Some((_, error))) = (config.futex_hook, passed_over.first()) {
+        usage_bail!(
+            "--futex-hook {} cannot be used on this kernel: {error}; leave --futex-hook out to \
+             use the first hook that works",
+            forced.name()
+        );
+    }
+    if let Some(hook) = used {
+        if config.verbose {
+            for (hook, error) in &passed_over {
+                say!("thrtrace-bpf: futex calls: not {}: {error}", hook.name());
+            }
+            say!("thrtrace-bpf: futex calls: {}", hook.describe());
+            let kfunc = kfuncs::PREEMPT_DISABLE;
+            if unpreempted {
+                say!("thrtrace-bpf: futex calls: their programs run with preemption off");
+            } else {
+                say!(
+                    "thrtrace-bpf: futex calls: their programs may be preempted (this kernel \
+                     lacks {}, Linux {}): a call made where one is preempted is skipped, and \
+                     counted lost",
+                    kfunc.name,
+                    kfunc.since
+                );
+            }
+        }
+    } else {
+        let why: Vec<String> = passed_over
+            .iter()
+            .map(|(hook, error)| format!("{}: {error}", hook.name()))
+            .collect();
+        say!(
+            "thrtrace-bpf: futex waits outside pthread calls are not recorded: no way to hook \
+             the futex syscalls works here ({})",
+            why.join("; ")
+        );
+    }
+    Ok(())
 }
 
 /// The targets attached, and what the log is told of them.
@@ -478,7 +546,7 @@ pub fn list_probes(config: &Config) -> Result<i32> {
     let Target::Pids(pids) = &config.target else {
         usage_bail!("--list-probes takes -p PID");
     };
-    let events = config.events.probed();
+    let events = config.events.probed().in_library();
     let symbols: Vec<&str> = events.events().map(|e| e.symbol).collect();
     let mut table = String::new();
     for &pid in pids {

@@ -1,0 +1,782 @@
+//! The futex category (`docs/futex-design.md`): futex waits and wakes made outside traced
+//! pthread calls, each recorded once at the syscall's exit, through each of the ways the tracer
+//! can hook the futex syscalls (`--futex-hook`). The workloads' waits are certain (a thread of
+//! theirs sees each waiter asleep in its wait, through /proc, before it ends it), so the
+//! records are counted exactly: the raw futex calls of futex_raw.c, including a futex_waitv(2)
+//! round where the kernel has it; Rust's `std::sync::Mutex` and `Condvar` (src/bin/futex_std.rs),
+//! which the workload counts itself; glibc's own lock of a FILE (stdio_lock.c); and, at least
+//! once, malloc's lock of an arena (malloc_arena.c). Under `--contended` only the waits that
+//! blocked and the wakes that woke one are recorded, with their stacks; a full trace records
+//! every futex call when `-e futex` names the category, none otherwise; and a pthread call's
+//! wait or wake is its pthread event's alone.
+
+use std::{
+    cell::Cell,
+    collections::BTreeSet,
+    io::{BufRead, BufReader, Read, Write},
+    path::Path,
+    process::{Command, Stdio},
+    sync::OnceLock,
+};
+
+use serde_json::Value;
+use thrtrace_tests::{
+    TempDir, bpf_available, field, kernel_refuses_tracing_programs, prerequisite, read_trace,
+    report_json, report_lock, run_tracer, run_workload, stack_functions, start_tracer, workload,
+};
+use tracer_common::{
+    Category,
+    futex::{SYS_FUTEX_WAITV, command},
+};
+use tracer_model::{
+    TraceRecord,
+    event::{Event, LossSource, SystemEvent, SystemKind},
+    log::LogReader,
+};
+
+const ROUNDS: u64 = 3;
+const WAITERS: u64 = 3;
+const HOLD_MS: i64 = 50;
+const TIMEOUT_MS: i64 = 20;
+const MS: i64 = 1_000_000;
+/// The flag of the futex calls of one process, which every call here makes.
+const PRIVATE: i64 = libc::FUTEX_PRIVATE_FLAG as i64;
+const WAIT: i64 = command::WAIT as i64 | PRIVATE;
+const WAIT_BITSET: i64 = command::WAIT_BITSET as i64 | PRIVATE;
+const WAKE: i64 = command::WAKE as i64 | PRIVATE;
+/// What a wake that wakes every waiter asks for (`INT_MAX`).
+const WAKE_ALL: i64 = i32::MAX as i64;
+
+/// The ways the tracer can hook the futex syscalls (`--futex-hook`), each with why this kernel
+/// does not have it, as the tracer says when asked for it alone (on a trace of `true`), if it
+/// does not. Asked once per test binary.
+fn hook_refusals() -> &'static [(&'static str, Option<String>)] {
+    static REFUSALS: OnceLock<Vec<(&'static str, Option<String>)>> = OnceLock::new();
+    REFUSALS.get_or_init(|| {
+        ["fentry", "syscall-tracepoints", "raw-syscalls"]
+            .into_iter()
+            .map(|hook| {
+                let dir = TempDir::new("futex-hook");
+                let args = ["--contended", "--futex-hook", hook, "--", "true"];
+                let run = run_tracer(dir.path(), &args);
+                let refusal = (!run.status.success()).then(|| {
+                    // Any other failure is the tracer's own.
+                    assert!(
+                        run.stderr.contains("cannot be used on this kernel"),
+                        "{args:?}: {run:?}"
+                    );
+                    run.stderr.trim().to_owned()
+                });
+                (hook, refusal)
+            })
+            .collect()
+    })
+}
+
+/// The ways to hook the futex syscalls that this kernel has, for `test` to run under each; one
+/// it has not skips its part of `test`, or fails it in CI.
+fn futex_hooks(test: &str) -> Vec<&'static str> {
+    hook_refusals()
+        .iter()
+        .filter(|(hook, refusal)| {
+            // A machine that lets no tracing program load has no fentry hook, CI or not: the
+            // kernel guests run it.
+            if *hook == "fentry" && refusal.is_some() && kernel_refuses_tracing_programs() {
+                eprintln!("{test}: not under fentry: this kernel refuses every tracing program");
+                return false;
+            }
+            prerequisite(&format!("{test} {hook}"), refusal.as_deref())
+        })
+        .map(|(hook, _)| *hook)
+        .collect()
+}
+
+/// Whether this kernel has futex_waitv(2) (5.16): asked to wait on no words, it refuses them
+/// (EINVAL) rather than not knowing the call (ENOSYS).
+fn kernel_has_futex_waitv() -> bool {
+    // SAFETY: with no words (a null array of 0) and no timeout, the call reads no memory.
+    let result = unsafe {
+        libc::syscall(
+            SYS_FUTEX_WAITV as libc::c_long,
+            std::ptr::null::<u8>(),
+            0,
+            0,
+            std::ptr::null::<u8>(),
+            0,
+        )
+    };
+    result == -1 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+}
+
+/// How many times a check of a traced run is made when the kernel skipped futex programs in
+/// the runs (see `skips_accounted`).
+const ATTEMPTS: u32 = 3;
+
+thread_local! {
+    /// The futex calls the kernel skipped the programs of in this thread's last traced run,
+    /// as its log marks them.
+    static UNSEEN: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Runs `check` (traced runs and what is asserted of them) until it passes, at most
+/// [`ATTEMPTS`] times. The kernel skips a futex program on a CPU where a run of it is
+/// preempted, which the tracer counts and marks lost; a cold first run of a program's code
+/// under emulation (the kernel guests) is long enough for a timer tick to preempt it. So an
+/// attempt may fall short only where the tracer reported futex calls unseen; in a run with
+/// none, every count is exact, and a failure fails the test. Attempts that all fell short, each
+/// with calls unseen, are said.
+fn skips_accounted(what: &str, check: impl Fn()) {
+    for attempt in 1..=ATTEMPTS {
+        UNSEEN.set(0);
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&check)) {
+            Ok(()) => return,
+            Err(failure) if UNSEEN.get() == 0 => std::panic::resume_unwind(failure),
+            Err(_) => eprintln!(
+                "{what}: attempt {attempt} of {ATTEMPTS} fell short where the tracer reported \
+                 {} futex calls unseen (the kernel skipped its programs)",
+                UNSEEN.get()
+            ),
+        }
+    }
+}
+
+/// The futex calls a log marks unseen: the kernel skipped the futex programs.
+fn unseen_in_log(log: &Path) -> u64 {
+    let reader = LogReader::open(log).expect("a readable log");
+    reader
+        .events()
+        .map(|event| event.expect("an event"))
+        .filter_map(|event| match event {
+            Event::System(SystemEvent {
+                kind:
+                    SystemKind::Overflow {
+                        lost,
+                        source: LossSource::Skipped,
+                        ..
+                    },
+                ..
+            }) => Some(lost),
+            _ => None,
+        })
+        .sum()
+}
+
+/// A traced run of a workload.
+struct Traced {
+    /// Holds the tr files and the log, `app.ptl`.
+    dir: TempDir,
+    /// Every record, in time order.
+    records: Vec<TraceRecord>,
+    /// Its process id, which is its main thread's lwpid.
+    pid: u32,
+    /// The line it printed first, and what it printed after.
+    first_line: String,
+    rest: String,
+}
+
+/// A run of `program` with `args`, a workload that prints a line and waits for one on stdin
+/// before it starts, traced with `options` from then on into tr files and a log.
+fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first_line = String::new();
+    out.read_line(&mut first_line).unwrap();
+    let dir = TempDir::new("futex");
+    let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
+    let mut options = options.to_vec();
+    options.extend(["--log", &log]);
+    let (mut tracer, mut said) = start_tracer(dir.path(), &[child.id()], &options);
+    writeln!(child.stdin.take().unwrap(), "go").unwrap();
+    // Read to its end, so that its last line does not meet a closed pipe.
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{}", program.display());
+    assert!(tracer.wait().unwrap().success());
+    // Shown with a failure: what the tracer said of the run (losses, the summary).
+    let mut tracer_said = String::new();
+    said.read_to_string(&mut tracer_said).unwrap();
+    eprintln!("{}: the tracer said: {tracer_said}", program.display());
+    UNSEEN.set(unseen_in_log(Path::new(&log)));
+    let mut records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
+    records.sort_by_key(TraceRecord::time_ns);
+    Traced {
+        dir,
+        records,
+        pid: child.id(),
+        first_line,
+        rest,
+    }
+}
+
+/// The `name` records (`futex_wait`, ...) among `records`; each is one record (`which` 0).
+fn named<'a>(records: &'a [TraceRecord], name: &str) -> Vec<&'a TraceRecord> {
+    records.iter().filter(|r| r.is(name, 0)).collect()
+}
+
+/// Those of `records` on a word within `len` bytes from `start`.
+fn within<'a>(records: &[&'a TraceRecord], start: u64, len: u64) -> Vec<&'a TraceRecord> {
+    records
+        .iter()
+        .copied()
+        .filter(|r| (start..start + len).contains(&(r.a[0] as u64)))
+        .collect()
+}
+
+/// Checks that every wait of `waits` blocked at least `min_ns` with `op` and no timeout until
+/// a wake woke it.
+fn assert_woken(waits: &[&TraceRecord], op: i64, min_ns: i64, context: &str) {
+    for wait in waits {
+        assert_eq!(wait.a[1], op, "{context}: {wait:?}");
+        assert!(wait.a[2] >= min_ns, "{context}: blocked ns: {wait:?}");
+        assert_eq!(wait.a[3], 0, "{context}: woken: {wait:?}");
+        assert_eq!(wait.a[4], -1, "{context}: no timeout: {wait:?}");
+    }
+}
+
+/// Checks that every wake of `wakes` asked to wake `asked` with `FUTEX_WAKE_PRIVATE` and woke
+/// `woke`, and says how long it took.
+fn assert_wakes(wakes: &[&TraceRecord], asked: i64, woke: i64, context: &str) {
+    for wake in wakes {
+        assert_eq!(wake.a[1], WAKE, "{context}: {wake:?}");
+        assert_eq!(wake.a[2], woke, "{context}: woken: {wake:?}");
+        assert_eq!(wake.a[3], asked, "{context}: asked: {wake:?}");
+        assert!(wake.a[4] >= 0, "{context}: ns: {wake:?}");
+    }
+}
+
+/// The raw futex workload's words, as it printed them, and whether it made its futex_waitv
+/// round.
+struct RawWords {
+    /// Each waiter's word of the rounds, an unsigned int each.
+    words: u64,
+    /// Each waiter's pair of words of its futex_waitv round, two unsigned ints each.
+    pairs: u64,
+    /// The word of the timed wait and of the wait that returns EAGAIN.
+    lonely: u64,
+    /// The word of the wake that wakes none.
+    nobody: u64,
+    waitv: bool,
+}
+
+fn raw_run(rounds: u64, waiters: u64, options: &[&str]) -> (Traced, RawWords) {
+    let waitv = kernel_has_futex_waitv();
+    let args = [
+        rounds,
+        waiters,
+        HOLD_MS as u64,
+        TIMEOUT_MS as u64,
+        u64::from(waitv),
+    ]
+    .map(|n| n.to_string());
+    let run = traced_run(&workload("futex_raw"), &args, options);
+    let words = RawWords {
+        words: field(&run.first_line, "words"),
+        pairs: field(&run.first_line, "pairs"),
+        lonely: field(&run.first_line, "lonely"),
+        nobody: field(&run.first_line, "nobody"),
+        waitv,
+    };
+    (run, words)
+}
+
+/// Checks the raw futex workload's futex_waitv records: one per waiter where the kernel has
+/// the call, on its pair's first word, over the pair's two words, woken by the second (index
+/// 1), with no timeout; none where it has not.
+fn assert_raw_waitv_records(run: &Traced, raw: &RawWords, context: &str) {
+    let waitvs = named(&run.records, "futex_waitv");
+    let expected: BTreeSet<u64> = (0..WAITERS)
+        .filter(|_| raw.waitv)
+        .map(|i| raw.pairs + 8 * i)
+        .collect();
+    let first_words: BTreeSet<u64> = waitvs.iter().map(|r| r.a[0] as u64).collect();
+    assert_eq!(first_words, expected, "{context}: {waitvs:#?}");
+    assert_eq!(waitvs.len(), expected.len(), "{context}: {waitvs:#?}");
+    for waitv in &waitvs {
+        assert_eq!(waitv.a[1], 2, "{context}: words: {waitv:?}");
+        assert!(waitv.a[2] > 0, "{context}: blocked ns: {waitv:?}");
+        assert_eq!(
+            waitv.a[3], 1,
+            "{context}: the second word woke it: {waitv:?}"
+        );
+        assert_eq!(waitv.a[4], -1, "{context}: no timeout: {waitv:?}");
+    }
+}
+
+/// Checks the raw futex workload's wakes that woke a waiter: one per wait on the rounds' words
+/// and one per futex_waitv, each made by the main thread, each waking the one waiter it asked
+/// for.
+fn assert_raw_wakes_that_woke(run: &Traced, raw: &RawWords, context: &str) {
+    let wakes = named(&run.records, "futex_wake");
+    let on_words = within(&wakes, raw.words, 4 * WAITERS);
+    assert_eq!(
+        on_words.len() as u64,
+        ROUNDS * WAITERS,
+        "{context}: {wakes:#?}"
+    );
+    assert_wakes(&on_words, 1, 1, context);
+    let on_pairs = within(&wakes, raw.pairs, 8 * WAITERS);
+    let waitv_wakes = if raw.waitv { WAITERS } else { 0 };
+    assert_eq!(on_pairs.len() as u64, waitv_wakes, "{context}: {wakes:#?}");
+    assert_wakes(&on_pairs, 1, 1, context);
+    assert!(
+        on_words.iter().chain(&on_pairs).all(|r| r.lwpid == run.pid),
+        "{context}: the main thread's: {wakes:#?}"
+    );
+}
+
+fn contended_raw_futex_calls(hook: &str) {
+    let (run, raw) = raw_run(ROUNDS, WAITERS, &["--contended", "--futex-hook", hook]);
+    let context = format!("--futex-hook {hook}");
+    let waits = named(&run.records, "futex_wait");
+    let on_words = within(&waits, raw.words, 4 * WAITERS);
+    assert_eq!(
+        on_words.len() as u64,
+        ROUNDS * WAITERS,
+        "{context}: {waits:#?}"
+    );
+    assert_woken(&on_words, WAIT, HOLD_MS * MS, &context);
+    let timed = within(&waits, raw.lonely, 4);
+    assert_eq!(
+        timed.len() as u64,
+        WAITERS,
+        "{context}: one timed wait per waiter, and no wait that returned EAGAIN: {waits:#?}"
+    );
+    for wait in &timed {
+        assert_eq!(wait.a[1], WAIT_BITSET, "{context}: {wait:?}");
+        assert_eq!(
+            wait.a[3],
+            -i64::from(libc::ETIMEDOUT),
+            "{context}: {wait:?}"
+        );
+        assert!(wait.a[2] >= (TIMEOUT_MS - 1) * MS, "{context}: {wait:?}");
+        assert!(wait.a[4] > 0, "{context}: an absolute deadline: {wait:?}");
+    }
+    assert_eq!(
+        waits.len(),
+        on_words.len() + timed.len(),
+        "{context}: no other futex wait (none of pthread_join's): {waits:#?}"
+    );
+    let threads: BTreeSet<u32> = waits.iter().map(|r| r.lwpid).collect();
+    assert_eq!(
+        threads.len() as u64,
+        WAITERS,
+        "{context}: each waiter's own"
+    );
+    assert_raw_waitv_records(&run, &raw, &context);
+    assert_raw_wakes_that_woke(&run, &raw, &context);
+    assert_eq!(
+        named(&run.records, "futex_wake").len() as u64,
+        ROUNDS * WAITERS + if raw.waitv { WAITERS } else { 0 },
+        "{context}: no wake that woke none"
+    );
+}
+
+#[test]
+fn contended_records_exactly_the_raw_futex_waits_that_blocked_and_the_wakes_that_woke() {
+    if !bpf_available("futex_contended") {
+        return;
+    }
+    for hook in futex_hooks("futex_contended") {
+        skips_accounted(&format!("futex_contended {hook}"), || {
+            contended_raw_futex_calls(hook);
+        });
+    }
+}
+
+fn every_raw_futex_call(hook: &str) {
+    let (run, raw) = raw_run(
+        ROUNDS,
+        WAITERS,
+        &["--events", "futex", "--futex-hook", hook],
+    );
+    let context = format!("--futex-hook {hook}");
+    let futex = Category::Futex.code();
+    assert!(
+        run.records.iter().all(|r| r.event1 == futex),
+        "{context}: only futex records: {:#?}",
+        run.records
+    );
+    let waits = named(&run.records, "futex_wait");
+    let on_words = within(&waits, raw.words, 4 * WAITERS);
+    assert_eq!(
+        on_words.len() as u64,
+        ROUNDS * WAITERS,
+        "{context}: {waits:#?}"
+    );
+    assert_woken(&on_words, WAIT, HOLD_MS * MS, &context);
+    let results = |result: i32| {
+        within(&waits, raw.lonely, 4)
+            .iter()
+            .filter(|r| r.a[3] == -i64::from(result))
+            .count() as u64
+    };
+    assert_eq!(
+        (results(libc::ETIMEDOUT), results(libc::EAGAIN)),
+        (WAITERS, WAITERS),
+        "{context}: {waits:#?}"
+    );
+    assert_raw_waitv_records(&run, &raw, &context);
+    assert_raw_wakes_that_woke(&run, &raw, &context);
+    // And each waiter's wake of a word nobody waits on, which woke none.
+    let unheard = within(&named(&run.records, "futex_wake"), raw.nobody, 4);
+    assert_eq!(unheard.len() as u64, WAITERS, "{context}: {unheard:#?}");
+    assert_wakes(&unheard, WAKE_ALL, 0, &context);
+}
+
+/// A full trace records the futex category only when named, and then every call, blocked or
+/// not, woke or not: the same as under `--contended`, each waiter's wait that returned EAGAIN,
+/// and its wake that woke none.
+#[test]
+fn a_full_trace_that_names_futex_records_every_call() {
+    if !bpf_available("futex_full") {
+        return;
+    }
+    for hook in futex_hooks("futex_full") {
+        skips_accounted(&format!("futex_full {hook}"), || {
+            every_raw_futex_call(hook);
+        });
+    }
+}
+
+#[test]
+fn a_full_trace_without_events_named_records_no_futex_call() {
+    if !bpf_available("futex_not_by_default") {
+        return;
+    }
+    let (run, _) = raw_run(1, 1, &[]);
+    let futex = Category::Futex.code();
+    let calls: Vec<&TraceRecord> = run.records.iter().filter(|r| r.event1 == futex).collect();
+    assert!(calls.is_empty(), "{calls:#?}");
+    assert!(
+        run.records.iter().any(|r| r.is("thr_create", 1)),
+        "{:#?}",
+        run.records
+    );
+}
+
+fn pthread_waits_and_wakes_recorded_once(hook: &str) {
+    const CONTENTION_ROUNDS: u64 = 2;
+    const CONTENTION_WAITERS: u64 = 2;
+    let context = format!("--futex-hook {hook}");
+    let args =
+        [CONTENTION_ROUNDS, HOLD_MS as u64, CONTENTION_WAITERS, 10, 1].map(|n| n.to_string());
+    let run = traced_run(
+        &workload("contention"),
+        &args,
+        &["--contended", "--futex-hook", hook],
+    );
+    let object = |name: &str, size: usize| (field::<u64>(&run.first_line, name), size as u64);
+    let mutex_size = size_of::<libc::pthread_mutex_t>();
+    let objects = [
+        object("first", mutex_size),
+        object("second", mutex_size),
+        object("sem", size_of::<libc::sem_t>()),
+        object("rw", size_of::<libc::pthread_rwlock_t>()),
+    ];
+    let waits = [
+        ("mutex_lock", &objects[..2]),
+        ("sema_wait", &objects[2..3]),
+        ("rw_rdlock", &objects[3..]),
+        ("rw_wrlock", &objects[3..]),
+    ];
+    for (name, on) in waits {
+        let recorded = run
+            .records
+            .iter()
+            .filter(|r| r.is(name, 1) && on.iter().any(|&(at, _)| r.a[0] as u64 == at))
+            .count() as u64;
+        assert_eq!(
+            recorded,
+            CONTENTION_ROUNDS * CONTENTION_WAITERS,
+            "{context}: {name}"
+        );
+    }
+    for name in ["futex_wait", "futex_wake"] {
+        let on_objects: Vec<&TraceRecord> = objects
+            .iter()
+            .flat_map(|&(at, size)| within(&named(&run.records, name), at, size))
+            .collect();
+        assert!(
+            on_objects.is_empty(),
+            "{context}: recorded twice: {on_objects:#?}"
+        );
+    }
+}
+
+/// The contention workload's waits are pthread calls' (two mutexes, a semaphore, a read-write
+/// lock; see `contended.rs`), and so are the wakes of the unlocks and posts that end them: under
+/// `--contended` each wait is recorded as its pthread event, and none of them, nor their wakes,
+/// again as a futex call on a word of those objects.
+#[test]
+fn a_pthread_wait_or_wake_is_recorded_once_as_its_pthread_event() {
+    if !bpf_available("futex_pthread_once") {
+        return;
+    }
+    for hook in futex_hooks("futex_pthread_once") {
+        skips_accounted(&format!("futex_pthread_once {hook}"), || {
+            pthread_waits_and_wakes_recorded_once(hook);
+        });
+    }
+}
+
+/// Checks that each of a JSON report's stacks of the futex word at `address` (the
+/// `waiting_stacks` of its row, kind `futex`) starts with one of `chains` (functions, innermost
+/// first) and was unwound to its thread's start, and that they are `waits` waits in all.
+fn assert_waiting_stacks(report: &Value, address: i64, chains: &[&[&str]], waits: u64, at: &str) {
+    let lock = report_lock(report, &Value::from(format!("{address:#x}")));
+    assert_eq!(lock["kind"], "futex", "{at}: {lock:#}");
+    let stacks = lock["waiting_stacks"].as_array().unwrap();
+    for stack in stacks {
+        let functions = stack_functions(stack);
+        assert!(
+            chains.iter().any(|chain| functions
+                .starts_with(&chain.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>())),
+            "{at}: none of {chains:?} in {functions:#?}"
+        );
+        assert_eq!(stack["end"], Value::Null, "{at}: {stack:#}");
+    }
+    let counted: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, waits, "{at}: {lock:#}");
+}
+
+/// The one address that all of `records` are on.
+fn the_address(records: &[&TraceRecord], context: &str) -> i64 {
+    let addresses: BTreeSet<i64> = records.iter().map(|r| r.a[0]).collect();
+    assert_eq!(addresses.len(), 1, "{context}: {records:#?}");
+    addresses.into_iter().next().unwrap()
+}
+
+// std is mangled the v0 way, whose methods demangle as `<Type>::method`; the workload the
+// legacy way (`futex_std::wait_for_permit`), and with it std's generic functions, such as the
+// frame every thread's closure is called from. The innermost frame is the syscall's own
+// instruction, in libc's `syscall`.
+const LOCK_CONTENDED: &str = "<std::sys::sync::mutex::futex::Mutex>::lock_contended";
+const CONDVAR_WAIT: &str = "<std::sys::sync::condvar::futex::Condvar>::wait";
+const LOCK_HELD_MUTEX: &str = "futex_std::lock_held_mutex";
+const WAIT_FOR_PERMIT: &str = "futex_std::wait_for_permit";
+const THREAD_CLOSURE: &str = "std::sys::backtrace::__rust_begin_short_backtrace";
+
+fn std_mutex_and_condvar(hook: &str) {
+    let context = format!("--futex-hook {hook}");
+    let args = [ROUNDS, WAITERS, HOLD_MS as u64].map(|n| n.to_string());
+    let program = Path::new(env!("CARGO_BIN_EXE_futex_std"));
+    let run = traced_run(program, &args, &["--contended", "--futex-hook", hook]);
+    let mutex: u64 = field(&run.first_line, "mutex");
+    let condvar: u64 = field(&run.first_line, "condvar");
+    let mutex_waits: u64 = field(&run.rest, "mutex_waits");
+    let condvar_waits: u64 = field(&run.rest, "condvar_waits");
+    // Each round's mutex phase and notify_all phase block each waiter on the mutex; its
+    // notify_one and notify_all phases, on the condition variable.
+    assert_eq!(
+        (mutex_waits, condvar_waits),
+        (2 * ROUNDS * WAITERS, 2 * ROUNDS * WAITERS),
+        "{}",
+        run.rest
+    );
+
+    let waits = named(&run.records, "futex_wait");
+    let on_mutex = within(&waits, mutex, field(&run.first_line, "mutex_size"));
+    let on_condvar = within(&waits, condvar, field(&run.first_line, "condvar_size"));
+    assert_eq!(on_mutex.len() as u64, mutex_waits, "{context}: {waits:#?}");
+    assert_eq!(
+        on_condvar.len() as u64,
+        condvar_waits,
+        "{context}: {waits:#?}"
+    );
+    assert_eq!(
+        waits.len(),
+        on_mutex.len() + on_condvar.len(),
+        "{context}: no other wait: {waits:#?}"
+    );
+    // std waits with FUTEX_WAIT_BITSET, with no timeout here; none returned EAGAIN.
+    assert_woken(&waits, WAIT_BITSET, 1, &context);
+
+    // Each mutex wait was ended by an unlock's wake of one; the last waiter's unlock woke none.
+    let wakes = named(&run.records, "futex_wake");
+    let mutex_wakes = within(&wakes, mutex, field(&run.first_line, "mutex_size"));
+    assert_eq!(
+        mutex_wakes.len() as u64,
+        mutex_waits,
+        "{context}: {wakes:#?}"
+    );
+    assert_wakes(&mutex_wakes, 1, 1, &context);
+    // The condition variable's: a notify_one per waiter, and a notify_all per round that woke
+    // every waiter.
+    let condvar_wakes = within(&wakes, condvar, field(&run.first_line, "condvar_size"));
+    let (ones, alls): (Vec<&TraceRecord>, Vec<&TraceRecord>) =
+        condvar_wakes.iter().partition(|r| r.a[3] == 1);
+    assert_eq!(ones.len() as u64, ROUNDS * WAITERS, "{context}: {wakes:#?}");
+    assert_wakes(&ones, 1, 1, &context);
+    assert_eq!(alls.len() as u64, ROUNDS, "{context}: {wakes:#?}");
+    assert_wakes(&alls, WAKE_ALL, WAITERS as i64, &context);
+    assert_eq!(
+        wakes.len(),
+        mutex_wakes.len() + condvar_wakes.len(),
+        "{context}: no other wake: {wakes:#?}"
+    );
+
+    let report = report_json(&run.dir, &["app.ptl"]);
+    assert_waiting_stacks(
+        &report,
+        the_address(&on_mutex, &context),
+        &[
+            &["syscall", LOCK_CONTENDED, LOCK_HELD_MUTEX, THREAD_CLOSURE],
+            // A woken waiter takes the mutex back in the condition variable's wait.
+            &[
+                "syscall",
+                LOCK_CONTENDED,
+                CONDVAR_WAIT,
+                WAIT_FOR_PERMIT,
+                THREAD_CLOSURE,
+            ],
+        ],
+        mutex_waits,
+        &format!("{context}: the mutex"),
+    );
+    assert_waiting_stacks(
+        &report,
+        the_address(&on_condvar, &context),
+        &[&["syscall", CONDVAR_WAIT, WAIT_FOR_PERMIT, THREAD_CLOSURE]],
+        condvar_waits,
+        &format!("{context}: the condition variable"),
+    );
+}
+
+/// Rust's std locks wait and wake with the futex syscall, in no pthread call: every wait the
+/// workload saw blocked is recorded, on the mutex or the condition variable, with the wakes
+/// that ended them, and each stack names std's lock function and the workload's, demangled.
+#[test]
+fn rust_std_mutex_and_condvar_waits_are_recorded_with_their_stacks() {
+    if !bpf_available("futex_std") {
+        return;
+    }
+    for hook in futex_hooks("futex_std") {
+        skips_accounted(&format!("futex_std {hook}"), || {
+            std_mutex_and_condvar(hook);
+        });
+    }
+}
+
+fn stdio_lock_waits(hook: &str) {
+    let context = format!("--futex-hook {hook}");
+    let args = [ROUNDS, HOLD_MS as u64].map(|n| n.to_string());
+    let run = traced_run(
+        &workload("stdio_lock"),
+        &args,
+        &["--contended", "--futex-hook", hook],
+    );
+    let lock: u64 = field(&run.first_line, "lock");
+    // glibc's lll_lock: FUTEX_WAIT_PRIVATE on the lock's word, for the value 2 (contended).
+    let waits = named(&run.records, "futex_wait");
+    assert_eq!(
+        within(&waits, lock, 4).len() as u64,
+        ROUNDS,
+        "{context}: {waits:#?}"
+    );
+    assert_eq!(
+        waits.len() as u64,
+        ROUNDS,
+        "{context}: none from a pthread call: {waits:#?}"
+    );
+    assert_woken(&waits, WAIT, HOLD_MS * MS, &context);
+    let writer: BTreeSet<u32> = waits.iter().map(|r| r.lwpid).collect();
+    assert!(
+        writer.len() == 1 && !writer.contains(&run.pid),
+        "{context}: the writer thread's: {waits:#?}"
+    );
+    // Each funlockfile woke the writer; the writer's own unlocks woke none.
+    let wakes = named(&run.records, "futex_wake");
+    assert_eq!(
+        within(&wakes, lock, 4).len() as u64,
+        ROUNDS,
+        "{context}: {wakes:#?}"
+    );
+    assert_eq!(wakes.len() as u64, ROUNDS, "{context}: {wakes:#?}");
+    assert_wakes(&wakes, 1, 1, &context);
+    assert!(
+        wakes.iter().all(|r| r.lwpid == run.pid),
+        "{context}: the main thread's: {wakes:#?}"
+    );
+    let report = report_json(&run.dir, &["app.ptl"]);
+    // fputs's global name, before its weak alias (the symbolizer names an address so).
+    assert_waiting_stacks(
+        &report,
+        lock as i64,
+        &[&["__lll_lock_wait_private", "_IO_fputs", "writer"]],
+        ROUNDS,
+        &format!("{context}: the FILE's lock"),
+    );
+}
+
+/// glibc's stdio locks its FILEs with a lock of its own, whose contended path waits with the
+/// futex syscall in no pthread call: each round's fputs on a FILE locked by another thread is
+/// one futex wait, through `__lll_lock_wait_private` and fputs, and the unlock's wake ends it.
+#[test]
+fn glibc_internal_lock_waits_are_recorded_with_their_stacks() {
+    if !bpf_available("futex_stdio") {
+        return;
+    }
+    for hook in futex_hooks("futex_stdio") {
+        skips_accounted(&format!("futex_stdio {hook}"), || {
+            stdio_lock_waits(hook);
+        });
+    }
+}
+
+/// Threads allocating in one arena wait for its lock: likely, not certain, so at least one
+/// wait is asked for. Each is glibc's lock wait (FUTEX_WAIT_PRIVATE, woken, no timeout), none
+/// the main thread's (it is in pthread_join, a pthread call), and each stack starts in
+/// `__lll_lock_wait_private` and is unwound to its thread's start, some through the workload's
+/// `worker` (the others through the threads' exit, which takes malloc's locks too). The threads
+/// are gone a moment after their last wait: their stacks must be unwound all the same.
+#[test]
+fn glibc_malloc_arena_lock_waits_are_recorded_with_their_stacks() {
+    if !bpf_available("futex_malloc") {
+        return;
+    }
+    let (dir, _) = run_workload(
+        &["--contended", "--log", "app.ptl", "--dir", "."],
+        "malloc_arena",
+        &["4", "200000"],
+    );
+    let records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
+    let waits = named(&records, "futex_wait");
+    assert!(!waits.is_empty(), "no wait for malloc's arena lock");
+    assert_woken(&waits, WAIT, 1, "malloc");
+    assert!(
+        waits.iter().all(|r| r.lwpid != r.pid),
+        "none of the main thread's: {waits:#?}"
+    );
+    let report = report_json(&dir, &["app.ptl"]);
+    let stacks: Vec<&Value> = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| lock["kind"] == "futex")
+        .flat_map(|lock| lock["waiting_stacks"].as_array().unwrap())
+        .collect();
+    for stack in &stacks {
+        let functions = stack_functions(stack);
+        assert_eq!(
+            functions.first().map(String::as_str),
+            Some("__lll_lock_wait_private"),
+            "{stack:#}"
+        );
+        assert_eq!(
+            stack["end"],
+            Value::Null,
+            "unwound to its thread's start: {stack:#}"
+        );
+    }
+    assert!(
+        stacks
+            .iter()
+            .any(|stack| stack_functions(stack).iter().any(|f| f == "worker")),
+        "{stacks:#?}"
+    );
+}
