@@ -547,7 +547,7 @@ pub fn deadline_field(output: &str, key: &str) -> (i64, i64) {
 
 /// Starts a workload told what to do on its standard input; returns it, its input and output,
 /// and the first line it printed (its "ready" line).
-fn start_told(
+pub fn start_told(
     command: &mut Command,
 ) -> (Child, Option<ChildStdin>, BufReader<ChildStdout>, String) {
     let mut child = command

@@ -9,15 +9,11 @@
 //! the run traced twice, the whole trace's return probes stand in for the return addresses
 //! the slow paths read).
 
-use std::{
-    collections::HashMap,
-    io::{BufRead, BufReader, Write},
-    process::{Command, Stdio},
-};
+use std::{collections::HashMap, io::Write, process::Command};
 
 use thrtrace_tests::{
     TempDir, bpf_available, codes, every_libc, field, is_musl, line_of, read_trace, report_json,
-    report_lock, run_tracer, start_tracer, workload, workload_arg,
+    report_lock, run_tracer, start_told, start_tracer, workload, workload_arg,
 };
 use tracer_model::{
     TraceRecord,
@@ -64,16 +60,9 @@ struct Story {
 }
 
 fn story(build: &str) -> Story {
-    let mut child = Command::new(workload(build))
-        .args([ROUNDS, HOLD_MS, WAITERS, WORK, 1].map(|n| n.to_string()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read to its end, so that its last line does not meet a closed pipe.
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first_line = String::new();
-    out.read_line(&mut first_line).unwrap();
+    let args = [ROUNDS, HOLD_MS, WAITERS, WORK, 1].map(|n| n.to_string());
+    let (mut child, stdin, mut out, first_line) =
+        start_told(Command::new(workload(build)).args(args));
     let pid = child.id();
     let (full_dir, slow_dir) = (TempDir::new("contended-full"), TempDir::new("contended"));
     let log = |dir: &TempDir| dir.path().join("app.ptl").to_string_lossy().into_owned();
@@ -90,7 +79,8 @@ fn story(build: &str) -> Story {
             &["--contended", "--events", EVENTS, "--log", &slow_log],
         ),
     ];
-    writeln!(child.stdin.take().unwrap(), "go").unwrap();
+    writeln!(stdin.unwrap(), "go").unwrap();
+    // Read to its end, so that its last line does not meet a closed pipe.
     std::io::copy(&mut out, &mut std::io::sink()).unwrap();
     assert!(child.wait().unwrap().success(), "{build}");
     for (mut tracer, _) in tracers {

@@ -13,16 +13,17 @@
 use std::{
     cell::Cell,
     collections::BTreeSet,
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     sync::OnceLock,
 };
 
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, field, kernel_refuses_tracing_programs, prerequisite, read_trace,
-    report_json, report_lock, run_tracer, run_workload, stack_functions, start_tracer, workload,
+    report_json, report_lock, run_tracer, run_workload, stack_functions, start_told, start_tracer,
+    workload,
 };
 use tracer_common::{
     Category,
@@ -140,6 +141,17 @@ fn skips_accounted(what: &str, check: impl Fn()) {
     }
 }
 
+/// Runs `check` under each futex hook this kernel has (`futex_hooks`), its skips accounted
+/// for (`skips_accounted`); `test` names it in what is said.
+fn under_each_hook(test: &str, check: impl Fn(&str)) {
+    if !bpf_available(test) {
+        return;
+    }
+    for hook in futex_hooks(test) {
+        skips_accounted(&format!("{test} {hook}"), || check(hook));
+    }
+}
+
 /// The futex calls a log marks unseen: the kernel skipped the futex programs.
 fn unseen_in_log(log: &Path) -> u64 {
     let reader = LogReader::open(log).expect("a readable log");
@@ -177,21 +189,13 @@ struct Traced {
 /// A run of `program` with `args`, a workload that prints a line and waits for one on stdin
 /// before it starts, traced with `options` from then on into tr files and a log.
 fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first_line = String::new();
-    out.read_line(&mut first_line).unwrap();
+    let (mut child, stdin, mut out, first_line) = start_told(Command::new(program).args(args));
     let dir = TempDir::new("futex");
     let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
     let mut options = options.to_vec();
     options.extend(["--log", &log]);
     let (mut tracer, mut said) = start_tracer(dir.path(), &[child.id()], &options);
-    writeln!(child.stdin.take().unwrap(), "go").unwrap();
+    writeln!(stdin.unwrap(), "go").unwrap();
     // Read to its end, so that its last line does not meet a closed pipe.
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
@@ -329,9 +333,13 @@ fn assert_raw_wakes_that_woke(run: &Traced, raw: &RawWords, context: &str) {
     );
 }
 
-fn contended_raw_futex_calls(hook: &str) {
-    let (run, raw) = raw_run(ROUNDS, WAITERS, &["--contended", "--futex-hook", hook]);
-    let context = format!("--futex-hook {hook}");
+/// Checks the raw futex workload's waits on the rounds' words: one per waiter and round, each
+/// woken after blocking at least the hold. Returns every `futex_wait` record of the run.
+fn assert_raw_round_waits<'a>(
+    run: &'a Traced,
+    raw: &RawWords,
+    context: &str,
+) -> Vec<&'a TraceRecord> {
     let waits = named(&run.records, "futex_wait");
     let on_words = within(&waits, raw.words, 4 * WAITERS);
     assert_eq!(
@@ -339,7 +347,14 @@ fn contended_raw_futex_calls(hook: &str) {
         ROUNDS * WAITERS,
         "{context}: {waits:#?}"
     );
-    assert_woken(&on_words, WAIT, HOLD_MS * MS, &context);
+    assert_woken(&on_words, WAIT, HOLD_MS * MS, context);
+    waits
+}
+
+fn contended_raw_futex_calls(hook: &str) {
+    let (run, raw) = raw_run(ROUNDS, WAITERS, &["--contended", "--futex-hook", hook]);
+    let context = format!("--futex-hook {hook}");
+    let waits = assert_raw_round_waits(&run, &raw, &context);
     let timed = within(&waits, raw.lonely, 4);
     assert_eq!(
         timed.len() as u64,
@@ -357,8 +372,8 @@ fn contended_raw_futex_calls(hook: &str) {
         assert!(wait.a[4] > 0, "{context}: an absolute deadline: {wait:?}");
     }
     assert_eq!(
-        waits.len(),
-        on_words.len() + timed.len(),
+        waits.len() as u64,
+        ROUNDS * WAITERS + timed.len() as u64,
         "{context}: no other futex wait (none of pthread_join's): {waits:#?}"
     );
     let threads: BTreeSet<u32> = waits.iter().map(|r| r.lwpid).collect();
@@ -378,14 +393,7 @@ fn contended_raw_futex_calls(hook: &str) {
 
 #[test]
 fn contended_records_exactly_the_raw_futex_waits_that_blocked_and_the_wakes_that_woke() {
-    if !bpf_available("futex_contended") {
-        return;
-    }
-    for hook in futex_hooks("futex_contended") {
-        skips_accounted(&format!("futex_contended {hook}"), || {
-            contended_raw_futex_calls(hook);
-        });
-    }
+    under_each_hook("futex_contended", contended_raw_futex_calls);
 }
 
 fn every_raw_futex_call(hook: &str) {
@@ -401,14 +409,7 @@ fn every_raw_futex_call(hook: &str) {
         "{context}: only futex records: {:#?}",
         run.records
     );
-    let waits = named(&run.records, "futex_wait");
-    let on_words = within(&waits, raw.words, 4 * WAITERS);
-    assert_eq!(
-        on_words.len() as u64,
-        ROUNDS * WAITERS,
-        "{context}: {waits:#?}"
-    );
-    assert_woken(&on_words, WAIT, HOLD_MS * MS, &context);
+    let waits = assert_raw_round_waits(&run, &raw, &context);
     let results = |result: i32| {
         within(&waits, raw.lonely, 4)
             .iter()
@@ -433,14 +434,7 @@ fn every_raw_futex_call(hook: &str) {
 /// and its wake that woke none.
 #[test]
 fn a_full_trace_that_names_futex_records_every_call() {
-    if !bpf_available("futex_full") {
-        return;
-    }
-    for hook in futex_hooks("futex_full") {
-        skips_accounted(&format!("futex_full {hook}"), || {
-            every_raw_futex_call(hook);
-        });
-    }
+    under_each_hook("futex_full", every_raw_futex_call);
 }
 
 #[test]
@@ -514,14 +508,7 @@ fn pthread_waits_and_wakes_recorded_once(hook: &str) {
 /// again as a futex call on a word of those objects.
 #[test]
 fn a_pthread_wait_or_wake_is_recorded_once_as_its_pthread_event() {
-    if !bpf_available("futex_pthread_once") {
-        return;
-    }
-    for hook in futex_hooks("futex_pthread_once") {
-        skips_accounted(&format!("futex_pthread_once {hook}"), || {
-            pthread_waits_and_wakes_recorded_once(hook);
-        });
-    }
+    under_each_hook("futex_pthread_once", pthread_waits_and_wakes_recorded_once);
 }
 
 /// Checks that each of a JSON report's stacks of the futex word at `address` (the
@@ -652,14 +639,7 @@ fn std_mutex_and_condvar(hook: &str) {
 /// that ended them, and each stack names std's lock function and the workload's, demangled.
 #[test]
 fn rust_std_mutex_and_condvar_waits_are_recorded_with_their_stacks() {
-    if !bpf_available("futex_std") {
-        return;
-    }
-    for hook in futex_hooks("futex_std") {
-        skips_accounted(&format!("futex_std {hook}"), || {
-            std_mutex_and_condvar(hook);
-        });
-    }
+    under_each_hook("futex_std", std_mutex_and_condvar);
 }
 
 fn stdio_lock_waits(hook: &str) {
@@ -718,14 +698,7 @@ fn stdio_lock_waits(hook: &str) {
 /// one futex wait, through `__lll_lock_wait_private` and fputs, and the unlock's wake ends it.
 #[test]
 fn glibc_internal_lock_waits_are_recorded_with_their_stacks() {
-    if !bpf_available("futex_stdio") {
-        return;
-    }
-    for hook in futex_hooks("futex_stdio") {
-        skips_accounted(&format!("futex_stdio {hook}"), || {
-            stdio_lock_waits(hook);
-        });
-    }
+    under_each_hook("futex_stdio", stdio_lock_waits);
 }
 
 /// Threads allocating in one arena wait for its lock: likely, not certain, so at least one
