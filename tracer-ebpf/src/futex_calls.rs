@@ -164,22 +164,17 @@ fn futex_call_exited(result: i64) {
             unlock_pi && result == 0 && (*call).word_at_entry & FUTEX_WAITERS != 0,
         )
     };
-    let (result, blocked) = match event2 {
-        // A wake's result is how many it woke; an unlock of a PI futex returns 0 either way.
-        futex::WAKE_EVENT2 => {
-            let woke = if unlock_pi_woke { 1 } else { result };
-            (woke, woke > 0)
-        }
-        _ => {
-            // SAFETY: a read-only global that userspace sets before loading; this thread's
-            // own value.
-            let nvcsw =
-                read_task::<u64>(task, unsafe { ptr::read_volatile(&raw const NVCSW_OFFSET) });
-            // A wait that slept; one woken before it slept returns 0 without a switch.
-            // SAFETY: this thread's own value.
-            let switched = nvcsw != unsafe { (*call).nvcsw_at_entry };
-            (result, switched && result != -EAGAIN)
-        }
+    // A wake's result is how many it woke; an unlock of a PI futex returns 0 either way.
+    let (result, blocked) = if event2 == futex::WAKE_EVENT2 {
+        let woke = if unlock_pi_woke { 1 } else { result };
+        (woke, woke > 0)
+    } else {
+        // SAFETY: a read-only global that userspace sets before loading.
+        let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&raw const NVCSW_OFFSET) });
+        // A wait that slept; one woken before it slept returns 0 without a switch.
+        // SAFETY: this thread's own value.
+        let switched = nvcsw != unsafe { (*call).nvcsw_at_entry };
+        (result, switched && result != -EAGAIN)
     };
     // SAFETY: a read-only global that userspace sets before loading.
     if !blocked && unsafe { ptr::read_volatile(&raw const FUTEX_CONTENDED_ONLY) } != 0 {
@@ -260,7 +255,7 @@ fn user_registers() -> *const pt_regs {
 #[inline(always)]
 fn user_register(regs: *const pt_regs, offset: usize) -> u64 {
     // SAFETY: the helper checks the kernel address.
-    unsafe { bpf_probe_read_kernel(regs.cast::<u8>().add(offset).cast::<u64>()) }.unwrap_or(0)
+    unsafe { bpf_probe_read_kernel(regs.byte_add(offset).cast::<u64>()) }.unwrap_or(0)
 }
 
 /// Whether the current process's futex calls are recorded: it is traced through links of
@@ -366,8 +361,7 @@ fn syscall_record_word(ctx: &TracePointContext, n: usize) -> u64 {
     // SAFETY: the context is the tracepoint's record, whose words these are.
     unsafe {
         ctx.as_ptr()
-            .cast::<u8>()
-            .add(SYSCALL_ARGS_AT + 8 * n)
+            .byte_add(SYSCALL_ARGS_AT + 8 * n)
             .cast::<u64>()
             .read()
     }
@@ -377,13 +371,7 @@ fn syscall_record_word(ctx: &TracePointContext, n: usize) -> u64 {
 #[tracepoint]
 pub fn thr_futex_tp_enter(ctx: TracePointContext) -> u32 {
     // SAFETY: the number is an int at a fixed offset of the record.
-    let nr = unsafe {
-        ctx.as_ptr()
-            .cast::<u8>()
-            .add(SYSCALL_NR_AT)
-            .cast::<i32>()
-            .read()
-    };
+    let nr = unsafe { ctx.as_ptr().byte_add(SYSCALL_NR_AT).cast::<i32>().read() };
     unpreempted(|| {
         futex_call_entered(nr as u64, syscall_record_word(&ctx, 1), |args| {
             // SAFETY: `args` is the thread's own value. Each at a constant offset: the verifier
@@ -397,7 +385,7 @@ pub fn thr_futex_tp_enter(ctx: TracePointContext) -> u32 {
                     syscall_record_word(&ctx, 4),
                 ];
             }
-        })
+        });
     });
     0
 }
