@@ -91,6 +91,13 @@ fn futex_call_entered(nr: u64, op: u64, read_args: impl FnOnce(*mut [u64; 5])) {
     if !traced_process(current_pid_tgid(task)) {
         return;
     }
+    unpreempted(|| note_traced_call(task, event2, read_args));
+}
+
+/// The entry of a traced thread's futex call that is a futex event: noted for its exit,
+/// unless it is part of a traced pthread call.
+#[inline(always)]
+fn note_traced_call(task: *mut task_struct, event2: u16, read_args: impl FnOnce(*mut [u64; 5])) {
     let call = FUTEX_CALLS.of(task, true);
     if call.is_null() {
         count_lost();
@@ -151,6 +158,13 @@ fn futex_call_exited(result: i64) {
     if call.is_null() {
         return;
     }
+    unpreempted(|| record_exited_call(task, call, result));
+}
+
+/// The exit of a call of a thread that has futex storage: its record, if it was noted at its
+/// entry and is to be written.
+#[inline(always)]
+fn record_exited_call(task: *mut task_struct, call: *mut FutexCall, result: i64) {
     // SAFETY: this thread's own value.
     let (event2, unlock_pi_woke) = unsafe {
         let event2 = (*call).event2 as u16;
@@ -313,9 +327,10 @@ fn entered_with_registers(regs: *const pt_regs) {
     });
 }
 
-/// Runs `body` with preemption off where the kernel can turn it off (`kfuncs::PREEMPT_DISABLE`),
-/// as every futex program does: while one is preempted, the kernel skips it for every other
-/// thread on that CPU.
+/// Runs `body` with preemption off where the kernel can turn it off (`kfuncs::PREEMPT_DISABLE`):
+/// while a futex program is preempted, the kernel skips it for every other thread on that CPU.
+/// What a traced thread's call does is run so; the checks that turn every other call away
+/// come first, and do not pay for it.
 #[inline(always)]
 fn unpreempted(body: impl FnOnce()) {
     call_kfunc(kfuncs::PREEMPT_DISABLE);
@@ -338,14 +353,14 @@ fn call_kfunc(kfunc: Kfunc) {
 /// whose one argument is the saved registers: only futex calls run it.
 #[fentry]
 pub fn thr_futex_fentry(ctx: FEntryContext) -> u32 {
-    unpreempted(|| entered_with_registers(ctx.arg(0)));
+    entered_with_registers(ctx.arg(0));
     0
 }
 
 /// fexit of the same functions: their second word is the return value.
 #[fexit]
 pub fn thr_futex_fexit(ctx: FExitContext) -> u32 {
-    unpreempted(|| futex_call_exited(ctx.arg(1)));
+    futex_call_exited(ctx.arg(1));
     0
 }
 
@@ -372,20 +387,18 @@ fn syscall_record_word(ctx: &TracePointContext, n: usize) -> u64 {
 pub fn thr_futex_tp_enter(ctx: TracePointContext) -> u32 {
     // SAFETY: the number is an int at a fixed offset of the record.
     let nr = unsafe { ctx.as_ptr().byte_add(SYSCALL_NR_AT).cast::<i32>().read() };
-    unpreempted(|| {
-        futex_call_entered(nr as u64, syscall_record_word(&ctx, 1), |args| {
-            // SAFETY: `args` is the thread's own value. Each at a constant offset: the verifier
-            // refuses a context load at a computed one.
-            unsafe {
-                *args = [
-                    syscall_record_word(&ctx, 0),
-                    syscall_record_word(&ctx, 1),
-                    syscall_record_word(&ctx, 2),
-                    syscall_record_word(&ctx, 3),
-                    syscall_record_word(&ctx, 4),
-                ];
-            }
-        });
+    futex_call_entered(nr as u64, syscall_record_word(&ctx, 1), |args| {
+        // SAFETY: `args` is the thread's own value. Each at a constant offset: the verifier
+        // refuses a context load at a computed one.
+        unsafe {
+            *args = [
+                syscall_record_word(&ctx, 0),
+                syscall_record_word(&ctx, 1),
+                syscall_record_word(&ctx, 2),
+                syscall_record_word(&ctx, 3),
+                syscall_record_word(&ctx, 4),
+            ];
+        }
     });
     0
 }
@@ -393,7 +406,7 @@ pub fn thr_futex_tp_enter(ctx: TracePointContext) -> u32 {
 /// The futex syscalls' exit tracepoints.
 #[tracepoint]
 pub fn thr_futex_tp_exit(ctx: TracePointContext) -> u32 {
-    unpreempted(|| futex_call_exited(syscall_record_word(&ctx, 0) as i64));
+    futex_call_exited(syscall_record_word(&ctx, 0) as i64);
     0
 }
 
@@ -403,7 +416,7 @@ pub fn thr_futex_tp_exit(ctx: TracePointContext) -> u32 {
 pub fn thr_futex_raw_enter(ctx: RawTracePointContext) -> u32 {
     let nr: u64 = ctx.arg(1);
     if nr == futex::SYS_FUTEX || nr == futex::SYS_FUTEX_WAITV {
-        unpreempted(|| entered_with_registers(ctx.arg(0)));
+        entered_with_registers(ctx.arg(0));
     }
     0
 }
@@ -413,7 +426,7 @@ pub fn thr_futex_raw_enter(ctx: RawTracePointContext) -> u32 {
 pub fn thr_futex_raw_exit(ctx: RawTracePointContext) -> u32 {
     let nr = user_register(ctx.arg(0), offset_of!(pt_regs, orig_rax));
     if nr == futex::SYS_FUTEX || nr == futex::SYS_FUTEX_WAITV {
-        unpreempted(|| futex_call_exited(ctx.arg(1)));
+        futex_call_exited(ctx.arg(1));
     }
     0
 }
