@@ -25,7 +25,7 @@ use aya_obj::generated::{
     bpf_prog_type::{self, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_RAW_TRACEPOINT},
 };
 
-use super::loader::{self, Attach, MapShape, exit, instruction, mov_imm};
+use super::loader::{self, Attach, CALL, MapShape, exit, instruction, mov_imm};
 
 /// A kernel that lacks what the BPF side needs: exit status 2, as for other input the user
 /// can change (here, the kernel the tracer runs on).
@@ -237,7 +237,7 @@ fn atomic(op: i32) -> bpf_insn {
 }
 
 fn call(helper: i32) -> bpf_insn {
-    instruction(0x85, 0, 0, 0, helper) // BPF_JMP | BPF_CALL
+    instruction(u32::from(CALL), 0, 0, 0, helper)
 }
 
 #[cfg(test)]
@@ -259,7 +259,7 @@ mod tests {
             .values()
             .flat_map(|function| &function.instructions)
             // A helper call: BPF_JMP | BPF_CALL with source 0 (1 is a BPF-to-BPF call).
-            .filter(|insn| insn.code == 0x85 && insn.src_reg() == 0)
+            .filter(|insn| insn.code == CALL && insn.src_reg() == 0)
             .map(|insn| insn.imm)
             .filter(|imm| {
                 !tracer_common::kfuncs::ALL

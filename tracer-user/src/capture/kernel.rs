@@ -91,7 +91,7 @@ impl KernelBtf {
     pub fn read(functions: &[&'static str]) -> Result<Self> {
         let (btf, access) = kernel_btf()?;
         let offsets = TaskOffsets::from_btf(&btf)?;
-        // Each a scan of the type table: asked only when fentry may be used.
+        // Each a scan of the type table: asked only when the futex programs are loaded.
         let functions = functions
             .iter()
             .filter_map(|&name| {

@@ -182,12 +182,12 @@ impl Loaded {
 /// nothing: a move of 0 into the return register, which the kfuncs called so return nothing
 /// in.
 fn link_kfunc_call(insn: &mut bpf_insn, kfuncs: &[(i32, Option<u32>)]) {
-    /// `BPF_JMP | BPF_CALL`.
-    const CALL: u8 = 0x85;
-    let helper_call = insn.code == CALL && insn.src_reg() == 0;
+    if insn.code != CALL || insn.src_reg() != 0 {
+        return;
+    }
     let Some(&(_, id)) = kfuncs
         .iter()
-        .find(|(placeholder, _)| helper_call && insn.imm == *placeholder)
+        .find(|(placeholder, _)| insn.imm == *placeholder)
     else {
         return;
     };
@@ -471,6 +471,10 @@ pub fn trivial_program(
     load_to_ask(prog_type, attach_type.into(), &[mov_imm(0, 0), exit()]).ok()
 }
 
+/// `BPF_JMP | BPF_CALL`: a call of a helper (source register 0), of a function of the program
+/// (1) or of a kfunc (2).
+pub const CALL: u8 = 0x85;
+
 /// One instruction written here: of a program that asks the kernel what it offers, or in
 /// place of a kfunc's placeholder.
 pub fn instruction(code: u32, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
@@ -709,7 +713,7 @@ mod tests {
         let placeholders = |kfunc: kfuncs::Kfunc| {
             instructions
                 .iter()
-                .filter(|insn| insn.code == 0x85 && insn.imm == kfunc.placeholder)
+                .filter(|insn| insn.code == CALL && insn.imm == kfunc.placeholder)
                 .count()
         };
         assert_eq!(placeholders(kfuncs::PREEMPT_DISABLE), 1);
@@ -731,7 +735,7 @@ mod tests {
                 .map(|(_, after)| (after.imm, after.code, after.src_reg()))
                 .collect();
             let want = match kfuncs[0].1 {
-                Some(_) => vec![(7, 0x85, 2), (8, 0x85, 2)],
+                Some(_) => vec![(7, CALL, 2), (8, CALL, 2)],
                 None => vec![(0, 0xb7, 0), (0, 0xb7, 0)],
             };
             assert_eq!(changed, want, "placeholders become {expected}");
