@@ -7,7 +7,8 @@
 //! with `preempt=full`, on 2 and 4 vCPUs, tracing more threads than vCPUs locking shared and
 //! own mutexes, plain and `--lossless`, so that the BPF programs are often preempted. Debian
 //! 11's kernel, below the floor, must be refused in one line. A kernel oops, a lost or
-//! duplicated record, or a failed check fails the run.
+//! duplicated record, or a failed check fails the run. Boots run side by side, one a host CPU:
+//! each guest is one host thread.
 //!
 //! The guest is a busybox initramfs: `xtask/guest/init.sh` as init, the tracer, the test
 //! binaries and the workloads at the paths they were built at, and the host libraries they
@@ -20,6 +21,10 @@ use std::{
     os::unix::fs::{PermissionsExt, symlink},
     path::{Path, PathBuf},
     process::Stdio,
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -129,31 +134,40 @@ pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
     }
     let work = workspace_root().join("target/kernels");
     let guest = Guest::build(&work)?;
+    let mut kernels = Vec::new();
+    for (suite, label) in KERNELS {
+        if only.is_none_or(|only| only == suite) {
+            kernels.push((suite, label, fetch_kernel(suite, &work)?));
+        }
+    }
+    let mut boots = Vec::new();
+    for (suite, label, kernel) in &kernels {
+        let mut add = |kind, cpus| {
+            let number = boots.len();
+            boots.push((*label, Boot::new(kernel, kind, cpus, number)));
+        };
+        match *suite {
+            BELOW_FLOOR => add(BootKind::BelowFloor, 2),
+            _ => add(BootKind::Full, 2),
+        }
+        if *suite == "trixie-backports" {
+            (0..PREEMPT_BOOTS).for_each(|n| add(BootKind::Preempt, 2 + 2 * (n % 2)));
+        }
+    }
+    // The longest first, so that the lanes end together.
+    boots.sort_by_key(|(_, boot)| boot.kind.longest_first());
+    let outcomes = run_in_lanes(&boots, &guest, &work)?;
     let mut rows = Vec::new();
     let mut failures = 0;
-    for (suite, label) in KERNELS {
-        if only.is_some_and(|only| only != suite) {
-            continue;
+    for ((label, boot), outcome) in boots.iter().zip(outcomes) {
+        if !outcome.passed {
+            failures += 1;
         }
-        let kernel = fetch_kernel(suite, &work)?;
-        let mut boots = match suite {
-            BELOW_FLOOR => vec![Boot::new(&kernel, BootKind::BelowFloor, 2)],
-            _ => vec![Boot::new(&kernel, BootKind::Full, 2)],
-        };
-        if suite == "trixie-backports" {
-            boots.extend(
-                (0..PREEMPT_BOOTS).map(|n| Boot::new(&kernel, BootKind::Preempt, 2 + 2 * (n % 2))),
-            );
-        }
-        for boot in boots {
-            let outcome = boot.run(&guest, &work)?;
-            println!("{}", outcome.lines.join("\n"));
-            if !outcome.passed {
-                failures += 1;
-            }
-            rows.push(format!(
+        rows.push((
+            boot.number,
+            format!(
                 "| {label} ({}) | {} | {} | {} | {} | {:.0} s |",
-                kernel.abi,
+                boot.kernel.abi,
                 boot.kind.what(),
                 boot.cpus,
                 match (outcome.passed, outcome.hung_before_init) {
@@ -163,9 +177,11 @@ pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
                 },
                 outcome.timing.as_deref().unwrap_or("-"),
                 outcome.elapsed.as_secs_f64()
-            ));
-        }
+            ),
+        ));
     }
+    rows.sort();
+    let rows: Vec<String> = rows.into_iter().map(|(_, row)| row).collect();
     println!("\n| kernel | boot | vCPUs | result | start+exit, every category | boot and checks |");
     println!("|---|---|---|---|---|---|");
     for row in &rows {
@@ -174,6 +190,48 @@ pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
     let passed = rows.len() - failures;
     println!("\nkernels: {passed} passed, {failures} failed");
     Ok((passed, failures))
+}
+
+/// Runs `boots` in order, as many at once as the host has CPUs: each guest is one host thread
+/// (`ACCELERATOR`). Prints each boot's lines as it ends; the outcomes, in the order of `boots`.
+fn run_in_lanes(boots: &[(&str, Boot)], guest: &Guest, work: &Path) -> Result<Vec<Outcome>> {
+    let lanes = std::thread::available_parallelism().map_or(1, usize::from);
+    let next = AtomicUsize::new(0);
+    let outcomes: Mutex<Vec<Option<Outcome>>> = Mutex::new(boots.iter().map(|_| None).collect());
+    std::thread::scope(|scope| -> Result<()> {
+        let lanes: Vec<_> = (0..lanes.min(boots.len()))
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let at = next.fetch_add(1, Ordering::SeqCst);
+                        let Some((_, boot)) = boots.get(at) else {
+                            return Ok(());
+                        };
+                        let outcome = boot.run(guest, work)?;
+                        println!(
+                            "xtask: {} ({}, {} vCPUs) ended {}:\n{}",
+                            boot.kernel.abi,
+                            boot.kind.what(),
+                            boot.cpus,
+                            if outcome.passed { "passing" } else { "FAILING" },
+                            outcome.lines.join("\n")
+                        );
+                        outcomes.lock().expect("no lane panicked")[at] = Some(outcome);
+                    }
+                })
+            })
+            .collect();
+        for lane in lanes {
+            lane.join().expect("a lane does not panic")?;
+        }
+        Ok(())
+    })?;
+    outcomes
+        .into_inner()
+        .expect("no lane panicked")
+        .into_iter()
+        .map(|outcome| outcome.context("a boot that never ran"))
+        .collect()
 }
 
 /// A kernel image unpacked from Debian's package.
@@ -502,6 +560,16 @@ impl BootKind {
         }
     }
 
+    /// Sorts the boots that take longest first: a full boot runs for minutes, the others for
+    /// about one.
+    fn longest_first(self) -> u8 {
+        match self {
+            BootKind::Full => 0,
+            BootKind::Preempt => 1,
+            BootKind::BelowFloor => 2,
+        }
+    }
+
     fn word(self) -> &'static str {
         match self {
             BootKind::Full => "full",
@@ -516,6 +584,8 @@ struct Boot<'a> {
     kernel: &'a Kernel,
     kind: BootKind,
     cpus: u32,
+    /// Its place in the matrix, which names its console log.
+    number: usize,
 }
 
 /// What a boot showed.
@@ -531,8 +601,13 @@ struct Outcome {
 }
 
 impl<'a> Boot<'a> {
-    fn new(kernel: &'a Kernel, kind: BootKind, cpus: u32) -> Self {
-        Boot { kernel, kind, cpus }
+    fn new(kernel: &'a Kernel, kind: BootKind, cpus: u32, number: usize) -> Self {
+        Boot {
+            kernel,
+            kind,
+            cpus,
+            number,
+        }
     }
 
     /// Boots until the guest reaches init, at most `BOOTS_BEFORE_INIT` times.
@@ -559,7 +634,8 @@ impl<'a> Boot<'a> {
 
     fn boot_once(&self, guest: &Guest, work: &Path) -> Result<Outcome> {
         let console = work.join(format!(
-            "console-{}-{}-{}.log",
+            "console-{}-{}-{}-{}.log",
+            self.number,
             self.kernel.abi,
             self.kind.word(),
             self.cpus
