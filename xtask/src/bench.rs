@@ -41,6 +41,9 @@
 //! thread and with two, with the tracer's CPU share, what a `--pyroscope` push costs the
 //! tracer (its CPU with a push a second and without, per push), and how fast the tracer gets
 //! ready and how fast it exits after Ctrl-C.
+//!
+//! `--against REV` measures instead the full trace's pairs beside commit REV's tracer
+//! (`against`).
 
 use std::{
     ffi::OsStr,
@@ -53,6 +56,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use tracer_common::{Category, EVENTS};
+
+pub mod against;
 
 use crate::{
     server::Server,

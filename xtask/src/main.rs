@@ -37,6 +37,10 @@ enum Task {
         /// Repetitions of each measurement (the median is shown)
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// Compare only the full trace's cost per pair and its BPF programs' run times with the
+        /// tracer of this commit, built apart, run after run
+        #[arg(long, value_name = "REV")]
+        against: Option<String>,
     },
     /// Build and install the binary, its man pages and completions, the C analyzer library
     /// with trace.h and posixtrace.pc, and the contention agent's systemd unit (disabled) with
@@ -83,7 +87,14 @@ fn main() {
         Task::Setup => setup::ensure_prerequisites(),
         Task::Demo => demo::run_demo(),
         Task::Test => test::run_all(),
-        Task::Bench { reps } => bench::run(reps),
+        Task::Bench {
+            reps,
+            against: Some(rev),
+        } => bench::against::run_against(&rev, reps),
+        Task::Bench {
+            reps,
+            against: None,
+        } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
         Task::Kernels { suite } => kernels::run_all(suite.as_deref()),
         Task::Layers => layers::run(),

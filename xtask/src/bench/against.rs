@@ -1,0 +1,150 @@
+//! `cargo xtask bench --against REV`: the full trace's cost per pair and its BPF programs' run
+//! times, for the tracer built here and for the one of commit REV, built apart, run after run
+//! on the same machine. The main bench prints ratios within one build; a change that makes
+//! the programs dearer shows only beside an older build.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result, bail};
+
+use super::{Mode, WORKLOADS, Workload, measure, median, program_costs};
+use crate::shell::{build_tracer, command, compile_workload, run, workspace_root};
+
+/// The workloads compared: one thread's uncontended pairs of each kind.
+const COMPARED: [&str; 3] = [
+    "mutex lock+unlock, 1 thread",
+    "sem post+wait, 1 thread",
+    "rwlock rdlock+unlock, 1 thread",
+];
+
+/// One build's figures for one workload, run by run.
+#[derive(Default)]
+struct Figures {
+    traced: Vec<f64>,
+    empty: Vec<f64>,
+    entry: Vec<f64>,
+    exit: Vec<f64>,
+}
+
+impl Figures {
+    fn take(&mut self, tracer: &Path, program: &Path, workload: &Workload) -> Result<()> {
+        let dir = workspace_root().join("target/bench-trace");
+        let fresh = || -> Result<()> {
+            let _ = fs::remove_dir_all(&dir);
+            Ok(fs::create_dir_all(&dir)?)
+        };
+        fresh()?;
+        self.traced
+            .push(measure(tracer, program, workload, Mode::Placed, &dir)?.ns_per_op);
+        fresh()?;
+        self.empty
+            .push(measure(tracer, program, workload, Mode::FloorPlaced, &dir)?.ns_per_op);
+        fresh()?;
+        let costs = program_costs(tracer, program, workload, Mode::Placed, &dir)?;
+        self.entry.push(costs[0]);
+        self.exit.push(costs[1]);
+        Ok(())
+    }
+
+    fn medians(&self) -> [f64; 4] {
+        [
+            median(&self.traced),
+            median(&self.empty),
+            median(&self.entry),
+            median(&self.exit),
+        ]
+    }
+}
+
+pub fn run_against(rev: &str, reps: usize) -> Result<()> {
+    let (name, older) = older_tracer(rev)?;
+    let tracer = build_tracer()?;
+    let workloads: Vec<&Workload> = COMPARED
+        .iter()
+        .map(|name| {
+            WORKLOADS
+                .iter()
+                .find(|w| w.name == *name)
+                .with_context(|| format!("no workload {name}"))
+        })
+        .collect::<Result<_>>()?;
+    let mut figures: Vec<[Figures; 2]> = workloads.iter().map(|_| Default::default()).collect();
+    for rep in 1..=reps {
+        eprintln!("xtask: repetition {rep} of {reps}");
+        for (workload, [then, now]) in workloads.iter().zip(&mut figures) {
+            let program = compile_workload(workload.program)?;
+            // Alternately first, so that drift within a repetition hits both alike.
+            let mut builds = [(&mut *then, &older), (&mut *now, &tracer)];
+            if rep % 2 == 0 {
+                builds.reverse();
+            }
+            for (figures, tracer) in builds {
+                figures.take(tracer, &program, workload)?;
+            }
+        }
+    }
+    for (workload, [then, now]) in workloads.iter().zip(&figures) {
+        let ([t_traced, t_empty, t_entry, t_exit], [n_traced, n_empty, n_entry, n_exit]) =
+            (then.medians(), now.medians());
+        println!(
+            "\n| {}, median of {reps} | {name} | now | now / then |",
+            workload.name
+        );
+        println!("|---|---|---|---|");
+        for (what, then, now) in [
+            ("traced, probes placed: ns per pair", t_traced, n_traced),
+            ("empty programs at the same points", t_empty, n_empty),
+            ("BPF entry program: ns per run", t_entry, n_entry),
+            ("BPF return program: ns per run", t_exit, n_exit),
+        ] {
+            println!("| {what} | {then:.0} | {now:.0} | {:.2} |", now / then);
+        }
+        println!(
+            "| traced / empty | {:.2} | {:.2} | |",
+            t_traced / t_empty,
+            n_traced / n_empty
+        );
+    }
+    Ok(())
+}
+
+/// The tracer of commit `rev`, built from its tree (exported under target/, with a target
+/// directory shared by such builds) unless it is there; its short name and path. The files
+/// are given the time of their export (`tar -m`), not of the commit: cargo rebuilds a path
+/// crate only when its sources are newer than what it built.
+fn older_tracer(rev: &str) -> Result<(String, PathBuf)> {
+    let resolved = command("git")
+        .args(["rev-parse", "--short", "--verify", "--quiet"])
+        .arg(format!("{rev}^{{commit}}"))
+        .output()?;
+    if !resolved.status.success() {
+        bail!("{rev} is not a commit of this repository: give a commit, tag or branch");
+    }
+    let short = String::from_utf8_lossy(&resolved.stdout).trim().to_owned();
+    let root = workspace_root().join("target/bench-against");
+    let binary = root.join(format!("thrtrace-bpf-{short}"));
+    if binary.exists() {
+        return Ok((short, binary));
+    }
+    let tree = root.join(&short);
+    let _ = fs::remove_dir_all(&tree);
+    fs::create_dir_all(&tree)?;
+    run(command("sh").arg("-c").arg(format!(
+        "git archive {short} | tar -x -m -C '{}'",
+        tree.display()
+    )))?;
+    eprintln!("xtask: building {short}'s tracer in {}", tree.display());
+    run(command("cargo")
+        .current_dir(&tree)
+        .env("CARGO_TARGET_DIR", root.join("target"))
+        .args(["build", "--release", "--package", "tracer-user"]))?;
+    let built = root.join("target/release/thrtrace-bpf");
+    if !built.exists() {
+        bail!("{short}'s build left no {}", built.display());
+    }
+    fs::copy(&built, &binary)?;
+    Ok((short, binary))
+}
