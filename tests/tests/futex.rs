@@ -368,7 +368,10 @@ fn contended_raw_futex_calls(hook: &str) {
             -i64::from(libc::ETIMEDOUT),
             "{context}: {wait:?}"
         );
-        assert!(wait.a[2] >= (TIMEOUT_MS - 1) * MS, "{context}: {wait:?}");
+        // It slept until its deadline, which the workload set TIMEOUT_MS ahead just before
+        // the call: blocked for most of that (under emulation, the call began up to
+        // milliseconds after the deadline was set), not returned at once.
+        assert!(wait.a[2] >= TIMEOUT_MS / 2 * MS, "{context}: {wait:?}");
         assert!(wait.a[4] > 0, "{context}: an absolute deadline: {wait:?}");
     }
     assert_eq!(
