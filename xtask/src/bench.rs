@@ -323,7 +323,7 @@ pub fn run(reps: usize) -> Result<()> {
             .join("target")
             .join(crate::dist::STATIC_BUILD),
     )?;
-    let dir = workspace_root().join("target/bench-trace");
+    let dir = trace_dir();
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); MODES.len()]; WORKLOADS.len()];
     let mut costs: Vec<Vec<Vec<Vec<f64>>>> =
         vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
@@ -369,20 +369,17 @@ pub fn run(reps: usize) -> Result<()> {
         for (w, workload) in WORKLOADS.iter().enumerate() {
             let program = compile_workload(workload.program)?;
             for (m, &mode) in MODES.iter().enumerate() {
-                let _ = fs::remove_dir_all(&dir);
-                fs::create_dir_all(&dir)?;
+                empty_dir(&dir)?;
                 samples[w][m].push(measure(&tracer, &program, workload, mode, &dir)?);
             }
             // Apart: the statistics' clock reads slow the programs they time.
             for (c, &mode) in COSTED_MODES.iter().enumerate() {
-                let _ = fs::remove_dir_all(&dir);
-                fs::create_dir_all(&dir)?;
+                empty_dir(&dir)?;
                 costs[w][c].push(program_costs(&tracer, &program, workload, mode, &dir)?);
             }
         }
         for (m, (_, options)) in REAL_PROGRAM_MODES.iter().enumerate() {
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
+            empty_dir(&dir)?;
             real[m].push(real_program_ns(&tracer, *options, &dir)?);
         }
         let syscalls = compile_workload("bench_syscalls")?;
@@ -394,55 +391,46 @@ pub fn run(reps: usize) -> Result<()> {
         std_mutex_rounds.push(std_mutex_round(&tracer, &dir)?);
         let program = compile_workload(contended.program)?;
         for (m, &mode) in STACK_COST_MODES.iter().enumerate() {
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
+            empty_dir(&dir)?;
             let cpu = contended_record_cpu(&tracer, &dir, mode)?;
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
+            empty_dir(&dir)?;
             let programs = program_costs(&tracer, &program, contended, mode, &dir)?;
             stack_costs[m].push([cpu, programs[0], programs[1]]);
         }
         let spawn = compile_workload("bench_spawn")?;
         for (w, args) in SPAWN_WORKLOADS.iter().enumerate() {
             for (m, options) in FOLLOW_MODES.iter().enumerate() {
-                let _ = fs::remove_dir_all(&dir);
-                fs::create_dir_all(&dir)?;
+                empty_dir(&dir)?;
                 let out = output(launched(&tracer, *options, &dir, &spawn).args(args.1))?;
                 follow[w][m].push(workload_value(&out.stdout, "ns_per_op")?);
             }
         }
         for (m, &(mode, threads)) in SINK_RUNS.iter().enumerate() {
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
+            empty_dir(&dir)?;
             sink_cpu[m].push(consume(&tracer, &dir, mode, (SINK_PAIRS, 1), threads)?);
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
+            empty_dir(&dir)?;
             let idle = consume(&tracer, &dir, mode, (0, 1), threads)?;
             sink_idle_cpu[m].push(idle.cpu_ns);
         }
         let both = |tracer: &Path| -> Result<Consumed> {
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
+            empty_dir(&dir)?;
             consume(tracer, &dir, SinkMode::Both, (SINK_PAIRS, 1), None)
         };
         static_cpu.push((both(&static_tracer)?, both(&tracer)?));
         push_costs.push(push_cpu(&tracer, &dir)?);
         for (p, &count) in producers.iter().enumerate() {
             for (c, &threads) in CONSUMER_THREADS.iter().enumerate() {
-                let _ = fs::remove_dir_all(&dir);
-                fs::create_dir_all(&dir)?;
+                empty_dir(&dir)?;
                 let workload = (SINK_PAIRS, count);
                 let run = consume(&tracer, &dir, SinkMode::Both, workload, Some(threads))?;
                 scaling[p][c].push(run);
             }
         }
         server_rounds.push(server_round(&tracer, &server, &dir)?);
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir)?;
+        empty_dir(&dir)?;
         timings.push(latencies(&tracer, &dir, &["--events", "mutex:cond"])?);
         for (m, (_, options)) in MECHANISMS.iter().enumerate() {
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir)?;
+            empty_dir(&dir)?;
             every_category[m].push(latencies(&tracer, &dir, options)?);
         }
     }
@@ -743,6 +731,17 @@ fn print_program_costs(costs: &[Vec<Vec<Vec<f64>>>], reps: usize) {
         }
         println!();
     }
+}
+
+/// Makes `dir` an empty directory for the next run's trace files.
+fn empty_dir(dir: &Path) -> Result<()> {
+    let _ = fs::remove_dir_all(dir);
+    Ok(fs::create_dir_all(dir)?)
+}
+
+/// Where the bench's traced runs write.
+fn trace_dir() -> PathBuf {
+    workspace_root().join("target/bench-trace")
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -1059,8 +1058,7 @@ fn print_std_mutex_costs(rounds: &[(f64, f64)], reps: usize) {
 fn std_mutex_round(tracer: &Path, dir: &Path) -> Result<(f64, f64)> {
     let program = compile_rust_workload("std_mutex")?;
     let run = |options: Option<&[&str]>| -> Result<f64> {
-        let _ = fs::remove_dir_all(dir);
-        fs::create_dir_all(dir)?;
+        empty_dir(dir)?;
         let mut run = launched(tracer, options, dir, &program);
         let out = output(run.arg(STD_MUTEX_PAIRS.to_string()))?;
         if options.is_some() {
@@ -1231,8 +1229,7 @@ fn beside_trace<T>(
     dir: &Path,
     work: impl FnOnce() -> Result<T>,
 ) -> Result<(T, u64)> {
-    let _ = fs::remove_dir_all(dir);
-    fs::create_dir_all(dir)?;
+    empty_dir(dir)?;
     let mut traced = command(tracer)
         .args(options)
         .arg("--dir")
@@ -1321,8 +1318,7 @@ fn take_pushes(listener: &std::net::TcpListener) -> usize {
 /// The tracer's CPU (ns) tracing the contended workload, endless, `--contended` with `options`
 /// for [`PUSH_SECONDS`].
 fn contended_trace_cpu(tracer: &Path, dir: &Path, options: &[&str]) -> Result<f64> {
-    let _ = fs::remove_dir_all(dir);
-    fs::create_dir_all(dir)?;
+    empty_dir(dir)?;
     let mut target = command(compile_workload("contention")?)
         .args(["1000000", "10", "2"])
         .stdout(Stdio::null())

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{Mode, WORKLOADS, Workload, measure, median, program_costs};
+use super::{Mode, WORKLOADS, Workload, empty_dir, measure, median, program_costs, trace_dir};
 use crate::shell::{build_tracer, command, compile_workload, run, workspace_root};
 
 /// The workloads compared: one thread's uncontended pairs of each kind.
@@ -31,18 +31,14 @@ struct Figures {
 
 impl Figures {
     fn take(&mut self, tracer: &Path, program: &Path, workload: &Workload) -> Result<()> {
-        let dir = workspace_root().join("target/bench-trace");
-        let fresh = || -> Result<()> {
-            let _ = fs::remove_dir_all(&dir);
-            Ok(fs::create_dir_all(&dir)?)
-        };
-        fresh()?;
+        let dir = trace_dir();
+        empty_dir(&dir)?;
         self.traced
             .push(measure(tracer, program, workload, Mode::Placed, &dir)?.ns_per_op);
-        fresh()?;
+        empty_dir(&dir)?;
         self.empty
             .push(measure(tracer, program, workload, Mode::FloorPlaced, &dir)?.ns_per_op);
-        fresh()?;
+        empty_dir(&dir)?;
         let costs = program_costs(tracer, program, workload, Mode::Placed, &dir)?;
         self.entry.push(costs[0]);
         self.exit.push(costs[1]);
