@@ -39,7 +39,9 @@ fn real_time_children_lose_nothing_while_another_cpu_is_busy() {
     let dir = TempDir::new("follow-rt-workers");
     let workload = workload_arg("rt_workers");
     let counts = [CHILDREN, THREADS, PAIRS].map(|n| n.to_string());
+    let whole = (true, 0, CHILDREN * THREADS * PAIRS);
     let mut outcomes = Vec::new();
+    let mut said = Vec::new();
     for _ in 0..20 {
         let run = run_tracer(
             dir.path(),
@@ -55,15 +57,20 @@ fn real_time_children_lose_nothing_while_another_cpu_is_busy() {
         let mutex: String = field(&run.stdout, "mutex");
         let mutex = i64::from_str_radix(mutex.trim_start_matches("0x"), 16).unwrap();
         let locks = paired_calls(&lines, "mutex_lock", mutex).len();
-        outcomes.push((
+        let outcome = (
             run.status.success(),
             summary_count(&run.stderr, "lost"),
             locks,
-        ));
+        );
+        if outcome != whole {
+            // When in the trace, and on which CPU, for the failure's message.
+            said.extend(run.stderr.lines().map(str::to_owned));
+        }
+        outcomes.push(outcome);
     }
-    let whole = (true, 0, CHILDREN * THREADS * PAIRS);
     assert!(
         outcomes.iter().all(|o| *o == whole),
-        "(exit 0, lost, lock calls) per run: {outcomes:?}"
+        "(exit 0, lost, lock calls) per run: {outcomes:?}; the tracer said, in those that lost:\n{}",
+        said.join("\n")
     );
 }

@@ -24,7 +24,7 @@ use super::{
     launch::{self, Loader},
     targets::{self, PthreadLibrary},
 };
-use crate::capture::lossless::StoppedView;
+use crate::{capture::lossless::StoppedView, priority::Rank};
 
 /// What following the targets reports to the session.
 pub enum Followed {
@@ -71,38 +71,35 @@ pub fn start(
 ) -> Result<mpsc::UnboundedReceiver<Followed>> {
     let (requests, received) = mpsc::unbounded_channel();
     let (seized, all_seized) = sync_mpsc::sync_channel(1);
-    thread::Builder::new()
-        .name("exec-follow".into())
-        .spawn(move || {
-            // Every fork, clone and exec of a target waits for this thread.
-            crate::priority::run_first();
-            for &pid in &pids {
-                if let Err(error) = seize_process(pid) {
-                    say!(
-                        "thrtrace-bpf: cannot follow the execs of pid {pid} ({error}); is a \
+    // Every fork, clone and exec of a target waits for this thread.
+    crate::priority::spawn("exec-follow", Rank::First, move || {
+        for &pid in &pids {
+            if let Err(error) = seize_process(pid) {
+                say!(
+                    "thrtrace-bpf: cannot follow the execs of pid {pid} ({error}); is a \
                          debugger attached? Its forks are still followed"
-                    );
-                }
+                );
             }
-            if let Some(pid) = launched {
-                let resumed = seize(pid as libc::pid_t).and_then(|()| {
-                    // SAFETY: kill has no memory effects.
-                    check(unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) })
-                });
-                if let Err(error) = resumed {
-                    say!("thrtrace-bpf: cannot follow the execs of the command: {error}");
-                }
+        }
+        if let Some(pid) = launched {
+            let resumed = seize(pid as libc::pid_t).and_then(|()| {
+                // SAFETY: kill has no memory effects.
+                check(unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) })
+            });
+            if let Err(error) = resumed {
+                say!("thrtrace-bpf: cannot follow the execs of the command: {error}");
             }
-            let _ = seized.send(());
-            Follower {
-                functions,
-                launched,
-                requests,
-                stopped,
-            }
-            .run();
-        })
-        .context("cannot start the exec-following thread")?;
+        }
+        let _ = seized.send(());
+        Follower {
+            functions,
+            launched,
+            requests,
+            stopped,
+        }
+        .run();
+    })
+    .context("cannot start the exec-following thread")?;
     all_seized
         .recv()
         .context("the exec-following thread ended before it attached to the targets")?;

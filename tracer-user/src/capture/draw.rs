@@ -3,10 +3,7 @@
 //! drawing threads for the others, all in the same pass. The session then puts every record
 //! drawn in the reorder stage ([`super::reorder`]), which orders them whoever drew them.
 
-use std::{
-    sync::mpsc,
-    thread::{self, JoinHandle},
-};
+use std::{sync::mpsc, thread::JoinHandle};
 
 use anyhow::{Context, Result, anyhow};
 use tracer_common::{RawRecord, record::UserStack};
@@ -16,6 +13,7 @@ use super::{
     datapath::{Drained, Rings},
     decode::Decoder,
 };
+use crate::priority::Rank;
 
 /// A record as it waits in the reorder stage, decoded as it was drawn from the ring of `cpu`:
 /// decoding depends on nothing the stage puts in order, and the decoded record is two thirds of
@@ -120,20 +118,18 @@ impl DrawThreads {
                 let (passes, pass_requests) = mpsc::channel::<Vec<Pulled>>();
                 let (drawn_out, drawn) = mpsc::channel();
                 let decoder = decoder.clone();
-                let handle = thread::Builder::new()
-                    .name(format!("ring-drawer-{n}"))
-                    .spawn(move || {
-                        crate::priority::run_first();
-                        for mut batch in pass_requests {
-                            let read = rings.drain(|cpu, raw, stack| {
-                                batch.push(Pulled::new(&decoder, cpu, raw, stack));
-                            });
-                            if drawn_out.send((batch, read)).is_err() {
-                                break;
-                            }
+                let name = format!("ring-drawer-{n}");
+                let handle = crate::priority::spawn(&name, Rank::First, move || {
+                    for mut batch in pass_requests {
+                        let read = rings.drain(|cpu, raw, stack| {
+                            batch.push(Pulled::new(&decoder, cpu, raw, stack));
+                        });
+                        if drawn_out.send((batch, read)).is_err() {
+                            break;
                         }
-                    })
-                    .context("cannot start a thread to drain the rings")?;
+                    }
+                })
+                .context("cannot start a thread to drain the rings")?;
                 Ok(DrawThread {
                     passes,
                     drawn,

@@ -18,6 +18,7 @@ use std::{
 use tracer_model::{TraceRecord, event::SystemEvent};
 
 use super::{Sink, SinkState, TraceEnd};
+use crate::priority::Rank;
 
 /// Events handed over at once: few enough that the thread is never idle for long, many
 /// enough that the hand-over costs little per event.
@@ -67,12 +68,12 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         let failed = Arc::new(Mutex::new(None));
         let (work, queue) = mpsc::sync_channel(QUEUED_BATCHES);
         let (emptied, spares) = mpsc::channel();
-        let thread = std::thread::Builder::new().name(name.to_owned()).spawn({
+        // Below the threads that drain the rings, so that on busy CPUs the rings are drained
+        // first, and above the targets, so that what the session waits on is never held up by
+        // them (see `crate::priority`).
+        let thread = crate::priority::spawn(name, Rank::Second, {
             let failed = Arc::clone(&failed);
-            move || {
-                yield_to_the_drain();
-                serve(sink, queue, &emptied, &failed);
-            }
+            move || serve(sink, queue, &emptied, &failed)
         })?;
         Ok(Threaded {
             pending: Vec::with_capacity(BATCH),
@@ -157,13 +158,6 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         self.check()?;
         Ok(answer)
     }
-}
-
-/// Runs the calling writer thread below the threads that drain the rings, so that on busy
-/// CPUs the rings are drained first, and above the targets, so that what the session waits on
-/// (see [`crate::priority`]) is never held up by the targets.
-fn yield_to_the_drain() {
-    crate::priority::run_second();
 }
 
 /// The sink's thread: does what it is asked, in order, until the session lets go of it, and
