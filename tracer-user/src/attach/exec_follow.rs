@@ -77,7 +77,7 @@ pub fn start(
             if let Err(error) = seize_process(pid) {
                 say!(
                     "thrtrace-bpf: cannot follow the execs of pid {pid} ({error}); is a \
-                         debugger attached? Its forks are still followed"
+                     debugger attached? Its forks are still followed"
                 );
             }
         }
