@@ -96,18 +96,27 @@ __attribute__((noinline)) static void beta_1(void) {
     after_call += 19;
 }
 
-static void *run(void *chain) {
-    ((void (*)(void))chain)();
+/* A thread's name and the chain it runs. */
+struct chain {
+    const char *name;
+    void (*run)(void);
+};
+
+static void *run(void *arg) {
+    const struct chain *chain = arg;
+    /* Named before its first traced call: named by its creator once pthread_create returned,
+     * a thread was seen to make its calls first, under its process's name. */
+    pthread_setname_np(pthread_self(), chain->name);
+    chain->run();
     return NULL;
 }
 
-static pthread_t start(const char *name, void (*chain)(void)) {
+static pthread_t start(struct chain *chain) {
     pthread_t thread;
-    if (pthread_create(&thread, NULL, run, (void *)chain) != 0) {
+    if (pthread_create(&thread, NULL, run, chain) != 0) {
         perror("pthread_create");
         exit(1);
     }
-    pthread_setname_np(thread, name);
     return thread;
 }
 
@@ -116,11 +125,13 @@ int main(int argc, char **argv) {
         hold_ms = atoi(argv[1]);
     printf("big_lock=%p\n", (void *)&big_lock);
     fflush(stdout);
-    pthread_t holder = start("holder", holder_1);
+    static struct chain holder_chain = {"holder", holder_1}, alpha_chain = {"alpha", alpha_1},
+                        beta_chain = {"beta", beta_1};
+    pthread_t holder = start(&holder_chain);
     while (!atomic_load(&held))
         usleep(1000);
-    pthread_t alpha = start("alpha", alpha_1);
-    pthread_t beta = start("beta", beta_1);
+    pthread_t alpha = start(&alpha_chain);
+    pthread_t beta = start(&beta_chain);
     pthread_join(holder, NULL);
     pthread_join(alpha, NULL);
     pthread_join(beta, NULL);
