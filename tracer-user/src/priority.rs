@@ -48,12 +48,12 @@ const REAL_TIME: libc::c_int = libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK;
 /// Runs the calling thread at [`Rank::First`]. Best effort: without CAP_SYS_NICE, the thread
 /// runs as before.
 pub fn run_first() {
-    set_own(REAL_TIME, Rank::First.priority());
+    set(own(), REAL_TIME, Rank::First.priority());
 }
 
 /// Runs the calling thread at the normal policy (a thread inherits its creator's).
 pub fn run_normally() {
-    set_own(libc::SCHED_OTHER, 0);
+    set(own(), libc::SCHED_OTHER, 0);
 }
 
 /// Starts a thread named `name` running `work` at `rank`: set here, by the starting thread,
@@ -71,24 +71,25 @@ pub fn spawn<T: Send + 'static>(
             let _ = wait_for_rank.recv();
             work()
         })?;
-    let param = libc::sched_param {
-        sched_priority: rank.priority(),
-    };
-    // SAFETY: the handle's thread is joinable, so its pthread_t stays valid while the handle
-    // lives; `param` is a live local.
-    let _ =
-        unsafe { libc::pthread_setschedparam(handle.as_pthread_t(), REAL_TIME, &raw const param) };
+    // The handle's thread is joinable, so its pthread_t stays valid while the handle lives.
+    set(handle.as_pthread_t(), REAL_TIME, rank.priority());
     let _ = ranked.send(());
     Ok(handle)
 }
 
-fn set_own(policy: libc::c_int, priority: libc::c_int) {
+/// The calling thread.
+fn own() -> libc::pthread_t {
+    // SAFETY: a plain query with no memory effects.
+    unsafe { libc::pthread_self() }
+}
+
+/// Sets the policy and priority of `thread`, a live thread of this process.
+fn set(thread: libc::pthread_t, policy: libc::c_int, priority: libc::c_int) {
     let param = libc::sched_param {
         sched_priority: priority,
     };
-    // SAFETY: sets the calling thread's policy (pid 0 is the calling thread on Linux); `param`
-    // is a live local.
-    let _ = unsafe { libc::sched_setscheduler(0, policy, &raw const param) };
+    // SAFETY: `thread` is live (the caller's word); `param` is a live local.
+    let _ = unsafe { libc::pthread_setschedparam(thread, policy, &raw const param) };
 }
 
 #[cfg(test)]
