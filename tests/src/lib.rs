@@ -487,9 +487,11 @@ pub fn paired_calls<'a>(
     calls
 }
 
-/// The two probe placements every record test runs under: the default (where the kernel need
-/// not single-step) and `--probe-at-entry`. Records must be the same under both.
-pub const PLACEMENTS: [&[&str]; 2] = [&[], &["--probe-at-entry"]];
+/// The probe placements every record test runs under: the default (lock calls written where
+/// their fast path completes them, other probes where the kernel need not single-step), the
+/// placement before fast paths (`--no-fast-paths`), and `--probe-at-entry`. Records must be
+/// the same under each.
+pub const PLACEMENTS: [&[&str]; 3] = [&[], &["--no-fast-paths"], &["--probe-at-entry"]];
 
 /// The line of `marker` in a workload's source: a comment after the call, given whole
 /// (`/* WAIT */`) or by its word (`WAIT`).

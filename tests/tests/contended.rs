@@ -67,11 +67,13 @@ fn story(build: &str) -> Story {
     let (full_dir, slow_dir) = (TempDir::new("contended-full"), TempDir::new("contended"));
     let log = |dir: &TempDir| dir.path().join("app.ptl").to_string_lossy().into_owned();
     let (full_log, slow_log) = (log(&full_dir), log(&slow_dir));
+    // The full trace as placed before fast paths: its return probes on the locks put the
+    // kernel's trampoline where the slow paths read their callers (checked below).
     let tracers = [
         start_tracer(
             full_dir.path(),
             &[pid],
-            &["--events", EVENTS, "--log", &full_log],
+            &["--no-fast-paths", "--events", EVENTS, "--log", &full_log],
         ),
         start_tracer(
             slow_dir.path(),

@@ -32,7 +32,29 @@ fn listing(options: &[&str]) -> Vec<(String, String, String)> {
 
 #[test]
 fn every_traced_function_is_listed_with_its_probe_point() {
-    let placed = listing(&["--list-probes"]);
+    // Where a lock call's fast path completes it: the uncontended lock is written at the
+    // emulated branch after its compare-and-exchange, and opened there when it goes on to wait.
+    let fast = listing(&["--list-probes"]);
+    for event in EVENTS.iter().filter(|e| e.category.is_probed_in_library()) {
+        assert!(
+            fast.iter().any(|(f, _, _)| f == event.symbol),
+            "{} missing",
+            event.symbol
+        );
+    }
+    let completions: Vec<&String> = fast
+        .iter()
+        .filter(|(f, _, _)| f == "pthread_mutex_lock")
+        .map(|(_, _, line)| line)
+        .collect();
+    assert!(
+        completions.iter().any(|line| line.contains(
+            "fast path: the call returns 0 from here when ZF=1; else opens it; object in rdi"
+        ) && !line.contains("single-stepped")),
+        "{completions:#?}"
+    );
+
+    let placed = listing(&["--list-probes", "--no-fast-paths"]);
     // The futex category's records come from the kernel, with no probe.
     for event in EVENTS.iter().filter(|e| e.category.is_probed_in_library()) {
         assert!(

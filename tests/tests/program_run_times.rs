@@ -41,9 +41,10 @@ fn each_program_runs_once_per_call_and_its_time_is_said() {
     }
     let _stats = BpfStats::enable();
     // Every call of pthread_mutex_lock and _unlock is recorded, glibc's own included (an
-    // rmutex's): one entry and one return a call, and records of which 0 or 1 count calls.
+    // rmutex's). Probed at entry and return: one entry and one return a call, and records of
+    // which 0 or 1 count calls.
     let (run, records) = trace_workload(
-        &["-v", "--events", "mutex:rmutex"],
+        &["-v", "--no-fast-paths", "--events", "mutex:rmutex"],
         "bench_mutex",
         &["1", "1000"],
     );
@@ -53,4 +54,24 @@ fn each_program_runs_once_per_call_and_its_time_is_said() {
     let (returns, return_ns) = run_time(&run.stderr, "thr_return");
     assert_eq!((entries, returns), (calls, calls), "{}", run.stderr);
     assert!(entry_ns > 0 && return_ns > 0, "{}", run.stderr);
+    assert_eq!(run_time(&run.stderr, "thr_fast").0, 0, "{}", run.stderr);
+
+    // Where the fast path completes the lock (one thread: it never waits): one run of the
+    // fast-path program a lock, and the unlocks at entry and return.
+    let (run, records) = trace_workload(
+        &["-v", "--events", "mutex:rmutex"],
+        "bench_mutex",
+        &["1", "1000"],
+    );
+    let locks = records.iter().filter(|r| r.which == 1).count() as u64;
+    let unlocks = records.iter().filter(|r| r.which == 0).count() as u64;
+    assert!(locks >= 1000 && unlocks >= 1000, "{locks} {unlocks}");
+    let (fast, fast_ns) = run_time(&run.stderr, "thr_fast");
+    assert_eq!(fast, locks, "{}", run.stderr);
+    assert!(fast_ns > 0, "{}", run.stderr);
+    let (entries, returns) = (
+        run_time(&run.stderr, "thr_entry").0,
+        run_time(&run.stderr, "thr_return").0,
+    );
+    assert_eq!((entries, returns), (unlocks, unlocks), "{}", run.stderr);
 }

@@ -258,10 +258,178 @@ pub struct ProbeCookie {
     /// slow path): its value is the call's result. Otherwise a slow path's return is that of a
     /// wait, after which the call succeeds: its result is 0. 1 bit.
     pub returns_result: bool,
-    /// On a slow path, the register holding the call's object (the futex waited on may be a
-    /// word inside it). Carried, on a slow path only, in the bits that say elsewhere where the
-    /// function starts ([`FunctionSpan::before_probe`]): a slow path's probe keeps no span.
+    /// On a slow path or where a fast path completes, the register holding the call's object
+    /// (the futex waited on may be a word inside it). Carried there only, in the bits that say
+    /// elsewhere where the function starts ([`FunctionSpan::before_probe`]): such a probe keeps
+    /// no span.
     pub object_register: ObjectRegister,
+    /// The probe is where the call's fast path completes it ([`Completion`]), in a full trace:
+    /// carried in the bits of the span, which such a probe does not keep.
+    pub completion: Option<Completion>,
+}
+
+/// A probe inside a lock function where the call's outcome is known (after the atomic
+/// instruction that took the lock, on the branch that tests it): the call is written whole
+/// there when the condition holds, with no probe at its entry nor at its return. The planner
+/// (`attach::fast_path`) proves that every way through the function meets exactly one such
+/// completion, or opens the call first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// Which flag of `eflags` says the call completed here.
+    pub condition: Condition,
+    /// The flag's value that says so.
+    pub when_set: bool,
+    /// What the completed call returns.
+    pub outcome: PackedOutcome,
+    /// The thread may have the call open here (it went by a slow path): the open call is
+    /// completed rather than written whole.
+    pub may_be_open: bool,
+    /// When the condition does not hold, the call goes on to wait or to code that is not
+    /// proved: it is opened here (its entry half), for a later completion or its return.
+    pub opens_otherwise: bool,
+    /// What the locked instruction found in the object's first bytes, which the entry half
+    /// reports (a semaphore's count before its decrement), is in `rax`.
+    pub found_in_rax: FoundInRax,
+    /// The code after the completion stores to the object before it returns: a recursive
+    /// mutex's count, which its return half reports, is one more than the copy made here
+    /// shows ([`count_one_more`]).
+    pub stores_after: bool,
+}
+
+/// The flag a completion tests ([`Completion::condition`]).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// Every hit completes the call (a jump into the code that returns).
+    Always = 0,
+    /// The zero flag (`je`, `jne`).
+    Zero = 1,
+    /// The sign flag (`js`, `jns`).
+    Sign = 2,
+    /// No hit completes it: the probe only opens the call (code that is not proved begins).
+    Never = 3,
+}
+
+/// What a completed call returns: 8 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// This value (0 to 127: success, or an error number).
+    Returns(u8),
+    /// -1, with `errno` set to this (0 to [`Outcome::MAX_ERRNO`]).
+    Fails(u8),
+    /// What this register holds at the probe (the code after it moves it to `eax`; `rax`
+    /// itself on a `ret`): a general-purpose register by its [`ObjectRegister`] code.
+    ReturnsRegister(ObjectRegister),
+}
+
+impl Outcome {
+    /// The largest errno [`Outcome::Fails`] carries: every errno a pthread or semaphore call
+    /// sets is below.
+    pub const MAX_ERRNO: u8 = 0x6f;
+
+    /// The outcome in the cookie's 8 bits.
+    pub const fn pack(self) -> PackedOutcome {
+        PackedOutcome(match self {
+            Outcome::Returns(value) => value & 0x7f,
+            Outcome::Fails(errno) => 0x80 | (errno & Self::MAX_ERRNO),
+            Outcome::ReturnsRegister(register) => 0xf0 | register as u8,
+        })
+    }
+}
+
+/// An [`Outcome`] as the cookie carries it, unpacked only where it is used: decoding it in
+/// every program that decodes a cookie cost the entry program stack.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PackedOutcome(u8);
+
+impl PackedOutcome {
+    /// The outcome [`Outcome::pack`] packed.
+    pub const fn unpack(self) -> Outcome {
+        match self.0 {
+            bits if bits & 0xf0 == 0xf0 => {
+                Outcome::ReturnsRegister(ObjectRegister::from_code(bits & 0x0f))
+            }
+            bits if bits & 0x80 != 0 => Outcome::Fails(bits & Outcome::MAX_ERRNO),
+            bits => Outcome::Returns(bits),
+        }
+    }
+}
+
+impl core::fmt::Debug for PackedOutcome {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.unpack().fmt(f)
+    }
+}
+
+/// How many of the object's first bytes `rax` holds as the locked instruction found them
+/// ([`Completion::found_in_rax`]).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoundInRax {
+    /// None: the copy made at the completion stands.
+    Nothing = 0,
+    /// The first 4 bytes (`eax`).
+    Word = 1,
+    /// The first 8 bytes.
+    DoubleWord = 2,
+}
+
+impl Completion {
+    /// x86's zero and sign flags, in `eflags`.
+    const ZERO_FLAG: u64 = 1 << 6;
+    const SIGN_FLAG: u64 = 1 << 7;
+
+    /// Whether the call completed, by the flags at the probe.
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side tests it in its fast-path program: inlined, as its verifier likes"
+    )]
+    pub const fn holds(&self, eflags: u64) -> bool {
+        let flag = match self.condition {
+            Condition::Always => return true,
+            Condition::Never => return false,
+            Condition::Zero => Self::ZERO_FLAG,
+            Condition::Sign => Self::SIGN_FLAG,
+        };
+        (eflags & flag != 0) == self.when_set
+    }
+
+    const fn encode(self) -> u16 {
+        (self.condition as u16)
+            | ((self.when_set as u16) << 2)
+            | ((self.may_be_open as u16) << 3)
+            | ((self.opens_otherwise as u16) << 4)
+            | ((self.found_in_rax as u16) << 5)
+            | ((self.stores_after as u16) << 7)
+            | ((self.outcome.0 as u16) << 8)
+    }
+
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side decodes a cookie in every program: inlined, as its verifier likes"
+    )]
+    const fn decode(bits: u16) -> Self {
+        Completion {
+            condition: match bits & 3 {
+                0 => Condition::Always,
+                1 => Condition::Zero,
+                2 => Condition::Sign,
+                _ => Condition::Never,
+            },
+            when_set: bits & (1 << 2) != 0,
+            may_be_open: bits & (1 << 3) != 0,
+            opens_otherwise: bits & (1 << 4) != 0,
+            found_in_rax: match (bits >> 5) & 3 {
+                1 => FoundInRax::Word,
+                2 => FoundInRax::DoubleWord,
+                _ => FoundInRax::Nothing,
+            },
+            stores_after: bits & (1 << 7) != 0,
+            outcome: PackedOutcome((bits >> 8) as u8),
+        }
+    }
 }
 
 /// Where a slow-path probe finds the call's object: the first argument's register, or another
@@ -359,49 +527,71 @@ pub struct FunctionSpan {
 impl ProbeCookie {
     /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), slow path
     /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before
-    /// the probe (8; on a slow path the object's register) and size (16).
+    /// the probe (8; on a slow path or a completion the object's register) and size (16; on a
+    /// completion the [`Completion`]). A completion is marked by the two bits slow path and
+    /// returns result as 0 and 1, which no other probe has (a result is returned on slow
+    /// paths only).
     pub const fn encode(self) -> u64 {
+        let (returns_result, low) = match self.completion {
+            Some(completion) => (true, completion.encode()),
+            None => (self.returns_result, self.function.bytes),
+        };
         ((self.event1 as u64 & 0x3f) << 58)
             | ((self.event2 as u64 & 0x3f) << 52)
             | ((self.layout as u64 & 0x3) << 50)
             | ((self.slow_path as u64) << 49)
-            | ((self.returns_result as u64) << 48)
+            | ((returns_result as u64) << 48)
             | ((self.stack_offset as u64 & 0xff) << 40)
             | ((self.flags.0 as u64) << 24)
             | ((self.span_or_register() as u64) << 16)
-            | self.function.bytes as u64
+            | low as u64
     }
 
-    /// The byte at bits 16..24: the object's register on a slow path, else where the function
-    /// starts.
+    /// The byte at bits 16..24: the object's register on a slow path or a completion, else
+    /// where the function starts.
     const fn span_or_register(self) -> u8 {
-        match self.slow_path {
+        match self.slow_path || self.completion.is_some() {
             true => self.object_register as u8,
             false => self.function.before_probe,
         }
     }
 
     /// The cookie [`ProbeCookie::encode`] made.
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side decodes a cookie in every program: inlined, as its verifier likes"
+    )]
     pub const fn decode(cookie: u64) -> Self {
         let slow_path = (cookie >> 49) & 1 != 0;
+        let marked_completion = (cookie >> 48) & 3 == 1;
+        // A slow path or a completion: the byte at bits 16..24 is a register.
+        let keeps_register = (cookie >> 48) & 3 != 0;
         ProbeCookie {
             event1: ((cookie >> 58) & 0x3f) as u16,
             event2: ((cookie >> 52) & 0x3f) as u16,
             layout: ((cookie >> 50) & 0x3) as u8,
             slow_path,
-            returns_result: (cookie >> 48) & 1 != 0,
+            returns_result: (cookie >> 48) & 3 == 3,
             stack_offset: ((cookie >> 40) & 0xff) as u16,
             flags: ProbeFlags((cookie >> 24) as u16),
             function: FunctionSpan {
-                before_probe: match slow_path {
+                before_probe: match keeps_register {
                     true => 0,
                     false => (cookie >> 16) as u8,
                 },
-                bytes: cookie as u16,
+                bytes: match marked_completion {
+                    true => 0,
+                    false => cookie as u16,
+                },
             },
-            object_register: match slow_path {
+            object_register: match keeps_register {
                 true => ObjectRegister::from_code((cookie >> 16) as u8),
                 false => ObjectRegister::Rdi,
+            },
+            completion: match marked_completion {
+                true => Some(Completion::decode(cookie as u16)),
+                false => None,
             },
         }
     }
@@ -551,6 +741,7 @@ impl EventDef {
             slow_path: false,
             returns_result: false,
             object_register: ObjectRegister::Rdi,
+            completion: None,
         }
     }
 
@@ -625,6 +816,23 @@ pub enum ContendedProbe {
 }
 
 impl EventDef {
+    /// Whether a full trace may write this event's uncontended calls where their fast path
+    /// completes ([`Completion`]): the lock, try-lock and semaphore wait calls, whose fast
+    /// path is one atomic instruction and a branch.
+    pub fn completes_on_fast_path(&self) -> bool {
+        matches!(
+            self.symbol,
+            "pthread_mutex_lock"
+                | "pthread_mutex_trylock"
+                | "pthread_rwlock_rdlock"
+                | "pthread_rwlock_wrlock"
+                | "pthread_rwlock_tryrdlock"
+                | "pthread_rwlock_trywrlock"
+                | "sem_wait"
+                | "sem_trywait"
+        )
+    }
+
     /// How `--contended` traces this event.
     pub fn contended(&self) -> ContendedProbe {
         match self.symbol {
@@ -669,6 +877,20 @@ pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], layout: u8) -> bool {
         _ => MUTEX_KIND_WORD,
     };
     object[word] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE
+}
+
+/// Counts one more lock in the copy of a recursive glibc mutex (`__count`, its second word),
+/// for a lock written where it completed, before its code stored the count
+/// ([`Completion::stores_after`]). The fast path is not planned on musl.
+#[inline(always)]
+#[allow(
+    clippy::inline_always,
+    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
+)]
+pub fn count_one_more(object: &mut [u32; OBJECT_WORDS], layout: u8) {
+    if layout != crate::record::LAYOUT_MUSL && is_recursive_mutex(object, layout) {
+        object[1] = object[1].wrapping_add(1);
+    }
 }
 
 /// The event a record really is: a mutex call on a recursive mutex is an rmutex call, told by
@@ -1441,6 +1663,64 @@ mod tests {
         assert_eq!(masks.iter().filter(|&&m| m != 0).count(), 1);
     }
 
+    /// A completion of each kind, with each outcome: 4 conditions, 7 outcomes, 3 of what rax
+    /// holds.
+    fn completions() -> [Completion; 84] {
+        let mut all = [None; 84];
+        let mut made = 0;
+        for condition in [
+            Condition::Always,
+            Condition::Zero,
+            Condition::Sign,
+            Condition::Never,
+        ] {
+            for outcome in [
+                Outcome::Returns(0),
+                Outcome::Returns(127),
+                Outcome::Fails(11),
+                Outcome::Fails(Outcome::MAX_ERRNO),
+                Outcome::ReturnsRegister(ObjectRegister::Rax),
+                Outcome::ReturnsRegister(ObjectRegister::Rsi),
+                Outcome::ReturnsRegister(ObjectRegister::Rdi),
+            ] {
+                for found_in_rax in [
+                    FoundInRax::Nothing,
+                    FoundInRax::Word,
+                    FoundInRax::DoubleWord,
+                ] {
+                    let bits = made;
+                    all[made] = Some(Completion {
+                        condition,
+                        when_set: bits & 1 != 0,
+                        outcome: outcome.pack(),
+                        may_be_open: bits & 2 != 0,
+                        opens_otherwise: bits & 4 != 0,
+                        found_in_rax,
+                        stores_after: bits & 8 != 0,
+                    });
+                    made += 1;
+                }
+            }
+        }
+        all.map(Option::unwrap)
+    }
+
+    #[test]
+    fn a_completion_holds_by_its_flag() {
+        let zero_flag = 1 << 6;
+        let mut completion = completions()[0];
+        completion.condition = Condition::Zero;
+        completion.when_set = true;
+        assert!(completion.holds(zero_flag | 0x202));
+        assert!(!completion.holds(0x202));
+        completion.condition = Condition::Sign;
+        completion.when_set = false;
+        assert!(completion.holds(zero_flag));
+        assert!(!completion.holds(1 << 7));
+        completion.condition = Condition::Never;
+        assert!(!completion.holds(0));
+    }
+
     #[test]
     fn cookie_round_trips() {
         for event in EVENTS {
@@ -1462,6 +1742,13 @@ mod tests {
                 }
                 cookie.returns_result = true;
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                cookie.slow_path = false;
+                cookie.returns_result = false;
+                cookie.function = FunctionSpan::default();
+                for completion in completions() {
+                    cookie.completion = Some(completion);
+                    assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                }
             }
         }
     }

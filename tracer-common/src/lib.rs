@@ -8,10 +8,13 @@ pub mod kfuncs;
 pub mod record;
 
 pub use events::{
-    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, ObjectRegister, ProbeCookie,
-    ProbeFlags, RECORDING_SLOTS, RecordingMasks, recording_masks,
+    Category, Completion, Condition, ContendedProbe, EVENTS, EventDef, Field, FoundInRax,
+    FunctionSpan, ObjectRegister, Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS,
+    RecordingMasks, recording_masks,
 };
-pub use record::{LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord};
+pub use record::{
+    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord, WHICH_BOTH_HALVES,
+};
 
 /// Names of the BPF maps and globals, shared so that neither side spells them twice.
 pub mod names {
@@ -63,6 +66,8 @@ pub mod names {
     pub const ENTRY_PROGRAM: &str = "thr_entry";
     /// See [`ENTRY_PROGRAM`].
     pub const RETURN_PROGRAM: &str = "thr_return";
+    /// The program where a lock call's fast path completes (a uprobe inside the function).
+    pub const FAST_PROGRAM: &str = "thr_fast";
     /// The section of the global `RECORDING`, per category code the probes that record now
     /// ([`crate::RecordingMasks`]): to userspace an array map of one entry, written to stop,
     /// start and filter a live trace.

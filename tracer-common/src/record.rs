@@ -21,7 +21,9 @@ pub struct RawRecord {
     pub event1: u16,
     /// The event's code in its category (the tr line's `event2`).
     pub event2: u16,
-    /// 0: single record; 1: entry half; 2: return half.
+    /// 0: single record; 1: entry half; 2: return half; [`WHICH_BOTH_HALVES`]: both halves
+    /// of a call written at once where its fast path completed, which the reader of the ring
+    /// makes into its two records ([`RawRecord::halves`]).
     pub which: u8,
     /// 1 if the record was taken on the call's slow path (`--contended`: the call was about to
     /// block, or woke a waiter), not at the function's entry and return: fields that the object
@@ -52,6 +54,28 @@ pub struct RawRecord {
     /// For a record written at the end of what it measures (a futex wait), when that began
     /// (CLOCK_MONOTONIC nanoseconds); else 0.
     pub started_ns: u64,
+}
+
+/// [`RawRecord::which`] of a call written whole where its fast path completed
+/// ([`crate::Completion`]): its entry and return halves share the record, and its timestamp.
+pub const WHICH_BOTH_HALVES: u8 = 3;
+
+impl RawRecord {
+    /// The records this one stands for: itself, or for [`WHICH_BOTH_HALVES`] its entry half
+    /// (the first, as the call's entry came first) and its return half.
+    pub fn halves(&self) -> [Option<RawRecord>; 2] {
+        if self.which != WHICH_BOTH_HALVES {
+            return [Some(*self), None];
+        }
+        let entry = RawRecord { which: 1, ..*self };
+        // The gap before the call is reported once, before its first half.
+        let back = RawRecord {
+            which: 2,
+            lost_before: 0,
+            ..*self
+        };
+        [Some(entry), Some(back)]
+    }
 }
 
 /// [`RawRecord::layout`]: glibc 2.25 to 2.40.
@@ -149,6 +173,27 @@ impl RawRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_written_whole_is_its_two_halves_and_the_gap_before_it_once() {
+        let whole = RawRecord {
+            which: WHICH_BOTH_HALVES,
+            ktime_ns: 7,
+            rval: 11,
+            lost_before: 3,
+            ..RawRecord::default()
+        };
+        let [Some(entry), Some(back)] = whole.halves() else {
+            panic!("{:?}", whole.halves());
+        };
+        assert_eq!((entry.which, entry.ktime_ns, entry.lost_before), (1, 7, 3));
+        assert_eq!(
+            (back.which, back.ktime_ns, back.rval, back.lost_before),
+            (2, 7, 11, 0)
+        );
+        let single = RawRecord { which: 2, ..whole };
+        assert_eq!(single.halves(), [Some(single), None]);
+    }
 
     #[test]
     fn short_slices_are_rejected() {

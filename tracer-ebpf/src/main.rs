@@ -1,5 +1,6 @@
 //! Where a record is born. `thr_entry` runs at a traced function's entry, `thr_return` at its
-//! return; the attach cookie says which event it is and what to capture (tracer-common's table).
+//! return, `thr_fast` where a lock call's fast path completes; the attach cookie says which
+//! event it is and what to capture (tracer-common's table).
 //! Records go to this CPU's ring buffer without waking the reader, except when the buffer
 //! reaches a quarter full and each further sixteenth; a record that does not fit is counted in
 //! `LOST`, never dropped silently.
@@ -55,12 +56,14 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    ERRNO_AT_OFFSET, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, LOST_PENDING,
-    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister, OwnTargets,
-    ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_NONE,
-    STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
-    events::{OBJECT_WORDS, ObjectSize, is_recursive_mutex},
-    record::{RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack},
+    Completion, ERRNO_AT_OFFSET, FoundInRax, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID,
+    LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister,
+    Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord,
+    STACKS_ALL, STACKS_NONE, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
+    events::{OBJECT_WORDS, ObjectSize, count_one_more, is_recursive_mutex},
+    record::{
+        RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack, WHICH_BOTH_HALVES,
+    },
 };
 
 /// Set by userspace from kernel BTF before loading.
@@ -448,9 +451,31 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         }
         return 0;
     }
-    // SAFETY: this thread's own slot, filled before anything reads it.
+    // SAFETY: this thread's own slot.
+    unsafe { hold_call(slot, raw_cookie, regs, in_ring, only_opens_call) };
+    0
+}
+
+/// Makes `slot` hold the call opened here, for its return (or a completion) to complete: its
+/// record, if `in_ring` did not already copy it there (the ring had no room for its entry),
+/// and what the return needs of its entry.
+///
+/// A call of its own, to keep its callers' frames small.
+///
+/// # Safety
+/// `slot` is a slot of this thread's own calls, which nothing reads until this returns.
+#[inline(never)]
+unsafe fn hold_call(
+    slot: *mut Pending,
+    raw_cookie: u64,
+    regs: *const pt_regs,
+    in_ring: bool,
+    only_opens_call: bool,
+) {
+    let cookie = ProbeCookie::decode(raw_cookie);
+    let flags = cookie.flags;
+    // SAFETY: per the function's contract; `regs` is the probe's context.
     unsafe {
-        // The record waits for the call's return (or the ring had no room for its entry).
         if !in_ring {
             let record = ptr::addr_of_mut!((*slot).record);
             fill_entry(record, raw_cookie, regs);
@@ -472,7 +497,162 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
         };
         (*slot).event = event_key(&cookie);
     }
+}
+
+/// Where a lock call's fast path completes, in a full trace ([`Completion`]): the call is
+/// written whole when the flags say it completed here, with no probe at its entry or return;
+/// a call that went by a slow path and was opened there is completed instead. When they say it
+/// did not, and the planner found that the call goes on to wait or to code it did not prove,
+/// the call is opened here, as its entry would.
+#[uprobe]
+pub fn thr_fast(ctx: ProbeContext) -> u32 {
+    // SAFETY: the helper reads the cookie of the link this program runs for.
+    let raw_cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let cookie = ProbeCookie::decode(raw_cookie);
+    let Some(completion) = cookie.completion else {
+        return 0;
+    };
+    let regs = ctx.regs;
+    // SAFETY: `regs` is the probe's context.
+    let completed = completion.holds(unsafe { (*regs).eflags });
+    // The way an uncontended call does not take costs one compare.
+    if !completed && !completion.opens_otherwise || !recording(&cookie) {
+        return 0;
+    }
+    let task = current_task();
+    let flags = cookie.flags;
+    if !recorded(current_pid_tgid(task), flags)
+        || flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, cookie.stack_offset)
+    {
+        return 0;
+    }
+    match completed && !completion.may_be_open {
+        true => emit_whole(raw_cookie, regs),
+        false => meet_open_call(raw_cookie, task, regs, completed),
+    }
     0
+}
+
+/// At a completion that may find the call open, or opens it ([`thr_fast`]): completes the
+/// call opened before, or writes it whole (`completed`); else opens it, unless it is open. A
+/// call of its own, to keep the fast path's frame small.
+#[inline(never)]
+fn meet_open_call(raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs, completed: bool) {
+    let calls = CALLS.of(task, !completed);
+    if calls.is_null() {
+        match completed {
+            true => emit_whole(raw_cookie, regs),
+            false => count_lost(),
+        }
+        return;
+    }
+    let cookie = ProbeCookie::decode(raw_cookie);
+    match open_call(calls, event_key(&cookie)) {
+        // SAFETY: this thread's own slot; freed once its record is out.
+        Some(slot) if completed => unsafe {
+            if (*slot).records != 0 {
+                emit_return(slot, raw_cookie, task, regs);
+            }
+            (*slot).event = FREE;
+        },
+        // Opened before, on its way here.
+        Some(_) => {}
+        None if completed => emit_whole(raw_cookie, regs),
+        None => {
+            let slot = free_slot(calls);
+            let in_ring =
+                !written_at_return_only(cookie.flags) && emit_entry(raw_cookie, regs, slot);
+            // SAFETY: this thread's own slot.
+            unsafe { hold_call(slot, raw_cookie, regs, in_ring, false) };
+        }
+    }
+}
+
+/// Writes a call that completed where its fast path ends ([`thr_fast`]) into the ring, both
+/// halves in one record ([`WHICH_BOTH_HALVES`]), or its one record; with the thread's stack
+/// when asked. A call of its own, to keep the fast path's frame small.
+#[inline(never)]
+fn emit_whole(raw_cookie: u64, regs: *const pt_regs) {
+    let fill = |entry: *mut RawRecord| {
+        fill_entry(entry, raw_cookie, regs);
+        complete_whole(entry, raw_cookie, regs);
+    };
+    let written = match with_stack(raw_cookie) {
+        true => emit_with(|entry: *mut StackedRecord| {
+            fill(entry.cast());
+            // SAFETY: the entry is ours until submitted.
+            copy_stack(unsafe { ptr::addr_of_mut!((*entry).stack) }, regs);
+        }),
+        false => emit_with(fill),
+    };
+    // Both halves were lost: each is a record, counted as such.
+    if !written
+        && ProbeCookie::decode(raw_cookie)
+            .flags
+            .has(ProbeFlags::PAIRED)
+    {
+        count_lost();
+    }
+}
+
+/// Adds to a record its entry filled what the completion knows: how the call ends, and what
+/// the locked instruction found in the object, which the entry half reports. A call of its
+/// own, whose decoded cookie stays off its caller's frame.
+#[inline(never)]
+fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
+    let cookie = ProbeCookie::decode(raw_cookie);
+    let Some(completion) = cookie.completion else {
+        return;
+    };
+    // SAFETY: the entry is ours until submitted, filled by `fill_entry`; `regs` is the
+    // probe's context.
+    unsafe {
+        (*entry).which = match cookie.flags.has(ProbeFlags::PAIRED) {
+            true => WHICH_BOTH_HALVES,
+            false => 0,
+        };
+        set_completed_value(ptr::addr_of_mut!((*entry).rval), &completion, regs);
+        if let Outcome::Fails(errno) = completion.outcome.unpack() {
+            (*entry).errno = i32::from(errno);
+        }
+        let rax = (*regs).rax;
+        let object = ptr::addr_of_mut!((*entry).object);
+        if completion.stores_after && cookie.flags.has(ProbeFlags::ONLY_IF_RECURSIVE) {
+            count_one_more(&mut *object, (*entry).layout);
+        }
+        match completion.found_in_rax {
+            FoundInRax::Nothing => {}
+            FoundInRax::Word => (*object)[0] = rax as u32,
+            FoundInRax::DoubleWord => {
+                (*object)[0] = rax as u32;
+                (*object)[1] = (rax >> 32) as u32;
+            }
+        }
+    }
+}
+
+/// Sets `rval` to what a call that completed where `completion` says returns: a register
+/// read by the helper, as a load from an offset chosen at run time is a context access the
+/// verifier refuses, straight into the record.
+///
+/// # Safety
+/// `rval` is the `rval` of a record this run owns; `regs` is the probe's context.
+#[inline(always)]
+unsafe fn set_completed_value(rval: *mut i64, completion: &Completion, regs: *const pt_regs) {
+    // SAFETY: per the function's contract.
+    unsafe {
+        match completion.outcome.unpack() {
+            Outcome::Returns(value) => *rval = i64::from(value),
+            Outcome::Fails(_) => *rval = -1,
+            Outcome::ReturnsRegister(register) => {
+                generated::bpf_probe_read_kernel(
+                    rval.cast(),
+                    size_of::<u64>() as u32,
+                    register_field(register, &*regs).cast(),
+                );
+            }
+        }
+    }
 }
 
 /// Writes a call's entry record into the ring, with the thread's stack when asked
@@ -588,8 +768,9 @@ fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
         (*record).ktime_ns = bpf_ktime_get_ns();
         (*record).pthread_self =
             read_task::<u64>(task, ptr::read_volatile(&raw const FSBASE_OFFSET));
-        // A call written once, at its return, takes its caller there, with no read.
-        if !written_at_return_only(flags) {
+        // A call written once, at its return, takes its caller there, with no read; one
+        // written where its fast path completes reads it as an entry does.
+        if !written_at_return_only(flags) || cookie.completion.is_some() {
             read_user_into(
                 ptr::addr_of_mut!((*record).caller),
                 regs.rsp + u64::from(cookie.stack_offset),
@@ -627,7 +808,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
             generated::bpf_probe_read_kernel(
                 ptr::addr_of_mut!((*record).args[0]).cast(),
                 size_of::<u64>() as u32,
-                object_field(cookie.object_register, &*regs).cast(),
+                register_field(cookie.object_register, &*regs).cast(),
             );
         }
         copy_object(
@@ -640,7 +821,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
 
 /// The field of `regs` that holds `register`.
 #[inline(always)]
-fn object_field(register: ObjectRegister, regs: &pt_regs) -> *const u64 {
+fn register_field(register: ObjectRegister, regs: &pt_regs) -> *const u64 {
     let offset = match register {
         ObjectRegister::Rdi => offset_of!(pt_regs, rdi),
         ObjectRegister::Rbx => offset_of!(pt_regs, rbx),
@@ -805,42 +986,46 @@ fn complete_from_slot(
     task: *mut task_struct,
     regs: *const pt_regs,
 ) {
-    let cookie = ProbeCookie::decode(raw_cookie);
     // SAFETY: the entry is ours until submitted; the slot is this thread's own, holding the
     // open call's record; `regs` is the probe's context.
     unsafe {
         ptr::copy_nonoverlapping(ptr::addr_of!((*slot).record), entry, 1);
-        complete(entry, &cookie, task, &*regs, (*slot).nvcsw_at_entry);
+        complete(entry, raw_cookie, task, regs, (*slot).nvcsw_at_entry);
     }
 }
 
 /// Adds what the return knows to a call's record.
 ///
 /// # Safety
-/// `record` is a reserved ring entry holding the current thread's open call's record.
+/// `record` is a reserved ring entry holding the current thread's open call's record; `regs`
+/// is the probe's context.
 #[inline(always)]
 unsafe fn complete(
     record: *mut RawRecord,
-    cookie: &ProbeCookie,
+    raw_cookie: u64,
     task: *mut task_struct,
-    regs: &pt_regs,
+    regs: *const pt_regs,
     nvcsw_at_entry: u64,
 ) {
+    let cookie = ProbeCookie::decode(raw_cookie);
     let flags = cookie.flags;
     // SAFETY: per the function's contract.
-    let record = unsafe { &mut *record };
-    // On a slow path the return is a wait's end, whose value is not the call's unless the call
-    // passed itself on to the function that waits (`ProbeCookie::returns_result`): the call
-    // then succeeds.
-    record.rval = if cookie.slow_path && !cookie.returns_result {
-        0
+    let (record, regs) = unsafe { (&mut *record, &*regs) };
+    if cookie.completion.is_some() {
+        complete_at_completion(record, raw_cookie, regs);
     } else {
-        regs.rax as i64
-    };
-    // Before it runs the return programs, the kernel puts the address the call returns to
-    // back in the instruction pointer: the caller, as `[rsp]` at entry.
-    if written_at_return_only(flags) {
-        record.caller = regs.rip;
+        // On a slow path the return is a wait's end, whose value is not the call's unless the
+        // call passed itself on to the function that waits (`ProbeCookie::returns_result`):
+        // the call then succeeds.
+        record.rval = match cookie.slow_path && !cookie.returns_result {
+            true => 0,
+            false => regs.rax as i64,
+        };
+        // Before it runs the return programs, the kernel puts the address the call returns
+        // to back in the instruction pointer: the caller, as `[rsp]` at entry.
+        if written_at_return_only(flags) {
+            record.caller = regs.rip;
+        }
     }
     if flags.has(ProbeFlags::BLOCK) {
         // SAFETY: a read-only global that userspace sets before loading.
@@ -852,19 +1037,45 @@ unsafe fn complete(
             || is_recursive_mutex(&record.object, record.layout))
     {
         copy_object(&raw mut record.object, flags.object_size(), record.args[0]);
+        if cookie.completion.is_some_and(|c| c.stores_after) {
+            count_one_more(&mut record.object, record.layout);
+        }
     }
     if flags.has(ProbeFlags::POINTEES) {
         for i in 0..record.pointees.len() {
             read_user_into(&raw mut record.pointees[i], record.args[i]);
         }
     }
-    if flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 {
+    // A completion knows the errno its code has not set yet.
+    if flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 && cookie.completion.is_none() {
         read_errno(&mut record.errno, record.pid, record.pthread_self);
     }
     if flags.has(ProbeFlags::PAIRED) {
         record.which = 2;
         // SAFETY: the helper takes no arguments.
         record.ktime_ns = unsafe { bpf_ktime_get_ns() };
+    }
+}
+
+/// What a completion ([`thr_fast`]) knows of the call it completes: its value, its errno, and
+/// for a call written only now, its caller, read where the call's entry put it (the kernel
+/// restores no caller there). A call of its own, to keep its caller's frame small.
+#[inline(never)]
+fn complete_at_completion(record: &mut RawRecord, raw_cookie: u64, regs: &pt_regs) {
+    let cookie = ProbeCookie::decode(raw_cookie);
+    let Some(completion) = cookie.completion else {
+        return;
+    };
+    // SAFETY: the record's own field; `regs` is the probe's context.
+    unsafe { set_completed_value(&raw mut record.rval, &completion, regs) };
+    if let Outcome::Fails(errno) = completion.outcome.unpack() {
+        record.errno = i32::from(errno);
+    }
+    if written_at_return_only(cookie.flags) {
+        read_user_into(
+            &raw mut record.caller,
+            regs.rsp + u64::from(cookie.stack_offset),
+        );
     }
 }
 

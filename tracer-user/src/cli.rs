@@ -140,6 +140,11 @@ pub struct Cli {
     #[arg(long)]
     pub probe_at_entry: bool,
 
+    /// Probe lock calls at their entry and return, not where their fast path completes them
+    /// (two traps a call, as before)
+    #[arg(long)]
+    pub no_fast_paths: bool,
+
     /// Print where each probe would go in the target's (or this program's) pthread library, and exit
     #[arg(long)]
     pub list_probes: bool,
@@ -455,6 +460,7 @@ impl Cli {
             perf_event_probes: self.perf_event_probes,
             futex_hook: self.futex_hook.hook(),
             probe_at_entry: self.probe_at_entry,
+            fast_paths: !self.no_fast_paths,
             contended: self.contended,
             stacks: match (self.stacks, self.contended) {
                 (Some(Switch::On), _) => tracer_common::STACKS_ALL,

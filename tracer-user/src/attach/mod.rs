@@ -5,6 +5,7 @@
 //! probed before their code runs.
 
 pub mod exec_follow;
+pub mod fast_path;
 pub mod launch;
 pub mod placement;
 pub mod probes;

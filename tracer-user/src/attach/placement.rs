@@ -24,7 +24,11 @@ use iced_x86::{
 };
 use tracer_common::{EventDef, ProbeFlags};
 
-use super::slow_path;
+use super::{
+    fast_path::{self, Role},
+    slow_path,
+};
+use tracer_common::{Completion, Condition, Outcome};
 
 /// How far into a function a probe may move.
 const MAX_PREFIX_INSTRUCTIONS: usize = 16;
@@ -119,6 +123,8 @@ enum Why {
     SlowPath(slow_path::Site),
     /// `--contended`: no slow path was found.
     NoSlowPath,
+    /// A full trace: one of the probes of a fast-path plan.
+    FastPath(fast_path::Site),
 }
 
 /// What a prefix instruction does that the probe cannot move past.
@@ -197,6 +203,7 @@ impl Placement {
                 }
             }
             Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
+            Why::FastPath(site) => fast_path_reason(site, self.emulated),
         };
         if self.refused && self.why != Why::NoSlowPath {
             format!("{why}; the kernel refuses a uprobe on this instruction: not traced")
@@ -211,15 +218,45 @@ impl Placement {
     /// `image`: its offset from the function's start wraps below it when the site is in code
     /// the function jumps back to.
     pub fn on_slow_path(image: &[u8], function_offset: u64, site: slow_path::Site) -> Placement {
-        let (code, probed) = instruction_at(image, site.offset);
+        Placement::inside(
+            image,
+            function_offset,
+            site.offset,
+            site.stack_offset,
+            Why::SlowPath(site),
+        )
+    }
+
+    /// A probe of a fast-path plan (a full trace) of the function at `function_offset` in
+    /// `image`.
+    pub fn on_fast_path(image: &[u8], function_offset: u64, site: fast_path::Site) -> Placement {
+        Placement::inside(
+            image,
+            function_offset,
+            site.offset,
+            site.stack_offset,
+            Why::FastPath(site),
+        )
+    }
+
+    /// A probe at `offset` of `image`, inside the function at `function_offset`, with
+    /// `stack_offset` bytes pushed there.
+    fn inside(
+        image: &[u8],
+        function_offset: u64,
+        offset: u64,
+        stack_offset: u16,
+        why: Why,
+    ) -> Placement {
+        let (code, probed) = instruction_at(image, offset);
         Placement {
-            offset: site.offset.wrapping_sub(function_offset),
-            stack_offset: site.stack_offset,
-            emulated: probed.is_some_and(|i| emulates(code, site.offset, &i).is_some()),
-            refused: probed.is_none_or(|i| kernel_refuses(code, site.offset, &i)),
+            offset: offset.wrapping_sub(function_offset),
+            stack_offset,
+            emulated: probed.is_some_and(|i| emulates(code, offset, &i).is_some()),
+            refused: probed.is_none_or(|i| kernel_refuses(code, offset, &i)),
             after_locked_update: false,
             probed,
-            why: Why::SlowPath(site),
+            why,
         }
     }
 
@@ -248,6 +285,48 @@ impl Placement {
             offset => format!("+{offset:#x}"),
         }
     }
+}
+
+/// What a fast-path plan's probe does, for `--list-probes`.
+fn fast_path_reason(site: &fast_path::Site, emulated: bool) -> String {
+    let object = format!("object in {:?}", site.object_register).to_lowercase();
+    let what = match site.role {
+        Role::WholeCall => {
+            "passes the call on (a tail call): entry and return probes, as before".to_owned()
+        }
+        Role::ReturnOnly => "passes the call opened before on: its return probe".to_owned(),
+        Role::Completes(Completion {
+            condition: Condition::Never,
+            ..
+        }) => "opens the call: the way on is not proved".to_owned(),
+        Role::Completes(completion) => {
+            let returns = match completion.outcome.unpack() {
+                Outcome::Returns(value) => format!("returns {value}"),
+                Outcome::Fails(errno) => format!("returns -1, errno {errno}"),
+                Outcome::ReturnsRegister(register) => {
+                    format!("returns what {register:?} holds").to_lowercase()
+                }
+            };
+            let when = match completion.condition {
+                Condition::Zero => format!("when ZF={}", u8::from(completion.when_set)),
+                Condition::Sign => format!("when SF={}", u8::from(completion.when_set)),
+                Condition::Always | Condition::Never => "always".to_owned(),
+            };
+            let mut text = format!("fast path: the call {returns} from here {when}");
+            if completion.opens_otherwise {
+                text += "; else opens it";
+            }
+            if completion.may_be_open {
+                text += "; completes it if opened before";
+            }
+            text
+        }
+    };
+    let single_stepped = match emulated {
+        true => "",
+        false => "; single-stepped",
+    };
+    format!("{what}; {object}{single_stepped}")
 }
 
 /// Places the probe of a function whose code is `code` (from its first instruction, as much

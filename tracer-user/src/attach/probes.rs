@@ -26,6 +26,7 @@ use tracer_common::{
 use tracer_model::selection::EventSet;
 
 use super::{
+    fast_path::{self, Role},
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     slow_path::{self, WaitEnd},
     symbols::Function,
@@ -58,6 +59,11 @@ pub struct PlannedProbe {
     pub only_opens_call: bool,
     /// `--contended`: the probe is on the call's slow path, not at its entry.
     pub slow_path: Option<slow_path::Site>,
+    /// A full trace: the probe is one of the plan that writes the call where its fast path
+    /// completes ([`fast_path`]).
+    pub fast: Option<fast_path::Site>,
+    /// Why the function of an event that could have it has no fast-path plan.
+    pub no_fast_path: Option<String>,
 }
 
 /// How the probes of a run are planned.
@@ -67,6 +73,9 @@ pub struct PlanOptions {
     pub at_entry: bool,
     /// `--contended`: lock calls on their slow paths only ([`ContendedProbe`]).
     pub contended: bool,
+    /// Lock calls written where their fast path completes them, where that is proved
+    /// ([`fast_path`]); not with `at_entry` or `contended`.
+    pub fast_paths: bool,
 }
 
 impl PlannedProbe {
@@ -78,6 +87,11 @@ impl PlannedProbe {
     /// The file offset of the probed instruction.
     pub fn file_offset(&self) -> u64 {
         self.function.offset.wrapping_add(self.placement.offset)
+    }
+
+    /// The fast-path probe's role, if it is one.
+    fn fast_role(&self) -> Option<Role> {
+        self.fast.map(|site| site.role)
     }
 
     /// Keeps the function's code (`bytes` long) with its open call ([`FunctionSpan`]), where
@@ -133,6 +147,7 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
         true => library.functions.starts(),
         false => HashSet::new(),
     };
+    let fast_paths = FastPaths::of(library, options);
     let mut probes: Vec<PlannedProbe> = Vec::new();
     for event in events.events() {
         for function in library.functions.functions(event.symbol) {
@@ -140,6 +155,14 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
                 plan_slow_path(library, &named, event, function, layout, &mut probes);
                 continue;
             }
+            let no_fast_path = match fast_paths.plan(library, event, function, layout) {
+                Some(Ok(planned)) => {
+                    probes.extend(planned);
+                    continue;
+                }
+                Some(Err(why)) => Some(why),
+                None => None,
+            };
             // Two names, one code (glibc aliases pthread_spin_init to pthread_spin_unlock): a
             // call cannot be told apart, so the address gets the probe of the first event.
             let same_code_as = probes
@@ -148,6 +171,7 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
                 .map(|p| p.event);
             let mut probe = place(library, event, function, layout, at_entry);
             probe.same_code_as = same_code_as;
+            probe.no_fast_path = no_fast_path;
             probes.push(probe);
         }
     }
@@ -164,6 +188,105 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
         }
     }
     probes
+}
+
+/// What a full trace needs to plan fast paths in a library ([`fast_path`]).
+struct FastPaths {
+    /// Not planned: `--no-fast-paths`, `--probe-at-entry`, `--contended`.
+    off: bool,
+    /// Why none is planned in this library at all.
+    refused: Option<&'static str>,
+    /// What the plans need to know of the library's functions.
+    library: fast_path::Library,
+    /// Where the library's traced functions start: a function that calls one keeps today's
+    /// probes, whose open call marks those calls as its own.
+    traced: HashSet<u64>,
+}
+
+impl FastPaths {
+    fn of(library: &PthreadLibrary, options: PlanOptions) -> FastPaths {
+        let off = !options.fast_paths || options.at_entry || options.contended;
+        let functions = |names: &mut dyn Iterator<Item = &str>| -> HashSet<u64> {
+            names
+                .flat_map(|name| library.functions.functions(name))
+                .map(|f| f.offset)
+                .collect()
+        };
+        FastPaths {
+            off,
+            refused: library
+                .is_musl()
+                .then_some("musl's lock functions are not analysed"),
+            library: fast_path::Library {
+                stops: functions(&mut fast_path::NEVER_RETURN.into_iter()),
+                named: match off {
+                    true => HashSet::new(),
+                    false => library.functions.starts(),
+                },
+            },
+            traced: functions(&mut EVENTS.iter().map(|e| e.symbol)),
+        }
+    }
+
+    /// The probes of `event`'s plan in `function`, or why it has none; `None` where no plan
+    /// is sought.
+    fn plan(
+        &self,
+        library: &PthreadLibrary,
+        event: &'static EventDef,
+        function: Function,
+        layout: u8,
+    ) -> Option<Result<Vec<PlannedProbe>, String>> {
+        if self.off || !event.completes_on_fast_path() {
+            return None;
+        }
+        if let Some(why) = self.refused {
+            return Some(Err(why.into()));
+        }
+        let code = function_code(library, function);
+        let calls_traced = placement::direct_branch_destinations(code, function.offset)
+            .iter()
+            .any(|d| *d != function.offset && self.traced.contains(d));
+        if calls_traced {
+            return Some(Err("it calls traced functions".into()));
+        }
+        let sites = match fast_path::plan(
+            &library.image,
+            function.offset,
+            function.size,
+            &self.library,
+            event,
+        ) {
+            Ok(sites) => sites,
+            Err(why) => return Some(Err(why)),
+        };
+        let mut probes = Vec::new();
+        for site in sites {
+            let placement = Placement::on_fast_path(&library.image, function.offset, site);
+            if placement.refused {
+                return Some(Err(format!(
+                    "the kernel refuses a probe at {} ({})",
+                    placement.signed_offset(),
+                    placement.instruction()
+                )));
+            }
+            probes.push(PlannedProbe {
+                event,
+                function,
+                placement,
+                same_code_as: None,
+                layout,
+                code_flags: 0,
+                span: FunctionSpan::default(),
+                calls_inside: Vec::new(),
+                only_opens_call: false,
+                slow_path: None,
+                fast: Some(site),
+                no_fast_path: None,
+            });
+        }
+        Some(Ok(probes))
+    }
 }
 
 /// `--contended`: the probes of `event` on the slow paths of `function` (a site another
@@ -206,6 +329,8 @@ fn plan_slow_path(
         calls_inside: Vec::new(),
         only_opens_call: false,
         slow_path: site,
+        fast: None,
+        no_fast_path: None,
     };
     if sites.is_empty() {
         probes.push(probe(Placement::without_slow_path(), None));
@@ -269,6 +394,8 @@ fn place(
         calls_inside: Vec::new(),
         only_opens_call: false,
         slow_path: None,
+        fast: None,
+        no_fast_path: None,
     }
 }
 
@@ -400,12 +527,15 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
         "function", "offset", "probe", "instruction", "why"
     );
     for probe in planned {
-        let why = match probe.same_code_as {
-            Some(other) => format!(
+        let why = match (probe.same_code_as, &probe.no_fast_path) {
+            (Some(other), _) => format!(
                 "the same code as {}: calls are recorded as {}",
                 other.symbol, other.name
             ),
-            None => probe.placement.reason(),
+            (None, Some(no_fast_path)) => {
+                format!("{}; no fast path: {no_fast_path}", probe.placement.reason())
+            }
+            (None, None) => probe.placement.reason(),
         };
         let inside = probe.calls_inside.join(", ");
         let why = match (probe.only_opens_call, inside.is_empty()) {
@@ -626,11 +756,19 @@ impl Probes {
         let mut entry = ProbeSet::default();
         let mut at_returns = ProbeSet::default();
         let mut after_waits = ProbeSet::default();
+        let mut fast = ProbeSet::default();
         // A function that waits, shared by slow paths, gets a return probe per event: the
         // return program completes the open call of its probe's event.
         let mut returns_probed = HashSet::new();
         for probe in planned.iter().filter(|p| p.attached()) {
-            entry.push(probe.file_offset(), probe, shared);
+            match probe.fast_role() {
+                Some(Role::Completes(_)) => {
+                    fast.push(probe.file_offset(), probe, shared);
+                    continue;
+                }
+                Some(Role::ReturnOnly) => {}
+                Some(Role::WholeCall) | None => entry.push(probe.file_offset(), probe, shared),
+            }
             if !probe.flags().has(ProbeFlags::RETURN) {
                 continue;
             }
@@ -652,6 +790,7 @@ impl Probes {
             (&programs.entry, Hook::Instruction, &entry),
             (&programs.exit, Hook::Return, &at_returns),
             (&programs.exit, Hook::Instruction, &after_waits),
+            (&programs.fast, Hook::Instruction, &fast),
         ];
         for (program, hook, set) in sets {
             if !set.offsets.is_empty() {
@@ -665,7 +804,10 @@ impl Probes {
                 )?);
             }
         }
-        Ok(entry.offsets.len() + at_returns.offsets.len() + after_waits.offsets.len())
+        Ok(entry.offsets.len()
+            + at_returns.offsets.len()
+            + after_waits.offsets.len()
+            + fast.offsets.len())
     }
 
     /// Detaches every probe. Each uprobe_multi link waits for one kernel grace period when it
@@ -746,6 +888,15 @@ impl ProbeSet {
             cookie.flags.0 |= ProbeFlags::SHARED;
         }
         cookie.function = probe.span;
+        if let Some(fast_path::Site {
+            role: Role::Completes(completion),
+            object_register,
+            ..
+        }) = probe.fast
+        {
+            cookie.completion = Some(completion);
+            cookie.object_register = object_register;
+        }
         if let Some(site) = probe.slow_path {
             cookie.slow_path = true;
             cookie.returns_result = matches!(site.wait_ends, Some(WaitEnd::PassedOn(_)));

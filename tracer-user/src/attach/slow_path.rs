@@ -136,6 +136,19 @@ pub fn sites(
     sites
 }
 
+/// Whether the function at `address` in `image` waits on a futex, itself or in the functions
+/// it calls, so many calls down as a slow path's walk looks. `named`: the library's functions'
+/// starts.
+pub(super) fn waits(image: &[u8], address: u64, named: &HashSet<u64>) -> bool {
+    let mut walker = Walker {
+        image,
+        named,
+        futex_of: HashMap::new(),
+        passes_on_waits: false,
+    };
+    walker.futex_of(address, CALLEE_LEVELS) == Some(Futex::Waits)
+}
+
 /// Walks functions' code, remembering what futex call each called function makes.
 struct Walker<'a> {
     image: &'a [u8],
@@ -392,7 +405,7 @@ const REGISTERS: usize = 16;
 /// and which registers hold the function's first argument, the call's object, or an address
 /// inside it (`lea 8(%rbx), %rdi`: a read-write lock's futexes are words inside it).
 #[derive(Clone, Copy, Default)]
-struct PathState {
+pub(super) struct PathState {
     /// By [`register_index`]: the constant the register holds, in the bits an operation's
     /// kind is told by (a flag or'ed or xor'ed in with it aside).
     constants: [Option<u64>; REGISTERS],
@@ -414,7 +427,7 @@ const CALLEE_SAVED: [Register; 6] = [
 ];
 
 impl PathState {
-    fn at_entry() -> Self {
+    pub(super) fn at_entry() -> Self {
         let mut state = PathState::default();
         state.object_plus[register_index(Register::RDI)] = Some(0);
         state
@@ -426,10 +439,20 @@ impl PathState {
     }
 
     /// The registers that hold the object, a bit each by [`register_index`].
-    fn object_mask(&self) -> u32 {
+    pub(super) fn object_mask(&self) -> u32 {
         (0..REGISTERS)
             .filter(|&r| self.object_plus[r] == Some(0))
             .fold(0, |mask, r| mask | 1 << r)
+    }
+
+    /// Forgets the object in every register outside `mask` (a bit each by
+    /// [`register_index`]): where another way in does not bring it there.
+    pub(super) fn keep_object_only_in(&mut self, mask: u32) {
+        for (register, object) in self.object_plus.iter_mut().enumerate() {
+            if mask & 1 << register == 0 && *object == Some(0) {
+                *object = None;
+            }
+        }
     }
 
     /// Whether a futex call made now is on the object: `rdi` points into it.
@@ -438,7 +461,7 @@ impl PathState {
     }
 
     /// What a call leaves: only what the registers it keeps and the stack hold.
-    fn after_call(&mut self) {
+    pub(super) fn after_call(&mut self) {
         let mut after = PathState {
             object_saved: self.object_saved,
             ..PathState::default()
@@ -451,7 +474,7 @@ impl PathState {
     }
 
     /// What a system call leaves: its result in `rax`; `rcx` and `r11` overwritten.
-    fn after_syscall(&mut self) {
+    pub(super) fn after_syscall(&mut self) {
         for register in [Register::RAX, Register::RCX, Register::R11].map(register_index) {
             self.constants[register] = None;
             self.object_plus[register] = None;
@@ -463,7 +486,7 @@ impl PathState {
     /// %rbx`), offset within it (`lea 8(%rbx), %r12`), saved in a stack slot and loaded back.
     /// Any other write to a register loses what it held. `depth`: the bytes pushed since the
     /// entry.
-    fn note(&mut self, instruction: &Instruction, depth: u64) {
+    pub(super) fn note(&mut self, instruction: &Instruction, depth: u64) {
         let stack_slot = |operand: u32| {
             (instruction.op_kind(operand) == OpKind::Memory
                 && instruction.memory_base() == Register::RSP
@@ -562,7 +585,7 @@ impl PathState {
 }
 
 /// The first register of [`ObjectRegister::ALL`] in `mask` (a bit by [`register_index`]).
-fn object_register_in(mask: u32) -> Option<ObjectRegister> {
+pub(super) fn object_register_in(mask: u32) -> Option<ObjectRegister> {
     let register = |object: ObjectRegister| match object {
         ObjectRegister::Rdi => Register::RDI,
         ObjectRegister::Rbx => Register::RBX,
@@ -595,11 +618,11 @@ fn register_index(register: Register) -> usize {
     }
 }
 
-fn near_target(instruction: &Instruction) -> Option<u64> {
+pub(super) fn near_target(instruction: &Instruction) -> Option<u64> {
     matches!(instruction.op0_kind(), OpKind::NearBranch64).then(|| instruction.near_branch_target())
 }
 
-fn decode_one(image: &[u8], ip: u64) -> Option<Instruction> {
+pub(super) fn decode_one(image: &[u8], ip: u64) -> Option<Instruction> {
     let code = image.get(usize::try_from(ip).ok()?..)?;
     let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
     let instruction = decoder.decode();
@@ -607,7 +630,7 @@ fn decode_one(image: &[u8], ip: u64) -> Option<Instruction> {
 }
 
 /// How an instruction moves the stack pointer.
-enum StackChange {
+pub(super) enum StackChange {
     None,
     /// Bytes pushed (negative: popped).
     By(i64),
@@ -615,7 +638,7 @@ enum StackChange {
     Unknown,
 }
 
-fn stack_change(instruction: &Instruction) -> StackChange {
+pub(super) fn stack_change(instruction: &Instruction) -> StackChange {
     let immediate = || match instruction.op1_kind() {
         OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate32 => {
             Some(instruction.immediate(1) as i64)

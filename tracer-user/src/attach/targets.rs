@@ -21,7 +21,7 @@ use tracer_common::{
     ERRNO_AT_OFFSET, EVENTS, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, ProcessLibrary,
 };
 
-use super::symbols::FunctionOffsets;
+use super::{fast_path, symbols::FunctionOffsets};
 
 /// The symbol whose definition marks the pthread implementation.
 const MARKER: &str = "pthread_mutex_lock";
@@ -184,6 +184,7 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
         .chain(MUSL_MARKERS)
         .chain(MUSL_THREAD_STARTS)
         .chain(C11_FUNCTIONS)
+        .chain(fast_path::NEVER_RETURN)
         .collect();
     names.sort_unstable();
     names.dedup();

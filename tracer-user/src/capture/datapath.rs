@@ -22,7 +22,7 @@ use super::{
     kernel::KernelBtf,
     loader::{self, Loaded},
     lossless::{Stopped, StoppedView},
-    programs::{Programs, UprobeMechanism},
+    programs::{ProgramNames, Programs, UprobeMechanism},
     ring::Ring,
 };
 
@@ -102,7 +102,13 @@ impl Rings {
                 |bytes| match RawRecord::view(bytes) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
-                        sink(*cpu, record, UserStack::after_record(bytes));
+                        let [first, second] = record.halves();
+                        if let Some(first) = first {
+                            sink(*cpu, &first, UserStack::after_record(bytes));
+                        }
+                        if let Some(second) = second {
+                            sink(*cpu, &second, None);
+                        }
                     }
                     None => drained.malformed += 1,
                 },
@@ -266,11 +272,19 @@ impl DataPath {
         };
         let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes, &kernel.functions)
             .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
-        let (entry, exit) = match empty_programs {
-            false => (names::ENTRY_PROGRAM, names::RETURN_PROGRAM),
-            true => (names::EMPTY_PROGRAM, names::EMPTY_PROGRAM),
+        let program_names = match empty_programs {
+            false => ProgramNames {
+                entry: names::ENTRY_PROGRAM,
+                exit: names::RETURN_PROGRAM,
+                fast: names::FAST_PROGRAM,
+            },
+            true => ProgramNames {
+                entry: names::EMPTY_PROGRAM,
+                exit: names::EMPTY_PROGRAM,
+                fast: names::EMPTY_PROGRAM,
+            },
         };
-        let programs = Programs::load(&loaded, entry, exit, mechanism)?;
+        let programs = Programs::load(&loaded, program_names, mechanism)?;
         // Loaded before the rings' map is let go, as the uprobe programs are (the programs
         // hold the maps they use). Attached now, but nothing is traced yet. A kernel where no
         // hook attaches traces the rest (the session says so).

@@ -389,7 +389,8 @@ fn prog_load(
     let mut stats = vec![0u8; STATS_LOG_BYTES];
     let mut attr = load_request(name, prog_type, attach, instructions, LOG_STATS, &mut stats);
     if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
-        let largest = stack_depths(&log_text(&stats)).into_iter().max();
+        let depths = stack_depths(&log_text(&stats));
+        let largest = depths.iter().copied().max();
         // Unread, the frames could not be checked: a kernel that words its statistics in a
         // third way is refused, not trusted.
         let Some(largest) = largest else {
@@ -404,7 +405,8 @@ fn prog_load(
             jit_frame(largest) < PRIVATE_STACK_FRAME,
             "BPF program {name} has a {largest}-byte frame, which this kernel could run on a per-CPU \
              stack that a preempting run would overwrite; not loaded (a build error: the \
-             programs keep frames, rounded up to 16 bytes, under {PRIVATE_STACK_FRAME})"
+             programs keep frames, rounded up to 16 bytes, under {PRIVATE_STACK_FRAME}; its \
+             subprograms' frames, in the verifier's order: {depths:?})"
         );
         return Ok(program);
     }

@@ -57,35 +57,40 @@ impl UprobeMechanism {
     }
 }
 
-/// The loaded entry and return programs.
+/// The loaded entry, return and fast-path programs.
 pub struct Programs {
     pub entry: UprobeProgram,
     pub exit: UprobeProgram,
+    pub fast: UprobeProgram,
+}
+
+/// The names of the programs [`Programs`] loads: an entry program, a return program (a
+/// uretprobe) and one for where a fast path completes.
+#[derive(Clone, Copy)]
+pub struct ProgramNames {
+    pub entry: &'static str,
+    pub exit: &'static str,
+    pub fast: &'static str,
 }
 
 impl Programs {
-    /// Loads programs `entry` and `exit` (a uretprobe) of the loaded object, to be attached by
-    /// `mechanism`.
-    pub fn load(
-        loaded: &Loaded,
-        entry: &'static str,
-        exit: &'static str,
-        mechanism: UprobeMechanism,
-    ) -> Result<Self> {
+    /// Loads the programs `names` of the loaded object, to be attached by `mechanism`.
+    pub fn load(loaded: &Loaded, names: ProgramNames, mechanism: UprobeMechanism) -> Result<Self> {
         let load = |name: &'static str| -> Result<UprobeProgram> {
             let fd = loaded.load_program(name, BPF_PROG_TYPE_KPROBE, mechanism.attach_type())?;
             Ok(UprobeProgram { name, fd })
         };
         Ok(Programs {
-            entry: load(entry)?,
-            exit: load(exit)?,
+            entry: load(names.entry)?,
+            exit: load(names.exit)?,
+            fast: load(names.fast)?,
         })
     }
 
     /// Each program's runs and the nanoseconds they took, as the kernel counts them while
     /// `kernel.bpf_stats_enabled` is set (none otherwise).
     pub fn run_times(&self) -> Result<Vec<RunTime>> {
-        [&self.entry, &self.exit]
+        [&self.entry, &self.exit, &self.fast]
             .into_iter()
             .map(UprobeProgram::run_time)
             .collect()

@@ -37,6 +37,8 @@ pub struct Config {
     /// that works).
     pub futex_hook: Option<FutexHook>,
     pub probe_at_entry: bool,
+    /// Lock calls written where their fast path completes them (not `--no-fast-paths`).
+    pub fast_paths: bool,
     /// `--contended`: locks traced on their slow paths only.
     pub contended: bool,
     /// Which records carry their thread's call stack (`--stacks`: `tracer_common::STACKS_*`).

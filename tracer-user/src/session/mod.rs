@@ -63,12 +63,12 @@ pub fn trace_into(config: &Config, viewers: Vec<Box<dyn Sink + Send>>) -> Result
     }
     if config.verbose {
         say!("thrtrace-bpf: lost per CPU: {}", outcome.losses.split());
-        for time in outcome.run_times.iter().filter(|t| t.runs > 0) {
+        for time in &outcome.run_times {
             say!(
                 "thrtrace-bpf: BPF program {}: {} runs, {} ns each (kernel.bpf_stats_enabled)",
                 time.program,
                 time.runs,
-                time.ns / time.runs
+                time.ns.checked_div(time.runs).unwrap_or(0)
             );
         }
     }

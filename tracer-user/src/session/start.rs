@@ -468,6 +468,7 @@ fn start_sinks(
 fn plan_options(config: &Config) -> PlanOptions {
     PlanOptions {
         at_entry: config.probe_at_entry,
+        fast_paths: config.fast_paths,
         contended: config.contended,
     }
 }

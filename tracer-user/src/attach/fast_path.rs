@@ -1,0 +1,1365 @@
+//! Where a lock call's fast path completes it (full traces): one probe there writes the whole
+//! call, where today's placement takes two traps (the entry probe, and the return probe's
+//! trampoline).
+//!
+//! The plan comes from the function's code, and is used only where it is proved:
+//!
+//! 1. The *tails*: the code from which every way runs straight to a `ret` with a known value in
+//!    `eax` (and, for -1, a known errno stored), with no call, no system call, no locked
+//!    instruction and no loop on the way. A call that reaches a tail has completed.
+//! 2. A *completion* on each way into a tail: the conditional branch that enters it (its flag
+//!    says whether it did: `lock cmpxchg; jne slow`), a jump into it, or the instruction a wait
+//!    returns to.
+//! 3. Then every way through the function is followed with what the thread has of the call:
+//!    nothing yet, the call opened, or the call written. A way that would wait (a call, a
+//!    system call) or return from outside a tail must have the call opened first: by the last
+//!    completion it passed, where that branch goes the other way, or else by a probe where
+//!    its way left the others (`Condition::Never`). A way that leaves the function by a jump
+//!    with nothing on the stack (a tail call) gets today's probes there: the entry and the
+//!    return probe, or the return probe alone when the call is open.
+//! 4. The plan stands only if, on every way, the call is written exactly once, and never
+//!    completed before it was opened where it waits.
+//!
+//! A function where that fails keeps today's probes; `--list-probes` says why.
+
+use std::collections::{HashMap, HashSet};
+
+use iced_x86::{
+    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
+    Register,
+};
+use tracer_common::{
+    Completion, Condition, EventDef, FoundInRax, ObjectRegister, Outcome, ProbeFlags,
+};
+
+use super::{
+    placement,
+    slow_path::{self, PathState, StackChange},
+};
+
+/// The C library's functions that never return, whose calls end a way through a function
+/// (an assertion that fails).
+pub const NEVER_RETURN: [&str; 6] = [
+    "__assert_fail",
+    "abort",
+    "__libc_fatal",
+    "__stack_chk_fail",
+    "__fortify_fail",
+    "__chk_fail",
+];
+
+/// How many instructions of a function are walked at most (glibc's mutex lock is about 700).
+const MAX_INSTRUCTIONS: usize = 4096;
+/// How many instructions a tail has at most, on any way through it.
+const MAX_TAIL: usize = 48;
+/// How many times the plan is revised (a probe added or made to open the call) at most.
+const MAX_REVISIONS: usize = 32;
+/// The highest value [`Outcome::Returns`] carries.
+const MAX_RETURNED: i64 = 127;
+
+/// A probe of a proved plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// Where it goes (an address in the library's file offsets).
+    pub offset: u64,
+    /// Bytes pushed since the function's entry: its return address is at `[rsp + this]`.
+    pub stack_offset: u16,
+    /// The register that holds the call's object there.
+    pub object_register: ObjectRegister,
+    pub role: Role,
+}
+
+/// What a probe of the plan does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Writes the call whole, or completes it, or opens it ([`Completion`]).
+    Completes(Completion),
+    /// The entry and return probes of today's placement, on a tail call with nothing pushed.
+    WholeCall,
+    /// A return probe alone, on a tail call reached with the call open.
+    ReturnOnly,
+}
+
+/// What the thread has of the call at a point of a way through the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Held {
+    Nothing,
+    Open,
+    Written,
+}
+
+/// How an instruction ends, for the walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// Goes on to the next instruction.
+    Next,
+    /// A conditional branch: to its target, or on.
+    Branches { target: u64 },
+    /// A jump inside the function.
+    Jumps { target: u64 },
+    /// A call that returns (to the next instruction): of a function that waits on a futex
+    /// (or one that cannot be told), or not.
+    Calls { waits: bool },
+    /// A system call.
+    SystemCall,
+    /// `ret`.
+    Returns,
+    /// A jump out of the function with nothing pushed: a tail call.
+    TailCall,
+    /// Goes nowhere: a call of a function that does not return, `ud2`, `hlt`.
+    Stops,
+}
+
+struct Node {
+    instruction: Instruction,
+    /// The kernel takes a probe on it (no lock prefix).
+    probed_by_kernel: bool,
+    /// Bytes pushed since the entry, before it runs.
+    depth: u64,
+    end: End,
+    /// Where it goes on to.
+    successors: Vec<u64>,
+}
+
+/// A tail's outcome ([`Walk::tail`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tail {
+    Returns {
+        outcome: Outcome,
+        /// It stores to memory other than the stack before returning.
+        stores: bool,
+    },
+    /// Every way from here stops (an assertion that fails).
+    Stops,
+    No,
+}
+
+/// A planned probe, by where it goes, before the plan is proved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Planned {
+    /// Completes the call: on every hit (`into` None), or on the way to `into`.
+    Completes {
+        into: Option<u64>,
+        outcome: Outcome,
+        stores_after: bool,
+        opens_otherwise: bool,
+        may_be_open: bool,
+        /// Reached with nothing of the call: it writes the call whole, or opens it, from the
+        /// registers (else it completes what was opened, and needs no object).
+        reached_with_nothing: bool,
+    },
+    /// Opens the call on every hit ([`Condition::Never`]).
+    Opens,
+    WholeCall {
+        reached_open: bool,
+    },
+    ReturnOnly,
+}
+
+/// Why a way through the function needs the plan revised.
+#[derive(Clone, Copy)]
+enum Revision {
+    /// Open the call at the completion at this address, where it goes the other way.
+    OpenOtherwise(u64),
+    /// Open the call on every hit of this address.
+    OpenAt(u64),
+    /// Put today's probes (or the return probe alone) on this tail call.
+    TailCall(u64, Held),
+    /// Complete the open call on this `ret`.
+    CloseAt(u64),
+}
+
+/// What the plan needs to know of the library's functions.
+pub struct Library {
+    /// Those that never return ([`NEVER_RETURN`]).
+    pub stops: HashSet<u64>,
+    /// Where its named functions start (a jump to one is a tail call).
+    pub named: HashSet<u64>,
+}
+
+/// The plan of `event`'s function at `entry` (`size` bytes) in `image` (a library's bytes at
+/// their file offsets). An error says why none is proved.
+pub fn plan(
+    image: &[u8],
+    entry: u64,
+    size: u64,
+    library: &Library,
+    event: &EventDef,
+) -> Result<Vec<Site>, String> {
+    let flags = event.probe_flags();
+    let walk = Walk::new(image, entry, size, library, flags.has(ProbeFlags::ERRNO))?;
+    // What the return half reads of the object after the call must be the object as the call
+    // left it: a completion comes after the call's stores, unless the stores are a recursive
+    // mutex's count, which the BPF side counts ([`Completion::stores_after`]).
+    let stores_matter =
+        flags.has(ProbeFlags::OBJECT_AT_RETURN) && !flags.has(ProbeFlags::ONLY_IF_RECURSIVE);
+    let mut tails = walk.tails(stores_matter);
+    // Only a recursive mutex's count is counted for the stores after a completion.
+    if !flags.has(ProbeFlags::ONLY_IF_RECURSIVE) {
+        for tail in tails.values_mut() {
+            if let Tail::Returns { stores, .. } = tail {
+                *stores = false;
+            }
+        }
+    }
+    if matches!(tails.get(&entry), Some(Tail::Returns { .. })) {
+        return Err("it returns without a decision: nothing to complete".into());
+    }
+    let mut planned = walk.completions(&tails)?;
+    if !planned
+        .values()
+        .any(|p| matches!(p, Planned::Completes { .. }))
+    {
+        return Err("no branch into code that returns a known value".into());
+    }
+    for _ in 0..MAX_REVISIONS {
+        match walk.follow(&mut planned)? {
+            None => return walk.sites(&planned),
+            Some(revision) => walk.revise(&mut planned, revision)?,
+        }
+    }
+    Err("the plan did not settle".into())
+}
+
+/// A function's code, walked from its entry.
+struct Walk {
+    entry: u64,
+    /// The event reads errno after a call that returns -1: a tail must say which.
+    errno_matters: bool,
+    nodes: HashMap<u64, Node>,
+    /// How many ways lead to each instruction (edges from others).
+    predecessors: HashMap<u64, usize>,
+    /// The registers that hold the object at each instruction on every way there.
+    object_masks: HashMap<u64, u32>,
+}
+
+impl Walk {
+    fn new(
+        image: &[u8],
+        entry: u64,
+        size: u64,
+        library: &Library,
+        errno_matters: bool,
+    ) -> Result<Self, String> {
+        let inside = |address: u64| (entry..entry + size.max(1)).contains(&address);
+        let mut stopping: HashMap<u64, bool> = HashMap::new();
+        let mut stops = |target: u64| {
+            *stopping.entry(target).or_insert_with(|| {
+                library.stops.contains(&target) || never_returns(image, target, &library.stops)
+            })
+        };
+        let mut waiting: HashMap<u64, bool> = HashMap::new();
+        let mut waits = |target: u64| {
+            *waiting
+                .entry(target)
+                .or_insert_with(|| slow_path::waits(image, target, &library.named))
+        };
+        let mut nodes: HashMap<u64, Node> = HashMap::new();
+        let mut predecessors: HashMap<u64, usize> = HashMap::new();
+        let mut object_masks: HashMap<u64, u32> = HashMap::new();
+        let mut states: HashMap<u64, PathState> = HashMap::new();
+        let mut pending = vec![(entry, 0u64, PathState::at_entry())];
+        while let Some((ip, depth, mut state)) = pending.pop() {
+            let arriving = state.object_mask();
+            if let Some(node) = nodes.get(&ip) {
+                if node.depth != depth {
+                    return Err(format!(
+                        "+{:#x} is reached with {} and {depth} bytes pushed",
+                        ip - entry,
+                        node.depth
+                    ));
+                }
+                let mask = object_masks[&ip];
+                if mask & arriving == mask {
+                    continue;
+                }
+                // A way in brings the object in fewer registers: walked on again with those.
+                let narrowed = mask & arriving;
+                object_masks.insert(ip, narrowed);
+                state = states[&ip];
+                state.keep_object_only_in(narrowed);
+            } else {
+                if nodes.len() >= MAX_INSTRUCTIONS {
+                    return Err("too much code to follow".into());
+                }
+                let instruction = slow_path::decode_one(image, ip)
+                    .ok_or_else(|| format!("+{:#x} does not decode", ip - entry))?;
+                let (end, successors) =
+                    ending(&instruction, depth, &inside, &mut stops, &mut waits)
+                        .map_err(|why| format!("{why} at +{:#x}", ip - entry))?;
+                for successor in &successors {
+                    *predecessors.entry(*successor).or_default() += 1;
+                }
+                nodes.insert(
+                    ip,
+                    Node {
+                        instruction,
+                        probed_by_kernel: placement::kernel_accepts(image, ip),
+                        depth,
+                        end,
+                        successors,
+                    },
+                );
+                object_masks.insert(ip, arriving);
+                states.insert(ip, state);
+            }
+            let node = &nodes[&ip];
+            let mut after = state;
+            let mut depth_after = depth;
+            match node.end {
+                End::Calls { .. } => after.after_call(),
+                End::SystemCall => after.after_syscall(),
+                _ => {
+                    after.note(&node.instruction, depth);
+                    match slow_path::stack_change(&node.instruction) {
+                        StackChange::None => {}
+                        StackChange::By(bytes) => {
+                            depth_after = depth.checked_add_signed(bytes).ok_or_else(|| {
+                                format!("+{:#x} pops more than was pushed", ip - entry)
+                            })?;
+                        }
+                        StackChange::Unknown => {
+                            return Err(format!(
+                                "+{:#x} moves the stack pointer by an unknown amount",
+                                ip - entry
+                            ));
+                        }
+                    }
+                }
+            }
+            for &successor in &node.successors {
+                pending.push((successor, depth_after, after));
+            }
+        }
+        Ok(Walk {
+            entry,
+            errno_matters,
+            nodes,
+            predecessors,
+            object_masks,
+        })
+    }
+
+    /// Each instruction's [`Tail`]; `stores_matter`: code that stores to the object is no tail.
+    fn tails(&self, stores_matter: bool) -> HashMap<u64, Tail> {
+        self.nodes
+            .keys()
+            .map(|&ip| {
+                let mut on_way = HashSet::new();
+                let tail = self.tail(ip, Values::at_start(), None, &mut on_way, 0);
+                let tail = match tail {
+                    Tail::Returns { stores: true, .. } if stores_matter => Tail::No,
+                    tail => tail,
+                };
+                (ip, tail)
+            })
+            .collect()
+    }
+
+    /// The outcome of every way from `ip`, with `constants` known in registers and `errno`
+    /// stored so far.
+    fn tail(
+        &self,
+        ip: u64,
+        mut values: Values,
+        mut errno: Option<i64>,
+        on_way: &mut HashSet<u64>,
+        steps: usize,
+    ) -> Tail {
+        let mut ip = ip;
+        let mut stores = false;
+        let mut steps = steps;
+        let mut entered = Vec::new();
+        let tail = loop {
+            steps += 1;
+            let Some(node) = self.nodes.get(&ip) else {
+                break Tail::No;
+            };
+            if steps > MAX_TAIL || !on_way.insert(ip) {
+                break Tail::No;
+            }
+            entered.push(ip);
+            let instruction = &node.instruction;
+            if is_atomic(instruction) {
+                break Tail::No;
+            }
+            match node.end {
+                End::Stops => break Tail::Stops,
+                End::Calls { .. } | End::SystemCall | End::TailCall => break Tail::No,
+                End::Returns => {
+                    let outcome = match (values.rax(), errno) {
+                        (Value::Constant(-1), Some(errno))
+                            if (0..=i64::from(Outcome::MAX_ERRNO)).contains(&errno) =>
+                        {
+                            Some(Outcome::Fails(errno as u8))
+                        }
+                        (Value::Constant(value), _) if (0..=MAX_RETURNED).contains(&value) => {
+                            Some(Outcome::Returns(value as u8))
+                        }
+                        // A value known only at run time, which could be -1 with an errno
+                        // the tail sets: not where errno matters.
+                        (Value::Initial(number), None) if !self.errno_matters => {
+                            outcome_register(number).map(Outcome::ReturnsRegister)
+                        }
+                        _ => None,
+                    };
+                    break match outcome {
+                        Some(outcome) => Tail::Returns { outcome, stores },
+                        None => Tail::No,
+                    };
+                }
+                _ => {}
+            }
+            if let Some(stored) = errno_stored(instruction) {
+                errno = Some(stored);
+            } else if writes_memory_off_stack(instruction) {
+                stores = true;
+            }
+            values.note(instruction);
+            match node.end {
+                End::Branches { target } => {
+                    let next = instruction.next_ip();
+                    let taken = self.tail(target, values, errno, on_way, steps);
+                    let on = self.tail(next, values, errno, on_way, steps);
+                    break match (taken, on) {
+                        (Tail::No, _) | (_, Tail::No) => Tail::No,
+                        (Tail::Stops, other) | (other, Tail::Stops) => with_stores(other, stores),
+                        (
+                            Tail::Returns {
+                                outcome: a,
+                                stores: a_stores,
+                            },
+                            Tail::Returns {
+                                outcome: b,
+                                stores: b_stores,
+                            },
+                        ) if a == b => Tail::Returns {
+                            outcome: a,
+                            stores: stores || a_stores || b_stores,
+                        },
+                        _ => Tail::No,
+                    };
+                }
+                End::Jumps { target } => ip = target,
+                _ => ip = instruction.next_ip(),
+            }
+        };
+        for ip in entered {
+            on_way.remove(&ip);
+        }
+        with_stores(tail, stores)
+    }
+
+    /// A completion on each way into a tail from code that is none.
+    fn completions(&self, tails: &HashMap<u64, Tail>) -> Result<HashMap<u64, Planned>, String> {
+        let in_tail = |ip: &u64| match tails.get(ip) {
+            Some(Tail::Returns { outcome, stores }) => Some((*outcome, *stores)),
+            _ => None,
+        };
+        let completes =
+            |into: Option<u64>, (outcome, stores_after): (Outcome, bool)| Planned::Completes {
+                into,
+                outcome,
+                stores_after,
+                opens_otherwise: false,
+                may_be_open: false,
+                reached_with_nothing: false,
+            };
+        let mut planned = HashMap::new();
+        let mut ips: Vec<u64> = self.nodes.keys().copied().collect();
+        ips.sort_unstable();
+        for ip in ips {
+            let node = &self.nodes[&ip];
+            if in_tail(&ip).is_some() || matches!(tails.get(&ip), Some(Tail::Stops)) {
+                continue;
+            }
+            let entering: Vec<(u64, (Outcome, bool))> = node
+                .successors
+                .iter()
+                .filter_map(|s| Some((*s, in_tail(s)?)))
+                .collect();
+            let Some(&(first, first_tail)) = entering.first() else {
+                continue;
+            };
+            let alone = |target: u64| self.predecessors.get(&target) == Some(&1);
+            match node.end {
+                End::Jumps { .. } => {
+                    planned.insert(ip, completes(None, first_tail));
+                }
+                End::Branches { .. } => {
+                    let both_same = entering.len() == 2 && entering[0].1.0 == entering[1].1.0;
+                    if both_same {
+                        planned.insert(ip, completes(None, first_tail));
+                        continue;
+                    }
+                    if flag_of(&node.instruction).is_some() {
+                        planned.insert(ip, completes(Some(first), first_tail));
+                        // The other way enters another tail: its first instruction completes.
+                        if let Some(&(second, second_tail)) = entering.get(1) {
+                            if !alone(second) {
+                                return Err(format!(
+                                    "+{:#x}: both ways return, differently, into shared code",
+                                    ip - self.entry
+                                ));
+                            }
+                            planned.insert(second, completes(None, second_tail));
+                        }
+                        continue;
+                    }
+                    for (into, tail) in entering {
+                        if !alone(into) {
+                            return Err(format!(
+                                "+{:#x}: a branch on a flag the probe cannot test ({}) enters \
+                                 shared code",
+                                ip - self.entry,
+                                mnemonic_text(&node.instruction)
+                            ));
+                        }
+                        planned.insert(into, completes(None, tail));
+                    }
+                }
+                // A wait returns into a tail: completed where it returns, if nothing else
+                // comes there.
+                End::Calls { .. } | End::SystemCall | End::Next => {
+                    if !alone(first) {
+                        return Err(format!(
+                            "+{:#x}: the code after it is reached from elsewhere too",
+                            ip - self.entry
+                        ));
+                    }
+                    planned.insert(first, completes(None, first_tail));
+                }
+                End::Returns | End::TailCall | End::Stops => {}
+            }
+        }
+        Ok(planned)
+    }
+
+    /// Follows every way through the function with what the thread has of the call. `None`
+    /// when each way writes the call exactly once; else the first revision a way needs. Marks
+    /// the completions reached with the call open, and the tail calls reached so.
+    fn follow(&self, planned: &mut HashMap<u64, Planned>) -> Result<Option<Revision>, String> {
+        let mut seen: HashSet<(u64, Held)> = HashSet::new();
+        // Each way: where it is, what it has, the last completion it passed the other way
+        // with nothing held, and the last place it left the others, each with how far along
+        // the way it was.
+        let mut ways = vec![(
+            self.entry,
+            Held::Nothing,
+            None::<(u64, usize)>,
+            None::<(u64, usize)>,
+            0,
+        )];
+        let at = |ip: u64| format!("+{:#x}", ip.wrapping_sub(self.entry));
+        while let Some((ip, held, passed, left, along)) = ways.pop() {
+            if !seen.insert((ip, held)) {
+                continue;
+            }
+            let node = &self.nodes[&ip];
+            let mut held = held;
+            let mut passed = passed;
+            if let Some(Planned::Completes {
+                reached_with_nothing,
+                ..
+            }) = planned.get_mut(&ip)
+                && held == Held::Nothing
+            {
+                *reached_with_nothing = true;
+            }
+            match planned.get_mut(&ip) {
+                Some(Planned::Completes {
+                    into: None,
+                    may_be_open,
+                    ..
+                }) => {
+                    match held {
+                        Held::Written => {
+                            return Err(format!("{} completes a call already written", at(ip)));
+                        }
+                        Held::Open => *may_be_open = true,
+                        Held::Nothing => {}
+                    }
+                    held = Held::Written;
+                }
+                Some(Planned::Opens) => {
+                    if held == Held::Written {
+                        return Err(format!("{} opens a call already written", at(ip)));
+                    }
+                    held = Held::Open;
+                }
+                Some(Planned::WholeCall { reached_open }) => match held {
+                    Held::Nothing => held = Held::Written,
+                    Held::Open => {
+                        *reached_open = true;
+                        held = Held::Written;
+                    }
+                    Held::Written => {
+                        return Err(format!("{} passes on a call already written", at(ip)));
+                    }
+                },
+                Some(Planned::ReturnOnly) => match held {
+                    Held::Open => held = Held::Written,
+                    _ => return Ok(Some(Revision::TailCall(ip, held))),
+                },
+                _ => {}
+            }
+            match node.end {
+                End::Returns => match held {
+                    Held::Written => continue,
+                    Held::Open => return Ok(Some(Revision::CloseAt(ip))),
+                    Held::Nothing => return Ok(Some(self.opening(passed, left, ip)?)),
+                },
+                End::TailCall => match (planned.get(&ip), held) {
+                    (None, Held::Nothing | Held::Open) => {
+                        return Ok(Some(Revision::TailCall(ip, held)));
+                    }
+                    _ => continue,
+                },
+                End::Calls { waits: true } | End::SystemCall if held == Held::Nothing => {
+                    return Ok(Some(self.opening(passed, left, ip)?));
+                }
+                // A spin waits too: the call's time runs from before it.
+                _ if held == Held::Nothing && node.instruction.mnemonic() == Mnemonic::Pause => {
+                    return Ok(Some(self.opening(passed, left, ip)?));
+                }
+                End::Stops => continue,
+                _ => {}
+            }
+            let branches = matches!(node.end, End::Branches { .. } | End::Jumps { .. });
+            for &next in &node.successors {
+                let mut next_held = held;
+                if let Some(Planned::Completes {
+                    into: Some(into),
+                    opens_otherwise,
+                    may_be_open,
+                    ..
+                }) = planned.get_mut(&ip)
+                {
+                    if next == *into {
+                        match held {
+                            Held::Written => {
+                                return Err(format!("{} completes a call already written", at(ip)));
+                            }
+                            Held::Open => *may_be_open = true,
+                            Held::Nothing => {}
+                        }
+                        next_held = Held::Written;
+                    } else if held == Held::Nothing {
+                        match *opens_otherwise {
+                            true => next_held = Held::Open,
+                            false => passed = Some((ip, along)),
+                        }
+                    }
+                }
+                let opens_there = self.predecessors.get(&next) == Some(&1)
+                    && self.nodes.get(&next).is_some_and(|n| n.probed_by_kernel);
+                let left = match branches && opens_there {
+                    true => Some((next, along + 1)),
+                    false => left,
+                };
+                ways.push((next, next_held, passed, left, along + 1));
+            }
+        }
+        Ok(None)
+    }
+
+    /// How a way that reached `ip` with nothing of the call gets it opened: where it last left
+    /// the other ways, unless the last completion it passed the other way is no earlier than
+    /// that (the branch that left them), so that the ways that do not wait pass no probe more.
+    fn opening(
+        &self,
+        passed: Option<(u64, usize)>,
+        left: Option<(u64, usize)>,
+        ip: u64,
+    ) -> Result<Revision, String> {
+        match (passed, left) {
+            (Some((completion, at)), Some((_, left_at))) if at + 1 >= left_at => {
+                Ok(Revision::OpenOtherwise(completion))
+            }
+            (_, Some((left, _))) => Ok(Revision::OpenAt(left)),
+            (Some((completion, _)), None) => Ok(Revision::OpenOtherwise(completion)),
+            (None, None) => Err(format!(
+                "+{:#x} waits or returns on a way that meets nothing that could open the call",
+                ip - self.entry
+            )),
+        }
+    }
+
+    fn revise(
+        &self,
+        planned: &mut HashMap<u64, Planned>,
+        revision: Revision,
+    ) -> Result<(), String> {
+        let at = |ip: u64| format!("+{:#x}", ip.wrapping_sub(self.entry));
+        match revision {
+            Revision::OpenOtherwise(ip) => match planned.get_mut(&ip) {
+                Some(Planned::Completes {
+                    opens_otherwise, ..
+                }) if !*opens_otherwise => *opens_otherwise = true,
+                _ => return Err(format!("{} cannot open the call", at(ip))),
+            },
+            Revision::OpenAt(ip) => match planned.get(&ip) {
+                None => {
+                    planned.insert(ip, Planned::Opens);
+                }
+                Some(_) => return Err(format!("{} already has a probe to open the call", at(ip))),
+            },
+            Revision::TailCall(ip, held) => {
+                let role = match (planned.get(&ip), held) {
+                    (None, Held::Nothing) => Planned::WholeCall {
+                        reached_open: false,
+                    },
+                    (None, Held::Open) => Planned::ReturnOnly,
+                    _ => {
+                        return Err(format!(
+                            "the tail call at {} is reached both with the call open and without",
+                            at(ip)
+                        ));
+                    }
+                };
+                planned.insert(ip, role);
+            }
+            Revision::CloseAt(ip) => match planned.get(&ip) {
+                None => {
+                    planned.insert(
+                        ip,
+                        Planned::Completes {
+                            into: None,
+                            outcome: Outcome::ReturnsRegister(ObjectRegister::Rax),
+                            stores_after: false,
+                            opens_otherwise: false,
+                            may_be_open: true,
+                            reached_with_nothing: false,
+                        },
+                    );
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "the return at {} is shared with a completion",
+                        at(ip)
+                    ));
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// The probes of a proved plan.
+    fn sites(&self, planned: &HashMap<u64, Planned>) -> Result<Vec<Site>, String> {
+        let mut sites = Vec::new();
+        let mut planned: Vec<(&u64, &Planned)> = planned.iter().collect();
+        planned.sort_by_key(|(ip, _)| **ip);
+        for (&ip, planned) in planned {
+            let node = &self.nodes[&ip];
+            let at = format!("+{:#x}", ip - self.entry);
+            let needs_object = !matches!(
+                planned,
+                Planned::Completes {
+                    reached_with_nothing: false,
+                    ..
+                } | Planned::ReturnOnly
+            );
+            let object_register = match slow_path::object_register_in(self.object_masks[&ip]) {
+                Some(register) => register,
+                None if !needs_object => ObjectRegister::Rdi,
+                None => return Err(format!("the object is in no register at {at}")),
+            };
+            let stack_offset = u16::try_from(node.depth)
+                .ok()
+                .filter(|&d| d <= 0xff)
+                .ok_or_else(|| format!("too much is pushed at {at}"))?;
+            let role = match *planned {
+                Planned::Completes {
+                    into,
+                    outcome,
+                    stores_after,
+                    opens_otherwise,
+                    may_be_open,
+                    ..
+                } => {
+                    let (condition, when_set) = match into {
+                        None => (Condition::Always, false),
+                        Some(into) => completing_flag(&node.instruction, into)
+                            .ok_or_else(|| format!("no flag says the way at {at}"))?,
+                    };
+                    Role::Completes(Completion {
+                        condition,
+                        when_set,
+                        outcome: outcome.pack(),
+                        may_be_open,
+                        opens_otherwise,
+                        found_in_rax: self.found_in_rax(ip, object_register),
+                        stores_after,
+                    })
+                }
+                Planned::Opens => Role::Completes(Completion {
+                    condition: Condition::Never,
+                    when_set: false,
+                    outcome: Outcome::Returns(0).pack(),
+                    may_be_open: false,
+                    opens_otherwise: true,
+                    found_in_rax: FoundInRax::Nothing,
+                    stores_after: false,
+                }),
+                Planned::WholeCall { reached_open } => {
+                    if reached_open {
+                        return Err(format!(
+                            "the tail call at {at} is reached both with the call open and without"
+                        ));
+                    }
+                    if object_register != ObjectRegister::Rdi || node.depth != 0 {
+                        return Err(format!("the object is not in rdi at the tail call at {at}"));
+                    }
+                    Role::WholeCall
+                }
+                Planned::ReturnOnly => Role::ReturnOnly,
+            };
+            sites.push(Site {
+                offset: ip,
+                stack_offset,
+                object_register,
+                role,
+            });
+        }
+        Ok(sites)
+    }
+
+    /// What `rax` holds of the object at a completion right after a locked `cmpxchg` on its
+    /// first bytes: what the exchange found there, when it succeeded.
+    fn found_in_rax(&self, ip: u64, object: ObjectRegister) -> FoundInRax {
+        let previous = self
+            .nodes
+            .values()
+            .find(|n| n.instruction.next_ip() == ip && n.successors == [ip]);
+        let Some(previous) = previous else {
+            return FoundInRax::Nothing;
+        };
+        let cmpxchg = &previous.instruction;
+        let on_object = cmpxchg.mnemonic() == Mnemonic::Cmpxchg
+            && cmpxchg.has_lock_prefix()
+            && cmpxchg.op0_kind() == OpKind::Memory
+            && cmpxchg.memory_index() == Register::None
+            && cmpxchg.memory_displacement64() == 0
+            && slow_path::object_register_in(1 << register_number(cmpxchg.memory_base()))
+                == Some(object);
+        match (on_object, cmpxchg.op1_register().size()) {
+            (true, 4) => FoundInRax::Word,
+            (true, 8) => FoundInRax::DoubleWord,
+            _ => FoundInRax::Nothing,
+        }
+    }
+}
+
+/// How `instruction` (with `depth` bytes pushed) ends, and where it goes on to; an error for
+/// what the walk cannot follow.
+fn ending(
+    instruction: &Instruction,
+    depth: u64,
+    inside: &dyn Fn(u64) -> bool,
+    stops: &mut dyn FnMut(u64) -> bool,
+    waits: &mut dyn FnMut(u64) -> bool,
+) -> Result<(End, Vec<u64>), String> {
+    let next = instruction.next_ip();
+    if instruction.mnemonic() == Mnemonic::Syscall {
+        return Ok((End::SystemCall, vec![next]));
+    }
+    Ok(match instruction.flow_control() {
+        FlowControl::Next => (End::Next, vec![next]),
+        FlowControl::Return => {
+            if depth != 0 {
+                return Err(format!("a return with {depth} bytes pushed"));
+            }
+            (End::Returns, Vec::new())
+        }
+        FlowControl::UnconditionalBranch => {
+            let target = slow_path::near_target(instruction).ok_or("a far jump")?;
+            match (inside(target), depth) {
+                (true, _) => (End::Jumps { target }, vec![target]),
+                (false, 0) => (End::TailCall, Vec::new()),
+                (false, _) => return Err("a jump out of the function with the stack moved".into()),
+            }
+        }
+        FlowControl::ConditionalBranch => {
+            let target = slow_path::near_target(instruction).ok_or("a far branch")?;
+            if !inside(target) {
+                return Err("a conditional branch out of the function".into());
+            }
+            (End::Branches { target }, vec![target, next])
+        }
+        FlowControl::Call => match slow_path::near_target(instruction) {
+            // A function's code does not fall off its end: a call that would return there
+            // never returns (an assertion's failure, called by an internal name).
+            _ if !inside(next) => (End::Stops, Vec::new()),
+            Some(target) if stops(target) => (End::Stops, Vec::new()),
+            Some(target) => (
+                End::Calls {
+                    waits: waits(target),
+                },
+                vec![next],
+            ),
+            None => (End::Calls { waits: true }, vec![next]),
+        },
+        FlowControl::IndirectBranch => return Err("an indirect jump".into()),
+        FlowControl::IndirectCall => (End::Calls { waits: true }, vec![next]),
+        FlowControl::Interrupt | FlowControl::Exception => (End::Stops, Vec::new()),
+        FlowControl::XbeginXabortXend => return Err("a transaction".into()),
+    })
+}
+
+/// How many instructions of a called function are looked at to tell that it never returns.
+const MAX_CALLEE_INSTRUCTIONS: usize = 256;
+
+/// Whether the function at `address` never returns: no way through it reaches a `ret` or
+/// leaves it by a jump it cannot follow; each ends in a call of one of `stops`, or in a call
+/// the compiler put padding after (a call it knows does not return, as glibc's internal
+/// `__assert_fail` ends in one).
+fn never_returns(image: &[u8], address: u64, stops: &HashSet<u64>) -> bool {
+    let mut seen = HashSet::new();
+    let mut pending = vec![address];
+    while let Some(ip) = pending.pop() {
+        if !seen.insert(ip) {
+            continue;
+        }
+        if seen.len() > MAX_CALLEE_INSTRUCTIONS {
+            return false;
+        }
+        let Some(instruction) = slow_path::decode_one(image, ip) else {
+            return false;
+        };
+        let next = instruction.next_ip();
+        match instruction.flow_control() {
+            FlowControl::Next => pending.push(next),
+            FlowControl::UnconditionalBranch => match slow_path::near_target(&instruction) {
+                Some(target) => pending.push(target),
+                None => return false,
+            },
+            FlowControl::ConditionalBranch => match slow_path::near_target(&instruction) {
+                Some(target) => pending.extend([target, next]),
+                None => return false,
+            },
+            FlowControl::Call => {
+                let ends = slow_path::near_target(&instruction).is_some_and(|t| stops.contains(&t))
+                    || slow_path::decode_one(image, next).is_none_or(|after| {
+                        matches!(
+                            after.mnemonic(),
+                            Mnemonic::Nop | Mnemonic::Int3 | Mnemonic::Ud2
+                        )
+                    });
+                if !ends {
+                    pending.push(next);
+                }
+            }
+            FlowControl::Interrupt | FlowControl::Exception => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Whether the instruction is atomic on memory (a lock prefix, or `xchg` with memory), which
+/// no tail has: it is where a lock is taken.
+fn is_atomic(instruction: &Instruction) -> bool {
+    instruction.has_lock_prefix()
+        || instruction.mnemonic() == Mnemonic::Xchg
+            && (0..instruction.op_count()).any(|n| instruction.op_kind(n) == OpKind::Memory)
+        || instruction.mnemonic() == Mnemonic::Pause
+}
+
+/// The errno a `movl $imm, %fs:(%reg)` stores (glibc's errno is thread-local, at `%fs` plus an
+/// offset read from the GOT).
+fn errno_stored(instruction: &Instruction) -> Option<i64> {
+    (instruction.mnemonic() == Mnemonic::Mov
+        && instruction.op0_kind() == OpKind::Memory
+        && instruction.memory_segment() == Register::FS
+        && matches!(
+            instruction.op1_kind(),
+            OpKind::Immediate32 | OpKind::Immediate8to32
+        ))
+    .then(|| i64::from(instruction.immediate(1) as i32))
+}
+
+/// Whether the instruction writes memory other than the stack.
+fn writes_memory_off_stack(instruction: &Instruction) -> bool {
+    let mut factory = InstructionInfoFactory::new();
+    factory.info(instruction).used_memory().iter().any(|m| {
+        matches!(
+            m.access(),
+            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+        ) && m.base() != Register::RSP
+    })
+}
+
+/// `tail` with its stores said to be `stores` and its own.
+fn with_stores(tail: Tail, stores: bool) -> Tail {
+    match tail {
+        Tail::Returns {
+            outcome,
+            stores: later,
+        } => Tail::Returns {
+            outcome,
+            stores: stores || later,
+        },
+        other => other,
+    }
+}
+
+/// The flag a conditional branch tests, and its value when the branch is taken: the zero
+/// flag (`je`, `jne`) or the sign flag (`js`, `jns`), which the probe can read.
+fn flag_of(instruction: &Instruction) -> Option<(Condition, bool)> {
+    match instruction.condition_code() {
+        ConditionCode::e => Some((Condition::Zero, true)),
+        ConditionCode::ne => Some((Condition::Zero, false)),
+        ConditionCode::s => Some((Condition::Sign, true)),
+        ConditionCode::ns => Some((Condition::Sign, false)),
+        _ => None,
+    }
+}
+
+/// The flag, and its value, that sends the branch `instruction` to `into`.
+fn completing_flag(instruction: &Instruction, into: u64) -> Option<(Condition, bool)> {
+    let (condition, when_taken) = flag_of(instruction)?;
+    let taken = slow_path::near_target(instruction) == Some(into);
+    Some((condition, if taken { when_taken } else { !when_taken }))
+}
+
+fn mnemonic_text(instruction: &Instruction) -> String {
+    format!("{:?}", instruction.mnemonic()).to_lowercase()
+}
+
+/// A general-purpose register's number (rax 0 to r15 15), by its 64-bit name.
+fn register_number(register: Register) -> u32 {
+    let full = register.full_register();
+    match full.is_gpr64() {
+        true => full as u32 - Register::RAX as u32,
+        false => 16,
+    }
+}
+
+/// What a general-purpose register holds on a way through a tail, exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Value {
+    Unknown,
+    Constant(i64),
+    /// What the register of this number held where the tail began.
+    Initial(u32),
+}
+
+/// What general-purpose registers hold on a way through a tail: a constant `mov`ed in or the
+/// zeroing `xor`, a copy by `mov` between registers, or what a register held where the tail
+/// began; any other write forgets.
+#[derive(Clone, Copy)]
+struct Values {
+    by_register: [Value; 16],
+}
+
+impl Values {
+    /// Where a tail begins: each register holds what it holds.
+    fn at_start() -> Self {
+        let mut by_register = [Value::Unknown; 16];
+        for (number, value) in by_register.iter_mut().enumerate() {
+            *value = Value::Initial(number as u32);
+        }
+        Values { by_register }
+    }
+
+    /// What `eax` holds.
+    fn rax(&self) -> Value {
+        match self.by_register[0] {
+            // The C function returns an int.
+            Value::Constant(v) => Value::Constant(i64::from(v as i32)),
+            other => other,
+        }
+    }
+
+    fn note(&mut self, instruction: &Instruction) {
+        let mut factory = InstructionInfoFactory::new();
+        let written: Vec<u32> = factory
+            .info(instruction)
+            .used_registers()
+            .iter()
+            .filter(|used| {
+                matches!(
+                    used.access(),
+                    OpAccess::Write
+                        | OpAccess::CondWrite
+                        | OpAccess::ReadWrite
+                        | OpAccess::ReadCondWrite
+                )
+            })
+            .map(|used| register_number(used.register()))
+            .filter(|&n| n < 16)
+            .collect();
+        let destination = (instruction.op0_kind() == OpKind::Register)
+            .then(|| register_number(instruction.op0_register()))
+            .filter(|&n| n < 16);
+        let value = match (instruction.mnemonic(), instruction.op1_kind()) {
+            (
+                Mnemonic::Mov,
+                OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64,
+            ) => Value::Constant(instruction.immediate(1) as i64),
+            (Mnemonic::Xor, OpKind::Register)
+                if Some(register_number(instruction.op1_register())) == destination =>
+            {
+                Value::Constant(0)
+            }
+            (Mnemonic::Mov, OpKind::Register) => {
+                let source = register_number(instruction.op1_register());
+                match self.by_register.get(source as usize) {
+                    // A 32-bit move keeps the low half.
+                    Some(Value::Constant(v)) if instruction.op1_register().size() == 4 => {
+                        Value::Constant(i64::from(*v as u32))
+                    }
+                    Some(value) => *value,
+                    None => Value::Unknown,
+                }
+            }
+            _ => Value::Unknown,
+        };
+        for register in written {
+            self.by_register[register as usize] = Value::Unknown;
+        }
+        if let Some(destination) = destination {
+            self.by_register[destination as usize] = value;
+        }
+    }
+}
+
+/// The register of an [`Outcome::ReturnsRegister`] by its number ([`register_number`]); none
+/// for the stack pointer.
+fn outcome_register(number: u32) -> Option<ObjectRegister> {
+    Some(match number {
+        0 => ObjectRegister::Rax,
+        1 => ObjectRegister::Rcx,
+        2 => ObjectRegister::Rdx,
+        3 => ObjectRegister::Rbx,
+        5 => ObjectRegister::Rbp,
+        6 => ObjectRegister::Rsi,
+        7 => ObjectRegister::Rdi,
+        8 => ObjectRegister::R8,
+        9 => ObjectRegister::R9,
+        10 => ObjectRegister::R10,
+        11 => ObjectRegister::R11,
+        12 => ObjectRegister::R12,
+        13 => ObjectRegister::R13,
+        14 => ObjectRegister::R14,
+        15 => ObjectRegister::R15,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracer_common::EVENTS;
+
+    fn event(name: &str) -> &'static EventDef {
+        EVENTS.iter().find(|e| e.name == name).unwrap()
+    }
+
+    fn hex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// An image with `code` at `offset` and glibc's futex-waiting function of the lock's slow
+    /// path at 0x86100 (`mov $0x80,%esi; mov $202,%eax; syscall; ret`); any other function
+    /// it calls returns at once.
+    fn image(offset: u64, code: &[u8]) -> Vec<u8> {
+        let start = offset as usize;
+        let mut image = vec![0xc3; (start + code.len()).max(0x86200)];
+        image[start..start + code.len()].copy_from_slice(code);
+        image[0x86100..0x86100 + 13].copy_from_slice(&[
+            0xbe, 0x80, 0x00, 0x00, 0x00, 0xb8, 0xca, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xc3,
+        ]);
+        image
+    }
+
+    fn library() -> Library {
+        Library {
+            stops: HashSet::new(),
+            named: HashSet::new(),
+        }
+    }
+
+    fn completes(offset: u64, stack_offset: u16, register: ObjectRegister, c: Completion) -> Site {
+        Site {
+            offset,
+            stack_offset,
+            object_register: register,
+            role: Role::Completes(c),
+        }
+    }
+
+    /// A completion on the zero flag being `when_set`, returning `outcome`, that neither
+    /// opens nor meets an open call.
+    fn on_zero(when_set: bool, outcome: Outcome) -> Completion {
+        Completion {
+            condition: Condition::Zero,
+            when_set,
+            outcome: outcome.pack(),
+            may_be_open: false,
+            opens_otherwise: false,
+            found_in_rax: FoundInRax::Nothing,
+            stores_after: false,
+        }
+    }
+
+    /// glibc 2.36's `sem_trywait`: `je` to the EAGAIN return when the count is 0, and the
+    /// compare-and-exchange loop's `jne`, whose fall-through returns 0.
+    const SEM_TRYWAIT: &str =
+        "488b0785c07411488d50fff0480fb11775f131c0c30f1f00488b05c11f140064c7000b000000b8ffffffffc3";
+    /// glibc 2.36's `sem_wait`: `pthread_testcancel`, the compare-and-exchange, and the slow
+    /// path passed on by a tail jump.
+    const SEM_WAIT: &str =
+        "534889fbe8e7f1ffff488b0385c07410488d50fff0480fb113750531c05bc3904889df5be907ffffff";
+    /// glibc 2.36's `pthread_mutex_lock`.
+    const MUTEX_LOCK: [&str; 16] = [
+        "8b471089c281e27f01000083e07c0f85ac000000534883ec1085d20f85a7000000448b0d989614004585c975638b7710",
+        "81e6800000007509803d29f2140000753731c0ba01000000f00fb1170f85b60000008b4f0885c90f8561010000648b04",
+        "25d002000083470c0189470831c04883c4105bc30f1f4000448b074585c075c1c70701000000ebca0f1f840000000000",
+        "8b4710f6c4037408f6c4017490eb079080cc018947108b57104883c410488d77165b81e280000000e99397ffff0f1f00",
+        "e93bf8ffff0f1f0081fa0001000074d68b571083e27f83fa010f8592000000648b0425d002000039470875308b470483",
+        "f8ff0f84bc00000083c001894704e969ffffff0f1f44000048897c2408e87e9cffff488b7c2408e936ffffff8b771081",
+        "e680000000752c803d3af114000074238b1785d2751dc707010000008b470885c00f8551010000c7470401000000e90a",
+        "ffffff31c0ba01000000f00fb11774dc48897c2408e8269cffff488b7c2408ebcb8b571083e27f83fa030f85cb000000",
+        "ba01000000f00fb1177552837f08000f84c8feffff488d0da43d1100baa7000000488d35d4b91000488d3df8b91000e8",
+        "5c89faffb80b000000e9b0feffff488d0d7b3d1100ba5e000000488d35abb91000488d3dcfb91000e83389faff0fbf47",
+        "140fbf15346d14008d44000a89d139d00f4ec80f31ba0100000031db89c68d42ff21f001d001c339d97e66f39083e801",
+        "85c07ff783fa0f7f0201d28b0785c075dd41b801000000f0440fb10775d00fbf571489d8be0800000029d089d199f7fe",
+        "01c166894f14e940ffffff648b1425d00200008b471083e07f83f80275593957080f85c6fdffffb823000000e9fdfdff",
+        "ff31c0ba01000000f00fb11774b08b771048897c240881e680000000e8ff9affff488b7c2408eb96488d0da13c1100ba",
+        "82000000488d35d1b81000488d3df5b81000e85988faff488d0d823c1100baac000000488d35b2b81000488d3df70111",
+        "00e83a88faff",
+    ];
+
+    #[test]
+    fn a_try_lock_completes_on_each_branch_into_a_return() {
+        let code = hex(SEM_TRYWAIT);
+        let image = image(0x90e00, &code);
+        let sites = plan(
+            &image,
+            0x90e00,
+            code.len() as u64,
+            &library(),
+            event("sema_trywait"),
+        );
+        assert_eq!(
+            sites,
+            Ok(vec![
+                completes(
+                    0x90e05,
+                    0,
+                    ObjectRegister::Rdi,
+                    on_zero(true, Outcome::Fails(11))
+                ),
+                completes(
+                    0x90e10,
+                    0,
+                    ObjectRegister::Rdi,
+                    Completion {
+                        found_in_rax: FoundInRax::DoubleWord,
+                        ..on_zero(true, Outcome::Returns(0))
+                    }
+                ),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_wait_that_passes_its_slow_path_on_keeps_the_entry_and_return_probes_there() {
+        let code = hex(SEM_WAIT);
+        let image = image(0x90dd0, &code);
+        let sites = plan(
+            &image,
+            0x90dd0,
+            code.len() as u64,
+            &library(),
+            event("sema_wait"),
+        );
+        // The object is in rbx past pthread_testcancel; rax holds the count the exchange found.
+        let fast = Completion {
+            found_in_rax: FoundInRax::DoubleWord,
+            ..on_zero(true, Outcome::Returns(0))
+        };
+        let whole = Site {
+            offset: 0x90df4,
+            stack_offset: 0,
+            object_register: ObjectRegister::Rdi,
+            role: Role::WholeCall,
+        };
+        assert_eq!(
+            sites,
+            Ok(vec![
+                completes(0x90de9, 8, ObjectRegister::Rbx, fast),
+                whole
+            ])
+        );
+    }
+
+    #[test]
+    fn a_lock_that_waits_is_opened_where_it_leaves_the_fast_path_and_completed_where_the_wait_ends()
+    {
+        let code = hex(&MUTEX_LOCK.concat());
+        let image = image(0x8c370, &code);
+        // Its assertions call __assert_fail, at 0x34e80.
+        let library = Library {
+            stops: HashSet::from([0x34e80]),
+            ..library()
+        };
+        let sites = plan(
+            &image,
+            0x8c370,
+            code.len() as u64,
+            &library,
+            event("mutex_lock"),
+        )
+        .unwrap();
+        let at = |offset: u64| sites.iter().find(|s| s.offset == 0x8c370 + offset).copied();
+        // The uncontended lock: written whole at the jne after its cmpxchg, or opened there.
+        let fast = Completion {
+            opens_otherwise: true,
+            found_in_rax: FoundInRax::Word,
+            stores_after: true,
+            ..on_zero(true, Outcome::Returns(0))
+        };
+        assert_eq!(
+            at(0x4c),
+            Some(completes(0x8c3bc, 0x18, ObjectRegister::Rdi, fast))
+        );
+        // Where __lll_lock_wait_private returns: the open call completes.
+        let Some(Site {
+            role: Role::Completes(ended),
+            ..
+        }) = at(0x112)
+        else {
+            panic!("{sites:#x?}");
+        };
+        assert_eq!(
+            (ended.condition, ended.may_be_open, ended.opens_otherwise),
+            (Condition::Always, true, false)
+        );
+        // The robust and elision paths pass the call on with nothing pushed.
+        for tail_call in [0xb8, 0xc0] {
+            assert_eq!(at(tail_call).map(|s| s.role), Some(Role::WholeCall));
+        }
+        // Every way through it meets exactly one of its probes that writes the call.
+        assert!(sites.len() > 8, "{sites:#x?}");
+    }
+
+    #[test]
+    fn an_indirect_jump_is_no_plan() {
+        // cmp $1,%edi; ja +2; jmp *%rax; xor %eax,%eax; ret
+        let code = hex("83ff017702ffe031c0c3");
+        let image = image(0x90000, &code);
+        let planned = plan(
+            &image,
+            0x90000,
+            code.len() as u64,
+            &library(),
+            event("mutex_trylock"),
+        );
+        assert_eq!(planned, Err("an indirect jump at +0x5".into()));
+    }
+}
