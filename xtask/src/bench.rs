@@ -245,6 +245,8 @@ enum Mode {
     Contended,
     ContendedWithoutStacks,
     Stacks,
+    WithoutFastPaths,
+    FloorWithoutFastPaths,
 }
 
 /// The modes whose programs' run times are read: traced, and empty programs at the same probes.
@@ -252,7 +254,7 @@ const COSTED_MODES: [Mode; 2] = [Mode::Placed, Mode::FloorPlaced];
 /// The modes whose contended records are costed, with their call stacks and without.
 const STACK_COST_MODES: [Mode; 2] = [Mode::Contended, Mode::ContendedWithoutStacks];
 
-const MODES: [Mode; 12] = [
+const MODES: [Mode; 14] = [
     Mode::Untraced,
     Mode::Placed,
     Mode::AtEntry,
@@ -265,6 +267,8 @@ const MODES: [Mode; 12] = [
     Mode::Contended,
     Mode::ContendedWithoutStacks,
     Mode::Stacks,
+    Mode::WithoutFastPaths,
+    Mode::FloorWithoutFastPaths,
 ];
 
 impl Mode {
@@ -282,6 +286,8 @@ impl Mode {
             Mode::Contended => "thrtrace-bpf --contended",
             Mode::ContendedWithoutStacks => "  the same, --stacks off",
             Mode::Stacks => "thrtrace-bpf --stacks on",
+            Mode::WithoutFastPaths => "thrtrace-bpf --no-fast-paths",
+            Mode::FloorWithoutFastPaths => "  empty programs, the same",
         }
     }
 
@@ -296,6 +302,8 @@ impl Mode {
             Mode::Contended => &["--contended"],
             Mode::ContendedWithoutStacks => &["--contended", "--stacks", "off"],
             Mode::Stacks => &["--stacks", "on"],
+            Mode::WithoutFastPaths => &["--no-fast-paths"],
+            Mode::FloorWithoutFastPaths => &["--empty-programs", "--no-fast-paths"],
             Mode::Placed | Mode::Untraced | Mode::Bpftrace => &[],
         }
     }
@@ -694,6 +702,7 @@ fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
         }
         let (placed, entry, floor, bpftrace, lossless, stopped, floor_placed) =
             (ns(1), ns(2), ns(3), ns(4), ns(5), ns(6), ns(7));
+        let (without_fast_paths, floor_without) = (ns(12), ns(13));
         println!(
             "  placed vs at entry: {:.1}x cheaper; traced / bpftrace: {:.2}; traced / floor: {:.2}; \
              lossless / traced: {:.2}; stopped / floor: {:.2}; traced / empty placed: {:.2}",
@@ -704,6 +713,12 @@ fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
             stopped / floor,
             placed / floor_placed
         );
+        println!(
+            "  fast paths: traced / traced --no-fast-paths: {:.2}; --no-fast-paths / its empty \
+             programs: {:.2}",
+            placed / without_fast_paths,
+            without_fast_paths / floor_without
+        );
     }
 }
 
@@ -713,13 +728,13 @@ fn print_program_costs(costs: &[Vec<Vec<Vec<f64>>>], reps: usize) {
          in runs of their own: its two clock reads a run are counted in), median of {reps} runs"
     );
     println!(
-        "  {:<32} {:>10} {:>10} {:>12} {:>12}",
-        "", "entry", "return", "empty entry", "empty return"
+        "  {:<32} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
+        "", "entry", "return", "fast path", "empty entry", "empty return", "empty fast"
     );
     for (w, workload) in WORKLOADS.iter().enumerate() {
         print!("  {:<32}", workload.name);
         for (c, width) in [(0, 10), (1, 12)] {
-            for program in 0..2 {
+            for program in 0..3 {
                 let ns = median(
                     &costs[w][c]
                         .iter()
@@ -797,6 +812,8 @@ fn measure(
             | Mode::Contended
             | Mode::ContendedWithoutStacks
             | Mode::Stacks
+            | Mode::WithoutFastPaths
+            | Mode::FloorWithoutFastPaths
     ) {
         (sample.written, sample.lost) = summary_counts(&String::from_utf8_lossy(&out.stderr))?;
         let seconds = ns_per_op * value("ops")? / 1e9;
@@ -851,8 +868,8 @@ impl Drop for BpfStats {
 }
 
 /// Nanoseconds per run of each BPF program of a traced run of `workload` in `mode` (entry,
-/// then return), as the kernel counts them with its statistics on and the tracer says them
-/// with `-v`.
+/// return, fast path; 0 for one that did not run), as the kernel counts them with its
+/// statistics on and the tracer says them with `-v`.
 fn program_costs(
     tracer: &Path,
     program: &Path,
@@ -881,7 +898,7 @@ fn program_costs(
                 .ok()
         })
         .collect();
-    if costs.len() != 2 {
+    if costs.len() != 3 {
         bail!("the tracer did not say its programs' run times: {stderr}");
     }
     Ok(costs)
