@@ -32,10 +32,15 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
             "{build} {placement:?}"
         );
         // The readers took the lock one after another and kept it: 1, 2, 3 readers.
-        assert_eq!(fields("rw_rdlock", 1), [[rw, 0, 0, 0, 0]; 3]);
+        assert_eq!(
+            fields("rw_rdlock", 1),
+            [[rw, 0, 0, 0, 0]; 3],
+            "{build} {placement:?}"
+        );
         assert_eq!(
             fields("rw_rdlock", 2),
-            [[0, 0, 1, 0, 0], [0, 0, 2, 0, 0], [0, 0, 3, 0, 0]]
+            [[0, 0, 1, 0, 0], [0, 0, 2, 0, 0], [0, 0, 3, 0, 0]],
+            "{build} {placement:?}"
         );
         assert_eq!(fields("rw_trywrlock", 0), [[rw, EBUSY, 0, 0, 0]]);
         let (sec, nsec) = deadline_field(&run.stdout, "deadline");

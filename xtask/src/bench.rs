@@ -20,8 +20,8 @@
 //!
 //! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes, a
 //! semaphore and a read-write lock, and making uncontended calls between) is one of them, and
-//! a real program traced whole, `sysbench mutex` (installed if missing), is timed untraced,
-//! with `--contended` and with full tracing. For the contended workload, what a record's call
+//! real programs traced whole, `sysbench mutex` and `sysbench threads` (installed if missing),
+//! are timed untraced, with `--contended`, with full tracing and with it `--no-fast-paths`. For the contended workload, what a record's call
 //! stack costs: the tracer's CPU per record and the BPF programs' time per run, with stacks and
 //! without. A real server under load (a private MariaDB, Debian's `mariadb-server`, driven by
 //! sysbench: `server`), after a round to warm it, serves rounds untraced, traced `--contended`
@@ -125,23 +125,39 @@ const WORKLOADS: [Workload; 6] = [
     },
 ];
 
-/// A real program traced whole: `sysbench mutex` on 4 threads, untraced, with `--contended`
-/// and with every mutex call traced.
-const REAL_PROGRAM: [&str; 6] = [
-    "sysbench",
-    "mutex",
-    "--threads=4",
-    "--mutex-num=64",
-    "--mutex-locks=100000",
-    "run",
+/// Real programs traced whole: `sysbench mutex` and `sysbench threads` on 4 threads, untraced,
+/// with `--contended`, with every mutex call traced, and so without fast paths.
+const REAL_PROGRAMS: [&[&str]; 2] = [
+    &[
+        "sysbench",
+        "mutex",
+        "--threads=4",
+        "--mutex-num=64",
+        "--mutex-locks=100000",
+        "run",
+    ],
+    &[
+        "sysbench",
+        "threads",
+        "--threads=4",
+        "--thread-locks=8",
+        "--thread-yields=100",
+        "--events=2000",
+        "--time=0",
+        "run",
+    ],
 ];
-const REAL_PROGRAM_MODES: [(&str, Option<&[&str]>); 3] = [
+const REAL_PROGRAM_MODES: [(&str, Option<&[&str]>); 4] = [
     ("untraced", None),
     (
         "thrtrace-bpf --contended",
         Some(&["--events", "mutex", "--contended"]),
     ),
     ("thrtrace-bpf", Some(&["--events", "mutex"])),
+    (
+        "thrtrace-bpf --no-fast-paths",
+        Some(&["--events", "mutex", "--no-fast-paths"]),
+    ),
 ];
 
 /// The futex category's hooks, each forced in turn with `--futex-hook`, and the goal for what a
@@ -336,7 +352,8 @@ pub fn run(reps: usize) -> Result<()> {
     let mut costs: Vec<Vec<Vec<Vec<f64>>>> =
         vec![vec![Vec::new(); COSTED_MODES.len()]; WORKLOADS.len()];
     let mut timings = Vec::new();
-    let mut real: Vec<Vec<f64>> = vec![Vec::new(); REAL_PROGRAM_MODES.len()];
+    let mut real: Vec<Vec<Vec<f64>>> =
+        vec![vec![Vec::new(); REAL_PROGRAM_MODES.len()]; REAL_PROGRAMS.len()];
     // Per futex hook, repetition by repetition: `bench_syscalls`'s ns per call untraced and
     // beside the trace.
     let mut syscall_rounds: Vec<Vec<SyscallRound>> = vec![Vec::new(); FUTEX_HOOKS.len()];
@@ -386,9 +403,11 @@ pub fn run(reps: usize) -> Result<()> {
                 costs[w][c].push(program_costs(&tracer, &program, workload, mode, &dir)?);
             }
         }
-        for (m, (_, options)) in REAL_PROGRAM_MODES.iter().enumerate() {
-            empty_dir(&dir)?;
-            real[m].push(real_program_ns(&tracer, *options, &dir)?);
+        for (p, real_program) in REAL_PROGRAMS.iter().enumerate() {
+            for (m, (_, options)) in REAL_PROGRAM_MODES.iter().enumerate() {
+                empty_dir(&dir)?;
+                real[p][m].push(real_program_ns(&tracer, real_program, *options, &dir)?);
+            }
         }
         let syscalls = compile_workload("bench_syscalls")?;
         for (h, (hook, _)) in FUTEX_HOOKS.iter().enumerate() {
@@ -480,18 +499,20 @@ pub fn run(reps: usize) -> Result<()> {
             column(2)
         );
     }
-    println!(
-        "\na real program traced whole: `{}`, the time it reports, median of {reps} runs",
-        REAL_PROGRAM.join(" ")
-    );
-    let untraced_ns = median(&real[0]);
-    for (m, (label, _)) in REAL_PROGRAM_MODES.iter().enumerate() {
-        let ns = median(&real[m]);
+    for (p, real_program) in REAL_PROGRAMS.iter().enumerate() {
         println!(
-            "  {label:<32} {:>10.1} ms {:>8.2}x",
-            ns / 1e6,
-            ns / untraced_ns
+            "\na real program traced whole: `{}`, the time it reports, median of {reps} runs",
+            real_program.join(" ")
         );
+        let untraced_ns = median(&real[p][0]);
+        for (m, (label, _)) in REAL_PROGRAM_MODES.iter().enumerate() {
+            let ns = median(&real[p][m]);
+            println!(
+                "  {label:<32} {:>10.1} ms {:>8.2}x",
+                ns / 1e6,
+                ns / untraced_ns
+            );
+        }
     }
     print_syscall_costs(&syscall_rounds, &hook_refusals, reps);
     print_std_mutex_costs(&std_mutex_rounds, reps);
@@ -886,7 +907,7 @@ fn program_costs(
         .collect();
     let out = output(&mut traced(tracer, program, workload, &options, dir))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let costs: Vec<f64> = stderr
+    let mut costs: Vec<f64> = stderr
         .lines()
         .filter(|line| line.contains("BPF program "))
         .filter_map(|line| {
@@ -898,9 +919,11 @@ fn program_costs(
                 .ok()
         })
         .collect();
-    if costs.len() != 3 {
+    // A tracer before fast paths has two programs (`--against` an older commit).
+    if !(2..=3).contains(&costs.len()) {
         bail!("the tracer did not say its programs' run times: {stderr}");
     }
+    costs.resize(3, 0.0);
     Ok(costs)
 }
 
@@ -942,10 +965,15 @@ fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
     setup::apt_install(&[package])
 }
 
-/// The time `sysbench mutex` run with the tracer's `options` (or untraced) says its run took,
-/// in ns: its threads' work, not the tracer's start-up and attach.
-fn real_program_ns(tracer: &Path, options: Option<&[&str]>, dir: &Path) -> Result<f64> {
-    let out = output(launched(tracer, options, dir, REAL_PROGRAM[0]).args(&REAL_PROGRAM[1..]))?;
+/// The time a sysbench run (`real_program`) with the tracer's `options` (or untraced) says it
+/// took, in ns: its threads' work, not the tracer's start-up and attach.
+fn real_program_ns(
+    tracer: &Path,
+    real_program: &[&str],
+    options: Option<&[&str]>,
+    dir: &Path,
+) -> Result<f64> {
+    let out = output(launched(tracer, options, dir, real_program[0]).args(&real_program[1..]))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let seconds = stdout
         .lines()

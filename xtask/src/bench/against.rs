@@ -27,6 +27,7 @@ struct Figures {
     empty: Vec<f64>,
     entry: Vec<f64>,
     exit: Vec<f64>,
+    fast: Vec<f64>,
 }
 
 impl Figures {
@@ -42,15 +43,17 @@ impl Figures {
         let costs = program_costs(tracer, program, workload, Mode::Placed, &dir)?;
         self.entry.push(costs[0]);
         self.exit.push(costs[1]);
+        self.fast.push(costs[2]);
         Ok(())
     }
 
-    fn medians(&self) -> [f64; 4] {
+    fn medians(&self) -> [f64; 5] {
         [
             median(&self.traced),
             median(&self.empty),
             median(&self.entry),
             median(&self.exit),
+            median(&self.fast),
         ]
     }
 }
@@ -83,8 +86,10 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
         }
     }
     for (workload, [then, now]) in workloads.iter().zip(&figures) {
-        let ([t_traced, t_empty, t_entry, t_exit], [n_traced, n_empty, n_entry, n_exit]) =
-            (then.medians(), now.medians());
+        let (
+            [t_traced, t_empty, t_entry, t_exit, t_fast],
+            [n_traced, n_empty, n_entry, n_exit, n_fast],
+        ) = (then.medians(), now.medians());
         println!(
             "\n| {}, median of {reps} | {name} | now | now / then |",
             workload.name
@@ -95,8 +100,14 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
             ("empty programs at the same points", t_empty, n_empty),
             ("BPF entry program: ns per run", t_entry, n_entry),
             ("BPF return program: ns per run", t_exit, n_exit),
+            ("BPF fast-path program: ns per run", t_fast, n_fast),
         ] {
-            println!("| {what} | {then:.0} | {now:.0} | {:.2} |", now / then);
+            // A program the older build does not have ran 0 times there.
+            let ratio = match then > 0.0 {
+                true => format!("{:.2}", now / then),
+                false => "-".into(),
+            };
+            println!("| {what} | {then:.0} | {now:.0} | {ratio} |");
         }
         println!(
             "| traced / empty | {:.2} | {:.2} | |",
