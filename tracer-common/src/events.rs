@@ -313,7 +313,7 @@ pub enum Condition {
 /// What a completed call returns: 8 bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// This value (0 to 127: success, or an error number).
+    /// This value (0 to [`Outcome::MAX_RETURNED`]: success, or an error number).
     Returns(u8),
     /// -1, with `errno` set to this (0 to [`Outcome::MAX_ERRNO`]).
     Fails(u8),
@@ -326,11 +326,13 @@ impl Outcome {
     /// The largest errno [`Outcome::Fails`] carries: every errno a pthread or semaphore call
     /// sets is below.
     pub const MAX_ERRNO: u8 = 0x6f;
+    /// The largest value [`Outcome::Returns`] carries.
+    pub const MAX_RETURNED: u8 = 0x7f;
 
     /// The outcome in the cookie's 8 bits.
     pub const fn pack(self) -> PackedOutcome {
         PackedOutcome(match self {
-            Outcome::Returns(value) => value & 0x7f,
+            Outcome::Returns(value) => value & Self::MAX_RETURNED,
             Outcome::Fails(errno) => 0x80 | (errno & Self::MAX_ERRNO),
             Outcome::ReturnsRegister(register) => 0xf0 | register as u8,
         })
@@ -860,6 +862,8 @@ impl EventDef {
 /// first; the low two bits are the type in both, 1 for PTHREAD_MUTEX_RECURSIVE (robust, PI and
 /// PP variants keep them).
 const MUTEX_KIND_WORD: usize = 4;
+/// glibc's `__count` of `pthread_mutex_t`, its second word: a recursive mutex's depth.
+pub const GLIBC_MUTEX_COUNT_WORD: usize = 1;
 const MUSL_MUTEX_TYPE_WORD: usize = 0;
 const MUTEX_TYPE_MASK: u32 = 3;
 const MUTEX_RECURSIVE: u32 = 1;
@@ -879,7 +883,7 @@ pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], layout: u8) -> bool {
     object[word] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE
 }
 
-/// Counts one more lock in the copy of a recursive glibc mutex (`__count`, its second word),
+/// Counts one more lock in the copy of a recursive glibc mutex ([`GLIBC_MUTEX_COUNT_WORD`]),
 /// for a lock written where it completed, before its code stored the count
 /// ([`Completion::stores_after`]). The fast path is not planned on musl.
 #[inline(always)]
@@ -889,7 +893,7 @@ pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], layout: u8) -> bool {
 )]
 pub fn count_one_more(object: &mut [u32; OBJECT_WORDS], layout: u8) {
     if layout != crate::record::LAYOUT_MUSL && is_recursive_mutex(object, layout) {
-        object[1] = object[1].wrapping_add(1);
+        object[GLIBC_MUTEX_COUNT_WORD] = object[GLIBC_MUTEX_COUNT_WORD].wrapping_add(1);
     }
 }
 

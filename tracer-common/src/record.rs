@@ -63,9 +63,9 @@ pub const WHICH_BOTH_HALVES: u8 = 3;
 impl RawRecord {
     /// The records this one stands for: itself, or for [`WHICH_BOTH_HALVES`] its entry half
     /// (the first, as the call's entry came first) and its return half.
-    pub fn halves(&self) -> [Option<RawRecord>; 2] {
+    pub fn halves(&self) -> (RawRecord, Option<RawRecord>) {
         if self.which != WHICH_BOTH_HALVES {
-            return [Some(*self), None];
+            return (*self, None);
         }
         let entry = RawRecord { which: 1, ..*self };
         // The gap before the call is reported once, before its first half.
@@ -74,7 +74,7 @@ impl RawRecord {
             lost_before: 0,
             ..*self
         };
-        [Some(entry), Some(back)]
+        (entry, Some(back))
     }
 }
 
@@ -183,7 +183,7 @@ mod tests {
             lost_before: 3,
             ..RawRecord::default()
         };
-        let [Some(entry), Some(back)] = whole.halves() else {
+        let (entry, Some(back)) = whole.halves() else {
             panic!("{:?}", whole.halves());
         };
         assert_eq!((entry.which, entry.ktime_ns, entry.lost_before), (1, 7, 3));
@@ -192,7 +192,7 @@ mod tests {
             (2, 7, 11, 0)
         );
         let single = RawRecord { which: 2, ..whole };
-        assert_eq!(single.halves(), [Some(single), None]);
+        assert_eq!(single.halves(), (single, None));
     }
 
     #[test]

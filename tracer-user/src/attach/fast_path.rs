@@ -25,8 +25,7 @@
 use std::collections::{HashMap, HashSet};
 
 use iced_x86::{
-    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
-    Register,
+    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register,
 };
 use tracer_common::{
     Completion, Condition, EventDef, FoundInRax, ObjectRegister, Outcome, ProbeFlags,
@@ -34,7 +33,7 @@ use tracer_common::{
 
 use super::{
     placement,
-    slow_path::{self, PathState, StackChange},
+    slow_path::{self, PathState, REGISTERS, StackChange, register_index},
 };
 
 /// The C library's functions that never return, whose calls end a way through a function
@@ -54,8 +53,6 @@ const MAX_INSTRUCTIONS: usize = 4096;
 const MAX_TAIL: usize = 48;
 /// How many times the plan is revised (a probe added or made to open the call) at most.
 const MAX_REVISIONS: usize = 32;
-/// The highest value [`Outcome::Returns`] carries.
-const MAX_RETURNED: i64 = 127;
 
 /// A probe of a proved plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +131,33 @@ enum Tail {
     No,
 }
 
+/// What a tail's stores to memory mean for a completion before them, by what the event's
+/// return half reads of the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StoresAfter {
+    /// It reads the object as the call left it: code that stores is no tail, so that a
+    /// completion comes after the call's stores.
+    NoTail,
+    /// It reads a recursive mutex's count, which the BPF side counts
+    /// ([`Completion::stores_after`]).
+    Counted,
+    /// It reads nothing of the object after the call.
+    Irrelevant,
+}
+
+impl StoresAfter {
+    fn of(flags: ProbeFlags) -> StoresAfter {
+        match (
+            flags.has(ProbeFlags::OBJECT_AT_RETURN),
+            flags.has(ProbeFlags::ONLY_IF_RECURSIVE),
+        ) {
+            (true, false) => StoresAfter::NoTail,
+            (_, true) => StoresAfter::Counted,
+            (false, false) => StoresAfter::Irrelevant,
+        }
+    }
+}
+
 /// A planned probe, by where it goes, before the plan is proved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Planned {
@@ -150,9 +174,7 @@ enum Planned {
     },
     /// Opens the call on every hit ([`Condition::Never`]).
     Opens,
-    WholeCall {
-        reached_open: bool,
-    },
+    WholeCall,
     ReturnOnly,
 }
 
@@ -188,20 +210,7 @@ pub fn plan(
 ) -> Result<Vec<Site>, String> {
     let flags = event.probe_flags();
     let walk = Walk::new(image, entry, size, library, flags.has(ProbeFlags::ERRNO))?;
-    // What the return half reads of the object after the call must be the object as the call
-    // left it: a completion comes after the call's stores, unless the stores are a recursive
-    // mutex's count, which the BPF side counts ([`Completion::stores_after`]).
-    let stores_matter =
-        flags.has(ProbeFlags::OBJECT_AT_RETURN) && !flags.has(ProbeFlags::ONLY_IF_RECURSIVE);
-    let mut tails = walk.tails(stores_matter);
-    // Only a recursive mutex's count is counted for the stores after a completion.
-    if !flags.has(ProbeFlags::ONLY_IF_RECURSIVE) {
-        for tail in tails.values_mut() {
-            if let Tail::Returns { stores, .. } = tail {
-                *stores = false;
-            }
-        }
-    }
+    let tails = walk.tails(StoresAfter::of(flags));
     if matches!(tails.get(&entry), Some(Tail::Returns { .. })) {
         return Err("it returns without a decision: nothing to complete".into());
     }
@@ -264,8 +273,8 @@ impl Walk {
             if let Some(node) = nodes.get(&ip) {
                 if node.depth != depth {
                     return Err(format!(
-                        "+{:#x} is reached with {} and {depth} bytes pushed",
-                        ip - entry,
+                        "{} is reached with {} and {depth} bytes pushed",
+                        relative(ip, entry),
                         node.depth
                     ));
                 }
@@ -283,10 +292,10 @@ impl Walk {
                     return Err("too much code to follow".into());
                 }
                 let instruction = slow_path::decode_one(image, ip)
-                    .ok_or_else(|| format!("+{:#x} does not decode", ip - entry))?;
+                    .ok_or_else(|| format!("{} does not decode", relative(ip, entry)))?;
                 let (end, successors) =
                     ending(&instruction, depth, &inside, &mut stops, &mut waits)
-                        .map_err(|why| format!("{why} at +{:#x}", ip - entry))?;
+                        .map_err(|why| format!("{why} at {}", relative(ip, entry)))?;
                 for successor in &successors {
                     *predecessors.entry(*successor).or_default() += 1;
                 }
@@ -315,13 +324,13 @@ impl Walk {
                         StackChange::None => {}
                         StackChange::By(bytes) => {
                             depth_after = depth.checked_add_signed(bytes).ok_or_else(|| {
-                                format!("+{:#x} pops more than was pushed", ip - entry)
+                                format!("{} pops more than was pushed", relative(ip, entry))
                             })?;
                         }
                         StackChange::Unknown => {
                             return Err(format!(
-                                "+{:#x} moves the stack pointer by an unknown amount",
-                                ip - entry
+                                "{} moves the stack pointer by an unknown amount",
+                                relative(ip, entry)
                             ));
                         }
                     }
@@ -340,15 +349,25 @@ impl Walk {
         })
     }
 
-    /// Each instruction's [`Tail`]; `stores_matter`: code that stores to the object is no tail.
-    fn tails(&self, stores_matter: bool) -> HashMap<u64, Tail> {
+    /// Where `ip` is in the function, for a message.
+    fn at(&self, ip: u64) -> String {
+        relative(ip, self.entry)
+    }
+
+    /// Each instruction's [`Tail`], its stores taken as `stores_after` says.
+    fn tails(&self, stores_after: StoresAfter) -> HashMap<u64, Tail> {
         self.nodes
             .keys()
             .map(|&ip| {
                 let mut on_way = HashSet::new();
-                let tail = self.tail(ip, Values::at_start(), None, &mut on_way, 0);
-                let tail = match tail {
-                    Tail::Returns { stores: true, .. } if stores_matter => Tail::No,
+                let tail = match self.tail(ip, Values::at_start(), None, &mut on_way, 0) {
+                    Tail::Returns { stores: true, .. } if stores_after == StoresAfter::NoTail => {
+                        Tail::No
+                    }
+                    Tail::Returns { outcome, stores } => Tail::Returns {
+                        outcome,
+                        stores: stores && stores_after == StoresAfter::Counted,
+                    },
                     tail => tail,
                 };
                 (ip, tail)
@@ -356,8 +375,8 @@ impl Walk {
             .collect()
     }
 
-    /// The outcome of every way from `ip`, with `constants` known in registers and `errno`
-    /// stored so far.
+    /// The outcome of every way from `ip`, with `values` in registers and `errno` stored so
+    /// far.
     fn tail(
         &self,
         ip: u64,
@@ -393,13 +412,15 @@ impl Walk {
                         {
                             Some(Outcome::Fails(errno as u8))
                         }
-                        (Value::Constant(value), _) if (0..=MAX_RETURNED).contains(&value) => {
+                        (Value::Constant(value), _)
+                            if (0..=i64::from(Outcome::MAX_RETURNED)).contains(&value) =>
+                        {
                             Some(Outcome::Returns(value as u8))
                         }
                         // A value known only at run time, which could be -1 with an errno
                         // the tail sets: not where errno matters.
-                        (Value::Initial(number), None) if !self.errno_matters => {
-                            outcome_register(number).map(Outcome::ReturnsRegister)
+                        (Value::Initial(index), None) if !self.errno_matters => {
+                            slow_path::object_register_in(1 << index).map(Outcome::ReturnsRegister)
                         }
                         _ => None,
                     };
@@ -412,7 +433,9 @@ impl Walk {
             }
             if let Some(stored) = errno_stored(instruction) {
                 errno = Some(stored);
-            } else if writes_memory_off_stack(instruction) {
+            } else if placement::writes_memory_off_stack(
+                InstructionInfoFactory::new().info(instruction),
+            ) {
                 stores = true;
             }
             values.note(instruction);
@@ -498,8 +521,8 @@ impl Walk {
                         if let Some(&(second, second_tail)) = entering.get(1) {
                             if !alone(second) {
                                 return Err(format!(
-                                    "+{:#x}: both ways return, differently, into shared code",
-                                    ip - self.entry
+                                    "{}: both ways return, differently, into shared code",
+                                    self.at(ip)
                                 ));
                             }
                             planned.insert(second, completes(None, second_tail));
@@ -509,9 +532,9 @@ impl Walk {
                     for (into, tail) in entering {
                         if !alone(into) {
                             return Err(format!(
-                                "+{:#x}: a branch on a flag the probe cannot test ({}) enters \
+                                "{}: a branch on a flag the probe cannot test ({}) enters \
                                  shared code",
-                                ip - self.entry,
+                                self.at(ip),
                                 mnemonic_text(&node.instruction)
                             ));
                         }
@@ -523,8 +546,8 @@ impl Walk {
                 End::Calls { .. } | End::SystemCall | End::Next => {
                     if !alone(first) {
                         return Err(format!(
-                            "+{:#x}: the code after it is reached from elsewhere too",
-                            ip - self.entry
+                            "{}: the code after it is reached from elsewhere too",
+                            self.at(ip)
                         ));
                     }
                     planned.insert(first, completes(None, first_tail));
@@ -550,7 +573,6 @@ impl Walk {
             None::<(u64, usize)>,
             0,
         )];
-        let at = |ip: u64| format!("+{:#x}", ip.wrapping_sub(self.entry));
         while let Some((ip, held, passed, left, along)) = ways.pop() {
             if !seen.insert((ip, held)) {
                 continue;
@@ -574,7 +596,10 @@ impl Walk {
                 }) => {
                     match held {
                         Held::Written => {
-                            return Err(format!("{} completes a call already written", at(ip)));
+                            return Err(format!(
+                                "{} completes a call already written",
+                                self.at(ip)
+                            ));
                         }
                         Held::Open => *may_be_open = true,
                         Held::Nothing => {}
@@ -583,18 +608,15 @@ impl Walk {
                 }
                 Some(Planned::Opens) => {
                     if held == Held::Written {
-                        return Err(format!("{} opens a call already written", at(ip)));
+                        return Err(format!("{} opens a call already written", self.at(ip)));
                     }
                     held = Held::Open;
                 }
-                Some(Planned::WholeCall { reached_open }) => match held {
+                Some(Planned::WholeCall) => match held {
                     Held::Nothing => held = Held::Written,
-                    Held::Open => {
-                        *reached_open = true;
-                        held = Held::Written;
-                    }
+                    Held::Open => return Err(reached_both_ways(&self.at(ip))),
                     Held::Written => {
-                        return Err(format!("{} passes on a call already written", at(ip)));
+                        return Err(format!("{} passes on a call already written", self.at(ip)));
                     }
                 },
                 Some(Planned::ReturnOnly) => match held {
@@ -638,7 +660,10 @@ impl Walk {
                     if next == *into {
                         match held {
                             Held::Written => {
-                                return Err(format!("{} completes a call already written", at(ip)));
+                                return Err(format!(
+                                    "{} completes a call already written",
+                                    self.at(ip)
+                                ));
                             }
                             Held::Open => *may_be_open = true,
                             Held::Nothing => {}
@@ -679,8 +704,8 @@ impl Walk {
             (_, Some((left, _))) => Ok(Revision::OpenAt(left)),
             (Some((completion, _)), None) => Ok(Revision::OpenOtherwise(completion)),
             (None, None) => Err(format!(
-                "+{:#x} waits or returns on a way that meets nothing that could open the call",
-                ip - self.entry
+                "{} waits or returns on a way that meets nothing that could open the call",
+                self.at(ip)
             )),
         }
     }
@@ -690,32 +715,29 @@ impl Walk {
         planned: &mut HashMap<u64, Planned>,
         revision: Revision,
     ) -> Result<(), String> {
-        let at = |ip: u64| format!("+{:#x}", ip.wrapping_sub(self.entry));
         match revision {
             Revision::OpenOtherwise(ip) => match planned.get_mut(&ip) {
                 Some(Planned::Completes {
                     opens_otherwise, ..
                 }) if !*opens_otherwise => *opens_otherwise = true,
-                _ => return Err(format!("{} cannot open the call", at(ip))),
+                _ => return Err(format!("{} cannot open the call", self.at(ip))),
             },
             Revision::OpenAt(ip) => match planned.get(&ip) {
                 None => {
                     planned.insert(ip, Planned::Opens);
                 }
-                Some(_) => return Err(format!("{} already has a probe to open the call", at(ip))),
+                Some(_) => {
+                    return Err(format!(
+                        "{} already has a probe to open the call",
+                        self.at(ip)
+                    ));
+                }
             },
             Revision::TailCall(ip, held) => {
                 let role = match (planned.get(&ip), held) {
-                    (None, Held::Nothing) => Planned::WholeCall {
-                        reached_open: false,
-                    },
+                    (None, Held::Nothing) => Planned::WholeCall,
                     (None, Held::Open) => Planned::ReturnOnly,
-                    _ => {
-                        return Err(format!(
-                            "the tail call at {} is reached both with the call open and without",
-                            at(ip)
-                        ));
-                    }
+                    _ => return Err(reached_both_ways(&self.at(ip))),
                 };
                 planned.insert(ip, role);
             }
@@ -736,7 +758,7 @@ impl Walk {
                 Some(_) => {
                     return Err(format!(
                         "the return at {} is shared with a completion",
-                        at(ip)
+                        self.at(ip)
                     ));
                 }
             },
@@ -751,7 +773,7 @@ impl Walk {
         planned.sort_by_key(|(ip, _)| **ip);
         for (&ip, planned) in planned {
             let node = &self.nodes[&ip];
-            let at = format!("+{:#x}", ip - self.entry);
+            let at = self.at(ip);
             let needs_object = !matches!(
                 planned,
                 Planned::Completes {
@@ -801,13 +823,9 @@ impl Walk {
                     found_in_rax: FoundInRax::Nothing,
                     stores_after: false,
                 }),
-                Planned::WholeCall { reached_open } => {
-                    if reached_open {
-                        return Err(format!(
-                            "the tail call at {at} is reached both with the call open and without"
-                        ));
-                    }
-                    if object_register != ObjectRegister::Rdi || node.depth != 0 {
+                // Its entry program reads the object where an entry finds it.
+                Planned::WholeCall => {
+                    if object_register != ObjectRegister::Rdi {
                         return Err(format!("the object is not in rdi at the tail call at {at}"));
                     }
                     Role::WholeCall
@@ -840,7 +858,7 @@ impl Walk {
             && cmpxchg.op0_kind() == OpKind::Memory
             && cmpxchg.memory_index() == Register::None
             && cmpxchg.memory_displacement64() == 0
-            && slow_path::object_register_in(1 << register_number(cmpxchg.memory_base()))
+            && slow_path::object_register_in(1 << register_index(cmpxchg.memory_base()))
                 == Some(object);
         match (on_object, cmpxchg.op1_register().size()) {
             (true, 4) => FoundInRax::Word,
@@ -848,6 +866,17 @@ impl Walk {
             _ => FoundInRax::Nothing,
         }
     }
+}
+
+/// `ip` as an offset from the function's `entry`, as `--list-probes` writes offsets.
+fn relative(ip: u64, entry: u64) -> String {
+    format!("+{:#x}", ip.wrapping_sub(entry))
+}
+
+/// Why a plan fails whose tail call at `at` some ways reach with the call open, and others
+/// without: neither today's probes nor a return probe alone serve both.
+fn reached_both_ways(at: &str) -> String {
+    format!("the tail call at {at} is reached both with the call open and without")
 }
 
 /// How `instruction` (with `depth` bytes pushed) ends, and where it goes on to; an error for
@@ -978,17 +1007,6 @@ fn errno_stored(instruction: &Instruction) -> Option<i64> {
     .then(|| i64::from(instruction.immediate(1) as i32))
 }
 
-/// Whether the instruction writes memory other than the stack.
-fn writes_memory_off_stack(instruction: &Instruction) -> bool {
-    let mut factory = InstructionInfoFactory::new();
-    factory.info(instruction).used_memory().iter().any(|m| {
-        matches!(
-            m.access(),
-            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
-        ) && m.base() != Register::RSP
-    })
-}
-
 /// `tail` with its stores said to be `stores` and its own.
 fn with_stores(tail: Tail, stores: bool) -> Tail {
     match tail {
@@ -1026,22 +1044,13 @@ fn mnemonic_text(instruction: &Instruction) -> String {
     format!("{:?}", instruction.mnemonic()).to_lowercase()
 }
 
-/// A general-purpose register's number (rax 0 to r15 15), by its 64-bit name.
-fn register_number(register: Register) -> u32 {
-    let full = register.full_register();
-    match full.is_gpr64() {
-        true => full as u32 - Register::RAX as u32,
-        false => 16,
-    }
-}
-
 /// What a general-purpose register holds on a way through a tail, exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Value {
     Unknown,
     Constant(i64),
-    /// What the register of this number held where the tail began.
-    Initial(u32),
+    /// What the register of this index ([`register_index`]) held where the tail began.
+    Initial(usize),
 }
 
 /// What general-purpose registers hold on a way through a tail: a constant `mov`ed in or the
@@ -1049,22 +1058,20 @@ enum Value {
 /// began; any other write forgets.
 #[derive(Clone, Copy)]
 struct Values {
-    by_register: [Value; 16],
+    by_register: [Value; REGISTERS],
 }
 
 impl Values {
     /// Where a tail begins: each register holds what it holds.
     fn at_start() -> Self {
-        let mut by_register = [Value::Unknown; 16];
-        for (number, value) in by_register.iter_mut().enumerate() {
-            *value = Value::Initial(number as u32);
+        Values {
+            by_register: core::array::from_fn(Value::Initial),
         }
-        Values { by_register }
     }
 
     /// What `eax` holds.
     fn rax(&self) -> Value {
-        match self.by_register[0] {
+        match self.by_register[register_index(Register::RAX)] {
             // The C function returns an int.
             Value::Constant(v) => Value::Constant(i64::from(v as i32)),
             other => other,
@@ -1073,38 +1080,30 @@ impl Values {
 
     fn note(&mut self, instruction: &Instruction) {
         let mut factory = InstructionInfoFactory::new();
-        let written: Vec<u32> = factory
+        let written: Vec<usize> = factory
             .info(instruction)
             .used_registers()
             .iter()
-            .filter(|used| {
-                matches!(
-                    used.access(),
-                    OpAccess::Write
-                        | OpAccess::CondWrite
-                        | OpAccess::ReadWrite
-                        | OpAccess::ReadCondWrite
-                )
-            })
-            .map(|used| register_number(used.register()))
-            .filter(|&n| n < 16)
+            .filter(|used| placement::writes(used.access()))
+            .map(|used| register_index(used.register()))
+            .filter(|&index| index < REGISTERS)
             .collect();
         let destination = (instruction.op0_kind() == OpKind::Register)
-            .then(|| register_number(instruction.op0_register()))
-            .filter(|&n| n < 16);
+            .then(|| register_index(instruction.op0_register()))
+            .filter(|&index| index < REGISTERS);
         let value = match (instruction.mnemonic(), instruction.op1_kind()) {
             (
                 Mnemonic::Mov,
                 OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64,
             ) => Value::Constant(instruction.immediate(1) as i64),
             (Mnemonic::Xor, OpKind::Register)
-                if Some(register_number(instruction.op1_register())) == destination =>
+                if Some(register_index(instruction.op1_register())) == destination =>
             {
                 Value::Constant(0)
             }
             (Mnemonic::Mov, OpKind::Register) => {
-                let source = register_number(instruction.op1_register());
-                match self.by_register.get(source as usize) {
+                let source = register_index(instruction.op1_register());
+                match self.by_register.get(source) {
                     // A 32-bit move keeps the low half.
                     Some(Value::Constant(v)) if instruction.op1_register().size() == 4 => {
                         Value::Constant(i64::from(*v as u32))
@@ -1116,35 +1115,12 @@ impl Values {
             _ => Value::Unknown,
         };
         for register in written {
-            self.by_register[register as usize] = Value::Unknown;
+            self.by_register[register] = Value::Unknown;
         }
         if let Some(destination) = destination {
-            self.by_register[destination as usize] = value;
+            self.by_register[destination] = value;
         }
     }
-}
-
-/// The register of an [`Outcome::ReturnsRegister`] by its number ([`register_number`]); none
-/// for the stack pointer.
-fn outcome_register(number: u32) -> Option<ObjectRegister> {
-    Some(match number {
-        0 => ObjectRegister::Rax,
-        1 => ObjectRegister::Rcx,
-        2 => ObjectRegister::Rdx,
-        3 => ObjectRegister::Rbx,
-        5 => ObjectRegister::Rbp,
-        6 => ObjectRegister::Rsi,
-        7 => ObjectRegister::Rdi,
-        8 => ObjectRegister::R8,
-        9 => ObjectRegister::R9,
-        10 => ObjectRegister::R10,
-        11 => ObjectRegister::R11,
-        12 => ObjectRegister::R12,
-        13 => ObjectRegister::R13,
-        14 => ObjectRegister::R14,
-        15 => ObjectRegister::R15,
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

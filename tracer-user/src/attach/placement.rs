@@ -20,7 +20,7 @@
 
 use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
-    InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
+    InstructionInfo, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
 use tracer_common::{EventDef, ProbeFlags};
 
@@ -537,12 +537,6 @@ fn prefix_effect(
     }
     let mut factory = InstructionInfoFactory::new();
     let info = factory.info(instruction);
-    let writes = |access: OpAccess| {
-        matches!(
-            access,
-            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
-        )
-    };
     for used in info.used_registers() {
         if !writes(used.access()) {
             continue;
@@ -556,14 +550,25 @@ fn prefix_effect(
             return Err(Blocker::WritesArgument(n, register));
         }
     }
-    let writes_non_stack_memory = info
-        .used_memory()
-        .iter()
-        .any(|m| writes(m.access()) && m.base() != Register::RSP);
-    if needs.reads_memory && writes_non_stack_memory {
+    if needs.reads_memory && writes_memory_off_stack(info) {
         return Err(Blocker::WritesMemory);
     }
     Ok(())
+}
+
+/// Whether an operand of this access is written.
+pub(super) fn writes(access: OpAccess) -> bool {
+    matches!(
+        access,
+        OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+    )
+}
+
+/// Whether the instruction `info` describes writes memory other than the stack.
+pub(super) fn writes_memory_off_stack(info: &InstructionInfo) -> bool {
+    info.used_memory()
+        .iter()
+        .any(|m| writes(m.access()) && m.base() != Register::RSP)
 }
 
 /// Bytes a `push reg` or `sub $imm, %rsp` moves the stack pointer down.

@@ -396,7 +396,7 @@ fn own_futex_call(image: &[u8], address: u64) -> Option<Futex> {
 }
 
 /// How many general-purpose registers [`register_index`] numbers.
-const REGISTERS: usize = 16;
+pub(super) const REGISTERS: usize = 16;
 
 /// What a path through a function has set up: the constants registers hold, for the futex
 /// call's number (`mov $202, %eax`, or through another register) and its operation in `esi`
@@ -610,7 +610,7 @@ pub(super) fn object_register_in(mask: u32) -> Option<ObjectRegister> {
 
 /// A general-purpose register's number (of its 64-bit name, rax 0 to r15 15); [`REGISTERS`]
 /// or more for the others.
-fn register_index(register: Register) -> usize {
+pub(super) fn register_index(register: Register) -> usize {
     let full = register.full_register();
     match full.is_gpr64() {
         true => full as usize - Register::RAX as usize,

@@ -102,10 +102,8 @@ impl Rings {
                 |bytes| match RawRecord::view(bytes) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
-                        let [first, second] = record.halves();
-                        if let Some(first) = first {
-                            sink(*cpu, &first, UserStack::after_record(bytes));
-                        }
+                        let (first, second) = record.halves();
+                        sink(*cpu, &first, UserStack::after_record(bytes));
                         if let Some(second) = second {
                             sink(*cpu, &second, None);
                         }

@@ -3,7 +3,10 @@
 //! chosen by the record's `layout` (what the probed library is, decided when it was probed).
 //! Where a library keeps no such value in the object, the field is 0 (the README says which).
 
-use tracer_common::{LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_MUSL, RawRecord, events::OBJECT_WORDS};
+use tracer_common::{
+    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_MUSL, RawRecord,
+    events::{GLIBC_MUTEX_COUNT_WORD, OBJECT_WORDS},
+};
 
 /// The words of an object, as copied.
 type Words = [u32; OBJECT_WORDS];
@@ -52,7 +55,7 @@ impl Layout {
     /// `_m_count` (word 5) counts the locks after the first, while `_m_lock` has an owner.
     pub fn recursion_depth(self, words: &Words) -> u32 {
         match self {
-            Layout::Glibc { .. } => words[1],
+            Layout::Glibc { .. } => words[GLIBC_MUTEX_COUNT_WORD],
             Layout::Musl if words[1] & MUSL_OWNER_MASK == 0 => 0,
             Layout::Musl => words[5].wrapping_add(1),
         }
