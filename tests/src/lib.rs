@@ -12,6 +12,7 @@ use std::{
         atomic::{AtomicU32, Ordering},
         mpsc,
     },
+    time::{Duration, Instant},
 };
 
 pub mod corpus;
@@ -509,14 +510,45 @@ pub fn line_of(workload: &str, marker: &str) -> u32 {
     at as u32 + 1
 }
 
+/// Waits until no child left by an earlier tracer to close its perf-event uprobes (kernels
+/// before 6.10) is still closing them. Each close takes the write lock on the memory map of
+/// every process that maps the probed library, and a probe hit waits for that lock asleep: a
+/// workload traced meanwhile sees switches no lock call made. The closing child is the one
+/// `thrtrace-bpf` process that leads a session of its own.
+pub fn wait_for_earlier_detaches() {
+    const LONGEST: Duration = Duration::from_mins(10);
+    let started = Instant::now();
+    while let Some(pid) = detaching_child() {
+        assert!(
+            started.elapsed() < LONGEST,
+            "pid {pid}, left by a tracer to detach its probes, still runs after {LONGEST:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `thrtrace-bpf` process that leads its own session: the child a tracer leaves to detach.
+fn detaching_child() -> Option<u32> {
+    fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = fs::read_to_string(entry.path().join("stat")).ok()?;
+        let (head, rest) = stat.rsplit_once(") ")?;
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let session: u32 = fields.get(3)?.parse().ok()?;
+        (head.ends_with("(thrtrace-bpf") && session == pid && fields[0] != "Z").then_some(pid)
+    })
+}
+
 /// A workload's path as a string argument.
 pub fn workload_arg(name: &str) -> String {
     workload(name).to_str().expect("UTF-8 path").to_owned()
 }
 
 /// Runs the tracer on `workload args` launched with `options`, in a fresh directory that
-/// holds the trace; panics if the tracer fails.
+/// holds the trace; panics if the tracer fails. It starts once earlier tracers' probes are
+/// detached, so that the records' exact values (block? above all) are the workload's own.
 pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
+    wait_for_earlier_detaches();
     let dir = TempDir::new(workload);
     let mut argv: Vec<String> = options
         .iter()
