@@ -145,6 +145,38 @@ fn cond_records_match_the_workloads_own_counts() {
     }
 }
 
+/// With the mutex category alone, the condition waits' own unlocks and relocks of their mutex
+/// are still not the program's: glibc's fast-path probes of the unlock lie in the code the
+/// waits call, and each wait's call is opened (recording nothing) for its hits to be told
+/// apart.
+#[test]
+fn mutex_alone_records_the_programs_own_calls_beside_condition_waits() {
+    if !bpf_available("mutex_beside_cond") {
+        return;
+    }
+    for (build, placement) in every_libc_and_placement("mutex_beside_cond", "cond_prodcons") {
+        let options = [&["--events", "mutex"], placement].concat();
+        let (run, files) = trace(&options, &build, &["3", "2000"]);
+        let all: Vec<&TraceRecord> = files.values().flatten().collect();
+        let mutex: i64 = field(&run.stdout, "mutex");
+        let (consumers, items) = (3, 2000);
+        // Its one mutex, each lock's return half beside its entry.
+        assert!(
+            all.iter()
+                .all(|l| l.event1 == 2 && (l.which == 2 || l.a[0] == mutex)),
+            "{build} {placement:?}"
+        );
+        for (name, which) in [("mutex_lock", 1), ("mutex_lock", 2), ("mutex_unlock", 0)] {
+            let calls = all.iter().filter(|l| l.is(name, which)).count();
+            assert_eq!(
+                calls,
+                2 * items + consumers + 2,
+                "{build} {placement:?}: {name} {which}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_launched_commands_exit_status_is_the_tracers() {
     if !bpf_available("exit_status") {

@@ -308,6 +308,11 @@ pub enum Condition {
     Sign = 2,
     /// No hit completes it: the probe only opens the call (code that is not proved begins).
     Never = 3,
+    /// A signed compare's "less or equal": the zero flag, or the sign flag unlike the
+    /// overflow flag (`jle`, `jg`).
+    LessOrEqual = 4,
+    /// An unsigned compare's "below or equal": the carry flag or the zero flag (`jbe`, `ja`).
+    BelowOrEqual = 5,
 }
 
 /// What a completed call returns: 8 bits.
@@ -377,9 +382,11 @@ pub enum FoundInRax {
 }
 
 impl Completion {
-    /// x86's zero and sign flags, in `eflags`.
+    /// x86's carry, zero, sign and overflow flags, in `eflags`.
+    const CARRY_FLAG: u64 = 1;
     const ZERO_FLAG: u64 = 1 << 6;
     const SIGN_FLAG: u64 = 1 << 7;
+    const OVERFLOW_FLAG: u64 = 1 << 11;
 
     /// Whether the call completed, by the flags at the probe.
     #[inline(always)]
@@ -388,23 +395,28 @@ impl Completion {
         reason = "the BPF side tests it in its fast-path program: inlined, as its verifier likes"
     )]
     pub const fn holds(&self, eflags: u64) -> bool {
-        let flag = match self.condition {
+        let zero = eflags & Self::ZERO_FLAG != 0;
+        let sign = eflags & Self::SIGN_FLAG != 0;
+        let holds = match self.condition {
             Condition::Always => return true,
             Condition::Never => return false,
-            Condition::Zero => Self::ZERO_FLAG,
-            Condition::Sign => Self::SIGN_FLAG,
+            Condition::Zero => zero,
+            Condition::Sign => sign,
+            Condition::LessOrEqual => zero || sign != (eflags & Self::OVERFLOW_FLAG != 0),
+            Condition::BelowOrEqual => zero || eflags & Self::CARRY_FLAG != 0,
         };
-        (eflags & flag != 0) == self.when_set
+        holds == self.when_set
     }
 
-    const fn encode(self) -> u16 {
-        (self.condition as u16)
-            | ((self.when_set as u16) << 2)
-            | ((self.may_be_open as u16) << 3)
-            | ((self.opens_otherwise as u16) << 4)
-            | ((self.found_in_rax as u16) << 5)
-            | ((self.stores_after as u16) << 7)
-            | ((self.outcome.0 as u16) << 8)
+    /// The completion in the cookie's 16 low bits, and its condition in 3 more.
+    const fn encode(self) -> (u16, u8) {
+        let low = (self.when_set as u16)
+            | ((self.may_be_open as u16) << 1)
+            | ((self.opens_otherwise as u16) << 2)
+            | ((self.found_in_rax as u16) << 3)
+            | ((self.stores_after as u16) << 5)
+            | ((self.outcome.0 as u16) << 8);
+        (low, self.condition as u8)
     }
 
     #[inline(always)]
@@ -412,23 +424,25 @@ impl Completion {
         clippy::inline_always,
         reason = "the BPF side decodes a cookie in every program: inlined, as its verifier likes"
     )]
-    const fn decode(bits: u16) -> Self {
+    const fn decode(bits: u16, condition: u8) -> Self {
         Completion {
-            condition: match bits & 3 {
+            condition: match condition {
                 0 => Condition::Always,
                 1 => Condition::Zero,
                 2 => Condition::Sign,
+                4 => Condition::LessOrEqual,
+                5 => Condition::BelowOrEqual,
                 _ => Condition::Never,
             },
-            when_set: bits & (1 << 2) != 0,
-            may_be_open: bits & (1 << 3) != 0,
-            opens_otherwise: bits & (1 << 4) != 0,
-            found_in_rax: match (bits >> 5) & 3 {
+            when_set: bits & 1 != 0,
+            may_be_open: bits & (1 << 1) != 0,
+            opens_otherwise: bits & (1 << 2) != 0,
+            found_in_rax: match (bits >> 3) & 3 {
                 1 => FoundInRax::Word,
                 2 => FoundInRax::DoubleWord,
                 _ => FoundInRax::Nothing,
             },
-            stores_after: bits & (1 << 7) != 0,
+            stores_after: bits & (1 << 5) != 0,
             outcome: PackedOutcome((bits >> 8) as u8),
         }
     }
@@ -529,14 +543,17 @@ pub struct FunctionSpan {
 impl ProbeCookie {
     /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), slow path
     /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before
-    /// the probe (8; on a slow path or a completion the object's register) and size (16; on a
-    /// completion the [`Completion`]). A completion is marked by the two bits slow path and
-    /// returns result as 0 and 1, which no other probe has (a result is returned on slow
-    /// paths only).
+    /// the probe (8; on a slow path or a completion the object's register in the low 4, and
+    /// on a completion its condition in the high 4) and size (16; on a completion the rest of
+    /// the [`Completion`]). A completion is marked by the two bits slow path and returns
+    /// result as 0 and 1, which no other probe has (a result is returned on slow paths only).
     pub const fn encode(self) -> u64 {
-        let (returns_result, low) = match self.completion {
-            Some(completion) => (true, completion.encode()),
-            None => (self.returns_result, self.function.bytes),
+        let (returns_result, low, condition) = match self.completion {
+            Some(completion) => {
+                let (low, condition) = completion.encode();
+                (true, low, condition)
+            }
+            None => (self.returns_result, self.function.bytes, 0),
         };
         ((self.event1 as u64 & 0x3f) << 58)
             | ((self.event2 as u64 & 0x3f) << 52)
@@ -546,6 +563,7 @@ impl ProbeCookie {
             | ((self.stack_offset as u64 & 0xff) << 40)
             | ((self.flags.0 as u64) << 24)
             | ((self.span_or_register() as u64) << 16)
+            | ((condition as u64) << 20)
             | low as u64
     }
 
@@ -588,11 +606,14 @@ impl ProbeCookie {
                 },
             },
             object_register: match keeps_register {
-                true => ObjectRegister::from_code((cookie >> 16) as u8),
+                true => ObjectRegister::from_code(((cookie >> 16) & 0xf) as u8),
                 false => ObjectRegister::Rdi,
             },
             completion: match marked_completion {
-                true => Some(Completion::decode(cookie as u16)),
+                true => Some(Completion::decode(
+                    cookie as u16,
+                    ((cookie >> 20) & 0xf) as u8,
+                )),
                 false => None,
             },
         }
@@ -819,13 +840,16 @@ pub enum ContendedProbe {
 
 impl EventDef {
     /// Whether a full trace may write this event's uncontended calls where their fast path
-    /// completes ([`Completion`]): the lock, try-lock and semaphore wait calls, whose fast
-    /// path is one atomic instruction and a branch.
+    /// completes ([`Completion`]): the lock, try-lock, mutex unlock and semaphore wait and
+    /// post calls, whose fast path is one atomic instruction and a branch. Not a rwlock's
+    /// unlock, whose `waiters?` is read from words its atomic instruction changes.
     pub fn completes_on_fast_path(&self) -> bool {
         matches!(
             self.symbol,
             "pthread_mutex_lock"
                 | "pthread_mutex_trylock"
+                | "pthread_mutex_unlock"
+                | "sem_post"
                 | "pthread_rwlock_rdlock"
                 | "pthread_rwlock_wrlock"
                 | "pthread_rwlock_tryrdlock"
@@ -1669,14 +1693,16 @@ mod tests {
 
     /// A completion of each kind, with each outcome: 4 conditions, 7 outcomes, 3 of what rax
     /// holds.
-    fn completions() -> [Completion; 84] {
-        let mut all = [None; 84];
+    fn completions() -> [Completion; 126] {
+        let mut all = [None; 126];
         let mut made = 0;
         for condition in [
             Condition::Always,
             Condition::Zero,
             Condition::Sign,
             Condition::Never,
+            Condition::LessOrEqual,
+            Condition::BelowOrEqual,
         ] {
             for outcome in [
                 Outcome::Returns(0),
@@ -1723,6 +1749,20 @@ mod tests {
         assert!(!completion.holds(1 << 7));
         completion.condition = Condition::Never;
         assert!(!completion.holds(0));
+        // `jle` after `cmp $1, %eax`: taken for 0 and 1 (zero set, or sign equal to overflow
+        // after 0 - 1), not for 2.
+        let (carry_flag, sign_flag, overflow_flag) = (1, 1 << 7, 1 << 11);
+        completion.condition = Condition::LessOrEqual;
+        completion.when_set = true;
+        assert!(completion.holds(zero_flag));
+        assert!(completion.holds(sign_flag | carry_flag));
+        assert!(!completion.holds(sign_flag | overflow_flag));
+        assert!(!completion.holds(0));
+        completion.condition = Condition::BelowOrEqual;
+        completion.when_set = false;
+        assert!(completion.holds(sign_flag | overflow_flag));
+        assert!(!completion.holds(carry_flag));
+        assert!(!completion.holds(zero_flag));
     }
 
     #[test]

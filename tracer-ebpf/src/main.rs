@@ -409,7 +409,8 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // opened all the same, for its own calls inside to be known as such. (A binding of its
     // own: declared mutable above, the verifier counted the entry's frame at 56 bytes.)
     let mut only_opens_call = only_opens_call;
-    if flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, cookie.stack_offset) {
+    if flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, cookie.stack_offset, FREE)
+    {
         if cookie.function.bytes == 0 || !flags.has(ProbeFlags::RETURN) {
             return 0;
         }
@@ -522,7 +523,8 @@ pub fn thr_fast(ctx: ProbeContext) -> u32 {
     let task = current_task();
     let flags = cookie.flags;
     if !recorded(current_pid_tgid(task), flags)
-        || flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, cookie.stack_offset)
+        || flags.has(ProbeFlags::CALLED_INSIDE)
+            && called_inside(task, regs, cookie.stack_offset, event_key(&cookie))
     {
         return 0;
     }
@@ -595,9 +597,9 @@ fn emit_whole(raw_cookie: u64, regs: *const pt_regs) {
     }
 }
 
-/// Adds to a record its entry filled what the completion knows: how the call ends, and what
-/// the locked instruction found in the object, which the entry half reports. A call of its
-/// own, whose decoded cookie stays off its caller's frame.
+/// Adds to a record its entry filled what the completion knows: how the call ends, and a
+/// recursive mutex's count as the call leaves it. A call of its own, whose decoded cookie
+/// stays off its caller's frame.
 #[inline(never)]
 fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
     let cookie = ProbeCookie::decode(raw_cookie);
@@ -615,18 +617,8 @@ fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) 
         if let Outcome::Fails(errno) = completion.outcome.unpack() {
             (*entry).errno = i32::from(errno);
         }
-        let rax = (*regs).rax;
-        let object = ptr::addr_of_mut!((*entry).object);
         if completion.stores_after && cookie.flags.has(ProbeFlags::ONLY_IF_RECURSIVE) {
-            count_one_more(&mut *object, (*entry).layout);
-        }
-        match completion.found_in_rax {
-            FoundInRax::Nothing => {}
-            FoundInRax::Word => (*object)[0] = rax as u32,
-            FoundInRax::DoubleWord => {
-                (*object)[0] = rax as u32;
-                (*object)[1] = (rax >> 32) as u32;
-            }
+            count_one_more(&mut *ptr::addr_of_mut!((*entry).object), (*entry).layout);
         }
     }
 }
@@ -684,10 +676,17 @@ fn emit_entry(raw_cookie: u64, regs: *const pt_regs, slot: *mut Pending) -> bool
 /// it returns to one of the library's own call sites (`CALL_SITES`), or into the function of a
 /// traced call the thread has open, or it was jumped to with that call's return address in
 /// place (a tail call). A call from a signal handler that interrupted the open call returns
-/// into the handler, from deeper in the stack: it is recorded. A call of its own, to keep the
+/// into the handler, from deeper in the stack: it is recorded. The open call of `own_event`
+/// (a fast path's completion meeting the call it opened before, at the same return address)
+/// is the call itself, not one around it: `FREE` for none. A call of its own, to keep the
 /// entry's frame small.
 #[inline(never)]
-fn called_inside(task: *mut task_struct, regs: *const pt_regs, stack_offset: u16) -> bool {
+fn called_inside(
+    task: *mut task_struct,
+    regs: *const pt_regs,
+    stack_offset: u16,
+    own_event: u32,
+) -> bool {
     // SAFETY: `regs` is the probe's context.
     let return_slot = unsafe { (*regs).rsp } + u64::from(stack_offset);
     // SAFETY: the helper checks the user address.
@@ -712,6 +711,7 @@ fn called_inside(task: *mut task_struct, regs: *const pt_regs, stack_offset: u16
         // SAFETY: as in `open_call`.
         let slot = unsafe { &(*calls).slots[i] };
         if slot.event != FREE
+            && slot.event != own_event
             && (slot.return_slot == return_slot
                 || (slot.code_start <= caller && caller < slot.code_end))
         {
@@ -811,11 +811,25 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
                 register_field(cookie.object_register, &*regs).cast(),
             );
         }
+        let object = ptr::addr_of_mut!((*record).object);
         copy_object(
-            ptr::addr_of_mut!((*record).object),
+            object,
             cookie.flags.object_size(),
             ptr::read_volatile(ptr::addr_of!((*record).args[0])),
         );
+        // Where a fast path completes or opens the call, what the atomic instruction found
+        // in the object's first bytes, which it may have changed since.
+        if let Some(completion) = cookie.completion {
+            let rax = (*regs).rax;
+            match completion.found_in_rax {
+                FoundInRax::Nothing => {}
+                FoundInRax::Word => (*object)[0] = rax as u32,
+                FoundInRax::DoubleWord => {
+                    (*object)[0] = rax as u32;
+                    (*object)[1] = (rax >> 32) as u32;
+                }
+            }
+        }
     }
 }
 

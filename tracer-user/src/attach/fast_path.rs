@@ -20,9 +20,18 @@
 //! 4. The plan stands only if, on every way, the call is written exactly once, and never
 //!    completed before it was opened where it waits.
 //!
+//! A function that only jumps elsewhere (glibc's `pthread_mutex_unlock`, to the code it shares
+//! with the condition variables) is planned in the code it jumps to. Its probes there are hit
+//! by the library's own calls of that code too, which the BPF side tells apart
+//! ([`ProbeFlags::CALLED_INSIDE`]): each such site says where that code starts
+//! ([`Site::shared_code`]), so that each traced function calling it has its call open then.
+//!
 //! A function where that fails keeps today's probes; `--list-probes` says why.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    ops::Range,
+};
 
 use iced_x86::{
     ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register,
@@ -64,6 +73,9 @@ pub struct Site {
     /// The register that holds the call's object there.
     pub object_register: ObjectRegister,
     pub role: Role,
+    /// Where the code starts that the site lies in, when that is not the function's own but
+    /// code it jumps to, which the library's other functions call too.
+    pub shared_code: Option<u64>,
 }
 
 /// What a probe of the plan does.
@@ -223,16 +235,42 @@ pub fn plan(
     }
     for _ in 0..MAX_REVISIONS {
         match walk.follow(&mut planned)? {
-            None => return walk.sites(&planned),
+            None => {
+                walk.complete_past_checks(&mut planned);
+                return walk.sites(&planned);
+            }
             Some(revision) => walk.revise(&mut planned, revision)?,
         }
     }
     Err("the plan did not settle".into())
 }
 
+/// Where the code at `entry` (`size` bytes) jumps, if it is nothing but a jump elsewhere after
+/// setting registers: to code no named function starts (`named`).
+fn only_jumps_to(image: &[u8], entry: u64, size: u64, named: &HashSet<u64>) -> Option<u64> {
+    let mut ip = entry;
+    while ip < entry + size {
+        let instruction = slow_path::decode_one(image, ip)?;
+        match instruction.flow_control() {
+            FlowControl::Next => ip = instruction.next_ip(),
+            FlowControl::UnconditionalBranch => {
+                return slow_path::near_target(&instruction).filter(|target| {
+                    !(entry..entry + size).contains(target) && !named.contains(target)
+                });
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// A function's code, walked from its entry.
 struct Walk {
     entry: u64,
+    /// The function's own code.
+    own: Range<u64>,
+    /// The code the function only jumps to ([`only_jumps_to`]), walked as its own.
+    shared_code: Option<u64>,
     /// The event reads errno after a call that returns -1: a tail must say which.
     errno_matters: bool,
     nodes: HashMap<u64, Node>,
@@ -250,7 +288,26 @@ impl Walk {
         library: &Library,
         errno_matters: bool,
     ) -> Result<Self, String> {
-        let inside = |address: u64| (entry..entry + size.max(1)).contains(&address);
+        let own = entry..entry + size.max(1);
+        let shared_code = only_jumps_to(image, entry, size, &library.named);
+        // The code walked: the function's own, the code it only jumps to, and from there the
+        // near jumps to code no named function starts (not another function's tail call).
+        let follows = |from: u64, target: u64| {
+            own.contains(&target)
+                || shared_code == Some(target)
+                || !own.contains(&from)
+                    && !library.named.contains(&target)
+                    && from.abs_diff(target) <= slow_path::LOCAL_JUMP_BYTES
+        };
+        let falls_off = |from: u64, next: u64| {
+            match own.contains(&from) {
+                // A function's code does not fall off its end: a call that would return
+                // there never returns (an assertion's failure, called by an internal name).
+                true => !own.contains(&next),
+                // Nor does a call the compiler put padding after.
+                false => slow_path::decode_one(image, next).is_none_or(|after| is_padding(&after)),
+            }
+        };
         let mut stopping: HashMap<u64, bool> = HashMap::new();
         let mut stops = |target: u64| {
             *stopping.entry(target).or_insert_with(|| {
@@ -293,9 +350,15 @@ impl Walk {
                 }
                 let instruction = slow_path::decode_one(image, ip)
                     .ok_or_else(|| format!("{} does not decode", relative(ip, entry)))?;
-                let (end, successors) =
-                    ending(&instruction, depth, &inside, &mut stops, &mut waits)
-                        .map_err(|why| format!("{why} at {}", relative(ip, entry)))?;
+                let (end, successors) = ending(
+                    &instruction,
+                    depth,
+                    &follows,
+                    &falls_off,
+                    &mut stops,
+                    &mut waits,
+                )
+                .map_err(|why| format!("{why} at {}", relative(ip, entry)))?;
                 for successor in &successors {
                     *predecessors.entry(*successor).or_default() += 1;
                 }
@@ -342,6 +405,8 @@ impl Walk {
         }
         Ok(Walk {
             entry,
+            own,
+            shared_code,
             errno_matters,
             nodes,
             predecessors,
@@ -562,6 +627,17 @@ impl Walk {
     /// when each way writes the call exactly once; else the first revision a way needs. Marks
     /// the completions reached with the call open, and the tail calls reached so.
     fn follow(&self, planned: &mut HashMap<u64, Planned>) -> Result<Option<Revision>, String> {
+        // Revisions open the call on more ways: what reached a completion with nothing
+        // before may no longer.
+        for planned in planned.values_mut() {
+            if let Planned::Completes {
+                reached_with_nothing,
+                ..
+            } = planned
+            {
+                *reached_with_nothing = false;
+            }
+        }
         let mut seen: HashSet<(u64, Held)> = HashSet::new();
         // Each way: where it is, what it has, the last completion it passed the other way
         // with nothing held, and the last place it left the others, each with how far along
@@ -586,6 +662,11 @@ impl Walk {
             }) = planned.get_mut(&ip)
                 && held == Held::Nothing
             {
+                // Written whole here, it needs the object: where no register holds it (a
+                // call came between), the call is opened before.
+                if slow_path::object_register_in(self.object_masks[&ip]).is_none() {
+                    return Ok(Some(self.opening(passed, left, ip)?));
+                }
                 *reached_with_nothing = true;
             }
             match planned.get_mut(&ip) {
@@ -837,40 +918,129 @@ impl Walk {
                 stack_offset,
                 object_register,
                 role,
+                shared_code: self.shared_code.filter(|_| !self.own.contains(&ip)),
             });
         }
         Ok(sites)
     }
 
-    /// What `rax` holds of the object at a completion right after a locked `cmpxchg` on its
-    /// first bytes: what the exchange found there, when it succeeded.
+    /// The atomic instruction whose outcome the code at `ip` tests, on the only way there:
+    /// the last to set the flags before it, or the one before a compare or test of what it
+    /// left; and whether `rax` still holds what it left there.
+    fn atomic_before(&self, ip: u64) -> Option<(&Instruction, bool)> {
+        /// How many instructions back the atomic one is looked for.
+        const LOOKED_BACK: usize = 4;
+        let mut at = ip;
+        let mut compared = false;
+        let mut rax_kept = true;
+        for _ in 0..LOOKED_BACK {
+            if self.predecessors.get(&at) != Some(&1) {
+                return None;
+            }
+            let previous = &self
+                .nodes
+                .values()
+                .find(|n| n.instruction.next_ip() == at && n.successors == [at])?
+                .instruction;
+            if is_atomic(previous) {
+                return Some((previous, rax_kept));
+            }
+            let sets_flags = previous.rflags_modified() != 0;
+            match previous.mnemonic() {
+                Mnemonic::Cmp | Mnemonic::Test if !compared => compared = true,
+                _ if sets_flags => return None,
+                _ => {}
+            }
+            rax_kept &= !(previous.op_count() > 0
+                && previous.op0_kind() == OpKind::Register
+                && previous.op0_register().full_register() == Register::RAX
+                && !matches!(previous.mnemonic(), Mnemonic::Cmp | Mnemonic::Test));
+            at = previous.ip();
+        }
+        None
+    }
+
+    /// What `rax` holds of the object at a completion after an atomic instruction on its
+    /// first bytes: what it found there. A locked `cmpxchg` leaves that in `rax` (when it
+    /// succeeded, what it expected); an `xchg` in its register, when that is `rax`.
     fn found_in_rax(&self, ip: u64, object: ObjectRegister) -> FoundInRax {
-        let previous = self
-            .nodes
-            .values()
-            .find(|n| n.instruction.next_ip() == ip && n.successors == [ip]);
-        let Some(previous) = previous else {
+        let Some((atomic, true)) = self.atomic_before(ip) else {
             return FoundInRax::Nothing;
         };
-        let cmpxchg = &previous.instruction;
-        let on_object = cmpxchg.mnemonic() == Mnemonic::Cmpxchg
-            && cmpxchg.has_lock_prefix()
-            && cmpxchg.op0_kind() == OpKind::Memory
-            && cmpxchg.memory_index() == Register::None
-            && cmpxchg.memory_displacement64() == 0
-            && slow_path::object_register_in(1 << register_index(cmpxchg.memory_base()))
+        let register = (0..atomic.op_count())
+            .find(|&n| atomic.op_kind(n) == OpKind::Register)
+            .map(|n| atomic.op_register(n));
+        let found = match atomic.mnemonic() {
+            Mnemonic::Cmpxchg if atomic.has_lock_prefix() => register,
+            Mnemonic::Xchg => register.filter(|r| r.full_register() == Register::RAX),
+            _ => None,
+        };
+        let on_object = (0..atomic.op_count()).any(|n| atomic.op_kind(n) == OpKind::Memory)
+            && atomic.memory_index() == Register::None
+            && atomic.memory_displacement64() == 0
+            && slow_path::object_register_in(1 << register_index(atomic.memory_base()))
                 == Some(object);
-        match (on_object, cmpxchg.op1_register().size()) {
-            (true, 4) => FoundInRax::Word,
-            (true, 8) => FoundInRax::DoubleWord,
+        match (on_object, found.map(Register::size)) {
+            (true, Some(4)) => FoundInRax::Word,
+            (true, Some(8)) => FoundInRax::DoubleWord,
             _ => FoundInRax::Nothing,
+        }
+    }
+
+    /// Moves each completion on a branch that tests no atomic instruction's outcome (the
+    /// lock's type, whether the process has threads) and opens nothing onto the first
+    /// instruction of the way it completes, where only that branch leads: the calls that go
+    /// on pass no probe there.
+    fn complete_past_checks(&self, planned: &mut HashMap<u64, Planned>) {
+        let moves: Vec<(u64, u64)> = planned
+            .iter()
+            .filter_map(|(&ip, p)| match *p {
+                Planned::Completes {
+                    into: Some(into),
+                    opens_otherwise: false,
+                    ..
+                } if self.atomic_before(ip).is_none()
+                    && self.predecessors.get(&into) == Some(&1)
+                    && !planned.contains_key(&into)
+                    && self.nodes.get(&into).is_some_and(|n| n.probed_by_kernel) =>
+                {
+                    Some((ip, into))
+                }
+                _ => None,
+            })
+            .collect();
+        for (ip, into) in moves {
+            if let Some(Planned::Completes {
+                outcome,
+                stores_after,
+                may_be_open,
+                reached_with_nothing,
+                ..
+            }) = planned.remove(&ip)
+            {
+                planned.insert(
+                    into,
+                    Planned::Completes {
+                        into: None,
+                        outcome,
+                        stores_after,
+                        opens_otherwise: false,
+                        may_be_open,
+                        reached_with_nothing,
+                    },
+                );
+            }
         }
     }
 }
 
-/// `ip` as an offset from the function's `entry`, as `--list-probes` writes offsets.
+/// `ip` as an offset from the function's `entry`, as `--list-probes` writes offsets (the code
+/// a function jumps to may lie before it).
 fn relative(ip: u64, entry: u64) -> String {
-    format!("+{:#x}", ip.wrapping_sub(entry))
+    match ip.checked_sub(entry) {
+        Some(after) => format!("+{after:#x}"),
+        None => format!("-{:#x}", entry - ip),
+    }
 }
 
 /// Why a plan fails whose tail call at `at` some ways reach with the call open, and others
@@ -884,10 +1054,12 @@ fn reached_both_ways(at: &str) -> String {
 fn ending(
     instruction: &Instruction,
     depth: u64,
-    inside: &dyn Fn(u64) -> bool,
+    follows: &dyn Fn(u64, u64) -> bool,
+    falls_off: &dyn Fn(u64, u64) -> bool,
     stops: &mut dyn FnMut(u64) -> bool,
     waits: &mut dyn FnMut(u64) -> bool,
 ) -> Result<(End, Vec<u64>), String> {
+    let ip = instruction.ip();
     let next = instruction.next_ip();
     if instruction.mnemonic() == Mnemonic::Syscall {
         return Ok((End::SystemCall, vec![next]));
@@ -902,7 +1074,7 @@ fn ending(
         }
         FlowControl::UnconditionalBranch => {
             let target = slow_path::near_target(instruction).ok_or("a far jump")?;
-            match (inside(target), depth) {
+            match (follows(ip, target), depth) {
                 (true, _) => (End::Jumps { target }, vec![target]),
                 (false, 0) => (End::TailCall, Vec::new()),
                 (false, _) => return Err("a jump out of the function with the stack moved".into()),
@@ -910,15 +1082,13 @@ fn ending(
         }
         FlowControl::ConditionalBranch => {
             let target = slow_path::near_target(instruction).ok_or("a far branch")?;
-            if !inside(target) {
+            if !follows(ip, target) {
                 return Err("a conditional branch out of the function".into());
             }
             (End::Branches { target }, vec![target, next])
         }
         FlowControl::Call => match slow_path::near_target(instruction) {
-            // A function's code does not fall off its end: a call that would return there
-            // never returns (an assertion's failure, called by an internal name).
-            _ if !inside(next) => (End::Stops, Vec::new()),
+            _ if falls_off(ip, next) => (End::Stops, Vec::new()),
             Some(target) if stops(target) => (End::Stops, Vec::new()),
             Some(target) => (
                 End::Calls {
@@ -968,12 +1138,7 @@ fn never_returns(image: &[u8], address: u64, stops: &HashSet<u64>) -> bool {
             },
             FlowControl::Call => {
                 let ends = slow_path::near_target(&instruction).is_some_and(|t| stops.contains(&t))
-                    || slow_path::decode_one(image, next).is_none_or(|after| {
-                        matches!(
-                            after.mnemonic(),
-                            Mnemonic::Nop | Mnemonic::Int3 | Mnemonic::Ud2
-                        )
-                    });
+                    || slow_path::decode_one(image, next).is_none_or(|after| is_padding(&after));
                 if !ends {
                     pending.push(next);
                 }
@@ -983,6 +1148,14 @@ fn never_returns(image: &[u8], address: u64, stops: &HashSet<u64>) -> bool {
         }
     }
     true
+}
+
+/// Whether the instruction is padding between functions, which no code runs into.
+fn is_padding(instruction: &Instruction) -> bool {
+    matches!(
+        instruction.mnemonic(),
+        Mnemonic::Nop | Mnemonic::Int3 | Mnemonic::Ud2
+    )
 }
 
 /// Whether the instruction is atomic on memory (a lock prefix, or `xchg` with memory), which
@@ -1021,14 +1194,18 @@ fn with_stores(tail: Tail, stores: bool) -> Tail {
     }
 }
 
-/// The flag a conditional branch tests, and its value when the branch is taken: the zero
-/// flag (`je`, `jne`) or the sign flag (`js`, `jns`), which the probe can read.
+/// The flags a conditional branch tests, and whether the condition holds when the branch is
+/// taken: those the probe can read from `eflags`.
 fn flag_of(instruction: &Instruction) -> Option<(Condition, bool)> {
     match instruction.condition_code() {
         ConditionCode::e => Some((Condition::Zero, true)),
         ConditionCode::ne => Some((Condition::Zero, false)),
         ConditionCode::s => Some((Condition::Sign, true)),
         ConditionCode::ns => Some((Condition::Sign, false)),
+        ConditionCode::le => Some((Condition::LessOrEqual, true)),
+        ConditionCode::g => Some((Condition::LessOrEqual, false)),
+        ConditionCode::be => Some((Condition::BelowOrEqual, true)),
+        ConditionCode::a => Some((Condition::BelowOrEqual, false)),
         _ => None,
     }
 }
@@ -1165,6 +1342,7 @@ mod tests {
             stack_offset,
             object_register: register,
             role: Role::Completes(c),
+            shared_code: None,
         }
     }
 
@@ -1210,8 +1388,75 @@ mod tests {
         "00e83a88faff",
     ];
 
+    /// glibc 2.36's `pthread_mutex_unlock` (`mov $1,%esi; jmp`, at 0x8dd50) and the code it
+    /// jumps to (at 0x8dc50), which the condition variables call: a normal mutex is released
+    /// by `xchg` (or a plain store while the process has one thread), and `jle` tests whether
+    /// the old value said it had waiters.
+    const MUTEX_UNLOCK: [&str; 6] = [
+        "8b471089c281e27f010000a87c75514883ec0885d27551c747080000000085f67404836f0c018b771081e68000000075",
+        "1f803d50d91400007416c7070000000031c04883c408c3660f1f84000000000031c0870783f8017ee7e8d284ffffebe0",
+        "e95bfbffff0f1f0081fa0001000075128b77104883c40881e680000000e92e81ffff8b471083e07f83f801751f648b04",
+        "25d00200003947087407b801000000eba1836f04017599e96bffffff8b471083e07f83f8030f845cffffff83fa027517",
+        "648b0425d002000039470875cd833f0074c8e940ffffff488d0dc2251100ba62000000488d352aa21000488d3dd7eb10",
+        "00e83a71faff662e0f1f840000000000be01000000e9f6feffff",
+    ];
+
     #[test]
-    fn a_try_lock_completes_on_each_branch_into_a_return() {
+    fn an_unlock_that_only_jumps_is_planned_in_the_code_it_shares() {
+        let code = hex(&MUTEX_UNLOCK.concat());
+        let image = image(0x8dc50, &code);
+        let library = Library {
+            stops: HashSet::from([0x34e80]),
+            ..library()
+        };
+        let sites = plan(&image, 0x8dd50, 10, &library, event("mutex_unlock")).unwrap();
+        let at = |offset: u64| sites.iter().find(|s| s.offset == offset).copied();
+        // The uncontended unlock: written whole at the jle, with the lock word the xchg found
+        // (2: waiters) in eax; a call with waiters is opened there, and completed after the
+        // wake.
+        let released = Completion {
+            condition: Condition::LessOrEqual,
+            opens_otherwise: true,
+            found_in_rax: FoundInRax::Word,
+            ..on_zero(true, Outcome::Returns(0))
+        };
+        assert_eq!(
+            at(0x8dca7),
+            Some(Site {
+                shared_code: Some(0x8dc50),
+                ..completes(0x8dca7, 8, ObjectRegister::Rdi, released)
+            })
+        );
+        let Some(Site {
+            role: Role::Completes(woken),
+            ..
+        }) = at(0x8dcae)
+        else {
+            panic!("{sites:#x?}");
+        };
+        assert_eq!(
+            (woken.condition, woken.may_be_open, woken.opens_otherwise),
+            (Condition::Always, true, false)
+        );
+        // While the process has one thread, a plain store releases it: completed there, not
+        // on the check of the thread count, which every other unlock passes.
+        assert!(at(0x8dc88).is_none(), "{sites:#x?}");
+        assert_eq!(
+            at(0x8dc8a).map(|s| s.role),
+            Some(Role::Completes(Completion {
+                condition: Condition::Always,
+                ..on_zero(false, Outcome::Returns(0))
+            }))
+        );
+        // The robust and elision unlocks pass the call on.
+        for tail_call in [0x8dcb0, 0x8dccd] {
+            assert_eq!(at(tail_call).map(|s| s.role), Some(Role::WholeCall));
+        }
+        assert!(sites.iter().all(|s| s.shared_code == Some(0x8dc50)));
+    }
+
+    #[test]
+    fn a_try_lock_completes_after_its_exchange_and_where_its_check_fails() {
         let code = hex(SEM_TRYWAIT);
         let image = image(0x90e00, &code);
         let sites = plan(
@@ -1221,15 +1466,11 @@ mod tests {
             &library(),
             event("sema_trywait"),
         );
+        // A count of 0 fails with EAGAIN: completed where that code starts, so that a call
+        // that takes the semaphore passes one probe.
         assert_eq!(
             sites,
             Ok(vec![
-                completes(
-                    0x90e05,
-                    0,
-                    ObjectRegister::Rdi,
-                    on_zero(true, Outcome::Fails(11))
-                ),
                 completes(
                     0x90e10,
                     0,
@@ -1237,6 +1478,15 @@ mod tests {
                     Completion {
                         found_in_rax: FoundInRax::DoubleWord,
                         ..on_zero(true, Outcome::Returns(0))
+                    }
+                ),
+                completes(
+                    0x90e18,
+                    0,
+                    ObjectRegister::Rdi,
+                    Completion {
+                        condition: Condition::Always,
+                        ..on_zero(false, Outcome::Fails(11))
                     }
                 ),
             ])
@@ -1264,6 +1514,7 @@ mod tests {
             stack_offset: 0,
             object_register: ObjectRegister::Rdi,
             role: Role::WholeCall,
+            shared_code: None,
         };
         assert_eq!(
             sites,

@@ -307,9 +307,12 @@ fn fast_path_reason(site: &fast_path::Site, emulated: bool) -> String {
                     format!("returns what {register:?} holds").to_lowercase()
                 }
             };
+            let set = u8::from(completion.when_set);
             let when = match completion.condition {
-                Condition::Zero => format!("when ZF={}", u8::from(completion.when_set)),
-                Condition::Sign => format!("when SF={}", u8::from(completion.when_set)),
+                Condition::Zero => format!("when ZF={set}"),
+                Condition::Sign => format!("when SF={set}"),
+                Condition::LessOrEqual => format!("when (ZF=1 or SF!=OF)={set}"),
+                Condition::BelowOrEqual => format!("when (CF=1 or ZF=1)={set}"),
                 Condition::Always | Condition::Never => "always".to_owned(),
             };
             let mut text = format!("fast path: the call {returns} from here {when}");
@@ -326,7 +329,13 @@ fn fast_path_reason(site: &fast_path::Site, emulated: bool) -> String {
         true => "",
         false => "; single-stepped",
     };
-    format!("{what}; {object}{single_stepped}")
+    let shared = match site.shared_code {
+        Some(_) => {
+            "; in the code it jumps to, which the library calls too (those calls are not recorded)"
+        }
+        None => "",
+    };
+    format!("{what}; {object}{single_stepped}{shared}")
 }
 
 /// Places the probe of a function whose code is `code` (from its first instruction, as much

@@ -15,6 +15,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    ops::Range,
     os::fd::OwnedFd,
 };
 
@@ -201,6 +202,8 @@ struct FastPaths {
     /// Where the library's traced functions start: a function that calls one keeps today's
     /// probes, whose open call marks those calls as its own.
     traced: HashSet<u64>,
+    /// The traced functions' code, which has its calls open when it calls code a plan shares.
+    traced_code: Vec<Range<u64>>,
 }
 
 impl FastPaths {
@@ -225,6 +228,11 @@ impl FastPaths {
                 },
             },
             traced: functions(&mut EVENTS.iter().map(|e| e.symbol)),
+            traced_code: EVENTS
+                .iter()
+                .flat_map(|e| library.functions.functions(e.symbol))
+                .map(|f| f.offset..f.offset + f.size)
+                .collect(),
         }
     }
 
@@ -260,6 +268,20 @@ impl FastPaths {
             Ok(sites) => sites,
             Err(why) => return Some(Err(why)),
         };
+        // Code the plan shares is called by traced functions only, whose open calls tell
+        // those hits apart from the program's.
+        if let Some(start) = sites.iter().find_map(|s| s.shared_code) {
+            let own = function.offset..function.offset + function.size;
+            if let Some(caller) = direct_calls_of(library, start)
+                .into_iter()
+                .find(|at| !own.contains(at) && !self.traced_code.iter().any(|c| c.contains(at)))
+            {
+                return Some(Err(format!(
+                    "the code it jumps to is called from {caller:#x} too, outside the traced \
+                     functions"
+                )));
+            }
+        }
         let mut probes = Vec::new();
         for site in sites {
             let placement = Placement::on_fast_path(&library.image, function.offset, site);
@@ -276,7 +298,12 @@ impl FastPaths {
                 placement,
                 same_code_as: None,
                 layout,
-                code_flags: 0,
+                // Code the library's other functions call too: their calls are not the
+                // program's.
+                code_flags: match site.shared_code {
+                    Some(_) => ProbeFlags::CALLED_INSIDE,
+                    None => 0,
+                },
                 span: FunctionSpan::default(),
                 calls_inside: Vec::new(),
                 only_opens_call: false,
@@ -287,6 +314,27 @@ impl FastPaths {
         }
         Some(Ok(probes))
     }
+}
+
+/// Where the library's code calls or jumps to `target` by a direct `call` or `jmp` with a
+/// 32-bit displacement (how a library reaches code of its own from afar), found by its bytes.
+fn direct_calls_of(library: &PthreadLibrary, target: u64) -> Vec<u64> {
+    let file = &library.file;
+    let start = file.file_offset as usize;
+    let end = (start + (file.end - file.start) as usize).min(library.image.len());
+    let Some(code) = library.image.get(start..end) else {
+        return Vec::new();
+    };
+    code.windows(5)
+        .enumerate()
+        .filter(|(_, bytes)| matches!(bytes[0], 0xe8 | 0xe9))
+        .filter_map(|(at, bytes)| {
+            let at = (start + at) as u64;
+            let displacement = i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+            let destination = (at + 5).checked_add_signed(i64::from(displacement))?;
+            (destination == target).then_some(at)
+        })
+        .collect()
 }
 
 /// `--contended`: the probes of `event` on the slow paths of `function` (a site another
@@ -489,9 +537,11 @@ fn mark_calls_inside(
                 // A call of the same event is the call itself going on, which the BPF side
                 // tells by the event alone (glibc's compat pthread_cond_signal calls the new).
                 .filter(|p| {
+                    let entered = p.fast.and_then(|site| site.shared_code);
                     p.attached()
                         && (p.event.category, p.event.event2) != (event.category, event.event2)
-                        && destinations.contains(&p.function.offset)
+                        && (destinations.contains(&p.function.offset)
+                            || entered.is_some_and(|start| destinations.contains(&start)))
                 })
                 .map(|p| {
                     p.code_flags |= ProbeFlags::CALLED_INSIDE;

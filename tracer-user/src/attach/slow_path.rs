@@ -28,7 +28,7 @@ const SYS_FUTEX: u64 = 202;
 /// priority-protected paths is about 1,000.
 const MAX_WALKED: usize = 8192;
 /// A jump with nothing pushed further than this, outside the traced function, is a tail call.
-const LOCAL_JUMP_BYTES: u64 = 512;
+pub(super) const LOCAL_JUMP_BYTES: u64 = 512;
 /// How many calls down a function jumped to is looked at for a futex wait.
 const CALLEE_LEVELS: u32 = 3;
 /// How many instructions of a called function are looked at for its own futex call.
