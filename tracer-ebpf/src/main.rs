@@ -689,31 +689,38 @@ fn called_inside(
 ) -> bool {
     // SAFETY: `regs` is the probe's context.
     let return_slot = unsafe { (*regs).rsp } + u64::from(stack_offset);
-    // SAFETY: the helper checks the user address.
-    let caller = unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
+    // Read only where it is compared: most hits find no call open, in a library that lists
+    // no call sites of its own (glibc's).
+    let read_caller =
+        // SAFETY: the helper checks the user address.
+        || unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
     let pid = (current_pid_tgid(task) >> 32) as u32;
     // SAFETY: the value is read at once.
     if let Some(library) = unsafe { LIBRARIES.get(pid) }
         && library[LIBRARY_BASE] != 0
-        && caller >= library[LIBRARY_BASE]
     {
-        let key = call_site_key(library[LIBRARY_ID], caller - library[LIBRARY_BASE]);
-        // SAFETY: the value is not kept.
-        if unsafe { CALL_SITES.get(key) }.is_some() {
-            return true;
+        let caller = read_caller();
+        if caller >= library[LIBRARY_BASE] {
+            let key = call_site_key(library[LIBRARY_ID], caller - library[LIBRARY_BASE]);
+            // SAFETY: the value is not kept.
+            if unsafe { CALL_SITES.get(key) }.is_some() {
+                return true;
+            }
         }
     }
     let calls = CALLS.of(task, false);
     if calls.is_null() {
         return false;
     }
+    let mut caller = None;
     for i in 0..CALL_SLOTS {
         // SAFETY: as in `open_call`.
         let slot = unsafe { &(*calls).slots[i] };
-        if slot.event != FREE
-            && slot.event != own_event
-            && (slot.return_slot == return_slot
-                || (slot.code_start <= caller && caller < slot.code_end))
+        if slot.event == FREE || slot.event == own_event {
+            continue;
+        }
+        let caller = *caller.get_or_insert_with(read_caller);
+        if slot.return_slot == return_slot || (slot.code_start <= caller && caller < slot.code_end)
         {
             return true;
         }
