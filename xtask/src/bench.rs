@@ -20,8 +20,8 @@
 //!
 //! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes, a
 //! semaphore and a read-write lock, and making uncontended calls between) is one of them, and
-//! real programs traced whole, `sysbench mutex` and `sysbench threads` (installed if missing),
-//! are timed untraced, with `--contended`, with full tracing and with it `--no-fast-paths`. For the contended workload, what a record's call
+//! real programs traced whole, `sysbench mutex`, `sysbench threads` and `pigz` (installed if
+//! missing), are timed untraced, with `--contended`, with full tracing and with it `--no-fast-paths`. For the contended workload, what a record's call
 //! stack costs: the tracer's CPU per record and the BPF programs' time per run, with stacks and
 //! without. A real server under load (a private MariaDB, Debian's `mariadb-server`, driven by
 //! sysbench: `server`), after a round to warm it, serves rounds untraced, traced `--contended`
@@ -125,28 +125,86 @@ const WORKLOADS: [Workload; 6] = [
     },
 ];
 
-/// Real programs traced whole: `sysbench mutex` and `sysbench threads` on 4 threads, untraced,
-/// with `--contended`, with every mutex call traced, and so without fast paths.
-const REAL_PROGRAMS: [&[&str]; 2] = [
-    &[
-        "sysbench",
-        "mutex",
-        "--threads=4",
-        "--mutex-num=64",
-        "--mutex-locks=100000",
-        "run",
-    ],
-    &[
-        "sysbench",
-        "threads",
-        "--threads=4",
-        "--thread-locks=8",
-        "--thread-yields=100",
-        "--events=2000",
-        "--time=0",
-        "run",
-    ],
+/// A real program traced whole, and how its time is known.
+struct RealProgram {
+    argv: &'static [&'static str],
+    /// sysbench says how long its threads worked (`total time:`); another is timed from
+    /// outside, less what the same run of `true` takes (the tracer's start and exit).
+    reports_its_time: bool,
+    /// It compresses the generated input ([`pigz_input`]), named after its arguments.
+    reads_input: bool,
+}
+
+/// Real programs traced whole, on 4 threads: `sysbench mutex`, `sysbench threads`, and `pigz`
+/// compressing in small blocks (its threads hand each block over with a mutex and a condition
+/// variable); untraced, with `--contended`, with every mutex call traced, and so without fast
+/// paths.
+const REAL_PROGRAMS: [RealProgram; 3] = [
+    RealProgram {
+        argv: &[
+            "sysbench",
+            "mutex",
+            "--threads=4",
+            "--mutex-num=64",
+            "--mutex-locks=100000",
+            "run",
+        ],
+        reports_its_time: true,
+        reads_input: false,
+    },
+    RealProgram {
+        argv: &[
+            "sysbench",
+            "threads",
+            "--threads=4",
+            "--thread-locks=8",
+            "--thread-yields=100",
+            "--events=2000",
+            "--time=0",
+            "run",
+        ],
+        reports_its_time: true,
+        reads_input: false,
+    },
+    RealProgram {
+        argv: &[
+            "pigz",
+            "--force",
+            "--keep",
+            "--processes",
+            "4",
+            "--blocksize",
+            "32",
+        ],
+        reports_its_time: false,
+        reads_input: true,
+    },
 ];
+
+/// pigz's input: 64 MiB of words drawn by a fixed generator (as compressible as text), made
+/// once.
+fn pigz_input() -> Result<PathBuf> {
+    const BYTES: usize = 64 << 20;
+    const WORDS: [&str; 8] = [
+        "lock ", "unlock ", "wait ", "signal ", "mutex ", "thread ", "futex ", "owner\n",
+    ];
+    let path = workspace_root().join("target/bench-pigz/input");
+    if fs::metadata(&path).is_ok_and(|m| m.len() as usize >= BYTES) {
+        return Ok(path);
+    }
+    fs::create_dir_all(path.parent().context("no parent")?)?;
+    let mut text = Vec::with_capacity(BYTES + 16);
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    while text.len() < BYTES {
+        // xorshift64: the same input on every machine.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        text.extend_from_slice(WORDS[(state % WORDS.len() as u64) as usize].as_bytes());
+    }
+    fs::write(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
 const REAL_PROGRAM_MODES: [(&str, Option<&[&str]>); 4] = [
     ("untraced", None),
     (
@@ -340,6 +398,8 @@ pub fn run(reps: usize) -> Result<()> {
     require_root("bench")?;
     ensure_installed("bpftrace", "bpftrace", "the comparison")?;
     ensure_installed("sysbench", "sysbench", "the real program's run")?;
+    ensure_installed("pigz", "pigz", "the real program's run")?;
+    let input = pigz_input()?;
     ensure_installed("mariadbd", "mariadb-server", "the real server's run")?;
     let tracer = build_tracer()?;
     let static_tracer = crate::dist::build_static_tracer(
@@ -406,7 +466,13 @@ pub fn run(reps: usize) -> Result<()> {
         for (p, real_program) in REAL_PROGRAMS.iter().enumerate() {
             for (m, (_, options)) in REAL_PROGRAM_MODES.iter().enumerate() {
                 empty_dir(&dir)?;
-                real[p][m].push(real_program_ns(&tracer, real_program, *options, &dir)?);
+                real[p][m].push(real_program_ns(
+                    &tracer,
+                    real_program,
+                    &input,
+                    *options,
+                    &dir,
+                )?);
             }
         }
         let syscalls = compile_workload("bench_syscalls")?;
@@ -500,9 +566,16 @@ pub fn run(reps: usize) -> Result<()> {
         );
     }
     for (p, real_program) in REAL_PROGRAMS.iter().enumerate() {
+        let (input, timed) = match real_program.reads_input {
+            true => (
+                " INPUT (64 MiB of words)",
+                "its wall time less the same run of `true`",
+            ),
+            false => ("", "the time it reports"),
+        };
         println!(
-            "\na real program traced whole: `{}`, the time it reports, median of {reps} runs",
-            real_program.join(" ")
+            "\na real program traced whole: `{}{input}`, {timed}, median of {reps} runs",
+            real_program.argv.join(" ")
         );
         let untraced_ns = median(&real[p][0]);
         for (m, (label, _)) in REAL_PROGRAM_MODES.iter().enumerate() {
@@ -965,15 +1038,30 @@ fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
     setup::apt_install(&[package])
 }
 
-/// The time a sysbench run (`real_program`) with the tracer's `options` (or untraced) says it
-/// took, in ns: its threads' work, not the tracer's start-up and attach.
+/// The time a run of `real_program` with the tracer's `options` (or untraced) took, in ns: its
+/// threads' work, not the tracer's start-up, attach and exit.
 fn real_program_ns(
     tracer: &Path,
-    real_program: &[&str],
+    real_program: &RealProgram,
+    input: &Path,
     options: Option<&[&str]>,
     dir: &Path,
 ) -> Result<f64> {
-    let out = output(launched(tracer, options, dir, real_program[0]).args(&real_program[1..]))?;
+    let argv = real_program.argv;
+    let mut run = launched(tracer, options, dir, argv[0]);
+    run.args(&argv[1..]);
+    if real_program.reads_input {
+        run.arg(input);
+    }
+    if !real_program.reports_its_time {
+        let started = Instant::now();
+        output(&mut run)?;
+        let ns = started.elapsed().as_nanos() as f64;
+        let started = Instant::now();
+        output(&mut launched(tracer, options, dir, "true"))?;
+        return Ok(ns - started.elapsed().as_nanos() as f64);
+    }
+    let out = output(&mut run)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let seconds = stdout
         .lines()
