@@ -527,15 +527,18 @@ pub fn wait_for_earlier_detaches() {
     }
 }
 
-/// A `thrtrace-bpf` process that leads its own session: the child a tracer leaves to detach.
+/// A `thrtrace-bpf` process that leads its own session, or that its tracer left before it could
+/// make one (its parent is then init): the child a tracer leaves to detach.
 fn detaching_child() -> Option<u32> {
     fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
         let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
         let stat = fs::read_to_string(entry.path().join("stat")).ok()?;
         let (head, rest) = stat.rsplit_once(") ")?;
         let fields: Vec<&str> = rest.split(' ').collect();
+        let parent: u32 = fields.get(1)?.parse().ok()?;
         let session: u32 = fields.get(3)?.parse().ok()?;
-        (head.ends_with("(thrtrace-bpf") && session == pid && fields[0] != "Z").then_some(pid)
+        (head.ends_with("(thrtrace-bpf") && (session == pid || parent == 1) && fields[0] != "Z")
+            .then_some(pid)
     })
 }
 

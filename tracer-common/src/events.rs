@@ -269,15 +269,15 @@ pub struct ProbeCookie {
 }
 
 /// A probe inside a lock function where the call's outcome is known (after the atomic
-/// instruction that took the lock, on the branch that tests it): the call is written whole
-/// there when the condition holds, with no probe at its entry nor at its return. The planner
-/// (`attach::fast_path`) proves that every way through the function meets exactly one such
-/// completion, or opens the call first.
+/// instruction that took or released the lock, on the branch that tests it, or where the way
+/// that branch completes begins): the call is written whole there when the condition holds,
+/// with no probe at its entry nor at its return. The planner (`attach::fast_path`) proves that
+/// every way through the function meets exactly one such completion, or opens the call first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
-    /// Which flag of `eflags` says the call completed here.
+    /// Which flags of `eflags` say the call completed here.
     pub condition: Condition,
-    /// The flag's value that says so.
+    /// The condition's value that says so.
     pub when_set: bool,
     /// What the completed call returns.
     pub outcome: PackedOutcome,
@@ -287,8 +287,8 @@ pub struct Completion {
     /// When the condition does not hold, the call goes on to wait or to code that is not
     /// proved: it is opened here (its entry half), for a later completion or its return.
     pub opens_otherwise: bool,
-    /// What the locked instruction found in the object's first bytes, which the entry half
-    /// reports (a semaphore's count before its decrement), is in `rax`.
+    /// What the atomic instruction found in the object's first bytes, which the entry
+    /// reports (a semaphore's count before its decrement, an unlock's waiters), is in `rax`.
     pub found_in_rax: FoundInRax,
     /// The code after the completion stores to the object before it returns: a recursive
     /// mutex's count, which its return half reports, is one more than the copy made here
@@ -1691,7 +1691,7 @@ mod tests {
         assert_eq!(masks.iter().filter(|&&m| m != 0).count(), 1);
     }
 
-    /// A completion of each kind, with each outcome: 4 conditions, 7 outcomes, 3 of what rax
+    /// A completion of each kind, with each outcome: 6 conditions, 7 outcomes, 3 of what rax
     /// holds.
     fn completions() -> [Completion; 126] {
         let mut all = [None; 126];
@@ -1749,7 +1749,7 @@ mod tests {
         assert!(!completion.holds(1 << 7));
         completion.condition = Condition::Never;
         assert!(!completion.holds(0));
-        // `jle` after `cmp $1, %eax`: taken for 0 and 1 (zero set, or sign equal to overflow
+        // `jle` after `cmp $1, %eax`: taken for 0 and 1 (zero set, or sign unlike overflow
         // after 0 - 1), not for 2.
         let (carry_flag, sign_flag, overflow_flag) = (1, 1 << 7, 1 << 11);
         completion.condition = Condition::LessOrEqual;

@@ -689,8 +689,6 @@ fn called_inside(
 ) -> bool {
     // SAFETY: `regs` is the probe's context.
     let return_slot = unsafe { (*regs).rsp } + u64::from(stack_offset);
-    // Read only where it is compared: most hits find no call open, in a library that lists
-    // no call sites of its own (glibc's).
     let read_caller =
         // SAFETY: the helper checks the user address.
         || unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
@@ -712,15 +710,25 @@ fn called_inside(
     if calls.is_null() {
         return false;
     }
-    let mut caller = None;
+    let open = |i: usize| {
+        // SAFETY: as in `open_call`.
+        let event = unsafe { (*calls).slots[i].event };
+        event != FREE && event != own_event
+    };
+    // The caller is read only where it is compared: most hits find no call open, in a library
+    // that lists no call sites of its own (glibc's). (A first pass of its own: read inside the
+    // loop below, LLVM walked the slots from a pointer before the map value, which Linux 7.3's
+    // verifier refuses.)
+    if !(0..CALL_SLOTS).any(open) {
+        return false;
+    }
+    let caller = read_caller();
     for i in 0..CALL_SLOTS {
         // SAFETY: as in `open_call`.
         let slot = unsafe { &(*calls).slots[i] };
-        if slot.event == FREE || slot.event == own_event {
-            continue;
-        }
-        let caller = *caller.get_or_insert_with(read_caller);
-        if slot.return_slot == return_slot || (slot.code_start <= caller && caller < slot.code_end)
+        if open(i)
+            && (slot.return_slot == return_slot
+                || (slot.code_start <= caller && caller < slot.code_end))
         {
             return true;
         }

@@ -7,9 +7,11 @@
 //! 1. The *tails*: the code from which every way runs straight to a `ret` with a known value in
 //!    `eax` (and, for -1, a known errno stored), with no call, no system call, no locked
 //!    instruction and no loop on the way. A call that reaches a tail has completed.
-//! 2. A *completion* on each way into a tail: the conditional branch that enters it (its flag
-//!    says whether it did: `lock cmpxchg; jne slow`), a jump into it, or the instruction a wait
-//!    returns to.
+//! 2. A *completion* on each way into a tail: the conditional branch that enters it (its flags
+//!    say whether it did: `lock cmpxchg; jne slow`), a jump into it, or the instruction a wait
+//!    returns to. A branch that tests no atomic instruction completes the call where the way
+//!    into the tail begins instead, where only it leads, so that the calls going on pass no
+//!    probe there.
 //! 3. Then every way through the function is followed with what the thread has of the call:
 //!    nothing yet, the call opened, or the call written. A way that would wait (a call, a
 //!    system call) or return from outside a tail must have the call opened first: by the last
@@ -73,9 +75,25 @@ pub struct Site {
     /// The register that holds the call's object there.
     pub object_register: ObjectRegister,
     pub role: Role,
-    /// Where the code starts that the site lies in, when that is not the function's own but
-    /// code it jumps to, which the library's other functions call too.
-    pub shared_code: Option<u64>,
+    /// The code the site lies in, when that is not the function's own but code it jumps to,
+    /// which the library's other functions call too.
+    pub shared_code: Option<SharedCode>,
+}
+
+/// Code a function only jumps to ([`only_jumps_to`]), as far as its plan walked it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedCode {
+    /// Where the function jumps.
+    pub start: u64,
+    /// The lowest address walked there, and the end of the highest instruction walked there.
+    pub walked: (u64, u64),
+}
+
+impl SharedCode {
+    /// Whether `address` lies in the code walked there.
+    pub fn contains(&self, address: u64) -> bool {
+        (self.walked.0..self.walked.1).contains(&address)
+    }
 }
 
 /// What a probe of the plan does.
@@ -246,13 +264,18 @@ pub fn plan(
 }
 
 /// Where the code at `entry` (`size` bytes) jumps, if it is nothing but a jump elsewhere after
-/// setting registers: to code no named function starts (`named`).
+/// setting registers (the stack as it was: the code jumped to finds the return address where
+/// its callers' is): to code no named function starts (`named`).
 fn only_jumps_to(image: &[u8], entry: u64, size: u64, named: &HashSet<u64>) -> Option<u64> {
     let mut ip = entry;
     while ip < entry + size {
         let instruction = slow_path::decode_one(image, ip)?;
         match instruction.flow_control() {
-            FlowControl::Next => ip = instruction.next_ip(),
+            FlowControl::Next
+                if matches!(slow_path::stack_change(&instruction), StackChange::None) =>
+            {
+                ip = instruction.next_ip();
+            }
             FlowControl::UnconditionalBranch => {
                 return slow_path::near_target(&instruction).filter(|target| {
                     !(entry..entry + size).contains(target) && !named.contains(target)
@@ -270,7 +293,7 @@ struct Walk {
     /// The function's own code.
     own: Range<u64>,
     /// The code the function only jumps to ([`only_jumps_to`]), walked as its own.
-    shared_code: Option<u64>,
+    shared_code: Option<SharedCode>,
     /// The event reads errno after a call that returns -1: a tail must say which.
     errno_matters: bool,
     nodes: HashMap<u64, Node>,
@@ -299,14 +322,21 @@ impl Walk {
                     && !library.named.contains(&target)
                     && from.abs_diff(target) <= slow_path::LOCAL_JUMP_BYTES
         };
+        // A function's code does not fall off its end: a call that would return there never
+        // returns (an assertion's failure, called by an internal name). The code it jumps to
+        // ends where padding after a call leads to a function's start (padding inside it
+        // aligns a loop, which the call returns into).
         let falls_off = |from: u64, next: u64| {
-            match own.contains(&from) {
-                // A function's code does not fall off its end: a call that would return
-                // there never returns (an assertion's failure, called by an internal name).
-                true => !own.contains(&next),
-                // Nor does a call the compiler put padding after.
-                false => slow_path::decode_one(image, next).is_none_or(|after| is_padding(&after)),
+            if own.contains(&from) {
+                return !own.contains(&next);
             }
+            let mut at = next;
+            while let Some(padding) = slow_path::decode_one(image, at)
+                .filter(|i| matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3))
+            {
+                at = padding.next_ip();
+            }
+            at != next && (at == entry || library.named.contains(&at))
         };
         let mut stopping: HashMap<u64, bool> = HashMap::new();
         let mut stops = |target: u64| {
@@ -403,6 +433,19 @@ impl Walk {
                 pending.push((successor, depth_after, after));
             }
         }
+        let shared_code = shared_code.map(|start| {
+            let outside = || nodes.iter().filter(|(ip, _)| !own.contains(ip));
+            SharedCode {
+                start,
+                walked: (
+                    outside().map(|(ip, _)| *ip).min().unwrap_or(start),
+                    outside()
+                        .map(|(_, n)| n.instruction.next_ip())
+                        .max()
+                        .unwrap_or(start),
+                ),
+            }
+        });
         Ok(Walk {
             entry,
             own,
@@ -932,7 +975,8 @@ impl Walk {
         const LOOKED_BACK: usize = 4;
         let mut at = ip;
         let mut compared = false;
-        let mut rax_kept = true;
+        let mut written: Vec<Register> = Vec::new();
+        let mut factory = InstructionInfoFactory::new();
         for _ in 0..LOOKED_BACK {
             if self.predecessors.get(&at) != Some(&1) {
                 return None;
@@ -940,10 +984,14 @@ impl Walk {
             let previous = &self
                 .nodes
                 .values()
-                .find(|n| n.instruction.next_ip() == at && n.successors == [at])?
+                .find(|n| {
+                    n.instruction.next_ip() == at && n.successors == [at] && n.end == End::Next
+                })?
                 .instruction;
+            let kept = |register: Register| !written.contains(&register.full_register());
             if is_atomic(previous) {
-                return Some((previous, rax_kept));
+                // Its address's register must still hold the object; `rax` what it left.
+                return kept(previous.memory_base()).then_some((previous, kept(Register::RAX)));
             }
             let sets_flags = previous.rflags_modified() != 0;
             match previous.mnemonic() {
@@ -951,10 +999,14 @@ impl Walk {
                 _ if sets_flags => return None,
                 _ => {}
             }
-            rax_kept &= !(previous.op_count() > 0
-                && previous.op0_kind() == OpKind::Register
-                && previous.op0_register().full_register() == Register::RAX
-                && !matches!(previous.mnemonic(), Mnemonic::Cmp | Mnemonic::Test));
+            written.extend(
+                factory
+                    .info(previous)
+                    .used_registers()
+                    .iter()
+                    .filter(|r| placement::writes(r.access()))
+                    .map(|r| r.register().full_register()),
+            );
             at = previous.ip();
         }
         None
@@ -1138,7 +1190,12 @@ fn never_returns(image: &[u8], address: u64, stops: &HashSet<u64>) -> bool {
             },
             FlowControl::Call => {
                 let ends = slow_path::near_target(&instruction).is_some_and(|t| stops.contains(&t))
-                    || slow_path::decode_one(image, next).is_none_or(|after| is_padding(&after));
+                    || slow_path::decode_one(image, next).is_none_or(|after| {
+                        matches!(
+                            after.mnemonic(),
+                            Mnemonic::Nop | Mnemonic::Int3 | Mnemonic::Ud2
+                        )
+                    });
                 if !ends {
                     pending.push(next);
                 }
@@ -1148,14 +1205,6 @@ fn never_returns(image: &[u8], address: u64, stops: &HashSet<u64>) -> bool {
         }
     }
     true
-}
-
-/// Whether the instruction is padding between functions, which no code runs into.
-fn is_padding(instruction: &Instruction) -> bool {
-    matches!(
-        instruction.mnemonic(),
-        Mnemonic::Nop | Mnemonic::Int3 | Mnemonic::Ud2
-    )
 }
 
 /// Whether the instruction is atomic on memory (a lock prefix, or `xchg` with memory), which
@@ -1423,7 +1472,7 @@ mod tests {
         assert_eq!(
             at(0x8dca7),
             Some(Site {
-                shared_code: Some(0x8dc50),
+                shared_code: sites[0].shared_code,
                 ..completes(0x8dca7, 8, ObjectRegister::Rdi, released)
             })
         );
@@ -1452,7 +1501,13 @@ mod tests {
         for tail_call in [0x8dcb0, 0x8dccd] {
             assert_eq!(at(tail_call).map(|s| s.role), Some(Role::WholeCall));
         }
-        assert!(sites.iter().all(|s| s.shared_code == Some(0x8dc50)));
+        let shared = sites[0].shared_code.expect("in the shared code");
+        assert_eq!(shared.start, 0x8dc50);
+        assert!(
+            shared.walked.0 == 0x8dc50 && shared.walked.1 <= 0x8dd50,
+            "{shared:#x?}"
+        );
+        assert!(sites.iter().all(|s| s.shared_code == Some(shared)));
     }
 
     #[test]

@@ -268,16 +268,17 @@ impl FastPaths {
             Ok(sites) => sites,
             Err(why) => return Some(Err(why)),
         };
-        // Code the plan shares is called by traced functions only, whose open calls tell
+        // Code the plan shares is reached from traced functions only, whose open calls tell
         // those hits apart from the program's.
-        if let Some(start) = sites.iter().find_map(|s| s.shared_code) {
+        if let Some(shared) = sites.iter().find_map(|s| s.shared_code) {
             let own = function.offset..function.offset + function.size;
-            if let Some(caller) = direct_calls_of(library, start)
-                .into_iter()
-                .find(|at| !own.contains(at) && !self.traced_code.iter().any(|c| c.contains(at)))
-            {
+            if let Some(from) = direct_jumps_into(library, shared).into_iter().find(|at| {
+                !own.contains(at)
+                    && !shared.contains(*at)
+                    && !self.traced_code.iter().any(|c| c.contains(at))
+            }) {
                 return Some(Err(format!(
-                    "the code it jumps to is called from {caller:#x} too, outside the traced \
+                    "the code it jumps to is reached from {from:#x} too, outside the traced \
                      functions"
                 )));
             }
@@ -316,23 +317,31 @@ impl FastPaths {
     }
 }
 
-/// Where the library's code calls or jumps to `target` by a direct `call` or `jmp` with a
-/// 32-bit displacement (how a library reaches code of its own from afar), found by its bytes.
-fn direct_calls_of(library: &PthreadLibrary, target: u64) -> Vec<u64> {
+/// Where the library's code calls or jumps into `shared` by a `call`, `jmp` or conditional
+/// jump with a 32-bit displacement (how code reaches other code of its library from afar),
+/// found by its bytes. (A short jump reaches 128 bytes: from the code walked, or from code
+/// next to it that a jump of its own would show.)
+fn direct_jumps_into(library: &PthreadLibrary, shared: fast_path::SharedCode) -> Vec<u64> {
     let file = &library.file;
     let start = file.file_offset as usize;
     let end = (start + (file.end - file.start) as usize).min(library.image.len());
     let Some(code) = library.image.get(start..end) else {
         return Vec::new();
     };
-    code.windows(5)
+    code.windows(6)
         .enumerate()
-        .filter(|(_, bytes)| matches!(bytes[0], 0xe8 | 0xe9))
         .filter_map(|(at, bytes)| {
+            // The opcode's length, then the displacement's four bytes.
+            let opcode = match bytes {
+                [0xe8 | 0xe9, ..] => 1,
+                [0x0f, 0x80..=0x8f, ..] => 2,
+                _ => return None,
+            };
             let at = (start + at) as u64;
-            let displacement = i32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
-            let destination = (at + 5).checked_add_signed(i64::from(displacement))?;
-            (destination == target).then_some(at)
+            let rel: [u8; 4] = bytes[opcode..opcode + 4].try_into().ok()?;
+            let next = at + opcode as u64 + 4;
+            let destination = next.checked_add_signed(i64::from(i32::from_le_bytes(rel)))?;
+            shared.contains(destination).then_some(at)
         })
         .collect()
 }
@@ -537,11 +546,11 @@ fn mark_calls_inside(
                 // A call of the same event is the call itself going on, which the BPF side
                 // tells by the event alone (glibc's compat pthread_cond_signal calls the new).
                 .filter(|p| {
-                    let entered = p.fast.and_then(|site| site.shared_code);
+                    let shared = p.fast.and_then(|site| site.shared_code);
                     p.attached()
                         && (p.event.category, p.event.event2) != (event.category, event.event2)
                         && (destinations.contains(&p.function.offset)
-                            || entered.is_some_and(|start| destinations.contains(&start)))
+                            || shared.is_some_and(|s| destinations.iter().any(|&d| s.contains(d))))
                 })
                 .map(|p| {
                     p.code_flags |= ProbeFlags::CALLED_INSIDE;
