@@ -1086,13 +1086,9 @@ impl Walk {
     }
 }
 
-/// `ip` as an offset from the function's `entry`, as `--list-probes` writes offsets (the code
-/// a function jumps to may lie before it).
+/// `ip` as an offset from the function's `entry`, as `--list-probes` writes offsets.
 fn relative(ip: u64, entry: u64) -> String {
-    match ip.checked_sub(entry) {
-        Some(after) => format!("+{after:#x}"),
-        None => format!("-{:#x}", entry - ip),
-    }
+    placement::signed_hex(ip.wrapping_sub(entry))
 }
 
 /// Why a plan fails whose tail call at `at` some ways reach with the call open, and others

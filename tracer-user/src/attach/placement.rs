@@ -280,10 +280,16 @@ impl Placement {
 
     /// The probe's offset from the function's start, signed (a slow path can lie before it).
     pub fn signed_offset(&self) -> String {
-        match self.offset as i64 {
-            offset if offset < 0 => format!("-{:#x}", offset.unsigned_abs()),
-            offset => format!("+{offset:#x}"),
-        }
+        signed_hex(self.offset)
+    }
+}
+
+/// An offset from a function's start, as `--list-probes` writes it: signed, as what a function
+/// reaches can lie before it (`offset` wrapped below 0).
+pub(super) fn signed_hex(offset: u64) -> String {
+    match offset as i64 {
+        offset if offset < 0 => format!("-{:#x}", offset.unsigned_abs()),
+        offset => format!("+{offset:#x}"),
     }
 }
 

@@ -199,36 +199,32 @@ struct FastPaths {
     refused: Option<&'static str>,
     /// What the plans need to know of the library's functions.
     library: fast_path::Library,
-    /// Where the library's traced functions start: a function that calls one keeps today's
-    /// probes, whose open call marks those calls as its own.
-    traced: HashSet<u64>,
-    /// The traced functions' code, which has its calls open when it calls code a plan shares.
-    traced_code: Vec<Range<u64>>,
+    /// The library's traced functions' code. A function that calls one keeps today's probes,
+    /// whose open call marks those calls as its own; one that calls code a plan shares has its
+    /// call open then.
+    traced: Vec<Range<u64>>,
 }
 
 impl FastPaths {
     fn of(library: &PthreadLibrary, options: PlanOptions) -> FastPaths {
         let off = !options.fast_paths || options.at_entry || options.contended;
-        let functions = |names: &mut dyn Iterator<Item = &str>| -> HashSet<u64> {
-            names
-                .flat_map(|name| library.functions.functions(name))
-                .map(|f| f.offset)
-                .collect()
-        };
         FastPaths {
             off,
             refused: library
                 .is_musl()
                 .then_some("musl's lock functions are not analysed"),
             library: fast_path::Library {
-                stops: functions(&mut fast_path::NEVER_RETURN.into_iter()),
+                stops: fast_path::NEVER_RETURN
+                    .iter()
+                    .flat_map(|name| library.functions.functions(name))
+                    .map(|f| f.offset)
+                    .collect(),
                 named: match off {
                     true => HashSet::new(),
                     false => library.functions.starts(),
                 },
             },
-            traced: functions(&mut EVENTS.iter().map(|e| e.symbol)),
-            traced_code: EVENTS
+            traced: EVENTS
                 .iter()
                 .flat_map(|e| library.functions.functions(e.symbol))
                 .map(|f| f.offset..f.offset + f.size)
@@ -254,7 +250,7 @@ impl FastPaths {
         let code = function_code(library, function);
         let calls_traced = placement::direct_branch_destinations(code, function.offset)
             .iter()
-            .any(|d| *d != function.offset && self.traced.contains(d));
+            .any(|d| *d != function.offset && self.traced.iter().any(|c| c.start == *d));
         if calls_traced {
             return Some(Err("it calls traced functions".into()));
         }
@@ -275,7 +271,7 @@ impl FastPaths {
             if let Some(from) = direct_jumps_into(library, shared).into_iter().find(|at| {
                 !own.contains(at)
                     && !shared.contains(*at)
-                    && !self.traced_code.iter().any(|c| c.contains(at))
+                    && !self.traced.iter().any(|c| c.contains(at))
             }) {
                 return Some(Err(format!(
                     "the code it jumps to is reached from {from:#x} too, outside the traced \
@@ -322,10 +318,7 @@ impl FastPaths {
 /// found by its bytes. (A short jump reaches 128 bytes: from the code walked, or from code
 /// next to it that a jump of its own would show.)
 fn direct_jumps_into(library: &PthreadLibrary, shared: fast_path::SharedCode) -> Vec<u64> {
-    let file = &library.file;
-    let start = file.file_offset as usize;
-    let end = (start + (file.end - file.start) as usize).min(library.image.len());
-    let Some(code) = library.image.get(start..end) else {
+    let Some((code, base)) = library.executable_code() else {
         return Vec::new();
     };
     code.windows(6)
@@ -337,7 +330,7 @@ fn direct_jumps_into(library: &PthreadLibrary, shared: fast_path::SharedCode) ->
                 [0x0f, 0x80..=0x8f, ..] => 2,
                 _ => return None,
             };
-            let at = (start + at) as u64;
+            let at = base + at as u64;
             let rel: [u8; 4] = bytes[opcode..opcode + 4].try_into().ok()?;
             let next = at + opcode as u64 + 4;
             let destination = next.checked_add_signed(i64::from(i32::from_le_bytes(rel)))?;

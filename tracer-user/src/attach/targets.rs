@@ -260,6 +260,14 @@ impl PthreadLibrary {
         MUSL_MARKERS.iter().any(|name| self.functions.defines(name))
     }
 
+    /// The file's executable segment as mapped (its first executable mapping), and the file
+    /// offset it starts at; `None` if the file read is shorter than its start.
+    pub fn executable_code(&self) -> Option<(&[u8], u64)> {
+        let start = self.file.file_offset as usize;
+        let end = (start + (self.file.end - self.file.start) as usize).min(self.image.len());
+        Some((self.image.get(start..end)?, self.file.file_offset))
+    }
+
     /// Whether this is musl's `libc.so` (its dynamic linker's marker), not a static executable
     /// with the program's code beside it.
     pub fn is_musl_shared_object(&self) -> bool {
@@ -324,13 +332,10 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
         .flat_map(|name| library.functions.functions(name))
         .map(|function| (function.offset, function.offset + function.size))
         .collect();
-    let file = &library.file;
-    let start = file.file_offset as usize;
-    let end = (start + (file.end - file.start) as usize).min(library.image.len());
-    let Some(code) = library.image.get(start..end) else {
+    let Some((code, base)) = library.executable_code() else {
         return Vec::new();
     };
-    let calls: Vec<(u64, u64)> = Decoder::with_ip(64, code, file.file_offset, DecoderOptions::NONE)
+    let calls: Vec<(u64, u64)> = Decoder::with_ip(64, code, base, DecoderOptions::NONE)
         .into_iter()
         .filter(|i| i.mnemonic() == Mnemonic::Call && i.op0_kind() == OpKind::NearBranch64)
         .filter(|i| !c11.iter().any(|&(from, to)| (from..to).contains(&i.ip())))
@@ -344,7 +349,7 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
         .iter()
         .filter(|&&(target, _)| {
             *reaches_traced.entry(target).or_insert_with(|| {
-                traced.contains(&target) || forwards_to(code, file.file_offset, target, &traced)
+                traced.contains(&target) || forwards_to(code, base, target, &traced)
             })
         })
         .map(|&(_, returns_to)| returns_to)
