@@ -622,6 +622,19 @@ impl Gated {
         Gated::spawn(&mut command)
     }
 
+    /// The second phase runs in `threads` threads created before the gate, which wait there
+    /// making no pthread call: a tracer attached at the gate sees no thread created.
+    pub fn start_with_waiting_threads(before: u32, after: u32, threads: u32) -> Gated {
+        let mut command = Command::new(workload("mutex_gate"));
+        command.args([
+            &before.to_string(),
+            &after.to_string(),
+            &threads.to_string(),
+            "early",
+        ]);
+        Gated::spawn(&mut command)
+    }
+
     /// Runs `command`, which must end up exec'ing mutex_gate in the same process (as
     /// `unshare ... sh -c 'exec mutex_gate ...'` does), and waits at the gate.
     pub fn spawn(command: &mut Command) -> Gated {
