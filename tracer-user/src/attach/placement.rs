@@ -441,10 +441,19 @@ pub fn first_load_through_argument_1(code: &[u8], base: u64) -> Option<u64> {
 /// Where the function's direct calls and jumps, conditional or not, land (addresses in the
 /// space of `base`): another function's start among them is a call, or a tail call, to it.
 pub fn direct_branch_destinations(code: &[u8], base: u64) -> Vec<u64> {
+    direct_branches(code, base)
+        .into_iter()
+        .map(|(_, destination)| destination)
+        .collect()
+}
+
+/// The function's direct calls and jumps, conditional or not, each as (where it is, where
+/// it lands), in the space of `base`.
+pub fn direct_branches(code: &[u8], base: u64) -> Vec<(u64, u64)> {
     decode(code, base)
         .iter()
         .filter(|i| i.op_count() > 0 && matches!(i.op0_kind(), OpKind::NearBranch64))
-        .map(Instruction::near_branch_target)
+        .map(|i| (i.ip(), i.near_branch_target()))
         .collect()
 }
 

@@ -268,11 +268,14 @@ impl FastPaths {
         // those hits apart from the program's.
         if let Some(shared) = sites.iter().find_map(|s| s.shared_code) {
             let own = function.offset..function.offset + function.size;
-            if let Some(from) = direct_jumps_into(library, shared).into_iter().find(|at| {
-                !own.contains(at)
-                    && !shared.contains(*at)
-                    && !self.traced.iter().any(|c| c.contains(at))
-            }) {
+            if let Some(from) = direct_jumps_into(library, shared, &self.library.named)
+                .into_iter()
+                .find(|at| {
+                    !own.contains(at)
+                        && !shared.contains(*at)
+                        && !self.traced.iter().any(|c| c.contains(at))
+                })
+            {
                 return Some(Err(format!(
                     "the code it jumps to is reached from {from:#x} too, outside the traced \
                      functions"
@@ -313,29 +316,80 @@ impl FastPaths {
     }
 }
 
-/// Where the library's code calls or jumps into `shared` by a `call`, `jmp` or conditional
+/// Where the library's code calls or jumps into `shared`: by a `call`, `jmp` or conditional
 /// jump with a 32-bit displacement (how code reaches other code of its library from afar),
-/// found by its bytes. (A short jump reaches 128 bytes: from the code walked, or from code
-/// next to it that a jump of its own would show.)
-fn direct_jumps_into(library: &PthreadLibrary, shared: fast_path::SharedCode) -> Vec<u64> {
+/// found by its bytes anywhere; and by any branch of the code around it, decoded as far as a
+/// short jump reaches ([`branches_into`]).
+fn direct_jumps_into(
+    library: &PthreadLibrary,
+    shared: fast_path::SharedCode,
+    named: &HashSet<u64>,
+) -> Vec<u64> {
     let Some((code, base)) = library.executable_code() else {
         return Vec::new();
     };
-    code.windows(6)
-        .enumerate()
-        .filter_map(|(at, bytes)| {
-            // The opcode's length, then the displacement's four bytes.
-            let opcode = match bytes {
-                [0xe8 | 0xe9, ..] => 1,
-                [0x0f, 0x80..=0x8f, ..] => 2,
-                _ => return None,
-            };
-            let at = base + at as u64;
-            let rel: [u8; 4] = bytes[opcode..opcode + 4].try_into().ok()?;
-            let next = at + opcode as u64 + 4;
-            let destination = next.checked_add_signed(i64::from(i32::from_le_bytes(rel)))?;
-            shared.contains(destination).then_some(at)
+    let from_afar = code.windows(6).enumerate().filter_map(|(at, bytes)| {
+        // The opcode's length, then the displacement's four bytes.
+        let opcode = match bytes {
+            [0xe8 | 0xe9, ..] => 1,
+            [0x0f, 0x80..=0x8f, ..] => 2,
+            _ => return None,
+        };
+        let at = base + at as u64;
+        let rel: [u8; 4] = bytes[opcode..opcode + 4].try_into().ok()?;
+        let next = at + opcode as u64 + 4;
+        let destination = next.checked_add_signed(i64::from(i32::from_le_bytes(rel)))?;
+        shared.contains(destination).then_some(at)
+    });
+    let mut from = from_afar.collect::<Vec<_>>();
+    from.extend(branches_into(code, base, shared, named));
+    from
+}
+
+/// The bytes a short jump (an 8-bit displacement) reaches on either side of it.
+const SHORT_JUMP_REACH: u64 = 128;
+
+/// Where the code within a short jump of `shared` branches into it, decoded from the last
+/// named function start at least that far before it (no byte pattern tells a short jump from
+/// other bytes), anew from each function start, from the shared code's start, and from where
+/// the walk began there, so that a stray decoding of padding or data does not carry over.
+fn branches_into(
+    code: &[u8],
+    base: u64,
+    shared: fast_path::SharedCode,
+    named: &HashSet<u64>,
+) -> Vec<u64> {
+    let end_of_code = base + code.len() as u64;
+    let before = shared.walked.0.saturating_sub(SHORT_JUMP_REACH).max(base);
+    let after = shared
+        .walked
+        .1
+        .saturating_add(SHORT_JUMP_REACH)
+        .min(end_of_code);
+    let first = named
+        .iter()
+        .copied()
+        .filter(|&start| (base..=before).contains(&start))
+        .max()
+        .unwrap_or(base);
+    let mut starts: Vec<u64> = named
+        .iter()
+        .copied()
+        .chain([first, shared.start, shared.walked.0])
+        .filter(|start| (first..after).contains(start))
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let ends = starts.iter().skip(1).copied().chain([after]);
+    starts
+        .iter()
+        .zip(ends)
+        .flat_map(|(&start, end)| {
+            let bytes = &code[(start - base) as usize..(end - base) as usize];
+            placement::direct_branches(bytes, start)
         })
+        .filter(|&(_, destination)| shared.contains(destination))
+        .map(|(at, _)| at)
         .collect()
 }
 
@@ -956,5 +1010,37 @@ impl ProbeSet {
         }
         self.offsets.push(offset);
         self.cookies.push(cookie.encode());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A named function at 0x1000 that may jump short to 0x1020, where unnamed shared code
+    /// (one `ret`) is walked, and code after it that jumps back into it.
+    fn library_around_shared_code(first_jump: u8) -> Vec<u8> {
+        let mut code = vec![0x31, 0xc0, 0x74, first_jump, 0xc3];
+        code.resize(0x20, 0x90);
+        code.push(0xc3);
+        code.extend([0x85, 0xc0, 0x75, 0xfb, 0xc3]);
+        code
+    }
+
+    const SHARED: fast_path::SharedCode = fast_path::SharedCode {
+        start: 0x1020,
+        walked: (0x1020, 0x1021),
+    };
+
+    #[test]
+    fn short_jumps_into_shared_code_from_either_side_are_found() {
+        let named = HashSet::from([0x1000]);
+        let code = library_around_shared_code(0x1c);
+        assert_eq!(
+            branches_into(&code, 0x1000, SHARED, &named),
+            [0x1002, 0x1023]
+        );
+        let code = library_around_shared_code(0x01);
+        assert_eq!(branches_into(&code, 0x1000, SHARED, &named), [0x1023]);
     }
 }
