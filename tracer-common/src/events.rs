@@ -842,7 +842,8 @@ impl EventDef {
     /// Whether a full trace may write this event's uncontended calls where their fast path
     /// completes ([`Completion`]): the lock, try-lock, mutex unlock and semaphore wait and
     /// post calls, whose fast path is one atomic instruction and a branch. Not a rwlock's
-    /// unlock, whose `waiters?` is read from words its atomic instruction changes.
+    /// unlock, whose `waiters?` is read from words its atomic instruction changes
+    /// ([`EventDef::completes_at_entry`]).
     pub fn completes_on_fast_path(&self) -> bool {
         matches!(
             self.symbol,
@@ -857,6 +858,14 @@ impl EventDef {
                 | "sem_wait"
                 | "sem_trywait"
         )
+    }
+
+    /// Whether a full trace writes this call's one record whole at its entry where the
+    /// library's code proves what it returns ([`Completion`] at the entry): a rwlock's unlock,
+    /// whose record reads nothing at the return but the value returned, which glibc's is 0
+    /// whatever the call does.
+    pub fn completes_at_entry(&self) -> bool {
+        self.symbol == "pthread_rwlock_unlock"
     }
 
     /// How `--contended` traces this event.

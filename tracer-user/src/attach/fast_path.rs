@@ -263,6 +263,38 @@ pub fn plan(
     Err("the plan did not settle".into())
 }
 
+/// The plan of `event`'s function at `entry` when its one record can be written whole at its
+/// entry: the record reads nothing at the return but the value returned, and every way
+/// through the function returns the same known value (glibc's rwlock unlock returns 0,
+/// whether it wakes a waiter or not). Its one probe, at the entry. An error says why not.
+pub fn whole_at_entry(
+    image: &[u8],
+    entry: u64,
+    size: u64,
+    library: &Library,
+) -> Result<Vec<Site>, String> {
+    let walk = Walk::new(image, entry, size, library, false)?;
+    if walk.shared_code.is_some() {
+        return Err("it jumps to code the library's other functions share".into());
+    }
+    let outcome = walk.one_outcome(&walk.tails(StoresAfter::Irrelevant))?;
+    Ok(vec![Site {
+        offset: entry,
+        stack_offset: 0,
+        object_register: ObjectRegister::Rdi,
+        role: Role::Completes(Completion {
+            condition: Condition::Always,
+            when_set: false,
+            outcome: outcome.pack(),
+            may_be_open: false,
+            opens_otherwise: false,
+            found_in_rax: FoundInRax::Nothing,
+            stores_after: false,
+        }),
+        shared_code: None,
+    }])
+}
+
 /// Where the code at `entry` (`size` bytes) jumps, if it is nothing but a jump elsewhere after
 /// setting registers (the stack as it was: the code jumped to finds the return address where
 /// its callers' is): to code no named function starts (`named`).
@@ -460,6 +492,49 @@ impl Walk {
     /// Where `ip` is in the function, for a message.
     fn at(&self, ip: u64) -> String {
         relative(ip, self.entry)
+    }
+
+    /// The value every way from the entry returns: each reaches a tail that returns that
+    /// value, or stops; none returns, or leaves the function, before a tail.
+    fn one_outcome(&self, tails: &HashMap<u64, Tail>) -> Result<Outcome, String> {
+        let mut outcomes: Vec<Outcome> = Vec::new();
+        let mut seen = HashSet::from([self.entry]);
+        let mut pending = vec![self.entry];
+        while let Some(ip) = pending.pop() {
+            match tails.get(&ip) {
+                Some(Tail::Returns { outcome, .. }) => {
+                    if !outcomes.contains(outcome) {
+                        outcomes.push(*outcome);
+                    }
+                    continue;
+                }
+                Some(Tail::Stops) => continue,
+                _ => {}
+            }
+            let node = &self.nodes[&ip];
+            match node.end {
+                End::Returns => {
+                    return Err(format!("it returns what is not known at {}", self.at(ip)));
+                }
+                End::TailCall => {
+                    return Err(format!("it passes the call on at {}", self.at(ip)));
+                }
+                _ => {}
+            }
+            for &successor in &node.successors {
+                if seen.insert(successor) {
+                    pending.push(successor);
+                }
+            }
+        }
+        match outcomes[..] {
+            [outcome @ Outcome::Returns(_)] => Ok(outcome),
+            [Outcome::Fails(_) | Outcome::ReturnsRegister(_)] => {
+                Err("it returns no value known at its entry".into())
+            }
+            [] => Err("it never returns".into()),
+            _ => Err("it returns more than one value".into()),
+        }
     }
 
     /// Each instruction's [`Tail`], its stores taken as `stores_after` says.
@@ -1445,6 +1520,47 @@ mod tests {
         "648b0425d002000039470875cd833f0074c8e940ffffff488d0dc2251100ba62000000488d352aa21000488d3dd7eb10",
         "00e83a71faff662e0f1f840000000000be01000000e9f6feffff",
     ];
+
+    /// glibc 2.36's `pthread_rwlock_unlock` (at 0x8f090): a reader's and a writer's way, each
+    /// with loops of `lock cmpxchg` and futex wakes, every one ending in `xor %eax,%eax; ...;
+    /// ret` at +0x76, or in `__libc_fatal` (0x7f440).
+    const RWLOCK_UNLOCK: [&str; 10] = [
+        "554989f8534883ec088b5718648b0425d002000039c20f84bc0000008b471c31f685c08b07400f95c6c1e60789f5448d",
+        "48f84489c9c1e9037446f0450fb10889c375eb41f6c101754f4131d94183e104742489ee4531d2baffffff7f4c89c740",
+        "80f681b8ca0000000f05483d00f0ffff0f87d80000004883c40831c05b5dc3904489ca83ca0141f6c102440f45ca4183",
+        "e1fbeba60f1f4000498d7808b8010000008707a80274a289ee4531d2baffffff7fb8ca0000004080f6810f05483d00f0",
+        "ffff768583c01683e0f70f858a000000e974ffffff0f1f008b571c4531c9488d5f0cc747180000000085d2410f95c131",
+        "c041c1e10787038b4f3083e00289c585c9756d418b0089c131d2c1e9030f95c231c283f202f0410fb11075eac1e80375",
+        "6f85ed0f844dffffff4489ce4531d2ba010000004889df4080f681b8ca0000000f05483d00f0ffff0f8628ffffff83c0",
+        "1683e0f70f841cffffff488d3dafd41000e84a02ffff662e0f1f8400000000008b4704488d570485c0748889c181c900",
+        "000080f00fb10a7498ebec0f1f440000498d780831c08707a80274854489ce4531d2baffffff7fb8ca0000004080f681",
+        "0f05483d00f0ffff0f8663ffffff83c01683e0f77594e956ffffff",
+    ];
+
+    #[test]
+    fn a_call_that_returns_one_value_on_every_way_is_written_whole_at_its_entry() {
+        let library = Library {
+            stops: HashSet::from([0x7f440]),
+            ..library()
+        };
+        let code = RWLOCK_UNLOCK.concat();
+        let sites = whole_at_entry(&image(0x8f090, &hex(&code)), 0x8f090, 0x1cb, &library);
+        let always = Completion {
+            condition: Condition::Always,
+            ..on_zero(false, Outcome::Returns(0))
+        };
+        assert_eq!(
+            sites,
+            Ok(vec![completes(0x8f090, 0, ObjectRegister::Rdi, always)])
+        );
+        // The same code returning what ebx holds there returns what the entry cannot know.
+        let unknown = code.replace("4883c40831c05b5dc3", "4883c40889d85b5dc3");
+        let refused = whole_at_entry(&image(0x8f090, &hex(&unknown)), 0x8f090, 0x1cb, &library);
+        assert_eq!(
+            refused,
+            Err("it returns no value known at its entry".into())
+        );
+    }
 
     #[test]
     fn an_unlock_that_only_jumps_is_planned_in_the_code_it_shares() {

@@ -203,7 +203,7 @@ impl Placement {
                 }
             }
             Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
-            Why::FastPath(site) => fast_path_reason(site, self.emulated),
+            Why::FastPath(site) => fast_path_reason(site, self.offset, self.emulated),
         };
         if self.refused && self.why != Why::NoSlowPath {
             format!("{why}; the kernel refuses a uprobe on this instruction: not traced")
@@ -293,8 +293,8 @@ pub(super) fn signed_hex(offset: u64) -> String {
     }
 }
 
-/// What a fast-path plan's probe does, for `--list-probes`.
-fn fast_path_reason(site: &fast_path::Site, emulated: bool) -> String {
+/// What a fast-path plan's probe `offset` bytes into its function does, for `--list-probes`.
+fn fast_path_reason(site: &fast_path::Site, offset: u64, emulated: bool) -> String {
     let object = format!("object in {:?}", site.object_register).to_lowercase();
     let what = match site.role {
         Role::WholeCall => {
@@ -321,7 +321,12 @@ fn fast_path_reason(site: &fast_path::Site, emulated: bool) -> String {
                 Condition::BelowOrEqual => format!("when (CF=1 or ZF=1)={set}"),
                 Condition::Always | Condition::Never => "always".to_owned(),
             };
-            let mut text = format!("fast path: the call {returns} from here {when}");
+            let mut text = match (offset, completion.condition) {
+                (0, Condition::Always) => {
+                    format!("written whole at the entry: every way through the call {returns}")
+                }
+                _ => format!("fast path: the call {returns} from here {when}"),
+            };
             if completion.opens_otherwise {
                 text += "; else opens it";
             }

@@ -241,7 +241,7 @@ impl FastPaths {
         function: Function,
         layout: u8,
     ) -> Option<Result<Vec<PlannedProbe>, String>> {
-        if self.off || !event.completes_on_fast_path() {
+        if self.off || !event.completes_on_fast_path() && !event.completes_at_entry() {
             return None;
         }
         if let Some(why) = self.refused {
@@ -254,13 +254,22 @@ impl FastPaths {
         if calls_traced {
             return Some(Err("it calls traced functions".into()));
         }
-        let sites = match fast_path::plan(
-            &library.image,
-            function.offset,
-            function.size,
-            &self.library,
-            event,
-        ) {
+        let planned = match event.completes_at_entry() {
+            true => fast_path::whole_at_entry(
+                &library.image,
+                function.offset,
+                function.size,
+                &self.library,
+            ),
+            false => fast_path::plan(
+                &library.image,
+                function.offset,
+                function.size,
+                &self.library,
+                event,
+            ),
+        };
+        let sites = match planned {
             Ok(sites) => sites,
             Err(why) => return Some(Err(why)),
         };
