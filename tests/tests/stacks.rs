@@ -10,9 +10,9 @@
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, build_analyzer, build_id_of, debug_file_path, every_libc, is_musl,
-    report_json, report_lock_named, run_tracer, stack_functions, succeeded,
-    trace_contended_mutexes, workload, workload_arg,
+    Gated, TempDir, bpf_available, build_analyzer, build_id_of, debug_file_path, every_libc,
+    is_musl, report_json, report_lock_named, run_tracer, signal, stack_functions, start_tracer,
+    succeeded, trace_contended_mutexes, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemEvent, SystemKind},
@@ -308,4 +308,46 @@ fn a_stripped_programs_frames_are_placed_by_module_offset_and_build_id_and_named
         chains_of(&lock["waiting_stacks"], "stack_chains"),
         [("alpha", 1), ("beta", 1)]
     );
+}
+
+/// A target that has exited before the tracer drains its first record (the tracer stopped
+/// meanwhile) still has its stacks unwound to its start: its files are read when it is attached,
+/// not at its first record.
+#[test]
+fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
+    if !bpf_available("stacks_after_exit") {
+        return;
+    }
+    let dir = TempDir::new("stacks-after-exit");
+    let mut gate = Gated::start(0, 100);
+    let log = dir.path().join("app.ptl");
+    let options = [
+        "--events",
+        "mutex",
+        "--stacks",
+        "on",
+        "--log",
+        log.to_str().unwrap(),
+    ];
+    let (mut tracer, _stderr) = start_tracer(dir.path(), &[gate.pid], &options);
+    signal(tracer.id(), "-STOP");
+    gate.run_phase_two();
+    gate.finish();
+    signal(tracer.id(), "-CONT");
+    assert!(tracer.wait().unwrap().success());
+    let mut stacks = 0;
+    for event in LogReader::open(&dir.path().join("app.ptl"))
+        .unwrap()
+        .events()
+    {
+        if let Event::System(SystemEvent {
+            kind: SystemKind::Stack { frames, end, .. },
+            ..
+        }) = event.unwrap()
+        {
+            assert!(end.is_empty() && frames.len() > 2, "{frames:x?}: {end}");
+            stacks += 1;
+        }
+    }
+    assert!(stacks > 0, "no stack in the log");
 }

@@ -130,14 +130,14 @@ impl Session {
         // the tracer launches starts at it, and the writer threads go back to it.)
         crate::priority::run_first();
 
+        let launched_pid = launched
+            .as_ref()
+            .filter(|l| l.exited.is_none())
+            .map(|l| l.child.id());
         // Under --follow, the targets are also traced through exec into other libraries.
         let exec_requests = config
             .follow
             .then(|| {
-                let launched_pid = launched
-                    .as_ref()
-                    .filter(|l| l.exited.is_none())
-                    .map(|l| l.child.id());
                 exec_follow::start(
                     attached_pids.clone(),
                     launched_pid,
@@ -160,6 +160,14 @@ impl Session {
             early_events,
         )?;
         flow.stacks = config.stacks;
+        // The files the targets map are read now, while they surely live: a target whose first
+        // record comes late (a contended trace of a short run, a tracer behind) may have
+        // exited, its maps gone, before that record is drained.
+        if config.stacks != tracer_common::STACKS_NONE {
+            for &pid in attached_pids.iter().chain(&launched_pid) {
+                flow.unwinder.prepare(pid);
+            }
+        }
         Ok(Session {
             datapath,
             probes,
