@@ -40,7 +40,7 @@ const OTHER_GLIBC: [&str; 15] = [
 ];
 /// The workloads of `OTHER_GLIBC` not built with musl: they call glibc's `*_clock*` functions,
 /// which musl does not have.
-const GLIBC_ONLY: [&str; 2] = ["sem_sequence", "timed_waits"];
+const GLIBC_ONLY: [&str; 1] = ["timed_waits"];
 /// The musl builds' suffixes, and their compiler options.
 const MUSL_BUILDS: [(&str, &[&str]); 2] = [("_musl", &[]), ("_musl_static", &["-static"])];
 

@@ -350,6 +350,12 @@ impl Outcome {
 pub struct PackedOutcome(u8);
 
 impl PackedOutcome {
+    /// Whether the value is a register's at the probe ([`Outcome::ReturnsRegister`]): there,
+    /// at a `ret`, the code has set errno if it fails; a known outcome says its errno.
+    pub const fn is_register(self) -> bool {
+        self.0 & 0xf0 == 0xf0
+    }
+
     /// The outcome [`Outcome::pack`] packed.
     pub const fn unpack(self) -> Outcome {
         match self.0 {

@@ -614,8 +614,19 @@ fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) 
             false => 0,
         };
         set_completed_value(ptr::addr_of_mut!((*entry).rval), &completion, regs);
-        if let Outcome::Fails(errno) = completion.outcome.unpack() {
-            (*entry).errno = i32::from(errno);
+        match completion.outcome.unpack() {
+            Outcome::Fails(errno) => (*entry).errno = i32::from(errno),
+            // A `ret`: the code has set errno if the call failed.
+            Outcome::ReturnsRegister(_)
+                if cookie.flags.has(ProbeFlags::ERRNO) && (*entry).rval as i32 == -1 =>
+            {
+                read_errno(
+                    &mut *ptr::addr_of_mut!((*entry).errno),
+                    (*entry).pid,
+                    (*entry).pthread_self,
+                );
+            }
+            _ => {}
         }
         if completion.stores_after && cookie.flags.has(ProbeFlags::ONLY_IF_RECURSIVE) {
             count_one_more(&mut *ptr::addr_of_mut!((*entry).object), (*entry).layout);
@@ -1075,8 +1086,11 @@ unsafe fn complete(
             read_user_into(&raw mut record.pointees[i], record.args[i]);
         }
     }
-    // A completion knows the errno its code has not set yet.
-    if flags.has(ProbeFlags::ERRNO) && record.rval as i32 == -1 && cookie.completion.is_none() {
+    // A completion with a known outcome knows the errno its code has not set yet.
+    if flags.has(ProbeFlags::ERRNO)
+        && record.rval as i32 == -1
+        && cookie.completion.is_none_or(|c| c.outcome.is_register())
+    {
         read_errno(&mut record.errno, record.pid, record.pthread_self);
     }
     if flags.has(ProbeFlags::PAIRED) {

@@ -266,12 +266,15 @@ pub fn plan(
 /// The plan of `event`'s function at `entry` when its one record can be written whole at its
 /// entry: the record reads nothing at the return but the value returned, and every way
 /// through the function returns the same known value (glibc's rwlock unlock returns 0,
-/// whether it wakes a waiter or not). Its one probe, at the entry. An error says why not.
+/// whether it wakes a waiter or not). Its one probe goes where the entry's would (`probe`:
+/// its address, and the bytes pushed there), past instructions that leave what the record
+/// reads intact. An error says why not.
 pub fn whole_at_entry(
     image: &[u8],
     entry: u64,
     size: u64,
     library: &Library,
+    probe: (u64, u16),
 ) -> Result<Vec<Site>, String> {
     let walk = Walk::new(image, entry, size, library, false)?;
     if walk.shared_code.is_some() {
@@ -279,8 +282,8 @@ pub fn whole_at_entry(
     }
     let outcome = walk.one_outcome(&walk.tails(StoresAfter::Irrelevant))?;
     Ok(vec![Site {
-        offset: entry,
-        stack_offset: 0,
+        offset: probe.0,
+        stack_offset: probe.1,
         object_register: ObjectRegister::Rdi,
         role: Role::Completes(Completion {
             condition: Condition::Always,
@@ -1544,7 +1547,13 @@ mod tests {
             ..library()
         };
         let code = RWLOCK_UNLOCK.concat();
-        let sites = whole_at_entry(&image(0x8f090, &hex(&code)), 0x8f090, 0x1cb, &library);
+        let sites = whole_at_entry(
+            &image(0x8f090, &hex(&code)),
+            0x8f090,
+            0x1cb,
+            &library,
+            (0x8f090, 0),
+        );
         let always = Completion {
             condition: Condition::Always,
             ..on_zero(false, Outcome::Returns(0))
@@ -1555,7 +1564,13 @@ mod tests {
         );
         // The same code returning what ebx holds there returns what the entry cannot know.
         let unknown = code.replace("4883c40831c05b5dc3", "4883c40889d85b5dc3");
-        let refused = whole_at_entry(&image(0x8f090, &hex(&unknown)), 0x8f090, 0x1cb, &library);
+        let refused = whole_at_entry(
+            &image(0x8f090, &hex(&unknown)),
+            0x8f090,
+            0x1cb,
+            &library,
+            (0x8f090, 0),
+        );
         assert_eq!(
             refused,
             Err("it returns no value known at its entry".into())

@@ -125,6 +125,8 @@ enum Why {
     NoSlowPath,
     /// A full trace: one of the probes of a fast-path plan.
     FastPath(fast_path::Site),
+    /// A full trace: the one probe of a call written whole where its entry is probed.
+    WholeAtEntry(fast_path::Site),
 }
 
 /// What a prefix instruction does that the probe cannot move past.
@@ -203,7 +205,8 @@ impl Placement {
                 }
             }
             Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
-            Why::FastPath(site) => fast_path_reason(site, self.offset, self.emulated),
+            Why::FastPath(site) => fast_path_reason(site, false, self.emulated),
+            Why::WholeAtEntry(site) => fast_path_reason(site, true, self.emulated),
         };
         if self.refused && self.why != Why::NoSlowPath {
             format!("{why}; the kernel refuses a uprobe on this instruction: not traced")
@@ -228,15 +231,18 @@ impl Placement {
     }
 
     /// A probe of a fast-path plan (a full trace) of the function at `function_offset` in
-    /// `image`.
-    pub fn on_fast_path(image: &[u8], function_offset: u64, site: fast_path::Site) -> Placement {
-        Placement::inside(
-            image,
-            function_offset,
-            site.offset,
-            site.stack_offset,
-            Why::FastPath(site),
-        )
+    /// `image`; `whole_at_entry`, of a plan that writes the call where its entry is probed.
+    pub fn on_fast_path(
+        image: &[u8],
+        function_offset: u64,
+        site: fast_path::Site,
+        whole_at_entry: bool,
+    ) -> Placement {
+        let why = match whole_at_entry {
+            true => Why::WholeAtEntry(site),
+            false => Why::FastPath(site),
+        };
+        Placement::inside(image, function_offset, site.offset, site.stack_offset, why)
     }
 
     /// A probe at `offset` of `image`, inside the function at `function_offset`, with
@@ -293,8 +299,9 @@ pub(super) fn signed_hex(offset: u64) -> String {
     }
 }
 
-/// What a fast-path plan's probe `offset` bytes into its function does, for `--list-probes`.
-fn fast_path_reason(site: &fast_path::Site, offset: u64, emulated: bool) -> String {
+/// What a fast-path plan's probe does (`whole_at_entry`: the probe of a call written whole
+/// where its entry is probed), for `--list-probes`.
+fn fast_path_reason(site: &fast_path::Site, whole_at_entry: bool, emulated: bool) -> String {
     let object = format!("object in {:?}", site.object_register).to_lowercase();
     let what = match site.role {
         Role::WholeCall => {
@@ -321,11 +328,12 @@ fn fast_path_reason(site: &fast_path::Site, offset: u64, emulated: bool) -> Stri
                 Condition::BelowOrEqual => format!("when (CF=1 or ZF=1)={set}"),
                 Condition::Always | Condition::Never => "always".to_owned(),
             };
-            let mut text = match (offset, completion.condition) {
-                (0, Condition::Always) => {
-                    format!("written whole at the entry: every way through the call {returns}")
-                }
-                _ => format!("fast path: the call {returns} from here {when}"),
+            let mut text = match whole_at_entry {
+                true => format!(
+                    "written whole where the entry is probed: every way through the call \
+                     {returns}"
+                ),
+                false => format!("fast path: the call {returns} from here {when}"),
             };
             if completion.opens_otherwise {
                 text += "; else opens it";
@@ -449,6 +457,15 @@ pub fn direct_branch_destinations(code: &[u8], base: u64) -> Vec<u64> {
     direct_branches(code, base)
         .into_iter()
         .map(|(_, destination)| destination)
+        .collect()
+}
+
+/// Where the function's direct calls land (not its jumps), in the space of `base`.
+pub fn direct_call_destinations(code: &[u8], base: u64) -> Vec<u64> {
+    decode(code, base)
+        .iter()
+        .filter(|i| i.flow_control() == FlowControl::Call)
+        .map(Instruction::near_branch_target)
         .collect()
 }
 

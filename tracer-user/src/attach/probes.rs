@@ -210,9 +210,7 @@ impl FastPaths {
         let off = !options.fast_paths || options.at_entry || options.contended;
         FastPaths {
             off,
-            refused: library
-                .is_musl()
-                .then_some("musl's lock functions are not analysed"),
+            refused: None,
             library: fast_path::Library {
                 stops: fast_path::NEVER_RETURN
                     .iter()
@@ -248,19 +246,25 @@ impl FastPaths {
             return Some(Err(why.into()));
         }
         let code = function_code(library, function);
-        let calls_traced = placement::direct_branch_destinations(code, function.offset)
+        // A jump to one is a tail call, which the plan probes as before (the call is open
+        // while the function jumped to runs): only a call is refused.
+        let calls_traced = placement::direct_call_destinations(code, function.offset)
             .iter()
             .any(|d| *d != function.offset && self.traced.iter().any(|c| c.start == *d));
         if calls_traced {
             return Some(Err("it calls traced functions".into()));
         }
         let planned = match event.completes_at_entry() {
-            true => fast_path::whole_at_entry(
-                &library.image,
-                function.offset,
-                function.size,
-                &self.library,
-            ),
+            true => {
+                let entry = placement::place(code, function.offset, Needs::of(event), false);
+                fast_path::whole_at_entry(
+                    &library.image,
+                    function.offset,
+                    function.size,
+                    &self.library,
+                    (function.offset + entry.offset, entry.stack_offset),
+                )
+            }
             false => fast_path::plan(
                 &library.image,
                 function.offset,
@@ -293,7 +297,12 @@ impl FastPaths {
         }
         let mut probes = Vec::new();
         for site in sites {
-            let placement = Placement::on_fast_path(&library.image, function.offset, site);
+            let placement = Placement::on_fast_path(
+                &library.image,
+                function.offset,
+                site,
+                event.completes_at_entry(),
+            );
             if placement.refused {
                 return Some(Err(format!(
                     "the kernel refuses a probe at {} ({})",
