@@ -294,6 +294,12 @@ pub struct Completion {
     /// mutex's count, which its return half reports, is one more than the copy made here
     /// shows ([`count_one_more`]).
     pub stores_after: bool,
+    /// A call completed here needs no copy of its object: what its record reads of it is the
+    /// lock word the atomic instruction found, in `rax` ([`FoundInRax::Word`]), and what the
+    /// code proved on every way here: that the mutex is not recursive (its type tested
+    /// before), as the copy's zeroed type says; and, of a lock, that it found the mutex free,
+    /// with no owner. The copy is one of a run's two reads of the program's memory.
+    pub object_from_rax: bool,
 }
 
 /// The flag a completion tests ([`Completion::condition`]).
@@ -421,6 +427,7 @@ impl Completion {
             | ((self.opens_otherwise as u16) << 2)
             | ((self.found_in_rax as u16) << 3)
             | ((self.stores_after as u16) << 5)
+            | ((self.object_from_rax as u16) << 6)
             | ((self.outcome.0 as u16) << 8);
         (low, self.condition as u8)
     }
@@ -449,6 +456,7 @@ impl Completion {
                 _ => FoundInRax::Nothing,
             },
             stores_after: bits & (1 << 5) != 0,
+            object_from_rax: bits & (1 << 6) != 0,
             outcome: PackedOutcome((bits >> 8) as u8),
         }
     }
@@ -901,11 +909,15 @@ impl EventDef {
 /// first; the low two bits are the type in both, 1 for PTHREAD_MUTEX_RECURSIVE (robust, PI and
 /// PP variants keep them).
 const MUTEX_KIND_WORD: usize = 4;
+/// The byte offset of glibc's `__kind`, which a fast path's code tests.
+pub const GLIBC_MUTEX_KIND_OFFSET: i64 = (MUTEX_KIND_WORD * 4) as i64;
 /// glibc's `__count` of `pthread_mutex_t`, its second word: a recursive mutex's depth.
 pub const GLIBC_MUTEX_COUNT_WORD: usize = 1;
 const MUSL_MUTEX_TYPE_WORD: usize = 0;
-const MUTEX_TYPE_MASK: u32 = 3;
-const MUTEX_RECURSIVE: u32 = 1;
+/// The bits of a mutex's kind that are its type (in glibc's `__kind` and musl's `_m_type`).
+pub const MUTEX_TYPE_MASK: u32 = 3;
+/// A recursive mutex's type (`PTHREAD_MUTEX_RECURSIVE`, in glibc and musl).
+pub const MUTEX_RECURSIVE: u32 = 1;
 
 /// Whether these words of a `pthread_mutex_t`, laid out as `layout` says
 /// ([`RawRecord::layout`](crate::RawRecord::layout)), are a recursive mutex's (by its kind).
@@ -1742,6 +1754,7 @@ mod tests {
                         opens_otherwise: bits & 4 != 0,
                         found_in_rax,
                         stores_after: bits & 8 != 0,
+                        object_from_rax: bits & 16 != 0,
                     });
                     made += 1;
                 }

@@ -9,8 +9,9 @@ pub mod record;
 
 pub use events::{
     Category, Completion, Condition, ContendedProbe, EVENTS, EventDef, Field, FoundInRax,
-    FunctionSpan, ObjectRegister, Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS,
-    RecordingMasks, recording_masks,
+    FunctionSpan, GLIBC_MUTEX_KIND_OFFSET, MUTEX_RECURSIVE, MUTEX_TYPE_MASK, ObjectRegister,
+    Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RecordingMasks,
+    recording_masks,
 };
 pub use record::{
     LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord, WHICH_BOTH_HALVES,

@@ -838,11 +838,18 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
             );
         }
         let object = ptr::addr_of_mut!((*record).object);
-        copy_object(
-            object,
-            cookie.flags.object_size(),
-            ptr::read_volatile(ptr::addr_of!((*record).args[0])),
-        );
+        // A call completed here whose record reads nothing of the object but the lock word
+        // in rax: the rest of the copy stays zeroed, as the code proved it.
+        let from_rax = cookie
+            .completion
+            .is_some_and(|c| c.object_from_rax && c.holds((*regs).eflags));
+        if !from_rax {
+            copy_object(
+                object,
+                cookie.flags.object_size(),
+                ptr::read_volatile(ptr::addr_of!((*record).args[0])),
+            );
+        }
         // Where a fast path completes or opens the call, what the atomic instruction found
         // in the object's first bytes, which it may have changed since.
         if let Some(completion) = cookie.completion {

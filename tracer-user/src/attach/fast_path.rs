@@ -36,10 +36,12 @@ use std::{
 };
 
 use iced_x86::{
-    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register,
+    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
+    Register,
 };
 use tracer_common::{
-    Completion, Condition, EventDef, FoundInRax, ObjectRegister, Outcome, ProbeFlags,
+    Category, Completion, Condition, EventDef, FoundInRax, MUTEX_RECURSIVE, MUTEX_TYPE_MASK,
+    ObjectRegister, Outcome, ProbeFlags,
 };
 
 use super::{
@@ -227,6 +229,10 @@ pub struct Library {
     pub stops: HashSet<u64>,
     /// Where its named functions start (a jump to one is a tail call).
     pub named: HashSet<u64>,
+    /// Where a mutex's type is in its object, for glibc's mutexes (whose fast paths test
+    /// it): a completion of a normal mutex's call then needs no copy of the object
+    /// ([`Completion::object_from_rax`]).
+    pub mutex_kind_offset: Option<i64>,
 }
 
 /// The plan of `event`'s function at `entry` (`size` bytes) in `image` (a library's bytes at
@@ -239,7 +245,10 @@ pub fn plan(
     event: &EventDef,
 ) -> Result<Vec<Site>, String> {
     let flags = event.probe_flags();
-    let walk = Walk::new(image, entry, size, library, flags.has(ProbeFlags::ERRNO))?;
+    let mut walk = Walk::new(image, entry, size, library, flags.has(ProbeFlags::ERRNO))?;
+    if event.category == Category::Mutex {
+        walk.mutex_kind_offset = library.mutex_kind_offset;
+    }
     let tails = walk.tails(StoresAfter::of(flags));
     if matches!(tails.get(&entry), Some(Tail::Returns { .. })) {
         return Err("it returns without a decision: nothing to complete".into());
@@ -293,6 +302,7 @@ pub fn whole_at_entry(
             opens_otherwise: false,
             found_in_rax: FoundInRax::Nothing,
             stores_after: false,
+            object_from_rax: false,
         }),
         shared_code: None,
     }])
@@ -331,6 +341,8 @@ struct Walk {
     shared_code: Option<SharedCode>,
     /// The event reads errno after a call that returns -1: a tail must say which.
     errno_matters: bool,
+    /// The call's object is a glibc mutex, whose type is this many bytes into it.
+    mutex_kind_offset: Option<i64>,
     nodes: HashMap<u64, Node>,
     /// How many ways lead to each instruction (edges from others).
     predecessors: HashMap<u64, usize>,
@@ -486,6 +498,7 @@ impl Walk {
             own,
             shared_code,
             errno_matters,
+            mutex_kind_offset: None,
             nodes,
             predecessors,
             object_masks,
@@ -970,6 +983,16 @@ impl Walk {
 
     /// The probes of a proved plan.
     fn sites(&self, planned: &HashMap<u64, Planned>) -> Result<Vec<Site>, String> {
+        let types = self
+            .mutex_kind_offset
+            .map(|offset| self.possible_types(offset));
+        // Whose record reads the count.
+        let not_recursive_at = |ip: u64| {
+            types
+                .as_ref()
+                .and_then(|types| types.get(&ip))
+                .is_some_and(|&types| types & 1 << MUTEX_RECURSIVE == 0)
+        };
         let mut sites = Vec::new();
         let mut planned: Vec<(&u64, &Planned)> = planned.iter().collect();
         planned.sort_by_key(|(ip, _)| **ip);
@@ -1006,14 +1029,21 @@ impl Walk {
                         Some(into) => completing_flag(&node.instruction, into)
                             .ok_or_else(|| format!("no flag says the way at {at}"))?,
                     };
+                    let found_in_rax = self.found_in_rax(ip, object_register);
                     Role::Completes(Completion {
                         condition,
                         when_set,
                         outcome: outcome.pack(),
                         may_be_open,
                         opens_otherwise,
-                        found_in_rax: self.found_in_rax(ip, object_register),
+                        found_in_rax,
                         stores_after,
+                        // A call that succeeded on a mutex not recursive: the lock word is
+                        // what its atomic instruction found; a lock found it free, with no
+                        // owner.
+                        object_from_rax: found_in_rax == FoundInRax::Word
+                            && outcome == Outcome::Returns(0)
+                            && not_recursive_at(ip),
                     })
                 }
                 Planned::Opens => Role::Completes(Completion {
@@ -1024,6 +1054,7 @@ impl Walk {
                     opens_otherwise: true,
                     found_in_rax: FoundInRax::Nothing,
                     stores_after: false,
+                    object_from_rax: false,
                 }),
                 // Its entry program reads the object where an entry finds it.
                 Planned::WholeCall => {
@@ -1043,6 +1074,55 @@ impl Walk {
             });
         }
         Ok(sites)
+    }
+
+    /// Per instruction, the mutex types (bit `t` for type `t`, [`MUTEX_TYPE_MASK`]) that the
+    /// ways from the entry leave possible, from what they tested of its type word (`offset`
+    /// bytes into the object): glibc loads `__kind`, masks it (`and $0x17f,%edx`) and
+    /// branches on the result (`test %edx,%edx; jne other_types`, or `cmp $2,%eax; jne` for
+    /// an error-checking mutex, whose lock then joins the normal one's). A way that stores
+    /// through a register other than the object's, or at the word itself, or calls, knows
+    /// nothing of it any more.
+    fn possible_types(&self, offset: i64) -> HashMap<u64, u8> {
+        let mut facts: HashMap<u64, KindFacts> = HashMap::from([(self.entry, KindFacts::NONE)]);
+        let mut pending = vec![self.entry];
+        let mut factory = InstructionInfoFactory::new();
+        while let Some(ip) = pending.pop() {
+            let node = &self.nodes[&ip];
+            let before = facts[&ip];
+            let mut after = before;
+            match node.end {
+                End::Calls { .. } | End::SystemCall => after = KindFacts::NONE,
+                _ => after.note(
+                    &node.instruction,
+                    factory.info(&node.instruction),
+                    self.object_masks[&ip],
+                    offset,
+                ),
+            }
+            for &next in &node.successors {
+                let mut arriving = after;
+                // The way on which the zero flag was set: the bits it tested are as compared.
+                let zero_flag_set = match node.instruction.condition_code() {
+                    ConditionCode::e => next != node.instruction.next_ip(),
+                    ConditionCode::ne => next == node.instruction.next_ip(),
+                    _ => false,
+                };
+                if matches!(node.end, End::Branches { .. }) && zero_flag_set {
+                    let (mask, value) = before.in_flags;
+                    arriving.types &= types_where(mask, value);
+                }
+                let merged = match facts.get(&next) {
+                    Some(known) => known.meet(&arriving),
+                    None => arriving,
+                };
+                if facts.get(&next) != Some(&merged) {
+                    facts.insert(next, merged);
+                    pending.push(next);
+                }
+            }
+        }
+        facts.into_iter().map(|(ip, f)| (ip, f.types)).collect()
     }
 
     /// The atomic instruction whose outcome the code at `ip` tests, on the only way there:
@@ -1160,6 +1240,145 @@ impl Walk {
                     },
                 );
             }
+        }
+    }
+}
+
+/// The mutex types (bit `t` for type `t`) whose word has these bits (`mask`) as `value` has.
+fn types_where(mask: u32, value: u32) -> u8 {
+    (0..=MUTEX_TYPE_MASK)
+        .filter(|t| (t ^ value) & mask & MUTEX_TYPE_MASK == 0)
+        .fold(0, |types, t| types | 1 << t)
+}
+
+/// Every mutex type ([`types_where`]).
+const ANY_TYPE: u8 = (1 << (MUTEX_TYPE_MASK + 1)) - 1;
+
+/// What a way through a function knows of the mutex's type word ([`Walk::possible_types`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KindFacts {
+    /// The types the way leaves possible, bit `t` for type `t`.
+    types: u8,
+    /// By [`register_index`]: the bits of the word the register holds (the rest zeroed),
+    /// 0 for none.
+    in_register: [u32; REGISTERS],
+    /// The zero flag says whether these bits of the word have this value ((0, 0): it says
+    /// nothing of it).
+    in_flags: (u32, u32),
+}
+
+impl KindFacts {
+    const NONE: KindFacts = KindFacts {
+        types: ANY_TYPE,
+        in_register: [0; REGISTERS],
+        in_flags: (0, 0),
+    };
+
+    /// What two ways that meet both know.
+    fn meet(&self, other: &KindFacts) -> KindFacts {
+        let mut in_register = [0; REGISTERS];
+        for (i, held) in in_register.iter_mut().enumerate() {
+            if self.in_register[i] == other.in_register[i] {
+                *held = self.in_register[i];
+            }
+        }
+        KindFacts {
+            types: self.types | other.types,
+            in_register,
+            in_flags: match self.in_flags == other.in_flags {
+                true => self.in_flags,
+                false => (0, 0),
+            },
+        }
+    }
+
+    /// After `instruction`, where the registers of `object_mask` hold the object and its
+    /// type word is `offset` bytes into it.
+    fn note(
+        &mut self,
+        instruction: &Instruction,
+        info: &iced_x86::InstructionInfo,
+        object_mask: u32,
+        offset: i64,
+    ) {
+        let on_object = |base: Register| {
+            let index = register_index(base);
+            index < REGISTERS && object_mask & (1 << index) != 0
+        };
+        let memory = (0..instruction.op_count()).any(|n| instruction.op_kind(n) == OpKind::Memory);
+        let at_kind = memory
+            && on_object(instruction.memory_base())
+            && instruction.memory_index() == Register::None
+            && instruction.memory_displacement64() as i64 == offset;
+        let writes = |access: OpAccess| {
+            matches!(
+                access,
+                OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite
+            )
+        };
+        // A store that could reach the word: through another register, or at the word.
+        if info.used_memory().iter().any(|m| {
+            writes(m.access()) && m.base() != Register::RSP && (!on_object(m.base()) || at_kind)
+        }) {
+            *self = KindFacts::NONE;
+            return;
+        }
+        let op0 = instruction.op0_register();
+        let held = |facts: &KindFacts, register: Register| {
+            let index = register_index(register);
+            let high_byte = matches!(
+                register,
+                Register::AH | Register::BH | Register::CH | Register::DH
+            );
+            match register.size() {
+                _ if index >= REGISTERS => 0,
+                4 => facts.in_register[index],
+                1 if !high_byte => facts.in_register[index] & 0xff,
+                _ => 0,
+            }
+        };
+        let immediate = || (instruction.immediate(1) & 0xffff_ffff) as u32;
+        let mut value = None;
+        let mut flags = (0, 0);
+        match (instruction.mnemonic(), instruction.op1_kind()) {
+            (Mnemonic::Mov, OpKind::Memory) if at_kind && op0.size() == 4 => value = Some(!0),
+            (Mnemonic::Mov, OpKind::Register) if op0.size() == 4 => {
+                value = Some(held(self, instruction.op1_register()));
+            }
+            (Mnemonic::And, OpKind::Immediate32 | OpKind::Immediate8to32) if op0.size() == 4 => {
+                let masked = held(self, op0) & immediate();
+                value = Some(masked);
+                flags = (masked, 0);
+            }
+            (Mnemonic::Test, OpKind::Register) if instruction.op1_register() == op0 => {
+                flags = (held(self, op0), 0);
+            }
+            (Mnemonic::Test, OpKind::Immediate8 | OpKind::Immediate32) => {
+                flags = (held(self, op0) & immediate(), 0);
+            }
+            // Equal only if the bits held are the constant's, which has no others.
+            (Mnemonic::Cmp, OpKind::Immediate32 | OpKind::Immediate8to32) => {
+                let mask = held(self, op0);
+                if mask != 0 && immediate() & !mask == 0 {
+                    flags = (mask, immediate());
+                }
+            }
+            _ => {}
+        }
+        for used in info.used_registers() {
+            let index = register_index(used.register());
+            if writes(used.access()) && index < REGISTERS {
+                self.in_register[index] = 0;
+            }
+        }
+        let destination = register_index(op0);
+        if let Some(value) = value
+            && destination < REGISTERS
+        {
+            self.in_register[destination] = value;
+        }
+        if instruction.rflags_modified() != 0 {
+            self.in_flags = flags;
         }
     }
 }
@@ -1427,6 +1646,7 @@ impl Values {
 mod tests {
     use super::*;
     use tracer_common::EVENTS;
+    use tracer_common::GLIBC_MUTEX_KIND_OFFSET;
 
     fn event(name: &str) -> &'static EventDef {
         EVENTS.iter().find(|e| e.name == name).unwrap()
@@ -1456,6 +1676,7 @@ mod tests {
         Library {
             stops: HashSet::new(),
             named: HashSet::new(),
+            mutex_kind_offset: None,
         }
     }
 
@@ -1480,6 +1701,7 @@ mod tests {
             opens_otherwise: false,
             found_in_rax: FoundInRax::Nothing,
             stores_after: false,
+            object_from_rax: false,
         }
     }
 
@@ -1635,6 +1857,80 @@ mod tests {
             "{shared:#x?}"
         );
         assert!(sites.iter().all(|s| s.shared_code == Some(shared)));
+    }
+
+    /// Whether `sites` complete the call at `offset` without a copy of the object.
+    fn object_from_rax_at(sites: &[Site], offset: u64) -> Option<bool> {
+        sites
+            .iter()
+            .find(|s| s.offset == offset)
+            .map(|s| match s.role {
+                Role::Completes(c) => c.object_from_rax,
+                _ => false,
+            })
+    }
+
+    #[test]
+    fn a_normal_mutex_completed_where_its_type_was_tested_needs_no_copy_of_it() {
+        let library = Library {
+            stops: HashSet::from([0x34e80]),
+            mutex_kind_offset: Some(GLIBC_MUTEX_KIND_OFFSET),
+            ..library()
+        };
+        let lock = hex(&MUTEX_LOCK.concat());
+        let sites = plan(
+            &image(0x8c370, &lock),
+            0x8c370,
+            lock.len() as u64,
+            &library,
+            event("mutex_lock"),
+        )
+        .unwrap();
+        // The normal mutex's lock (`test %edx,%edx; jne` on `__kind & 0x17f` passed), and
+        // the recursive mutex's first lock, whose count the copy must show.
+        assert_eq!(
+            object_from_rax_at(&sites, 0x8c3bc),
+            Some(true),
+            "{sites:#x?}"
+        );
+        assert_eq!(
+            object_from_rax_at(&sites, 0x8c4ce),
+            Some(false),
+            "{sites:#x?}"
+        );
+        // The unlock's xchg releases the recursive mutex too, whose last unlock joins the
+        // normal one's: the copy tells them apart.
+        let unlock = hex(&MUTEX_UNLOCK.concat());
+        let sites = plan(
+            &image(0x8dc50, &unlock),
+            0x8dd50,
+            10,
+            &library,
+            event("mutex_unlock"),
+        )
+        .unwrap();
+        assert_eq!(
+            object_from_rax_at(&sites, 0x8dca7),
+            Some(false),
+            "{sites:#x?}"
+        );
+        // Without the type's place (musl), a copy as before.
+        let sites = plan(
+            &image(0x8c370, &lock),
+            0x8c370,
+            lock.len() as u64,
+            &Library {
+                mutex_kind_offset: None,
+                ..library
+            },
+            event("mutex_lock"),
+        )
+        .unwrap();
+        assert_eq!(
+            object_from_rax_at(&sites, 0x8c3bc),
+            Some(false),
+            "{sites:#x?}"
+        );
     }
 
     #[test]

@@ -21,8 +21,9 @@ use std::{
 
 use anyhow::Result;
 use tracer_common::{
-    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, LAYOUT_COND_WITHOUT_G_REFS,
-    LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags, ProcessLibrary, TracedThrough,
+    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, GLIBC_MUTEX_KIND_OFFSET,
+    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags, ProcessLibrary,
+    TracedThrough,
 };
 use tracer_model::selection::EventSet;
 
@@ -221,6 +222,7 @@ impl FastPaths {
                     true => HashSet::new(),
                     false => library.functions.starts(),
                 },
+                mutex_kind_offset: (!library.is_musl()).then_some(GLIBC_MUTEX_KIND_OFFSET),
             },
             traced: EVENTS
                 .iter()
