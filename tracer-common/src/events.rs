@@ -394,6 +394,21 @@ pub enum FoundInRax {
 }
 
 impl Completion {
+    /// Every hit completes the call, which returns `outcome`: nothing opened, nothing found
+    /// in `rax`, the object copied.
+    pub const fn always(outcome: Outcome) -> Self {
+        Completion {
+            condition: Condition::Always,
+            when_set: false,
+            outcome: outcome.pack(),
+            may_be_open: false,
+            opens_otherwise: false,
+            found_in_rax: FoundInRax::Nothing,
+            stores_after: false,
+            object_from_rax: false,
+        }
+    }
+
     /// x86's carry, zero, sign and overflow flags, in `eflags`.
     const CARRY_FLAG: u64 = 1;
     const ZERO_FLAG: u64 = 1 << 6;

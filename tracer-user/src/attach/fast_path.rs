@@ -294,16 +294,7 @@ pub fn whole_at_entry(
         offset: probe.0,
         stack_offset: probe.1,
         object_register: ObjectRegister::Rdi,
-        role: Role::Completes(Completion {
-            condition: Condition::Always,
-            when_set: false,
-            outcome: outcome.pack(),
-            may_be_open: false,
-            opens_otherwise: false,
-            found_in_rax: FoundInRax::Nothing,
-            stores_after: false,
-            object_from_rax: false,
-        }),
+        role: Role::Completes(Completion::always(outcome)),
         shared_code: None,
     }])
 }
@@ -1048,13 +1039,8 @@ impl Walk {
                 }
                 Planned::Opens => Role::Completes(Completion {
                     condition: Condition::Never,
-                    when_set: false,
-                    outcome: Outcome::Returns(0).pack(),
-                    may_be_open: false,
                     opens_otherwise: true,
-                    found_in_rax: FoundInRax::Nothing,
-                    stores_after: false,
-                    object_from_rax: false,
+                    ..Completion::always(Outcome::Returns(0))
                 }),
                 // Its entry program reads the object where an entry finds it.
                 Planned::WholeCall => {
@@ -1696,12 +1682,7 @@ mod tests {
         Completion {
             condition: Condition::Zero,
             when_set,
-            outcome: outcome.pack(),
-            may_be_open: false,
-            opens_otherwise: false,
-            found_in_rax: FoundInRax::Nothing,
-            stores_after: false,
-            object_from_rax: false,
+            ..Completion::always(outcome)
         }
     }
 
