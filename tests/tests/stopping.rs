@@ -7,8 +7,8 @@ use std::{
 };
 
 use thrtrace_tests::{
-    TempDir, bpf_available, field, file_name, paired_calls, read_trace, run_tracer, summary_count,
-    tracer, workload,
+    Gated, TempDir, bpf_available, field, file_name, paired_calls, read_trace, signal,
+    start_tracer, summary_count, tracer, workload,
 };
 
 /// Every file holds only whole lines of the record format; returns how many.
@@ -173,27 +173,26 @@ fn records_the_kernel_could_not_deliver_are_counted_and_reported() {
         return;
     }
     let dir = TempDir::new("lost");
-    let bin = workload("mutex_contend");
-    // A 4 KiB ring per CPU holds about 36 records; 4 threads produce them far faster than
-    // the 100 ms poll drains them.
-    let run = run_tracer(
+    // 4 KiB rings per CPU hold about 20 records; the tracer is stopped while 4 threads make
+    // 240,000, so that the rings surely fill (a tracer that drains in time loses nothing).
+    let mut gate = Gated::start_with_waiting_threads(0, 20_000, 4);
+    let (mut tracer, stderr) = start_tracer(
         dir.path(),
-        &[
-            "--buffer-kib".as_ref(),
-            "4".as_ref(),
-            "--".as_ref(),
-            bin.as_os_str(),
-            "4".as_ref(),
-            "20000".as_ref(),
-        ],
+        &[gate.pid],
+        &["--events", "mutex", "--buffer-kib", "4"],
     );
-    assert!(run.status.success(), "{run:?}");
-    let written = summary_count(&run.stderr, "records");
-    let lost = summary_count(&run.stderr, "lost");
-    assert!(lost > 0, "{}", run.stderr);
+    signal(tracer.id(), "-STOP");
+    gate.run_phase_two();
+    signal(tracer.id(), "-CONT");
+    gate.finish();
+    assert!(tracer.wait().unwrap().success());
+    let stderr: String = stderr.lines().map(|l| l.unwrap() + "\n").collect();
+    let written = summary_count(&stderr, "records");
+    let lost = summary_count(&stderr, "lost");
+    assert!(lost > 0, "{stderr}");
     assert_eq!(assert_complete(dir.path()) as u64, written);
-    // The workload made 4 x 20,000 x 3 records on its mutex (and a few more inside libc).
-    assert!(written + lost >= 240_000, "written {written} + lost {lost}");
+    // The threads made 4 x 20,000 x 3 records on the mutex, every one written or lost.
+    assert_eq!(written + lost, 240_000, "{stderr}");
 }
 
 /// SIGINT in the caught and in the blocked signals of process `pid`, read together (one read
