@@ -10,9 +10,9 @@
 
 use serde_json::Value;
 use thrtrace_tests::{
-    Gated, TempDir, bpf_available, build_analyzer, build_id_of, debug_file_path, every_libc,
-    is_musl, report_json, report_lock_named, run_tracer, signal, stack_functions, start_tracer,
-    succeeded, trace_contended_mutexes, workload, workload_arg,
+    Gated, TempDir, bpf_available, build_analyzer, build_id_of, ctl_ok, debug_file_path,
+    every_libc, is_musl, report_json, report_lock_named, run_tracer, signal, stack_functions,
+    start_tracer, succeeded, trace_contended_mutexes, unique_name, workload, workload_arg,
 };
 use tracer_model::{
     event::{Event, SystemEvent, SystemKind},
@@ -321,6 +321,7 @@ fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
     let dir = TempDir::new("stacks-after-exit");
     let mut gate = Gated::start(0, 100);
     let log = dir.path().join("app.ptl");
+    let name = unique_name("stacks-after-exit");
     let options = [
         "--events",
         "mutex",
@@ -328,8 +329,12 @@ fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
         "on",
         "--log",
         log.to_str().unwrap(),
+        "--name",
+        &name,
     ];
     let (mut tracer, _stderr) = start_tracer(dir.path(), &[gate.pid], &options);
+    // Answered once the session runs: its start, which reads the target's files, is over.
+    ctl_ok(&[&name, "status"]);
     signal(tracer.id(), "-STOP");
     gate.run_phase_two();
     gate.finish();
