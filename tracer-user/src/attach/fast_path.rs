@@ -36,8 +36,7 @@ use std::{
 };
 
 use iced_x86::{
-    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
-    Register,
+    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register,
 };
 use tracer_common::{
     Category, Completion, Condition, EventDef, FoundInRax, MUTEX_RECURSIVE, MUTEX_TYPE_MASK,
@@ -1089,12 +1088,13 @@ impl Walk {
             for &next in &node.successors {
                 let mut arriving = after;
                 // The way on which the zero flag was set: the bits it tested are as compared.
+                // (A `loope`/`loopne` also tests rcx: no conclusion.)
                 let zero_flag_set = match node.instruction.condition_code() {
                     ConditionCode::e => next != node.instruction.next_ip(),
                     ConditionCode::ne => next == node.instruction.next_ip(),
                     _ => false,
                 };
-                if matches!(node.end, End::Branches { .. }) && zero_flag_set {
+                if node.instruction.is_jcc_short_or_near() && zero_flag_set {
                     let (mask, value) = before.in_flags;
                     arriving.types &= types_where(mask, value);
                 }
@@ -1296,16 +1296,21 @@ impl KindFacts {
             && on_object(instruction.memory_base())
             && instruction.memory_index() == Register::None
             && instruction.memory_displacement64() as i64 == offset;
-        let writes = |access: OpAccess| {
-            matches!(
-                access,
-                OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite
-            )
+        // A store that could reach the word: through another register, indexed, or over its
+        // bytes.
+        let reaches_word = |m: &iced_x86::UsedMemory| {
+            let start = m.displacement() as i64;
+            let end = start.saturating_add(m.memory_size().size() as i64);
+            !on_object(m.base())
+                || m.index() != Register::None
+                || m.memory_size().size() == 0
+                || start < offset + 4 && offset < end
         };
-        // A store that could reach the word: through another register, or at the word.
-        if info.used_memory().iter().any(|m| {
-            writes(m.access()) && m.base() != Register::RSP && (!on_object(m.base()) || at_kind)
-        }) {
+        if info
+            .used_memory()
+            .iter()
+            .any(|m| placement::writes(m.access()) && m.base() != Register::RSP && reaches_word(m))
+        {
             *self = KindFacts::NONE;
             return;
         }
@@ -1353,7 +1358,7 @@ impl KindFacts {
         }
         for used in info.used_registers() {
             let index = register_index(used.register());
-            if writes(used.access()) && index < REGISTERS {
+            if placement::writes(used.access()) && index < REGISTERS {
                 self.in_register[index] = 0;
             }
         }

@@ -454,7 +454,7 @@ pub fn first_load_through_argument_1(code: &[u8], base: u64) -> Option<u64> {
 /// Where the function's direct calls and jumps, conditional or not, land (addresses in the
 /// space of `base`): another function's start among them is a call, or a tail call, to it.
 pub fn direct_branch_destinations(code: &[u8], base: u64) -> Vec<u64> {
-    direct_branches(code, base)
+    branches_of(&decode(code, base))
         .into_iter()
         .map(|(_, destination)| destination)
         .collect()
@@ -469,10 +469,21 @@ pub fn direct_call_destinations(code: &[u8], base: u64) -> Vec<u64> {
         .collect()
 }
 
-/// The function's direct calls and jumps, conditional or not, each as (where it is, where
-/// it lands), in the space of `base`.
-pub fn direct_branches(code: &[u8], base: u64) -> Vec<(u64, u64)> {
-    decode(code, base)
+/// The direct calls and jumps, conditional or not, of code that may hold bytes that are no
+/// instruction (padding, data), each as (where it is, where it lands), in the space of `base`:
+/// decoding goes on past such bytes rather than stopping, so that no branch after them is
+/// missed.
+pub fn direct_branches_past_invalid(code: &[u8], base: u64) -> Vec<(u64, u64)> {
+    let decoded: Vec<Instruction> = Decoder::with_ip(64, code, base, DecoderOptions::NONE)
+        .into_iter()
+        .filter(|i| !i.is_invalid())
+        .collect();
+    branches_of(&decoded)
+}
+
+/// Each direct branch among `instructions`, as (where it is, where it lands).
+fn branches_of(instructions: &[Instruction]) -> Vec<(u64, u64)> {
+    instructions
         .iter()
         .filter(|i| i.op_count() > 0 && matches!(i.op0_kind(), OpKind::NearBranch64))
         .map(|i| (i.ip(), i.near_branch_target()))

@@ -406,7 +406,7 @@ fn branches_into(
         .zip(ends)
         .flat_map(|(&start, end)| {
             let bytes = &code[(start - base) as usize..(end - base) as usize];
-            placement::direct_branches(bytes, start)
+            placement::direct_branches_past_invalid(bytes, start)
         })
         .filter(|&(_, destination)| shared.contains(destination))
         .map(|(at, _)| at)
