@@ -1755,30 +1755,22 @@ mod tests {
             ..library()
         };
         let code = RWLOCK_UNLOCK.concat();
-        let sites = whole_at_entry(
-            &image(0x8f090, &hex(&code)),
-            0x8f090,
-            0x1cb,
-            &library,
-            (0x8f090, 0),
-        );
-        let always = Completion {
-            condition: Condition::Always,
-            ..on_zero(false, Outcome::Returns(0))
+        let planned = |code: &str| {
+            whole_at_entry(
+                &image(0x8f090, &hex(code)),
+                0x8f090,
+                0x1cb,
+                &library,
+                (0x8f090, 0),
+            )
         };
+        let always = Completion::always(Outcome::Returns(0));
         assert_eq!(
-            sites,
+            planned(&code),
             Ok(vec![completes(0x8f090, 0, ObjectRegister::Rdi, always)])
         );
         // The same code returning what ebx holds there returns what the entry cannot know.
-        let unknown = code.replace("4883c40831c05b5dc3", "4883c40889d85b5dc3");
-        let refused = whole_at_entry(
-            &image(0x8f090, &hex(&unknown)),
-            0x8f090,
-            0x1cb,
-            &library,
-            (0x8f090, 0),
-        );
+        let refused = planned(&code.replace("4883c40831c05b5dc3", "4883c40889d85b5dc3"));
         assert_eq!(
             refused,
             Err("it returns no value known at its entry".into())
