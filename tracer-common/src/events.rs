@@ -297,9 +297,64 @@ pub struct Completion {
     /// A call completed here needs no copy of its object: what its record reads of it is the
     /// lock word the atomic instruction found, in `rax` ([`FoundInRax::Word`]), and what the
     /// code proved on every way here: that the mutex is not recursive (its type tested
-    /// before), as the copy's zeroed type says; and, of a lock, that it found the mutex free,
-    /// with no owner. The copy is one of a run's two reads of the program's memory.
+    /// before), as the copy's zeroed type says, or else which register holds its type
+    /// (`type_register`); and, of a lock, that it found the mutex free, with no owner. The
+    /// copy is one of a run's two reads of the program's memory.
     pub object_from_rax: bool,
+    /// With `object_from_rax`, where the code did not prove the mutex's type: the register
+    /// that holds the bits of its type word the code loaded, type bits included
+    /// ([`MUTEX_TYPE_MASK`]), which the record takes as its type word. One of
+    /// [`Completion::TYPE_REGISTERS`].
+    pub type_register: TypeRegister,
+}
+
+/// A [`Completion::type_register`] as the cookie carries it: 0 for none, else one more than
+/// its index in [`Completion::TYPE_REGISTERS`]. Unpacked only where it is used, as
+/// [`PackedOutcome`] is.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct TypeRegister(u8);
+
+impl TypeRegister {
+    /// None: the code proved the type, or the record copies the mutex.
+    pub const NONE: TypeRegister = TypeRegister(0);
+
+    /// `register`, which is one of [`Completion::TYPE_REGISTERS`] (else none).
+    pub const fn of(register: ObjectRegister) -> Self {
+        let mut index = 0;
+        while index < Completion::TYPE_REGISTERS.len() {
+            if Completion::TYPE_REGISTERS[index] as u8 == register as u8 {
+                return TypeRegister(index as u8 + 1);
+            }
+            index += 1;
+        }
+        TypeRegister::NONE
+    }
+
+    /// The register, if any. A match, not an index into [`Completion::TYPE_REGISTERS`], for
+    /// the BPF side (see [`ObjectRegister::from_code`]).
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side unpacks it in its fast-path program: inlined, as its verifier likes"
+    )]
+    pub const fn unpack(self) -> Option<ObjectRegister> {
+        match self.0 {
+            1 => Some(ObjectRegister::Rdx),
+            2 => Some(ObjectRegister::Rcx),
+            3 => Some(ObjectRegister::Rsi),
+            4 => Some(ObjectRegister::R8),
+            5 => Some(ObjectRegister::R9),
+            6 => Some(ObjectRegister::R10),
+            7 => Some(ObjectRegister::R11),
+            _ => None,
+        }
+    }
+}
+
+impl core::fmt::Debug for TypeRegister {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.unpack().fmt(f)
+    }
 }
 
 /// The flag a completion tests ([`Completion::condition`]).
@@ -406,8 +461,22 @@ impl Completion {
             found_in_rax: FoundInRax::Nothing,
             stores_after: false,
             object_from_rax: false,
+            type_register: TypeRegister::NONE,
         }
     }
+
+    /// The registers a completion can take a mutex's type from ([`Completion::type_register`]),
+    /// by their code in the cookie's 3 bits less one: the caller-saved ones other than `rax`
+    /// and `rdi`, which hold the lock word and the mutex.
+    pub const TYPE_REGISTERS: [ObjectRegister; 7] = [
+        ObjectRegister::Rdx,
+        ObjectRegister::Rcx,
+        ObjectRegister::Rsi,
+        ObjectRegister::R8,
+        ObjectRegister::R9,
+        ObjectRegister::R10,
+        ObjectRegister::R11,
+    ];
 
     /// x86's carry, zero, sign and overflow flags, in `eflags`.
     const CARRY_FLAG: u64 = 1;
@@ -435,16 +504,23 @@ impl Completion {
         holds == self.when_set
     }
 
-    /// The completion in the cookie's 16 low bits, and its condition in 3 more.
+    /// The completion in the cookie's 16 low bits, and its condition in 4 more: what `rax`
+    /// holds in 2 bits (3: the lock word, with no copy of the object), the type register's
+    /// code in bits 6 and 7 and the condition's fourth.
     const fn encode(self) -> (u16, u8) {
+        let found_in_rax = match (self.found_in_rax, self.object_from_rax) {
+            (FoundInRax::Word, true) => 3,
+            (found, _) => found as u16,
+        };
+        let type_register = self.type_register.0;
         let low = (self.when_set as u16)
             | ((self.may_be_open as u16) << 1)
             | ((self.opens_otherwise as u16) << 2)
-            | ((self.found_in_rax as u16) << 3)
+            | (found_in_rax << 3)
             | ((self.stores_after as u16) << 5)
-            | ((self.object_from_rax as u16) << 6)
+            | (((type_register & 3) as u16) << 6)
             | ((self.outcome.0 as u16) << 8);
-        (low, self.condition as u8)
+        (low, self.condition as u8 | (type_register >> 2) << 3)
     }
 
     #[inline(always)]
@@ -454,7 +530,7 @@ impl Completion {
     )]
     const fn decode(bits: u16, condition: u8) -> Self {
         Completion {
-            condition: match condition {
+            condition: match condition & 7 {
                 0 => Condition::Always,
                 1 => Condition::Zero,
                 2 => Condition::Sign,
@@ -466,12 +542,13 @@ impl Completion {
             may_be_open: bits & (1 << 1) != 0,
             opens_otherwise: bits & (1 << 2) != 0,
             found_in_rax: match (bits >> 3) & 3 {
-                1 => FoundInRax::Word,
+                1 | 3 => FoundInRax::Word,
                 2 => FoundInRax::DoubleWord,
                 _ => FoundInRax::Nothing,
             },
             stores_after: bits & (1 << 5) != 0,
-            object_from_rax: bits & (1 << 6) != 0,
+            object_from_rax: (bits >> 3) & 3 == 3,
+            type_register: TypeRegister(((bits >> 6) & 3) as u8 | ((condition >> 3) & 1) << 2),
             outcome: PackedOutcome((bits >> 8) as u8),
         }
     }
@@ -573,8 +650,8 @@ impl ProbeCookie {
     /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), slow path
     /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before
     /// the probe (8; on a slow path or a completion the object's register in the low 4, and
-    /// on a completion its condition in the high 4) and size (16; on a completion the rest of
-    /// the [`Completion`]). A completion is marked by the two bits slow path and returns
+    /// on a completion its condition and a bit of its type register in the high 4) and size
+    /// (16; on a completion the rest of the [`Completion`]). A completion is marked by the two bits slow path and returns
     /// result as 0 and 1, which no other probe has (a result is returned on slow paths only).
     pub const fn encode(self) -> u64 {
         let (returns_result, low, condition) = match self.completion {
@@ -923,9 +1000,9 @@ impl EventDef {
 /// glibc's `__kind` of `pthread_mutex_t` is its fifth word (byte 16), musl's `_m_type` its
 /// first; the low two bits are the type in both, 1 for PTHREAD_MUTEX_RECURSIVE (robust, PI and
 /// PP variants keep them).
-const MUTEX_KIND_WORD: usize = 4;
+pub const GLIBC_MUTEX_KIND_WORD: usize = 4;
 /// The byte offset of glibc's `__kind`, which a fast path's code tests.
-pub const GLIBC_MUTEX_KIND_OFFSET: i64 = (MUTEX_KIND_WORD * 4) as i64;
+pub const GLIBC_MUTEX_KIND_OFFSET: i64 = (GLIBC_MUTEX_KIND_WORD * 4) as i64;
 /// glibc's `__count` of `pthread_mutex_t`, its second word: a recursive mutex's depth.
 pub const GLIBC_MUTEX_COUNT_WORD: usize = 1;
 const MUSL_MUTEX_TYPE_WORD: usize = 0;
@@ -944,7 +1021,7 @@ pub const MUTEX_RECURSIVE: u32 = 1;
 pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], layout: u8) -> bool {
     let word = match layout {
         crate::record::LAYOUT_MUSL => MUSL_MUTEX_TYPE_WORD,
-        _ => MUTEX_KIND_WORD,
+        _ => GLIBC_MUTEX_KIND_WORD,
     };
     object[word] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE
 }
@@ -1707,7 +1784,7 @@ mod tests {
         assert!(!flags("mutex_init").has(ProbeFlags::ONLY_IF_RECURSIVE));
         for (kind, recursive) in [(0, false), (1, true), (2, false), (3, false), (0x11, true)] {
             let mut words = [0; OBJECT_WORDS];
-            words[MUTEX_KIND_WORD] = kind;
+            words[GLIBC_MUTEX_KIND_WORD] = kind;
             assert_eq!(is_recursive_mutex(&words, 0), recursive, "kind {kind:#x}");
             assert!(!is_recursive_mutex(&words, LAYOUT_MUSL), "kind {kind:#x}");
             // musl's `_m_type` (robust: 4, process-shared: 128).
@@ -1734,9 +1811,9 @@ mod tests {
     }
 
     /// A completion of each kind, with each outcome: 6 conditions, 7 outcomes, 3 of what rax
-    /// holds.
-    fn completions() -> [Completion; 126] {
-        let mut all = [None; 126];
+    /// holds, and the lock word in rax with no copy, with each type register and none.
+    fn completions() -> [Completion; 462] {
+        let mut all = [None; 462];
         let mut made = 0;
         for condition in [
             Condition::Always,
@@ -1755,11 +1832,20 @@ mod tests {
                 Outcome::ReturnsRegister(ObjectRegister::Rsi),
                 Outcome::ReturnsRegister(ObjectRegister::Rdi),
             ] {
-                for found_in_rax in [
+                let type_registers = Completion::TYPE_REGISTERS.map(TypeRegister::of);
+                let from_rax = [TypeRegister::NONE]
+                    .iter()
+                    .chain(&type_registers)
+                    .map(|&r| (true, r));
+                for (found_in_rax, (object_from_rax, type_register)) in [
                     FoundInRax::Nothing,
                     FoundInRax::Word,
                     FoundInRax::DoubleWord,
-                ] {
+                ]
+                .map(|found| (found, (false, TypeRegister::NONE)))
+                .into_iter()
+                .chain(from_rax.map(|from_rax| (FoundInRax::Word, from_rax)))
+                {
                     let bits = made;
                     all[made] = Some(Completion {
                         condition,
@@ -1769,7 +1855,8 @@ mod tests {
                         opens_otherwise: bits & 4 != 0,
                         found_in_rax,
                         stores_after: bits & 8 != 0,
-                        object_from_rax: bits & 16 != 0,
+                        object_from_rax,
+                        type_register,
                     });
                     made += 1;
                 }
@@ -1877,7 +1964,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(classify(&raw), (2, 2));
-        raw.object[MUTEX_KIND_WORD] = 1 | 16; // robust recursive
+        raw.object[GLIBC_MUTEX_KIND_WORD] = 1 | 16; // robust recursive
         assert_eq!(classify(&raw), (6, 2));
         raw.event1 = 3;
         raw.event2 = 4;

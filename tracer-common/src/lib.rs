@@ -10,7 +10,7 @@ pub mod record;
 pub use events::{
     Category, Completion, Condition, ContendedProbe, EVENTS, EventDef, Field, FoundInRax,
     FunctionSpan, GLIBC_MUTEX_KIND_OFFSET, MUTEX_RECURSIVE, MUTEX_TYPE_MASK, ObjectRegister,
-    Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RecordingMasks,
+    Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RecordingMasks, TypeRegister,
     recording_masks,
 };
 pub use record::{

@@ -57,10 +57,10 @@ use aya_ebpf::{
 };
 use tracer_common::{
     Completion, ERRNO_AT_OFFSET, FoundInRax, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID,
-    LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister,
-    Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS, RawRecord,
-    STACKS_ALL, STACKS_NONE, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
-    events::{OBJECT_WORDS, ObjectSize, count_one_more, is_recursive_mutex},
+    LOST_PENDING, LOST_TOTAL, MAX_CPUS, MUTEX_TYPE_MASK, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED,
+    ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS,
+    RawRecord, STACKS_ALL, STACKS_NONE, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
+    events::{GLIBC_MUTEX_KIND_WORD, OBJECT_WORDS, ObjectSize, count_one_more, is_recursive_mutex},
     record::{
         RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack, WHICH_BOTH_HALVES,
     },
@@ -839,16 +839,25 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
         }
         let object = ptr::addr_of_mut!((*record).object);
         // A call completed here whose record reads nothing of the object but the lock word
-        // in rax: the rest of the copy stays zeroed, as the code proved it.
-        let from_rax = cookie
-            .completion
-            .is_some_and(|c| c.object_from_rax && c.holds((*regs).eflags));
-        if !from_rax {
-            copy_object(
+        // in rax, and the type a register holds if the code did not prove it: the rest of the
+        // copy stays zeroed, as the code proved it.
+        match cookie.completion {
+            Some(c) if c.object_from_rax && c.holds((*regs).eflags) => {
+                if let Some(register) = c.type_register.unpack() {
+                    let type_word = ptr::addr_of_mut!((*object)[GLIBC_MUTEX_KIND_WORD]);
+                    generated::bpf_probe_read_kernel(
+                        type_word.cast(),
+                        size_of::<u32>() as u32,
+                        register_field(register, &*regs).cast(),
+                    );
+                    *type_word &= MUTEX_TYPE_MASK;
+                }
+            }
+            _ => copy_object(
                 object,
                 cookie.flags.object_size(),
                 ptr::read_volatile(ptr::addr_of!((*record).args[0])),
-            );
+            ),
         }
         // Where a fast path completes or opens the call, what the atomic instruction found
         // in the object's first bytes, which it may have changed since.
@@ -1058,6 +1067,10 @@ unsafe fn complete(
     let flags = cookie.flags;
     // SAFETY: per the function's contract.
     let (record, regs) = unsafe { (&mut *record, &*regs) };
+    // Decoded before the branch on the completion below: tested again after it, LLVM kept
+    // what that branch decoded for the second test, and the verifier, which cannot tell the
+    // two tests agree, found the register unset on a way no run takes.
+    let stores_after = cookie.completion.is_some_and(|c| c.stores_after);
     if cookie.completion.is_some() {
         complete_at_completion(record, raw_cookie, regs);
     } else {
@@ -1084,7 +1097,7 @@ unsafe fn complete(
             || is_recursive_mutex(&record.object, record.layout))
     {
         copy_object(&raw mut record.object, flags.object_size(), record.args[0]);
-        if cookie.completion.is_some_and(|c| c.stores_after) {
+        if stores_after {
             count_one_more(&mut record.object, record.layout);
         }
     }

@@ -39,8 +39,8 @@ use iced_x86::{
     ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register,
 };
 use tracer_common::{
-    Category, Completion, Condition, EventDef, FoundInRax, MUTEX_RECURSIVE, MUTEX_TYPE_MASK,
-    ObjectRegister, Outcome, ProbeFlags,
+    Category, Completion, Condition, EVENTS, EventDef, Field, FoundInRax, MUTEX_RECURSIVE,
+    MUTEX_TYPE_MASK, ObjectRegister, Outcome, ProbeFlags, TypeRegister,
 };
 
 use super::{
@@ -247,6 +247,7 @@ pub fn plan(
     let mut walk = Walk::new(image, entry, size, library, flags.has(ProbeFlags::ERRNO))?;
     if event.category == Category::Mutex {
         walk.mutex_kind_offset = library.mutex_kind_offset;
+        walk.type_from_register = reads_only_lock_word_and_type(event);
     }
     let tails = walk.tails(StoresAfter::of(flags));
     if matches!(tails.get(&entry), Some(Tail::Returns { .. })) {
@@ -333,6 +334,9 @@ struct Walk {
     errno_matters: bool,
     /// The call's object is a glibc mutex, whose type is this many bytes into it.
     mutex_kind_offset: Option<i64>,
+    /// The call's records read nothing of the mutex but its lock word and its type: where
+    /// the type is not proved, a register that holds it serves ([`Completion::type_register`]).
+    type_from_register: bool,
     nodes: HashMap<u64, Node>,
     /// How many ways lead to each instruction (edges from others).
     predecessors: HashMap<u64, usize>,
@@ -489,6 +493,7 @@ impl Walk {
             shared_code,
             errno_matters,
             mutex_kind_offset: None,
+            type_from_register: false,
             nodes,
             predecessors,
             object_masks,
@@ -973,15 +978,22 @@ impl Walk {
 
     /// The probes of a proved plan.
     fn sites(&self, planned: &HashMap<u64, Planned>) -> Result<Vec<Site>, String> {
-        let types = self
+        let kind_facts = self
             .mutex_kind_offset
-            .map(|offset| self.possible_types(offset));
+            .map(|offset| self.kind_facts(offset))
+            .unwrap_or_default();
         // Whose record reads the count.
         let not_recursive_at = |ip: u64| {
-            types
-                .as_ref()
-                .and_then(|types| types.get(&ip))
-                .is_some_and(|&types| types & 1 << MUTEX_RECURSIVE == 0)
+            kind_facts
+                .get(&ip)
+                .is_some_and(|facts| facts.types & 1 << MUTEX_RECURSIVE == 0)
+        };
+        let type_register_at = |ip: u64| {
+            let facts = kind_facts.get(&ip).filter(|_| self.type_from_register)?;
+            Completion::TYPE_REGISTERS.into_iter().find(|&register| {
+                let held = facts.in_register[register_index(slow_path::decoded_register(register))];
+                held & MUTEX_TYPE_MASK == MUTEX_TYPE_MASK
+            })
         };
         let mut sites = Vec::new();
         let mut planned: Vec<(&u64, &Planned)> = planned.iter().collect();
@@ -1020,6 +1032,12 @@ impl Walk {
                             .ok_or_else(|| format!("no flag says the way at {at}"))?,
                     };
                     let found_in_rax = self.found_in_rax(ip, object_register);
+                    let from_rax =
+                        found_in_rax == FoundInRax::Word && outcome == Outcome::Returns(0);
+                    let type_register = match not_recursive_at(ip) {
+                        true => None,
+                        false => type_register_at(ip).filter(|_| from_rax),
+                    };
                     Role::Completes(Completion {
                         condition,
                         when_set,
@@ -1030,10 +1048,10 @@ impl Walk {
                         stores_after,
                         // A call that succeeded on a mutex not recursive: the lock word is
                         // what its atomic instruction found; a lock found it free, with no
-                        // owner.
-                        object_from_rax: found_in_rax == FoundInRax::Word
-                            && outcome == Outcome::Returns(0)
-                            && not_recursive_at(ip),
+                        // owner. Or an unlock whose type a register holds.
+                        object_from_rax: from_rax
+                            && (not_recursive_at(ip) || type_register.is_some()),
+                        type_register: type_register.map_or(TypeRegister::NONE, TypeRegister::of),
                     })
                 }
                 Planned::Opens => Role::Completes(Completion {
@@ -1061,14 +1079,15 @@ impl Walk {
         Ok(sites)
     }
 
-    /// Per instruction, the mutex types (bit `t` for type `t`, [`MUTEX_TYPE_MASK`]) that the
-    /// ways from the entry leave possible, from what they tested of its type word (`offset`
-    /// bytes into the object): glibc loads `__kind`, masks it (`and $0x17f,%edx`) and
+    /// Per instruction, what every way from the entry knows of the mutex's type word
+    /// (`offset` bytes into the object): the types it leaves possible (bit `t` for type `t`,
+    /// [`MUTEX_TYPE_MASK`]), from what it tested, and which registers hold which of the
+    /// word's bits. glibc loads `__kind`, masks it (`and $0x17f,%edx`) and
     /// branches on the result (`test %edx,%edx; jne other_types`, or `cmp $2,%eax; jne` for
     /// an error-checking mutex, whose lock then joins the normal one's). A way that stores
     /// through a register other than the object's, or at the word itself, or calls, knows
     /// nothing of it any more.
-    fn possible_types(&self, offset: i64) -> HashMap<u64, u8> {
+    fn kind_facts(&self, offset: i64) -> HashMap<u64, KindFacts> {
         let mut facts: HashMap<u64, KindFacts> = HashMap::from([(self.entry, KindFacts::NONE)]);
         let mut pending = vec![self.entry];
         let mut factory = InstructionInfoFactory::new();
@@ -1108,7 +1127,7 @@ impl Walk {
                 }
             }
         }
-        facts.into_iter().map(|(ip, f)| (ip, f.types)).collect()
+        facts
     }
 
     /// The atomic instruction whose outcome the code at `ip` tests, on the only way there:
@@ -1230,6 +1249,27 @@ impl Walk {
     }
 }
 
+/// Whether the records of `event`'s calls read nothing of the mutex but its lock word and
+/// its type (which tells an rmutex call from a mutex call): an unlock's, whose `waiters?` is
+/// in the lock word.
+fn reads_only_lock_word_and_type(event: &EventDef) -> bool {
+    EVENTS
+        .iter()
+        .filter(|e| e.symbol == event.symbol)
+        .flat_map(|e| e.first.iter().chain(&e.second))
+        .all(|field| {
+            matches!(
+                field,
+                Field::Zero
+                    | Field::Arg(_)
+                    | Field::Rval
+                    | Field::Errno
+                    | Field::Block
+                    | Field::MutexWaiters
+            )
+        })
+}
+
 /// The mutex types (bit `t` for type `t`) whose word has these bits (`mask`) as `value` has.
 fn types_where(mask: u32, value: u32) -> u8 {
     (0..=MUTEX_TYPE_MASK)
@@ -1240,7 +1280,7 @@ fn types_where(mask: u32, value: u32) -> u8 {
 /// Every mutex type ([`types_where`]).
 const ANY_TYPE: u8 = (1 << (MUTEX_TYPE_MASK + 1)) - 1;
 
-/// What a way through a function knows of the mutex's type word ([`Walk::possible_types`]).
+/// What a way through a function knows of the mutex's type word ([`Walk::kind_facts`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct KindFacts {
     /// The types the way leaves possible, bit `t` for type `t`.
@@ -1837,14 +1877,15 @@ mod tests {
         assert!(sites.iter().all(|s| s.shared_code == Some(shared)));
     }
 
-    /// Whether `sites` complete the call at `offset` without a copy of the object.
-    fn object_from_rax_at(sites: &[Site], offset: u64) -> Option<bool> {
+    /// Whether `sites` complete the call at `offset` without a copy of the object, and the
+    /// register they take its type from.
+    fn object_from_rax_at(sites: &[Site], offset: u64) -> Option<(bool, Option<ObjectRegister>)> {
         sites
             .iter()
             .find(|s| s.offset == offset)
             .map(|s| match s.role {
-                Role::Completes(c) => c.object_from_rax,
-                _ => false,
+                Role::Completes(c) => (c.object_from_rax, c.type_register.unpack()),
+                _ => (false, None),
             })
     }
 
@@ -1868,28 +1909,43 @@ mod tests {
         // the recursive mutex's first lock, whose count the copy must show.
         assert_eq!(
             object_from_rax_at(&sites, 0x8c3bc),
-            Some(true),
+            Some((true, None)),
             "{sites:#x?}"
         );
         assert_eq!(
             object_from_rax_at(&sites, 0x8c4ce),
-            Some(false),
+            Some((false, None)),
             "{sites:#x?}"
         );
         // The unlock's xchg releases the recursive mutex too, whose last unlock joins the
-        // normal one's: the copy tells them apart.
-        let unlock = hex(&MUTEX_UNLOCK.concat());
-        let sites = plan(
-            &image(0x8dc50, &unlock),
-            0x8dd50,
-            10,
-            &library,
-            event("mutex_unlock"),
-        )
-        .unwrap();
+        // normal one's; `edx` holds `__kind & 0x17f` on every way there, which tells them
+        // apart.
+        let plan_unlock = |code: &str| {
+            let unlock = hex(code);
+            plan(
+                &image(0x8dc50, &unlock),
+                0x8dd50,
+                10,
+                &library,
+                event("mutex_unlock"),
+            )
+            .unwrap()
+        };
+        let sites = plan_unlock(&MUTEX_UNLOCK.concat());
         assert_eq!(
             object_from_rax_at(&sites, 0x8dca7),
-            Some(false),
+            Some((true, Some(ObjectRegister::Rdx))),
+            "{sites:#x?}"
+        );
+        // With `edx` masked to the pshared bit on the way (`mov 0x10(%rdi),%edx; and
+        // $0x80,%edx` in place of the same on `esi`), no register holds the type: a copy.
+        let masked = MUTEX_UNLOCK
+            .concat()
+            .replacen("8b771081e680000000", "8b571081e280000000", 1);
+        let sites = plan_unlock(&masked);
+        assert_eq!(
+            object_from_rax_at(&sites, 0x8dca7),
+            Some((false, None)),
             "{sites:#x?}"
         );
         // Without the type's place (musl), a copy as before.
@@ -1906,7 +1962,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             object_from_rax_at(&sites, 0x8c3bc),
-            Some(false),
+            Some((false, None)),
             "{sites:#x?}"
         );
     }

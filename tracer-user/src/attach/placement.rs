@@ -341,6 +341,14 @@ fn fast_path_reason(site: &fast_path::Site, whole_at_entry: bool, emulated: bool
             if completion.may_be_open {
                 text += "; completes it if opened before";
             }
+            if completion.object_from_rax {
+                text += &match completion.type_register.unpack() {
+                    Some(register) => {
+                        format!("; no copy of the mutex: its type from {register:?}").to_lowercase()
+                    }
+                    None => "; no copy of the mutex: its type was tested".to_owned(),
+                };
+            }
             text
         }
     };

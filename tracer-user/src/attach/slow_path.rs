@@ -586,7 +586,14 @@ impl PathState {
 
 /// The first register of [`ObjectRegister::ALL`] in `mask` (a bit by [`register_index`]).
 pub(super) fn object_register_in(mask: u32) -> Option<ObjectRegister> {
-    let register = |object: ObjectRegister| match object {
+    ObjectRegister::ALL
+        .into_iter()
+        .find(|&object| mask & 1 << register_index(decoded_register(object)) != 0)
+}
+
+/// The decoder's name of a register the cookie names by its code.
+pub(super) fn decoded_register(object: ObjectRegister) -> Register {
+    match object {
         ObjectRegister::Rdi => Register::RDI,
         ObjectRegister::Rbx => Register::RBX,
         ObjectRegister::Rbp => Register::RBP,
@@ -602,10 +609,7 @@ pub(super) fn object_register_in(mask: u32) -> Option<ObjectRegister> {
         ObjectRegister::Rcx => Register::RCX,
         ObjectRegister::Rdx => Register::RDX,
         ObjectRegister::Rsi => Register::RSI,
-    };
-    ObjectRegister::ALL
-        .into_iter()
-        .find(|&object| mask & 1 << register_index(register(object)) != 0)
+    }
 }
 
 /// A general-purpose register's number (of its 64-bit name, rax 0 to r15 15); [`REGISTERS`]
