@@ -409,8 +409,7 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // opened all the same, for its own calls inside to be known as such. (A binding of its
     // own: declared mutable above, the verifier counted the entry's frame at 56 bytes.)
     let mut only_opens_call = only_opens_call;
-    if flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, cookie.stack_offset, FREE)
-    {
+    if flags.has(ProbeFlags::CALLED_INSIDE) && called_inside(task, regs, raw_cookie, FREE) {
         if cookie.function.bytes == 0 || !flags.has(ProbeFlags::RETURN) {
             return 0;
         }
@@ -524,7 +523,7 @@ pub fn thr_fast(ctx: ProbeContext) -> u32 {
     let flags = cookie.flags;
     if !recorded(current_pid_tgid(task), flags)
         || flags.has(ProbeFlags::CALLED_INSIDE)
-            && called_inside(task, regs, cookie.stack_offset, event_key(&cookie))
+            && called_inside(task, regs, raw_cookie, event_key(&cookie))
     {
         return 0;
     }
@@ -695,17 +694,20 @@ fn emit_entry(raw_cookie: u64, regs: *const pt_regs, slot: *mut Pending) -> bool
 fn called_inside(
     task: *mut task_struct,
     regs: *const pt_regs,
-    stack_offset: u16,
+    raw_cookie: u64,
     own_event: u32,
 ) -> bool {
+    let cookie = ProbeCookie::decode(raw_cookie);
     // SAFETY: `regs` is the probe's context.
-    let return_slot = unsafe { (*regs).rsp } + u64::from(stack_offset);
+    let return_slot = unsafe { (*regs).rsp } + u64::from(cookie.stack_offset);
     let read_caller =
         // SAFETY: the helper checks the user address.
         || unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
     let pid = (current_pid_tgid(task) >> 32) as u32;
+    // Only musl's shared library lists call sites: a probe in another has no map lookup.
     // SAFETY: the value is read at once.
-    if let Some(library) = unsafe { LIBRARIES.get(pid) }
+    if cookie.layout == LAYOUT_MUSL
+        && let Some(library) = unsafe { LIBRARIES.get(pid) }
         && library[LIBRARY_BASE] != 0
     {
         let caller = read_caller();
