@@ -36,8 +36,6 @@ use core::{
     ptr,
 };
 
-use core::mem::offset_of;
-
 mod futex_calls;
 
 use aya_ebpf::{
@@ -633,9 +631,8 @@ fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) 
     }
 }
 
-/// Sets `rval` to what a call that completed where `completion` says returns: a register
-/// read by the helper, as a load from an offset chosen at run time is a context access the
-/// verifier refuses, straight into the record.
+/// Sets `rval` to what a call that completed where `completion` says returns: a known value,
+/// or a register's ([`register_value`]).
 ///
 /// # Safety
 /// `rval` is the `rval` of a record this run owns; `regs` is the probe's context.
@@ -646,13 +643,7 @@ unsafe fn set_completed_value(rval: *mut i64, completion: &Completion, regs: *co
         match completion.outcome.unpack() {
             Outcome::Returns(value) => *rval = i64::from(value),
             Outcome::Fails(_) => *rval = -1,
-            Outcome::ReturnsRegister(register) => {
-                generated::bpf_probe_read_kernel(
-                    rval.cast(),
-                    size_of::<u64>() as u32,
-                    register_field(register, &*regs).cast(),
-                );
-            }
+            Outcome::ReturnsRegister(register) => *rval = register_value(register, regs) as i64,
         }
     }
 }
@@ -823,21 +814,15 @@ fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
 }
 
 /// Copies the call's object into `record`, and on a slow path whose object is in another
-/// register than the first argument's, takes it from there as `a1`: read by the helper, as a
-/// load from an offset chosen at run time is a context access the verifier refuses, and into
-/// the record, as the stack has no room for it. A function of its own, called last, so that
-/// `fill_entry` keeps nothing across it.
+/// register than the first argument's, takes it from there as `a1`. A function of its own,
+/// called last, so that `fill_entry` keeps nothing across it.
 #[inline(never)]
 fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
     let cookie = ProbeCookie::decode(raw_cookie);
     // SAFETY: as in `fill_entry`, which has filled the record's arguments.
     unsafe {
         if cookie.object_register != ObjectRegister::Rdi {
-            generated::bpf_probe_read_kernel(
-                ptr::addr_of_mut!((*record).args[0]).cast(),
-                size_of::<u64>() as u32,
-                register_field(cookie.object_register, &*regs).cast(),
-            );
+            (*record).args[0] = register_value(cookie.object_register, regs);
         }
         let object = ptr::addr_of_mut!((*record).object);
         // A call completed here whose record reads nothing of the object but the lock word
@@ -846,13 +831,8 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
         match cookie.completion {
             Some(c) if c.object_from_rax && c.holds((*regs).eflags) => {
                 if let Some(register) = c.type_register.unpack() {
-                    let type_word = ptr::addr_of_mut!((*object)[GLIBC_MUTEX_KIND_WORD]);
-                    generated::bpf_probe_read_kernel(
-                        type_word.cast(),
-                        size_of::<u32>() as u32,
-                        register_field(register, &*regs).cast(),
-                    );
-                    *type_word &= MUTEX_TYPE_MASK;
+                    (*object)[GLIBC_MUTEX_KIND_WORD] =
+                        register_value(register, regs) as u32 & MUTEX_TYPE_MASK;
                 }
             }
             _ => copy_object(
@@ -877,27 +857,29 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
     }
 }
 
-/// The field of `regs` that holds `register`.
+/// What `register` holds at the probe: every register loaded in turn at its constant offset
+/// in the context, which the verifier allows (a load at an offset chosen at run time is not),
+/// and the one wanted kept, which costs less than a helper that reads it. Volatile, so that
+/// LLVM keeps every load rather than make them one at a computed offset; one at a time, so
+/// that no more than two are live.
 #[inline(always)]
-fn register_field(register: ObjectRegister, regs: &pt_regs) -> *const u64 {
-    let offset = match register {
-        ObjectRegister::Rdi => offset_of!(pt_regs, rdi),
-        ObjectRegister::Rbx => offset_of!(pt_regs, rbx),
-        ObjectRegister::Rbp => offset_of!(pt_regs, rbp),
-        ObjectRegister::R12 => offset_of!(pt_regs, r12),
-        ObjectRegister::R13 => offset_of!(pt_regs, r13),
-        ObjectRegister::R14 => offset_of!(pt_regs, r14),
-        ObjectRegister::R15 => offset_of!(pt_regs, r15),
-        ObjectRegister::R8 => offset_of!(pt_regs, r8),
-        ObjectRegister::R9 => offset_of!(pt_regs, r9),
-        ObjectRegister::R10 => offset_of!(pt_regs, r10),
-        ObjectRegister::R11 => offset_of!(pt_regs, r11),
-        ObjectRegister::Rax => offset_of!(pt_regs, rax),
-        ObjectRegister::Rcx => offset_of!(pt_regs, rcx),
-        ObjectRegister::Rdx => offset_of!(pt_regs, rdx),
-        ObjectRegister::Rsi => offset_of!(pt_regs, rsi),
-    };
-    ptr::from_ref(regs).cast::<u8>().wrapping_add(offset).cast()
+fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
+    let mut value = 0;
+    macro_rules! keep_if_wanted {
+        ($($candidate:ident => $field:ident),*) => {$(
+            // SAFETY: `regs` is the probe's context; the read is of one of its fields.
+            let loaded = unsafe { ptr::read_volatile(&raw const (*regs).$field) };
+            if register == ObjectRegister::$candidate {
+                value = loaded;
+            }
+        )*};
+    }
+    keep_if_wanted!(
+        Rdi => rdi, Rbx => rbx, Rbp => rbp, R12 => r12, R13 => r13, R14 => r14, R15 => r15,
+        R8 => r8, R9 => r9, R10 => r10, R11 => r11, Rax => rax, Rcx => rcx, Rdx => rdx,
+        Rsi => rsi
+    );
+    value
 }
 
 /// Whether a record of the probe whose cookie is `raw_cookie` carries the thread's stack
