@@ -696,8 +696,8 @@ fn called_inside(
         || unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
     let pid = (current_pid_tgid(task) >> 32) as u32;
     // Only musl's shared library lists call sites: a probe in another has no map lookup.
-    // SAFETY: the value is read at once.
     if cookie.layout == LAYOUT_MUSL
+        // SAFETY: the value is read at once.
         && let Some(library) = unsafe { LIBRARIES.get(pid) }
         && library[LIBRARY_BASE] != 0
     {
