@@ -439,8 +439,9 @@ pub fn thr_entry(ctx: ProbeContext) -> u32 {
     // A single record, or the entry half of a paired call, is filled in the ring, where user
     // reads are cheaper than into the slot's slab memory (see `read_user_into`); an entry half
     // is copied to the slot too.
-    let in_ring =
-        !only_opens_call && !written_at_return_only(flags) && emit_entry(raw_cookie, regs, slot);
+    let in_ring = !only_opens_call
+        && !written_at_return_only(flags)
+        && emit_entry(raw_cookie, regs, slot, task);
     if slot.is_null() {
         // A waking slow path's record is its call's: the futex wake that follows is not
         // recorded again.
@@ -476,7 +477,7 @@ unsafe fn hold_call(
     unsafe {
         if !in_ring {
             let record = ptr::addr_of_mut!((*slot).record);
-            fill_entry(record, raw_cookie, regs);
+            fill_entry(record, raw_cookie, regs, current_task());
             (*record).which = u8::from(flags.has(ProbeFlags::PAIRED));
         }
         (*slot).nested = 0;
@@ -526,7 +527,7 @@ pub fn thr_fast(ctx: ProbeContext) -> u32 {
         return 0;
     }
     match completed && !completion.may_be_open {
-        true => emit_whole(raw_cookie, regs),
+        true => emit_whole(raw_cookie, regs, task),
         false => meet_open_call(raw_cookie, task, regs, completed),
     }
     0
@@ -540,7 +541,7 @@ fn meet_open_call(raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs,
     let calls = CALLS.of(task, !completed);
     if calls.is_null() {
         match completed {
-            true => emit_whole(raw_cookie, regs),
+            true => emit_whole(raw_cookie, regs, task),
             false => count_lost(),
         }
         return;
@@ -556,11 +557,11 @@ fn meet_open_call(raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs,
         },
         // Opened before, on its way here.
         Some(_) => {}
-        None if completed => emit_whole(raw_cookie, regs),
+        None if completed => emit_whole(raw_cookie, regs, task),
         None => {
             let slot = free_slot(calls);
             let in_ring =
-                !written_at_return_only(cookie.flags) && emit_entry(raw_cookie, regs, slot);
+                !written_at_return_only(cookie.flags) && emit_entry(raw_cookie, regs, slot, task);
             // SAFETY: this thread's own slot.
             unsafe { hold_call(slot, raw_cookie, regs, in_ring, false) };
         }
@@ -571,9 +572,9 @@ fn meet_open_call(raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs,
 /// halves in one record ([`WHICH_BOTH_HALVES`]), or its one record; with the thread's stack
 /// when asked. A call of its own, to keep the fast path's frame small.
 #[inline(never)]
-fn emit_whole(raw_cookie: u64, regs: *const pt_regs) {
+fn emit_whole(raw_cookie: u64, regs: *const pt_regs, task: *mut task_struct) {
     let fill = |entry: *mut RawRecord| {
-        fill_entry(entry, raw_cookie, regs);
+        fill_entry(entry, raw_cookie, regs, task);
         complete_whole(entry, raw_cookie, regs);
     };
     let written = match with_stack(raw_cookie) {
@@ -595,9 +596,8 @@ fn emit_whole(raw_cookie: u64, regs: *const pt_regs) {
 }
 
 /// Adds to a record its entry filled what the completion knows: how the call ends, and a
-/// recursive mutex's count as the call leaves it. A call of its own, whose decoded cookie
-/// stays off its caller's frame.
-#[inline(never)]
+/// recursive mutex's count as the call leaves it.
+#[inline(always)]
 fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
     let cookie = ProbeCookie::decode(raw_cookie);
     let Some(completion) = cookie.completion else {
@@ -652,9 +652,14 @@ unsafe fn set_completed_value(rval: *mut i64, completion: &Completion, regs: *co
 /// (`names::STACKS`), and copies it to the open call's `slot` if there is one (null: none).
 /// Returns whether it was written. A call of its own, to keep the entry's frame small.
 #[inline(never)]
-fn emit_entry(raw_cookie: u64, regs: *const pt_regs, slot: *mut Pending) -> bool {
+fn emit_entry(
+    raw_cookie: u64,
+    regs: *const pt_regs,
+    slot: *mut Pending,
+    task: *mut task_struct,
+) -> bool {
     let fill = |entry: *mut RawRecord| {
-        fill_entry(entry, raw_cookie, regs);
+        fill_entry(entry, raw_cookie, regs, task);
         if !slot.is_null() {
             // SAFETY: the entry is ours until submitted; the slot is this thread's own.
             unsafe {
@@ -766,13 +771,18 @@ fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs
 
 /// Writes a call's record as its entry knows it into `record` (ring or slot memory): every
 /// byte, padding included, `which` 0. A function of its own (a BPF-to-BPF call) taking few
-/// arguments, so that its frame and its caller's each stay small: passing it the task and ids
-/// too made the caller's frame 56 bytes, which the kernel moves to a private stack.
+/// arguments, so that its frame and its caller's each stay small: passing it the ids too made
+/// the caller's frame 56 bytes, which the kernel moves to a private stack. The task is passed
+/// on, not taken again: each take is a helper call.
 #[inline(never)]
-fn fill_entry(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
+fn fill_entry(
+    record: *mut RawRecord,
+    raw_cookie: u64,
+    regs: *const pt_regs,
+    task: *mut task_struct,
+) {
     let cookie = ProbeCookie::decode(raw_cookie);
     let flags = cookie.flags;
-    let task = current_task();
     let pid_tgid = current_pid_tgid(task);
     // SAFETY: `record` is writable memory of a whole record, owned by this program run;
     // `regs` is the probe's context, the user's registers at the probed instruction.
