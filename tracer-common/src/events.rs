@@ -651,8 +651,9 @@ impl ProbeCookie {
     /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before
     /// the probe (8; on a slow path or a completion the object's register in the low 4, and
     /// on a completion its condition and a bit of its type register in the high 4) and size
-    /// (16; on a completion the rest of the [`Completion`]). A completion is marked by the two bits slow path and returns
-    /// result as 0 and 1, which no other probe has (a result is returned on slow paths only).
+    /// (16; on a completion the rest of the [`Completion`]). A completion is marked by the two
+    /// bits slow path and returns result as 0 and 1, which no other probe has (a result is
+    /// returned on slow paths only).
     pub const fn encode(self) -> u64 {
         let (returns_result, low, condition) = match self.completion {
             Some(completion) => {
@@ -1863,6 +1864,15 @@ mod tests {
             }
         }
         all.map(Option::unwrap)
+    }
+
+    #[test]
+    fn a_type_register_unpacks_to_the_register_it_was_made_of() {
+        for register in Completion::TYPE_REGISTERS {
+            assert_eq!(TypeRegister::of(register).unpack(), Some(register));
+        }
+        assert_eq!(TypeRegister::of(ObjectRegister::Rax).unpack(), None);
+        assert_eq!(TypeRegister::NONE.unpack(), None);
     }
 
     #[test]

@@ -700,7 +700,8 @@ fn called_inside(
         // SAFETY: the helper checks the user address.
         || unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
     let pid = (current_pid_tgid(task) >> 32) as u32;
-    // Only musl's shared library lists call sites: a probe in another has no map lookup.
+    // Only musl's shared library lists call sites: a probe of another layout has no lookup
+    // (one of a static musl executable finds no base).
     if cookie.layout == LAYOUT_MUSL
         // SAFETY: the value is read at once.
         && let Some(library) = unsafe { LIBRARIES.get(pid) }

@@ -229,8 +229,8 @@ pub struct Library {
     /// Where its named functions start (a jump to one is a tail call).
     pub named: HashSet<u64>,
     /// Where a mutex's type is in its object, for glibc's mutexes (whose fast paths test
-    /// it): a completion of a normal mutex's call then needs no copy of the object
-    /// ([`Completion::object_from_rax`]).
+    /// it): a completion of a normal mutex's call, or of an unlock whose type a register
+    /// holds, then needs no copy of the object ([`Completion::object_from_rax`]).
     pub mutex_kind_offset: Option<i64>,
 }
 
@@ -1117,6 +1117,11 @@ impl Walk {
                     let (mask, value) = before.in_flags;
                     arriving.types &= types_where(mask, value);
                 }
+                // The library's other callers enter the shared code there with registers of
+                // their own: what this function knew stays behind.
+                if self.shared_code.is_some_and(|shared| shared.start == next) {
+                    arriving = KindFacts::NONE;
+                }
                 let merged = match facts.get(&next) {
                     Some(known) => known.meet(&arriving),
                     None => arriving,
@@ -1333,15 +1338,19 @@ impl KindFacts {
         };
         let memory = (0..instruction.op_count()).any(|n| instruction.op_kind(n) == OpKind::Memory);
         let at_kind = memory
+            // Not through fs or gs, whose bases are not 0.
+            && !matches!(instruction.segment_prefix(), Register::FS | Register::GS)
             && on_object(instruction.memory_base())
             && instruction.memory_index() == Register::None
             && instruction.memory_displacement64() as i64 == offset;
         // A store that could reach the word: through another register, indexed, or over its
         // bytes.
+        // A string store (`rep stos`) is described by one element.
         let reaches_word = |m: &iced_x86::UsedMemory| {
             let start = m.displacement() as i64;
             let end = start.saturating_add(m.memory_size().size() as i64);
-            !on_object(m.base())
+            instruction.is_string_instruction()
+                || !on_object(m.base())
                 || m.index() != Register::None
                 || m.memory_size().size() == 0
                 || start < offset + 4 && offset < end
@@ -1937,17 +1946,24 @@ mod tests {
             Some((true, Some(ObjectRegister::Rdx))),
             "{sites:#x?}"
         );
-        // With `edx` masked to the pshared bit on the way (`mov 0x10(%rdi),%edx; and
-        // $0x80,%edx` in place of the same on `esi`), no register holds the type: a copy.
-        let masked = MUTEX_UNLOCK
-            .concat()
-            .replacen("8b771081e680000000", "8b571081e280000000", 1);
-        let sites = plan_unlock(&masked);
-        assert_eq!(
-            object_from_rax_at(&sites, 0x8dca7),
-            Some((false, None)),
-            "{sites:#x?}"
-        );
+        // No register holds the type where, on the way, `edx` is masked to the pshared bit
+        // (`mov 0x10(%rdi),%edx; and $0x80,%edx` in place of the same on `esi`), or its low
+        // byte is set (`sete %dl` in place of `mov 0x10(%rdi),%esi`), or the type word is
+        // stored to (`movl $0,0x10(%rdi)` in place of the owner's `movl $0,0x8(%rdi)`): a copy.
+        for (from, to) in [
+            ("8b771081e680000000", "8b571081e280000000"),
+            ("8b771081e6", "0f94c281e6"),
+            ("c7470800000000", "c7471000000000"),
+        ] {
+            let changed = MUTEX_UNLOCK.concat().replacen(from, to, 1);
+            assert_ne!(changed, MUTEX_UNLOCK.concat());
+            let sites = plan_unlock(&changed);
+            assert_eq!(
+                object_from_rax_at(&sites, 0x8dca7),
+                Some((false, None)),
+                "{to}: {sites:#x?}"
+            );
+        }
         // Without the type's place (musl), a copy as before.
         let sites = plan(
             &image(0x8c370, &lock),
