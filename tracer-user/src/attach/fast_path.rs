@@ -1034,9 +1034,10 @@ impl Walk {
                     let found_in_rax = self.found_in_rax(ip, object_register);
                     let from_rax =
                         found_in_rax == FoundInRax::Word && outcome == Outcome::Returns(0);
-                    let type_register = match not_recursive_at(ip) {
-                        true => None,
-                        false => type_register_at(ip).filter(|_| from_rax),
+                    let not_recursive = not_recursive_at(ip);
+                    let type_register = match from_rax && !not_recursive {
+                        true => type_register_at(ip),
+                        false => None,
                     };
                     Role::Completes(Completion {
                         condition,
@@ -1049,8 +1050,7 @@ impl Walk {
                         // A call that succeeded on a mutex not recursive: the lock word is
                         // what its atomic instruction found; a lock found it free, with no
                         // owner. Or an unlock whose type a register holds.
-                        object_from_rax: from_rax
-                            && (not_recursive_at(ip) || type_register.is_some()),
+                        object_from_rax: from_rax && (not_recursive || type_register.is_some()),
                         type_register: type_register.map_or(TypeRegister::NONE, TypeRegister::of),
                     })
                 }
@@ -1343,9 +1343,8 @@ impl KindFacts {
             && on_object(instruction.memory_base())
             && instruction.memory_index() == Register::None
             && instruction.memory_displacement64() as i64 == offset;
-        // A store that could reach the word: through another register, indexed, or over its
-        // bytes.
-        // A string store (`rep stos`) is described by one element.
+        // A store that could reach the word: through another register, indexed, over its
+        // bytes, or a string store (`rep stos`, which is described by one element).
         let reaches_word = |m: &iced_x86::UsedMemory| {
             let start = m.displacement() as i64;
             let end = start.saturating_add(m.memory_size().size() as i64);
@@ -1685,7 +1684,6 @@ impl Values {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracer_common::EVENTS;
     use tracer_common::GLIBC_MUTEX_KIND_OFFSET;
 
     fn event(name: &str) -> &'static EventDef {
@@ -1906,14 +1904,17 @@ mod tests {
             ..library()
         };
         let lock = hex(&MUTEX_LOCK.concat());
-        let sites = plan(
-            &image(0x8c370, &lock),
-            0x8c370,
-            lock.len() as u64,
-            &library,
-            event("mutex_lock"),
-        )
-        .unwrap();
+        let plan_lock = |library: &Library| {
+            plan(
+                &image(0x8c370, &lock),
+                0x8c370,
+                lock.len() as u64,
+                library,
+                event("mutex_lock"),
+            )
+            .unwrap()
+        };
+        let sites = plan_lock(&library);
         // The normal mutex's lock (`test %edx,%edx; jne` on `__kind & 0x17f` passed), and
         // the recursive mutex's first lock, whose count the copy must show.
         assert_eq!(
@@ -1965,17 +1966,10 @@ mod tests {
             );
         }
         // Without the type's place (musl), a copy as before.
-        let sites = plan(
-            &image(0x8c370, &lock),
-            0x8c370,
-            lock.len() as u64,
-            &Library {
-                mutex_kind_offset: None,
-                ..library
-            },
-            event("mutex_lock"),
-        )
-        .unwrap();
+        let sites = plan_lock(&Library {
+            mutex_kind_offset: None,
+            ..library
+        });
         assert_eq!(
             object_from_rax_at(&sites, 0x8c3bc),
             Some((false, None)),
