@@ -24,5 +24,6 @@ mod signals;
 mod sinks;
 mod sudo;
 mod symbolize;
+mod sys;
 
 pub use cli::main;

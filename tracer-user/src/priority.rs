@@ -17,10 +17,11 @@
 
 use std::{
     io,
-    os::unix::thread::JoinHandleExt,
     sync::mpsc,
     thread::{self, JoinHandle},
 };
+
+use crate::sys::sched;
 
 /// How urgently one of the tracer's threads runs when the CPUs are busy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,8 +34,9 @@ pub enum Rank {
 
 impl Rank {
     fn priority(self) -> libc::c_int {
-        // SAFETY: a plain query with no memory effects.
-        let highest = unsafe { libc::sched_get_priority_max(libc::SCHED_FIFO) };
+        // SCHED_FIFO always has a range; were it refused, -1 is no priority, and giving it
+        // fails, best effort, as it would without CAP_SYS_NICE.
+        let highest = sched::highest_priority(libc::SCHED_FIFO).unwrap_or(-1);
         match self {
             Rank::First => highest,
             Rank::Second => highest - 1,
@@ -48,12 +50,12 @@ const REAL_TIME: libc::c_int = libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK;
 /// Runs the calling thread at [`Rank::First`]. Best effort: without CAP_SYS_NICE, the thread
 /// runs as before.
 pub fn run_first() {
-    set(own(), REAL_TIME, Rank::First.priority());
+    let _ = sched::set_own_policy(REAL_TIME, Rank::First.priority());
 }
 
 /// Runs the calling thread at the normal policy (a thread inherits its creator's).
 pub fn run_normally() {
-    set(own(), libc::SCHED_OTHER, 0);
+    let _ = sched::set_own_policy(libc::SCHED_OTHER, 0);
 }
 
 /// Starts a thread named `name` running `work` at `rank`: set here, by the starting thread,
@@ -71,25 +73,9 @@ pub fn spawn<T: Send + 'static>(
             let _ = wait_for_rank.recv();
             work()
         })?;
-    // The handle's thread is joinable, so its pthread_t stays valid while the handle lives.
-    set(handle.as_pthread_t(), REAL_TIME, rank.priority());
+    let _ = sched::set_policy_of(&handle, REAL_TIME, rank.priority());
     let _ = ranked.send(());
     Ok(handle)
-}
-
-/// The calling thread.
-fn own() -> libc::pthread_t {
-    // SAFETY: a plain query with no memory effects.
-    unsafe { libc::pthread_self() }
-}
-
-/// Sets the policy and priority of `thread`, a live thread of this process.
-fn set(thread: libc::pthread_t, policy: libc::c_int, priority: libc::c_int) {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: `thread` is live (the caller's word); `param` is a live local.
-    let _ = unsafe { libc::pthread_setschedparam(thread, policy, &raw const param) };
 }
 
 #[cfg(test)]
@@ -98,18 +84,9 @@ mod tests {
 
     #[test]
     fn a_spawned_thread_runs_its_work_at_its_rank() {
-        let thread = spawn("rank-test", Rank::Second, || {
-            let mut param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: plain queries of the calling thread, into a live local.
-            unsafe {
-                libc::sched_getparam(0, &raw mut param);
-                (libc::sched_getscheduler(0), param.sched_priority)
-            }
-        })
-        .unwrap();
-        let (policy, priority) = thread.join().unwrap();
-        // SAFETY: a plain query.
-        if unsafe { libc::geteuid() } != 0 {
+        let thread = spawn("rank-test", Rank::Second, sched::own_policy).unwrap();
+        let (policy, priority) = thread.join().unwrap().unwrap();
+        if !rustix::process::geteuid().is_root() {
             // Without CAP_SYS_NICE no rank is given: the thread keeps the normal policy.
             assert_eq!((policy, priority), (libc::SCHED_OTHER, 0));
             return;

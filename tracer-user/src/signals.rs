@@ -5,6 +5,8 @@
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::sys::{self, SyscallError};
+
 /// The signals handled, in `set_blocked`'s set.
 const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
 
@@ -23,7 +25,7 @@ pub struct TraceSignals {
 impl TraceSignals {
     /// Catches them and holds them in this thread and the threads it starts from now on;
     /// needs a tokio runtime's context (`Runtime::enter`).
-    pub fn catch_and_hold() -> std::io::Result<Self> {
+    pub fn catch_and_hold() -> anyhow::Result<Self> {
         // Held first: caught but not held, one could come while a program is verified.
         set_blocked(true)?;
         Ok(TraceSignals {
@@ -35,7 +37,7 @@ impl TraceSignals {
 
     /// Delivers the held signals from now on (in this thread).
     #[allow(clippy::unused_self, reason = "only who holds them releases them")]
-    pub fn release(&self) -> std::io::Result<()> {
+    pub fn release(&self) -> Result<(), SyscallError> {
         set_blocked(false)
     }
 
@@ -62,38 +64,13 @@ pub enum TraceSignal {
 /// (attaching perf-event uprobes one grace period each) stops early, so that the trace ends
 /// soon after it was asked to.
 pub fn stop_pending() -> bool {
-    // SAFETY: sigset_t is plain data, filled by sigpending before sigismember reads it.
-    unsafe {
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        libc::sigpending(&raw mut pending) == 0
-            && [libc::SIGINT, libc::SIGTERM]
-                .iter()
-                .any(|&signal| libc::sigismember(&raw const pending, signal) == 1)
-    }
+    sys::signal::any_pending(&[libc::SIGINT, libc::SIGTERM]).unwrap_or(false)
 }
 
 /// Blocks or unblocks the handled signals in the calling thread. A child process inherits the
-/// mask through exec: a launched command unblocks them before it execs.
-pub fn set_blocked(blocked: bool) -> std::io::Result<()> {
-    // SAFETY: sigset_t is plain data, initialized by sigemptyset before use; pthread_sigmask
-    // only reads the set and changes this thread's mask.
-    let result = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&raw mut set);
-        for signal in HANDLED {
-            libc::sigaddset(&raw mut set, signal);
-        }
-        let how = if blocked {
-            libc::SIG_BLOCK
-        } else {
-            libc::SIG_UNBLOCK
-        };
-        libc::pthread_sigmask(how, &raw const set, std::ptr::null_mut())
-    };
-    match result {
-        0 => Ok(()),
-        error => Err(std::io::Error::from_raw_os_error(error)),
-    }
+/// mask through exec: a launched command unblocks them before it execs (async-signal-safe).
+pub fn set_blocked(blocked: bool) -> Result<(), SyscallError> {
+    sys::signal::set_blocked(&HANDLED, blocked)
 }
 
 #[cfg(test)]
@@ -106,24 +83,12 @@ mod tests {
         std::thread::spawn(|| {
             set_blocked(true).unwrap();
             assert!(!stop_pending());
-            // SAFETY: signals sent to this thread, which blocks them; sigtimedwait takes
-            // them back before the thread unblocks anything.
-            unsafe {
-                libc::pthread_kill(libc::pthread_self(), libc::SIGUSR1);
-                assert!(!stop_pending());
-                libc::pthread_kill(libc::pthread_self(), libc::SIGTERM);
-                assert!(stop_pending());
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&raw mut set);
-                libc::sigaddset(&raw mut set, libc::SIGTERM);
-                libc::sigaddset(&raw mut set, libc::SIGUSR1);
-                let now = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                while libc::sigtimedwait(&raw const set, std::ptr::null_mut(), &raw const now) > 0 {
-                }
-            }
+            // Sent to this thread, which holds them; taken back before it unblocks anything.
+            sys::signal::raise_in_this_thread(libc::SIGUSR1).unwrap();
+            assert!(!stop_pending());
+            sys::signal::raise_in_this_thread(libc::SIGTERM).unwrap();
+            assert!(stop_pending());
+            sys::signal::take_pending(&[libc::SIGTERM, libc::SIGUSR1]);
             assert!(!stop_pending());
         })
         .join()

@@ -1,7 +1,7 @@
 //! `cargo xtask layers`: the rooms of the tracer (`tracer-user/src`'s top-level modules), which
-//! imports which, and a check that every import points down the layers the README's "How it
-//! works" draws. `cargo xtask test` runs the check, so that an arrow back up or a circle fails
-//! the suite instead of creeping in.
+//! imports which, and a check that every import points down the layers that CONTRIBUTING.md's
+//! "The code, by layer" draws. `cargo xtask test` runs the check, so that an arrow back up or a
+//! circle fails the suite instead of creeping in.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -17,7 +17,8 @@ use crate::shell::workspace_root;
 /// The layers, from the edge down: a room imports only rooms of lower layers. A record is born
 /// in BPF, crosses in `capture`, is written by `sinks`; `attach` puts the probes, `session`
 /// runs a trace from a `Config`, `readers` read logs back beside it, and `cli` is the command
-/// line. The ground floor holds small pieces that several rooms share.
+/// line. The ground floor holds small pieces that several rooms share; below it, `sys`, every
+/// system call the tracer makes itself.
 const LAYERS: &[(&str, &[&str])] = &[
     ("the command line", &["cli"]),
     ("commands", &["session", "readers", "manual"]),
@@ -30,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "shared pieces",
         &["symbolize", "signals", "say", "error", "sudo", "priority"],
     ),
+    ("system calls", &["sys"]),
 ];
 
 /// Prints which room imports which, by layer; fails if one imports a room not below it.

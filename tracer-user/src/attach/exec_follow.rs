@@ -18,13 +18,18 @@
 use std::{collections::HashSet, io, sync::mpsc as sync_mpsc, thread, time::Duration};
 
 use anyhow::{Context, Result};
+use rustix::process::{Pid, Signal, kill_process};
 use tokio::sync::mpsc;
 
 use super::{
     launch::{self, Loader},
     targets::{self, PthreadLibrary},
 };
-use crate::{capture::lossless::StoppedView, priority::Rank};
+use crate::{
+    capture::lossless::StoppedView,
+    priority::Rank,
+    sys::{SyscallError, process, ptrace},
+};
 
 /// What following the targets reports to the session.
 pub enum Followed {
@@ -76,19 +81,15 @@ pub fn start(
         for &pid in &pids {
             if let Err(error) = seize_process(pid) {
                 say!(
-                    "thrtrace-bpf: cannot follow the execs of pid {pid} ({error}); is a \
+                    "thrtrace-bpf: cannot follow the execs of pid {pid} ({error:#}); is a \
                      debugger attached? Its forks are still followed"
                 );
             }
         }
-        if let Some(pid) = launched {
-            let resumed = seize(pid as libc::pid_t).and_then(|()| {
-                // SAFETY: kill has no memory effects.
-                check(unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) })
-            });
-            if let Err(error) = resumed {
-                say!("thrtrace-bpf: cannot follow the execs of the command: {error}");
-            }
+        if let Some(pid) = launched
+            && let Err(error) = seize_and_continue(pid)
+        {
+            say!("thrtrace-bpf: cannot follow the execs of the command: {error:#}");
         }
         let _ = seized.send(());
         Follower {
@@ -107,7 +108,7 @@ pub fn start(
 }
 
 /// Attaches to every thread of `pid`, again until no new thread has appeared meanwhile.
-fn seize_process(pid: u32) -> io::Result<()> {
+fn seize_process(pid: u32) -> Result<()> {
     let mut seized: HashSet<libc::pid_t> = HashSet::new();
     loop {
         let tasks: Vec<libc::pid_t> = std::fs::read_dir(format!("/proc/{pid}/task"))?
@@ -122,39 +123,36 @@ fn seize_process(pid: u32) -> io::Result<()> {
                 Ok(()) => {}
                 // The thread exited meanwhile.
                 Err(error) if error.raw_os_error() == Some(libc::ESRCH) => {}
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             }
             seized.insert(tid);
         }
     }
 }
 
-fn seize(tid: libc::pid_t) -> io::Result<()> {
-    // SAFETY: plain ptrace request; no memory is passed.
-    check(unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0, OPTIONS) } as libc::c_int)
+fn seize(tid: libc::pid_t) -> Result<(), SyscallError> {
+    ptrace::seize(tid, OPTIONS)
+}
+
+/// Attaches to the launched command `pid`, which its launcher left stopped, and lets it go on.
+fn seize_and_continue(pid: u32) -> Result<()> {
+    seize(pid as libc::pid_t)?;
+    if let Some(process) = Pid::from_raw(pid as i32) {
+        kill_process(process, Signal::CONT)?;
+    }
+    Ok(())
 }
 
 /// Whether the signal `tid` is stopped for came from the kernel (`SI_KERNEL`), as the BPF
 /// side's do, rather than from a process.
 fn sent_by_kernel(tid: libc::pid_t) -> bool {
-    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
-    // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t to the address passed, ours.
-    let result = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0, info.as_mut_ptr()) };
-    // SAFETY: zero-initialized, and filled in by the kernel when the call succeeded.
-    result == 0 && unsafe { info.assume_init() }.si_code == libc::SI_KERNEL
-}
-
-fn check(result: libc::c_int) -> io::Result<()> {
-    if result == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    ptrace::signal_info(tid).is_ok_and(|info| info.si_code == libc::SI_KERNEL)
 }
 
 /// Resumes a stopped tracee, delivering `signal` (0 for none).
-fn resume(tid: libc::pid_t, request: libc::c_uint, signal: libc::c_int) {
-    // SAFETY: plain ptrace request. It fails only if the tracee is gone: nothing to do then.
-    unsafe { libc::ptrace(request, tid, 0, signal) };
+fn resume(tid: libc::pid_t, signal: libc::c_int) {
+    // It fails only if the tracee is gone: nothing to do then.
+    let _ = ptrace::resume(tid, signal);
 }
 
 struct Follower {
@@ -168,17 +166,13 @@ impl Follower {
     /// Handles every stop of every tracee until none is left.
     fn run(self) {
         loop {
-            let mut status = 0;
-            // SAFETY: waitpid writes the status we pass. __WNOTHREAD: only this thread's
-            // tracees, never the main thread's child, whose status is the tracer's to collect.
-            let tid =
-                unsafe { libc::waitpid(-1, &raw mut status, libc::__WALL | libc::__WNOTHREAD) };
-            if tid == -1 {
-                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return; // ECHILD: no tracee left.
-            }
+            // __WNOTHREAD: only this thread's tracees, never the main thread's child, whose
+            // status is the tracer's to collect.
+            let (tid, status) = match process::waitpid(-1, libc::__WALL | libc::__WNOTHREAD) {
+                Ok(changed) => changed,
+                Err(error) if error.io_error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return, // ECHILD: no tracee left.
+            };
             if libc::WIFSTOPPED(status) {
                 self.stopped(tid, status);
             }
@@ -191,11 +185,12 @@ impl Follower {
             libc::PTRACE_EVENT_EXEC => self.exec(tid, status),
             libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
                 self.forked(tid);
-                resume(tid, libc::PTRACE_CONT, 0);
+                resume(tid, 0);
             }
             libc::PTRACE_EVENT_EXIT if Some(tid as u32) == self.launched => {
                 // Let the command exit untraced: its status goes to its parent, the tracer.
-                resume(tid, libc::PTRACE_DETACH, 0);
+                // It fails only if the command is gone: nothing to do then.
+                let _ = ptrace::detach(tid, 0);
             }
             // A group-stop: stay stopped as without a tracer, until SIGCONT. (A new task's
             // first stop, and a wake-up by SIGCONT, report SIGTRAP instead.)
@@ -205,9 +200,9 @@ impl Follower {
                     libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
                 ) =>
             {
-                // SAFETY: plain ptrace request; if it is refused, the tracee is resumed.
-                if unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid, 0, 0) } == -1 {
-                    resume(tid, libc::PTRACE_CONT, 0);
+                // If it is refused, the tracee is resumed.
+                if ptrace::listen(tid).is_err() {
+                    resume(tid, 0);
                 }
             }
             // --lossless stopped this thread until the rings are drained.
@@ -216,9 +211,9 @@ impl Follower {
             }
             // A signal on its way (even SIGTRAP: exec reports an event, not a SIGTRAP,
             // with PTRACE_O_TRACEEXEC): deliver it.
-            0 => resume(tid, libc::PTRACE_CONT, signal),
+            0 => resume(tid, signal),
             // Fork, clone, exit and new-task stops.
-            _ => resume(tid, libc::PTRACE_CONT, 0),
+            _ => resume(tid, 0),
         }
     }
 
@@ -231,18 +226,16 @@ impl Follower {
                 thread::sleep(HOLD_POLL_INTERVAL);
             }
         }
-        resume(tid, libc::PTRACE_CONT, 0);
+        resume(tid, 0);
     }
 
     /// Thread `tid` forked: the session records which process made which.
     fn forked(&self, tid: libc::pid_t) {
-        let mut child: libc::c_ulong = 0;
-        // SAFETY: PTRACE_GETEVENTMSG writes one unsigned long to the address we pass.
-        let got = unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid, 0, &mut child) };
+        let child = ptrace::event_message(tid);
         let Some(parent) = process_of(tid) else {
             return;
         };
-        if got == 0 {
+        if let Ok(child) = child {
             let _ = self.requests.send(Followed::Fork {
                 parent,
                 child: child as u32,
@@ -260,7 +253,7 @@ impl Follower {
             Ok(Loader::ExitStop(status)) => return self.stopped(pid, status),
             Err(error) => {
                 say!("thrtrace-bpf: cannot follow pid {pid} through exec: {error:#}");
-                return resume(pid, libc::PTRACE_CONT, 0);
+                return resume(pid, 0);
             }
         }
         match targets::find_pthread_libraries(pid as u32, &self.functions) {
@@ -284,7 +277,7 @@ impl Follower {
             }
             Err(error) => say!("thrtrace-bpf: pid {pid} after exec: {error:#}"),
         }
-        resume(pid, libc::PTRACE_CONT, 0);
+        resume(pid, 0);
     }
 }
 

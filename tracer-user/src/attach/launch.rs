@@ -21,7 +21,10 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::targets::{self, PthreadLibrary};
-use crate::{signals, sudo};
+use crate::{
+    signals, sudo,
+    sys::{process, ptrace},
+};
 
 /// How many syscall stops the loader may take before we stop waiting for it.
 const MAX_SYSCALL_STOPS: u32 = 20_000;
@@ -101,15 +104,12 @@ pub fn launch(
         command.uid(user.uid).gid(user.gid);
     }
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
-    // (sigemptyset, sigaddset, pthread_sigmask, ptrace).
+    // (sigemptyset, sigaddset, pthread_sigmask, ptrace), and allocates nothing.
     unsafe {
         command.pre_exec(|| {
             // The tracer holds SIGINT and SIGTERM until its session runs; the command must not.
-            signals::set_blocked(false)?;
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
+            signals::set_blocked(false).map_err(|error| error.io_error)?;
+            ptrace::trace_me().map_err(|error| error.io_error)
         });
     }
     let mut child = command.spawn().map_err(|source| LaunchError {
@@ -138,11 +138,8 @@ pub fn launch(
         }),
         Ok(None) => {
             let stop = if hand_over { libc::SIGSTOP } else { 0 };
-            // SAFETY: plain ptrace request on our stopped tracee.
-            if unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, stop) } == -1 {
-                return Err(io::Error::last_os_error())
-                    .context("cannot release the command from ptrace");
-            }
+            ptrace::detach(pid as libc::pid_t, stop)
+                .context("cannot release the command from ptrace")?;
             // Handed over only once stopped: a SIGCONT sent before the SIGSTOP is acted on
             // would leave the command stopped for good.
             if hand_over {
@@ -169,15 +166,11 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
     if !libc::WIFSTOPPED(status) {
         bail!("the command exited before it could be traced");
     }
-    // SAFETY: plain ptrace request on our stopped tracee.
-    unsafe {
-        libc::ptrace(
-            libc::PTRACE_SETOPTIONS,
-            pid,
-            0,
-            libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_EXITKILL,
-        )
-    };
+    // A tracee that is gone fails its first step below, which says so.
+    let _ = ptrace::set_options(
+        pid as libc::pid_t,
+        libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_EXITKILL,
+    );
     match step_through_loader(pid, status)? {
         Loader::Done => {}
         Loader::Exited(status) => return Ok(Stepped::Exited(status)),
@@ -224,10 +217,7 @@ pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader> 
         } else {
             stop_signal
         };
-        // SAFETY: plain ptrace request on our stopped tracee.
-        if unsafe { libc::ptrace(libc::PTRACE_SYSCALL, pid, 0, forward) } == -1 {
-            return Err(io::Error::last_os_error()).context("cannot step the command");
-        }
+        ptrace::step_to_syscall(pid as libc::pid_t, forward).context("cannot step the command")?;
         status = wait_for(pid as libc::pid_t)?;
         if !libc::WIFSTOPPED(status) {
             return Ok(Loader::Exited(ExitStatus::from_raw(status)));
@@ -238,12 +228,8 @@ pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader> 
 
 /// Whether the tracee, at a syscall stop, is in `arch_prctl(ARCH_SET_FS, ...)`.
 fn sets_thread_pointer(pid: u32) -> Result<bool> {
-    // SAFETY: user_regs_struct is plain data; PTRACE_GETREGS fills it for a stopped tracee.
-    let mut registers: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; the pointer is to a live, writable struct.
-    if unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut registers) } == -1 {
-        return Err(io::Error::last_os_error()).context("cannot read the command's registers");
-    }
+    let registers =
+        ptrace::registers(pid as libc::pid_t).context("cannot read the command's registers")?;
     Ok(registers.orig_rax == libc::SYS_arch_prctl as u64 && registers.rdi == ARCH_SET_FS)
 }
 
@@ -265,16 +251,11 @@ fn wait_for(pid: libc::pid_t) -> Result<libc::c_int> {
 }
 
 fn wait_with(pid: libc::pid_t, options: libc::c_int) -> Result<libc::c_int> {
-    let mut status = 0;
     loop {
-        // SAFETY: waitpid writes the status we pass.
-        let r = unsafe { libc::waitpid(pid, &raw mut status, options) };
-        if r == pid {
-            return Ok(status);
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error).context("cannot wait for the command");
+        match process::waitpid(pid, options) {
+            Ok((_, status)) => return Ok(status),
+            Err(error) if error.io_error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error).context("cannot wait for the command"),
         }
     }
 }

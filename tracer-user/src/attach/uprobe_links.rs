@@ -13,29 +13,26 @@
 //! Either way the links' process filter is not relied on alone: the entry program checks the
 //! process too (`TRACED`). aya 0.14 can make neither kind with cookies: the object's loader
 //! (`capture::loader`) loads the programs and links are made here with `bpf(2)` and
-//! `perf_event_open(2)`.
+//! `perf_event_open(2)` (`sys::bpf`, `sys::perf`).
 
 use std::{
     ffi::CString,
     fs,
-    mem::MaybeUninit,
     os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd},
+        fd::{AsFd, OwnedFd},
         unix::ffi::OsStrExt,
     },
     path::Path,
 };
 
 use anyhow::{Context, Result, anyhow};
-use aya_obj::generated::{
-    BPF_F_UPROBE_MULTI_RETURN,
-    bpf_attach_type::{BPF_PERF_EVENT, BPF_TRACE_UPROBE_MULTI},
-    bpf_attr, bpf_cmd, perf_event_attr,
-};
 
-use crate::capture::{
-    loader::bpf,
-    programs::{UprobeMechanism, UprobeProgram},
+use crate::{
+    capture::programs::{UprobeMechanism, UprobeProgram},
+    sys::{
+        bpf::{self, UprobeMulti},
+        perf,
+    },
 };
 
 /// Most threads that make one file's perf-event uprobes at once.
@@ -99,26 +96,14 @@ fn attach_multi(
     cookies: &[u64],
     pid: u32,
 ) -> Result<OwnedFd> {
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the link_create member of a zeroed union.
-    unsafe {
-        let link = &mut attr.link_create;
-        link.__bindgen_anon_1.prog_fd = program.fd().as_raw_fd() as u32;
-        link.attach_type = BPF_TRACE_UPROBE_MULTI as u32;
-        let multi = &mut link.__bindgen_anon_3.uprobe_multi;
-        multi.path = path.as_ptr() as u64;
-        multi.offsets = offsets.as_ptr() as u64;
-        multi.cookies = cookies.as_ptr() as u64;
-        multi.cnt = offsets.len() as u32;
-        multi.flags = if hook == Hook::Return {
-            BPF_F_UPROBE_MULTI_RETURN
-        } else {
-            0
-        };
-        multi.pid = pid;
-    }
-    Ok(bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?)
+    let probes = UprobeMulti {
+        path,
+        offsets,
+        cookies: Some(cookies),
+        at_return: hook == Hook::Return,
+        pid,
+    };
+    Ok(bpf::link_uprobe_multi(program.fd().as_fd(), probes)?)
 }
 
 /// One perf-event uprobe and BPF link per offset, made on up to `ATTACH_THREADS` threads.
@@ -177,56 +162,17 @@ fn attach_perf_event(
     cookie: u64,
     pid: u32,
 ) -> Result<OwnedFd> {
-    // SAFETY: perf_event_attr is plain data; all-zero is its "unset" value.
-    let mut attr: perf_event_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    attr.type_ = pmu.kind;
-    attr.size = size_of::<perf_event_attr>() as u32;
-    attr.config = if hook == Hook::Return {
+    let config = if hook == Hook::Return {
         1 << pmu.retprobe_bit
     } else {
         0
     };
-    attr.__bindgen_anon_3.uprobe_path = path.as_ptr() as u64;
-    attr.__bindgen_anon_4.probe_offset = offset;
-    // A process's probe follows its memory; every process's needs a CPU named instead.
-    let (target, cpu) = match pid {
-        0 => (-1, 0),
-        pid => (pid as libc::c_int, -1),
-    };
-    // SAFETY: `attr` is a valid perf_event_attr whose path outlives the call.
-    let event = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &raw const attr,
-            target,
-            cpu,
-            -1,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if event < 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("perf_event_open of a uprobe at {offset:#x}"));
-    }
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut link: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the link_create member of a zeroed union.
-    unsafe {
-        let create = &mut link.link_create;
-        create.__bindgen_anon_1.prog_fd = program.fd().as_raw_fd() as u32;
-        create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
-        create.attach_type = BPF_PERF_EVENT as u32;
-        create.__bindgen_anon_3.perf_event.bpf_cookie = cookie;
-    }
+    let event = perf::open_uprobe(pmu.kind, config, path, offset, pid)
+        .with_context(|| format!("perf_event_open of a uprobe at {offset:#x}"))?;
     // The link holds the event: closing the link detaches the probe and removes it.
-    bpf(bpf_cmd::BPF_LINK_CREATE, &mut link)
+    bpf::link_perf_event(program.fd().as_fd(), event.as_fd(), cookie)
         .with_context(|| format!("cannot attach a BPF program to the uprobe at {offset:#x}"))
 }
-
-/// `PERF_FLAG_FD_CLOEXEC`.
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 
 /// The kernel's uprobe PMU: its perf event type, and the config bit that makes a uretprobe.
 #[derive(Clone, Copy, Debug)]

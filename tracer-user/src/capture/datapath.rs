@@ -25,6 +25,7 @@ use super::{
     programs::{ProgramNames, Programs, UprobeMechanism},
     ring::Ring,
 };
+use crate::sys;
 
 /// Most `-p` targets and launched commands (without `--follow`, which follows many more).
 const PROCESS_TARGETS: u32 = 1024;
@@ -353,7 +354,7 @@ impl DataPath {
     pub fn futex_skips(&self) -> u64 {
         self.futex_programs
             .iter()
-            .filter_map(|program| loader::program_info(program).ok())
+            .filter_map(|program| sys::bpf::prog_info(program.as_fd()).ok())
             .map(|info| info.recursion_misses)
             .sum()
     }

@@ -25,7 +25,8 @@ use aya_obj::generated::{
     bpf_prog_type::{self, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_RAW_TRACEPOINT},
 };
 
-use super::loader::{self, Attach, CALL, MapShape, exit, instruction, mov_imm};
+use super::loader::{self, Attach, CALL, exit, instruction, mov_imm};
+use crate::sys::bpf::{self, MapShape};
 
 /// A kernel that lacks what the BPF side needs: exit status 2, as for other input the user
 /// can change (here, the kernel the tracer runs on).
@@ -212,7 +213,7 @@ fn has(ask: &Ask) -> bool {
                 max_entries: 4096,
                 map_flags: 0,
             };
-            let Ok(ring) = loader::create_map("thr_feature", ring, None) else {
+            let Ok(ring) = bpf::map_create("thr_feature", ring, None) else {
                 return false;
             };
             let rings = MapShape {
@@ -222,7 +223,7 @@ fn has(ask: &Ask) -> bool {
                 max_entries: 1,
                 map_flags: 0,
             };
-            loader::create_map("thr_feature", rings, Some(ring.as_fd())).is_ok()
+            bpf::map_create("thr_feature", rings, Some(ring.as_fd())).is_ok()
         }
         Ask::RawTracepoint => loader::trivial_program(BPF_PROG_TYPE_RAW_TRACEPOINT, None).is_some(),
     }

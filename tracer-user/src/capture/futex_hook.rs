@@ -11,20 +11,19 @@
 
 use std::{
     collections::BTreeMap,
-    fs, io,
-    mem::MaybeUninit,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    fs,
+    os::fd::{AsFd, OwnedFd},
 };
 
 use aya_obj::generated::{
-    bpf_attach_type::{BPF_PERF_EVENT, BPF_TRACE_FENTRY, BPF_TRACE_FEXIT},
-    bpf_attr, bpf_cmd,
+    bpf_attach_type::{BPF_TRACE_FENTRY, BPF_TRACE_FEXIT},
     bpf_prog_type::{BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT},
-    perf_event_attr,
 };
+use rustix::mount::{MountFlags, mount};
 use tracer_common::names;
 
-use super::loader::{self, Loaded, bpf};
+use super::loader::{self, Loaded};
+use crate::sys::{SyscallError, bpf, perf};
 
 /// How the futex programs are hooked into the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,12 +48,6 @@ const SYSCALL_TRACEPOINTS: [(&str, &str); 2] = [
 
 /// Where tracefs is mounted, in the order looked at.
 const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-
-/// `PERF_TYPE_TRACEPOINT`: a perf event whose config is a tracepoint's id.
-const PERF_TYPE_TRACEPOINT: u32 = 2;
-
-/// `PERF_FLAG_FD_CLOEXEC`.
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 
 impl FutexHook {
     /// Every hook, in the order tried.
@@ -135,7 +128,7 @@ impl FutexHookError {
 pub struct Hooked {
     /// The links, which detach the programs when closed.
     pub links: Vec<OwnedFd>,
-    /// The programs, whose skipped runs are read from them ([`loader::program_info`]).
+    /// The programs, whose skipped runs are read from them ([`bpf::prog_info`]).
     pub programs: Vec<OwnedFd>,
 }
 
@@ -206,12 +199,9 @@ fn attach_fentry(
 }
 
 /// Attaches a tracing program (fentry, fexit) to the function it was loaded for.
-fn attach_tracing(program: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+fn attach_tracing(program: &OwnedFd) -> Result<OwnedFd, SyscallError> {
     // No name: the program's own target, given at load.
-    attr.raw_tracepoint.prog_fd = program.as_raw_fd() as u32;
-    bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+    bpf::raw_tracepoint_open(program.as_fd(), None)
 }
 
 /// The exit, then the entry tracepoint of each futex syscall tracefs has; the first is needed.
@@ -243,40 +233,10 @@ fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Hooked, FutexHookError>
 
 /// Attaches the tracepoint program `program` to the tracepoint whose id is `id`, on every
 /// CPU, through a perf event and a BPF link. Closing the link detaches it.
-fn attach_perf_tracepoint(program: &OwnedFd, id: u64) -> io::Result<OwnedFd> {
-    // SAFETY: perf_event_attr is plain data; all-zero is its "unset" value.
-    let mut attr: perf_event_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    attr.type_ = PERF_TYPE_TRACEPOINT;
-    attr.size = size_of::<perf_event_attr>() as u32;
-    attr.config = id;
-    // Every process, on CPU 0: a tracepoint's program runs wherever it fires, as libbpf's do.
-    // SAFETY: `attr` is a valid perf_event_attr.
-    let event = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &raw const attr,
-            -1,
-            0,
-            -1,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if event < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut link: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the link_create member of a zeroed union.
-    unsafe {
-        let create = &mut link.link_create;
-        create.__bindgen_anon_1.prog_fd = program.as_raw_fd() as u32;
-        create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
-        create.attach_type = BPF_PERF_EVENT as u32;
-    }
+fn attach_perf_tracepoint(program: &OwnedFd, id: u64) -> Result<OwnedFd, SyscallError> {
+    let event = perf::open_tracepoint(id)?;
     // The link holds the event: closing the link detaches the program and removes the event.
-    bpf(bpf_cmd::BPF_LINK_CREATE, &mut link)
+    bpf::link_perf_event(program.as_fd(), event.as_fd(), 0)
 }
 
 /// The id of the syscall tracepoint `name`, from the first tracefs that has it. Where none
@@ -297,14 +257,12 @@ fn tracepoint_id(name: &str) -> Option<u64> {
 
 /// Mounts tracefs on the first of `TRACEFS`; whether it could.
 fn mount_tracefs() -> bool {
-    // SAFETY: NUL-terminated strings that outlive the call; no mount data.
-    unsafe {
-        libc::mount(
-            c"tracefs".as_ptr(),
-            c"/sys/kernel/tracing".as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        ) == 0
-    }
+    mount(
+        "tracefs",
+        "/sys/kernel/tracing",
+        "tracefs",
+        MountFlags::empty(),
+        None,
+    )
+    .is_ok()
 }

@@ -6,6 +6,7 @@ use std::{collections::BTreeMap, io, os::fd::AsRawFd};
 
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Backend, Btf, Type};
+use rustix::time::{ClockId, clock_getres, clock_gettime};
 
 use super::features::KernelTooOld;
 
@@ -175,34 +176,24 @@ fn find_member(btf: &Btf, s: &btf_rs::Struct, member: &str) -> Option<(u32, btf_
 /// the monotonic clock, the files carry realtime (as perf does, a later clock step is not applied).
 pub fn realtime_offset_ns() -> i128 {
     // Bracket the realtime reading between two monotonic ones to halve the error.
-    let before = now(libc::CLOCK_MONOTONIC);
-    let real = now(libc::CLOCK_REALTIME);
-    let after = now(libc::CLOCK_MONOTONIC);
+    let before = now(ClockId::Monotonic);
+    let real = now(ClockId::Realtime);
+    let after = now(ClockId::Monotonic);
     real - i128::midpoint(before, after)
 }
 
 /// CLOCK_MONOTONIC now, the clock of `bpf_ktime_get_ns`.
 pub fn monotonic_ns() -> u64 {
-    now(libc::CLOCK_MONOTONIC) as u64
+    now(ClockId::Monotonic) as u64
 }
 
 /// The resolution of CLOCK_MONOTONIC, the clock records are stamped with.
 pub fn clock_resolution_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_getres writes the timespec we pass; the clock always exists.
-    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    let ts = clock_getres(ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn now(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass; both clocks always exist.
-    unsafe { libc::clock_gettime(clock, &raw mut ts) };
+fn now(clock: ClockId) -> i128 {
+    let ts = clock_gettime(clock);
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }

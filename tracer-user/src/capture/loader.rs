@@ -1,6 +1,6 @@
 //! Loads the BPF object: creates its maps (the globals userspace sets written in first) and
 //! loads its programs. aya-obj parses and relocates, with no syscalls; the syscalls are made
-//! here, and aya wraps the maps for userspace.
+//! from here (through `sys::bpf`), and aya wraps the maps for userspace.
 //!
 //! aya 0.14's `EbpfLoader` is not used: `EbpfLoader::new` parses all of the kernel's BTF for
 //! CO-RE relocations (aya issue 1172), half of the tracer's start-up CPU, and this object has
@@ -8,9 +8,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    io,
-    mem::MaybeUninit,
-    os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
+    os::fd::{AsFd, AsRawFd, OwnedFd},
 };
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
@@ -18,13 +16,14 @@ use aya::maps::{Map, MapData};
 use aya_obj::{
     EbpfSectionKind, Object,
     generated::{
-        BPF_PSEUDO_KFUNC_CALL, bpf_attach_type, bpf_attr, bpf_cmd, bpf_insn,
+        BPF_PSEUDO_KFUNC_CALL, bpf_attach_type, bpf_insn,
         bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
-        bpf_prog_info,
         bpf_prog_type::{self, BPF_PROG_TYPE_TRACING},
     },
 };
 use tracer_common::kfuncs;
+
+use crate::sys::bpf::{self, MapShape};
 
 /// Size of the verifier log kept when the kernel rejects a program.
 const VERIFIER_LOG_BYTES: usize = 1 << 20;
@@ -222,7 +221,7 @@ fn create_map_of_maps(
     as_the_kernel_takes_it(&mut inner);
     let inner = MapData::create(inner, &format!("{name}.inner"), btf_fd)
         .with_context(|| format!("cannot create the inner map of BPF map {name}"))?;
-    let fd = create_map(
+    let fd = bpf::map_create(
         name,
         MapShape {
             map_type: definition.map_type(),
@@ -237,75 +236,22 @@ fn create_map_of_maps(
     Ok(MapData::from_fd(fd)?)
 }
 
-/// What `BPF_MAP_CREATE` is told of a map besides its name and inner map.
-#[derive(Clone, Copy, Debug)]
-pub struct MapShape {
-    pub map_type: u32,
-    pub key_size: u32,
-    pub value_size: u32,
-    pub max_entries: u32,
-    pub map_flags: u32,
-}
-
-/// Creates a map with no BTF: a map-of-maps (of `inner`'s kind), or a map that asks the kernel
-/// what it offers.
-pub fn create_map(
-    name: &str,
-    shape: MapShape,
-    inner: Option<BorrowedFd<'_>>,
-) -> io::Result<OwnedFd> {
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the map-create member of a zeroed union.
-    unsafe {
-        let create = &mut attr.__bindgen_anon_1;
-        create.map_type = shape.map_type;
-        create.key_size = shape.key_size;
-        create.value_size = shape.value_size;
-        create.max_entries = shape.max_entries;
-        create.map_flags = shape.map_flags;
-        create.inner_map_fd = inner.map_or(0, |fd| fd.as_raw_fd() as u32);
-        copy_name(&mut create.map_name, name);
-    }
-    bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)
-}
-
 /// Writes a global-data map's initial bytes, and freezes read-only data, so that the verifier
 /// knows its values.
 fn initialize(map: &MapData, definition: &aya_obj::Map) -> Result<()> {
     let data = definition.data();
     if !data.is_empty() {
-        let key = 0u32;
-        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: writing the element member of a zeroed union; key and value outlive the call.
-        unsafe {
-            let element = &mut attr.__bindgen_anon_2;
-            element.map_fd = map.fd().as_fd().as_raw_fd() as u32;
-            element.key = (&raw const key) as u64;
-            element.__bindgen_anon_1.value = data.as_ptr() as u64;
-        }
-        bpf_no_fd(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr)?;
+        // A global-data map's one value is the section's data.
+        bpf::map_update_elem(map.fd().as_fd(), 0, data)?;
     }
     if definition.section_kind() == EbpfSectionKind::Rodata {
-        // SAFETY: as above.
-        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.__bindgen_anon_2.map_fd = map.fd().as_fd().as_raw_fd() as u32;
-        bpf_no_fd(bpf_cmd::BPF_MAP_FREEZE, &mut attr)?;
+        bpf::map_freeze(map.fd().as_fd())?;
     }
     Ok(())
 }
 
 fn load_btf(bytes: &[u8]) -> Result<OwnedFd> {
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the BTF-load member of a zeroed union; `bytes` outlives the call.
-    unsafe {
-        let load = &mut attr.__bindgen_anon_7;
-        load.btf = bytes.as_ptr() as u64;
-        load.btf_size = bytes.len() as u32;
-    }
-    bpf(bpf_cmd::BPF_BTF_LOAD, &mut attr).context("the kernel rejected the BPF object's BTF")
+    bpf::btf_load(bytes).context("the kernel rejected the BPF object's BTF")
 }
 
 /// Bytes of the statistics-only verifier log every load asks for: a few lines.
@@ -347,33 +293,20 @@ impl From<Option<bpf_attach_type>> for Attach {
     }
 }
 
-/// A `BPF_PROG_LOAD` request for `instructions`, with the verifier's log at `log_level` into
-/// `log`. Both must outlive the requests made with it.
-fn load_request(
-    name: &str,
+/// What `BPF_PROG_LOAD` is told of `instructions`, program `name`.
+fn program<'a>(
+    name: &'a str,
     prog_type: bpf_prog_type,
     attach: Attach,
-    instructions: &[aya_obj::generated::bpf_insn],
-    log_level: u32,
-    log: &mut [u8],
-) -> bpf_attr {
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: writing the prog-load member of a zeroed union; the license is static.
-    unsafe {
-        let load = &mut attr.__bindgen_anon_3;
-        load.prog_type = prog_type as u32;
-        load.expected_attach_type = attach.attach_type.map_or(0, |attach| attach as u32);
-        load.attach_btf_id = attach.attach_btf_id;
-        load.insns = instructions.as_ptr() as u64;
-        load.insn_cnt = instructions.len() as u32;
-        load.license = c"GPL".as_ptr() as u64;
-        load.log_level = log_level;
-        load.log_buf = log.as_mut_ptr() as u64;
-        load.log_size = log.len() as u32;
-        copy_name(&mut load.prog_name, name);
+    instructions: &'a [bpf_insn],
+) -> bpf::Program<'a> {
+    bpf::Program {
+        name,
+        prog_type,
+        attach_type: attach.attach_type,
+        attach_btf_id: attach.attach_btf_id,
+        instructions,
     }
-    attr
 }
 
 /// Loads a program, asking the verifier only for its statistics (a full log costs the verifier
@@ -386,9 +319,9 @@ fn prog_load(
     attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd> {
+    let request = program(name, prog_type, attach, instructions);
     let mut stats = vec![0u8; STATS_LOG_BYTES];
-    let mut attr = load_request(name, prog_type, attach, instructions, LOG_STATS, &mut stats);
-    if let Ok(program) = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
+    if let Ok(program) = bpf::prog_load(request, LOG_STATS, &mut stats) {
         let depths = stack_depths(&log_text(&stats));
         let largest = depths.iter().copied().max();
         // Unread, the frames could not be checked: a kernel that words its statistics in a
@@ -411,22 +344,16 @@ fn prog_load(
         return Ok(program);
     }
     let mut log = vec![0u8; VERIFIER_LOG_BYTES];
-    // SAFETY: the prog-load member `load_request` wrote; `log` outlives the call that reads it.
-    unsafe {
-        let load = &mut attr.__bindgen_anon_3;
-        load.log_level = LOG_FULL;
-        load.log_buf = log.as_mut_ptr() as u64;
-        load.log_size = log.len() as u32;
-    }
-    bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
+    bpf::prog_load(request, LOG_FULL, &mut log).map_err(|error| {
         let log = log_text(&log);
         let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        let errno = &error.io_error;
         // Refused before the verifier ran (a policy, a missing kernel feature): no log.
         if tail.is_empty() {
-            return anyhow!("{error} (before the verifier ran)");
+            return anyhow!("{error}: {errno} (before the verifier ran)");
         }
         anyhow!(
-            "{error}; verifier: {}",
+            "{error}: {errno}; verifier: {}",
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
         )
     })
@@ -508,18 +435,11 @@ pub fn load_to_ask(
     instructions: &[aya_obj::generated::bpf_insn],
 ) -> Result<OwnedFd, String> {
     let mut log = vec![0u8; STATS_LOG_BYTES];
-    let mut attr = load_request(
-        "thr_feature",
-        prog_type,
-        attach,
-        instructions,
-        LOG_FULL,
-        &mut log,
-    );
-    bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).map_err(|error| {
+    let request = program("thr_feature", prog_type, attach, instructions);
+    bpf::prog_load(request, LOG_FULL, &mut log).map_err(|error| {
         let text = log_text(&log);
         match text.trim().is_empty() {
-            true => error.to_string(),
+            true => format!("{error}: {}", error.io_error),
             false => text.into_owned(),
         }
     })
@@ -529,58 +449,8 @@ pub fn load_to_ask(
 /// as long as the descriptor.
 pub fn attach_raw_tracepoint(program: &OwnedFd, name: &str) -> Result<OwnedFd> {
     let name_c = std::ffi::CString::new(name)?;
-    // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    attr.raw_tracepoint.name = name_c.as_ptr() as u64;
-    attr.raw_tracepoint.prog_fd = program.as_raw_fd() as u32;
-    bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+    bpf::raw_tracepoint_open(program.as_fd(), Some(&name_c))
         .with_context(|| format!("cannot attach to the {name} raw tracepoint"))
-}
-
-/// A kernel object name: at most 15 bytes and a NUL.
-fn copy_name(destination: &mut [libc::c_char; 16], name: &str) {
-    for (dst, src) in destination.iter_mut().zip(name.bytes().take(15)) {
-        *dst = src as libc::c_char;
-    }
-}
-
-/// A `bpf(2)` command that returns a new descriptor.
-pub fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
-    let fd = bpf_no_fd(cmd, attr)?;
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// A `bpf(2)` command, and what it returned.
-pub fn bpf_no_fd(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i32> {
-    // SAFETY: `attr` is a valid bpf_attr for `cmd`, and every pointer in it outlives the call.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd as libc::c_int,
-            std::ptr::from_mut::<bpf_attr>(attr),
-            size_of::<bpf_attr>(),
-        )
-    };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(result as i32)
-}
-
-/// What the kernel tells of a loaded program: how often it ran and for how long (with
-/// `kernel.bpf_stats_enabled`), and how many runs it skipped (`recursion_misses`: it was
-/// running on that CPU already, and nothing of it ran).
-pub fn program_info(program: &OwnedFd) -> io::Result<bpf_prog_info> {
-    // SAFETY: both are plain data; all-zero is their "unset" value.
-    let mut info: bpf_prog_info = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: as above.
-    let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-    attr.info.bpf_fd = program.as_raw_fd() as u32;
-    attr.info.info_len = size_of::<bpf_prog_info>() as u32;
-    attr.info.info = (&raw mut info) as u64;
-    bpf_no_fd(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
-    Ok(info)
 }
 
 #[cfg(test)]

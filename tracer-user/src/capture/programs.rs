@@ -2,19 +2,16 @@
 //! (uprobe_multi links or perf-event uprobes: [`UprobeMechanism`]); `attach::uprobe_links`
 //! makes the links.
 
-use std::{
-    mem::MaybeUninit,
-    os::fd::{AsRawFd, OwnedFd},
-};
+use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result};
 use aya_obj::generated::{
     bpf_attach_type::{self, BPF_TRACE_UPROBE_MULTI},
-    bpf_attr, bpf_cmd,
     bpf_prog_type::BPF_PROG_TYPE_KPROBE,
 };
 
-use super::loader::{Loaded, bpf, program_info, trivial_program};
+use super::loader::{Loaded, trivial_program};
+use crate::sys::bpf::{self, UprobeMulti};
 
 /// How probes are attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +115,7 @@ impl UprobeProgram {
     }
 
     fn run_time(&self) -> Result<RunTime> {
-        let info = program_info(&self.fd)
+        let info = bpf::prog_info(self.fd.as_fd())
             .with_context(|| format!("cannot read BPF program {}'s run times", self.name))?;
         Ok(RunTime {
             program: self.name,
@@ -137,22 +134,14 @@ fn kernel_has_uprobe_multi() -> bool {
         return false;
     };
     let refusal = |pid: u32| {
-        let offsets = [0u64];
-        // SAFETY: bpf_attr is plain data; all-zero is its "unset" value.
-        let mut attr: bpf_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: writing the link_create member of a zeroed union; the path and offsets
-        // outlive the call.
-        unsafe {
-            let link = &mut attr.link_create;
-            link.__bindgen_anon_1.prog_fd = program.as_raw_fd() as u32;
-            link.attach_type = BPF_TRACE_UPROBE_MULTI as u32;
-            let multi = &mut link.__bindgen_anon_3.uprobe_multi;
-            multi.path = c"/".as_ptr() as u64;
-            multi.offsets = offsets.as_ptr() as u64;
-            multi.cnt = 1;
-            multi.pid = pid;
-        }
-        bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
+        let probes = UprobeMulti {
+            path: c"/",
+            offsets: &[0],
+            cookies: None,
+            at_return: false,
+            pid,
+        };
+        bpf::link_uprobe_multi(program.as_fd(), probes)
             .err()
             .and_then(|e| e.raw_os_error())
     };

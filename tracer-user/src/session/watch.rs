@@ -2,14 +2,11 @@
 //! status, and the processes whose main thread has gone (traced through shared links from
 //! then on). A target's exit completes its files once its last records are written.
 
-use std::{
-    os::fd::{FromRawFd, OwnedFd, RawFd},
-    process::ExitStatus,
-    time::Duration,
-};
+use std::{process::ExitStatus, time::Duration};
 
 use anyhow::Result;
 use foldhash::{HashMap, HashSet};
+use rustix::process::{Pid, PidfdFlags, pidfd_open};
 use tokio::{sync::mpsc, time::Instant};
 use tracer_model::event::{SystemEvent, SystemKind};
 
@@ -322,15 +319,12 @@ pub(super) fn target_error_event(time_ns: i64, pid: u32, error: &anyhow::Error) 
 /// Sends `pid` on `exits` when that process exits, via a pidfd (which also works for our own
 /// child without reaping it, so its status can still be collected).
 fn watch_pid(pid: u32, exits: mpsc::UnboundedSender<u32>) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
+    let opened = Pid::from_raw(pid as i32).map(|pid| pidfd_open(pid, PidfdFlags::empty()));
+    let Some(Ok(pidfd)) = opened else {
         // Already gone.
         let _ = exits.send(pid);
         return;
-    }
-    // SAFETY: the descriptor was just opened and is ours.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    };
     tokio::spawn(async move {
         if let Ok(ready) = register(pidfd) {
             let _ = ready.readable().await;
