@@ -300,7 +300,7 @@ fn payload_of(event: &Event) -> Vec<u8> {
                 lwpid: r.lwpid as c_int,
                 event1: r.event1 as i16,
                 event2: r.event2 as i16,
-                which: r.which as i16,
+                which: r.which.code() as i16,
                 stack: r.stack,
                 a: r.a,
             };

@@ -6,6 +6,7 @@
 //! reaches the checks after them: a reader must not rely on the CRC alone.
 
 use std::{fs::File, path::Path};
+use tracer_common::Which;
 
 use tracer_model::{
     TraceRecord,
@@ -55,7 +56,7 @@ pub fn record(n: i64) -> Event {
         tid: 0x7f00,
         event1: 2,
         event2: 2,
-        which: 1,
+        which: Which::Entry,
         a: [n, -1, 2, 3, 4],
         caller: 0x4010,
         stack: 0,
@@ -65,7 +66,7 @@ pub fn record(n: i64) -> Event {
 /// Events of several thread and system types, in time order: what the log kept as a fixture
 /// (`tests/fixtures/`) holds, written with the type ids of an earlier build.
 pub fn mixed_events() -> Vec<Event> {
-    let thread = |n: i64, event1: u16, event2: u16, which: u16| {
+    let thread = |n: i64, event1: u16, event2: u16, which: Which| {
         Event::Thread(TraceRecord {
             sec: 1_700_000_000,
             nsec: n,
@@ -102,10 +103,10 @@ pub fn mixed_events() -> Vec<Event> {
                 name: "worker".into(),
             },
         ),
-        thread(2, 1, 1, 1),
-        thread(3, 2, 2, 1),
-        thread(4, 2, 2, 2),
-        thread(5, 3, 4, 1),
+        thread(2, 1, 1, Which::Entry),
+        thread(3, 2, 2, Which::Entry),
+        thread(4, 2, 2, Which::Return),
+        thread(5, 3, 4, Which::Entry),
         system(
             6,
             SystemKind::Overflow {
@@ -116,8 +117,8 @@ pub fn mixed_events() -> Vec<Event> {
             },
         ),
         system(7, SystemKind::Resume),
-        thread(8, 4, 3, 0),
-        thread(9, 9, 2, 2),
+        thread(8, 4, 3, Which::Whole),
+        thread(9, 9, 2, Which::Return),
         system(
             10,
             SystemKind::Mapping {

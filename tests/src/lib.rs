@@ -20,7 +20,7 @@ pub mod ingest;
 pub mod pprof;
 
 use serde_json::Value;
-use tracer_common::EVENTS;
+use tracer_common::{EVENTS, Which};
 use tracer_model::event::{Event, SystemEvent};
 pub use tracer_model::{
     TraceRecord,
@@ -354,7 +354,7 @@ fn process_start_ns() -> i128 {
     boot * 1_000_000_000 + ticks * 1_000_000_000 / ticks_per_second
 }
 
-/// Issue 2's test 3 on every file (by name): realtime stamps of this run, between this test
+/// Checks every file (by name) for realtime stamps of this run, between this test
 /// process's start and now (to /proc's second of boot time), nondecreasing per file. Not
 /// "within a few seconds of now": an emulated guest (`cargo xtask kernels`) takes longer.
 pub fn assert_realtime_and_ordered(files: &BTreeMap<String, Vec<TraceRecord>>) {
@@ -432,7 +432,7 @@ pub fn read_trace(dir: &Path) -> BTreeMap<String, Vec<TraceRecord>> {
             .expect("name")
             .to_string_lossy()
             .into_owned();
-        if !name.starts_with("tr.") {
+        if !tracer_model::tr::is_file_name(&name) {
             continue;
         }
         let text = fs::read_to_string(&path).expect("read trace file");
@@ -474,9 +474,9 @@ pub fn paired_calls<'a>(
     let mut open: BTreeMap<u32, &TraceRecord> = BTreeMap::new();
     let mut calls = Vec::new();
     for line in lines {
-        if line.is(name, 1) {
+        if line.is(name, Which::Entry) {
             open.insert(line.lwpid, line);
-        } else if line.is(name, 2) {
+        } else if line.is(name, Which::Return) {
             let entry = open
                 .remove(&line.lwpid)
                 .unwrap_or_else(|| panic!("{line:?} returns without entry"));

@@ -1,6 +1,6 @@
 //! The POSIX trace analyzer API in C (`libposixtrace`, `posixtrace/include/trace.h`), by C
 //! analyzers built against it (tests/analyzers), checked against the tr files of the same run
-//! and the product's own reader (issue 10).
+//! and the product's own reader.
 
 use std::{collections::BTreeMap, process::Command};
 

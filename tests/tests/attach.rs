@@ -1,4 +1,4 @@
-//! Attaching to processes that are already running (issue 2, tests 4, 5 and 7; issue 5).
+//! Attaching to processes that are already running.
 
 use std::{
     collections::BTreeMap,
@@ -11,14 +11,14 @@ use thrtrace_tests::{
     Gated, PLACEMENTS, TempDir, TraceRecord, bpf_available, field, file_name, lines_as_they_come,
     paired_calls, read_line, read_trace, run_tracer, start_tracer, whole_lines_of, workload,
 };
-use tracer_common::OWN_TARGET_SLOTS;
+use tracer_common::{OWN_TARGET_SLOTS, Which};
 
 /// (completed lock calls, unlock calls) on `mutex`.
 fn mutex_calls(lines: &[TraceRecord], mutex: i64) -> (usize, usize) {
     let locks = paired_calls(lines, "mutex_lock", mutex).len();
     let unlocks = lines
         .iter()
-        .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+        .filter(|l| l.is("mutex_unlock", Which::Whole) && l.a[0] == mutex)
         .count();
     (locks, unlocks)
 }
@@ -319,7 +319,7 @@ fn a_target_whose_main_thread_exits_is_traced_until_its_last_thread_is_gone() {
     assert_workers_traced(&run);
     let exit = run.files[&file_name(run.pid, run.pid)]
         .iter()
-        .find(|l| l.lwpid == run.pid && l.is("thr_exit", 0))
+        .find(|l| l.lwpid == run.pid && l.is("thr_exit", Which::Whole))
         .expect("the main thread's pthread_exit");
     for &lwpid in &run.workers {
         let lines = thread_lines(&run.files, run.pid, lwpid);

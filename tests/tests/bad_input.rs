@@ -1,4 +1,4 @@
-//! Bad input gets one line on stderr, exit status 2, and no files (issue 2, test 6).
+//! Bad input gets one line on stderr, exit status 2, and no files.
 //! These fail before anything is loaded into the kernel, so they need no privileges.
 
 use thrtrace_tests::{TempDir, run_tracer};
@@ -31,7 +31,7 @@ fn a_pid_that_does_not_exist() {
 fn an_unknown_category_or_event_lists_the_valid_categories() {
     assert_rejected(
         &["--events", "mutex:locks", "--", "true"],
-        "unknown event or category 'locks': give categories (thread, mutex, cond, sema, rwlock, rmutex, barrier, spin, futex) or event names (mutex_lock, cond_wait, ...: the README's table of events)",
+        "unknown event or category 'locks': give categories (thread, mutex, cond, sema, rwlock, rmutex, barrier, spin, futex) or event names (mutex_lock, cond_wait, ...: the table in docs/events.md)",
     );
 }
 

@@ -1,6 +1,7 @@
-//! The barrier and spin categories (issue 4).
+//! The barrier and spin categories.
 
 use std::collections::BTreeMap;
+use tracer_common::Which;
 
 use thrtrace_tests::{
     TempDir, TraceRecord, bpf_available, every_libc, every_libc_and_placement, field, is_musl,
@@ -31,16 +32,16 @@ fn each_round_has_one_serial_thread_and_counts_its_arrivals() {
         assert_eq!(
             lines
                 .iter()
-                .filter(|l| is(l, "barrier_init", 0))
+                .filter(|l| is(l, "barrier_init", Which::Whole))
                 .map(|l| l.a)
                 .collect::<Vec<_>>(),
             [[barrier, threads, 0, 0, 0]]
         );
         // Arrivals are paced: within each round, b_count at entry is 0, 1, 2. musl counts them
-        // outside the barrier object: 0, as the README says.
+        // outside the barrier object: 0, as docs/events.md says.
         let counts: Vec<i64> = lines
             .iter()
-            .filter(|l| is(l, "barrier_wait", 1) && l.a[0] == barrier)
+            .filter(|l| is(l, "barrier_wait", Which::Entry) && l.a[0] == barrier)
             .map(|l| l.a[1])
             .collect();
         let paced = match is_musl(&build) {
@@ -50,7 +51,10 @@ fn each_round_has_one_serial_thread_and_counts_its_arrivals() {
         assert_eq!(counts, paced.repeat(rounds as usize), "{build}");
         // Each thread's returns, in order, are its rounds: exactly one serial thread (-1) a round.
         let mut returns_by_thread: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
-        for line in lines.iter().filter(|l| is(l, "barrier_wait", 2)) {
+        for line in lines
+            .iter()
+            .filter(|l| is(l, "barrier_wait", Which::Return))
+        {
             returns_by_thread
                 .entry(line.lwpid)
                 .or_default()
@@ -69,7 +73,7 @@ fn each_round_has_one_serial_thread_and_counts_its_arrivals() {
         assert_eq!(
             lines
                 .iter()
-                .filter(|l| is(l, "barrier_destroy", 0))
+                .filter(|l| is(l, "barrier_destroy", Which::Whole))
                 .map(|l| l.a)
                 .collect::<Vec<_>>(),
             [[barrier, 0, 0, 0, 0]]
@@ -101,7 +105,7 @@ fn a_contended_spin_lock_spun_and_an_uncontended_one_did_not() {
         let spin: i64 = field(&stdout, "spin");
         let main_pid = lines[0].pid;
         let main: Vec<&TraceRecord> = lines.iter().filter(|l| l.lwpid == main_pid).collect();
-        let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {
+        let fields = |name: &str, which: Which| -> Vec<[i64; 5]> {
             main.iter()
                 .filter(|l| l.is(name, which))
                 .map(|l| l.a)
@@ -113,24 +117,27 @@ fn a_contended_spin_lock_spun_and_an_uncontended_one_did_not() {
             true => (vec![[spin, 0, 0, 0, 0]], 2),
             false => (Vec::new(), 3),
         };
-        assert_eq!(fields("_spin_init", 0), inits, "{build}");
+        assert_eq!(fields("_spin_init", Which::Whole), inits, "{build}");
         assert_eq!(
-            fields("_spin_unlock", 0),
+            fields("_spin_unlock", Which::Whole),
             vec![[spin, 0, 0, 0, 0]; unlocks],
             "{build}: init, then two unlocks"
         );
-        assert_eq!(fields("_spin_trylock", 0), [[spin, EBUSY, 0, 0, 0]]);
         assert_eq!(
-            fields("_spin_lock", 1),
+            fields("_spin_trylock", Which::Whole),
+            [[spin, EBUSY, 0, 0, 0]]
+        );
+        assert_eq!(
+            fields("_spin_lock", Which::Entry),
             [[spin, 0, 0, 0, 0]; 2],
             "one entry per call, spun or not"
         );
         assert_eq!(
-            fields("_spin_lock", 2),
+            fields("_spin_lock", Which::Return),
             [[1, 0, 0, 0, 0], [0, 0, 0, 0, 0]],
             "{build} {placement:?}: block?: spun, then not"
         );
-        assert_eq!(fields("_spin_destroy", 0), [[spin, 0, 0, 0, 0]]);
+        assert_eq!(fields("_spin_destroy", Which::Whole), [[spin, 0, 0, 0, 0]]);
     }
 }
 
@@ -156,9 +163,9 @@ fn spin_lock_at_its_entry_cannot_be_probed_and_says_so() {
         run.stderr
     );
     let lines: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
-    assert!(!lines.iter().any(|l| l.is("_spin_lock", 1)));
+    assert!(!lines.iter().any(|l| l.is("_spin_lock", Which::Entry)));
     assert!(
-        lines.iter().any(|l| l.is("_spin_trylock", 0)),
+        lines.iter().any(|l| l.is("_spin_trylock", Which::Whole)),
         "the other spin calls are traced"
     );
 }

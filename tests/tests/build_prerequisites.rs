@@ -1,4 +1,4 @@
-//! Issue 29: building without the BPF toolchain says, in one line, what to run, instead of a
+//! Building without the BPF toolchain says, in one line, what to run, instead of a
 //! backtrace. The tracer's build script (the newest one cargo built) is run with nothing on
 //! its PATH: no bpf-linker, no rustup.
 

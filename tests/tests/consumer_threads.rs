@@ -1,4 +1,4 @@
-//! `--consumer-threads N` (issue 13): whatever the number of consumer threads, every record is
+//! `--consumer-threads N`: whatever the number of consumer threads, every record is
 //! written once, to its thread's file and to the log, in time order; one thread writes as the
 //! session did; N threads drain the rings, each its share.
 
@@ -7,6 +7,7 @@ use std::{
     process::Command,
     time::{Duration, Instant},
 };
+use tracer_common::Which;
 
 use thrtrace_tests::{
     Gated, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available, contending_threads,
@@ -67,7 +68,10 @@ fn every_consumer_thread_count_writes_each_threads_records_once_and_in_order() {
                 PAIRS,
                 "{consumers}: {name}"
             );
-            let unlocks = lines.iter().filter(|l| l.is("mutex_unlock", 0)).count();
+            let unlocks = lines
+                .iter()
+                .filter(|l| l.is("mutex_unlock", Which::Whole))
+                .count();
             assert_eq!(unlocks, PAIRS, "{consumers}: {name}");
         }
         assert_realtime_and_ordered(&files);

@@ -1,7 +1,7 @@
 //! A process in its own mount namespace with its own copy of libc.so.6 (a different inode at
 //! the usual path), as in a container, is traced through the file it really maps; a host
 //! process making the same calls is not recorded; a library deleted since it was mapped is
-//! traced too (issue 5).
+//! traced too.
 
 use std::{fs, os::unix::fs::MetadataExt, process::Command};
 

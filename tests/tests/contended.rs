@@ -1,4 +1,4 @@
-//! `--contended` (issue 28): locks traced on glibc's slow paths only. The contention
+//! `--contended`: locks traced on glibc's slow paths only. The contention
 //! workload's contention is certain by construction (the main thread holds a mutex HOLD_MS
 //! while WAITERS threads lock it, posts a semaphore they all wait on only after HOLD_MS, and
 //! holds a read-write lock HOLD_MS as writer while they read-lock it, then as reader while they
@@ -10,6 +10,7 @@
 //! the slow paths read).
 
 use std::{collections::HashMap, io::Write, process::Command};
+use tracer_common::Which;
 
 use thrtrace_tests::{
     TempDir, bpf_available, codes, every_libc, field, is_musl, line_of, read_trace, report_json,
@@ -111,13 +112,13 @@ fn calls(
     let mut found: Vec<(TraceRecord, Option<TraceRecord>)> = Vec::new();
     for record in records.iter().filter(|r| (r.event1, r.event2) == code) {
         match record.which {
-            2 => {
+            Which::Return => {
                 if let Some(index) = open.remove(&record.lwpid) {
                     found[index].1 = Some(*record);
                 }
             }
             which if record.a[0] as u64 == object => {
-                if which == 1 {
+                if which == Which::Entry {
                     open.insert(record.lwpid, found.len());
                 }
                 found.push((*record, None));
@@ -250,7 +251,7 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
         let others: Vec<&TraceRecord> = slow
             .records
             .iter()
-            .filter(|r| [2, 4, 5, 6].contains(&r.event1) && r.which != 2)
+            .filter(|r| [2, 4, 5, 6].contains(&r.event1) && r.which != Which::Return)
             .filter(|r| ![*first, *second, *sem, *rw].contains(&(r.a[0] as u64)))
             .collect();
         assert!(

@@ -1,4 +1,4 @@
-//! A live trace under control (issue 11): `thrtrace-bpf ctl NAME OP` interleaved with bursts of
+//! A live trace under control: `thrtrace-bpf ctl NAME OP` interleaved with bursts of
 //! known calls (tests/workloads/burst.c), each checked in the log exactly.
 
 use std::{
@@ -7,6 +7,7 @@ use std::{
     path::Path,
     process::{Child, Command},
 };
+use tracer_common::Which;
 
 use thrtrace_tests::{
     Burst, TempDir, bpf_available, ctl, ctl_ok, read_trace, start_tracer, thread_records,
@@ -370,7 +371,7 @@ fn a_long_block_flushes_the_wait_and_the_calls_before_it() {
         "the calls before the wait, and its entry"
     );
     let wait = of_main.last().unwrap();
-    assert_eq!((wait.which, wait.a[0]), (1, mutex_of(&events)));
+    assert_eq!((wait.which, wait.a[0]), (Which::Entry, mutex_of(&events)));
     let of_holder: Vec<&TraceRecord> = flushed.iter().filter(|r| r.lwpid != main).collect();
     assert_eq!(of_holder.len(), 2, "the holder's lock, entry and return");
     assert!(matches!(events[first_flush - 1], Event::System(ref s) if s.kind == blocked[0].kind));
@@ -392,7 +393,7 @@ fn mutex_of(events: &[Event]) -> i64 {
     events
         .iter()
         .find_map(|e| match e {
-            Event::Thread(r) if r.which == 1 => Some(r.a[0]),
+            Event::Thread(r) if r.which == Which::Entry => Some(r.a[0]),
             _ => None,
         })
         .unwrap()

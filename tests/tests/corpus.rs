@@ -1,5 +1,5 @@
 //! The malformed-log corpus (`tests/src/corpus.rs`) against every reader: the Rust API, each
-//! CLI command, and the C API (issue 10). None may panic, allocate what a file declares, or
+//! CLI command, and the C API. None may panic, allocate what a file declares, or
 //! return an event of a damaged packet as good.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! `cargo xtask dist` (issue 29): the static tracer traces exactly in an old userland with no
+//! `cargo xtask dist`: the static tracer traces exactly in an old userland with no
 //! other C library than its own, the .deb installs and removes cleanly and ships the agent
 //! disabled, and the analyzer library needs nothing newer than glibc 2.17 and loads with an
 //! older glibc than the host's.
@@ -9,6 +9,7 @@ use std::{
     process::Command,
     sync::OnceLock,
 };
+use tracer_common::Which;
 
 use thrtrace_tests::{
     TempDir, TraceRecord, bpf_available, corpus, field, paired_calls, program_available,
@@ -123,7 +124,7 @@ fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
         assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 1000);
         let unlocks = lines
             .iter()
-            .filter(|l: &&TraceRecord| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+            .filter(|l: &&TraceRecord| l.is("mutex_unlock", Which::Whole) && l.a[0] == mutex)
             .count();
         assert_eq!(unlocks, 1000);
     }

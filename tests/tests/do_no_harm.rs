@@ -1,4 +1,4 @@
-//! Tracing must not change what a program does (issue 4): the same output and exit status with
+//! Tracing must not change what a program does: the same output and exit status with
 //! and without the tracer, and cancellation, pthread_exit from deep in a call chain, and a
 //! longjmp out of a signal handler all work with probes (and uretprobes) in place.
 

@@ -1,7 +1,8 @@
-//! `--events` takes event names as well as categories (issue 11): only the named calls are
+//! `--events` takes event names as well as categories: only the named calls are
 //! probed and recorded, and a log's START lists every other event type as filtered out.
 
 use thrtrace_tests::{TempDir, bpf_available, codes, run_tracer, trace_workload, workload_arg};
+use tracer_common::Which;
 use tracer_model::{
     event::{Event, SystemKind},
     log::LogReader,
@@ -18,10 +19,22 @@ fn named_events_are_the_only_ones_recorded() {
         &["2", "100"],
     );
     assert!(run.status.success(), "{run:?}");
-    let count = |name: &str, which: u16| records.iter().filter(|r| r.is(name, which)).count();
+    let count = |name: &str, which: Which| records.iter().filter(|r| r.is(name, which)).count();
     // Each worker: 100 locks, entry and return; the main thread joins both.
-    assert_eq!((count("mutex_lock", 1), count("mutex_lock", 2)), (200, 200));
-    assert_eq!((count("thr_join", 1), count("thr_join", 2)), (2, 2));
+    assert_eq!(
+        (
+            count("mutex_lock", Which::Entry),
+            count("mutex_lock", Which::Return)
+        ),
+        (200, 200)
+    );
+    assert_eq!(
+        (
+            count("thr_join", Which::Entry),
+            count("thr_join", Which::Return)
+        ),
+        (2, 2)
+    );
     assert_eq!(records.len(), 404);
     assert!(
         !records

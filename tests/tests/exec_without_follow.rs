@@ -1,4 +1,4 @@
-//! An exec without `--follow` (issue 30): the new image has no probes, and the tracer says so
+//! An exec without `--follow`: the new image has no probes, and the tracer says so
 //! once, with the new executable, a hint for a launched command whose new image has pthread
 //! functions, and the exec and a detach in the log. Under `--follow` the exec is followed
 //! and nothing of the kind is said.

@@ -1,7 +1,7 @@
 //! The tracer runs as root and writes predictable names into directories others may write to:
 //! it never writes through a link planted there, replaces what an earlier run left, and
-//! creates files mode 0600 owned by the sudo user (issue 14, part 1); a name held by anything
-//! but a regular file or a link is never replaced (issue 26). `--log` destroys no file: one
+//! creates files mode 0600 owned by the sudo user; a name held by anything
+//! but a regular file or a link is never replaced. `--log` destroys no file: one
 //! that is not a trace log is refused, an earlier log is kept as `FILE.old`.
 
 use std::{

@@ -1,4 +1,4 @@
-//! SIGUSR1 flushes a running trace (issue 11): the flight recorder's stream goes to the log,
+//! SIGUSR1 flushes a running trace: the flight recorder's stream goes to the log,
 //! and the tr files' buffers to their files, while the targets run on.
 
 use std::time::Duration;

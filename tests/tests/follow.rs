@@ -1,11 +1,12 @@
 //! `--follow`: the children a target makes (fork, vfork, posix_spawn, clone), and what they
 //! exec, are traced from their first call, with their own pids, whatever pthread library the new
-//! image has; nothing else is (issue 5).
+//! image has; nothing else is.
 
 use std::{
     io::{BufReader, Write},
     process::{Command, Stdio},
 };
+use tracer_common::Which;
 
 use thrtrace_tests::{
     TempDir, TraceRecord, bpf_available, by_thread, field, old_glibc_available, paired_calls,
@@ -107,7 +108,7 @@ fn forked_vforked_spawned_cloned_and_execed_children_are_traced_with_their_own_p
     // The forked child shares its parent's address space layout, and so the way to errno.
     let trywait: Vec<[i64; 5]> = lines
         .iter()
-        .filter(|l| l.pid == child && l.is("sema_trywait", 0))
+        .filter(|l| l.pid == child && l.is("sema_trywait", Which::Whole))
         .map(|l| l.a)
         .collect();
     assert_eq!(trywait.len(), 1);
@@ -274,11 +275,14 @@ fn errno_is_recorded_after_an_exec() {
     let sem: i64 = field(&run.stdout, "sem");
     let trywaits: Vec<[i64; 5]> = lines
         .iter()
-        .filter(|l| l.is("sema_trywait", 0))
+        .filter(|l| l.is("sema_trywait", Which::Whole))
         .map(|l| l.a)
         .collect();
     assert_eq!(trywaits, [[sem, -1, EAGAIN, 0, 0], [sem, 0, 0, 0, 0]]);
-    let timedwait = lines.iter().find(|l| l.is("sem_timedwait", 2)).unwrap();
+    let timedwait = lines
+        .iter()
+        .find(|l| l.is("sem_timedwait", Which::Return))
+        .unwrap();
     assert_eq!(timedwait.a[..2], [-1, ETIMEDOUT]);
 }
 
@@ -313,7 +317,7 @@ fn neither_tracefs_nor_debugfs_is_needed() {
     );
 }
 
-/// Issue 30: under `--follow` a target's fork, clone and exec stops wait for the tracer's
+/// Under `--follow` a target's fork, clone and exec stops wait for the tracer's
 /// ptrace thread. A target thread at a real-time priority on the CPU that thread runs on kept
 /// it off the CPU, holding the creating thread in its clone stop until the spin ended (stress-ng
 /// --mutex then found its first worker finished before the next was created, and failed). The

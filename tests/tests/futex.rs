@@ -26,7 +26,7 @@ use thrtrace_tests::{
     workload,
 };
 use tracer_common::{
-    Category,
+    Category, Which,
     futex::{SYS_FUTEX_WAITV, command},
 };
 use tracer_model::{
@@ -230,7 +230,10 @@ fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
 
 /// The `name` records (`futex_wait`, ...) among `records`; each is one record (`which` 0).
 fn named<'a>(records: &'a [TraceRecord], name: &str) -> Vec<&'a TraceRecord> {
-    records.iter().filter(|r| r.is(name, 0)).collect()
+    records
+        .iter()
+        .filter(|r| r.is(name, Which::Whole))
+        .collect()
 }
 
 /// Those of `records` on a word within `len` bytes from `start`.
@@ -461,7 +464,7 @@ fn a_full_trace_without_events_named_records_no_futex_call() {
     let calls: Vec<&TraceRecord> = run.records.iter().filter(|r| r.event1 == futex).collect();
     assert!(calls.is_empty(), "{calls:#?}");
     assert!(
-        run.records.iter().any(|r| r.is("thr_create", 1)),
+        run.records.iter().any(|r| r.is("thr_create", Which::Entry)),
         "{:#?}",
         run.records
     );
@@ -496,7 +499,7 @@ fn pthread_waits_and_wakes_recorded_once(hook: &str) {
         let recorded = run
             .records
             .iter()
-            .filter(|r| r.is(name, 1) && on.iter().any(|&(at, _)| r.a[0] as u64 == at))
+            .filter(|r| r.is(name, Which::Entry) && on.iter().any(|&(at, _)| r.a[0] as u64 == at))
             .count() as u64;
         assert_eq!(
             recorded,

@@ -1,4 +1,4 @@
-//! `cargo xtask install --prefix DIR` (issue 10): what it installs, and a C analyzer built
+//! `cargo xtask install --prefix DIR`: what it installs, and a C analyzer built
 //! against the installed library with nothing but `pkg-config --cflags --libs posixtrace`;
 //! the contention agent's unit, which systemd accepts, and its configuration, an example only
 //! root reads that never replaces the administrator's.

@@ -1,4 +1,4 @@
-//! `--list-probes` shows where each probe goes (issue 3). Needs no privileges: it reads the
+//! `--list-probes` shows where each probe goes. Needs no privileges: it reads the
 //! tracer's own C library.
 
 use std::process::Command;

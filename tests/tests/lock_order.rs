@@ -1,4 +1,4 @@
-//! Deadlocks before they happen (issue 30): lock-order inversions in `report` (text and JSON)
+//! Deadlocks before they happen: lock-order inversions in `report` (text and JSON)
 //! and said live, once, from tests/workloads/lock_order.c, whose threads run one after the
 //! other so that nothing ever waits, in orders known by construction.
 

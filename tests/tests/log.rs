@@ -1,5 +1,5 @@
 //! `--log FILE`: the POSIX trace stream and its log, read back with the product's own reader
-//! and with `dump` (issue 9).
+//! and with `dump`.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -7,7 +7,7 @@ use thrtrace_tests::{
     Gated, Run, TempDir, TraceRecord, bpf_available, log_and_dir, log_with_losses, read_trace,
     run_tracer, run_workload, signal, start_tracer, summary_count, system_events, thread_records,
 };
-use tracer_common::Category;
+use tracer_common::{Category, Which};
 use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
     log::LogReader,
@@ -81,14 +81,17 @@ fn the_log_holds_what_the_tr_files_hold_with_the_system_events_around_it() {
     // mutex_contend's workers lock and unlock from one line each, a few instructions apart. A
     // lock's caller is read at its entry; an unlock, written only at its return, takes its
     // caller from where the kernel returns it to: the instruction after each call.
-    let callers_of = |name: &str, which: u16| -> HashSet<u64> {
+    let callers_of = |name: &str, which: Which| -> HashSet<u64> {
         thread_records(&events)
             .iter()
             .filter(|r| r.is(name, which))
             .map(|r| r.caller)
             .collect()
     };
-    let (locks, unlocks) = (callers_of("mutex_lock", 2), callers_of("mutex_unlock", 0));
+    let (locks, unlocks) = (
+        callers_of("mutex_lock", Which::Return),
+        callers_of("mutex_unlock", Which::Whole),
+    );
     assert_eq!(
         (locks.len(), unlocks.len()),
         (1, 1),

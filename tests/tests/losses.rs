@@ -1,5 +1,5 @@
 //! Records lost because the tracer fell behind are counted exactly and reported while tracing,
-//! when and on which CPUs (issue 14, part 3).
+//! when and on which CPUs.
 
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,7 @@
 //! A process with more threads than the tracer may have open files: a bounded set of files is
-//! kept open, the rest reopened as their threads write again, and nothing is lost (issue 14,
-//! part 2). Thousands of threads appearing at once are thousands of files to create: the
-//! thread that drains the rings never waits for that, so the default rings lose nothing
-//! (issue 27).
+//! kept open, the rest reopened as their threads write again, and nothing is lost.
+//! Thousands of threads appearing at once are thousands of files to create: the
+//! thread that drains the rings never waits for that, so the default rings lose nothing.
 
 use std::{collections::BTreeSet, path::Path, process::Command};
 
@@ -35,7 +34,10 @@ fn trace_many_threads(dir: &Path, threads: usize, options: &[&str]) -> usize {
     let mutex: i64 = field(&stdout, "mutex");
     let files = read_trace(dir);
     let records: Vec<&TraceRecord> = files.values().flatten().collect();
-    let names: BTreeSet<u32> = records.iter().map(|r| r.lwpid & 0xfff).collect();
+    let names: BTreeSet<u32> = records
+        .iter()
+        .map(|r| r.lwpid & tracer_model::tr::LWPID_MASK)
+        .collect();
     assert_eq!(files.len(), names.len());
     assert_eq!(summary_count(&stderr, "files"), files.len() as u64);
     assert_eq!(summary_count(&stderr, "records") as usize, records.len());

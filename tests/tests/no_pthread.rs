@@ -1,5 +1,5 @@
 //! A process with no pthread functions at all (no C library: tests/workloads/no_pthread.c) is
-//! told about in one line and is not an error; other targets are traced as usual (issue 5).
+//! told about in one line and is not an error; other targets are traced as usual.
 
 use std::{
     io::{BufReader, Write},

@@ -1,9 +1,10 @@
 //! glibc before 2.34, where the pthread functions are in libpthread.so.0 and libc.so.6 has
-//! forwarders to some of them, which programs never call, plus a few of its own (issue 5).
+//! forwarders to some of them, which programs never call, plus a few of its own.
 //! Workloads are built against Debian 11's glibc 2.31 (see build.rs); thread.rs checks the
 //! thread calls, split between the two files.
 
 use std::process::Command;
+use tracer_common::Which;
 
 use thrtrace_tests::{
     Gated, TempDir, by_thread, old_glibc_available, paired_calls, read_trace, start_tracer,
@@ -32,7 +33,10 @@ fn a_command_is_traced_through_libpthread_so_0() {
     assert_eq!(by_thread.len(), 3, "one file per worker thread");
     for thread in by_thread.values() {
         assert_eq!(paired_calls(thread, "mutex_lock", mutex).len(), 700);
-        let unlocks = thread.iter().filter(|l| l.is("mutex_unlock", 0)).count();
+        let unlocks = thread
+            .iter()
+            .filter(|l| l.is("mutex_unlock", Which::Whole))
+            .count();
         assert_eq!(unlocks, 700);
     }
 }

@@ -2,6 +2,7 @@
 //! counts it (`kernel.bpf_stats_enabled`): how `cargo xtask bench` measures the programs.
 
 use thrtrace_tests::{bpf_available, trace_workload};
+use tracer_common::Which;
 
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
@@ -48,7 +49,7 @@ fn each_program_runs_once_per_call_and_its_time_is_said() {
         "bench_mutex",
         &["1", "1000"],
     );
-    let calls = records.iter().filter(|r| r.which != 2).count() as u64;
+    let calls = records.iter().filter(|r| r.which != Which::Return).count() as u64;
     assert!(calls >= 2000, "{calls}");
     let (entries, entry_ns) = run_time(&run.stderr, "thr_entry");
     let (returns, return_ns) = run_time(&run.stderr, "thr_return");
@@ -65,10 +66,10 @@ fn each_program_runs_once_per_call_and_its_time_is_said() {
         "bench_mutex",
         &["1", "1000"],
     );
-    let calls = records.iter().filter(|r| r.which != 2).count() as u64;
+    let calls = records.iter().filter(|r| r.which != Which::Return).count() as u64;
     let recursive = records
         .iter()
-        .filter(|r| r.which != 2 && r.event1 != 2)
+        .filter(|r| r.which != Which::Return && r.event1 != 2)
         .count() as u64;
     assert!(calls >= 2000, "{calls}");
     let (fast, fast_ns) = run_time(&run.stderr, "thr_fast");

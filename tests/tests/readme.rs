@@ -1,10 +1,10 @@
-//! The README's table of events is the event table's: every row of it, as generated here,
-//! must be in the README (on failure the expected table is printed, to paste).
+//! The table of events in docs/events.md is the event table's: every row of it, as generated
+//! here, must be on that page (on failure the expected table is printed, to paste).
 
 use tracer_common::{EVENTS, EventDef, Field, ProbeFlags};
 
 fn field_name(event: &EventDef, field: Field) -> String {
-    let timespec = ProbeFlags(event.flags).timespec_argument().unwrap_or(0);
+    let timespec = event.flags.timespec_argument().unwrap_or(0);
     match field {
         Field::Zero => "0".into(),
         Field::Arg(n) => format!("arg{n}"),
@@ -36,7 +36,7 @@ fn fields(event: &EventDef, layout: &[Field; 5]) -> String {
 }
 
 fn row(event: &EventDef) -> String {
-    let paired = ProbeFlags(event.flags).has(ProbeFlags::PAIRED);
+    let paired = event.flags.has(ProbeFlags::PAIRED);
     let (first, second) = if paired {
         (
             format!("1: {}", fields(event, &event.first)),
@@ -58,17 +58,14 @@ fn row(event: &EventDef) -> String {
 }
 
 #[test]
-fn the_readme_lists_every_event_as_the_table_defines_it() {
-    let readme =
-        std::fs::read_to_string(thrtrace_tests::workspace_root().join("README.md")).unwrap();
+fn the_event_docs_list_every_event_as_the_table_defines_it() {
+    let docs =
+        std::fs::read_to_string(thrtrace_tests::workspace_root().join("docs/events.md")).unwrap();
     let rows: Vec<String> = EVENTS.iter().map(row).collect();
-    let missing: Vec<&String> = rows
-        .iter()
-        .filter(|r| !readme.contains(r.as_str()))
-        .collect();
+    let missing: Vec<&String> = rows.iter().filter(|r| !docs.contains(r.as_str())).collect();
     assert!(
         missing.is_empty(),
-        "README.md lacks {} event rows; the table should read:\n\n\
+        "docs/events.md lacks {} event rows; its table of events should read:\n\n\
          | category | codes | event | glibc function | record (which: a1 · a2 · a3 · a4 · a5) | return record |\n\
          |---|---|---|---|---|---|\n{}\n",
         missing.len(),

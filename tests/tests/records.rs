@@ -1,7 +1,8 @@
-//! Records of launched workloads: exact counts and field values (issue 2, tests 1-3), the same
-//! with probes placed past the entry and at the entry (issue 3).
+//! Records of launched workloads: exact counts and field values, the same
+//! with probes placed past the entry and at the entry.
 
 use std::collections::BTreeMap;
+use tracer_common::Which;
 
 use thrtrace_tests::{
     PLACEMENTS, Run, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available,
@@ -11,7 +12,8 @@ use thrtrace_tests::{
 
 type Files = BTreeMap<String, Vec<TraceRecord>>;
 
-/// Traces `workload args` with `options`; returns the run and the files, checked for test 3.
+/// Traces `workload args` with `options`; returns the run and the files, their stamps checked
+/// (realtime, of this run, in order).
 fn trace(options: &[&str], workload: &str, args: &[&str]) -> (Run, Files) {
     let (dir, run) = run_workload(options, workload, args);
     let files = read_trace(dir.path());
@@ -38,7 +40,7 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
             }
             let thread_unlocks: Vec<&TraceRecord> = lines
                 .iter()
-                .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+                .filter(|l| l.is("mutex_unlock", Which::Whole) && l.a[0] == mutex)
                 .collect();
             assert_eq!(thread_unlocks.len(), 10_000, "{name} {build} {placement:?}");
             assert!(thread_unlocks.iter().all(|l| l.a[1] == 0), "unlock failed");
@@ -70,7 +72,7 @@ fn a_single_thread_never_blocks_and_never_sees_waiters() {
         let locks = paired_calls(&lines, "mutex_lock", mutex);
         let unlocks: Vec<&TraceRecord> = lines
             .iter()
-            .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+            .filter(|l| l.is("mutex_unlock", Which::Whole) && l.a[0] == mutex)
             .collect();
         assert_eq!(
             (locks.len(), unlocks.len()),
@@ -100,34 +102,44 @@ fn cond_records_match_the_workloads_own_counts() {
         let all: Vec<&TraceRecord> = files.values().flatten().collect();
         let cond: i64 = field(&run.stdout, "cond");
         let never: i64 = field(&run.stdout, "never");
-        let count = |name: &str, which: u16, object: i64| {
+        let count = |name: &str, which: Which, object: i64| {
             all.iter()
                 .filter(|l| l.is(name, which) && l.a[0] == object)
                 .count() as i64
         };
         let waits: i64 = field(&run.stdout, "waits");
-        assert_eq!(count("cond_wait", 1, cond), waits, "{build} {placement:?}");
+        assert_eq!(
+            count("cond_wait", Which::Entry, cond),
+            waits,
+            "{build} {placement:?}"
+        );
         // The program's own mutex calls only, not those its waits make inside the C library
         // (musl's pthread_cond_timedwait calls pthread_mutex_unlock and pthread_mutex_lock): a
         // pair per item on each side, one more per consumer to see the end, and main's last two.
         let mutex: i64 = field(&run.stdout, "mutex");
         let (consumers, items) = (3, 2000);
         for name in ["mutex_lock", "mutex_unlock"] {
-            let which = u16::from(name == "mutex_lock");
+            let which = match name {
+                "mutex_lock" => Which::Entry,
+                _ => Which::Whole,
+            };
             assert_eq!(
                 count(name, which, mutex),
                 2 * items + consumers + 2,
                 "{build} {placement:?}: {name}"
             );
         }
-        let wait_returns = all.iter().filter(|l| l.is("cond_wait", 2)).count() as i64;
+        let wait_returns = all
+            .iter()
+            .filter(|l| l.is("cond_wait", Which::Return))
+            .count() as i64;
         assert_eq!(wait_returns, waits, "every wait returned once");
         assert_eq!(
-            count("cond_signal", 0, cond),
+            count("cond_signal", Which::Whole, cond),
             field::<i64>(&run.stdout, "signals")
         );
         assert_eq!(
-            count("cond_broadcast", 0, cond),
+            count("cond_broadcast", Which::Whole, cond),
             field::<i64>(&run.stdout, "broadcasts")
         );
 
@@ -137,10 +149,10 @@ fn cond_records_match_the_workloads_own_counts() {
             .collect();
         assert_eq!(timed.len(), 2, "{timed:?}");
         let (sec, nsec) = deadline_field(&run.stdout, "deadline");
-        assert!(timed[0].is("cond_timedwait", 1) && timed[0].a[0] == never);
+        assert!(timed[0].is("cond_timedwait", Which::Entry) && timed[0].a[0] == never);
         assert_eq!(timed[0].a[1], field::<i64>(&run.stdout, "mutex"));
         assert_eq!((timed[0].a[2], timed[0].a[3]), (sec, nsec));
-        assert!(timed[1].is("cond_timedwait", 2));
+        assert!(timed[1].is("cond_timedwait", Which::Return));
         assert_eq!(timed[1].a[0], 110, "ETIMEDOUT");
     }
 }
@@ -163,15 +175,19 @@ fn mutex_alone_records_the_programs_own_calls_beside_condition_waits() {
         // Its one mutex, each lock's return half beside its entry.
         assert!(
             all.iter()
-                .all(|l| l.event1 == 2 && (l.which == 2 || l.a[0] == mutex)),
+                .all(|l| l.event1 == 2 && (l.which == Which::Return || l.a[0] == mutex)),
             "{build} {placement:?}"
         );
-        for (name, which) in [("mutex_lock", 1), ("mutex_lock", 2), ("mutex_unlock", 0)] {
+        for (name, which) in [
+            ("mutex_lock", Which::Entry),
+            ("mutex_lock", Which::Return),
+            ("mutex_unlock", Which::Whole),
+        ] {
             let calls = all.iter().filter(|l| l.is(name, which)).count();
             assert_eq!(
                 calls,
                 2 * items + consumers + 2,
-                "{build} {placement:?}: {name} {which}"
+                "{build} {placement:?}: {name} {which:?}"
             );
         }
     }
@@ -203,10 +219,13 @@ fn a_condition_variables_waiters_are_read_as_each_glibc_lays_it_out() {
         let calls: Vec<(&str, [i64; 5])> = files
             .values()
             .flatten()
-            .filter(|l| (l.is("cond_signal", 0) || l.is("cond_broadcast", 0)) && l.a[0] == cond)
+            .filter(|l| {
+                (l.is("cond_signal", Which::Whole) || l.is("cond_broadcast", Which::Whole))
+                    && l.a[0] == cond
+            })
             .map(|l| {
                 (
-                    if l.is("cond_signal", 0) {
+                    if l.is("cond_signal", Which::Whole) {
                         "signal"
                     } else {
                         "broadcast"
@@ -243,8 +262,8 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
         );
         let lines: Vec<&TraceRecord> = files.values().flatten().collect();
         let calls = |name: &str| -> Vec<([i64; 5], [i64; 5])> {
-            let entries = lines.iter().filter(|l| l.is(name, 1));
-            let returns = lines.iter().filter(|l| l.is(name, 2));
+            let entries = lines.iter().filter(|l| l.is(name, Which::Entry));
+            let returns = lines.iter().filter(|l| l.is(name, Which::Return));
             entries.zip(returns).map(|(e, r)| (e.a, r.a)).collect()
         };
         const ETIMEDOUT: i64 = 110;
@@ -289,7 +308,7 @@ fn a_program_built_against_the_old_pthread_cond_wait_is_traced_like_any_other() 
         // inner calls are glibc's, and leave no records.
         let entries: Vec<[i64; 5]> = lines
             .iter()
-            .filter(|l| l.is("cond_wait", 1))
+            .filter(|l| l.is("cond_wait", Which::Entry))
             .map(|l| l.a)
             .collect();
         assert_eq!(
@@ -297,11 +316,14 @@ fn a_program_built_against_the_old_pthread_cond_wait_is_traced_like_any_other() 
             vec![[cond, mutex, 0, 0, 0]; waits],
             "{placement:?}"
         );
-        let returns = lines.iter().filter(|l| l.is("cond_wait", 2)).count();
+        let returns = lines
+            .iter()
+            .filter(|l| l.is("cond_wait", Which::Return))
+            .count();
         assert_eq!(returns, waits);
         let signals: Vec<i64> = lines
             .iter()
-            .filter(|l| l.is("cond_signal", 0))
+            .filter(|l| l.is("cond_signal", Which::Whole))
             .map(|l| l.a[0])
             .collect();
         assert_eq!(signals, [cond]);
@@ -332,7 +354,7 @@ fn a_static_binary_is_traced_through_its_own_executable() {
     let unlocks = by_thread
         .values()
         .flatten()
-        .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == mutex)
+        .filter(|l| l.is("mutex_unlock", Which::Whole) && l.a[0] == mutex)
         .count();
     assert_eq!((locks, unlocks), (1000, 1000));
 }
@@ -351,7 +373,7 @@ fn a_signal_handlers_call_inside_a_traced_call_is_recorded() {
         let (run, lines) = trace_workload(&options, &build, &[]);
         let (sem, mutex): (i64, i64) = (field(&run.stdout, "sem"), field(&run.stdout, "mutex"));
         let main = lines[0].lwpid;
-        let worker: Vec<(&str, u16, i64)> = lines
+        let worker: Vec<(&str, Which, i64)> = lines
             .iter()
             .filter(|l| l.lwpid != main)
             .map(|l| {
@@ -365,16 +387,16 @@ fn a_signal_handlers_call_inside_a_traced_call_is_recorded() {
         assert_eq!(
             worker,
             [
-                ("mutex_lock", 1, mutex),
-                ("sema_post", 0, sem),
-                ("mutex_lock", 2, 0),
-                ("mutex_unlock", 0, mutex)
+                ("mutex_lock", Which::Entry, mutex),
+                ("sema_post", Which::Whole, sem),
+                ("mutex_lock", Which::Return, 0),
+                ("mutex_unlock", Which::Whole, mutex)
             ],
             "{build} {placement:?}"
         );
         let slept = lines
             .iter()
-            .find(|l| l.lwpid != main && l.is("mutex_lock", 2));
+            .find(|l| l.lwpid != main && l.is("mutex_lock", Which::Return));
         assert_eq!(slept.map(|l| l.a[1]), Some(1), "{build}: block?");
     }
 }

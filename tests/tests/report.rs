@@ -1,4 +1,4 @@
-//! What users read (issue 12): `report` on a log and on tr files, `convert --to perfetto`, and
+//! What users read: `report` on a log and on tr files, `convert --to perfetto`, and
 //! live deadlock detection, on C workloads built with -g whose contention is known by
 //! construction (tests/workloads/lock_story.c, deadlock.c).
 

@@ -1,10 +1,11 @@
 //! Recursive mutexes are told from plain ones at run time and recorded under rmutex; each
-//! category alone records only its kind (issue 4).
+//! category alone records only its kind.
 
 use thrtrace_tests::{
     TraceRecord, bpf_available, every_libc, every_libc_and_placement, field, paired_calls,
     trace_workload,
 };
+use tracer_common::Which;
 
 const EBUSY: i64 = 16;
 
@@ -31,7 +32,7 @@ fn a_recursive_mutex_is_an_rmutex_with_its_depth() {
         let ours = |name: &str| -> Vec<[i64; 5]> {
             lines
                 .iter()
-                .filter(|l| l.is(name, 0) && l.a[0] == rmutex)
+                .filter(|l| l.is(name, Which::Whole) && l.a[0] == rmutex)
                 .map(|l| l.a)
                 .collect()
         };
@@ -46,7 +47,10 @@ fn a_recursive_mutex_is_an_rmutex_with_its_depth() {
             "rm_depth"
         );
         assert_eq!(ours("rmutex_trylock"), [[rmutex, EBUSY, 0, 0, 0]]);
-        let trylock = lines.iter().find(|l| l.is("rmutex_trylock", 0)).unwrap();
+        let trylock = lines
+            .iter()
+            .find(|l| l.is("rmutex_trylock", Which::Whole))
+            .unwrap();
         assert_ne!(trylock.lwpid, trylock.pid, "tried from the other thread");
         assert_eq!(ours("rmutex_unlock"), [[rmutex, 0, 0, 0, 0]; 3]);
         assert_eq!(ours("rmutex_destroy"), [[rmutex, 0, 0, 0, 0]]);

@@ -1,4 +1,4 @@
-//! Issue 30: no records lost under `--follow` when the targets' threads run at a real-time
+//! No records lost under `--follow` when the targets' threads run at a real-time
 //! priority and another CPU is busy. A test binary of its own: it measures losses under a load
 //! it makes itself, which other tests running beside it would add to.
 

@@ -1,10 +1,11 @@
 //! The rwlock category: rw_readers, block?, waiters?, EBUSY and a timed-out timedwrlock, from a
-//! workload whose story is fixed (tests/workloads/rwlock_story.c) (issue 4).
+//! workload whose story is fixed (tests/workloads/rwlock_story.c).
 
 use thrtrace_tests::{
     TraceRecord, bpf_available, codes, deadline_field, every_libc_and_placement, field,
     trace_workload,
 };
+use tracer_common::Which;
 
 const EBUSY: i64 = 16;
 const ETIMEDOUT: i64 = 110;
@@ -18,7 +19,7 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
         let options = [&["--events", "rwlock"], placement].concat();
         let (run, lines) = trace_workload(&options, &build, &[]);
         let rw: i64 = field(&run.stdout, "rwlock");
-        let fields = |name: &str, which: u16| -> Vec<[i64; 5]> {
+        let fields = |name: &str, which: Which| -> Vec<[i64; 5]> {
             lines
                 .iter()
                 .filter(|l| l.is(name, which))
@@ -27,22 +28,22 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
         };
         let (main_pid, timed) = (lines[0].pid, codes("pthread_rwlock_timedwrlock"));
         assert_eq!(
-            fields("rwlock_init", 0),
+            fields("rwlock_init", Which::Whole),
             [[rw, 0, 0, 0, 0]],
             "{build} {placement:?}"
         );
         // The readers took the lock one after another and kept it: 1, 2, 3 readers.
         assert_eq!(
-            fields("rw_rdlock", 1),
+            fields("rw_rdlock", Which::Entry),
             [[rw, 0, 0, 0, 0]; 3],
             "{build} {placement:?}"
         );
         assert_eq!(
-            fields("rw_rdlock", 2),
+            fields("rw_rdlock", Which::Return),
             [[0, 0, 1, 0, 0], [0, 0, 2, 0, 0], [0, 0, 3, 0, 0]],
             "{build} {placement:?}"
         );
-        assert_eq!(fields("rw_trywrlock", 0), [[rw, EBUSY, 0, 0, 0]]);
+        assert_eq!(fields("rw_trywrlock", Which::Whole), [[rw, EBUSY, 0, 0, 0]]);
         let (sec, nsec) = deadline_field(&run.stdout, "deadline");
         let timed_lines: Vec<&TraceRecord> = lines
             .iter()
@@ -57,11 +58,11 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
                 .all(|l| l.pid == main_pid && l.lwpid == main_pid)
         );
         // The writer slept behind the readers.
-        assert_eq!(fields("rw_wrlock", 2), [[0, 1, 0, 0, 0]]);
-        assert_eq!(fields("rw_tryrdlock", 0), [[rw, EBUSY, 0, 0, 0]]);
+        assert_eq!(fields("rw_wrlock", Which::Return), [[0, 1, 0, 0, 0]]);
+        assert_eq!(fields("rw_tryrdlock", Which::Whole), [[rw, EBUSY, 0, 0, 0]]);
         // Each reader let go while the writer waited; the writer let go with nobody waiting.
         assert_eq!(
-            fields("rw_unlock", 0),
+            fields("rw_unlock", Which::Whole),
             [
                 [rw, 0, 1, 0, 0],
                 [rw, 0, 1, 0, 0],
@@ -69,6 +70,6 @@ fn readers_writers_and_try_locks_are_recorded_as_they_happened() {
                 [rw, 0, 0, 0, 0]
             ]
         );
-        assert_eq!(fields("rwlock_destroy", 0), [[rw, 0, 0, 0, 0]]);
+        assert_eq!(fields("rwlock_destroy", Which::Whole), [[rw, 0, 0, 0, 0]]);
     }
 }

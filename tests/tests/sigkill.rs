@@ -1,6 +1,6 @@
 //! A tracer killed with SIGKILL leaves nothing attached: its probes are file-descriptor-owned
 //! uprobe_multi links, which the kernel removes with the last descriptor; and a second tracer
-//! can start at once (issue 5).
+//! can start at once.
 
 use std::{
     collections::BTreeSet,

@@ -234,7 +234,11 @@ fn a_c_analyzer_reads_the_logs_stacks(dir: &TempDir, build: &str) {
             Event::Thread(r) if r.stack != 0 => {
                 expected += &format!(
                     "record {} {} {} {} {}\n",
-                    r.lwpid, r.event1, r.event2, r.which, r.stack
+                    r.lwpid,
+                    r.event1,
+                    r.event2,
+                    r.which.code(),
+                    r.stack
                 );
             }
             _ => {}

@@ -1,4 +1,4 @@
-//! How a trace ends and what the tracer leaves (issue 2: stop conditions, SUDO_UID, the
+//! How a trace ends and what the tracer leaves (stop conditions, SUDO_UID, the
 //! environment variables, lost records reported).
 
 use std::{

@@ -1,5 +1,5 @@
 //! With no -p and no command, every process mapping a glibc is traced, including processes
-//! started after the tracer, and never the tracer itself (issue 5).
+//! started after the tracer, and never the tracer itself.
 
 use std::{
     collections::BTreeMap,
@@ -8,6 +8,7 @@ use std::{
     process::Command,
     time::{Duration, Instant},
 };
+use tracer_common::Which;
 
 use thrtrace_tests::{
     Gated, TempDir, TraceRecord, bpf_available, field, file_name, paired_calls, read_line,
@@ -98,7 +99,7 @@ fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
     );
     let unlocks = all
         .iter()
-        .filter(|l| l.is("mutex_unlock", 0) && l.a[0] == contend_mutex)
+        .filter(|l| l.is("mutex_unlock", Which::Whole) && l.a[0] == contend_mutex)
         .count();
     assert_eq!(unlocks, 2 * 500);
 }

@@ -1,10 +1,11 @@
 //! The thread category: create, exit and join tie together through pthread_t values and exit
-//! values; the other calls carry their arguments and results (issue 4). The same holds with
-//! glibc 2.31, whose thread functions are split between libpthread.so.0 and libc.so.6 (issue 5),
+//! values; the other calls carry their arguments and results. The same holds with
+//! glibc 2.31, whose thread functions are split between libpthread.so.0 and libc.so.6,
 //! and with musl, dynamic and static, whose join, tryjoin and detach go through its timedjoin
-//! and whose thread start calls pthread_exit (issue 29): none of that is a record of its own.
+//! and whose thread start calls pthread_exit: none of that is a record of its own.
 
 use std::collections::BTreeMap;
+use tracer_common::Which;
 
 use thrtrace_tests::{
     bpf_available, codes, deadline_field, every_libc_and_placement, field, is_musl, trace_workload,
@@ -31,7 +32,7 @@ fn assert_thread_story(workload: &str, placement: &[&str]) {
     let options = [&["--events", "thread"], placement].concat();
     let (run, lines) = trace_workload(&options, workload, &[]);
     let main = lines[0].pid;
-    let of_main = |name: &str, which: u16| -> Vec<[i64; 5]> {
+    let of_main = |name: &str, which: Which| -> Vec<[i64; 5]> {
         lines
             .iter()
             .filter(|l| l.lwpid == main && l.is(name, which))
@@ -45,11 +46,14 @@ fn assert_thread_story(workload: &str, placement: &[&str]) {
         .iter()
         .map(|k| field(&run.stdout, k))
         .collect();
-    let created: Vec<i64> = of_main("thr_create", 2).iter().map(|a| a[1]).collect();
+    let created: Vec<i64> = of_main("thr_create", Which::Return)
+        .iter()
+        .map(|a| a[1])
+        .collect();
     assert_eq!(created[..3], workers[..], "{placement:?}");
     // Each thread's first exit: musl gives a later thread a joined one's pthread_t again.
     let mut exits: BTreeMap<u64, i64> = BTreeMap::new();
-    for exit in lines.iter().filter(|l| l.is("thr_exit", 0)) {
+    for exit in lines.iter().filter(|l| l.is("thr_exit", Which::Whole)) {
         exits.entry(exit.tid).or_insert(exit.a[0]);
     }
     for (i, &worker) in workers.iter().enumerate() {
@@ -59,7 +63,7 @@ fn assert_thread_story(workload: &str, placement: &[&str]) {
             "{workload}: worker {i}'s own records"
         );
     }
-    let joins = of_main("thr_join", 2);
+    let joins = of_main("thr_join", Which::Return);
     assert_eq!(
         joins[..3],
         [
@@ -70,38 +74,57 @@ fn assert_thread_story(workload: &str, placement: &[&str]) {
     );
 
     let self_tid = lines[0].tid as i64;
-    assert_eq!(of_main("thr_kill", 0), [[self_tid, 0, 0, 0, 0]]);
-    assert_eq!(of_main("thr_sigsetmask", 0).len(), 1);
-    assert_eq!(of_main("thr_sigsetmask", 0)[0][0], 0, "SIG_BLOCK");
-    assert_eq!(of_main("thr_yield", 0).len(), 1);
-    // pthread_self is declared const: gcc calls it once for the four uses in main.
-    assert_eq!(of_main("thr_self", 0), [[0; 5]]);
-    assert_eq!(of_main("thr_setspecific", 0)[0][1..3], [0x1234, 0]);
+    assert_eq!(of_main("thr_kill", Which::Whole), [[self_tid, 0, 0, 0, 0]]);
+    assert_eq!(of_main("thr_sigsetmask", Which::Whole).len(), 1);
     assert_eq!(
-        of_main("thr_getspecific", 0)[0][1],
+        of_main("thr_sigsetmask", Which::Whole)[0][0],
+        0,
+        "SIG_BLOCK"
+    );
+    assert_eq!(of_main("thr_yield", Which::Whole).len(), 1);
+    // pthread_self is declared const: gcc calls it once for the four uses in main.
+    assert_eq!(of_main("thr_self", Which::Whole), [[0; 5]]);
+    assert_eq!(
+        of_main("thr_setspecific", Which::Whole)[0][1..3],
+        [0x1234, 0]
+    );
+    assert_eq!(
+        of_main("thr_getspecific", Which::Whole)[0][1],
         0x1234,
         "the value returned"
     );
-    assert_eq!(of_main("thr_keycreate", 0)[0][2], 0);
-    assert_eq!(of_main("thr_keydelete", 0)[0][1], 0);
+    assert_eq!(of_main("thr_keycreate", Which::Whole)[0][2], 0);
+    assert_eq!(of_main("thr_keydelete", Which::Whole)[0][1], 0);
     assert_eq!(
-        of_main("thr_getscheduler", 0),
+        of_main("thr_getscheduler", Which::Whole),
         [[self_tid, 0, 0, 0, 0]],
         "SCHED_OTHER, priority 0"
     );
-    assert_eq!(of_main("thr_setscheduler", 0), [[self_tid, 0, 0, 0, 0]]);
-    assert_eq!(of_main("thr_setprio", 0), [[self_tid, 0, 0, 0, 0]]);
+    assert_eq!(
+        of_main("thr_setscheduler", Which::Whole),
+        [[self_tid, 0, 0, 0, 0]]
+    );
+    assert_eq!(
+        of_main("thr_setprio", Which::Whole),
+        [[self_tid, 0, 0, 0, 0]]
+    );
     // musl keeps no concurrency level: it refuses 4, and says 0.
     let (refused, level) = match is_musl(workload) {
         true => (EAGAIN, 0),
         false => (0, 4),
     };
-    assert_eq!(of_main("thr_setconcurrency", 0), [[4, refused, 0, 0, 0]]);
-    assert_eq!(of_main("thr_getconcurrency", 0), [[level, 0, 0, 0, 0]]);
+    assert_eq!(
+        of_main("thr_setconcurrency", Which::Whole),
+        [[4, refused, 0, 0, 0]]
+    );
+    assert_eq!(
+        of_main("thr_getconcurrency", Which::Whole),
+        [[level, 0, 0, 0, 0]]
+    );
 
     // The sleeper: tryjoin EBUSY (nothing stored: a2 0), timedjoin ETIMEDOUT at its
     // deadline, cancel, and a join that gets PTHREAD_CANCELED; then a detach.
-    let sleeper = of_main("thr_create", 2)[3][1];
+    let sleeper = of_main("thr_create", Which::Return)[3][1];
     let pairs = |name: &str| {
         let (event1, event2) = codes(name);
         lines
@@ -121,6 +144,6 @@ fn assert_thread_story(workload: &str, placement: &[&str]) {
     );
     assert_eq!(pairs("pthread_cancel"), [[sleeper, 0, 0, 0, 0]]);
     assert_eq!(joins[3], [sleeper, PTHREAD_CANCELED, 0, 0, 0]);
-    let loose = of_main("thr_create", 2)[4][1];
+    let loose = of_main("thr_create", Which::Return)[4][1];
     assert_eq!(pairs("pthread_detach"), [[loose, 0, 0, 0, 0]]);
 }

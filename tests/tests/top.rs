@@ -1,4 +1,4 @@
-//! `thrtrace-bpf top` (issue 28) used as a person uses it: in a terminal (tmux), on a running
+//! `thrtrace-bpf top` used as a person uses it: in a terminal (tmux), on a running
 //! process whose contention is certain (tests/workloads/contention.c), watched until its locks
 //! show, then `q`; in a window too small for its table, resized, and sorted by a key.
 

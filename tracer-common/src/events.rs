@@ -1,8 +1,9 @@
-//! The event table of `docs/event-map.md`, defined once. The BPF programs read a probe's
+//! The event table of `docs/events.md`, defined once. The BPF programs read a probe's
 //! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
 //! [`EventDef::layout`], and names events and categories from here.
 
-use crate::futex;
+use crate::{futex, record::Which};
+
 /// The seed's event categories (`event1`), with their `THR_TRACE_EVENTS` names.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -212,7 +213,8 @@ pub enum ObjectSize {
     /// 32 bytes: `sem_t`, `pthread_barrier_t`, and the start of `pthread_mutex_t` (40) and
     /// `pthread_rwlock_t` (56).
     Small = 2,
-    /// 40 bytes: up to `__wrefs` of `pthread_cond_t` (48).
+    /// 40 bytes: up to `__wrefs` of `pthread_cond_t` (48), wherever glibc keeps it
+    /// ([`glibc_cond_wrefs_offset`](crate::record::glibc_cond_wrefs_offset)).
     Large = 3,
 }
 
@@ -230,6 +232,13 @@ impl ObjectSize {
 
 /// 32-bit words of the copied object: the largest [`ObjectSize`].
 pub const OBJECT_WORDS: usize = 10;
+const _: () = {
+    use crate::record::{LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, glibc_cond_wrefs_offset};
+    // The copy of a condition variable holds its `__wrefs`.
+    let large = ObjectSize::Large.bytes();
+    assert!(glibc_cond_wrefs_offset(LAYOUT_GLIBC) + 4 <= large);
+    assert!(glibc_cond_wrefs_offset(LAYOUT_COND_WITHOUT_G_REFS) + 4 <= large);
+};
 
 /// The attach cookie: which event a probe reports, what its BPF program must capture, how the
 /// library lays out its objects, where the caller's return address is when the probe is placed
@@ -753,7 +762,8 @@ pub enum Field {
     /// The thread id holding a mutex when the call found it (`__owner`, a Linux extension): 0
     /// if it was free, or the library does not say (musl's normal mutex).
     MutexOwner,
-    /// `waiters?` of a glibc condition variable: `__wrefs` (offset 36) >> 3 counts waiters.
+    /// `waiters?` of a glibc condition variable: `__wrefs`
+    /// ([`glibc_cond_wrefs_offset`](crate::record::glibc_cond_wrefs_offset)) >> 3 counts waiters.
     CondWaiters,
     /// `s_count`: the semaphore's value, the low 32 bits of glibc's `sem_t`.
     SemCount,
@@ -800,12 +810,62 @@ pub struct EventDef {
     pub name: &'static str,
     /// The glibc entry point.
     pub symbol: &'static str,
-    /// What the programs capture ([`ProbeFlags`] bits).
-    pub flags: u16,
+    /// What the call does to its object.
+    pub role: CallRole,
+    /// What the programs capture.
+    pub flags: ProbeFlags,
     /// a1..a5 of the which=0 record, or of the which=1 record of a paired event.
     pub first: [Field; 5],
     /// a1..a5 of the which=2 record of a paired event.
     pub second: [Field; 5],
+}
+
+/// What a call does to the object it is given: what reports, lock-order checks and the probe
+/// planner read instead of its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallRole {
+    /// Takes a lock (a mutex, read-write lock or spin lock).
+    Acquire(Access, Blocking),
+    /// Gives a lock back.
+    Release,
+    /// Waits for what other threads give: a semaphore's unit, a condition's signal, a
+    /// barrier's last thread, a thread's end, a futex wake.
+    Wait(Blocking),
+    /// Gives it: a semaphore post, a condition's signal or broadcast, a futex wake.
+    Signal,
+    /// Starts a thread.
+    Spawn,
+    /// Ends the calling thread.
+    Exit,
+    /// None of these: creating, destroying or asking about an object, and the like.
+    Other,
+}
+
+/// How a lock is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// By one thread alone (a mutex, a write lock).
+    Exclusive,
+    /// Beside other readers (a read lock).
+    Shared,
+}
+
+/// Whether, and for how long, a call can block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocking {
+    /// Until it gets what it waits for, without end: a wait that can close a cycle of waits.
+    Unbounded,
+    /// Until a deadline, at most (`timedlock`, `clockwait`, ...).
+    Timed,
+    /// Never: it tries once (`trylock`, `trywait`, `tryjoin`).
+    Never,
+}
+
+impl Blocking {
+    /// Whether the call can block at all.
+    pub const fn can_block(self) -> bool {
+        !matches!(self, Blocking::Never)
+    }
 }
 
 /// Which probes record, as the BPF side reads it: slot `event1` (a category code) of the
@@ -848,10 +908,7 @@ impl EventDef {
     pub fn probed_as(&'static self) -> &'static EventDef {
         match self.category.probed_through() {
             category if category == self.category => self,
-            category => category
-                .events()
-                .find(|e| e.symbol == self.symbol)
-                .unwrap_or(self),
+            category => EventDef::find(category.code(), self.event2).unwrap_or(self),
         }
     }
 
@@ -863,7 +920,7 @@ impl EventDef {
             event2: self.event2,
             layout,
             stack_offset,
-            flags: ProbeFlags(self.flags),
+            flags: self.flags,
             function: FunctionSpan {
                 before_probe: 0,
                 bytes: 0,
@@ -884,7 +941,7 @@ impl EventDef {
                 mask |= 1 << (n - 1);
             }
         }
-        let flags = self.probe_flags();
+        let flags = self.flags;
         if flags.object_size() != ObjectSize::None {
             mask |= 1 << 0;
         }
@@ -899,17 +956,20 @@ impl EventDef {
         mask
     }
 
-    /// The flags as [`ProbeFlags`].
-    pub const fn probe_flags(&self) -> ProbeFlags {
-        ProbeFlags(self.flags)
+    /// Whether, and for how long, the call can block: an acquisition's or a wait's; other
+    /// calls do not wait for another thread.
+    pub const fn blocking(&self) -> Blocking {
+        match self.role {
+            CallRole::Acquire(_, blocking) | CallRole::Wait(blocking) => blocking,
+            _ => Blocking::Never,
+        }
     }
 
-    /// The layout of the record with the given `which`.
-    pub const fn layout(&self, which: u16) -> &[Field; 5] {
-        if which == 2 {
-            &self.second
-        } else {
-            &self.first
+    /// The layout of the record that is this part of a call.
+    pub const fn layout(&self, which: Which) -> &[Field; 5] {
+        match which {
+            Which::Return => &self.second,
+            Which::Whole | Which::Entry => &self.first,
         }
     }
 
@@ -923,6 +983,12 @@ impl EventDef {
     pub fn row(event1: u16, event2: u16) -> Option<usize> {
         let row = *INDEX.get(usize::from(event1))?.get(usize::from(event2))?;
         (usize::from(row) < EVENTS.len()).then_some(usize::from(row))
+    }
+
+    /// The event named `name` (`mutex_lock`, as [`EventDef::name`] spells it), as
+    /// [`Category::from_name`] finds a category.
+    pub fn by_name(name: &str) -> Option<&'static EventDef> {
+        EVENTS.iter().find(|e| e.name == name)
     }
 }
 
@@ -952,19 +1018,16 @@ impl EventDef {
     /// unlock, whose `waiters?` is read from words its atomic instruction changes
     /// ([`EventDef::completes_at_entry`]).
     pub fn completes_on_fast_path(&self) -> bool {
-        matches!(
-            self.symbol,
-            "pthread_mutex_lock"
-                | "pthread_mutex_trylock"
-                | "pthread_mutex_unlock"
-                | "sem_post"
-                | "pthread_rwlock_rdlock"
-                | "pthread_rwlock_wrlock"
-                | "pthread_rwlock_tryrdlock"
-                | "pthread_rwlock_trywrlock"
-                | "sem_wait"
-                | "sem_trywait"
-        )
+        match (self.category, self.role) {
+            (Category::Mutex | Category::Rmutex, CallRole::Release)
+            | (Category::Sema, CallRole::Signal) => true,
+            (
+                Category::Mutex | Category::Rmutex | Category::Rwlock,
+                CallRole::Acquire(_, blocking),
+            )
+            | (Category::Sema, CallRole::Wait(blocking)) => blocking != Blocking::Timed,
+            _ => false,
+        }
     }
 
     /// Whether a full trace writes this call's one record whole at its entry where the
@@ -972,27 +1035,34 @@ impl EventDef {
     /// whose record reads nothing at the return but the value returned, which glibc's is 0
     /// whatever the call does.
     pub fn completes_at_entry(&self) -> bool {
-        self.symbol == "pthread_rwlock_unlock"
+        self.category == Category::Rwlock && self.role == CallRole::Release
     }
 
-    /// How `--contended` traces this event.
+    /// How `--contended` traces this event: the untimed lock and semaphore waits on their slow
+    /// paths, their releases where they wake a waiter; whole, the calls that block by their
+    /// nature and those made once per thread. Not spin locks, trylocks or timed calls.
     pub fn contended(&self) -> ContendedProbe {
-        match self.symbol {
-            "pthread_mutex_lock"
-            | "sem_wait"
-            | "pthread_rwlock_rdlock"
-            | "pthread_rwlock_wrlock" => ContendedProbe::Waits,
-            "pthread_mutex_unlock" | "sem_post" | "pthread_rwlock_unlock" => ContendedProbe::Wakes,
-            "pthread_create"
-            | "pthread_exit"
-            | "pthread_join"
-            | "pthread_timedjoin_np"
-            | "pthread_clockjoin_np"
-            | "pthread_cond_wait"
-            | "pthread_cond_timedwait"
-            | "pthread_cond_clockwait"
-            | "pthread_barrier_wait" => ContendedProbe::Whole,
-            _ if !self.category.is_probed_in_library() => ContendedProbe::BlockedInKernel,
+        if !self.category.is_probed_in_library() {
+            return ContendedProbe::BlockedInKernel;
+        }
+        let lock_or_semaphore = matches!(
+            self.category,
+            Category::Mutex | Category::Rmutex | Category::Rwlock | Category::Sema
+        );
+        match self.role {
+            CallRole::Acquire(_, Blocking::Unbounded) | CallRole::Wait(Blocking::Unbounded)
+                if lock_or_semaphore =>
+            {
+                ContendedProbe::Waits
+            }
+            CallRole::Release | CallRole::Signal if lock_or_semaphore => ContendedProbe::Wakes,
+            CallRole::Wait(Blocking::Unbounded | Blocking::Timed)
+                if matches!(self.category, Category::Thread | Category::Cond) =>
+            {
+                ContendedProbe::Whole
+            }
+            CallRole::Wait(_) if self.category == Category::Barrier => ContendedProbe::Whole,
+            CallRole::Spawn | CallRole::Exit => ContendedProbe::Whole,
             _ => ContendedProbe::Untraced,
         }
     }
@@ -1006,7 +1076,13 @@ pub const GLIBC_MUTEX_KIND_WORD: usize = 4;
 pub const GLIBC_MUTEX_KIND_OFFSET: i64 = (GLIBC_MUTEX_KIND_WORD * 4) as i64;
 /// glibc's `__count` of `pthread_mutex_t`, its second word: a recursive mutex's depth.
 pub const GLIBC_MUTEX_COUNT_WORD: usize = 1;
-const MUSL_MUTEX_TYPE_WORD: usize = 0;
+/// musl's `_m_type` of `pthread_mutex_t`, its first word: the type in the low two bits
+/// ([`MUTEX_TYPE_MASK`]), then robust (4), priority-inheriting (8) and process-shared (128).
+pub const MUSL_MUTEX_TYPE_WORD: usize = 0;
+/// The bits of musl's `_m_type` its lock tests (`_m_type & 15`) for a normal mutex that is
+/// neither robust nor priority-inheriting (0), which it locks with a constant (EBUSY) in
+/// `_m_lock` instead of its owner's thread id.
+pub const MUSL_MUTEX_NORMAL_MASK: u32 = 15;
 /// The bits of a mutex's kind that are its type (in glibc's `__kind` and musl's `_m_type`).
 pub const MUTEX_TYPE_MASK: u32 = 3;
 /// A recursive mutex's type (`PTHREAD_MUTEX_RECURSIVE`, in glibc and musl).
@@ -1070,7 +1146,7 @@ const MUTEX_LOCKED: u16 =
 const READ_LOCKED: u16 = LOCKED | RWLOCK | ProbeFlags::OBJECT_AT_RETURN;
 
 /// Every traced event. Linux calls with fewer arguments than UnixWare's keep `rval` in the
-/// seed's field and leave the missing argument fields 0 (`docs/event-map.md`, "Fields a1..a5").
+/// seed's field and leave the missing argument fields 0 (`docs/events.md`, "Fields a1..a5").
 pub static EVENTS: &[EventDef] = TABLE;
 
 /// The rows of `EVENTS`, as a constant so that `INDEX` can be built from them at compile time.
@@ -1081,7 +1157,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "thr_create",
         symbol: "pthread_create",
-        flags: PAIRED | ProbeFlags::POINTEES,
+        role: CallRole::Spawn,
+        flags: ProbeFlags(PAIRED | ProbeFlags::POINTEES),
         first: [Arg(1), Arg(2), Arg(3), Arg(4), Zero],
         second: [Rval, Stored64(1), Zero, Zero, Zero],
     },
@@ -1091,7 +1168,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "thr_exit",
         symbol: "pthread_exit",
-        flags: 0,
+        role: CallRole::Exit,
+        flags: ProbeFlags(0),
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1100,7 +1178,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "thr_join",
         symbol: "pthread_join",
-        flags: PAIRED | ProbeFlags::POINTEES,
+        role: CallRole::Wait(Blocking::Unbounded),
+        flags: ProbeFlags(PAIRED | ProbeFlags::POINTEES),
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: [Arg(1), Stored64(2), Rval, Zero, Zero],
     },
@@ -1109,7 +1188,8 @@ const TABLE: &[EventDef] = &[
         event2: 4,
         name: "thr_self",
         symbol: "pthread_self",
-        flags: 0,
+        role: CallRole::Other,
+        flags: ProbeFlags(0),
         first: [Zero, Zero, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1118,7 +1198,8 @@ const TABLE: &[EventDef] = &[
         event2: 8,
         name: "thr_setconcurrency",
         symbol: "pthread_setconcurrency",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1127,7 +1208,8 @@ const TABLE: &[EventDef] = &[
         event2: 9,
         name: "thr_getconcurrency",
         symbol: "pthread_getconcurrency",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Rval, Zero, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1136,7 +1218,8 @@ const TABLE: &[EventDef] = &[
         event2: 10,
         name: "thr_kill",
         symbol: "pthread_kill",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Rval, Zero, Zero],
         second: NONE,
     },
@@ -1145,7 +1228,8 @@ const TABLE: &[EventDef] = &[
         event2: 11,
         name: "thr_sigsetmask",
         symbol: "pthread_sigmask",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Arg(3), Rval, Zero],
         second: NONE,
     },
@@ -1155,7 +1239,8 @@ const TABLE: &[EventDef] = &[
         event2: 12,
         name: "thr_setscheduler",
         symbol: "pthread_setschedparam",
-        flags: R | ProbeFlags::POINTEES,
+        role: CallRole::Other,
+        flags: ProbeFlags(R | ProbeFlags::POINTEES),
         first: [Arg(1), Arg(2), Pointee32(3), Rval, Zero],
         second: NONE,
     },
@@ -1164,7 +1249,8 @@ const TABLE: &[EventDef] = &[
         event2: 13,
         name: "thr_getscheduler",
         symbol: "pthread_getschedparam",
-        flags: R | ProbeFlags::POINTEES,
+        role: CallRole::Other,
+        flags: ProbeFlags(R | ProbeFlags::POINTEES),
         first: [Arg(1), Stored32(2), Stored32(3), Rval, Zero],
         second: NONE,
     },
@@ -1173,7 +1259,8 @@ const TABLE: &[EventDef] = &[
         event2: 14,
         name: "thr_setprio",
         symbol: "pthread_setschedprio",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Rval, Zero, Zero],
         second: NONE,
     },
@@ -1183,7 +1270,8 @@ const TABLE: &[EventDef] = &[
         event2: 16,
         name: "thr_yield",
         symbol: "sched_yield",
-        flags: 0,
+        role: CallRole::Other,
+        flags: ProbeFlags(0),
         first: [Zero, Zero, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1192,7 +1280,8 @@ const TABLE: &[EventDef] = &[
         event2: 17,
         name: "thr_get_rr_interval",
         symbol: "sched_rr_get_interval",
-        flags: 0,
+        role: CallRole::Other,
+        flags: ProbeFlags(0),
         first: [Zero, Zero, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1201,7 +1290,8 @@ const TABLE: &[EventDef] = &[
         event2: 18,
         name: "thr_keycreate",
         symbol: "pthread_key_create",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Rval, Zero, Zero],
         second: NONE,
     },
@@ -1210,7 +1300,8 @@ const TABLE: &[EventDef] = &[
         event2: 19,
         name: "thr_keydelete",
         symbol: "pthread_key_delete",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1219,7 +1310,8 @@ const TABLE: &[EventDef] = &[
         event2: 20,
         name: "thr_setspecific",
         symbol: "pthread_setspecific",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Rval, Zero, Zero],
         second: NONE,
     },
@@ -1228,7 +1320,8 @@ const TABLE: &[EventDef] = &[
         event2: 21,
         name: "thr_getspecific",
         symbol: "pthread_getspecific",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval64, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1238,7 +1331,8 @@ const TABLE: &[EventDef] = &[
         event2: 32,
         name: "pthread_tryjoin_np",
         symbol: "pthread_tryjoin_np",
-        flags: PAIRED | ProbeFlags::POINTEES,
+        role: CallRole::Wait(Blocking::Never),
+        flags: ProbeFlags(PAIRED | ProbeFlags::POINTEES),
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: [Arg(1), Stored64(2), Rval, Zero, Zero],
     },
@@ -1247,7 +1341,8 @@ const TABLE: &[EventDef] = &[
         event2: 33,
         name: "pthread_timedjoin_np",
         symbol: "pthread_timedjoin_np",
-        flags: PAIRED | ProbeFlags::POINTEES | TIMESPEC3,
+        role: CallRole::Wait(Blocking::Timed),
+        flags: ProbeFlags(PAIRED | ProbeFlags::POINTEES | TIMESPEC3),
         first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
         second: [Arg(1), Stored64(2), Rval, Zero, Zero],
     },
@@ -1256,7 +1351,8 @@ const TABLE: &[EventDef] = &[
         event2: 34,
         name: "pthread_clockjoin_np",
         symbol: "pthread_clockjoin_np",
-        flags: PAIRED | ProbeFlags::POINTEES | TIMESPEC4,
+        role: CallRole::Wait(Blocking::Timed),
+        flags: ProbeFlags(PAIRED | ProbeFlags::POINTEES | TIMESPEC4),
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(3), Zero],
         second: [Arg(1), Stored64(2), Rval, Zero, Zero],
     },
@@ -1265,7 +1361,8 @@ const TABLE: &[EventDef] = &[
         event2: 35,
         name: "pthread_detach",
         symbol: "pthread_detach",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1274,7 +1371,8 @@ const TABLE: &[EventDef] = &[
         event2: 36,
         name: "pthread_cancel",
         symbol: "pthread_cancel",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1284,7 +1382,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "mutex_init",
         symbol: "pthread_mutex_init",
-        flags: R | MUTEX | ProbeFlags::OBJECT_AT_RETURN,
+        role: CallRole::Other,
+        flags: ProbeFlags(R | MUTEX | ProbeFlags::OBJECT_AT_RETURN),
         first: [Arg(1), Arg(2), Zero, Rval, Zero],
         second: NONE,
     },
@@ -1293,7 +1392,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "mutex_lock",
         symbol: "pthread_mutex_lock",
-        flags: MUTEX_LOCKED,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Unbounded),
+        flags: ProbeFlags(MUTEX_LOCKED),
         first: [Arg(1), MutexOwner, Zero, Zero, Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -1302,7 +1402,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "mutex_trylock",
         symbol: "pthread_mutex_trylock",
-        flags: R | MUTEX,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Never),
+        flags: ProbeFlags(R | MUTEX),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1311,7 +1412,8 @@ const TABLE: &[EventDef] = &[
         event2: 4,
         name: "mutex_unlock",
         symbol: "pthread_mutex_unlock",
-        flags: R | MUTEX,
+        role: CallRole::Release,
+        flags: ProbeFlags(R | MUTEX),
         first: [Arg(1), Rval, MutexWaiters, Zero, Zero],
         second: NONE,
     },
@@ -1320,7 +1422,8 @@ const TABLE: &[EventDef] = &[
         event2: 5,
         name: "mutex_destroy",
         symbol: "pthread_mutex_destroy",
-        flags: R | MUTEX,
+        role: CallRole::Other,
+        flags: ProbeFlags(R | MUTEX),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1330,7 +1433,8 @@ const TABLE: &[EventDef] = &[
         event2: 32,
         name: "pthread_mutex_timedlock",
         symbol: "pthread_mutex_timedlock",
-        flags: MUTEX_LOCKED | TIMESPEC2,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Timed),
+        flags: ProbeFlags(MUTEX_LOCKED | TIMESPEC2),
         first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -1339,7 +1443,8 @@ const TABLE: &[EventDef] = &[
         event2: 33,
         name: "pthread_mutex_clocklock",
         symbol: "pthread_mutex_clocklock",
-        flags: MUTEX_LOCKED | TIMESPEC3,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Timed),
+        flags: ProbeFlags(MUTEX_LOCKED | TIMESPEC3),
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -1349,7 +1454,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "cond_init",
         symbol: "pthread_cond_init",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Zero, Rval, Zero],
         second: NONE,
     },
@@ -1358,7 +1464,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "cond_signal",
         symbol: "pthread_cond_signal",
-        flags: R | COND,
+        role: CallRole::Signal,
+        flags: ProbeFlags(R | COND),
         first: [Arg(1), Rval, CondWaiters, Zero, Zero],
         second: NONE,
     },
@@ -1367,7 +1474,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "cond_broadcast",
         symbol: "pthread_cond_broadcast",
-        flags: R | COND,
+        role: CallRole::Signal,
+        flags: ProbeFlags(R | COND),
         first: [Arg(1), Rval, CondWaiters, Zero, Zero],
         second: NONE,
     },
@@ -1376,7 +1484,8 @@ const TABLE: &[EventDef] = &[
         event2: 4,
         name: "cond_wait",
         symbol: "pthread_cond_wait",
-        flags: PAIRED,
+        role: CallRole::Wait(Blocking::Unbounded),
+        flags: ProbeFlags(PAIRED),
         first: [Arg(1), Arg(2), Zero, Zero, Zero],
         second: [Rval, Zero, Zero, Zero, Zero],
     },
@@ -1385,7 +1494,8 @@ const TABLE: &[EventDef] = &[
         event2: 5,
         name: "cond_timedwait",
         symbol: "pthread_cond_timedwait",
-        flags: PAIRED | ProbeFlags::timespec_arg(3),
+        role: CallRole::Wait(Blocking::Timed),
+        flags: ProbeFlags(PAIRED | ProbeFlags::timespec_arg(3)),
         first: [Arg(1), Arg(2), TimespecSec, TimespecNsec, Zero],
         second: [Rval, Zero, Zero, Zero, Zero],
     },
@@ -1394,7 +1504,8 @@ const TABLE: &[EventDef] = &[
         event2: 6,
         name: "cond_destroy",
         symbol: "pthread_cond_destroy",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1404,7 +1515,8 @@ const TABLE: &[EventDef] = &[
         event2: 32,
         name: "pthread_cond_clockwait",
         symbol: "pthread_cond_clockwait",
-        flags: PAIRED | TIMESPEC4,
+        role: CallRole::Wait(Blocking::Timed),
+        flags: ProbeFlags(PAIRED | TIMESPEC4),
         first: [Arg(1), Arg(2), TimespecSec, TimespecNsec, Arg(3)],
         second: [Rval, Zero, Zero, Zero, Zero],
     },
@@ -1414,7 +1526,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "sema_init",
         symbol: "sem_init",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(3), Arg(2), Zero, Rval],
         second: NONE,
     },
@@ -1423,7 +1536,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "sema_wait",
         symbol: "sem_wait",
-        flags: PAIRED | SEM | ProbeFlags::ERRNO,
+        role: CallRole::Wait(Blocking::Unbounded),
+        flags: ProbeFlags(PAIRED | SEM | ProbeFlags::ERRNO),
         first: [Arg(1), SemCount, Zero, Zero, Zero],
         second: [Rval, Errno, Zero, Zero, Zero],
     },
@@ -1432,7 +1546,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "sema_trywait",
         symbol: "sem_trywait",
-        flags: R | ProbeFlags::ERRNO,
+        role: CallRole::Wait(Blocking::Never),
+        flags: ProbeFlags(R | ProbeFlags::ERRNO),
         first: [Arg(1), Rval, Errno, Zero, Zero],
         second: NONE,
     },
@@ -1441,7 +1556,8 @@ const TABLE: &[EventDef] = &[
         event2: 4,
         name: "sema_post",
         symbol: "sem_post",
-        flags: R | SEM | ProbeFlags::OBJECT_AT_RETURN | ProbeFlags::ERRNO,
+        role: CallRole::Signal,
+        flags: ProbeFlags(R | SEM | ProbeFlags::OBJECT_AT_RETURN | ProbeFlags::ERRNO),
         first: [Arg(1), Rval, SemCount, Errno, Zero],
         second: NONE,
     },
@@ -1450,7 +1566,8 @@ const TABLE: &[EventDef] = &[
         event2: 5,
         name: "sema_destroy",
         symbol: "sem_destroy",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1460,7 +1577,8 @@ const TABLE: &[EventDef] = &[
         event2: 32,
         name: "sem_timedwait",
         symbol: "sem_timedwait",
-        flags: PAIRED | SEM | ProbeFlags::ERRNO | ProbeFlags::timespec_arg(2),
+        role: CallRole::Wait(Blocking::Timed),
+        flags: ProbeFlags(PAIRED | SEM | ProbeFlags::ERRNO | ProbeFlags::timespec_arg(2)),
         first: [Arg(1), SemCount, TimespecSec, TimespecNsec, Zero],
         second: [Rval, Errno, Zero, Zero, Zero],
     },
@@ -1469,7 +1587,8 @@ const TABLE: &[EventDef] = &[
         event2: 33,
         name: "sem_clockwait",
         symbol: "sem_clockwait",
-        flags: PAIRED | SEM | ProbeFlags::ERRNO | ProbeFlags::timespec_arg(3),
+        role: CallRole::Wait(Blocking::Timed),
+        flags: ProbeFlags(PAIRED | SEM | ProbeFlags::ERRNO | ProbeFlags::timespec_arg(3)),
         first: [Arg(1), SemCount, TimespecSec, TimespecNsec, Arg(2)],
         second: [Rval, Errno, Zero, Zero, Zero],
     },
@@ -1479,7 +1598,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "rwlock_init",
         symbol: "pthread_rwlock_init",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Zero, Rval, Zero],
         second: NONE,
     },
@@ -1488,7 +1608,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "rw_rdlock",
         symbol: "pthread_rwlock_rdlock",
-        flags: READ_LOCKED,
+        role: CallRole::Acquire(Access::Shared, Blocking::Unbounded),
+        flags: ProbeFlags(READ_LOCKED),
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: [Rval, Block, RwReaders, Zero, Zero],
     },
@@ -1497,7 +1618,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "rw_wrlock",
         symbol: "pthread_rwlock_wrlock",
-        flags: LOCKED,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Unbounded),
+        flags: ProbeFlags(LOCKED),
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -1506,7 +1628,8 @@ const TABLE: &[EventDef] = &[
         event2: 4,
         name: "rw_unlock",
         symbol: "pthread_rwlock_unlock",
-        flags: R | RWLOCK,
+        role: CallRole::Release,
+        flags: ProbeFlags(R | RWLOCK),
         first: [Arg(1), Rval, RwWaiters, Zero, Zero],
         second: NONE,
     },
@@ -1515,7 +1638,8 @@ const TABLE: &[EventDef] = &[
         event2: 5,
         name: "rw_tryrdlock",
         symbol: "pthread_rwlock_tryrdlock",
-        flags: R,
+        role: CallRole::Acquire(Access::Shared, Blocking::Never),
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1524,7 +1648,8 @@ const TABLE: &[EventDef] = &[
         event2: 6,
         name: "rw_trywrlock",
         symbol: "pthread_rwlock_trywrlock",
-        flags: R,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Never),
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1533,7 +1658,8 @@ const TABLE: &[EventDef] = &[
         event2: 7,
         name: "rwlock_destroy",
         symbol: "pthread_rwlock_destroy",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1543,7 +1669,8 @@ const TABLE: &[EventDef] = &[
         event2: 32,
         name: "pthread_rwlock_timedrdlock",
         symbol: "pthread_rwlock_timedrdlock",
-        flags: READ_LOCKED | TIMESPEC2,
+        role: CallRole::Acquire(Access::Shared, Blocking::Timed),
+        flags: ProbeFlags(READ_LOCKED | TIMESPEC2),
         first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
         second: [Rval, Block, RwReaders, Zero, Zero],
     },
@@ -1552,7 +1679,8 @@ const TABLE: &[EventDef] = &[
         event2: 33,
         name: "pthread_rwlock_timedwrlock",
         symbol: "pthread_rwlock_timedwrlock",
-        flags: LOCKED | TIMESPEC2,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Timed),
+        flags: ProbeFlags(LOCKED | TIMESPEC2),
         first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -1561,7 +1689,8 @@ const TABLE: &[EventDef] = &[
         event2: 34,
         name: "pthread_rwlock_clockrdlock",
         symbol: "pthread_rwlock_clockrdlock",
-        flags: READ_LOCKED | TIMESPEC3,
+        role: CallRole::Acquire(Access::Shared, Blocking::Timed),
+        flags: ProbeFlags(READ_LOCKED | TIMESPEC3),
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
         second: [Rval, Block, RwReaders, Zero, Zero],
     },
@@ -1570,7 +1699,8 @@ const TABLE: &[EventDef] = &[
         event2: 35,
         name: "pthread_rwlock_clockwrlock",
         symbol: "pthread_rwlock_clockwrlock",
-        flags: LOCKED | TIMESPEC3,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Timed),
+        flags: ProbeFlags(LOCKED | TIMESPEC3),
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
         second: [Rval, Block, Zero, Zero, Zero],
     },
@@ -1581,7 +1711,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "rmutex_init",
         symbol: "pthread_mutex_init",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Zero, Rval, Zero],
         second: NONE,
     },
@@ -1590,7 +1721,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "rmutex_lock",
         symbol: "pthread_mutex_lock",
-        flags: PAIRED,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Unbounded),
+        flags: ProbeFlags(PAIRED),
         first: [Arg(1), MutexOwner, Zero, Zero, Zero],
         second: [Rval, Block, RecursionDepth, Zero, Zero],
     },
@@ -1599,7 +1731,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "rmutex_trylock",
         symbol: "pthread_mutex_trylock",
-        flags: R,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Never),
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1608,7 +1741,8 @@ const TABLE: &[EventDef] = &[
         event2: 4,
         name: "rmutex_unlock",
         symbol: "pthread_mutex_unlock",
-        flags: R,
+        role: CallRole::Release,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, MutexWaiters, Zero, Zero],
         second: NONE,
     },
@@ -1617,7 +1751,8 @@ const TABLE: &[EventDef] = &[
         event2: 5,
         name: "rmutex_destroy",
         symbol: "pthread_mutex_destroy",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1626,7 +1761,8 @@ const TABLE: &[EventDef] = &[
         event2: 32,
         name: "rmutex_timedlock",
         symbol: "pthread_mutex_timedlock",
-        flags: PAIRED,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Timed),
+        flags: ProbeFlags(PAIRED),
         first: [Arg(1), TimespecSec, TimespecNsec, Zero, Zero],
         second: [Rval, Block, RecursionDepth, Zero, Zero],
     },
@@ -1635,7 +1771,8 @@ const TABLE: &[EventDef] = &[
         event2: 33,
         name: "rmutex_clocklock",
         symbol: "pthread_mutex_clocklock",
-        flags: PAIRED,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Timed),
+        flags: ProbeFlags(PAIRED),
         first: [Arg(1), TimespecSec, TimespecNsec, Arg(2), Zero],
         second: [Rval, Block, RecursionDepth, Zero, Zero],
     },
@@ -1645,7 +1782,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "barrier_init",
         symbol: "pthread_barrier_init",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(3), Arg(2), Zero, Rval],
         second: NONE,
     },
@@ -1654,7 +1792,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "barrier_wait",
         symbol: "pthread_barrier_wait",
-        flags: PAIRED | BARRIER,
+        role: CallRole::Wait(Blocking::Unbounded),
+        flags: ProbeFlags(PAIRED | BARRIER),
         first: [Arg(1), BarrierWaiting, Zero, Zero, Zero],
         second: [Rval, Zero, Zero, Zero, Zero],
     },
@@ -1663,7 +1802,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "barrier_destroy",
         symbol: "pthread_barrier_destroy",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1676,7 +1816,8 @@ const TABLE: &[EventDef] = &[
         event2: 4,
         name: "_spin_unlock",
         symbol: "pthread_spin_unlock",
-        flags: 0,
+        role: CallRole::Release,
+        flags: ProbeFlags(0),
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1685,7 +1826,8 @@ const TABLE: &[EventDef] = &[
         event2: 1,
         name: "_spin_init",
         symbol: "pthread_spin_init",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Arg(2), Rval, Zero, Zero],
         second: NONE,
     },
@@ -1694,7 +1836,8 @@ const TABLE: &[EventDef] = &[
         event2: 2,
         name: "_spin_lock",
         symbol: "pthread_spin_lock",
-        flags: PAIRED | ProbeFlags::SPINS,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Unbounded),
+        flags: ProbeFlags(PAIRED | ProbeFlags::SPINS),
         first: [Arg(1), Zero, Zero, Zero, Zero],
         second: [Block, Zero, Zero, Zero, Zero],
     },
@@ -1703,7 +1846,8 @@ const TABLE: &[EventDef] = &[
         event2: 3,
         name: "_spin_trylock",
         symbol: "pthread_spin_trylock",
-        flags: R,
+        role: CallRole::Acquire(Access::Exclusive, Blocking::Never),
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1712,7 +1856,8 @@ const TABLE: &[EventDef] = &[
         event2: 5,
         name: "_spin_destroy",
         symbol: "pthread_spin_destroy",
-        flags: R,
+        role: CallRole::Other,
+        flags: ProbeFlags(R),
         first: [Arg(1), Rval, Zero, Zero, Zero],
         second: NONE,
     },
@@ -1724,7 +1869,8 @@ const TABLE: &[EventDef] = &[
         event2: futex::WAIT_EVENT2,
         name: "futex_wait",
         symbol: "futex",
-        flags: 0,
+        role: CallRole::Wait(Blocking::Unbounded),
+        flags: ProbeFlags(0),
         first: [Arg(1), Arg(2), ElapsedNs, Rval, TimeoutNs],
         second: NONE,
     },
@@ -1733,7 +1879,8 @@ const TABLE: &[EventDef] = &[
         event2: futex::WAKE_EVENT2,
         name: "futex_wake",
         symbol: "futex",
-        flags: 0,
+        role: CallRole::Signal,
+        flags: ProbeFlags(0),
         first: [Arg(1), Arg(2), Rval, Arg(3), ElapsedNs],
         second: NONE,
     },
@@ -1743,7 +1890,8 @@ const TABLE: &[EventDef] = &[
         event2: futex::WAITV_EVENT2,
         name: "futex_waitv",
         symbol: "futex_waitv",
-        flags: 0,
+        role: CallRole::Wait(Blocking::Unbounded),
+        flags: ProbeFlags(0),
         first: [Arg(1), Arg(2), ElapsedNs, Rval, TimeoutNs],
         second: NONE,
     },
@@ -1755,7 +1903,94 @@ mod tests {
     use crate::record::LAYOUT_MUSL;
 
     fn named(name: &str) -> &'static EventDef {
-        EVENTS.iter().find(|e| e.name == name).unwrap()
+        EventDef::by_name(name).unwrap()
+    }
+
+    #[test]
+    fn a_call_is_timed_exactly_where_its_record_carries_a_deadline() {
+        for event in EVENTS {
+            let deadline = event.flags.timespec_argument().is_some()
+                || event.first.contains(&Field::TimespecSec);
+            assert_eq!(
+                event.blocking() == Blocking::Timed,
+                deadline,
+                "{}",
+                event.name
+            );
+        }
+    }
+
+    #[test]
+    fn only_locks_are_acquired_and_released_and_only_threads_spawned() {
+        for event in EVENTS {
+            let lock = matches!(
+                event.category,
+                Category::Mutex | Category::Rmutex | Category::Rwlock | Category::Spin
+            );
+            match event.role {
+                CallRole::Acquire(..) | CallRole::Release => assert!(lock, "{}", event.name),
+                CallRole::Spawn | CallRole::Exit => {
+                    assert_eq!(event.category, Category::Thread, "{}", event.name);
+                }
+                CallRole::Wait(_) | CallRole::Signal => assert!(!lock, "{}", event.name),
+                CallRole::Other => {}
+            }
+        }
+        // A rwlock's creation is not an acquisition, for all its name holds "lock".
+        assert_eq!(named("rwlock_init").role, CallRole::Other);
+        assert_eq!(
+            named("rw_tryrdlock").role,
+            CallRole::Acquire(Access::Shared, Blocking::Never)
+        );
+        assert_eq!(
+            named("rmutex_clocklock").role,
+            CallRole::Acquire(Access::Exclusive, Blocking::Timed)
+        );
+    }
+
+    #[test]
+    fn contended_traces_untimed_lock_waits_their_wakes_and_blocking_calls_whole() {
+        let probe = |name: &str| named(name).contended();
+        for name in [
+            "mutex_lock",
+            "rmutex_lock",
+            "rw_rdlock",
+            "rw_wrlock",
+            "sema_wait",
+        ] {
+            assert_eq!(probe(name), ContendedProbe::Waits, "{name}");
+        }
+        for name in ["mutex_unlock", "rmutex_unlock", "rw_unlock", "sema_post"] {
+            assert_eq!(probe(name), ContendedProbe::Wakes, "{name}");
+        }
+        for name in [
+            "thr_create",
+            "thr_exit",
+            "thr_join",
+            "pthread_timedjoin_np",
+            "pthread_clockjoin_np",
+            "cond_wait",
+            "cond_timedwait",
+            "pthread_cond_clockwait",
+            "barrier_wait",
+        ] {
+            assert_eq!(probe(name), ContendedProbe::Whole, "{name}");
+        }
+        for name in ["futex_wait", "futex_wake", "futex_waitv"] {
+            assert_eq!(probe(name), ContendedProbe::BlockedInKernel, "{name}");
+        }
+        let traced = [
+            ContendedProbe::Waits,
+            ContendedProbe::Wakes,
+            ContendedProbe::Whole,
+            ContendedProbe::BlockedInKernel,
+        ];
+        let others = EVENTS.iter().filter(|e| traced.contains(&e.contended()));
+        assert_eq!(
+            others.count(),
+            21,
+            "no other event is traced under --contended"
+        );
     }
 
     #[test]
@@ -1775,7 +2010,7 @@ mod tests {
 
     #[test]
     fn only_a_recursive_mutex_is_copied_again_after_a_lock() {
-        let flags = |name: &str| ProbeFlags(named(name).flags);
+        let flags = |name: &str| named(name).flags;
         for lock in ["mutex_lock", "pthread_mutex_timedlock"] {
             assert!(flags(lock).has(ProbeFlags::OBJECT_AT_RETURN), "{lock}");
             assert!(flags(lock).has(ProbeFlags::ONLY_IF_RECURSIVE), "{lock}");
@@ -1959,6 +2194,8 @@ mod tests {
                 );
             }
             assert_eq!(Category::from_name(a.category.name()), Some(a.category));
+            let named = EventDef::by_name(a.name);
+            assert!(named.is_some_and(|e| core::ptr::eq(e, a)), "{}", a.name);
         }
     }
 
@@ -1995,7 +2232,7 @@ mod tests {
     #[test]
     fn only_paired_events_have_a_second_layout() {
         for event in EVENTS {
-            let paired = event.probe_flags().has(ProbeFlags::PAIRED);
+            let paired = event.flags.has(ProbeFlags::PAIRED);
             assert_eq!(paired, event.second != NONE, "{}", event.name);
         }
     }
@@ -2003,11 +2240,17 @@ mod tests {
     #[test]
     fn seed_layouts() {
         let lock = EventDef::find(2, 2).unwrap();
-        assert_eq!(lock.layout(1)[0], Arg(1));
-        assert_eq!(lock.layout(2)[..2], [Rval, Block]);
+        assert_eq!(lock.layout(Which::Entry)[0], Arg(1));
+        assert_eq!(lock.layout(Which::Return)[..2], [Rval, Block]);
         let unlock = EventDef::find(2, 4).unwrap();
-        assert_eq!(unlock.layout(0)[..3], [Arg(1), Rval, MutexWaiters]);
+        assert_eq!(
+            unlock.layout(Which::Whole)[..3],
+            [Arg(1), Rval, MutexWaiters]
+        );
         let timedwait = EventDef::find(3, 5).unwrap();
-        assert_eq!(timedwait.layout(1)[2..4], [TimespecSec, TimespecNsec]);
+        assert_eq!(
+            timedwait.layout(Which::Entry)[2..4],
+            [TimespecSec, TimespecNsec]
+        );
     }
 }

@@ -8,13 +8,13 @@ pub mod kfuncs;
 pub mod record;
 
 pub use events::{
-    Category, Completion, Condition, ContendedProbe, EVENTS, EventDef, Field, FoundInRax,
-    FunctionSpan, GLIBC_MUTEX_KIND_OFFSET, MUTEX_RECURSIVE, MUTEX_TYPE_MASK, ObjectRegister,
-    Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS, RecordingMasks, TypeRegister,
-    recording_masks,
+    Access, Blocking, CallRole, Category, Completion, Condition, ContendedProbe, EVENTS, EventDef,
+    Field, FoundInRax, FunctionSpan, GLIBC_MUTEX_KIND_OFFSET, MUTEX_RECURSIVE, MUTEX_TYPE_MASK,
+    ObjectRegister, Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS,
+    RecordingMasks, TypeRegister, recording_masks,
 };
 pub use record::{
-    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord, WHICH_BOTH_HALVES,
+    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord, WHICH_BOTH_HALVES, Which,
 };
 
 /// Names of the BPF maps and globals, shared so that neither side spells them twice.

@@ -56,6 +56,35 @@ pub struct RawRecord {
     pub started_ns: u64,
 }
 
+/// Which part of a call a record is: the seed's `which` field.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Which {
+    /// The call's one record (0).
+    Whole = 0,
+    /// The entry half of a call written as two records (1).
+    Entry = 1,
+    /// Its return half (2).
+    Return = 2,
+}
+
+impl Which {
+    /// Its number in a tr line, a log and the ring.
+    pub const fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// The part numbered `code`; none for a number that is not one.
+    pub const fn from_code(code: u16) -> Option<Which> {
+        match code {
+            0 => Some(Which::Whole),
+            1 => Some(Which::Entry),
+            2 => Some(Which::Return),
+            _ => None,
+        }
+    }
+}
+
 /// [`RawRecord::which`] of a call written whole where its fast path completed
 /// ([`crate::Completion`]): its entry and return halves share the record, and its timestamp.
 pub const WHICH_BOTH_HALVES: u8 = 3;
@@ -67,10 +96,13 @@ impl RawRecord {
         if self.which != WHICH_BOTH_HALVES {
             return (*self, None);
         }
-        let entry = RawRecord { which: 1, ..*self };
+        let entry = RawRecord {
+            which: Which::Entry as u8,
+            ..*self
+        };
         // The gap before the call is reported once, before its first half.
         let back = RawRecord {
-            which: 2,
+            which: Which::Return as u8,
             lost_before: 0,
             ..*self
         };
@@ -81,10 +113,25 @@ impl RawRecord {
 /// [`RawRecord::layout`]: glibc 2.25 to 2.40.
 pub const LAYOUT_GLIBC: u8 = 0;
 /// [`RawRecord::layout`]: glibc 2.41 and later, whose condition variable has no `__g_refs`: its
-/// `__wrefs` is at byte 28 rather than 36.
+/// `__wrefs` is 8 bytes closer ([`glibc_cond_wrefs_offset`]).
 pub const LAYOUT_COND_WITHOUT_G_REFS: u8 = 1;
 /// [`RawRecord::layout`]: musl (1.1.20 and later).
 pub const LAYOUT_MUSL: u8 = 2;
+
+/// The byte offset of `__wrefs` in glibc's `pthread_cond_t` (its bits from 3 up count the
+/// waiters) for a glibc `layout`: byte 36 in glibc 2.25 to 2.40, byte 28 from 2.41 on
+/// ([`LAYOUT_COND_WITHOUT_G_REFS`]), where `__g_refs` is gone. musl has no such field.
+pub const fn glibc_cond_wrefs_offset(layout: u8) -> usize {
+    match layout {
+        LAYOUT_COND_WITHOUT_G_REFS => 28,
+        _ => 36,
+    }
+}
+
+/// [`glibc_cond_wrefs_offset`] as the index of a 32-bit word of [`RawRecord::object`].
+pub const fn glibc_cond_wrefs_word(layout: u8) -> usize {
+    glibc_cond_wrefs_offset(layout) / 4
+}
 
 /// The size of [`RawRecord`], which both sides check.
 pub const RAW_RECORD_SIZE: usize = 184;

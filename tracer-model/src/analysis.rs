@@ -15,7 +15,7 @@ use std::{collections::BTreeMap, sync::OnceLock};
 use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::{Deserialize, Serialize};
-use tracer_common::{Category, EVENTS, EventDef, Field};
+use tracer_common::{Access, Blocking, CallRole, Category, EVENTS, EventDef, Field, Which};
 
 use crate::{
     TraceRecord,
@@ -65,15 +65,17 @@ impl LockKind {
 
     /// How reports name it: `mutex`, `rmutex`, ...
     pub fn name(self) -> &'static str {
+        // As the event category of its calls is named (`--events mutex`), but a join, whose
+        // calls are the thread category's.
         match self {
-            LockKind::Mutex => "mutex",
-            LockKind::Rmutex => "rmutex",
-            LockKind::Rwlock => "rwlock",
-            LockKind::Spin => "spin",
-            LockKind::Sema => "sema",
-            LockKind::Futex => "futex",
-            LockKind::Cond => "cond",
-            LockKind::Barrier => "barrier",
+            LockKind::Mutex => Category::Mutex.name(),
+            LockKind::Rmutex => Category::Rmutex.name(),
+            LockKind::Rwlock => Category::Rwlock.name(),
+            LockKind::Spin => Category::Spin.name(),
+            LockKind::Sema => Category::Sema.name(),
+            LockKind::Futex => Category::Futex.name(),
+            LockKind::Cond => Category::Cond.name(),
+            LockKind::Barrier => Category::Barrier.name(),
             LockKind::Join => "join",
         }
     }
@@ -165,32 +167,25 @@ fn kind_of(category: Category) -> Option<LockKind> {
     })
 }
 
-/// Whether a call gives up at a deadline (`pthread_mutex_timedlock`, `pthread_cond_clockwait`,
-/// `sem_timedwait`, ...): the event table's timed calls are those with a timespec argument. A
-/// timed wait cannot hang, so it closes no cycle of waits.
-fn timed(event: &EventDef) -> bool {
-    event.probe_flags().timespec_argument().is_some()
-}
-
+/// What a call does as the analysis reads it, from the event table's typed columns: a lock's
+/// acquisition closes a cycle of waits only if it can wait without end (not a trylock, not a
+/// timed lock).
 fn role(event: &EventDef) -> Role {
-    let name = event.name;
-    let lock = kind_of(event.category);
-    let has = |part: &str| name.contains(part);
-    match (event.category, lock) {
-        (_, Some(kind)) if has("unlock") => Role::Release(kind),
-        (_, Some(kind)) if has("lock") => Role::Acquire {
+    match (event.role, kind_of(event.category), event.category) {
+        (CallRole::Release, Some(kind), _) => Role::Release(kind),
+        (CallRole::Acquire(access, blocking), Some(kind), _) => Role::Acquire {
             kind,
-            exclusive: !has("rdlock"),
-            waits: !has("try") && !timed(event),
+            exclusive: access == Access::Exclusive,
+            waits: blocking == Blocking::Unbounded,
         },
-        (Category::Sema, _) if has("post") => Role::SemPost,
-        (Category::Sema, _) if has("wait") => Role::SemWait,
-        (Category::Cond, _) if has("wait") => Role::CondWait,
-        (Category::Cond, _) if has("signal") || has("broadcast") => Role::CondSignal,
-        (Category::Thread, _) if has("join") && !has("tryjoin") => Role::Join,
-        (Category::Barrier | Category::BarrierSpin, _) if has("wait") => Role::Barrier,
-        (Category::Futex, _) if has("wake") => Role::FutexWake,
-        (Category::Futex, _) if has("wait") => Role::FutexWait,
+        (CallRole::Signal, _, Category::Sema) => Role::SemPost,
+        (CallRole::Wait(_), _, Category::Sema) => Role::SemWait,
+        (CallRole::Wait(_), _, Category::Cond) => Role::CondWait,
+        (CallRole::Signal, _, Category::Cond) => Role::CondSignal,
+        (CallRole::Wait(blocking), _, Category::Thread) if blocking.can_block() => Role::Join,
+        (CallRole::Wait(_), _, Category::Barrier | Category::BarrierSpin) => Role::Barrier,
+        (CallRole::Signal, _, Category::Futex) => Role::FutexWake,
+        (CallRole::Wait(_), _, Category::Futex) => Role::FutexWait,
         _ => Role::Other,
     }
 }
@@ -484,6 +479,9 @@ pub struct DeadlockedThread {
     pub call: String,
     /// The object it waits on.
     pub waits_for: u64,
+    /// It waits to be woken (on a condition variable or a semaphore), which no holder owes
+    /// it: the thread it waits for is the only one that ever woke it.
+    pub waits_to_be_woken: bool,
     /// Where it called from.
     pub wait_caller: u64,
     /// When it began to wait (CLOCK_REALTIME ns).
@@ -517,12 +515,19 @@ pub struct Slice {
     pub start_ns: i64,
     /// When it ended.
     pub end_ns: i64,
-    /// "lock wait", "hold", "cond wait", "join", "sem wait", "barrier".
-    pub category: &'static str,
+    /// A wait, of this kind; `None` for a hold.
+    pub waited: Option<BlockKind>,
     /// The call (or for a hold, the lock's kind) and its object.
     pub name: String,
     /// The call stack of a wait (`TraceRecord::stack`; 0 for none, and for a hold).
     pub stack: u32,
+}
+
+impl Slice {
+    /// How timelines label it: its wait's kind (`lock wait`, `cond wait`, ...) or `hold`.
+    pub fn category(&self) -> &'static str {
+        self.waited.map_or("hold", BlockKind::name)
+    }
 }
 
 /// An unlock that woke a waiter: from the releasing thread at `from_ns` to the thread that
@@ -667,7 +672,7 @@ impl Analysis {
         let now = record.time_ns() as i64;
         self.first_ns.get_or_insert(now);
         self.last_ns = self.last_ns.max(now);
-        if self.stats && record.which != 2 {
+        if self.stats && record.which != Which::Return {
             *self
                 .thread(record.pid, record.lwpid)
                 .calls
@@ -676,7 +681,7 @@ impl Analysis {
         }
         let key = (record.lwpid, record.event1, record.event2);
         match record.which {
-            1 => {
+            Which::Entry => {
                 let object = record.a[0] as u64;
                 let owner_hint = field(record, event, Field::MutexOwner).unwrap_or(0) as u32;
                 let held_by = match (self.stats, role) {
@@ -704,12 +709,12 @@ impl Analysis {
                     self.release(record.pid, record.lwpid, record.a[1] as u64, now);
                 }
             }
-            2 => {
+            Which::Return => {
                 if let Some(pending) = self.pending.get_mut(&key).and_then(Option::take) {
                     self.returned(record, &pending, now);
                 }
             }
-            _ => self.single(record, event, role, now),
+            Which::Whole => self.single(record, event, role, now),
         }
     }
 
@@ -838,7 +843,7 @@ impl Analysis {
                 lwpid: wait.lwpid,
                 start_ns: wait.start_ns,
                 end_ns: wait.end_ns,
-                category: kind.name(),
+                waited: Some(kind),
                 name: format!("{} {:#x}", wait.event.name, wait.object),
                 stack: wait.stack,
             });
@@ -1116,7 +1121,7 @@ impl Analysis {
                 lwpid,
                 start_ns: holder.since_ns,
                 end_ns: now,
-                category: "hold",
+                waited: None,
                 name: format!("hold {kind} {object:#x}"),
                 stack: 0,
             });
@@ -1339,7 +1344,9 @@ impl Analysis {
             .pending
             .iter()
             .filter_map(|(key, call)| Some((key, call.as_ref()?)))
-            .filter(|(_, call)| now_ns - call.entry_ns > threshold_ns && !timed(call.event))
+            .filter(|(_, call)| {
+                now_ns - call.entry_ns > threshold_ns && call.event.blocking() != Blocking::Timed
+            })
             .filter(|(_, call)| {
                 matches!(
                     call.role,
@@ -1438,6 +1445,7 @@ impl Analysis {
                         lwpid,
                         call: call.event.symbol.to_owned(),
                         waits_for: call.object,
+                        waits_to_be_woken: matches!(call.role, Role::CondWait | Role::SemWait),
                         wait_caller: call.caller,
                         waiting_since_ns: call.entry_ns,
                         holds,
@@ -1466,8 +1474,8 @@ mod tests {
     const M2: i64 = 0x2000;
 
     /// A record of event `name` by thread `lwpid` at `ms` milliseconds.
-    fn rec(lwpid: u32, name: &str, which: u16, ms: i64, a: [i64; 5]) -> TraceRecord {
-        let event = EVENTS.iter().find(|e| e.name == name).unwrap();
+    fn rec(lwpid: u32, name: &str, which: Which, ms: i64, a: [i64; 5]) -> TraceRecord {
+        let event = EventDef::by_name(name).unwrap();
         let ns = ms * MS;
         TraceRecord {
             sec: ns / 1_000_000_000,
@@ -1485,31 +1493,47 @@ mod tests {
     }
 
     fn lock(analysis: &mut Analysis, lwpid: u32, mutex: i64, from: i64, to: i64, blocked: bool) {
-        analysis.record(&rec(lwpid, "mutex_lock", 1, from, [mutex, 0, 0, 0, 0]));
         analysis.record(&rec(
             lwpid,
             "mutex_lock",
-            2,
+            Which::Entry,
+            from,
+            [mutex, 0, 0, 0, 0],
+        ));
+        analysis.record(&rec(
+            lwpid,
+            "mutex_lock",
+            Which::Return,
             to,
             [0, i64::from(blocked), 0, 0, 0],
         ));
     }
 
     fn unlock(analysis: &mut Analysis, lwpid: u32, mutex: i64, at: i64) {
-        analysis.record(&rec(lwpid, "mutex_unlock", 0, at, [mutex, 0, 0, 0, 0]));
+        analysis.record(&rec(
+            lwpid,
+            "mutex_unlock",
+            Which::Whole,
+            at,
+            [mutex, 0, 0, 0, 0],
+        ));
     }
 
     /// A record of futex event `name` by thread `lwpid`, ended at `ms` milliseconds, with
     /// `stack`: each value at the field its event's layout has it in.
     fn futex(lwpid: u32, name: &str, ms: i64, stack: u32, fields: &[(Field, i64)]) -> TraceRecord {
-        let event = EVENTS.iter().find(|e| e.name == name).unwrap();
+        let event = EventDef::by_name(name).unwrap();
         let mut a = [0; 5];
         for &(of, value) in fields {
-            a[event.layout(0).iter().position(|f| *f == of).unwrap()] = value;
+            a[event
+                .layout(Which::Whole)
+                .iter()
+                .position(|f| *f == of)
+                .unwrap()] = value;
         }
         TraceRecord {
             stack,
-            ..rec(lwpid, name, 0, ms, a)
+            ..rec(lwpid, name, Which::Whole, ms, a)
         }
     }
 
@@ -1603,7 +1627,7 @@ mod tests {
             .iter()
             .map(|s| {
                 let (start, end) = (s.start_ns / MS, s.end_ns / MS);
-                (s.lwpid, start, end, s.category, s.name.as_str(), s.stack)
+                (s.lwpid, start, end, s.category(), s.name.as_str(), s.stack)
             })
             .collect();
         assert_eq!(
@@ -1686,9 +1710,9 @@ mod tests {
         analysis.record(&futex_wake(9, 0x8000, 20, MS, 1));
         analysis.record(&futex_wait(1, WORD, 30, MS, -110));
         // A mutex's word, woken by its unlock before its waiter's lock returns.
-        analysis.record(&rec(2, "mutex_lock", 1, 40, [M1, 3, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 40, [M1, 3, 0, 0, 0]));
         analysis.record(&futex_wake(3, M1, 50, MS, 1));
-        analysis.record(&rec(2, "mutex_lock", 2, 51, [0, 1, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Return, 51, [0, 1, 0, 0, 0]));
         let only_woken = word(&analysis, 0x8000);
         assert_eq!(
             (only_woken.kind, only_woken.acquisitions, only_woken.wakeups),
@@ -1780,9 +1804,9 @@ mod tests {
     fn a_contended_lock_counts_its_wait_hold_and_owner_change() {
         let mut analysis = Analysis::new(true);
         lock(&mut analysis, 1, M1, 0, 0, false);
-        analysis.record(&rec(2, "mutex_lock", 1, 10, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 10, [M1, 0, 0, 0, 0]));
         unlock(&mut analysis, 1, M1, 100);
-        analysis.record(&rec(2, "mutex_lock", 2, 101, [0, 1, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Return, 101, [0, 1, 0, 0, 0]));
         unlock(&mut analysis, 2, M1, 111);
         let stats = analysis.locks().next().unwrap();
         assert_eq!(
@@ -1805,20 +1829,38 @@ mod tests {
         // Thread 1 holds M1 (taken at its caller) when 2 begins to wait; 1 unlocks before 2
         // returns. Thread 3 begins to wait for M2 between 4's taking it and 4's return.
         lock(&mut analysis, 1, M1, 0, 0, false);
-        analysis.record(&rec(2, "mutex_lock", 1, 10, [M1, 1, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 10, [M1, 1, 0, 0, 0]));
         unlock(&mut analysis, 1, M1, 100);
-        analysis.record(&rec(2, "mutex_lock", 2, 101, [0, 1, 0, 0, 0]));
-        analysis.record(&rec(4, "mutex_lock", 1, 200, [M2, 0, 0, 0, 0]));
-        analysis.record(&rec(3, "mutex_lock", 1, 201, [M2, 4, 0, 0, 0]));
-        analysis.record(&rec(4, "mutex_lock", 2, 202, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Return, 101, [0, 1, 0, 0, 0]));
+        analysis.record(&rec(4, "mutex_lock", Which::Entry, 200, [M2, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", Which::Entry, 201, [M2, 4, 0, 0, 0]));
+        analysis.record(&rec(4, "mutex_lock", Which::Return, 202, [0, 0, 0, 0, 0]));
         unlock(&mut analysis, 4, M2, 300);
-        analysis.record(&rec(3, "mutex_lock", 2, 301, [0, 1, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", Which::Return, 301, [0, 1, 0, 0, 0]));
         // A read-write lock (no owner in its words): its one holder, as the records say.
-        analysis.record(&rec(5, "rw_wrlock", 1, 400, [0x5000, 0, 0, 0, 0]));
-        analysis.record(&rec(5, "rw_wrlock", 2, 400, [0, 0, 0, 0, 0]));
-        analysis.record(&rec(6, "rw_rdlock", 1, 410, [0x5000, 0, 0, 0, 0]));
-        analysis.record(&rec(5, "rw_unlock", 0, 500, [0x5000, 0, 0, 0, 0]));
-        analysis.record(&rec(6, "rw_rdlock", 2, 501, [0, 1, 1, 0, 0]));
+        analysis.record(&rec(
+            5,
+            "rw_wrlock",
+            Which::Entry,
+            400,
+            [0x5000, 0, 0, 0, 0],
+        ));
+        analysis.record(&rec(5, "rw_wrlock", Which::Return, 400, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(
+            6,
+            "rw_rdlock",
+            Which::Entry,
+            410,
+            [0x5000, 0, 0, 0, 0],
+        ));
+        analysis.record(&rec(
+            5,
+            "rw_unlock",
+            Which::Whole,
+            500,
+            [0x5000, 0, 0, 0, 0],
+        ));
+        analysis.record(&rec(6, "rw_rdlock", Which::Return, 501, [0, 1, 1, 0, 0]));
         let owners = |address: i64| {
             let lock = analysis
                 .locks()
@@ -1840,10 +1882,16 @@ mod tests {
     #[test]
     fn barriers_and_joins_are_waits_of_their_own_apart_from_locks() {
         let mut analysis = Analysis::new(true);
-        analysis.record(&rec(1, "barrier_wait", 1, 0, [0x6000, 0, 0, 0, 0]));
-        analysis.record(&rec(1, "barrier_wait", 2, 30, [0, 0, 0, 0, 0]));
-        analysis.record(&rec(2, "thr_join", 1, 0, [1 << 8, 0, 0, 0, 0]));
-        analysis.record(&rec(2, "thr_join", 2, 50, [1 << 8, 0, 0, 0, 0]));
+        analysis.record(&rec(
+            1,
+            "barrier_wait",
+            Which::Entry,
+            0,
+            [0x6000, 0, 0, 0, 0],
+        ));
+        analysis.record(&rec(1, "barrier_wait", Which::Return, 30, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "thr_join", Which::Entry, 0, [1 << 8, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "thr_join", Which::Return, 50, [1 << 8, 0, 0, 0, 0]));
         lock(&mut analysis, 3, M1, 0, 0, false);
         let mut seen: Vec<(LockKind, u64, u64, u64, bool)> = analysis
             .locks()
@@ -1876,9 +1924,15 @@ mod tests {
     fn a_condvar_wait_lets_its_mutex_go_and_takes_it_back() {
         let mut analysis = Analysis::new(true);
         lock(&mut analysis, 1, M1, 0, 0, false);
-        analysis.record(&rec(1, "cond_wait", 1, 10, [0x3000, M1, 0, 0, 0]));
+        analysis.record(&rec(
+            1,
+            "cond_wait",
+            Which::Entry,
+            10,
+            [0x3000, M1, 0, 0, 0],
+        ));
         assert!(analysis.held_by(1).is_empty());
-        analysis.record(&rec(1, "cond_wait", 2, 50, [0, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "cond_wait", Which::Return, 50, [0, 0, 0, 0, 0]));
         assert_eq!(analysis.held_by(1), [M1 as u64]);
         let threads = analysis.threads();
         assert_eq!(threads[0].blocked[&BlockKind::CondWait], 40 * MS as u64);
@@ -1889,8 +1943,8 @@ mod tests {
         let mut analysis = Analysis::new(false);
         lock(&mut analysis, 1, M1, 0, 0, false);
         lock(&mut analysis, 2, M2, 0, 0, false);
-        analysis.record(&rec(1, "mutex_lock", 1, 10, [M2, 0, 0, 0, 0]));
-        analysis.record(&rec(2, "mutex_lock", 1, 20, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "mutex_lock", Which::Entry, 10, [M2, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 20, [M1, 0, 0, 0, 0]));
         assert!(analysis.new_deadlocks(500 * MS, 1000 * MS).is_empty());
         let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
         assert_eq!(found.len(), 1, "one cycle, found from either thread");
@@ -1943,16 +1997,28 @@ mod tests {
         analysis.system_event(&SystemEvent::new(0, start));
         // Each waited for the other once; their unlocks, waking nobody, were not recorded.
         for (lwpid, at) in [(1, 0), (2, 10)] {
-            analysis.record(&rec(lwpid, "rw_rdlock", 1, at, [M1, 0, 0, 0, 0]));
-            analysis.record(&rec(lwpid, "rw_rdlock", 2, at + 5, [0, 1, 1, 0, 0]));
+            analysis.record(&rec(lwpid, "rw_rdlock", Which::Entry, at, [M1, 0, 0, 0, 0]));
+            analysis.record(&rec(
+                lwpid,
+                "rw_rdlock",
+                Which::Return,
+                at + 5,
+                [0, 1, 1, 0, 0],
+            ));
         }
-        analysis.record(&rec(1, "rw_wrlock", 1, 100, [M1, 0, 0, 0, 0]));
-        analysis.record(&rec(2, "rw_wrlock", 1, 110, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "rw_wrlock", Which::Entry, 100, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "rw_wrlock", Which::Entry, 110, [M1, 0, 0, 0, 0]));
         assert!(analysis.held_by(1).is_empty() && analysis.held_by(2).is_empty());
         assert!(analysis.new_deadlocks(5000 * MS, 1000 * MS).is_empty());
         // A mutex waiter's holder is the owner it found.
-        analysis.record(&rec(3, "mutex_lock", 1, 200, [M2, 4, 0, 0, 0]));
-        analysis.record(&rec(4, "mutex_lock", 1, 210, [M2 + 64, 3, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", Which::Entry, 200, [M2, 4, 0, 0, 0]));
+        analysis.record(&rec(
+            4,
+            "mutex_lock",
+            Which::Entry,
+            210,
+            [M2 + 64, 3, 0, 0, 0],
+        ));
         assert_eq!(analysis.new_deadlocks(5000 * MS, 1000 * MS).len(), 1);
     }
 
@@ -1972,8 +2038,8 @@ mod tests {
         assert!(analysis.held_by(2).is_empty());
         // The AB-BA cycle is found as without the sweeps.
         lock(&mut analysis, 2, M2, 2, 2, false);
-        analysis.record(&rec(1, "mutex_lock", 1, 10, [M2, 0, 0, 0, 0]));
-        analysis.record(&rec(2, "mutex_lock", 1, 20, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "mutex_lock", Which::Entry, 10, [M2, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 20, [M1, 0, 0, 0, 0]));
         let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
         assert_eq!(found.len(), 1);
         let two = found[0].threads.iter().find(|t| t.lwpid == 2).unwrap();
@@ -1992,7 +2058,7 @@ mod tests {
         unlock(&mut analysis, 1, M1, 3);
         // Thread 2 holds M2 and tries M1: no edge; relocks M2 under M1: no self-edge.
         lock(&mut analysis, 2, M2, 4, 4, false);
-        analysis.record(&rec(2, "mutex_trylock", 0, 5, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_trylock", Which::Whole, 5, [M1, 0, 0, 0, 0]));
         lock(&mut analysis, 2, M2, 6, 6, false);
         assert!(analysis.lock_order().unwrap().inversions().is_empty());
         unlock(&mut analysis, 2, M2, 7);
@@ -2024,8 +2090,8 @@ mod tests {
     #[test]
     fn an_owner_from_glibc_closes_a_cycle_the_records_cannot() {
         let mut analysis = Analysis::new(false);
-        analysis.record(&rec(1, "mutex_lock", 1, 10, [M2, 2, 0, 0, 0]));
-        analysis.record(&rec(2, "mutex_lock", 1, 10, [M1, 1, 0, 0, 0]));
+        analysis.record(&rec(1, "mutex_lock", Which::Entry, 10, [M2, 2, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 10, [M1, 1, 0, 0, 0]));
         let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
         assert_eq!(found.len(), 1);
         let two = found[0].threads.iter().find(|t| t.lwpid == 2).unwrap();
@@ -2041,11 +2107,11 @@ mod tests {
             // pool's workers hand work on: each condvar's only waker is the worker before.
             for n in 1..=WORKERS {
                 let next = 0x3000 + i64::from(n % WORKERS) * 64;
-                analysis.record(&rec(n, "cond_signal", 0, 0, [next, 0, 0, 0, 0]));
+                analysis.record(&rec(n, "cond_signal", Which::Whole, 0, [next, 0, 0, 0, 0]));
             }
             for n in 1..=WORKERS {
                 let own = 0x3000 + i64::from(n - 1) * 64;
-                analysis.record(&rec(n, wait, 1, 1, [own, M1, 0, 0, 0]));
+                analysis.record(&rec(n, wait, Which::Entry, 1, [own, M1, 0, 0, 0]));
             }
             assert!(
                 analysis.new_deadlocks(60_000 * MS, 1000 * MS).is_empty(),
@@ -2065,11 +2131,17 @@ mod tests {
             ("pthread_cond_clockwait", 0x3000, 0),
         ] {
             let mut analysis = Analysis::new(false);
-            analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+            analysis.record(&rec(
+                2,
+                "cond_signal",
+                Which::Whole,
+                0,
+                [0x3000, 0, 0, 0, 0],
+            ));
             lock(&mut analysis, 1, M1, 1, 1, false);
             lock(&mut analysis, 2, M2, 1, 1, false);
-            analysis.record(&rec(1, wait, 1, 2, [object, M2 + 64, 0, 0, 0]));
-            analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+            analysis.record(&rec(1, wait, Which::Entry, 2, [object, M2 + 64, 0, 0, 0]));
+            analysis.record(&rec(2, "mutex_lock", Which::Entry, 3, [M1, 0, 0, 0, 0]));
             let found = analysis.new_deadlocks(60_000 * MS, 1000 * MS);
             assert_eq!(found.len(), cycles, "{wait}");
         }
@@ -2080,38 +2152,68 @@ mod tests {
         unlock(&mut order, 1, M2, 2);
         unlock(&mut order, 1, M1, 3);
         lock(&mut order, 2, M2, 4, 4, false);
-        order.record(&rec(2, "pthread_mutex_timedlock", 1, 5, [M1, 0, 0, 0, 0]));
-        order.record(&rec(2, "pthread_mutex_timedlock", 2, 6, [0, 0, 0, 0, 0]));
+        order.record(&rec(
+            2,
+            "pthread_mutex_timedlock",
+            Which::Entry,
+            5,
+            [M1, 0, 0, 0, 0],
+        ));
+        order.record(&rec(
+            2,
+            "pthread_mutex_timedlock",
+            Which::Return,
+            6,
+            [0, 0, 0, 0, 0],
+        ));
         assert!(order.lock_order().unwrap().inversions().is_empty());
     }
 
     #[test]
     fn a_condvar_signaled_by_several_threads_waits_for_none_of_them() {
         let mut analysis = Analysis::new(false);
-        analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
-        analysis.record(&rec(3, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+        analysis.record(&rec(
+            2,
+            "cond_signal",
+            Which::Whole,
+            0,
+            [0x3000, 0, 0, 0, 0],
+        ));
+        analysis.record(&rec(
+            3,
+            "cond_signal",
+            Which::Whole,
+            0,
+            [0x3000, 0, 0, 0, 0],
+        ));
         lock(&mut analysis, 1, M1, 1, 1, false);
-        analysis.record(&rec(1, "cond_wait", 1, 2, [0x3000, M2, 0, 0, 0]));
-        analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
-        analysis.record(&rec(3, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "cond_wait", Which::Entry, 2, [0x3000, M2, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 3, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(3, "mutex_lock", Which::Entry, 3, [M1, 0, 0, 0, 0]));
         assert!(analysis.new_deadlocks(2000 * MS, 1000 * MS).is_empty());
     }
 
     #[test]
     fn a_cycle_through_a_condvar_is_possible_and_a_join_cycle_certain() {
         let mut analysis = Analysis::new(false);
-        analysis.record(&rec(2, "cond_signal", 0, 0, [0x3000, 0, 0, 0, 0]));
+        analysis.record(&rec(
+            2,
+            "cond_signal",
+            Which::Whole,
+            0,
+            [0x3000, 0, 0, 0, 0],
+        ));
         lock(&mut analysis, 1, M1, 1, 1, false);
-        analysis.record(&rec(1, "cond_wait", 1, 2, [0x3000, M2, 0, 0, 0]));
-        analysis.record(&rec(2, "mutex_lock", 1, 3, [M1, 0, 0, 0, 0]));
+        analysis.record(&rec(1, "cond_wait", Which::Entry, 2, [0x3000, M2, 0, 0, 0]));
+        analysis.record(&rec(2, "mutex_lock", Which::Entry, 3, [M1, 0, 0, 0, 0]));
         let found = analysis.new_deadlocks(2000 * MS, 1000 * MS);
         assert_eq!(found.len(), 1);
         assert!(!found[0].certain);
 
         let mut joins = Analysis::new(false);
         // Thread 3 joins 4 while 4 joins 3.
-        joins.record(&rec(3, "thr_join", 1, 0, [4 << 8, 0, 0, 0, 0]));
-        joins.record(&rec(4, "thr_join", 1, 0, [3 << 8, 0, 0, 0, 0]));
+        joins.record(&rec(3, "thr_join", Which::Entry, 0, [4 << 8, 0, 0, 0, 0]));
+        joins.record(&rec(4, "thr_join", Which::Entry, 0, [3 << 8, 0, 0, 0, 0]));
         let found = joins.new_deadlocks(2000 * MS, 1000 * MS);
         assert_eq!(found.len(), 1);
         assert!(found[0].certain);

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use tracer_common::{EVENTS, EventDef};
 
-use crate::TraceRecord;
+use crate::{TraceRecord, field_names};
 
 /// One event of a stream or log, in time order with the others.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -280,6 +280,12 @@ impl EventType {
     pub fn is_system(&self) -> bool {
         self.category == SYSTEM_CATEGORY
     }
+
+    /// Whether `name` names it, as a log's readers name event types: by its name
+    /// (`mutex_lock`, `posix_trace_overflow`) or its category's (`mutex`, `system`).
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name == name || self.category == name
+    }
 }
 
 /// The first id of system event types. Thread event types have ids below it, made of their
@@ -289,14 +295,14 @@ pub const FIRST_SYSTEM_ID: u16 = 0x8000;
 
 /// The payload of every thread event: the tr line's `which` and a1..a5, and the id of its call
 /// stack (0 for none; absent from logs written before stacks, where it reads 0).
-const THREAD_PAYLOAD: [(&str, FieldType); 7] = [
-    ("which", FieldType::U16),
-    ("a1", FieldType::I64),
-    ("a2", FieldType::I64),
-    ("a3", FieldType::I64),
-    ("a4", FieldType::I64),
-    ("a5", FieldType::I64),
-    ("stack", FieldType::U32),
+pub const THREAD_PAYLOAD: [(&str, FieldType); 7] = [
+    (field_names::WHICH, FieldType::U16),
+    (field_names::A[0], FieldType::I64),
+    (field_names::A[1], FieldType::I64),
+    (field_names::A[2], FieldType::I64),
+    (field_names::A[3], FieldType::I64),
+    (field_names::A[4], FieldType::I64),
+    (field_names::STACK, FieldType::U32),
 ];
 
 fn specs(fields: &[(&str, FieldType)]) -> Vec<FieldSpec> {

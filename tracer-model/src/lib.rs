@@ -3,8 +3,9 @@
 //! dependency, so that a reader needs none of the tracer's machinery.
 //!
 //! - [`TraceRecord`]: one record of UnixWare's `thread_trace(4)` scheme, as decoded;
-//! - [`tr`]: its `tr.*` line and the file it goes to (`docs/event-map.md`, "Record line" and "File
+//! - [`tr`]: its `tr.*` line and the file it goes to (`docs/events.md`, "Record line" and "File
 //!   names and buffering");
+//! - [`field_names`]: the names of its fields, which every format that names them takes;
 //! - [`event`]: thread and system events and their types, as a trace stream holds them;
 //! - [`stack`]: the call stacks records name, kept as a reader meets them;
 //! - [`log`]: the trace log file, written and read back;
@@ -20,6 +21,7 @@
 //!
 //! ```
 //! use tracer_model::{event::Event, log::{Filter, LogReader}};
+//! # use tracer_common::Which;
 //! # use tracer_model::{TraceRecord, event::event_types, log::*};
 //! # let path = std::env::temp_dir().join(format!("doc-example-{}.ptl", std::process::id()));
 //! # let metadata = Metadata {
@@ -37,7 +39,9 @@
 //! # };
 //! # let mut writer = LogWriter::create(std::fs::File::create(&path)?, &metadata)?;
 //! # let mut packet = EventPacket::default();
-//! # for (lwpid, event1, event2, which) in [(11, 2, 2, 1), (11, 2, 2, 2), (12, 2, 2, 1), (11, 3, 1, 0)] {
+//! # for (lwpid, event1, event2, which) in [
+//! #     (11, 2, 2, Which::Entry), (11, 2, 2, Which::Return), (12, 2, 2, Which::Entry), (11, 3, 1, Which::Whole),
+//! # ] {
 //! #     let a = [0x1000, 0, 0, 0, 0];
 //! #     let record = TraceRecord { sec: 1, nsec: 0, lwpid, pid: 10, tid: 1, event1, event2, which, a, caller: 0, stack: 0 };
 //! #     packet.push(&Event::Thread(record));
@@ -72,14 +76,15 @@
 
 pub mod analysis;
 pub mod event;
+pub mod field_names;
 pub mod log;
 pub mod selection;
 pub mod stack;
 pub mod tr;
 
-use tracer_common::EVENTS;
+use tracer_common::{EventDef, Which};
 
-/// One record of the thread_trace scheme (`docs/event-map.md`, "Record line").
+/// One record of the thread_trace scheme (`docs/events.md`, "Record line").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
     /// CLOCK_REALTIME seconds and nanoseconds.
@@ -96,9 +101,9 @@ pub struct TraceRecord {
     pub event1: u16,
     /// The event's code in its category: the tr line's `event2`.
     pub event2: u16,
-    /// 0: a single record; 1 and 2: the entry and return halves of a call that can block.
-    pub which: u16,
-    /// a1..a5, laid out as `docs/event-map.md`'s tables say for the event and `which`.
+    /// The call's one record, or the entry or return half of a call that can block.
+    pub which: Which,
+    /// a1..a5, laid out as `docs/events.md`'s tables say for the event and `which`.
     pub a: [i64; 5],
     /// Where the call returns to (0 where unknown: a tr line has no field for it).
     pub caller: u64,
@@ -116,10 +121,9 @@ impl TraceRecord {
 
     /// Whether this is the `which` record of the event named `name` in the event table
     /// (`mutex_lock`, `cond_wait`, ...); false for a name the table does not have.
-    pub fn is(&self, name: &str, which: u16) -> bool {
-        EVENTS
-            .iter()
-            .any(|e| e.name == name && (e.category.code(), e.event2) == (self.event1, self.event2))
+    pub fn is(&self, name: &str, which: Which) -> bool {
+        EventDef::by_name(name)
+            .is_some_and(|e| (e.category.code(), e.event2) == (self.event1, self.event2))
             && self.which == which
     }
 }

@@ -25,7 +25,7 @@ pub enum SelectionError {
     },
     #[error(
         "unknown event or category '{name}': give categories ({}) or event names (mutex_lock, \
-         cond_wait, ...: the README's table of events)",
+         cond_wait, ...: the table in docs/events.md)",
         traced_categories()
     )]
     /// Neither a category nor an event of the table.
@@ -79,13 +79,13 @@ impl EventSet {
     /// Like [`EventSet::parse`], but empty names nothing (a filter must name its events).
     pub fn parse_named(spec: &str) -> Result<Self, SelectionError> {
         let mut set = Self::EMPTY;
-        for name in spec.split(':').filter(|n| !n.is_empty()) {
+        for name in list_names(spec, false) {
             if let Some(category) = Category::from_name(name) {
                 if !category.is_traced() {
                     return Err(SelectionError::NoLinuxCounterpart { name: name.into() });
                 }
                 set = set.union(Self::of(category.events()));
-            } else if let Some(event) = EVENTS.iter().find(|e| e.name == name) {
+            } else if let Some(event) = EventDef::by_name(name) {
                 set = set.union(Self::of([event]));
             } else {
                 return Err(SelectionError::Unknown { name: name.into() });
@@ -170,7 +170,7 @@ impl EventSet {
     pub fn parse_contended(spec: &str) -> Result<(Self, Self), SelectionError> {
         let mut traced = Self::EMPTY;
         let mut untraced = Self::EMPTY;
-        for name in spec.split(':').filter(|n| !n.is_empty()) {
+        for name in list_names(spec, false) {
             let asked = Self::parse_named(name)?;
             let kept = asked.contended();
             traced = traced.union(kept);
@@ -213,8 +213,22 @@ impl EventSet {
                 parts.extend(EventSet(chosen).names());
             }
         }
-        parts.join(":")
+        parts.join(&SEPARATOR.to_string())
     }
+}
+
+/// What separates the names of `--events` (and of a controller's filter).
+pub const SEPARATOR: char = ':';
+
+/// The names of a list: separated by [`SEPARATOR`], and by commas too where `commas` (the
+/// readers' lists, `dump --events` and `report --kind`, take either); empty names are skipped.
+/// `--events` takes no commas: there a comma is part of a name, which is then unknown.
+pub fn list_names(list: &str, commas: bool) -> impl Iterator<Item = &str> {
+    let separators: &[char] = match commas {
+        true => &[SEPARATOR, ','],
+        false => &[SEPARATOR],
+    };
+    list.split(separators).filter(|name| !name.is_empty())
 }
 
 /// The row of `event` in the table.

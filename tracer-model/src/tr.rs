@@ -1,15 +1,33 @@
-//! The UnixWare `tr.xxxxxxx.yyy` files: one record a line, `time1:time2:lwpid:pid:tid:event1:
-//! event2:which:a1:a2:a3:a4:a5`, all decimal; one file per thread.
+//! The UnixWare `tr.xxxxxxx.yyy` files: one record a line, the fields of [`TR_LINE`] in
+//! decimal, separated by `:`; one file per thread.
 
 use std::fmt;
 
-use crate::TraceRecord;
+use tracer_common::Which;
 
-/// The file a thread's records go to: `tr.`, the low 28 bits of the pid as 7 hex digits, `.`,
-/// and the low 12 bits of the lwpid as 3. Two threads of a process whose lwpids agree in the
-/// low 12 bits share a file; each line still carries its full lwpid.
+use crate::{TraceRecord, field_names::TR_LINE};
+
+/// How every tr file's name begins.
+pub const FILE_PREFIX: &str = "tr.";
+/// The bits of the pid a file name keeps: the low 28, its 7 hex digits.
+pub const PID_MASK: u32 = 0x0fff_ffff;
+/// The bits of the lwpid a file name keeps: the low 12, its 3 hex digits.
+pub const LWPID_MASK: u32 = 0xfff;
+
+/// The file a thread's records go to: [`FILE_PREFIX`], the pid's [`PID_MASK`] bits as 7 hex
+/// digits, `.`, and the lwpid's [`LWPID_MASK`] bits as 3. Two threads of a process whose
+/// lwpids agree in the low 12 bits share a file; each line still carries its full lwpid.
 pub fn file_name(pid: u32, lwpid: u32) -> String {
-    format!("tr.{:07x}.{:03x}", pid & 0x0fff_ffff, lwpid & 0xfff)
+    format!(
+        "{FILE_PREFIX}{:07x}.{:03x}",
+        pid & PID_MASK,
+        lwpid & LWPID_MASK
+    )
+}
+
+/// Whether a file in a directory of tr files is one (its name begins as [`file_name`]'s do).
+pub fn is_file_name(name: &str) -> bool {
+    name.starts_with(FILE_PREFIX)
 }
 
 /// Displays a record as its line, without the newline.
@@ -36,7 +54,7 @@ pub struct LineWriter {
 
 impl LineWriter {
     /// The longest line: 13 fields of at most 20 digits and a sign, 12 separators.
-    pub const MAX_LEN: usize = 13 * 21 + 12;
+    pub const MAX_LEN: usize = TR_LINE.len() * 21 + TR_LINE.len() - 1;
 
     /// Appends the line of `record`, without the newline, to `out`. itoap writes each number's
     /// digits straight into `out`, with no copy from a buffer of its own.
@@ -71,7 +89,7 @@ impl LineWriter {
         }));
         put(out, r.event1);
         put(out, r.event2);
-        put(out, r.which);
+        put(out, r.which.code());
         for a in r.a {
             put(out, a);
         }
@@ -84,7 +102,7 @@ impl LineWriter {
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     /// The line has this many fields.
-    #[error("{0} fields, not 13")]
+    #[error("{0} fields, not {expected}", expected = TR_LINE.len())]
     FieldCount(usize),
     /// Field `field` (from 1) is not a number in range.
     #[error("field {field} ({value:?}) is not a decimal number in range")]
@@ -100,7 +118,7 @@ pub enum ParseError {
 /// back may come from anywhere: anything but the 13 decimal fields is an error.
 pub fn parse_line(line: &str) -> Result<TraceRecord, ParseError> {
     let fields: Vec<&str> = line.split(':').collect();
-    if fields.len() != 13 {
+    if fields.len() != TR_LINE.len() {
         return Err(ParseError::FieldCount(fields.len()));
     }
     Ok(TraceRecord {
@@ -111,7 +129,10 @@ pub fn parse_line(line: &str) -> Result<TraceRecord, ParseError> {
         tid: number(&fields, 4)?,
         event1: number(&fields, 5)?,
         event2: number(&fields, 6)?,
-        which: number(&fields, 7)?,
+        which: Which::from_code(number(&fields, 7)?).ok_or_else(|| ParseError::Field {
+            field: 8,
+            value: fields[7].to_owned(),
+        })?,
         a: [
             number(&fields, 8)?,
             number(&fields, 9)?,
@@ -151,7 +172,7 @@ mod tests {
             tid: 139_800_000_000_000,
             event1: 2,
             event2: 4,
-            which: 0,
+            which: Which::Whole,
             a: [-3, 0, 1, 0, 0],
             caller: 0,
             stack: 0,
@@ -219,7 +240,7 @@ mod tests {
             tid: u64::MAX,
             event1: u16::MAX,
             event2: u16::MAX,
-            which: u16::MAX,
+            which: Which::Return,
             a: [i64::MIN, i64::MAX, -1, 0, 1],
             caller: 0,
             stack: 0,
@@ -228,12 +249,11 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                "{}:999999999:{}:{}:{}:{}:{}:{}:{}:{}:-1:0:1",
+                "{}:999999999:{}:{}:{}:{}:{}:2:{}:{}:-1:0:1",
                 i64::MIN,
                 u32::MAX,
                 u32::MAX,
                 u64::MAX,
-                u16::MAX,
                 u16::MAX,
                 u16::MAX,
                 i64::MIN,
@@ -247,28 +267,35 @@ mod tests {
     fn anything_else_is_an_error() {
         assert_eq!(parse_line("1:2:3"), Err(ParseError::FieldCount(3)));
         assert_eq!(
-            parse_line("1:2:3:4:5:6:7:8:9:10:11:12:x"),
+            parse_line("1:2:3:4:5:6:7:1:9:10:11:12:x"),
             Err(ParseError::Field {
                 field: 13,
                 value: "x".into()
             })
         );
-        // Out of range for its field (lwpid is 32 bits), and an empty field.
-        assert!(parse_line("1:2:4294967296:4:5:6:7:8:9:10:11:12:13").is_err());
-        assert!(parse_line("1:2:3:4:5:6:7:8:9:10:11:12:").is_err());
-        assert!(parse_line("1:2:3:4:5:6:7:8:9:10:11:12:+1").is_err());
+        // Out of range for its field (lwpid is 32 bits; which is 0, 1 or 2), and an empty field.
+        assert!(parse_line("1:2:4294967296:4:5:6:7:1:9:10:11:12:13").is_err());
+        assert_eq!(
+            parse_line("1:2:3:4:5:6:7:3:9:10:11:12:13"),
+            Err(ParseError::Field {
+                field: 8,
+                value: "3".into()
+            })
+        );
+        assert!(parse_line("1:2:3:4:5:6:7:1:9:10:11:12:").is_err());
+        assert!(parse_line("1:2:3:4:5:6:7:1:9:10:11:12:+1").is_err());
     }
 
     #[test]
     fn records_are_told_by_event_name_and_half() {
         let lock_entry = TraceRecord {
             event2: 2,
-            which: 1,
+            which: Which::Entry,
             ..record()
         };
-        assert!(lock_entry.is("mutex_lock", 1));
-        assert!(!lock_entry.is("mutex_lock", 2));
-        assert!(!lock_entry.is("cond_wait", 1));
-        assert!(!lock_entry.is("no_such_event", 1));
+        assert!(lock_entry.is("mutex_lock", Which::Entry));
+        assert!(!lock_entry.is("mutex_lock", Which::Return));
+        assert!(!lock_entry.is("cond_wait", Which::Entry));
+        assert!(!lock_entry.is("no_such_event", Which::Entry));
     }
 }

@@ -3,7 +3,7 @@
 //! does not know (the environment, the files written, the exit statuses) is added here.
 
 use std::{
-    io::{self, Write},
+    io::Write,
     path::{Path, PathBuf},
 };
 
@@ -24,7 +24,7 @@ pub fn generate(what: &Generated, mut command: Command) -> anyhow::Result<i32> {
             // Made in memory first: clap_complete panics if its writer fails.
             let mut script = Vec::new();
             clap_complete::generate(*shell, &mut command, name, &mut script);
-            io::stdout().lock().write_all(&script)?;
+            crate::say::print(&script)?;
         }
     }
     Ok(0)
@@ -166,4 +166,20 @@ pub enum Generated {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_model::{field_names::TR_LINE, tr};
+
+    /// The manual's words for the tr files say what `tracer_model::tr` and the field names do.
+    #[test]
+    fn the_tr_files_entry_says_what_the_model_defines() {
+        let (name, text) = super::FILES[0];
+        assert!(tr::is_file_name(name), "{name}");
+        assert!(text.contains(&TR_LINE.join(":")), "{text}");
+        let bits = |mask: u32| format!("low {} ", mask.count_ones());
+        assert!(text.contains(&bits(tr::PID_MASK)), "{text}");
+        assert!(text.contains(&bits(tr::LWPID_MASK)), "{text}");
+    }
 }

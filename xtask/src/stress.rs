@@ -200,7 +200,7 @@ fn check_files(dir: &Path, killed: bool) -> Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("tr.") {
+        if !tracer_model::tr::is_file_name(&name) {
             continue;
         }
         let text = fs::read(entry.path())?;

@@ -16,9 +16,12 @@
 
 use std::collections::HashMap;
 
+use tracer_common::Which;
+
 use crate::{
     TraceRecord,
     event::{Event, EventType, FieldType, MAX_STRING, SystemEvent, SystemKind, Value},
+    field_names,
 };
 
 /// Bytes of an entry before its payload.
@@ -52,7 +55,7 @@ fn encode_thread(r: &TraceRecord, out: &mut Vec<u8>) {
         prog_address: r.caller,
     };
     header.write(&mut entry[..ENTRY_HEADER_LEN]);
-    entry[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + 2].copy_from_slice(&r.which.to_le_bytes());
+    entry[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + 2].copy_from_slice(&r.which.code().to_le_bytes());
     for (slot, a) in entry[ENTRY_HEADER_LEN + 2..LEN - 4]
         .chunks_exact_mut(8)
         .zip(r.a)
@@ -227,6 +230,12 @@ pub fn decode<S: std::hash::BuildHasher>(
             .find(|(n, _)| *n == name)
             .map_or(0, |(_, v)| v.as_i64())
     };
+    let which = |field: i64| {
+        u16::try_from(field)
+            .ok()
+            .and_then(Which::from_code)
+            .ok_or(BadEntry::Payload("a which that is not 0, 1 or 2"))
+    };
     let event = if event_type.is_system() {
         Event::System(SystemEvent {
             time_ns,
@@ -245,10 +254,10 @@ pub fn decode<S: std::hash::BuildHasher>(
             tid: thread_id,
             event1: event_type.event1,
             event2: event_type.event2,
-            which: field("which") as u16,
-            a: ["a1", "a2", "a3", "a4", "a5"].map(field),
+            which: which(field(field_names::WHICH))?,
+            a: field_names::A.map(field),
             caller: prog_address,
-            stack: field("stack") as u32,
+            stack: field(field_names::STACK) as u32,
         })
     };
     Ok((event, size))

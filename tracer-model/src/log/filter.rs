@@ -1,6 +1,9 @@
 //! Which events of a log to read: by event type or category, process, thread and time.
 
-use crate::event::{Event, EventType};
+use crate::{
+    event::{Event, EventType},
+    selection::list_names,
+};
 
 /// Events to read from a log; the default reads every event.
 ///
@@ -33,9 +36,16 @@ pub struct UnknownEvent {
 
 impl Filter {
     /// Events of these types or categories, separated by `:` or `,` (`mutex:cond_wait`).
+    ///
+    /// Not the parser of `--events` ([`EventSet::parse_named`]), on purpose: the names are the
+    /// log's own ([`EventType::is_named`]), which has system events (`posix_trace_overflow`, the
+    /// `system` category) and, written by another build, event types this build's table may
+    /// not have; and a reader's list takes commas too.
+    ///
+    /// [`EventSet::parse_named`]: crate::selection::EventSet::parse_named
     pub fn events(mut self, names: &str) -> Self {
-        let names = names.split([':', ',']).filter(|n| !n.is_empty());
-        self.events.extend(names.map(str::to_owned));
+        self.events
+            .extend(list_names(names, true).map(str::to_owned));
         self
     }
 
@@ -60,7 +70,7 @@ impl Filter {
 
     /// Whether every name is a type or category of `types`.
     pub fn check(&self, types: &[EventType]) -> Result<(), UnknownEvent> {
-        let known = |name: &String| types.iter().any(|t| t.name == *name || t.category == *name);
+        let known = |name: &String| types.iter().any(|t| t.is_named(name));
         match self.events.iter().find(|name| !known(name)) {
             None => Ok(()),
             Some(name) => {
@@ -91,11 +101,7 @@ impl Filter {
         };
         let time_ns = event.time_ns();
         let of_type = self.events.is_empty()
-            || event_type().is_some_and(|t| {
-                self.events
-                    .iter()
-                    .any(|name| *name == t.name || *name == t.category)
-            });
+            || event_type().is_some_and(|t| self.events.iter().any(|name| t.is_named(name)));
         of_type
             && (self.pids.is_empty() || self.pids.contains(&pid))
             && (self.lwpids.is_empty() || self.lwpids.contains(&lwpid))
@@ -106,6 +112,8 @@ impl Filter {
 
 #[cfg(test)]
 mod tests {
+    use tracer_common::Which;
+
     use super::*;
     use crate::{
         TraceRecord,
@@ -121,7 +129,7 @@ mod tests {
             tid: 1,
             event1: 2,
             event2: 2,
-            which: 1,
+            which: Which::Entry,
             a: [0; 5],
             caller: 0,
             stack: 0,

@@ -243,7 +243,7 @@ pub fn plan(
     library: &Library,
     event: &EventDef,
 ) -> Result<Vec<Site>, String> {
-    let flags = event.probe_flags();
+    let flags = event.flags;
     let mut walk = Walk::new(image, entry, size, library, flags.has(ProbeFlags::ERRNO))?;
     if event.category == Category::Mutex {
         walk.mutex_kind_offset = library.mutex_kind_offset;
@@ -1687,7 +1687,7 @@ mod tests {
     use tracer_common::GLIBC_MUTEX_KIND_OFFSET;
 
     fn event(name: &str) -> &'static EventDef {
-        EVENTS.iter().find(|e| e.name == name).unwrap()
+        EventDef::by_name(name).unwrap()
     }
 
     fn hex(text: &str) -> Vec<u8> {

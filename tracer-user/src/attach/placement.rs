@@ -70,7 +70,7 @@ pub struct Needs {
 
 impl Needs {
     pub fn of(event: &EventDef) -> Needs {
-        let flags = event.probe_flags();
+        let flags = event.flags;
         Needs {
             argument_registers: event.argument_registers(),
             return_probe: flags.has(ProbeFlags::RETURN),
@@ -664,6 +664,10 @@ fn format_gas(instruction: &Instruction) -> String {
 
 #[cfg(test)]
 mod tests {
+    use tracer_common::{
+        LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, record::glibc_cond_wrefs_offset,
+    };
+
     use super::*;
 
     fn hex(text: &str) -> Vec<u8> {
@@ -770,13 +774,14 @@ mod tests {
         const SIGNAL_2_41: &str = "55534883ec088b471c89c3c1eb030f84930000004989f8c1";
         // push %r15 ... sub $0x28,%rsp; mov 0x24(%rdi),%ebx: glibc 2.36.
         const SIGNAL_2_36: &str = "415741564155415455534883ec288b5f2489d8c1e8030f84";
+        let wrefs = |layout| Some(glibc_cond_wrefs_offset(layout) as u64);
         assert_eq!(
             first_load_through_argument_1(&hex(SIGNAL_2_41), 0x91880),
-            Some(28)
+            wrefs(LAYOUT_COND_WITHOUT_G_REFS)
         );
         assert_eq!(
             first_load_through_argument_1(&hex(SIGNAL_2_36), 0x87e20),
-            Some(36)
+            wrefs(LAYOUT_GLIBC)
         );
         assert_eq!(first_load_through_argument_1(&hex(MUTEX_UNLOCK), 0), None);
     }

@@ -20,10 +20,11 @@ use std::{
 };
 
 use anyhow::Result;
+use tracer_common::record::glibc_cond_wrefs_offset;
 use tracer_common::{
-    Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan, GLIBC_MUTEX_KIND_OFFSET,
-    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags, ProcessLibrary,
-    TracedThrough,
+    CallRole, Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan,
+    GLIBC_MUTEX_KIND_OFFSET, LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags,
+    ProcessLibrary, TracedThrough,
 };
 use tracer_model::selection::EventSet;
 
@@ -125,9 +126,9 @@ impl PlannedProbe {
     fn flags(&self) -> ProbeFlags {
         let event_flags = match self.event.contended() {
             ContendedProbe::Wakes if self.slow_path.is_some() => {
-                self.event.flags & !ProbeFlags::RETURN
+                self.event.flags.0 & !ProbeFlags::RETURN
             }
-            _ => self.event.flags,
+            _ => self.event.flags.0,
         };
         ProbeFlags(match self.only_opens_call {
             true => ProbeFlags::RETURN | ProbeFlags::ONLY_OPENS_CALL,
@@ -504,7 +505,7 @@ fn place(
     let code = function_code(library, function);
     let placement = placement::place(code, function.offset, Needs::of(event), at_entry);
     let mut code_flags = 0;
-    if event.probe_flags().has(ProbeFlags::SPINS) && placement.after_locked_update {
+    if event.flags.has(ProbeFlags::SPINS) && placement.after_locked_update {
         code_flags |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
     }
     PlannedProbe {
@@ -541,14 +542,11 @@ pub static THREAD_START: EventDef = EventDef {
     event2: 63,
     name: "thread_start",
     symbol: "(thread_start)",
-    flags: 0,
+    role: CallRole::Other,
+    flags: ProbeFlags(0),
     first: [Field::Zero; 5],
     second: [Field::Zero; 5],
 };
-
-/// Byte 28, where glibc 2.41's condition variable (without `__g_refs`) keeps `__wrefs`; 2.25 to
-/// 2.40 keep it at 36.
-const WREFS_WITHOUT_G_REFS: u64 = 28;
 
 /// How `library` lays out its objects: musl's, or glibc's, whose condition variable lost
 /// `__g_refs` in 2.41 (seen where pthread_cond_signal loads `__wrefs` from).
@@ -561,7 +559,7 @@ fn layout(library: &PthreadLibrary) -> u8 {
         .functions("pthread_cond_signal")
         .any(|signal| {
             placement::first_load_through_argument_1(function_code(library, signal), signal.offset)
-                == Some(WREFS_WITHOUT_G_REFS)
+                == Some(glibc_cond_wrefs_offset(LAYOUT_COND_WITHOUT_G_REFS) as u64)
         });
     match without_g_refs {
         true => LAYOUT_COND_WITHOUT_G_REFS,
@@ -965,37 +963,8 @@ impl Probes {
 /// so that neither a terminal's signals nor a pipeline the tracer writes to wait for it.
 /// Returns false if no child could be made (the caller then closes the links itself).
 fn detach_in_child(links: &[OwnedFd]) -> bool {
-    let mut keep: Vec<libc::c_int> = links.iter().map(rustix::fd::AsRawFd::as_raw_fd).collect();
-    keep.sort_unstable();
-    // SAFETY: the child of a multi-threaded process calls only async-signal-safe functions
-    // (setsid, sigprocmask, signal, close_range, close, _exit) on memory made before the fork.
-    unsafe {
-        match libc::fork() {
-            -1 => false,
-            0 => {
-                libc::setsid();
-                let mut all: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&raw mut all);
-                libc::sigprocmask(libc::SIG_SETMASK, &raw const all, std::ptr::null_mut());
-                for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1] {
-                    libc::signal(signal, libc::SIG_DFL);
-                }
-                let mut next = 0;
-                for &fd in &keep {
-                    if fd > next {
-                        libc::syscall(libc::SYS_close_range, next, fd - 1, 0);
-                    }
-                    next = fd + 1;
-                }
-                libc::syscall(libc::SYS_close_range, next, libc::c_uint::MAX, 0);
-                for &fd in &keep {
-                    libc::close(fd);
-                }
-                libc::_exit(0)
-            }
-            _ => true,
-        }
-    }
+    let keep: Vec<libc::c_int> = links.iter().map(rustix::fd::AsRawFd::as_raw_fd).collect();
+    crate::sys::process::fork_to_close(&keep).is_ok()
 }
 
 #[derive(Default)]

@@ -1,7 +1,7 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! laid out by the event table (`tracer_common::events`).
 
-use tracer_common::{EventDef, Field, RawRecord, events::classify};
+use tracer_common::{EventDef, Field, RawRecord, Which, events::classify};
 use tracer_model::{TraceRecord, selection::EventSet};
 
 use super::layouts::Layout;
@@ -42,9 +42,7 @@ impl Decoder {
     pub fn decode(&self, raw: &RawRecord) -> Option<TraceRecord> {
         let (event1, event2) = classify(raw);
         let event = EventDef::find(event1, event2)?;
-        if raw.which > 2 {
-            return None;
-        }
+        let which = Which::from_code(u16::from(raw.which))?;
         // i64, not i128: a 128-bit division is a library call, and this runs for every record.
         let realtime = self.realtime_ns(raw.ktime_ns);
         Some(TraceRecord {
@@ -55,10 +53,8 @@ impl Decoder {
             tid: raw.pthread_self,
             event1,
             event2,
-            which: u16::from(raw.which),
-            a: event
-                .layout(u16::from(raw.which))
-                .map(|field| field_value(field, raw)),
+            which,
+            a: event.layout(which).map(|field| field_value(field, raw)),
             caller: raw.caller,
             stack: 0,
         })
@@ -118,7 +114,7 @@ fn timeout_ns(raw: &RawRecord) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::Category;
+    use tracer_common::{Category, record::glibc_cond_wrefs_word};
 
     use super::*;
 
@@ -173,19 +169,20 @@ mod tests {
         let unlock = |lock: u32| decoder.decode(&with_object(4, &[(0, lock)])).unwrap().a[2];
         assert_eq!((unlock(1), unlock(2)), (0, 1));
         // glibc condvar __wrefs (word 9): waiters are counted from bit 3 up.
+        let wrefs = glibc_cond_wrefs_word(tracer_common::LAYOUT_GLIBC);
         let mut signal = raw(3, 2, 0);
-        signal.object[9] = 0b100;
+        signal.object[wrefs] = 0b100;
         assert_eq!(
             decoder.decode(&signal).unwrap().a[2],
             0,
             "bit 2 is the clock, not a waiter"
         );
-        signal.object[9] = 2 << 3;
+        signal.object[wrefs] = 2 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
         // glibc 2.41's, without __g_refs: __wrefs is word 7, and word 9 is __g_signals[0].
         signal.layout = tracer_common::LAYOUT_COND_WITHOUT_G_REFS;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 0);
-        signal.object[7] = 1 << 3;
+        signal.object[glibc_cond_wrefs_word(signal.layout)] = 1 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
         // rwlock: 3 readers hold it (3 << 3) while a writer waits (WRLOCKED in a read phase),
         // then a writer holds it alone (WRPHASE | WRLOCKED, wrphase futex 1).

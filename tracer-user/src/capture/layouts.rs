@@ -1,11 +1,13 @@
 //! How each C library lays out the objects whose first words a record carries
 //! (`RawRecord::object`), and the fields derived from them: one description per library,
 //! chosen by the record's `layout` (what the probed library is, decided when it was probed).
-//! Where a library keeps no such value in the object, the field is 0 (the README says which).
+//! Where a library keeps no such value in the object, the field is 0 (docs/events.md, "How the
+//! derived fields are read", says which).
 
 use tracer_common::{
-    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_MUSL, RawRecord,
-    events::{GLIBC_MUTEX_COUNT_WORD, OBJECT_WORDS},
+    LAYOUT_MUSL, RawRecord,
+    events::{GLIBC_MUTEX_COUNT_WORD, MUSL_MUTEX_NORMAL_MASK, MUSL_MUTEX_TYPE_WORD, OBJECT_WORDS},
+    record::glibc_cond_wrefs_word,
 };
 
 /// The words of an object, as copied.
@@ -15,7 +17,7 @@ type Words = [u32; OBJECT_WORDS];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     /// glibc 2.25 and later, x86-64; `cond_wrefs_word` is where `pthread_cond_t` keeps
-    /// `__wrefs`: byte 36 until 2.40, byte 28 from 2.41 (without `__g_refs`).
+    /// `__wrefs`, which moved in 2.41 ([`glibc_cond_wrefs_word`]).
     Glibc { cond_wrefs_word: usize },
     /// musl 1.1.20 and later, x86-64 (`src/internal/pthread_impl.h`).
     Musl,
@@ -26,8 +28,9 @@ impl Layout {
     pub fn of(raw: &RawRecord) -> Self {
         match raw.layout {
             LAYOUT_MUSL => Layout::Musl,
-            LAYOUT_COND_WITHOUT_G_REFS => Layout::Glibc { cond_wrefs_word: 7 },
-            _ => Layout::Glibc { cond_wrefs_word: 9 },
+            layout => Layout::Glibc {
+                cond_wrefs_word: glibc_cond_wrefs_word(layout),
+            },
         }
     }
 
@@ -42,11 +45,12 @@ impl Layout {
 
     /// The thread id holding a mutex, if the mutex says (0: not held, or not known). glibc:
     /// `__owner` (word 2). musl: the low 30 bits of `_m_lock` (word 1), except for a normal
-    /// mutex (type 0 in `_m_type`, word 0), which it locks with a constant instead.
+    /// mutex (`_m_type` says so, [`MUSL_MUTEX_NORMAL_MASK`]), which it locks with a constant
+    /// instead.
     pub fn mutex_owner(self, words: &Words) -> u32 {
         match self {
             Layout::Glibc { .. } => words[2],
-            Layout::Musl if words[0] & MUSL_MUTEX_TYPE_MASK == 0 => 0,
+            Layout::Musl if words[MUSL_MUTEX_TYPE_WORD] & MUSL_MUTEX_NORMAL_MASK == 0 => 0,
             Layout::Musl => words[1] & MUSL_OWNER_MASK,
         }
     }
@@ -116,8 +120,6 @@ impl Layout {
 const MUSL_WAITERS_BIT: u32 = 1 << 31;
 /// musl's `_m_lock`: the owner's thread id in the low 30 bits.
 const MUSL_OWNER_MASK: u32 = 0x3fff_ffff;
-/// musl's `_m_type`: the type in the low 4 bits (0: normal).
-const MUSL_MUTEX_TYPE_MASK: u32 = 15;
 /// musl's `_rw_lock` while a writer holds the lock.
 const MUSL_RW_WRITE_LOCKED: u32 = 0x7fff_ffff;
 

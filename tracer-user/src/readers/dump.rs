@@ -5,16 +5,17 @@
 
 use std::{
     fmt::Write as _,
-    io::{self, BufWriter, Write},
+    io::{self, Write},
     path::PathBuf,
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::{Value as Json, json};
 use tracer_model::{
     TraceRecord,
     event::{Event, SystemEvent, SystemKind, Value},
+    field_names::{EVENT1, EVENT2, LWPID, PID, STACK, TID, WHICH},
     log::{Filter, LogReader},
     tr::Line,
 };
@@ -31,21 +32,10 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
     filter
         .check(&reader.metadata().event_types)
         .map_err(|e| UsageError(format!("--events: {e}")))?;
-    let mut out = BufWriter::new(io::stdout().lock());
-    let written =
-        write_events(&reader, filter, args.format, &mut out).and_then(|()| Ok(out.flush()?));
-    match written {
-        Ok(()) => Ok(0),
-        // As `head` expects: output that nobody reads any more is not an error.
-        Err(error)
-            if error
-                .downcast_ref::<io::Error>()
-                .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) =>
-        {
-            Ok(0)
-        }
-        Err(error) => Err(error.context(super::cannot_read(&args.log))),
-    }
+    // A reader of the output that has gone (`| head`) ends it, with success.
+    crate::say::to_stdout(|out| write_events(&reader, filter, args.format, out))
+        .with_context(|| super::cannot_read(&args.log))?;
+    Ok(0)
 }
 
 fn write_events(
@@ -112,7 +102,7 @@ fn text(reader: &LogReader, event: &Event) -> String {
             r.pid,
             r.lwpid,
             type_name(reader, r),
-            r.which,
+            r.which.code(),
             r.a[0],
             r.a[1],
             r.a[2],
@@ -176,35 +166,37 @@ fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
         .collect()
 }
 
-/// One JSON object: the event info, the tr fields, and a system event's payload by name.
+/// One JSON object: the event info, the tr fields, and a system event's payload by name. The
+/// record's fields keep their names, but for its time (`time_ns`), its caller (POSIX's
+/// `prog_address`) and a1..a5 (the array `a`).
 fn json_of(reader: &LogReader, event: &Event) -> Json {
     match event {
         Event::Thread(r) => json!({
             "type": "event",
             "name": type_name(reader, r),
-            "pid": r.pid,
-            "lwpid": r.lwpid,
-            "tid": r.tid,
+            PID: r.pid,
+            LWPID: r.lwpid,
+            TID: r.tid,
             "time_ns": r.time_ns() as i64,
             "prog_address": r.caller,
-            "event1": r.event1,
-            "event2": r.event2,
-            "which": r.which,
+            EVENT1: r.event1,
+            EVENT2: r.event2,
+            WHICH: r.which.code(),
             "a": r.a,
-            "stack": r.stack,
+            STACK: r.stack,
         }),
         Event::System(e) => {
             let mut object = json!({
                 "type": "system",
                 "name": e.kind.name(),
-                "pid": e.pid,
-                "lwpid": e.lwpid,
-                "tid": 0,
+                PID: e.pid,
+                LWPID: e.lwpid,
+                TID: 0,
                 "time_ns": e.time_ns,
                 "prog_address": 0,
-                "event1": 0,
-                "event2": 0,
-                "which": 0,
+                EVENT1: 0,
+                EVENT2: 0,
+                WHICH: 0,
                 "a": [0, 0, 0, 0, 0],
                 "truncated": e.truncated,
             });

@@ -19,8 +19,9 @@ use tracer_model::{
         StackStats,
     },
     event::{Event, SystemEvent, SystemKind},
+    selection::list_names,
     stack::{Stack, Stacks},
-    tr::parse_line,
+    tr::{self, parse_line},
 };
 
 use crate::{
@@ -79,7 +80,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             )?),
             Export::Folded(Some(file)) => Some(file.write(flame::folded(&samples).as_bytes())?),
             Export::Folded(None) => {
-                crate::say::print(&flame::folded(&samples));
+                crate::say::print(flame::folded(&samples))?;
                 None
             }
             Export::FlameGraph(file) => {
@@ -106,7 +107,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         ReportFormat::Text | ReportFormat::Pprof | ReportFormat::Folded => report.text(args),
     };
-    crate::say::print(&text);
+    crate::say::print(text)?;
     Ok(0)
 }
 
@@ -189,7 +190,7 @@ fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>> {
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name();
-        if !name.to_string_lossy().starts_with("tr.") {
+        if !tr::is_file_name(&name.to_string_lossy()) {
             continue;
         }
         let path = entry.path();
@@ -1126,14 +1127,14 @@ pub struct KindFilter(pub Vec<LockKind>);
 
 impl KindFilter {
     /// Kind names separated by commas (or colons, as `--events` separates its categories).
+    /// Not `--events`' names: a kind is a kind of lock or wait ([`LockKind`]), which the
+    /// event categories do not match one for one (`join` is none, `thread` no kind).
     pub fn parse(text: &str) -> Result<KindFilter, String> {
         let names = || {
             let all: Vec<&str> = LockKind::ALL.into_iter().map(LockKind::name).collect();
             all.join(", ")
         };
-        let kinds = text
-            .split([',', ':'])
-            .filter(|name| !name.is_empty())
+        let kinds = list_names(text, true)
             .map(|name| {
                 LockKind::ALL
                     .into_iter()
@@ -1150,7 +1151,9 @@ impl KindFilter {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{EVENTS, Field};
+    use tracer_common::{EventDef, Field};
+
+    use tracer_common::Which;
 
     use super::*;
     use crate::readers::samples::LockSamples;
@@ -1162,10 +1165,14 @@ mod tests {
     /// Futex event `name` of thread `lwpid`, ended at `ms`, with stack 10 + `lwpid`: each value
     /// at the field its event's layout has it in.
     fn futex(lwpid: u32, name: &str, ms: i64, fields: [(Field, i64); 3]) -> TraceRecord {
-        let event = EVENTS.iter().find(|e| e.name == name).unwrap();
+        let event = EventDef::by_name(name).unwrap();
         let mut a = [0; 5];
         for (of, value) in fields {
-            a[event.layout(0).iter().position(|f| *f == of).unwrap()] = value;
+            a[event
+                .layout(Which::Whole)
+                .iter()
+                .position(|f| *f == of)
+                .unwrap()] = value;
         }
         TraceRecord {
             sec: ms / 1000,
@@ -1175,7 +1182,7 @@ mod tests {
             tid: u64::from(lwpid) << 8,
             event1: event.category.code(),
             event2: event.event2,
-            which: 0,
+            which: Which::Whole,
             a,
             caller: 0,
             stack: 10 + lwpid,

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tracer_common::EventDef;
+use tracer_common::{EventDef, Which};
 use tracer_model::{
     TraceRecord,
     event::{SystemEvent, SystemKind},
@@ -59,7 +59,7 @@ impl BlockWatch {
         };
         let time_ns = record.time_ns() as i64;
         match record.which {
-            1 => {
+            Which::Entry => {
                 let call = Call {
                     pid: record.pid,
                     entry_ns: time_ns,
@@ -69,13 +69,13 @@ impl BlockWatch {
                 self.calls.insert(key, call);
                 None
             }
-            2 => {
+            Which::Return => {
                 let call = self.calls.remove(&key)?;
                 let blocked_ns = time_ns - call.entry_ns;
                 (!call.reported && blocked_ns > self.threshold_ns())
                     .then(|| blocked(key, &call, blocked_ns, true, time_ns))
             }
-            _ => None,
+            Which::Whole => None,
         }
     }
 
@@ -132,12 +132,11 @@ fn blocked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracer_common::EVENTS;
 
     const MS: i64 = 1_000_000;
 
-    fn record(lwpid: u32, name: &str, which: u16, time_ns: i64) -> TraceRecord {
-        let event = EVENTS.iter().find(|e| e.name == name).unwrap();
+    fn record(lwpid: u32, name: &str, which: Which, time_ns: i64) -> TraceRecord {
+        let event = EventDef::by_name(name).unwrap();
         TraceRecord {
             sec: time_ns / 1_000_000_000,
             nsec: time_ns % 1_000_000_000,
@@ -171,16 +170,24 @@ mod tests {
     fn a_call_that_returns_past_the_threshold_is_reported_at_its_return() {
         let mut watch = BlockWatch::new(Duration::from_millis(200));
         let start = 1_000 * MS;
-        assert!(watch.record(&record(7, "mutex_lock", 1, start)).is_none());
-        assert!(watch.record(&record(8, "mutex_lock", 1, start)).is_none());
+        assert!(
+            watch
+                .record(&record(7, "mutex_lock", Which::Entry, start))
+                .is_none()
+        );
+        assert!(
+            watch
+                .record(&record(8, "mutex_lock", Which::Entry, start))
+                .is_none()
+        );
         // Returned within the threshold: nothing.
         assert!(
             watch
-                .record(&record(8, "mutex_lock", 2, start + 150 * MS))
+                .record(&record(8, "mutex_lock", Which::Return, start + 150 * MS))
                 .is_none()
         );
         let event = watch
-            .record(&record(7, "mutex_lock", 2, start + 250 * MS))
+            .record(&record(7, "mutex_lock", Which::Return, start + 250 * MS))
             .unwrap();
         assert_eq!(
             call_and_time(&event),
@@ -194,7 +201,7 @@ mod tests {
     fn a_call_still_blocked_is_reported_once() {
         let mut watch = BlockWatch::new(Duration::from_millis(200));
         let start = 1_000 * MS;
-        watch.record(&record(7, "cond_wait", 1, start));
+        watch.record(&record(7, "cond_wait", Which::Entry, start));
         assert!(watch.still_blocked(start + 100 * MS).is_empty());
         let events = watch.still_blocked(start + 300 * MS);
         assert_eq!(events.len(), 1);
@@ -205,7 +212,7 @@ mod tests {
         assert!(watch.still_blocked(start + 400 * MS).is_empty());
         assert!(
             watch
-                .record(&record(7, "cond_wait", 2, start + 500 * MS))
+                .record(&record(7, "cond_wait", Which::Return, start + 500 * MS))
                 .is_none()
         );
     }
@@ -217,7 +224,7 @@ mod tests {
         assert!(watch.may_flush(now));
         assert!(!watch.may_flush(now + Duration::from_millis(100)));
         assert!(watch.may_flush(now + Duration::from_millis(200)));
-        watch.record(&record(7, "thr_join", 1, 0));
+        watch.record(&record(7, "thr_join", Which::Entry, 0));
         watch.process_exited(100);
         assert!(watch.still_blocked(i64::MAX / 2).is_empty());
     }

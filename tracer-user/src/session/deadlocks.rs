@@ -165,10 +165,9 @@ impl DeadlockWatch {
                 let holder = &threads[(i + 1) % threads.len()];
                 let waits_at =
                     Place::locate_traced(&mut self.symbols, waiter.pid, waiter.wait_caller);
-                let woken = waiter.call.contains("cond_") || waiter.call.starts_with("sem_");
                 let holder_named =
                     format!("{} ({})", holder.lwpid, self.name(holder.pid, holder.lwpid));
-                let by = match (woken, holder.locked_at) {
+                let by = match (waiter.waits_to_be_woken, holder.locked_at) {
                     (true, _) => format!("which only {holder_named} ever woke"),
                     (false, 0) => format!(
                         "held by {holder_named} since before the trace began, locked at an \

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 // Per-record sets (processes and threads seen): a fast hasher rather than SipHash.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::{sync::oneshot, time::Instant};
+use tracer_common::Which;
 use tracer_model::{
     TraceRecord,
     event::{LossSource, NO_CPU, SystemEvent, SystemKind},
@@ -339,7 +340,7 @@ impl Session {
                 _ => false,
             };
             // The return half of a call takes none: its entry half has it.
-            if wanted && stack.is_none() && drawn.record.is_some_and(|r| r.which != 2) {
+            if wanted && stack.is_none() && drawn.record.is_some_and(|r| r.which != Which::Return) {
                 *stacks_left_out += 1;
             }
             if let (Some(stack), Some(record)) = (stack, drawn.record.as_mut()) {
@@ -620,7 +621,7 @@ mod tests {
             tid: 0,
             event1: 2,
             event2: 2,
-            which: 1,
+            which: Which::Entry,
             a: [0; 5],
             caller: 0,
             stack: 0,
