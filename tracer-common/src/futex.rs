@@ -94,27 +94,6 @@ pub const fn event_of_call(nr: u64, op: u64) -> Option<u16> {
     }
 }
 
-/// How `futex(2)`'s `op` reads: its command's name and its flags (`WAIT_BITSET|PRIVATE`),
-/// or `None` for a command that is not one of these.
-pub fn op_name(op: u64) -> Option<(&'static str, bool, bool)> {
-    let name = match op & !OP_FLAGS {
-        command::WAIT => "WAIT",
-        command::WAKE => "WAKE",
-        command::REQUEUE => "REQUEUE",
-        command::CMP_REQUEUE => "CMP_REQUEUE",
-        command::WAKE_OP => "WAKE_OP",
-        command::LOCK_PI => "LOCK_PI",
-        command::UNLOCK_PI => "UNLOCK_PI",
-        command::WAIT_BITSET => "WAIT_BITSET",
-        command::WAKE_BITSET => "WAKE_BITSET",
-        command::WAIT_REQUEUE_PI => "WAIT_REQUEUE_PI",
-        command::CMP_REQUEUE_PI => "CMP_REQUEUE_PI",
-        command::LOCK_PI2 => "LOCK_PI2",
-        _ => return None,
-    };
-    Some((name, op & 128 != 0, op & 256 != 0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +114,5 @@ mod tests {
         assert_eq!(event_of_call(SYS_FUTEX_WAITV, 0), Some(WAITV_EVENT2));
         assert_eq!(event_of_call(SYS_FUTEX, 9 | 128), Some(WAIT_EVENT2));
         assert_eq!(event_of_call(0, 0), None);
-        assert_eq!(op_name(9 | 128), Some(("WAIT_BITSET", true, false)));
     }
 }

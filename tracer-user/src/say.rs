@@ -2,6 +2,8 @@
 //! ...`): `eprintln!` panics there, which ended the trace and killed a launched command before it
 //! ran. A message that cannot be written is dropped instead, and the trace goes on.
 
+use std::io::{self, BufWriter, StdoutLock, Write as _};
+
 /// Writes one line to stderr, formatted as `eprintln!` does; a write error is ignored.
 macro_rules! say {
     ($($arg:tt)*) => {{
@@ -20,11 +22,29 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
-/// Writes a command's output to stdout. As `head` expects, output that nobody reads any more is
-/// not an error: a write error is ignored.
-pub fn print(text: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+/// Writes a command's output to stdout, buffered, through `write`: every command's output goes
+/// this way. As `head` expects of `cat`, output that nobody reads any more (a pipe whose reader
+/// has gone) is not an error: the output ends there and the command succeeds. Any other error,
+/// of `write` or of stdout, is returned.
+pub fn to_stdout(
+    write: impl FnOnce(&mut BufWriter<StdoutLock<'static>>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    match write(&mut out).and_then(|()| Ok(out.flush()?)) {
+        Err(error)
+            if error
+                .downcast_ref::<io::Error>()
+                .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        written => written,
+    }
+}
+
+/// Writes `text`, a command's output, to stdout as [`to_stdout`] does.
+pub fn print(text: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    to_stdout(|out| Ok(out.write_all(text.as_ref())?))
 }
 
 /// How a command prints what it reports: for people, or one JSON object per line.

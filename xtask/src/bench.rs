@@ -8,7 +8,7 @@
 //!   consumer keeps up with: nothing, if it never fills one);
 //! - the floor: BPF programs that do nothing, at the entry (`--empty-programs --probe-at-entry`);
 //! - the same at the placed probes (`--empty-programs`): what the programs cost beyond their
-//!   traps is thrtrace-bpf's time over this one's (issue 13 asks for at most 1.3x);
+//!   traps is thrtrace-bpf's time over this one's (the aim is at most 1.3x);
 //! - a stopped trace at the same probes (`--stopped --probe-at-entry`, as after `ctl stop`):
 //!   what a stopped or filtered-out event costs against the floor;
 //! - bpftrace (installed if missing): a uprobe and a uretprobe on each function, printing the

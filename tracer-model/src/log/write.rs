@@ -178,11 +178,6 @@ impl LogWriter {
         self.layout
     }
 
-    /// The log's own flags: full and overrun (see [`Status`]).
-    pub fn log_status(&self) -> (bool, bool) {
-        (self.log_full, self.log_overrun)
-    }
-
     /// Writes `packets` in order, with the stream's `status`, unless the log's policy keeps
     /// them out: `LogFull` if it kept out any. Packets that lie end to end in the file (an
     /// appended log) are sealed into one buffer and written together, up to `MAX_BATCH_BYTES`

@@ -46,7 +46,7 @@ pub fn run(args: &CtlArgs) -> Result<i32> {
     };
     let dir = RuntimeDir::open(false).map_err(not_running(name))?;
     match ask(&dir, name, &request)? {
-        Reply::Done { message } => print(&format!("{name}: {message}\n")),
+        Reply::Done { message } => print(format!("{name}: {message}\n"))?,
         Reply::Status(report) => {
             let text = match operation {
                 CtlOperation::Status {
@@ -54,7 +54,7 @@ pub fn run(args: &CtlArgs) -> Result<i32> {
                 } => serde_json::to_string_pretty(&report)? + "\n",
                 _ => report.text(),
             };
-            print(&text);
+            print(text)?;
         }
         Reply::Refused { message } => {
             return Err(UsageError(format!("{name}: {message}")).into());
@@ -143,7 +143,7 @@ fn list() -> Result<i32> {
             report.sinks.join(", ")
         );
     }
-    print(&table);
+    print(table)?;
     Ok(0)
 }
 

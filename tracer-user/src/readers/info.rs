@@ -22,11 +22,13 @@ use crate::say::OutputFormat;
 pub fn run(args: &InfoArgs) -> Result<i32> {
     let reader = super::open_log(&args.log)?;
     let summary = Summary::of(&reader).with_context(|| super::cannot_read(&args.log))?;
-    let mut out = io::stdout().lock();
-    match args.format {
-        OutputFormat::Json => writeln!(out, "{}", summary.json(&reader))?,
-        OutputFormat::Text => summary.write_text(&reader, &mut out)?,
-    }
+    crate::say::to_stdout(|out| {
+        match args.format {
+            OutputFormat::Json => writeln!(out, "{}", summary.json(&reader))?,
+            OutputFormat::Text => summary.write_text(&reader, out)?,
+        }
+        Ok(())
+    })?;
     Ok(0)
 }
 
