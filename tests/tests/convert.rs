@@ -1,4 +1,4 @@
-//! Logs read back (issue 10): `info`, `convert --to tr` and `--to ctf`, and `dump`'s filters,
+//! Logs read back: `info`, `convert --to tr` and `--to ctf`, and `dump`'s filters,
 //! against what the same run wrote to its tr files and what the product's reader reads.
 
 use std::{collections::BTreeMap, os::unix::fs::PermissionsExt, path::Path, process::Command};
@@ -45,6 +45,63 @@ fn convert_to_tr_writes_what_dir_wrote_byte_for_byte() {
     let again = run_tracer(dir.path(), &["convert", "app.ptl", "--to", "tr", "out"]);
     assert!(again.status.success(), "{again:?}");
     assert_eq!(files(&dir.path().join("out")), written);
+}
+
+/// A CTF trace written live (`--ctf`) is the one `convert --to ctf` writes from the same run's
+/// log: the metadata and each process's stream byte for byte; the trace's own stream lacks only
+/// the log's bookkeeping of its stream (its stop and flush events), which a live CTF trace has
+/// no stream to keep.
+#[test]
+fn a_live_ctf_trace_is_the_one_converted_from_the_log() {
+    if !bpf_available("live_ctf") || !program_available("live_ctf", "babeltrace2") {
+        return;
+    }
+    let (dir, run) = log_and_dir(&["--ctf", "live"], &["4", "500"]);
+    assert!(
+        run.stderr.contains(" events in a CTF trace in live"),
+        "{}",
+        run.stderr
+    );
+    let converted = run_tracer(dir.path(), &["convert", "app.ptl", "--to", "ctf", "out"]);
+    assert!(converted.status.success(), "{converted:?}");
+    let (live, out) = (
+        files(&dir.path().join("live")),
+        files(&dir.path().join("out")),
+    );
+    assert_eq!(
+        live.keys().collect::<Vec<_>>(),
+        out.keys().collect::<Vec<_>>()
+    );
+    let processes: Vec<&String> = live.keys().filter(|n| n.starts_with("process-")).collect();
+    assert_eq!(processes.len(), 1, "{:?}", live.keys());
+    for name in live.keys().filter(|&n| n != "trace") {
+        assert!(live[name] == out[name], "{name} differs");
+    }
+    let events = |trace: &str| -> Vec<String> {
+        let read = Command::new("babeltrace2")
+            .arg(dir.path().join(trace))
+            .output()
+            .unwrap();
+        assert!(read.status.success(), "{read:?}");
+        String::from_utf8(read.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let log_keeping = [
+        "posix_trace_stop:",
+        "posix_trace_flush_start:",
+        "posix_trace_flush_stop:",
+    ];
+    let kept_by_the_log = |line: &String| log_keeping.iter().any(|name| line.contains(name));
+    let from_log: Vec<String> = events("out")
+        .into_iter()
+        .filter(|line| !kept_by_the_log(line))
+        .collect();
+    let live_events = events("live");
+    assert!(live_events.len() > 100, "{live_events:?}");
+    assert_eq!(live_events, from_log);
 }
 
 /// One log with losses for `info` and `convert --to ctf`: two tracers stalled at once on two

@@ -34,7 +34,7 @@ use crate::{
         self,
         config::{Config, LogOptions, Target},
     },
-    sinks::{Sink, output_dir::split_file_path},
+    sinks::{Buffering, Sink, output_dir::split_file_path},
 };
 
 #[derive(Debug, Parser)]
@@ -70,6 +70,11 @@ pub struct Cli {
     /// An earlier log at FILE is kept as FILE.old; any other file there is refused
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+
+    /// Write a CTF 1.8 trace (babeltrace2, Trace Compass) into DIR as the trace runs, as
+    /// `convert --to ctf` writes one from a log; DIR is made if missing
+    #[arg(long, value_name = "DIR")]
+    pub ctf: Option<PathBuf>,
 
     /// The trace's name (POSIX trace-name), which `thrtrace-bpf ctl NAME` controls it by
     /// [default: thrtrace-PID]
@@ -423,12 +428,21 @@ impl Cli {
         };
         let dir = match self.dir.take() {
             Some(dir) if !dir.as_os_str().is_empty() => Some(dir),
-            _ if log.is_some() || self.pyroscope.as_deref().is_some_and(|u| !u.is_empty()) => None,
+            _ if log.is_some()
+                || self.ctf.is_some()
+                || self.pyroscope.as_deref().is_some_and(|u| !u.is_empty()) =>
+            {
+                None
+            }
             _ => Some(PathBuf::from(".")),
         };
         let output = dir.filter(|_| !self.list_probes);
-        let unbuffered =
-            self.unbuffered || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty());
+        let buffering = match self.unbuffered
+            || std::env::var_os("THR_TRACE_BUF").is_some_and(|v| !v.is_empty())
+        {
+            true => Buffering::EachRecord,
+            false => Buffering::Buffered,
+        };
         if let Some(threshold) = self.flush_on_block
             && !log
                 .as_ref()
@@ -450,7 +464,8 @@ impl Cli {
             deadlock_after: self.deadlock_after,
             lock_order: self.lock_order == Switch::On,
             log,
-            unbuffered,
+            ctf: self.ctf.filter(|_| !self.list_probes),
+            buffering,
             consumer_threads: self
                 .consumer_threads
                 .map_or_else(default_consumer_threads, usize::from),

@@ -11,7 +11,10 @@ use tracer_model::{
     log::LogReader,
 };
 
-use crate::sinks::{Sink, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles};
+use super::perfetto::PerfettoTimeline;
+use crate::sinks::{
+    Buffering, Sink, Summary, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles,
+};
 
 /// Converts the log; returns the exit status.
 pub fn run(args: &ConvertArgs) -> Result<i32> {
@@ -20,17 +23,16 @@ pub fn run(args: &ConvertArgs) -> Result<i32> {
     if let Some(error) = reader.events().find_map(Result::err) {
         return Err(anyhow::Error::new(error).context(super::cannot_read(&args.log)));
     }
-    if args.to == ConvertFormat::Perfetto {
-        let summary = super::perfetto::write(&reader, &args.dir)?;
-        say!("thrtrace-bpf: {summary}");
-        return Ok(0);
-    }
-    let dir = OutputDir::open_or_make(&args.dir).map_err(|e| e.usage("directory"))?;
+    let directory = || OutputDir::open_or_make(&args.dir).map_err(|e| e.usage("directory"));
     let mut sink: Box<dyn Sink> = match args.to {
         // Unbuffered or not, the bytes are the same; a few files open at once suffice.
-        ConvertFormat::Tr => Box::new(TrFiles::new(dir, false, 64)),
-        ConvertFormat::Ctf => Box::new(CtfTrace::new(dir, &reader)),
-        ConvertFormat::Perfetto => unreachable!("written above"),
+        ConvertFormat::Tr => Box::new(TrFiles::new(directory()?, Buffering::Buffered, 64)),
+        ConvertFormat::Ctf => Box::new(CtfTrace::new(
+            directory()?,
+            &reader.metadata().attributes.trace_name,
+            &reader.metadata().event_types,
+        )),
+        ConvertFormat::Perfetto => Box::new(PerfettoTimeline::new(&args.dir)?),
     };
     let summary = replay(&reader, sink.as_mut()).with_context(|| {
         format!(
@@ -44,7 +46,7 @@ pub fn run(args: &ConvertArgs) -> Result<i32> {
 }
 
 /// Hands every event of `reader` to `sink`, as a live trace would; returns its summary.
-pub fn replay(reader: &LogReader, sink: &mut dyn Sink) -> Result<String> {
+pub fn replay(reader: &LogReader, sink: &mut dyn Sink) -> Result<Summary> {
     sink.begin()?;
     let system_events = sink.wants_system_events();
     for event in reader.events() {

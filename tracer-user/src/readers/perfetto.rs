@@ -6,144 +6,176 @@
 //! `tracer_model::analysis`'s timeline; a wait's slice and an unlock's carry their call stack,
 //! symbolized, in their `args` (a trace taken with stacks).
 
-use std::{
-    collections::BTreeMap,
-    io::{BufWriter, Write},
-    path::Path,
-};
+use std::{collections::BTreeMap, io, path::Path};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{Value, json};
 use tracer_model::{
-    analysis::{Analysis, Timeline},
-    event::{Event, SystemKind},
-    log::LogReader,
+    TraceRecord,
+    analysis::{Analysis, BlockKind, Timeline},
+    event::{SystemEvent, SystemKind},
     stack::Stacks,
 };
 
-use crate::symbolize::{Mapping, Symbols};
+use super::OutputFile;
+use crate::{
+    sinks::{Sink, Summary, TraceEnd, Written},
+    symbolize::{Mapping, Symbols},
+};
 
-/// Writes the timeline of `reader` to `path`; returns the summary.
-pub fn write(reader: &LogReader, path: &Path) -> Result<String> {
-    let mut analysis = Analysis::new(true);
-    analysis.timeline = Some(Timeline::default());
-    let mut processes = BTreeMap::new();
-    let mut threads = BTreeMap::new();
-    let mut stacks = Stacks::default();
-    let mut symbols = Symbols::new();
-    for event in reader.events() {
-        match event? {
-            Event::Thread(record) => {
-                threads
-                    .entry((record.pid, record.lwpid))
-                    .or_insert_with(String::new);
-                analysis.record(&record);
-            }
-            Event::System(event) => {
-                match &event.kind {
-                    SystemKind::ProcessAttach { exe, .. } => {
-                        let name = Path::new(exe)
-                            .file_name()
-                            .map_or(exe.clone(), |n| n.to_string_lossy().into_owned());
-                        processes.insert(event.pid, name);
-                    }
-                    SystemKind::ThreadName { name } => {
-                        threads.insert((event.pid, event.lwpid), name.clone());
-                    }
-                    kind => {
-                        if let Some(mapping) = Mapping::of(kind) {
-                            symbols.add_mapping(event.pid, mapping);
-                        }
-                        stacks.take(&event);
-                    }
-                }
-                analysis.system_event(&event);
-            }
+/// The timeline of a trace, made as its events come and written to its file at the end.
+pub struct PerfettoTimeline {
+    /// Taken when the timeline is written.
+    file: Option<OutputFile>,
+    analysis: Analysis,
+    /// Each process's executable name.
+    processes: BTreeMap<u32, String>,
+    /// Each thread seen, with its name (empty until a name is seen).
+    threads: BTreeMap<(u32, u32), String>,
+    stacks: Stacks,
+    symbols: Symbols,
+}
+
+impl PerfettoTimeline {
+    /// A timeline to be written to `path` (its directory opened now, so that a mistyped path
+    /// is said before any event is read).
+    pub fn new(path: &Path) -> Result<Self> {
+        let mut analysis = Analysis::new(true);
+        analysis.timeline = Some(Timeline::default());
+        Ok(PerfettoTimeline {
+            file: Some(OutputFile::prepare(path)?),
+            analysis,
+            processes: BTreeMap::new(),
+            threads: BTreeMap::new(),
+            stacks: Stacks::default(),
+            symbols: Symbols::new(),
+        })
+    }
+
+    /// The Trace Event JSON's events, and the timeline's counts for the summary.
+    fn trace_events(&mut self) -> (Vec<Value>, usize, usize) {
+        let timeline = self.analysis.timeline.take().unwrap_or_default();
+        let base = self.analysis.first_ns.unwrap_or(0);
+        // Microseconds from the trace's first event, as the format counts.
+        let us = |ns: i64| (ns - base) as f64 / 1e3;
+
+        let mut events: Vec<Value> = Vec::new();
+        for (pid, name) in &self.processes {
+            events.push(
+                json!({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
+                               "args": {"name": name}}),
+            );
         }
-    }
-    let timeline = analysis.timeline.take().unwrap_or_default();
-    let base = analysis.first_ns.unwrap_or(0);
-    // Microseconds from the trace's first event, as the format counts.
-    let us = |ns: i64| (ns - base) as f64 / 1e3;
-
-    let mut events: Vec<Value> = Vec::new();
-    for (pid, name) in &processes {
-        events.push(
-            json!({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
-                           "args": {"name": name}}),
-        );
-    }
-    for ((pid, lwpid), name) in &threads {
-        let name = if name.is_empty() {
-            lwpid.to_string()
-        } else {
-            name.clone()
+        for ((pid, lwpid), name) in &self.threads {
+            let name = if name.is_empty() {
+                lwpid.to_string()
+            } else {
+                name.clone()
+            };
+            events.push(
+                json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": lwpid,
+                               "args": {"name": name}}),
+            );
+        }
+        // Threads blocked on locks, per process: +1 at each blocking wait's start, -1 at its end.
+        let mut changes: Vec<(u32, i64, i64)> = Vec::new();
+        let (stacks, symbols) = (&self.stacks, &mut self.symbols);
+        let mut stack_args = |id: u32| match stacks.get(id) {
+            Some(stack) => json!({"stack": super::report::stack_frames(stack, symbols)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()}),
+            None => json!({}),
         };
-        events.push(
-            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": lwpid,
-                           "args": {"name": name}}),
-        );
-    }
-    // Threads blocked on locks, per process: +1 at each blocking wait's start, -1 at its end.
-    let mut changes: Vec<(u32, i64, i64)> = Vec::new();
-    let mut stack_args = |id: u32| match stacks.get(id) {
-        Some(stack) => json!({"stack": super::report::stack_frames(stack, &mut symbols)
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()}),
-        None => json!({}),
-    };
-    for slice in &timeline.slices {
-        events.push(json!({"ph": "X", "name": slice.name, "cat": slice.category,
-                           "pid": slice.pid, "tid": slice.lwpid, "ts": us(slice.start_ns),
-                           "dur": (slice.end_ns - slice.start_ns) as f64 / 1e3,
-                           "args": stack_args(slice.stack)}));
-        if slice.category == "lock wait" {
-            changes.push((slice.pid, slice.start_ns, 1));
-            changes.push((slice.pid, slice.end_ns, -1));
+        for slice in &timeline.slices {
+            events.push(
+                json!({"ph": "X", "name": slice.name, "cat": slice.category(),
+                               "pid": slice.pid, "tid": slice.lwpid, "ts": us(slice.start_ns),
+                               "dur": (slice.end_ns - slice.start_ns) as f64 / 1e3,
+                               "args": stack_args(slice.stack)}),
+            );
+            if slice.waited == Some(BlockKind::LockWait) {
+                changes.push((slice.pid, slice.start_ns, 1));
+                changes.push((slice.pid, slice.end_ns, -1));
+            }
         }
+        changes.sort_unstable();
+        let mut waiting: BTreeMap<u32, i64> = BTreeMap::new();
+        for (pid, ns, change) in changes {
+            let count = waiting.entry(pid).or_default();
+            *count += change;
+            events.push(
+                json!({"ph": "C", "name": "contended waiters", "pid": pid, "ts": us(ns),
+                               "args": {"waiters": count}}),
+            );
+        }
+        for (id, wake) in timeline.wakes.iter().enumerate() {
+            // The unlock, a slice for the flow to start in; the flow ends in the waiter's wait.
+            events.push(
+                json!({"ph": "X", "name": "unlock", "cat": "wake", "pid": wake.pid,
+                               "tid": wake.from_lwpid, "ts": us(wake.from_ns), "dur": 0.001,
+                               "args": stack_args(wake.stack)}),
+            );
+            events.push(json!({"ph": "s", "name": "wake", "cat": "wake", "id": id,
+                               "pid": wake.pid, "tid": wake.from_lwpid, "ts": us(wake.from_ns)}));
+            events.push(
+                json!({"ph": "f", "bp": "e", "name": "wake", "cat": "wake", "id": id,
+                               "pid": wake.pid, "tid": wake.to_lwpid, "ts": us(wake.to_ns - 1)}),
+            );
+        }
+
+        (events, timeline.slices.len(), timeline.wakes.len())
     }
-    changes.sort_unstable();
-    let mut waiting: BTreeMap<u32, i64> = BTreeMap::new();
-    for (pid, ns, change) in changes {
-        let count = waiting.entry(pid).or_default();
-        *count += change;
-        events.push(
-            json!({"ph": "C", "name": "contended waiters", "pid": pid, "ts": us(ns),
-                           "args": {"waiters": count}}),
-        );
-    }
-    for (id, wake) in timeline.wakes.iter().enumerate() {
-        // The unlock, a slice for the flow to start in; the flow ends in the waiter's wait.
-        events.push(
-            json!({"ph": "X", "name": "unlock", "cat": "wake", "pid": wake.pid,
-                           "tid": wake.from_lwpid, "ts": us(wake.from_ns), "dur": 0.001,
-                           "args": stack_args(wake.stack)}),
-        );
-        events.push(json!({"ph": "s", "name": "wake", "cat": "wake", "id": id,
-                           "pid": wake.pid, "tid": wake.from_lwpid, "ts": us(wake.from_ns)}));
-        events.push(
-            json!({"ph": "f", "bp": "e", "name": "wake", "cat": "wake", "id": id,
-                           "pid": wake.pid, "tid": wake.to_lwpid, "ts": us(wake.to_ns - 1)}),
-        );
+}
+
+impl Sink for PerfettoTimeline {
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
+        self.threads.entry((record.pid, record.lwpid)).or_default();
+        self.analysis.record(record);
+        Ok(())
     }
 
-    let (dir, name) = super::output_place(path)?;
-    let (file, _) = dir
-        .create(&name)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    let mut out = BufWriter::new(file);
-    serde_json::to_writer(
-        &mut out,
-        &json!({"displayTimeUnit": "ns", "traceEvents": events}),
-    )?;
-    out.write_all(b"\n")?;
-    out.flush()?;
-    Ok(format!(
-        "{} slices, {} wakeups on {} threads in {}",
-        timeline.slices.len(),
-        timeline.wakes.len(),
-        threads.len(),
-        path.display()
-    ))
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        match &event.kind {
+            SystemKind::ProcessAttach { exe, .. } => {
+                let name = Path::new(exe)
+                    .file_name()
+                    .map_or(exe.clone(), |n| n.to_string_lossy().into_owned());
+                self.processes.insert(event.pid, name);
+            }
+            SystemKind::ThreadName { name } => {
+                self.threads.insert((event.pid, event.lwpid), name.clone());
+            }
+            kind => {
+                if let Some(mapping) = Mapping::of(kind) {
+                    self.symbols.add_mapping(event.pid, mapping);
+                }
+                self.stacks.take(event);
+            }
+        }
+        self.analysis.system_event(event);
+        Ok(())
+    }
+
+    fn wants_system_events(&self) -> bool {
+        true
+    }
+
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
+        let Some(file) = self.file.take() else {
+            return Ok(Summary::default());
+        };
+        let (events, slices, wakes) = self.trace_events();
+        let mut json =
+            serde_json::to_vec(&json!({"displayTimeUnit": "ns", "traceEvents": events}))?;
+        json.push(b'\n');
+        let path = file.write(&json).map_err(io::Error::other)?;
+        Ok(Written::Timeline {
+            slices,
+            wakes,
+            threads: self.threads.len(),
+            path,
+        }
+        .into())
+    }
 }

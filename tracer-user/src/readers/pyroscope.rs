@@ -42,7 +42,7 @@ use super::{
     samples::{View, contention_samples},
 };
 use crate::{
-    sinks::{Sink, TraceEnd},
+    sinks::{Sink, Summary, TraceEnd, Written},
     symbolize::{Mapping, Symbols},
 };
 
@@ -238,29 +238,22 @@ impl Sink for ContentionPush {
         Ok(())
     }
 
-    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
         let (stopped, woken) = &*self.stop;
         *stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
         woken.notify_all();
-        let (delivered, failed) = match self.profiler.take().map(JoinHandle::join) {
+        let (delivered, profiler_failed) = match self.profiler.take().map(JoinHandle::join) {
             Some(Ok(delivered)) => (delivered, false),
             _ => (Deliveries::default(), true),
         };
-        let plural = if delivered.sent == 1 { "" } else { "s" };
-        let mut summary = format!(
-            "{} contention profile{plural} pushed to {}",
-            delivered.sent, self.url
-        );
-        if failed {
-            summary += " (the contention profiler failed)";
+        Ok(Written::Profiles {
+            pushed: delivered.sent,
+            url: self.url.clone(),
+            profiler_failed,
+            not_delivered: delivered.not_delivered,
+            last_error: delivered.last_error,
         }
-        if delivered.not_delivered > 0 {
-            summary += &format!(", {} not delivered", delivered.not_delivered);
-            if let Some(why) = &delivered.last_error {
-                summary += &format!(" (the last failure: {why})");
-            }
-        }
-        Ok(summary)
+        .into())
     }
 }
 

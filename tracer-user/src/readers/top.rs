@@ -7,7 +7,7 @@
 
 use std::{
     fmt::Write as _,
-    io::{self, IsTerminal, Write},
+    io::{self, IsTerminal},
     os::fd::AsFd,
     sync::{
         Arc, Mutex, PoisonError,
@@ -26,7 +26,7 @@ use tracer_model::{TraceRecord, analysis::Analysis, event::SystemEvent};
 use super::report::{KindArg, ReportSort, lock_table_so_far, take_system_event};
 use crate::{
     say::duration,
-    sinks::{Sink, TraceEnd},
+    sinks::{Sink, Summary, TraceEnd, Written},
     symbolize::{Mapping, Symbols},
 };
 
@@ -284,25 +284,22 @@ fn draw(
             Some(size) => frame(lines, size),
             None => format!("\n{}\n", lines.collect::<Vec<&str>>().join("\n")),
         };
-        let mut out = io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        // A frame nobody can read is dropped: the trace goes on.
+        let _ = crate::say::print(text);
         due = Instant::now() + interval;
     }
     let (table, _) = tables(seen, &mut symbols, LOCKS_SHOWN, sort, kinds);
-    let mut out = io::stdout().lock();
-    let _ = match io::stdout().is_terminal() {
-        true => write!(out, "{LEAVE_ALTERNATE_SCREEN}{table}"),
-        false => write!(out, "\n{table}"),
-    };
-    let _ = out.flush();
+    let _ = crate::say::print(match io::stdout().is_terminal() {
+        true => format!("{LEAVE_ALTERNATE_SCREEN}{table}"),
+        false => format!("\n{table}"),
+    });
 }
 
 impl Sink for LiveView {
     fn begin(&mut self) -> io::Result<()> {
         let tty = io::stdout().is_terminal();
         if tty {
-            print!("{ENTER_ALTERNATE_SCREEN}");
+            let _ = crate::say::print(ENTER_ALTERNATE_SCREEN);
         }
         self.terminal = keys_one_by_one();
         let keys = self.terminal.is_some();
@@ -340,13 +337,13 @@ impl Sink for LiveView {
     }
 
     /// Leaves the screen as it was, with the last table printed on it.
-    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(drawer) = self.drawer.take() {
             let _ = drawer.join();
         }
         self.restore();
-        Ok("the live view".into())
+        Ok(Written::LiveView.into())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use crate::capture::futex_hook::FutexHook;
+use crate::{capture::futex_hook::FutexHook, sinks::Buffering};
 use tracer_model::{
     log::{LogFullPolicy, StreamFullPolicy},
     selection::EventSet,
@@ -17,6 +17,8 @@ pub struct Config {
     /// The directory tr.* files go in; `None` with `--log` alone and with `list_probes`.
     pub output: Option<PathBuf>,
     pub log: Option<LogOptions>,
+    /// `--ctf DIR`: a CTF trace written as the trace runs.
+    pub ctf: Option<PathBuf>,
     /// The trace's name: POSIX trace-name, and the control socket's.
     pub name: String,
     /// `--name` was given: a control socket that cannot be made is an error, not a warning.
@@ -26,7 +28,8 @@ pub struct Config {
     pub deadlock_after: Duration,
     /// Live lock-order analysis (`--lock-order`).
     pub lock_order: bool,
-    pub unbuffered: bool,
+    /// `--unbuffered`, or `THR_TRACE_BUF`.
+    pub buffering: Buffering,
     /// Threads that consume the rings, the session's own included (at least 1).
     pub consumer_threads: usize,
     pub duration: Option<Duration>,

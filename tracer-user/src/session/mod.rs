@@ -35,7 +35,7 @@ use crate::{
     attach::{exec_follow::Followed, probes::Probes},
     capture::{datapath::DataPath, decode::Decoder, loss::Losses, programs::RunTime},
     signals::TraceSignals,
-    sinks::{Sink, Sinks},
+    sinks::{Sink, Sinks, Summary},
 };
 
 /// Traces as `config` says, handing every event to `viewers` too (`top`'s live view, the
@@ -108,7 +108,7 @@ pub struct Session {
 pub struct Outcome {
     pub records: u64,
     /// What the sinks wrote ("4 files in /tmp/trace, 812 events in app.ptl").
-    pub written: String,
+    pub written: Summary,
     pub losses: Losses,
     /// How many times `--lossless` stopped a thread until the rings were drained.
     pub lossless_stops: u64,

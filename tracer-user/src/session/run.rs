@@ -29,7 +29,7 @@ use crate::{
     capture::{datapath::DataPath, kernel},
     control::Reply,
     signals::TraceSignal,
-    sinks::{Sink, TraceEnd},
+    sinks::{Buffering, Sink, TraceEnd},
 };
 
 const POLL_INTERVAL_BUFFERED: Duration = Duration::from_millis(100);
@@ -63,20 +63,20 @@ pub(super) struct Clock {
 
 impl Clock {
     /// Wakeups from every ring of `datapath` (before its rings are shared out), and timers for
-    /// a trace that polls as `unbuffered` says, for `duration` if given. Needs the runtime's
+    /// a trace that polls as `buffering` says, for `duration` if given. Needs the runtime's
     /// context.
     pub(super) fn new(
         datapath: &DataPath,
-        unbuffered: bool,
+        buffering: Buffering,
         duration: Option<Duration>,
     ) -> Result<Self> {
         let wakeups = Arc::new(Notify::new());
         for fd in datapath.ring_fds()? {
             watch_ring(fd, Arc::clone(&wakeups))?;
         }
-        let interval = match unbuffered {
-            true => POLL_INTERVAL_UNBUFFERED,
-            false => POLL_INTERVAL_BUFFERED,
+        let interval = match buffering {
+            Buffering::EachRecord => POLL_INTERVAL_UNBUFFERED,
+            Buffering::Buffered => POLL_INTERVAL_BUFFERED,
         };
         let mut poll = tokio::time::interval(interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -41,7 +41,9 @@ use crate::{
     error::UsageError,
     signals::TraceSignals,
     sinks::{
-        Sink, Sinks, descriptors,
+        Sink, Sinks,
+        ctf::CtfTrace,
+        descriptors,
         log::{LogFile, TraceLog, check_log_name},
         output_dir::OutputDir,
         threaded::Threaded,
@@ -56,6 +58,8 @@ struct Outputs {
     tr: Option<OutputDir>,
     /// The log's directory.
     log: Option<OutputDir>,
+    /// The CTF trace's.
+    ctf: Option<OutputDir>,
 }
 
 impl Outputs {
@@ -74,7 +78,11 @@ impl Outputs {
             }
             None => None,
         };
-        Ok(Outputs { tr, log })
+        let ctf = match &config.ctf {
+            Some(dir) => Some(OutputDir::open_or_make(dir).map_err(|e| e.usage("for --ctf"))?),
+            None => None,
+        };
+        Ok(Outputs { tr, log, ctf })
     }
 }
 
@@ -150,7 +158,7 @@ impl Session {
             say!("{line}");
         }
         let sinks = start_sinks(config, outputs, created_ns, viewers)?;
-        let clock = Clock::new(&datapath, config.unbuffered, config.duration)?;
+        let clock = Clock::new(&datapath, config.buffering, config.duration)?;
         let shares = datapath.share_rings(config.consumer_threads);
         let mut flow = Flow::new(
             shares,
@@ -442,14 +450,20 @@ fn start_sinks(
         (Some(options), Some(dir)) => Some(trace_log(options, &dir, config, created_ns)?),
         _ => None,
     };
+    let ctf = outputs
+        .ctf
+        .map(|dir| CtfTrace::new(dir, &config.name, &event_types()));
     let mut sinks = viewers;
     if config.consumer_threads == 1 {
         let mut written: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(dir) = outputs.tr {
-            written.push(Box::new(TrFiles::new(dir, config.unbuffered, budget)));
+            written.push(Box::new(TrFiles::new(dir, config.buffering, budget)));
         }
         if let Some(log) = log {
             written.push(Box::new(log));
+        }
+        if let Some(ctf) = ctf {
+            written.push(Box::new(ctf));
         }
         if !written.is_empty() {
             let writer = Threaded::new(Sinks(written), "writer")
@@ -461,13 +475,18 @@ fn start_sinks(
     if let Some(dir) = outputs.tr {
         let writers = config.consumer_threads - 1;
         sinks.push(Box::new(
-            TrWriters::new(&dir, config.unbuffered, budget, writers)
+            TrWriters::new(&dir, config.buffering, budget, writers)
                 .context("cannot start the tr writer threads")?,
         ));
     }
     if let Some(log) = log {
         sinks.push(Box::new(
             Threaded::new(log, "log-writer").context("cannot start the log writer thread")?,
+        ));
+    }
+    if let Some(ctf) = ctf {
+        sinks.push(Box::new(
+            Threaded::new(ctf, "ctf-writer").context("cannot start the CTF writer thread")?,
         ));
     }
     Ok(Sinks(sinks))
@@ -545,7 +564,7 @@ fn trace_log(
         file,
         log.path.clone(),
         metadata,
-        config.unbuffered,
+        config.buffering,
         !config.stopped,
     ))
 }
@@ -568,6 +587,6 @@ pub fn list_probes(config: &Config) -> Result<i32> {
             table += &probes::describe(&probes::plan(library, events, plan_options(config)));
         }
     }
-    crate::say::print(&table);
+    crate::say::print(table)?;
     Ok(0)
 }

@@ -16,11 +16,12 @@ use std::{
 
 use tracer_model::{
     TraceRecord,
-    event::{EventType, FieldType, SystemEvent, SystemKind, Value},
-    log::{LogReader, TypeIds},
+    event::{EventType, FieldType, SystemEvent, SystemKind, THREAD_PAYLOAD, Value},
+    field_names::{CALLER, LWPID, PID, TID},
+    log::TypeIds,
 };
 
-use super::{Sink, SinkState, TraceEnd, output_dir::OutputDir};
+use super::{Sink, SinkState, Summary, TraceEnd, Written, output_dir::OutputDir};
 
 /// CTF's packet magic.
 const PACKET_MAGIC: u32 = 0xC1FC_1FC1;
@@ -56,13 +57,13 @@ pub struct CtfTrace {
 }
 
 impl CtfTrace {
-    /// A trace of the events of `reader`'s log, in `dir`.
-    pub fn new(dir: OutputDir, reader: &LogReader) -> Self {
-        let types = &reader.metadata().event_types;
+    /// A trace named `trace_name` of events of `types`, in `dir`: a live trace's, or a log's
+    /// (its list).
+    pub fn new(dir: OutputDir, trace_name: &str, types: &[EventType]) -> Self {
         CtfTrace {
             dir,
-            metadata: metadata(&reader.metadata().attributes.trace_name, types),
-            ids: reader.type_ids().clone(),
+            metadata: metadata(trace_name, types),
+            ids: TypeIds::new(types),
             streams: HashMap::new(),
             events: 0,
             restamped: 0,
@@ -155,12 +156,13 @@ impl Sink for CtfTrace {
         let Some(id) = self.ids.thread(record.event1, record.event2) else {
             return Ok(());
         };
+        // In the order `metadata` declares them.
         let mut fields = Vec::with_capacity(70);
         fields.extend_from_slice(&record.pid.to_le_bytes());
         fields.extend_from_slice(&record.lwpid.to_le_bytes());
         fields.extend_from_slice(&record.tid.to_le_bytes());
         fields.extend_from_slice(&record.caller.to_le_bytes());
-        fields.extend_from_slice(&record.which.to_le_bytes());
+        fields.extend_from_slice(&record.which.code().to_le_bytes());
         record
             .a
             .iter()
@@ -209,22 +211,16 @@ impl Sink for CtfTrace {
         Ok(())
     }
 
-    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
         for (pid, stream) in &mut self.streams {
             stream.write_packet(&self.dir, *pid)?;
         }
-        let restamped = match self.restamped {
-            0 => String::new(),
-            n => format!(
-                " ({n} stamped with the time of the event before them: the log has them out \
-                 of time order)"
-            ),
-        };
-        Ok(format!(
-            "{} events in a CTF trace in {}{restamped}",
-            self.events,
-            self.dir.path().display()
-        ))
+        Ok(Written::Ctf {
+            events: self.events,
+            dir: self.dir.path().to_owned(),
+            restamped: self.restamped,
+        }
+        .into())
     }
 }
 
@@ -261,29 +257,18 @@ fn metadata(trace_name: &str, types: &[EventType]) -> String {
     );
     tsdl.push_str(METADATA_STREAM);
     for event_type in types {
-        let mut fields = String::from("\t\tuint32_t _pid;\n\t\tuint32_t _lwpid;\n");
+        let mut fields = format!("\t\tuint32_t _{PID};\n\t\tuint32_t _{LWPID};\n");
         if event_type.is_system() {
             fields.push_str("\t\tuint8_t _truncated;\n");
             for field in &event_type.payload {
-                let name = identifier(&field.name);
-                let _ = match field.ty {
-                    FieldType::U16 => writeln!(fields, "\t\tuint16_t _{name};"),
-                    FieldType::U32 => writeln!(fields, "\t\tuint32_t _{name};"),
-                    FieldType::U64 => writeln!(fields, "\t\tuint64_t _{name};"),
-                    FieldType::I64 => writeln!(fields, "\t\tint64_t _{name};"),
-                    FieldType::Str => writeln!(fields, "\t\tstring _{name};"),
-                    FieldType::Bytes => writeln!(
-                        fields,
-                        "\t\tuint32_t _{name}_length;\n\t\thex8_t _{name}[_{name}_length];"
-                    ),
-                };
+                declare(&mut fields, &identifier(&field.name), field.ty);
             }
         } else {
-            fields.push_str(
-                "\t\thex64_t _tid;\n\t\thex64_t _caller;\n\t\tuint16_t _which;\n\
-                 \t\tint64_t _a1;\n\t\tint64_t _a2;\n\t\tint64_t _a3;\n\t\tint64_t _a4;\n\
-                 \t\tint64_t _a5;\n\t\tuint32_t _stack;\n",
-            );
+            // What `record` writes: this build's thread payload, whatever the log's was.
+            let _ = write!(fields, "\t\thex64_t _{TID};\n\t\thex64_t _{CALLER};\n");
+            for (name, ty) in THREAD_PAYLOAD {
+                declare(&mut fields, name, ty);
+            }
         }
         let _ = writeln!(
             tsdl,
@@ -293,6 +278,21 @@ fn metadata(trace_name: &str, types: &[EventType]) -> String {
         );
     }
     tsdl
+}
+
+/// Declares the field `name` (an identifier) of type `ty` in a TSDL struct's `fields`.
+fn declare(fields: &mut String, name: &str, ty: FieldType) {
+    let _ = match ty {
+        FieldType::U16 => writeln!(fields, "\t\tuint16_t _{name};"),
+        FieldType::U32 => writeln!(fields, "\t\tuint32_t _{name};"),
+        FieldType::U64 => writeln!(fields, "\t\tuint64_t _{name};"),
+        FieldType::I64 => writeln!(fields, "\t\tint64_t _{name};"),
+        FieldType::Str => writeln!(fields, "\t\tstring _{name};"),
+        FieldType::Bytes => writeln!(
+            fields,
+            "\t\tuint32_t _{name}_length;\n\t\thex8_t _{name}[_{name}_length];"
+        ),
+    };
 }
 
 /// A log's text as a TSDL string's contents: a name from another machine's log cannot end the

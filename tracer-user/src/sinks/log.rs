@@ -25,7 +25,7 @@ use tracer_model::{
     },
 };
 
-use super::{Sink, SinkState, TraceEnd, output_dir::OutputDir};
+use super::{Buffering, Sink, SinkState, Summary, TraceEnd, output_dir::OutputDir};
 
 /// How often the `flush` policy writes the stream when it is not full.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -136,7 +136,7 @@ pub struct TraceLog {
     stopped_by_policy: bool,
     events_since_flush: u64,
     last_flush: Instant,
-    unbuffered: bool,
+    buffering: Buffering,
     said_full: bool,
 }
 
@@ -147,7 +147,7 @@ impl TraceLog {
         file: LogFile,
         shown: PathBuf,
         metadata: Metadata,
-        unbuffered: bool,
+        buffering: Buffering,
         running: bool,
     ) -> TraceLog {
         let attributes = &metadata.attributes;
@@ -178,7 +178,7 @@ impl TraceLog {
             stopped_by_policy: false,
             events_since_flush: 0,
             last_flush: Instant::now(),
-            unbuffered,
+            buffering,
             said_full: false,
         }
     }
@@ -323,7 +323,8 @@ impl Sink for TraceLog {
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
-        let due = self.unbuffered || self.last_flush.elapsed() >= FLUSH_INTERVAL;
+        let due =
+            self.buffering == Buffering::EachRecord || self.last_flush.elapsed() >= FLUSH_INTERVAL;
         if self.policy == StreamFullPolicy::Flush && due && self.events_since_flush > 0 {
             self.write_stream()?;
         }
@@ -366,7 +367,7 @@ impl Sink for TraceLog {
         }
     }
 
-    fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<Summary> {
         if self.status.running {
             self.append_own(SystemKind::Stop { auto: 0 });
             self.status.running = false;
@@ -376,7 +377,7 @@ impl Sink for TraceLog {
         self.write_stream()?;
         self.status.full = full;
         let Some(writer) = self.writer.take() else {
-            return Ok(String::new());
+            return Ok(Summary::default());
         };
         let (written, not_written) = writer.counts();
         let closed_ns = SystemTime::now()
@@ -388,19 +389,13 @@ impl Sink for TraceLog {
             lost_per_cpu: end.lost_per_cpu.clone(),
             ..FinalStatus::default()
         })?;
-        let mut summary = format!("{written} events in {}", self.shown.display());
-        if not_written > 0 {
-            summary += &format!(" ({not_written} not written: --log-size reached)");
+        Ok(super::Written::Log {
+            events: written,
+            path: self.shown.clone(),
+            past_size_limit: not_written,
+            stream_full: self.not_recorded,
+            earlier: self.kept_old.clone(),
         }
-        if self.not_recorded > 0 {
-            summary += &format!(
-                " ({} not recorded: the stream filled, --stream-full-policy until-full)",
-                self.not_recorded
-            );
-        }
-        if let Some(old) = &self.kept_old {
-            summary += &format!(" (the earlier log is {})", old.display());
-        }
-        Ok(summary)
+        .into())
     }
 }

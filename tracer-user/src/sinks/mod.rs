@@ -17,7 +17,7 @@ pub mod threaded;
 pub mod tr;
 pub mod tr_writers;
 
-use std::io;
+use std::{fmt, io, path::PathBuf};
 
 use tracer_model::{TraceRecord, event::SystemEvent, log::Status};
 
@@ -38,9 +38,163 @@ pub struct TraceEnd {
     pub lost_per_cpu: Vec<u64>,
 }
 
-/// An output. Every sink takes records and completes its output at the end; the rest has
-/// defaults for a sink that has nothing to do then (no system events, nothing held to flush
-/// or clear).
+/// When a sink's files get the records it is handed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffering {
+    /// In large writes: at each drain's end at the latest for the log's stream, when its
+    /// buffer fills for a tr file.
+    Buffered,
+    /// Each record as it arrives (`--unbuffered`, `THR_TRACE_BUF`).
+    EachRecord,
+}
+
+/// What one sink wrote, for the line that ends a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// tr files: how many were created, and where.
+    TrFiles { created: usize, dir: PathBuf },
+    /// The trace log: its events, where (as the user named it), and what it left out.
+    Log {
+        events: u64,
+        path: PathBuf,
+        /// Events not written: `--log-size` was reached.
+        past_size_limit: u64,
+        /// Events not recorded: the stream filled under `--stream-full-policy until-full`.
+        stream_full: u64,
+        /// Where the log that was there before was moved, if it was.
+        earlier: Option<PathBuf>,
+    },
+    /// A CTF trace: its events, where, and how many were stamped with the time of the event
+    /// before them (the log had them out of time order).
+    Ctf {
+        events: u64,
+        dir: PathBuf,
+        restamped: u64,
+    },
+    /// Contention profiles pushed to a Pyroscope server.
+    Profiles {
+        pushed: u64,
+        url: String,
+        /// The profiler's thread ended early.
+        profiler_failed: bool,
+        not_delivered: u64,
+        /// Why the last profile not delivered was not.
+        last_error: Option<String>,
+    },
+    /// A timeline for Perfetto: its wait and hold slices, the wakeups drawn between threads,
+    /// the threads, and where.
+    Timeline {
+        slices: usize,
+        wakes: usize,
+        threads: usize,
+        path: PathBuf,
+    },
+    /// `top`'s live view, left on the screen.
+    LiveView,
+}
+
+impl fmt::Display for Written {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Written::TrFiles { created, dir } => write!(f, "{created} files in {}", dir.display()),
+            Written::Log {
+                events,
+                path,
+                past_size_limit,
+                stream_full,
+                earlier,
+            } => {
+                write!(f, "{events} events in {}", path.display())?;
+                if *past_size_limit > 0 {
+                    write!(f, " ({past_size_limit} not written: --log-size reached)")?;
+                }
+                if *stream_full > 0 {
+                    write!(
+                        f,
+                        " ({stream_full} not recorded: the stream filled, --stream-full-policy \
+                         until-full)"
+                    )?;
+                }
+                if let Some(earlier) = earlier {
+                    write!(f, " (the earlier log is {})", earlier.display())?;
+                }
+                Ok(())
+            }
+            Written::Ctf {
+                events,
+                dir,
+                restamped,
+            } => {
+                write!(f, "{events} events in a CTF trace in {}", dir.display())?;
+                if *restamped > 0 {
+                    write!(
+                        f,
+                        " ({restamped} stamped with the time of the event before them: the log \
+                         has them out of time order)"
+                    )?;
+                }
+                Ok(())
+            }
+            Written::Profiles {
+                pushed,
+                url,
+                profiler_failed,
+                not_delivered,
+                last_error,
+            } => {
+                let plural = if *pushed == 1 { "" } else { "s" };
+                write!(f, "{pushed} contention profile{plural} pushed to {url}")?;
+                if *profiler_failed {
+                    write!(f, " (the contention profiler failed)")?;
+                }
+                if *not_delivered > 0 {
+                    write!(f, ", {not_delivered} not delivered")?;
+                    if let Some(why) = last_error {
+                        write!(f, " (the last failure: {why})")?;
+                    }
+                }
+                Ok(())
+            }
+            Written::Timeline {
+                slices,
+                wakes,
+                threads,
+                path,
+            } => write!(
+                f,
+                "{slices} slices, {wakes} wakeups on {threads} threads in {}",
+                path.display()
+            ),
+            Written::LiveView => write!(f, "the live view"),
+        }
+    }
+}
+
+/// What the sinks wrote, each its part: "4 files in /tmp/trace, 812 events in app.ptl".
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary(pub Vec<Written>);
+
+impl From<Written> for Summary {
+    fn from(written: Written) -> Self {
+        Summary(vec![written])
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, written) in self.0.iter().enumerate() {
+            if n > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{written}")?;
+        }
+        Ok(())
+    }
+}
+
+/// An output. Every sink takes records ([`Sink::record`], the one method it must have); the
+/// rest has defaults for a sink that has nothing to do then (no system events, nothing held to
+/// flush or clear, nothing to complete or tell at the end).
 pub trait Sink {
     /// Tracing begins: the output is opened by the time this returns.
     fn begin(&mut self) -> io::Result<()> {
@@ -84,7 +238,9 @@ pub trait Sink {
     }
     /// Tracing has ended: complete every file. Returns what was written, for the summary line
     /// ("4 files in /tmp/trace").
-    fn finish(&mut self, end: &TraceEnd) -> io::Result<String>;
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
+        Ok(Summary::default())
+    }
 }
 
 /// Several sinks at once, each given every event.
@@ -127,12 +283,47 @@ impl Sink for Sinks {
     fn sync(&mut self) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.sync())
     }
-    fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
-        let parts: Vec<String> = self
-            .0
-            .iter_mut()
-            .map(|s| s.finish(end))
-            .collect::<io::Result<_>>()?;
-        Ok(parts.join(", "))
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<Summary> {
+        let mut summary = Summary::default();
+        for sink in &mut self.0 {
+            summary.0.extend(sink.finish(end)?.0);
+        }
+        Ok(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_says_each_sinks_part_and_only_what_it_left_out() {
+        let summary = Summary(vec![
+            Written::TrFiles {
+                created: 4,
+                dir: "/tmp/trace".into(),
+            },
+            Written::Log {
+                events: 812,
+                path: "app.ptl".into(),
+                past_size_limit: 0,
+                stream_full: 3,
+                earlier: None,
+            },
+            Written::Profiles {
+                pushed: 1,
+                url: "http://pyroscope:4040".into(),
+                profiler_failed: false,
+                not_delivered: 0,
+                last_error: None,
+            },
+        ]);
+        assert_eq!(
+            summary.to_string(),
+            "4 files in /tmp/trace, 812 events in app.ptl (3 not recorded: the stream filled, \
+             --stream-full-policy until-full), 1 contention profile pushed to \
+             http://pyroscope:4040"
+        );
+        assert_eq!(Summary::default().to_string(), "");
     }
 }

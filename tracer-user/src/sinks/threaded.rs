@@ -17,7 +17,7 @@ use std::{
 
 use tracer_model::{TraceRecord, event::SystemEvent};
 
-use super::{Sink, SinkState, TraceEnd};
+use super::{Sink, SinkState, Summary, TraceEnd};
 use crate::priority::Rank;
 
 /// Events handed over at once: few enough that the thread is never idle for long, many
@@ -26,7 +26,7 @@ const BATCH: usize = 1024;
 /// Batches that may wait for the thread before the session waits for it: 64 MiB of events.
 /// The session drains the rings, so it must not wait on the file system: a burst of thousands
 /// of new threads, each a file to create (and chown), took long enough with 16 batches for the
-/// rings to overflow (issue 27). Memory, not the rings, absorbs a slow disk, up to this bound.
+/// rings to overflow. Memory, not the rings, absorbs a slow disk, up to this bound.
 const QUEUED_BATCHES: usize = (64 << 20) / (BATCH * std::mem::size_of::<Item>());
 
 /// An event for the sink, in the session's order; a system event boxed, so that the many
@@ -243,7 +243,7 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
         self.call(|_| ())
     }
 
-    fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<Summary> {
         let end = end.clone();
         let summary = self.call(move |sink| sink.finish(&end));
         // The queue closed, the thread ends once it has done everything.

@@ -13,11 +13,11 @@ use foldhash::{HashMap, HashMapExt};
 
 use tracer_model::{
     TraceRecord,
-    tr::{LineWriter, file_name},
+    tr::{self, LineWriter, file_name},
 };
 
 use super::{
-    Sink, SinkState, TraceEnd,
+    Buffering, Sink, SinkState, Summary, TraceEnd, Written,
     output_dir::{FileIdentity, OutputDir},
 };
 
@@ -32,7 +32,7 @@ const FILE_BUFFER_BYTES: usize = 64 * 1024;
 /// writes again, provided it is still the file created (see [`OutputDir::reopen`]).
 pub struct TrFiles {
     dir: OutputDir,
-    unbuffered: bool,
+    buffering: Buffering,
     max_open: usize,
     open: HashMap<FileKey, OpenFile>,
     /// Every file created in this run, open or not; for a closed one, how many bytes it holds.
@@ -104,8 +104,8 @@ pub(super) struct FileKey {
 impl FileKey {
     pub(super) fn of(record: &TraceRecord) -> Self {
         FileKey {
-            pid: record.pid & 0x0fff_ffff,
-            lwpid: record.lwpid & 0xfff,
+            pid: record.pid & tr::PID_MASK,
+            lwpid: record.lwpid & tr::LWPID_MASK,
         }
     }
 
@@ -124,10 +124,10 @@ impl FileKey {
 
 impl TrFiles {
     /// Files in `dir`, at most `max_open` (at least 1) open at once.
-    pub fn new(dir: OutputDir, unbuffered: bool, max_open: usize) -> Self {
+    pub fn new(dir: OutputDir, buffering: Buffering, max_open: usize) -> Self {
         TrFiles {
             dir,
-            unbuffered,
+            buffering,
             max_open: max_open.max(1),
             open: HashMap::new(),
             created: HashMap::new(),
@@ -225,7 +225,7 @@ impl Sink for TrFiles {
     }
 
     fn batch_done(&mut self) -> io::Result<()> {
-        if self.unbuffered {
+        if self.buffering == Buffering::EachRecord {
             self.flush()?;
         }
         Ok(())
@@ -240,15 +240,15 @@ impl Sink for TrFiles {
     }
 
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
-        let pid = pid & 0x0fff_ffff;
+        let pid = pid & tr::PID_MASK;
         let keys: Vec<FileKey> = self.open.keys().filter(|k| k.pid == pid).copied().collect();
         keys.into_iter().try_for_each(|key| self.close(key))
     }
 
-    fn finish(&mut self, _end: &TraceEnd) -> io::Result<String> {
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
         let keys: Vec<FileKey> = self.open.keys().copied().collect();
         keys.into_iter().try_for_each(|key| self.close(key))?;
-        Ok(summary(self.dir.path(), self.created.len()))
+        Ok(written(self.dir.path(), self.created.len()).into())
     }
 }
 
@@ -261,12 +261,17 @@ pub(super) fn state(dir: &Path, created: usize) -> SinkState {
 }
 
 /// The summary line's words for `created` tr files in `dir`.
-pub(super) fn summary(dir: &Path, created: usize) -> String {
-    format!("{created} files in {}", dir.display())
+pub(super) fn written(dir: &Path, created: usize) -> Written {
+    Written::TrFiles {
+        created,
+        dir: dir.to_owned(),
+    }
 }
 
 #[cfg(test)]
 pub(super) mod tests {
+    use tracer_common::Which;
+
     use super::*;
 
     /// A mutex_unlock record of thread `lwpid` of `pid`, `a1` telling it from others.
@@ -279,7 +284,7 @@ pub(super) mod tests {
             tid: 139_800_000_000_000,
             event1: 2,
             event2: 4,
-            which: 0,
+            which: Which::Whole,
             a: [a1, 0, 1, 0, 0],
             caller: 0,
             stack: 0,
@@ -290,13 +295,19 @@ pub(super) mod tests {
     fn threads_sharing_low_lwpid_bits_share_a_file_without_losing_records() {
         let dir = std::env::temp_dir().join(format!("thrtrace-tr-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), false, 4);
+        let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), Buffering::Buffered, 4);
         files.record(&record(100, 0x1005, 1)).unwrap();
         files.record(&record(100, 0x2005, 2)).unwrap();
         files.process_exited(100).unwrap();
         files.record(&record(100, 0x3005, 3)).unwrap();
         let summary = files.finish(&TraceEnd::default()).unwrap();
-        assert_eq!(summary, format!("1 files in {}", dir.display()));
+        assert_eq!(
+            summary.0,
+            [Written::TrFiles {
+                created: 1,
+                dir: dir.clone()
+            }]
+        );
         let text = std::fs::read_to_string(dir.join("tr.0000064.005")).unwrap();
         let lwpids: Vec<&str> = text.lines().map(|l| l.split(':').nth(2).unwrap()).collect();
         assert_eq!(lwpids, ["4101", "8197", "12293"]);
@@ -308,7 +319,7 @@ pub(super) mod tests {
         let dir = std::env::temp_dir().join(format!("thrtrace-tr-lru-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), false, 3);
+        let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), Buffering::Buffered, 3);
         // 10 threads written round-robin, 5 rounds: every write past the third file reopens one.
         for round in 0..5 {
             for lwpid in 200..210 {
@@ -317,7 +328,13 @@ pub(super) mod tests {
             }
         }
         let summary = files.finish(&TraceEnd::default()).unwrap();
-        assert_eq!(summary, format!("10 files in {}", dir.display()));
+        assert_eq!(
+            summary.0,
+            [Written::TrFiles {
+                created: 10,
+                dir: dir.clone()
+            }]
+        );
         for lwpid in 200..210 {
             let text = std::fs::read_to_string(dir.join(file_name(100, lwpid))).unwrap();
             let rounds: Vec<&str> = text.lines().map(|l| l.split(':').nth(8).unwrap()).collect();

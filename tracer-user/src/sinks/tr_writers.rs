@@ -8,7 +8,7 @@ use std::{io, path::PathBuf};
 use tracer_model::TraceRecord;
 
 use super::{
-    Sink, SinkState, TraceEnd,
+    Buffering, Sink, SinkState, Summary, TraceEnd,
     output_dir::OutputDir,
     threaded::Threaded,
     tr::{self, FileKey, TrFiles},
@@ -24,14 +24,14 @@ impl TrWriters {
     /// Files in `dir`, written by `threads` threads (at least 1) sharing `max_open` open files.
     pub fn new(
         dir: &OutputDir,
-        unbuffered: bool,
+        buffering: Buffering,
         max_open: usize,
         threads: usize,
     ) -> io::Result<Self> {
         let threads = threads.max(1);
         let writers = (0..threads)
             .map(|n| {
-                let files = TrFiles::new(dir.try_clone()?, unbuffered, (max_open / threads).max(1));
+                let files = TrFiles::new(dir.try_clone()?, buffering, (max_open / threads).max(1));
                 Threaded::new(files, &format!("tr-writer-{n}"))
             })
             .collect::<io::Result<_>>()?;
@@ -80,12 +80,12 @@ impl Sink for TrWriters {
         self.writers.iter_mut().try_for_each(super::Sink::sync)
     }
 
-    fn finish(&mut self, end: &TraceEnd) -> io::Result<String> {
+    fn finish(&mut self, end: &TraceEnd) -> io::Result<Summary> {
         let created = self.created()?;
         for writer in &mut self.writers {
             writer.finish(end)?;
         }
-        Ok(tr::summary(&self.path, created))
+        Ok(tr::written(&self.path, created).into())
     }
 }
 
@@ -95,14 +95,22 @@ mod tests {
 
     use tracer_model::tr::file_name;
 
-    use super::{super::tr::tests::record, *};
+    use super::{
+        super::{Written, tr::tests::record},
+        *,
+    };
 
     /// An empty directory for one test, and its writers.
     fn writers(label: &str, max_open: usize, threads: usize) -> (PathBuf, TrWriters) {
         let dir = std::env::temp_dir().join(format!("thrtrace-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let files = TrWriters::new(&OutputDir::open(&dir).unwrap(), false, max_open, threads);
+        let files = TrWriters::new(
+            &OutputDir::open(&dir).unwrap(),
+            Buffering::Buffered,
+            max_open,
+            threads,
+        );
         (dir, files.unwrap())
     }
 
@@ -133,7 +141,13 @@ mod tests {
             [format!("tr files in {} (10 so far)", dir.display())]
         );
         let summary = files.finish(&TraceEnd::default()).unwrap();
-        assert_eq!(summary, format!("10 files in {}", dir.display()));
+        assert_eq!(
+            summary.0,
+            [Written::TrFiles {
+                created: 10,
+                dir: dir.clone()
+            }]
+        );
         for lwpid in 200..210 {
             let written = a1_of(&dir, lwpid);
             assert_eq!(written, (0..rounds).collect::<Vec<_>>(), "thread {lwpid}");
