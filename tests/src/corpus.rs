@@ -12,8 +12,8 @@ use tracer_model::{
     TraceRecord,
     event::{Event, LossSource, SystemEvent, SystemKind, event_types},
     log::{
-        Attributes, EventPacket, FORMAT_NAME, FORMAT_VERSION, FinalStatus, Inheritance, Layout,
-        LogFullPolicy, LogWriter, Metadata, Status, StreamFullPolicy, Written,
+        Attributes, EventPacket, FORMAT_NAME, FORMAT_VERSION, FinalStatus, Inheritance,
+        LogFullPolicy, LogWriter, Metadata, PacketPlacement, Status, StreamFullPolicy, Written,
         entry::ENTRY_HEADER_LEN,
         packet::{HEADER_LEN, Kind, checksum, seal},
         write::CONTEXT_LEN,
@@ -41,7 +41,7 @@ pub fn metadata(max: Option<u64>, policy: LogFullPolicy) -> Metadata {
             log_max_size: max,
             log_full_policy: policy,
         },
-        layout: Layout::choose(max, policy),
+        packets: PacketPlacement::choose(max, policy),
         event_types: event_types(),
     }
 }
@@ -180,14 +180,14 @@ pub fn good_log(scratch: &Path) -> Vec<u8> {
 }
 
 /// A good looping log, closed, whose slots have all been written (some twice).
-fn good_loop_log(scratch: &Path) -> (Vec<u8>, Layout) {
-    let looping = metadata(Some(Layout::MIN_LOOP_SIZE), LogFullPolicy::Loop);
-    let Layout::Loop { slots, .. } = looping.layout else {
-        unreachable!("a looping layout")
+fn good_loop_log(scratch: &Path) -> (Vec<u8>, PacketPlacement) {
+    let looping = metadata(Some(PacketPlacement::MIN_LOOP_SIZE), LogFullPolicy::Loop);
+    let PacketPlacement::Loop { slots, .. } = looping.packets else {
+        unreachable!("a looping log")
     };
     let path = scratch.join("good-loop.ptl");
     write_log(&path, &looping, i64::from(slots) + 2, PER_PACKET, true);
-    (std::fs::read(path).unwrap(), looping.layout)
+    (std::fs::read(path).unwrap(), looping.packets)
 }
 
 /// Where each packet of an appended log starts, and its length, header included.
@@ -240,9 +240,9 @@ pub fn corpus(scratch: &Path) -> Vec<(&'static str, Vec<u8>)> {
     let closed_seq = u64::from_le_bytes(good[8..16].try_into().unwrap());
     let metadata_json = &good[HEADER_LEN..metadata.1];
     let thread_entry = first.0 + HEADER_LEN + CONTEXT_LEN;
-    let (loop_log, layout) = good_loop_log(scratch);
-    let Layout::Loop { slot_size, .. } = layout else {
-        unreachable!("a looping layout")
+    let (loop_log, packets) = good_loop_log(scratch);
+    let PacketPlacement::Loop { slot_size, .. } = packets else {
+        unreachable!("a looping log")
     };
     let slot = |n: usize| metadata.1 + n * slot_size as usize;
     let cut = |end: usize| good[..end].to_vec();

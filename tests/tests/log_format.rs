@@ -7,8 +7,8 @@ use thrtrace_tests::corpus::{metadata, mixed_events, record, write_log};
 use tracer_model::{
     event::{Event, LossSource, SystemEvent, SystemKind},
     log::{
-        EventPacket, FORMAT_NAME, FinalStatus, Layout, LogError, LogFullPolicy, LogReader,
-        LogWriter, Status, Written,
+        EventPacket, FORMAT_NAME, FinalStatus, LogError, LogFullPolicy, LogReader, LogWriter,
+        PacketPlacement, Status, Written,
         entry::THREAD_ENTRY_LEN,
         is_trace_log,
         packet::{Kind, checksum, seal},
@@ -220,7 +220,7 @@ fn status_len(bytes: &[u8]) -> usize {
 fn a_looping_log_keeps_its_newest_packets_and_says_how_many_events_went() {
     let log = TempLog::new("loop");
     let meta = metadata(Some(64 << 10), LogFullPolicy::Loop);
-    let Layout::Loop { slot_size, slots } = meta.layout else {
+    let PacketPlacement::Loop { slot_size, slots } = meta.packets else {
         panic!()
     };
     assert_eq!((slot_size, slots), (4096, 16));

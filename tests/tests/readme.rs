@@ -26,9 +26,12 @@ fn field_name(event: &EventDef, field: Field) -> String {
     }
 }
 
-/// The fields of a layout, a1 first, without the trailing empty (0) ones.
-fn fields(event: &EventDef, layout: &[Field; 5]) -> String {
-    let mut names: Vec<String> = layout.iter().map(|&f| field_name(event, f)).collect();
+/// The names of a record's fields a1..a5, a1 first, without the trailing empty (0) ones.
+fn fields(event: &EventDef, record_fields: &[Field; 5]) -> String {
+    let mut names: Vec<String> = record_fields
+        .iter()
+        .map(|&f| field_name(event, f))
+        .collect();
     while names.last().is_some_and(|n| n == "0") {
         names.pop();
     }

@@ -1,6 +1,6 @@
 //! The event table of `docs/events.md`, defined once. The BPF programs read a probe's
 //! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
-//! [`EventDef::layout`], and names events and categories from here.
+//! [`EventDef::fields`], and names events and categories from here.
 
 use crate::{futex, record::Which};
 
@@ -250,7 +250,7 @@ pub struct ProbeCookie {
     /// The event's code in its category (the tr line's `event2`): 6 bits.
     pub event2: u16,
     /// The C library's object layout ([`crate::record::LAYOUT_MUSL`] and the like): 2 bits.
-    pub layout: u8,
+    pub object_layout: u8,
     /// Bytes the instructions before the probe pushed: the return address is at `[rsp + this]`.
     /// 8 bits.
     pub stack_offset: u16,
@@ -656,9 +656,9 @@ pub struct FunctionSpan {
 }
 
 impl ProbeCookie {
-    /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), layout (2), slow path
-    /// (1), returns result (1), stack offset (8), flags (16), the function span's bytes before
-    /// the probe (8; on a slow path or a completion the object's register in the low 4, and
+    /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), object layout (2), slow
+    /// path (1), returns result (1), stack offset (8), flags (16), the function span's bytes
+    /// before the probe (8; on a slow path or a completion the object's register in the low 4, and
     /// on a completion its condition and a bit of its type register in the high 4) and size
     /// (16; on a completion the rest of the [`Completion`]). A completion is marked by the two
     /// bits slow path and returns result as 0 and 1, which no other probe has (a result is
@@ -673,7 +673,7 @@ impl ProbeCookie {
         };
         ((self.event1 as u64 & 0x3f) << 58)
             | ((self.event2 as u64 & 0x3f) << 52)
-            | ((self.layout as u64 & 0x3) << 50)
+            | ((self.object_layout as u64 & 0x3) << 50)
             | ((self.slow_path as u64) << 49)
             | ((returns_result as u64) << 48)
             | ((self.stack_offset as u64 & 0xff) << 40)
@@ -706,7 +706,7 @@ impl ProbeCookie {
         ProbeCookie {
             event1: ((cookie >> 58) & 0x3f) as u16,
             event2: ((cookie >> 52) & 0x3f) as u16,
-            layout: ((cookie >> 50) & 0x3) as u8,
+            object_layout: ((cookie >> 50) & 0x3) as u8,
             slow_path,
             returns_result: (cookie >> 48) & 3 == 3,
             stack_offset: ((cookie >> 40) & 0xff) as u16,
@@ -913,12 +913,12 @@ impl EventDef {
     }
 
     /// The cookie of a probe for this event placed after `stack_offset` bytes were pushed (at
-    /// most 255), in a library whose objects are laid out as `layout` says.
-    pub const fn cookie(&self, layout: u8, stack_offset: u16) -> ProbeCookie {
+    /// most 255), in a library whose objects are laid out as `object_layout` says.
+    pub const fn cookie(&self, object_layout: u8, stack_offset: u16) -> ProbeCookie {
         ProbeCookie {
             event1: self.category as u16,
             event2: self.event2,
-            layout,
+            object_layout,
             stack_offset,
             flags: self.flags,
             function: FunctionSpan {
@@ -933,7 +933,7 @@ impl EventDef {
     }
 
     /// The argument registers the programs read for this event, bit N-1 for argument N
-    /// (rdi, rsi, rdx, rcx, r8): those of its layouts and those its captures dereference.
+    /// (rdi, rsi, rdx, rcx, r8): those of its fields and those its captures dereference.
     pub fn argument_registers(&self) -> u8 {
         let mut mask = 0u8;
         for field in self.first.iter().chain(&self.second) {
@@ -965,8 +965,8 @@ impl EventDef {
         }
     }
 
-    /// The layout of the record that is this part of a call.
-    pub const fn layout(&self, which: Which) -> &[Field; 5] {
+    /// The fields a1..a5 of the record that is this part of a call.
+    pub const fn fields(&self, which: Which) -> &[Field; 5] {
         match which {
             Which::Return => &self.second,
             Which::Whole | Which::Entry => &self.first,
@@ -1088,15 +1088,16 @@ pub const MUTEX_TYPE_MASK: u32 = 3;
 /// A recursive mutex's type (`PTHREAD_MUTEX_RECURSIVE`, in glibc and musl).
 pub const MUTEX_RECURSIVE: u32 = 1;
 
-/// Whether these words of a `pthread_mutex_t`, laid out as `layout` says
-/// ([`RawRecord::layout`](crate::RawRecord::layout)), are a recursive mutex's (by its kind).
+/// Whether these words of a `pthread_mutex_t`, laid out as `object_layout` says
+/// ([`RawRecord::object_layout`](crate::RawRecord::object_layout)), are a recursive mutex's
+/// (by its kind).
 #[inline(always)]
 #[allow(
     clippy::inline_always,
     reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
 )]
-pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], layout: u8) -> bool {
-    let word = match layout {
+pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], object_layout: u8) -> bool {
+    let word = match object_layout {
         crate::record::LAYOUT_MUSL => MUSL_MUTEX_TYPE_WORD,
         _ => GLIBC_MUTEX_KIND_WORD,
     };
@@ -1111,8 +1112,8 @@ pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], layout: u8) -> bool {
     clippy::inline_always,
     reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
 )]
-pub fn count_one_more(object: &mut [u32; OBJECT_WORDS], layout: u8) {
-    if layout != crate::record::LAYOUT_MUSL && is_recursive_mutex(object, layout) {
+pub fn count_one_more(object: &mut [u32; OBJECT_WORDS], object_layout: u8) {
+    if object_layout != crate::record::LAYOUT_MUSL && is_recursive_mutex(object, object_layout) {
         object[GLIBC_MUTEX_COUNT_WORD] = object[GLIBC_MUTEX_COUNT_WORD].wrapping_add(1);
     }
 }
@@ -1120,7 +1121,7 @@ pub fn count_one_more(object: &mut [u32; OBJECT_WORDS], layout: u8) {
 /// The event a record really is: a mutex call on a recursive mutex is an rmutex call, told by
 /// the kind in the mutex words the record carries. Other records keep their codes.
 pub fn classify(raw: &crate::RawRecord) -> (u16, u16) {
-    if raw.event1 == Category::Mutex as u16 && is_recursive_mutex(&raw.object, raw.layout) {
+    if raw.event1 == Category::Mutex as u16 && is_recursive_mutex(&raw.object, raw.object_layout) {
         (Category::Rmutex as u16, raw.event2)
     } else {
         (raw.event1, raw.event2)
@@ -2143,8 +2144,8 @@ mod tests {
     #[test]
     fn cookie_round_trips() {
         for event in EVENTS {
-            for (layout, stack_offset) in [(0, 0), (1, 8), (LAYOUT_MUSL, 0xff)] {
-                let mut cookie = event.cookie(layout, stack_offset);
+            for (object_layout, stack_offset) in [(0, 0), (1, 8), (LAYOUT_MUSL, 0xff)] {
+                let mut cookie = event.cookie(object_layout, stack_offset);
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
                 cookie.flags.0 |= ProbeFlags::CALLED_INSIDE | ProbeFlags::SHARED;
                 cookie.function = FunctionSpan {
@@ -2173,7 +2174,7 @@ mod tests {
     }
 
     #[test]
-    fn argument_registers_come_from_layouts_and_captures() {
+    fn argument_registers_come_from_fields_and_captures() {
         assert_eq!(named("mutex_lock").argument_registers(), 0b1);
         assert_eq!(named("mutex_init").argument_registers(), 0b11);
         assert_eq!(named("cond_timedwait").argument_registers(), 0b111);
@@ -2230,7 +2231,7 @@ mod tests {
     }
 
     #[test]
-    fn only_paired_events_have_a_second_layout() {
+    fn only_paired_events_have_second_fields() {
         for event in EVENTS {
             let paired = event.flags.has(ProbeFlags::PAIRED);
             assert_eq!(paired, event.second != NONE, "{}", event.name);
@@ -2238,18 +2239,18 @@ mod tests {
     }
 
     #[test]
-    fn seed_layouts() {
+    fn seed_fields() {
         let lock = EventDef::find(2, 2).unwrap();
-        assert_eq!(lock.layout(Which::Entry)[0], Arg(1));
-        assert_eq!(lock.layout(Which::Return)[..2], [Rval, Block]);
+        assert_eq!(lock.fields(Which::Entry)[0], Arg(1));
+        assert_eq!(lock.fields(Which::Return)[..2], [Rval, Block]);
         let unlock = EventDef::find(2, 4).unwrap();
         assert_eq!(
-            unlock.layout(Which::Whole)[..3],
+            unlock.fields(Which::Whole)[..3],
             [Arg(1), Rval, MutexWaiters]
         );
         let timedwait = EventDef::find(3, 5).unwrap();
         assert_eq!(
-            timedwait.layout(Which::Entry)[2..4],
+            timedwait.fields(Which::Entry)[2..4],
             [TimespecSec, TimespecNsec]
         );
     }

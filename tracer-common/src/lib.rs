@@ -1,5 +1,5 @@
 //! What the BPF side and userspace agree on: the raw record that crosses the ring buffers
-//! ([`record`]) and the one table of events, categories and field layouts ([`events`]).
+//! ([`record`]) and the one table of events, their a1..a5 fields and categories ([`events`]).
 #![no_std]
 
 pub mod events;

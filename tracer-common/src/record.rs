@@ -1,5 +1,5 @@
 //! The record as BPF captures it. Userspace turns it into the seed's a1..a5 fields through the
-//! event table's layout (see `events::Field`), so that the BPF side only copies registers and
+//! event table (see `events::EventDef::fields`), so that the BPF side only copies registers and
 //! reads memory, and every decision about meaning stays in one table.
 
 /// One event as captured in the kernel. Crosses the ring buffer as raw bytes.
@@ -33,7 +33,7 @@ pub struct RawRecord {
     pub block: u8,
     /// How the traced C library lays out the object copied into `object`: [`LAYOUT_GLIBC`],
     /// [`LAYOUT_COND_WITHOUT_G_REFS`] or [`LAYOUT_MUSL`].
-    pub layout: u8,
+    pub object_layout: u8,
     /// The first five integer arguments (rdi, rsi, rdx, rcx, r8), or a syscall's first five.
     pub args: [u64; 5],
     /// The return value (rax) for records written at return, else 0.
@@ -110,27 +110,27 @@ impl RawRecord {
     }
 }
 
-/// [`RawRecord::layout`]: glibc 2.25 to 2.40.
+/// [`RawRecord::object_layout`]: glibc 2.25 to 2.40.
 pub const LAYOUT_GLIBC: u8 = 0;
-/// [`RawRecord::layout`]: glibc 2.41 and later, whose condition variable has no `__g_refs`: its
-/// `__wrefs` is 8 bytes closer ([`glibc_cond_wrefs_offset`]).
+/// [`RawRecord::object_layout`]: glibc 2.41 and later, whose condition variable has no
+/// `__g_refs`: its `__wrefs` is 8 bytes closer ([`glibc_cond_wrefs_offset`]).
 pub const LAYOUT_COND_WITHOUT_G_REFS: u8 = 1;
-/// [`RawRecord::layout`]: musl (1.1.20 and later).
+/// [`RawRecord::object_layout`]: musl (1.1.20 and later).
 pub const LAYOUT_MUSL: u8 = 2;
 
 /// The byte offset of `__wrefs` in glibc's `pthread_cond_t` (its bits from 3 up count the
-/// waiters) for a glibc `layout`: byte 36 in glibc 2.25 to 2.40, byte 28 from 2.41 on
+/// waiters) for a glibc `object_layout`: byte 36 in glibc 2.25 to 2.40, byte 28 from 2.41 on
 /// ([`LAYOUT_COND_WITHOUT_G_REFS`]), where `__g_refs` is gone. musl has no such field.
-pub const fn glibc_cond_wrefs_offset(layout: u8) -> usize {
-    match layout {
+pub const fn glibc_cond_wrefs_offset(object_layout: u8) -> usize {
+    match object_layout {
         LAYOUT_COND_WITHOUT_G_REFS => 28,
         _ => 36,
     }
 }
 
 /// [`glibc_cond_wrefs_offset`] as the index of a 32-bit word of [`RawRecord::object`].
-pub const fn glibc_cond_wrefs_word(layout: u8) -> usize {
-    glibc_cond_wrefs_offset(layout) / 4
+pub const fn glibc_cond_wrefs_word(object_layout: u8) -> usize {
+    glibc_cond_wrefs_offset(object_layout) / 4
 }
 
 /// The size of [`RawRecord`], which both sides check.

@@ -626,7 +626,10 @@ fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) 
             _ => {}
         }
         if completion.stores_after && cookie.flags.has(ProbeFlags::ONLY_IF_RECURSIVE) {
-            count_one_more(&mut *ptr::addr_of_mut!((*entry).object), (*entry).layout);
+            count_one_more(
+                &mut *ptr::addr_of_mut!((*entry).object),
+                (*entry).object_layout,
+            );
         }
     }
 }
@@ -700,9 +703,9 @@ fn called_inside(
         // SAFETY: the helper checks the user address.
         || unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
     let pid = (current_pid_tgid(task) >> 32) as u32;
-    // Only musl's shared library lists call sites: a probe of another layout has no lookup
-    // (one of a static musl executable finds no base).
-    if cookie.layout == LAYOUT_MUSL
+    // Only musl's shared library lists call sites: a probe of another object layout has no
+    // lookup (one of a static musl executable finds no base).
+    if cookie.object_layout == LAYOUT_MUSL
         // SAFETY: the value is read at once.
         && let Some(library) = unsafe { LIBRARIES.get(pid) }
         && library[LIBRARY_BASE] != 0
@@ -763,7 +766,7 @@ fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs
         read_user_into(word, (*regs).rdi);
         let word = ptr::read_volatile(word);
         // musl's lock is 0 when free; glibc's x86-64 lock is 1 when free.
-        match (*slot).record.layout {
+        match (*slot).record.object_layout {
             LAYOUT_MUSL => word != 0,
             _ => word <= 0,
         }
@@ -810,7 +813,7 @@ fn fill_entry(
         (*record).lwpid = pid_tgid as u32;
         (*record).event1 = cookie.event1;
         (*record).event2 = cookie.event2;
-        (*record).layout = cookie.layout;
+        (*record).object_layout = cookie.object_layout;
         (*record).slow_path = u8::from(cookie.slow_path);
         (*record).args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
         // Through the record's copy of the arguments: a computed offset into the context is
@@ -1089,11 +1092,11 @@ unsafe fn complete(
     }
     if flags.has(ProbeFlags::OBJECT_AT_RETURN)
         && (!flags.has(ProbeFlags::ONLY_IF_RECURSIVE)
-            || is_recursive_mutex(&record.object, record.layout))
+            || is_recursive_mutex(&record.object, record.object_layout))
     {
         copy_object(&raw mut record.object, flags.object_size(), record.args[0]);
         if stores_after {
-            count_one_more(&mut record.object, record.layout);
+            count_one_more(&mut record.object, record.object_layout);
         }
     }
     if flags.has(ProbeFlags::POINTEES) {

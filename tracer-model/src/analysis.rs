@@ -4,7 +4,7 @@
 //! with its statistics off).
 //!
 //! A record's role comes from its event (the event table's rows); its fields are read through
-//! the event's layout (`Field::Rval`, `Field::Block`), never by position, so that the table
+//! the event's fields (`Field::Rval`, `Field::Block`), never by position, so that the table
 //! stays the one definition.
 
 mod futex_pairs;
@@ -200,10 +200,10 @@ fn lookup(event1: u16, event2: u16) -> Option<(&'static EventDef, Role)> {
     Some((&EVENTS[row], roles[row]))
 }
 
-/// The value of `field` in `record`, if its layout has it.
+/// The value of `field` in `record`, if the record has that field.
 fn field(record: &TraceRecord, event: &EventDef, field: Field) -> Option<i64> {
     event
-        .layout(record.which)
+        .fields(record.which)
         .iter()
         .position(|f| *f == field)
         .map(|at| record.a[at])
@@ -1520,13 +1520,13 @@ mod tests {
     }
 
     /// A record of futex event `name` by thread `lwpid`, ended at `ms` milliseconds, with
-    /// `stack`: each value at the field its event's layout has it in.
+    /// `stack`: each value at its field's position in the event's fields.
     fn futex(lwpid: u32, name: &str, ms: i64, stack: u32, fields: &[(Field, i64)]) -> TraceRecord {
         let event = EventDef::by_name(name).unwrap();
         let mut a = [0; 5];
         for &(of, value) in fields {
             a[event
-                .layout(Which::Whole)
+                .fields(Which::Whole)
                 .iter()
                 .position(|f| *f == of)
                 .unwrap()] = value;

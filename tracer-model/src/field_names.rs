@@ -18,7 +18,7 @@ pub const EVENT1: &str = "event1";
 pub const EVENT2: &str = "event2";
 /// Which record of a call it is.
 pub const WHICH: &str = "which";
-/// The five values the event's layout gives.
+/// The five values the event's fields give.
 pub const A: [&str; 5] = ["a1", "a2", "a3", "a4", "a5"];
 /// Where the call returns to (no tr field).
 pub const CALLER: &str = "caller";

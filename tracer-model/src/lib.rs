@@ -34,7 +34,7 @@
 //! #         inheritance: Inheritance::CloseForChild, log_max_size: None,
 //! #         log_full_policy: LogFullPolicy::Append,
 //! #     },
-//! #     layout: Layout::Append,
+//! #     packets: PacketPlacement::Append,
 //! #     event_types: event_types(),
 //! # };
 //! # let mut writer = LogWriter::create(std::fs::File::create(&path)?, &metadata)?;

@@ -122,7 +122,7 @@ pub struct Attributes {
 /// Where the events packets of a log are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
-pub enum Layout {
+pub enum PacketPlacement {
     /// One after another from the end of the metadata packet; the status packet last.
     Append,
     /// `slots` slots of `slot_size` bytes from the end of the metadata packet, packet `seq` in
@@ -145,8 +145,9 @@ pub struct Metadata {
     pub format_version: u16,
     /// The stream's attributes.
     pub attributes: Attributes,
-    /// Where the events packets are.
-    pub layout: Layout,
+    /// Where the events packets are (the format's `layout`).
+    #[serde(rename = "layout")]
+    pub packets: PacketPlacement,
     /// Every event type the log can hold, with its id.
     pub event_types: Vec<EventType>,
 }

@@ -6,7 +6,7 @@
 use std::{collections::HashMap, fs::File, io, os::unix::fs::FileExt, path::Path};
 
 use super::{
-    FORMAT_NAME, FORMAT_VERSION, FinalStatus, Layout, Metadata, Status,
+    FORMAT_NAME, FORMAT_VERSION, FinalStatus, Metadata, PacketPlacement, Status,
     entry::{self},
     filter::Filter,
     packet::{BadHeader, HEADER_LEN, Header, Kind, MAGIC},
@@ -243,9 +243,9 @@ impl LogReader {
             ids,
         };
         let region_start = (HEADER_LEN + payload.len()) as u64;
-        match reader.metadata.layout {
-            Layout::Append => reader.scan_appended(region_start, file_len)?,
-            Layout::Loop { slot_size, slots } => {
+        match reader.metadata.packets {
+            PacketPlacement::Append => reader.scan_appended(region_start, file_len)?,
+            PacketPlacement::Loop { slot_size, slots } => {
                 reader.scan_slots(region_start, file_len, slot_size, slots)?;
             }
         }
@@ -303,7 +303,7 @@ impl LogReader {
         slots: u32,
     ) -> Result<(), LogError> {
         if slot_size < (HEADER_LEN + CONTEXT_LEN) as u32 || slots == 0 {
-            return Err(corrupt(HEADER_LEN as u64, "a looping layout with no room"));
+            return Err(corrupt(HEADER_LEN as u64, "a looping log with no room"));
         }
         let status_at = region_start + u64::from(slot_size) * u64::from(slots);
         if let Found::Packet(header, payload) = read_packet(&self.file, file_len, status_at)?
@@ -355,7 +355,7 @@ impl LogReader {
         Ok(())
     }
 
-    /// The log's metadata: attributes, layout, event types.
+    /// The log's metadata: attributes, where its packets are, event types.
     pub fn metadata(&self) -> &Metadata {
         &self.metadata
     }

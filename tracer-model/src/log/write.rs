@@ -6,7 +6,7 @@
 use std::{fs::File, io, os::unix::fs::FileExt};
 
 use super::{
-    FinalStatus, Layout, LogFullPolicy, Metadata, Status,
+    FinalStatus, LogFullPolicy, Metadata, PacketPlacement, Status,
     packet::{self, HEADER_LEN, Kind},
 };
 use crate::event::Event;
@@ -90,29 +90,29 @@ impl EventPacket {
     }
 }
 
-impl Layout {
-    /// The layout for a log of at most `max_size` bytes of events under `policy`.
-    pub fn choose(max_size: Option<u64>, policy: LogFullPolicy) -> Layout {
+impl PacketPlacement {
+    /// Where the packets go in a log of at most `max_size` bytes of events under `policy`.
+    pub fn choose(max_size: Option<u64>, policy: LogFullPolicy) -> PacketPlacement {
         match (max_size, policy) {
             (Some(max), LogFullPolicy::Loop) => {
                 let slot_size = (max / SLOTS_AT_LEAST).clamp(MIN_SLOT, DEFAULT_PACKET_BYTES as u64);
-                Layout::Loop {
+                PacketPlacement::Loop {
                     slot_size: slot_size as u32,
                     slots: (max / slot_size) as u32,
                 }
             }
-            _ => Layout::Append,
+            _ => PacketPlacement::Append,
         }
     }
 
-    /// The smallest log a looping layout works with.
+    /// The smallest log a looping placement works with.
     pub const MIN_LOOP_SIZE: u64 = MIN_SLOT * SLOTS_AT_LEAST;
 
-    /// The largest events packet this layout takes.
+    /// The largest events packet this placement takes.
     pub fn packet_capacity(&self) -> usize {
         match self {
-            Layout::Append => DEFAULT_PACKET_BYTES,
-            Layout::Loop { slot_size, .. } => *slot_size as usize,
+            PacketPlacement::Append => DEFAULT_PACKET_BYTES,
+            PacketPlacement::Loop { slot_size, .. } => *slot_size as usize,
         }
     }
 }
@@ -131,7 +131,7 @@ pub struct LogWriter {
     file: File,
     /// The metadata packet's payload, sealed again at the close.
     metadata_json: Vec<u8>,
-    layout: Layout,
+    placement: PacketPlacement,
     /// Where events packets begin: the end of the metadata packet.
     region_start: u64,
     /// Where the next packet goes in an appended log.
@@ -158,7 +158,7 @@ impl LogWriter {
         Ok(LogWriter {
             file,
             metadata_json: json,
-            layout: metadata.layout,
+            placement: metadata.packets,
             region_start: packet.len() as u64,
             append_end: packet.len() as u64,
             next_seq: 1,
@@ -174,8 +174,8 @@ impl LogWriter {
     }
 
     /// Where its packets go.
-    pub fn layout(&self) -> Layout {
-        self.layout
+    pub fn placement(&self) -> PacketPlacement {
+        self.placement
     }
 
     /// Writes `packets` in order, with the stream's `status`, unless the log's policy keeps
@@ -234,9 +234,9 @@ impl LogWriter {
             self.events_not_written += u64::from(events.count);
             return Ok(None);
         }
-        match self.layout {
-            Layout::Append => Ok(Some(self.append_end)),
-            Layout::Loop { slot_size, slots } => {
+        match self.placement {
+            PacketPlacement::Append => Ok(Some(self.append_end)),
+            PacketPlacement::Loop { slot_size, slots } => {
                 if len > u64::from(slot_size) {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
@@ -265,9 +265,9 @@ impl LogWriter {
         status.status.log_full = self.log_full;
         status.status.log_overrun = self.log_overrun;
         let json = serde_json::to_vec(&status).map_err(io::Error::other)?;
-        let offset = match self.layout {
-            Layout::Append => self.append_end,
-            Layout::Loop { slot_size, slots } => {
+        let offset = match self.placement {
+            PacketPlacement::Append => self.append_end,
+            PacketPlacement::Loop { slot_size, slots } => {
                 self.region_start + u64::from(slot_size) * u64::from(slots)
             }
         };

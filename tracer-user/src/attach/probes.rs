@@ -48,8 +48,9 @@ pub struct PlannedProbe {
     pub placement: Placement,
     /// Set when another traced function is the same code: that one's probe records the calls.
     pub same_code_as: Option<&'static EventDef>,
-    /// How the library lays out its objects ([`RawRecord::layout`](tracer_common::RawRecord)).
-    pub layout: u8,
+    /// How the library lays out its objects
+    /// ([`RawRecord::object_layout`](tracer_common::RawRecord::object_layout)).
+    pub object_layout: u8,
     /// Cookie flags that this library's code decides, not the event table
     /// ([`ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ`], [`ProbeFlags::CALLED_INSIDE`]).
     pub code_flags: u16,
@@ -142,7 +143,7 @@ impl PlannedProbe {
 /// has them); then the calls traced functions make to each other inside the library, which are
 /// no calls of the program's ([`mark_calls_inside`]).
 pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) -> Vec<PlannedProbe> {
-    let layout = layout(library);
+    let object_layout = object_layout(library);
     let at_entry = options.at_entry;
     // Where the library's named functions start, for the slow-path walks (a tail call to one
     // is not followed): read once for the whole plan.
@@ -155,10 +156,10 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
     for event in events.events() {
         for function in library.functions.functions(event.symbol) {
             if options.contended && event.contended() != ContendedProbe::Whole {
-                plan_slow_path(library, &named, event, function, layout, &mut probes);
+                plan_slow_path(library, &named, event, function, object_layout, &mut probes);
                 continue;
             }
-            let no_fast_path = match fast_paths.plan(library, event, function, layout) {
+            let no_fast_path = match fast_paths.plan(library, event, function, object_layout) {
                 Some(Ok(planned)) => {
                     probes.extend(planned);
                     continue;
@@ -172,13 +173,13 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
                 .iter()
                 .find(|p| p.function.offset == function.offset && p.same_code_as.is_none())
                 .map(|p| p.event);
-            let mut probe = place(library, event, function, layout, at_entry);
+            let mut probe = place(library, event, function, object_layout, at_entry);
             probe.same_code_as = same_code_as;
             probe.no_fast_path = no_fast_path;
             probes.push(probe);
         }
     }
-    mark_calls_inside(library, layout, at_entry, &mut probes);
+    mark_calls_inside(library, object_layout, at_entry, &mut probes);
     if options.contended {
         keep_spans(&mut probes);
     }
@@ -240,7 +241,7 @@ impl FastPaths {
         library: &PthreadLibrary,
         event: &'static EventDef,
         function: Function,
-        layout: u8,
+        object_layout: u8,
     ) -> Option<Result<Vec<PlannedProbe>, String>> {
         if self.off || !event.completes_on_fast_path() && !event.completes_at_entry() {
             return None;
@@ -318,7 +319,7 @@ impl FastPaths {
                 function,
                 placement,
                 same_code_as: None,
-                layout,
+                object_layout,
                 // Code the library's other functions call too: their calls are not the
                 // program's.
                 code_flags: match site.shared_code {
@@ -424,7 +425,7 @@ fn plan_slow_path(
     named: &HashSet<u64>,
     event: &'static EventDef,
     function: Function,
-    layout: u8,
+    object_layout: u8,
     probes: &mut Vec<PlannedProbe>,
 ) {
     let wanted = match event.contended() {
@@ -448,7 +449,7 @@ fn plan_slow_path(
         function,
         placement,
         same_code_as: None,
-        layout,
+        object_layout,
         code_flags: ProbeFlags::CALLED_INSIDE,
         span: FunctionSpan::default(),
         calls_inside: Vec::new(),
@@ -493,13 +494,13 @@ fn keep_spans(probes: &mut [PlannedProbe]) {
     }
 }
 
-/// `event`'s probe in `function` of `library`, whose objects are laid out as `layout` says,
+/// `event`'s probe in `function` of `library`, whose objects are laid out as `object_layout` says,
 /// placed (or at its entry with `at_entry`).
 fn place(
     library: &PthreadLibrary,
     event: &'static EventDef,
     function: Function,
-    layout: u8,
+    object_layout: u8,
     at_entry: bool,
 ) -> PlannedProbe {
     let code = function_code(library, function);
@@ -513,7 +514,7 @@ fn place(
         function,
         placement,
         same_code_as: None,
-        layout,
+        object_layout,
         code_flags,
         span: FunctionSpan::default(),
         calls_inside: Vec::new(),
@@ -550,7 +551,7 @@ pub static THREAD_START: EventDef = EventDef {
 
 /// How `library` lays out its objects: musl's, or glibc's, whose condition variable lost
 /// `__g_refs` in 2.41 (seen where pthread_cond_signal loads `__wrefs` from).
-fn layout(library: &PthreadLibrary) -> u8 {
+fn object_layout(library: &PthreadLibrary) -> u8 {
     if library.is_musl() {
         return LAYOUT_MUSL;
     }
@@ -575,7 +576,7 @@ fn layout(library: &PthreadLibrary) -> u8 {
 /// call if its own event is not selected.
 fn mark_calls_inside(
     library: &PthreadLibrary,
-    layout: u8,
+    object_layout: u8,
     at_entry: bool,
     probes: &mut Vec<PlannedProbe>,
 ) {
@@ -632,7 +633,7 @@ fn mark_calls_inside(
             .iter()
             .position(|p| p.function.offset == caller.offset && p.attached());
         let index = opened.unwrap_or_else(|| {
-            let mut probe = place(library, event, caller, layout, at_entry);
+            let mut probe = place(library, event, caller, object_layout, at_entry);
             probe.only_opens_call = true;
             probes.push(probe);
             probes.len() - 1
@@ -977,7 +978,7 @@ impl ProbeSet {
     fn push(&mut self, offset: u64, probe: &PlannedProbe, shared: bool) {
         let mut cookie = probe
             .event
-            .cookie(probe.layout, probe.placement.stack_offset);
+            .cookie(probe.object_layout, probe.placement.stack_offset);
         cookie.flags = probe.flags();
         if shared {
             cookie.flags.0 |= ProbeFlags::SHARED;

@@ -319,7 +319,7 @@ pub fn process_library(pid: u32, library: &PthreadLibrary, id: Option<u64>) -> P
 /// (`mtx_lock` and the like: those are recorded through the pthread calls they make). Empty for
 /// any other library: glibc's own calls go to internal code, and in a static executable the
 /// library's code cannot be told from the program's. (The BPF side looks them up only for
-/// probes of musl's layout.)
+/// probes of musl's object layout.)
 pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
     if !library.is_musl_shared_object() {
         return Vec::new();

@@ -1,10 +1,10 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
-//! laid out by the event table (`tracer_common::events`).
+//! as the event table defines them (`tracer_common::EventDef::fields`).
 
 use tracer_common::{EventDef, Field, RawRecord, Which, events::classify};
 use tracer_model::{TraceRecord, selection::EventSet};
 
-use super::layouts::Layout;
+use super::object_layouts::ObjectLayout;
 
 /// Turns raw records into trace records.
 #[derive(Clone)]
@@ -54,7 +54,7 @@ impl Decoder {
             event1,
             event2,
             which,
-            a: event.layout(which).map(|field| field_value(field, raw)),
+            a: event.fields(which).map(|field| field_value(field, raw)),
             caller: raw.caller,
             stack: 0,
         })
@@ -71,7 +71,7 @@ fn pointee32(raw: &RawRecord, n: u8) -> i64 {
 }
 
 fn field_value(field: Field, raw: &RawRecord) -> i64 {
-    let layout = Layout::of(raw);
+    let object_layout = ObjectLayout::of(raw);
     match field {
         Field::Arg(n) => raw.args[usize::from(n) - 1] as i64,
         // The C functions return int: the upper half of rax is not part of the value.
@@ -83,17 +83,19 @@ fn field_value(field: Field, raw: &RawRecord) -> i64 {
         Field::Pointee32(n) => pointee32(raw, n),
         Field::Block => i64::from(raw.block),
         // A slow-path unlock wakes a waiter: the lock word it cleared said so.
-        Field::MutexWaiters => i64::from(raw.slow_path != 0 || layout.mutex_waiters(&raw.object)),
-        Field::MutexOwner => i64::from(layout.mutex_owner(&raw.object)),
-        Field::CondWaiters => i64::from(layout.cond_waiters(&raw.object)),
-        Field::SemCount => i64::from(layout.sem_count(&raw.object)),
-        Field::BarrierWaiting => i64::from(layout.barrier_waiting(&raw.object)),
+        Field::MutexWaiters => {
+            i64::from(raw.slow_path != 0 || object_layout.mutex_waiters(&raw.object))
+        }
+        Field::MutexOwner => i64::from(object_layout.mutex_owner(&raw.object)),
+        Field::CondWaiters => i64::from(object_layout.cond_waiters(&raw.object)),
+        Field::SemCount => i64::from(object_layout.sem_count(&raw.object)),
+        Field::BarrierWaiting => i64::from(object_layout.barrier_waiting(&raw.object)),
         // A lock that waited did not hold the mutex: it holds it once now, whatever the words
         // read before its count was set say.
         Field::RecursionDepth if raw.slow_path != 0 => 1,
-        Field::RecursionDepth => i64::from(layout.recursion_depth(&raw.object)),
-        Field::RwReaders => i64::from(layout.rw_readers(&raw.object)),
-        Field::RwWaiters => i64::from(raw.slow_path != 0 || layout.rw_waiters(&raw.object)),
+        Field::RecursionDepth => i64::from(object_layout.recursion_depth(&raw.object)),
+        Field::RwReaders => i64::from(object_layout.rw_readers(&raw.object)),
+        Field::RwWaiters => i64::from(raw.slow_path != 0 || object_layout.rw_waiters(&raw.object)),
         Field::TimespecSec => raw.timespec[0],
         Field::TimespecNsec => raw.timespec[1],
         Field::Errno => i64::from(raw.errno),
@@ -180,9 +182,9 @@ mod tests {
         signal.object[wrefs] = 2 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
         // glibc 2.41's, without __g_refs: __wrefs is word 7, and word 9 is __g_signals[0].
-        signal.layout = tracer_common::LAYOUT_COND_WITHOUT_G_REFS;
+        signal.object_layout = tracer_common::LAYOUT_COND_WITHOUT_G_REFS;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 0);
-        signal.object[glibc_cond_wrefs_word(signal.layout)] = 1 << 3;
+        signal.object[glibc_cond_wrefs_word(signal.object_layout)] = 1 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
         // rwlock: 3 readers hold it (3 << 3) while a writer waits (WRLOCKED in a read phase),
         // then a writer holds it alone (WRPHASE | WRLOCKED, wrphase futex 1).

@@ -186,7 +186,7 @@ impl Summary {
         json!({
             "attributes": metadata.attributes,
             "format_version": metadata.format_version,
-            "layout": metadata.layout,
+            "layout": metadata.packets,
             "closed": reader.final_status().is_some(),
             "final_status": reader.final_status(),
             "status": reader.status(),

@@ -1163,13 +1163,13 @@ mod tests {
     const ONLY_WOKEN: i64 = 0x8000;
 
     /// Futex event `name` of thread `lwpid`, ended at `ms`, with stack 10 + `lwpid`: each value
-    /// at the field its event's layout has it in.
+    /// at its field's position in the event's fields.
     fn futex(lwpid: u32, name: &str, ms: i64, fields: [(Field, i64); 3]) -> TraceRecord {
         let event = EventDef::by_name(name).unwrap();
         let mut a = [0; 5];
         for (of, value) in fields {
             a[event
-                .layout(Which::Whole)
+                .fields(Which::Whole)
                 .iter()
                 .position(|f| *f == of)
                 .unwrap()] = value;

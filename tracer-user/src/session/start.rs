@@ -8,7 +8,7 @@ use foldhash::{HashSet, HashSetExt};
 use tracer_common::{Category, kfuncs};
 use tracer_model::{
     event::{SystemEvent, event_types},
-    log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Layout, Metadata},
+    log::{Attributes, FORMAT_NAME, FORMAT_VERSION, Inheritance, Metadata, PacketPlacement},
     selection::EventSet,
 };
 
@@ -557,7 +557,7 @@ fn trace_log(
             log_max_size: log.log_size,
             log_full_policy: log.log_full_policy,
         },
-        layout: Layout::choose(log.log_size, log.log_full_policy),
+        packets: PacketPlacement::choose(log.log_size, log.log_full_policy),
         event_types,
     };
     Ok(TraceLog::new(

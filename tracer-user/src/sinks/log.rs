@@ -153,7 +153,7 @@ impl TraceLog {
         let attributes = &metadata.attributes;
         let stream_size = attributes.stream_min_size;
         let packet_capacity = metadata
-            .layout
+            .packets
             .packet_capacity()
             .min((stream_size / PACKETS_PER_STREAM) as usize);
         TraceLog {

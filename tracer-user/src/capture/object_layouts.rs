@@ -1,6 +1,7 @@
 //! How each C library lays out the objects whose first words a record carries
 //! (`RawRecord::object`), and the fields derived from them: one description per library,
-//! chosen by the record's `layout` (what the probed library is, decided when it was probed).
+//! chosen by the record's `object_layout` (what the probed library is, decided when it was
+//! probed).
 //! Where a library keeps no such value in the object, the field is 0 (docs/events.md, "How the
 //! derived fields are read", says which).
 
@@ -15,7 +16,7 @@ type Words = [u32; OBJECT_WORDS];
 
 /// A C library's object layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
+pub enum ObjectLayout {
     /// glibc 2.25 and later, x86-64; `cond_wrefs_word` is where `pthread_cond_t` keeps
     /// `__wrefs`, which moved in 2.41 ([`glibc_cond_wrefs_word`]).
     Glibc { cond_wrefs_word: usize },
@@ -23,13 +24,13 @@ pub enum Layout {
     Musl,
 }
 
-impl Layout {
-    /// The layout a record says it was captured with.
+impl ObjectLayout {
+    /// The object layout a record says it was captured with.
     pub fn of(raw: &RawRecord) -> Self {
-        match raw.layout {
-            LAYOUT_MUSL => Layout::Musl,
-            layout => Layout::Glibc {
-                cond_wrefs_word: glibc_cond_wrefs_word(layout),
+        match raw.object_layout {
+            LAYOUT_MUSL => ObjectLayout::Musl,
+            object_layout => ObjectLayout::Glibc {
+                cond_wrefs_word: glibc_cond_wrefs_word(object_layout),
             },
         }
     }
@@ -38,8 +39,8 @@ impl Layout {
     /// `_m_waiters` (word 2) counts them, and bit 31 of `_m_lock` (word 1) marks them.
     pub fn mutex_waiters(self, words: &Words) -> bool {
         match self {
-            Layout::Glibc { .. } => words[0] as i32 > 1,
-            Layout::Musl => words[2] != 0 || words[1] & MUSL_WAITERS_BIT != 0,
+            ObjectLayout::Glibc { .. } => words[0] as i32 > 1,
+            ObjectLayout::Musl => words[2] != 0 || words[1] & MUSL_WAITERS_BIT != 0,
         }
     }
 
@@ -49,9 +50,9 @@ impl Layout {
     /// instead.
     pub fn mutex_owner(self, words: &Words) -> u32 {
         match self {
-            Layout::Glibc { .. } => words[2],
-            Layout::Musl if words[MUSL_MUTEX_TYPE_WORD] & MUSL_MUTEX_NORMAL_MASK == 0 => 0,
-            Layout::Musl => words[1] & MUSL_OWNER_MASK,
+            ObjectLayout::Glibc { .. } => words[2],
+            ObjectLayout::Musl if words[MUSL_MUTEX_TYPE_WORD] & MUSL_MUTEX_NORMAL_MASK == 0 => 0,
+            ObjectLayout::Musl => words[1] & MUSL_OWNER_MASK,
         }
     }
 
@@ -59,9 +60,9 @@ impl Layout {
     /// `_m_count` (word 5) counts the locks after the first, while `_m_lock` has an owner.
     pub fn recursion_depth(self, words: &Words) -> u32 {
         match self {
-            Layout::Glibc { .. } => words[GLIBC_MUTEX_COUNT_WORD],
-            Layout::Musl if words[1] & MUSL_OWNER_MASK == 0 => 0,
-            Layout::Musl => words[5].wrapping_add(1),
+            ObjectLayout::Glibc { .. } => words[GLIBC_MUTEX_COUNT_WORD],
+            ObjectLayout::Musl if words[1] & MUSL_OWNER_MASK == 0 => 0,
+            ObjectLayout::Musl => words[5].wrapping_add(1),
         }
     }
 
@@ -70,9 +71,9 @@ impl Layout {
     /// 2-3); a shared one counts them in `_c_waiters` (word 3).
     pub fn cond_waiters(self, words: &Words) -> bool {
         match self {
-            Layout::Glibc { cond_wrefs_word } => words[cond_wrefs_word] >> 3 != 0,
-            Layout::Musl if words[0] | words[1] == 0 => words[2] | words[3] != 0,
-            Layout::Musl => words[3] != 0,
+            ObjectLayout::Glibc { cond_wrefs_word } => words[cond_wrefs_word] >> 3 != 0,
+            ObjectLayout::Musl if words[0] | words[1] == 0 => words[2] | words[3] != 0,
+            ObjectLayout::Musl => words[3] != 0,
         }
     }
 
@@ -80,8 +81,8 @@ impl Layout {
     /// without bit 31, which marks waiters.
     pub fn sem_count(self, words: &Words) -> u32 {
         match self {
-            Layout::Glibc { .. } => words[0],
-            Layout::Musl => words[0] & !MUSL_WAITERS_BIT,
+            ObjectLayout::Glibc { .. } => words[0],
+            ObjectLayout::Musl => words[0] & !MUSL_WAITERS_BIT,
         }
     }
 
@@ -90,8 +91,8 @@ impl Layout {
     /// 0.
     pub fn barrier_waiting(self, words: &Words) -> u32 {
         match self {
-            Layout::Glibc { .. } => words[0].wrapping_sub(words[1]),
-            Layout::Musl => 0,
+            ObjectLayout::Glibc { .. } => words[0].wrapping_sub(words[1]),
+            ObjectLayout::Musl => 0,
         }
     }
 
@@ -99,8 +100,8 @@ impl Layout {
     /// (word 0) without bit 31, unless it is 0x7fffffff (a writer holds it).
     pub fn rw_readers(self, words: &Words) -> u32 {
         match self {
-            Layout::Glibc { .. } => words[GLIBC_RW_READERS_WORD] >> 3,
-            Layout::Musl => match words[0] & !MUSL_WAITERS_BIT {
+            ObjectLayout::Glibc { .. } => words[GLIBC_RW_READERS_WORD] >> 3,
+            ObjectLayout::Musl => match words[0] & !MUSL_WAITERS_BIT {
                 MUSL_RW_WRITE_LOCKED => 0,
                 readers => readers,
             },
@@ -110,8 +111,8 @@ impl Layout {
     /// `waiters?` of a rwlock. musl: `_rw_waiters` (word 1), or bit 31 of `_rw_lock`.
     pub fn rw_waiters(self, words: &Words) -> bool {
         match self {
-            Layout::Glibc { .. } => glibc_rwlock_has_waiters(words),
-            Layout::Musl => words[1] != 0 || words[0] & MUSL_WAITERS_BIT != 0,
+            ObjectLayout::Glibc { .. } => glibc_rwlock_has_waiters(words),
+            ObjectLayout::Musl => words[1] != 0 || words[0] & MUSL_WAITERS_BIT != 0,
         }
     }
 }
@@ -165,34 +166,40 @@ mod tests {
     #[test]
     fn musl_mutex_fields() {
         let recursive_held_twice = words(&[(0, 1), (1, 1234), (5, 1)]);
-        assert_eq!(Layout::Musl.recursion_depth(&recursive_held_twice), 2);
-        assert_eq!(Layout::Musl.mutex_owner(&recursive_held_twice), 1234);
-        assert!(!Layout::Musl.mutex_waiters(&recursive_held_twice));
+        assert_eq!(ObjectLayout::Musl.recursion_depth(&recursive_held_twice), 2);
+        assert_eq!(ObjectLayout::Musl.mutex_owner(&recursive_held_twice), 1234);
+        assert!(!ObjectLayout::Musl.mutex_waiters(&recursive_held_twice));
         // Released: no owner, depth 0 (whatever `_m_count` was left at).
-        assert_eq!(Layout::Musl.recursion_depth(&words(&[(0, 1), (5, 3)])), 0);
+        assert_eq!(
+            ObjectLayout::Musl.recursion_depth(&words(&[(0, 1), (5, 3)])),
+            0
+        );
         // A normal mutex is locked with EBUSY, not its owner; a waiter is counted.
         let normal_contended = words(&[(1, 16 | MUSL_WAITERS_BIT), (2, 1)]);
-        assert_eq!(Layout::Musl.mutex_owner(&normal_contended), 0);
-        assert!(Layout::Musl.mutex_waiters(&normal_contended));
+        assert_eq!(ObjectLayout::Musl.mutex_owner(&normal_contended), 0);
+        assert!(ObjectLayout::Musl.mutex_waiters(&normal_contended));
     }
 
     #[test]
     fn musl_cond_sem_and_rwlock_fields() {
         // A private condition variable with a waiter listed (a stack address in _c_head).
-        assert!(Layout::Musl.cond_waiters(&words(&[(2, 0x7ffd_1000), (3, 0x7fff)])));
-        assert!(!Layout::Musl.cond_waiters(&words(&[])));
+        assert!(ObjectLayout::Musl.cond_waiters(&words(&[(2, 0x7ffd_1000), (3, 0x7fff)])));
+        assert!(!ObjectLayout::Musl.cond_waiters(&words(&[])));
         // A shared one: _c_seq (word 2) changes without waiters; _c_waiters counts them.
         let shared = [(0, u32::MAX), (1, u32::MAX), (2, 7)];
-        assert!(!Layout::Musl.cond_waiters(&words(&shared)));
-        assert!(Layout::Musl.cond_waiters(&words(&[shared[0], shared[1], (3, 1)])));
+        assert!(!ObjectLayout::Musl.cond_waiters(&words(&shared)));
+        assert!(ObjectLayout::Musl.cond_waiters(&words(&[shared[0], shared[1], (3, 1)])));
         assert_eq!(
-            Layout::Musl.sem_count(&words(&[(0, 3 | MUSL_WAITERS_BIT)])),
+            ObjectLayout::Musl.sem_count(&words(&[(0, 3 | MUSL_WAITERS_BIT)])),
             3
         );
-        assert_eq!(Layout::Musl.rw_readers(&words(&[(0, 2)])), 2);
-        assert_eq!(Layout::Musl.rw_readers(&words(&[(0, u32::MAX)])), 0);
-        assert!(Layout::Musl.rw_waiters(&words(&[(0, 1 | MUSL_WAITERS_BIT)])));
-        assert!(!Layout::Musl.rw_waiters(&words(&[(0, 1)])));
-        assert_eq!(Layout::Musl.barrier_waiting(&words(&[(0, 5), (1, 1)])), 0);
+        assert_eq!(ObjectLayout::Musl.rw_readers(&words(&[(0, 2)])), 2);
+        assert_eq!(ObjectLayout::Musl.rw_readers(&words(&[(0, u32::MAX)])), 0);
+        assert!(ObjectLayout::Musl.rw_waiters(&words(&[(0, 1 | MUSL_WAITERS_BIT)])));
+        assert!(!ObjectLayout::Musl.rw_waiters(&words(&[(0, 1)])));
+        assert_eq!(
+            ObjectLayout::Musl.barrier_waiting(&words(&[(0, 5), (1, 1)])),
+            0
+        );
     }
 }
