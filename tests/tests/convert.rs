@@ -47,6 +47,45 @@ fn convert_to_tr_writes_what_dir_wrote_byte_for_byte() {
     assert_eq!(files(&dir.path().join("out")), written);
 }
 
+/// `--print` prints each event as it is recorded, in the order and form `dump` prints the same
+/// run's log: tr lines, text and JSON, with the workload's own output in between.
+#[test]
+fn print_shows_live_what_dump_shows_of_the_log() {
+    if !bpf_available("print") {
+        return;
+    }
+    for format in ["tr", "text", "json"] {
+        let (dir, run) = log_and_dir(&["--print", format], &["4", "500"]);
+        let dumped = run_tracer(dir.path(), &["dump", "--format", format, "app.ptl"]);
+        assert!(dumped.status.success(), "{dumped:?}");
+        // The text dump begins with the log's attributes and status, which a live trace has
+        // not written yet; the workload's own lines ("lwpid=...") begin with a letter.
+        let events: Vec<&str> = dumped
+            .stdout
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+        let printed: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter(|line| line.starts_with(|c: char| c.is_ascii_digit() || c == '{'))
+            .collect();
+        assert!(events.len() > 1000, "{format}: {}", events.len());
+        // The log's own stream events (its stop and flush, at the end) are the log's alone.
+        let own = [
+            "posix_trace_stop",
+            "posix_trace_flush_start",
+            "posix_trace_flush_stop",
+        ];
+        let expected: Vec<&str> = events
+            .iter()
+            .copied()
+            .filter(|line| !own.iter().any(|name| line.contains(name)))
+            .collect();
+        assert_eq!(printed, expected, "{format}");
+    }
+}
+
 /// A CTF trace written live (`--ctf`) is the one `convert --to ctf` writes from the same run's
 /// log: the metadata and each process's stream byte for byte; the trace's own stream lacks only
 /// the log's bookkeeping of its stream (its stop and flush events), which a live CTF trace has

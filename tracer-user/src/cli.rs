@@ -6,7 +6,8 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
 use tracer_model::{
-    log::{Layout, LogError, LogFullPolicy, StreamFullPolicy},
+    event::event_types,
+    log::{LogError, LogFullPolicy, PacketPlacement, StreamFullPolicy},
     selection::EventSet,
 };
 
@@ -22,7 +23,7 @@ use crate::{
     readers::{
         self,
         convert::ConvertArgs,
-        dump::DumpArgs,
+        dump::{DumpArgs, DumpFormat, LiveOutput, Printer},
         info::InfoArgs,
         pyroscope::{
             ContentionPush, Credentials, Endpoint, PushOptions, URL_VARIABLE, environment,
@@ -183,6 +184,11 @@ pub struct Cli {
     /// traces whole (condition waits ...); else off]
     #[arg(long, value_name = "WHEN", value_enum)]
     pub stacks: Option<Switch>,
+
+    /// Print each event to stdout as it is recorded, in time order, as `dump` prints a log:
+    /// text, tr (the tr lines) or json. Writes no trace files unless --dir or --log is given too
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub print: Option<DumpFormat>,
 
     /// Push each interval's contention profile (the stacks of the lock waits, as pprof) to the
     /// Grafana Pyroscope server at URL, e.g. http://pyroscope:4040 (or set
@@ -430,6 +436,7 @@ impl Cli {
             Some(dir) if !dir.as_os_str().is_empty() => Some(dir),
             _ if log.is_some()
                 || self.ctf.is_some()
+                || self.print.is_some()
                 || self.pyroscope.as_deref().is_some_and(|u| !u.is_empty()) =>
             {
                 None
@@ -491,14 +498,23 @@ impl Cli {
         })
     }
 
-    /// Traces as the command line says, with the profiles pushed to Pyroscope if asked.
+    /// Traces as the command line says, printing its events and pushing the profiles to
+    /// Pyroscope if asked.
     fn trace(self) -> Result<i32> {
         let push = self.push_options()?;
+        let print = self.print.filter(|_| !self.list_probes);
         let config = self.into_config()?;
-        let viewers: Vec<Box<dyn Sink + Send>> = match push {
-            Some(push) => vec![Box::new(ContentionPush::new(push))],
-            None => Vec::new(),
-        };
+        let mut viewers: Vec<Box<dyn Sink + Send>> = Vec::new();
+        if let Some(format) = print {
+            viewers.push(Box::new(Printer::new(
+                format,
+                &event_types(),
+                LiveOutput::new(),
+            )));
+        }
+        if let Some(push) = push {
+            viewers.push(Box::new(ContentionPush::new(push)));
+        }
         session::trace_into(&config, viewers)
     }
 
@@ -589,7 +605,7 @@ impl Cli {
         if log_full_policy == LogFullPolicy::Loop
             && self
                 .log_size
-                .is_some_and(|size| size < Layout::MIN_LOOP_SIZE)
+                .is_some_and(|size| size < PacketPlacement::MIN_LOOP_SIZE)
         {
             usage_bail!("--log-size with --log-full-policy loop: give at least 64K");
         }

@@ -4,6 +4,7 @@
 //! damaged elsewhere prints what precedes the damage, then one line naming the offset, exit 2.
 
 use std::{
+    collections::HashMap,
     fmt::Write as _,
     io::{self, Write},
     path::PathBuf,
@@ -14,14 +15,17 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value as Json, json};
 use tracer_model::{
     TraceRecord,
-    event::{Event, SystemEvent, SystemKind, Value},
+    event::{Event, EventType, SystemEvent, SystemKind, Value},
     field_names::{EVENT1, EVENT2, LWPID, PID, STACK, TID, WHICH},
     log::{Filter, LogReader},
     tr::Line,
 };
 
 use super::timestamp;
-use crate::error::UsageError;
+use crate::{
+    error::UsageError,
+    sinks::{Sink, Summary, TraceEnd, Written},
+};
 
 /// Dumps the log; returns the exit status.
 pub fn run(args: &DumpArgs) -> Result<i32> {
@@ -33,30 +37,155 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
         .check(&reader.metadata().event_types)
         .map_err(|e| UsageError(format!("--events: {e}")))?;
     // A reader of the output that has gone (`| head`) ends it, with success.
-    crate::say::to_stdout(|out| write_events(&reader, filter, args.format, out))
-        .with_context(|| super::cannot_read(&args.log))?;
+    crate::say::to_stdout(|out| {
+        if args.format == DumpFormat::Text {
+            write_header(&reader, out)?;
+        }
+        let mut printer = Printer::new(args.format, &reader.metadata().event_types, out);
+        let system_events = printer.wants_system_events();
+        for event in reader.events_where(filter) {
+            match event? {
+                Event::Thread(record) => printer.record(&record)?,
+                Event::System(event) if system_events => printer.system_event(&event)?,
+                Event::System(_) => {}
+            }
+        }
+        Ok(())
+    })
+    .with_context(|| super::cannot_read(&args.log))?;
     Ok(0)
 }
 
-fn write_events(
-    reader: &LogReader,
-    filter: Filter,
+/// Prints each event it is handed, as `dump` does: readable text, tr lines (thread events
+/// only) or JSON lines. Thread events are named as `types` (a log's list, or a live trace's)
+/// names them. `dump` hands it a log's events; `--print` a live trace's, into [`LiveOutput`].
+pub struct Printer<W: Write> {
     format: DumpFormat,
-    out: &mut impl Write,
-) -> Result<()> {
-    if format == DumpFormat::Text {
-        write_header(reader, out)?;
-    }
-    for event in reader.events_where(filter) {
-        let event = event?;
-        match (format, &event) {
-            (DumpFormat::Tr, Event::Thread(record)) => writeln!(out, "{}", Line(record))?,
-            (DumpFormat::Tr, Event::System(_)) => {}
-            (DumpFormat::Text, _) => writeln!(out, "{}", text(reader, &event))?,
-            (DumpFormat::Json, _) => writeln!(out, "{}", json_of(reader, &event))?,
+    names: HashMap<(u16, u16), String>,
+    out: W,
+    /// Events printed so far.
+    printed: u64,
+}
+
+impl<W: Write> Printer<W> {
+    pub fn new(format: DumpFormat, types: &[EventType], out: W) -> Self {
+        let names = types
+            .iter()
+            .filter(|t| !t.is_system())
+            .map(|t| ((t.event1, t.event2), t.name.clone()))
+            .collect();
+        Printer {
+            format,
+            names,
+            out,
+            printed: 0,
         }
     }
-    Ok(())
+
+    /// A thread event's name; `unknown` for codes the types do not have.
+    fn name(&self, record: &TraceRecord) -> &str {
+        self.names
+            .get(&(record.event1, record.event2))
+            .map_or("unknown", String::as_str)
+    }
+}
+
+impl<W: Write> Sink for Printer<W> {
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
+        self.printed += 1;
+        match self.format {
+            DumpFormat::Tr => writeln!(self.out, "{}", Line(record)),
+            DumpFormat::Text => {
+                let line = record_text(self.name(record), record);
+                writeln!(self.out, "{line}")
+            }
+            DumpFormat::Json => {
+                let object = record_json(self.name(record), record);
+                writeln!(self.out, "{object}")
+            }
+        }
+    }
+
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        if self.format == DumpFormat::Tr {
+            return Ok(());
+        }
+        self.printed += 1;
+        match self.format {
+            DumpFormat::Tr => Ok(()),
+            DumpFormat::Text => writeln!(self.out, "{}", system_text(event)),
+            DumpFormat::Json => writeln!(self.out, "{}", system_json(event)),
+        }
+    }
+
+    /// Tr lines are of thread events alone.
+    fn wants_system_events(&self) -> bool {
+        self.format != DumpFormat::Tr
+    }
+
+    /// What a live trace drained is on the screen, or in the pipe, before the next drain.
+    fn batch_done(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
+        self.out.flush()?;
+        Ok(Written::Printed {
+            events: self.printed,
+        }
+        .into())
+    }
+}
+
+/// Stdout for a live trace's `--print`, buffered. Once its reader has gone (`| head`), what
+/// is written is dropped, said once on stderr: the trace goes on, with its other outputs,
+/// until it ends as it would have (the target is left to run as it would untraced).
+pub struct LiveOutput {
+    out: io::BufWriter<io::Stdout>,
+    closed: bool,
+}
+
+impl LiveOutput {
+    pub fn new() -> Self {
+        LiveOutput {
+            out: io::BufWriter::new(io::stdout()),
+            closed: false,
+        }
+    }
+
+    /// Passes on `result`, but a reader that has gone, which closes the output for good.
+    fn unless_closed(&mut self, result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => {
+                say!("thrtrace-bpf: stdout was closed: no more events are printed");
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+impl Write for LiveOutput {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if !self.closed {
+            let written = self.out.write_all(bytes);
+            self.unless_closed(written)?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let flushed = self.out.flush();
+        self.unless_closed(flushed)
+    }
 }
 
 /// The attributes and the final status, as `#` lines.
@@ -88,49 +217,44 @@ fn write_header(reader: &LogReader, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// A thread event's name, from the log's own event-type list.
-fn type_name<'a>(reader: &'a LogReader, record: &TraceRecord) -> &'a str {
-    reader.thread_event_name(record).unwrap_or("unknown")
+/// A thread event as one readable line: time, pid/lwpid, the event's `name`, its fields.
+fn record_text(name: &str, r: &TraceRecord) -> String {
+    format!(
+        "{} {}/{} {}[{}] a=[{}, {}, {}, {}, {}] tid={:#x} caller={:#x}{}",
+        timestamp(r.time_ns() as i64),
+        r.pid,
+        r.lwpid,
+        name,
+        r.which.code(),
+        r.a[0],
+        r.a[1],
+        r.a[2],
+        r.a[3],
+        r.a[4],
+        r.tid,
+        r.caller,
+        match r.stack {
+            0 => String::new(),
+            id => format!(" stack={id}"),
+        }
+    )
 }
 
-/// One readable line: time, pid/lwpid, the event's name, its fields.
-fn text(reader: &LogReader, event: &Event) -> String {
-    match event {
-        Event::Thread(r) => format!(
-            "{} {}/{} {}[{}] a=[{}, {}, {}, {}, {}] tid={:#x} caller={:#x}{}",
-            timestamp(r.time_ns() as i64),
-            r.pid,
-            r.lwpid,
-            type_name(reader, r),
-            r.which.code(),
-            r.a[0],
-            r.a[1],
-            r.a[2],
-            r.a[3],
-            r.a[4],
-            r.tid,
-            r.caller,
-            match r.stack {
-                0 => String::new(),
-                id => format!(" stack={id}"),
-            }
-        ),
-        Event::System(e) => {
-            let fields: Vec<String> = system_fields(e)
-                .into_iter()
-                .map(|(name, value)| format!("{name}={value}"))
-                .collect();
-            let truncated = if e.truncated { " (truncated)" } else { "" };
-            format!(
-                "{} {}/{} {} {}{truncated}",
-                timestamp(e.time_ns),
-                e.pid,
-                e.lwpid,
-                e.kind.name(),
-                fields.join(" ")
-            )
-        }
-    }
+/// A system event as one readable line: time, pid/lwpid, its name, its payload.
+fn system_text(e: &SystemEvent) -> String {
+    let fields: Vec<String> = system_fields(e)
+        .into_iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    let truncated = if e.truncated { " (truncated)" } else { "" };
+    format!(
+        "{} {}/{} {} {}{truncated}",
+        timestamp(e.time_ns),
+        e.pid,
+        e.lwpid,
+        e.kind.name(),
+        fields.join(" ")
+    )
 }
 
 /// A system event's payload by field name, as JSON values.
@@ -166,14 +290,13 @@ fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
         .collect()
 }
 
-/// One JSON object: the event info, the tr fields, and a system event's payload by name. The
-/// record's fields keep their names, but for its time (`time_ns`), its caller (POSIX's
-/// `prog_address`) and a1..a5 (the array `a`).
-fn json_of(reader: &LogReader, event: &Event) -> Json {
-    match event {
-        Event::Thread(r) => json!({
+/// A thread event, named `name`, as one JSON object: the event info and the tr fields, which
+/// keep their names, but for its time (`time_ns`), its caller (POSIX's `prog_address`) and
+/// a1..a5 (the array `a`).
+fn record_json(name: &str, r: &TraceRecord) -> Json {
+    json!({
             "type": "event",
-            "name": type_name(reader, r),
+            "name": name,
             PID: r.pid,
             LWPID: r.lwpid,
             TID: r.tid,
@@ -184,30 +307,32 @@ fn json_of(reader: &LogReader, event: &Event) -> Json {
             WHICH: r.which.code(),
             "a": r.a,
             STACK: r.stack,
-        }),
-        Event::System(e) => {
-            let mut object = json!({
-                "type": "system",
-                "name": e.kind.name(),
-                PID: e.pid,
-                LWPID: e.lwpid,
-                TID: 0,
-                "time_ns": e.time_ns,
-                "prog_address": 0,
-                EVENT1: 0,
-                EVENT2: 0,
-                WHICH: 0,
-                "a": [0, 0, 0, 0, 0],
-                "truncated": e.truncated,
-            });
-            if let Json::Object(map) = &mut object {
-                for (name, value) in system_fields(e) {
-                    map.insert(name.to_owned(), value);
-                }
-            }
-            object
+    })
+}
+
+/// A system event as one JSON object, as [`record_json`] writes a record's, with its payload's
+/// fields by name.
+fn system_json(e: &SystemEvent) -> Json {
+    let mut object = json!({
+        "type": "system",
+        "name": e.kind.name(),
+        PID: e.pid,
+        LWPID: e.lwpid,
+        TID: 0,
+        "time_ns": e.time_ns,
+        "prog_address": 0,
+        EVENT1: 0,
+        EVENT2: 0,
+        WHICH: 0,
+        "a": [0, 0, 0, 0, 0],
+        "truncated": e.truncated,
+    });
+    if let Json::Object(map) = &mut object {
+        for (name, value) in system_fields(e) {
+            map.insert(name.to_owned(), value);
         }
     }
+    object
 }
 
 #[derive(Debug, Args)]

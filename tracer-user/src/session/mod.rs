@@ -121,11 +121,14 @@ pub struct Outcome {
 impl Outcome {
     /// The summary line's text: "812 records written, 0 lost, 4 files in /tmp/trace".
     pub fn summary(&self) -> String {
-        format!(
-            "{} records written, {} lost, {}",
+        let mut summary = format!(
+            "{} records written, {} lost",
             self.records,
-            self.losses.total(),
-            self.written
-        )
+            self.losses.total()
+        );
+        if !self.written.0.is_empty() {
+            summary += &format!(", {}", self.written);
+        }
+        summary
     }
 }

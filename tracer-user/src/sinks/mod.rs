@@ -1,9 +1,11 @@
 //! Where events go. Each output implements [`Sink`] ([`tr`]: the `tr.*` files, or
 //! [`tr_writers`]: the same written by several threads; [`log`]: the trace log, with the
-//! stream's policies; [`ctf`]: a CTF trace, written by `convert`); [`Sinks`] hands every event
-//! to each of them, and [`threaded`] runs a sink on a thread of its own (`--consumer-threads`);
+//! stream's policies; [`ctf`]: a CTF trace, written live with `--ctf` or by `convert`);
+//! [`Sinks`] hands every event to each of them, and [`threaded`] runs a sink on a thread of its own (`--consumer-threads`);
 //! `top`'s live view (`readers::top`) and the profiles pushed to Pyroscope
-//! (`readers::pyroscope`) are sinks too, given to the session by the command line.
+//! (`readers::pyroscope`) are sinks too, given to the session by the command line, and so are
+//! the readers' outputs that `dump` and `convert` replay a log into (`readers::dump::Printer`,
+//! `readers::perfetto::PerfettoTimeline`, with the tr and CTF sinks above).
 //! The session calls `begin`, then `record` and `system_event` in time order,
 //! `process_exited` once a process's last records are written, `flush` and `clear` when asked
 //! (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a sink writes, safely;
@@ -91,6 +93,8 @@ pub enum Written {
     },
     /// `top`'s live view, left on the screen.
     LiveView,
+    /// Events printed to stdout (`--print`).
+    Printed { events: u64 },
 }
 
 impl fmt::Display for Written {
@@ -166,6 +170,7 @@ impl fmt::Display for Written {
                 path.display()
             ),
             Written::LiveView => write!(f, "the live view"),
+            Written::Printed { events } => write!(f, "{events} events printed"),
         }
     }
 }
