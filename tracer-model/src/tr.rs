@@ -104,6 +104,9 @@ pub enum ParseError {
     /// The line has this many fields.
     #[error("{0} fields, not {expected}", expected = TR_LINE.len())]
     FieldCount(usize),
+    /// Field 8, which record of a call it is, is not 0, 1 or 2.
+    #[error("field 8 (which) is {0:?}, not 0 (a call's one record), 1 (entry) or 2 (return)")]
+    Which(String),
     /// Field `field` (from 1) is not a number in range.
     #[error("field {field} ({value:?}) is not a decimal number in range")]
     Field {
@@ -129,10 +132,8 @@ pub fn parse_line(line: &str) -> Result<TraceRecord, ParseError> {
         tid: number(&fields, 4)?,
         event1: number(&fields, 5)?,
         event2: number(&fields, 6)?,
-        which: Which::from_code(number(&fields, 7)?).ok_or_else(|| ParseError::Field {
-            field: 8,
-            value: fields[7].to_owned(),
-        })?,
+        which: Which::from_code(number(&fields, 7)?)
+            .ok_or_else(|| ParseError::Which(fields[7].to_owned()))?,
         a: [
             number(&fields, 8)?,
             number(&fields, 9)?,
@@ -277,10 +278,7 @@ mod tests {
         assert!(parse_line("1:2:4294967296:4:5:6:7:1:9:10:11:12:13").is_err());
         assert_eq!(
             parse_line("1:2:3:4:5:6:7:3:9:10:11:12:13"),
-            Err(ParseError::Field {
-                field: 8,
-                value: "3".into()
-            })
+            Err(ParseError::Which("3".into()))
         );
         assert!(parse_line("1:2:3:4:5:6:7:1:9:10:11:12:").is_err());
         assert!(parse_line("1:2:3:4:5:6:7:1:9:10:11:12:+1").is_err());

@@ -3,7 +3,7 @@
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
 use tracer_model::{
     event::event_types,
@@ -35,7 +35,7 @@ use crate::{
         self,
         config::{Config, LogOptions, Target},
     },
-    sinks::{Buffering, Sink, output_dir::split_file_path},
+    sinks::{Buffering, Sink, output_dir::split_file_path, threaded::Threaded},
 };
 
 #[derive(Debug, Parser)]
@@ -63,7 +63,8 @@ pub struct Cli {
     #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "EVENTS")]
     pub events: Option<String>,
 
-    /// Directory for the tr.* files [default: the current directory, unless --log is given]
+    /// Directory for the tr.* files [default: the current directory, unless --log, --ctf,
+    /// --print or --pyroscope is given]
     #[arg(short = 'd', long, env = "THR_TRACE_DIR", value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
@@ -186,7 +187,7 @@ pub struct Cli {
     pub stacks: Option<Switch>,
 
     /// Print each event to stdout as it is recorded, in time order, as `dump` prints a log:
-    /// text, tr (the tr lines) or json. Writes no trace files unless --dir or --log is given too
+    /// text, tr (the tr lines) or json. Writes no tr files unless --dir is given too
     #[arg(long, value_name = "FORMAT", value_enum)]
     pub print: Option<DumpFormat>,
 
@@ -506,11 +507,12 @@ impl Cli {
         let config = self.into_config()?;
         let mut viewers: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(format) = print {
-            viewers.push(Box::new(Printer::new(
-                format,
-                &event_types(),
-                LiveOutput::new(),
-            )));
+            // On a thread of its own, as the files are written: a reader of stdout that falls
+            // behind does not hold up the draining of the rings, or the other outputs.
+            let printer = Printer::new(format, &event_types(), LiveOutput::new());
+            let printer =
+                Threaded::new(printer, "printer").context("cannot start the printer thread")?;
+            viewers.push(Box::new(printer));
         }
         if let Some(push) = push {
             viewers.push(Box::new(ContentionPush::new(push)));

@@ -241,8 +241,15 @@ fn create_map_of_maps(
 fn initialize(map: &MapData, definition: &aya_obj::Map) -> Result<()> {
     let data = definition.data();
     if !data.is_empty() {
-        // A global-data map's one value is the section's data.
-        bpf::map_update_elem(map.fd().as_fd(), 0, data)?;
+        // A global-data map's one value is its section's data, which aya-obj sizes it for.
+        ensure!(
+            usize::try_from(definition.value_size()) == Ok(data.len()),
+            "BPF global data of {} bytes for a map of {}-byte values",
+            data.len(),
+            definition.value_size()
+        );
+        // SAFETY: `data` is as long as the map's values (checked above).
+        unsafe { bpf::map_update_elem(map.fd().as_fd(), 0, data) }?;
     }
     if definition.section_kind() == EbpfSectionKind::Rodata {
         bpf::map_freeze(map.fd().as_fd())?;

@@ -59,15 +59,15 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
 /// Prints each event it is handed, as `dump` does: readable text, tr lines (thread events
 /// only) or JSON lines. Thread events are named as `types` (a log's list, or a live trace's)
 /// names them. `dump` hands it a log's events; `--print` a live trace's, into [`LiveOutput`].
-pub struct Printer<W: Write> {
+pub struct Printer<W: PrintOutput> {
     format: DumpFormat,
     names: HashMap<(u16, u16), String>,
     out: W,
-    /// Events printed so far.
+    /// Events printed so far (not those dropped once the output's reader had gone).
     printed: u64,
 }
 
-impl<W: Write> Printer<W> {
+impl<W: PrintOutput> Printer<W> {
     pub fn new(format: DumpFormat, types: &[EventType], out: W) -> Self {
         let names = types
             .iter()
@@ -82,6 +82,13 @@ impl<W: Write> Printer<W> {
         }
     }
 
+    /// Counts the event just written, if its line reached the output.
+    fn count_printed(&mut self) {
+        if !self.out.closed() {
+            self.printed += 1;
+        }
+    }
+
     /// A thread event's name; `unknown` for codes the types do not have.
     fn name(&self, record: &TraceRecord) -> &str {
         self.names
@@ -90,32 +97,31 @@ impl<W: Write> Printer<W> {
     }
 }
 
-impl<W: Write> Sink for Printer<W> {
+impl<W: PrintOutput> Sink for Printer<W> {
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
-        self.printed += 1;
         match self.format {
-            DumpFormat::Tr => writeln!(self.out, "{}", Line(record)),
+            DumpFormat::Tr => writeln!(self.out, "{}", Line(record))?,
             DumpFormat::Text => {
                 let line = record_text(self.name(record), record);
-                writeln!(self.out, "{line}")
+                writeln!(self.out, "{line}")?;
             }
             DumpFormat::Json => {
                 let object = record_json(self.name(record), record);
-                writeln!(self.out, "{object}")
+                writeln!(self.out, "{object}")?;
             }
         }
+        self.count_printed();
+        Ok(())
     }
 
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
-        if self.format == DumpFormat::Tr {
-            return Ok(());
-        }
-        self.printed += 1;
         match self.format {
-            DumpFormat::Tr => Ok(()),
-            DumpFormat::Text => writeln!(self.out, "{}", system_text(event)),
-            DumpFormat::Json => writeln!(self.out, "{}", system_json(event)),
+            DumpFormat::Tr => return Ok(()),
+            DumpFormat::Text => writeln!(self.out, "{}", system_text(event))?,
+            DumpFormat::Json => writeln!(self.out, "{}", system_json(event))?,
         }
+        self.count_printed();
+        Ok(())
     }
 
     /// Tr lines are of thread events alone.
@@ -138,6 +144,25 @@ impl<W: Write> Sink for Printer<W> {
             events: self.printed,
         }
         .into())
+    }
+}
+
+/// Where a [`Printer`] prints.
+pub trait PrintOutput: Write {
+    /// Whether what is written now is dropped, its reader gone.
+    fn closed(&self) -> bool;
+}
+
+/// `dump`'s stdout, through which a reader that has gone ends the command instead.
+impl<W: Write> PrintOutput for &mut W {
+    fn closed(&self) -> bool {
+        false
+    }
+}
+
+impl PrintOutput for LiveOutput {
+    fn closed(&self) -> bool {
+        self.closed
     }
 }
 

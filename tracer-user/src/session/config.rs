@@ -14,7 +14,8 @@ use tracer_model::{
 pub struct Config {
     /// The events to record.
     pub events: EventSet,
-    /// The directory tr.* files go in; `None` with `--log` alone and with `list_probes`.
+    /// The directory tr.* files go in; `None` when another output was asked for without
+    /// `--dir` (`--log`, `--ctf`, `--print`, `--pyroscope`), and with `list_probes`.
     pub output: Option<PathBuf>,
     pub log: Option<LogOptions>,
     /// `--ctf DIR`: a CTF trace written as the trace runs.

@@ -51,6 +51,9 @@ pub struct CtfTrace {
     /// Event type ids, as the log gave them.
     ids: TypeIds,
     streams: HashMap<u32, Stream>,
+    /// Per pid, how many of its streams have ended: a pid used again (a process that exited
+    /// and a new one given its number) gets a stream of its own, `process-PID.N`.
+    ended: HashMap<u32, u32>,
     events: u64,
     /// Events that came before the previous one of their stream in time.
     restamped: u64,
@@ -65,6 +68,7 @@ impl CtfTrace {
             metadata: metadata(trace_name, types),
             ids: TypeIds::new(types),
             streams: HashMap::new(),
+            ended: HashMap::new(),
             events: 0,
             restamped: 0,
         }
@@ -72,13 +76,15 @@ impl CtfTrace {
 }
 
 impl Stream {
-    /// The stream of `pid` among `streams`, made on its first event.
-    fn of(streams: &mut HashMap<u32, Stream>, pid: u32) -> &mut Stream {
+    /// The stream of `pid` among `streams`, made on its first event; `ended` earlier streams
+    /// of the pid.
+    fn of(streams: &mut HashMap<u32, Stream>, pid: u32, ended: u32) -> &mut Stream {
         streams.entry(pid).or_insert_with(|| Stream {
             file: None,
-            name: match pid {
-                TRACE_STREAM => "trace".to_owned(),
-                pid => format!("process-{pid}"),
+            name: match (pid, ended) {
+                (TRACE_STREAM, _) => "trace".to_owned(),
+                (pid, 0) => format!("process-{pid}"),
+                (pid, n) => format!("process-{pid}.{n}"),
             },
             events: Vec::new(),
             first_ns: None,
@@ -93,7 +99,8 @@ impl CtfTrace {
     /// Appends one event (its header, then `fields`) to the stream of `pid`.
     fn push(&mut self, pid: u32, id: u16, time_ns: i64, fields: &[u8]) -> io::Result<()> {
         self.events += 1;
-        let stream = Stream::of(&mut self.streams, pid);
+        let ended = self.ended.get(&pid).copied().unwrap_or(0);
+        let stream = Stream::of(&mut self.streams, pid, ended);
         // A stream's clock never goes back in CTF. A log can hold a record that reached the
         // tracer too late to be put in its place (an overloaded consumer): it takes the time
         // of the event before it.
@@ -183,7 +190,8 @@ impl Sink for CtfTrace {
             put_field(value, ty, &mut fields);
         }
         if let SystemKind::Overflow { lost, .. } = event.kind {
-            let stream = Stream::of(&mut self.streams, event.pid);
+            let ended = self.ended.get(&event.pid).copied().unwrap_or(0);
+            let stream = Stream::of(&mut self.streams, event.pid, ended);
             // The packet that holds the overflow is the first to count what it lost.
             if !stream.events.is_empty() || stream.packets == 0 {
                 stream.write_packet(&self.dir, event.pid)?;
@@ -207,6 +215,7 @@ impl Sink for CtfTrace {
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         if let Some(mut stream) = self.streams.remove(&pid) {
             stream.write_packet(&self.dir, pid)?;
+            *self.ended.entry(pid).or_default() += 1;
         }
         Ok(())
     }
@@ -383,5 +392,31 @@ mod tests {
         assert!(tsdl.contains("\t\tuint32_t _a_b__;\n"), "{tsdl}");
         assert!(tsdl.contains("\ttrace_name = \"trace\";\n"), "{tsdl}");
         assert_eq!(tsdl.matches("\nevent {").count(), types.len());
+    }
+
+    #[test]
+    fn a_pid_used_again_gets_a_stream_of_its_own() {
+        let dir = std::env::temp_dir().join(format!("thrtrace-ctf-pids-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let mut trace = CtfTrace::new(OutputDir::open(&dir).unwrap(), "t", &event_types());
+        trace.begin().unwrap();
+        for (n, pid) in [(1, 7), (2, 7), (3, 7)] {
+            trace
+                .record(&super::super::tr::tests::record(pid, 70, n))
+                .unwrap();
+            trace.process_exited(pid).unwrap();
+        }
+        trace.finish(&TraceEnd::default()).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["metadata", "process-7", "process-7.1", "process-7.2"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

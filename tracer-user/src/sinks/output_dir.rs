@@ -93,6 +93,11 @@ impl OutputDir {
             path: path.to_owned(),
             source: e.into(),
         })?;
+        Self::from_descriptor(path, dir)
+    }
+
+    /// The directory `dir`, opened at `path`, if the tracer may write in it.
+    fn from_descriptor(path: &Path, dir: OwnedFd) -> Result<Self, OutputDirError> {
         let output = OutputDir {
             dir,
             path: path.to_owned(),
@@ -133,6 +138,11 @@ impl OutputDir {
                 )
                 .map_err(|e| failed(e.into()))?;
             }
+            // Opened from the parent it was made in, never through a link put in its place.
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+            let made = rustix::fs::openat(&parent, name, flags, Mode::empty())
+                .map_err(|e| failed(e.into()))?;
+            return OutputDir::from_descriptor(path, made);
         }
         OutputDir::open(path)
     }

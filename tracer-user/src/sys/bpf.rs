@@ -48,9 +48,15 @@ pub fn map_create(
     unsafe { bpf_fd(bpf_cmd::BPF_MAP_CREATE, &mut attr) }
 }
 
-/// Sets the element of array map `map` at `key` to `value`, which must be as long as the
-/// map's values.
-pub fn map_update_elem(map: BorrowedFd<'_>, key: u32, value: &[u8]) -> Result<(), SyscallError> {
+/// Sets the element of array map `map` at `key` to `value`.
+///
+/// # Safety
+/// `value` is at least as long as `map`'s values: the kernel reads that many bytes from it.
+pub unsafe fn map_update_elem(
+    map: BorrowedFd<'_>,
+    key: u32,
+    value: &[u8],
+) -> Result<(), SyscallError> {
     let mut attr = zeroed_attr();
     // SAFETY: writing plain integers into the element member of a zeroed union.
     unsafe {
@@ -60,8 +66,7 @@ pub fn map_update_elem(map: BorrowedFd<'_>, key: u32, value: &[u8]) -> Result<()
         element.__bindgen_anon_1.value = value.as_ptr() as u64;
     }
     // SAFETY: the kernel only reads through the key and value pointers, which point to live
-    // memory for the call: a value shorter than the map's values would have it read past the
-    // slice (or fail with EFAULT), never write.
+    // memory for the call, as long as it reads (the function's contract).
     unsafe { bpf_no_fd(bpf_cmd::BPF_MAP_UPDATE_ELEM, &mut attr) }
 }
 
