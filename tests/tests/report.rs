@@ -10,12 +10,12 @@ use std::{
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, ctl_ok, field, line_of, lines_as_they_come, place, read_line,
+    TempDir, bpf_available, corpus, ctl_ok, field, line_of, lines_as_they_come, place, read_line,
     report_json, report_lock, run_tracer, start_tracer, unique_name, workload, workload_arg,
 };
 use tracer_model::{
-    event::{Event, SystemKind},
-    log::LogReader,
+    event::{Event, SystemEvent, SystemKind},
+    log::{EventPacket, FinalStatus, LogFullPolicy, LogReader, LogWriter, Status},
 };
 
 const ROUNDS: u64 = 3;
@@ -757,4 +757,43 @@ fn lock_contention_comes_before_longer_idle_waits() {
         refused.stderr
     );
     assert!(refused.stdout.is_empty());
+}
+
+/// A deadlock the tracer found whose threads the log could not keep whole (a string is cut at
+/// its size limit) is said on stderr with the tracer's own words, not left out in silence.
+/// Needs no privileges: the log is written here.
+#[test]
+fn a_deadlock_the_log_cut_short_is_said_not_dropped() {
+    let dir = TempDir::new("cut-deadlock");
+    let path = dir.path().join("app.ptl");
+    let metadata = corpus::metadata(None, LogFullPolicy::Append);
+    let file = std::fs::File::create(&path).unwrap();
+    let mut writer = LogWriter::create(file, &metadata).unwrap();
+    let mut packet = EventPacket::default();
+    packet.push(&corpus::record(1));
+    let threads = format!("[{}]", vec![r#"{"pid":10,"lwpid":11}"#; 60].join(","));
+    assert!(threads.len() > tracer_model::event::MAX_STRING);
+    let deadlock = SystemKind::Deadlock {
+        certain: true,
+        threads,
+        message: "deadlock: thread 11 waits in pthread_mutex_lock(0x5000)".into(),
+    };
+    packet.push(&Event::System(SystemEvent::of_process(
+        1_700_000_000_000_000_001,
+        10,
+        0,
+        deadlock,
+    )));
+    writer.write(&[packet], Status::default()).unwrap();
+    writer.close(FinalStatus::default()).unwrap();
+    let run = run_tracer(dir.path(), &["report", "app.ptl"]);
+    assert!(run.status.success(), "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "is left out of the report: its threads were cut short in the log; the tracer \
+             said: deadlock: thread 11 waits in pthread_mutex_lock(0x5000)"
+        ),
+        "{}",
+        run.stderr
+    );
 }

@@ -472,11 +472,29 @@ impl Report {
             .iter()
             .filter_map(|event| match &event.kind {
                 SystemKind::Deadlock {
-                    certain, threads, ..
-                } => serde_json::from_str(threads).ok().map(|threads| Deadlock {
-                    certain: *certain,
+                    certain,
                     threads,
-                }),
+                    message,
+                } => match serde_json::from_str(threads) {
+                    Ok(threads) => Some(Deadlock {
+                        certain: *certain,
+                        threads,
+                    }),
+                    // Said, not dropped: a deadlock whose threads the log could not keep whole
+                    // (a string is cut at its size limit) is told as the tracer told it.
+                    Err(error) => {
+                        let why = match event.truncated {
+                            true => "its threads were cut short in the log".to_owned(),
+                            false => format!("its threads do not read ({error})"),
+                        };
+                        say!(
+                            "thrtrace-bpf: a deadlock found while tracing, at {}, is left out \
+                             of the report: {why}; the tracer said: {message}",
+                            super::timestamp(event.time_ns)
+                        );
+                        None
+                    }
+                },
                 _ => None,
             })
             .collect();
