@@ -8,7 +8,8 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use tracer_common::EventDef;
+use tracer_common::{EventDef, Which};
+use tracer_model::tr;
 
 use crate::{
     setup,
@@ -89,7 +90,7 @@ fn show_where(dir: &Path, log: &Path) -> Result<()> {
         .collect::<Result<_, _>>()?;
     files.retain(|f| {
         f.file_name()
-            .is_some_and(|n| tracer_model::tr::is_file_name(&n.to_string_lossy()))
+            .is_some_and(|n| tr::is_file_name(&n.to_string_lossy()))
     });
     files.sort();
 
@@ -125,19 +126,13 @@ fn show_where(dir: &Path, log: &Path) -> Result<()> {
 
 /// The event's seed name and which half a record is, from the shared event table.
 fn describe(line: &str) -> String {
-    let fields: Vec<u16> = line
-        .split(':')
-        .skip(5)
-        .take(3)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let [event1, event2, which] = fields[..] else {
+    let Ok(record) = tr::parse_line(line) else {
         return String::new();
     };
-    let name = EventDef::find(event1, event2).map_or("?", |e| e.name);
-    match which {
-        1 => format!("{name} (entry)"),
-        2 => format!("{name} (return)"),
-        _ => name.to_owned(),
+    let name = EventDef::find(record.event1, record.event2).map_or("?", |e| e.name);
+    match record.which {
+        Which::Entry => format!("{name} (entry)"),
+        Which::Return => format!("{name} (return)"),
+        Which::Whole => name.to_owned(),
     }
 }
