@@ -79,7 +79,7 @@ impl EventSet {
     /// Like [`EventSet::parse`], but empty names nothing (a filter must name its events).
     pub fn parse_named(spec: &str) -> Result<Self, SelectionError> {
         let mut set = Self::EMPTY;
-        for name in list_names(spec, false) {
+        for name in list_names(spec, ListSyntax::Events) {
             if let Some(category) = Category::from_name(name) {
                 if !category.is_traced() {
                     return Err(SelectionError::NoLinuxCounterpart { name: name.into() });
@@ -170,7 +170,7 @@ impl EventSet {
     pub fn parse_contended(spec: &str) -> Result<(Self, Self), SelectionError> {
         let mut traced = Self::EMPTY;
         let mut untraced = Self::EMPTY;
-        for name in list_names(spec, false) {
+        for name in list_names(spec, ListSyntax::Events) {
             let asked = Self::parse_named(name)?;
             let kept = asked.contended();
             traced = traced.union(kept);
@@ -220,13 +220,21 @@ impl EventSet {
 /// What separates the names of `--events` (and of a controller's filter).
 pub const SEPARATOR: char = ':';
 
-/// The names of a list: separated by [`SEPARATOR`], and by commas too where `commas` (the
-/// readers' lists, `dump --events` and `report --kind`, take either); empty names are skipped.
-/// `--events` takes no commas: there a comma is part of a name, which is then unknown.
-pub fn list_names(list: &str, commas: bool) -> impl Iterator<Item = &str> {
-    let separators: &[char] = match commas {
-        true => &[SEPARATOR, ','],
-        false => &[SEPARATOR],
+/// How a list of names is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListSyntax {
+    /// `--events`: names separated by [`SEPARATOR`] only; a comma is part of a name, which is
+    /// then unknown.
+    Events,
+    /// The readers' lists (`dump --events`, `report --kind`): by [`SEPARATOR`] or by commas.
+    Readers,
+}
+
+/// The names of `list`, written as `syntax` says; empty names are skipped.
+pub fn list_names(list: &str, syntax: ListSyntax) -> impl Iterator<Item = &str> {
+    let separators: &[char] = match syntax {
+        ListSyntax::Events => &[SEPARATOR],
+        ListSyntax::Readers => &[SEPARATOR, ','],
     };
     list.split(separators).filter(|name| !name.is_empty())
 }

@@ -365,12 +365,6 @@ impl LogReader {
         self.types.get(&id)
     }
 
-    /// The name the log gives a thread event's codes (its own list, not this build's table).
-    pub fn thread_event_name(&self, record: &crate::TraceRecord) -> Option<&str> {
-        let id = self.ids.thread(record.event1, record.event2)?;
-        self.types.get(&id).map(|t| t.name.as_str())
-    }
-
     /// The status packet, if the log was closed.
     pub fn final_status(&self) -> Option<&FinalStatus> {
         self.final_status.as_ref()

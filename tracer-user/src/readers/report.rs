@@ -19,7 +19,7 @@ use tracer_model::{
         StackStats,
     },
     event::{Event, SystemEvent, SystemKind},
-    selection::list_names,
+    selection::{ListSyntax, list_names},
     stack::{Stack, Stacks},
     tr::{self, parse_line},
 };
@@ -1152,7 +1152,7 @@ impl KindFilter {
             let all: Vec<&str> = LockKind::ALL.into_iter().map(LockKind::name).collect();
             all.join(", ")
         };
-        let kinds = list_names(text, true)
+        let kinds = list_names(text, ListSyntax::Readers)
             .map(|name| {
                 LockKind::ALL
                     .into_iter()

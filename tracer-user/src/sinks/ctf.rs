@@ -76,9 +76,14 @@ impl CtfTrace {
 }
 
 impl Stream {
-    /// The stream of `pid` among `streams`, made on its first event; `ended` earlier streams
-    /// of the pid.
-    fn of(streams: &mut HashMap<u32, Stream>, pid: u32, ended: u32) -> &mut Stream {
+    /// The stream of `pid` among `streams`, made on its first event, named after the streams
+    /// of the pid that have `ended` before it.
+    fn of<'a>(
+        streams: &'a mut HashMap<u32, Stream>,
+        ended: &HashMap<u32, u32>,
+        pid: u32,
+    ) -> &'a mut Stream {
+        let ended = ended.get(&pid).copied().unwrap_or(0);
         streams.entry(pid).or_insert_with(|| Stream {
             file: None,
             name: match (pid, ended) {
@@ -99,8 +104,7 @@ impl CtfTrace {
     /// Appends one event (its header, then `fields`) to the stream of `pid`.
     fn push(&mut self, pid: u32, id: u16, time_ns: i64, fields: &[u8]) -> io::Result<()> {
         self.events += 1;
-        let ended = self.ended.get(&pid).copied().unwrap_or(0);
-        let stream = Stream::of(&mut self.streams, pid, ended);
+        let stream = Stream::of(&mut self.streams, &self.ended, pid);
         // A stream's clock never goes back in CTF. A log can hold a record that reached the
         // tracer too late to be put in its place (an overloaded consumer): it takes the time
         // of the event before it.
@@ -190,8 +194,7 @@ impl Sink for CtfTrace {
             put_field(value, ty, &mut fields);
         }
         if let SystemKind::Overflow { lost, .. } = event.kind {
-            let ended = self.ended.get(&event.pid).copied().unwrap_or(0);
-            let stream = Stream::of(&mut self.streams, event.pid, ended);
+            let stream = Stream::of(&mut self.streams, &self.ended, event.pid);
             // The packet that holds the overflow is the first to count what it lost.
             if !stream.events.is_empty() || stream.packets == 0 {
                 stream.write_packet(&self.dir, event.pid)?;
