@@ -548,7 +548,7 @@ pub fn workload_arg(name: &str) -> String {
 }
 
 /// Runs the tracer on `workload args` launched with `options`, in a fresh directory that
-/// holds the trace; panics if the tracer fails. It starts once earlier tracers' probes are
+/// holds the trace; panics if the tracer fails or lost records. It starts once earlier tracers' probes are
 /// detached, so that the records' exact values (block? above all) are the workload's own.
 pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
     wait_for_earlier_detaches();
@@ -562,6 +562,13 @@ pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir
     argv.extend(args.iter().map(std::string::ToString::to_string));
     let run = run_tracer(dir.path(), &argv);
     assert!(run.status.success(), "{argv:?}: {run:?}");
+    // Exact counts mean nothing once records were lost: say that, not a count that is off.
+    assert_eq!(
+        summary_count(&run.stderr, "lost"),
+        0,
+        "{argv:?} lost records: {}",
+        run.stderr
+    );
     (dir, run)
 }
 
@@ -840,6 +847,13 @@ pub fn log_and_dir(options: &[&str], args: &[&str]) -> (TempDir, Run) {
     argv.extend_from_slice(args);
     let run = run_tracer(dir.path(), &argv);
     assert!(run.status.success(), "{argv:?}: {run:?}");
+    // Exact counts mean nothing once records were lost: say that, not a count that is off.
+    assert_eq!(
+        summary_count(&run.stderr, "lost"),
+        0,
+        "{argv:?} lost records: {}",
+        run.stderr
+    );
     (dir, run)
 }
 
