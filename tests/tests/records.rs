@@ -7,7 +7,7 @@ use tracer_common::Which;
 use thrtrace_tests::{
     PLACEMENTS, Run, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available,
     contending_threads, deadline_field, every_libc_and_placement, field, paired_calls, read_trace,
-    run_tracer, run_workload, trace_workload,
+    run_tracer, run_workload, summary_count, trace_workload,
 };
 
 type Files = BTreeMap<String, Vec<TraceRecord>>;
@@ -18,6 +18,13 @@ fn trace(options: &[&str], workload: &str, args: &[&str]) -> (Run, Files) {
     let (dir, run) = run_workload(options, workload, args);
     let files = read_trace(dir.path());
     assert_realtime_and_ordered(&files);
+    // Every record the tracer counted as written is in the files.
+    assert_eq!(
+        files.values().map(Vec::len).sum::<usize>() as u64,
+        summary_count(&run.stderr, "records"),
+        "{}",
+        run.stderr
+    );
     (run, files)
 }
 
@@ -33,7 +40,15 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
         let (mut blocked, mut waited, mut locks, mut unlocks) = (0, 0, 0, 0);
         for (name, lines) in &threads {
             let calls = paired_calls(lines, "mutex_lock", mutex);
-            assert_eq!(calls.len(), 10_000, "{name} {build} {placement:?}");
+            let count = |which| lines.iter().filter(|l| l.is("mutex_lock", which)).count();
+            assert_eq!(
+                calls.len(),
+                10_000,
+                "{name} {build} {placement:?}: {} lock entries, {} returns, {} lines",
+                count(Which::Entry),
+                count(Which::Return),
+                lines.len()
+            );
             for (entry, exit) in &calls {
                 assert_eq!((entry.tid, exit.a[0]), (exit.tid, 0), "{entry:?} {exit:?}");
                 blocked += exit.a[1];
