@@ -2,7 +2,7 @@
 //! [`ProbeFlags`] from its attach cookie; userspace attaches by [`EventDef::symbol`], decodes with
 //! [`EventDef::fields`], and names events and categories from here.
 
-use crate::{futex, record::Which};
+use crate::{futex, object_layout::is_recursive_mutex, record::Which};
 
 /// The seed's event categories (`event1`), with their `THR_TRACE_EVENTS` names.
 #[repr(u16)]
@@ -214,7 +214,7 @@ pub enum ObjectSize {
     /// `pthread_rwlock_t` (56).
     Small = 2,
     /// 40 bytes: up to `__wrefs` of `pthread_cond_t` (48), wherever glibc keeps it
-    /// ([`glibc_cond_wrefs_offset`](crate::record::glibc_cond_wrefs_offset)).
+    /// ([`GlibcLayout::cond_waiter_refs`](crate::object_layout::GlibcLayout::cond_waiter_refs)).
     Large = 3,
 }
 
@@ -232,13 +232,6 @@ impl ObjectSize {
 
 /// 32-bit words of the copied object: the largest [`ObjectSize`].
 pub const OBJECT_WORDS: usize = 10;
-const _: () = {
-    use crate::record::{LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, glibc_cond_wrefs_offset};
-    // The copy of a condition variable holds its `__wrefs`.
-    let large = ObjectSize::Large.bytes();
-    assert!(glibc_cond_wrefs_offset(LAYOUT_GLIBC) + 4 <= large);
-    assert!(glibc_cond_wrefs_offset(LAYOUT_COND_WITHOUT_G_REFS) + 4 <= large);
-};
 
 /// The attach cookie: which event a probe reports, what its BPF program must capture, how the
 /// library lays out its objects, where the caller's return address is when the probe is placed
@@ -249,7 +242,7 @@ pub struct ProbeCookie {
     pub event1: u16,
     /// The event's code in its category (the tr line's `event2`): 6 bits.
     pub event2: u16,
-    /// The C library's object layout ([`crate::record::LAYOUT_MUSL`] and the like): 2 bits.
+    /// The C library's object layout ([`crate::object_layout::LAYOUT_MUSL`] and the like): 2 bits.
     pub object_layout: u8,
     /// Bytes the instructions before the probe pushed: the return address is at `[rsp + this]`.
     /// 8 bits.
@@ -301,7 +294,7 @@ pub struct Completion {
     pub found_in_rax: FoundInRax,
     /// The code after the completion stores to the object before it returns: a recursive
     /// mutex's count, which its return half reports, is one more than the copy made here
-    /// shows ([`count_one_more`]).
+    /// shows ([`count_one_more`](crate::object_layout::count_one_more)).
     pub stores_after: bool,
     /// A call completed here needs no copy of its object: what its record reads of it is the
     /// lock word the atomic instruction found, in `rax` ([`FoundInRax::Word`]), and what the
@@ -312,7 +305,7 @@ pub struct Completion {
     pub object_from_rax: bool,
     /// With `object_from_rax`, where the code did not prove the mutex's type: the register
     /// that holds the bits of its type word the code loaded, type bits included
-    /// ([`MUTEX_TYPE_MASK`]), which the record takes as its type word. One of
+    /// ([`MUTEX_TYPE_MASK`](crate::object_layout::MUTEX_TYPE_MASK)), which the record takes as its type word. One of
     /// [`Completion::TYPE_REGISTERS`].
     pub type_register: TypeRegister,
 }
@@ -763,7 +756,7 @@ pub enum Field {
     /// if it was free, or the library does not say (musl's normal mutex).
     MutexOwner,
     /// `waiters?` of a glibc condition variable: `__wrefs`
-    /// ([`glibc_cond_wrefs_offset`](crate::record::glibc_cond_wrefs_offset)) >> 3 counts waiters.
+    /// ([`GlibcLayout::cond_waiter_refs`](crate::object_layout::GlibcLayout::cond_waiter_refs)) >> 3 counts waiters.
     CondWaiters,
     /// `s_count`: the semaphore's value, the low 32 bits of glibc's `sem_t`.
     SemCount,
@@ -1065,56 +1058,6 @@ impl EventDef {
             CallRole::Spawn | CallRole::Exit => ContendedProbe::Whole,
             _ => ContendedProbe::Untraced,
         }
-    }
-}
-
-/// glibc's `__kind` of `pthread_mutex_t` is its fifth word (byte 16), musl's `_m_type` its
-/// first; the low two bits are the type in both, 1 for PTHREAD_MUTEX_RECURSIVE (robust, PI and
-/// PP variants keep them).
-pub const GLIBC_MUTEX_KIND_WORD: usize = 4;
-/// The byte offset of glibc's `__kind`, which a fast path's code tests.
-pub const GLIBC_MUTEX_KIND_OFFSET: i64 = (GLIBC_MUTEX_KIND_WORD * 4) as i64;
-/// glibc's `__count` of `pthread_mutex_t`, its second word: a recursive mutex's depth.
-pub const GLIBC_MUTEX_COUNT_WORD: usize = 1;
-/// musl's `_m_type` of `pthread_mutex_t`, its first word: the type in the low two bits
-/// ([`MUTEX_TYPE_MASK`]), then robust (4), priority-inheriting (8) and process-shared (128).
-pub const MUSL_MUTEX_TYPE_WORD: usize = 0;
-/// The bits of musl's `_m_type` its lock tests (`_m_type & 15`) for a normal mutex that is
-/// neither robust nor priority-inheriting (0), which it locks with a constant (EBUSY) in
-/// `_m_lock` instead of its owner's thread id.
-pub const MUSL_MUTEX_NORMAL_MASK: u32 = 15;
-/// The bits of a mutex's kind that are its type (in glibc's `__kind` and musl's `_m_type`).
-pub const MUTEX_TYPE_MASK: u32 = 3;
-/// A recursive mutex's type (`PTHREAD_MUTEX_RECURSIVE`, in glibc and musl).
-pub const MUTEX_RECURSIVE: u32 = 1;
-
-/// Whether these words of a `pthread_mutex_t`, laid out as `object_layout` says
-/// ([`RawRecord::object_layout`](crate::RawRecord::object_layout)), are a recursive mutex's
-/// (by its kind).
-#[inline(always)]
-#[allow(
-    clippy::inline_always,
-    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
-)]
-pub fn is_recursive_mutex(object: &[u32; OBJECT_WORDS], object_layout: u8) -> bool {
-    let word = match object_layout {
-        crate::record::LAYOUT_MUSL => MUSL_MUTEX_TYPE_WORD,
-        _ => GLIBC_MUTEX_KIND_WORD,
-    };
-    object[word] & MUTEX_TYPE_MASK == MUTEX_RECURSIVE
-}
-
-/// Counts one more lock in the copy of a recursive glibc mutex ([`GLIBC_MUTEX_COUNT_WORD`]),
-/// for a lock written where it completed, before its code stored the count
-/// ([`Completion::stores_after`]). The fast path is not planned on musl.
-#[inline(always)]
-#[allow(
-    clippy::inline_always,
-    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
-)]
-pub fn count_one_more(object: &mut [u32; OBJECT_WORDS], object_layout: u8) {
-    if object_layout != crate::record::LAYOUT_MUSL && is_recursive_mutex(object, object_layout) {
-        object[GLIBC_MUTEX_COUNT_WORD] = object[GLIBC_MUTEX_COUNT_WORD].wrapping_add(1);
     }
 }
 
@@ -1901,7 +1844,7 @@ const TABLE: &[EventDef] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::LAYOUT_MUSL;
+    use crate::object_layout::{GLIBC, LAYOUT_MUSL};
 
     fn named(name: &str) -> &'static EventDef {
         EventDef::by_name(name).unwrap()
@@ -2019,16 +1962,6 @@ mod tests {
         // An init sets the kind: always read again.
         assert!(flags("mutex_init").has(ProbeFlags::OBJECT_AT_RETURN));
         assert!(!flags("mutex_init").has(ProbeFlags::ONLY_IF_RECURSIVE));
-        for (kind, recursive) in [(0, false), (1, true), (2, false), (3, false), (0x11, true)] {
-            let mut words = [0; OBJECT_WORDS];
-            words[GLIBC_MUTEX_KIND_WORD] = kind;
-            assert_eq!(is_recursive_mutex(&words, 0), recursive, "kind {kind:#x}");
-            assert!(!is_recursive_mutex(&words, LAYOUT_MUSL), "kind {kind:#x}");
-            // musl's `_m_type` (robust: 4, process-shared: 128).
-            let mut words = [0; OBJECT_WORDS];
-            words[MUSL_MUTEX_TYPE_WORD] = kind | 128;
-            assert_eq!(is_recursive_mutex(&words, LAYOUT_MUSL), recursive);
-        }
     }
 
     #[test]
@@ -2212,7 +2145,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(classify(&raw), (2, 2));
-        raw.object[GLIBC_MUTEX_KIND_WORD] = 1 | 16; // robust recursive
+        raw.object[GLIBC.mutex_kind.word] = 1 | 16; // robust recursive
         assert_eq!(classify(&raw), (6, 2));
         raw.event1 = 3;
         raw.event2 = 4;

@@ -1,21 +1,23 @@
 //! What the BPF side and userspace agree on: the raw record that crosses the ring buffers
-//! ([`record`]) and the one table of events, their a1..a5 fields and categories ([`events`]).
+//! ([`record`]), the one table of events, their a1..a5 fields and categories ([`events`]), and
+//! how each C library lays out the objects a record copies ([`object_layout`]).
 #![no_std]
 
 pub mod events;
 pub mod futex;
 pub mod kfuncs;
+pub mod object_layout;
 pub mod record;
 
 pub use events::{
     Access, Blocking, CallRole, Category, Completion, Condition, ContendedProbe, EVENTS, EventDef,
-    Field, FoundInRax, FunctionSpan, GLIBC_MUTEX_KIND_OFFSET, MUTEX_RECURSIVE, MUTEX_TYPE_MASK,
-    ObjectRegister, Outcome, PackedOutcome, ProbeCookie, ProbeFlags, RECORDING_SLOTS,
-    RecordingMasks, TypeRegister, recording_masks,
+    Field, FoundInRax, FunctionSpan, ObjectRegister, Outcome, PackedOutcome, ProbeCookie,
+    ProbeFlags, RECORDING_SLOTS, RecordingMasks, TypeRegister, recording_masks,
 };
-pub use record::{
-    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, RawRecord, WHICH_BOTH_HALVES, Which,
+pub use object_layout::{
+    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, MUTEX_RECURSIVE, MUTEX_TYPE_MASK,
 };
+pub use record::{RawRecord, WHICH_BOTH_HALVES, Which};
 
 /// Names of the BPF maps and globals, shared so that neither side spells them twice.
 pub mod names {

@@ -31,8 +31,8 @@ pub struct RawRecord {
     pub slow_path: u8,
     /// 1 if the thread slept voluntarily (a futex wait) between entry and return.
     pub block: u8,
-    /// How the traced C library lays out the object copied into `object`: [`LAYOUT_GLIBC`],
-    /// [`LAYOUT_COND_WITHOUT_G_REFS`] or [`LAYOUT_MUSL`].
+    /// How the traced C library lays out the object copied into `object`
+    /// ([`crate::object_layout`]: `LAYOUT_GLIBC`, `LAYOUT_COND_WITHOUT_G_REFS` or `LAYOUT_MUSL`).
     pub object_layout: u8,
     /// The first five integer arguments (rdi, rsi, rdx, rcx, r8), or a syscall's first five.
     pub args: [u64; 5],
@@ -108,29 +108,6 @@ impl RawRecord {
         };
         (entry, Some(back))
     }
-}
-
-/// [`RawRecord::object_layout`]: glibc 2.25 to 2.40.
-pub const LAYOUT_GLIBC: u8 = 0;
-/// [`RawRecord::object_layout`]: glibc 2.41 and later, whose condition variable has no
-/// `__g_refs`: its `__wrefs` is 8 bytes closer ([`glibc_cond_wrefs_offset`]).
-pub const LAYOUT_COND_WITHOUT_G_REFS: u8 = 1;
-/// [`RawRecord::object_layout`]: musl (1.1.20 and later).
-pub const LAYOUT_MUSL: u8 = 2;
-
-/// The byte offset of `__wrefs` in glibc's `pthread_cond_t` (its bits from 3 up count the
-/// waiters) for a glibc `object_layout`: byte 36 in glibc 2.25 to 2.40, byte 28 from 2.41 on
-/// ([`LAYOUT_COND_WITHOUT_G_REFS`]), where `__g_refs` is gone. musl has no such field.
-pub const fn glibc_cond_wrefs_offset(object_layout: u8) -> usize {
-    match object_layout {
-        LAYOUT_COND_WITHOUT_G_REFS => 28,
-        _ => 36,
-    }
-}
-
-/// [`glibc_cond_wrefs_offset`] as the index of a 32-bit word of [`RawRecord::object`].
-pub const fn glibc_cond_wrefs_word(object_layout: u8) -> usize {
-    glibc_cond_wrefs_offset(object_layout) / 4
 }
 
 /// The size of [`RawRecord`], which both sides check.

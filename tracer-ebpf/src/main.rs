@@ -58,7 +58,8 @@ use tracer_common::{
     LOST_PENDING, LOST_TOTAL, MAX_CPUS, MUTEX_TYPE_MASK, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED,
     ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS,
     RawRecord, STACKS_ALL, STACKS_NONE, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
-    events::{GLIBC_MUTEX_KIND_WORD, OBJECT_WORDS, ObjectSize, count_one_more, is_recursive_mutex},
+    events::{OBJECT_WORDS, ObjectSize},
+    object_layout::{GLIBC, count_one_more, is_recursive_mutex, spin_lock_was_held},
     record::{
         RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack, WHICH_BOTH_HALVES,
     },
@@ -764,12 +765,7 @@ fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs
         }
         let word = ptr::addr_of_mut!((*slot).record.object).cast::<i32>();
         read_user_into(word, (*regs).rdi);
-        let word = ptr::read_volatile(word);
-        // musl's lock is 0 when free; glibc's x86-64 lock is 1 when free.
-        match (*slot).record.object_layout {
-            LAYOUT_MUSL => word != 0,
-            _ => word <= 0,
-        }
+        spin_lock_was_held(ptr::read_volatile(word), (*slot).record.object_layout)
     }
 }
 
@@ -845,7 +841,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
         match cookie.completion {
             Some(c) if c.object_from_rax && c.holds((*regs).eflags) => {
                 if let Some(register) = c.type_register.unpack() {
-                    (*object)[GLIBC_MUTEX_KIND_WORD] =
+                    (*object)[GLIBC.mutex_kind.word] =
                         register_value(register, regs) as u32 & MUTEX_TYPE_MASK;
                 }
             }

@@ -1684,7 +1684,7 @@ impl Values {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracer_common::GLIBC_MUTEX_KIND_OFFSET;
+    use tracer_common::object_layout::GLIBC;
 
     fn event(name: &str) -> &'static EventDef {
         EventDef::by_name(name).unwrap()
@@ -1900,7 +1900,7 @@ mod tests {
     fn a_normal_mutex_completed_where_its_type_was_tested_needs_no_copy_of_it() {
         let library = Library {
             stops: HashSet::from([0x34e80]),
-            mutex_kind_offset: Some(GLIBC_MUTEX_KIND_OFFSET),
+            mutex_kind_offset: Some(GLIBC.mutex_kind.byte_offset() as i64),
             ..library()
         };
         let lock = hex(&MUTEX_LOCK.concat());

@@ -664,9 +664,7 @@ fn format_gas(instruction: &Instruction) -> String {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{
-        LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, record::glibc_cond_wrefs_offset,
-    };
+    use tracer_common::object_layout::{GLIBC, GLIBC_2_41};
 
     use super::*;
 
@@ -774,14 +772,13 @@ mod tests {
         const SIGNAL_2_41: &str = "55534883ec088b471c89c3c1eb030f84930000004989f8c1";
         // push %r15 ... sub $0x28,%rsp; mov 0x24(%rdi),%ebx: glibc 2.36.
         const SIGNAL_2_36: &str = "415741564155415455534883ec288b5f2489d8c1e8030f84";
-        let wrefs = |object_layout| Some(glibc_cond_wrefs_offset(object_layout) as u64);
         assert_eq!(
             first_load_through_argument_1(&hex(SIGNAL_2_41), 0x91880),
-            wrefs(LAYOUT_COND_WITHOUT_G_REFS)
+            Some(GLIBC_2_41.cond_waiter_refs.byte_offset() as u64)
         );
         assert_eq!(
             first_load_through_argument_1(&hex(SIGNAL_2_36), 0x87e20),
-            wrefs(LAYOUT_GLIBC)
+            Some(GLIBC.cond_waiter_refs.byte_offset() as u64)
         );
         assert_eq!(first_load_through_argument_1(&hex(MUTEX_UNLOCK), 0), None);
     }

@@ -20,11 +20,11 @@ use std::{
 };
 
 use anyhow::Result;
-use tracer_common::record::glibc_cond_wrefs_offset;
 use tracer_common::{
     CallRole, Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan,
-    GLIBC_MUTEX_KIND_OFFSET, LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags,
-    ProcessLibrary, TracedThrough,
+    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags, ProcessLibrary,
+    TracedThrough,
+    object_layout::{GLIBC, GLIBC_2_41},
 };
 use tracer_model::selection::EventSet;
 
@@ -224,7 +224,8 @@ impl FastPaths {
                     true => HashSet::new(),
                     false => library.functions.starts(),
                 },
-                mutex_kind_offset: (!library.is_musl()).then_some(GLIBC_MUTEX_KIND_OFFSET),
+                mutex_kind_offset: (!library.is_musl())
+                    .then_some(GLIBC.mutex_kind.byte_offset() as i64),
             },
             traced: EVENTS
                 .iter()
@@ -560,7 +561,7 @@ fn object_layout(library: &PthreadLibrary) -> u8 {
         .functions("pthread_cond_signal")
         .any(|signal| {
             placement::first_load_through_argument_1(function_code(library, signal), signal.offset)
-                == Some(glibc_cond_wrefs_offset(LAYOUT_COND_WITHOUT_G_REFS) as u64)
+                == Some(GLIBC_2_41.cond_waiter_refs.byte_offset() as u64)
         });
     match without_g_refs {
         true => LAYOUT_COND_WITHOUT_G_REFS,

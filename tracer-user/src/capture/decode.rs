@@ -1,10 +1,10 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! as the event table defines them (`tracer_common::EventDef::fields`).
 
-use tracer_common::{EventDef, Field, RawRecord, Which, events::classify};
+use tracer_common::{
+    EventDef, Field, RawRecord, Which, events::classify, object_layout::ObjectLayout,
+};
 use tracer_model::{TraceRecord, selection::EventSet};
-
-use super::object_layouts::ObjectLayout;
 
 /// Turns raw records into trace records.
 #[derive(Clone)]
@@ -71,7 +71,7 @@ fn pointee32(raw: &RawRecord, n: u8) -> i64 {
 }
 
 fn field_value(field: Field, raw: &RawRecord) -> i64 {
-    let object_layout = ObjectLayout::of(raw);
+    let object_layout = ObjectLayout::of(raw.object_layout);
     match field {
         Field::Arg(n) => raw.args[usize::from(n) - 1] as i64,
         // The C functions return int: the upper half of rax is not part of the value.
@@ -116,7 +116,10 @@ fn timeout_ns(raw: &RawRecord) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{Category, record::glibc_cond_wrefs_word};
+    use tracer_common::{
+        Category,
+        object_layout::{GLIBC, GLIBC_2_41},
+    };
 
     use super::*;
 
@@ -171,7 +174,7 @@ mod tests {
         let unlock = |lock: u32| decoder.decode(&with_object(4, &[(0, lock)])).unwrap().a[2];
         assert_eq!((unlock(1), unlock(2)), (0, 1));
         // glibc condvar __wrefs (word 9): waiters are counted from bit 3 up.
-        let wrefs = glibc_cond_wrefs_word(tracer_common::LAYOUT_GLIBC);
+        let wrefs = GLIBC.cond_waiter_refs.word;
         let mut signal = raw(3, 2, 0);
         signal.object[wrefs] = 0b100;
         assert_eq!(
@@ -184,7 +187,7 @@ mod tests {
         // glibc 2.41's, without __g_refs: __wrefs is word 7, and word 9 is __g_signals[0].
         signal.object_layout = tracer_common::LAYOUT_COND_WITHOUT_G_REFS;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 0);
-        signal.object[glibc_cond_wrefs_word(signal.object_layout)] = 1 << 3;
+        signal.object[GLIBC_2_41.cond_waiter_refs.word] = 1 << 3;
         assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
         // rwlock: 3 readers hold it (3 << 3) while a writer waits (WRLOCKED in a read phase),
         // then a writer holds it alone (WRPHASE | WRLOCKED, wrphase futex 1).
