@@ -1,4 +1,7 @@
-//! Errors that the user caused and can fix: printed as one line, exit status 2.
+//! Errors that the user caused and can fix (printed as one line, exit status 2), and how any
+//! error is said in one line.
+
+use std::{error::Error, fmt};
 
 /// Bad input: an unknown category, a missing pid, an unwritable directory.
 #[derive(Debug, thiserror::Error)]
@@ -16,3 +19,20 @@ macro_rules! usage_bail {
 pub const EXIT_USAGE: i32 = 2;
 /// Exit status for a failure that is not the user's input.
 pub const EXIT_FAILURE: i32 = 1;
+
+/// An error and its sources in one line, outermost first: "cannot load BPF program thr_entry:
+/// bpf(BPF_PROG_LOAD) failed: Permission denied (os error 13)". Each error says what failed
+/// and leaves why to its source, so every link is said once (as anyhow's `{:#}` says a chain).
+pub struct OneLine<'a>(pub &'a (dyn Error + 'static));
+
+impl fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
+    }
+}

@@ -4,11 +4,11 @@
 
 use std::{
     collections::BTreeMap,
+    io,
     os::fd::{AsFd, OwnedFd},
 };
 
-use anyhow::{Context, Result, anyhow};
-use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, PerCpuArray};
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError, PerCpuArray};
 use aya_obj::generated::{
     bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
@@ -18,6 +18,7 @@ use tracer_common::{
 };
 
 use super::{
+    CaptureError,
     futex_hook::{self, FutexHook, FutexHookError, Hooked},
     kernel::KernelBtf,
     loader::{self, Loaded},
@@ -235,7 +236,7 @@ impl DataPath {
         options: ProgramOptions,
         scope: Scope,
         mechanism: UprobeMechanism,
-    ) -> Result<Self> {
+    ) -> Result<Self, CaptureError> {
         let ProgramOptions {
             empty: empty_programs,
             lossless,
@@ -270,7 +271,7 @@ impl DataPath {
             Scope::Processes | Scope::SystemWide => &[(names::TRACED, PROCESS_TARGETS)],
         };
         let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes, &kernel.functions)
-            .context("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")?;
+            .map_err(CaptureError::LoadObject)?;
         let program_names = match empty_programs {
             false => ProgramNames {
                 entry: names::ENTRY_PROGRAM,
@@ -308,7 +309,7 @@ impl DataPath {
             own_targets[OWN_TARGETS_SPILLED] = 1;
             own_targets_map
                 .set(0, own_targets, 0)
-                .context("cannot set up the traced processes")?;
+                .map_err(CaptureError::SetUpTraced)?;
         }
         let stopped_map = loaded.take_map(names::STOPPED)?;
         let stopped_view = (lossless && scope == Scope::Follow)
@@ -372,12 +373,11 @@ impl DataPath {
     /// Records process `pid` through `links` from now on: through its own, set before they are
     /// attached; through shared ones, and no longer its own (with `--follow`, the children it
     /// forks from now on too).
-    pub fn trace_through(&mut self, pid: u32, links: TracedThrough) -> Result<()> {
+    pub fn trace_through(&mut self, pid: u32, links: TracedThrough) -> Result<(), CaptureError> {
+        let failed = |source| CaptureError::TraceProcess { pid, source };
         // `TRACED` first: a process moving to shared links is recorded through them before
         // its own stop (a call at that instant may be recorded twice, never not at all).
-        self.traced
-            .insert(pid, links as u8, 0)
-            .with_context(|| format!("cannot add pid {pid} to the traced processes"))?;
+        self.traced.insert(pid, links as u8, 0).map_err(failed)?;
         let slots = &mut self.own_targets[..OWN_TARGET_SLOTS];
         let listed = slots.iter().position(|&slot| slot == pid);
         match (links, listed) {
@@ -399,20 +399,20 @@ impl DataPath {
         }
         self.own_targets_map
             .set(0, self.own_targets, 0)
-            .with_context(|| format!("cannot add pid {pid} to the traced processes"))
+            .map_err(failed)
     }
 
     /// Lets the probes that `masks` name record from now on, and no others: a probe hit after
     /// this returns sees them.
-    pub fn set_recording(&mut self, masks: &RecordingMasks) -> Result<()> {
+    pub fn set_recording(&mut self, masks: &RecordingMasks) -> Result<(), CaptureError> {
         self.recording
             .set(0, masks, 0)
-            .context("cannot change which probes record")
+            .map_err(CaptureError::SetRecording)
     }
 
     /// Tells the BPF side the return addresses of library `id`'s own calls of traced functions
     /// (file offsets).
-    pub fn add_call_sites(&mut self, id: u64, sites: &[u64]) -> Result<()> {
+    pub fn add_call_sites(&mut self, id: u64, sites: &[u64]) -> Result<(), MapError> {
         for &site in sites {
             self.call_sites.insert(call_site_key(id, site), 1, 0)?;
         }
@@ -420,8 +420,8 @@ impl DataPath {
     }
 
     /// Tells the BPF side what it needs of process `pid`'s C library.
-    pub fn set_library(&mut self, pid: u32, library: ProcessLibrary) -> Result<()> {
-        Ok(self.libraries.insert(pid, library, 0)?)
+    pub fn set_library(&mut self, pid: u32, library: ProcessLibrary) -> Result<(), MapError> {
+        self.libraries.insert(pid, library, 0)
     }
 
     /// The targets that exec'd since the last call, each with its exec's monotonic time, in
@@ -442,10 +442,10 @@ impl DataPath {
 
     /// Duplicates of the ring buffers' descriptors, readable when the BPF side forces a wakeup
     /// (of the rings here: taken before any are shared out).
-    pub fn ring_fds(&self) -> Result<Vec<OwnedFd>> {
+    pub fn ring_fds(&self) -> io::Result<Vec<OwnedFd>> {
         // Before `share_rings`: afterwards this holds only its own share.
         let dup = |(_, ring): &(u32, Ring)| ring.as_fd().try_clone_to_owned();
-        Ok(self.rings.rings.iter().map(dup).collect::<Result<_, _>>()?)
+        self.rings.rings.iter().map(dup).collect()
     }
 
     /// Hands the records now in the rings not shared out (`share_rings`) to `sink` (see
@@ -485,29 +485,34 @@ impl DataPath {
     }
 
     /// Records the BPF programs could not reserve room for so far, per CPU.
-    pub fn lost_per_cpu(&self) -> Result<Vec<u64>> {
+    pub fn lost_per_cpu(&self) -> Result<Vec<u64>, CaptureError> {
         let per_cpu = self
             .lost
             .get(&LOST_TOTAL, 0)
-            .context("cannot read the lost-record counters")?;
+            .map_err(CaptureError::ReadLost)?;
         Ok(per_cpu.iter().copied().collect())
     }
 }
 
-fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<Ring>> {
-    let cpus = aya::util::nr_cpus().map_err(|(path, e)| anyhow!("{path}: {e}"))?;
-    anyhow::ensure!(
-        cpus <= MAX_CPUS as usize,
-        "{cpus} CPUs: at most {MAX_CPUS} are supported"
-    );
+fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<Ring>, CaptureError> {
+    let cpus =
+        aya::util::nr_cpus().map_err(|(path, source)| CaptureError::Cpus { path, source })?;
+    if cpus > MAX_CPUS as usize {
+        return Err(CaptureError::TooManyCpus { cpus });
+    }
     let mut slots: ArrayOfMaps<MapData, MapData> =
         ArrayOfMaps::try_from(loaded.take_map(names::RING_BUFFERS)?)?;
     (0..cpus as u32)
         .map(|cpu| {
             let definition =
                 aya_obj::Map::new_from_params(BPF_MAP_TYPE_RINGBUF as u32, 0, 0, ring_bytes, 0);
-            let ring = MapData::create(definition, &format!("thr_ring{cpu}"), None)
-                .with_context(|| format!("cannot create a {ring_bytes}-byte ring buffer"))?;
+            let ring =
+                MapData::create(definition, &format!("thr_ring{cpu}"), None).map_err(|source| {
+                    CaptureError::CreateRing {
+                        bytes: ring_bytes,
+                        source,
+                    }
+                })?;
             slots.set(cpu, &ring, 0)?;
             Ring::new(ring.fd().as_fd().try_clone_to_owned()?, ring_bytes as usize)
         })

@@ -5,11 +5,11 @@
 
 use std::{sync::mpsc, thread::JoinHandle};
 
-use anyhow::{Context, Result, anyhow};
 use tracer_common::{RawRecord, record::UserStack};
 use tracer_model::TraceRecord;
 
 use super::{
+    CaptureError,
     datapath::{Drained, Rings},
     decode::Decoder,
 };
@@ -111,7 +111,7 @@ struct DrawThread {
 }
 
 impl DrawThreads {
-    pub fn start(shares: Vec<Rings>, decoder: &Decoder) -> Result<Self> {
+    pub fn start(shares: Vec<Rings>, decoder: &Decoder) -> Result<Self, CaptureError> {
         let threads = (1..)
             .zip(shares)
             .map(|(n, mut rings)| {
@@ -129,7 +129,7 @@ impl DrawThreads {
                         }
                     }
                 })
-                .context("cannot start a thread to drain the rings")?;
+                .map_err(CaptureError::StartDrawer)?;
                 Ok(DrawThread {
                     passes,
                     drawn,
@@ -137,38 +137,36 @@ impl DrawThreads {
                     handle,
                 })
             })
-            .collect::<Result<_>>()?;
+            .collect::<Result<_, CaptureError>>()?;
         Ok(DrawThreads { threads })
     }
 
     /// Has each thread begin a pass over its share of the rings.
-    pub fn begin_pass(&mut self) -> Result<()> {
+    pub fn begin_pass(&mut self) -> Result<(), CaptureError> {
         for thread in &mut self.threads {
             thread
                 .passes
                 .send(std::mem::take(&mut thread.spare))
-                .map_err(|_| stopped())?;
+                .map_err(|_| CaptureError::DrawerStopped)?;
         }
         Ok(())
     }
 
     /// Waits for the pass each thread began, hands what it drew to `take`, and returns what
     /// they read together.
-    pub fn end_pass(&mut self, mut take: impl FnMut(Pulled)) -> Result<Drained> {
+    pub fn end_pass(&mut self, mut take: impl FnMut(Pulled)) -> Result<Drained, CaptureError> {
         let mut read = Drained::default();
         for thread in &mut self.threads {
-            let (mut batch, drained) = thread.drawn.recv().map_err(|_| stopped())?;
+            let (mut batch, drained) = thread
+                .drawn
+                .recv()
+                .map_err(|_| CaptureError::DrawerStopped)?;
             batch.drain(..).for_each(&mut take);
             thread.spare = batch;
             read = read.merge(drained);
         }
         Ok(read)
     }
-}
-
-/// A drawing thread is gone: it panicked (said on stderr).
-fn stopped() -> anyhow::Error {
-    anyhow!("a thread that drains the ring buffers has stopped")
 }
 
 impl Drop for DrawThreads {

@@ -22,8 +22,11 @@ use aya_obj::generated::{
 use rustix::mount::{MountFlags, mount};
 use tracer_common::names;
 
-use super::loader::{self, Loaded};
-use crate::sys::{SyscallError, bpf, perf};
+use super::loader::{self, LoadError, Loaded};
+use crate::{
+    error::OneLine,
+    sys::{SyscallError, bpf, perf},
+};
 
 /// How the futex programs are hooked into the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,22 +107,34 @@ pub enum FutexHookError {
         /// The tracepoint's name.
         name: &'static str,
     },
-    /// The kernel refused the program or its attachment.
-    #[error("{what}: {source:#}")]
-    Refused {
+    // The session says these within lines of its own ("not fentry: ..."): each says its
+    // cause whole, which is therefore not its source too.
+    /// The program could not be loaded, or attached by name.
+    #[error("{what}: {}", OneLine(.cause))]
+    ProgramRefused {
         /// What was refused.
         what: String,
-        /// Why.
-        source: anyhow::Error,
+        cause: Box<LoadError>,
+    },
+    /// The kernel refused to attach the program.
+    #[error("{what}: {}", OneLine(.cause))]
+    AttachRefused {
+        /// What was refused.
+        what: String,
+        cause: SyscallError,
     },
 }
 
 impl FutexHookError {
-    fn refused(what: impl Into<String>, source: impl Into<anyhow::Error>) -> Self {
-        FutexHookError::Refused {
-            what: what.into(),
-            source: source.into(),
+    fn program(what: String) -> impl FnOnce(LoadError) -> Self {
+        |cause| FutexHookError::ProgramRefused {
+            what,
+            cause: Box::new(cause),
         }
+    }
+
+    fn attach(what: String) -> impl FnOnce(SyscallError) -> Self {
+        |cause| FutexHookError::AttachRefused { what, cause }
     }
 }
 
@@ -160,9 +175,9 @@ pub fn attach(
                 let what = || format!("{program} on raw_syscalls:{tracepoint}");
                 let fd = loaded
                     .load_program(program, BPF_PROG_TYPE_RAW_TRACEPOINT, None)
-                    .map_err(|e| FutexHookError::refused(what(), e))?;
+                    .map_err(FutexHookError::program(what()))?;
                 let link = loader::attach_raw_tracepoint(&fd, tracepoint)
-                    .map_err(|e| FutexHookError::refused(what(), e))?;
+                    .map_err(FutexHookError::program(what()))?;
                 hooked.add(fd, link);
             }
             Ok(hooked)
@@ -190,8 +205,8 @@ fn attach_fentry(
             let what = || format!("{program} on {name}");
             let fd = loaded
                 .load_tracing_program(program, attach_type, id)
-                .map_err(|e| FutexHookError::refused(what(), e))?;
-            let link = attach_tracing(&fd).map_err(|e| FutexHookError::refused(what(), e))?;
+                .map_err(FutexHookError::program(what()))?;
+            let link = attach_tracing(&fd).map_err(FutexHookError::attach(what()))?;
             hooked.add(fd, link);
         }
     }
@@ -222,9 +237,8 @@ fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Hooked, FutexHookError>
             let what = || format!("{program} on syscalls:{name}");
             let fd = loaded
                 .load_program(program, BPF_PROG_TYPE_TRACEPOINT, None)
-                .map_err(|e| FutexHookError::refused(what(), e))?;
-            let link =
-                attach_perf_tracepoint(&fd, id).map_err(|e| FutexHookError::refused(what(), e))?;
+                .map_err(FutexHookError::program(what()))?;
+            let link = attach_perf_tracepoint(&fd, id).map_err(FutexHookError::attach(what()))?;
             hooked.add(fd, link);
         }
     }

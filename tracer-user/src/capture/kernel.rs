@@ -4,13 +4,35 @@
 
 use std::{collections::BTreeMap, io, os::fd::AsRawFd};
 
-use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Backend, Btf, Type};
 use rustix::time::{ClockId, clock_getres, clock_gettime};
 
 use super::features::KernelTooOld;
 
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Why kernel BTF did not give what the BPF programs need.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error(transparent)]
+    KernelTooOld(#[from] KernelTooOld),
+    #[error("cannot read kernel BTF at {VMLINUX_BTF}")]
+    Copy(#[source] io::Error),
+    // btf-rs says its own source in its message (`i/o error: ...`): said once, as its text.
+    #[error("cannot read kernel BTF at {VMLINUX_BTF}: {0}")]
+    Unreadable(btf_rs::Error),
+    #[error("{0}")]
+    Lookup(btf_rs::Error),
+    #[error("kernel BTF has no struct {0}")]
+    NoStruct(&'static str),
+    #[error("kernel BTF has no member {name} in struct {owner}")]
+    NoMember {
+        owner: &'static str,
+        name: &'static str,
+    },
+    #[error("kernel BTF's task_struct.thread is not a struct")]
+    ThreadNotAStruct,
+}
 
 /// How kernel BTF was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,8 +56,7 @@ impl BtfAccess {
 
 /// Kernel BTF, mapped where the kernel allows it, else read into memory first. No BTF at all
 /// (a kernel built without `CONFIG_DEBUG_INFO_BTF`) is a [`KernelTooOld`] that says so.
-fn kernel_btf() -> Result<(Btf, BtfAccess)> {
-    let unreadable = || format!("cannot read kernel BTF at {VMLINUX_BTF}");
+fn kernel_btf() -> Result<(Btf, BtfAccess), BtfError> {
     if !std::path::Path::new(VMLINUX_BTF).exists() {
         return Err(KernelTooOld::lacking(format!(
             "kernel BTF ({VMLINUX_BTF}: built without CONFIG_DEBUG_INFO_BTF=y)"
@@ -46,12 +67,10 @@ fn kernel_btf() -> Result<(Btf, BtfAccess)> {
     if let Ok(btf) = Btf::from_file_with_backend(VMLINUX_BTF, Backend::Mmap) {
         return Ok((btf, BtfAccess::Mapped));
     }
-    let copy = copy_to_memory(VMLINUX_BTF).with_context(unreadable)?;
+    let copy = copy_to_memory(VMLINUX_BTF).map_err(BtfError::Copy)?;
     // The memfd by its /proc path: btf-rs maps a file it opens by name.
     let path = format!("/proc/self/fd/{}", copy.as_raw_fd());
-    let btf = Btf::from_file_with_backend(&path, Backend::Mmap)
-        .map_err(|e| anyhow!("{e}"))
-        .with_context(unreadable)?;
+    let btf = Btf::from_file_with_backend(&path, Backend::Mmap).map_err(BtfError::Unreadable)?;
     Ok((btf, BtfAccess::Copied))
 }
 
@@ -89,7 +108,7 @@ pub struct KernelBtf {
 
 impl KernelBtf {
     /// Reads kernel BTF once, for the offsets and the ids of `functions`.
-    pub fn read(functions: &[&'static str]) -> Result<Self> {
+    pub fn read(functions: &[&'static str]) -> Result<Self, BtfError> {
         let (btf, access) = kernel_btf()?;
         let offsets = TaskOffsets::from_btf(&btf)?;
         // Each a scan of the type table: asked only when the futex programs are loaded.
@@ -116,18 +135,17 @@ impl TaskOffsets {
     /// Looks `task_struct` up by name once: a lookup by name scans the kernel's whole type
     /// table, a good part of the tracer's start-up. `thread_struct` is reached through the type
     /// of `task_struct.thread`.
-    fn from_btf(btf: &Btf) -> Result<Self> {
+    fn from_btf(btf: &Btf) -> Result<Self, BtfError> {
         let task = struct_named(btf, "task_struct")?;
-        let member = |s: &btf_rs::Struct, owner: &str, name: &str| {
-            find_member(btf, s, name)
-                .ok_or_else(|| anyhow!("kernel BTF has no member {name} in struct {owner}"))
+        let member = |s: &btf_rs::Struct, owner: &'static str, name: &'static str| {
+            find_member(btf, s, name).ok_or(BtfError::NoMember { owner, name })
         };
-        let offset = |s: &btf_rs::Struct, owner: &str, name: &str| {
+        let offset = |s: &btf_rs::Struct, owner: &'static str, name: &'static str| {
             member(s, owner, name).map(|(bits, _)| u64::from(bits / 8))
         };
         let (thread_bits, thread) = member(&task, "task_struct", "thread")?;
         let Ok(Type::Struct(thread_struct)) = btf.resolve_chained_type(&thread) else {
-            bail!("kernel BTF's task_struct.thread is not a struct");
+            return Err(BtfError::ThreadNotAStruct);
         };
         let offsets = TaskOffsets {
             fsbase: u64::from(thread_bits / 8) + offset(&thread_struct, "thread_struct", "fsbase")?,
@@ -140,17 +158,15 @@ impl TaskOffsets {
 }
 
 /// The struct called `name`.
-fn struct_named(btf: &Btf, name: &str) -> Result<btf_rs::Struct> {
-    let types = btf
-        .resolve_types_by_name(name)
-        .map_err(|e| anyhow!("{e}"))?;
+fn struct_named(btf: &Btf, name: &'static str) -> Result<btf_rs::Struct, BtfError> {
+    let types = btf.resolve_types_by_name(name).map_err(BtfError::Lookup)?;
     types
         .into_iter()
         .find_map(|ty| match ty {
             Type::Struct(s) => Some(s),
             _ => None,
         })
-        .ok_or_else(|| anyhow!("kernel BTF has no struct {name}"))
+        .ok_or(BtfError::NoStruct(name))
 }
 
 /// The bit offset of `member` in `s`, looking into anonymous structs and unions, and the

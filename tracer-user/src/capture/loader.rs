@@ -8,25 +8,113 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
+    ffi::NulError,
     os::fd::{AsFd, AsRawFd, OwnedFd},
 };
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
-use aya::maps::{Map, MapData};
+use aya::maps::{Map, MapData, MapError};
 use aya_obj::{
-    EbpfSectionKind, Object,
+    EbpfSectionKind, Object, ParseError,
+    btf::BtfError,
     generated::{
         BPF_PSEUDO_KFUNC_CALL, bpf_attach_type, bpf_insn,
         bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
         bpf_prog_type::{self, BPF_PROG_TYPE_TRACING},
     },
+    relocation::EbpfRelocationError,
 };
 use tracer_common::kfuncs;
 
-use crate::sys::bpf::{self, MapShape};
+use crate::sys::{
+    SyscallError,
+    bpf::{self, MapShape},
+};
 
 /// Size of the verifier log kept when the kernel rejects a program.
 const VERIFIER_LOG_BYTES: usize = 1 << 20;
+
+/// Why the BPF object, one of its maps or one of its programs was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot parse the BPF object")]
+    Parse(#[source] ParseError),
+    #[error("the BPF object has CO-RE relocations, which this loader does not apply")]
+    CoreRelocations,
+    /// The globals userspace sets could not be written into the object's data.
+    #[error(transparent)]
+    Globals(ParseError),
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    #[error("the kernel rejected the BPF object's BTF")]
+    KernelRejectedBtf(#[source] SyscallError),
+    #[error("the BPF object has no map {0}")]
+    NoMap(String),
+    #[error("cannot create BPF map {name}")]
+    CreateMap { name: String, source: MapError },
+    #[error("cannot create BPF map {name}")]
+    CreateMapOfMaps { name: String, source: SyscallError },
+    #[error("BPF map {0} defines no inner map")]
+    NoInnerMap(String),
+    #[error("cannot create the inner map of BPF map {name}")]
+    CreateInnerMap { name: String, source: MapError },
+    #[error(
+        "cannot initialize BPF map {name}: BPF global data of {data} bytes for a map of \
+         {value}-byte values"
+    )]
+    GlobalDataSize {
+        name: String,
+        data: usize,
+        value: u32,
+    },
+    #[error("cannot initialize BPF map {name}")]
+    InitializeMap { name: String, source: SyscallError },
+    #[error(transparent)]
+    Relocation(#[from] EbpfRelocationError),
+    #[error(transparent)]
+    Map(#[from] MapError),
+    #[error("the BPF object has no program {0}")]
+    NoProgram(String),
+    #[error("cannot load BPF program {name}")]
+    LoadProgram {
+        name: String,
+        source: ProgramRefused,
+    },
+    #[error(transparent)]
+    TracepointName(#[from] NulError),
+    #[error("cannot attach to the {name} raw tracepoint")]
+    AttachTracepoint { name: String, source: SyscallError },
+}
+
+/// Why a program was not loaded: refused by the kernel, or by the check of its frames.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramRefused {
+    #[error(
+        "BPF program {name}: this kernel's verifier statistics do not give its stack depth in \
+         a form thrtrace-bpf reads, so it cannot check that no frame would run on a per-CPU \
+         stack a preempting run could overwrite; not loaded (please report the kernel version)"
+    )]
+    StackDepthUnread { name: String },
+    #[error(
+        "BPF program {name} has a {largest}-byte frame, which this kernel could run on a \
+         per-CPU stack that a preempting run would overwrite; not loaded (a build error: the \
+         programs keep frames, rounded up to 16 bytes, under {PRIVATE_STACK_FRAME}; its \
+         subprograms' frames, in the verifier's order: {depths:?})"
+    )]
+    FrameTooLarge {
+        name: String,
+        largest: u32,
+        depths: Vec<u32>,
+    },
+    // The call's error and errno are said before the verifier's words, so they are part of
+    // the message rather than its source.
+    #[error("{call}: {} (before the verifier ran)", .call.io_error)]
+    BeforeVerifier { call: SyscallError },
+    #[error("{call}: {}; verifier: {verifier}", .call.io_error)]
+    Verifier {
+        call: SyscallError,
+        verifier: String,
+    },
+}
 
 /// The object's maps, created, and its programs, relocated to them and ready to load.
 pub struct Loaded {
@@ -48,18 +136,18 @@ impl Loaded {
         globals: &[(&str, &[u8])],
         sizes: &[(&str, u32)],
         functions: &BTreeMap<&str, u32>,
-    ) -> Result<Self> {
-        let mut obj = Object::parse(object).context("cannot parse the BPF object")?;
-        ensure!(
-            !obj.has_btf_relocations(),
-            "the BPF object has CO-RE relocations, which this loader does not apply"
-        );
+    ) -> Result<Self, LoadError> {
+        let mut obj = Object::parse(object).map_err(LoadError::Parse)?;
+        if obj.has_btf_relocations() {
+            return Err(LoadError::CoreRelocations);
+        }
         obj.patch_map_data(
             globals
                 .iter()
                 .map(|&(name, bytes)| (name, (bytes, true)))
                 .collect(),
-        )?;
+        )
+        .map_err(LoadError::Globals)?;
         let btf = match aya::features().btf() {
             Some(features) => match obj.fixup_and_sanitize_btf(features)? {
                 Some(btf) => Some(load_btf(&btf.to_bytes())?),
@@ -73,10 +161,9 @@ impl Loaded {
         let mut definitions: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
         // As every global must exist, so must every map sized.
         for (sized, _) in sizes {
-            ensure!(
-                definitions.iter().any(|(name, _)| name == sized),
-                "the BPF object has no map {sized}"
-            );
+            if !definitions.iter().any(|(name, _)| name == sized) {
+                return Err(LoadError::NoMap((*sized).to_owned()));
+            }
         }
         definitions.sort_by_key(|(_, map)| map.map_type() == BPF_MAP_TYPE_ARRAY_OF_MAPS as u32);
         for (name, definition) in &mut definitions {
@@ -87,11 +174,14 @@ impl Loaded {
             let map = if definition.map_type() == BPF_MAP_TYPE_ARRAY_OF_MAPS as u32 {
                 create_map_of_maps(name, definition, btf_fd)?
             } else {
-                MapData::create(definition.clone(), name, btf_fd)
-                    .with_context(|| format!("cannot create BPF map {name}"))?
+                MapData::create(definition.clone(), name, btf_fd).map_err(|source| {
+                    LoadError::CreateMap {
+                        name: name.clone(),
+                        source,
+                    }
+                })?
             };
-            initialize(&map, definition)
-                .with_context(|| format!("cannot initialize BPF map {name}"))?;
+            initialize(name, &map, definition)?;
             maps.insert(name.clone(), map);
         }
         let text_sections: HashSet<usize> =
@@ -121,11 +211,11 @@ impl Loaded {
     }
 
     /// Map `name`, for userspace to read and write; it stays in the programs either way.
-    pub fn take_map(&mut self, name: &str) -> Result<Map> {
+    pub fn take_map(&mut self, name: &str) -> Result<Map, LoadError> {
         let data = self
             .maps
             .remove(name)
-            .ok_or_else(|| anyhow!("the BPF object has no map {name}"))?;
+            .ok_or_else(|| LoadError::NoMap(name.to_owned()))?;
         Ok(Map::from_map_data(data)?)
     }
 
@@ -135,7 +225,7 @@ impl Loaded {
         name: &str,
         prog_type: bpf_prog_type,
         attach_type: Option<bpf_attach_type>,
-    ) -> Result<OwnedFd> {
+    ) -> Result<OwnedFd, LoadError> {
         self.load(name, prog_type, attach_type, 0)
     }
 
@@ -146,7 +236,7 @@ impl Loaded {
         name: &str,
         attach_type: bpf_attach_type,
         function: u32,
-    ) -> Result<OwnedFd> {
+    ) -> Result<OwnedFd, LoadError> {
         self.load(name, BPF_PROG_TYPE_TRACING, Some(attach_type), function)
     }
 
@@ -156,12 +246,12 @@ impl Loaded {
         prog_type: bpf_prog_type,
         attach_type: Option<bpf_attach_type>,
         attach_btf_id: u32,
-    ) -> Result<OwnedFd> {
+    ) -> Result<OwnedFd, LoadError> {
         let program = self
             .object
             .programs
             .get(name)
-            .ok_or_else(|| anyhow!("the BPF object has no program {name}"))?;
+            .ok_or_else(|| LoadError::NoProgram(name.to_owned()))?;
         let function = &self.object.functions[&program.function_key()];
         let attach = Attach {
             attach_type,
@@ -171,8 +261,10 @@ impl Loaded {
         for instruction in &mut instructions {
             link_kfunc_call(instruction, &self.kfuncs);
         }
-        prog_load(name, prog_type, attach, &instructions)
-            .with_context(|| format!("cannot load BPF program {name}"))
+        prog_load(name, prog_type, attach, &instructions).map_err(|source| LoadError::LoadProgram {
+            name: name.to_owned(),
+            source,
+        })
     }
 }
 
@@ -214,13 +306,17 @@ fn create_map_of_maps(
     name: &str,
     definition: &aya_obj::Map,
     btf_fd: Option<std::os::fd::BorrowedFd<'_>>,
-) -> Result<MapData> {
+) -> Result<MapData, LoadError> {
     let mut inner = definition
         .inner()
-        .ok_or_else(|| anyhow!("BPF map {name} defines no inner map"))?;
+        .ok_or_else(|| LoadError::NoInnerMap(name.to_owned()))?;
     as_the_kernel_takes_it(&mut inner);
-    let inner = MapData::create(inner, &format!("{name}.inner"), btf_fd)
-        .with_context(|| format!("cannot create the inner map of BPF map {name}"))?;
+    let inner = MapData::create(inner, &format!("{name}.inner"), btf_fd).map_err(|source| {
+        LoadError::CreateInnerMap {
+            name: name.to_owned(),
+            source,
+        }
+    })?;
     let fd = bpf::map_create(
         name,
         MapShape {
@@ -232,33 +328,41 @@ fn create_map_of_maps(
         },
         Some(inner.fd().as_fd()),
     )
-    .with_context(|| format!("cannot create BPF map {name}"))?;
+    .map_err(|source| LoadError::CreateMapOfMaps {
+        name: name.to_owned(),
+        source,
+    })?;
     Ok(MapData::from_fd(fd)?)
 }
 
-/// Writes a global-data map's initial bytes, and freezes read-only data, so that the verifier
-/// knows its values.
-fn initialize(map: &MapData, definition: &aya_obj::Map) -> Result<()> {
+/// Writes the initial bytes of global-data map `name`, and freezes read-only data, so that
+/// the verifier knows its values.
+fn initialize(name: &str, map: &MapData, definition: &aya_obj::Map) -> Result<(), LoadError> {
+    let failed = |source| LoadError::InitializeMap {
+        name: name.to_owned(),
+        source,
+    };
     let data = definition.data();
     if !data.is_empty() {
         // A global-data map's one value is its section's data, which aya-obj sizes it for.
-        ensure!(
-            usize::try_from(definition.value_size()) == Ok(data.len()),
-            "BPF global data of {} bytes for a map of {}-byte values",
-            data.len(),
-            definition.value_size()
-        );
+        if usize::try_from(definition.value_size()) != Ok(data.len()) {
+            return Err(LoadError::GlobalDataSize {
+                name: name.to_owned(),
+                data: data.len(),
+                value: definition.value_size(),
+            });
+        }
         // SAFETY: `data` is as long as the map's values (checked above).
-        unsafe { bpf::map_update_elem(map.fd().as_fd(), 0, data) }?;
+        unsafe { bpf::map_update_elem(map.fd().as_fd(), 0, data) }.map_err(failed)?;
     }
     if definition.section_kind() == EbpfSectionKind::Rodata {
-        bpf::map_freeze(map.fd().as_fd())?;
+        bpf::map_freeze(map.fd().as_fd()).map_err(failed)?;
     }
     Ok(())
 }
 
-fn load_btf(bytes: &[u8]) -> Result<OwnedFd> {
-    bpf::btf_load(bytes).context("the kernel rejected the BPF object's BTF")
+fn load_btf(bytes: &[u8]) -> Result<OwnedFd, LoadError> {
+    bpf::btf_load(bytes).map_err(LoadError::KernelRejectedBtf)
 }
 
 /// Bytes of the statistics-only verifier log every load asks for: a few lines.
@@ -325,7 +429,7 @@ fn prog_load(
     prog_type: bpf_prog_type,
     attach: Attach,
     instructions: &[aya_obj::generated::bpf_insn],
-) -> Result<OwnedFd> {
+) -> Result<OwnedFd, ProgramRefused> {
     let request = program(name, prog_type, attach, instructions);
     let mut stats = vec![0u8; STATS_LOG_BYTES];
     if let Ok(program) = bpf::prog_load(request, LOG_STATS, &mut stats) {
@@ -334,35 +438,31 @@ fn prog_load(
         // Unread, the frames could not be checked: a kernel that words its statistics in a
         // third way is refused, not trusted.
         let Some(largest) = largest else {
-            bail!(
-                "BPF program {name}: this kernel's verifier statistics do not give its stack \
-                 depth in a form thrtrace-bpf reads, so it cannot check that no frame would run \
-                 on a per-CPU stack a preempting run could overwrite; not loaded (please report \
-                 the kernel version)"
-            );
+            return Err(ProgramRefused::StackDepthUnread {
+                name: name.to_owned(),
+            });
         };
-        ensure!(
-            jit_frame(largest) < PRIVATE_STACK_FRAME,
-            "BPF program {name} has a {largest}-byte frame, which this kernel could run on a per-CPU \
-             stack that a preempting run would overwrite; not loaded (a build error: the \
-             programs keep frames, rounded up to 16 bytes, under {PRIVATE_STACK_FRAME}; its \
-             subprograms' frames, in the verifier's order: {depths:?})"
-        );
+        if jit_frame(largest) >= PRIVATE_STACK_FRAME {
+            return Err(ProgramRefused::FrameTooLarge {
+                name: name.to_owned(),
+                largest,
+                depths,
+            });
+        }
         return Ok(program);
     }
     let mut log = vec![0u8; VERIFIER_LOG_BYTES];
-    bpf::prog_load(request, LOG_FULL, &mut log).map_err(|error| {
+    bpf::prog_load(request, LOG_FULL, &mut log).map_err(|call| {
         let log = log_text(&log);
         let tail: Vec<&str> = log.lines().rev().take(5).collect();
-        let errno = &error.io_error;
         // Refused before the verifier ran (a policy, a missing kernel feature): no log.
         if tail.is_empty() {
-            return anyhow!("{error}: {errno} (before the verifier ran)");
+            return ProgramRefused::BeforeVerifier { call };
         }
-        anyhow!(
-            "{error}: {errno}; verifier: {}",
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        )
+        ProgramRefused::Verifier {
+            call,
+            verifier: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+        }
     })
 }
 
@@ -454,10 +554,14 @@ pub fn load_to_ask(
 
 /// Attaches a raw tracepoint program to tracepoint `name` (no tracefs needed); the link lives
 /// as long as the descriptor.
-pub fn attach_raw_tracepoint(program: &OwnedFd, name: &str) -> Result<OwnedFd> {
+pub fn attach_raw_tracepoint(program: &OwnedFd, name: &str) -> Result<OwnedFd, LoadError> {
     let name_c = std::ffi::CString::new(name)?;
-    bpf::raw_tracepoint_open(program.as_fd(), Some(&name_c))
-        .with_context(|| format!("cannot attach to the {name} raw tracepoint"))
+    bpf::raw_tracepoint_open(program.as_fd(), Some(&name_c)).map_err(|source| {
+        LoadError::AttachTracepoint {
+            name: name.to_owned(),
+            source,
+        }
+    })
 }
 
 #[cfg(test)]

@@ -15,10 +15,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{HashMap, Map, MapData, MapError};
 use rustix::process::{Pid, Signal, kill_process};
-use tracer_common::{STOP_SENT, names};
+use tracer_common::STOP_SENT;
+
+use super::CaptureError;
 
 /// How long the end of a trace waits for the exec-following thread to let go of the threads it
 /// holds stopped.
@@ -37,7 +38,7 @@ pub struct Stopped {
 
 impl Stopped {
     /// Over the BPF object's `STOPPED` map.
-    pub fn new(map: Map, lossless: bool, follows: bool) -> Result<Self> {
+    pub fn new(map: Map, lossless: bool, follows: bool) -> Result<Self, MapError> {
         Ok(Stopped {
             map: HashMap::try_from(map)?,
             lossless,
@@ -131,9 +132,9 @@ pub struct StoppedView(HashMap<MapData, u32, u32>);
 
 impl StoppedView {
     /// A second handle on the `STOPPED` map.
-    pub fn of(map: &Map) -> Result<Self> {
+    pub fn of(map: &Map) -> Result<Self, CaptureError> {
         let Map::HashMap(data) = map else {
-            bail!("the {} map is not a hash map", names::STOPPED);
+            return Err(CaptureError::StoppedNotAHashMap);
         };
         let fd = data.fd().as_fd().try_clone_to_owned()?;
         let data = MapData::from_fd(fd)?;

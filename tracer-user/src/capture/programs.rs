@@ -4,13 +4,15 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use anyhow::{Context, Result};
 use aya_obj::generated::{
     bpf_attach_type::{self, BPF_TRACE_UPROBE_MULTI},
     bpf_prog_type::BPF_PROG_TYPE_KPROBE,
 };
 
-use super::loader::{Loaded, trivial_program};
+use super::{
+    CaptureError,
+    loader::{LoadError, Loaded, trivial_program},
+};
 use crate::sys::bpf::{self, UprobeMulti};
 
 /// How probes are attached.
@@ -72,8 +74,12 @@ pub struct ProgramNames {
 
 impl Programs {
     /// Loads the programs `names` of the loaded object, to be attached by `mechanism`.
-    pub fn load(loaded: &Loaded, names: ProgramNames, mechanism: UprobeMechanism) -> Result<Self> {
-        let load = |name: &'static str| -> Result<UprobeProgram> {
+    pub fn load(
+        loaded: &Loaded,
+        names: ProgramNames,
+        mechanism: UprobeMechanism,
+    ) -> Result<Self, LoadError> {
+        let load = |name: &'static str| -> Result<UprobeProgram, LoadError> {
             let fd = loaded.load_program(name, BPF_PROG_TYPE_KPROBE, mechanism.attach_type())?;
             Ok(UprobeProgram { name, fd })
         };
@@ -86,7 +92,7 @@ impl Programs {
 
     /// Each program's runs and the nanoseconds they took, as the kernel counts them while
     /// `kernel.bpf_stats_enabled` is set (none otherwise).
-    pub fn run_times(&self) -> Result<Vec<RunTime>> {
+    pub fn run_times(&self) -> Result<Vec<RunTime>, CaptureError> {
         [&self.entry, &self.exit, &self.fast]
             .into_iter()
             .map(UprobeProgram::run_time)
@@ -114,9 +120,11 @@ impl UprobeProgram {
         &self.fd
     }
 
-    fn run_time(&self) -> Result<RunTime> {
-        let info = bpf::prog_info(self.fd.as_fd())
-            .with_context(|| format!("cannot read BPF program {}'s run times", self.name))?;
+    fn run_time(&self) -> Result<RunTime, CaptureError> {
+        let info = bpf::prog_info(self.fd.as_fd()).map_err(|source| CaptureError::RunTimes {
+            program: self.name,
+            source,
+        })?;
         Ok(RunTime {
             program: self.name,
             runs: info.run_cnt,

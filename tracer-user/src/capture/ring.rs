@@ -14,8 +14,9 @@ use std::{
     sync::atomic::{AtomicU32, AtomicUsize, Ordering},
 };
 
-use anyhow::{Context, Result, ensure};
 use rustix::mm::{MapFlags, ProtFlags, mmap, munmap};
+
+use super::CaptureError;
 
 /// The kernel's record header: a length word (with these flags) and a page offset word.
 const HEADER_BYTES: usize = 8;
@@ -29,7 +30,12 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn new(fd: BorrowedFd<'_>, offset: u64, len: usize, writable: bool) -> Result<Self> {
+    fn new(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        writable: bool,
+    ) -> Result<Self, CaptureError> {
         let protection = if writable {
             ProtFlags::READ | ProtFlags::WRITE
         } else {
@@ -47,9 +53,9 @@ impl Mapping {
                 offset,
             )
         }
-        .context("cannot map a ring buffer")?;
+        .map_err(CaptureError::MapRing)?;
         Ok(Mapping {
-            start: NonNull::new(start.cast()).context("a ring buffer mapped at address 0")?,
+            start: NonNull::new(start.cast()).ok_or(CaptureError::RingAtZero)?,
             len,
         })
     }
@@ -101,12 +107,11 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     /// Maps the ring buffer behind `fd`, of `data_bytes` (a power of two of pages).
-    pub fn new(fd: OwnedFd, data_bytes: usize) -> Result<Self> {
+    pub fn new(fd: OwnedFd, data_bytes: usize) -> Result<Self, CaptureError> {
         let page = rustix::param::page_size();
-        ensure!(
-            data_bytes.is_power_of_two() && data_bytes >= page,
-            "a ring buffer of {data_bytes} bytes: not a power of two of pages"
-        );
+        if !data_bytes.is_power_of_two() || data_bytes < page {
+            return Err(CaptureError::RingSize(data_bytes));
+        }
         let consumer = Mapping::new(fd.as_fd(), 0, page, true)?;
         let producer = Mapping::new(fd.as_fd(), page as u64, page + 2 * data_bytes, false)?;
         Ok(Ring {
