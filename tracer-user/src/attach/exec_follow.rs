@@ -17,7 +17,6 @@
 
 use std::{collections::HashSet, io, sync::mpsc as sync_mpsc, thread, time::Duration};
 
-use anyhow::{Context, Result};
 use rustix::process::{Pid, Signal, kill_process};
 use tokio::sync::mpsc;
 
@@ -27,9 +26,27 @@ use super::{
 };
 use crate::{
     capture::lossless::StoppedView,
+    error::OneLine,
     priority::Rank,
     sys::{SyscallError, process, ptrace},
 };
+
+/// Why the targets' execs could not be followed.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error("cannot start the exec-following thread")]
+    Start(#[source] io::Error),
+    #[error("the exec-following thread ended before it attached to the targets")]
+    Ended(#[source] sync_mpsc::RecvError),
+    /// The threads of a target could not be listed.
+    #[error(transparent)]
+    Threads(#[from] io::Error),
+    #[error(transparent)]
+    Seize(#[from] SyscallError),
+    /// The launched command could not be let go on.
+    #[error(transparent)]
+    Continue(#[from] rustix::io::Errno),
+}
 
 /// What following the targets reports to the session.
 pub enum Followed {
@@ -73,7 +90,7 @@ pub fn start(
     launched: Option<u32>,
     functions: Vec<&'static str>,
     stopped: Option<StoppedView>,
-) -> Result<mpsc::UnboundedReceiver<Followed>> {
+) -> Result<mpsc::UnboundedReceiver<Followed>, FollowError> {
     let (requests, received) = mpsc::unbounded_channel();
     let (seized, all_seized) = sync_mpsc::sync_channel(1);
     // Every fork, clone and exec of a target waits for this thread.
@@ -81,15 +98,19 @@ pub fn start(
         for &pid in &pids {
             if let Err(error) = seize_process(pid) {
                 say!(
-                    "thrtrace-bpf: cannot follow the execs of pid {pid} ({error:#}); is a \
-                     debugger attached? Its forks are still followed"
+                    "thrtrace-bpf: cannot follow the execs of pid {pid} ({}); is a debugger \
+                     attached? Its forks are still followed",
+                    OneLine(&error)
                 );
             }
         }
         if let Some(pid) = launched
             && let Err(error) = seize_and_continue(pid)
         {
-            say!("thrtrace-bpf: cannot follow the execs of the command: {error:#}");
+            say!(
+                "thrtrace-bpf: cannot follow the execs of the command: {}",
+                OneLine(&error)
+            );
         }
         let _ = seized.send(());
         Follower {
@@ -100,15 +121,13 @@ pub fn start(
         }
         .run();
     })
-    .context("cannot start the exec-following thread")?;
-    all_seized
-        .recv()
-        .context("the exec-following thread ended before it attached to the targets")?;
+    .map_err(FollowError::Start)?;
+    all_seized.recv().map_err(FollowError::Ended)?;
     Ok(received)
 }
 
 /// Attaches to every thread of `pid`, again until no new thread has appeared meanwhile.
-fn seize_process(pid: u32) -> Result<()> {
+fn seize_process(pid: u32) -> Result<(), FollowError> {
     let mut seized: HashSet<libc::pid_t> = HashSet::new();
     loop {
         let tasks: Vec<libc::pid_t> = std::fs::read_dir(format!("/proc/{pid}/task"))?
@@ -135,7 +154,7 @@ fn seize(tid: libc::pid_t) -> Result<(), SyscallError> {
 }
 
 /// Attaches to the launched command `pid`, which its launcher left stopped, and lets it go on.
-fn seize_and_continue(pid: u32) -> Result<()> {
+fn seize_and_continue(pid: u32) -> Result<(), FollowError> {
     seize(pid as libc::pid_t)?;
     if let Some(process) = Pid::from_raw(pid as i32) {
         kill_process(process, Signal::CONT)?;
@@ -252,7 +271,10 @@ impl Follower {
             Ok(Loader::Exited(_)) => return,
             Ok(Loader::ExitStop(status)) => return self.stopped(pid, status),
             Err(error) => {
-                say!("thrtrace-bpf: cannot follow pid {pid} through exec: {error:#}");
+                say!(
+                    "thrtrace-bpf: cannot follow pid {pid} through exec: {}",
+                    OneLine(&error)
+                );
                 return resume(pid, 0);
             }
         }
@@ -275,7 +297,7 @@ impl Follower {
                     let _ = answered.recv();
                 }
             }
-            Err(error) => say!("thrtrace-bpf: pid {pid} after exec: {error:#}"),
+            Err(error) => say!("thrtrace-bpf: pid {pid} after exec: {}", OneLine(&error)),
         }
         resume(pid, 0);
     }

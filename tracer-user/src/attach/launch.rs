@@ -18,12 +18,11 @@ use std::{
     process::{Child, Command, ExitStatus},
 };
 
-use anyhow::{Context, Result, bail};
-
-use super::targets::{self, PthreadLibrary};
+use super::targets::{self, MapsError, PthreadLibrary};
 use crate::{
+    error::EXIT_FAILURE,
     signals, sudo,
-    sys::{process, ptrace},
+    sys::{SyscallError, process, ptrace},
 };
 
 /// How many syscall stops the loader may take before we stop waiting for it.
@@ -32,28 +31,47 @@ const MAX_SYSCALL_STOPS: u32 = 20_000;
 /// arch_prctl's request that sets the FS base, the thread pointer (asm/prctl.h).
 const ARCH_SET_FS: u64 = 0x1002;
 
-/// The command could not be started: exit status 127 (not found) or 126 (not executable),
-/// as shells and `env` use.
+/// Why the command could not be started, or not be stepped to where its probes go.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot run '{command}'")]
-pub struct LaunchError {
-    pub command: String,
-    pub source: io::Error,
+pub enum LaunchError {
+    /// Not found, or not executable.
+    #[error("cannot run '{command}'")]
+    CannotRun { command: String, source: io::Error },
+    #[error("the command exited before it could be traced")]
+    ExitedAtStart,
+    #[error("the command stopped at its exit under ptrace")]
+    StoppedAtExit,
+    #[error("cannot step the command")]
+    Step(#[source] SyscallError),
+    #[error("cannot read the command's registers")]
+    Registers(#[source] SyscallError),
+    #[error("cannot wait for the command")]
+    Wait(#[source] SyscallError),
+    #[error("cannot release the command from ptrace")]
+    Release(#[source] SyscallError),
+    #[error("the command ended as it was handed over")]
+    EndedAtHandOver,
+    #[error(transparent)]
+    Maps(#[from] MapsError),
 }
 
 impl LaunchError {
+    /// A command that cannot be run exits 127 (not found) or 126 (not executable), as shells
+    /// and `env` do; any other failure 1.
     pub fn exit_code(&self) -> i32 {
-        if self.source.kind() == io::ErrorKind::NotFound {
-            127
-        } else {
-            126
+        match self {
+            LaunchError::CannotRun { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                127
+            }
+            LaunchError::CannotRun { .. } => 126,
+            _ => EXIT_FAILURE,
         }
     }
 }
 
 /// Fails as the shell would if `program` cannot be run: not found on PATH, or not executable.
 pub fn check_runnable(program: &OsStr) -> Result<(), LaunchError> {
-    let error = |kind: io::ErrorKind| LaunchError {
+    let error = |kind: io::ErrorKind| LaunchError::CannotRun {
         command: program.to_string_lossy().into_owned(),
         source: io::Error::from(kind),
     };
@@ -91,13 +109,14 @@ enum Stepped {
 
 /// Starts `argv`, calls `attach` with each of its pthread libraries once they are mapped (not
 /// at all if none is), then lets it run; or, with `hand_over`, leaves it stopped by SIGSTOP
-/// and out of ptrace, for another thread to trace (see `exec_follow`).
-pub fn launch(
+/// and out of ptrace, for another thread to trace (see `exec_follow`). Fails with the error
+/// `attach` failed with, or with a [`LaunchError`] made into one.
+pub fn launch<E: From<LaunchError>>(
     argv: &[OsString],
     functions: &[&str],
-    mut attach: impl FnMut(u32, &PthreadLibrary) -> Result<()>,
+    mut attach: impl FnMut(u32, &PthreadLibrary) -> Result<(), E>,
     hand_over: bool,
-) -> Result<Launched> {
+) -> Result<Launched, E> {
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
     if let Some(user) = sudo::invoking_user() {
@@ -112,12 +131,13 @@ pub fn launch(
             ptrace::trace_me().map_err(|error| error.io_error)
         });
     }
-    let mut child = command.spawn().map_err(|source| LaunchError {
+    let mut child = command.spawn().map_err(|source| LaunchError::CannotRun {
         command: argv[0].to_string_lossy().into_owned(),
         source,
     })?;
     let pid = child.id();
-    let result = step_until_pthread_library(pid, functions).and_then(|stepped| match stepped {
+    let stepped = step_until_pthread_library(pid, functions).map_err(E::from);
+    let result = stepped.and_then(|stepped| match stepped {
         Stepped::Library(libraries) => libraries
             .iter()
             .try_for_each(|library| attach(pid, library))
@@ -138,8 +158,7 @@ pub fn launch(
         }),
         Ok(None) => {
             let stop = if hand_over { libc::SIGSTOP } else { 0 };
-            ptrace::detach(pid as libc::pid_t, stop)
-                .context("cannot release the command from ptrace")?;
+            ptrace::detach(pid as libc::pid_t, stop).map_err(LaunchError::Release)?;
             // Handed over only once stopped: a SIGCONT sent before the SIGSTOP is acted on
             // would leave the command stopped for good.
             if hand_over {
@@ -161,10 +180,10 @@ pub fn launch(
 /// Steps the stopped tracee through its loader: from exec until the loader has mapped every
 /// library the program needs at start-up, or the process exits (reaped here); then finds
 /// its pthread libraries.
-fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
+fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped, LaunchError> {
     let status = wait_for(pid as libc::pid_t)?;
     if !libc::WIFSTOPPED(status) {
-        bail!("the command exited before it could be traced");
+        return Err(LaunchError::ExitedAtStart);
     }
     // A tracee that is gone fails its first step below, which says so.
     let _ = ptrace::set_options(
@@ -174,7 +193,7 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped> {
     match step_through_loader(pid, status)? {
         Loader::Done => {}
         Loader::Exited(status) => return Ok(Stepped::Exited(status)),
-        Loader::ExitStop(_) => bail!("the command stopped at its exit under ptrace"),
+        Loader::ExitStop(_) => return Err(LaunchError::StoppedAtExit),
     }
     let libraries = targets::find_pthread_libraries(pid, functions)?;
     Ok(if libraries.is_empty() {
@@ -198,7 +217,7 @@ pub enum Loader {
 /// syscall until its start-up libraries are all mapped: at once for a static executable, else
 /// until the loader sets the thread pointer (`arch_prctl(ARCH_SET_FS)`), which it does after
 /// mapping them.
-pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader> {
+pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader, LaunchError> {
     // Only the executable is mapped when there is no loader to map more.
     if targets::executable_mappings(pid)?.len() <= 1 {
         return Ok(Loader::Done);
@@ -217,7 +236,7 @@ pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader> 
         } else {
             stop_signal
         };
-        ptrace::step_to_syscall(pid as libc::pid_t, forward).context("cannot step the command")?;
+        ptrace::step_to_syscall(pid as libc::pid_t, forward).map_err(LaunchError::Step)?;
         status = wait_for(pid as libc::pid_t)?;
         if !libc::WIFSTOPPED(status) {
             return Ok(Loader::Exited(ExitStatus::from_raw(status)));
@@ -227,35 +246,34 @@ pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader> 
 }
 
 /// Whether the tracee, at a syscall stop, is in `arch_prctl(ARCH_SET_FS, ...)`.
-fn sets_thread_pointer(pid: u32) -> Result<bool> {
-    let registers =
-        ptrace::registers(pid as libc::pid_t).context("cannot read the command's registers")?;
+fn sets_thread_pointer(pid: u32) -> Result<bool, LaunchError> {
+    let registers = ptrace::registers(pid as libc::pid_t).map_err(LaunchError::Registers)?;
     Ok(registers.orig_rax == libc::SYS_arch_prctl as u64 && registers.rdi == ARCH_SET_FS)
 }
 
 /// Waits until our (untraced) child `pid` is stopped.
-fn wait_until_stopped(pid: libc::pid_t) -> Result<()> {
+fn wait_until_stopped(pid: libc::pid_t) -> Result<(), LaunchError> {
     loop {
         let status = wait_with(pid, libc::WUNTRACED)?;
         if libc::WIFSTOPPED(status) {
             return Ok(());
         }
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-            bail!("the command ended as it was handed over");
+            return Err(LaunchError::EndedAtHandOver);
         }
     }
 }
 
-fn wait_for(pid: libc::pid_t) -> Result<libc::c_int> {
+fn wait_for(pid: libc::pid_t) -> Result<libc::c_int, LaunchError> {
     wait_with(pid, libc::__WALL)
 }
 
-fn wait_with(pid: libc::pid_t, options: libc::c_int) -> Result<libc::c_int> {
+fn wait_with(pid: libc::pid_t, options: libc::c_int) -> Result<libc::c_int, LaunchError> {
     loop {
         match process::waitpid(pid, options) {
             Ok((_, status)) => return Ok(status),
             Err(error) if error.io_error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error).context("cannot wait for the command"),
+            Err(error) => return Err(LaunchError::Wait(error)),
         }
     }
 }

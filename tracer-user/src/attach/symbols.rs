@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Context, Result};
 use object::{Object, ObjectSegment, ObjectSymbol};
 
 /// A function's code in the file.
@@ -29,9 +28,9 @@ pub struct FunctionOffsets {
 }
 
 impl FunctionOffsets {
-    /// Reads `.dynsym` and `.symtab` for the given names.
-    pub fn parse(elf: &[u8], names: &[&str]) -> Result<Self> {
-        let file = object::File::parse(elf).context("not an ELF file")?;
+    /// Reads `.dynsym` and `.symtab` for the given names; fails if `elf` is not an ELF file.
+    pub fn parse(elf: &[u8], names: &[&str]) -> object::Result<Self> {
+        let file = object::File::parse(elf)?;
         let segments: Vec<(u64, u64, u64)> = file
             .segments()
             .map(|s| (s.address(), s.size(), s.file_range().0))

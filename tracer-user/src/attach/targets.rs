@@ -12,9 +12,8 @@
 //! thread has exited, `/proc/PID/maps` is empty (it shows that thread's memory, which is gone):
 //! the process is then seen through a thread still running, as `/proc/TID/`.
 
-use std::{fs, path::PathBuf};
+use std::{fs, io, path::PathBuf};
 
-use anyhow::{Context, Result};
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 
 use tracer_common::{
@@ -22,6 +21,14 @@ use tracer_common::{
 };
 
 use super::{fast_path, symbols::FunctionOffsets};
+
+/// A process's mappings could not be read: it is gone, or not ours to read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read /proc/{pid}/maps")]
+pub struct MapsError {
+    pid: u32,
+    source: io::Error,
+}
 
 /// The symbol whose definition marks the pthread implementation.
 const MARKER: &str = "pthread_mutex_lock";
@@ -91,9 +98,9 @@ pub struct PthreadLibrary {
 
 /// `/proc/.../maps` of process `pid`, and the thread it was read through: the process's own
 /// entry while its main thread runs, else a thread that still does.
-fn read_maps(pid: u32) -> Result<(u32, String)> {
+fn read_maps(pid: u32) -> Result<(u32, String), MapsError> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
-        .with_context(|| format!("cannot read /proc/{pid}/maps"))?;
+        .map_err(|source| MapsError { pid, source })?;
     if !maps.is_empty() {
         return Ok((pid, maps));
     }
@@ -124,7 +131,7 @@ pub fn main_thread_exited(pid: u32) -> bool {
 }
 
 /// Executable file mappings of `pid`, each file once, in address order.
-pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>> {
+pub fn executable_mappings(pid: u32) -> Result<Vec<MappedFile>, MapsError> {
     let (seen_through, maps) = read_maps(pid)?;
     let mut files: Vec<MappedFile> = Vec::new();
     for line in maps.lines() {
@@ -174,7 +181,10 @@ fn library_symbols<'a>() -> impl Iterator<Item = &'a str> {
 /// The mapped files that define the pthread functions, each with the offsets of the
 /// `functions` it is the one to probe for: one file, or libpthread and then libc for glibc <
 /// 2.34. Empty if the process maps no such file (yet).
-pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<PthreadLibrary>> {
+pub fn find_pthread_libraries(
+    pid: u32,
+    functions: &[&str],
+) -> Result<Vec<PthreadLibrary>, MapsError> {
     // Every traced function is read, selected or not: the plan looks for calls between them.
     let mut names: Vec<&str> = functions
         .iter()
@@ -218,7 +228,7 @@ pub fn find_pthread_libraries(pid: u32, functions: &[&str]) -> Result<Vec<Pthrea
 
 /// The mapped files of `pid` that implement pthread functions, each with the offsets
 /// of `names`: the C library, a separate libpthread, and any interposer.
-fn defining_pthread_functions(pid: u32, names: &[&str]) -> Result<Vec<PthreadLibrary>> {
+fn defining_pthread_functions(pid: u32, names: &[&str]) -> Result<Vec<PthreadLibrary>, MapsError> {
     Ok(executable_mappings(pid)?
         .into_iter()
         .filter_map(|file| {

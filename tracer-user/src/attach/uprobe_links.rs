@@ -16,24 +16,56 @@
 //! `perf_event_open(2)` (`sys::bpf`, `sys::perf`).
 
 use std::{
-    ffi::CString,
-    fs,
+    ffi::{CString, NulError},
+    fs, io,
+    num::ParseIntError,
     os::{
         fd::{AsFd, OwnedFd},
         unix::ffi::OsStrExt,
     },
-    path::Path,
+    path::{Path, PathBuf},
 };
-
-use anyhow::{Context, Result, anyhow};
 
 use crate::{
     capture::programs::{UprobeMechanism, UprobeProgram},
     sys::{
+        SyscallError,
         bpf::{self, UprobeMulti},
         perf,
     },
 };
+
+/// Why uprobes could not be attached, or the kernel's uprobe PMU not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum UprobeError {
+    #[error("cannot read {path}")]
+    ReadPmu { path: String, source: io::Error },
+    #[error("the uprobe PMU's type")]
+    PmuType(#[source] ParseIntError),
+    #[error("unexpected uprobe PMU format/retprobe: {0:?}")]
+    PmuFormat(String),
+    #[error(transparent)]
+    Path(#[from] NulError),
+    #[error("cannot attach uprobes to {} of pid {pid}", .file.display())]
+    Attach {
+        file: PathBuf,
+        pid: u32,
+        source: LinkError,
+    },
+}
+
+/// Why the links of a file's probes were not made.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error(transparent)]
+    Multi(#[from] SyscallError),
+    #[error("perf_event_open of a uprobe at {offset:#x}")]
+    PerfEvent { offset: u64, source: SyscallError },
+    #[error("cannot attach a BPF program to the uprobe at {offset:#x}")]
+    PerfLink { offset: u64, source: SyscallError },
+    #[error("a thread attaching uprobes panicked")]
+    Panicked,
+}
 
 /// Most threads that make one file's perf-event uprobes at once.
 const ATTACH_THREADS: usize = 32;
@@ -55,7 +87,7 @@ pub struct Linker {
 
 impl Linker {
     /// Links made by `mechanism`.
-    pub fn new(mechanism: UprobeMechanism) -> Result<Self> {
+    pub fn new(mechanism: UprobeMechanism) -> Result<Self, UprobeError> {
         let pmu = match mechanism {
             UprobeMechanism::MultiLink => None,
             UprobeMechanism::PerfEvent => Some(UprobePmu::read()?),
@@ -74,7 +106,7 @@ impl Linker {
         offsets: &[u64],
         cookies: &[u64],
         pid: u32,
-    ) -> Result<Vec<OwnedFd>> {
+    ) -> Result<Vec<OwnedFd>, UprobeError> {
         assert_eq!(offsets.len(), cookies.len());
         let path = CString::new(file.as_os_str().as_bytes())?;
         let attached = match self.pmu {
@@ -83,8 +115,11 @@ impl Linker {
             }
             Some(pmu) => attach_perf_events(program, hook, pmu, &path, offsets, cookies, pid),
         };
-        attached
-            .with_context(|| format!("cannot attach uprobes to {} of pid {pid}", file.display()))
+        attached.map_err(|source| UprobeError::Attach {
+            file: file.to_owned(),
+            pid,
+            source,
+        })
     }
 }
 
@@ -95,7 +130,7 @@ fn attach_multi(
     offsets: &[u64],
     cookies: &[u64],
     pid: u32,
-) -> Result<OwnedFd> {
+) -> Result<OwnedFd, LinkError> {
     let probes = UprobeMulti {
         path,
         offsets,
@@ -115,7 +150,7 @@ fn attach_perf_events(
     offsets: &[u64],
     cookies: &[u64],
     pid: u32,
-) -> Result<Vec<OwnedFd>> {
+) -> Result<Vec<OwnedFd>, LinkError> {
     let probes: Vec<(u64, u64)> = offsets
         .iter()
         .copied()
@@ -138,15 +173,13 @@ fn attach_perf_events(
                         .map(|&(offset, cookie)| {
                             attach_perf_event(program, hook, pmu, path, offset, cookie, pid)
                         })
-                        .collect::<Result<Vec<_>>>()
+                        .collect::<Result<Vec<_>, _>>()
                 })
             })
             .collect();
         let mut links = Vec::with_capacity(probes.len());
         for thread in threads {
-            let made = thread
-                .join()
-                .map_err(|_| anyhow!("a thread attaching uprobes panicked"))?;
+            let made = thread.join().map_err(|_| LinkError::Panicked)?;
             links.extend(made?);
         }
         Ok(links)
@@ -161,17 +194,17 @@ fn attach_perf_event(
     offset: u64,
     cookie: u64,
     pid: u32,
-) -> Result<OwnedFd> {
+) -> Result<OwnedFd, LinkError> {
     let config = if hook == Hook::Return {
         1 << pmu.retprobe_bit
     } else {
         0
     };
     let event = perf::open_uprobe(pmu.kind, config, path, offset, pid)
-        .with_context(|| format!("perf_event_open of a uprobe at {offset:#x}"))?;
+        .map_err(|source| LinkError::PerfEvent { offset, source })?;
     // The link holds the event: closing the link detaches the probe and removes it.
     bpf::link_perf_event(program.fd().as_fd(), event.as_fd(), cookie)
-        .with_context(|| format!("cannot attach a BPF program to the uprobe at {offset:#x}"))
+        .map_err(|source| LinkError::PerfLink { offset, source })
 }
 
 /// The kernel's uprobe PMU: its perf event type, and the config bit that makes a uretprobe.
@@ -184,15 +217,12 @@ struct UprobePmu {
 impl UprobePmu {
     const DIR: &str = "/sys/bus/event_source/devices/uprobe";
 
-    fn read() -> Result<Self> {
+    fn read() -> Result<Self, UprobeError> {
         let read = |name: &str| {
             let path = format!("{}/{name}", Self::DIR);
-            fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))
+            fs::read_to_string(&path).map_err(|source| UprobeError::ReadPmu { path, source })
         };
-        let kind = read("type")?
-            .trim()
-            .parse()
-            .context("the uprobe PMU's type")?;
+        let kind = read("type")?.trim().parse().map_err(UprobeError::PmuType)?;
         // "config:0": the bit of perf_event_attr.config that asks for a return probe.
         let retprobe = read("format/retprobe")?;
         let retprobe_bit = retprobe
@@ -200,7 +230,7 @@ impl UprobePmu {
             .strip_prefix("config:")
             .and_then(|bit| bit.parse().ok())
             .filter(|&bit: &u32| bit < 64)
-            .ok_or_else(|| anyhow!("unexpected uprobe PMU format/retprobe: {retprobe:?}"))?;
+            .ok_or_else(|| UprobeError::PmuFormat(retprobe.clone()))?;
         Ok(UprobePmu { kind, retprobe_bit })
     }
 }
