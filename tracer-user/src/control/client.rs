@@ -66,7 +66,9 @@ pub fn run(args: &CtlArgs) -> Result<i32> {
 /// A missing runtime directory means no trace has run: said as for a name not found.
 fn not_running(name: &str) -> impl Fn(ControlError) -> anyhow::Error + '_ {
     move |error| match error {
-        ControlError::Directory { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+        ControlError::Directory { io_error, .. }
+            if io_error.kind() == std::io::ErrorKind::NotFound =>
+        {
             usage(ControlError::NoSuchTrace {
                 name: name.to_owned(),
             })
@@ -108,8 +110,8 @@ pub fn ask(dir: &RuntimeDir, name: &str, request: &Request) -> Result<Reply> {
 /// `ctl --list`: a line per running trace.
 fn list() -> Result<i32> {
     let dir = match RuntimeDir::open(false) {
-        Err(ControlError::Directory { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
+        Err(ControlError::Directory { io_error, .. })
+            if io_error.kind() == std::io::ErrorKind::NotFound =>
         {
             say!("thrtrace-bpf: no traces are running");
             return Ok(0);

@@ -26,11 +26,13 @@ pub const DEFAULT_RUNTIME_DIR: &str = "/run/thrtrace-bpf";
 
 const SOCKET_SUFFIX: &str = ".sock";
 
-/// Why a trace cannot be controlled, or listen for a controller.
+/// Why a trace cannot be controlled, or listen for a controller. The system's error is said
+/// within the message, before the advice, so it is not a source as well (a chain would say it
+/// twice).
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    #[error("cannot use the control directory {path}: {source}{}", advice(.source))]
-    Directory { path: PathBuf, source: io::Error },
+    #[error("cannot use the control directory {path}: {io_error}{}", advice(.io_error))]
+    Directory { path: PathBuf, io_error: io::Error },
     #[error(
         "the control directory {path} is not root's alone (owner uid {uid}, mode {mode:04o}): \
          remove it, or set THRTRACE_RUNTIME_DIR to another"
@@ -41,12 +43,12 @@ pub enum ControlError {
          `thrtrace-bpf ctl {name} shutdown`", pid.map(|p| format!(" (tracer pid {p})")).unwrap_or_default()
     )]
     NameTaken { name: String, pid: Option<u32> },
-    #[error("cannot create the control socket {path}: {source}")]
-    Create { path: PathBuf, source: io::Error },
+    #[error("cannot create the control socket {path}: {io_error}")]
+    Create { path: PathBuf, io_error: io::Error },
     #[error("no trace named {name} is running: `thrtrace-bpf ctl --list` lists them")]
     NoSuchTrace { name: String },
-    #[error("cannot reach trace {name}: {source}{}", advice(.source))]
-    Connect { name: String, source: io::Error },
+    #[error("cannot reach trace {name}: {io_error}{}", advice(.io_error))]
+    Connect { name: String, io_error: io::Error },
 }
 
 /// What to do about an error the system gave.
@@ -75,9 +77,9 @@ impl RuntimeDir {
     /// anyone but root could write to or read.
     pub fn open(make: bool) -> Result<Self, ControlError> {
         let path = Self::path();
-        let failed = |source: io::Error| ControlError::Directory {
+        let failed = |io_error: io::Error| ControlError::Directory {
             path: path.clone(),
-            source,
+            io_error,
         };
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let dir = match rustix::fs::open(&path, flags, Mode::empty()) {
@@ -129,18 +131,18 @@ impl RuntimeDir {
                     name: name.to_owned(),
                 })
             }
-            Err(source) => Err(ControlError::Connect {
+            Err(io_error) => Err(ControlError::Connect {
                 name: name.to_owned(),
-                source,
+                io_error,
             }),
         }
     }
 
     /// The names of the traces with a socket here, sorted (some may be stale).
     pub fn names(&self) -> Result<Vec<String>, ControlError> {
-        let failed = |source: io::Error| ControlError::Directory {
+        let failed = |io_error: io::Error| ControlError::Directory {
             path: self.path.clone(),
-            source,
+            io_error,
         };
         let mut names = Vec::new();
         let mut entries = rustix::fs::Dir::read_from(&self.dir).map_err(|e| failed(e.into()))?;
@@ -162,9 +164,9 @@ impl RuntimeDir {
     /// Listens as trace `name`: a stale socket of that name is replaced, a live one refused.
     pub fn listen(self, name: &str) -> Result<ControlSocket, ControlError> {
         let path = self.path.join(Self::file_name(name));
-        let failed = |source: io::Error| ControlError::Create {
+        let failed = |io_error: io::Error| ControlError::Create {
             path: path.clone(),
-            source,
+            io_error,
         };
         let listener = match UnixListener::bind(self.socket_path(name)) {
             Err(error) if error.kind() == io::ErrorKind::AddrInUse => {

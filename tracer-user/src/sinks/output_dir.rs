@@ -45,13 +45,14 @@ pub struct FileIdentity {
     inode: u64,
 }
 
-/// Why the output directory cannot be used.
+/// Why the output directory cannot be used. The system's error is said within the message,
+/// before the advice `usage` adds, so it is not a source as well (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum OutputDirError {
-    #[error("trace directory {path}: {source}")]
-    Open { path: PathBuf, source: io::Error },
-    #[error("trace directory {path} is not writable ({source})")]
-    NotWritable { path: PathBuf, source: io::Error },
+    #[error("trace directory {path}: {io_error}")]
+    Open { path: PathBuf, io_error: io::Error },
+    #[error("trace directory {path} is not writable ({io_error})")]
+    NotWritable { path: PathBuf, io_error: io::Error },
 }
 
 impl OutputDirError {
@@ -91,7 +92,7 @@ impl OutputDir {
         )
         .map_err(|e| OutputDirError::Open {
             path: path.to_owned(),
-            source: e.into(),
+            io_error: e.into(),
         })?;
         Self::from_descriptor(path, dir)
     }
@@ -105,9 +106,9 @@ impl OutputDir {
         };
         output
             .check_writable()
-            .map_err(|source| OutputDirError::NotWritable {
+            .map_err(|io_error| OutputDirError::NotWritable {
                 path: path.to_owned(),
-                source,
+                io_error,
             })?;
         Ok(output)
     }
@@ -115,9 +116,9 @@ impl OutputDir {
     /// Opens `path`, first making it (mode 0700, the sudo user's) if it does not exist. The
     /// parent must exist: a mistyped path is an error, not a tree of new directories.
     pub fn open_or_make(path: &Path) -> Result<Self, OutputDirError> {
-        let failed = |source: io::Error| OutputDirError::Open {
+        let failed = |io_error: io::Error| OutputDirError::Open {
             path: path.to_owned(),
-            source,
+            io_error,
         };
         if let (Some(name), Err(error)) = (path.file_name(), std::fs::symlink_metadata(path))
             && error.kind() == io::ErrorKind::NotFound
