@@ -3,9 +3,22 @@
 //! and held until the session runs, so that one that comes while the tracer attaches acts as
 //! soon as the trace has begun.
 
+use std::io;
+
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::sys::{self, SyscallError};
+
+/// Why the signals could not be caught.
+#[derive(Debug, thiserror::Error)]
+pub enum CatchError {
+    /// They could not be held.
+    #[error(transparent)]
+    Hold(#[from] SyscallError),
+    /// No handler could be installed.
+    #[error(transparent)]
+    Handler(#[from] io::Error),
+}
 
 /// The signals handled, in `set_blocked`'s set.
 const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
@@ -25,7 +38,7 @@ pub struct TraceSignals {
 impl TraceSignals {
     /// Catches them and holds them in this thread and the threads it starts from now on;
     /// needs a tokio runtime's context (`Runtime::enter`).
-    pub fn catch_and_hold() -> anyhow::Result<Self> {
+    pub fn catch_and_hold() -> Result<Self, CatchError> {
         // Held first: caught but not held, one could come while a program is verified.
         set_blocked(true)?;
         Ok(TraceSignals {

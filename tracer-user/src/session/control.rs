@@ -10,7 +10,6 @@
 
 use std::{os::unix::net::UnixListener, time::Duration};
 
-use anyhow::Result;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::UnixStream,
@@ -28,7 +27,7 @@ use super::{
     flow::{Action, FlushCause, Staged},
 };
 use crate::{
-    capture::kernel,
+    capture::{CaptureError, kernel},
     control::{FilterHow, MAX_REQUEST_BYTES, Reply, Request, StatusReport, socket::ControlSocket},
     sinks::Sink,
 };
@@ -282,7 +281,10 @@ impl Recording {
 
 impl Session {
     /// Answers a controller's request, or says it is to be answered at the end (shutdown).
-    pub(super) fn answer(&mut self, asked: Asked) -> Result<Option<oneshot::Sender<Reply>>> {
+    pub(super) fn answer(
+        &mut self,
+        asked: Asked,
+    ) -> Result<Option<oneshot::Sender<Reply>>, CaptureError> {
         let Asked { request, answer } = asked;
         let now = kernel::monotonic_ns();
         let now_ns = self.decoder.realtime_ns(now);

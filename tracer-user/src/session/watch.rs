@@ -2,9 +2,8 @@
 //! status, and the processes whose main thread has gone (traced through shared links from
 //! then on). A target's exit completes its files once its last records are written.
 
-use std::{process::ExitStatus, time::Duration};
+use std::{io, process::ExitStatus, time::Duration};
 
-use anyhow::Result;
 use foldhash::{HashMap, HashSet};
 use rustix::process::{Pid, PidfdFlags, pidfd_open};
 use tokio::{sync::mpsc, time::Instant};
@@ -119,7 +118,7 @@ impl Watched {
 impl Session {
     /// The targets that have exited since the last pass: no longer running, and completed once
     /// every record stamped before now has been written.
-    pub(super) fn handle_exits(&mut self) -> Result<()> {
+    pub(super) fn handle_exits(&mut self) -> io::Result<()> {
         for pid in std::mem::take(&mut self.watched.exited) {
             if Some(pid) == self.watched.launched_pid
                 && let Some(launched) = self.watched.launched.as_mut()
