@@ -1,13 +1,12 @@
 //! The command line, the tracer's edge: what it asks for, checked into a [`Config`] before
 //! anything is created, and which command does it ([`main`]).
 
-use std::{ffi::OsString, path::PathBuf, time::Duration};
+use std::{ffi::OsString, io, path::PathBuf, time::Duration};
 
-use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
 use tracer_model::{
     event::event_types,
-    log::{LogError, LogFullPolicy, PacketPlacement, StreamFullPolicy},
+    log::{LogFullPolicy, PacketPlacement, StreamFullPolicy},
     selection::EventSet,
 };
 
@@ -16,12 +15,16 @@ use crate::{
         launch::{self, LaunchError},
         targets,
     },
-    capture::{features::KernelTooOld, futex_hook::FutexHook},
-    control::{self, client::CtlArgs, socket::parse_trace_name},
-    error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
-    manual::{self, GenerateArgs},
-    readers::{
+    capture::{features::KernelTooOld, futex_hook::FutexHook, kernel::BtfError},
+    control::{
         self,
+        client::{CtlArgs, CtlError},
+        socket::parse_trace_name,
+    },
+    error::{EXIT_FAILURE, EXIT_USAGE, OneLine, UsageError},
+    manual::{self, GenerateArgs, GenerateError},
+    readers::{
+        self, ReadError,
         convert::ConvertArgs,
         dump::{DumpArgs, DumpFormat, LiveOutput, Printer},
         info::InfoArgs,
@@ -279,7 +282,7 @@ pub struct TopArgs {
 impl TopArgs {
     /// Runs `top`: the command line's own `--contended` trace of the same targets, with the
     /// live view for output instead of files.
-    pub fn run(&self) -> Result<i32> {
+    pub fn run(&self) -> Result<i32, Failure> {
         let config = self.config()?;
         let watched = match &config.target {
             Target::Pids(pids) => {
@@ -290,10 +293,10 @@ impl TopArgs {
             Target::SystemWide => "every process".to_owned(),
         };
         let view = LiveView::new(self.interval, watched, self.kinds.clone());
-        session::trace_into(&config, vec![Box::new(view)])
+        session::trace_into(&config, vec![Box::new(view)]).map_err(Failure::Trace)
     }
 
-    fn config(&self) -> Result<Config> {
+    fn config(&self) -> Result<Config, Failure> {
         let mut argv: Vec<OsString> = vec!["thrtrace-bpf".into(), "--contended".into()];
         if let Some(events) = &self.events {
             argv.extend(["--events".into(), events.into()]);
@@ -359,7 +362,7 @@ fn default_consumer_threads() -> usize {
 /// The events `--contended` traces of `spec` (the `--events` syntax; `None` or empty for
 /// every event). Events it does not trace are refused when named, alone or as a category it
 /// traces nothing of.
-fn contended_events(spec: Option<&str>) -> Result<EventSet> {
+fn contended_events(spec: Option<&str>) -> Result<EventSet, UsageError> {
     let (traced, untraced) = match spec.filter(|spec| !spec.is_empty()) {
         Some(spec) => {
             EventSet::parse_contended(spec).map_err(|error| UsageError(error.to_string()))?
@@ -378,7 +381,7 @@ fn contended_events(spec: Option<&str>) -> Result<EventSet> {
 }
 
 impl Cli {
-    pub fn into_config(mut self) -> Result<Config> {
+    pub fn into_config(mut self) -> Result<Config, Failure> {
         let events = match self.contended {
             true => contended_events(self.events.as_deref())?,
             false => EventSet::parse(self.events.as_deref().unwrap_or(""))
@@ -501,7 +504,7 @@ impl Cli {
 
     /// Traces as the command line says, printing its events and pushing the profiles to
     /// Pyroscope if asked.
-    fn trace(self) -> Result<i32> {
+    fn trace(self) -> Result<i32, Failure> {
         let push = self.push_options()?;
         let print = self.print.filter(|_| !self.list_probes);
         let config = self.into_config()?;
@@ -510,21 +513,20 @@ impl Cli {
             // On a thread of its own, as the files are written: a reader of stdout that falls
             // behind does not hold up the draining of the rings, or the other outputs.
             let printer = Printer::new(format, &event_types(), LiveOutput::new());
-            let printer =
-                Threaded::new(printer, "printer").context("cannot start the printer thread")?;
+            let printer = Threaded::new(printer, "printer").map_err(Failure::Printer)?;
             viewers.push(Box::new(printer));
         }
         if let Some(push) = push {
             viewers.push(Box::new(ContentionPush::new(push)));
         }
-        session::trace_into(&config, viewers)
+        session::trace_into(&config, viewers).map_err(Failure::Trace)
     }
 
     /// `--pyroscope` and its options, checked; an error for options given without it. The
     /// credentials' variables are then taken out of the environment: the command traced, and
     /// any other process started, runs as the invoking user, who would read them in
     /// /proc/PID/environ.
-    fn push_options(&self) -> Result<Option<PushOptions>> {
+    fn push_options(&self) -> Result<Option<PushOptions>, UsageError> {
         let Some(url) = self.pyroscope.as_deref().filter(|url| !url.is_empty()) else {
             for (option, given) in [
                 (
@@ -573,7 +575,7 @@ impl Cli {
 
 impl Cli {
     /// `--log` and the options that shape its stream, or an error for those given without it.
-    fn log_options(&self) -> Result<Option<LogOptions>> {
+    fn log_options(&self) -> Result<Option<LogOptions>, UsageError> {
         let stream_full_policy: StreamFullPolicy = parse_policy(&self.stream_full_policy)?;
         let log_full_policy: LogFullPolicy = parse_policy(&self.log_full_policy)?;
         let Some(path) = &self.log else {
@@ -639,8 +641,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-fn parse_policy<T: std::str::FromStr<Err = String>>(name: &str) -> Result<T> {
-    name.parse().map_err(|e: String| UsageError(e).into())
+fn parse_policy<T: std::str::FromStr<Err = String>>(name: &str) -> Result<T, UsageError> {
+    name.parse().map_err(UsageError)
 }
 
 /// A size in bytes: digits and an optional K, M or G (powers of 1024), e.g. `64M`.
@@ -662,34 +664,84 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         })
 }
 
+/// Why a command failed: each command's own error, said as one line, with its exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Ctl(#[from] CtlError),
+    #[error(transparent)]
+    Generate(#[from] GenerateError),
+    #[error("cannot start the printer thread")]
+    Printer(#[source] io::Error),
+    /// The trace's session, whose errors are not typed yet.
+    #[error(transparent)]
+    Trace(anyhow::Error),
+}
+
+impl Failure {
+    /// The exit status: 2 for bad input, 126 or 127 for a command that cannot be run, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Failure::Usage(_) => EXIT_USAGE,
+            Failure::Launch(error) => error.exit_code(),
+            Failure::Read(error) => error.exit_code(),
+            Failure::Ctl(error) => error.exit_code(),
+            Failure::Generate(_) | Failure::Printer(_) => EXIT_FAILURE,
+            Failure::Trace(error) => trace_exit_code(error),
+        }
+    }
+}
+
+/// The exit status of a trace whose session failed: that of the first error in its chain
+/// that has one. The session's errors are anyhow's, so this is the one place a typed error is
+/// looked for among them: bad input and a kernel below the floor (which the user can change,
+/// and we cannot) exit 2, a command that cannot be run 126 or 127.
+fn trace_exit_code(error: &anyhow::Error) -> i32 {
+    error
+        .chain()
+        .find_map(|link| {
+            if link.is::<UsageError>() || link.is::<KernelTooOld>() {
+                Some(EXIT_USAGE)
+            } else if let Some(btf) = link.downcast_ref::<BtfError>() {
+                Some(btf.exit_code())
+            } else {
+                link.downcast_ref::<LaunchError>()
+                    .map(LaunchError::exit_code)
+            }
+        })
+        .unwrap_or(EXIT_FAILURE)
+}
+
 /// The command line: parses it, does what it asks, and returns the exit status.
 pub fn main() -> i32 {
     let cli = Cli::try_parse().unwrap_or_else(|error| usage_error(&error));
-    let result = match &cli.action {
-        Some(Action::Dump(args)) => readers::dump::run(args),
-        Some(Action::Info(args)) => readers::info::run(args),
-        Some(Action::Convert(args)) => readers::convert::run(args),
-        Some(Action::Ctl(args)) => control::client::run(args),
-        Some(Action::Report(args)) => readers::report::run(args),
-        Some(Action::Top(args)) => args.run(),
-        Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command()),
-        None => cli.trace(),
-    };
-    match result {
+    match run(cli) {
         Ok(code) => code,
-        Err(error) => {
-            say!("thrtrace-bpf: {error:#}");
-            // A log that cannot be read is bad input, like a bad option; so is a kernel below
-            // the floor, which the user can change and we cannot.
-            if error.is::<UsageError>() || error.is::<LogError>() || error.is::<KernelTooOld>() {
-                EXIT_USAGE
-            } else if let Some(launch) = error.downcast_ref::<LaunchError>() {
-                launch.exit_code()
-            } else {
-                EXIT_FAILURE
-            }
+        Err(failure) => {
+            say!("thrtrace-bpf: {}", OneLine(&failure));
+            failure.exit_code()
         }
     }
+}
+
+/// Does what the command line asks; returns the exit status.
+fn run(cli: Cli) -> Result<i32, Failure> {
+    Ok(match &cli.action {
+        Some(Action::Dump(args)) => readers::dump::run(args)?,
+        Some(Action::Info(args)) => readers::info::run(args)?,
+        Some(Action::Convert(args)) => readers::convert::run(args)?,
+        Some(Action::Ctl(args)) => control::client::run(args)?,
+        Some(Action::Report(args)) => readers::report::run(args)?,
+        Some(Action::Top(args)) => args.run()?,
+        Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command())?,
+        None => cli.trace()?,
+    })
 }
 
 /// A command line clap refused: help and version as clap prints them; an error as one line,

@@ -3,7 +3,7 @@
 //! does not know (the environment, the files written, the exit statuses) is added here.
 
 use std::{
-    io::Write,
+    io::{self, Write},
     path::{Path, PathBuf},
 };
 
@@ -13,10 +13,24 @@ use clap_mangen::{
     roff::{Roff, bold, roman},
 };
 
-use crate::sinks::output_dir::OutputDir;
+use crate::{
+    say::StdoutError,
+    sinks::output_dir::{OutputDir, OutputDirError},
+};
+
+/// Why the pages or completions were not written.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Dir(#[from] OutputDirError),
+    #[error("cannot write the manual page {page}")]
+    Page { page: String, source: io::Error },
+    #[error(transparent)]
+    Print(#[from] StdoutError),
+}
 
 /// Writes what `what` names for the command line `command`; returns the exit status.
-pub fn generate(what: &Generated, mut command: Command) -> anyhow::Result<i32> {
+pub fn generate(what: &Generated, mut command: Command) -> Result<i32, GenerateError> {
     match what {
         Generated::Man { dir } => write_man_pages(dir, command)?,
         Generated::Completions { shell } => {
@@ -32,7 +46,7 @@ pub fn generate(what: &Generated, mut command: Command) -> anyhow::Result<i32> {
 
 /// One page per command, `thrtrace-bpf.1` with the sections below, each file created as the
 /// tracer creates any (`OutputDir`: new, no link followed, mode 0600).
-fn write_man_pages(dir: &Path, command: Command) -> anyhow::Result<()> {
+fn write_man_pages(dir: &Path, command: Command) -> Result<(), GenerateError> {
     let dir = OutputDir::open(dir)?;
     let mut command = command.disable_help_subcommand(true);
     // Built, so that subcommands have their display names (`thrtrace-bpf-dump`).
@@ -48,13 +62,16 @@ fn write_man_pages(dir: &Path, command: Command) -> anyhow::Result<()> {
         .chain([(command, Some(extra_sections()))])
     {
         let man = Man::new(page);
+        let page = man.get_filename();
         let mut text = Vec::new();
-        man.render(&mut text)?;
-        if let Some(extra) = extra {
-            text.write_all(extra.render().as_bytes())?;
-        }
-        let (mut file, _) = dir.create(&man.get_filename())?;
-        file.write_all(&text)?;
+        let written = man.render(&mut text).and_then(|()| {
+            if let Some(extra) = extra {
+                text.write_all(extra.render().as_bytes())?;
+            }
+            let (mut file, _) = dir.create(&page)?;
+            file.write_all(&text)
+        });
+        written.map_err(|source| GenerateError::Page { page, source })?;
     }
     Ok(())
 }

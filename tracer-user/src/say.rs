@@ -22,29 +22,28 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
+/// A command's output could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output")]
+pub struct StdoutError(#[source] io::Error);
+
 /// Writes a command's output to stdout, buffered, through `write`: every command's output goes
 /// this way. As `head` expects of `cat`, output that nobody reads any more (a pipe whose reader
 /// has gone) is not an error: the output ends there and the command succeeds. Any other error,
 /// of `write` or of stdout, is returned.
 pub fn to_stdout(
-    write: impl FnOnce(&mut BufWriter<StdoutLock<'static>>) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
+    write: impl FnOnce(&mut BufWriter<StdoutLock<'static>>) -> io::Result<()>,
+) -> Result<(), StdoutError> {
     let mut out = BufWriter::new(io::stdout().lock());
-    match write(&mut out).and_then(|()| Ok(out.flush()?)) {
-        Err(error)
-            if error
-                .downcast_ref::<io::Error>()
-                .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) =>
-        {
-            Ok(())
-        }
-        written => written,
+    match write(&mut out).and_then(|()| out.flush()) {
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.map_err(StdoutError),
     }
 }
 
 /// Writes `text`, a command's output, to stdout as [`to_stdout`] does.
-pub fn print(text: impl AsRef<[u8]>) -> anyhow::Result<()> {
-    to_stdout(|out| Ok(out.write_all(text.as_ref())?))
+pub fn print(text: impl AsRef<[u8]>) -> Result<(), StdoutError> {
+    to_stdout(|out| out.write_all(text.as_ref()))
 }
 
 /// How a command prints what it reports: for people, or one JSON object per line.

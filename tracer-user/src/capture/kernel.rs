@@ -34,6 +34,16 @@ pub enum BtfError {
     ThreadNotAStruct,
 }
 
+impl BtfError {
+    /// A kernel without BTF is the user's to change, as bad input is; anything else is not.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BtfError::KernelTooOld(_) => crate::error::EXIT_USAGE,
+            _ => crate::error::EXIT_FAILURE,
+        }
+    }
+}
+
 /// How kernel BTF was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BtfAccess {

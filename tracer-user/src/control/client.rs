@@ -2,11 +2,10 @@
 //! once the operation is in force, 2 for a trace that is not running or a request it refused.
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::{self, BufRead, BufReader, Write},
     time::Duration,
 };
 
-use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use super::{
@@ -14,14 +13,55 @@ use super::{
     socket::{ControlError, RuntimeDir, parse_trace_name},
 };
 use crate::{
-    error::UsageError,
-    say::{OutputFormat, print},
+    error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
+    say::{OutputFormat, StdoutError, print},
 };
 
 /// How long a trace may take to answer: a shutdown completes every file first.
 const ANSWER_TIMEOUT: Duration = Duration::from_mins(2);
 
-pub fn run(args: &CtlArgs) -> Result<i32> {
+/// Why a trace could not be asked, or did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// No such trace, an operation it refused, or options that do not go together.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The answer's timeout could not be set.
+    #[error(transparent)]
+    Timeout(io::Error),
+    #[error("cannot send the request to trace {name}")]
+    Send { name: String, source: io::Error },
+    #[error("trace {name} did not answer")]
+    NoAnswer { name: String, source: io::Error },
+    #[error(
+        "trace {name} answered something that is not a reply ({bytes} bytes): is it a \
+         thrtrace-bpf of another version?"
+    )]
+    NotAReply {
+        name: String,
+        bytes: usize,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Print(#[from] StdoutError),
+}
+
+impl CtlError {
+    /// A trace that is not running, or a request it refused, is the user's to change: exit
+    /// status 2, as for bad input; anything else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CtlError::Usage(_) => EXIT_USAGE,
+            _ => EXIT_FAILURE,
+        }
+    }
+}
+
+pub fn run(args: &CtlArgs) -> Result<i32, CtlError> {
     if args.list {
         if args.operation.is_some() {
             return Err(UsageError("ctl --list takes no operation".into()).into());
@@ -64,11 +104,9 @@ pub fn run(args: &CtlArgs) -> Result<i32> {
 }
 
 /// A missing runtime directory means no trace has run: said as for a name not found.
-fn not_running(name: &str) -> impl Fn(ControlError) -> anyhow::Error + '_ {
+fn not_running(name: &str) -> impl Fn(ControlError) -> CtlError + '_ {
     move |error| match error {
-        ControlError::Directory { io_error, .. }
-            if io_error.kind() == std::io::ErrorKind::NotFound =>
-        {
+        ControlError::Directory { io_error, .. } if io_error.kind() == io::ErrorKind::NotFound => {
             usage(ControlError::NoSuchTrace {
                 name: name.to_owned(),
             })
@@ -78,7 +116,7 @@ fn not_running(name: &str) -> impl Fn(ControlError) -> anyhow::Error + '_ {
 }
 
 /// An error about what the user asked for (a trace that is not there): exit status 2.
-fn usage(error: ControlError) -> anyhow::Error {
+fn usage(error: ControlError) -> CtlError {
     match error {
         ControlError::NoSuchTrace { .. } => UsageError(error.to_string()).into(),
         other => other.into(),
@@ -86,32 +124,38 @@ fn usage(error: ControlError) -> anyhow::Error {
 }
 
 /// Sends `request` to trace `name` and reads its one-line answer.
-pub fn ask(dir: &RuntimeDir, name: &str, request: &Request) -> Result<Reply> {
+pub fn ask(dir: &RuntimeDir, name: &str, request: &Request) -> Result<Reply, CtlError> {
     let mut stream = dir.connect(name).map_err(usage)?;
-    stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    stream
+        .set_read_timeout(Some(ANSWER_TIMEOUT))
+        .map_err(CtlError::Timeout)?;
     let mut line = serde_json::to_string(request)?;
     line.push('\n');
     stream
         .write_all(line.as_bytes())
-        .with_context(|| format!("cannot send the request to trace {name}"))?;
+        .map_err(|source| CtlError::Send {
+            name: name.to_owned(),
+            source,
+        })?;
     let mut answer = String::new();
     BufReader::new(stream)
         .read_line(&mut answer)
-        .with_context(|| format!("trace {name} did not answer"))?;
-    serde_json::from_str(&answer).with_context(|| {
-        format!(
-            "trace {name} answered something that is not a reply ({} bytes): is it a \
-             thrtrace-bpf of another version?",
-            answer.len()
-        )
+        .map_err(|source| CtlError::NoAnswer {
+            name: name.to_owned(),
+            source,
+        })?;
+    serde_json::from_str(&answer).map_err(|source| CtlError::NotAReply {
+        name: name.to_owned(),
+        bytes: answer.len(),
+        source,
     })
 }
 
 /// `ctl --list`: a line per running trace.
-fn list() -> Result<i32> {
+fn list() -> Result<i32, CtlError> {
     let dir = match RuntimeDir::open(false) {
         Err(ControlError::Directory { io_error, .. })
-            if io_error.kind() == std::io::ErrorKind::NotFound =>
+            if io_error.kind() == io::ErrorKind::NotFound =>
         {
             say!("thrtrace-bpf: no traces are running");
             return Ok(0);

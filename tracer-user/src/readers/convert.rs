@@ -2,26 +2,34 @@
 //! sink that writes that format, the same sinks a live trace writes to. `--to perfetto FILE`:
 //! a timeline drawn by `perfetto`.
 
-use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use std::path::PathBuf;
+use std::{io, path::PathBuf};
 
 use tracer_model::{
     event::{Event, SystemKind},
-    log::LogReader,
+    log::{LogError, LogReader},
 };
 
-use super::perfetto::PerfettoTimeline;
+use super::{ReadError, perfetto::PerfettoTimeline};
 use crate::sinks::{
     Buffering, Sink, Summary, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles,
 };
 
+/// Why replaying a log into a sink stopped: the log, read again, or the sink.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Sink(#[from] io::Error),
+}
+
 /// Converts the log; returns the exit status.
-pub fn run(args: &ConvertArgs) -> Result<i32> {
+pub fn run(args: &ConvertArgs) -> Result<i32, ReadError> {
     let reader = super::open_log(&args.log)?;
     // Read once to the end first: a damaged log fails before any file is made.
     if let Some(error) = reader.events().find_map(Result::err) {
-        return Err(anyhow::Error::new(error).context(super::cannot_read(&args.log)));
+        return Err(ReadError::log(&args.log)(error));
     }
     let directory = || OutputDir::open_or_make(&args.dir).map_err(|e| e.usage("directory"));
     let mut sink: Box<dyn Sink> = match args.to {
@@ -34,19 +42,17 @@ pub fn run(args: &ConvertArgs) -> Result<i32> {
         )),
         ConvertFormat::Perfetto => Box::new(PerfettoTimeline::new(&args.dir)?),
     };
-    let summary = replay(&reader, sink.as_mut()).with_context(|| {
-        format!(
-            "cannot convert {}: what is in {} is incomplete",
-            args.log.display(),
-            args.dir.display()
-        )
+    let summary = replay(&reader, sink.as_mut()).map_err(|source| ReadError::Convert {
+        log: args.log.clone(),
+        dir: args.dir.clone(),
+        source,
     })?;
     say!("thrtrace-bpf: {summary}");
     Ok(0)
 }
 
 /// Hands every event of `reader` to `sink`, as a live trace would; returns its summary.
-pub fn replay(reader: &LogReader, sink: &mut dyn Sink) -> Result<Summary> {
+pub fn replay(reader: &LogReader, sink: &mut dyn Sink) -> Result<Summary, ReplayError> {
     sink.begin()?;
     let system_events = sink.wants_system_events();
     for event in reader.events() {

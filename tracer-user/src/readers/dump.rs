@@ -10,7 +10,6 @@ use std::{
     path::PathBuf,
 };
 
-use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde_json::{Value as Json, json};
 use tracer_model::{
@@ -21,14 +20,14 @@ use tracer_model::{
     tr::Line,
 };
 
-use super::timestamp;
+use super::{ReadError, timestamp};
 use crate::{
     error::UsageError,
     sinks::{Sink, Summary, TraceEnd, Written},
 };
 
 /// Dumps the log; returns the exit status.
-pub fn run(args: &DumpArgs) -> Result<i32> {
+pub fn run(args: &DumpArgs) -> Result<i32, ReadError> {
     let reader = super::open_log(&args.log)?;
     let mut filter = Filter::default().events(args.events.as_deref().unwrap_or(""));
     filter.pids.clone_from(&args.pids);
@@ -36,7 +35,9 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
     filter
         .check(&reader.metadata().event_types)
         .map_err(|e| UsageError(format!("--events: {e}")))?;
-    // A reader of the output that has gone (`| head`) ends it, with success.
+    // A reader of the output that has gone (`| head`) ends it, with success; damage in the
+    // log ends it after the events before it, and is said then.
+    let mut damage = None;
     crate::say::to_stdout(|out| {
         if args.format == DumpFormat::Text {
             write_header(&reader, out)?;
@@ -44,16 +45,22 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
         let mut printer = Printer::new(args.format, &reader.metadata().event_types, out);
         let system_events = printer.wants_system_events();
         for event in reader.events_where(filter) {
-            match event? {
-                Event::Thread(record) => printer.record(&record)?,
-                Event::System(event) if system_events => printer.system_event(&event)?,
-                Event::System(_) => {}
+            match event {
+                Ok(Event::Thread(record)) => printer.record(&record)?,
+                Ok(Event::System(event)) if system_events => printer.system_event(&event)?,
+                Ok(Event::System(_)) => {}
+                Err(error) => {
+                    damage = Some(error);
+                    break;
+                }
             }
         }
         Ok(())
-    })
-    .with_context(|| super::cannot_read(&args.log))?;
-    Ok(0)
+    })?;
+    match damage {
+        Some(error) => Err(ReadError::log(&args.log)(error)),
+        None => Ok(0),
+    }
 }
 
 /// Prints each event it is handed, as `dump` does: readable text, tr lines (thread events

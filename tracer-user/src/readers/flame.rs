@@ -8,7 +8,6 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 
-use anyhow::{Context, Result};
 use inferno::flamegraph::{
     self, Options,
     color::{Color, PaletteMap},
@@ -16,6 +15,7 @@ use inferno::flamegraph::{
 use tracer_model::analysis::Analysis;
 
 use super::{
+    ReadError,
     report::KindArg,
     samples::{LockSamples, View},
 };
@@ -106,7 +106,7 @@ pub fn flame_graph(
     samples: &[LockSamples<'_>],
     kinds: &KindArg,
     view: View,
-) -> Result<Option<Vec<u8>>> {
+) -> Result<Option<Vec<u8>>, ReadError> {
     let stacks = folded_stacks(samples);
     if stacks.values().all(|&weight| weight == 0) {
         return Ok(None);
@@ -138,7 +138,7 @@ pub fn flame_graph(
     options.deterministic = true;
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)
-        .context("cannot draw the flame graph")?;
+        .map_err(ReadError::FlameGraph)?;
     Ok(Some(svg))
 }
 

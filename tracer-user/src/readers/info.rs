@@ -7,27 +7,23 @@ use std::{
     path::PathBuf,
 };
 
-use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::{Value as Json, json};
 use tracer_model::{
     event::{Event, SystemKind},
-    log::LogReader,
+    log::{LogError, LogReader},
 };
 
-use super::timestamp;
+use super::{ReadError, timestamp};
 use crate::say::OutputFormat;
 
 /// Prints the summary; returns the exit status.
-pub fn run(args: &InfoArgs) -> Result<i32> {
+pub fn run(args: &InfoArgs) -> Result<i32, ReadError> {
     let reader = super::open_log(&args.log)?;
-    let summary = Summary::of(&reader).with_context(|| super::cannot_read(&args.log))?;
-    crate::say::to_stdout(|out| {
-        match args.format {
-            OutputFormat::Json => writeln!(out, "{}", summary.json(&reader))?,
-            OutputFormat::Text => summary.write_text(&reader, out)?,
-        }
-        Ok(())
+    let summary = Summary::of(&reader).map_err(ReadError::log(&args.log))?;
+    crate::say::to_stdout(|out| match args.format {
+        OutputFormat::Json => writeln!(out, "{}", summary.json(&reader)),
+        OutputFormat::Text => summary.write_text(&reader, out),
     })?;
     Ok(0)
 }
@@ -48,7 +44,7 @@ struct Summary {
 }
 
 impl Summary {
-    fn of(reader: &LogReader) -> Result<Summary> {
+    fn of(reader: &LogReader) -> Result<Summary, LogError> {
         let mut summary = Summary::default();
         for event in reader.events() {
             let event = event?;

@@ -19,21 +19,80 @@ pub mod samples;
 pub mod top;
 
 use std::{
-    io::Write as _,
+    io::{self, Write as _},
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context, Result};
-use tracer_model::log::{Attributes, LogReader};
+use tracer_model::log::{Attributes, LogError, LogReader};
 
 use crate::{
-    error::UsageError,
+    error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
+    say::StdoutError,
     sinks::output_dir::{OutputDir, split_file_path},
 };
 
+/// Why a command that reads a trace failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// The log cannot be read, or is not one.
+    #[error("cannot read {}", .path.display())]
+    Log { path: PathBuf, source: LogError },
+    /// A directory of tr files, or one of them, cannot be read.
+    #[error("cannot read {}", .path.display())]
+    TrFiles { path: PathBuf, source: io::Error },
+    #[error("cannot create {}", .path.display())]
+    Create { path: PathBuf, source: io::Error },
+    #[error("cannot write {}", .path.display())]
+    Write { path: PathBuf, source: io::Error },
+    #[error(
+        "cannot convert {}: what is in {} is incomplete",
+        .log.display(),
+        .dir.display()
+    )]
+    Convert {
+        log: PathBuf,
+        dir: PathBuf,
+        source: convert::ReplayError,
+    },
+    #[error("cannot draw the flame graph")]
+    FlameGraph(#[source] io::Error),
+    #[error("cannot compress the profile")]
+    Compress(#[source] io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Print(#[from] StdoutError),
+}
+
+impl ReadError {
+    /// A log that cannot be read is bad input, as a bad option is: exit status 2, as for a
+    /// usage error; anything else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ReadError::Usage(_)
+            | ReadError::Log { .. }
+            | ReadError::Convert {
+                source: convert::ReplayError::Log(_),
+                ..
+            } => EXIT_USAGE,
+            _ => EXIT_FAILURE,
+        }
+    }
+
+    /// What an error reading the log at `path` is.
+    pub fn log(path: &Path) -> impl FnOnce(LogError) -> ReadError + '_ {
+        |source| ReadError::Log {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
 /// Opens a log, saying so when it was not closed (read up to its last whole packet).
-pub fn open_log(path: &Path) -> Result<LogReader> {
-    let reader = LogReader::open(path).with_context(|| cannot_read(path))?;
+pub fn open_log(path: &Path) -> Result<LogReader, ReadError> {
+    let reader = LogReader::open(path).map_err(ReadError::log(path))?;
     if let Some(offset) = reader.unclosed_at() {
         say!(
             "thrtrace-bpf: warning: {} was not closed (its tracer was killed or is still \
@@ -42,11 +101,6 @@ pub fn open_log(path: &Path) -> Result<LogReader> {
         );
     }
     Ok(reader)
-}
-
-/// What an error reading the log at `path` says first.
-pub fn cannot_read(path: &Path) -> String {
-    format!("cannot read {}", path.display())
 }
 
 /// The log's size bound, in words.
@@ -66,7 +120,7 @@ pub fn timestamp(ns: i64) -> String {
 }
 
 /// The directory a file goes in, opened, and its name there.
-fn output_place(path: &Path) -> Result<(OutputDir, String)> {
+fn output_place(path: &Path) -> Result<(OutputDir, String), ReadError> {
     let Some((parent, name)) = split_file_path(path) else {
         return Err(UsageError(format!("{}: name a file", path.display())).into());
     };
@@ -84,7 +138,7 @@ pub struct OutputFile {
 }
 
 impl OutputFile {
-    pub fn prepare(path: &Path) -> Result<OutputFile> {
+    pub fn prepare(path: &Path) -> Result<OutputFile, ReadError> {
         let (dir, name) = output_place(path)?;
         dir.check_replaceable(&name)
             .map_err(|error| cannot_create(path, error))?;
@@ -101,23 +155,32 @@ impl OutputFile {
     }
 
     /// Creates the file with `bytes`; returns where it is.
-    pub fn write(self, bytes: &[u8]) -> Result<PathBuf> {
+    pub fn write(self, bytes: &[u8]) -> Result<PathBuf, ReadError> {
         let (mut file, _) = self
             .dir
             .create(&self.name)
             .map_err(|error| cannot_create(&self.path, error))?;
-        file.write_all(bytes)
-            .with_context(|| format!("cannot write {}", self.path.display()))?;
+        if let Err(source) = file.write_all(bytes) {
+            return Err(ReadError::Write {
+                path: self.path,
+                source,
+            });
+        }
         Ok(self.path)
     }
 }
 
 /// A file that cannot be created at `path`: a name held by what is never replaced (a
 /// directory, a device) is the user's to change, as a bad option is.
-fn cannot_create(path: &Path, error: std::io::Error) -> anyhow::Error {
-    let context = format!("cannot create {}", path.display());
+fn cannot_create(path: &Path, error: io::Error) -> ReadError {
+    let path = path.to_owned();
     match error.kind() {
-        std::io::ErrorKind::AlreadyExists => UsageError(format!("{context}: {error}")).into(),
-        _ => anyhow::Error::new(error).context(context),
+        io::ErrorKind::AlreadyExists => {
+            UsageError(format!("cannot create {}: {error}", path.display())).into()
+        }
+        _ => ReadError::Create {
+            path,
+            source: error,
+        },
     }
 }

@@ -8,7 +8,6 @@
 
 use std::{collections::BTreeMap, io, path::Path};
 
-use anyhow::Result;
 use serde_json::{Value, json};
 use tracer_model::{
     TraceRecord,
@@ -17,7 +16,7 @@ use tracer_model::{
     stack::Stacks,
 };
 
-use super::OutputFile;
+use super::{OutputFile, ReadError};
 use crate::{
     sinks::{Sink, Summary, TraceEnd, Written},
     symbolize::{Mapping, Symbols},
@@ -39,7 +38,7 @@ pub struct PerfettoTimeline {
 impl PerfettoTimeline {
     /// A timeline to be written to `path` (its directory opened now, so that a mistyped path
     /// is said before any event is read).
-    pub fn new(path: &Path) -> Result<Self> {
+    pub fn new(path: &Path) -> Result<Self, ReadError> {
         let mut analysis = Analysis::new(true);
         analysis.timeline = Some(Timeline::default());
         Ok(PerfettoTimeline {

@@ -7,15 +7,18 @@
 
 mod proto;
 
-use std::{collections::HashMap, io::Write as _, path::PathBuf};
+use std::{
+    collections::HashMap,
+    io::{self, Write as _},
+    path::PathBuf,
+};
 
-use anyhow::Result;
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 use tracer_model::analysis::{Analysis, LockStats};
 
 use super::{
-    OutputFile,
+    OutputFile, ReadError,
     samples::{LockSamples, View},
 };
 use crate::symbolize::{Location, Symbols};
@@ -97,7 +100,7 @@ pub fn encode(
     symbols: &Symbols,
     view: View,
     span: Span,
-) -> Result<Vec<u8>> {
+) -> io::Result<Vec<u8>> {
     let mut builder = Builder::default();
     for lock in samples {
         let mut labels = vec![
@@ -132,7 +135,7 @@ pub fn encode(
     let profile = builder.finish(span, view);
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(&profile.encode_to_vec())?;
-    Ok(gzip.finish()?)
+    gzip.finish()
 }
 
 /// Writes the profile of `samples`, of what `analysis` saw, to `file`; returns where it is.
@@ -142,9 +145,11 @@ pub fn write(
     symbols: &Symbols,
     view: View,
     file: OutputFile,
-) -> Result<PathBuf> {
+) -> Result<PathBuf, ReadError> {
     let names = Names::of(analysis, samples.iter().map(|lock| lock.lock));
-    file.write(&encode(samples, &names, symbols, view, Span::of(analysis))?)
+    let profile =
+        encode(samples, &names, symbols, view, Span::of(analysis)).map_err(ReadError::Compress)?;
+    file.write(&profile)
 }
 
 /// A profile being built: its tables, each entry once, by what it is.

@@ -406,7 +406,7 @@ impl Profiler {
                 Err(error) => {
                     self.delivery.not_made();
                     if !mem::replace(&mut self.said_not_made, true) {
-                        say!("thrtrace-bpf: cannot make a contention profile: {error:#}");
+                        say!("thrtrace-bpf: cannot make a contention profile: {error}");
                     }
                     continue;
                 }

@@ -9,7 +9,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tracer_model::{
@@ -25,9 +24,10 @@ use tracer_model::{
 };
 
 use crate::{
+    error::UsageError,
     place::{NOT_RECORDED, Place},
     readers::{
-        OutputFile, flame,
+        OutputFile, ReadError, flame,
         samples::{View, contention_samples, summary},
     },
     say::duration,
@@ -39,7 +39,7 @@ const TOP_CALLERS: usize = 3;
 /// How many stacks a lock lists, of its waits and of the releases that ended them.
 const TOP_STACKS: usize = 3;
 
-pub fn run(args: &ReportArgs) -> Result<i32> {
+pub fn run(args: &ReportArgs) -> Result<i32, ReadError> {
     // Refused before the log is read: a profile and a flame graph are written, never printed;
     // tables are printed, never written. Clap refuses --format and -o beside --flamegraph.
     let export = match (args.format, &args.output, &args.flamegraph) {
@@ -126,10 +126,10 @@ fn feed_log(
     analysis: &mut Analysis,
     symbols: &mut Symbols,
     stacks: &mut Stacks,
-) -> Result<()> {
+) -> Result<(), ReadError> {
     let reader = super::open_log(path)?;
     for event in reader.events() {
-        match event.with_context(|| super::cannot_read(path))? {
+        match event.map_err(ReadError::log(path))? {
             Event::Thread(record) => analysis.record(&record),
             Event::System(event) if stacks.take(&event) => {}
             Event::System(event) => {
@@ -183,22 +183,24 @@ pub fn lock_table_so_far(
 }
 
 /// The records of the `tr.*` files in `dir`, in time order.
-fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>> {
+fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>, ReadError> {
+    let unreadable = |path: &Path| {
+        let path = path.to_owned();
+        |source| ReadError::TrFiles { path, source }
+    };
     let mut records = Vec::new();
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let entries = std::fs::read_dir(dir).map_err(unreadable(dir))?;
     for entry in entries {
-        let entry = entry?;
+        let entry = entry.map_err(unreadable(dir))?;
         let name = entry.file_name();
         if !tr::is_file_name(&name.to_string_lossy()) {
             continue;
         }
         let path = entry.path();
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(&path).map_err(unreadable(&path))?;
         for (n, line) in text.lines().enumerate() {
             let record = parse_line(line).map_err(|error| {
-                crate::error::UsageError(format!(
+                UsageError(format!(
                     "{} line {}: {error}: not a tr file",
                     path.display(),
                     n + 1
@@ -208,7 +210,7 @@ fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>> {
         }
     }
     if records.is_empty() {
-        return Err(crate::error::UsageError(format!(
+        return Err(UsageError(format!(
             "{}: no tr.* records: give a trace log or a directory of tr files",
             dir.display()
         ))
