@@ -1,7 +1,7 @@
 //! `--flush-on-block`: finds the traced calls blocked longer than a threshold, from the records
 //! as they are written (a paired call's entry and return) and, for calls still blocked, from
-//! the entries not yet returned. Each call is reported once; the flushes it causes are at most
-//! one per threshold.
+//! the entries not yet returned. Each call is reported once; the flushes the session makes of
+//! them are at most one per threshold ([`BlockFlushes`]).
 
 use std::{
     collections::HashMap,
@@ -33,7 +33,6 @@ struct Call {
 pub struct BlockWatch {
     threshold: Duration,
     calls: HashMap<CallKey, Call>,
-    last_flush: Option<Instant>,
 }
 
 impl BlockWatch {
@@ -41,7 +40,6 @@ impl BlockWatch {
         BlockWatch {
             threshold,
             calls: HashMap::new(),
-            last_flush: None,
         }
     }
 
@@ -99,14 +97,31 @@ impl BlockWatch {
     pub fn process_exited(&mut self, pid: u32) {
         self.calls.retain(|_, call| call.pid != pid);
     }
+}
+
+/// The flushes long blocks cause: at most one per threshold. Decided when the session comes to
+/// flush, not when the block is found: a block found by time passing waits in the reorder
+/// stage, and records released before it may find one that flushes first.
+pub struct BlockFlushes {
+    threshold: Duration,
+    last: Option<Instant>,
+}
+
+impl BlockFlushes {
+    pub fn new(threshold: Duration) -> Self {
+        BlockFlushes {
+            threshold,
+            last: None,
+        }
+    }
 
     /// Whether a flush may happen at `now`: at most one per threshold.
     pub fn may_flush(&mut self, now: Instant) -> bool {
         let due = self
-            .last_flush
+            .last
             .is_none_or(|last| now.duration_since(last) >= self.threshold);
         if due {
-            self.last_flush = Some(now);
+            self.last = Some(now);
         }
         due
     }
@@ -219,11 +234,12 @@ mod tests {
 
     #[test]
     fn flushes_are_at_most_one_per_threshold_and_exits_forget_calls() {
-        let mut watch = BlockWatch::new(Duration::from_millis(200));
+        let mut flushes = BlockFlushes::new(Duration::from_millis(200));
         let now = Instant::now();
-        assert!(watch.may_flush(now));
-        assert!(!watch.may_flush(now + Duration::from_millis(100)));
-        assert!(watch.may_flush(now + Duration::from_millis(200)));
+        assert!(flushes.may_flush(now));
+        assert!(!flushes.may_flush(now + Duration::from_millis(100)));
+        assert!(flushes.may_flush(now + Duration::from_millis(200)));
+        let mut watch = BlockWatch::new(Duration::from_millis(200));
         watch.record(&record(7, "thr_join", Which::Entry, 0));
         watch.process_exited(100);
         assert!(watch.still_blocked(i64::MAX / 2).is_empty());

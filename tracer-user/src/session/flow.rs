@@ -542,9 +542,9 @@ impl Session {
                 if let FlushCause::Blocked(event) = &cause {
                     self.system_event(event)?;
                     let may_flush = self
-                        .blocks
+                        .block_flushes
                         .as_mut()
-                        .is_some_and(|blocks| blocks.may_flush(std::time::Instant::now()));
+                        .is_some_and(|flushes| flushes.may_flush(std::time::Instant::now()));
                     if !may_flush {
                         return Ok(());
                     }

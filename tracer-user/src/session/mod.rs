@@ -23,7 +23,7 @@ use anyhow::Result;
 use tokio::sync::mpsc;
 
 use self::{
-    blocks::BlockWatch,
+    blocks::{BlockFlushes, BlockWatch},
     config::Config,
     control::{Controller, Recording},
     deadlocks::DeadlockWatch,
@@ -100,6 +100,8 @@ pub struct Session {
     recording: Recording,
     /// `--flush-on-block`.
     blocks: Option<BlockWatch>,
+    /// `--flush-on-block`: the flushes long blocks cause.
+    block_flushes: Option<BlockFlushes>,
     /// Live deadlock detection (`--deadlock-after`).
     deadlocks: Option<DeadlockWatch>,
 }

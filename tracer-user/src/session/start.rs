@@ -14,7 +14,7 @@ use tracer_model::{
 
 use super::{
     Session,
-    blocks::BlockWatch,
+    blocks::{BlockFlushes, BlockWatch},
     config::{Config, LogOptions, Target},
     control::{Controller, Recording},
     deadlocks::DeadlockWatch,
@@ -192,6 +192,7 @@ impl Session {
             controller,
             recording,
             blocks: config.flush_on_block.map(BlockWatch::new),
+            block_flushes: config.flush_on_block.map(BlockFlushes::new),
             // Nothing is recorded with empty programs: nothing to watch.
             deadlocks: (!config.empty_programs)
                 .then(|| DeadlockWatch::new(config.deadlock_after, config.lock_order)),
