@@ -1,11 +1,11 @@
-//! Live deadlock detection: the records the session writes feed `tracer_model::analysis`
-//! (without statistics); each pass asks it for new cycles of threads blocked longer than
-//! `--deadlock-after`, and each is said once, with the threads' names and where each waits
-//! and locked, and written to the trace as a `thrtrace_deadlock` event. With `--lock-order`
-//! (on by default), each lock-order inversion the records show is said once as it appears, and
-//! written as a `thrtrace_lock_order` event.
+//! Live deadlock detection: a sink whose records feed `tracer_model::analysis` (without
+//! statistics); each pass ([`Sink::time_passed`]) asks it for new cycles of threads blocked
+//! longer than `--deadlock-after`, and each is said once, with the threads' names and where each
+//! waits and locked, and reported to the session, which writes it to the trace as a
+//! `thrtrace_deadlock` event. With `--lock-order` (on by default), each lock-order inversion
+//! the records show is said once as it appears, and written as a `thrtrace_lock_order` event.
 
-use std::time::Duration;
+use std::{io, time::Duration};
 
 use tracer_model::{
     TraceRecord,
@@ -13,10 +13,14 @@ use tracer_model::{
     event::{SystemEvent, SystemKind},
 };
 
-use super::facts;
+use super::{
+    facts,
+    flow::{Finding, Findings},
+};
 use crate::{
     place::Place,
     say::duration,
+    sinks::Sink,
     symbolize::{Mapping, Symbols},
 };
 
@@ -26,10 +30,12 @@ pub struct DeadlockWatch {
     symbols: Symbols,
     /// The lock-order graph's bound was said.
     said_full: bool,
+    findings: Findings,
 }
 
 impl DeadlockWatch {
-    pub fn new(threshold: Duration, lock_order: bool) -> Self {
+    /// A watch that reports to `findings`.
+    pub fn new(threshold: Duration, lock_order: bool, findings: Findings) -> Self {
         let analysis = Analysis::new(false);
         DeadlockWatch {
             analysis: match lock_order {
@@ -39,32 +45,7 @@ impl DeadlockWatch {
             threshold,
             symbols: Symbols::new(),
             said_full: false,
-        }
-    }
-
-    /// A record written.
-    pub fn record(&mut self, record: &TraceRecord) {
-        self.analysis.record(record);
-    }
-
-    pub fn process_exited(&mut self, pid: u32) {
-        self.analysis.process_exited(pid);
-        self.symbols.forget(pid);
-    }
-
-    /// A system event written: thread names, whether the trace is contended-only (its START),
-    /// and the mappings that place callers after their process is gone.
-    pub fn system_event(&mut self, event: &SystemEvent) {
-        match &event.kind {
-            SystemKind::Exec { .. } => self.symbols.forget(event.pid),
-            SystemKind::ThreadName { .. } | SystemKind::Start { .. } => {
-                self.analysis.system_event(event);
-            }
-            kind => {
-                if let Some(mapping) = Mapping::of(kind) {
-                    self.symbols.add_mapping(event.pid, mapping);
-                }
-            }
+            findings,
         }
     }
 
@@ -81,27 +62,27 @@ impl DeadlockWatch {
         }
     }
 
-    /// The deadlocks found at `now_ns` and the lock-order inversions found since the last
-    /// check, not said before, as events (their message said).
-    pub fn check(&mut self, now_ns: i64) -> Vec<SystemEvent> {
-        let mut events = self.inversions(now_ns);
+    /// The deadlocks found at `now_ns`, not said before, said and as events.
+    fn deadlocks(&mut self, now_ns: i64) -> Vec<SystemEvent> {
         let threshold_ns = self.threshold.as_nanos().min(i64::MAX as u128) as i64;
         let found = self.analysis.new_deadlocks(now_ns, threshold_ns);
-        events.extend(found.into_iter().map(|deadlock| {
-            let message = self.describe(&deadlock, now_ns);
-            say!("thrtrace-bpf: {message}");
-            let kind = SystemKind::Deadlock {
-                certain: deadlock.certain,
-                threads: serde_json::to_string(&deadlock.threads).unwrap_or_default(),
-                message,
-            };
-            let pid = deadlock.threads.first().map_or(0, |t| t.pid);
-            SystemEvent::of_process(now_ns, pid, 0, kind)
-        }));
-        events
+        found
+            .into_iter()
+            .map(|deadlock| {
+                let message = self.describe(&deadlock, now_ns);
+                say!("thrtrace-bpf: {message}");
+                let kind = SystemKind::Deadlock {
+                    certain: deadlock.certain,
+                    threads: serde_json::to_string(&deadlock.threads).unwrap_or_default(),
+                    message,
+                };
+                let pid = deadlock.threads.first().map_or(0, |t| t.pid);
+                SystemEvent::of_process(now_ns, pid, 0, kind)
+            })
+            .collect()
     }
 
-    /// The inversions found since the last check, said and as events.
+    /// The inversions found since the last pass, said and as events.
     fn inversions(&mut self, now_ns: i64) -> Vec<SystemEvent> {
         let Some(order) = self.analysis.lock_order() else {
             return Vec::new();
@@ -194,6 +175,48 @@ impl DeadlockWatch {
             "possible deadlock"
         };
         format!("{what}: {}", parts.join("; "))
+    }
+}
+
+/// Not `wants_system_events`: the names and mappings that come are used, but not worth
+/// reading /proc for when no output keeps them (a message names a thread from /proc then).
+impl Sink for DeadlockWatch {
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
+        self.analysis.record(record);
+        Ok(())
+    }
+
+    /// Thread names, whether the trace is contended-only (its START), and the mappings that
+    /// place callers after their process is gone.
+    fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
+        match &event.kind {
+            SystemKind::Exec { .. } => self.symbols.forget(event.pid),
+            SystemKind::ThreadName { .. } | SystemKind::Start { .. } => {
+                self.analysis.system_event(event);
+            }
+            kind => {
+                if let Some(mapping) = Mapping::of(kind) {
+                    self.symbols.add_mapping(event.pid, mapping);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn process_exited(&mut self, pid: u32) -> io::Result<()> {
+        self.analysis.process_exited(pid);
+        self.symbols.forget(pid);
+        Ok(())
+    }
+
+    /// The lock-order inversions found since the last pass, then the deadlocks found now,
+    /// each said and reported once.
+    fn time_passed(&mut self, now_ns: i64) {
+        let inversions = self.inversions(now_ns);
+        let deadlocks = self.deadlocks(now_ns);
+        for event in inversions.into_iter().chain(deadlocks) {
+            self.findings.report(Finding::Event(event));
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! The way of records and the session's own events from the rings to the sinks: drawn and
 //! decoded ([`crate::capture::draw`]), put in time order with the system events the session
 //! makes (a process first seen or gone, a gap, an error, a controller's action) by the reorder
-//! stage, then handed to the sinks and the live analyses ([`Flow`], `Session::drain`).
+//! stage, then handed to the sinks, the outputs and the watches ([`Flow`], `Session::drain`);
+//! what the watches find comes back to be written too ([`Finding`]).
 
-use std::collections::hash_map::Entry;
+use std::{collections::hash_map::Entry, sync::mpsc};
 
 use anyhow::{Context, Result};
 // Per-record sets (processes and threads seen): a fast hasher rather than SipHash.
@@ -136,6 +137,40 @@ pub(super) enum Staged {
         action: Action,
         answer: Option<oneshot::Sender<Reply>>,
     },
+}
+
+/// What a watch found. The watches are sinks, and a sink cannot write to the others: it
+/// reports what it finds through [`Findings`], and the session writes it as an item of the
+/// stream: right after the item it was found in, or in time order if time passing showed it
+/// ([`Sink::time_passed`]).
+pub(super) enum Finding {
+    /// A deadlock or a lock-order inversion, said on stderr already: written to every sink.
+    Event(SystemEvent),
+}
+
+impl From<Finding> for Staged {
+    fn from(finding: Finding) -> Self {
+        match finding {
+            Finding::Event(event) => Staged::System(event),
+        }
+    }
+}
+
+/// The watches' way back to the session, which holds the receiving end.
+#[derive(Clone)]
+pub(super) struct Findings(mpsc::Sender<Finding>);
+
+impl Findings {
+    /// A way back, and the session's end of it.
+    pub(super) fn new() -> (Self, mpsc::Receiver<Finding>) {
+        let (sender, receiver) = mpsc::channel();
+        (Findings(sender), receiver)
+    }
+
+    pub(super) fn report(&self, finding: Finding) {
+        // The session holds the receiving end for as long as it holds its sinks.
+        let _ = self.0.send(finding);
+    }
 }
 
 pub(super) enum Action {
@@ -399,6 +434,7 @@ impl Session {
     pub(super) fn write(&mut self, items: Vec<Staged>) -> Result<()> {
         for item in items {
             self.write_item(item)?;
+            self.write_findings()?;
         }
         self.sinks.batch_done().context(INCOMPLETE)
     }
@@ -414,7 +450,8 @@ impl Session {
                 written = match item {
                     Released::Record(drawn) => self.write_record(drawn),
                     Released::Other(item) => self.write_item(*item),
-                };
+                }
+                .and_then(|()| self.write_findings());
             }
         };
         match until {
@@ -427,12 +464,17 @@ impl Session {
         written
     }
 
-    /// Hands a system event to the sinks, and to the deadlock watch (names, mappings).
+    /// Hands a system event to the sinks.
     fn system_event(&mut self, event: &SystemEvent) -> Result<()> {
-        if let Some(deadlocks) = self.deadlocks.as_mut() {
-            deadlocks.system_event(event);
-        }
         self.sinks.system_event(event).context(INCOMPLETE)
+    }
+
+    /// Writes what the watches found in the item just written, right after it.
+    fn write_findings(&mut self) -> Result<()> {
+        while let Ok(finding) = self.found.try_recv() {
+            self.write_item(finding.into())?;
+        }
+        Ok(())
     }
 
     /// Hands one item other than a record to the sinks (or does it): a process first seen
@@ -453,9 +495,6 @@ impl Session {
                 self.flow.last_recorded_pid = None;
                 if let Some(blocks) = self.blocks.as_mut() {
                     blocks.process_exited(pid);
-                }
-                if let Some(deadlocks) = self.deadlocks.as_mut() {
-                    deadlocks.process_exited(pid);
                 }
                 self.flow.unwinder.forget(pid);
                 self.flow.stack_ids.forget(pid);
@@ -505,9 +544,6 @@ impl Session {
                 self.sinks.record(record).context(INCOMPLETE)?;
                 if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(record)) {
                     self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
-                }
-                if let Some(deadlocks) = self.deadlocks.as_mut() {
-                    deadlocks.record(record);
                 }
             }
             // A call of the kind not selected (a plain mutex when only rmutex is).

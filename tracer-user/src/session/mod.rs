@@ -26,8 +26,7 @@ use self::{
     blocks::{BlockFlushes, BlockWatch},
     config::Config,
     control::{Controller, Recording},
-    deadlocks::DeadlockWatch,
-    flow::Flow,
+    flow::{Finding, Flow},
     run::Clock,
     watch::Watched,
 };
@@ -80,7 +79,8 @@ pub struct Session {
     datapath: DataPath,
     probes: Probes,
     decoder: Decoder,
-    sinks: Sinks,
+    /// The outputs, then the watches.
+    sinks: Sinks<dyn Sink>,
     /// Records and the session's events, from the rings to the sinks.
     flow: Flow,
     /// The targets, and what became of them.
@@ -102,8 +102,8 @@ pub struct Session {
     blocks: Option<BlockWatch>,
     /// `--flush-on-block`: the flushes long blocks cause.
     block_flushes: Option<BlockFlushes>,
-    /// Live deadlock detection (`--deadlock-after`).
-    deadlocks: Option<DeadlockWatch>,
+    /// What the watches among the sinks found, not written yet (see `flow::Finding`).
+    found: std::sync::mpsc::Receiver<Finding>,
 }
 
 /// How a run ended.

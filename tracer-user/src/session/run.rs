@@ -223,10 +223,10 @@ impl Session {
                 self.flow.reorder.push(now, Staged::Act { action, answer });
             }
         }
-        if let Some(deadlocks) = self.deadlocks.as_mut() {
-            for event in deadlocks.check(self.decoder.realtime_ns(now)) {
-                self.flow.reorder.push(now, Staged::System(event));
-            }
+        // Time passing shows deadlocks: what the watches find is placed in time order.
+        self.sinks.time_passed(self.decoder.realtime_ns(now));
+        for finding in self.found.try_iter() {
+            self.flow.reorder.push(now, finding.into());
         }
         self.share_after_main_thread();
         self.execs_without_follow();

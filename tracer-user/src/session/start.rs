@@ -19,7 +19,7 @@ use super::{
     control::{Controller, Recording},
     deadlocks::DeadlockWatch,
     facts::Facts,
-    flow::Flow,
+    flow::{Findings, Flow},
     run::Clock,
     watch::{Watched, target_error_event},
 };
@@ -157,7 +157,10 @@ impl Session {
         for line in followed {
             say!("{line}");
         }
-        let sinks = start_sinks(config, outputs, created_ns, viewers)?;
+        let (findings, found) = Findings::new();
+        let mut sinks = start_sinks(config, outputs, created_ns, viewers)?;
+        sinks.extend(watches(config, &findings));
+        let sinks = Sinks(sinks);
         let clock = Clock::new(&datapath, config.buffering, config.duration)?;
         let shares = datapath.share_rings(config.consumer_threads);
         let mut flow = Flow::new(
@@ -193,11 +196,22 @@ impl Session {
             recording,
             blocks: config.flush_on_block.map(BlockWatch::new),
             block_flushes: config.flush_on_block.map(BlockFlushes::new),
-            // Nothing is recorded with empty programs: nothing to watch.
-            deadlocks: (!config.empty_programs)
-                .then(|| DeadlockWatch::new(config.deadlock_after, config.lock_order)),
+            found,
         })
     }
+}
+
+/// The watches `config` asks for, reporting to `findings`: sinks that stay on the session's
+/// thread.
+fn watches(config: &Config, findings: &Findings) -> Vec<Box<dyn Sink>> {
+    let mut watches: Vec<Box<dyn Sink>> = Vec::new();
+    // Nothing is recorded with empty programs: no deadlock to watch for.
+    if !config.empty_programs {
+        let deadlocks =
+            DeadlockWatch::new(config.deadlock_after, config.lock_order, findings.clone());
+        watches.push(Box::new(deadlocks));
+    }
+    watches
 }
 
 /// The BPF object loaded for `config` on a kernel with `kernel_features`, recording what
@@ -445,7 +459,7 @@ fn start_sinks(
     outputs: Outputs,
     created_ns: i64,
     viewers: Vec<Box<dyn Sink + Send>>,
-) -> Result<Sinks> {
+) -> Result<Vec<Box<dyn Sink>>> {
     let budget = descriptors::open_file_budget();
     let log = match (&config.log, outputs.log) {
         (Some(options), Some(dir)) => Some(trace_log(options, &dir, config, created_ns)?),
@@ -454,7 +468,10 @@ fn start_sinks(
     let ctf = outputs
         .ctf
         .map(|dir| CtfTrace::new(dir, &config.name, &event_types()));
-    let mut sinks = viewers;
+    let mut sinks: Vec<Box<dyn Sink>> = viewers
+        .into_iter()
+        .map(|viewer| viewer as Box<dyn Sink>)
+        .collect();
     if config.consumer_threads == 1 {
         let mut written: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(dir) = outputs.tr {
@@ -471,7 +488,7 @@ fn start_sinks(
                 .context("cannot start the writer thread")?;
             sinks.push(Box::new(writer));
         }
-        return Ok(Sinks(sinks));
+        return Ok(sinks);
     }
     if let Some(dir) = outputs.tr {
         let writers = config.consumer_threads - 1;
@@ -490,7 +507,7 @@ fn start_sinks(
             Threaded::new(ctf, "ctf-writer").context("cannot start the CTF writer thread")?,
         ));
     }
-    Ok(Sinks(sinks))
+    Ok(sinks)
 }
 
 fn plan_options(config: &Config) -> PlanOptions {

@@ -6,10 +6,13 @@
 //! (`readers::pyroscope`) are sinks too, given to the session by the command line, and so are
 //! the readers' outputs that `dump` and `convert` replay a log into (`readers::dump::Printer`,
 //! `readers::perfetto::PerfettoTimeline`, with the tr and CTF sinks above).
+//! The session's watches (`session::deadlocks`, `session::blocks`) are sinks that write
+//! nothing: they look at the events for deadlocks and long blocks, and send what they find back
+//! to the session, which writes it to every sink.
 //! The session calls `begin`, then `record` and `system_event` in time order,
-//! `process_exited` once a process's last records are written, `flush` and `clear` when asked
-//! (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every file a sink writes, safely;
-//! [`descriptors`] bounds how many stay open.
+//! `process_exited` once a process's last records are written, `time_passed` once per pass,
+//! `flush` and `clear` when asked (SIGUSR1, `ctl`), and `finish`. [`output_dir`] creates every
+//! file a sink writes, safely; [`descriptors`] bounds how many stay open.
 
 pub mod ctf;
 pub mod descriptors;
@@ -197,9 +200,10 @@ impl fmt::Display for Summary {
     }
 }
 
-/// An output. Every sink takes records ([`Sink::record`], the one method it must have); the
-/// rest has defaults for a sink that has nothing to do then (no system events, nothing held to
-/// flush or clear, nothing to complete or tell at the end).
+/// An output, or a watch. Every sink takes records ([`Sink::record`], the one method it must
+/// have); the rest has defaults for a sink that has nothing to do then (no system events,
+/// nothing to look for as time passes, nothing held to flush or clear, nothing to complete or
+/// tell at the end).
 pub trait Sink {
     /// Tracing begins: the output is opened by the time this returns.
     fn begin(&mut self) -> io::Result<()> {
@@ -235,6 +239,10 @@ pub trait Sink {
     fn process_exited(&mut self, _pid: u32) -> io::Result<()> {
         Ok(())
     }
+    /// Once per pass, with the time now (ns since the epoch): a watch looks for what only time
+    /// passing shows, threads blocked past its threshold with nobody releasing them. The
+    /// watches run on the session's thread; outputs have nothing to look for.
+    fn time_passed(&mut self, _now_ns: i64) {}
     /// Waits until everything handed over so far is written, and says if writing it failed:
     /// a sink on a thread of its own ([`threaded`]) learns of a failed write after the call
     /// that handed it over. Others write as they are called.
@@ -248,11 +256,11 @@ pub trait Sink {
     }
 }
 
-/// Several sinks at once, each given every event.
-#[derive(Default)]
-pub struct Sinks(pub Vec<Box<dyn Sink + Send>>);
+/// Several sinks at once, each given every event. Those one writer thread runs are each
+/// `Send`; the session's own are `Sinks<dyn Sink>`, as its watches stay on its thread.
+pub struct Sinks<S: Sink + ?Sized = dyn Sink + Send>(pub Vec<Box<S>>);
 
-impl Sink for Sinks {
+impl<S: Sink + ?Sized> Sink for Sinks<S> {
     fn begin(&mut self) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.begin())
     }
@@ -284,6 +292,9 @@ impl Sink for Sinks {
     }
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.process_exited(pid))
+    }
+    fn time_passed(&mut self, now_ns: i64) {
+        self.0.iter_mut().for_each(|s| s.time_passed(now_ns));
     }
     fn sync(&mut self) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.sync())
