@@ -1,10 +1,11 @@
-//! `--flush-on-block`: finds the traced calls blocked longer than a threshold, from the records
-//! as they are written (a paired call's entry and return) and, for calls still blocked, from
-//! the entries not yet returned. Each call is reported once; the flushes the session makes of
+//! `--flush-on-block`: a sink that finds the traced calls blocked longer than a threshold, from
+//! the records (a paired call's entry and return) and, as time passes, from the entries not
+//! yet returned. Each call is reported to the session once; the flushes the session makes of
 //! them are at most one per threshold ([`BlockFlushes`]).
 
 use std::{
     collections::HashMap,
+    io,
     time::{Duration, Instant},
 };
 
@@ -13,6 +14,9 @@ use tracer_model::{
     TraceRecord,
     event::{SystemEvent, SystemKind},
 };
+
+use super::flow::{Finding, Findings};
+use crate::sinks::Sink;
 
 /// A call in progress: its thread and event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,23 +37,28 @@ struct Call {
 pub struct BlockWatch {
     threshold: Duration,
     calls: HashMap<CallKey, Call>,
+    findings: Findings,
 }
 
 impl BlockWatch {
-    pub fn new(threshold: Duration) -> Self {
+    /// A watch that reports to `findings`.
+    pub fn new(threshold: Duration, findings: Findings) -> Self {
         BlockWatch {
             threshold,
             calls: HashMap::new(),
+            findings,
         }
     }
 
     fn threshold_ns(&self) -> i64 {
         self.threshold.as_nanos().min(i64::MAX as u128) as i64
     }
+}
 
-    /// A record written: a paired call's entry starts a call, its return ends it. Returns the
-    /// BLOCKED event of a call that returned past the threshold, unless already reported.
-    pub fn record(&mut self, record: &TraceRecord) -> Option<SystemEvent> {
+impl Sink for BlockWatch {
+    /// A paired call's entry starts a call, its return ends it: a call that returned past the
+    /// threshold is reported, unless it was as still blocked.
+    fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         let key = CallKey {
             lwpid: record.lwpid,
             event1: record.event1,
@@ -65,20 +74,30 @@ impl BlockWatch {
                     reported: false,
                 };
                 self.calls.insert(key, call);
-                None
             }
             Which::Return => {
-                let call = self.calls.remove(&key)?;
-                let blocked_ns = time_ns - call.entry_ns;
-                (!call.reported && blocked_ns > self.threshold_ns())
-                    .then(|| blocked(key, &call, blocked_ns, true, time_ns))
+                if let Some(call) = self.calls.remove(&key) {
+                    let blocked_ns = time_ns - call.entry_ns;
+                    if !call.reported && blocked_ns > self.threshold_ns() {
+                        let event = blocked(key, &call, blocked_ns, true, time_ns);
+                        self.findings.report(Finding::LongBlock(event));
+                    }
+                }
             }
-            Which::Whole => None,
+            Which::Whole => {}
         }
+        Ok(())
     }
 
-    /// The calls blocked past the threshold at `now_ns` and not reported yet, reported now.
-    pub fn still_blocked(&mut self, now_ns: i64) -> Vec<SystemEvent> {
+    /// Process `pid` is gone: its calls will not return.
+    fn process_exited(&mut self, pid: u32) -> io::Result<()> {
+        self.calls.retain(|_, call| call.pid != pid);
+        Ok(())
+    }
+
+    /// The calls blocked past the threshold at `now_ns` and not reported yet, reported now, in
+    /// the order of their threads.
+    fn time_passed(&mut self, now_ns: i64) {
         let threshold_ns = self.threshold_ns();
         let mut events: Vec<SystemEvent> = self
             .calls
@@ -90,12 +109,9 @@ impl BlockWatch {
             })
             .collect();
         events.sort_by_key(|e| e.lwpid);
-        events
-    }
-
-    /// Process `pid` is gone: its calls will not return.
-    pub fn process_exited(&mut self, pid: u32) {
-        self.calls.retain(|_, call| call.pid != pid);
+        for event in events {
+            self.findings.report(Finding::LongBlock(event));
+        }
     }
 }
 
@@ -146,9 +162,28 @@ fn blocked(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+
     use super::*;
 
     const MS: i64 = 1_000_000;
+
+    /// A watch with a threshold of 200 ms, and the session's end of what it reports.
+    fn watch() -> (BlockWatch, mpsc::Receiver<Finding>) {
+        let (findings, found) = Findings::new();
+        (BlockWatch::new(Duration::from_millis(200), findings), found)
+    }
+
+    /// The long blocks reported since the last look.
+    fn reported(found: &mpsc::Receiver<Finding>) -> Vec<SystemEvent> {
+        found
+            .try_iter()
+            .map(|finding| match finding {
+                Finding::LongBlock(event) => event,
+                Finding::Event(event) => panic!("not a long block: {event:?}"),
+            })
+            .collect()
+    }
 
     fn record(lwpid: u32, name: &str, which: Which, time_ns: i64) -> TraceRecord {
         let event = EventDef::by_name(name).unwrap();
@@ -183,53 +218,55 @@ mod tests {
 
     #[test]
     fn a_call_that_returns_past_the_threshold_is_reported_at_its_return() {
-        let mut watch = BlockWatch::new(Duration::from_millis(200));
+        let (mut watch, found) = watch();
         let start = 1_000 * MS;
-        assert!(
-            watch
-                .record(&record(7, "mutex_lock", Which::Entry, start))
-                .is_none()
-        );
-        assert!(
-            watch
-                .record(&record(8, "mutex_lock", Which::Entry, start))
-                .is_none()
-        );
+        watch
+            .record(&record(7, "mutex_lock", Which::Entry, start))
+            .unwrap();
+        watch
+            .record(&record(8, "mutex_lock", Which::Entry, start))
+            .unwrap();
         // Returned within the threshold: nothing.
-        assert!(
-            watch
-                .record(&record(8, "mutex_lock", Which::Return, start + 150 * MS))
-                .is_none()
-        );
-        let event = watch
+        watch
+            .record(&record(8, "mutex_lock", Which::Return, start + 150 * MS))
+            .unwrap();
+        assert!(reported(&found).is_empty());
+        watch
             .record(&record(7, "mutex_lock", Which::Return, start + 250 * MS))
             .unwrap();
+        let events = reported(&found);
+        assert_eq!(events.len(), 1);
         assert_eq!(
-            call_and_time(&event),
+            call_and_time(&events[0]),
             (7, "mutex_lock", 250 * MS as u64, true)
         );
-        assert_eq!(event.time_ns, start + 250 * MS);
-        assert!(watch.still_blocked(start + 10_000 * MS).is_empty());
+        assert_eq!(events[0].time_ns, start + 250 * MS);
+        watch.time_passed(start + 10_000 * MS);
+        assert!(reported(&found).is_empty());
     }
 
     #[test]
     fn a_call_still_blocked_is_reported_once() {
-        let mut watch = BlockWatch::new(Duration::from_millis(200));
+        let (mut watch, found) = watch();
         let start = 1_000 * MS;
-        watch.record(&record(7, "cond_wait", Which::Entry, start));
-        assert!(watch.still_blocked(start + 100 * MS).is_empty());
-        let events = watch.still_blocked(start + 300 * MS);
+        watch
+            .record(&record(7, "cond_wait", Which::Entry, start))
+            .unwrap();
+        watch.time_passed(start + 100 * MS);
+        assert!(reported(&found).is_empty());
+        watch.time_passed(start + 300 * MS);
+        let events = reported(&found);
         assert_eq!(events.len(), 1);
         assert_eq!(
             call_and_time(&events[0]),
             (7, "cond_wait", 300 * MS as u64, false)
         );
-        assert!(watch.still_blocked(start + 400 * MS).is_empty());
-        assert!(
-            watch
-                .record(&record(7, "cond_wait", Which::Return, start + 500 * MS))
-                .is_none()
-        );
+        assert_eq!(events[0].time_ns, start + 300 * MS);
+        watch.time_passed(start + 400 * MS);
+        watch
+            .record(&record(7, "cond_wait", Which::Return, start + 500 * MS))
+            .unwrap();
+        assert!(reported(&found).is_empty());
     }
 
     #[test]
@@ -239,9 +276,12 @@ mod tests {
         assert!(flushes.may_flush(now));
         assert!(!flushes.may_flush(now + Duration::from_millis(100)));
         assert!(flushes.may_flush(now + Duration::from_millis(200)));
-        let mut watch = BlockWatch::new(Duration::from_millis(200));
-        watch.record(&record(7, "thr_join", Which::Entry, 0));
-        watch.process_exited(100);
-        assert!(watch.still_blocked(i64::MAX / 2).is_empty());
+        let (mut watch, found) = watch();
+        watch
+            .record(&record(7, "thr_join", Which::Entry, 0))
+            .unwrap();
+        watch.process_exited(100).unwrap();
+        watch.time_passed(i64::MAX / 2);
+        assert!(reported(&found).is_empty());
     }
 }

@@ -146,12 +146,19 @@ pub(super) enum Staged {
 pub(super) enum Finding {
     /// A deadlock or a lock-order inversion, said on stderr already: written to every sink.
     Event(SystemEvent),
+    /// A call blocked past `--flush-on-block`: its BLOCKED event is written, then the sinks
+    /// flushed, at most once per threshold.
+    LongBlock(SystemEvent),
 }
 
 impl From<Finding> for Staged {
     fn from(finding: Finding) -> Self {
         match finding {
             Finding::Event(event) => Staged::System(event),
+            Finding::LongBlock(event) => Staged::Act {
+                action: Action::Flush(FlushCause::Blocked(event)),
+                answer: None,
+            },
         }
     }
 }
@@ -469,7 +476,8 @@ impl Session {
         self.sinks.system_event(event).context(INCOMPLETE)
     }
 
-    /// Writes what the watches found in the item just written, right after it.
+    /// Writes what the watches found in the item just written (a call that returned after
+    /// blocking too long), right after it.
     fn write_findings(&mut self) -> Result<()> {
         while let Ok(finding) = self.found.try_recv() {
             self.write_item(finding.into())?;
@@ -493,9 +501,6 @@ impl Session {
                 self.flow.exiting.remove(&pid);
                 self.flow.processes.remove(&pid);
                 self.flow.last_recorded_pid = None;
-                if let Some(blocks) = self.blocks.as_mut() {
-                    blocks.process_exited(pid);
-                }
                 self.flow.unwinder.forget(pid);
                 self.flow.stack_ids.forget(pid);
                 if self.flow.described.remove(&pid) {
@@ -542,9 +547,6 @@ impl Session {
                 }
                 self.flow.records += 1;
                 self.sinks.record(record).context(INCOMPLETE)?;
-                if let Some(event) = self.blocks.as_mut().and_then(|b| b.record(record)) {
-                    self.act(Action::Flush(FlushCause::Blocked(event)), None)?;
-                }
             }
             // A call of the kind not selected (a plain mutex when only rmutex is).
             Some(_) => {}

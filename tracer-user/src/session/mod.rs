@@ -23,7 +23,7 @@ use anyhow::Result;
 use tokio::sync::mpsc;
 
 use self::{
-    blocks::{BlockFlushes, BlockWatch},
+    blocks::BlockFlushes,
     config::Config,
     control::{Controller, Recording},
     flow::{Finding, Flow},
@@ -98,8 +98,6 @@ pub struct Session {
     name: String,
     controller: Option<Controller>,
     recording: Recording,
-    /// `--flush-on-block`.
-    blocks: Option<BlockWatch>,
     /// `--flush-on-block`: the flushes long blocks cause.
     block_flushes: Option<BlockFlushes>,
     /// What the watches among the sinks found, not written yet (see `flow::Finding`).

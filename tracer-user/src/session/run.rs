@@ -216,14 +216,8 @@ impl Session {
     fn pass(&mut self) -> Result<bool> {
         self.drain()?;
         let now = kernel::monotonic_ns();
-        if let Some(blocks) = self.blocks.as_mut() {
-            for event in blocks.still_blocked(self.decoder.realtime_ns(now)) {
-                let action = Action::Flush(FlushCause::Blocked(event));
-                let answer = None;
-                self.flow.reorder.push(now, Staged::Act { action, answer });
-            }
-        }
-        // Time passing shows deadlocks: what the watches find is placed in time order.
+        // Time passing shows calls still blocked and deadlocks: what the watches find is
+        // placed in time order.
         self.sinks.time_passed(self.decoder.realtime_ns(now));
         for finding in self.found.try_iter() {
             self.flow.reorder.push(now, finding.into());

@@ -194,7 +194,6 @@ impl Session {
             name: config.name.clone(),
             controller,
             recording,
-            blocks: config.flush_on_block.map(BlockWatch::new),
             block_flushes: config.flush_on_block.map(BlockFlushes::new),
             found,
         })
@@ -202,9 +201,13 @@ impl Session {
 }
 
 /// The watches `config` asks for, reporting to `findings`: sinks that stay on the session's
-/// thread.
+/// thread. What they find as time passes is placed in this order: calls still blocked, then
+/// deadlocks.
 fn watches(config: &Config, findings: &Findings) -> Vec<Box<dyn Sink>> {
     let mut watches: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(threshold) = config.flush_on_block {
+        watches.push(Box::new(BlockWatch::new(threshold, findings.clone())));
+    }
     // Nothing is recorded with empty programs: no deadlock to watch for.
     if !config.empty_programs {
         let deadlocks =
