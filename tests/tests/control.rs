@@ -10,8 +10,8 @@ use std::{
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    Burst, TempDir, bpf_available, ctl, ctl_ok, read_trace, start_tracer, thread_records,
-    unique_name,
+    Burst, TempDir, bpf_available, ctl, ctl_ok, lines_as_they_come, read_trace, start_tracer,
+    thread_records, unique_name,
 };
 use tracer_model::{
     TraceRecord,
@@ -375,6 +375,111 @@ fn a_long_block_flushes_the_wait_and_the_calls_before_it() {
     let of_holder: Vec<&TraceRecord> = flushed.iter().filter(|r| r.lwpid != main).collect();
     assert_eq!(of_holder.len(), 2, "the holder's lock, entry and return");
     assert!(matches!(events[first_flush - 1], Event::System(ref s) if s.kind == blocked[0].kind));
+}
+
+/// A call that returns blocked too long before any pass saw it still blocked is found as its
+/// return is written: its BLOCKED event comes right after that return, and its flush is said.
+#[test]
+fn a_call_found_blocked_at_its_return_is_written_right_after_it() {
+    if !bpf_available("flush_on_block_at_return") {
+        return;
+    }
+    let dir = TempDir::new("flush-on-return");
+    let name = unique_name("returned");
+    let mut burst = Burst::start();
+    let mutex = burst.mutex;
+    let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
+    let options = [
+        "--name",
+        &name,
+        "--log",
+        &log,
+        "--events",
+        "mutex",
+        "--stream-full-policy",
+        "loop",
+        "--flush-on-block",
+        "5ms",
+    ];
+    let (tracer, stderr) = start_tracer(dir.path(), &[burst.pid], &options);
+    let lines = lines_as_they_come(stderr);
+    // A wait far shorter than the poll (100 ms) is most often drawn, entry and return, in one
+    // pass: only a pass that falls within it sees it still blocked (about one wait in seven).
+    const HOLDS: usize = 8;
+    for _ in 0..HOLDS {
+        burst.hold(15);
+    }
+    shutdown(&name, tracer);
+    burst.finish();
+    let said: Vec<String> = lines
+        .iter()
+        .filter(|line| line.contains("flushed: "))
+        .collect();
+
+    let events = events_of(Path::new(&log));
+    let blocked: Vec<(usize, &SystemEvent)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(n, e)| match e {
+            Event::System(s) if matches!(s.kind, SystemKind::Blocked { .. }) => Some((n, s)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocked.len(), HOLDS, "each wait once: {blocked:#?}");
+    let mut at_return = 0;
+    for &(n, event) in &blocked {
+        let SystemKind::Blocked {
+            call,
+            object,
+            returned,
+            ..
+        } = &event.kind
+        else {
+            unreachable!()
+        };
+        assert_eq!((call.as_str(), *object as i64), ("mutex_lock", mutex));
+        if !returned {
+            continue;
+        }
+        at_return += 1;
+        let Event::Thread(before) = &events[n - 1] else {
+            panic!("not after its return: {:#?}", &events[n - 1..=n])
+        };
+        let name = tracer_common::EventDef::find(before.event1, before.event2)
+            .unwrap()
+            .name;
+        assert_eq!(
+            (before.lwpid, name, before.which),
+            (event.lwpid, "mutex_lock", Which::Return)
+        );
+        assert_eq!(before.time_ns() as i64, event.time_ns);
+    }
+    assert!(
+        at_return > 0,
+        "every wait was seen still blocked: {blocked:#?}"
+    );
+    // The first flush: nothing was flushed in the threshold before it.
+    let (_, first) = blocked[0];
+    let SystemKind::Blocked {
+        blocked_ns,
+        returned,
+        ..
+    } = first.kind
+    else {
+        unreachable!()
+    };
+    let how = if returned {
+        "was blocked"
+    } else {
+        "has been blocked"
+    };
+    let expected = format!(
+        "thrtrace-bpf: flushed: thread {} (pid {}) {how} {} ms in mutex_lock({mutex:#x})",
+        first.lwpid,
+        first.pid,
+        blocked_ns / 1_000_000,
+    );
+    assert_eq!(said.first(), Some(&expected), "{said:#?}");
 }
 
 /// The traced process: the only one in the log.

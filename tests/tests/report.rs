@@ -339,8 +339,8 @@ fn the_perfetto_timeline_has_the_waits_holds_and_wakeups() {
 }
 
 /// Runs deadlock.c (`mode`: before or after), traces it (with `options` too), lets it
-/// deadlock; returns the line the tracer said, how long after the deadlock it said it, the log,
-/// and the workload's thread ids.
+/// deadlock; returns the line the tracer said (once: no other line says a deadlock), how long
+/// after the deadlock it said it, the log, and the workload's thread ids.
 fn deadlock(mode: &str, options: &[&str]) -> (String, Duration, TempDir, u32, u32) {
     let dir = TempDir::new("deadlock");
     let name = unique_name("deadlock");
@@ -367,6 +367,11 @@ fn deadlock(mode: &str, options: &[&str]) -> (String, Duration, TempDir, u32, u3
     ctl_ok(&[&name, "shutdown"]);
     let mut tracer = tracer;
     assert!(tracer.wait().unwrap().success());
+    let later: Vec<String> = lines.iter().collect();
+    assert!(
+        later.iter().all(|line| !line.contains("deadlock: ")),
+        "said again: {later:#?}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     (said, after, dir, a, b)
