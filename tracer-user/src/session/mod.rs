@@ -3,10 +3,11 @@
 //! the loop that drains the rings into the sinks until a stop condition, then detaches, writes
 //! what is left, and reports. Records and the system events the session makes (a process
 //! attached or gone, a gap, an error) pass through one reorder stage, so that the sinks get
-//! them in time order (`flow.rs`). The session also answers the controller (`control.rs`),
-//! watches its targets (`watch.rs`), long blocks (`blocks.rs`) and deadlocks (`deadlocks.rs`),
-//! reads what /proc says of the processes it sees (`facts.rs`), and unwinds the call stacks
-//! records are taken with (`stacks.rs`).
+//! them in time order (`flow.rs`). Among the sinks are the session's watches, for long blocks
+//! (`blocks.rs`) and deadlocks (`deadlocks.rs`): what they find comes back to the session to be
+//! written to every sink (`flow::Finding`). The session also answers the controller
+//! (`control.rs`), watches its targets (`watch.rs`), reads what /proc says of the processes it
+//! sees (`facts.rs`), and unwinds the call stacks records are taken with (`stacks.rs`).
 
 mod blocks;
 pub mod config;

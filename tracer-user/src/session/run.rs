@@ -211,8 +211,8 @@ impl Session {
         }
     }
 
-    /// Drains the rings, watches the calls (long blocks, deadlocks) and the targets; returns
-    /// whether the trace goes on.
+    /// Drains the rings, tells the sinks that time passed (the watches look for calls still
+    /// blocked and deadlocks), watches the targets; returns whether the trace goes on.
     fn pass(&mut self) -> Result<bool> {
         self.drain()?;
         let now = kernel::monotonic_ns();
