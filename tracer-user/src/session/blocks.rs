@@ -57,7 +57,7 @@ impl BlockWatch {
 
 impl Sink for BlockWatch {
     /// A paired call's entry starts a call, its return ends it: a call that returned past the
-    /// threshold is reported, unless it was as still blocked.
+    /// threshold is reported, unless it was reported as still blocked.
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         let key = CallKey {
             lwpid: record.lwpid,
@@ -116,8 +116,8 @@ impl Sink for BlockWatch {
 }
 
 /// The flushes long blocks cause: at most one per threshold. Decided when the session comes to
-/// flush, not when the block is found: a block found by time passing waits in the reorder
-/// stage, and records released before it may find one that flushes first.
+/// flush, not when the block is found: a block found as time passes waits in the reorder stage,
+/// and a record released before it can end another long block, which flushes first.
 pub struct BlockFlushes {
     threshold: Duration,
     last: Option<Instant>,

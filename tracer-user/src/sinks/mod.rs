@@ -256,8 +256,9 @@ pub trait Sink {
     }
 }
 
-/// Several sinks at once, each given every event. Those one writer thread runs are each
-/// `Send`; the session's own are `Sinks<dyn Sink>`, as its watches stay on its thread.
+/// Several sinks at once, each given every event. Those a writer thread runs are `Send` (the
+/// default); the session's are `Sinks<dyn Sink>`: its deadlock watch holds a symbolizer, which
+/// cannot leave the thread it was made on.
 pub struct Sinks<S: Sink + ?Sized = dyn Sink + Send>(pub Vec<Box<S>>);
 
 impl<S: Sink + ?Sized> Sink for Sinks<S> {
