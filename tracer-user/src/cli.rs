@@ -15,7 +15,7 @@ use crate::{
         launch::{self, LaunchError},
         targets,
     },
-    capture::{features::KernelTooOld, futex_hook::FutexHook, kernel::BtfError},
+    capture::futex_hook::FutexHook,
     control::{
         self,
         client::{CtlArgs, CtlError},
@@ -35,7 +35,7 @@ use crate::{
         top::LiveView,
     },
     session::{
-        self,
+        self, TraceError,
         config::{Config, LogOptions, Target},
     },
     sinks::{Buffering, Sink, output_dir::split_file_path, threaded::Threaded},
@@ -293,7 +293,7 @@ impl TopArgs {
             Target::SystemWide => "every process".to_owned(),
         };
         let view = LiveView::new(self.interval, watched, self.kinds.clone());
-        session::trace_into(&config, vec![Box::new(view)]).map_err(Failure::Trace)
+        session::trace_into(&config, vec![Box::new(view)]).map_err(Failure::from)
     }
 
     fn config(&self) -> Result<Config, Failure> {
@@ -519,7 +519,7 @@ impl Cli {
         if let Some(push) = push {
             viewers.push(Box::new(ContentionPush::new(push)));
         }
-        session::trace_into(&config, viewers).map_err(Failure::Trace)
+        session::trace_into(&config, viewers).map_err(Failure::from)
     }
 
     /// `--pyroscope` and its options, checked; an error for options given without it. The
@@ -679,9 +679,15 @@ pub enum Failure {
     Generate(#[from] GenerateError),
     #[error("cannot start the printer thread")]
     Printer(#[source] io::Error),
-    /// The trace's session, whose errors are not typed yet.
+    /// Boxed: the session's errors are large, and every command returns a `Failure`.
     #[error(transparent)]
-    Trace(anyhow::Error),
+    Trace(Box<TraceError>),
+}
+
+impl From<TraceError> for Failure {
+    fn from(error: TraceError) -> Self {
+        Failure::Trace(Box::new(error))
+    }
 }
 
 impl Failure {
@@ -693,29 +699,9 @@ impl Failure {
             Failure::Read(error) => error.exit_code(),
             Failure::Ctl(error) => error.exit_code(),
             Failure::Generate(_) | Failure::Printer(_) => EXIT_FAILURE,
-            Failure::Trace(error) => trace_exit_code(error),
+            Failure::Trace(error) => error.exit_code(),
         }
     }
-}
-
-/// The exit status of a trace whose session failed: that of the first error in its chain
-/// that has one. The session's errors are anyhow's, so this is the one place a typed error is
-/// looked for among them: bad input and a kernel below the floor (which the user can change,
-/// and we cannot) exit 2, a command that cannot be run 126 or 127.
-fn trace_exit_code(error: &anyhow::Error) -> i32 {
-    error
-        .chain()
-        .find_map(|link| {
-            if link.is::<UsageError>() || link.is::<KernelTooOld>() {
-                Some(EXIT_USAGE)
-            } else if let Some(btf) = link.downcast_ref::<BtfError>() {
-                Some(btf.exit_code())
-            } else {
-                link.downcast_ref::<LaunchError>()
-                    .map(LaunchError::exit_code)
-            }
-        })
-        .unwrap_or(EXIT_FAILURE)
 }
 
 /// The command line: parses it, does what it asks, and returns the exit status.

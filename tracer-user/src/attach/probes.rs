@@ -19,7 +19,7 @@ use std::{
     os::fd::OwnedFd,
 };
 
-use anyhow::Result;
+use aya::maps::MapError;
 use tracer_common::{
     CallRole, Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan,
     LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags, ProcessLibrary,
@@ -34,12 +34,30 @@ use super::{
     slow_path::{self, WaitEnd},
     symbols::Function,
     targets::{self, PthreadLibrary},
-    uprobe_links::{Hook, Linker},
+    uprobe_links::{Hook, LinkError, Linker, UprobeError},
 };
 use crate::capture::{
+    CaptureError,
     datapath::DataPath,
     programs::{Programs, UprobeMechanism},
 };
+
+/// Why probes could not be attached in a library, or the BPF side told of a process.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error(transparent)]
+    Uprobes(#[from] UprobeError),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    #[error("cannot tell the BPF side where {path} calls traced functions itself")]
+    CallSites { path: String, source: MapError },
+    #[error("cannot tell the BPF side of pid {pid}'s C library (errno, its own calls)")]
+    ProcessLibrary { pid: u32, source: MapError },
+}
+
+type Result<T, E = AttachError> = std::result::Result<T, E>;
 
 /// One probe to attach: an event's function and where in it the probe goes.
 pub struct PlannedProbe {
@@ -731,7 +749,12 @@ impl Probes {
             None
         } else {
             let id = self.call_site_ids.values().flatten().count() as u64 + 1;
-            datapath.add_call_sites(id, &sites)?;
+            datapath
+                .add_call_sites(id, &sites)
+                .map_err(|source| AttachError::CallSites {
+                    path: library.file.path.clone(),
+                    source,
+                })?;
             Some(id)
         };
         self.call_site_ids.insert(library.file.identity.clone(), id);
@@ -801,7 +824,9 @@ impl Probes {
         let process = targets::process_library(pid, library, id);
         // glibc < 2.34 has two files, which both find errno: either one says.
         if process != ProcessLibrary::default() {
-            datapath.set_library(pid, process)?;
+            datapath
+                .set_library(pid, process)
+                .map_err(|source| AttachError::ProcessLibrary { pid, source })?;
         }
         say!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
         Ok(())
@@ -830,7 +855,9 @@ impl Probes {
         let process = targets::process_library(pid, library, id);
         // glibc < 2.34 has two files, which both find errno: either one says.
         if process != ProcessLibrary::default() {
-            datapath.set_library(pid, process)?;
+            datapath
+                .set_library(pid, process)
+                .map_err(|source| AttachError::ProcessLibrary { pid, source })?;
         }
         if let Some(links) = self.process_links.remove(&pid) {
             // Each waits for a kernel grace period as it goes: not on the session's time.

@@ -6,7 +6,6 @@
 
 use std::{collections::hash_map::Entry, sync::mpsc};
 
-use anyhow::{Context, Result};
 // Per-record sets (processes and threads seen): a fast hasher rather than SipHash.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::{sync::oneshot, time::Instant};
@@ -18,7 +17,7 @@ use tracer_model::{
 };
 
 use super::{
-    Session, facts,
+    Result, Session, TraceError, facts,
     facts::Facts,
     stacks::{StackIds, Unwinder},
 };
@@ -34,9 +33,6 @@ use crate::{
     control::Reply,
     sinks::Sink,
 };
-
-/// What a failed write of the trace means.
-pub(super) const INCOMPLETE: &str = "cannot write trace records; the trace is incomplete";
 
 /// Records between the rings and the sinks, and those that never arrived.
 pub(super) struct Flow {
@@ -429,7 +425,7 @@ impl Session {
             self.flow.lossless_stops += self.datapath.stopped().resume().len() as u64;
         }
         self.write_released(Some((pass_start, drained.incomplete_after())))?;
-        self.sinks.batch_done().context(INCOMPLETE)?;
+        self.sinks.batch_done().map_err(TraceError::Incomplete)?;
         let lost = self.datapath.lost_per_cpu()?;
         if let Some(report) = self.flow.losses.update(lost, std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
@@ -443,7 +439,7 @@ impl Session {
             self.write_item(item)?;
             self.write_findings()?;
         }
-        self.sinks.batch_done().context(INCOMPLETE)
+        self.sinks.batch_done().map_err(TraceError::Incomplete)
     }
 
     /// Writes what the reorder stage releases, as it releases it (a record read where it
@@ -473,7 +469,9 @@ impl Session {
 
     /// Hands a system event to the sinks.
     fn system_event(&mut self, event: &SystemEvent) -> Result<()> {
-        self.sinks.system_event(event).context(INCOMPLETE)
+        self.sinks
+            .system_event(event)
+            .map_err(TraceError::Incomplete)
     }
 
     /// Writes what the watches found in the item just written (a call that returned after
@@ -508,7 +506,9 @@ impl Session {
                     let detach = SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
                     self.system_event(&detach)?;
                 }
-                self.sinks.process_exited(pid).context(INCOMPLETE)
+                self.sinks
+                    .process_exited(pid)
+                    .map_err(TraceError::Incomplete)
             }
         }
     }
@@ -546,7 +546,7 @@ impl Session {
                     }
                 }
                 self.flow.records += 1;
-                self.sinks.record(record).context(INCOMPLETE)?;
+                self.sinks.record(record).map_err(TraceError::Incomplete)?;
             }
             // A call of the kind not selected (a plain mutex when only rmutex is).
             Some(_) => {}
@@ -573,7 +573,7 @@ impl Session {
                 return Ok(());
             }
             Action::Clear => {
-                let dropped = self.sinks.clear().context(INCOMPLETE)?;
+                let dropped = self.sinks.clear().map_err(TraceError::Incomplete)?;
                 Reply::done(format!("cleared: {dropped} events dropped from the stream"))
             }
             Action::Flush(cause) => {
@@ -587,7 +587,7 @@ impl Session {
                         return Ok(());
                     }
                 }
-                self.sinks.flush().context(INCOMPLETE)?;
+                self.sinks.flush().map_err(TraceError::Incomplete)?;
                 match &cause {
                     FlushCause::Signal => say!("thrtrace-bpf: flushed (SIGUSR1)"),
                     FlushCause::Blocked(event) => {

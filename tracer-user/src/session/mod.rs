@@ -20,7 +20,8 @@ mod stacks;
 mod start;
 mod watch;
 
-use anyhow::Result;
+use std::io;
+
 use tokio::sync::mpsc;
 
 use self::{
@@ -32,11 +33,91 @@ use self::{
     watch::Watched,
 };
 use crate::{
-    attach::{exec_follow::Followed, probes::Probes},
-    capture::{datapath::DataPath, decode::Decoder, loss::Losses, programs::RunTime},
-    signals::TraceSignals,
-    sinks::{Sink, Sinks, Summary},
+    attach::{
+        exec_follow::{FollowError, Followed},
+        launch::LaunchError,
+        probes::{AttachError, Probes},
+        targets::MapsError,
+    },
+    capture::{
+        CaptureError, datapath::DataPath, decode::Decoder, features::KernelTooOld,
+        kernel::BtfError, loss::Losses, programs::RunTime,
+    },
+    control::socket::ControlError,
+    error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
+    say::StdoutError,
+    signals::{CatchError, TraceSignals},
+    sinks::{Sink, Sinks, Summary, log::LogNameError},
+    sys::SyscallError,
 };
+
+/// Why a trace could not start, or could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    #[error(transparent)]
+    KernelTooOld(#[from] KernelTooOld),
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    #[error(transparent)]
+    Attach(#[from] AttachError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    #[error(transparent)]
+    Maps(#[from] MapsError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("cannot catch SIGINT, SIGTERM and SIGUSR1")]
+    CatchSignals(#[source] CatchError),
+    #[error("cannot let SIGINT, SIGTERM and SIGUSR1 through")]
+    ReleaseSignals(#[source] SyscallError),
+    #[error("cannot collect the launched command's exit status")]
+    ExitStatus(#[source] io::Error),
+    #[error("cannot start the tracer's runtime")]
+    Runtime(#[source] io::Error),
+    /// A file, socket or thread an output needs could not be made ("cannot create the log
+    /// app.ptl").
+    #[error("{what}")]
+    Output { what: String, source: io::Error },
+    #[error("cannot create the log {}", .path.display())]
+    CreateLog {
+        path: std::path::PathBuf,
+        source: LogNameError,
+    },
+    #[error(transparent)]
+    Stdout(#[from] StdoutError),
+    /// Writing to the outputs failed once records flowed.
+    #[error("cannot write trace records; the trace is incomplete")]
+    Incomplete(#[source] io::Error),
+    #[error("cannot complete the trace")]
+    Complete(#[source] io::Error),
+}
+
+impl TraceError {
+    /// An output that could not be made: `what` says which ("cannot start the writer thread").
+    fn output(what: impl Into<String>) -> impl FnOnce(io::Error) -> TraceError {
+        let what = what.into();
+        move |source| TraceError::Output { what, source }
+    }
+
+    /// The tracer's exit status: 2 for bad input and for a kernel below the floor (which the
+    /// user can change, and we cannot), 126 or 127 for a command that cannot be run, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            TraceError::Usage(_) | TraceError::KernelTooOld(_) => EXIT_USAGE,
+            TraceError::Btf(error) => error.exit_code(),
+            TraceError::Launch(error) => error.exit_code(),
+            _ => EXIT_FAILURE,
+        }
+    }
+}
+
+type Result<T, E = TraceError> = std::result::Result<T, E>;
 
 /// Traces as `config` says, handing every event to `viewers` too (`top`'s live view, the
 /// profiles pushed to Pyroscope), which the session begins and finishes with its own sinks;
@@ -47,7 +128,8 @@ pub fn trace_into(config: &Config, viewers: Vec<Box<dyn Sink + Send>>) -> Result
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?;
+        .build()
+        .map_err(TraceError::Runtime)?;
     let session = {
         let _context = runtime.enter();
         Session::new(config, viewers)?

@@ -10,7 +10,6 @@
 
 use std::{os::fd::OwnedFd, process::ExitStatus, sync::Arc, time::Duration};
 
-use anyhow::{Context, Result};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::{Notify, mpsc, oneshot},
@@ -20,9 +19,9 @@ use tracer_common::RecordingMasks;
 use tracer_model::event::{LossSource, SystemEvent, SystemKind};
 
 use super::{
-    Outcome, Session,
+    Outcome, Result, Session, TraceError,
     control::{Asked, Controller},
-    flow::{Action, FlushCause, INCOMPLETE, Staged, overflow},
+    flow::{Action, FlushCause, Staged, overflow},
 };
 use crate::{
     attach::exec_follow::Followed,
@@ -71,7 +70,10 @@ impl Clock {
         duration: Option<Duration>,
     ) -> Result<Self> {
         let wakeups = Arc::new(Notify::new());
-        for fd in datapath.ring_fds()? {
+        let fds = datapath
+            .ring_fds()
+            .map_err(TraceError::output("cannot watch the ring buffers"))?;
+        for fd in fds {
             watch_ring(fd, Arc::clone(&wakeups))?;
         }
         let interval = match buffering {
@@ -112,9 +114,9 @@ impl Session {
     pub async fn run(mut self) -> Result<Outcome> {
         self.sinks
             .begin()
-            .context("cannot start writing the trace")?;
+            .map_err(TraceError::output("cannot start writing the trace"))?;
         // Everything is loaded: a held SIGINT or SIGTERM is delivered now, and ends the trace.
-        self.signals.release()?;
+        self.signals.release().map_err(TraceError::ReleaseSignals)?;
         self.watched.start();
         loop {
             let wakeup = tokio::select! {
@@ -282,11 +284,11 @@ impl Session {
             );
         }
         // A write that failed in a sink's own thread is a failed write, said as such.
-        self.sinks.sync().context(INCOMPLETE)?;
+        self.sinks.sync().map_err(TraceError::Incomplete)?;
         let written = self
             .sinks
             .finish(&TraceEnd { lost_per_cpu })
-            .context("cannot complete the trace")?;
+            .map_err(TraceError::Complete)?;
         let (launched_pid, launched_status) =
             (self.watched.launched_pid, self.watched.launched_status);
         if let (Some(pid), None) = (launched_pid, launched_status) {
@@ -351,7 +353,7 @@ fn exit_code_of(status: ExitStatus) -> i32 {
 
 /// Notifies `wakeups` whenever the ring buffer behind `fd` is readable.
 fn watch_ring(fd: OwnedFd, wakeups: Arc<Notify>) -> Result<()> {
-    let ready = register(fd).context("cannot watch a ring buffer")?;
+    let ready = register(fd).map_err(TraceError::output("cannot watch a ring buffer"))?;
     tokio::spawn(async move {
         while let Ok(mut guard) = ready.readable().await {
             guard.clear_ready();

@@ -3,7 +3,6 @@
 //! control socket named before anything is attached, then the BPF object loaded, the targets
 //! attached, and the sinks started ([`Session::new`]).
 
-use anyhow::{Context, Result};
 use foldhash::{HashSet, HashSetExt};
 use tracer_common::{Category, kfuncs};
 use tracer_model::{
@@ -13,7 +12,7 @@ use tracer_model::{
 };
 
 use super::{
-    Session,
+    Result, Session, TraceError,
     blocks::{BlockFlushes, BlockWatch},
     config::{Config, LogOptions, Target},
     control::{Controller, Recording},
@@ -38,7 +37,7 @@ use crate::{
         programs::UprobeMechanism,
     },
     control::socket::{ControlError, RuntimeDir},
-    error::UsageError,
+    error::{OneLine, UsageError},
     signals::TraceSignals,
     sinks::{
         Sink, Sinks,
@@ -106,8 +105,7 @@ impl Session {
         if !config.stopped {
             early_events.push((created_ktime, recording.start_event(created_ns)));
         }
-        let signals =
-            TraceSignals::catch_and_hold().context("cannot catch SIGINT, SIGTERM and SIGUSR1")?;
+        let signals = TraceSignals::catch_and_hold().map_err(TraceError::CatchSignals)?;
         // Before anything is attached: a name already taken ends the run at once.
         let controller = control_socket(config)?;
         descriptors::raise_limit();
@@ -403,7 +401,7 @@ impl Attacher<'_> {
             return Err(error);
         }
         for (pid, error) in failures {
-            say!("thrtrace-bpf: pid {pid} is not traced: {error:#}");
+            say!("thrtrace-bpf: pid {pid} is not traced: {}", OneLine(&error));
             let now = kernel::monotonic_ns();
             let event = target_error_event(self.decoder.realtime_ns(now), pid, &error);
             self.early_events.push((now, event));
@@ -432,10 +430,11 @@ impl Attacher<'_> {
             ));
             Ok(())
         } else if targets::main_thread_exited(pid) {
-            self.probes
-                .attach_after_main_thread(self.datapath, pid, library)
+            Ok(self
+                .probes
+                .attach_after_main_thread(self.datapath, pid, library)?)
         } else {
-            self.probes.attach_library(self.datapath, pid, library)
+            Ok(self.probes.attach_library(self.datapath, pid, library)?)
         }
     }
 
@@ -488,7 +487,7 @@ fn start_sinks(
         }
         if !written.is_empty() {
             let writer = Threaded::new(Sinks(written), "writer")
-                .context("cannot start the writer thread")?;
+                .map_err(TraceError::output("cannot start the writer thread"))?;
             sinks.push(Box::new(writer));
         }
         return Ok(sinks);
@@ -497,18 +496,18 @@ fn start_sinks(
         let writers = config.consumer_threads - 1;
         sinks.push(Box::new(
             TrWriters::new(&dir, config.buffering, budget, writers)
-                .context("cannot start the tr writer threads")?,
+                .map_err(TraceError::output("cannot start the tr writer threads"))?,
         ));
     }
     if let Some(log) = log {
-        sinks.push(Box::new(
-            Threaded::new(log, "log-writer").context("cannot start the log writer thread")?,
-        ));
+        sinks.push(Box::new(Threaded::new(log, "log-writer").map_err(
+            TraceError::output("cannot start the log writer thread"),
+        )?));
     }
     if let Some(ctf) = ctf {
-        sinks.push(Box::new(
-            Threaded::new(ctf, "ctf-writer").context("cannot start the CTF writer thread")?,
-        ));
+        sinks.push(Box::new(Threaded::new(ctf, "ctf-writer").map_err(
+            TraceError::output("cannot start the CTF writer thread"),
+        )?));
     }
     Ok(sinks)
 }
@@ -528,8 +527,10 @@ fn control_socket(config: &Config) -> Result<Option<Controller>> {
     match socket {
         Ok(socket) => {
             let shown = socket.path();
-            let controller = Controller::listen(socket)
-                .with_context(|| format!("cannot listen on {}", shown.display()))?;
+            let controller = Controller::listen(socket).map_err(TraceError::output(format!(
+                "cannot listen on {}",
+                shown.display()
+            )))?;
             Ok(Some(controller))
         }
         Err(error @ ControlError::NameTaken { .. }) => Err(UsageError(error.to_string()).into()),
@@ -549,8 +550,10 @@ fn trace_log(
     config: &Config,
     created_ns: i64,
 ) -> Result<TraceLog> {
-    let file = LogFile::create(dir, &log.file_name)
-        .with_context(|| format!("cannot create the log {}", log.path.display()))?;
+    let file = LogFile::create(dir, &log.file_name).map_err(|source| TraceError::CreateLog {
+        path: log.path.clone(),
+        source,
+    })?;
     let event_types = event_types();
     let max_data_size = event_types
         .iter()

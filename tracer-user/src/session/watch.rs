@@ -2,17 +2,18 @@
 //! status, and the processes whose main thread has gone (traced through shared links from
 //! then on). A target's exit completes its files once its last records are written.
 
-use std::{io, process::ExitStatus, time::Duration};
+use std::{error::Error, process::ExitStatus, time::Duration};
 
 use foldhash::{HashMap, HashSet};
 use rustix::process::{Pid, PidfdFlags, pidfd_open};
 use tokio::{sync::mpsc, time::Instant};
 use tracer_model::event::{SystemEvent, SystemKind};
 
-use super::{Session, facts, flow::Staged, run::register};
+use super::{Result, Session, TraceError, facts, flow::Staged, run::register};
 use crate::{
     attach::{exec_follow::AttachRequest, launch::Launched, targets},
     capture::kernel,
+    error::OneLine,
 };
 
 /// How long a target's main thread must have been gone before the process moves to shared
@@ -118,12 +119,13 @@ impl Watched {
 impl Session {
     /// The targets that have exited since the last pass: no longer running, and completed once
     /// every record stamped before now has been written.
-    pub(super) fn handle_exits(&mut self) -> io::Result<()> {
+    pub(super) fn handle_exits(&mut self) -> Result<()> {
         for pid in std::mem::take(&mut self.watched.exited) {
             if Some(pid) == self.watched.launched_pid
                 && let Some(launched) = self.watched.launched.as_mut()
             {
-                self.watched.launched_status = launched.child.try_wait()?;
+                self.watched.launched_status =
+                    launched.child.try_wait().map_err(TraceError::ExitStatus)?;
             }
             self.watched.running.remove(&pid);
             if self.flow.exiting.insert(pid) {
@@ -246,8 +248,8 @@ impl Session {
     }
 
     /// An error about one target: said, and an ERROR event in the trace, which goes on.
-    pub(super) fn target_error(&mut self, pid: u32, error: &anyhow::Error) {
-        say!("thrtrace-bpf: {error:#}");
+    pub(super) fn target_error(&mut self, pid: u32, error: &(dyn Error + 'static)) {
+        say!("thrtrace-bpf: {}", OneLine(error));
         let now = kernel::monotonic_ns();
         let event = target_error_event(self.decoder.realtime_ns(now), pid, error);
         self.flow.reorder.push(now, Staged::System(event));
@@ -302,15 +304,19 @@ impl Session {
 }
 
 /// An ERROR event about process `pid` (0: none in particular).
-pub(super) fn target_error_event(time_ns: i64, pid: u32, error: &anyhow::Error) -> SystemEvent {
-    let code = error
-        .chain()
+/// Its code is the errno of the system call that failed, if one did.
+pub(super) fn target_error_event(
+    time_ns: i64,
+    pid: u32,
+    error: &(dyn Error + 'static),
+) -> SystemEvent {
+    let code = std::iter::successors(Some(error), |&e| e.source())
         .find_map(|e| e.downcast_ref::<std::io::Error>())
         .and_then(std::io::Error::raw_os_error)
         .unwrap_or(0);
     let kind = SystemKind::Error {
         code: i64::from(code),
-        message: format!("{error:#}"),
+        message: OneLine(error).to_string(),
     };
     SystemEvent::of_process(time_ns, pid, 0, kind)
 }
