@@ -1,14 +1,17 @@
-//! What the BPF side and userspace agree on: the raw record that crosses the ring buffers
-//! ([`record`]), the one table of events, their a1..a5 fields and categories ([`events`]), and
-//! how each C library lays out the objects a record copies ([`object_layout`]).
+//! What the BPF side and userspace agree on: the settings the programs are loaded with
+//! ([`config`]), the raw record that crosses the ring buffers ([`record`]), the one table of
+//! events, their a1..a5 fields and categories ([`events`]), and how each C library lays out
+//! the objects a record copies ([`object_layout`]).
 #![no_std]
 
+pub mod config;
 pub mod events;
 pub mod futex;
 pub mod kfuncs;
 pub mod object_layout;
 pub mod record;
 
+pub use config::ProgramConfig;
 pub use events::{
     Access, Blocking, CallRole, Category, Completion, Condition, ContendedProbe, EVENTS, EventDef,
     Field, FoundInRax, FunctionSpan, ObjectRegister, Outcome, PackedOutcome, ProbeCookie,
@@ -98,13 +101,14 @@ pub mod names {
     pub const FUTEX_CONTENDED_ONLY: &str = "FUTEX_CONTENDED_ONLY";
 }
 
-/// `names::STACKS`: no record carries its stack.
+/// [`ProgramConfig::stacks`]: no record carries its stack.
 pub const STACKS_NONE: u32 = 0;
-/// `names::STACKS`: the records of slow paths carry their stack (`--contended`'s waits and
-/// wakes), not those of calls traced whole (a thread pool's condition waits, at any rate).
+/// [`ProgramConfig::stacks`]: the records of slow paths carry their stack (`--contended`'s
+/// waits and wakes), not those of calls traced whole (a thread pool's condition waits, at any
+/// rate).
 pub const STACKS_SLOW_PATHS: u32 = 1;
-/// `names::STACKS`: every record written at a call's entry, or at its return for a call written
-/// only there, carries its stack.
+/// [`ProgramConfig::stacks`]: every record written at a call's entry, or at its return for a
+/// call written only there, carries its stack.
 pub const STACKS_ALL: u32 = 2;
 
 /// The processes traced through their own links that the entry program finds with a few

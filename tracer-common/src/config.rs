@@ -1,0 +1,72 @@
+//! What the BPF programs are told once, before they are loaded: one read-only global of type
+//! [`ProgramConfig`], which userspace writes into the object's `.rodata` whole. The loader then
+//! freezes that map, so the verifier knows every field's value; the programs read each field
+//! volatile, where they need it, at a constant offset into it.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::STACKS_NONE;
+
+/// The programs' settings for one load. `Pod` makes the compiler refuse a field that is not
+/// plain data or a layout with implicit padding, so every byte userspace writes is a field's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct ProgramConfig {
+    /// Byte offset of `thread.fsbase` in `task_struct` (from kernel BTF): the FS base is what
+    /// x86-64 glibc's `pthread_self()` returns, which each record carries.
+    pub fsbase_offset: u64,
+    /// Byte offset of `nvcsw` in `task_struct` (from kernel BTF): voluntary context switches,
+    /// counted at a call's entry and again at its return to tell whether it blocked.
+    pub nvcsw_offset: u64,
+    /// Byte offset of `pid` in `task_struct` (from kernel BTF): the current thread's id with no
+    /// helper call.
+    pub pid_offset: u64,
+    /// Byte offset of `tgid` in `task_struct` (from kernel BTF): the current process's id with
+    /// no helper call, and a forked child's, to tell a new process from a new thread.
+    pub tgid_offset: u64,
+    /// Bytes of each CPU's ring buffer: how full a ring is, without asking the kernel its size
+    /// at every record.
+    pub ring_bytes: u64,
+    /// The tracer's own process id: never traced (system-wide, its runtime's locks would feed
+    /// back).
+    pub tracer_tgid: u32,
+    /// 1 when tracing system-wide: shared links (no process filter) record every process.
+    pub system_wide: u32,
+    /// Which records carry their thread's user stack ([`crate::record::StackedRecord`]):
+    /// [`crate::STACKS_NONE`], [`crate::STACKS_SLOW_PATHS`] or [`crate::STACKS_ALL`].
+    pub stacks: u32,
+    /// 1 with `--lossless`: a thread that writes to a ring more than half full is stopped
+    /// until the tracer has drained the rings.
+    pub lossless: u32,
+    /// 1 when only the futex waits that blocked and the wakes that woke are recorded
+    /// (`--contended`), 0 when every futex call is.
+    pub futex_contended_only: u32,
+    /// Rounds the size up to the alignment of the `u64` fields, as a field rather than
+    /// implicit padding: always zero.
+    pub padding: u32,
+}
+
+/// Five `u64`s and six `u32`s, the last of them padding: a field added or resized changes this.
+const _: () = assert!(size_of::<ProgramConfig>() == 5 * 8 + 6 * 4);
+
+impl ProgramConfig {
+    /// What the object holds before userspace writes its settings: all zero.
+    pub const UNSET: ProgramConfig = ProgramConfig {
+        fsbase_offset: 0,
+        nvcsw_offset: 0,
+        pid_offset: 0,
+        tgid_offset: 0,
+        ring_bytes: 0,
+        tracer_tgid: 0,
+        system_wide: 0,
+        stacks: STACKS_NONE,
+        lossless: 0,
+        futex_contended_only: 0,
+        padding: 0,
+    };
+
+    /// Its bytes as the BPF side lays them out, for the loader to write into `.rodata`.
+    pub fn as_bytes(&self) -> &[u8] {
+        bytemuck::bytes_of(self)
+    }
+}
