@@ -34,26 +34,8 @@ pub mod names {
     /// The return addresses of the C library's own calls of traced functions, as
     /// [`crate::call_site_key`]s: a hit that returns to one is not the program's call.
     pub const CALL_SITES: &str = "CALL_SITES";
-    /// Read-only global: byte offset of `thread.fsbase` in `task_struct` (from kernel BTF).
-    pub const FSBASE_OFFSET: &str = "FSBASE_OFFSET";
-    /// Read-only global: byte offset of `nvcsw` in `task_struct` (from kernel BTF).
-    pub const NVCSW_OFFSET: &str = "NVCSW_OFFSET";
-    /// Read-only global: the tracer's own process id, never traced.
-    pub const TRACER_TGID: &str = "TRACER_TGID";
-    /// Read-only global: 1 when tracing system-wide (shared links record every process).
-    pub const SYSTEM_WIDE: &str = "SYSTEM_WIDE";
-    /// Read-only globals: byte offsets of `pid` and `tgid` in `task_struct` (from kernel BTF).
-    pub const PID_OFFSET: &str = "PID_OFFSET";
-    /// See [`PID_OFFSET`].
-    pub const TGID_OFFSET: &str = "TGID_OFFSET";
-    /// Read-only global: the bytes of each CPU's ring buffer.
-    pub const RING_BYTES: &str = "RING_BYTES";
-    /// Read-only global: which records carry their thread's user stack
-    /// ([`crate::record::StackedRecord`]): [`crate::STACKS_NONE`], [`crate::STACKS_SLOW_PATHS`]
-    /// or [`crate::STACKS_ALL`].
-    pub const STACKS: &str = "STACKS";
-    /// Read-only global: 1 with `--lossless`, and the map of the processes it has stopped.
-    pub const LOSSLESS: &str = "LOSSLESS";
+    /// The read-only global that holds the programs' [`crate::ProgramConfig`].
+    pub const CONFIG: &str = "CONFIG";
     /// The map of the threads `--lossless` has stopped: thread id to process id (with [`crate::STOP_SENT`]).
     pub const STOPPED: &str = "STOPPED";
     /// The processes recorded, each with the links it is recorded through
@@ -96,9 +78,6 @@ pub mod names {
     pub const FUTEX_RAW_ENTER_PROGRAM: &str = "thr_futex_raw_enter";
     /// See [`FUTEX_RAW_ENTER_PROGRAM`].
     pub const FUTEX_RAW_EXIT_PROGRAM: &str = "thr_futex_raw_exit";
-    /// Read-only global: 1 when only the futex waits that blocked and the wakes that woke are
-    /// recorded (`--contended`), 0 when every call is.
-    pub const FUTEX_CONTENDED_ONLY: &str = "FUTEX_CONTENDED_ONLY";
 }
 
 /// [`ProgramConfig::stacks`]: no record carries its stack.

@@ -122,10 +122,10 @@ const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 /// `--call-graph dwarf` takes 8 KiB by default); an unwind that needs more says so.
 pub const STACK_BYTES: usize = 16384;
 
-/// What follows a record taken with its stack (`names::STACKS`), in the same ring entry: the
-/// registers an unwinder starts from, at the probed instruction, and the top of the stack. The
-/// user's own frames are unwound from it in userspace, from the binaries' CFI, so that code
-/// built without frame pointers is unwound right.
+/// What follows a record taken with its stack ([`crate::ProgramConfig::stacks`]), in the same
+/// ring entry: the registers an unwinder starts from, at the probed instruction, and the top of
+/// the stack. The user's own frames are unwound from it in userspace, from the binaries' CFI,
+/// so that code built without frame pointers is unwound right.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct UserStack {

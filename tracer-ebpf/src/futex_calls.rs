@@ -23,15 +23,10 @@ use tracer_common::{
 };
 
 use crate::{
-    CALL_SLOTS, CALLS, FREE, FSBASE_OFFSET, NVCSW_OFFSET, STACKS, SYSTEM_WIDE, TRACED, TaskStorage,
-    copy_stack, count_lost, current_pid_tgid, current_task, emit_with, is_tracer, own_target,
-    read_task, read_user_into, recording_event, ring_busy,
+    CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, copy_stack, count_lost, current_pid_tgid,
+    current_task, emit_with, is_tracer, own_target, read_task, read_user_into, recording_event,
+    ring_busy,
 };
-
-/// Set by userspace: 1 under `--contended`, where a wait is recorded only if it blocked and a
-/// wake only if it woke a waiter.
-#[unsafe(no_mangle)]
-static FUTEX_CONTENDED_ONLY: u32 = 0;
 
 /// A traced thread's futex call between its entry and its exit, and what its pthread calls
 /// told the futex programs.
@@ -142,8 +137,10 @@ unsafe fn note_call(call: *mut FutexCall, event2: u16) {
         if (*call).args[1] & !futex::OP_FLAGS == futex::command::UNLOCK_PI {
             read_user_into(ptr::addr_of_mut!((*call).word_at_entry), word);
         }
-        (*call).nvcsw_at_entry =
-            read_task::<u64>(current_task(), ptr::read_volatile(&raw const NVCSW_OFFSET));
+        (*call).nvcsw_at_entry = read_task::<u64>(
+            current_task(),
+            ptr::read_volatile(&raw const CONFIG.nvcsw_offset),
+        );
         (*call).started_ns = bpf_ktime_get_ns();
         (*call).event2 = u64::from(event2);
     }
@@ -184,14 +181,16 @@ fn record_exited_call(task: *mut task_struct, call: *mut FutexCall, result: i64)
         (woke, woke > 0)
     } else {
         // SAFETY: a read-only global that userspace sets before loading.
-        let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&raw const NVCSW_OFFSET) });
+        let nvcsw = read_task::<u64>(task, unsafe {
+            ptr::read_volatile(&raw const CONFIG.nvcsw_offset)
+        });
         // A wait that slept; one woken before it slept returns 0 without a switch.
         // SAFETY: this thread's own value.
         let switched = nvcsw != unsafe { (*call).nvcsw_at_entry };
         (result, switched && result != -EAGAIN)
     };
     // SAFETY: a read-only global that userspace sets before loading.
-    if !blocked && unsafe { ptr::read_volatile(&raw const FUTEX_CONTENDED_ONLY) } != 0 {
+    if !blocked && unsafe { ptr::read_volatile(&raw const CONFIG.futex_contended_only) } != 0 {
         return;
     }
     emit_futex_call(call, event2, result, blocked);
@@ -203,7 +202,7 @@ fn record_exited_call(task: *mut task_struct, call: *mut FutexCall, result: i64)
 fn emit_futex_call(call: *const FutexCall, event2: u16, result: i64, blocked: bool) {
     // SAFETY: a read-only global that userspace sets before loading.
     let with_stack =
-        unsafe { ptr::read_volatile(&raw const STACKS) } != STACKS_NONE && !ring_busy();
+        unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } != STACKS_NONE && !ring_busy();
     match with_stack {
         true => emit_with(|entry: *mut StackedRecord| {
             fill_futex_record(entry.cast(), call, event2, result, blocked);
@@ -241,7 +240,7 @@ fn fill_futex_record(
         (*record).ktime_ns = bpf_ktime_get_ns();
         (*record).started_ns = (*call).started_ns;
         (*record).pthread_self =
-            read_task::<u64>(task, ptr::read_volatile(&raw const FSBASE_OFFSET));
+            read_task::<u64>(task, ptr::read_volatile(&raw const CONFIG.fsbase_offset));
         (*record).caller = user_register(regs, offset_of!(pt_regs, rip));
         (*record).pid = (pid_tgid >> 32) as u32;
         (*record).lwpid = pid_tgid as u32;
@@ -280,7 +279,7 @@ fn traced_process(pid_tgid: u64) -> bool {
         return false;
     }
     // SAFETY: a read-only global that userspace sets before loading.
-    if unsafe { ptr::read_volatile(&raw const SYSTEM_WIDE) } != 0 {
+    if unsafe { ptr::read_volatile(&raw const CONFIG.system_wide) } != 0 {
         return true;
     }
     let tgid = (pid_tgid >> 32) as u32;

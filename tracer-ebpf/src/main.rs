@@ -56,8 +56,9 @@ use aya_ebpf::{
 use tracer_common::{
     Completion, ERRNO_AT_OFFSET, FoundInRax, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID,
     LOST_PENDING, LOST_TOTAL, MAX_CPUS, MUTEX_TYPE_MASK, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED,
-    ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, RECORDING_SLOTS,
-    RawRecord, STACKS_ALL, STACKS_NONE, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
+    ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, ProgramConfig,
+    RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough,
+    call_site_key,
     events::{OBJECT_WORDS, ObjectSize},
     object_layout::{GLIBC, count_one_more, is_recursive_mutex, spin_lock_was_held},
     record::{
@@ -65,34 +66,11 @@ use tracer_common::{
     },
 };
 
-/// Set by userspace from kernel BTF before loading.
+/// The settings userspace writes before loading (`names::CONFIG`), in `.rodata`, which it
+/// then freezes. Each field is read volatile where it is needed: the compiler would
+/// otherwise fold in the zeros it was built with.
 #[unsafe(no_mangle)]
-static FSBASE_OFFSET: u64 = 0;
-#[unsafe(no_mangle)]
-static NVCSW_OFFSET: u64 = 0;
-/// The tracer's own process: never traced (system-wide, its runtime's locks would feed back).
-#[unsafe(no_mangle)]
-static TRACER_TGID: u32 = 0;
-/// Set when tracing system-wide: shared links (no process filter) record every process.
-#[unsafe(no_mangle)]
-static SYSTEM_WIDE: u32 = 0;
-/// Byte offsets of `pid` and `tgid` in `task_struct`: the current thread's ids with no helper
-/// call, and a forked child's process, to tell a new process from a new thread.
-#[unsafe(no_mangle)]
-static PID_OFFSET: u64 = 0;
-#[unsafe(no_mangle)]
-static TGID_OFFSET: u64 = 0;
-/// Bytes of each CPU's ring buffer: how full a ring is, without asking the kernel its size
-/// at every record.
-#[unsafe(no_mangle)]
-static RING_BYTES: u64 = 0;
-/// Which records carry the thread's stack (`names::STACKS`).
-#[unsafe(no_mangle)]
-static STACKS: u32 = STACKS_NONE;
-/// Set with `--lossless`: a thread that writes to a ring more than half full is stopped until
-/// the tracer has drained the rings.
-#[unsafe(no_mangle)]
-static LOSSLESS: u32 = 0;
+static CONFIG: ProgramConfig = ProgramConfig::UNSET;
 
 /// `--lossless`: the threads stopped (SIGSTOP) for writing to a ring past half, by thread id,
 /// with their process id, marked `STOP_SENT` once the signal has been sent; one entry per
@@ -151,7 +129,7 @@ fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
     }
     let shared = flags.has(ProbeFlags::SHARED);
     // SAFETY: a read-only global that userspace sets before loading.
-    if shared && unsafe { ptr::read_volatile(&raw const SYSTEM_WIDE) } != 0 {
+    if shared && unsafe { ptr::read_volatile(&raw const CONFIG.system_wide) } != 0 {
         return true;
     }
     let tgid = (pid_tgid >> 32) as u32;
@@ -202,7 +180,7 @@ pub fn thr_fork(ctx: RawTracePointContext) -> u32 {
     }
     let child_task: u64 = ctx.arg(1);
     // SAFETY: a read-only global that userspace sets before loading.
-    let tgid_offset = unsafe { ptr::read_volatile(&raw const TGID_OFFSET) };
+    let tgid_offset = unsafe { ptr::read_volatile(&raw const CONFIG.tgid_offset) };
     // SAFETY: a kernel read through the helper, at an offset taken from kernel BTF.
     let child = unsafe { bpf_probe_read_kernel((child_task + tgid_offset) as *const u32) };
     // A new thread of the parent has the parent's tgid, which is followed already.
@@ -239,7 +217,7 @@ pub fn thr_exec(_ctx: RawTracePointContext) -> u32 {
 #[inline(always)]
 fn is_tracer(pid_tgid: u64) -> bool {
     // SAFETY: a read-only global that userspace sets before loading.
-    (pid_tgid >> 32) as u32 == unsafe { ptr::read_volatile(&raw const TRACER_TGID) }
+    (pid_tgid >> 32) as u32 == unsafe { ptr::read_volatile(&raw const CONFIG.tracer_tgid) }
 }
 
 /// The inner definition is only a template: userspace creates one ring buffer per CPU.
@@ -491,7 +469,10 @@ unsafe fn hold_call(
             (*slot).record.block = u8::from(held_at_first_try(slot, flags, regs));
         }
         (*slot).nvcsw_at_entry = if flags.has(ProbeFlags::BLOCK) {
-            read_task::<u64>(current_task(), ptr::read_volatile(&raw const NVCSW_OFFSET))
+            read_task::<u64>(
+                current_task(),
+                ptr::read_volatile(&raw const CONFIG.nvcsw_offset),
+            )
         } else {
             0
         };
@@ -653,7 +634,7 @@ unsafe fn set_completed_value(rval: *mut i64, completion: &Completion, regs: *co
 }
 
 /// Writes a call's entry record into the ring, with the thread's stack when asked
-/// (`names::STACKS`), and copies it to the open call's `slot` if there is one (null: none).
+/// (`CONFIG.stacks`), and copies it to the open call's `slot` if there is one (null: none).
 /// Returns whether it was written. A call of its own, to keep the entry's frame small.
 #[inline(never)]
 fn emit_entry(
@@ -796,7 +777,7 @@ fn fill_entry(
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
         (*record).pthread_self =
-            read_task::<u64>(task, ptr::read_volatile(&raw const FSBASE_OFFSET));
+            read_task::<u64>(task, ptr::read_volatile(&raw const CONFIG.fsbase_offset));
         // A call written once, at its return, takes its caller there, with no read; one
         // written where its fast path completes reads it as an entry does.
         if !written_at_return_only(flags) || cookie.completion.is_some() {
@@ -893,11 +874,11 @@ fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
 }
 
 /// Whether a record of the probe whose cookie is `raw_cookie` carries the thread's stack
-/// (`names::STACKS`), and this CPU's ring has room for it.
+/// (`CONFIG.stacks`), and this CPU's ring has room for it.
 #[inline(always)]
 fn with_stack(raw_cookie: u64) -> bool {
     // SAFETY: a read-only global that userspace sets before loading.
-    let wanted = match unsafe { ptr::read_volatile(&raw const STACKS) } {
+    let wanted = match unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } {
         STACKS_ALL => true,
         STACKS_SLOW_PATHS => ProbeCookie::decode(raw_cookie).slow_path,
         _ => false,
@@ -920,7 +901,7 @@ fn ring_busy() -> bool {
     // SAFETY: `ring` is this CPU's ring buffer map; read-only globals that userspace sets.
     unsafe {
         bpf_ringbuf_query(ring, u64::from(BPF_RB_AVAIL_DATA))
-            >= ptr::read_volatile(&raw const RING_BYTES) / 4
+            >= ptr::read_volatile(&raw const CONFIG.ring_bytes) / 4
     }
 }
 
@@ -1012,7 +993,7 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
 }
 
 /// Writes the record of the open call in `slot`, completed by its return, into the ring. A call
-/// written only at its return takes its stack there (`names::STACKS`): its callers' frames,
+/// written only at its return takes its stack there (`CONFIG.stacks`): its callers' frames,
 /// from the instruction it returns to. A call of its own, to keep the return's frame small.
 #[inline(never)]
 fn emit_return(slot: *mut Pending, raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs) {
@@ -1083,7 +1064,9 @@ unsafe fn complete(
     }
     if flags.has(ProbeFlags::BLOCK) {
         // SAFETY: a read-only global that userspace sets before loading.
-        let nvcsw = read_task::<u64>(task, unsafe { ptr::read_volatile(&raw const NVCSW_OFFSET) });
+        let nvcsw = read_task::<u64>(task, unsafe {
+            ptr::read_volatile(&raw const CONFIG.nvcsw_offset)
+        });
         record.block = u8::from(nvcsw != nvcsw_at_entry);
     }
     if flags.has(ProbeFlags::OBJECT_AT_RETURN)
@@ -1210,8 +1193,8 @@ fn current_pid_tgid(task: *mut task_struct) -> u64 {
     // SAFETY: read-only globals that userspace sets before loading.
     let (pid, tgid) = unsafe {
         (
-            read_task::<u32>(task, ptr::read_volatile(&raw const PID_OFFSET)),
-            read_task::<u32>(task, ptr::read_volatile(&raw const TGID_OFFSET)),
+            read_task::<u32>(task, ptr::read_volatile(&raw const CONFIG.pid_offset)),
+            read_task::<u32>(task, ptr::read_volatile(&raw const CONFIG.tgid_offset)),
         )
     };
     (u64::from(tgid) << 32) | u64::from(pid)
@@ -1265,7 +1248,7 @@ fn emit_with<T: 'static>(fill: impl FnOnce(*mut T)) -> bool {
     // SAFETY: `ring_ptr` is a ring buffer map of this CPU's slot.
     let used = unsafe { bpf_ringbuf_query(ring_ptr, u64::from(BPF_RB_AVAIL_DATA)) };
     // SAFETY: a read-only global that userspace sets before loading.
-    let size = unsafe { ptr::read_volatile(&raw const RING_BYTES) };
+    let size = unsafe { ptr::read_volatile(&raw const CONFIG.ring_bytes) };
     let step = (size / 16).max(1);
     let before = used.saturating_sub(RING_ENTRY_SIZE as u64);
     let wakeup = if used > size / 4 && before / step != used / step {
@@ -1292,7 +1275,7 @@ fn emit_with<T: 'static>(fill: impl FnOnce(*mut T)) -> bool {
 #[inline(always)]
 fn stop_if_lossless() {
     // SAFETY: a read-only global that userspace sets before loading.
-    if unsafe { ptr::read_volatile(&raw const LOSSLESS) } == 0 {
+    if unsafe { ptr::read_volatile(&raw const CONFIG.lossless) } == 0 {
         return;
     }
     let pid_tgid = bpf_get_current_pid_tgid();

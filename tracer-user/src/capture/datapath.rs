@@ -14,7 +14,8 @@ use aya_obj::generated::{
 };
 use tracer_common::{
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProcessLibrary,
-    RawRecord, RecordingMasks, TracedThrough, call_site_key, names, record::UserStack,
+    ProgramConfig, RawRecord, RecordingMasks, TracedThrough, call_site_key, names,
+    record::UserStack,
 };
 
 use super::{
@@ -245,32 +246,26 @@ impl DataPath {
             futex_hook,
         } = options;
         let offsets = kernel.offsets;
-        // Each of the type the BPF side declares it with.
-        let globals: [(&str, &[u8]); 10] = [
-            (names::FSBASE_OFFSET, &offsets.fsbase.to_ne_bytes()),
-            (names::NVCSW_OFFSET, &offsets.nvcsw.to_ne_bytes()),
-            (names::TRACER_TGID, &std::process::id().to_ne_bytes()),
-            (
-                names::SYSTEM_WIDE,
-                &u32::from(scope == Scope::SystemWide).to_ne_bytes(),
-            ),
-            (names::PID_OFFSET, &offsets.pid.to_ne_bytes()),
-            (names::TGID_OFFSET, &offsets.tgid.to_ne_bytes()),
-            (names::LOSSLESS, &u32::from(lossless).to_ne_bytes()),
-            (names::STACKS, &stacks.to_ne_bytes()),
-            (names::RING_BYTES, &u64::from(ring_bytes).to_ne_bytes()),
-            (
-                names::FUTEX_CONTENDED_ONLY,
-                &u32::from(futex == FutexCalls::Contended).to_ne_bytes(),
-            ),
-        ];
+        let config = ProgramConfig {
+            fsbase_offset: offsets.fsbase,
+            nvcsw_offset: offsets.nvcsw,
+            pid_offset: offsets.pid,
+            tgid_offset: offsets.tgid,
+            ring_bytes: u64::from(ring_bytes),
+            tracer_tgid: std::process::id(),
+            system_wide: u32::from(scope == Scope::SystemWide),
+            stacks,
+            lossless: u32::from(lossless),
+            futex_contended_only: u32::from(futex == FutexCalls::Contended),
+            padding: 0,
+        };
         // Without --follow, only -p targets and a launched command go in TRACED, whose
         // entries (an LRU map's) are all allocated when it is created.
         let sizes: &[(&str, u32)] = match scope {
             Scope::Follow => &[],
             Scope::Processes | Scope::SystemWide => &[(names::TRACED, PROCESS_TARGETS)],
         };
-        let mut loaded = Loaded::new(BPF_OBJECT, &globals, sizes, &kernel.functions)
+        let mut loaded = Loaded::new(BPF_OBJECT, &config, sizes, &kernel.functions)
             .map_err(CaptureError::LoadObject)?;
         let program_names = match empty_programs {
             false => ProgramNames {

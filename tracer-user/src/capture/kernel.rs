@@ -92,7 +92,7 @@ fn copy_to_memory(path: &str) -> io::Result<std::fs::File> {
     Ok(copy)
 }
 
-/// Byte offsets in `task_struct`, handed to the BPF programs as read-only globals.
+/// Byte offsets in `task_struct`, handed to the BPF programs in their `ProgramConfig`.
 #[derive(Clone, Copy, Debug)]
 pub struct TaskOffsets {
     /// `thread.fsbase`: the FS base, which x86-64 glibc's `pthread_self()` returns.

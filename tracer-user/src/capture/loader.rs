@@ -1,4 +1,4 @@
-//! Loads the BPF object: creates its maps (the globals userspace sets written in first) and
+//! Loads the BPF object: creates its maps (the programs' settings written in first) and
 //! loads its programs. aya-obj parses and relocates, with no syscalls; the syscalls are made
 //! from here (through `sys::bpf`), and aya wraps the maps for userspace.
 //!
@@ -23,7 +23,7 @@ use aya_obj::{
     },
     relocation::EbpfRelocationError,
 };
-use tracer_common::kfuncs;
+use tracer_common::{ProgramConfig, kfuncs, names};
 
 use crate::sys::{
     SyscallError,
@@ -40,9 +40,9 @@ pub enum LoadError {
     Parse(#[source] ParseError),
     #[error("the BPF object has CO-RE relocations, which this loader does not apply")]
     CoreRelocations,
-    /// The globals userspace sets could not be written into the object's data.
+    /// The programs' settings could not be written into the object's read-only data.
     #[error(transparent)]
-    Globals(ParseError),
+    Config(ParseError),
     #[error(transparent)]
     Btf(#[from] BtfError),
     #[error("the kernel rejected the BPF object's BTF")]
@@ -127,13 +127,13 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Parses `object`, sets `globals` (name, bytes) in its global data, loads its BTF and
-    /// creates its maps, those of `sizes` (name, entries) with that many entries. Every global
-    /// must exist. `functions`: kernel functions' BTF ids by name, the kfuncs the programs
-    /// call among them where the kernel has them.
+    /// Parses `object`, writes `config` into its read-only global `names::CONFIG` (which must
+    /// exist, of that size), loads its BTF and creates its maps, those of `sizes` (name,
+    /// entries) with that many entries. `functions`: kernel functions' BTF ids by name, the
+    /// kfuncs the programs call among them where the kernel has them.
     pub fn new(
         object: &[u8],
-        globals: &[(&str, &[u8])],
+        config: &ProgramConfig,
         sizes: &[(&str, u32)],
         functions: &BTreeMap<&str, u32>,
     ) -> Result<Self, LoadError> {
@@ -141,13 +141,8 @@ impl Loaded {
         if obj.has_btf_relocations() {
             return Err(LoadError::CoreRelocations);
         }
-        obj.patch_map_data(
-            globals
-                .iter()
-                .map(|&(name, bytes)| (name, (bytes, true)))
-                .collect(),
-        )
-        .map_err(LoadError::Globals)?;
+        obj.patch_map_data(HashMap::from([(names::CONFIG, (config.as_bytes(), true))]))
+            .map_err(LoadError::Config)?;
         let btf = match aya::features().btf() {
             Some(features) => match obj.fixup_and_sanitize_btf(features)? {
                 Some(btf) => Some(load_btf(&btf.to_bytes())?),
@@ -159,7 +154,7 @@ impl Loaded {
         let mut maps = HashMap::new();
         // Map-of-maps last: creating one takes an inner map like the maps it will hold.
         let mut definitions: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
-        // As every global must exist, so must every map sized.
+        // As the config must exist, so must every map sized.
         for (sized, _) in sizes {
             if !definitions.iter().any(|(name, _)| name == sized) {
                 return Err(LoadError::NoMap((*sized).to_owned()));
