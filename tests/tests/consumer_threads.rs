@@ -47,11 +47,6 @@ fn every_consumer_thread_count_writes_each_threads_records_once_and_in_order() {
         let (mutex, threads) = contending_threads(&run, &files, THREADS);
         let written = summary_count(&run.stderr, "records");
         assert_eq!(
-            summary_count(&run.stderr, "lost"),
-            0,
-            "{consumers}: {run:?}"
-        );
-        assert_eq!(
             written,
             files.values().map(|lines| lines.len() as u64).sum::<u64>(),
             "{consumers}: the summary counts what the files hold"
