@@ -38,8 +38,7 @@ pub enum FollowError {
     Start(#[source] io::Error),
     #[error("the exec-following thread ended before it attached to the targets")]
     Ended(#[source] sync_mpsc::RecvError),
-    /// The threads of a target could not be listed.
-    #[error(transparent)]
+    #[error("cannot list the threads of the targets")]
     Threads(#[from] io::Error),
     #[error(transparent)]
     Seize(#[from] SyscallError),

@@ -1,8 +1,8 @@
 //! How a record crosses from the kernel to a decoded record: what the kernel offers
 //! ([`features`]), the BPF object, its per-CPU rings and maps ([`datapath`], with
 //! `task_struct` offsets from [`kernel`]), time order across rings ([`reorder`]), raw record
-//! to `tracer_model::TraceRecord` ([`decode`], through each C library's object layout, `tracer_common::object_layout`),
-//! and what could not cross ([`loss`]; [`lossless`] makes the target wait instead). A record
+//! to `tracer_model::TraceRecord` ([`decode`], through each C library's object layout,
+//! `tracer_common::object_layout`), and what could not cross ([`loss`]; [`lossless`] makes the target wait instead). A record
 //! taken with its stack crosses with the stack's bytes ([`draw`]), which the session unwinds.
 //! The futex category's programs are on the futex syscall's tracepoints ([`futex_hook`]).
 
@@ -33,12 +33,12 @@ use crate::sys::SyscallError;
 pub enum CaptureError {
     #[error("cannot load the BPF object (run as root, or with CAP_BPF and CAP_PERFMON)")]
     LoadObject(#[source] LoadError),
+    /// A map or program of the object once parsed and its BTF loaded: the error names which.
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
     Map(#[from] MapError),
-    /// A descriptor of a ring or map could not be duplicated.
-    #[error(transparent)]
+    #[error("cannot duplicate the descriptor of a ring or map")]
     Duplicate(#[from] io::Error),
     #[error("{path}")]
     Cpus {

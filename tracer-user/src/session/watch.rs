@@ -337,3 +337,26 @@ fn watch_pid(pid: u32, exits: mpsc::UnboundedSender<u32>) {
         let _ = exits.send(pid);
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{attach::probes::AttachError, capture::CaptureError};
+
+    #[test]
+    fn a_target_errors_event_carries_the_errno_of_the_call_that_failed() {
+        let error = AttachError::Capture(CaptureError::Duplicate(
+            std::io::Error::from_raw_os_error(libc::EMFILE),
+        ));
+        let event = target_error_event(5, 42, &error);
+        let SystemKind::Error { code, message } = event.kind else {
+            panic!("{event:?}")
+        };
+        assert_eq!(code, i64::from(libc::EMFILE));
+        assert_eq!(
+            message,
+            "cannot duplicate the descriptor of a ring or map: Too many open files (os error 24)"
+        );
+        assert_eq!(event.pid, 42);
+    }
+}

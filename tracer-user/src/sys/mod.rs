@@ -6,8 +6,8 @@
 //!
 //! Every wrapper fails with a [`SyscallError`] naming the call (and, for the multiplexed
 //! ones, the request: `bpf(BPF_PROG_LOAD)`, `ptrace(PTRACE_SEIZE)`), with the errno as its
-//! source, so that an error chain printed with `{:#}` ends in what the kernel said, and the
-//! errno can still be found in the chain.
+//! source, so that an error said in one line (`error::OneLine`) ends in what the kernel said,
+//! and the errno can still be found among its sources.
 
 pub mod bpf;
 pub mod perf;
