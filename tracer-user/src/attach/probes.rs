@@ -761,6 +761,25 @@ impl Probes {
         Ok(id)
     }
 
+    /// Tells the BPF side what it needs of process `pid`'s C library `library`: where errno is,
+    /// and where the library's own calls of traced functions return to.
+    fn tell_library(
+        &mut self,
+        datapath: &mut DataPath,
+        pid: u32,
+        library: &PthreadLibrary,
+    ) -> Result<()> {
+        let id = self.call_sites_of(datapath, library)?;
+        let process = targets::process_library(pid, library, id);
+        // glibc < 2.34 has two files, which both find errno: either one says.
+        if process != ProcessLibrary::default() {
+            datapath
+                .set_library(pid, process)
+                .map_err(|source| AttachError::ProcessLibrary { pid, source })?;
+        }
+        Ok(())
+    }
+
     /// The processes traced through links of their own.
     pub fn with_own_links(&self) -> Vec<u32> {
         self.process_links.keys().copied().collect()
@@ -820,14 +839,7 @@ impl Probes {
             }
             return Ok(());
         }
-        let id = self.call_sites_of(datapath, library)?;
-        let process = targets::process_library(pid, library, id);
-        // glibc < 2.34 has two files, which both find errno: either one says.
-        if process != ProcessLibrary::default() {
-            datapath
-                .set_library(pid, process)
-                .map_err(|source| AttachError::ProcessLibrary { pid, source })?;
-        }
+        self.tell_library(datapath, pid, library)?;
         say!("thrtrace-bpf: tracing pid {pid}: {count} probes in {path}");
         Ok(())
     }
@@ -851,14 +863,7 @@ impl Probes {
             self.everywhere.push(library.file.identity.clone());
         }
         datapath.trace_through(pid, TracedThrough::SharedLinks)?;
-        let id = self.call_sites_of(datapath, library)?;
-        let process = targets::process_library(pid, library, id);
-        // glibc < 2.34 has two files, which both find errno: either one says.
-        if process != ProcessLibrary::default() {
-            datapath
-                .set_library(pid, process)
-                .map_err(|source| AttachError::ProcessLibrary { pid, source })?;
-        }
+        self.tell_library(datapath, pid, library)?;
         if let Some(links) = self.process_links.remove(&pid) {
             // Each waits for a kernel grace period as it goes: not on the session's time.
             std::thread::spawn(move || drop(links));
