@@ -305,8 +305,8 @@ pub struct Completion {
     pub object_from_rax: bool,
     /// With `object_from_rax`, where the code did not prove the mutex's type: the register
     /// that holds the bits of its type word the code loaded, type bits included
-    /// ([`MUTEX_TYPE_MASK`](crate::object_layout::MUTEX_TYPE_MASK)), which the record takes as its type word. One of
-    /// [`Completion::TYPE_REGISTERS`].
+    /// ([`MUTEX_TYPE_MASK`](crate::object_layout::MUTEX_TYPE_MASK)), which the record takes
+    /// as its type word. One of [`Completion::TYPE_REGISTERS`].
     pub type_register: TypeRegister,
 }
 
@@ -755,8 +755,8 @@ pub enum Field {
     /// The thread id holding a mutex when the call found it (`__owner`, a Linux extension): 0
     /// if it was free, or the library does not say (musl's normal mutex).
     MutexOwner,
-    /// `waiters?` of a glibc condition variable: `__wrefs`
-    /// ([`GlibcLayout::cond_waiter_refs`](crate::object_layout::GlibcLayout::cond_waiter_refs)) >> 3 counts waiters.
+    /// `waiters?` of a glibc condition variable: `__wrefs` >> 3 counts waiters
+    /// ([`GlibcLayout::cond_waiter_refs`](crate::object_layout::GlibcLayout::cond_waiter_refs)).
     CondWaiters,
     /// `s_count`: the semaphore's value, the low 32 bits of glibc's `sem_t`.
     SemCount,

@@ -7,6 +7,12 @@
 //! library keeps no such value in the object, the derived field is 0 (docs/events.md, "How
 //! the derived fields are read", says which).
 
+#![allow(
+    clippy::inline_always,
+    reason = "what the BPF side calls here is inlined: it has no calls to spare, and its \
+              verifier likes them inlined"
+)]
+
 use crate::events::OBJECT_WORDS;
 
 /// The words of an object, as copied.
@@ -50,10 +56,6 @@ impl WordField {
 
     /// The field's bits in `words`.
     #[inline(always)]
-    #[allow(
-        clippy::inline_always,
-        reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
-    )]
     pub const fn read(self, words: &ObjectWords) -> u32 {
         words[self.word] & self.mask
     }
@@ -175,10 +177,6 @@ pub const MUSL: MuslLayout = MuslLayout {
 
 /// The field of a mutex's words that holds its type, as `object_layout` lays it out.
 #[inline(always)]
-#[allow(
-    clippy::inline_always,
-    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
-)]
 pub const fn mutex_type_field(object_layout: u8) -> WordField {
     match object_layout {
         LAYOUT_MUSL => MUSL.mutex_type,
@@ -189,10 +187,6 @@ pub const fn mutex_type_field(object_layout: u8) -> WordField {
 /// Whether these words of a `pthread_mutex_t`, laid out as `object_layout` says, are a
 /// recursive mutex's (by its type).
 #[inline(always)]
-#[allow(
-    clippy::inline_always,
-    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
-)]
 pub fn is_recursive_mutex(object: &ObjectWords, object_layout: u8) -> bool {
     mutex_type_field(object_layout).read(object) == MUTEX_RECURSIVE
 }
@@ -202,10 +196,6 @@ pub fn is_recursive_mutex(object: &ObjectWords, object_layout: u8) -> bool {
 /// ([`Completion::stores_after`](crate::Completion::stores_after)). The fast path is not
 /// planned on musl.
 #[inline(always)]
-#[allow(
-    clippy::inline_always,
-    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
-)]
 pub fn count_one_more(object: &mut ObjectWords, object_layout: u8) {
     if object_layout != LAYOUT_MUSL && is_recursive_mutex(object, object_layout) {
         let count = GLIBC.mutex_count.word;
@@ -216,10 +206,6 @@ pub fn count_one_more(object: &mut ObjectWords, object_layout: u8) {
 /// Whether a spin lock's word, as its first try left it, says another thread held it:
 /// glibc's x86-64 lock is 1 when free and decremented to take it; musl's is 0 when free.
 #[inline(always)]
-#[allow(
-    clippy::inline_always,
-    reason = "the BPF side has no calls to spare: inlined, as its verifier likes"
-)]
 pub const fn spin_lock_was_held(word: i32, object_layout: u8) -> bool {
     match object_layout {
         LAYOUT_MUSL => word != 0,

@@ -55,10 +55,9 @@ use aya_ebpf::{
 };
 use tracer_common::{
     Completion, ERRNO_AT_OFFSET, FoundInRax, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID,
-    LOST_PENDING, LOST_TOTAL, MAX_CPUS, MUTEX_TYPE_MASK, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED,
-    ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, ProgramConfig,
-    RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough,
-    call_site_key,
+    LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister,
+    Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, ProgramConfig, RECORDING_SLOTS,
+    RawRecord, STACKS_ALL, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
     events::{OBJECT_WORDS, ObjectSize},
     object_layout::{GLIBC, count_one_more, is_recursive_mutex, spin_lock_was_held},
     record::{
@@ -823,7 +822,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
             Some(c) if c.object_from_rax && c.holds((*regs).eflags) => {
                 if let Some(register) = c.type_register.unpack() {
                     (*object)[GLIBC.mutex_kind.word] =
-                        register_value(register, regs) as u32 & MUTEX_TYPE_MASK;
+                        register_value(register, regs) as u32 & GLIBC.mutex_kind.mask;
                 }
             }
             _ => copy_object(
