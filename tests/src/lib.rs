@@ -309,6 +309,21 @@ pub fn summary_count(stderr: &str, label: &str) -> u64 {
     words[at - 1].parse().unwrap()
 }
 
+/// Checks that `files` are the files the tracer's summary line (in `stderr`) names, and hold
+/// every record it counted as written.
+pub fn assert_files_hold_the_summary(stderr: &str, files: &BTreeMap<String, Vec<TraceRecord>>) {
+    assert_eq!(
+        summary_count(stderr, "files"),
+        files.len() as u64,
+        "{stderr}"
+    );
+    assert_eq!(
+        summary_count(stderr, "records"),
+        files.values().map(|lines| lines.len() as u64).sum::<u64>(),
+        "{stderr}"
+    );
+}
+
 /// The records of a `tr.*` file that the tracer may be writing: its whole lines only, as a
 /// read can end inside a write, mid-line (the kernel makes a write visible a page at a time).
 /// `None` if it cannot be read (yet).

@@ -10,9 +10,9 @@ use std::{
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    Gated, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available, contending_threads,
-    file_name, log_and_dir, paired_calls, read_trace, run_workload, start_tracer, summary_count,
-    thread_records, workload,
+    Gated, TempDir, TraceRecord, assert_files_hold_the_summary, assert_realtime_and_ordered,
+    bpf_available, contending_threads, file_name, log_and_dir, paired_calls, read_trace,
+    run_workload, start_tracer, summary_count, thread_records, workload,
 };
 use tracer_model::{event::Event, log::LogReader};
 
@@ -45,17 +45,7 @@ fn every_consumer_thread_count_writes_each_threads_records_once_and_in_order() {
         );
         let files = read_trace(dir.path());
         let (mutex, threads) = contending_threads(&run, &files, THREADS);
-        let written = summary_count(&run.stderr, "records");
-        assert_eq!(
-            written,
-            files.values().map(|lines| lines.len() as u64).sum::<u64>(),
-            "{consumers}: the summary counts what the files hold"
-        );
-        assert!(
-            run.stderr.contains(&format!("{} files in", files.len())),
-            "{consumers}: {}",
-            run.stderr
-        );
+        assert_files_hold_the_summary(&run.stderr, &files);
         for (name, lines) in &threads {
             assert_eq!(lines.len(), 3 * PAIRS, "{consumers}: {name}");
             assert_eq!(

@@ -6,8 +6,8 @@
 use std::{collections::BTreeSet, path::Path, process::Command};
 
 use thrtrace_tests::{
-    TempDir, TraceRecord, bpf_available, by_thread, field, paired_calls, read_trace, summary_count,
-    tracer, workload,
+    TempDir, TraceRecord, assert_files_hold_the_summary, bpf_available, by_thread, field,
+    paired_calls, read_trace, summary_count, tracer, workload,
 };
 
 const PAIRS: usize = 10;
@@ -39,8 +39,7 @@ fn trace_many_threads(dir: &Path, threads: usize, options: &[&str]) -> usize {
         .map(|r| r.lwpid & tracer_model::tr::LWPID_MASK)
         .collect();
     assert_eq!(files.len(), names.len());
-    assert_eq!(summary_count(&stderr, "files"), files.len() as u64);
-    assert_eq!(summary_count(&stderr, "records") as usize, records.len());
+    assert_files_hold_the_summary(&stderr, &files);
     let mut pairs = 0;
     for lines in files.values() {
         // Threads that share a file (and, past pid_max, a thread id) each did PAIRS pairs.

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    PLACEMENTS, Run, TempDir, TraceRecord, assert_realtime_and_ordered, bpf_available,
-    contending_threads, deadline_field, every_libc_and_placement, field, paired_calls, read_trace,
-    run_tracer, run_workload, summary_count, trace_workload,
+    PLACEMENTS, Run, TempDir, TraceRecord, assert_files_hold_the_summary,
+    assert_realtime_and_ordered, bpf_available, contending_threads, deadline_field,
+    every_libc_and_placement, field, paired_calls, read_trace, run_tracer, run_workload,
+    trace_workload,
 };
 
 type Files = BTreeMap<String, Vec<TraceRecord>>;
@@ -18,13 +19,7 @@ fn trace(options: &[&str], workload: &str, args: &[&str]) -> (Run, Files) {
     let (dir, run) = run_workload(options, workload, args);
     let files = read_trace(dir.path());
     assert_realtime_and_ordered(&files);
-    // Every record the tracer counted as written is in the files.
-    assert_eq!(
-        files.values().map(Vec::len).sum::<usize>() as u64,
-        summary_count(&run.stderr, "records"),
-        "{}",
-        run.stderr
-    );
+    assert_files_hold_the_summary(&run.stderr, &files);
     (run, files)
 }
 
