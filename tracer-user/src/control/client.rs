@@ -106,11 +106,9 @@ pub fn run(args: &CtlArgs) -> Result<i32, CtlError> {
 /// A missing runtime directory means no trace has run: said as for a name not found.
 fn not_running(name: &str) -> impl Fn(ControlError) -> CtlError + '_ {
     move |error| match error {
-        ControlError::Directory { io_error, .. } if io_error.kind() == io::ErrorKind::NotFound => {
-            usage(ControlError::NoSuchTrace {
-                name: name.to_owned(),
-            })
-        }
+        missing if missing.is_missing_directory() => usage(ControlError::NoSuchTrace {
+            name: name.to_owned(),
+        }),
         other => usage(other),
     }
 }
@@ -154,9 +152,7 @@ pub fn ask(dir: &RuntimeDir, name: &str, request: &Request) -> Result<Reply, Ctl
 /// `ctl --list`: a line per running trace.
 fn list() -> Result<i32, CtlError> {
     let dir = match RuntimeDir::open(false) {
-        Err(ControlError::Directory { io_error, .. })
-            if io_error.kind() == io::ErrorKind::NotFound =>
-        {
+        Err(missing) if missing.is_missing_directory() => {
             say!("thrtrace-bpf: no traces are running");
             return Ok(0);
         }

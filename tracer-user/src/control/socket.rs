@@ -51,6 +51,16 @@ pub enum ControlError {
     Connect { name: String, io_error: io::Error },
 }
 
+impl ControlError {
+    /// Whether the runtime directory does not exist: no trace has run since boot.
+    pub fn is_missing_directory(&self) -> bool {
+        matches!(
+            self,
+            ControlError::Directory { io_error, .. } if io_error.kind() == io::ErrorKind::NotFound
+        )
+    }
+}
+
 /// What to do about an error the system gave.
 fn advice(error: &io::Error) -> &'static str {
     match error.kind() {
