@@ -10,17 +10,22 @@ use std::{
 
 use anyhow::{Context, Result, anyhow};
 
-use crate::shell::{command, output, run};
+use crate::{
+    arch::Arch,
+    shell::{command, output, run},
+};
 
 /// One Debian suite (with its security updates, for a stable release), read into `dir`.
 pub struct Suite {
     name: String,
     dir: PathBuf,
+    arch: Arch,
 }
 
 impl Suite {
-    /// `name` (`bookworm`, `trixie-backports`…); its lists are read into `dir` unless there.
-    pub fn open(name: &str, dir: &Path) -> Result<Self> {
+    /// `name` (`bookworm`, `trixie-backports`…) for `arch`; its lists are read into `dir`
+    /// unless there.
+    pub fn open(name: &str, arch: Arch, dir: &Path) -> Result<Self> {
         for sub in ["lists/partial", "cache/archives/partial", "debs"] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -40,6 +45,7 @@ impl Suite {
         let suite = Suite {
             name: name.to_owned(),
             dir: dir.to_owned(),
+            arch,
         };
         let has_lists = fs::read_dir(dir.join("lists"))?
             .filter_map(Result::ok)
@@ -59,7 +65,8 @@ impl Suite {
             format!("Dir::State::Lists={}", self.dir.join("lists").display()),
             format!("Dir::Cache={}", self.dir.join("cache").display()),
             "Dir::State::Status=/dev/null".to_owned(),
-            "APT::Architecture=amd64".to_owned(),
+            format!("APT::Architecture={}", self.arch.debian()),
+            format!("APT::Architectures={}", self.arch.debian()),
             "Debug::NoLocking=1".to_owned(),
             // Downloads into our own directory, which apt's sandbox user may not write.
             "APT::Sandbox::User=root".to_owned(),

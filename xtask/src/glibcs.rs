@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::{debian::Suite, shell::workspace_root};
+use crate::{arch::Arch, debian::Suite, shell::workspace_root};
 
 /// A glibc of another Debian release.
 pub struct Glibc {
@@ -53,7 +53,7 @@ impl Glibc {
         eprintln!("xtask: fetching glibc {} for the tests", self.version);
         let work = workspace_root().join(format!("target/glibc-{}.partial", self.version));
         let _ = fs::remove_dir_all(&work);
-        let suite = Suite::open(self.suite, &work.join("apt"))
+        let suite = Suite::open(self.suite, Arch::X86_64, &work.join("apt"))
             .with_context(|| format!("cannot read the package lists of Debian's {}", self.suite))?;
         suite
             .unpack(&PACKAGES, &work.join("root"))

@@ -31,6 +31,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
+    arch::Arch,
     debian::Suite,
     glibcs, setup,
     shell::{build_tracer, command, compile_workload, output, run, workspace_root},
@@ -242,7 +243,7 @@ struct Kernel {
 
 /// The kernel of `suite`'s `linux-image-amd64`, downloaded and unpacked unless it is there.
 fn fetch_kernel(suite: &str, work: &Path) -> Result<Kernel> {
-    let apt = Suite::open(suite, &work.join(format!("apt-{suite}")))?;
+    let apt = Suite::open(suite, Arch::X86_64, &work.join(format!("apt-{suite}")))?;
     let image = apt.dependency("linux-image-amd64", "linux-image-")?;
     let abi = image
         .strip_prefix("linux-image-")

@@ -1,5 +1,6 @@
 //! `cargo xtask COMMAND`: what cargo alone cannot do for this workspace.
 
+mod arch;
 mod bench;
 mod debian;
 mod demo;
