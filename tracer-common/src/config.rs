@@ -12,9 +12,14 @@ use crate::STACKS_NONE;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct ProgramConfig {
-    /// Byte offset of `thread.fsbase` in `task_struct` (from kernel BTF): the FS base is what
-    /// x86-64 glibc's `pthread_self()` returns, which each record carries.
-    pub fsbase_offset: u64,
+    /// Byte offset in `task_struct` of the thread pointer, as the kernel saved it (from kernel
+    /// BTF; `thread.fsbase` on x86-64, `thread.uw.tp_value` on arm64): each record carries it,
+    /// and userspace makes it the thread's `pthread_self()`.
+    pub thread_pointer_offset: u64,
+    /// The bits of a user code address: a return address read where the code may have signed
+    /// it (arm64's pointer authentication) or tagged it is masked with this. All ones where
+    /// addresses carry no such bits.
+    pub code_address_mask: u64,
     /// Byte offset of `nvcsw` in `task_struct` (from kernel BTF): voluntary context switches,
     /// counted at a call's entry and again at its return to tell whether it blocked.
     pub nvcsw_offset: u64,
@@ -46,13 +51,14 @@ pub struct ProgramConfig {
     pub padding: u32,
 }
 
-/// Five `u64`s and six `u32`s, the last of them padding: a field added or resized changes this.
-const _: () = assert!(size_of::<ProgramConfig>() == 5 * 8 + 6 * 4);
+/// Six `u64`s and six `u32`s, the last of them padding: a field added or resized changes this.
+const _: () = assert!(size_of::<ProgramConfig>() == 6 * 8 + 6 * 4);
 
 impl ProgramConfig {
     /// What the object holds before userspace writes its settings: all zero.
     pub const UNSET: ProgramConfig = ProgramConfig {
-        fsbase_offset: 0,
+        thread_pointer_offset: 0,
+        code_address_mask: 0,
         nvcsw_offset: 0,
         pid_offset: 0,
         tgid_offset: 0,

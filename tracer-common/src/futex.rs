@@ -2,21 +2,8 @@
 //! `futex(2)`'s commands wait and which wake, and the event each is recorded as. One
 //! definition for the BPF side (which sorts calls) and userspace (which names them).
 
-/// `futex(2)`'s number on x86-64: the host's architecture, or the one the BPF programs are
-/// built for (`bpf_target_arch`, set by aya-build; the BPF target's own is "bpf").
-#[cfg(any(target_arch = "x86_64", bpf_target_arch = "x86_64"))]
-pub const SYS_FUTEX: u64 = 202;
-/// `futex(2)`'s number on arm64, chosen the same way.
-#[cfg(any(target_arch = "aarch64", bpf_target_arch = "aarch64"))]
-pub const SYS_FUTEX: u64 = 98;
-/// Where the BPF programs are only checked, not built (`cargo clippy --target
-/// bpfel-unknown-none`, which names no architecture): the x86-64 number, so that the code is
-/// checked as it is built for the host. A build by aya-build always names one.
-#[cfg(all(
-    target_arch = "bpf",
-    not(any(bpf_target_arch = "x86_64", bpf_target_arch = "aarch64"))
-))]
-pub const SYS_FUTEX: u64 = 202;
+/// `futex(2)`'s number on the architecture the code runs on.
+pub const SYS_FUTEX: u64 = crate::arch::HOST.sys_futex;
 /// `futex_waitv(2)`'s number (Linux 5.16), the same on every architecture.
 pub const SYS_FUTEX_WAITV: u64 = 449;
 

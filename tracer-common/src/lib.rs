@@ -4,6 +4,7 @@
 //! the objects a record copies ([`object_layout`]).
 #![no_std]
 
+pub mod arch;
 pub mod config;
 pub mod events;
 pub mod futex;

@@ -133,8 +133,12 @@ pub struct UserStack {
     pub ip: u64,
     /// The stack pointer at the probe: `bytes[0]` is the byte at this address.
     pub sp: u64,
-    /// The frame pointer register (`rbp`), which CFI may name as the frame's base.
+    /// The frame pointer register (`rbp`, arm64's `x29`), which CFI may name as the frame's
+    /// base.
     pub bp: u64,
+    /// The link register (arm64's `x30`), where a leaf frame's return address may still be; 0
+    /// on x86-64, which has none.
+    pub lr: u64,
     /// How many bytes of `bytes` were copied: the stack above `sp` is unmapped past them, or
     /// the copy is full.
     pub copied: u64,
@@ -153,7 +157,7 @@ pub struct StackedRecord {
 }
 
 /// The size of [`StackedRecord`].
-pub const STACKED_RECORD_SIZE: usize = RAW_RECORD_SIZE + 32 + STACK_BYTES;
+pub const STACKED_RECORD_SIZE: usize = RAW_RECORD_SIZE + 40 + STACK_BYTES;
 const _: () = assert!(core::mem::size_of::<StackedRecord>() == STACKED_RECORD_SIZE);
 
 impl UserStack {

@@ -7,7 +7,7 @@
 //! A call is one record, written at its exit: under `--contended` only a wait that blocked or
 //! a wake that woke, so only the exit can tell. It says how long the call took.
 
-use core::{mem::offset_of, ptr};
+use core::ptr;
 
 use aya_ebpf::{
     EbpfContext,
@@ -23,9 +23,9 @@ use tracer_common::{
 };
 
 use crate::{
-    CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, copy_stack, count_lost, current_pid_tgid,
-    current_task, emit_with, is_tracer, own_target, read_task, read_user_into, recording_event,
-    ring_busy,
+    CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, arch, copy_stack, count_lost,
+    current_pid_tgid, current_task, emit_with, is_tracer, own_target, read_task, read_user_into,
+    recording_event, ring_busy,
 };
 
 /// A traced thread's futex call between its entry and its exit, and what its pthread calls
@@ -239,9 +239,12 @@ fn fill_futex_record(
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
         (*record).started_ns = (*call).started_ns;
-        (*record).pthread_self =
-            read_task::<u64>(task, ptr::read_volatile(&raw const CONFIG.fsbase_offset));
-        (*record).caller = user_register(regs, offset_of!(pt_regs, rip));
+        (*record).pthread_self = read_task::<u64>(
+            task,
+            ptr::read_volatile(&raw const CONFIG.thread_pointer_offset),
+        );
+        // The user instruction pointer: the instruction after the syscall's.
+        (*record).caller = user_register(regs, arch::INSTRUCTION_POINTER);
         (*record).pid = (pid_tgid >> 32) as u32;
         (*record).lwpid = pid_tgid as u32;
         (*record).event1 = Category::Futex as u16;
@@ -304,22 +307,14 @@ fn inside_traced_call(task: *mut task_struct) -> bool {
     false
 }
 
-/// The syscall's arguments from its saved registers, as the x86-64 syscall ABI passes them.
+/// The syscall's arguments from its saved registers, as the architecture's syscall ABI
+/// passes them.
 #[inline(always)]
 fn entered_with_registers(regs: *const pt_regs) {
-    let nr = user_register(regs, offset_of!(pt_regs, orig_rax));
-    let op = user_register(regs, offset_of!(pt_regs, rsi));
+    let nr = arch::syscall_number(regs);
+    let op = user_register(regs, arch::SYSCALL_ARGUMENTS[1]);
     futex_call_entered(nr, op, |args| {
-        for (i, offset) in [
-            offset_of!(pt_regs, rdi),
-            offset_of!(pt_regs, rsi),
-            offset_of!(pt_regs, rdx),
-            offset_of!(pt_regs, r10),
-            offset_of!(pt_regs, r8),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (i, offset) in arch::SYSCALL_ARGUMENTS.into_iter().enumerate() {
             // SAFETY: `args` is the thread's own value; `i` is below 5.
             unsafe { (*args)[i] = user_register(regs, offset) };
         }
@@ -423,7 +418,7 @@ pub fn thr_futex_raw_enter(ctx: RawTracePointContext) -> u32 {
 /// `raw_syscalls:sys_exit(regs, ret)`.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn thr_futex_raw_exit(ctx: RawTracePointContext) -> u32 {
-    let nr = user_register(ctx.arg(0), offset_of!(pt_regs, orig_rax));
+    let nr = arch::syscall_number(ctx.arg(0));
     if nr == futex::SYS_FUTEX || nr == futex::SYS_FUTEX_WAITV {
         futex_call_exited(ctx.arg(1));
     }

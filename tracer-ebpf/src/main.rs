@@ -36,6 +36,7 @@ use core::{
     ptr,
 };
 
+mod arch;
 mod futex_calls;
 
 use aya_ebpf::{
@@ -47,8 +48,8 @@ use aya_ebpf::{
     btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_ringbuf_query, bpf_send_signal_thread, bpf_task_storage_get, generated,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_ringbuf_query,
+        bpf_send_signal_thread, bpf_task_storage_get, generated,
     },
     macros::{btf_map, raw_tracepoint, uprobe, uretprobe},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
@@ -460,8 +461,8 @@ unsafe fn hold_call(
         }
         (*slot).nested = 0;
         (*slot).records = u8::from(!only_opens_call);
-        let code_start = (*regs).rip - u64::from(cookie.function.before_probe);
-        (*slot).return_slot = (*regs).rsp + u64::from(cookie.stack_offset);
+        let code_start = arch::instruction_pointer(regs) - u64::from(cookie.function.before_probe);
+        (*slot).return_slot = arch::call_frame(regs, cookie.stack_offset);
         (*slot).code_start = code_start;
         (*slot).code_end = code_start + u64::from(cookie.function.bytes);
         if flags.has(ProbeFlags::SPINS) {
@@ -493,8 +494,7 @@ pub fn thr_fast(ctx: ProbeContext) -> u32 {
         return 0;
     };
     let regs = ctx.regs;
-    // SAFETY: `regs` is the probe's context.
-    let completed = completion.holds(unsafe { (*regs).eflags });
+    let completed = completion.holds(arch::flags(regs));
     // The way an uncontended call does not take costs one compare.
     if !completed && !completion.opens_otherwise || !recording(&cookie) {
         return 0;
@@ -678,11 +678,12 @@ fn called_inside(
     own_event: u32,
 ) -> bool {
     let cookie = ProbeCookie::decode(raw_cookie);
-    // SAFETY: `regs` is the probe's context.
-    let return_slot = unsafe { (*regs).rsp } + u64::from(cookie.stack_offset);
-    let read_caller =
-        // SAFETY: the helper checks the user address.
-        || unsafe { bpf_probe_read_user(return_slot as *const u64) }.unwrap_or(0);
+    let return_slot = arch::call_frame(regs, cookie.stack_offset);
+    let read_caller = || {
+        let mut caller = 0;
+        arch::read_return_address(&raw mut caller, regs, cookie.stack_offset);
+        caller
+    };
     let pid = (current_pid_tgid(task) >> 32) as u32;
     // Only musl's shared library lists call sites: a probe of another object layout has no
     // lookup (one of a static musl executable finds no base).
@@ -741,10 +742,10 @@ fn held_at_first_try(slot: *mut Pending, flags: ProbeFlags, regs: *const pt_regs
     // SAFETY: `regs` is the probe's context; `slot` is this thread's own slot.
     unsafe {
         if flags.has(ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ) {
-            return (*regs).eflags & ZERO_FLAG == 0;
+            return arch::flags(regs) & ZERO_FLAG == 0;
         }
         let word = ptr::addr_of_mut!((*slot).record.object).cast::<i32>();
-        read_user_into(word, (*regs).rdi);
+        read_user_into(word, arch::arguments(regs)[0]);
         spin_lock_was_held(ptr::read_volatile(word), (*slot).record.object_layout)
     }
 }
@@ -775,14 +776,17 @@ fn fill_entry(
             words.add(i).write_volatile(0);
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
-        (*record).pthread_self =
-            read_task::<u64>(task, ptr::read_volatile(&raw const CONFIG.fsbase_offset));
+        (*record).pthread_self = read_task::<u64>(
+            task,
+            ptr::read_volatile(&raw const CONFIG.thread_pointer_offset),
+        );
         // A call written once, at its return, takes its caller there, with no read; one
         // written where its fast path completes reads it as an entry does.
         if !written_at_return_only(flags) || cookie.completion.is_some() {
-            read_user_into(
+            arch::read_return_address(
                 ptr::addr_of_mut!((*record).caller),
-                regs.rsp + u64::from(cookie.stack_offset),
+                regs,
+                cookie.stack_offset,
             );
         }
         (*record).pid = (pid_tgid >> 32) as u32;
@@ -791,7 +795,7 @@ fn fill_entry(
         (*record).event2 = cookie.event2;
         (*record).object_layout = cookie.object_layout;
         (*record).slow_path = u8::from(cookie.slow_path);
-        (*record).args = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8];
+        (*record).args = arch::arguments(regs);
         // Through the record's copy of the arguments: a computed offset into the context is
         // not allowed, and a copy on the stack would not fit its budget.
         if let Some(n) = flags.timespec_argument()
@@ -819,7 +823,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
         // in rax, and the type a register holds if the code did not prove it: the rest of the
         // copy stays zeroed, as the code proved it.
         match cookie.completion {
-            Some(c) if c.object_from_rax && c.holds((*regs).eflags) => {
+            Some(c) if c.object_from_rax && c.holds(arch::flags(regs)) => {
                 if let Some(register) = c.type_register.unpack() {
                     (*object)[GLIBC.mutex_kind.word] =
                         register_value(register, regs) as u32 & GLIBC.mutex_kind.mask;
@@ -834,7 +838,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
         // Where a fast path completes or opens the call, what the atomic instruction found
         // in the object's first bytes, which it may have changed since.
         if let Some(completion) = cookie.completion {
-            let rax = (*regs).rax;
+            let rax = arch::return_value(regs);
             match completion.found_in_rax {
                 FoundInRax::Nothing => {}
                 FoundInRax::Word => (*object)[0] = rax as u32,
@@ -854,22 +858,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
 /// that no more than two are live.
 #[inline(always)]
 fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
-    let mut value = 0;
-    macro_rules! keep_if_wanted {
-        ($($candidate:ident => $field:ident),*) => {$(
-            // SAFETY: `regs` is the probe's context; the read is of one of its fields.
-            let loaded = unsafe { ptr::read_volatile(&raw const (*regs).$field) };
-            if register == ObjectRegister::$candidate {
-                value = loaded;
-            }
-        )*};
-    }
-    keep_if_wanted!(
-        Rdi => rdi, Rbx => rbx, Rbp => rbp, R12 => r12, R13 => r13, R14 => r14, R15 => r15,
-        R8 => r8, R9 => r9, R10 => r10, R11 => r11, Rax => rax, Rcx => rcx, Rdx => rdx,
-        Rsi => rsi
-    );
-    value
+    arch::register_value(register, regs)
 }
 
 /// Whether a record of the probe whose cookie is `raw_cookie` carries the thread's stack
@@ -913,10 +902,11 @@ fn copy_stack(stack: *mut UserStack, regs: *const pt_regs) {
     // SAFETY: `stack` is a reserved ring entry's, ours until submitted; `regs` is the probe's
     // context.
     unsafe {
-        let sp = (*regs).rsp;
-        (*stack).ip = (*regs).rip;
+        let sp = arch::stack_pointer(regs);
+        (*stack).ip = arch::instruction_pointer(regs);
         (*stack).sp = sp;
-        (*stack).bp = (*regs).rbp;
+        (*stack).bp = arch::frame_pointer(regs);
+        (*stack).lr = arch::link_register(regs);
         let bytes = ptr::addr_of_mut!((*stack).bytes).cast::<u8>();
         let mut copied = 0;
         copied = extend_stack_copy::<STACK_BYTES>(bytes, sp, copied);
@@ -1053,12 +1043,12 @@ unsafe fn complete(
         // the call then succeeds.
         record.rval = match cookie.slow_path && !cookie.returns_result {
             true => 0,
-            false => regs.rax as i64,
+            false => arch::return_value(regs) as i64,
         };
         // Before it runs the return programs, the kernel puts the address the call returns
-        // to back in the instruction pointer: the caller, as `[rsp]` at entry.
+        // to back in the instruction pointer: the caller, as the entry read it.
         if written_at_return_only(flags) {
-            record.caller = regs.rip;
+            record.caller = arch::instruction_pointer(regs);
         }
     }
     if flags.has(ProbeFlags::BLOCK) {
@@ -1111,10 +1101,7 @@ fn complete_at_completion(record: &mut RawRecord, raw_cookie: u64, regs: &pt_reg
         record.errno = i32::from(errno);
     }
     if written_at_return_only(cookie.flags) {
-        read_user_into(
-            &raw mut record.caller,
-            regs.rsp + u64::from(cookie.stack_offset),
-        );
+        arch::read_return_address(&raw mut record.caller, regs, cookie.stack_offset);
     }
 }
 

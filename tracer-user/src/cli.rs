@@ -4,6 +4,7 @@
 use std::{ffi::OsString, io, path::PathBuf, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand};
+use tracer_common::arch;
 use tracer_model::{
     event::event_types,
     log::{LogFullPolicy, PacketPlacement, StreamFullPolicy},
@@ -12,6 +13,7 @@ use tracer_model::{
 
 use crate::{
     attach::{
+        READS_MACHINE_CODE,
         launch::{self, LaunchError},
         targets,
     },
@@ -387,6 +389,12 @@ impl Cli {
             false => EventSet::parse(self.events.as_deref().unwrap_or(""))
                 .map_err(|error| UsageError(error.to_string()))?,
         };
+        if !READS_MACHINE_CODE && (self.contended || self.stacks == Some(Switch::On)) {
+            usage_bail!(
+                "--contended and --stacks are not available on {} yet: trace without them",
+                arch::HOST.name
+            );
+        }
         let log = match self.list_probes {
             true => None,
             false => self.log_options()?,

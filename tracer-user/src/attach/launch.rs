@@ -18,6 +18,8 @@ use std::{
     process::{Child, Command, ExitStatus},
 };
 
+use tracer_common::arch;
+
 use super::targets::{self, MapsError, PthreadLibrary};
 use crate::{
     error::EXIT_FAILURE,
@@ -27,9 +29,6 @@ use crate::{
 
 /// How many syscall stops the loader may take before we stop waiting for it.
 const MAX_SYSCALL_STOPS: u32 = 20_000;
-
-/// arch_prctl's request that sets the FS base, the thread pointer (asm/prctl.h).
-const ARCH_SET_FS: u64 = 0x1002;
 
 /// Why the command could not be started, or not be stepped to where its probes go.
 #[derive(Debug, thiserror::Error)]
@@ -43,8 +42,8 @@ pub enum LaunchError {
     StoppedAtExit,
     #[error("cannot step the command")]
     Step(#[source] SyscallError),
-    #[error("cannot read the command's registers")]
-    Registers(#[source] SyscallError),
+    #[error("cannot read the syscall the command is making")]
+    Syscall(#[source] SyscallError),
     #[error("cannot wait for the command")]
     Wait(#[source] SyscallError),
     #[error("cannot release the command from ptrace")]
@@ -215,8 +214,8 @@ pub enum Loader {
 
 /// Steps a tracee stopped at exec (`status`, with PTRACE_O_TRACESYSGOOD set) from syscall to
 /// syscall until its start-up libraries are all mapped: at once for a static executable, else
-/// until the loader sets the thread pointer (`arch_prctl(ARCH_SET_FS)`), which it does after
-/// mapping them.
+/// until the syscall that follows the thread pointer's setting ([`arch::Arch::start_up_done`]),
+/// which the loader does after mapping them.
 pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader, LaunchError> {
     // Only the executable is mapped when there is no loader to map more.
     if targets::executable_mappings(pid)?.len() <= 1 {
@@ -224,7 +223,7 @@ pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader, 
     }
     for _ in 0..MAX_SYSCALL_STOPS {
         let stop_signal = libc::WSTOPSIG(status);
-        if stop_signal == libc::SIGTRAP | 0x80 && sets_thread_pointer(pid)? {
+        if stop_signal == libc::SIGTRAP | 0x80 && start_up_done(pid)? {
             return Ok(Loader::Done);
         }
         if status >> 16 == libc::PTRACE_EVENT_EXIT {
@@ -245,10 +244,13 @@ pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader, 
     Ok(Loader::Done)
 }
 
-/// Whether the tracee, at a syscall stop, is in `arch_prctl(ARCH_SET_FS, ...)`.
-fn sets_thread_pointer(pid: u32) -> Result<bool, LaunchError> {
-    let registers = ptrace::registers(pid as libc::pid_t).map_err(LaunchError::Registers)?;
-    Ok(registers.orig_rax == libc::SYS_arch_prctl as u64 && registers.rdi == ARCH_SET_FS)
+/// Whether the tracee, at a syscall stop, is entering [`arch::Arch::start_up_done`]'s syscall.
+fn start_up_done(pid: u32) -> Result<bool, LaunchError> {
+    let entry = ptrace::syscall_entry(pid as libc::pid_t).map_err(LaunchError::Syscall)?;
+    let (number, first_argument) = arch::HOST.start_up_done;
+    Ok(entry.is_some_and(|(nr, args)| {
+        nr == number && first_argument.is_none_or(|wanted| args[0] == wanted)
+    }))
 }
 
 /// Waits until our (untraced) child `pid` is stopped.

@@ -29,6 +29,7 @@ use tracer_common::{
 use tracer_model::selection::EventSet;
 
 use super::{
+    READS_MACHINE_CODE,
     fast_path::{self, Role},
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     slow_path::{self, WaitEnd},
@@ -162,7 +163,7 @@ impl PlannedProbe {
 /// no calls of the program's ([`mark_calls_inside`]).
 pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) -> Vec<PlannedProbe> {
     let object_layout = object_layout(library);
-    let at_entry = options.at_entry;
+    let at_entry = options.at_entry || !READS_MACHINE_CODE;
     // Where the library's named functions start, for the slow-path walks (a tail call to one
     // is not followed): read once for the whole plan.
     let named = match options.contended {
@@ -197,7 +198,9 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
             probes.push(probe);
         }
     }
-    mark_calls_inside(library, object_layout, at_entry, &mut probes);
+    if READS_MACHINE_CODE {
+        mark_calls_inside(library, object_layout, at_entry, &mut probes);
+    }
     if options.contended {
         keep_spans(&mut probes);
     }
@@ -228,7 +231,8 @@ struct FastPaths {
 
 impl FastPaths {
     fn of(library: &PthreadLibrary, options: PlanOptions) -> FastPaths {
-        let off = !options.fast_paths || options.at_entry || options.contended;
+        let off =
+            !options.fast_paths || options.at_entry || options.contended || !READS_MACHINE_CODE;
         FastPaths {
             off,
             refused: None,
@@ -573,6 +577,9 @@ pub static THREAD_START: EventDef = EventDef {
 fn object_layout(library: &PthreadLibrary) -> u8 {
     if library.is_musl() {
         return LAYOUT_MUSL;
+    }
+    if !READS_MACHINE_CODE {
+        return LAYOUT_GLIBC;
     }
     let without_g_refs = library
         .functions

@@ -20,7 +20,7 @@ use tracer_common::{
     ERRNO_AT_OFFSET, EVENTS, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, ProcessLibrary,
 };
 
-use super::{fast_path, symbols::FunctionOffsets};
+use super::{READS_MACHINE_CODE, fast_path, symbols::FunctionOffsets};
 
 /// A process's mappings could not be read: it is gone, or not ours to read.
 #[derive(Debug, thiserror::Error)]
@@ -314,7 +314,9 @@ pub fn open_mapped(file: &MappedFile) -> Option<fs::File> {
 /// has its own calls of traced functions listed in `CALL_SITES` as `id`, where it is mapped.
 pub fn process_library(pid: u32, library: &PthreadLibrary, id: Option<u64>) -> ProcessLibrary {
     let mut process = ProcessLibrary::default();
-    process[LIBRARY_ERRNO] = errno_location(pid, library).unwrap_or(0);
+    if READS_MACHINE_CODE {
+        process[LIBRARY_ERRNO] = errno_location(pid, library).unwrap_or(0);
+    }
     if let Some(id) = id {
         process[LIBRARY_BASE] = library.file.start - library.file.file_offset;
         process[LIBRARY_ID] = id;
@@ -331,7 +333,7 @@ pub fn process_library(pid: u32, library: &PthreadLibrary, id: Option<u64>) -> P
 /// library's code cannot be told from the program's. (The BPF side looks them up only for
 /// probes of musl's object layout.)
 pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
-    if !library.is_musl_shared_object() {
+    if !library.is_musl_shared_object() || !READS_MACHINE_CODE {
         return Vec::new();
     }
     let traced: Vec<u64> = library_symbols()

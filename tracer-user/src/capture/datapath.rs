@@ -21,7 +21,7 @@ use tracer_common::{
 use super::{
     CaptureError,
     futex_hook::{self, FutexHook, FutexHookError, Hooked},
-    kernel::KernelBtf,
+    kernel::{KernelBtf, code_address_mask},
     loader::{self, Loaded},
     lossless::{Stopped, StoppedView},
     programs::{ProgramNames, Programs, UprobeMechanism},
@@ -247,7 +247,8 @@ impl DataPath {
         } = options;
         let offsets = kernel.offsets;
         let config = ProgramConfig {
-            fsbase_offset: offsets.fsbase,
+            thread_pointer_offset: offsets.thread_pointer,
+            code_address_mask: code_address_mask(),
             nvcsw_offset: offsets.nvcsw,
             pid_offset: offsets.pid,
             tgid_offset: offsets.tgid,

@@ -2,7 +2,8 @@
 //! processes that are not traced. Tried in this order, the first that attaches is used:
 //!
 //! 1. fentry/fexit on the futex syscalls' own functions (`__x64_sys_futex`,
-//!    `__x64_sys_futex_waitv`), found in kernel BTF: only futex calls run the programs.
+//!    `__x64_sys_futex_waitv` on x86-64, `__arm64_sys_*` on arm64), found in kernel BTF: only
+//!    futex calls run the programs.
 //! 2. The futex syscalls' tracepoints (`syscalls:sys_enter_futex`, ...), which need
 //!    `CONFIG_FTRACE_SYSCALLS` and tracefs: while one is on, every syscall of every process
 //!    takes the kernel's slower syscall path.
@@ -20,7 +21,7 @@ use aya_obj::generated::{
     bpf_prog_type::{BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT},
 };
 use rustix::mount::{MountFlags, mount};
-use tracer_common::names;
+use tracer_common::{arch, names};
 
 use super::loader::{self, LoadError, Loaded};
 use crate::{
@@ -39,8 +40,8 @@ pub enum FutexHook {
     RawSyscalls,
 }
 
-/// The futex syscalls' functions, as fentry hooks them (kernel BTF names them so on x86-64).
-pub const SYSCALL_FUNCTIONS: [&str; 2] = ["__x64_sys_futex", "__x64_sys_futex_waitv"];
+/// The futex syscalls' functions, as fentry hooks them (kernel BTF names them by architecture).
+pub const SYSCALL_FUNCTIONS: [&str; 2] = arch::HOST.futex_syscall_functions;
 
 /// The futex syscalls' tracepoints, each an entry and an exit. The first is needed; the
 /// second exists from Linux 5.16.
@@ -73,8 +74,9 @@ impl FutexHook {
     pub fn describe(self) -> &'static str {
         match self {
             FutexHook::Fentry => {
-                "fentry/fexit on __x64_sys_futex and __x64_sys_futex_waitv (other processes' \
-                 futex calls run a trampoline and a few compares; their other syscalls nothing)"
+                "fentry/fexit on the futex and futex_waitv syscalls' functions (other \
+                 processes' futex calls run a trampoline and a few compares; their other \
+                 syscalls nothing)"
             }
             FutexHook::SyscallTracepoints => {
                 "the tracepoints syscalls:sys_enter_futex and sys_exit_futex (while they are \

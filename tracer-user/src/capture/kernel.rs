@@ -6,6 +6,7 @@ use std::{collections::BTreeMap, io, os::fd::AsRawFd};
 
 use btf_rs::{Backend, Btf, Type};
 use rustix::time::{ClockId, clock_getres, clock_gettime};
+use tracer_common::arch;
 
 use super::features::KernelTooOld;
 
@@ -95,8 +96,9 @@ fn copy_to_memory(path: &str) -> io::Result<std::fs::File> {
 /// Byte offsets in `task_struct`, handed to the BPF programs in their `ProgramConfig`.
 #[derive(Clone, Copy, Debug)]
 pub struct TaskOffsets {
-    /// `thread.fsbase`: the FS base, which x86-64 glibc's `pthread_self()` returns.
-    pub fsbase: u64,
+    /// The thread pointer the kernel saves in `thread` ([`arch::Arch::thread_pointer`]),
+    /// from which the thread's `pthread_self()` is known.
+    pub thread_pointer: u64,
     /// `nvcsw`: voluntary context switches, which grow when the thread sleeps in a futex.
     pub nvcsw: u64,
     /// `pid` and `tgid`: a task's thread and process ids, read from the current task (with
@@ -158,7 +160,8 @@ impl TaskOffsets {
             return Err(BtfError::ThreadNotAStruct);
         };
         let offsets = TaskOffsets {
-            fsbase: u64::from(thread_bits / 8) + offset(&thread_struct, "thread_struct", "fsbase")?,
+            thread_pointer: u64::from(thread_bits / 8)
+                + member_path(btf, &thread_struct, arch::HOST.thread_pointer)?,
             nvcsw: offset(&task, "task_struct", "nvcsw")?,
             pid: offset(&task, "task_struct", "pid")?,
             tgid: offset(&task, "task_struct", "tgid")?,
@@ -179,6 +182,32 @@ fn struct_named(btf: &Btf, name: &'static str) -> Result<btf_rs::Struct, BtfErro
         .ok_or(BtfError::NoStruct(name))
 }
 
+/// The byte offset in `thread_struct` of the member that `path` names, each name a member of
+/// the one before it (and of the anonymous structs and unions inside it).
+fn member_path(btf: &Btf, s: &btf_rs::Struct, path: &[&'static str]) -> Result<u64, BtfError> {
+    let mut bits = 0;
+    let mut owner = s.clone();
+    let mut owner_name = "thread_struct";
+    for (i, &name) in path.iter().enumerate() {
+        let (at, member) = find_member(btf, &owner, name).ok_or(BtfError::NoMember {
+            owner: owner_name,
+            name,
+        })?;
+        bits += at;
+        if i + 1 < path.len() {
+            let Ok(Type::Struct(inner)) = btf.resolve_chained_type(&member) else {
+                return Err(BtfError::NoMember {
+                    owner: name,
+                    name: path[i + 1],
+                });
+            };
+            owner = inner;
+            owner_name = name;
+        }
+    }
+    Ok(u64::from(bits / 8))
+}
+
 /// The bit offset of `member` in `s`, looking into anonymous structs and unions, and the
 /// member itself.
 fn find_member(btf: &Btf, s: &btf_rs::Struct, member: &str) -> Option<(u32, btf_rs::Member)> {
@@ -196,6 +225,16 @@ fn find_member(btf: &Btf, s: &btf_rs::Struct, member: &str) -> Option<(u32, btf_
         }
     }
     None
+}
+
+/// The bits a user code address can have set ([`tracer_common::ProgramConfig::code_address_mask`]):
+/// those below the highest bit of this thread's stack address, which the kernel places at the
+/// top of the user address space. Above them, arm64 puts a return address's pointer
+/// authentication code and tag byte.
+pub fn code_address_mask() -> u64 {
+    let on_the_stack = 0u8;
+    let top = std::hint::black_box(&raw const on_the_stack).addr() as u64;
+    u64::MAX >> top.leading_zeros()
 }
 
 /// `CLOCK_REALTIME - CLOCK_MONOTONIC` in nanoseconds, taken once at start: BPF stamps records with

@@ -63,6 +63,10 @@ const PREFETCH_AHEAD: usize = 8;
 /// Has the CPU start loading `item`'s cache lines (a hint: nothing where there is no such
 /// instruction).
 #[inline(always)]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    expect(unused_variables, reason = "only x86-64's prefetch is stable")
+)]
 fn prefetch<R>(item: &R) {
     #[cfg(target_arch = "x86_64")]
     {

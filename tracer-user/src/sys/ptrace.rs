@@ -67,10 +67,29 @@ pub fn listen(tid: pid_t) -> Result<(), SyscallError> {
     zero_or_errno(result, "ptrace(PTRACE_LISTEN)")
 }
 
-/// The general registers of stopped tracee `tid`.
-pub fn registers(tid: pid_t) -> Result<libc::user_regs_struct, SyscallError> {
-    // SAFETY: PTRACE_GETREGS writes one user_regs_struct to the address passed.
-    unsafe { read_into(libc::PTRACE_GETREGS, tid, "ptrace(PTRACE_GETREGS)") }
+/// The syscall that tracee `tid`, at a syscall stop, is entering: its number and arguments
+/// (`PTRACE_GET_SYSCALL_INFO`, Linux 5.3, the same on every architecture). `None` at its exit
+/// or any other stop.
+pub fn syscall_entry(tid: pid_t) -> Result<Option<(u64, [u64; 6])>, SyscallError> {
+    let mut info = MaybeUninit::<libc::ptrace_syscall_info>::zeroed();
+    // SAFETY: the request writes at most `addr` bytes, the size of `info`, to `info`.
+    let result = unsafe {
+        request(
+            libc::PTRACE_GET_SYSCALL_INFO,
+            tid,
+            ptr::without_provenance_mut(size_of::<libc::ptrace_syscall_info>()),
+            info.as_mut_ptr() as usize,
+        )
+    };
+    // It returns the size of the whole information, which may be more than was written.
+    zero_or_errno(result, "ptrace(PTRACE_GET_SYSCALL_INFO)")?;
+    // SAFETY: zeroed, then written by the kernel: plain integers, valid either way (the
+    // union's entry member too, which means something only when `op` says so).
+    unsafe {
+        let info = info.assume_init();
+        Ok((info.op == libc::PTRACE_SYSCALL_INFO_ENTRY)
+            .then_some((info.u.entry.nr, info.u.entry.args)))
+    }
 }
 
 /// The signal that stopped tracee `tid`, and who sent it.

@@ -1,0 +1,61 @@
+//! What differs between the architectures the tracer runs on, as the BPF programs and userspace
+//! both need it: one table per architecture, and [`HOST`], the one this build runs on (for the
+//! BPF programs, the architecture aya-build names in `bpf_target_arch`, as the BPF target's own
+//! is "bpf"). The registers themselves are named only in tracer-ebpf's `arch` module and in the
+//! instruction decoders.
+
+/// One architecture's facts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arch {
+    /// Its name, as `uname -m` says it.
+    pub name: &'static str,
+    /// `futex(2)`'s number.
+    pub sys_futex: u64,
+    /// The kernel functions of the futex syscalls (`futex`, `futex_waitv`), as fentry hooks them.
+    pub futex_syscall_functions: [&'static str; 2],
+    /// The path in `task_struct.thread` to the thread pointer the kernel saves: x86-64's FS
+    /// base, arm64's `TPIDR_EL0` (a named member of an anonymous struct).
+    pub thread_pointer: &'static [&'static str],
+    /// The syscall that the C libraries' start-up makes once the dynamic loader has mapped
+    /// every library and set the thread pointer, by number and first argument (`None`: any):
+    /// a launched command is stepped to it before its probes are placed. On arm64 the thread
+    /// pointer the kernel saves is only right after a context switch, which that syscall's
+    /// stop is.
+    pub start_up_done: (u64, Option<u64>),
+}
+
+/// x86-64.
+pub const X86_64: Arch = Arch {
+    name: "x86_64",
+    sys_futex: 202,
+    futex_syscall_functions: ["__x64_sys_futex", "__x64_sys_futex_waitv"],
+    thread_pointer: &["fsbase"],
+    // arch_prctl(ARCH_SET_FS, ...), the thread pointer's setting.
+    start_up_done: (158, Some(0x1002)),
+};
+
+/// arm64 (AArch64).
+pub const AARCH64: Arch = Arch {
+    name: "aarch64",
+    sys_futex: 98,
+    futex_syscall_functions: ["__arm64_sys_futex", "__arm64_sys_futex_waitv"],
+    thread_pointer: &["uw", "tp_value"],
+    // set_tid_address, right after the thread pointer's setting in glibc (2.34 on) and musl.
+    start_up_done: (96, None),
+};
+
+/// The architecture this build runs on. Where the BPF programs are only checked, not built
+/// (`cargo clippy --target bpfel-unknown-none`, which names no architecture), x86-64's, so that
+/// the code is checked as it is built for the usual host.
+#[cfg(any(
+    target_arch = "x86_64",
+    bpf_target_arch = "x86_64",
+    all(
+        target_arch = "bpf",
+        not(any(bpf_target_arch = "x86_64", bpf_target_arch = "aarch64"))
+    )
+))]
+pub const HOST: Arch = X86_64;
+/// The architecture this build runs on.
+#[cfg(any(target_arch = "aarch64", bpf_target_arch = "aarch64"))]
+pub const HOST: Arch = AARCH64;

@@ -1,0 +1,244 @@
+//! The registers of the architecture the programs are built for (aya-build's
+//! `bpf_target_arch`, the loader's own): the one file that names `pt_regs`' fields. Everything
+//! else asks these functions for the instruction pointer, the arguments, the return value or
+//! the call's return address, and reads the same meaning on x86-64 and arm64.
+//!
+//! A uprobe's context is the user registers at the probed instruction (the kernel's `pt_regs` on
+//! x86-64, its first part `user_pt_regs` on arm64). A syscall hook's is the kernel's whole
+//! `pt_regs`, whose syscall number lies past that part on arm64: [`syscall_number`] reads it.
+
+use core::{mem::offset_of, ptr};
+
+use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
+use tracer_common::ObjectRegister;
+
+#[cfg(not(bpf_target_arch = "aarch64"))]
+use crate::read_user_into;
+
+/// One register of the context, by its field: a volatile load at a constant offset, which the
+/// verifier allows and LLVM keeps as one load.
+macro_rules! field {
+    ($regs:expr, $($field:tt)+) => {
+        // SAFETY: `regs` is the program's context, and the read is of one of its fields.
+        unsafe { ptr::read_volatile(&raw const (*$regs).$($field)+) }
+    };
+}
+
+/// The x86-64 side: System V's argument registers, the return address on the stack.
+#[cfg(not(bpf_target_arch = "aarch64"))]
+mod registers {
+    use super::{ObjectRegister, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into};
+
+    /// Where the instruction pointer is in the context (a syscall hook's, read by a helper).
+    pub const INSTRUCTION_POINTER: usize = offset_of!(pt_regs, rip);
+
+    #[inline(always)]
+    pub fn instruction_pointer(regs: *const pt_regs) -> u64 {
+        field!(regs, rip)
+    }
+
+    #[inline(always)]
+    pub fn stack_pointer(regs: *const pt_regs) -> u64 {
+        field!(regs, rsp)
+    }
+
+    #[inline(always)]
+    pub fn frame_pointer(regs: *const pt_regs) -> u64 {
+        field!(regs, rbp)
+    }
+
+    /// x86-64 has no link register: the return address is on the stack.
+    #[inline(always)]
+    pub fn link_register(_regs: *const pt_regs) -> u64 {
+        0
+    }
+
+    #[inline(always)]
+    pub fn flags(regs: *const pt_regs) -> u64 {
+        field!(regs, eflags)
+    }
+
+    #[inline(always)]
+    pub fn return_value(regs: *const pt_regs) -> u64 {
+        field!(regs, rax)
+    }
+
+    #[inline(always)]
+    pub fn arguments(regs: *const pt_regs) -> [u64; 5] {
+        [
+            field!(regs, rdi),
+            field!(regs, rsi),
+            field!(regs, rdx),
+            field!(regs, rcx),
+            field!(regs, r8),
+        ]
+    }
+
+    /// Where the call's return address is: `rsp`, past the bytes the instructions before the
+    /// probe pushed.
+    #[inline(always)]
+    pub fn call_frame(regs: *const pt_regs, stack_offset: u16) -> u64 {
+        stack_pointer(regs) + u64::from(stack_offset)
+    }
+
+    /// Reads the call's return address, from [`call_frame`], into `destination`.
+    #[inline(always)]
+    pub fn read_return_address(destination: *mut u64, regs: *const pt_regs, stack_offset: u16) {
+        read_user_into(destination, call_frame(regs, stack_offset));
+    }
+
+    /// What `register` holds: every register loaded in turn, and the one wanted kept.
+    #[inline(always)]
+    pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
+        let mut value = 0;
+        macro_rules! keep_if_wanted {
+            ($($candidate:ident => $field:ident),*) => {$(
+                let loaded = field!(regs, $field);
+                if register == ObjectRegister::$candidate {
+                    value = loaded;
+                }
+            )*};
+        }
+        keep_if_wanted!(
+            Rdi => rdi, Rbx => rbx, Rbp => rbp, R12 => r12, R13 => r13, R14 => r14, R15 => r15,
+            R8 => r8, R9 => r9, R10 => r10, R11 => r11, Rax => rax, Rcx => rcx, Rdx => rdx,
+            Rsi => rsi
+        );
+        value
+    }
+
+    /// The syscall's arguments in the kernel's `pt_regs`, as the x86-64 syscall ABI passes
+    /// them (`r10`, not `rcx`, for the fourth).
+    pub const SYSCALL_ARGUMENTS: [usize; 5] = [
+        offset_of!(pt_regs, rdi),
+        offset_of!(pt_regs, rsi),
+        offset_of!(pt_regs, rdx),
+        offset_of!(pt_regs, r10),
+        offset_of!(pt_regs, r8),
+    ];
+
+    /// The syscall's number, which the kernel keeps in `orig_ax` as `rax` becomes its value.
+    #[inline(always)]
+    pub fn syscall_number(regs: *const pt_regs) -> u64 {
+        // SAFETY: the helper checks the kernel address.
+        unsafe { bpf_probe_read_kernel(regs.byte_add(offset_of!(pt_regs, orig_rax)).cast()) }
+            .unwrap_or(0)
+    }
+}
+
+/// The arm64 side: AAPCS64's argument registers, the return address in `x30`.
+#[cfg(bpf_target_arch = "aarch64")]
+mod registers {
+    use super::{ObjectRegister, bpf_probe_read_kernel, offset_of, pt_regs, ptr};
+
+    /// The link register, `x30`.
+    const LINK: usize = 30;
+    /// The frame pointer, `x29`.
+    const FRAME: usize = 29;
+
+    /// Where the instruction pointer is in the context (a syscall hook's, read by a helper).
+    pub const INSTRUCTION_POINTER: usize = offset_of!(pt_regs, pc);
+
+    #[inline(always)]
+    pub fn instruction_pointer(regs: *const pt_regs) -> u64 {
+        field!(regs, pc)
+    }
+
+    #[inline(always)]
+    pub fn stack_pointer(regs: *const pt_regs) -> u64 {
+        field!(regs, sp)
+    }
+
+    #[inline(always)]
+    pub fn frame_pointer(regs: *const pt_regs) -> u64 {
+        field!(regs, regs[FRAME])
+    }
+
+    #[inline(always)]
+    pub fn link_register(regs: *const pt_regs) -> u64 {
+        field!(regs, regs[LINK])
+    }
+
+    /// `PSTATE`, whose NZCV flags are bits 31 to 28.
+    #[inline(always)]
+    pub fn flags(regs: *const pt_regs) -> u64 {
+        field!(regs, pstate)
+    }
+
+    #[inline(always)]
+    pub fn return_value(regs: *const pt_regs) -> u64 {
+        field!(regs, regs[0])
+    }
+
+    #[inline(always)]
+    pub fn arguments(regs: *const pt_regs) -> [u64; 5] {
+        [
+            field!(regs, regs[0]),
+            field!(regs, regs[1]),
+            field!(regs, regs[2]),
+            field!(regs, regs[3]),
+            field!(regs, regs[4]),
+        ]
+    }
+
+    /// The stack pointer the call was entered with: the same at every probe of one call, and
+    /// at a function it jumps to after restoring its frame (a tail call). Probes are placed
+    /// only where the instructions before them moved `sp` by `stack_offset` bytes.
+    #[inline(always)]
+    pub fn call_frame(regs: *const pt_regs, stack_offset: u16) -> u64 {
+        stack_pointer(regs) + u64::from(stack_offset)
+    }
+
+    /// Writes the call's return address into `destination`: `x30`, which probes are placed only
+    /// where it still holds, without the pointer-authentication code and tag bits that a user
+    /// address does not have (`code_address_mask`).
+    #[inline(always)]
+    pub fn read_return_address(destination: *mut u64, regs: *const pt_regs, _stack_offset: u16) {
+        // SAFETY: a read-only global that userspace sets before loading.
+        let mask = unsafe { ptr::read_volatile(&raw const crate::CONFIG.code_address_mask) };
+        // SAFETY: `destination` is writable memory of a `u64`, per the callers' contract.
+        unsafe { destination.write(link_register(regs) & mask) };
+    }
+
+    /// What `register` holds. The codes name arm64's registers as they name x86-64's by use:
+    /// 0 the first argument (`x0`), 1 to 10 those a call keeps (`x19` to `x28`), 11 to 14
+    /// `x1` to `x4`.
+    #[inline(always)]
+    pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
+        let mut value = 0;
+        macro_rules! keep_if_wanted {
+            ($($candidate:ident => $index:literal),*) => {$(
+                let loaded = field!(regs, regs[$index]);
+                if register == ObjectRegister::$candidate {
+                    value = loaded;
+                }
+            )*};
+        }
+        keep_if_wanted!(
+            Rdi => 0, Rbx => 19, Rbp => 20, R12 => 21, R13 => 22, R14 => 23, R15 => 24,
+            R8 => 25, R9 => 26, R10 => 27, R11 => 28, Rax => 1, Rcx => 2, Rdx => 3, Rsi => 4
+        );
+        value
+    }
+
+    /// The syscall's arguments in the kernel's `pt_regs`: `x0` to `x4`.
+    pub const SYSCALL_ARGUMENTS: [usize; 5] = {
+        const X0: usize = offset_of!(pt_regs, regs);
+        [X0, X0 + 8, X0 + 16, X0 + 24, X0 + 32]
+    };
+
+    /// Where the kernel's `struct pt_regs` keeps the syscall's number (`syscallno`, an `s32`
+    /// after `user_pt_regs` and `orig_x0`; arch/arm64/include/asm/ptrace.h, the same in every
+    /// kernel the tracer runs on).
+    const SYSCALL_NUMBER: usize = size_of::<pt_regs>() + 8;
+
+    /// The syscall's number, or -1 (no syscall) sign-extended, which matches none.
+    #[inline(always)]
+    pub fn syscall_number(regs: *const pt_regs) -> u64 {
+        // SAFETY: the helper checks the kernel address.
+        unsafe { bpf_probe_read_kernel(regs.byte_add(SYSCALL_NUMBER).cast::<i32>()) }
+            .map_or(0, |number| i64::from(number) as u64)
+    }
+}
+
+pub use registers::*;
