@@ -9,6 +9,8 @@
 pub struct Arch {
     /// Its name, as `uname -m` says it.
     pub name: &'static str,
+    /// Its machine code, which the planner reads.
+    pub instruction_set: InstructionSet,
     /// `futex(2)`'s number.
     pub sys_futex: u64,
     /// The kernel functions of the futex syscalls (`futex`, `futex_waitv`), as fentry hooks them.
@@ -22,26 +24,48 @@ pub struct Arch {
     /// pointer the kernel saves is only right after a context switch, which that syscall's
     /// stop is.
     pub start_up_done: (u64, Option<u64>),
+    /// The widths its user address spaces can have, in bits (with each depth of paging).
+    pub user_address_bits: &'static [u32],
+    /// How far below the end of the user address space `TASK_SIZE` is: x86-64 keeps a guard
+    /// page there.
+    pub task_size_gap: u64,
+}
+
+/// An architecture's instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstructionSet {
+    /// x86-64's.
+    X86_64,
+    /// arm64's A64.
+    A64,
 }
 
 /// x86-64.
 pub const X86_64: Arch = Arch {
     name: "x86_64",
+    instruction_set: InstructionSet::X86_64,
     sys_futex: 202,
     futex_syscall_functions: ["__x64_sys_futex", "__x64_sys_futex_waitv"],
     thread_pointer: &["fsbase"],
     // arch_prctl(ARCH_SET_FS, ...), the thread pointer's setting.
     start_up_done: (158, Some(0x1002)),
+    // 4-level paging, and 5-level (`la57`).
+    user_address_bits: &[47, 56],
+    task_size_gap: 4096,
 };
 
 /// arm64 (AArch64).
 pub const AARCH64: Arch = Arch {
     name: "aarch64",
+    instruction_set: InstructionSet::A64,
     sys_futex: 98,
     futex_syscall_functions: ["__arm64_sys_futex", "__arm64_sys_futex_waitv"],
     thread_pointer: &["uw", "tp_value"],
     // set_tid_address, right after the thread pointer's setting in glibc (2.34 on) and musl.
     start_up_done: (96, None),
+    // 48-bit virtual addresses, and 52-bit (`ARM64_VA_BITS_52`).
+    user_address_bits: &[48, 52],
+    task_size_gap: 0,
 };
 
 /// The architecture this build runs on. Where the BPF programs are only checked, not built

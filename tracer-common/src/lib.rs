@@ -124,7 +124,8 @@ pub const STOP_SENT: u32 = 1 << 31;
 /// A `LIBRARIES` entry: what the BPF side needs of a process's C library, at these indexes.
 pub type ProcessLibrary = [u64; 3];
 /// Where errno is: the address of the GOT slot holding its offset from the thread pointer
-/// (glibc), or that offset itself with [`ERRNO_AT_OFFSET`] set (musl); 0 if unknown.
+/// (glibc), or that offset itself with [`ERRNO_AT_OFFSET`] set, in the low 63 bits as a signed
+/// number (musl's; below the thread pointer on arm64); 0 if unknown.
 pub const LIBRARY_ERRNO: usize = 0;
 /// Set in [`LIBRARY_ERRNO`] when it is the offset itself (user addresses never have it).
 pub const ERRNO_AT_OFFSET: u64 = 1 << 63;

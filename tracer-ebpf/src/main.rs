@@ -1156,7 +1156,8 @@ fn read_errno(errno: &mut i32, pid: u32, thread_pointer: u64) {
     let Some(&library) = (unsafe { LIBRARIES.get(pid) }) else {
         return;
     };
-    let mut offset = library[LIBRARY_ERRNO] & !ERRNO_AT_OFFSET;
+    // The offset's low 63 bits, sign-extended: musl's errno is below arm64's thread pointer.
+    let mut offset = ((library[LIBRARY_ERRNO] << 1) as i64 >> 1) as u64;
     match library[LIBRARY_ERRNO] {
         0 => return,
         at if at & ERRNO_AT_OFFSET == 0 => read_user_into(&raw mut offset, at),

@@ -13,7 +13,7 @@ use tracer_model::{
 
 use crate::{
     attach::{
-        READS_MACHINE_CODE,
+        PLACES_BY_CODE,
         launch::{self, LaunchError},
         targets,
     },
@@ -389,7 +389,7 @@ impl Cli {
             false => EventSet::parse(self.events.as_deref().unwrap_or(""))
                 .map_err(|error| UsageError(error.to_string()))?,
         };
-        if !READS_MACHINE_CODE && (self.contended || self.stacks == Some(Switch::On)) {
+        if !PLACES_BY_CODE && (self.contended || self.stacks == Some(Switch::On)) {
             usage_bail!(
                 "--contended and --stacks are not available on {} yet: trace without them",
                 arch::HOST.name

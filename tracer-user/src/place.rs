@@ -10,11 +10,12 @@
 //! `uprobe_get_trampoline_vaddr` returns): at `get_unmapped_area(TASK_SIZE - PAGE_SIZE)`, the
 //! top page of the process's address space, unless something is mapped there already (the
 //! stack, with address-space randomization off), when it goes wherever a new mapping would.
-//! So a caller is the trampoline when it is that top page's start, for either width of an
-//! x86-64 user address space; while tracing, the live process's `[uprobes]` mapping also says
-//! where it went.
+//! So a caller is the trampoline when it is that top page's start, for each width of a user
+//! address space the architecture has; while tracing, the live process's `[uprobes]` mapping
+//! also says where it went.
 
 use serde::Serialize;
+use tracer_common::arch;
 
 use crate::symbolize::{Location, Symbols};
 
@@ -24,18 +25,16 @@ pub const RETURN_PROBE: &str = "another tool's return probe";
 /// Why a caller is no place: none was recorded (tr files, a lock taken before the trace).
 pub const NOT_RECORDED: &str = "not recorded";
 
-/// x86-64's page size.
+/// The page size of x86-64, and of the arm64 kernels distributions build (a kernel of larger
+/// pages is known by its `[uprobes]` mapping only).
 const PAGE_SIZE: u64 = 4096;
-/// The widths of an x86-64 user address space, in bits: with 4-level paging, and with 5-level
-/// paging (`la57`).
-const USER_ADDRESS_BITS: [u32; 2] = [47, 56];
 
 /// Whether `address` is where the kernel puts a process's uretprobe trampoline when the top of
-/// its address space is free: the start of the page below `TASK_SIZE` (itself a page below the
-/// end of the user address space).
+/// its address space is free: the start of the page below `TASK_SIZE` (on x86-64, itself a
+/// page below the end of the user address space).
 pub fn is_uretprobe_trampoline(address: u64) -> bool {
-    USER_ADDRESS_BITS.iter().any(|&bits| {
-        let task_size = (1u64 << bits) - PAGE_SIZE;
+    arch::HOST.user_address_bits.iter().any(|&bits| {
+        let task_size = (1u64 << bits) - arch::HOST.task_size_gap;
         address == task_size - PAGE_SIZE
     })
 }
@@ -146,6 +145,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn the_trampoline_is_the_top_page_of_either_user_address_space() {
         // As the kernel maps it with 4-level paging (seen in /proc/PID/maps as
         // "7fffffffe000-7ffffffff000 --xp ... [uprobes]") and with 5-level paging.
@@ -163,6 +163,16 @@ mod tests {
         ] {
             assert!(!is_uretprobe_trampoline(other), "{other:#x}");
         }
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn the_trampoline_is_the_top_page_of_an_arm64_user_address_space() {
+        // TASK_SIZE is the end of the user address space itself on arm64: no guard page.
+        assert!(is_uretprobe_trampoline(0xffff_ffff_f000));
+        assert!(is_uretprobe_trampoline(0x000f_ffff_ffff_f000));
+        assert!(!is_uretprobe_trampoline(0xffff_ffff_e000));
+        assert!(!is_uretprobe_trampoline(0x7fff_ffff_e000));
     }
 
     #[test]

@@ -4,15 +4,18 @@
 //! the tracer starts ([`launch`]) or follows through exec ([`exec_follow`]) so that they are
 //! probed before their code runs.
 
-/// Whether the planner reads the traced libraries' machine code on the architecture this build
-/// runs on (x86-64's, so far). Where it does not, every probe goes at its function's entry,
-/// and nothing that only the code tells is planned: fast paths, slow paths, calls a library
-/// makes to its own traced functions, where errno is, glibc 2.41's condition variable.
-pub const READS_MACHINE_CODE: bool = cfg!(target_arch = "x86_64");
+use tracer_common::arch::{self, InstructionSet};
 
+/// Whether probes are placed, and fast and slow paths planned, from the traced code on the
+/// architecture this build runs on (x86-64, so far). Where they are not, every probe goes at
+/// its function's entry.
+pub const PLACES_BY_CODE: bool = matches!(arch::HOST.instruction_set, InstructionSet::X86_64);
+
+mod aarch64;
 pub mod exec_follow;
 pub mod fast_path;
 pub mod launch;
+pub mod machine_code;
 pub mod placement;
 pub mod probes;
 pub mod slow_path;

@@ -26,6 +26,7 @@ use tracer_common::{EventDef, ProbeFlags};
 
 use super::{
     fast_path::{self, Role},
+    machine_code::ErrnoAt,
     slow_path,
 };
 use tracer_common::{Completion, Condition, Outcome};
@@ -482,11 +483,16 @@ pub fn direct_call_destinations(code: &[u8], base: u64) -> Vec<u64> {
 /// decoding goes on past such bytes rather than stopping, so that no branch after them is
 /// missed.
 pub fn direct_branches_past_invalid(code: &[u8], base: u64) -> Vec<(u64, u64)> {
-    let decoded: Vec<Instruction> = Decoder::with_ip(64, code, base, DecoderOptions::NONE)
+    branches_of(&decode_past_invalid(code, base))
+}
+
+/// The instructions of code that may hold bytes that are no instruction, each such byte
+/// skipped.
+fn decode_past_invalid(code: &[u8], base: u64) -> Vec<Instruction> {
+    Decoder::with_ip(64, code, base, DecoderOptions::NONE)
         .into_iter()
         .filter(|i| !i.is_invalid())
-        .collect();
-    branches_of(&decoded)
+        .collect()
 }
 
 /// Each direct branch among `instructions`, as (where it is, where it lands).
@@ -506,6 +512,57 @@ pub fn addresses_taken(code: &[u8], base: u64) -> Vec<u64> {
         .filter(|i| i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand())
         .map(Instruction::ip_rel_memory_address)
         .collect()
+}
+
+/// Each direct call, as (where it lands, where it returns to).
+pub fn calls(code: &[u8], base: u64) -> Vec<(u64, u64)> {
+    decode_past_invalid(code, base)
+        .iter()
+        .filter(|i| i.mnemonic() == Mnemonic::Call && i.op0_kind() == OpKind::NearBranch64)
+        .map(|i| (i.near_branch_target(), i.next_ip()))
+        .collect()
+}
+
+/// Whether the function at `base` jumps to one of `traced` before it returns.
+pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
+    for instruction in Decoder::with_ip(64, code, base, DecoderOptions::NONE)
+        .into_iter()
+        .take(MAX_PREFIX_INSTRUCTIONS)
+    {
+        if instruction.op0_kind() == OpKind::NearBranch64
+            && instruction.mnemonic() != Mnemonic::Call
+            && traced.contains(&instruction.near_branch_target())
+        {
+            return true;
+        }
+        if matches!(instruction.mnemonic(), Mnemonic::Ret | Mnemonic::Jmp) {
+            return false;
+        }
+    }
+    false
+}
+
+/// Where `__errno_location` says errno is: glibc's loads errno's offset from the thread
+/// pointer from a GOT slot (`mov slot(%rip),%rax; add %fs:0,%rax`); musl's adds a constant to
+/// the thread pointer (`mov %fs:0,%rax; add $offset,%rax`).
+pub fn errno_location(code: &[u8], base: u64) -> Option<ErrnoAt> {
+    let mut decoder = Decoder::with_ip(64, code, base, DecoderOptions::NONE);
+    let load = decoder.decode();
+    if load.mnemonic() != Mnemonic::Mov {
+        return None;
+    }
+    if load.segment_prefix() == Register::FS && load.memory_displacement64() == 0 {
+        let add = decoder.decode();
+        let adds_constant = add.mnemonic() == Mnemonic::Add
+            && add.op0_register() == load.op0_register()
+            && matches!(
+                add.op1_kind(),
+                OpKind::Immediate8to64 | OpKind::Immediate32to64
+            );
+        return adds_constant.then(|| ErrnoAt::Offset(add.immediate(1) as i64));
+    }
+    load.is_ip_rel_memory_operand()
+        .then(|| ErrnoAt::SlotOffset(load.ip_rel_memory_address()))
 }
 
 /// Whether `jump` tests the zero flag that `previous`, a locked read-modify-write of memory,

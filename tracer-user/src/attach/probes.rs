@@ -29,8 +29,9 @@ use tracer_common::{
 use tracer_model::selection::EventSet;
 
 use super::{
-    READS_MACHINE_CODE,
+    PLACES_BY_CODE,
     fast_path::{self, Role},
+    machine_code,
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     slow_path::{self, WaitEnd},
     symbols::Function,
@@ -40,6 +41,7 @@ use super::{
 use crate::capture::{
     CaptureError,
     datapath::DataPath,
+    decode::ThreadDescriptors,
     programs::{Programs, UprobeMechanism},
 };
 
@@ -163,7 +165,7 @@ impl PlannedProbe {
 /// no calls of the program's ([`mark_calls_inside`]).
 pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) -> Vec<PlannedProbe> {
     let object_layout = object_layout(library);
-    let at_entry = options.at_entry || !READS_MACHINE_CODE;
+    let at_entry = options.at_entry || !PLACES_BY_CODE;
     // Where the library's named functions start, for the slow-path walks (a tail call to one
     // is not followed): read once for the whole plan.
     let named = match options.contended {
@@ -198,9 +200,7 @@ pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) ->
             probes.push(probe);
         }
     }
-    if READS_MACHINE_CODE {
-        mark_calls_inside(library, object_layout, at_entry, &mut probes);
-    }
+    mark_calls_inside(library, object_layout, at_entry, &mut probes);
     if options.contended {
         keep_spans(&mut probes);
     }
@@ -231,8 +231,7 @@ struct FastPaths {
 
 impl FastPaths {
     fn of(library: &PthreadLibrary, options: PlanOptions) -> FastPaths {
-        let off =
-            !options.fast_paths || options.at_entry || options.contended || !READS_MACHINE_CODE;
+        let off = !options.fast_paths || options.at_entry || options.contended || !PLACES_BY_CODE;
         FastPaths {
             off,
             refused: None,
@@ -578,15 +577,14 @@ fn object_layout(library: &PthreadLibrary) -> u8 {
     if library.is_musl() {
         return LAYOUT_MUSL;
     }
-    if !READS_MACHINE_CODE {
-        return LAYOUT_GLIBC;
-    }
     let without_g_refs = library
         .functions
         .functions("pthread_cond_signal")
         .any(|signal| {
-            placement::first_load_through_argument_1(function_code(library, signal), signal.offset)
-                == Some(GLIBC_2_41.cond_waiter_refs.byte_offset() as u64)
+            machine_code::first_load_through_argument_1(
+                function_code(library, signal),
+                signal.offset,
+            ) == Some(GLIBC_2_41.cond_waiter_refs.byte_offset() as u64)
         });
     match without_g_refs {
         true => LAYOUT_COND_WITHOUT_G_REFS,
@@ -622,14 +620,14 @@ fn mark_calls_inside(
     }
     let passed_on: Vec<Function> = callers
         .iter()
-        .flat_map(|(_, f)| placement::addresses_taken(function_code(library, *f), f.offset))
+        .flat_map(|(_, f)| machine_code::addresses_taken(function_code(library, *f), f.offset))
         .filter_map(|address| library.functions.at_offset(address))
         .filter(|f| f.size > 0 && !callers.iter().any(|(_, c)| c.offset == f.offset))
         .collect();
     callers.extend(passed_on.into_iter().map(|f| (&THREAD_START, f)));
     for (event, caller) in callers {
         let callees: Vec<&'static str> = {
-            let destinations = placement::direct_branch_destinations(
+            let destinations = machine_code::direct_branch_destinations(
                 function_code(library, caller),
                 caller.offset,
             );
@@ -723,11 +721,19 @@ pub struct Probes {
     call_site_ids: HashMap<(String, u64), Option<u64>>,
     mechanism: UprobeMechanism,
     linker: Linker,
+    /// Where each process's thread descriptor is, told as its library is found.
+    thread_descriptors: ThreadDescriptors,
 }
 
 impl Probes {
-    /// Probes for `events`, planned as `options` say, attached by `mechanism`.
-    pub fn new(events: EventSet, options: PlanOptions, mechanism: UprobeMechanism) -> Result<Self> {
+    /// Probes for `events`, planned as `options` say, attached by `mechanism`; each traced
+    /// process's thread descriptor offset is told to `thread_descriptors`.
+    pub fn new(
+        events: EventSet,
+        options: PlanOptions,
+        mechanism: UprobeMechanism,
+        thread_descriptors: ThreadDescriptors,
+    ) -> Result<Self> {
         Ok(Probes {
             // The futex category's records come from the kernel, not from probes.
             events: events.in_library(),
@@ -738,6 +744,7 @@ impl Probes {
             call_site_ids: HashMap::new(),
             mechanism,
             linker: Linker::new(mechanism)?,
+            thread_descriptors,
         })
     }
 
@@ -776,6 +783,7 @@ impl Probes {
         pid: u32,
         library: &PthreadLibrary,
     ) -> Result<()> {
+        self.tell_thread_descriptor(pid, library);
         let id = self.call_sites_of(datapath, library)?;
         let process = targets::process_library(pid, library, id);
         // glibc < 2.34 has two files, which both find errno: either one says.
@@ -785,6 +793,18 @@ impl Probes {
                 .map_err(|source| AttachError::ProcessLibrary { pid, source })?;
         }
         Ok(())
+    }
+
+    /// Tells the decoders where process `pid`'s thread descriptor is (0: any process's not told
+    /// its own), from `library`'s pthread_self: a static executable that does not call it has
+    /// none, and its records carry the thread pointer.
+    fn tell_thread_descriptor(&self, pid: u32, library: &PthreadLibrary) {
+        let offset = library.functions.functions("pthread_self").find_map(|f| {
+            machine_code::thread_descriptor_offset(function_code(library, f), f.offset)
+        });
+        if let Some(offset) = offset {
+            self.thread_descriptors.set(pid, offset);
+        }
     }
 
     /// The processes traced through links of their own.
@@ -835,6 +855,7 @@ impl Probes {
         let count = self.attach(datapath.programs(), pid, library, &planned)?;
         let path = &library.file.path;
         if pid == 0 {
+            self.tell_thread_descriptor(0, library);
             self.everywhere.push(library.file.identity.clone());
             let (device, inode) = &library.file.identity;
             // A file none of whose functions could be probed is not traced: not said to be.

@@ -14,13 +14,15 @@
 
 use std::{fs, io, path::PathBuf};
 
-use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
-
 use tracer_common::{
     ERRNO_AT_OFFSET, EVENTS, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, ProcessLibrary,
 };
 
-use super::{READS_MACHINE_CODE, fast_path, symbols::FunctionOffsets};
+use super::{
+    fast_path,
+    machine_code::{self, ErrnoAt},
+    symbols::FunctionOffsets,
+};
 
 /// A process's mappings could not be read: it is gone, or not ours to read.
 #[derive(Debug, thiserror::Error)]
@@ -314,9 +316,7 @@ pub fn open_mapped(file: &MappedFile) -> Option<fs::File> {
 /// has its own calls of traced functions listed in `CALL_SITES` as `id`, where it is mapped.
 pub fn process_library(pid: u32, library: &PthreadLibrary, id: Option<u64>) -> ProcessLibrary {
     let mut process = ProcessLibrary::default();
-    if READS_MACHINE_CODE {
-        process[LIBRARY_ERRNO] = errno_location(pid, library).unwrap_or(0);
-    }
+    process[LIBRARY_ERRNO] = errno_location(pid, library).unwrap_or(0);
     if let Some(id) = id {
         process[LIBRARY_BASE] = library.file.start - library.file.file_offset;
         process[LIBRARY_ID] = id;
@@ -333,7 +333,7 @@ pub fn process_library(pid: u32, library: &PthreadLibrary, id: Option<u64>) -> P
 /// library's code cannot be told from the program's. (The BPF side looks them up only for
 /// probes of musl's object layout.)
 pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
-    if !library.is_musl_shared_object() || !READS_MACHINE_CODE {
+    if !library.is_musl_shared_object() {
         return Vec::new();
     }
     let traced: Vec<u64> = library_symbols()
@@ -348,11 +348,14 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
     let Some((code, base)) = library.executable_code() else {
         return Vec::new();
     };
-    let calls: Vec<(u64, u64)> = Decoder::with_ip(64, code, base, DecoderOptions::NONE)
+    // A call made in a C11 function returns to past that function's start, and at most to its
+    // end.
+    let calls: Vec<(u64, u64)> = machine_code::calls(code, base)
         .into_iter()
-        .filter(|i| i.mnemonic() == Mnemonic::Call && i.op0_kind() == OpKind::NearBranch64)
-        .filter(|i| !c11.iter().any(|&(from, to)| (from..to).contains(&i.ip())))
-        .map(|i| (i.near_branch_target(), i.next_ip()))
+        .filter(|&(_, returns_to)| {
+            !c11.iter()
+                .any(|&(from, to)| from < returns_to && returns_to <= to)
+        })
         .collect();
     // A function that jumps to a traced one (musl's `__acquire_ptc`, which pthread_create
     // calls, is `jmp pthread_rwlock_rdlock`) returns where it was called from. Each target is
@@ -370,64 +373,31 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
 }
 
 /// Whether the code at `function` (an address in the space of `base`, within `code`) jumps to
-/// one of `traced` before it returns: a forwarder, whose caller the traced function returns to.
+/// one of `traced` before it returns.
 fn forwards_to(code: &[u8], base: u64, function: u64, traced: &[u64]) -> bool {
-    /// Instructions looked at: forwarders are a few.
-    const FORWARDER_INSTRUCTIONS: usize = 16;
-    let Some(at) = function
+    function
         .checked_sub(base)
         .and_then(|at| code.get(at as usize..))
-    else {
-        return false;
-    };
-    for instruction in Decoder::with_ip(64, at, function, DecoderOptions::NONE)
-        .into_iter()
-        .take(FORWARDER_INSTRUCTIONS)
-    {
-        if instruction.op0_kind() == OpKind::NearBranch64
-            && instruction.mnemonic() != Mnemonic::Call
-            && traced.contains(&instruction.near_branch_target())
-        {
-            return true;
-        }
-        if matches!(instruction.mnemonic(), Mnemonic::Ret | Mnemonic::Jmp) {
-            return false;
-        }
-    }
-    false
+        .is_some_and(|at| machine_code::forwards_to(at, function, traced))
 }
 
-/// Where the calling thread's errno is, from `library`'s `__errno_location`: glibc's loads
-/// errno's offset from the thread pointer from a GOT slot (`mov slot(%rip),%rax; add
-/// %fs:0,%rax`), whose address in process `pid` this returns (ld.so fills it, possibly after
-/// this is called: the BPF side reads it when it needs it); musl's adds a constant to the
-/// thread pointer (`mov %fs:0,%rax; add $offset,%rax`), returned with [`ERRNO_AT_OFFSET`].
-/// `None` where the library has no such function (a static glibc binary, another libc).
+/// Where the calling thread's errno is, from `library`'s `__errno_location`
+/// ([`machine_code::errno_location`]): the address in process `pid` of the GOT slot holding its
+/// offset from the thread pointer (ld.so fills it, possibly after this is called: the BPF side
+/// reads it when it needs it), or the offset itself with [`ERRNO_AT_OFFSET`], its low 63 bits
+/// a signed number. `None` where the library has no such function (a static glibc binary,
+/// another libc).
 fn errno_location(pid: u32, library: &PthreadLibrary) -> Option<u64> {
     let function = library.functions.functions(ERRNO_LOCATION).next()?;
     let code = library.image.get(function.offset as usize..)?;
-    let mut decoder = Decoder::with_ip(64, code, function.address, DecoderOptions::NONE);
-    let load = decoder.decode();
-    if load.mnemonic() != Mnemonic::Mov {
-        return None;
+    match machine_code::errno_location(code, function.address)? {
+        ErrnoAt::Offset(offset) => Some(ERRNO_AT_OFFSET | (offset as u64 & !ERRNO_AT_OFFSET)),
+        ErrnoAt::SlotOffset(slot) => {
+            let bias = load_address(pid, &library.file.path)?
+                .checked_sub(library.functions.first_segment_address)?;
+            Some(bias + slot)
+        }
     }
-    if load.segment_prefix() == Register::FS && load.memory_displacement64() == 0 {
-        let add = decoder.decode();
-        let adds_constant = add.mnemonic() == Mnemonic::Add
-            && add.op0_register() == load.op0_register()
-            && matches!(
-                add.op1_kind(),
-                OpKind::Immediate8to64 | OpKind::Immediate32to64
-            );
-        return adds_constant.then(|| ERRNO_AT_OFFSET | add.immediate(1));
-    }
-    if !load.is_ip_rel_memory_operand() {
-        return None;
-    }
-    let slot = load.ip_rel_memory_address();
-    let bias = load_address(pid, &library.file.path)?
-        .checked_sub(library.functions.first_segment_address)?;
-    Some(bias + slot)
 }
 
 /// Where the start of `path` (its mapping at file offset 0) is in process `pid`.

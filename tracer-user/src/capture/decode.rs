@@ -1,8 +1,16 @@
 //! Raw records from the kernel become the seed's records here: realtime timestamps, and a1..a5
 //! as the event table defines them (`tracer_common::EventDef::fields`).
 
+use std::{
+    collections::HashMap,
+    sync::{Arc, PoisonError, RwLock},
+};
+
 use tracer_common::{
-    EventDef, Field, RawRecord, Which, events::classify, object_layout::ObjectLayout,
+    EventDef, Field, RawRecord, Which,
+    arch::{self, InstructionSet},
+    events::classify,
+    object_layout::ObjectLayout,
 };
 use tracer_model::{TraceRecord, selection::EventSet};
 
@@ -12,6 +20,55 @@ pub struct Decoder {
     realtime_offset_ns: i128,
     /// The events kept (rmutex and mutex records come from the same probes).
     selected: EventSet,
+    thread_descriptors: ThreadDescriptors,
+}
+
+/// How far below the thread pointer that records carry each traced process's thread descriptor
+/// lies: what its `pthread_self()` returns, the records' `tid`. On x86-64 they are one, and
+/// nothing is kept. On arm64 the C library puts the descriptor below the thread pointer, by an
+/// offset of its own version ([`crate::attach::machine_code::thread_descriptor_offset`]), told
+/// here as each process's library is found; the one of process 0 serves the processes not told
+/// one (system-wide, the first library probed). Shared: the attaching side writes, the decoders
+/// read.
+#[derive(Clone, Debug)]
+pub struct ThreadDescriptors(Option<Arc<RwLock<HashMap<u32, u64>>>>);
+
+impl ThreadDescriptors {
+    /// Empty; kept only on an architecture that needs it.
+    pub fn new() -> Self {
+        ThreadDescriptors(
+            matches!(arch::HOST.instruction_set, InstructionSet::A64).then(Default::default),
+        )
+    }
+
+    /// Process `pid`'s C library puts the descriptor `offset` bytes below the thread pointer
+    /// (0: the processes told no offset of their own, unless one was told already).
+    pub fn set(&self, pid: u32, offset: u64) {
+        if let Some(offsets) = &self.0 {
+            let mut offsets = offsets.write().unwrap_or_else(PoisonError::into_inner);
+            match pid {
+                0 => offsets.entry(0).or_insert(offset),
+                _ => offsets.entry(pid).insert_entry(offset).into_mut(),
+            };
+        }
+    }
+
+    /// The `pthread_self()` of process `pid`'s thread whose thread pointer is `thread_pointer`:
+    /// the thread pointer itself where no offset is known.
+    fn of(&self, pid: u32, thread_pointer: u64) -> u64 {
+        let Some(offsets) = &self.0 else {
+            return thread_pointer;
+        };
+        let offsets = offsets.read().unwrap_or_else(PoisonError::into_inner);
+        let offset = offsets.get(&pid).or_else(|| offsets.get(&0)).copied();
+        offset.map_or(thread_pointer, |offset| thread_pointer.wrapping_sub(offset))
+    }
+}
+
+impl Default for ThreadDescriptors {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Decoder {
@@ -20,6 +77,15 @@ impl Decoder {
         Decoder {
             realtime_offset_ns,
             selected,
+            thread_descriptors: ThreadDescriptors::new(),
+        }
+    }
+
+    /// Takes each record's `tid` from its thread pointer as `thread_descriptors` say.
+    pub fn with_thread_descriptors(self, thread_descriptors: ThreadDescriptors) -> Self {
+        Decoder {
+            thread_descriptors,
+            ..self
         }
     }
 
@@ -50,7 +116,7 @@ impl Decoder {
             nsec: realtime.rem_euclid(1_000_000_000),
             lwpid: raw.lwpid,
             pid: raw.pid,
-            tid: raw.pthread_self,
+            tid: self.thread_descriptors.of(raw.pid, raw.pthread_self),
             event1,
             event2,
             which,

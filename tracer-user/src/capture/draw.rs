@@ -72,6 +72,12 @@ pub struct CopiedStack {
     pub sp: u64,
     /// See `ip`.
     pub bp: u64,
+    /// See `ip`: arm64's link register (0 on x86-64).
+    #[cfg_attr(
+        target_arch = "x86_64",
+        expect(dead_code, reason = "x86-64 has no link register to unwind from")
+    )]
+    pub lr: u64,
     /// The stack from `sp` up, as far as it was copied.
     pub bytes: Vec<u8>,
 }
@@ -82,6 +88,7 @@ impl CopiedStack {
             ip: stack.ip,
             sp: stack.sp,
             bp: stack.bp,
+            lr: stack.lr,
             bytes: stack.copied_bytes().to_vec(),
         }
     }

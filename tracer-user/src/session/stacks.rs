@@ -13,10 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use framehop::{
-    ExplicitModuleSectionInfo, Module, Unwinder as _,
-    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
-};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags, elf};
 use tracer_model::event::{MAX_FRAMES, SystemEvent, SystemKind};
 
@@ -25,6 +22,39 @@ use crate::{
     capture::draw::CopiedStack,
     place::{self, RETURN_PROBE},
 };
+
+/// framehop's unwinder for the architecture the tracer runs on, and the registers it starts
+/// from.
+#[cfg(target_arch = "x86_64")]
+mod native {
+    use framehop::x86_64::UnwindRegsX86_64;
+    pub use framehop::x86_64::{CacheX86_64 as Cache, UnwinderX86_64 as ArchUnwinder};
+
+    use crate::capture::draw::CopiedStack;
+
+    pub fn registers(stack: &CopiedStack) -> UnwindRegsX86_64 {
+        UnwindRegsX86_64::new(stack.ip, stack.sp, stack.bp)
+    }
+}
+
+/// See the x86-64 module. The link register holds a leaf frame's return address, signed where
+/// the code authenticates its returns: framehop strips that as the BPF side does.
+#[cfg(target_arch = "aarch64")]
+mod native {
+    pub use framehop::aarch64::{CacheAarch64 as Cache, UnwinderAarch64 as ArchUnwinder};
+    use framehop::aarch64::{PtrAuthMask, UnwindRegsAarch64};
+
+    use crate::capture::{draw::CopiedStack, kernel::code_address_mask};
+
+    pub fn registers(stack: &CopiedStack) -> UnwindRegsAarch64 {
+        UnwindRegsAarch64::new_with_ptr_auth_mask(
+            PtrAuthMask(code_address_mask()),
+            stack.lr,
+            stack.sp,
+            stack.bp,
+        )
+    }
+}
 
 /// A stack as far as it could be unwound.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -110,7 +140,7 @@ impl FileSections {
 
 /// One process's modules, as its maps showed them when last read.
 struct ProcessModules {
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: native::ArchUnwinder<Arc<[u8]>>,
     /// The code of each file mapped, and whether the file has unwind information.
     mapped: Vec<(Range<u64>, bool)>,
     read_at: Instant,
@@ -128,7 +158,7 @@ pub struct Unwinder {
     processes: HashMap<u32, ProcessModules>,
     /// Each file's sections by device and inode; `None` for one with no unwind information.
     files: HashMap<(String, u64), Option<FileSections>>,
-    cache: Option<CacheX86_64>,
+    cache: Option<native::Cache>,
 }
 
 impl Unwinder {
@@ -170,8 +200,8 @@ impl Unwinder {
                 end: PROCESS_GONE.to_owned(),
             };
         }
-        let cache = self.cache.get_or_insert_with(CacheX86_64::new);
-        let regs = UnwindRegsX86_64::new(stack.ip, stack.sp, stack.bp);
+        let cache = self.cache.get_or_insert_with(native::Cache::new);
+        let regs = native::registers(stack);
         let mut read_stack = |address| stack.word(address).ok_or(());
         let mut frames = process
             .unwinder
@@ -232,7 +262,7 @@ impl Unwinder {
 
     /// Process `pid`'s modules now (none if its maps cannot be read: it is gone).
     fn read_modules(&mut self, pid: u32) -> ProcessModules {
-        let mut unwinder = UnwinderX86_64::new();
+        let mut unwinder = native::ArchUnwinder::new();
         let mut mapped = Vec::new();
         let mappings = targets::executable_mappings(pid);
         // An exited process that is not yet reaped has maps, empty.
@@ -316,6 +346,7 @@ mod tests {
             ip: 0x7f00_0000_1234,
             sp: 0x7ffe_0000_0000,
             bp: 0,
+            lr: 0,
             bytes: vec![0; 64],
         };
         // Above the kernel's pid_max: no such process.

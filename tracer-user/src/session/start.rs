@@ -31,7 +31,7 @@ use crate::{
     },
     capture::{
         datapath::{DataPath, FutexCalls, FutexHooking, ProgramOptions, Scope},
-        decode::Decoder,
+        decode::{Decoder, ThreadDescriptors},
         features, futex_hook,
         kernel::{self, KernelBtf},
         programs::UprobeMechanism,
@@ -99,7 +99,9 @@ impl Session {
         // The stream is created now: its start is stamped before any record can be (unless it
         // starts stopped, when a controller's START starts it).
         let created_ktime = kernel::monotonic_ns();
-        let decoder = Decoder::new(kernel::realtime_offset_ns(), recording.decoded());
+        let thread_descriptors = ThreadDescriptors::new();
+        let decoder = Decoder::new(kernel::realtime_offset_ns(), recording.decoded())
+            .with_thread_descriptors(thread_descriptors.clone());
         let created_ns = decoder.realtime_ns(created_ktime);
         let mut early_events = Vec::new();
         if !config.stopped {
@@ -110,7 +112,7 @@ impl Session {
         let controller = control_socket(config)?;
         descriptors::raise_limit();
         let (mut datapath, mechanism) = load(config, &kernel_features, &recording)?;
-        let mut probes = Probes::new(probed, plan_options(config), mechanism)?;
+        let mut probes = Probes::new(probed, plan_options(config), mechanism, thread_descriptors)?;
         let symbols = probes.symbols();
         let Attached {
             pids: attached_pids,

@@ -1,0 +1,335 @@
+//! What the planner reads of arm64 code (decoded by yaxpeax-arm): the answers
+//! [`super::machine_code`] gives for an arm64 library. Every A64 instruction is 4 bytes, so a
+//! word that decodes to nothing is skipped, not the rest of the function.
+
+use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand, SizeCode};
+
+use super::machine_code::ErrnoAt;
+
+/// `TPIDR_EL0`, the thread pointer, as `mrs` names it (op0 3, op1 3, CRn 13, CRm 0, op2 2).
+const TPIDR_EL0: u16 = 0x5e82;
+
+/// The first argument's register, `x0`.
+const ARGUMENT_1: u16 = 0;
+
+/// Instructions looked at from a function's start for what it loads or computes first.
+const PREFIX_INSTRUCTIONS: usize = 16;
+
+/// Each instruction of `code` that decodes, with its address in the space of `base`.
+fn instructions(code: &[u8], base: u64) -> impl Iterator<Item = (u64, Instruction)> + '_ {
+    let decoder = InstDecoder::default();
+    code.chunks_exact(4)
+        .enumerate()
+        .filter_map(move |(n, word)| {
+            let mut reader = yaxpeax_arch::U8Reader::new(word);
+            let instruction = yaxpeax_arch::Decoder::decode(&decoder, &mut reader).ok()?;
+            Some((base + 4 * n as u64, instruction))
+        })
+}
+
+/// Where a direct branch at `address` lands, and whether it is a call (`bl`).
+fn branch(address: u64, instruction: &Instruction) -> Option<(u64, bool)> {
+    let offset = instruction
+        .operands
+        .iter()
+        .find_map(|operand| match operand {
+            Operand::PCOffset(offset) => Some(*offset),
+            _ => None,
+        })?;
+    let is_branch = matches!(
+        instruction.opcode,
+        Opcode::B | Opcode::BL | Opcode::Bcc(_) | Opcode::CBZ | Opcode::CBNZ | Opcode::TBZ
+    ) || instruction.opcode == Opcode::TBNZ;
+    is_branch.then(|| {
+        (
+            address.wrapping_add_signed(offset),
+            instruction.opcode == Opcode::BL,
+        )
+    })
+}
+
+/// See [`super::machine_code::direct_branch_destinations`].
+pub fn direct_branch_destinations(code: &[u8], base: u64) -> Vec<u64> {
+    instructions(code, base)
+        .filter_map(|(address, i)| branch(address, &i))
+        .map(|(destination, _)| destination)
+        .collect()
+}
+
+/// See [`super::machine_code::calls`]: each `bl`, and the address after it, where the callee
+/// returns.
+pub fn calls(code: &[u8], base: u64) -> Vec<(u64, u64)> {
+    instructions(code, base)
+        .filter_map(|(address, i)| match branch(address, &i) {
+            Some((destination, true)) => Some((destination, address + 4)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// See [`super::machine_code::forwards_to`]: a `b` to one of `traced` before any `ret`.
+pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
+    for (address, instruction) in instructions(code, base).take(PREFIX_INSTRUCTIONS) {
+        if instruction.opcode == Opcode::B
+            && branch(address, &instruction).is_some_and(|(to, _)| traced.contains(&to))
+        {
+            return true;
+        }
+        if matches!(instruction.opcode, Opcode::RET | Opcode::B | Opcode::BR) {
+            return false;
+        }
+    }
+    false
+}
+
+/// A register's number, if `operand` is a general-purpose register (or the stack pointer).
+fn register(operand: &Operand) -> Option<u16> {
+    match operand {
+        Operand::Register(_, n) | Operand::RegisterOrSP(_, n) | Operand::RegisterPair(_, n) => {
+            Some(*n)
+        }
+        _ => None,
+    }
+}
+
+/// A register operand not shifted (`add x0, x1, x0` decodes its last as `x0, lsl #0`).
+fn unshifted_register(operand: &Operand) -> Option<u16> {
+    match operand {
+        Operand::Register(_, n) | Operand::RegShift(_, 0, _, n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// An immediate operand's value.
+fn immediate(operand: &Operand) -> Option<u64> {
+    match operand {
+        Operand::Immediate(value) => Some(u64::from(*value)),
+        Operand::Imm64(value) => Some(*value),
+        Operand::Imm16(value) => Some(u64::from(*value)),
+        Operand::ImmShift(value, shift) => Some(u64::from(*value) << shift),
+        _ => None,
+    }
+}
+
+/// `add xd, xn, #k` or `sub xd, xn, #k` as (d, n, k), k negative for `sub`.
+fn add_immediate(instruction: &Instruction) -> Option<(u16, u16, i64)> {
+    let sign = match instruction.opcode {
+        Opcode::ADD => 1,
+        Opcode::SUB => -1,
+        _ => return None,
+    };
+    let [to, from, amount, _] = &instruction.operands;
+    let amount = i64::try_from(immediate(amount)?).ok()?;
+    Some((register(to)?, register(from)?, sign * amount))
+}
+
+/// A load of a 32-bit register from `[xn, #k]` as (n, k).
+fn word_load(instruction: &Instruction) -> Option<(u16, i64)> {
+    if !matches!(
+        instruction.opcode,
+        Opcode::LDR | Opcode::LDAR | Opcode::LDUR
+    ) {
+        return None;
+    }
+    let [Operand::Register(SizeCode::W, _), address, _, _] = &instruction.operands else {
+        return None;
+    };
+    match address {
+        Operand::RegPreIndex(base, offset, false) => Some((*base, i64::from(*offset))),
+        _ => None,
+    }
+}
+
+/// See [`super::machine_code::first_load_through_argument_1`]: the offset from `x0` of the first
+/// 32-bit load through it, directly (`ldr w, [x0, #k]`) or through a register it was added
+/// to (`add xn, x0, #k; ldr w, [xn]`), as glibc's pthread_cond_signal loads `__wrefs`.
+pub fn first_load_through_argument_1(code: &[u8], base: u64) -> Option<u64> {
+    // What each register holds as an offset from the first argument, where known.
+    let mut from_argument = [None::<i64>; 32];
+    from_argument[usize::from(ARGUMENT_1)] = Some(0);
+    for (_, instruction) in instructions(code, base).take(PREFIX_INSTRUCTIONS) {
+        if let Some((register, offset)) = word_load(&instruction)
+            && let Some(base_offset) = from_argument[usize::from(register)]
+        {
+            return u64::try_from(base_offset + offset).ok();
+        }
+        if let Some((to, from, amount)) = add_immediate(&instruction) {
+            from_argument[usize::from(to)] = from_argument[usize::from(from)].map(|k| k + amount);
+        } else if let Some(to) = instruction.operands.first().and_then(register)
+            && to < 32
+        {
+            // Anything else written to a register: no longer known.
+            from_argument[usize::from(to)] = None;
+        }
+    }
+    None
+}
+
+/// See [`super::machine_code::addresses_taken`]: the addresses the function computes from its
+/// own (`adrp xn, page; add xn, xn, #low`), as pthread_create its thread's start.
+pub fn addresses_taken(code: &[u8], base: u64) -> Vec<u64> {
+    let mut pages = [None::<u64>; 32];
+    let mut taken = Vec::new();
+    for (address, instruction) in instructions(code, base) {
+        if instruction.opcode == Opcode::ADRP
+            && let [Operand::Register(_, to), Operand::PCOffset(offset), ..] = &instruction.operands
+        {
+            pages[usize::from(*to)] = Some((address & !0xfff).wrapping_add_signed(*offset));
+        } else if let Some((to, from, amount)) = add_immediate(&instruction)
+            && let Some(page) = pages[usize::from(from)]
+        {
+            taken.push(page.wrapping_add_signed(amount));
+            pages[usize::from(to)] = None;
+        }
+    }
+    taken
+}
+
+/// See [`super::machine_code::errno_location`]: glibc's `adrp x0, page; ldr x0, [x0, #low];
+/// mrs x1, TPIDR_EL0; add x0, x1, x0`, musl's `mrs x0, TPIDR_EL0; sub x0, x0, #k`.
+pub fn errno_location(code: &[u8], base: u64) -> Option<ErrnoAt> {
+    let mut pages = [None::<u64>; 32];
+    let mut slots = [None::<u64>; 32];
+    let mut thread_pointer = [false; 32];
+    for (address, instruction) in instructions(code, base).take(PREFIX_INSTRUCTIONS) {
+        let operands = &instruction.operands;
+        match instruction.opcode {
+            Opcode::ADRP => {
+                if let [Operand::Register(_, to), Operand::PCOffset(offset), ..] = operands {
+                    pages[usize::from(*to)] = Some((address & !0xfff).wrapping_add_signed(*offset));
+                }
+            }
+            Opcode::LDR => {
+                if let [
+                    Operand::Register(SizeCode::X, to),
+                    Operand::RegPreIndex(from, low, false),
+                    ..,
+                ] = operands
+                    && let Some(page) = pages[usize::from(*from)]
+                {
+                    slots[usize::from(*to)] = Some(page.wrapping_add_signed(i64::from(*low)));
+                }
+            }
+            Opcode::MRS => {
+                if let [Operand::Register(_, to), Operand::SystemReg(TPIDR_EL0), ..] = operands {
+                    thread_pointer[usize::from(*to)] = true;
+                }
+            }
+            Opcode::ADD | Opcode::SUB => {
+                if let Some((_, from, amount)) = add_immediate(&instruction) {
+                    if thread_pointer[usize::from(from)] {
+                        return Some(ErrnoAt::Offset(amount));
+                    }
+                } else if let [_, Operand::Register(_, a), b, _] = operands
+                    && let Some(b) = unshifted_register(b)
+                {
+                    let (a, b) = (usize::from(*a), usize::from(b));
+                    let slot = match (thread_pointer[a], thread_pointer[b]) {
+                        (true, _) => slots[b],
+                        (_, true) => slots[a],
+                        _ => None,
+                    };
+                    return slot.map(ErrnoAt::SlotOffset);
+                }
+            }
+            Opcode::RET => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// How far below the thread pointer the C library's thread descriptor is, which its
+/// `pthread_self()` returns (arm64's TLS puts the descriptor before the thread pointer): the
+/// `sub xd, xn, #k` after `mrs xn, TPIDR_EL0` in pthread_self's code.
+pub fn thread_descriptor_offset(code: &[u8], base: u64) -> Option<u64> {
+    let mut thread_pointer = [false; 32];
+    for (_, instruction) in instructions(code, base).take(PREFIX_INSTRUCTIONS) {
+        if instruction.opcode == Opcode::MRS
+            && let [Operand::Register(_, to), Operand::SystemReg(TPIDR_EL0), ..] =
+                &instruction.operands
+        {
+            thread_pointer[usize::from(*to)] = true;
+        } else if let Some((_, from, amount)) = add_immediate(&instruction)
+            && thread_pointer[usize::from(from)]
+        {
+            return u64::try_from(-amount).ok();
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Little-endian instruction words as the library holds them.
+    fn code(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn glibc_2_36_pthread_self_is_0x740_below_the_thread_pointer() {
+        // mrs x0, TPIDR_EL0; sub x0, x0, #0x740; ret (Debian 12's libc.so.6, 0x0008_5980)
+        let bytes = code(&[0xd53b_d040, 0xd11d_0000, 0xd65f_03c0]);
+        assert_eq!(thread_descriptor_offset(&bytes, 0x0008_5980), Some(0x740));
+    }
+
+    #[test]
+    fn glibc_errno_is_the_thread_pointer_plus_a_got_slot() {
+        // adrp x0, 0x19f000; ldr x0, [x0, #0xdc0]; mrs x1, TPIDR_EL0; add x0, x1, x0; ret
+        // (Debian 12's libc.so.6, __errno_location at 0x0002_7c20)
+        let bytes = code(&[
+            0x9000_0bc0,
+            0xf946_e000,
+            0xd53b_d041,
+            0x8b00_0020,
+            0xd65f_03c0,
+        ]);
+        assert_eq!(
+            errno_location(&bytes, 0x0002_7c20),
+            Some(ErrnoAt::SlotOffset(0x0019_f000 + 0xdc0))
+        );
+    }
+
+    #[test]
+    fn musl_errno_is_below_the_thread_pointer() {
+        // mrs x0, TPIDR_EL0; sub x0, x0, #0xa4; ret (musl 1.2.3's __errno_location)
+        let bytes = code(&[0xd53b_d040, 0xd102_9000, 0xd65f_03c0]);
+        assert_eq!(errno_location(&bytes, 0), Some(ErrnoAt::Offset(-0xa4)));
+        assert_eq!(thread_descriptor_offset(&bytes, 0), Some(0xa4));
+    }
+
+    #[test]
+    fn glibc_2_36_cond_signal_loads_wrefs_at_0x24() {
+        // stp x29, x30, [sp, #-0x80]!; mov x29, sp; stp x19, x20, [sp, #0x10]; mov x19, x0;
+        // add x0, x0, #0x24; stp x21, x22, [sp, #0x20]; ldr w21, [x0] (Debian 12, 0x0007_d800)
+        let bytes = code(&[
+            0xa9b8_7bfd,
+            0x9100_03fd,
+            0xa901_53f3,
+            0xaa00_03f3,
+            0x9100_9000,
+            0xa902_5bf5,
+            0xb940_0015,
+        ]);
+        assert_eq!(
+            first_load_through_argument_1(&bytes, 0x0007_d800),
+            Some(0x24)
+        );
+    }
+
+    #[test]
+    fn branches_land_where_their_offsets_say() {
+        // b.eq +0xe4 at 0x0007_d820; bl -0x10 at 0x0007_d824
+        let bytes = code(&[0x5400_0720, 0x97ff_fffc]);
+        assert_eq!(
+            direct_branch_destinations(&bytes, 0x0007_d820),
+            vec![0x0007_d820 + 0xe4, 0x0007_d824 - 0x10]
+        );
+        assert_eq!(
+            calls(&bytes, 0x0007_d820),
+            vec![(0x0007_d824 - 0x10, 0x0007_d828)]
+        );
+    }
+}

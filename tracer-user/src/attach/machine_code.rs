@@ -1,0 +1,79 @@
+//! What the planner reads of a traced library's machine code, in the instruction set of the
+//! architecture the tracer runs on ([`arch::HOST`]): each question answered by x86-64's reader
+//! ([`placement`], iced-x86) or arm64's ([`aarch64`], yaxpeax-arm). Addresses are in the space
+//! of `base`, the code's first byte.
+
+use tracer_common::arch::{self, InstructionSet};
+
+use super::{aarch64, placement};
+
+/// Where errno is, as the C library's `__errno_location` computes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrnoAt {
+    /// glibc's: the thread pointer plus the offset this GOT slot holds (ld.so fills it).
+    SlotOffset(u64),
+    /// musl's: the thread pointer plus a constant.
+    Offset(i64),
+}
+
+/// Where errno is, from the code of `__errno_location`.
+pub fn errno_location(code: &[u8], base: u64) -> Option<ErrnoAt> {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => placement::errno_location(code, base),
+        InstructionSet::A64 => aarch64::errno_location(code, base),
+    }
+}
+
+/// The offset from the first argument of the first 32-bit load through it among the function's
+/// first instructions: glibc's pthread_cond_signal and pthread_cond_broadcast begin by loading
+/// `__wrefs` (to return at once without waiters), so this is where their library keeps it.
+pub fn first_load_through_argument_1(code: &[u8], base: u64) -> Option<u64> {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => placement::first_load_through_argument_1(code, base),
+        InstructionSet::A64 => aarch64::first_load_through_argument_1(code, base),
+    }
+}
+
+/// Where the function's direct calls and jumps, conditional or not, land: another function's
+/// start among them is a call, or a tail call, to it.
+pub fn direct_branch_destinations(code: &[u8], base: u64) -> Vec<u64> {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => placement::direct_branch_destinations(code, base),
+        InstructionSet::A64 => aarch64::direct_branch_destinations(code, base),
+    }
+}
+
+/// The addresses the function computes relative to its own: a function among them is one it
+/// passes on, as pthread_create its thread's start.
+pub fn addresses_taken(code: &[u8], base: u64) -> Vec<u64> {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => placement::addresses_taken(code, base),
+        InstructionSet::A64 => aarch64::addresses_taken(code, base),
+    }
+}
+
+/// Each direct call in the code, as (where it lands, where the callee returns to).
+pub fn calls(code: &[u8], base: u64) -> Vec<(u64, u64)> {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => placement::calls(code, base),
+        InstructionSet::A64 => aarch64::calls(code, base),
+    }
+}
+
+/// Whether the function whose code starts at `base` jumps to one of `traced` before it
+/// returns: a forwarder, whose caller the traced function returns to.
+pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => placement::forwards_to(code, base, traced),
+        InstructionSet::A64 => aarch64::forwards_to(code, base, traced),
+    }
+}
+
+/// How far below the thread pointer the C library's thread descriptor, its `pthread_self()`,
+/// is, from pthread_self's code: 0 on x86-64, where the thread pointer is the descriptor.
+pub fn thread_descriptor_offset(code: &[u8], base: u64) -> Option<u64> {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => Some(0),
+        InstructionSet::A64 => aarch64::thread_descriptor_offset(code, base),
+    }
+}
