@@ -389,9 +389,10 @@ impl Cli {
             false => EventSet::parse(self.events.as_deref().unwrap_or(""))
                 .map_err(|error| UsageError(error.to_string()))?,
         };
-        if !PLACES_BY_CODE && (self.contended || self.stacks == Some(Switch::On)) {
+        if !PLACES_BY_CODE && self.contended {
             usage_bail!(
-                "--contended and --stacks are not available on {} yet: trace without them",
+                "--contended is not available on {} yet: its slow paths are not found in this \
+                 architecture's code; trace without it",
                 arch::HOST.name
             );
         }
