@@ -115,19 +115,21 @@ pub fn old_glibc_available(test: &str, workload: &str) -> bool {
     bpf_available(test) && prerequisite(test, missing)
 }
 
-/// The builds of `workload` that a category's record test checks: the one against the host's
-/// glibc (Debian 12's 2.36), one against each other glibc (`NAME_glibc231`, `NAME_glibc241`),
-/// and musl's, dynamic and static (`NAME_musl`, `NAME_musl_static`) where musl can build it
-/// (see build.rs). One that is not built skips that part of `test` with a message, or fails
-/// it in CI.
+/// The builds of `workload` that a category's record test checks: the one against the
+/// architecture's own glibc (Debian 12's 2.36), one against each other glibc of the
+/// architecture (`NAME_glibc231`, `NAME_glibc241` on x86-64; `NAME_glibc241` on arm64), and
+/// musl's, dynamic and static (`NAME_musl`, `NAME_musl_static`) where musl can build it (see
+/// build.rs). One that is not built skips that part of `test` with a message, or fails it in
+/// CI.
 pub fn every_libc(test: &str, workload: &str) -> Vec<String> {
     let musl = env!("MUSL_WORKLOADS").split(',').any(|w| w == workload);
     let others = env!("OTHER_GLIBC_SUFFIXES")
         .split(',')
+        .filter(|suffix| !suffix.is_empty())
         .map(|suffix| {
             (
                 suffix,
-                "its glibc is not in target/ (`cargo xtask test` fetches it)",
+                "its glibc is not in target/ (xtask fetches it for the tests it builds)",
             )
         })
         .chain(
@@ -137,7 +139,8 @@ pub fn every_libc(test: &str, workload: &str) -> Vec<String> {
                 .map(|suffix| {
                     (
                         suffix,
-                        "musl-gcc is missing (`cargo xtask setup` installs it)",
+                        "there is no musl-gcc for its architecture (`cargo xtask setup` \
+                         installs the host's; xtask fetches arm64's into target/)",
                     )
                 }),
         );
@@ -507,7 +510,13 @@ pub fn paired_calls<'a>(
 /// their fast path completes them, other probes where the kernel need not single-step), the
 /// placement before fast paths (`--no-fast-paths`), and `--probe-at-entry`. Records must be
 /// the same under each.
+#[cfg(target_arch = "x86_64")]
 pub const PLACEMENTS: [&[&str]; 3] = [&[], &["--no-fast-paths"], &["--probe-at-entry"]];
+/// The probe placements every record test runs under: the default and `--probe-at-entry`.
+/// Records must be the same under each. arm64 has no fast paths: `--no-fast-paths` is the
+/// default there.
+#[cfg(target_arch = "aarch64")]
+pub const PLACEMENTS: [&[&str]; 2] = [&[], &["--probe-at-entry"]];
 
 /// The line of `marker` in a workload's source: a comment after the call, given whole
 /// (`/* WAIT */`) or by its word (`WAIT`).
@@ -957,8 +966,8 @@ pub fn build_analyzer(name: &str, dir: &Path) -> PathBuf {
     program
 }
 
-/// Where Debian's glibc is.
-pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+/// Where Debian's glibc is, in the architecture's multiarch directory.
+pub const LIBC: &str = concat!("/usr/lib/", env!("GNU_TRIPLE"), "/libc.so.6");
 
 /// A container-like `mutex_gate` (AFTER pairs past its gate): run under `unshare --mount` with a
 /// copy of libc.so.6, made in `scratch`, bind-mounted over the usual path. Returns it and the

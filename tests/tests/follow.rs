@@ -9,8 +9,8 @@ use std::{
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    TempDir, TraceRecord, bpf_available, by_thread, field, old_glibc_available, paired_calls,
-    read_line, read_trace, run_tracer, start_tracer, trace_workload, workload_arg,
+    TempDir, TraceRecord, bpf_available, by_thread, field, paired_calls, read_line, read_trace,
+    run_tracer, start_tracer, trace_workload, workload_arg,
 };
 
 /// The lock calls on `mutex` of each thread of `lines`.
@@ -159,9 +159,11 @@ fn an_exec_into_a_static_binary_is_traced_in_its_executable() {
     );
 }
 
+// glibc 2.31 is fetched for x86-64 only (tests/c_libraries.rs).
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn an_exec_into_another_glibc_is_traced_in_its_libpthread() {
-    if !old_glibc_available("follow_exec_old_glibc", "mutex_contend_glibc231") {
+    if !thrtrace_tests::old_glibc_available("follow_exec_old_glibc", "mutex_contend_glibc231") {
         return;
     }
     let (calls, stderr) = exec_into("mutex_contend_glibc231");

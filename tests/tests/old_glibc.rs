@@ -1,7 +1,9 @@
 //! glibc before 2.34, where the pthread functions are in libpthread.so.0 and libc.so.6 has
 //! forwarders to some of them, which programs never call, plus a few of its own.
 //! Workloads are built against Debian 11's glibc 2.31 (see build.rs); thread.rs checks the
-//! thread calls, split between the two files.
+//! thread calls, split between the two files. x86-64 only, where 2.31 is fetched
+//! (tests/c_libraries.rs).
+#![cfg(target_arch = "x86_64")]
 
 use std::process::Command;
 use tracer_common::Which;

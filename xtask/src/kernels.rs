@@ -32,8 +32,9 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     arch::Arch,
+    c_libraries,
     debian::Suite,
-    glibcs, setup,
+    setup,
     shell::{build_tracer, command, compile_workload, output, run, workspace_root},
 };
 
@@ -120,7 +121,7 @@ pub fn run_all(suite: Option<&str>) -> Result<()> {
 pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
     setup::ensure_prerequisites()?;
     // Before the tests are built: each other glibc's workloads are built only where it is.
-    glibcs::ensure_sysroots()?;
+    c_libraries::ensure(Arch::X86_64)?;
     let missing: Vec<&str> = [
         ("qemu-system-x86_64", "qemu-system-x86"),
         ("/bin/busybox", "busybox-static"),
@@ -319,8 +320,8 @@ impl Guest {
                 files.add_tree(&workspace_root().join("tests/workloads"))?;
                 // What the other glibcs' workloads load, at the path they were linked to load
                 // it: `lib` and `lib64` (links into usr/ in a merged-/usr release).
-                for glibc in &glibcs::OTHER_GLIBCS {
-                    let sysroot = glibc.sysroot();
+                for glibc in c_libraries::of(Arch::X86_64) {
+                    let sysroot = glibc.root();
                     for dir in ["lib", "lib64"] {
                         files.copy_tree(&sysroot.join(dir))?;
                     }

@@ -2,11 +2,11 @@
 
 mod arch;
 mod bench;
+mod c_libraries;
 mod debian;
 mod demo;
 mod dist;
 mod fuzz;
-mod glibcs;
 mod install;
 mod kernels;
 mod layers;

@@ -12,7 +12,8 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    glibcs, kernels, setup,
+    arch::Arch,
+    c_libraries, kernels, setup,
     shell::{build_tracer, command, is_root, run, workspace_root},
     stress,
 };
@@ -26,7 +27,7 @@ fn in_ci() -> bool {
 
 pub fn run_all() -> Result<()> {
     setup::ensure_prerequisites()?;
-    glibcs::ensure_sysroots()?;
+    c_libraries::ensure(Arch::HOST)?;
     run(command("cargo").args(["fmt", "--all", "--check"]))?;
     crate::layers::run()?;
     run(command("cargo").args([
