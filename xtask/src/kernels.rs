@@ -17,7 +17,6 @@
 use std::{
     collections::BTreeSet,
     fs,
-    io::BufRead,
     os::unix::fs::{PermissionsExt, symlink},
     path::{Path, PathBuf},
     process::Stdio,
@@ -35,7 +34,8 @@ use crate::{
     c_libraries,
     debian::Suite,
     setup,
-    shell::{build_tracer, command, compile_workload, output, run, workspace_root},
+    shell::{build_tracer, command, compile_workload, run, workspace_root},
+    test_binaries,
 };
 
 /// The kernels booted: Debian 11's stock kernel, below the floor, where the tracer must refuse
@@ -120,8 +120,6 @@ pub fn run_all(suite: Option<&str>) -> Result<()> {
 /// and failed.
 pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
     setup::ensure_prerequisites()?;
-    // Before the tests are built: each other glibc's workloads are built only where it is.
-    c_libraries::ensure(Arch::X86_64)?;
     let missing: Vec<&str> = [
         ("qemu-system-x86_64", "qemu-system-x86"),
         ("/bin/busybox", "busybox-static"),
@@ -279,11 +277,11 @@ struct Guest {
 impl Guest {
     fn build(work: &Path) -> Result<Self> {
         let tracer = build_tracer()?;
-        let TestBinaries {
+        let test_binaries::TestBinaries {
             tests,
             programs,
             workloads,
-        } = build_tests()?;
+        } = test_binaries::build(Arch::X86_64, &TESTS.map(|(test, _)| test))?;
         let lock_mix = compile_workload("lock_mix")?;
         let bpf_programs = work.join("bpf_programs");
         fs::create_dir_all(work)?;
@@ -348,70 +346,6 @@ impl Guest {
             small: image("small", false)?,
         })
     }
-}
-
-/// The test binaries `TESTS`, built as `cargo test` builds them, with the programs and the
-/// directory of the C workloads they were built to find.
-fn build_tests() -> Result<TestBinaries> {
-    let mut cargo = command("cargo");
-    cargo.args([
-        "test",
-        "--release",
-        "--no-run",
-        "--package",
-        "thrtrace-tests",
-        "--message-format=json",
-    ]);
-    for (test, _) in TESTS {
-        cargo.args(["--test", test]);
-    }
-    let built = output(cargo.stderr(Stdio::inherit()))?;
-    let mut tests = Vec::new();
-    let mut programs = Vec::new();
-    let mut workloads = None;
-    for line in built.stdout.lines() {
-        let message: serde_json::Value = serde_json::from_str(&line?)?;
-        let target = &message["target"];
-        if let Some(executable) = message["executable"].as_str() {
-            if target["kind"][0] == "test" {
-                let name = target["name"].as_str().context("a test without a name")?;
-                tests.push((name.to_owned(), PathBuf::from(executable)));
-            } else if target["kind"][0] == "bin" {
-                programs.push(PathBuf::from(executable));
-            }
-        }
-        if message["reason"] == "build-script-executed"
-            && message["package_id"]
-                .as_str()
-                .is_some_and(|id| id.contains("/tests#"))
-            && let Some(out) = message["out_dir"].as_str()
-        {
-            workloads = Some(Path::new(out).join("workloads"));
-        }
-    }
-    if tests.len() != TESTS.len() {
-        bail!(
-            "cargo built {} of the {} test binaries",
-            tests.len(),
-            TESTS.len()
-        );
-    }
-    Ok(TestBinaries {
-        tests,
-        programs,
-        workloads: workloads.context("where the tests' workloads were built")?,
-    })
-}
-
-/// What `build_tests` built.
-struct TestBinaries {
-    /// Each test binary of `TESTS`, by name.
-    tests: Vec<(String, PathBuf)>,
-    /// The tests crate's own programs (Rust workloads), which the tests find where they
-    /// were built.
-    programs: Vec<PathBuf>,
-    /// The directory of the C workloads.
-    workloads: PathBuf,
 }
 
 /// An initramfs tree being filled.

@@ -15,6 +15,7 @@ mod setup;
 mod shell;
 mod stress;
 mod test;
+mod test_binaries;
 
 use clap::{Parser, Subcommand};
 
