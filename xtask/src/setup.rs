@@ -1,12 +1,14 @@
 //! Installs what building and testing need, only where it is missing, so that a second run
-//! takes well under 5 seconds: the nightly toolchain's rust-src (for `-Z build-std=core`),
-//! bpf-linker built against LLVM 22 (rustc's LLVM), a C compiler for the workloads and the C
-//! analyzers, musl-gcc (the workloads built with musl), pkg-config (the installed library's
-//! test), babeltrace2 (which reads the CTF traces `convert` writes, in the tests), Go (whose
-//! `go tool pprof` reads the profiles `report --format pprof` writes, in the tests), libc6-dbg
-//! (glibc's separate debug information: reports name callers inside libc by line), and
-//! systemd's systemd-analyze (which verifies the agent's unit, in the tests; it runs without
-//! systemd running).
+//! takes well under 5 seconds: the nightly toolchain's rust-src (for `-Z build-std`: the BPF
+//! object's core, and the arm64 builds' standard library), bpf-linker built against LLVM 22
+//! (rustc's LLVM), a C compiler for the workloads and the C analyzers, musl-gcc (the workloads
+//! built with musl), the arm64 cross compiler and its glibc (the tracer, the tests and their
+//! workloads built for arm64), qemu-system-aarch64 (which boots arm64 kernels with them),
+//! pkg-config (the installed library's test), babeltrace2 (which reads the CTF traces
+//! `convert` writes, in the tests), Go (whose `go tool pprof` reads the profiles `report
+//! --format pprof` writes, in the tests), libc6-dbg (glibc's separate debug information:
+//! reports name callers inside libc by line), and systemd's systemd-analyze (which verifies
+//! the agent's unit, in the tests; it runs without systemd running).
 
 use std::{path::Path, time::Instant};
 
@@ -25,6 +27,12 @@ pub fn ensure_prerequisites() -> Result<()> {
     let mut missing: Vec<&str> = [
         ("cc", "--version", &["gcc", "libc6-dev"][..]),
         ("musl-gcc", "--version", &["musl-tools"]),
+        (
+            "aarch64-linux-gnu-gcc",
+            "--version",
+            &["gcc-aarch64-linux-gnu"],
+        ),
+        ("qemu-system-aarch64", "--version", &["qemu-system-arm"]),
         ("pkg-config", "--version", &["pkgconf"]),
         ("babeltrace2", "--version", &["babeltrace2"]),
         ("tmux", "-V", &["tmux"]),
@@ -47,8 +55,8 @@ pub fn ensure_prerequisites() -> Result<()> {
 }
 
 /// Packages of files, not programs: glibc's debug information, which the tests of callers
-/// inside libc read.
-const DATA_PACKAGES: [&str; 1] = ["libc6-dbg"];
+/// inside libc read, and the arm64 glibc that the cross compiler builds against.
+const DATA_PACKAGES: [&str; 2] = ["libc6-dbg", "libc6-dev-arm64-cross"];
 
 /// Whether dpkg has `package` installed (never, where there is no dpkg).
 fn package_installed(package: &str) -> bool {
