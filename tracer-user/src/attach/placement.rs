@@ -22,7 +22,7 @@ use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
     InstructionInfo, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
-use tracer_common::{EventDef, ProbeFlags};
+use tracer_common::{EventDef, ProbeFlags, arch};
 
 use super::{
     fast_path::{self, Role},
@@ -108,6 +108,8 @@ pub struct Placement {
 enum Why {
     Undecodable,
     AtEntryAsked,
+    /// The code is not read for placement on the architecture the tracer runs on.
+    NotPlacedHere,
     FirstEmulated(&'static str),
     BranchTarget(u64),
     Emulated {
@@ -141,8 +143,24 @@ enum Blocker {
 }
 
 impl Placement {
+    /// At the function's entry, where the code is not read for placement.
+    pub fn unplaced() -> Placement {
+        Placement {
+            offset: 0,
+            stack_offset: 0,
+            emulated: false,
+            refused: false,
+            after_locked_update: false,
+            probed: None,
+            why: Why::NotPlacedHere,
+        }
+    }
+
     /// The probed instruction, in AT&T syntax.
     pub fn instruction(&self) -> String {
+        if self.why == Why::NotPlacedHere {
+            return "(not decoded)".into();
+        }
         self.probed
             .map_or_else(|| "(undecodable)".into(), |i| format_gas(&i))
     }
@@ -152,6 +170,10 @@ impl Placement {
         let why = match &self.why {
             Why::Undecodable => "the code could not be decoded; probed at the entry".into(),
             Why::AtEntryAsked => "--probe-at-entry".into(),
+            Why::NotPlacedHere => format!(
+                "at the entry: probes are not placed past it in {} code yet",
+                arch::HOST.name
+            ),
             Why::FirstEmulated(kind) => format!("the first instruction is emulated ({kind})"),
             Why::BranchTarget(offset) => format!(
                 "single-stepped at the entry: +{offset:#x} is a branch target (a loop) before \

@@ -165,7 +165,7 @@ impl PlannedProbe {
 /// no calls of the program's ([`mark_calls_inside`]).
 pub fn plan(library: &PthreadLibrary, events: EventSet, options: PlanOptions) -> Vec<PlannedProbe> {
     let object_layout = object_layout(library);
-    let at_entry = options.at_entry || !PLACES_BY_CODE;
+    let at_entry = options.at_entry;
     // Where the library's named functions start, for the slow-path walks (a tail call to one
     // is not followed): read once for the whole plan.
     let named = match options.contended {
@@ -526,7 +526,10 @@ fn place(
     at_entry: bool,
 ) -> PlannedProbe {
     let code = function_code(library, function);
-    let placement = placement::place(code, function.offset, Needs::of(event), at_entry);
+    let placement = match PLACES_BY_CODE {
+        true => placement::place(code, function.offset, Needs::of(event), at_entry),
+        false => Placement::unplaced(),
+    };
     let mut code_flags = 0;
     if event.flags.has(ProbeFlags::SPINS) && placement.after_locked_update {
         code_flags |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
