@@ -259,6 +259,93 @@ pub fn thread_descriptor_offset(code: &[u8], base: u64) -> Option<u64> {
     None
 }
 
+/// What the kernel does with a uprobe on an instruction (`arm_probe_decode_insn` in
+/// arch/arm64/kernel/probes/decode-insn.c, whose masks these are: the same from 6.1 on, with the
+/// literal loads refused since the fix of CVE-2024-50099, in every kernel Debian ships).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelProbe {
+    /// Simulated in the kernel: one trap.
+    Simulated,
+    /// Single-stepped out of line: two traps.
+    Stepped,
+    /// Refused: the probe cannot be attached.
+    Refused,
+}
+
+/// `(mask, value)`: the instruction is one of a kind when `word & mask == value`.
+type Kind = (u32, u32);
+
+/// The branches the kernel simulates: `b.cond`, `cbz`, `cbnz`, `tbz`, `tbnz`, `adr`/`adrp`,
+/// `b`, `bl`, `br`, `blr`, `ret`.
+const SIMULATED: [Kind; 11] = [
+    (0xff00_0010, 0x5400_0000),
+    (0x7f00_0000, 0x3400_0000),
+    (0x7f00_0000, 0x3500_0000),
+    (0x7f00_0000, 0x3600_0000),
+    (0x7f00_0000, 0x3700_0000),
+    (0x1f00_0000, 0x1000_0000),
+    (0xfc00_0000, 0x1400_0000),
+    (0xfc00_0000, 0x9400_0000),
+    (0xffff_fc1f, 0xd61f_0000),
+    (0xffff_fc1f, 0xd63f_0000),
+    (0xffff_fc1f, 0xd65f_0000),
+];
+
+/// Branches and system instructions the kernel never steps: the branches above and their
+/// pointer-authenticating forms (`retaa`, `braa`, `blraa`...), `msr`, exceptions (`svc`,
+/// `brk`...), `eret`.
+const NOT_STEPPED_SYSTEM: [Kind; 8] = [
+    (0xffff_fbff, 0xd65f_0bff),
+    (0xfeff_f800, 0xd61f_0800),
+    (0xfeff_f800, 0xd63f_0800),
+    (0xfff8_f01f, 0xd500_401f),
+    (0xfff0_0000, 0xd510_0000),
+    (0xff00_0000, 0xd400_0000),
+    (0xffff_ffff, 0xd69f_03e0),
+    (0xffff_fbff, 0xd69f_0bff),
+];
+
+/// Loads and stores the kernel never steps: the literal loads (a PC-relative address, which
+/// moves with the instruction; SIMD's too), `prfm (literal)`, and the exclusives (`ldxr`,
+/// `stlxr`...), whose monitor the trap clears.
+const NOT_STEPPED_MEMORY: [Kind; 3] = [
+    (0x3b00_0000, 0x1800_0000),
+    (0xff00_0000, 0xd800_0000),
+    (0x3f80_0000, 0x0800_0000),
+];
+
+/// The hints the kernel steps: `nop`, `xpaclri`, the `paci*` that sign the return address,
+/// the `bti`s (their `CRm:op2`, bits 11-5). Any other hint (`autiasp`, `yield`, `wfe`...) is
+/// refused.
+const STEPPED_HINTS: [u32; 12] = [
+    0x00, 0x07, 0x08, 0x0a, 0x18, 0x19, 0x1a, 0x1b, 0x20, 0x22, 0x24, 0x26,
+];
+
+/// `mrs x, DAIF`, the one `mrs` the kernel does not step.
+const MRS_DAIF: u32 = 0xd53b_4220;
+
+/// What the kernel does with a uprobe on `word`.
+pub fn kernel_probe(word: u32) -> KernelProbe {
+    let is = |&(mask, value): &Kind| word & mask == value;
+    if SIMULATED.iter().any(is) {
+        return KernelProbe::Simulated;
+    }
+    // The class of branches, exceptions and system instructions.
+    let system = (word >> 26) & 0b111 == 0b101;
+    let stepped = if system {
+        let hint = word & 0xffff_f01f == 0xd503_201f;
+        !NOT_STEPPED_SYSTEM.iter().any(is)
+            && word & 0xffff_ffe0 != MRS_DAIF
+            && (!hint || STEPPED_HINTS.contains(&((word >> 5) & 0x7f)))
+    } else {
+        !NOT_STEPPED_MEMORY.iter().any(is)
+    };
+    match stepped {
+        true => KernelProbe::Stepped,
+        false => KernelProbe::Refused,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +404,34 @@ mod tests {
             first_load_through_argument_1(&bytes, 0x0007_d800),
             Some(0x24)
         );
+    }
+
+    #[test]
+    fn the_kernel_simulates_branches_steps_prologues_and_refuses_what_debian_s_code_shows() {
+        let cases = [
+            (0x5400_0720, KernelProbe::Simulated), // b.eq
+            (0x9400_0010, KernelProbe::Simulated), // bl
+            (0xd65f_03c0, KernelProbe::Simulated), // ret
+            (0x9000_0bc0, KernelProbe::Simulated), // adrp x0, ...
+            (0x3400_0040, KernelProbe::Simulated), // cbz w0
+            (0xa9b8_7bfd, KernelProbe::Stepped),   // stp x29, x30, [sp, #-0x80]!
+            (0xd503_233f, KernelProbe::Stepped),   // paciasp
+            (0xd503_245f, KernelProbe::Stepped),   // bti c
+            (0xd503_201f, KernelProbe::Stepped),   // nop
+            (0xd53b_d040, KernelProbe::Stepped),   // mrs x0, TPIDR_EL0
+            (0xb940_0015, KernelProbe::Stepped),   // ldr w21, [x0]
+            (0x88a0_7c41, KernelProbe::Stepped),   // cas w0, w1, [x2]
+            (0xd503_23bf, KernelProbe::Refused),   // autiasp
+            (0xd65f_0bff, KernelProbe::Refused),   // retaa
+            (0xd400_0001, KernelProbe::Refused),   // svc #0
+            (0x885f_fc22, KernelProbe::Refused),   // ldaxr w2, [x1]
+            (0x8802_fc23, KernelProbe::Refused),   // stlxr w2, w3, [x1]
+            (0x1800_0040, KernelProbe::Refused),   // ldr w0, <literal>
+            (0xd53b_4220, KernelProbe::Refused),   // mrs x0, DAIF
+        ];
+        for (word, expected) in cases {
+            assert_eq!(kernel_probe(word), expected, "{word:#010x}");
+        }
     }
 
     #[test]

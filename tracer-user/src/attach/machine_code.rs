@@ -69,6 +69,16 @@ pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
     }
 }
 
+/// Whether the kernel refuses a uprobe on the first instruction of `code`.
+pub fn kernel_refuses_first(code: &[u8]) -> bool {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => !placement::kernel_accepts(code, 0),
+        InstructionSet::A64 => code.first_chunk().is_none_or(|word| {
+            aarch64::kernel_probe(u32::from_le_bytes(*word)) == aarch64::KernelProbe::Refused
+        }),
+    }
+}
+
 /// How far below the thread pointer the C library's thread descriptor, its `pthread_self()`,
 /// is, from pthread_self's code: 0 on x86-64, where the thread pointer is the descriptor.
 pub fn thread_descriptor_offset(code: &[u8], base: u64) -> Option<u64> {

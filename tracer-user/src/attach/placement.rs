@@ -143,13 +143,14 @@ enum Blocker {
 }
 
 impl Placement {
-    /// At the function's entry, where the code is not read for placement.
-    pub fn unplaced() -> Placement {
+    /// At the function's entry, where the code is not read for placement; `refused` if the
+    /// kernel refuses a probe on its first instruction.
+    pub fn unplaced(refused: bool) -> Placement {
         Placement {
             offset: 0,
             stack_offset: 0,
             emulated: false,
-            refused: false,
+            refused,
             after_locked_update: false,
             probed: None,
             why: Why::NotPlacedHere,

@@ -528,7 +528,7 @@ fn place(
     let code = function_code(library, function);
     let placement = match PLACES_BY_CODE {
         true => placement::place(code, function.offset, Needs::of(event), at_entry),
-        false => Placement::unplaced(),
+        false => Placement::unplaced(machine_code::kernel_refuses_first(code)),
     };
     let mut code_flags = 0;
     if event.flags.has(ProbeFlags::SPINS) && placement.after_locked_update {
