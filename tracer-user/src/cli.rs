@@ -13,7 +13,7 @@ use tracer_model::{
 
 use crate::{
     attach::{
-        PLACES_BY_CODE,
+        PLANS_LOCK_PATHS,
         launch::{self, LaunchError},
         targets,
     },
@@ -389,7 +389,7 @@ impl Cli {
             false => EventSet::parse(self.events.as_deref().unwrap_or(""))
                 .map_err(|error| UsageError(error.to_string()))?,
         };
-        if !PLACES_BY_CODE && self.contended {
+        if !PLANS_LOCK_PATHS && self.contended {
             usage_bail!(
                 "--contended is not available on {} yet: its slow paths are not found in this \
                  architecture's code; trace without it",

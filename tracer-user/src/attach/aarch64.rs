@@ -4,7 +4,7 @@
 
 use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand, SizeCode};
 
-use super::machine_code::ErrnoAt;
+use super::{machine_code::ErrnoAt, placement::Needs};
 
 /// `TPIDR_EL0`, the thread pointer, as `mrs` names it (op0 3, op1 3, CRn 13, CRm 0, op2 2).
 const TPIDR_EL0: u16 = 0x5e82;
@@ -346,6 +346,246 @@ pub fn kernel_probe(word: u32) -> KernelProbe {
     }
 }
 
+/// Where an arm64 function's probe goes, and why: see [`place`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    /// Bytes from the function's first instruction.
+    pub offset: u64,
+    /// Bytes the instructions before the probe moved the stack pointer down by.
+    pub stack_offset: u16,
+    /// What the kernel does with the probed instruction.
+    pub probe: KernelProbe,
+    /// The probed instruction, as text.
+    pub instruction: String,
+    /// Why the probe is there, for `--list-probes`.
+    pub why: String,
+}
+
+/// The most the instructions before a probe may move the stack pointer: the cookie's 8 bits.
+const MAX_STACK_OFFSET: u64 = 255;
+
+/// The link register, `x30`, where the return address is at the entry.
+const LINK: u16 = 30;
+
+/// The stack pointer's number in an operand that can name it.
+const SP: u16 = 31;
+
+/// Where the probe of a function whose code is `code` (in the space of `base`) goes: the first
+/// instruction the kernel simulates (one trap, not two), if every instruction before it leaves
+/// what the probe's programs read as it was at the entry ([`prefix_effect`]); else the entry.
+/// Never past a load-exclusive: a probe between it and its store-exclusive (which the kernel
+/// does not refuse) would clear the exclusive monitor at every try, and the loop would never
+/// end.
+pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placed {
+    let decoded: Vec<(u64, u32, Option<Instruction>)> = code
+        .chunks_exact(4)
+        .take(PREFIX_INSTRUCTIONS)
+        .enumerate()
+        .map(|(n, word)| {
+            let word = u32::from_le_bytes(word.try_into().unwrap_or_default());
+            let address = base + 4 * n as u64;
+            let instruction = instructions(&word.to_le_bytes(), address)
+                .next()
+                .map(|(_, i)| i);
+            (address, word, instruction)
+        })
+        .collect();
+    let text = |word: u32, instruction: &Option<Instruction>| match instruction {
+        Some(instruction) => instruction.to_string(),
+        None => format!(".inst {word:#010x}"),
+    };
+    let at = |index: usize, stack_offset: u64, why: String| {
+        let (address, word, instruction) = &decoded[index];
+        Placed {
+            offset: address - base,
+            stack_offset: stack_offset as u16,
+            probe: kernel_probe(*word),
+            instruction: text(*word, instruction),
+            why,
+        }
+    };
+    let Some(&(_, first, _)) = decoded.first() else {
+        return Placed {
+            offset: 0,
+            stack_offset: 0,
+            probe: KernelProbe::Refused,
+            instruction: "(no code)".into(),
+            why: "the code could not be read; probed at the entry".into(),
+        };
+    };
+    if at_entry {
+        return at(0, 0, "--probe-at-entry".into());
+    }
+    if kernel_probe(first) == KernelProbe::Simulated {
+        return at(0, 0, "the first instruction is simulated".into());
+    }
+    let targets = direct_branch_destinations(code, base);
+    let mut stack_offset = 0;
+    for (index, (address, word, instruction)) in decoded.iter().enumerate() {
+        let offset = address - base;
+        if index > 0 {
+            if targets.contains(address) {
+                return at(
+                    0,
+                    0,
+                    format!(
+                        "stepped at the entry: +{offset:#x} is a branch target (a loop) before \
+                         any simulated instruction"
+                    ),
+                );
+            }
+            if kernel_probe(*word) == KernelProbe::Simulated
+                && !(needs.return_probe && stack_offset != 0)
+            {
+                return at(
+                    index,
+                    stack_offset,
+                    format!(
+                        "simulated; the {index}-instruction prefix leaves what the record reads \
+                         intact"
+                    ),
+                );
+            }
+        }
+        let blocked = match instruction {
+            Some(instruction) => prefix_effect(instruction, *word, needs, &mut stack_offset),
+            None => Err("is not decoded"),
+        };
+        if let Err(what) = blocked {
+            return at(
+                0,
+                0,
+                format!(
+                    "stepped at the entry: {} {what} at +{offset:#x}",
+                    text(*word, instruction)
+                ),
+            );
+        }
+    }
+    at(
+        0,
+        0,
+        "stepped at the entry: no simulated instruction near it".into(),
+    )
+}
+
+/// Checks one instruction before the probe against `needs`, adding how far it moves the stack
+/// pointer down to `stack_offset`. Only the instructions of Debian's function prologues are
+/// let pass, each for what it is known to write: the probe's programs read the arguments, the
+/// return address in `x30`, and memory the arguments point to.
+fn prefix_effect(
+    instruction: &Instruction,
+    word: u32,
+    needs: Needs,
+    stack_offset: &mut u64,
+) -> Result<(), &'static str> {
+    if kernel_probe(word) != KernelProbe::Stepped {
+        return Err("is no instruction the kernel steps");
+    }
+    let operands = &instruction.operands;
+    match instruction.opcode {
+        Opcode::HINT => return Ok(()),
+        // Signing the return address in x30 (the BPF side strips the signature) strands a
+        // return probe: its trampoline's address would fail the authentication at the return.
+        Opcode::PACIASP | Opcode::PACIBSP if !needs.return_probe => return Ok(()),
+        Opcode::PACIASP | Opcode::PACIBSP => return Err("signs the return address"),
+        _ => {}
+    }
+    // Stores: where, and whether they save x30 (a return probe's hijack of x30 would then
+    // be undone by the restore before the return).
+    if matches!(
+        instruction.opcode,
+        Opcode::STP | Opcode::STR | Opcode::STUR | Opcode::STRB | Opcode::STRH
+    ) {
+        let stored = operands.iter().filter_map(register);
+        if needs.return_probe && stored.clone().any(|r| r == LINK) {
+            return Err("saves the return address");
+        }
+        return match operands.iter().find(|o| memory_base(o).is_some()) {
+            Some(Operand::RegPreIndex(SP, amount, true)) if *amount < 0 => {
+                grow_stack(stack_offset, amount.unsigned_abs().into())
+            }
+            Some(Operand::RegPreIndex(SP, _, false)) => Ok(()),
+            Some(_) if needs.reads_memory => Err("writes memory the entry program reads"),
+            Some(Operand::RegPreIndex(_, _, true) | Operand::RegPostIndex(..)) => {
+                Err("moves a register the record may use")
+            }
+            _ => Ok(()),
+        };
+    }
+    let writes_register = matches!(
+        instruction.opcode,
+        Opcode::MOVZ
+            | Opcode::MOVN
+            | Opcode::MOVK
+            | Opcode::ORR
+            | Opcode::ADD
+            | Opcode::SUB
+            | Opcode::ADDS
+            | Opcode::SUBS
+            | Opcode::AND
+            | Opcode::ANDS
+            | Opcode::EOR
+            | Opcode::LDR
+            | Opcode::LDUR
+            | Opcode::LDRB
+            | Opcode::LDRH
+            | Opcode::LDAR
+            | Opcode::MRS
+    );
+    if !writes_register {
+        return Err("is no instruction the prefix may hold");
+    }
+    if operands.iter().any(|o| {
+        matches!(
+            o,
+            Operand::RegPreIndex(_, _, true) | Operand::RegPostIndex(..)
+        )
+    }) {
+        return Err("moves a register the record may use");
+    }
+    let written = match &operands[0] {
+        Operand::RegisterOrSP(_, SP) => {
+            // `sub sp, sp, #n`: a frame of known size.
+            return match add_immediate(instruction) {
+                Some((SP, SP, amount)) if amount < 0 => {
+                    grow_stack(stack_offset, amount.unsigned_abs())
+                }
+                _ => Err("moves the stack pointer"),
+            };
+        }
+        operand => register(operand),
+    };
+    match written {
+        Some(LINK) => Err("writes the return address"),
+        Some(n) if n < 5 && needs.argument_registers & (1 << n) != 0 => {
+            Err("writes an argument the record uses")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Adds `bytes` to what the prefix moved the stack pointer down by, within what the cookie
+/// holds.
+fn grow_stack(stack_offset: &mut u64, bytes: u64) -> Result<(), &'static str> {
+    *stack_offset += bytes;
+    match *stack_offset <= MAX_STACK_OFFSET {
+        true => Ok(()),
+        false => Err("moves the stack pointer further than a probe records"),
+    }
+}
+
+/// The base register of a memory operand.
+fn memory_base(operand: &Operand) -> Option<u16> {
+    match operand {
+        Operand::RegPreIndex(base, ..)
+        | Operand::RegPostIndex(base, _)
+        | Operand::RegRegOffset(base, ..)
+        | Operand::RegPostIndexReg(base, _) => Some(*base),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +672,75 @@ mod tests {
         for (word, expected) in cases {
             assert_eq!(kernel_probe(word), expected, "{word:#010x}");
         }
+    }
+
+    /// What a lock call's probes need: its object's address, and a return probe.
+    const LOCK: Needs = Needs {
+        argument_registers: 0b1,
+        return_probe: true,
+        reads_memory: true,
+    };
+
+    #[test]
+    fn glibc_2_36_unlock_is_probed_on_its_branch_past_a_mov() {
+        // mov w1, #1; b pthread_mutex_trylock+0xb14 (Debian 12, 0x83974)
+        let bytes = code(&[0x5280_0021, 0x17ff_ffa3, 0xd503_201f]);
+        let unlock = Needs {
+            return_probe: false,
+            ..LOCK
+        };
+        let placed = place(&bytes, 0x0008_3974, unlock, false);
+        assert_eq!((placed.offset, placed.stack_offset), (4, 0));
+        assert_eq!(placed.probe, KernelProbe::Simulated);
+        assert_eq!(place(&bytes, 0x0008_3974, unlock, true).offset, 0);
+    }
+
+    #[test]
+    fn a_prefix_that_saves_the_return_address_keeps_a_return_probe_at_the_entry() {
+        // stp x29, x30, [sp, #-0x30]!; mov x29, sp; stp x21, x22, [sp, #0x20];
+        // add x21, x0, #0x10; ldr w2, [x21]; mov w1, #0x17f (Debian 12's lock, 0x81e14)
+        let bytes = code(&[
+            0xa9bd_7bfd,
+            0x9100_03fd,
+            0xa902_5bf5,
+            0x9100_4015,
+            0xb940_02a2,
+            0x5280_2fe1,
+        ]);
+        let placed = place(&bytes, 0x0008_1e14, LOCK, false);
+        assert_eq!((placed.offset, placed.probe), (0, KernelProbe::Stepped));
+        assert!(
+            placed.why.contains("saves the return address"),
+            "{}",
+            placed.why
+        );
+    }
+
+    #[test]
+    fn musl_lock_is_probed_on_its_first_test_and_never_inside_its_exclusive_loop() {
+        // ldr w1, [x0]; tst x1, #0xf; b.ne timed; add x1, x0, #4; mov w3, #16; b 1f;
+        // 2: stlxr w2, w3, [x1]; cbz w2, done; 1: ldaxr w2, [x1]; cbz w2, 2b (musl 1.2.3)
+        let words = [
+            0xb940_0001,
+            0xf240_0c3f,
+            0x5400_0121,
+            0x9100_1001,
+            0x5280_0203,
+            0x1400_0003,
+            0x8802_fc23,
+            0x3400_00c2,
+            0x885f_fc22,
+            0x34ff_ffa2,
+        ];
+        let placed = place(&code(&words), 0x0006_a880, LOCK, false);
+        assert_eq!((placed.offset, placed.probe), (8, KernelProbe::Simulated));
+        // Without the test and its branch, the first simulated instruction is the b into the
+        // loop; past it, the store-exclusive stops the walk: never the cbz inside the loop.
+        let loop_only = code(&words[3..]);
+        let placed = place(&loop_only, 0, LOCK, false);
+        assert_eq!(placed.offset, 8, "{placed:?}");
+        let from_the_store = code(&words[6..]);
+        assert_eq!(place(&from_the_store, 0, LOCK, false).offset, 0);
     }
 
     #[test]

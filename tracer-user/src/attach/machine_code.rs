@@ -5,7 +5,10 @@
 
 use tracer_common::arch::{self, InstructionSet};
 
-use super::{aarch64, placement};
+use super::{
+    aarch64,
+    placement::{self, Needs, Placement},
+};
 
 /// Where errno is, as the C library's `__errno_location` computes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,13 +72,13 @@ pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
     }
 }
 
-/// Whether the kernel refuses a uprobe on the first instruction of `code`.
-pub fn kernel_refuses_first(code: &[u8]) -> bool {
+/// Where the probe of an event that `needs` this goes in a function whose code is `code`: the
+/// first instruction the kernel emulates or simulates past a prefix that leaves what the probe
+/// reads intact, or the entry (always, with `at_entry`).
+pub fn place(code: &[u8], base: u64, needs: Needs, at_entry: bool) -> Placement {
     match arch::HOST.instruction_set {
-        InstructionSet::X86_64 => !placement::kernel_accepts(code, 0),
-        InstructionSet::A64 => code.first_chunk().is_none_or(|word| {
-            aarch64::kernel_probe(u32::from_le_bytes(*word)) == aarch64::KernelProbe::Refused
-        }),
+        InstructionSet::X86_64 => placement::place(code, base, needs, at_entry),
+        InstructionSet::A64 => Placement::a64(aarch64::place(code, base, needs, at_entry)),
     }
 }
 

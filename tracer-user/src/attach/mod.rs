@@ -6,10 +6,9 @@
 
 use tracer_common::arch::{self, InstructionSet};
 
-/// Whether probes are placed, and fast and slow paths planned, from the traced code on the
-/// architecture this build runs on (x86-64, so far). Where they are not, every probe goes at
-/// its function's entry.
-pub const PLACES_BY_CODE: bool = matches!(arch::HOST.instruction_set, InstructionSet::X86_64);
+/// Whether lock calls' fast and slow paths (`--contended`) are planned from the traced code on
+/// the architecture this build runs on (x86-64, so far); probes are placed on every one.
+pub const PLANS_LOCK_PATHS: bool = matches!(arch::HOST.instruction_set, InstructionSet::X86_64);
 
 mod aarch64;
 pub mod exec_follow;

@@ -22,9 +22,10 @@ use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
     InstructionInfo, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
-use tracer_common::{EventDef, ProbeFlags, arch};
+use tracer_common::{EventDef, ProbeFlags};
 
 use super::{
+    aarch64,
     fast_path::{self, Role},
     machine_code::ErrnoAt,
     slow_path,
@@ -108,8 +109,12 @@ pub struct Placement {
 enum Why {
     Undecodable,
     AtEntryAsked,
-    /// The code is not read for placement on the architecture the tracer runs on.
-    NotPlacedHere,
+    /// Placed in arm64 code: the instruction and the reason as text, which yaxpeax-arm makes
+    /// at no cost worth deferring.
+    A64 {
+        instruction: String,
+        reason: String,
+    },
     FirstEmulated(&'static str),
     BranchTarget(u64),
     Emulated {
@@ -143,24 +148,26 @@ enum Blocker {
 }
 
 impl Placement {
-    /// At the function's entry, where the code is not read for placement; `refused` if the
-    /// kernel refuses a probe on its first instruction.
-    pub fn unplaced(refused: bool) -> Placement {
+    /// Where a probe goes in arm64 code ([`aarch64::place`]).
+    pub fn a64(placed: aarch64::Placed) -> Placement {
         Placement {
-            offset: 0,
-            stack_offset: 0,
-            emulated: false,
-            refused,
+            offset: placed.offset,
+            stack_offset: placed.stack_offset,
+            emulated: placed.probe == aarch64::KernelProbe::Simulated,
+            refused: placed.probe == aarch64::KernelProbe::Refused,
             after_locked_update: false,
             probed: None,
-            why: Why::NotPlacedHere,
+            why: Why::A64 {
+                instruction: placed.instruction,
+                reason: placed.why,
+            },
         }
     }
 
-    /// The probed instruction, in AT&T syntax.
+    /// The probed instruction, in AT&T syntax (arm64's in its own).
     pub fn instruction(&self) -> String {
-        if self.why == Why::NotPlacedHere {
-            return "(not decoded)".into();
+        if let Why::A64 { instruction, .. } = &self.why {
+            return instruction.clone();
         }
         self.probed
             .map_or_else(|| "(undecodable)".into(), |i| format_gas(&i))
@@ -171,10 +178,7 @@ impl Placement {
         let why = match &self.why {
             Why::Undecodable => "the code could not be decoded; probed at the entry".into(),
             Why::AtEntryAsked => "--probe-at-entry".into(),
-            Why::NotPlacedHere => format!(
-                "at the entry: probes are not placed past it in {} code yet",
-                arch::HOST.name
-            ),
+            Why::A64 { reason, .. } => reason.clone(),
             Why::FirstEmulated(kind) => format!("the first instruction is emulated ({kind})"),
             Why::BranchTarget(offset) => format!(
                 "single-stepped at the entry: +{offset:#x} is a branch target (a loop) before \

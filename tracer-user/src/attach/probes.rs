@@ -29,7 +29,7 @@ use tracer_common::{
 use tracer_model::selection::EventSet;
 
 use super::{
-    PLACES_BY_CODE,
+    PLANS_LOCK_PATHS,
     fast_path::{self, Role},
     machine_code,
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
@@ -231,7 +231,7 @@ struct FastPaths {
 
 impl FastPaths {
     fn of(library: &PthreadLibrary, options: PlanOptions) -> FastPaths {
-        let off = !options.fast_paths || options.at_entry || options.contended || !PLACES_BY_CODE;
+        let off = !options.fast_paths || options.at_entry || options.contended || !PLANS_LOCK_PATHS;
         FastPaths {
             off,
             refused: None,
@@ -526,10 +526,7 @@ fn place(
     at_entry: bool,
 ) -> PlannedProbe {
     let code = function_code(library, function);
-    let placement = match PLACES_BY_CODE {
-        true => placement::place(code, function.offset, Needs::of(event), at_entry),
-        false => Placement::unplaced(machine_code::kernel_refuses_first(code)),
-    };
+    let placement = machine_code::place(code, function.offset, Needs::of(event), at_entry);
     let mut code_flags = 0;
     if event.flags.has(ProbeFlags::SPINS) && placement.after_locked_update {
         code_flags |= ProbeFlags::LOCKED_AT_FIRST_TRY_IF_NZ;
