@@ -29,6 +29,9 @@ pub struct Arch {
     /// How far below the end of the user address space `TASK_SIZE` is: x86-64 keeps a guard
     /// page there.
     pub task_size_gap: u64,
+    /// Whether glibc's spin lock is 1 when free, taken by a decrement (x86-64's own lock); else
+    /// it is the generic one, 0 when free (arm64's, and musl's everywhere).
+    pub glibc_spin_lock_free_is_one: bool,
 }
 
 /// An architecture's instructions.
@@ -52,6 +55,7 @@ pub const X86_64: Arch = Arch {
     // 4-level paging, and 5-level (`la57`).
     user_address_bits: &[47, 56],
     task_size_gap: 4096,
+    glibc_spin_lock_free_is_one: true,
 };
 
 /// arm64 (AArch64).
@@ -66,6 +70,7 @@ pub const AARCH64: Arch = Arch {
     // 48-bit virtual addresses, and 52-bit (`ARM64_VA_BITS_52`).
     user_address_bits: &[48, 52],
     task_size_gap: 0,
+    glibc_spin_lock_free_is_one: false,
 };
 
 /// The architecture this build runs on. Where the BPF programs are only checked, not built

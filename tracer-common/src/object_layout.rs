@@ -204,12 +204,14 @@ pub fn count_one_more(object: &mut ObjectWords, object_layout: u8) {
 }
 
 /// Whether a spin lock's word, as its first try left it, says another thread held it:
-/// glibc's x86-64 lock is 1 when free and decremented to take it; musl's is 0 when free.
+/// glibc's x86-64 lock is 1 when free and decremented to take it; musl's, and glibc's on arm64,
+/// is 0 when free.
 #[inline(always)]
 pub const fn spin_lock_was_held(word: i32, object_layout: u8) -> bool {
     match object_layout {
         LAYOUT_MUSL => word != 0,
-        _ => word <= 0,
+        _ if crate::arch::HOST.glibc_spin_lock_free_is_one => word <= 0,
+        _ => word != 0,
     }
 }
 
