@@ -49,6 +49,14 @@ impl Arch {
         }
     }
 
+    /// How `readelf --file-header` names its machine (an ELF header's `e_machine`).
+    pub fn elf_machine(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "Advanced Micro Devices X86-64",
+            Arch::Aarch64 => "AArch64",
+        }
+    }
+
     /// The C compiler that builds for it on this machine.
     pub fn c_compiler(self) -> &'static str {
         match self {

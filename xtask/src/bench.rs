@@ -407,6 +407,7 @@ pub fn run(reps: usize) -> Result<()> {
         &workspace_root()
             .join("target")
             .join(crate::dist::STATIC_BUILD),
+        crate::arch::Arch::HOST,
     )?;
     let dir = trace_dir();
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); MODES.len()]; WORKLOADS.len()];

@@ -34,7 +34,13 @@ pub fn run_install(prefix: &Path, sysconfdir: &Path) -> Result<()> {
     // The unit names the tracer and its configuration by absolute paths.
     let prefix = &std::path::absolute(prefix)?;
     let sysconfdir = std::path::absolute(sysconfdir)?;
-    lay_out(&tracer, &library, prefix, &prefix.display().to_string())?;
+    lay_out(
+        &tracer,
+        &tracer,
+        &library,
+        prefix,
+        &prefix.display().to_string(),
+    )?;
     lay_out_agent_unit(prefix, &prefix.join("bin"), &sysconfdir)?;
     let config = sysconfdir.join(AGENT_CONFIG);
     let config_state = if place_agent_config(&config)? {
@@ -62,9 +68,16 @@ pub fn run_install(prefix: &Path, sysconfdir: &Path) -> Result<()> {
 
 /// Lays out what is installed under `dir`: `tracer` in bin/, `library` (libposixtrace.so) with
 /// its version links, trace.h and posixtrace.pc (whose prefix is `prefix`, as pkg-config
-/// reads it) in lib/ and include/, and the man pages and shell completions that `tracer`
-/// makes from its own command-line definition in share/.
-pub fn lay_out(tracer: &Path, library: &Path, dir: &Path, prefix: &str) -> Result<()> {
+/// reads it) in lib/ and include/, and the man pages and shell completions that
+/// `host_tracer`, a build of the tracer this machine runs (`tracer`, unless that is another
+/// architecture's), makes from its command-line definition in share/.
+pub fn lay_out(
+    tracer: &Path,
+    host_tracer: &Path,
+    library: &Path,
+    dir: &Path,
+    prefix: &str,
+) -> Result<()> {
     let root = workspace_root();
     install(tracer, &dir.join("bin/thrtrace-bpf"), 0o755)?;
 
@@ -96,7 +109,7 @@ pub fn lay_out(tracer: &Path, library: &Path, dir: &Path, prefix: &str) -> Resul
     let pages = root.join("target/man");
     let _ = fs::remove_dir_all(&pages);
     fs::create_dir_all(&pages)?;
-    run(command(tracer).args(["generate", "man"]).arg(&pages))?;
+    run(command(host_tracer).args(["generate", "man"]).arg(&pages))?;
     for page in fs::read_dir(&pages)? {
         let page = page?.path();
         let name = page.file_name().expect("a page's name");
@@ -108,7 +121,7 @@ pub fn lay_out(tracer: &Path, library: &Path, dir: &Path, prefix: &str) -> Resul
         ("fish", "share/fish/vendor_completions.d/thrtrace-bpf.fish"),
     ];
     for (shell, path) in completions {
-        let script = output(command(tracer).args(["generate", "completions", shell]))?.stdout;
+        let script = output(command(host_tracer).args(["generate", "completions", shell]))?.stdout;
         write(&dir.join(path), &script, 0o644)?;
     }
     Ok(())
