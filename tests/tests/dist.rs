@@ -1,7 +1,8 @@
 //! `cargo xtask dist`: the static tracer traces exactly in an old userland with no
 //! other C library than its own, the .deb installs and removes cleanly and ships the agent
 //! disabled, and the analyzer library needs nothing newer than glibc 2.17 and loads with an
-//! older glibc than the host's.
+//! older glibc than the host's. The arm64 release, which runs only in the kernel matrix's
+//! guests, is the x86-64 one laid out alike, built for AArch64.
 
 use std::{
     os::unix::fs::{MetadataExt, PermissionsExt},
@@ -18,6 +19,40 @@ use thrtrace_tests::{
 use tracer_model::{event::Event, log::LogReader, tr::Line};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// One architecture's release: the names its archive and package carry, and the machine
+/// `readelf` names in its ELF files.
+struct Release {
+    arch: &'static str,
+    debian: &'static str,
+    machine: &'static str,
+}
+
+const X86_64: Release = Release {
+    arch: "x86_64",
+    debian: "amd64",
+    machine: "Advanced Micro Devices X86-64",
+};
+const AARCH64: Release = Release {
+    arch: "aarch64",
+    debian: "arm64",
+    machine: "AArch64",
+};
+
+impl Release {
+    /// The archive's top directory, as `dist` leaves it unpacked in target/dist.
+    fn tree(&self) -> PathBuf {
+        dist().join(format!("thrtrace-bpf-{VERSION}-{}-linux", self.arch))
+    }
+
+    fn archive(&self) -> PathBuf {
+        dist().join(format!("thrtrace-bpf-{VERSION}-{}-linux.tar.gz", self.arch))
+    }
+
+    fn deb(&self) -> PathBuf {
+        dist().join(format!("thrtrace-bpf_{VERSION}_{}.deb", self.debian))
+    }
+}
 
 /// target/dist, made once for every test of this binary.
 fn dist() -> &'static Path {
@@ -66,18 +101,8 @@ fn the_static_tracer_traces_exactly_in_a_debian_11_root() {
     let Some(sysroot) = glibc_2_31("dist_old_userland") else {
         return;
     };
-    let tracer = dist().join(format!(
-        "thrtrace-bpf-{VERSION}-x86_64-linux/bin/thrtrace-bpf"
-    ));
-    let headers = succeeded(
-        Command::new("readelf")
-            .arg("--program-headers")
-            .arg(&tracer),
-    );
-    assert!(
-        !String::from_utf8_lossy(&headers.stdout).contains("INTERP"),
-        "the release's tracer names a dynamic loader"
-    );
+    let tracer = X86_64.tree().join("bin/thrtrace-bpf");
+    assert_static(&tracer, &X86_64);
 
     let root = TempDir::new("debian-11-root");
     for dir in ["proc", "sys", "run", "out"] {
@@ -179,7 +204,7 @@ fn the_deb_installs_and_removes_cleanly() {
     {
         return;
     }
-    let deb = dist().join(format!("thrtrace-bpf_{VERSION}_amd64.deb"));
+    let deb = X86_64.deb();
     let installed = Installed;
     succeeded(Command::new("dpkg").arg("--install").arg(&deb));
     let version = succeeded(Command::new("/usr/bin/thrtrace-bpf").arg("--version"));
@@ -246,8 +271,13 @@ fn the_deb_installs_and_removes_cleanly() {
 /// none of which enables or starts the agent.
 #[test]
 fn the_deb_ships_the_agent_disabled_its_config_a_conffile() {
-    let deb = dist().join(format!("thrtrace-bpf_{VERSION}_amd64.deb"));
-    let contents = succeeded(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+    for release in [X86_64, AARCH64] {
+        debian_package_ships_the_agent_disabled(&release.deb());
+    }
+}
+
+fn debian_package_ships_the_agent_disabled(deb: &Path) {
+    let contents = succeeded(Command::new("dpkg-deb").arg("--contents").arg(deb));
     let contents = String::from_utf8(contents.stdout).unwrap();
     for (path, mode) in [(AGENT_UNIT, "-rw-r--r--"), (AGENT_CONFIG, "-rw-------")] {
         let entry = contents
@@ -261,7 +291,7 @@ fn the_deb_ships_the_agent_disabled_its_config_a_conffile() {
     succeeded(
         Command::new("dpkg-deb")
             .arg("--control")
-            .arg(&deb)
+            .arg(deb)
             .arg(control.path()),
     );
     let conffiles = std::fs::read_to_string(control.path().join("conffiles")).unwrap();
@@ -288,23 +318,8 @@ fn the_analyzer_library_needs_glibc_2_17_and_loads_with_2_31() {
     let Some(sysroot) = glibc_2_31("dist_library_old_glibc") else {
         return;
     };
-    let lib = dist().join(format!("thrtrace-bpf-{VERSION}-x86_64-linux/lib"));
-    let needs = succeeded(
-        Command::new("readelf")
-            .arg("--version-info")
-            .arg(lib.join(format!("libposixtrace.so.{VERSION}"))),
-    );
-    let needs = String::from_utf8_lossy(&needs.stdout);
-    let glibc_versions: Vec<&str> = needs
-        .split("Name: GLIBC_")
-        .skip(1)
-        .filter_map(|rest| rest.split_whitespace().next())
-        .collect();
-    assert!(!glibc_versions.is_empty(), "{needs}");
-    for version in glibc_versions {
-        let minor: u32 = version.split('.').nth(1).unwrap().parse().unwrap();
-        assert!(minor <= 17, "libposixtrace needs GLIBC_{version}:\n{needs}");
-    }
+    let lib = X86_64.tree().join("lib");
+    assert_needs_glibc_2_17_at_most(&lib.join(format!("libposixtrace.so.{VERSION}")), &X86_64);
     let include = lib.with_file_name("include");
     let libraries = sysroot.join("lib/x86_64-linux-gnu");
     let scratch = TempDir::new("dist-old-glibc");
@@ -331,4 +346,148 @@ fn the_analyzer_library_needs_glibc_2_17_and_loads_with_2_31() {
     let (printed, lines) = analyzer_and_log_lines(&analyzer, scratch.path());
     assert_eq!(printed, lines);
     assert_eq!(lines.len(), 12);
+}
+
+/// The arm64 release holds what the x86-64 one holds, where it holds it, with the same modes:
+/// its archive, and its package, whose Architecture is arm64. Its tracer and analyzer library,
+/// the same in both, are AArch64's: the tracer static, the library needing no glibc newer than
+/// 2.17.
+#[test]
+fn the_arm64_release_is_the_x86_64_one_built_for_aarch64() {
+    assert_eq!(archive_listing(&X86_64), archive_listing(&AARCH64));
+    assert_eq!(package_listing(&X86_64), package_listing(&AARCH64));
+    for release in [X86_64, AARCH64] {
+        let architecture = succeeded(
+            Command::new("dpkg-deb")
+                .arg("--field")
+                .arg(release.deb())
+                .arg("Architecture"),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&architecture.stdout),
+            format!("{}\n", release.debian)
+        );
+    }
+
+    let unpacked = TempDir::new("dist-arm64");
+    let (archive, package) = (unpacked.path().join("tar"), unpacked.path().join("deb"));
+    std::fs::create_dir(&archive).unwrap();
+    succeeded(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(AARCH64.archive())
+            .arg("-C")
+            .arg(&archive),
+    );
+    succeeded(
+        Command::new("dpkg-deb")
+            .arg("--extract")
+            .arg(AARCH64.deb())
+            .arg(&package),
+    );
+    let prefix = archive.join(AARCH64.tree().file_name().unwrap());
+    let (tracer, library) = (
+        "bin/thrtrace-bpf",
+        format!("lib/libposixtrace.so.{VERSION}"),
+    );
+    assert_static(&prefix.join(tracer), &AARCH64);
+    assert_needs_glibc_2_17_at_most(&prefix.join(&library), &AARCH64);
+    for file in [tracer, &library] {
+        assert!(
+            std::fs::read(prefix.join(file)).unwrap()
+                == std::fs::read(package.join("usr").join(file)).unwrap(),
+            "the package's {file} is not the archive's"
+        );
+    }
+}
+
+/// `release`'s archive as `tar` lists it, below its top directory: each entry's mode, owner,
+/// path and link target.
+fn archive_listing(release: &Release) -> Vec<String> {
+    let listing = succeeded(
+        Command::new("tar")
+            .arg("--list")
+            .arg("--verbose")
+            .arg("--gzip")
+            .arg("--file")
+            .arg(release.archive()),
+    );
+    let top = format!("{}/", release.tree().file_name().unwrap().display());
+    entries(&String::from_utf8_lossy(&listing.stdout), &top)
+}
+
+/// `release`'s package as `dpkg-deb --contents` lists it.
+fn package_listing(release: &Release) -> Vec<String> {
+    let listing = succeeded(
+        Command::new("dpkg-deb")
+            .arg("--contents")
+            .arg(release.deb()),
+    );
+    entries(&String::from_utf8_lossy(&listing.stdout), "./")
+}
+
+/// The entries of a `tar --verbose` listing whose paths start with `top`, without `top`, the
+/// size and the date (a tracer's size is its architecture's), sorted.
+fn entries(listing: &str, top: &str) -> Vec<String> {
+    let mut entries: Vec<String> = listing
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (mode, owner, path) = (fields[0], fields[1], &fields[5..]);
+            let path = path.join(" ");
+            let path = path.strip_prefix(top).unwrap_or_else(|| panic!("{line}"));
+            format!("{mode} {owner} {path}")
+        })
+        .collect();
+    entries.sort();
+    assert!(
+        entries
+            .iter()
+            .any(|entry| entry.ends_with("bin/thrtrace-bpf")),
+        "{listing}"
+    );
+    entries
+}
+
+/// `file` is an ELF file of `release`'s machine.
+fn assert_machine(file: &Path, release: &Release) {
+    let header = succeeded(Command::new("readelf").arg("--file-header").arg(file));
+    let header = String::from_utf8_lossy(&header.stdout);
+    let machine = header
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Machine:"))
+        .map(str::trim);
+    assert_eq!(machine, Some(release.machine), "{}", file.display());
+}
+
+/// `tracer` is `release`'s machine's and static: it names no loader and no library.
+fn assert_static(tracer: &Path, release: &Release) {
+    assert_machine(tracer, release);
+    let headers = succeeded(
+        Command::new("readelf")
+            .args(["--program-headers", "--dynamic"])
+            .arg(tracer),
+    );
+    let headers = String::from_utf8_lossy(&headers.stdout);
+    assert!(
+        !headers.contains("INTERP") && !headers.contains("(NEEDED)"),
+        "the release's tracer names a dynamic loader or libraries:\n{headers}"
+    );
+}
+
+/// `library` is `release`'s machine's and needs no glibc symbol version newer than 2.17.
+fn assert_needs_glibc_2_17_at_most(library: &Path, release: &Release) {
+    assert_machine(library, release);
+    let needs = succeeded(Command::new("readelf").arg("--version-info").arg(library));
+    let needs = String::from_utf8_lossy(&needs.stdout);
+    let glibc_versions: Vec<&str> = needs
+        .split("Name: GLIBC_")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert!(!glibc_versions.is_empty(), "{needs}");
+    for version in glibc_versions {
+        let minor: u32 = version.split('.').nth(1).unwrap().parse().unwrap();
+        assert!(minor <= 17, "libposixtrace needs GLIBC_{version}:\n{needs}");
+    }
 }
