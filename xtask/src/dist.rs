@@ -8,8 +8,9 @@
 //! disabled. The archive has no agent: a unit names its tracer by an absolute path, which an
 //! archive unpacked anywhere cannot know.
 //!
-//! The tracer is one static executable (glibc's static-pie): it runs on any Linux userland of
-//! its architecture, whatever its C library. Static glibc rather than musl keeps glibc's
+//! The tracer is one static executable (glibc's static-pie on x86-64; on aarch64 at a fixed
+//! address, as Rust's aarch64 target links no static-pie): it runs on any Linux userland of its
+//! architecture, whatever its C library. Static glibc rather than musl keeps glibc's
 //! allocator and its memcpy, chosen at start-up for the CPU, which the consumer's speed rests
 //! on (`cargo xtask bench` compares the two builds run by run). The analyzer library is loaded
 //! into the analyzer's process, so it cannot be static: it is linked by cargo-zigbuild against
@@ -184,7 +185,7 @@ fn pack(build: &Build, host_tracer: &Path, dist: &Path) -> Result<Release> {
     })
 }
 
-/// The tracer for `arch` as one static-pie executable, built in `build_dir`.
+/// The tracer for `arch` as one static executable, built in `build_dir`.
 pub fn build_static_tracer(build_dir: &Path, arch: Arch) -> Result<PathBuf> {
     // The target is named even for the host, so that the static flags reach only the tracer,
     // not the build scripts.
