@@ -24,6 +24,10 @@ pub struct Arch {
     /// pointer the kernel saves is only right after a context switch, which that syscall's
     /// stop is.
     pub start_up_done: (u64, Option<u64>),
+    /// Whether the kernel saves the thread pointer only when the thread is switched out: a
+    /// static program is then stepped to [`Arch::start_up_done`]'s syscall too, or its main
+    /// thread's first records would carry the thread pointer of before its start-up.
+    pub thread_pointer_saved_at_switch: bool,
     /// The widths its user address spaces can have, in bits (with each depth of paging).
     pub user_address_bits: &'static [u32],
     /// How far below the end of the user address space `TASK_SIZE` is: x86-64 keeps a guard
@@ -52,6 +56,7 @@ pub const X86_64: Arch = Arch {
     thread_pointer: &["fsbase"],
     // arch_prctl(ARCH_SET_FS, ...), the thread pointer's setting.
     start_up_done: (158, Some(0x1002)),
+    thread_pointer_saved_at_switch: false,
     // 4-level paging, and 5-level (`la57`).
     user_address_bits: &[47, 56],
     task_size_gap: 4096,
@@ -67,6 +72,7 @@ pub const AARCH64: Arch = Arch {
     thread_pointer: &["uw", "tp_value"],
     // set_tid_address, right after the thread pointer's setting in glibc (2.34 on) and musl.
     start_up_done: (96, None),
+    thread_pointer_saved_at_switch: true,
     // 48-bit virtual addresses, and 52-bit (`ARM64_VA_BITS_52`).
     user_address_bits: &[48, 52],
     task_size_gap: 0,

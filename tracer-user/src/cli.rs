@@ -4,7 +4,6 @@
 use std::{ffi::OsString, io, path::PathBuf, time::Duration};
 
 use clap::{CommandFactory, Parser, Subcommand};
-use tracer_common::arch;
 use tracer_model::{
     event::event_types,
     log::{LogFullPolicy, PacketPlacement, StreamFullPolicy},
@@ -13,7 +12,6 @@ use tracer_model::{
 
 use crate::{
     attach::{
-        PLANS_LOCK_PATHS,
         launch::{self, LaunchError},
         targets,
     },
@@ -389,13 +387,6 @@ impl Cli {
             false => EventSet::parse(self.events.as_deref().unwrap_or(""))
                 .map_err(|error| UsageError(error.to_string()))?,
         };
-        if !PLANS_LOCK_PATHS && self.contended {
-            usage_bail!(
-                "--contended is not available on {} yet: its slow paths are not found in this \
-                 architecture's code; trace without it",
-                arch::HOST.name
-            );
-        }
         let log = match self.list_probes {
             true => None,
             false => self.log_options()?,

@@ -264,7 +264,7 @@ impl Follower {
 
     /// `pid` has exec'd: step its loader, have its libraries probed, let it run.
     fn exec(&self, pid: libc::pid_t, status: libc::c_int) {
-        match launch::step_through_loader(pid as u32, status) {
+        match launch::step_through_loader(pid as u32, status, &self.functions) {
             Ok(Loader::Done) => {}
             // It exited while stepped: nothing to resume.
             Ok(Loader::Exited(_)) => return,

@@ -189,7 +189,7 @@ fn step_until_pthread_library(pid: u32, functions: &[&str]) -> Result<Stepped, L
         pid as libc::pid_t,
         libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_EXITKILL,
     );
-    match step_through_loader(pid, status)? {
+    match step_through_loader(pid, status, functions)? {
         Loader::Done => {}
         Loader::Exited(status) => return Ok(Stepped::Exited(status)),
         Loader::ExitStop(_) => return Err(LaunchError::StoppedAtExit),
@@ -215,10 +215,20 @@ pub enum Loader {
 /// Steps a tracee stopped at exec (`status`, with PTRACE_O_TRACESYSGOOD set) from syscall to
 /// syscall until its start-up libraries are all mapped: at once for a static executable, else
 /// until the syscall that follows the thread pointer's setting ([`arch::Arch::start_up_done`]),
-/// which the loader does after mapping them.
-pub fn step_through_loader(pid: u32, mut status: libc::c_int) -> Result<Loader, LaunchError> {
+/// which the loader does after mapping them. A static program that defines some of
+/// `functions` is stepped to that syscall too where the kernel saves the thread pointer late
+/// ([`arch::Arch::thread_pointer_saved_at_switch`]).
+pub fn step_through_loader(
+    pid: u32,
+    mut status: libc::c_int,
+    functions: &[&str],
+) -> Result<Loader, LaunchError> {
     // Only the executable is mapped when there is no loader to map more.
-    if targets::executable_mappings(pid)?.len() <= 1 {
+    let is_static = targets::executable_mappings(pid)?.len() <= 1;
+    if is_static
+        && (!arch::HOST.thread_pointer_saved_at_switch
+            || targets::find_pthread_libraries(pid, functions)?.is_empty())
+    {
         return Ok(Loader::Done);
     }
     for _ in 0..MAX_SYSCALL_STOPS {

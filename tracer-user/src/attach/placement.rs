@@ -22,10 +22,10 @@ use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
     InstructionInfo, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
-use tracer_common::{EventDef, ProbeFlags};
+use tracer_common::{EventDef, ProbeFlags, arch};
 
 use super::{
-    aarch64,
+    PLANS_LOCK_PATHS, aarch64,
     fast_path::{self, Role},
     machine_code::ErrnoAt,
     slow_path,
@@ -232,7 +232,13 @@ impl Placement {
                     None => format!("slow path: {made}; {object}"),
                 }
             }
-            Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
+            Why::NoSlowPath if PLANS_LOCK_PATHS => {
+                "--contended: no call of a futex function found in it".into()
+            }
+            Why::NoSlowPath => format!(
+                "--contended: slow paths are not found in {} code yet",
+                arch::HOST.name
+            ),
             Why::FastPath(site) => fast_path_reason(site, false, self.emulated),
             Why::WholeAtEntry(site) => fast_path_reason(site, true, self.emulated),
         };

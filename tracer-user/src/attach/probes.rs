@@ -456,7 +456,7 @@ fn plan_slow_path(
     };
     // musl's slow paths are other functions', which spin before they wait (its lock passes
     // itself on to its timed lock): not what a slow-path record says of a call.
-    let sites = match library.is_musl() {
+    let sites = match library.is_musl() || !PLANS_LOCK_PATHS {
         true => Vec::new(),
         false => slow_path::sites(
             &library.image,
