@@ -1,23 +1,25 @@
-//! `cargo xtask kernels`: boots Debian's own kernels under qemu (TCG: no KVM is needed) with the
-//! release tracer, and checks inside each what users run: exact records of a contended
+//! `cargo xtask kernels`: boots Debian's own kernels, x86-64 and arm64, under qemu (TCG: no
+//! KVM is needed, and an arm64 guest runs on this x86-64 host) with the release tracer of the
+//! guest's architecture, and checks inside each what users run: exact records of a contended
 //! workload, plain and `--lossless`, start and exit with every category, and the
 //! integration-test binaries as they are built here (every category's exact counts, `-p`, a
 //! launched command, `--follow`, `--log` with `dump`), each followed by a check that no BPF
-//! program of the tracer's is left. The newest kernel is also booted `PREEMPT_BOOTS` times
-//! with `preempt=full`, on 2 and 4 vCPUs, tracing more threads than vCPUs locking shared and
-//! own mutexes, plain and `--lossless`, so that the BPF programs are often preempted. Debian
-//! 11's kernel, below the floor, must be refused in one line. A kernel oops, a lost or
-//! duplicated record, or a failed check fails the run. Boots run side by side, one a host CPU:
-//! each guest is one host thread.
+//! program of the tracer's is left. The newest kernel of each architecture is also booted
+//! several times, on 2 and 4 vCPUs, tracing more threads than vCPUs locking shared and own
+//! mutexes, plain and `--lossless`, so that the BPF programs are often preempted: x86-64's
+//! under `preempt=full`, arm64's as Debian builds it (lazy preemption; it has no
+//! PREEMPT_DYNAMIC to switch). Debian 11's kernel, below the floor, must be refused in one
+//! line. A kernel oops, a lost or duplicated record, or a failed check fails the run. Boots run
+//! side by side, one a host CPU: each guest is one host thread.
 //!
-//! The guest is a busybox initramfs: `xtask/guest/init.sh` as init, the tracer, the test
-//! binaries and the workloads at the paths they were built at, and the host libraries they
+//! The guest (`guest`) is a busybox initramfs: `xtask/guest/init.sh` as init, the tracer, the
+//! test binaries and the workloads at the paths they were built at, and the libraries they
 //! link. Kernel packages come through `debian`'s apt configuration, never the machine's.
 
+mod guest;
+
 use std::{
-    collections::BTreeSet,
     fs,
-    os::unix::fs::{PermissionsExt, symlink},
     path::{Path, PathBuf},
     process::Stdio,
     sync::{
@@ -31,27 +33,71 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     arch::Arch,
-    c_libraries,
     debian::Suite,
     setup,
-    shell::{build_tracer, command, compile_workload, run, workspace_root},
-    test_binaries,
+    shell::{command, workspace_root},
 };
+use guest::Guest;
 
-/// The kernels booted: Debian 11's stock kernel, below the floor, where the tracer must refuse
-/// in one line; Debian 12's and 13's stock kernels, and the newest in trixie-backports.
-const KERNELS: [(&str, &str); 4] = [
-    ("bullseye", "Debian 11 stock"),
-    ("bookworm", "Debian 12 stock"),
-    ("trixie", "Debian 13 stock"),
-    ("trixie-backports", "trixie-backports newest"),
+/// The kernels booted, each a Debian suite and the architectures booted with it: Debian 11's
+/// stock kernel, below the floor, where the tracer must refuse in one line; Debian 12's and
+/// 13's stock kernels, and the newest in trixie-backports. Debian 11's arm64 kernel is not
+/// booted: the archive here cannot serve its current package (bullseye-security's arm64
+/// kernel answers 404), and the refusal it would check is the x86-64 boot's.
+const KERNELS: [(&str, &str, &[Arch]); 4] = [
+    ("bullseye", "Debian 11 stock", &[Arch::X86_64]),
+    ("bookworm", "Debian 12 stock", &Arch::ALL),
+    ("trixie", "Debian 13 stock", &Arch::ALL),
+    ("trixie-backports", "trixie-backports newest", &Arch::ALL),
 ];
 
 /// The suite whose kernel is below the floor.
 const BELOW_FLOOR: &str = "bullseye";
 
-/// Boots of the newest kernel under `preempt=full`.
-const PREEMPT_BOOTS: u32 = 10;
+/// The suite whose kernel is also booted preempted often (`Machine::preempt_boots`).
+const NEWEST: &str = "trixie-backports";
+
+/// How qemu boots one architecture's Debian kernels, where the architectures differ.
+struct Machine {
+    /// qemu's program, and the Debian package that has it.
+    qemu: (&'static str, &'static str),
+    /// The board and CPU emulated.
+    board: &'static [&'static str],
+    /// The serial console the guest's lines come out of.
+    console: &'static str,
+    /// Boots of the newest kernel with more threads than vCPUs.
+    preempt_boots: u32,
+    /// The command-line word that makes those boots fully preemptible, on kernels built to
+    /// choose at boot (PREEMPT_DYNAMIC); without one they run as the kernel was built.
+    preempt_word: Option<&'static str>,
+}
+
+impl Machine {
+    fn of(arch: Arch) -> Machine {
+        match arch {
+            Arch::X86_64 => Machine {
+                qemu: ("qemu-system-x86_64", "qemu-system-x86"),
+                board: &["-cpu", "max"],
+                console: "ttyS0",
+                preempt_boots: 10,
+                preempt_word: Some("preempt=full"),
+            },
+            Arch::Aarch64 => Machine {
+                qemu: ("qemu-system-aarch64", "qemu-system-arm"),
+                // `max` has BTI and pointer authentication, as recent Arm server cores do;
+                // QARMA, the architected signing algorithm, is so slow under TCG that every
+                // signed return of Debian's kernels and userland would count: the
+                // implementation-defined one is not.
+                board: &["-M", "virt", "-cpu", "max,pauth-impdef=on"],
+                console: "ttyAMA0",
+                // Half of x86-64's: they come on top of its boots in the CI run, whose time is
+                // budgeted.
+                preempt_boots: 5,
+                preempt_word: None,
+            },
+        }
+    }
+}
 
 /// The integration tests run in each kernel's full boot, each a test binary and the filter
 /// it is given: every category's exact counts, `-p` on a running process, a launched command,
@@ -102,46 +148,65 @@ const INIT_TIMEOUT: Duration = Duration::from_mins(2);
 /// Boots of one kind that may never reach init before the run fails.
 const BOOTS_BEFORE_INIT: u32 = 3;
 
+/// What a kernel's console shows when it oopses or panics (arm64's oops line is `Internal
+/// error: Oops: ...`).
+const OOPS_MARKERS: [&str; 4] = ["BUG: ", "Oops: ", "Internal error:", "Kernel panic"];
+
 /// The Debian suites whose kernels are booted, as `--suite` names them.
 pub fn suites() -> impl Iterator<Item = &'static str> {
-    KERNELS.iter().map(|(suite, _)| *suite)
+    KERNELS.iter().map(|(suite, _, _)| *suite)
 }
 
-/// `cargo xtask kernels`: every boot (or only `suite`'s), failing if any failed.
-pub fn run_all(suite: Option<&str>) -> Result<()> {
-    let (passed, failed) = run_matrix(suite)?;
+/// `cargo xtask kernels`: every boot (or only `suite`'s, or only `arch`'s), failing if any
+/// failed.
+pub fn run_all(suite: Option<&str>, arch: Option<Arch>) -> Result<()> {
+    let (passed, failed) = run_matrix(suite, arch)?;
     if failed > 0 {
         bail!("{failed} of {} kernel boots failed", passed + failed);
     }
     Ok(())
 }
 
-/// Every boot (or only `only`'s suite's), with a table of them at the end; how many passed
-/// and failed.
-pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
+/// Every boot (or only `only_suite`'s, or only `only_arch`'s), with a table of them at the
+/// end; how many passed and failed.
+pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(usize, usize)> {
+    let selected = |suite: &str, arch: Arch| {
+        only_suite.is_none_or(|only| only == suite) && only_arch.is_none_or(|only| only == arch)
+    };
+    let arches: Vec<Arch> = Arch::ALL
+        .into_iter()
+        .filter(|&arch| KERNELS.iter().any(|(suite, _, _)| selected(suite, arch)))
+        .collect();
+    if arches.is_empty() {
+        bail!("no kernel of the suite and architecture asked for is booted");
+    }
     setup::ensure_prerequisites()?;
-    let missing: Vec<&str> = [
-        ("qemu-system-x86_64", "qemu-system-x86"),
-        ("/bin/busybox", "busybox-static"),
-        ("cpio", "cpio"),
-    ]
-    .into_iter()
-    .filter(|(program, _)| !crate::shell::succeeds(command(program).arg("--help")))
-    .map(|(_, package)| package)
-    .collect();
+    let mut needed = vec![("cpio", "cpio")];
+    needed.extend(arches.iter().map(|&arch| Machine::of(arch).qemu));
+    let missing: Vec<&str> = needed
+        .into_iter()
+        .filter(|(program, _)| !crate::shell::succeeds(command(program).arg("--help")))
+        .map(|(_, package)| package)
+        .collect();
     if !missing.is_empty() {
         setup::apt_install(&missing)?;
     }
     let work = workspace_root().join("target/kernels");
-    let guest = Guest::build(&work)?;
+    let guests = arches
+        .iter()
+        .map(|&arch| Guest::build(arch, &work))
+        .collect::<Result<Vec<_>>>()?;
     let mut kernels = Vec::new();
-    for (suite, label) in KERNELS {
-        if only.is_none_or(|only| only == suite) {
-            kernels.push((suite, label, fetch_kernel(suite, &work)?));
+    for (suite, label, booted) in KERNELS {
+        for &arch in booted {
+            if selected(suite, arch) {
+                kernels.push((suite, label, fetch_kernel(suite, arch, &work)?));
+            }
         }
     }
     let mut boots = Vec::new();
     for (suite, label, kernel) in &kernels {
+        let machine = Machine::of(kernel.arch);
         let mut add = |kind, cpus| {
             let number = boots.len();
             boots.push((*label, Boot::new(kernel, kind, cpus, number)));
@@ -150,13 +215,13 @@ pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
             BELOW_FLOOR => add(BootKind::BelowFloor, 2),
             _ => add(BootKind::Full, 2),
         }
-        if *suite == "trixie-backports" {
-            (0..PREEMPT_BOOTS).for_each(|n| add(BootKind::Preempt, 2 + 2 * (n % 2)));
+        if *suite == NEWEST {
+            (0..machine.preempt_boots).for_each(|n| add(BootKind::Preempt, 2 + 2 * (n % 2)));
         }
     }
     // The longest first, so that the lanes end together.
     boots.sort_by_key(|(_, boot)| boot.kind.longest_first());
-    let outcomes = run_in_lanes(&boots, &guest, &work)?;
+    let outcomes = run_in_lanes(&boots, &guests, &work)?;
     let mut rows = Vec::new();
     let mut failures = 0;
     for ((label, boot), outcome) in boots.iter().zip(outcomes) {
@@ -168,7 +233,7 @@ pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
             format!(
                 "| {label} ({}) | {} | {} | {} | {} | {:.0} s |",
                 boot.kernel.abi,
-                boot.kind.what(),
+                boot.what(),
                 boot.cpus,
                 match (outcome.passed, outcome.hung_before_init) {
                     (true, 0) => "pass".to_owned(),
@@ -194,7 +259,7 @@ pub fn run_matrix(only: Option<&str>) -> Result<(usize, usize)> {
 
 /// Runs `boots` in order, as many at once as the host has CPUs: each guest is one host thread
 /// (`ACCELERATOR`). Prints each boot's lines as it ends; the outcomes, in the order of `boots`.
-fn run_in_lanes(boots: &[(&str, Boot)], guest: &Guest, work: &Path) -> Result<Vec<Outcome>> {
+fn run_in_lanes(boots: &[(&str, Boot)], guests: &[Guest], work: &Path) -> Result<Vec<Outcome>> {
     let lanes = std::thread::available_parallelism().map_or(1, usize::from);
     let next = AtomicUsize::new(0);
     let outcomes: Mutex<Vec<Option<Outcome>>> = Mutex::new(boots.iter().map(|_| None).collect());
@@ -207,11 +272,15 @@ fn run_in_lanes(boots: &[(&str, Boot)], guest: &Guest, work: &Path) -> Result<Ve
                         let Some((_, boot)) = boots.get(at) else {
                             return Ok(());
                         };
+                        let guest = guests
+                            .iter()
+                            .find(|guest| guest.arch == boot.kernel.arch)
+                            .context("a boot without its architecture's guest")?;
                         let outcome = boot.run(guest, work)?;
                         println!(
                             "xtask: {} ({}, {} vCPUs) ended {}:\n{}",
                             boot.kernel.abi,
-                            boot.kind.what(),
+                            boot.what(),
                             boot.cpus,
                             if outcome.passed { "passing" } else { "FAILING" },
                             outcome.lines.join("\n")
@@ -236,243 +305,72 @@ fn run_in_lanes(boots: &[(&str, Boot)], guest: &Guest, work: &Path) -> Result<Ve
 
 /// A kernel image unpacked from Debian's package.
 struct Kernel {
+    arch: Arch,
     abi: String,
     vmlinuz: PathBuf,
+    /// The preemption model it was built with: its configuration's `CONFIG_PREEMPT*=y` lines
+    /// that choose one.
+    preemption: String,
 }
 
-/// The kernel of `suite`'s `linux-image-amd64`, downloaded and unpacked unless it is there.
-fn fetch_kernel(suite: &str, work: &Path) -> Result<Kernel> {
-    let apt = Suite::open(suite, Arch::X86_64, &work.join(format!("apt-{suite}")))?;
-    let image = apt.dependency("linux-image-amd64", "linux-image-")?;
+/// The kernel of `suite`'s `linux-image-ARCH` (amd64, arm64), downloaded and unpacked unless
+/// it is there. Both arm64 and x86-64 images boot as Debian ships them (arm64's is a plain
+/// Image, with an EFI stub's header qemu skips).
+fn fetch_kernel(suite: &str, arch: Arch, work: &Path) -> Result<Kernel> {
+    let apt = Suite::open(
+        suite,
+        arch,
+        &work.join(format!("apt-{suite}-{}", arch.debian())),
+    )?;
+    let image = apt.dependency(&format!("linux-image-{}", arch.debian()), "linux-image-")?;
     let abi = image
         .strip_prefix("linux-image-")
         .unwrap_or(&image)
         .trim_end_matches("-unsigned")
         .to_owned();
     let root = work.join("k").join(&abi);
-    let candidates = [
+    // linux-image-ABI has both before 7.x, whose packages put them under modules/: vmlinuz in
+    // linux-binary-ABI, the configuration in linux-base-ABI.
+    let vmlinuz = [
         root.join(format!("boot/vmlinuz-{abi}")),
-        // Newer packages put it under modules/, in linux-binary-ABI.
         root.join(format!("usr/lib/modules/{abi}/vmlinuz")),
     ];
-    let find = || candidates.iter().find(|path| path.exists()).cloned();
-    if find().is_none() {
-        eprintln!("xtask: fetching {image} from Debian's {suite}");
-        apt.unpack(&[&image], &root)?;
-        if find().is_none() {
-            apt.unpack(&[&format!("linux-binary-{abi}")], &root)?;
+    let config = [
+        root.join(format!("boot/config-{abi}")),
+        root.join(format!("usr/lib/modules/{abi}/config")),
+    ];
+    let find = |candidates: &[PathBuf]| candidates.iter().find(|path| path.exists()).cloned();
+    for package in [
+        image.clone(),
+        format!("linux-binary-{abi}"),
+        format!("linux-base-{abi}"),
+    ] {
+        if find(&vmlinuz).is_some() && find(&config).is_some() {
+            break;
         }
+        eprintln!("xtask: fetching {package} from Debian's {suite}");
+        apt.unpack(&[&package], &root)?;
     }
-    let vmlinuz = find().with_context(|| format!("no vmlinuz in {image}"))?;
-    Ok(Kernel { abi, vmlinuz })
-}
-
-/// The two initramfs images: one with the test binaries, and a small one, with the tracer and
-/// lock_mix only, for the preemption and below-the-floor boots.
-struct Guest {
-    full: PathBuf,
-    small: PathBuf,
-}
-
-impl Guest {
-    fn build(work: &Path) -> Result<Self> {
-        let tracer = build_tracer()?;
-        let test_binaries::TestBinaries {
-            tests,
-            programs,
-            workloads,
-        } = test_binaries::build(Arch::X86_64, &TESTS.map(|(test, _)| test))?;
-        let lock_mix = compile_workload("lock_mix")?;
-        let bpf_programs = work.join("bpf_programs");
-        fs::create_dir_all(work)?;
-        run(command("cc")
-            .args(["-O2", "-Wall", "-o"])
-            .arg(&bpf_programs)
-            .arg(workspace_root().join("xtask/guest/bpf_programs.c")))?;
-        let image = |name: &str, full: bool| -> Result<PathBuf> {
-            let root = work.join(format!("initramfs-{name}"));
-            let _ = fs::remove_dir_all(&root);
-            let mut files = Files::new(&root)?;
-            files.add(&tracer, Path::new("/usr/local/bin/thrtrace-bpf"))?;
-            files.add(&lock_mix, Path::new("/lock_mix"))?;
-            files.add(&bpf_programs, Path::new("/bpf_programs"))?;
-            files.add(
-                &workspace_root().join("xtask/guest/init.sh"),
-                Path::new("/init"),
-            )?;
-            fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
-            let mut runs = Vec::new();
-            if full {
-                for (name, binary) in &tests {
-                    files.add(binary, &Path::new("/tests").join(name))?;
-                }
-                for (name, filter) in TESTS {
-                    runs.push(format!("{name}:{filter}"));
-                }
-                // At the path the test binaries were built to find them at; and their sources,
-                // where the tests read the lines they mark (`line_of`).
-                files.add_tree(&workloads)?;
-                for program in &programs {
-                    files.add(program, program)?;
-                }
-                files.add_tree(&workspace_root().join("tests/workloads"))?;
-                // What the other glibcs' workloads load, at the path they were linked to load
-                // it: `lib` and `lib64` (links into usr/ in a merged-/usr release).
-                for glibc in c_libraries::of(Arch::X86_64) {
-                    let sysroot = glibc.root();
-                    for dir in ["lib", "lib64"] {
-                        files.copy_tree(&sysroot.join(dir))?;
-                    }
-                    if sysroot.join("lib").is_symlink() {
-                        files.copy_shared_objects(&sysroot.join("usr/lib/x86_64-linux-gnu"))?;
-                        files.copy_tree(&sysroot.join("usr/lib64"))?;
-                    }
-                }
-                // The tests' `sh -c` is a glibc program, as on a distribution, not busybox.
-                files.add(Path::new("/bin/dash"), Path::new("/bin/sh"))?;
-            }
-            fs::write(
-                root.join("etc/kt.conf"),
-                format!(
-                    "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\n",
-                    runs.join(" ")
-                ),
-            )?;
-            files.add_libraries()?;
-            files.pack(&work.join(format!("initramfs-{name}.gz")))
-        };
-        Ok(Guest {
-            full: image("full", true)?,
-            small: image("small", false)?,
+    let vmlinuz = find(&vmlinuz).with_context(|| format!("no vmlinuz in {image}"))?;
+    let config = find(&config).with_context(|| format!("no kernel configuration in {image}"))?;
+    let preemption = fs::read_to_string(&config)?
+        .lines()
+        .filter(|line| {
+            line.strip_prefix("CONFIG_PREEMPT")
+                .and_then(|model| model.strip_suffix("=y"))
+                .is_some_and(|model| {
+                    ["_NONE", "_VOLUNTARY", "", "_LAZY", "_RT", "_DYNAMIC"].contains(&model)
+                })
         })
-    }
-}
-
-/// An initramfs tree being filled.
-struct Files {
-    root: PathBuf,
-    executables: Vec<PathBuf>,
-}
-
-impl Files {
-    fn new(root: &Path) -> Result<Self> {
-        for dir in [
-            "bin",
-            "proc",
-            "sys",
-            "dev",
-            "tmp",
-            "run",
-            "etc",
-            "usr/local/bin",
-        ] {
-            fs::create_dir_all(root.join(dir))?;
-        }
-        fs::copy("/bin/busybox", root.join("bin/busybox"))?;
-        // The host's merged-/usr layout, so that libraries keep their paths.
-        for dir in ["lib", "lib64", "sbin"] {
-            if let Ok(target) = fs::read_link(Path::new("/").join(dir)) {
-                symlink(&target, root.join(dir))?;
-                fs::create_dir_all(
-                    root.join("usr")
-                        .join(target.file_name().unwrap_or_default()),
-                )?;
-            }
-        }
-        Ok(Files {
-            root: root.to_owned(),
-            executables: Vec::new(),
-        })
-    }
-
-    /// Copies `from` to `to` (an absolute path in the guest).
-    fn add(&mut self, from: &Path, to: &Path) -> Result<()> {
-        let inside = self.root.join(to.strip_prefix("/")?);
-        fs::create_dir_all(inside.parent().context("a path with no parent")?)?;
-        fs::copy(from, &inside).with_context(|| format!("cannot copy {}", from.display()))?;
-        self.executables.push(from.to_owned());
-        Ok(())
-    }
-
-    /// Copies directory `dir` to the same path in the guest.
-    fn add_tree(&mut self, dir: &Path) -> Result<()> {
-        for entry in fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_file() {
-                self.add(&path, &path)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Copies directory `dir`, with everything under it and its symbolic links as they are,
-    /// to the same path in the guest.
-    fn copy_tree(&mut self, dir: &Path) -> Result<()> {
-        let inside = self.root.join(dir.strip_prefix("/")?);
-        fs::create_dir_all(inside.parent().context("a path with no parent")?)?;
-        run(command("cp").arg("-a").arg(dir).arg(&inside))
-    }
-
-    /// Copies the shared objects in directory `dir` (`*.so*`, not the static libraries beside
-    /// them), links as they are, to the same path in the guest.
-    fn copy_shared_objects(&mut self, dir: &Path) -> Result<()> {
-        let inside = self.root.join(dir.strip_prefix("/")?);
-        fs::create_dir_all(&inside)?;
-        let mut shared = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let path = entry?.path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            if name.contains(".so") && !path.is_dir() {
-                shared.push(path);
-            }
-        }
-        run(command("cp").arg("-a").args(shared).arg(&inside))
-    }
-
-    /// The shared libraries every copied executable links, from the host: what glibc's ldd
-    /// lists, and the program interpreter, which is all a musl executable needs (musl's
-    /// `libc.so` is its dynamic linker, and glibc's ldd cannot run one).
-    fn add_libraries(&mut self) -> Result<()> {
-        let mut libraries = BTreeSet::new();
-        for executable in &self.executables {
-            for lister in [
-                command("ldd").arg(executable),
-                command("readelf").arg("-lW").arg(executable),
-            ] {
-                let Ok(listed) = lister.output() else {
-                    continue;
-                };
-                let listed = String::from_utf8_lossy(&listed.stdout).replace(']', " ");
-                libraries.extend(
-                    listed
-                        .split_whitespace()
-                        .filter(|word| word.starts_with('/'))
-                        .map(PathBuf::from)
-                        .filter(|path| path.is_file()),
-                );
-            }
-        }
-        for library in libraries {
-            for path in [library.clone(), fs::canonicalize(&library)?] {
-                let inside = self.root.join(path.strip_prefix("/")?);
-                if !inside.exists() {
-                    fs::create_dir_all(inside.parent().context("a library path")?)?;
-                    fs::copy(&path, &inside)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The tree as a gzip'd cpio archive at `image`.
-    fn pack(self, image: &Path) -> Result<PathBuf> {
-        run(command("sh").arg("-c").arg(format!(
-            "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
-            self.root.display(),
-            image.display()
-        )))?;
-        Ok(image.to_owned())
-    }
+        .collect::<Vec<_>>()
+        .join(" ");
+    eprintln!("xtask: {abi} ({suite}): {preemption}");
+    Ok(Kernel {
+        arch,
+        abi,
+        vmlinuz,
+        preemption,
+    })
 }
 
 /// What a boot checks; the guest reads it from the kernel command line (`kt=`).
@@ -481,21 +379,14 @@ enum BootKind {
     /// Every check: lock_mix traced plain and `--lossless`, start and exit with every
     /// category, the integration tests.
     Full,
-    /// lock_mix under `preempt=full`, plain and `--lossless`, the programs often preempted.
+    /// lock_mix with more threads than vCPUs, plain and `--lossless`, the programs often
+    /// preempted.
     Preempt,
     /// A kernel below the floor: one line, exit status 2, nothing written or left loaded.
     BelowFloor,
 }
 
 impl BootKind {
-    fn what(self) -> &'static str {
-        match self {
-            BootKind::Full => "default preemption, all checks",
-            BootKind::Preempt => "preempt=full, lock_mix plain and lossless",
-            BootKind::BelowFloor => "below the floor: refused",
-        }
-    }
-
     /// Sorts the boots that take longest first: a full boot runs for minutes, the others for
     /// about one.
     fn longest_first(self) -> u8 {
@@ -546,6 +437,20 @@ impl<'a> Boot<'a> {
         }
     }
 
+    /// What it checks, under which preemption.
+    fn what(&self) -> String {
+        match self.kind {
+            BootKind::Full => "default preemption, all checks".to_owned(),
+            BootKind::Preempt => format!(
+                "{}, lock_mix plain and lossless",
+                Machine::of(self.kernel.arch)
+                    .preempt_word
+                    .unwrap_or(&self.kernel.preemption)
+            ),
+            BootKind::BelowFloor => "below the floor: refused".to_owned(),
+        }
+    }
+
     /// Boots until the guest reaches init, at most `BOOTS_BEFORE_INIT` times.
     fn run(&self, guest: &Guest, work: &Path) -> Result<Outcome> {
         let mut hung_before_init = 0;
@@ -569,6 +474,7 @@ impl<'a> Boot<'a> {
     }
 
     fn boot_once(&self, guest: &Guest, work: &Path) -> Result<Outcome> {
+        let machine = Machine::of(self.kernel.arch);
         let console = work.join(format!(
             "console-{}-{}-{}-{}.log",
             self.number,
@@ -581,21 +487,24 @@ impl<'a> Boot<'a> {
             BootKind::Preempt | BootKind::BelowFloor => &guest.small,
         };
         let mut append = format!(
-            "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init kt={}",
+            "console={} panic=-1 oops=panic loglevel=4 rdinit=/init kt={}",
+            machine.console,
             self.kind.word()
         );
-        if self.kind == BootKind::Preempt {
-            append += " preempt=full";
+        if let (BootKind::Preempt, Some(word)) = (self.kind, machine.preempt_word) {
+            append = format!("{append} {word}");
         }
         println!(
             "xtask: booting {} ({}, {} vCPUs)",
             self.kernel.abi,
-            self.kind.what(),
+            self.what(),
             self.cpus
         );
         let start = Instant::now();
-        let mut qemu = command("qemu-system-x86_64")
-            .args(["-accel", ACCELERATOR, "-cpu", "max", "-m", "3072"])
+        let (qemu, _) = machine.qemu;
+        let mut guest = command(qemu)
+            .args(machine.board)
+            .args(["-accel", ACCELERATOR, "-m", "3072"])
             .args(["-smp", &self.cpus.to_string()])
             .args(["-display", "none", "-monitor", "none", "-no-reboot"])
             .arg("-serial")
@@ -607,11 +516,11 @@ impl<'a> Boot<'a> {
             .args(["-append", &append])
             .stdin(Stdio::null())
             .spawn()
-            .context("cannot start qemu-system-x86_64")?;
+            .with_context(|| format!("cannot start {qemu}"))?;
         let reached_init =
             || fs::read(&console).is_ok_and(|log| log.windows(10).any(|w| w == b"KT: kernel"));
         let status = loop {
-            if let Some(status) = qemu.try_wait()? {
+            if let Some(status) = guest.try_wait()? {
                 break status.to_string();
             }
             let waited = start.elapsed();
@@ -620,8 +529,8 @@ impl<'a> Boot<'a> {
                 false => waited > INIT_TIMEOUT,
             };
             if hung {
-                let _ = qemu.kill();
-                qemu.wait()?;
+                let _ = guest.kill();
+                guest.wait()?;
                 break format!("ended after {} s", waited.as_secs());
             }
             std::thread::sleep(Duration::from_millis(500));
@@ -633,11 +542,9 @@ impl<'a> Boot<'a> {
             .filter(|line| line.starts_with("KT"))
             .map(str::to_owned)
             .collect();
-        let oops = log.lines().position(|line| {
-            ["BUG: ", "Oops: ", "Kernel panic"]
-                .iter()
-                .any(|w| line.contains(w))
-        });
+        let oops = log
+            .lines()
+            .position(|line| OOPS_MARKERS.iter().any(|w| line.contains(w)));
         if let Some(at) = oops {
             lines.push("--- kernel oops (the guest stops there: oops=panic):".to_owned());
             lines.extend(log.lines().skip(at).take(40).map(str::to_owned));

@@ -67,11 +67,14 @@ enum Task {
     },
     /// Print which of the tracer's rooms imports which, and check that every import points down
     Layers,
-    /// Boot Debian's kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
+    /// Boot Debian's x86-64 and arm64 kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
     Kernels {
-        /// Boot only this Debian suite's kernel
+        /// Boot only this Debian suite's kernels
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(kernels::suites()))]
         suite: Option<String>,
+        /// Boot only this architecture's kernels
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(arch::Arch::ALL.map(arch::Arch::name)))]
+        arch: Option<String>,
     },
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
     Stress {
@@ -98,7 +101,12 @@ fn main() {
             against: None,
         } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
-        Task::Kernels { suite } => kernels::run_all(suite.as_deref()),
+        Task::Kernels { suite, arch } => kernels::run_all(
+            suite.as_deref(),
+            arch::Arch::ALL
+                .into_iter()
+                .find(|known| arch.as_deref() == Some(known.name())),
+        ),
         Task::Layers => layers::run(),
         Task::Dist => dist::run_dist(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),

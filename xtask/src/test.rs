@@ -102,7 +102,7 @@ pub fn run_all() -> Result<()> {
     // Debian's own kernels under qemu, each boot counted as a test. Emulated, they need no
     // privilege here, but installing qemu does.
     if is_root() || in_ci() {
-        match kernels::run_matrix(None) {
+        match kernels::run_matrix(None, None) {
             Ok((boots_passed, boots_failed)) => {
                 passed += boots_passed;
                 failed += boots_failed;
