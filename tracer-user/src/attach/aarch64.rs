@@ -2,9 +2,14 @@
 //! [`super::machine_code`] gives for an arm64 library. Every A64 instruction is 4 bytes, so a
 //! word that decodes to nothing is skipped, not the rest of the function.
 
+use tracer_common::{ObjectRegister, arch};
 use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand, SizeCode};
 
-use super::{machine_code::ErrnoAt, placement::Needs};
+use super::{
+    machine_code::ErrnoAt,
+    placement::Needs,
+    slow_path::{self, Flow, Futex, ReturnAddress},
+};
 
 /// `TPIDR_EL0`, the thread pointer, as `mrs` names it (op0 3, op1 3, CRn 13, CRm 0, op2 2).
 const TPIDR_EL0: u16 = 0x5e82;
@@ -586,8 +591,417 @@ fn memory_base(operand: &Operand) -> Option<u16> {
     }
 }
 
+/// The general-purpose registers a [`PathState`] follows: `x0` to `x30` (31, in an operand,
+/// is the zero register or the stack pointer, which the walk follows as its depth).
+const REGISTERS: usize = 31;
+
+/// The frame pointer, `x29`.
+const FRAME: u16 = 29;
+
+/// The syscall number's register, `x8`.
+const SYSCALL_NUMBER: usize = 8;
+
+/// The first register a call keeps, `x19` (to `x28`).
+const FIRST_CALLEE_SAVED: u16 = 19;
+
+/// The arm64 register the cookie's `code` names (tracer-ebpf's `register_value`): 0 the first
+/// argument (`x0`), 1 to 10 those a call keeps (`x19` to `x28`), 11 to 14 `x1` to `x4`.
+pub fn register_of(register: ObjectRegister) -> u16 {
+    match register as u16 {
+        0 => 0,
+        code @ 1..=10 => FIRST_CALLEE_SAVED + code - 1,
+        code => code - 10,
+    }
+}
+
+/// What a path through arm64 code has set up for a slow path's walk ([`slow_path::Path`]):
+/// the constants registers hold (the futex call's number in `x8`, `mov x8, #0x62`; its
+/// operation in `x1`, `mov x1, #0x80` or glibc's `eor w1, w20, #0x80; sxtw x1, w1` of the
+/// private flag), which registers hold the object or an address inside it (`add x0, x19, #8`),
+/// where the return address is (`x30`, or the slot a prologue saved it in), where `x29`
+/// points, and whether the path is between a load-exclusive and its store-exclusive.
+#[derive(Clone, Copy, Default)]
+pub struct PathState {
+    /// By register: the constant it holds, in the bits an operation's kind is told by.
+    constants: [Option<u64>; REGISTERS],
+    /// By register: the object's address plus this many bytes.
+    object_plus: [Option<u8>; REGISTERS],
+    /// `x30` holds the return address, as at the entry.
+    link_intact: bool,
+    /// The slot the return address was saved in, by its bytes below the entry's stack pointer.
+    link_saved: Option<u64>,
+    /// `x29` is this many bytes below the entry's stack pointer (`mov x29, sp`).
+    frame: Option<u64>,
+    /// After a load-exclusive and before its store-exclusive: a probe here would clear the
+    /// exclusive monitor at every try, and the loop would never end.
+    exclusive: bool,
+}
+
+impl PathState {
+    fn forget(&mut self, register: u16) {
+        let index = usize::from(register);
+        if index < REGISTERS {
+            self.constants[index] = None;
+            self.object_plus[index] = None;
+        }
+        match register {
+            LINK => self.link_intact = false,
+            FRAME => self.frame = None,
+            _ => {}
+        }
+    }
+
+    /// Follows a load or store (the one operand of `memory`): the stack pointer's writeback,
+    /// the return address saved and loaded back, and the registers loaded. The depth after
+    /// it, or `None` if the walk cannot know it.
+    fn follow_memory(
+        &mut self,
+        instruction: &Instruction,
+        memory: &Operand,
+        depth: u64,
+    ) -> Option<u64> {
+        // Anything else that names registers beside memory (a load, a swap, an atomic
+        // operation, a compare-and-swap) is taken to write each of them.
+        let stores =
+            STORES.contains(&instruction.opcode) || EXCLUSIVE_STORES.contains(&instruction.opcode);
+        // Where the access is, in bytes below the entry's stack pointer, and the depth after.
+        let (slot, after) = match *memory {
+            Operand::RegPreIndex(SP, offset, true) => {
+                let after = depth.checked_add_signed(-i64::from(offset))?;
+                (Some(after), after)
+            }
+            Operand::RegPreIndex(SP, offset, false) => {
+                (depth.checked_add_signed(-i64::from(offset)), depth)
+            }
+            Operand::RegPostIndex(SP, offset) => {
+                (Some(depth), depth.checked_add_signed(-i64::from(offset))?)
+            }
+            Operand::RegPostIndexReg(SP, _) => return None,
+            Operand::RegPreIndex(base, _, true) | Operand::RegPostIndex(base, _) => {
+                self.forget(base);
+                (None, depth)
+            }
+            _ => (None, depth),
+        };
+        // The registers transferred, each with its slot (a pair's second is 8 or 4 bytes up).
+        let transferred = instruction
+            .operands
+            .iter()
+            .take_while(|o| memory_base(o).is_none())
+            .filter_map(|o| match o {
+                Operand::Register(size, n) => Some((*n, *size)),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        // A store-exclusive's first register is its status, written.
+        let data = match EXCLUSIVE_STORES.contains(&instruction.opcode) {
+            true => {
+                if let Some(&(status, _)) = transferred.first() {
+                    self.forget(status);
+                }
+                transferred.get(1..).unwrap_or_default()
+            }
+            false => &transferred[..],
+        };
+        let mut at = slot;
+        for &(register, size) in data {
+            match stores {
+                true if register == LINK && size == SizeCode::X => self.link_saved = at,
+                true if at.is_some() && at == self.link_saved => self.link_saved = None,
+                true => {}
+                false => {
+                    let restores = register == LINK && at.is_some() && at == self.link_saved;
+                    self.forget(register);
+                    self.link_intact |= restores;
+                }
+            }
+            let width = match size {
+                SizeCode::X => 8,
+                SizeCode::W => 4,
+            };
+            at = at.and_then(|k| k.checked_sub(width));
+        }
+        Some(after)
+    }
+}
+
+/// Plain stores: they write memory only (and a writeback base).
+const STORES: [Opcode; 19] = [
+    Opcode::STR,
+    Opcode::STRB,
+    Opcode::STRH,
+    Opcode::STRW,
+    Opcode::STP,
+    Opcode::STNP,
+    Opcode::STUR,
+    Opcode::STURB,
+    Opcode::STURH,
+    Opcode::STTR,
+    Opcode::STTRB,
+    Opcode::STTRH,
+    Opcode::STLR,
+    Opcode::STLRB,
+    Opcode::STLRH,
+    Opcode::STLLR,
+    Opcode::STLLRB,
+    Opcode::STLLRH,
+    Opcode::STLUR,
+];
+
+/// The store-exclusives, which end an exclusive region and write their status register.
+const EXCLUSIVE_STORES: [Opcode; 8] = [
+    Opcode::STXR,
+    Opcode::STXRB,
+    Opcode::STXRH,
+    Opcode::STXP,
+    Opcode::STLXR,
+    Opcode::STLXRB,
+    Opcode::STLXRH,
+    Opcode::STLXP,
+];
+
+/// The load-exclusives, which begin one.
+const EXCLUSIVE_LOADS: [Opcode; 8] = [
+    Opcode::LDXR,
+    Opcode::LDXRB,
+    Opcode::LDXRH,
+    Opcode::LDXP,
+    Opcode::LDAXR,
+    Opcode::LDAXRB,
+    Opcode::LDAXRH,
+    Opcode::LDAXP,
+];
+
+impl slow_path::Path for PathState {
+    type Instruction = Instruction;
+
+    fn decode(image: &[u8], ip: u64) -> Option<(Instruction, u64, Flow)> {
+        let start = usize::try_from(ip).ok()?;
+        let word = image.get(start..start.checked_add(4)?)?;
+        let (_, instruction) = instructions(word, ip).next()?;
+        let target = branch(ip, &instruction).map(|(target, _)| target);
+        let flow = match instruction.opcode {
+            Opcode::SVC => Flow::Syscall,
+            Opcode::RET => Flow::Return,
+            Opcode::B => Flow::Jump(target),
+            Opcode::BL => Flow::Call(target),
+            Opcode::BLR | Opcode::BLRAA | Opcode::BLRAAZ | Opcode::BLRAB | Opcode::BLRABZ => {
+                Flow::Call(None)
+            }
+            Opcode::Bcc(_) | Opcode::CBZ | Opcode::CBNZ | Opcode::TBZ | Opcode::TBNZ => {
+                Flow::Branch(target)
+            }
+            Opcode::BR
+            | Opcode::BRAA
+            | Opcode::BRAAZ
+            | Opcode::BRAB
+            | Opcode::BRABZ
+            | Opcode::RETAA
+            | Opcode::RETAB
+            | Opcode::ERET
+            | Opcode::BRK
+            | Opcode::HLT
+            | Opcode::UDF => Flow::Stop,
+            _ => Flow::Next,
+        };
+        Some((instruction, ip + 4, flow))
+    }
+
+    fn at_function_entry() -> Self {
+        let mut state = PathState {
+            link_intact: true,
+            ..PathState::default()
+        };
+        state.object_plus[usize::from(ARGUMENT_1)] = Some(0);
+        state
+    }
+
+    /// Follows the instruction's writes: the stack pointer moved by an immediate (`sub sp,
+    /// sp, #n`, `stp x29, x30, [sp, #-n]!`, `ldp x29, x30, [sp], #n`) or back to the frame
+    /// pointer (`mov sp, x29`); a constant moved (`movz`, `orr` from the zero register),
+    /// added, or'ed or xor'ed in, sign-extended (`sxtw`), or copied; the object copied between
+    /// 64-bit registers (`mov x19, x0`) or offset within it (`add x0, x19, #8`). Any other
+    /// write to a register loses what it held.
+    fn follow(&mut self, instruction: &Instruction, depth: u64) -> Option<u64> {
+        let opcode = instruction.opcode;
+        if EXCLUSIVE_LOADS.contains(&opcode) {
+            self.exclusive = true;
+        } else if EXCLUSIVE_STORES.contains(&opcode) || opcode == Opcode::CLREX {
+            self.exclusive = false;
+        }
+        let operands = &instruction.operands;
+        if let Some(memory) = operands.iter().find(|o| memory_base(o).is_some()) {
+            return self.follow_memory(instruction, memory, depth);
+        }
+        let Some(destination) = operands.first().and_then(register) else {
+            return Some(depth);
+        };
+        // Writes to the stack pointer (an operand that can name it, as `add`'s).
+        if let Operand::RegisterOrSP(_, SP) = operands[0] {
+            return match add_immediate(instruction) {
+                Some((_, SP, amount)) => depth.checked_add_signed(-amount),
+                Some((_, FRAME, amount)) => self.frame?.checked_add_signed(-amount),
+                _ => None,
+            };
+        }
+        let index = usize::from(destination);
+        if index >= REGISTERS {
+            // The zero register: a compare or test.
+            return Some(depth);
+        }
+        let wide = matches!(
+            operands[0],
+            Operand::Register(SizeCode::X, _) | Operand::RegisterOrSP(SizeCode::X, _)
+        );
+        let known = |register: u16| {
+            self.constants
+                .get(usize::from(register))
+                .copied()
+                .flatten()
+                .or((register == SP).then_some(0))
+        };
+        let (constant, object) = match (opcode, &operands[1..]) {
+            (Opcode::MOVZ, [value, ..]) => (immediate(value), None),
+            (Opcode::ADD | Opcode::SUB, _) => match add_immediate(instruction) {
+                Some((_, SP, amount)) if destination == FRAME => {
+                    self.frame = depth.checked_add_signed(-amount);
+                    self.constants[index] = None;
+                    self.object_plus[index] = None;
+                    return Some(depth);
+                }
+                Some((_, from, amount)) if from != SP => (
+                    known(from).map(|value| value.wrapping_add_signed(amount)),
+                    self.object_plus[usize::from(from)]
+                        .and_then(|plus| u8::try_from(i64::from(plus) + amount).ok())
+                        .filter(|_| wide),
+                ),
+                _ => (None, None),
+            },
+            // `mov xd, xn` (from the zero register) or a constant or'ed, xor'ed in; with a
+            // register not known, the constant is its operation's (a flag xor'ed in).
+            (Opcode::ORR | Opcode::EOR, [Operand::Register(_, from), other, ..]) => {
+                let combine = |a: u64, b: u64| match opcode {
+                    Opcode::ORR => a | b,
+                    _ => a ^ b,
+                };
+                let other_value =
+                    immediate(other).or_else(|| unshifted_register(other).and_then(known));
+                match (known(*from), other_value) {
+                    _ if *from == SP && opcode == Opcode::ORR => match unshifted_register(other) {
+                        Some(source) if usize::from(source) < REGISTERS => (
+                            known(source),
+                            self.object_plus[usize::from(source)].filter(|_| wide),
+                        ),
+                        _ => (other_value, None),
+                    },
+                    (Some(a), Some(b)) => (Some(combine(a, b)), None),
+                    (a, b) => (a.or(b), None),
+                }
+            }
+            // `sxtw xd, wn`: a small constant keeps its value.
+            (Opcode::SBFM, [Operand::Register(_, from), first, last, ..])
+                if immediate(first) == Some(0) && immediate(last) == Some(31) =>
+            {
+                (known(*from), None)
+            }
+            _ => (None, None),
+        };
+        self.forget(destination);
+        self.constants[index] = constant;
+        self.object_plus[index] = object;
+        if let Operand::RegisterPair(_, n) = operands[0] {
+            self.forget(n + 1);
+        }
+        Some(depth)
+    }
+
+    /// A call keeps `x19` to `x29` (and the stack); `x30` is its return address.
+    fn past_call(&mut self) {
+        for register in 0..FIRST_CALLEE_SAVED {
+            self.forget(register);
+        }
+        self.forget(LINK);
+    }
+
+    /// The kernel returns the result in `x0` and keeps the rest.
+    fn past_syscall(&mut self) {
+        self.forget(0);
+    }
+
+    fn futex_made(&self) -> Option<Futex> {
+        let op = self.constants[1];
+        op.filter(|_| self.constants[SYSCALL_NUMBER] == Some(arch::AARCH64.sys_futex))
+            .and_then(Futex::of)
+    }
+
+    /// `x0` points into it.
+    fn futex_on_object(&self) -> bool {
+        self.object_plus[0].is_some()
+    }
+
+    fn holding_object(&self) -> u32 {
+        (0..REGISTERS)
+            .filter(|&r| self.object_plus[r] == Some(0))
+            .fold(0, |mask, r| mask | 1 << r)
+    }
+
+    fn object_register_in(mask: u32) -> Option<ObjectRegister> {
+        ObjectRegister::ALL
+            .into_iter()
+            .find(|&object| mask & 1 << register_of(object) != 0)
+    }
+
+    /// `x30` while it holds it; else the slot the prologue saved it in, while the stack
+    /// holds that. Never inside an exclusive region, nor deeper than the cookie's 8 bits.
+    fn return_address(&self, depth: u64) -> Option<ReturnAddress> {
+        if self.exclusive || depth > MAX_STACK_OFFSET {
+            return None;
+        }
+        match self.link_saved {
+            _ if self.link_intact => Some(ReturnAddress::AsAtEntry),
+            Some(below) if below > 0 && below <= depth => {
+                Some(ReturnAddress::SavedBelowEntry(u16::try_from(below).ok()?))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The probe on a slow-path `site` of the function at `function_offset` in `image`: its
+/// offset from the function's start wraps below it when the site is in code the function
+/// jumps back to.
+pub fn on_slow_path(image: &[u8], function_offset: u64, site: slow_path::Site) -> Placed {
+    let (probe, instruction) = probe_at(image, site.offset);
+    Placed {
+        offset: site.offset.wrapping_sub(function_offset),
+        stack_offset: site.stack_offset,
+        probe,
+        instruction,
+        why: site.reason(|register| format!("x{}", register_of(register))),
+    }
+}
+
+/// The instruction at `offset` of `image` (a library's bytes at their file offsets), as text,
+/// and what the kernel does with a uprobe there.
+pub fn probe_at(image: &[u8], offset: u64) -> (KernelProbe, String) {
+    let word = usize::try_from(offset)
+        .ok()
+        .and_then(|start| image.get(start..start.checked_add(4)?))
+        .map(|bytes| u32::from_le_bytes(bytes.try_into().unwrap_or_default()));
+    let Some(word) = word else {
+        return (KernelProbe::Refused, "(no code)".into());
+    };
+    let text = match instructions(&word.to_le_bytes(), offset).next() {
+        Some((_, instruction)) => instruction.to_string(),
+        None => format!(".inst {word:#010x}"),
+    };
+    (kernel_probe(word), text)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     /// Little-endian instruction words as the library holds them.
@@ -755,5 +1169,167 @@ mod tests {
             calls(&bytes, 0x0007_d820),
             vec![(0x0007_d824 - 0x10, 0x0007_d828)]
         );
+    }
+
+    /// A library's bytes at their file offsets, from an excerpt of the code its slow paths'
+    /// walks read (`testdata/*.excerpt`: each range as its offset and length, `u32`
+    /// little-endian, then its bytes, cut from Debian's arm64 packages); zeros elsewhere, which
+    /// decode to `udf`, where a walk stops (the outline-atomics helpers, which make no system
+    /// call).
+    fn library(excerpt: &[u8]) -> Vec<u8> {
+        let mut image = Vec::new();
+        let mut rest = excerpt;
+        while let [a, b, c, d, e, f, g, h, tail @ ..] = rest {
+            let offset = u32::from_le_bytes([*a, *b, *c, *d]) as usize;
+            let length = u32::from_le_bytes([*e, *f, *g, *h]) as usize;
+            image.resize(image.len().max(offset + length), 0);
+            image[offset..offset + length].copy_from_slice(&tail[..length]);
+            rest = &tail[length..];
+        }
+        image
+    }
+
+    const GLIBC_2_36: &[u8] = include_bytes!("testdata/glibc-2.36-arm64.excerpt");
+    const GLIBC_2_41: &[u8] = include_bytes!("testdata/glibc-2.41-arm64.excerpt");
+    const MUSL_1_2_3: &[u8] = include_bytes!("testdata/musl-1.2.3-arm64.excerpt");
+
+    fn slow_paths(image: &[u8], entry: u64, size: u64, wanted: Futex) -> Vec<slow_path::Site> {
+        slow_path::sites::<PathState>(image, entry, size, &HashSet::new(), wanted)
+    }
+
+    /// The sites of a lock's calls of `__lll_lock_wait` (`mov x0, x19; bl`), deep in a frame
+    /// of 0x30 bytes whose return address `stp x29, x30, [sp, #-0x30]!` saved 0x28 below the
+    /// entry's stack pointer (x30 holds an outline-atomics helper's return by then).
+    fn lock_waits(offsets: [u64; 3], lock_wait: u64) -> Vec<slow_path::Site> {
+        offsets
+            .into_iter()
+            .map(|offset| slow_path::Site {
+                offset,
+                stack_offset: 0x30,
+                return_address: ReturnAddress::SavedBelowEntry(0x28),
+                object_register: ObjectRegister::Rdi,
+                calls: Some(lock_wait),
+                futex: Futex::Waits,
+                wait_ends: Some(slow_path::WaitEnd::After(offset + 4)),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn glibc_2_36_mutex_lock_waits_in_its_three_calls_of_lll_lock_wait() {
+        let image = library(GLIBC_2_36);
+        assert_eq!(
+            slow_paths(&image, 0x81e14, 0x2ec, Futex::Waits),
+            lock_waits([0x81f0c, 0x81f6c, 0x820b0], 0x7b8f4)
+        );
+    }
+
+    #[test]
+    fn glibc_2_41_mutex_lock_waits_past_paciasp_as_2_36_does() {
+        let image = library(GLIBC_2_41);
+        assert_eq!(
+            slow_paths(&image, 0x89628, 0x300, Futex::Waits),
+            lock_waits([0x8972c, 0x89794, 0x898d8], 0x82f00)
+        );
+    }
+
+    #[test]
+    fn glibc_2_41_mutex_unlock_wakes_in_the_code_it_jumps_back_to() {
+        // mov w1, #1; b __pthread_mutex_unlock_usercnt, which calls __lll_lock_wake for a
+        // normal mutex and for an elided one.
+        let image = library(GLIBC_2_41);
+        let wake = |offset| slow_path::Site {
+            offset,
+            stack_offset: 0x20,
+            return_address: ReturnAddress::SavedBelowEntry(0x18),
+            object_register: ObjectRegister::Rdi,
+            calls: Some(0x82fa0),
+            futex: Futex::Wakes,
+            wait_ends: None,
+        };
+        assert_eq!(
+            slow_paths(&image, 0x8b1a4, 0xc, Futex::Wakes),
+            [wake(0x8b0b4), wake(0x8b0f8)]
+        );
+    }
+
+    #[test]
+    fn glibc_2_36_rwlock_unlock_wakes_in_line_on_words_inside_the_lock_kept_in_x19() {
+        // add x22, x19, #8; ... mov w1, #0x81; eor w1, w23, w1; mov x0, x22; ...; sxtw x1, w1;
+        // mov x8, #0x62; svc #0: each wake is probed where the straight run to it begins. The
+        // third, after `add x19, x19, #8`, has the lock in no register: not probed.
+        let image = library(GLIBC_2_36);
+        let wake = |offset| slow_path::Site {
+            offset,
+            stack_offset: 0x40,
+            return_address: ReturnAddress::SavedBelowEntry(0x38),
+            object_register: ObjectRegister::Rbx,
+            calls: None,
+            futex: Futex::Wakes,
+            wait_ends: None,
+        };
+        assert_eq!(
+            slow_paths(&image, 0x85210, 0x22c, Futex::Wakes),
+            [wake(0x852a0), wake(0x852fc)]
+        );
+        assert_eq!(register_of(ObjectRegister::Rbx), 19);
+    }
+
+    #[test]
+    fn glibc_2_36_sem_wait_passes_itself_on_to_its_slow_path_with_x30_restored() {
+        // ldp x19, x20, [sp, #0x10]; ldp x29, x30, [sp], #0x20; b __new_sem_wait_slow
+        let image = library(GLIBC_2_36);
+        let passed_on = slow_path::Site {
+            offset: 0x873d0,
+            stack_offset: 0,
+            return_address: ReturnAddress::AsAtEntry,
+            object_register: ObjectRegister::Rdi,
+            calls: Some(0x87274),
+            futex: Futex::Waits,
+            wait_ends: Some(slow_path::WaitEnd::PassedOn(0x87274)),
+        };
+        assert_eq!(slow_paths(&image, 0x87380, 0x54, Futex::Waits), [passed_on]);
+    }
+
+    #[test]
+    fn musl_sem_post_wakes_in_line_after_its_exclusive_loop() {
+        // The object is copied to x4 (`mov x4, x0`) before the ldaxr/stlxr loop; the wake
+        // (`ubfiz x1, x1, #7, #1; orr x1, x1, x2` of the private flag) and its retry without
+        // the flag are each probed where their runs begin, past the loop.
+        let image = library(MUSL_1_2_3);
+        let wake = |offset| slow_path::Site {
+            offset,
+            stack_offset: 0,
+            return_address: ReturnAddress::AsAtEntry,
+            object_register: ObjectRegister::Rsi,
+            calls: None,
+            futex: Futex::Wakes,
+            wait_ends: None,
+        };
+        assert_eq!(
+            slow_paths(&image, 0x6c2e0, 0xc8, Futex::Wakes),
+            [wake(0x6c370), wake(0x6c398)]
+        );
+        assert_eq!(register_of(ObjectRegister::Rsi), 4);
+    }
+
+    #[test]
+    fn no_probe_goes_between_a_load_exclusive_and_its_store_exclusive() {
+        // ldaxr w1, [x0]; cbnz w1, 0x18; mov x1, #0x81; mov x8, #0x62; svc #0;
+        // stlxr w2, w1, [x0]; ret: the run to the futex call starts inside the region.
+        let mut words = [
+            0x885f_fc01,
+            0x3500_00a1,
+            0xd280_1021,
+            0xd280_0c48,
+            0xd400_0001,
+            0x8802_fc01,
+            0xd65f_03c0,
+        ];
+        assert_eq!(slow_paths(&code(&words), 0, 0x1c, Futex::Wakes), []);
+        // With a plain load (ldr w1, [x0]) in its place, the run is probed.
+        words[0] = 0xb940_0001;
+        let sites = slow_paths(&code(&words), 0, 0x1c, Futex::Wakes);
+        assert_eq!(sites.iter().map(|s| s.offset).collect::<Vec<_>>(), [8]);
     }
 }

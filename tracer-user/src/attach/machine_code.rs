@@ -3,11 +3,14 @@
 //! ([`placement`], iced-x86) or arm64's ([`aarch64`], yaxpeax-arm). Addresses are in the space
 //! of `base`, the code's first byte.
 
+use std::collections::HashSet;
+
 use tracer_common::arch::{self, InstructionSet};
 
 use super::{
     aarch64,
     placement::{self, Needs, Placement},
+    slow_path::{self, Futex, Site},
 };
 
 /// Where errno is, as the C library's `__errno_location` computes it.
@@ -88,5 +91,41 @@ pub fn thread_descriptor_offset(code: &[u8], base: u64) -> Option<u64> {
     match arch::HOST.instruction_set {
         InstructionSet::X86_64 => Some(0),
         InstructionSet::A64 => aarch64::thread_descriptor_offset(code, base),
+    }
+}
+
+/// `--contended`: where the function at `entry` (`size` bytes) of `image` (a library's bytes at
+/// their file offsets) blocks or wakes a waiter, as `wanted` says ([`slow_path::sites`]);
+/// `named`: the library's functions' starts.
+pub fn slow_path_sites(
+    image: &[u8],
+    entry: u64,
+    size: u64,
+    named: &HashSet<u64>,
+    wanted: Futex,
+) -> Vec<Site> {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => {
+            slow_path::sites::<slow_path::PathState>(image, entry, size, named, wanted)
+        }
+        InstructionSet::A64 => {
+            slow_path::sites::<aarch64::PathState>(image, entry, size, named, wanted)
+        }
+    }
+}
+
+/// The probe on a slow-path `site` of the function at `function_offset` in `image`.
+pub fn on_slow_path(image: &[u8], function_offset: u64, site: Site) -> Placement {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => Placement::on_slow_path(image, function_offset, site),
+        InstructionSet::A64 => Placement::a64(aarch64::on_slow_path(image, function_offset, site)),
+    }
+}
+
+/// Whether the kernel takes a uprobe on the instruction at `offset` of `image`.
+pub fn kernel_accepts(image: &[u8], offset: u64) -> bool {
+    match arch::HOST.instruction_set {
+        InstructionSet::X86_64 => placement::kernel_accepts(image, offset),
+        InstructionSet::A64 => aarch64::probe_at(image, offset).0 != aarch64::KernelProbe::Refused,
     }
 }

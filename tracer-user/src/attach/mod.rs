@@ -6,11 +6,9 @@
 
 use tracer_common::arch::{self, InstructionSet};
 
-/// Whether lock calls' fast and slow paths (`--contended`) are planned from the traced code on
-/// the architecture this build runs on (x86-64, so far). Where they are not, a full trace
-/// probes every call at its (placed) entry, and `--contended` finds no slow path in any lock
-/// function, as in musl: its futex records are what it has of contention.
-pub const PLANS_LOCK_PATHS: bool = matches!(arch::HOST.instruction_set, InstructionSet::X86_64);
+/// Whether a full trace plans lock calls' fast paths from the traced code on the architecture
+/// this build runs on (x86-64, so far; slow paths, `--contended`, are planned on every one).
+pub const PLANS_FAST_PATHS: bool = matches!(arch::HOST.instruction_set, InstructionSet::X86_64);
 
 mod aarch64;
 pub mod exec_follow;

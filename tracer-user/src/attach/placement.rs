@@ -22,10 +22,10 @@ use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
     InstructionInfo, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
-use tracer_common::{EventDef, ProbeFlags, arch};
+use tracer_common::{EventDef, ProbeFlags};
 
 use super::{
-    PLANS_LOCK_PATHS, aarch64,
+    aarch64,
     fast_path::{self, Role},
     machine_code::ErrnoAt,
     slow_path,
@@ -210,35 +210,8 @@ impl Placement {
             Why::NothingEmulated => {
                 "single-stepped at the entry: no emulated instruction near it".into()
             }
-            Why::SlowPath(site) => {
-                let made = match site.calls {
-                    Some(futex_function) => {
-                        format!("calls the futex function at {futex_function:#x}")
-                    }
-                    None => "makes the futex call".into(),
-                };
-                let object = format!("object in {:?}", site.object_register).to_lowercase();
-                match site.wait_ends {
-                    Some(slow_path::WaitEnd::PassedOn(waiting)) => format!(
-                        "slow path: passes the call on to {waiting:#x}, which waits (its return \
-                         is the call's); {object}"
-                    ),
-                    Some(slow_path::WaitEnd::After(end)) => {
-                        format!("slow path: {made}; the wait ends at {end:#x}; {object}")
-                    }
-                    Some(slow_path::WaitEnd::ReturnOf(_)) => {
-                        format!("slow path: {made}; the wait ends at its return; {object}")
-                    }
-                    None => format!("slow path: {made}; {object}"),
-                }
-            }
-            Why::NoSlowPath if PLANS_LOCK_PATHS => {
-                "--contended: no call of a futex function found in it".into()
-            }
-            Why::NoSlowPath => format!(
-                "--contended: slow paths are not found in {} code yet",
-                arch::HOST.name
-            ),
+            Why::SlowPath(site) => site.reason(|register| format!("{register:?}").to_lowercase()),
+            Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
             Why::FastPath(site) => fast_path_reason(site, false, self.emulated),
             Why::WholeAtEntry(site) => fast_path_reason(site, true, self.emulated),
         };

@@ -29,7 +29,7 @@ use tracer_common::{
 use tracer_model::selection::EventSet;
 
 use super::{
-    PLANS_LOCK_PATHS,
+    PLANS_FAST_PATHS,
     fast_path::{self, Role},
     machine_code,
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
@@ -231,7 +231,7 @@ struct FastPaths {
 
 impl FastPaths {
     fn of(library: &PthreadLibrary, options: PlanOptions) -> FastPaths {
-        let off = !options.fast_paths || options.at_entry || options.contended || !PLANS_LOCK_PATHS;
+        let off = !options.fast_paths || options.at_entry || options.contended || !PLANS_FAST_PATHS;
         FastPaths {
             off,
             refused: None,
@@ -456,9 +456,9 @@ fn plan_slow_path(
     };
     // musl's slow paths are other functions', which spin before they wait (its lock passes
     // itself on to its timed lock): not what a slow-path record says of a call.
-    let sites = match library.is_musl() || !PLANS_LOCK_PATHS {
+    let sites = match library.is_musl() {
         true => Vec::new(),
-        false => slow_path::sites(
+        false => machine_code::slow_path_sites(
             &library.image,
             function.offset,
             function.size,
@@ -488,14 +488,14 @@ fn plan_slow_path(
     // return instead, if it has one.
     let sites = sites.into_iter().filter_map(|mut site| {
         if let Some(WaitEnd::After(end)) = site.wait_ends
-            && !placement::kernel_accepts(&library.image, end)
+            && !machine_code::kernel_accepts(&library.image, end)
         {
             site.wait_ends = Some(WaitEnd::ReturnOf(site.calls?));
         }
         Some(site)
     });
     for site in sites {
-        let placement = Placement::on_slow_path(&library.image, function.offset, site);
+        let placement = machine_code::on_slow_path(&library.image, function.offset, site);
         let mut planned = probe(placement, Some(site));
         planned.same_code_as = probes
             .iter()

@@ -16,14 +16,22 @@
 //! a tail call from there on: a jump to another named function, or a far jump with nothing
 //! pushed (glibc's unlock of a priority-protected mutex ends in a jump to the code that changes
 //! priorities, whose futex calls are on a lock of its own).
+//!
+//! One walk reads every instruction set, through its [`Path`]: x86-64's here ([`PathState`],
+//! iced-x86), arm64's in `aarch64` (yaxpeax-arm), where the futex call is `svc #0` with the
+//! number in `x8` and the operation in `x1`, and glibc's lock functions call the outline-atomics
+//! helpers before they wait: `x30` no longer holds the return address there, which the prologue
+//! saved (`stp x29, x30, [sp, #-n]!`), so an arm64 site says where ([`ReturnAddress`]). No
+//! arm64 site lies between a load-exclusive and its store-exclusive.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    marker::PhantomData,
+};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
-use tracer_common::ObjectRegister;
+use tracer_common::{ObjectRegister, arch};
 
-/// The futex system call's number on x86-64.
-const SYS_FUTEX: u64 = 202;
 /// How many instructions a walk decodes at most: glibc's lock with its robust and
 /// priority-protected paths is about 1,000.
 const MAX_WALKED: usize = 8192;
@@ -41,9 +49,11 @@ const MAX_WALKED_IN_CALLEE: usize = 1024;
 pub struct Site {
     /// Where the probe goes (an address in the library's file offsets).
     pub offset: u64,
-    /// Bytes pushed since the traced function's entry: its return address is at
-    /// `[rsp + stack_offset]`.
+    /// Bytes pushed since the traced function's entry (on arm64, the bytes the stack pointer
+    /// moved down by): the entry's stack pointer is `sp + stack_offset`.
     pub stack_offset: u16,
+    /// Where the call's return address is there.
+    pub return_address: ReturnAddress,
     /// The register that holds the call's object there: the futex waited on may be a word inside it (a read-write
     /// lock's), passed to the futex call as the object plus an offset.
     pub object_register: ObjectRegister,
@@ -54,6 +64,38 @@ pub struct Site {
     pub futex: Futex,
     /// Where a wait ends, for the call's return half; `None` for a wake.
     pub wait_ends: Option<WaitEnd>,
+}
+
+impl Site {
+    /// What the probe does, for `--list-probes`; `register` names the object's register in
+    /// the library's instruction set.
+    pub fn reason(&self, register: impl Fn(ObjectRegister) -> String) -> String {
+        let made = match self.calls {
+            Some(futex_function) => format!("calls the futex function at {futex_function:#x}"),
+            None => "makes the futex call".into(),
+        };
+        let object = format!("object in {}", register(self.object_register));
+        let what = match self.wait_ends {
+            Some(WaitEnd::PassedOn(waiting)) => format!(
+                "slow path: passes the call on to {waiting:#x}, which waits (its return is the \
+                 call's); {object}"
+            ),
+            Some(WaitEnd::After(end)) => {
+                format!("slow path: {made}; the wait ends at {end:#x}; {object}")
+            }
+            Some(WaitEnd::ReturnOf(_)) => {
+                format!("slow path: {made}; the wait ends at its return; {object}")
+            }
+            None => format!("slow path: {made}; {object}"),
+        };
+        match self.return_address {
+            ReturnAddress::AsAtEntry => what,
+            ReturnAddress::SavedBelowEntry(below) => format!(
+                "{what}; the return address is saved at [sp+{:#x}]",
+                self.stack_offset.saturating_sub(below)
+            ),
+        }
+    }
 }
 
 /// Where a wait ends: the return half of a call that blocked is probed there.
@@ -81,7 +123,7 @@ pub enum Futex {
 
 impl Futex {
     /// The kind of the operation `op` (FUTEX_PRIVATE_FLAG and the clock flag aside).
-    fn of(op: u64) -> Option<Futex> {
+    pub(super) fn of(op: u64) -> Option<Futex> {
         match op & 0x7f {
             0 | 6 | 9 | 11 | 13 => Some(Futex::Waits),
             1 | 5 | 7 | 10 => Some(Futex::Wakes),
@@ -90,28 +132,85 @@ impl Futex {
     }
 }
 
+/// Where a probe on a slow path finds the call's return address, which the record's caller
+/// and the test for a call made inside the library read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReturnAddress {
+    /// Where the function's entry has it: x86-64's `[rsp + stack_offset]`, arm64's `x30`,
+    /// written by nothing since (or loaded back).
+    AsAtEntry,
+    /// arm64: saved by the prologue this many bytes below the entry's stack pointer, `x30`
+    /// having been overwritten since (by a call).
+    SavedBelowEntry(u16),
+}
+
+/// What one instruction does to the way through a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Goes on to the next instruction.
+    Next,
+    /// A system call, after which the next instruction runs.
+    Syscall,
+    /// Returns to the caller.
+    Return,
+    /// A way the walk cannot follow: an indirect jump, an exception.
+    Stop,
+    /// Jumps there; `None`: somewhere not known (a far jump).
+    Jump(Option<u64>),
+    /// Jumps there or goes on.
+    Branch(Option<u64>),
+    /// Calls there and goes on.
+    Call(Option<u64>),
+}
+
+/// One instruction set's path state: what a path through a function has set up (the futex
+/// call's number and operation, where the object is, where the return address is) and how
+/// each instruction changes it. The walk is the same for every instruction set
+/// ([`PathState`] for x86-64's, `aarch64::PathState` for arm64's).
+pub(super) trait Path: Copy + Default {
+    type Instruction;
+    /// The instruction at `ip` of `image`, where the next one is, and what it does to the flow.
+    fn decode(image: &[u8], ip: u64) -> Option<(Self::Instruction, u64, Flow)>;
+    /// At a function's entry: the object is its first argument.
+    fn at_function_entry() -> Self;
+    /// Follows what a [`Flow::Next`] instruction writes, `depth` bytes below the entry's stack
+    /// pointer: the depth after it, or `None` if the walk cannot know it.
+    fn follow(&mut self, instruction: &Self::Instruction, depth: u64) -> Option<u64>;
+    /// What a call leaves.
+    fn past_call(&mut self);
+    /// What a system call leaves.
+    fn past_syscall(&mut self);
+    /// The kind of futex call a system call made now makes, if it is one of a known operation.
+    fn futex_made(&self) -> Option<Futex>;
+    /// Whether a futex call made now is on the object: its first argument points into it.
+    fn futex_on_object(&self) -> bool;
+    /// The registers that hold the object, a bit each by the instruction set's numbering.
+    fn holding_object(&self) -> u32;
+    /// The first register in `mask` the record can take the object from.
+    fn object_register_in(mask: u32) -> Option<ObjectRegister>;
+    /// Where a probe here, `depth` bytes below the entry's stack pointer, reads the return
+    /// address; `None` where no probe may go (the return address is lost, or the probe
+    /// would break an exclusive load's loop) or the depth does not fit the cookie.
+    fn return_address(&self, depth: u64) -> Option<ReturnAddress>;
+}
+
 /// The slow-path sites of the function at `entry`, `size` bytes, in `image` (a library's bytes,
-/// at their file offsets, which are also its addresses): each direct call of a function that
-/// makes a futex call of a known operation, and each such futex call made in line, on the
-/// call's object or a word inside it. A tail call from outside the function (to one of
-/// `named`, other functions' starts, or far with nothing pushed) is not followed. A function
-/// that waits in no call of its own but jumps to another that waits (itself or in the
-/// functions it calls) is probed at that jump. Sites whose stack depth cannot be followed (a
-/// frame pointer, an aligned stack), and waits whose end has no probe of its own, are left
-/// out.
-pub fn sites(
+/// at their file offsets, which are also its addresses), read as `P`'s instruction set: each
+/// direct call of a function that makes a futex call of a known operation, and each such
+/// futex call made in line, on the call's object or a word inside it. A tail call from outside
+/// the function (to one of `named`, other functions' starts, or far with nothing pushed) is not
+/// followed. A function that waits in no call of its own but jumps to another that waits
+/// (itself or in the functions it calls) is probed at that jump. Sites whose stack depth or
+/// return address cannot be followed (a frame pointer, an aligned stack), and waits whose end
+/// has no probe of its own, are left out.
+pub(super) fn sites<P: Path>(
     image: &[u8],
     entry: u64,
     size: u64,
     named: &HashSet<u64>,
     wanted: Futex,
 ) -> Vec<Site> {
-    let mut walker = Walker {
-        image,
-        named,
-        futex_of: HashMap::new(),
-        passes_on_waits: wanted == Futex::Waits,
-    };
+    let mut walker = Walker::<P>::new(image, named, wanted == Futex::Waits);
     let walked = walker.walk(entry, Some(size), 0, MAX_WALKED);
     let mut sites: Vec<Site> = walked
         .sites
@@ -136,27 +235,23 @@ pub fn sites(
     sites
 }
 
-/// Whether the function at `address` in `image` waits on a futex, itself or in the functions
-/// it calls, so many calls down as a slow path's walk looks. `named`: the library's functions'
-/// starts.
+/// Whether the x86-64 function at `address` in `image` waits on a futex, itself or in the
+/// functions it calls, so many calls down as a slow path's walk looks. `named`: the library's
+/// functions' starts.
 pub(super) fn waits(image: &[u8], address: u64, named: &HashSet<u64>) -> bool {
-    let mut walker = Walker {
-        image,
-        named,
-        futex_of: HashMap::new(),
-        passes_on_waits: false,
-    };
+    let mut walker = Walker::<PathState>::new(image, named, false);
     walker.futex_of(address, CALLEE_LEVELS) == Some(Futex::Waits)
 }
 
 /// Walks functions' code, remembering what futex call each called function makes.
-struct Walker<'a> {
+struct Walker<'a, P> {
     image: &'a [u8],
     named: &'a HashSet<u64>,
     /// By function and how many calls down was looked.
     futex_of: HashMap<(u64, u32), Option<Futex>>,
     /// Whether a jump to a function that waits is a site (sought for a lock), not followed.
     passes_on_waits: bool,
+    path: PhantomData<P>,
 }
 
 /// What a walk found.
@@ -171,7 +266,17 @@ struct Walked {
     in_line: HashMap<u64, u64>,
 }
 
-impl Walker<'_> {
+impl<'a, P: Path> Walker<'a, P> {
+    fn new(image: &'a [u8], named: &'a HashSet<u64>, passes_on_waits: bool) -> Self {
+        Walker {
+            image,
+            named,
+            futex_of: HashMap::new(),
+            passes_on_waits,
+            path: PhantomData,
+        }
+    }
+
     /// The futex call the function at `address` makes: itself, on the straight way from its
     /// entry, or with `levels` above 0 anywhere in it or in the functions it calls, so many
     /// calls down. A wait if it makes any.
@@ -180,7 +285,7 @@ impl Walker<'_> {
             return known;
         }
         if levels == 0 {
-            let futex = own_futex_call(self.image, address);
+            let futex = own_futex_call::<P>(self.image, address);
             self.futex_of.insert((address, levels), futex);
             return futex;
         }
@@ -208,7 +313,7 @@ impl Walker<'_> {
             in_line: HashMap::new(),
         };
         // The depth at each instruction walked, and the registers that hold the object there
-        // on every path walked to it that brings it ([`PathState::object_mask`]; `None`: none
+        // on every path walked to it that brings it ([`Path::holding_object`]; `None`: none
         // does). An instruction is walked again when a path brings the object where no path
         // did, or leaves it out of a register that held it: a probe there reads it from a
         // register that holds it whichever way the call came. A path that does not bring it
@@ -217,13 +322,13 @@ impl Walker<'_> {
         let mut depths: HashMap<u64, (u64, Option<u32>)> = HashMap::new();
         // Each run of instructions from where a branch lands, with the depth there and what
         // the path to it set up for a system call.
-        let mut runs = vec![(entry, 0u64, PathState::at_entry())];
+        let mut runs = vec![(entry, 0u64, P::at_function_entry())];
         let mut decoded = 0;
         while let Some((start, depth, at_start)) = runs.pop() {
             let (mut depth, mut state) = (depth, at_start);
             let mut ip = start;
             while decoded < budget {
-                let arriving = state.object_mask();
+                let arriving = state.holding_object();
                 match depths.get_mut(&ip) {
                     Some((_, seen)) => {
                         let narrowed = match *seen {
@@ -240,52 +345,51 @@ impl Walker<'_> {
                         depths.insert(ip, (depth, (arriving != 0).then_some(arriving)));
                     }
                 }
-                let Some(instruction) = decode_one(self.image, ip) else {
+                let Some((instruction, next, flow)) = P::decode(self.image, ip) else {
                     break;
                 };
                 decoded += 1;
-                let next = instruction.next_ip();
-                if instruction.mnemonic() == Mnemonic::Syscall {
-                    // Probed where the run starts: the object must be in a register there.
-                    if let Some(futex) = state.made()
-                        && state.futex_on_object()
-                        && let Some(object_register) = at_start.object_register()
-                        && let Ok(stack_offset) = u16::try_from(depths[&start].0)
-                    {
-                        walked.in_line.insert(start, ip);
-                        walked.sites.push(Site {
-                            offset: start,
-                            stack_offset,
-                            object_register,
-                            calls: None,
-                            futex,
-                            wait_ends: (futex == Futex::Waits).then_some(WaitEnd::After(next)),
-                        });
+                match flow {
+                    Flow::Syscall => {
+                        // Probed where the run starts: the object must be in a register there.
+                        let start_depth = depths[&start].0;
+                        if let Some(futex) = state.futex_made()
+                            && state.futex_on_object()
+                            && let Some(object_register) =
+                                P::object_register_in(at_start.holding_object())
+                            && let Some(return_address) = at_start.return_address(start_depth)
+                            && let Ok(stack_offset) = u16::try_from(start_depth)
+                        {
+                            walked.in_line.insert(start, ip);
+                            walked.sites.push(Site {
+                                offset: start,
+                                stack_offset,
+                                return_address,
+                                object_register,
+                                calls: None,
+                                futex,
+                                wait_ends: (futex == Futex::Waits).then_some(WaitEnd::After(next)),
+                            });
+                        }
+                        state.past_syscall();
                     }
-                    state.after_syscall();
-                    ip = next;
-                    continue;
-                }
-                match instruction.flow_control() {
-                    FlowControl::Return | FlowControl::IndirectBranch | FlowControl::Exception => {
-                        break;
-                    }
-                    FlowControl::UnconditionalBranch => {
-                        let Some(target) = near_target(&instruction) else {
-                            break;
-                        };
+                    Flow::Return | Flow::Stop | Flow::Jump(None) => break,
+                    Flow::Jump(Some(target)) => {
                         walked.targets.insert(target);
                         if self.passes_on_waits
                             && !called
                             && in_function(ip)
                             && depth == 0
                             && !in_function(target)
-                            && let Some(object_register) = state.object_register()
+                            && let Some(object_register) =
+                                P::object_register_in(state.holding_object())
+                            && let Some(return_address) = state.return_address(depth)
                             && self.futex_of(target, CALLEE_LEVELS) == Some(Futex::Waits)
                         {
                             walked.passed_on.push(Site {
                                 offset: ip,
                                 stack_offset: 0,
+                                return_address,
                                 object_register,
                                 calls: Some(target),
                                 futex: Futex::Waits,
@@ -300,45 +404,41 @@ impl Walker<'_> {
                         }
                         break;
                     }
-                    FlowControl::ConditionalBranch => {
-                        if let Some(target) = near_target(&instruction) {
+                    Flow::Branch(target) => {
+                        if let Some(target) = target {
                             walked.targets.insert(target);
                             runs.push((target, depth, state));
                         }
                         runs.push((next, depth, state));
                         break;
                     }
-                    FlowControl::Call => {
-                        let callee = near_target(&instruction).and_then(|target| {
+                    Flow::Call(target) => {
+                        let callee = target.and_then(|target| {
                             Some((target, self.futex_of(target, levels.saturating_sub(1))?))
                         });
                         if let Some((target, futex)) = callee
                             && state.futex_on_object()
-                            && let Some(object_register) = state.object_register()
+                            && let Some(object_register) =
+                                P::object_register_in(state.holding_object())
+                            && let Some(return_address) = state.return_address(depth)
                             && let Ok(stack_offset) = u16::try_from(depth)
                         {
                             walked.sites.push(Site {
                                 offset: ip,
                                 stack_offset,
+                                return_address,
                                 object_register,
                                 calls: Some(target),
                                 futex,
                                 wait_ends: (futex == Futex::Waits).then_some(WaitEnd::After(next)),
                             });
                         }
-                        state.after_call();
+                        state.past_call();
                     }
-                    _ => {
-                        state.note(&instruction, depth);
-                        match stack_change(&instruction) {
-                            StackChange::None => {}
-                            StackChange::By(bytes) => match depth.checked_add_signed(bytes) {
-                                Some(new) => depth = new,
-                                None => break,
-                            },
-                            StackChange::Unknown => break,
-                        }
-                    }
+                    Flow::Next => match state.follow(&instruction, depth) {
+                        Some(new) => depth = new,
+                        None => break,
+                    },
                 }
                 ip = next;
             }
@@ -359,7 +459,7 @@ impl Walker<'_> {
         });
         // Each site reads the object from a register that holds it on every way there.
         let object_register = |site: &Site| match depths.get(&site.offset) {
-            Some(&(_, Some(mask))) => object_register_in(mask),
+            Some(&(_, Some(mask))) => P::object_register_in(mask),
             _ => None,
         };
         for sites in [&mut walked.sites, &mut walked.passed_on] {
@@ -377,20 +477,19 @@ impl Walker<'_> {
 
 /// The futex call the function at `address` makes itself (glibc's `__lll_lock_wait`), among
 /// its first instructions in the order they lie, jumps followed, before its first return.
-fn own_futex_call(image: &[u8], address: u64) -> Option<Futex> {
+fn own_futex_call<P: Path>(image: &[u8], address: u64) -> Option<Futex> {
     let mut ip = address;
-    let mut state = PathState::default();
+    let mut state = P::default();
     for _ in 0..MAX_CALLEE_INSTRUCTIONS {
-        let instruction = decode_one(image, ip)?;
-        if instruction.mnemonic() == Mnemonic::Syscall {
-            return state.made();
-        }
-        ip = match instruction.flow_control() {
-            FlowControl::Return => return None,
-            FlowControl::UnconditionalBranch => near_target(&instruction)?,
-            _ => instruction.next_ip(),
+        let (instruction, next, flow) = P::decode(image, ip)?;
+        ip = match flow {
+            Flow::Syscall => return state.futex_made(),
+            Flow::Return => return None,
+            Flow::Jump(target) => target?,
+            _ => next,
         };
-        state.note(&instruction, 0);
+        // The depth does not matter here: nothing is probed.
+        let _ = state.follow(&instruction, 0);
     }
     None
 }
@@ -433,11 +532,6 @@ impl PathState {
         state
     }
 
-    /// The register the record can take the object from here: `rdi` if it holds it.
-    fn object_register(&self) -> Option<ObjectRegister> {
-        object_register_in(self.object_mask())
-    }
-
     /// The registers that hold the object, a bit each by [`register_index`].
     pub(super) fn object_mask(&self) -> u32 {
         (0..REGISTERS)
@@ -453,11 +547,6 @@ impl PathState {
                 *object = None;
             }
         }
-    }
-
-    /// Whether a futex call made now is on the object: `rdi` points into it.
-    fn futex_on_object(&self) -> bool {
-        self.object_plus[register_index(Register::RDI)].is_some()
     }
 
     /// What a call leaves: only what the registers it keeps and the stack hold.
@@ -575,12 +664,69 @@ impl PathState {
             self.object_plus[index] = None;
         }
     }
+}
 
-    /// The kind of futex call a `syscall` now makes, if it is one of a known operation.
-    fn made(&self) -> Option<Futex> {
+impl Path for PathState {
+    type Instruction = Instruction;
+
+    fn decode(image: &[u8], ip: u64) -> Option<(Instruction, u64, Flow)> {
+        let instruction = decode_one(image, ip)?;
+        let flow = match instruction.flow_control() {
+            _ if instruction.mnemonic() == Mnemonic::Syscall => Flow::Syscall,
+            FlowControl::Return => Flow::Return,
+            FlowControl::IndirectBranch | FlowControl::Exception => Flow::Stop,
+            FlowControl::UnconditionalBranch => Flow::Jump(near_target(&instruction)),
+            FlowControl::ConditionalBranch => Flow::Branch(near_target(&instruction)),
+            FlowControl::Call => Flow::Call(near_target(&instruction)),
+            _ => Flow::Next,
+        };
+        Some((instruction, instruction.next_ip(), flow))
+    }
+
+    fn at_function_entry() -> Self {
+        PathState::at_entry()
+    }
+
+    fn follow(&mut self, instruction: &Instruction, depth: u64) -> Option<u64> {
+        self.note(instruction, depth);
+        match stack_change(instruction) {
+            StackChange::None => Some(depth),
+            StackChange::By(bytes) => depth.checked_add_signed(bytes),
+            StackChange::Unknown => None,
+        }
+    }
+
+    fn past_call(&mut self) {
+        self.after_call();
+    }
+
+    fn past_syscall(&mut self) {
+        self.after_syscall();
+    }
+
+    fn futex_made(&self) -> Option<Futex> {
         let number = self.constants[register_index(Register::RAX)];
         let op = self.constants[register_index(Register::RSI)];
-        op.filter(|_| number == Some(SYS_FUTEX)).and_then(Futex::of)
+        op.filter(|_| number == Some(arch::X86_64.sys_futex))
+            .and_then(Futex::of)
+    }
+
+    /// `rdi` points into it.
+    fn futex_on_object(&self) -> bool {
+        self.object_plus[register_index(Register::RDI)].is_some()
+    }
+
+    fn holding_object(&self) -> u32 {
+        self.object_mask()
+    }
+
+    fn object_register_in(mask: u32) -> Option<ObjectRegister> {
+        object_register_in(mask)
+    }
+
+    /// Always at `[rsp + depth]`.
+    fn return_address(&self, _depth: u64) -> Option<ReturnAddress> {
+        Some(ReturnAddress::AsAtEntry)
     }
 }
 
@@ -688,7 +834,7 @@ mod tests {
     ];
 
     fn sites_of(image: &[u8], wanted: Futex) -> Vec<Site> {
-        sites(image, 0, 0x20, &HashSet::new(), wanted)
+        sites::<PathState>(image, 0, 0x20, &HashSet::new(), wanted)
     }
 
     #[test]
@@ -706,6 +852,7 @@ mod tests {
         let wait = Site {
             offset: 9,
             stack_offset: 24,
+            return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
             calls: Some(0x40),
             futex: Futex::Waits,
@@ -728,6 +875,7 @@ mod tests {
         let wake = Site {
             offset: 5,
             stack_offset: 0,
+            return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
             calls: None,
             futex: Futex::Wakes,
@@ -766,14 +914,18 @@ mod tests {
         let call = Site {
             offset: 0x40,
             stack_offset: 8,
+            return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
             calls: Some(0x50),
             futex: Futex::Waits,
             wait_ends: Some(WaitEnd::After(0x45)),
         };
-        assert_eq!(sites(&bytes, 0, 3, &HashSet::new(), Futex::Waits), [call]);
+        assert_eq!(
+            sites::<PathState>(&bytes, 0, 3, &HashSet::new(), Futex::Waits),
+            [call]
+        );
         let named = HashSet::from([0x40]);
-        assert_eq!(sites(&bytes, 0, 3, &named, Futex::Waits), []);
+        assert_eq!(sites::<PathState>(&bytes, 0, 3, &named, Futex::Waits), []);
     }
 
     #[test]
@@ -795,16 +947,17 @@ mod tests {
         let wait = Site {
             offset: 0x11,
             stack_offset: 8,
+            return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rbx,
             calls: None,
             futex: Futex::Waits,
             wait_ends: Some(WaitEnd::After(0x23)),
         };
         assert_eq!(
-            sites(&bytes, 0, 0x2b, &HashSet::new(), Futex::Waits),
+            sites::<PathState>(&bytes, 0, 0x2b, &HashSet::new(), Futex::Waits),
             [wait]
         );
-        assert!(sites(&bytes, 0, 0x2b, &HashSet::new(), Futex::Wakes).is_empty());
+        assert!(sites::<PathState>(&bytes, 0, 0x2b, &HashSet::new(), Futex::Wakes).is_empty());
     }
 
     #[test]
@@ -815,12 +968,19 @@ mod tests {
         let jump = Site {
             offset: 0,
             stack_offset: 0,
+            return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
             calls: Some(0x40),
             futex: Futex::Waits,
             wait_ends: Some(WaitEnd::PassedOn(0x40)),
         };
-        assert_eq!(sites(&bytes, 0, 2, &HashSet::new(), Futex::Waits), [jump]);
-        assert_eq!(sites(&bytes, 0, 2, &HashSet::new(), Futex::Wakes), []);
+        assert_eq!(
+            sites::<PathState>(&bytes, 0, 2, &HashSet::new(), Futex::Waits),
+            [jump]
+        );
+        assert_eq!(
+            sites::<PathState>(&bytes, 0, 2, &HashSet::new(), Futex::Wakes),
+            []
+        );
     }
 }
