@@ -601,6 +601,10 @@ const FRAME: u16 = 29;
 /// The syscall number's register, `x8`.
 const SYSCALL_NUMBER: usize = 8;
 
+/// Where glibc's `__syscall_cancel` takes the number of the system call it makes: its 7th
+/// argument, `x6`.
+const SYSCALL_CANCEL_NUMBER: u16 = 6;
+
 /// The first register a call keeps, `x19` (to `x28`).
 const FIRST_CALLEE_SAVED: u16 = 19;
 
@@ -932,6 +936,36 @@ impl slow_path::Path for PathState {
         let op = self.constants[1];
         op.filter(|_| self.constants[SYSCALL_NUMBER] == Some(arch::AARCH64.sys_futex))
             .and_then(Futex::of)
+    }
+
+    /// A callee that copies `x6` into `x8` among its first instructions, before any branch,
+    /// makes the system call its caller numbers in `x6`, with the caller's `x0` to `x5`.
+    fn futex_passed_on(&self, image: &[u8], callee: u64) -> Option<Futex> {
+        let number = self.constants[usize::from(SYSCALL_CANCEL_NUMBER)]?;
+        let mut ip = callee;
+        for _ in 0..PREFIX_INSTRUCTIONS {
+            let (instruction, next, flow) = <PathState as slow_path::Path>::decode(image, ip)?;
+            if flow != Flow::Next {
+                return None;
+            }
+            if let (
+                Opcode::ORR,
+                [
+                    Operand::Register(SizeCode::X, 8),
+                    Operand::Register(_, 31),
+                    source,
+                    _,
+                ],
+            ) = (instruction.opcode, &instruction.operands)
+                && unshifted_register(source) == Some(SYSCALL_CANCEL_NUMBER)
+            {
+                return self.constants[1]
+                    .filter(|_| number == arch::AARCH64.sys_futex)
+                    .and_then(Futex::of);
+            }
+            ip = next;
+        }
+        None
     }
 
     /// `x0` points into it.
@@ -1289,6 +1323,24 @@ mod tests {
             wait_ends: Some(slow_path::WaitEnd::PassedOn(0x87274)),
         };
         assert_eq!(slow_paths(&image, 0x87380, 0x54, Futex::Waits), [passed_on]);
+    }
+
+    #[test]
+    fn glibc_2_41_sem_wait_waits_through_syscall_cancel_which_takes_the_number_in_x6() {
+        // sem_wait passes itself on (ldp x29, x30, [sp], #0x20; autiasp; b) to
+        // __new_sem_wait_slow, which reaches __futex_abstimed_wait_common: mov x6, #0x62;
+        // ...; bl __syscall_cancel, whose mov x8, x6 makes the futex call the caller numbers.
+        let image = library(GLIBC_2_41);
+        let passed_on = slow_path::Site {
+            offset: 0x8f13c,
+            stack_offset: 0,
+            return_address: ReturnAddress::AsAtEntry,
+            object_register: ObjectRegister::Rdi,
+            calls: Some(0x8efc0),
+            futex: Futex::Waits,
+            wait_ends: Some(slow_path::WaitEnd::PassedOn(0x8efc0)),
+        };
+        assert_eq!(slow_paths(&image, 0x8f0e0, 0x60, Futex::Waits), [passed_on]);
     }
 
     #[test]

@@ -182,6 +182,10 @@ pub(super) trait Path: Copy + Default {
     fn past_syscall(&mut self);
     /// The kind of futex call a system call made now makes, if it is one of a known operation.
     fn futex_made(&self) -> Option<Futex>;
+    /// The kind of futex call the function at `callee` of `image` makes when called now, if it
+    /// makes whatever system call its caller names (glibc 2.41's `__syscall_cancel` on arm64,
+    /// whose number is its 7th argument).
+    fn futex_passed_on(&self, image: &[u8], callee: u64) -> Option<Futex>;
     /// Whether a futex call made now is on the object: its first argument points into it.
     fn futex_on_object(&self) -> bool;
     /// The registers that hold the object, a bit each by the instruction set's numbering.
@@ -414,7 +418,10 @@ impl<'a, P: Path> Walker<'a, P> {
                     }
                     Flow::Call(target) => {
                         let callee = target.and_then(|target| {
-                            Some((target, self.futex_of(target, levels.saturating_sub(1))?))
+                            let futex = self
+                                .futex_of(target, levels.saturating_sub(1))
+                                .or_else(|| state.futex_passed_on(self.image, target))?;
+                            Some((target, futex))
                         });
                         if let Some((target, futex)) = callee
                             && state.futex_on_object()
@@ -709,6 +716,12 @@ impl Path for PathState {
         let op = self.constants[register_index(Register::RSI)];
         op.filter(|_| number == Some(arch::X86_64.sys_futex))
             .and_then(Futex::of)
+    }
+
+    /// glibc's `__syscall_cancel` takes the number on the stack on x86-64, where the futex
+    /// functions that call it also make the call in line.
+    fn futex_passed_on(&self, _image: &[u8], _callee: u64) -> Option<Futex> {
+        None
     }
 
     /// `rdi` points into it.
