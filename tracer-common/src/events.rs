@@ -268,6 +268,12 @@ pub struct ProbeCookie {
     /// The probe is where the call's fast path completes it ([`Completion`]), in a full trace:
     /// carried in the bits of the span, which such a probe does not keep.
     pub completion: Option<Completion>,
+    /// On a slow path where the return address is no longer where the entry had it (arm64's
+    /// `x30`, overwritten by a call since): how many 8-byte slots below the call's entry stack
+    /// pointer the prologue saved it, at most [`ProbeCookie::MAX_RETURN_ADDRESS_SLOTS`]; 0
+    /// where it is as at the entry. Carried in the 4 bits that say a completion's condition,
+    /// which a slow path does not have.
+    pub return_address_saved: u8,
 }
 
 /// A probe inside a lock function where the call's outcome is known (after the atomic
@@ -649,6 +655,10 @@ pub struct FunctionSpan {
 }
 
 impl ProbeCookie {
+    /// The most 8-byte slots below the entry's stack pointer that a slow path's cookie can say
+    /// the return address was saved at ([`ProbeCookie::return_address_saved`]).
+    pub const MAX_RETURN_ADDRESS_SLOTS: u16 = 15;
+
     /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), object layout (2), slow
     /// path (1), returns result (1), stack offset (8), flags (16), the function span's bytes
     /// before the probe (8; on a slow path or a completion the object's register in the low 4, and
@@ -662,6 +672,11 @@ impl ProbeCookie {
                 let (low, condition) = completion.encode();
                 (true, low, condition)
             }
+            None if self.slow_path => (
+                self.returns_result,
+                self.function.bytes,
+                self.return_address_saved & 0xf,
+            ),
             None => (self.returns_result, self.function.bytes, 0),
         };
         ((self.event1 as u64 & 0x3f) << 58)
@@ -724,6 +739,10 @@ impl ProbeCookie {
                     ((cookie >> 20) & 0xf) as u8,
                 )),
                 false => None,
+            },
+            return_address_saved: match slow_path {
+                true => ((cookie >> 20) & 0xf) as u8,
+                false => 0,
             },
         }
     }
@@ -922,6 +941,7 @@ impl EventDef {
             returns_result: false,
             object_register: ObjectRegister::Rdi,
             completion: None,
+            return_address_saved: 0,
         }
     }
 
@@ -2093,6 +2113,11 @@ mod tests {
                     cookie.object_register = register;
                     assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
                 }
+                for slots in 0..=ProbeCookie::MAX_RETURN_ADDRESS_SLOTS as u8 {
+                    cookie.return_address_saved = slots;
+                    assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                }
+                cookie.return_address_saved = 0;
                 cookie.returns_result = true;
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
                 cookie.slow_path = false;

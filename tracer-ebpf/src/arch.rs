@@ -81,9 +81,15 @@ mod registers {
         stack_pointer(regs) + u64::from(stack_offset)
     }
 
-    /// Reads the call's return address, from [`call_frame`], into `destination`.
+    /// Reads the call's return address, from [`call_frame`], into `destination`: x86-64's is
+    /// always there (`_saved` is arm64's).
     #[inline(always)]
-    pub fn read_return_address(destination: *mut u64, regs: *const pt_regs, stack_offset: u16) {
+    pub fn read_return_address(
+        destination: *mut u64,
+        regs: *const pt_regs,
+        stack_offset: u16,
+        _saved: u8,
+    ) {
         read_user_into(destination, call_frame(regs, stack_offset));
     }
 
@@ -130,6 +136,7 @@ mod registers {
 #[cfg(bpf_target_arch = "aarch64")]
 mod registers {
     use super::{ObjectRegister, bpf_probe_read_kernel, offset_of, pt_regs, ptr};
+    use aya_ebpf::helpers::bpf_probe_read_user;
 
     /// The link register, `x30`.
     const LINK: usize = 30;
@@ -189,15 +196,29 @@ mod registers {
         stack_pointer(regs) + u64::from(stack_offset)
     }
 
-    /// Writes the call's return address into `destination`: `x30`, which probes are placed only
-    /// where it still holds, without the pointer-authentication code and tag bits that a user
-    /// address does not have (`code_address_mask`).
+    /// Writes the call's return address into `destination`: `x30`, or where the prologue saved
+    /// it, `saved` 8-byte slots below the entry's stack pointer (a slow path's probe, past a
+    /// call that overwrote `x30`); without the pointer-authentication code and tag bits that a
+    /// user address does not have (`code_address_mask`).
     #[inline(always)]
-    pub fn read_return_address(destination: *mut u64, regs: *const pt_regs, _stack_offset: u16) {
+    pub fn read_return_address(
+        destination: *mut u64,
+        regs: *const pt_regs,
+        stack_offset: u16,
+        saved: u8,
+    ) {
         // SAFETY: a read-only global that userspace sets before loading.
         let mask = unsafe { ptr::read_volatile(&raw const crate::CONFIG.code_address_mask) };
+        let address = match saved {
+            0 => link_register(regs),
+            slots => {
+                let slot = call_frame(regs, stack_offset) - 8 * u64::from(slots);
+                // SAFETY: the helper checks the user address.
+                unsafe { bpf_probe_read_user(slot as *const u64) }.unwrap_or(0)
+            }
+        };
         // SAFETY: `destination` is writable memory of a `u64`, per the callers' contract.
-        unsafe { destination.write(link_register(regs) & mask) };
+        unsafe { destination.write(address & mask) };
     }
 
     /// What `register` holds. The codes name arm64's registers as they name x86-64's by use:

@@ -681,7 +681,12 @@ fn called_inside(
     let return_slot = arch::call_frame(regs, cookie.stack_offset);
     let read_caller = || {
         let mut caller = 0;
-        arch::read_return_address(&raw mut caller, regs, cookie.stack_offset);
+        arch::read_return_address(
+            &raw mut caller,
+            regs,
+            cookie.stack_offset,
+            cookie.return_address_saved,
+        );
         caller
     };
     let pid = (current_pid_tgid(task) >> 32) as u32;
@@ -787,6 +792,7 @@ fn fill_entry(
                 ptr::addr_of_mut!((*record).caller),
                 regs,
                 cookie.stack_offset,
+                cookie.return_address_saved,
             );
         }
         (*record).pid = (pid_tgid >> 32) as u32;
@@ -1101,7 +1107,12 @@ fn complete_at_completion(record: &mut RawRecord, raw_cookie: u64, regs: &pt_reg
         record.errno = i32::from(errno);
     }
     if written_at_return_only(cookie.flags) {
-        arch::read_return_address(&raw mut record.caller, regs, cookie.stack_offset);
+        arch::read_return_address(
+            &raw mut record.caller,
+            regs,
+            cookie.stack_offset,
+            cookie.return_address_saved,
+        );
     }
 }
 

@@ -2,7 +2,7 @@
 //! [`super::machine_code`] gives for an arm64 library. Every A64 instruction is 4 bytes, so a
 //! word that decodes to nothing is skipped, not the rest of the function.
 
-use tracer_common::{ObjectRegister, arch};
+use tracer_common::{ObjectRegister, ProbeCookie, arch};
 use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand, SizeCode};
 
 use super::{
@@ -986,14 +986,21 @@ impl slow_path::Path for PathState {
     }
 
     /// `x30` while it holds it; else the slot the prologue saved it in, while the stack
-    /// holds that. Never inside an exclusive region, nor deeper than the cookie's 8 bits.
+    /// holds that and the cookie can say where it is (8-byte slots below the entry's stack
+    /// pointer, 4 bits). Never inside an exclusive region, nor deeper than the cookie's 8
+    /// bits.
     fn return_address(&self, depth: u64) -> Option<ReturnAddress> {
         if self.exclusive || depth > MAX_STACK_OFFSET {
             return None;
         }
         match self.link_saved {
             _ if self.link_intact => Some(ReturnAddress::AsAtEntry),
-            Some(below) if below > 0 && below <= depth => {
+            Some(below)
+                if below > 0
+                    && below <= depth
+                    && below % 8 == 0
+                    && below / 8 <= u64::from(ProbeCookie::MAX_RETURN_ADDRESS_SLOTS) =>
+            {
                 Some(ReturnAddress::SavedBelowEntry(u16::try_from(below).ok()?))
             }
             _ => None,

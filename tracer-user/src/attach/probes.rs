@@ -33,7 +33,7 @@ use super::{
     fast_path::{self, Role},
     machine_code,
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
-    slow_path::{self, WaitEnd},
+    slow_path::{self, ReturnAddress, WaitEnd},
     symbols::Function,
     targets::{self, PthreadLibrary},
     uprobe_links::{Hook, LinkError, Linker, UprobeError},
@@ -1058,6 +1058,9 @@ impl ProbeSet {
             cookie.slow_path = true;
             cookie.returns_result = matches!(site.wait_ends, Some(WaitEnd::PassedOn(_)));
             cookie.object_register = site.object_register;
+            if let ReturnAddress::SavedBelowEntry(bytes) = site.return_address {
+                cookie.return_address_saved = (bytes / 8) as u8;
+            }
         }
         self.offsets.push(offset);
         self.cookies.push(cookie.encode());
