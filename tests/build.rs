@@ -186,6 +186,8 @@ fn glibc_suffix(glibc: &CLibrary) -> String {
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("workloads");
+    // Emptied first: a build for another architecture or C library may have left its own.
+    let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out).expect("create OUT_DIR/workloads");
     println!("cargo:rerun-if-changed=workloads");
     let target_arch = env::var("CARGO_CFG_TARGET_ARCH").expect("CARGO_CFG_TARGET_ARCH");

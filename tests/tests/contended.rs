@@ -140,8 +140,6 @@ fn total_wait_ns(calls: &[(TraceRecord, Option<TraceRecord>)]) -> i128 {
 }
 
 #[test]
-// The slow paths of lock calls are found in x86-64 code only, so far.
-#[cfg(target_arch = "x86_64")]
 fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
     if !bpf_available("contended_counts") {
         return;
@@ -329,8 +327,6 @@ fn a_contended_trace_holds_exactly_the_full_traces_blocked_calls() {
 }
 
 #[test]
-// The slow paths of lock calls are found in x86-64 code only, so far.
-#[cfg(target_arch = "x86_64")]
 fn a_contended_trace_names_the_lines_that_waited() {
     if !bpf_available("contended_callers") {
         return;

@@ -87,8 +87,6 @@ fn text_stacks(report: &str) -> Vec<Vec<String>> {
 }
 
 #[test]
-// The slow paths of lock calls are found in x86-64 code only, so far.
-#[cfg(target_arch = "x86_64")]
 fn waits_and_the_releases_that_ended_them_name_every_function_of_their_chains() {
     if !bpf_available("stacks") {
         return;
