@@ -182,10 +182,12 @@ fn mutex_alone_records_the_programs_own_calls_beside_condition_waits() {
         let mutex: i64 = field(&run.stdout, "mutex");
         let (consumers, items) = (3, 2000);
         // Its one mutex, each lock's return half beside its entry.
+        let other = all
+            .iter()
+            .find(|l| l.event1 != 2 || l.which != Which::Return && l.a[0] != mutex);
         assert!(
-            all.iter()
-                .all(|l| l.event1 == 2 && (l.which == Which::Return || l.a[0] == mutex)),
-            "{build} {placement:?}"
+            other.is_none(),
+            "{build} {placement:?}: a record not of the program's mutex {mutex:#x}: {other:?}"
         );
         for (name, which) in [
             ("mutex_lock", Which::Entry),

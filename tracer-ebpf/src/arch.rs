@@ -10,9 +10,8 @@
 use core::{mem::offset_of, ptr};
 
 use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
-use tracer_common::ObjectRegister;
+use tracer_common::{ObjectRegister, ProbeCookie};
 
-#[cfg(not(bpf_target_arch = "aarch64"))]
 use crate::read_user_into;
 
 /// One register of the context, by its field: a volatile load at a constant offset, which the
@@ -27,7 +26,9 @@ macro_rules! field {
 /// The x86-64 side: System V's argument registers, the return address on the stack.
 #[cfg(not(bpf_target_arch = "aarch64"))]
 mod registers {
-    use super::{ObjectRegister, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into};
+    use super::{
+        ObjectRegister, ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
+    };
 
     /// Where the instruction pointer is in the context (a syscall hook's, read by a helper).
     pub const INSTRUCTION_POINTER: usize = offset_of!(pt_regs, rip);
@@ -81,15 +82,11 @@ mod registers {
         stack_pointer(regs) + u64::from(stack_offset)
     }
 
-    /// Reads the call's return address, from [`call_frame`], into `destination`: x86-64's is
-    /// always there (`_saved` is arm64's).
+    /// Reads the return address of the call whose probe's cookie is `raw_cookie`, from
+    /// [`call_frame`], into `destination`.
     #[inline(always)]
-    pub fn read_return_address(
-        destination: *mut u64,
-        regs: *const pt_regs,
-        stack_offset: u16,
-        _saved: u8,
-    ) {
+    pub fn read_return_address(destination: *mut u64, regs: *const pt_regs, raw_cookie: u64) {
+        let stack_offset = ProbeCookie::decode(raw_cookie).stack_offset;
         read_user_into(destination, call_frame(regs, stack_offset));
     }
 
@@ -135,8 +132,9 @@ mod registers {
 /// The arm64 side: AAPCS64's argument registers, the return address in `x30`.
 #[cfg(bpf_target_arch = "aarch64")]
 mod registers {
-    use super::{ObjectRegister, bpf_probe_read_kernel, offset_of, pt_regs, ptr};
-    use aya_ebpf::helpers::bpf_probe_read_user;
+    use super::{
+        ObjectRegister, ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
+    };
 
     /// The link register, `x30`.
     const LINK: usize = 30;
@@ -196,29 +194,29 @@ mod registers {
         stack_pointer(regs) + u64::from(stack_offset)
     }
 
-    /// Writes the call's return address into `destination`: `x30`, or where the prologue saved
-    /// it, `saved` 8-byte slots below the entry's stack pointer (a slow path's probe, past a
-    /// call that overwrote `x30`); without the pointer-authentication code and tag bits that a
-    /// user address does not have (`code_address_mask`).
-    #[inline(always)]
-    pub fn read_return_address(
-        destination: *mut u64,
-        regs: *const pt_regs,
-        stack_offset: u16,
-        saved: u8,
-    ) {
-        // SAFETY: a read-only global that userspace sets before loading.
-        let mask = unsafe { ptr::read_volatile(&raw const crate::CONFIG.code_address_mask) };
-        let address = match saved {
-            0 => link_register(regs),
-            slots => {
-                let slot = call_frame(regs, stack_offset) - 8 * u64::from(slots);
-                // SAFETY: the helper checks the user address.
-                unsafe { bpf_probe_read_user(slot as *const u64) }.unwrap_or(0)
-            }
-        };
-        // SAFETY: `destination` is writable memory of a `u64`, per the callers' contract.
-        unsafe { destination.write(address & mask) };
+    /// Writes the return address of the call whose probe's cookie is `raw_cookie` into
+    /// `destination`: `x30`, or where the prologue saved it, `return_address_saved` 8-byte
+    /// slots below the entry's stack pointer (a slow path's probe, past a call that overwrote
+    /// `x30`); without the pointer-authentication code and tag bits that a user address does
+    /// not have (`code_address_mask`). A call of its own, taking the raw cookie: inlined, or
+    /// given the decoded fields, it made its callers' frames 56 bytes.
+    #[inline(never)]
+    pub fn read_return_address(destination: *mut u64, regs: *const pt_regs, raw_cookie: u64) {
+        let cookie = ProbeCookie::decode(raw_cookie);
+        // Read straight into `destination`, not through the stack, whose frames must stay small.
+        match cookie.return_address_saved {
+            // SAFETY: `destination` is writable memory of a `u64`, per the callers' contract.
+            0 => unsafe { destination.write(link_register(regs)) },
+            slots => read_user_into(
+                destination,
+                call_frame(regs, cookie.stack_offset) - 8 * u64::from(slots),
+            ),
+        }
+        // SAFETY: as above; a read-only global that userspace sets before loading.
+        unsafe {
+            let mask = ptr::read_volatile(&raw const crate::CONFIG.code_address_mask);
+            destination.write(destination.read() & mask);
+        }
     }
 
     /// What `register` holds. The codes name arm64's registers as they name x86-64's by use:

@@ -681,12 +681,7 @@ fn called_inside(
     let return_slot = arch::call_frame(regs, cookie.stack_offset);
     let read_caller = || {
         let mut caller = 0;
-        arch::read_return_address(
-            &raw mut caller,
-            regs,
-            cookie.stack_offset,
-            cookie.return_address_saved,
-        );
+        arch::read_return_address(&raw mut caller, regs, raw_cookie);
         caller
     };
     let pid = (current_pid_tgid(task) >> 32) as u32;
@@ -788,12 +783,7 @@ fn fill_entry(
         // A call written once, at its return, takes its caller there, with no read; one
         // written where its fast path completes reads it as an entry does.
         if !written_at_return_only(flags) || cookie.completion.is_some() {
-            arch::read_return_address(
-                ptr::addr_of_mut!((*record).caller),
-                regs,
-                cookie.stack_offset,
-                cookie.return_address_saved,
-            );
+            arch::read_return_address(ptr::addr_of_mut!((*record).caller), regs, raw_cookie);
         }
         (*record).pid = (pid_tgid >> 32) as u32;
         (*record).lwpid = pid_tgid as u32;
@@ -1107,12 +1097,7 @@ fn complete_at_completion(record: &mut RawRecord, raw_cookie: u64, regs: &pt_reg
         record.errno = i32::from(errno);
     }
     if written_at_return_only(cookie.flags) {
-        arch::read_return_address(
-            &raw mut record.caller,
-            regs,
-            cookie.stack_offset,
-            cookie.return_address_saved,
-        );
+        arch::read_return_address(&raw mut record.caller, regs, raw_cookie);
     }
 }
 
