@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{ROUNDS, TESTS, THREADS};
+use super::{Machine, ROUNDS, THREADS};
 use crate::{
     arch::Arch,
     debian::Suite,
@@ -42,11 +42,15 @@ impl Guest {
         fs::create_dir_all(&work)?;
         let userland = userland(arch, &work)?;
         let tracer = build_release_tracer(arch)?;
+        let tested = Machine::of(arch).tests();
         let TestBinaries {
             tests,
             programs,
             workloads,
-        } = test_binaries::build(arch, &TESTS.map(|(test, _)| test))?;
+        } = test_binaries::build(
+            arch,
+            &tested.iter().map(|(test, _)| *test).collect::<Vec<_>>(),
+        )?;
         let lock_mix = compile(arch, "tests/workloads/lock_mix.c", &work)?;
         let bpf_programs = compile(arch, "xtask/guest/bpf_programs.c", &work)?;
         let image = |name: &str, full: bool| -> Result<PathBuf> {
@@ -66,7 +70,7 @@ impl Guest {
                 for (name, binary) in &tests {
                     files.add(binary, &Path::new("/tests").join(name))?;
                 }
-                for (name, filter) in TESTS {
+                for (name, filter) in &tested {
                     runs.push(format!("{name}:{filter}"));
                 }
                 // At the path the test binaries were built to find them at; and their sources,
