@@ -591,9 +591,15 @@ pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir
 pub fn trace_launched(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
     wait_for_earlier_detaches();
     let dir = TempDir::new(workload);
-    let mut argv: Vec<String> = options
-        .iter()
-        .map(std::string::ToString::to_string)
+    // An emulated guest's tracer drains slower than its workloads fill the default ring
+    // (`cargo xtask kernels` says how much to give it instead).
+    let ring: Vec<String> = match std::env::var("THRTRACE_TEST_BUFFER_KIB") {
+        Ok(kib) if !options.contains(&"--buffer-kib") => vec!["--buffer-kib".into(), kib],
+        _ => Vec::new(),
+    };
+    let mut argv: Vec<String> = ring
+        .into_iter()
+        .chain(options.iter().map(std::string::ToString::to_string))
         .collect();
     argv.push("--".into());
     argv.push(workload_arg(workload));

@@ -42,7 +42,8 @@ impl Guest {
         fs::create_dir_all(&work)?;
         let userland = userland(arch, &work)?;
         let tracer = build_release_tracer(arch)?;
-        let tested = Machine::of(arch).tests();
+        let machine = Machine::of(arch);
+        let tested = machine.tests();
         let TestBinaries {
             tests,
             programs,
@@ -82,13 +83,14 @@ impl Guest {
                 files.add_tree(&workspace_root().join("tests/workloads"))?;
                 files.add(&userland.join("bin/dash"), Path::new("/bin/sh"))?;
             }
-            fs::write(
-                root.join("etc/kt.conf"),
-                format!(
-                    "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\n",
-                    runs.join(" ")
-                ),
-            )?;
+            let mut conf = format!(
+                "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\n",
+                runs.join(" ")
+            );
+            if let Some(kib) = machine.test_ring_kib {
+                conf += &format!("export THRTRACE_TEST_BUFFER_KIB={kib}\n");
+            }
+            fs::write(root.join("etc/kt.conf"), conf)?;
             files.add_libraries()?;
             files.pack(&work.join(format!("initramfs-{name}.gz")))
         };
