@@ -90,7 +90,11 @@ mod registers {
         read_user_into(destination, call_frame(regs, stack_offset));
     }
 
-    /// What `register` holds: every register loaded in turn, and the one wanted kept.
+    /// What `register` holds at the probe: every register loaded in turn at its constant offset
+    /// in the context, which the verifier allows (a load at an offset chosen at run time is
+    /// not), and the one wanted kept, which costs less than a helper that reads it. Volatile,
+    /// so that LLVM keeps every load rather than make them one at a computed offset; one at a
+    /// time, so that no more than two are live.
     #[inline(always)]
     pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
         let mut value = 0;

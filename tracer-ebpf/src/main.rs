@@ -616,7 +616,7 @@ fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) 
 }
 
 /// Sets `rval` to what a call that completed where `completion` says returns: a known value,
-/// or a register's ([`register_value`]).
+/// or a register's ([`arch::register_value`]).
 ///
 /// # Safety
 /// `rval` is the `rval` of a record this run owns; `regs` is the probe's context.
@@ -627,7 +627,9 @@ unsafe fn set_completed_value(rval: *mut i64, completion: &Completion, regs: *co
         match completion.outcome.unpack() {
             Outcome::Returns(value) => *rval = i64::from(value),
             Outcome::Fails(_) => *rval = -1,
-            Outcome::ReturnsRegister(register) => *rval = register_value(register, regs) as i64,
+            Outcome::ReturnsRegister(register) => {
+                *rval = arch::register_value(register, regs) as i64;
+            }
         }
     }
 }
@@ -812,7 +814,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
     // SAFETY: as in `fill_entry`, which has filled the record's arguments.
     unsafe {
         if cookie.object_register != ObjectRegister::Rdi {
-            (*record).args[0] = register_value(cookie.object_register, regs);
+            (*record).args[0] = arch::register_value(cookie.object_register, regs);
         }
         let object = ptr::addr_of_mut!((*record).object);
         // A call completed here whose record reads nothing of the object but the lock word
@@ -822,7 +824,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
             Some(c) if c.object_from_rax && c.holds(arch::flags(regs)) => {
                 if let Some(register) = c.type_register.unpack() {
                     (*object)[GLIBC.mutex_kind.word] =
-                        register_value(register, regs) as u32 & GLIBC.mutex_kind.mask;
+                        arch::register_value(register, regs) as u32 & GLIBC.mutex_kind.mask;
                 }
             }
             _ => copy_object(
@@ -845,16 +847,6 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
             }
         }
     }
-}
-
-/// What `register` holds at the probe: every register loaded in turn at its constant offset
-/// in the context, which the verifier allows (a load at an offset chosen at run time is not),
-/// and the one wanted kept, which costs less than a helper that reads it. Volatile, so that
-/// LLVM keeps every load rather than make them one at a computed offset; one at a time, so
-/// that no more than two are live.
-#[inline(always)]
-fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
-    arch::register_value(register, regs)
 }
 
 /// Whether a record of the probe whose cookie is `raw_cookie` carries the thread's stack

@@ -105,6 +105,16 @@ fn unshifted_register(operand: &Operand) -> Option<u16> {
     }
 }
 
+/// `adrp xd, page` at `address` as (d, the page's address).
+fn adrp_page(address: u64, instruction: &Instruction) -> Option<(u16, u64)> {
+    match (instruction.opcode, &instruction.operands) {
+        (Opcode::ADRP, [Operand::Register(_, to), Operand::PCOffset(offset), ..]) => {
+            Some((*to, (address & !0xfff).wrapping_add_signed(*offset)))
+        }
+        _ => None,
+    }
+}
+
 /// An immediate operand's value.
 fn immediate(operand: &Operand) -> Option<u64> {
     match operand {
@@ -176,10 +186,8 @@ pub fn addresses_taken(code: &[u8], base: u64) -> Vec<u64> {
     let mut pages = [None::<u64>; 32];
     let mut taken = Vec::new();
     for (address, instruction) in instructions(code, base) {
-        if instruction.opcode == Opcode::ADRP
-            && let [Operand::Register(_, to), Operand::PCOffset(offset), ..] = &instruction.operands
-        {
-            pages[usize::from(*to)] = Some((address & !0xfff).wrapping_add_signed(*offset));
+        if let Some((to, page)) = adrp_page(address, &instruction) {
+            pages[usize::from(to)] = Some(page);
         } else if let Some((to, from, amount)) = add_immediate(&instruction)
             && let Some(page) = pages[usize::from(from)]
         {
@@ -200,8 +208,8 @@ pub fn errno_location(code: &[u8], base: u64) -> Option<ErrnoAt> {
         let operands = &instruction.operands;
         match instruction.opcode {
             Opcode::ADRP => {
-                if let [Operand::Register(_, to), Operand::PCOffset(offset), ..] = operands {
-                    pages[usize::from(*to)] = Some((address & !0xfff).wrapping_add_signed(*offset));
+                if let Some((to, page)) = adrp_page(address, &instruction) {
+                    pages[usize::from(to)] = Some(page);
                 }
             }
             Opcode::LDR => {
