@@ -6,7 +6,7 @@ use tracer_common::Which;
 
 use thrtrace_tests::{
     Run, TempDir, TraceRecord, assert_files_hold_the_summary, assert_realtime_and_ordered,
-    bpf_available, contending_threads, deadline_field, every_libc_and_placement, field, is_musl,
+    bpf_available, contending_threads, deadline_field, every_libc_and_placement, field,
     paired_calls, read_trace, run_tracer, run_workload, trace_workload,
 };
 
@@ -176,12 +176,6 @@ fn mutex_alone_records_the_programs_own_calls_beside_condition_waits() {
         return;
     }
     for (build, placement) in every_libc_and_placement("mutex_beside_cond", "cond_prodcons") {
-        // On arm64, musl's main thread unlocks a mutex of its own data (its thread pointer +
-        // 0x100) with x30 zero: no return address to tell it from the program's calls by, so
-        // it is recorded as one. Not told apart there yet.
-        if cfg!(target_arch = "aarch64") && is_musl(&build) {
-            continue;
-        }
         let options = [&["--events", "mutex"], placement].concat();
         let (run, files) = trace(&options, &build, &["3", "2000"]);
         let all: Vec<&TraceRecord> = files.values().flatten().collect();

@@ -72,21 +72,6 @@ pub fn calls(code: &[u8], base: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// See [`super::machine_code::forwards_to`]: a `b` to one of `traced` before any `ret`.
-pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
-    for (address, instruction) in instructions(code, base).take(PREFIX_INSTRUCTIONS) {
-        if instruction.opcode == Opcode::B
-            && branch(address, &instruction).is_some_and(|(to, _)| traced.contains(&to))
-        {
-            return true;
-        }
-        if matches!(instruction.opcode, Opcode::RET | Opcode::B | Opcode::BR) {
-            return false;
-        }
-    }
-    false
-}
-
 /// A register's number, if `operand` is a general-purpose register (or the stack pointer).
 fn register(operand: &Operand) -> Option<u16> {
     match operand {
@@ -1056,6 +1041,27 @@ mod tests {
     /// Little-endian instruction words as the library holds them.
     fn code(words: &[u32]) -> Vec<u8> {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_tail_branch_after_a_loop_and_an_epilogue_forwards() {
+        // As musl's do_init_fini ends: stp x29, x30, [sp, #-16]!; cbz x0, 0x10; bl 0x100;
+        // b 0x4; ldp x29, x30, [sp], #16; then b 0x200, or ret.
+        let looped = [
+            0xa9bf_7bfd,
+            0xb400_0060,
+            0x9400_003e,
+            0x17ff_fffe,
+            0xa8c1_7bfd,
+        ];
+        let forwarder = code(&[&looped[..], &[0x1400_007b]].concat());
+        assert!(slow_path::jumps_to::<PathState>(&forwarder, 0, &[0x200]));
+        assert!(
+            !slow_path::jumps_to::<PathState>(&forwarder, 0, &[0x100]),
+            "a call"
+        );
+        let returner = code(&[&looped[..], &[0xd65f_03c0]].concat());
+        assert!(!slow_path::jumps_to::<PathState>(&returner, 0, &[0x200]));
     }
 
     #[test]

@@ -66,12 +66,17 @@ pub fn calls(code: &[u8], base: u64) -> Vec<(u64, u64)> {
     }
 }
 
-/// Whether the function whose code starts at `base` jumps to one of `traced` before it
-/// returns: a forwarder, whose caller the traced function returns to.
-pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
+/// Whether the function at `function` (an address in the space of `base`) jumps to one of
+/// `traced` on some way through it before it returns: a forwarder, whose caller the traced
+/// function returns to ([`slow_path::jumps_to`]).
+pub fn forwards_to(code: &[u8], base: u64, function: u64, traced: &[u64]) -> bool {
+    let Some(start) = function.checked_sub(base) else {
+        return false;
+    };
+    let traced: Vec<u64> = traced.iter().filter_map(|t| t.checked_sub(base)).collect();
     match arch::HOST.instruction_set {
-        InstructionSet::X86_64 => placement::forwards_to(code, base, traced),
-        InstructionSet::A64 => aarch64::forwards_to(code, base, traced),
+        InstructionSet::X86_64 => slow_path::jumps_to::<slow_path::PathState>(code, start, &traced),
+        InstructionSet::A64 => slow_path::jumps_to::<aarch64::PathState>(code, start, &traced),
     }
 }
 

@@ -529,25 +529,6 @@ pub fn calls(code: &[u8], base: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Whether the function at `base` jumps to one of `traced` before it returns.
-pub fn forwards_to(code: &[u8], base: u64, traced: &[u64]) -> bool {
-    for instruction in Decoder::with_ip(64, code, base, DecoderOptions::NONE)
-        .into_iter()
-        .take(MAX_PREFIX_INSTRUCTIONS)
-    {
-        if instruction.op0_kind() == OpKind::NearBranch64
-            && instruction.mnemonic() != Mnemonic::Call
-            && traced.contains(&instruction.near_branch_target())
-        {
-            return true;
-        }
-        if matches!(instruction.mnemonic(), Mnemonic::Ret | Mnemonic::Jmp) {
-            return false;
-        }
-    }
-    false
-}
-
 /// Where `__errno_location` says errno is: glibc's loads errno's offset from the thread
 /// pointer from a GOT slot (`mov slot(%rip),%rax; add %fs:0,%rax`); musl's adds a constant to
 /// the thread pointer (`mov %fs:0,%rax; add $offset,%rax`).

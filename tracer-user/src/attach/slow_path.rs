@@ -482,6 +482,39 @@ impl<'a, P: Path> Walker<'a, P> {
     }
 }
 
+/// Whether the function at `function` in `image` jumps to one of `traced` on some way through
+/// it before it returns, read as `P`'s instruction set: conditional branches followed both
+/// ways, jumps into the code they land in, calls stepped over. The traced function then
+/// returns to the forwarder's caller. Compilers put such a tail call after an epilogue at a
+/// function's end, past its loops and earlier returns (musl 1.2.3's `do_init_fini` on arm64
+/// ends in `b pthread_mutex_unlock`).
+pub(super) fn jumps_to<P: Path>(image: &[u8], function: u64, traced: &[u64]) -> bool {
+    let mut pending = vec![function];
+    let mut seen = HashSet::new();
+    while let Some(mut ip) = pending.pop() {
+        while seen.len() < MAX_WALKED_IN_CALLEE && seen.insert(ip) {
+            let Some((_, next, flow)) = P::decode(image, ip) else {
+                break;
+            };
+            ip = match flow {
+                Flow::Jump(Some(target)) | Flow::Branch(Some(target))
+                    if traced.contains(&target) =>
+                {
+                    return true;
+                }
+                Flow::Jump(Some(target)) => target,
+                Flow::Branch(target) => {
+                    pending.extend(target);
+                    next
+                }
+                Flow::Next | Flow::Syscall | Flow::Call(_) => next,
+                Flow::Jump(None) | Flow::Return | Flow::Stop => break,
+            };
+        }
+    }
+    false
+}
+
 /// The futex call the function at `address` makes itself (glibc's `__lll_lock_wait`), among
 /// its first instructions in the order they lie, jumps followed, before its first return.
 fn own_futex_call<P: Path>(image: &[u8], address: u64) -> Option<Futex> {
@@ -848,6 +881,19 @@ mod tests {
 
     fn sites_of(image: &[u8], wanted: Futex) -> Vec<Site> {
         sites::<PathState>(image, 0, 0x20, &HashSet::new(), wanted)
+    }
+
+    #[test]
+    fn a_tail_jump_after_a_loop_forwards_and_a_return_does_not() {
+        // test %rdi,%rdi; je 0xc; call 0x100; jmp 0x0; then at 0xc: jmp 0x200, or ret
+        let looped = [
+            0x48, 0x85, 0xff, 0x74, 0x07, 0xe8, 0xf6, 0x00, 0x00, 0x00, 0xeb, 0xf4,
+        ];
+        let forwarder = [&looped[..], &[0xe9, 0xef, 0x01, 0x00, 0x00]].concat();
+        assert!(jumps_to::<PathState>(&forwarder, 0, &[0x200]));
+        assert!(!jumps_to::<PathState>(&forwarder, 0, &[0x100]), "a call");
+        let returner = [&looped[..], &[0xc3]].concat();
+        assert!(!jumps_to::<PathState>(&returner, 0, &[0x200]));
     }
 
     #[test]

@@ -365,20 +365,11 @@ pub fn own_call_sites(library: &PthreadLibrary) -> Vec<u64> {
         .iter()
         .filter(|&&(target, _)| {
             *reaches_traced.entry(target).or_insert_with(|| {
-                traced.contains(&target) || forwards_to(code, base, target, &traced)
+                traced.contains(&target) || machine_code::forwards_to(code, base, target, &traced)
             })
         })
         .map(|&(_, returns_to)| returns_to)
         .collect()
-}
-
-/// Whether the code at `function` (an address in the space of `base`, within `code`) jumps to
-/// one of `traced` before it returns.
-fn forwards_to(code: &[u8], base: u64, function: u64, traced: &[u64]) -> bool {
-    function
-        .checked_sub(base)
-        .and_then(|at| code.get(at as usize..))
-        .is_some_and(|at| machine_code::forwards_to(at, function, traced))
 }
 
 /// Where the calling thread's errno is, from `library`'s `__errno_location`
