@@ -43,7 +43,8 @@
 //! ready and how fast it exits after Ctrl-C.
 //!
 //! `--against REV` measures instead the full trace's pairs beside commit REV's tracer
-//! (`against`).
+//! (`against`); `--guest ARCH`, the uncontended mutex pair inside an emulated guest of ARCH
+//! (`guest`).
 
 use std::{
     ffi::OsStr,
