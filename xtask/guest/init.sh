@@ -2,8 +2,8 @@
 # The guest side of `cargo xtask kernels`: runs as init in a busybox initramfs, traces the
 # project's workloads and runs the integration-test binaries, and prints what it found as
 # "KT..." lines on the console, which xtask reads. The kernel command line's kt= says what
-# this boot checks (full, preempt or floor); /etc/kt.conf gives THREADS and ROUNDS (of
-# lock_mix) and TESTS (test binaries in /tests, each NAME:FILTER).
+# this boot checks (full, preempt or floor) or that it measures (bench); /etc/kt.conf gives
+# THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTER).
 /bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/bin
 mount -t proc proc /proc
@@ -119,7 +119,34 @@ refused_below_floor() {
     check_detached floor
 }
 
-if [ "$BOOT" = floor ]; then
+# `cargo xtask bench --guest` (kt=bench): xtask's runs, in its order, each one's output shown
+# for it to read. /etc/bench.probes: a mode and a command a line, run with the pid of a process
+# of /etc/bench.target appended (probe listings); /etc/bench.runs: a repetition, a mode and a
+# command a line.
+run_bench() {
+    $(cat /etc/bench.target) > /dev/null &
+    target=$!
+    # Listed once its loader has mapped the C library, not before.
+    for _ in $(seq 0 100); do
+        grep -q 'libc[.-]' /proc/$target/maps && break
+        sleep 0.1
+    done
+    while read -r mode cmd; do
+        $cmd $target > /tmp/out 2>&1 || fail "bench: $cmd $target: exit status $?"
+        show "probes|$mode" /tmp/out
+    done < /etc/bench.probes
+    kill $target
+    while read -r rep mode cmd; do
+        rm -rf /tmp/b && mkdir /tmp/b
+        $cmd > /tmp/out 2> /tmp/err || fail "bench: $cmd: exit status $?"
+        show "bench|$rep|$mode|out" /tmp/out
+        show "bench|$rep|$mode|err" /tmp/err
+    done < /etc/bench.runs
+}
+
+if [ "$BOOT" = bench ]; then
+    run_bench
+elif [ "$BOOT" = floor ]; then
     refused_below_floor
 elif [ "$BOOT" = preempt ]; then
     trace_mix preempt 32768

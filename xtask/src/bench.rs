@@ -43,7 +43,8 @@
 //! ready and how fast it exits after Ctrl-C.
 //!
 //! `--against REV` measures instead the full trace's pairs beside commit REV's tracer
-//! (`against`).
+//! (`against`); `--guest ARCH`, the uncontended mutex pair inside an emulated guest of ARCH
+//! (`guest`).
 
 use std::{
     ffi::OsStr,
@@ -59,6 +60,7 @@ use tracer_common::{Category, EVENTS};
 use tracer_model::selection::{ListSyntax, list_names};
 
 pub mod against;
+pub mod guest;
 
 use crate::{
     server::Server,
@@ -761,41 +763,9 @@ const MECHANISMS: [(&str, &[&str]); 2] = [
 fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
     println!("\nns per operation, median of {reps} runs; x = times untraced; lost = records lost");
     for (w, workload) in WORKLOADS.iter().enumerate() {
-        let ns = |m: usize| {
-            median(
-                &samples[w][m]
-                    .iter()
-                    .map(|s| s.ns_per_op)
-                    .collect::<Vec<_>>(),
-            )
-        };
+        let ns = |m: usize| median_ns(&samples[w][m]);
         println!("\n{}", workload.name);
-        println!(
-            "  {:<32} {:>12} {:>9} {:>8} {:>12}",
-            "", "ns/op", "x", "lost", "records/s"
-        );
-        for (m, mode) in MODES.iter().enumerate() {
-            let lost: u64 = samples[w][m].iter().map(|s| s.lost).sum();
-            let rate = median(
-                &samples[w][m]
-                    .iter()
-                    .map(|s| s.records_per_sec)
-                    .collect::<Vec<_>>(),
-            );
-            let rate = if rate > 0.0 {
-                format!("{rate:.0}")
-            } else {
-                "-".into()
-            };
-            println!(
-                "  {:<32} {:>12.1} {:>9.1} {:>8} {:>12}",
-                mode.label(),
-                ns(m),
-                ns(m) / ns(0),
-                lost,
-                rate
-            );
-        }
+        print_mode_rows(&MODES, &samples[w]);
         let (placed, entry, floor, bpftrace, lossless, stopped, floor_placed) =
             (ns(1), ns(2), ns(3), ns(4), ns(5), ns(6), ns(7));
         let (without_fast_paths, floor_without) = (ns(12), ns(13));
@@ -814,6 +784,44 @@ fn print_table(samples: &[Vec<Vec<Sample>>], reps: usize) {
              programs: {:.2}",
             placed / without_fast_paths,
             without_fast_paths / floor_without
+        );
+    }
+}
+
+/// The median ns per operation of `samples`.
+fn median_ns(samples: &[Sample]) -> f64 {
+    median(&samples.iter().map(|s| s.ns_per_op).collect::<Vec<_>>())
+}
+
+/// A row for each of `modes` (the first untraced) and its runs' `samples`: the median ns per
+/// operation, times the first's, the records lost in all, the median records/s.
+fn print_mode_rows(modes: &[Mode], samples: &[Vec<Sample>]) {
+    println!(
+        "  {:<32} {:>12} {:>9} {:>8} {:>12}",
+        "", "ns/op", "x", "lost", "records/s"
+    );
+    let untraced = median_ns(&samples[0]);
+    for (mode, samples) in modes.iter().zip(samples) {
+        let lost: u64 = samples.iter().map(|s| s.lost).sum();
+        let rate = median(
+            &samples
+                .iter()
+                .map(|s| s.records_per_sec)
+                .collect::<Vec<_>>(),
+        );
+        let rate = if rate > 0.0 {
+            format!("{rate:.0}")
+        } else {
+            "-".into()
+        };
+        let ns = median_ns(samples);
+        println!(
+            "  {:<32} {:>12.1} {:>9.1} {:>8} {:>12}",
+            mode.label(),
+            ns,
+            ns / untraced,
+            lost,
+            rate
         );
     }
 }
@@ -891,8 +899,16 @@ fn measure(
             dir,
         ))?,
     };
-    let value = |key: &str| workload_value(&out.stdout, key);
-    let ns_per_op = value("ns_per_op")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    sample(mode, &out.stdout, &stderr, "ns_per_op")
+}
+
+/// The measurement of a run in `mode` from what it wrote: the workload's `stdout`, whose
+/// `time` (its key: wall time or CPU time per operation) is the ns per operation, and the
+/// tracer's `stderr`, whose summary gives the records written and lost.
+fn sample(mode: Mode, stdout: &[u8], stderr: &str, time: &str) -> Result<Sample> {
+    let value = |key: &str| workload_value(stdout, key);
+    let ns_per_op = value(time)?;
     let mut sample = Sample {
         ns_per_op,
         ..Sample::default()
@@ -911,7 +927,7 @@ fn measure(
             | Mode::WithoutFastPaths
             | Mode::FloorWithoutFastPaths
     ) {
-        (sample.written, sample.lost) = summary_counts(&String::from_utf8_lossy(&out.stderr))?;
+        (sample.written, sample.lost) = summary_counts(stderr)?;
         let seconds = ns_per_op * value("ops")? / 1e9;
         sample.records_per_sec = sample.written as f64 / seconds;
     }

@@ -12,6 +12,9 @@
 //! line. A kernel oops, a lost or duplicated record, or a failed check fails the run. Boots run
 //! side by side, one a host CPU: each guest is one host thread.
 //!
+//! `cargo xtask bench --guest` boots an architecture's newest kernel once, to measure in it
+//! (`boot_bench`).
+//!
 //! The guest (`guest`) is a busybox initramfs: `xtask/guest/init.sh` as init, the tracer, the
 //! test binaries and the workloads at the paths they were built at, and the libraries they
 //! link. Kernel packages come through `debian`'s apt configuration, never the machine's.
@@ -74,8 +77,8 @@ struct Machine {
     /// record exactly on this architecture.
     not_yet_exact: &'static [&'static str],
     /// Each CPU's ring, in KiB, that the exact-count tests give the tracer
-    /// (`THRTRACE_TEST_BUFFER_KIB`) where the emulated tracer drains slower than the
-    /// emulated workloads fill the default ring.
+    /// (`THRTRACE_TEST_BUFFER_KIB`), and the measuring boot's traced runs, where the emulated
+    /// tracer drains slower than the emulated workloads fill the default ring.
     test_ring_kib: Option<u32>,
 }
 
@@ -158,6 +161,13 @@ const ROUNDS: u32 = 2000;
 /// a raw tracepoint was detached).
 const ACCELERATOR: &str = "tcg,thread=single";
 
+/// The guest's clock in a measuring boot: one nanosecond per instruction executed, as on a
+/// 1 GHz core that runs an instruction a cycle (an exception's entry and return are free).
+/// Its times count instructions, the same whatever else the host runs, where the host's clock
+/// counted every moment the host ran something else as the guest's (on a 2-core host shared
+/// with builds, the same runs' ratios went from 0.76 to 1.69).
+const MEASURING_CLOCK: [&str; 2] = ["-icount", "shift=0"];
+
 /// Longest a boot may take before it counts as hung: a full boot runs every test of `TESTS`,
 /// which took 17 minutes on Debian 12's kernel here with builds beside it, and more than 20 in
 /// CI.
@@ -190,6 +200,57 @@ pub fn run_all(suite: Option<&str>, arch: Option<Arch>) -> Result<()> {
     Ok(())
 }
 
+/// Boots `arch`'s newest kernel once on `cpus` vCPUs to measure (`kt=bench`), its guest carrying the C
+/// `programs` (sources from the workspace root) at `/NAME` and `etc`'s files in `/etc` (the
+/// guest script's `run_bench` reads them); the guest's `KT` lines. Fails if the boot did.
+pub fn boot_bench(
+    arch: Arch,
+    cpus: u32,
+    programs: &[&str],
+    etc: &[(&str, String)],
+) -> Result<Vec<String>> {
+    ensure_tools(&[arch])?;
+    let work = work_dir();
+    let initrd = guest::bench_image(arch, &work, programs, etc)?;
+    let kernel = fetch_kernel(NEWEST, arch, &work)?;
+    let outcome = Boot::new(&kernel, BootKind::Bench, &initrd, cpus, 0).run(&work)?;
+    if !outcome.passed {
+        bail!(
+            "the measuring boot of {} failed:\n{}",
+            kernel.abi,
+            outcome.lines.join("\n")
+        );
+    }
+    Ok(outcome.lines)
+}
+
+/// The ring, in KiB a CPU, that traces in `arch`'s guests need to lose no record, if the
+/// default is not enough (`Machine::test_ring_kib`).
+pub fn guest_ring_kib(arch: Arch) -> Option<u32> {
+    Machine::of(arch).test_ring_kib
+}
+
+/// Where the guests, the kernels and their consoles are kept.
+fn work_dir() -> PathBuf {
+    workspace_root().join("target/kernels")
+}
+
+/// Installs what booting `arches`' guests needs and is missing: cpio, and each one's qemu.
+fn ensure_tools(arches: &[Arch]) -> Result<()> {
+    setup::ensure_prerequisites()?;
+    let mut needed = vec![("cpio", "cpio")];
+    needed.extend(arches.iter().map(|&arch| Machine::of(arch).qemu));
+    let missing: Vec<&str> = needed
+        .into_iter()
+        .filter(|(program, _)| !crate::shell::succeeds(command(program).arg("--help")))
+        .map(|(_, package)| package)
+        .collect();
+    if !missing.is_empty() {
+        setup::apt_install(&missing)?;
+    }
+    Ok(())
+}
+
 /// Every boot (or only `only_suite`'s, or only `only_arch`'s), with a table of them at the
 /// end; how many passed and failed.
 pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(usize, usize)> {
@@ -203,18 +264,8 @@ pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(
     if arches.is_empty() {
         bail!("no kernel of the suite and architecture asked for is booted");
     }
-    setup::ensure_prerequisites()?;
-    let mut needed = vec![("cpio", "cpio")];
-    needed.extend(arches.iter().map(|&arch| Machine::of(arch).qemu));
-    let missing: Vec<&str> = needed
-        .into_iter()
-        .filter(|(program, _)| !crate::shell::succeeds(command(program).arg("--help")))
-        .map(|(_, package)| package)
-        .collect();
-    if !missing.is_empty() {
-        setup::apt_install(&missing)?;
-    }
-    let work = workspace_root().join("target/kernels");
+    ensure_tools(&arches)?;
+    let work = work_dir();
     let guests = arches
         .iter()
         .map(|&arch| Guest::build(arch, &work))
@@ -230,9 +281,17 @@ pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(
     let mut boots = Vec::new();
     for (suite, label, kernel) in &kernels {
         let machine = Machine::of(kernel.arch);
+        let guest = guests
+            .iter()
+            .find(|guest| guest.arch == kernel.arch)
+            .context("a kernel without its architecture's guest")?;
         let mut add = |kind, cpus| {
             let number = boots.len();
-            boots.push((*label, Boot::new(kernel, kind, cpus, number)));
+            let initrd = match kind {
+                BootKind::Full => &guest.full,
+                _ => &guest.small,
+            };
+            boots.push((*label, Boot::new(kernel, kind, initrd, cpus, number)));
         };
         match *suite {
             BELOW_FLOOR => add(BootKind::BelowFloor, 2),
@@ -244,7 +303,7 @@ pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(
     }
     // The longest first, so that the lanes end together.
     boots.sort_by_key(|(_, boot)| boot.kind.longest_first());
-    let outcomes = run_in_lanes(&boots, &guests, &work)?;
+    let outcomes = run_in_lanes(&boots, &work)?;
     let mut rows = Vec::new();
     let mut failures = 0;
     for ((label, boot), outcome) in boots.iter().zip(outcomes) {
@@ -282,7 +341,7 @@ pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(
 
 /// Runs `boots` in order, as many at once as the host has CPUs: each guest is one host thread
 /// (`ACCELERATOR`). Prints each boot's lines as it ends; the outcomes, in the order of `boots`.
-fn run_in_lanes(boots: &[(&str, Boot)], guests: &[Guest], work: &Path) -> Result<Vec<Outcome>> {
+fn run_in_lanes(boots: &[(&str, Boot)], work: &Path) -> Result<Vec<Outcome>> {
     let lanes = std::thread::available_parallelism().map_or(1, usize::from);
     let next = AtomicUsize::new(0);
     let outcomes: Mutex<Vec<Option<Outcome>>> = Mutex::new(boots.iter().map(|_| None).collect());
@@ -295,11 +354,7 @@ fn run_in_lanes(boots: &[(&str, Boot)], guests: &[Guest], work: &Path) -> Result
                         let Some((_, boot)) = boots.get(at) else {
                             return Ok(());
                         };
-                        let guest = guests
-                            .iter()
-                            .find(|guest| guest.arch == boot.kernel.arch)
-                            .context("a boot without its architecture's guest")?;
-                        let outcome = boot.run(guest, work)?;
+                        let outcome = boot.run(work)?;
                         println!(
                             "xtask: {} ({}, {} vCPUs) ended {}:\n{}",
                             boot.kernel.abi,
@@ -407,6 +462,8 @@ enum BootKind {
     Preempt,
     /// A kernel below the floor: one line, exit status 2, nothing written or left loaded.
     BelowFloor,
+    /// No check: the runs of a measurement (`cargo xtask bench --guest`), each one's output.
+    Bench,
 }
 
 impl BootKind {
@@ -415,7 +472,7 @@ impl BootKind {
     fn longest_first(self) -> u8 {
         match self {
             BootKind::Full => 0,
-            BootKind::Preempt => 1,
+            BootKind::Preempt | BootKind::Bench => 1,
             BootKind::BelowFloor => 2,
         }
     }
@@ -425,6 +482,7 @@ impl BootKind {
             BootKind::Full => "full",
             BootKind::Preempt => "preempt",
             BootKind::BelowFloor => "floor",
+            BootKind::Bench => "bench",
         }
     }
 }
@@ -433,6 +491,8 @@ impl BootKind {
 struct Boot<'a> {
     kernel: &'a Kernel,
     kind: BootKind,
+    /// The initramfs image it boots.
+    initrd: &'a Path,
     cpus: u32,
     /// Its place in the matrix, which names its console log.
     number: usize,
@@ -451,10 +511,11 @@ struct Outcome {
 }
 
 impl<'a> Boot<'a> {
-    fn new(kernel: &'a Kernel, kind: BootKind, cpus: u32, number: usize) -> Self {
+    fn new(kernel: &'a Kernel, kind: BootKind, initrd: &'a Path, cpus: u32, number: usize) -> Self {
         Boot {
             kernel,
             kind,
+            initrd,
             cpus,
             number,
         }
@@ -471,14 +532,15 @@ impl<'a> Boot<'a> {
                     .unwrap_or(&self.kernel.preemption)
             ),
             BootKind::BelowFloor => "below the floor: refused".to_owned(),
+            BootKind::Bench => "measurements".to_owned(),
         }
     }
 
     /// Boots until the guest reaches init, at most `BOOTS_BEFORE_INIT` times.
-    fn run(&self, guest: &Guest, work: &Path) -> Result<Outcome> {
+    fn run(&self, work: &Path) -> Result<Outcome> {
         let mut hung_before_init = 0;
         loop {
-            let mut outcome = self.boot_once(guest, work)?;
+            let mut outcome = self.boot_once(work)?;
             outcome.hung_before_init = hung_before_init;
             let oops = outcome
                 .lines
@@ -496,7 +558,7 @@ impl<'a> Boot<'a> {
         }
     }
 
-    fn boot_once(&self, guest: &Guest, work: &Path) -> Result<Outcome> {
+    fn boot_once(&self, work: &Path) -> Result<Outcome> {
         let machine = Machine::of(self.kernel.arch);
         let console = work.join(format!(
             "console-{}-{}-{}-{}.log",
@@ -505,10 +567,6 @@ impl<'a> Boot<'a> {
             self.kind.word(),
             self.cpus
         ));
-        let initrd = match self.kind {
-            BootKind::Full => &guest.full,
-            BootKind::Preempt | BootKind::BelowFloor => &guest.small,
-        };
         let mut append = format!(
             "console={} panic=-1 oops=panic loglevel=4 rdinit=/init kt={}",
             machine.console,
@@ -529,13 +587,17 @@ impl<'a> Boot<'a> {
             .args(machine.board)
             .args(["-accel", ACCELERATOR, "-m", "3072"])
             .args(["-smp", &self.cpus.to_string()])
+            .args(match self.kind {
+                BootKind::Bench => &MEASURING_CLOCK[..],
+                _ => &[],
+            })
             .args(["-display", "none", "-monitor", "none", "-no-reboot"])
             .arg("-serial")
             .arg(format!("file:{}", console.display()))
             .arg("-kernel")
             .arg(&self.kernel.vmlinuz)
             .arg("-initrd")
-            .arg(initrd)
+            .arg(self.initrd)
             .args(["-append", &append])
             .stdin(Stdio::null())
             .spawn()

@@ -41,8 +41,13 @@ enum Task {
         reps: usize,
         /// Compare only the full trace's cost per pair and its BPF programs' run times with the
         /// tracer of this commit, built apart, run after run
-        #[arg(long, value_name = "REV")]
+        #[arg(long, value_name = "REV", conflicts_with = "guest")]
         against: Option<String>,
+        /// Measure instead the uncontended mutex pair inside a guest of this architecture
+        /// (its newest Debian kernel under qemu, emulated): untraced, `--contended`, placed
+        /// probes and `--probe-at-entry`
+        #[arg(long, value_name = "ARCH", value_parser = clap::builder::PossibleValuesParser::new(arch::Arch::ALL.map(arch::Arch::name)))]
+        guest: Option<String>,
     },
     /// Build and install the binary, its man pages and completions, the C analyzer library
     /// with trace.h and posixtrace.pc, and the contention agent's systemd unit (disabled) with
@@ -87,6 +92,14 @@ enum Task {
     },
 }
 
+/// The architecture `name` names, one of those clap lets through.
+fn arch_named(name: &str) -> arch::Arch {
+    arch::Arch::ALL
+        .into_iter()
+        .find(|known| known.name() == name)
+        .expect("clap accepts only the architectures' names")
+}
+
 fn main() {
     let result = match Cli::parse().command {
         Task::Setup => setup::ensure_prerequisites(),
@@ -95,18 +108,18 @@ fn main() {
         Task::Bench {
             reps,
             against: Some(rev),
+            ..
         } => bench::against::run_against(&rev, reps),
         Task::Bench {
             reps,
-            against: None,
-        } => bench::run(reps),
+            guest: Some(guest),
+            ..
+        } => bench::guest::run_guest(arch_named(&guest), reps),
+        Task::Bench { reps, .. } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
-        Task::Kernels { suite, arch } => kernels::run_all(
-            suite.as_deref(),
-            arch::Arch::ALL
-                .into_iter()
-                .find(|known| arch.as_deref() == Some(known.name())),
-        ),
+        Task::Kernels { suite, arch } => {
+            kernels::run_all(suite.as_deref(), arch.as_deref().map(arch_named))
+        }
         Task::Layers => layers::run(),
         Task::Dist => dist::run_dist(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),

@@ -1,7 +1,8 @@
 //! The initramfs images an architecture's kernels boot: busybox, `xtask/guest/init.sh` as
 //! init, the tracer, lock_mix, the test binaries and their workloads at the paths they were
-//! built at, and what these load. The host's own files for the host's architecture; for
-//! another, the same packages of the host's Debian release for that architecture.
+//! built at, and what these load; or, for a measuring boot (`cargo xtask bench --guest`), the
+//! bench's programs and its list of runs. The host's own files for the host's architecture;
+//! for another, the same packages of the host's Debian release for that architecture.
 
 use std::{
     collections::BTreeSet,
@@ -38,10 +39,7 @@ pub struct Guest {
 
 impl Guest {
     pub fn build(arch: Arch, work: &Path) -> Result<Self> {
-        let work = work.join(arch.name());
-        fs::create_dir_all(&work)?;
-        let userland = userland(arch, &work)?;
-        let tracer = build_release_tracer(arch)?;
+        let base = Base::build(arch, work)?;
         let machine = Machine::of(arch);
         let tested = machine.tests();
         let TestBinaries {
@@ -52,37 +50,7 @@ impl Guest {
             arch,
             &tested.iter().map(|(test, _)| *test).collect::<Vec<_>>(),
         )?;
-        let lock_mix = compile(arch, "tests/workloads/lock_mix.c", &work)?;
-        let bpf_programs = compile(arch, "xtask/guest/bpf_programs.c", &work)?;
-        let image = |name: &str, full: bool| -> Result<PathBuf> {
-            let root = work.join(format!("initramfs-{name}"));
-            let _ = fs::remove_dir_all(&root);
-            let mut files = Files::new(&root, arch, &userland)?;
-            files.add(&tracer, Path::new("/usr/local/bin/thrtrace-bpf"))?;
-            files.add(&lock_mix, Path::new("/lock_mix"))?;
-            files.add(&bpf_programs, Path::new("/bpf_programs"))?;
-            files.add(
-                &workspace_root().join("xtask/guest/init.sh"),
-                Path::new("/init"),
-            )?;
-            fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
-            let mut runs = Vec::new();
-            if full {
-                for (name, binary) in &tests {
-                    files.add(binary, &Path::new("/tests").join(name))?;
-                }
-                for (name, filter) in &tested {
-                    runs.push(format!("{name}:{filter}"));
-                }
-                // At the path the test binaries were built to find them at; and their sources,
-                // where the tests read the lines they mark (`line_of`).
-                files.add_tree(&workloads)?;
-                for program in &programs {
-                    files.add(program, program)?;
-                }
-                files.add_tree(&workspace_root().join("tests/workloads"))?;
-                files.add(&userland.join("bin/dash"), Path::new("/bin/sh"))?;
-            }
+        let conf = |runs: &[String]| {
             let mut conf = format!(
                 "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\n",
                 runs.join(" ")
@@ -90,15 +58,108 @@ impl Guest {
             if let Some(kib) = machine.test_ring_kib {
                 conf += &format!("export THRTRACE_TEST_BUFFER_KIB={kib}\n");
             }
-            fs::write(root.join("etc/kt.conf"), conf)?;
-            files.add_libraries()?;
-            files.pack(&work.join(format!("initramfs-{name}.gz")))
+            conf
         };
+        let runs: Vec<String> = tested
+            .iter()
+            .map(|(name, filter)| format!("{name}:{filter}"))
+            .collect();
+        let full = base.image("full", &conf(&runs), |files| {
+            for (name, binary) in &tests {
+                files.add(binary, &Path::new("/tests").join(name))?;
+            }
+            // At the path the test binaries were built to find them at; and their sources,
+            // where the tests read the lines they mark (`line_of`).
+            files.add_tree(&workloads)?;
+            for program in &programs {
+                files.add(program, program)?;
+            }
+            files.add_tree(&workspace_root().join("tests/workloads"))?;
+            files.add(&base.userland.join("bin/dash"), Path::new("/bin/sh"))
+        })?;
         Ok(Guest {
             arch,
-            full: image("full", true)?,
-            small: image("small", false)?,
+            full,
+            small: base.image("small", &conf(&[]), |_| Ok(()))?,
         })
+    }
+}
+
+/// The image of a measuring boot (`kt=bench`): the small image's files, the C `programs`
+/// (sources from the workspace root) compiled for `arch` at the guest's `/NAME`, and `etc`'s
+/// files (a name and its text) in the guest's `/etc`.
+pub fn bench_image(
+    arch: Arch,
+    work: &Path,
+    programs: &[&str],
+    etc: &[(&str, String)],
+) -> Result<PathBuf> {
+    let base = Base::build(arch, work)?;
+    let compiled = programs
+        .iter()
+        .map(|source| compile(arch, source, &base.work))
+        .collect::<Result<Vec<_>>>()?;
+    base.image("bench", "", |files| {
+        for program in &compiled {
+            let name = program.file_name().context("a program without a name")?;
+            files.add(program, &Path::new("/").join(name))?;
+        }
+        for (name, text) in etc {
+            fs::write(files.root.join("etc").join(name), text)?;
+        }
+        Ok(())
+    })
+}
+
+/// What every image of an architecture has: its userland, the tracer, lock_mix, and the
+/// counter of the tracer's BPF programs.
+struct Base {
+    arch: Arch,
+    /// The architecture's directory under the guests' work directory.
+    work: PathBuf,
+    userland: PathBuf,
+    tracer: PathBuf,
+    lock_mix: PathBuf,
+    bpf_programs: PathBuf,
+}
+
+impl Base {
+    fn build(arch: Arch, work: &Path) -> Result<Self> {
+        let work = work.join(arch.name());
+        fs::create_dir_all(&work)?;
+        Ok(Base {
+            arch,
+            userland: userland(arch, &work)?,
+            tracer: build_release_tracer(arch)?,
+            lock_mix: compile(arch, "tests/workloads/lock_mix.c", &work)?,
+            bpf_programs: compile(arch, "xtask/guest/bpf_programs.c", &work)?,
+            work,
+        })
+    }
+
+    /// The image `name`: the base's files, `xtask/guest/init.sh` as init, `conf` as
+    /// /etc/kt.conf, what `extra` adds, and the libraries all these load; packed.
+    fn image(
+        &self,
+        name: &str,
+        conf: &str,
+        extra: impl FnOnce(&mut Files) -> Result<()>,
+    ) -> Result<PathBuf> {
+        let root = self.work.join(format!("initramfs-{name}"));
+        let _ = fs::remove_dir_all(&root);
+        let mut files = Files::new(&root, self.arch, &self.userland)?;
+        files.add(&self.tracer, Path::new("/usr/local/bin/thrtrace-bpf"))?;
+        files.add(&self.lock_mix, Path::new("/lock_mix"))?;
+        files.add(&self.bpf_programs, Path::new("/bpf_programs"))?;
+        files.add(
+            &workspace_root().join("xtask/guest/init.sh"),
+            Path::new("/init"),
+        )?;
+        fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
+        extra(&mut files)?;
+        fs::write(root.join("etc/kt.conf"), conf)?;
+        files.add_libraries()?;
+        files.pack(&self.work.join(format!("initramfs-{name}.gz")))
     }
 }
 
