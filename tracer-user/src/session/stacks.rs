@@ -5,7 +5,10 @@
 //! are read once and shared by the processes that map it. Stacks are then interned: the stream
 //! holds each distinct stack of a process once (`thrtrace_stack`), and records name it by id.
 
+mod cfi;
+
 use std::{
+    borrow::Cow,
     collections::{HashMap, hash_map::Entry},
     fs,
     ops::Range,
@@ -14,9 +17,10 @@ use std::{
 };
 
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
-use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags, elf};
+use object::{Architecture, Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags, elf};
 use tracer_model::event::{MAX_FRAMES, SystemEvent, SystemKind};
 
+use self::cfi::Section;
 use crate::{
     attach::targets::{self, MappedFile},
     capture::draw::CopiedStack,
@@ -102,8 +106,15 @@ impl FileSections {
         let section = |name: &str| {
             let section = file.section_by_name(name)?;
             let range = section.address()..section.address() + section.size();
-            let data: Arc<[u8]> = section.uncompressed_data().ok()?.as_ref().into();
-            Some((range, data))
+            Some((range, section.uncompressed_data().ok()?))
+        };
+        // framehop does not read AArch64's return-signing operations (see `cfi`).
+        let signing = file.architecture() == Architecture::Aarch64;
+        let cfi = |data: Cow<[u8]>, kind| -> Arc<[u8]> {
+            match signing {
+                true => cfi::without_return_signing(&data, kind).into(),
+                false => data.as_ref().into(),
+            }
         };
         let range = |name: &str| {
             let section = file.section_by_name(name)?;
@@ -111,9 +122,11 @@ impl FileSections {
         };
         let sections = FileSections {
             code_address: (code.address() + file_offset).wrapping_sub(code.file_range().0),
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
-            debug_frame: section(".debug_frame").map(|(_, data)| data),
+            eh_frame: section(".eh_frame")
+                .map(|(range, data)| (range, cfi(data, Section::EhFrame))),
+            eh_frame_hdr: section(".eh_frame_hdr")
+                .map(|(range, data)| (range, data.as_ref().into())),
+            debug_frame: section(".debug_frame").map(|(_, data)| cfi(data, Section::DebugFrame)),
             text: range(".text"),
             got: range(".got"),
         };
