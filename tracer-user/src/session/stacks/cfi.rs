@@ -4,10 +4,10 @@
 //! of SPARC's `DW_CFA_GNU_window_save`. framehop 0.16 has gimli read CFI without naming the
 //! vendor, so gimli refuses the operation and framehop unwinds each address of such a function
 //! by frame pointers instead: from inside one, the return of its own last call (`x30`) came
-//! as its caller, then a frame outside every file. The unwinder needs no signing state, since it strips the signature from every
-//! return address it reads (the mask of `native::registers`), so each such operation becomes a
-//! `DW_CFA_nop`. They are found by reading every entry's instructions, as an operand byte can
-//! have the same value.
+//! as its caller, then a frame outside every file. The unwinder needs no signing state, since
+//! it strips the signature from every return address it reads (the mask of
+//! `native::registers`), so each such operation becomes a `DW_CFA_nop`. They are found by
+//! reading every entry's instructions, as an operand byte can have the same value.
 
 use std::collections::HashMap;
 
