@@ -86,6 +86,15 @@ fn futex_hooks(test: &str) -> Vec<&'static str> {
                 eprintln!("{test}: not under fentry: this kernel refuses every tracing program");
                 return false;
             }
+            // Nor one whose kernel answered the attach itself that it has no trampolines
+            // into its functions (arm64 before 6.5: Debian 12's).
+            if *hook == "fentry"
+                && let Some(refusal) = refusal
+                && refusal.contains("cannot attach tracing programs to its own functions (ENOTSUPP")
+            {
+                eprintln!("{test}: not under fentry: {refusal}");
+                return false;
+            }
             prerequisite(&format!("{test} {hook}"), refusal.as_deref())
         })
         .map(|(hook, _)| *hook)
