@@ -111,10 +111,8 @@ impl Machine {
                 // budgeted.
                 preempt_boots: 5,
                 preempt_word: None,
-                // --contended's slow-path records (an rwlock unlock's wake is not found, a
-                // futex call inside a slow path is recorded again) and the unwinding of
-                // glibc 2.41's signed returns.
-                not_yet_exact: &["contended", "futex", "stacks"],
+                // The unwinding of glibc 2.41's signed returns.
+                not_yet_exact: &["stacks"],
                 // 7.3.4's boots lost 3,000 to 14,000 of 120,000 records in 0.6 s at the default.
                 test_ring_kib: Some(16384),
             },
