@@ -86,6 +86,15 @@ fn futex_hooks(test: &str) -> Vec<&'static str> {
                 eprintln!("{test}: not under fentry: this kernel refuses every tracing program");
                 return false;
             }
+            // Nor one whose kernel answered the attach itself that it has no trampolines
+            // into its functions (arm64 before 6.5: Debian 12's).
+            if *hook == "fentry"
+                && let Some(refusal) = refusal
+                && refusal.contains("cannot attach tracing programs to its own functions (ENOTSUPP")
+            {
+                eprintln!("{test}: not under fentry: {refusal}");
+                return false;
+            }
             prerequisite(&format!("{test} {hook}"), refusal.as_deref())
         })
         .map(|(hook, _)| *hook)
@@ -535,11 +544,22 @@ fn assert_waiting_stacks(report: &Value, address: i64, chains: &[&[&str]], waits
     let lock = report_lock(report, &Value::from(format!("{address:#x}")));
     assert_eq!(lock["kind"], "futex", "{at}: {lock:#}");
     let stacks = lock["waiting_stacks"].as_array().unwrap();
+    // A generic function's frame names its instance's arguments where the program's symbols
+    // are mangled as Rust's v0 (nightly's default, which the arm64 cross builds use):
+    // `__rust_begin_short_backtrace::<…>`.
+    let names = |function: &str, named: &str| {
+        function
+            .strip_prefix(named)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::<"))
+    };
     for stack in stacks {
         let functions = stack_functions(stack);
         assert!(
-            chains.iter().any(|chain| functions
-                .starts_with(&chain.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>())),
+            chains.iter().any(|chain| chain.len() <= functions.len()
+                && chain
+                    .iter()
+                    .zip(&functions)
+                    .all(|(named, f)| names(f, named))),
             "{at}: none of {chains:?} in {functions:#?}"
         );
         assert_eq!(stack["end"], Value::Null, "{at}: {stack:#}");
@@ -667,6 +687,9 @@ fn std_mutex_and_condvar(hook: &str) {
                 WAIT_FOR_PERMIT,
                 THREAD_CLOSURE,
             ],
+            // Where std is built with the program (the arm64 cross builds' -Zbuild-std), the
+            // wait ends in a tail call of lock_contended (`b`): its frame is gone by then.
+            &["syscall", LOCK_CONTENDED, WAIT_FOR_PERMIT, THREAD_CLOSURE],
         ],
         mutex_waits,
         &format!("{context}: the mutex"),

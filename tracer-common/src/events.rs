@@ -274,6 +274,12 @@ pub struct ProbeCookie {
     /// where it is as at the entry. Carried in the 4 bits that say a completion's condition,
     /// which a slow path does not have.
     pub return_address_saved: u8,
+    /// On a slow path, how many bytes past the call's object [`ProbeCookie::object_register`]
+    /// points (a futex word inside it, where the code keeps the object's address in no
+    /// register): a multiple of 4, at most [`ProbeCookie::MAX_OBJECT_OFFSET`]. Carried in words
+    /// in the top 4 bits of the span's size, which a slow path keeps below
+    /// [`ProbeCookie::MAX_SLOW_PATH_SPAN`].
+    pub object_offset: u8,
 }
 
 /// A probe inside a lock function where the call's outcome is known (after the atomic
@@ -658,12 +664,19 @@ impl ProbeCookie {
     /// The most 8-byte slots below the entry's stack pointer that a slow path's cookie can say
     /// the return address was saved at ([`ProbeCookie::return_address_saved`]).
     pub const MAX_RETURN_ADDRESS_SLOTS: u16 = 15;
+    /// The most bytes past the object a slow path's register can point
+    /// ([`ProbeCookie::object_offset`]).
+    pub const MAX_OBJECT_OFFSET: u8 = 60;
+    /// The largest function span a slow path's cookie keeps: the top 4 bits of its size carry
+    /// [`ProbeCookie::object_offset`].
+    pub const MAX_SLOW_PATH_SPAN: u16 = 0xfff;
 
     /// The 64 bits of the cookie, high to low: event1 (6), event2 (6), object layout (2), slow
     /// path (1), returns result (1), stack offset (8), flags (16), the function span's bytes
     /// before the probe (8; on a slow path or a completion the object's register in the low 4, and
-    /// on a completion its condition and a bit of its type register in the high 4) and size
-    /// (16; on a completion the rest of the [`Completion`]). A completion is marked by the two
+    /// on a completion its condition and a bit of its type register in the high 4, on a slow
+    /// path where its return address was saved) and size (16; on a completion the rest of the
+    /// [`Completion`], on a slow path the object's offset in words in the top 4). A completion is marked by the two
     /// bits slow path and returns result as 0 and 1, which no other probe has (a result is
     /// returned on slow paths only).
     pub const fn encode(self) -> u64 {
@@ -674,7 +687,8 @@ impl ProbeCookie {
             }
             None if self.slow_path => (
                 self.returns_result,
-                self.function.bytes,
+                (self.function.bytes & Self::MAX_SLOW_PATH_SPAN)
+                    | ((self.object_offset as u16 / 4) << 12),
                 self.return_address_saved & 0xf,
             ),
             None => (self.returns_result, self.function.bytes, 0),
@@ -724,9 +738,10 @@ impl ProbeCookie {
                     true => 0,
                     false => (cookie >> 16) as u8,
                 },
-                bytes: match marked_completion {
-                    true => 0,
-                    false => cookie as u16,
+                bytes: match (marked_completion, slow_path) {
+                    (true, _) => 0,
+                    (false, true) => cookie as u16 & Self::MAX_SLOW_PATH_SPAN,
+                    (false, false) => cookie as u16,
                 },
             },
             object_register: match keeps_register {
@@ -742,6 +757,10 @@ impl ProbeCookie {
             },
             return_address_saved: match slow_path {
                 true => ((cookie >> 20) & 0xf) as u8,
+                false => 0,
+            },
+            object_offset: match slow_path {
+                true => ((cookie >> 12) & 0xf) as u8 * 4,
                 false => 0,
             },
         }
@@ -942,6 +961,7 @@ impl EventDef {
             object_register: ObjectRegister::Rdi,
             completion: None,
             return_address_saved: 0,
+            object_offset: 0,
         }
     }
 
@@ -2107,8 +2127,16 @@ mod tests {
                 };
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
                 cookie.slow_path = true;
-                cookie.function.before_probe = 0;
+                cookie.function = FunctionSpan {
+                    before_probe: 0,
+                    bytes: ProbeCookie::MAX_SLOW_PATH_SPAN,
+                };
                 assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                for offset in (0..=ProbeCookie::MAX_OBJECT_OFFSET).step_by(4) {
+                    cookie.object_offset = offset;
+                    assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);
+                }
+                cookie.object_offset = 0;
                 for register in ObjectRegister::ALL {
                     cookie.object_register = register;
                     assert_eq!(ProbeCookie::decode(cookie.encode()), cookie);

@@ -806,15 +806,17 @@ fn fill_entry(
 }
 
 /// Copies the call's object into `record`, and on a slow path whose object is in another
-/// register than the first argument's, takes it from there as `a1`. A function of its own,
-/// called last, so that `fill_entry` keeps nothing across it.
+/// register than the first argument's, or at an offset before what a register points to,
+/// takes it from there as `a1`. A function of its own, called last, so that `fill_entry` keeps
+/// nothing across it.
 #[inline(never)]
 fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
     let cookie = ProbeCookie::decode(raw_cookie);
     // SAFETY: as in `fill_entry`, which has filled the record's arguments.
     unsafe {
-        if cookie.object_register != ObjectRegister::Rdi {
-            (*record).args[0] = arch::register_value(cookie.object_register, regs);
+        if cookie.object_register != ObjectRegister::Rdi || cookie.object_offset != 0 {
+            (*record).args[0] = arch::register_value(cookie.object_register, regs)
+                .wrapping_sub(u64::from(cookie.object_offset));
         }
         let object = ptr::addr_of_mut!((*record).object);
         // A call completed here whose record reads nothing of the object but the lock word

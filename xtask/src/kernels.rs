@@ -73,9 +73,6 @@ struct Machine {
     /// The command-line word that makes those boots fully preemptible, on kernels built to
     /// choose at boot (PREEMPT_DYNAMIC); without one they run as the kernel was built.
     preempt_word: Option<&'static str>,
-    /// The test binaries of [`TESTS`] its full boots leave out: what the tracer does not yet
-    /// record exactly on this architecture.
-    not_yet_exact: &'static [&'static str],
     /// Each CPU's ring, in KiB, that the exact-count tests give the tracer
     /// (`THRTRACE_TEST_BUFFER_KIB`), and the measuring boot's traced runs, where the emulated
     /// tracer drains slower than the emulated workloads fill the default ring.
@@ -83,14 +80,6 @@ struct Machine {
 }
 
 impl Machine {
-    /// The tests of [`TESTS`] this architecture's full boots run.
-    fn tests(&self) -> Vec<(&'static str, &'static str)> {
-        TESTS
-            .into_iter()
-            .filter(|(test, _)| !self.not_yet_exact.contains(test))
-            .collect()
-    }
-
     fn of(arch: Arch) -> Machine {
         match arch {
             Arch::X86_64 => Machine {
@@ -99,7 +88,6 @@ impl Machine {
                 console: "ttyS0",
                 preempt_boots: 10,
                 preempt_word: Some("preempt=full"),
-                not_yet_exact: &[],
                 test_ring_kib: None,
             },
             Arch::Aarch64 => Machine {
@@ -114,9 +102,6 @@ impl Machine {
                 // budgeted.
                 preempt_boots: 5,
                 preempt_word: None,
-                // --contended's slow-path records (an rwlock unlock's wake is not found, a
-                // futex call inside a slow path is recorded again).
-                not_yet_exact: &["contended", "futex"],
                 // 7.3.4's boots lost 3,000 to 14,000 of 120,000 records in 0.6 s at the default.
                 test_ring_kib: Some(16384),
             },
@@ -124,13 +109,12 @@ impl Machine {
     }
 }
 
-/// The integration tests run in each kernel's full boot, each a test binary and the filter
-/// it is given: every category's exact counts, `-p` on a running process, a launched command,
-/// `--follow`, `--log` and `dump`, stopping by signal, `--contended`'s slow-path probes, futex calls
-/// under each hook the kernel has, the
-/// call stacks copied with records. `--lossless` is checked by the guest
-/// itself, on lock_mix through a small ring: the test binary's stalled-tracer runs take minutes
-/// under emulation.
+/// The integration tests run in each kernel's full boot, of either architecture, each a test
+/// binary and the filter it is given: every category's exact counts, `-p` on a running
+/// process, a launched command, `--follow`, `--log` and `dump`, stopping by signal,
+/// `--contended`'s slow-path probes, futex calls under each hook the kernel has, the call
+/// stacks copied with records. `--lossless` is checked by the guest itself, on lock_mix
+/// through a small ring: the test binary's stalled-tracer runs take minutes under emulation.
 const TESTS: [(&str, &str); 13] = [
     ("records", ""),
     ("thread", ""),

@@ -8,7 +8,7 @@ use yaxpeax_arm::armv8::a64::{InstDecoder, Instruction, Opcode, Operand, SizeCod
 use super::{
     machine_code::ErrnoAt,
     placement::Needs,
-    slow_path::{self, Flow, Futex, ReturnAddress},
+    slow_path::{self, Flow, Futex, Holding, ReturnAddress},
 };
 
 /// `TPIDR_EL0`, the thread pointer, as `mrs` names it (op0 3, op1 3, CRn 13, CRm 0, op2 2).
@@ -966,16 +966,13 @@ impl slow_path::Path for PathState {
         self.object_plus[0].is_some()
     }
 
-    fn holding_object(&self) -> u32 {
-        (0..REGISTERS)
-            .filter(|&r| self.object_plus[r] == Some(0))
-            .fold(0, |mask, r| mask | 1 << r)
+    fn holding_object(&self) -> Holding {
+        Holding::of(&self.object_plus)
     }
 
-    fn object_register_in(mask: u32) -> Option<ObjectRegister> {
-        ObjectRegister::ALL
-            .into_iter()
-            .find(|&object| mask & 1 << register_of(object) != 0)
+    fn object_register_in(holding: &Holding) -> Option<(ObjectRegister, u8)> {
+        holding
+            .choose(&ObjectRegister::ALL.map(|object| (object, usize::from(register_of(object)))))
     }
 
     /// `x30` while it holds it; else the slot the prologue saved it in, while the stack
@@ -1263,6 +1260,7 @@ mod tests {
                 stack_offset: 0x30,
                 return_address: ReturnAddress::SavedBelowEntry(0x28),
                 object_register: ObjectRegister::Rdi,
+                object_offset: 0,
                 calls: Some(lock_wait),
                 futex: Futex::Waits,
                 wait_ends: Some(slow_path::WaitEnd::After(offset + 4)),
@@ -1298,6 +1296,7 @@ mod tests {
             stack_offset: 0x20,
             return_address: ReturnAddress::SavedBelowEntry(0x18),
             object_register: ObjectRegister::Rdi,
+            object_offset: 0,
             calls: Some(0x82fa0),
             futex: Futex::Wakes,
             wait_ends: None,
@@ -1309,25 +1308,35 @@ mod tests {
     }
 
     #[test]
-    fn glibc_2_36_rwlock_unlock_wakes_in_line_on_words_inside_the_lock_kept_in_x19() {
+    fn glibc_2_36_rwlock_unlock_wakes_in_line_with_the_lock_or_a_word_of_it_in_a_register() {
         // add x22, x19, #8; ... mov w1, #0x81; eor w1, w23, w1; mov x0, x22; ...; sxtw x1, w1;
         // mov x8, #0x62; svc #0: each wake is probed where the straight run to it begins. The
-        // third, after `add x19, x19, #8`, has the lock in no register: not probed.
+        // writer's unlock wakes the readers after `add x19, x19, #8` (the lock 8 bytes below
+        // x19), then the writers through a jump to the run at 0x852a0, which the readers'
+        // wake falls into with the lock in x19: no register holds it on both ways, so each
+        // way in is probed, where it starts (the jump's with the lock 0xc below x23).
         let image = library(GLIBC_2_36);
-        let wake = |offset| slow_path::Site {
+        let wake = |offset, object_register, object_offset| slow_path::Site {
             offset,
             stack_offset: 0x40,
             return_address: ReturnAddress::SavedBelowEntry(0x38),
-            object_register: ObjectRegister::Rbx,
+            object_register,
+            object_offset,
             calls: None,
             futex: Futex::Wakes,
             wait_ends: None,
         };
         assert_eq!(
             slow_paths(&image, 0x85210, 0x22c, Futex::Wakes),
-            [wake(0x852a0), wake(0x852fc)]
+            [
+                wake(0x85290, ObjectRegister::Rbx, 0),
+                wake(0x852fc, ObjectRegister::Rbx, 0),
+                wake(0x85398, ObjectRegister::R14, 0xc),
+                wake(0x853ec, ObjectRegister::Rbx, 8),
+            ]
         );
         assert_eq!(register_of(ObjectRegister::Rbx), 19);
+        assert_eq!(register_of(ObjectRegister::R14), 23);
     }
 
     #[test]
@@ -1339,6 +1348,7 @@ mod tests {
             stack_offset: 0,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
+            object_offset: 0,
             calls: Some(0x87274),
             futex: Futex::Waits,
             wait_ends: Some(slow_path::WaitEnd::PassedOn(0x87274)),
@@ -1357,6 +1367,7 @@ mod tests {
             stack_offset: 0,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
+            object_offset: 0,
             calls: Some(0x8efc0),
             futex: Futex::Waits,
             wait_ends: Some(slow_path::WaitEnd::PassedOn(0x8efc0)),
@@ -1375,6 +1386,7 @@ mod tests {
             stack_offset: 0,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rsi,
+            object_offset: 0,
             calls: None,
             futex: Futex::Wakes,
             wait_ends: None,

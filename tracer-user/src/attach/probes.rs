@@ -22,7 +22,7 @@ use std::{
 use aya::maps::MapError;
 use tracer_common::{
     CallRole, Category, ContendedProbe, EVENTS, EventDef, Field, FunctionSpan,
-    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeFlags, ProcessLibrary,
+    LAYOUT_COND_WITHOUT_G_REFS, LAYOUT_GLIBC, LAYOUT_MUSL, ProbeCookie, ProbeFlags, ProcessLibrary,
     TracedThrough,
     object_layout::{GLIBC, GLIBC_2_41},
 };
@@ -122,8 +122,13 @@ impl PlannedProbe {
     /// Keeps the function's code (`bytes` long) with its open call ([`FunctionSpan`]), where
     /// the span fits the cookie.
     fn keep_span(&mut self, bytes: u64) {
+        let most = match self.slow_path {
+            Some(_) => ProbeCookie::MAX_SLOW_PATH_SPAN,
+            None => u16::MAX,
+        };
         if let (Ok(before_probe), Ok(bytes)) =
             (u8::try_from(self.placement.offset), u16::try_from(bytes))
+            && bytes <= most
         {
             self.span = FunctionSpan {
                 before_probe,
@@ -1058,6 +1063,7 @@ impl ProbeSet {
             cookie.slow_path = true;
             cookie.returns_result = matches!(site.wait_ends, Some(WaitEnd::PassedOn(_)));
             cookie.object_register = site.object_register;
+            cookie.object_offset = site.object_offset;
             if let ReturnAddress::SavedBelowEntry(bytes) = site.return_address {
                 cookie.return_address_saved = (bytes / 8) as u8;
             }

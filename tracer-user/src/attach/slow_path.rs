@@ -30,7 +30,7 @@ use std::{
 };
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
-use tracer_common::{ObjectRegister, arch};
+use tracer_common::{ObjectRegister, ProbeCookie, arch};
 
 /// How many instructions a walk decodes at most: glibc's lock with its robust and
 /// priority-protected paths is about 1,000.
@@ -57,6 +57,9 @@ pub struct Site {
     /// The register that holds the call's object there: the futex waited on may be a word inside it (a read-write
     /// lock's), passed to the futex call as the object plus an offset.
     pub object_register: ObjectRegister,
+    /// How many bytes past the object that register points: where the code keeps only the
+    /// futex word's address (glibc 2.36's rwlock unlock on arm64, `add x19, x19, #8`).
+    pub object_offset: u8,
     /// The futex function called there, or `None` for a futex call in line (the probe is
     /// then on the first instruction of the straight run that makes it).
     pub calls: Option<u64>,
@@ -74,7 +77,13 @@ impl Site {
             Some(futex_function) => format!("calls the futex function at {futex_function:#x}"),
             None => "makes the futex call".into(),
         };
-        let object = format!("object in {}", register(self.object_register));
+        let object = match self.object_offset {
+            0 => format!("object in {}", register(self.object_register)),
+            offset => format!(
+                "object {offset:#x} below {}",
+                register(self.object_register)
+            ),
+        };
         let what = match self.wait_ends {
             Some(WaitEnd::PassedOn(waiting)) => format!(
                 "slow path: passes the call on to {waiting:#x}, which waits (its return is the \
@@ -144,6 +153,56 @@ pub enum ReturnAddress {
     SavedBelowEntry(u16),
 }
 
+/// The most registers an instruction set numbers in a [`Holding`].
+const HELD_REGISTERS: usize = 32;
+
+/// Which registers hold the object's address plus how many bytes, by the instruction set's
+/// numbering: on one path, or what every path walked to an instruction agrees on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Holding([Option<u8>; HELD_REGISTERS]);
+
+impl Holding {
+    /// From a path state's registers, each the object's address plus this many bytes.
+    pub(super) fn of(object_plus: &[Option<u8>]) -> Self {
+        let mut held = [None; HELD_REGISTERS];
+        for (to, from) in held.iter_mut().zip(object_plus) {
+            *to = *from;
+        }
+        Holding(held)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+
+    /// What both paths bring.
+    fn meet(&self, other: &Holding) -> Holding {
+        let mut both = *self;
+        for (mine, theirs) in both.0.iter_mut().zip(other.0) {
+            if *mine != theirs {
+                *mine = None;
+            }
+        }
+        both
+    }
+
+    /// The first register of `registers` (each with its number) that holds the object itself,
+    /// else the first whose offset a cookie carries (`ProbeCookie::object_offset`).
+    pub(super) fn choose(
+        &self,
+        registers: &[(ObjectRegister, usize)],
+    ) -> Option<(ObjectRegister, u8)> {
+        let at = |wanted: &dyn Fn(u8) -> bool| {
+            registers.iter().find_map(|&(register, number)| {
+                let offset = self.0.get(number).copied().flatten()?;
+                wanted(offset).then_some((register, offset))
+            })
+        };
+        at(&|offset| offset == 0)
+            .or_else(|| at(&|offset| offset % 4 == 0 && offset <= ProbeCookie::MAX_OBJECT_OFFSET))
+    }
+}
+
 /// What one instruction does to the way through a function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -188,10 +247,13 @@ pub(super) trait Path: Copy + Default {
     fn futex_passed_on(&self, image: &[u8], callee: u64) -> Option<Futex>;
     /// Whether a futex call made now is on the object: its first argument points into it.
     fn futex_on_object(&self) -> bool;
-    /// The registers that hold the object, a bit each by the instruction set's numbering.
-    fn holding_object(&self) -> u32;
-    /// The first register in `mask` the record can take the object from.
-    fn object_register_in(mask: u32) -> Option<ObjectRegister>;
+    /// The registers that hold the object or an address inside it, by the instruction set's
+    /// numbering.
+    fn holding_object(&self) -> Holding;
+    /// The register of `holding` the record can take the object from, and how many bytes
+    /// past the object it points: the first that holds the object itself, else the first
+    /// whose offset the cookie can carry.
+    fn object_register_in(holding: &Holding) -> Option<(ObjectRegister, u8)>;
     /// Where a probe here, `depth` bytes below the entry's stack pointer, reads the return
     /// address; `None` where no probe may go (the return address is lost, or the probe
     /// would break an exclusive load's loop) or the depth does not fit the cookie.
@@ -316,29 +378,37 @@ impl<'a, P: Path> Walker<'a, P> {
             targets: HashSet::new(),
             in_line: HashMap::new(),
         };
-        // The depth at each instruction walked, and the registers that hold the object there
-        // on every path walked to it that brings it ([`Path::holding_object`]; `None`: none
-        // does). An instruction is walked again when a path brings the object where no path
-        // did, or leaves it out of a register that held it: a probe there reads it from a
-        // register that holds it whichever way the call came. A path that does not bring it
-        // does not hide one that does: it may only seem to reach there (past a call that
-        // never returns, as `__assert_fail`).
-        let mut depths: HashMap<u64, (u64, Option<u32>)> = HashMap::new();
+        // The depth at each instruction walked, and the registers that hold the object (or an
+        // address inside it, by the same offset) there on every path walked to it that brings
+        // it ([`Path::holding_object`]; `None`: none does). An instruction is walked again
+        // when a path brings the object where no path did, or leaves it out of a register that
+        // held it: a probe there reads it from a register that holds it whichever way the
+        // call came. A path that does not bring it does not hide one that does: it may only
+        // seem to reach there (past a call that never returns, as `__assert_fail`).
+        let mut depths: HashMap<u64, (u64, Option<Holding>)> = HashMap::new();
         // Each run of instructions from where a branch lands, with the depth there and what
         // the path to it set up for a system call.
         let mut runs = vec![(entry, 0u64, P::at_function_entry())];
+        // Where each run walked starts, with the first path's depth and state there.
+        let mut starts: HashMap<u64, (u64, P)> = HashMap::new();
         let mut decoded = 0;
         while let Some((start, depth, at_start)) = runs.pop() {
+            starts.entry(start).or_insert((depth, at_start));
             let (mut depth, mut state) = (depth, at_start);
             let mut ip = start;
             while decoded < budget {
+                // The traced function's entry is reached by calls: code before it falls into
+                // it only past a call that does not return (`__stack_chk_fail`).
+                if ip == entry && !called && (ip != start || decoded > 0) {
+                    break;
+                }
                 let arriving = state.holding_object();
                 match depths.get_mut(&ip) {
                     Some((_, seen)) => {
-                        let narrowed = match *seen {
-                            _ if arriving == 0 => break,
+                        let narrowed = match seen {
+                            _ if arriving.is_empty() => break,
                             None => arriving,
-                            Some(mask) => mask & arriving,
+                            Some(held) => held.meet(&arriving),
                         };
                         if *seen == Some(narrowed) {
                             break;
@@ -346,7 +416,7 @@ impl<'a, P: Path> Walker<'a, P> {
                         *seen = Some(narrowed);
                     }
                     None => {
-                        depths.insert(ip, (depth, (arriving != 0).then_some(arriving)));
+                        depths.insert(ip, (depth, (!arriving.is_empty()).then_some(arriving)));
                     }
                 }
                 let Some((instruction, next, flow)) = P::decode(self.image, ip) else {
@@ -359,8 +429,8 @@ impl<'a, P: Path> Walker<'a, P> {
                         let start_depth = depths[&start].0;
                         if let Some(futex) = state.futex_made()
                             && state.futex_on_object()
-                            && let Some(object_register) =
-                                P::object_register_in(at_start.holding_object())
+                            && let Some((object_register, object_offset)) =
+                                P::object_register_in(&at_start.holding_object())
                             && let Some(return_address) = at_start.return_address(start_depth)
                             && let Ok(stack_offset) = u16::try_from(start_depth)
                         {
@@ -370,6 +440,7 @@ impl<'a, P: Path> Walker<'a, P> {
                                 stack_offset,
                                 return_address,
                                 object_register,
+                                object_offset,
                                 calls: None,
                                 futex,
                                 wait_ends: (futex == Futex::Waits).then_some(WaitEnd::After(next)),
@@ -385,8 +456,8 @@ impl<'a, P: Path> Walker<'a, P> {
                             && in_function(ip)
                             && depth == 0
                             && !in_function(target)
-                            && let Some(object_register) =
-                                P::object_register_in(state.holding_object())
+                            && let Some((object_register, object_offset)) =
+                                P::object_register_in(&state.holding_object())
                             && let Some(return_address) = state.return_address(depth)
                             && self.futex_of(target, CALLEE_LEVELS) == Some(Futex::Waits)
                         {
@@ -395,6 +466,7 @@ impl<'a, P: Path> Walker<'a, P> {
                                 stack_offset: 0,
                                 return_address,
                                 object_register,
+                                object_offset,
                                 calls: Some(target),
                                 futex: Futex::Waits,
                                 wait_ends: Some(WaitEnd::PassedOn(target)),
@@ -425,8 +497,8 @@ impl<'a, P: Path> Walker<'a, P> {
                         });
                         if let Some((target, futex)) = callee
                             && state.futex_on_object()
-                            && let Some(object_register) =
-                                P::object_register_in(state.holding_object())
+                            && let Some((object_register, object_offset)) =
+                                P::object_register_in(&state.holding_object())
                             && let Some(return_address) = state.return_address(depth)
                             && let Ok(stack_offset) = u16::try_from(depth)
                         {
@@ -435,6 +507,7 @@ impl<'a, P: Path> Walker<'a, P> {
                                 stack_offset,
                                 return_address,
                                 object_register,
+                                object_offset,
                                 calls: Some(target),
                                 futex,
                                 wait_ends: (futex == Futex::Waits).then_some(WaitEnd::After(next)),
@@ -465,14 +538,35 @@ impl<'a, P: Path> Walker<'a, P> {
                     .is_some_and(|syscall| last_start[syscall] == site.offset)
         });
         // Each site reads the object from a register that holds it on every way there.
-        let object_register = |site: &Site| match depths.get(&site.offset) {
-            Some(&(_, Some(mask))) => P::object_register_in(mask),
+        let object_register = |at: u64| match depths.get(&at) {
+            Some((_, Some(held))) => P::object_register_in(held),
             _ => None,
         };
+        // A futex call in line whose run has the object in no one register on every way in
+        // is probed where each way into that run starts instead, if each goes there straight
+        // (glibc 2.36's rwlock unlock on arm64 jumps to its wake of the writers with the lock
+        // in x19 on one way and 8 bytes into it on another).
+        let mut ways_in = Vec::new();
+        let sites_at: HashSet<u64> = walked.sites.iter().map(|site| site.offset).collect();
+        walked.sites.retain(|site| {
+            if site.calls.is_some() || object_register(site.offset).is_some() {
+                return true;
+            }
+            let holds = |at: u64| object_register(at).is_some();
+            // Not where another site's probe is already.
+            if let Some(ways) = ways_into(self.image, entry, *site, &starts, &holds, WAYS_IN_LEVELS)
+                && !ways.iter().any(|way| sites_at.contains(&way.offset))
+            {
+                ways_in.extend(ways);
+            }
+            false
+        });
+        walked.sites.extend(ways_in);
         for sites in [&mut walked.sites, &mut walked.passed_on] {
-            sites.retain_mut(|site| match object_register(site) {
-                Some(register) => {
+            sites.retain_mut(|site| match object_register(site.offset) {
+                Some((register, offset)) => {
                     site.object_register = register;
+                    site.object_offset = offset;
                     true
                 }
                 None => false,
@@ -513,6 +607,87 @@ pub(super) fn jumps_to<P: Path>(image: &[u8], function: u64, traced: &[u64]) -> 
         }
     }
     false
+}
+
+/// How many runs back from an in-line futex call [`ways_into`] looks for the object in a
+/// register.
+const WAYS_IN_LEVELS: u32 = 2;
+
+/// Where the code from a run's start goes, straight, up to the next run's start.
+#[derive(PartialEq, Eq)]
+enum Way {
+    /// Into the run asked about, whenever it runs.
+    Into,
+    /// Never into it.
+    Elsewhere,
+    /// Maybe into it: a branch that may go there or not.
+    Unknown,
+}
+
+/// Where the straight code from `start` in `image` goes: into the run at `target`, or not,
+/// before any other of `starts`. A jump the walk does not follow (an indirect one) is not
+/// followed here either.
+fn way_from<P: Path, T>(image: &[u8], start: u64, target: u64, starts: &HashMap<u64, T>) -> Way {
+    let mut ip = start;
+    for _ in 0..MAX_WALKED_IN_CALLEE {
+        if ip != start && starts.contains_key(&ip) {
+            return if ip == target {
+                Way::Into
+            } else {
+                Way::Elsewhere
+            };
+        }
+        let Some((_, next, flow)) = P::decode(image, ip) else {
+            return Way::Elsewhere;
+        };
+        match flow {
+            Flow::Next | Flow::Call(_) | Flow::Syscall => ip = next,
+            Flow::Jump(Some(to)) if to == target => return Way::Into,
+            Flow::Jump(_) | Flow::Return | Flow::Stop => return Way::Elsewhere,
+            Flow::Branch(Some(to)) if to != target && next != target => return Way::Elsewhere,
+            Flow::Branch(_) => return Way::Unknown,
+        }
+    }
+    Way::Unknown
+}
+
+/// The in-line futex call's `site` probed instead where each way into its run starts (each run
+/// of `starts`, walked from the function at `entry`, whose code goes straight there), each way
+/// whose start `holds` no register with the object in turn by its own ways in, `levels` more;
+/// `None` if a way in may also go elsewhere, or one has no such probe.
+fn ways_into<P: Path>(
+    image: &[u8],
+    entry: u64,
+    site: Site,
+    starts: &HashMap<u64, (u64, P)>,
+    holds: &dyn Fn(u64) -> bool,
+    levels: u32,
+) -> Option<Vec<Site>> {
+    if site.offset == entry {
+        return None;
+    }
+    let mut ways = Vec::new();
+    for (&start, &(depth, state)) in starts.iter().filter(|(start, _)| **start != site.offset) {
+        match way_from::<P, _>(image, start, site.offset, starts) {
+            Way::Elsewhere => continue,
+            Way::Unknown => return None,
+            Way::Into => {}
+        }
+        let way = Site {
+            offset: start,
+            stack_offset: u16::try_from(depth).ok()?,
+            return_address: state.return_address(depth)?,
+            ..site
+        };
+        match holds(start) {
+            true => ways.push(way),
+            false if levels > 0 => {
+                ways.extend(ways_into(image, entry, way, starts, holds, levels - 1)?);
+            }
+            false => return None,
+        }
+    }
+    (!ways.is_empty()).then_some(ways)
 }
 
 /// The futex call the function at `address` makes itself (glibc's `__lll_lock_wait`), among
@@ -762,12 +937,20 @@ impl Path for PathState {
         self.object_plus[register_index(Register::RDI)].is_some()
     }
 
-    fn holding_object(&self) -> u32 {
-        self.object_mask()
+    /// Only the registers that hold the object itself: glibc keeps it in one at each of its
+    /// x86-64 sites.
+    fn holding_object(&self) -> Holding {
+        Holding::of(
+            &self
+                .object_plus
+                .map(|plus| plus.filter(|&bytes| bytes == 0)),
+        )
     }
 
-    fn object_register_in(mask: u32) -> Option<ObjectRegister> {
-        object_register_in(mask)
+    fn object_register_in(holding: &Holding) -> Option<(ObjectRegister, u8)> {
+        holding.choose(
+            &ObjectRegister::ALL.map(|object| (object, register_index(decoded_register(object)))),
+        )
     }
 
     /// Always at `[rsp + depth]`.
@@ -913,6 +1096,7 @@ mod tests {
             stack_offset: 24,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
+            object_offset: 0,
             calls: Some(0x40),
             futex: Futex::Waits,
             wait_ends: Some(WaitEnd::ReturnOf(0x40)),
@@ -936,6 +1120,7 @@ mod tests {
             stack_offset: 0,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
+            object_offset: 0,
             calls: None,
             futex: Futex::Wakes,
             wait_ends: None,
@@ -975,6 +1160,7 @@ mod tests {
             stack_offset: 8,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
+            object_offset: 0,
             calls: Some(0x50),
             futex: Futex::Waits,
             wait_ends: Some(WaitEnd::After(0x45)),
@@ -1008,6 +1194,7 @@ mod tests {
             stack_offset: 8,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rbx,
+            object_offset: 0,
             calls: None,
             futex: Futex::Waits,
             wait_ends: Some(WaitEnd::After(0x23)),
@@ -1029,6 +1216,7 @@ mod tests {
             stack_offset: 0,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
+            object_offset: 0,
             calls: Some(0x40),
             futex: Futex::Waits,
             wait_ends: Some(WaitEnd::PassedOn(0x40)),

@@ -118,6 +118,16 @@ pub enum FutexHookError {
         what: String,
         cause: Box<LoadError>,
     },
+    /// The kernel has no BPF trampolines into its own functions: it answers the attach with
+    /// ENOTSUPP (arm64 before Linux 6.5, which has them for BPF programs only).
+    #[error(
+        "{what}: this kernel cannot attach tracing programs to its own functions (ENOTSUPP; \
+         arm64 can from Linux 6.5)"
+    )]
+    NoTrampolines {
+        /// What was refused.
+        what: String,
+    },
     /// The kernel refused to attach the program.
     #[error("{what}: {}", OneLine(.cause))]
     AttachRefused {
@@ -138,7 +148,19 @@ impl FutexHookError {
     fn attach(what: String) -> impl FnOnce(SyscallError) -> Self {
         |cause| FutexHookError::AttachRefused { what, cause }
     }
+
+    /// A tracing program's attach refused.
+    fn attach_tracing(what: String) -> impl FnOnce(SyscallError) -> Self {
+        |cause| match cause.io_error.raw_os_error() {
+            Some(ENOTSUPP) => FutexHookError::NoTrampolines { what },
+            _ => FutexHookError::AttachRefused { what, cause },
+        }
+    }
 }
+
+/// The kernel's own "operation not supported" (not `EOPNOTSUPP`), which userspace has no
+/// name for.
+const ENOTSUPP: i32 = 524;
 
 /// The futex programs, attached.
 #[derive(Default)]
@@ -208,7 +230,7 @@ fn attach_fentry(
             let fd = loaded
                 .load_tracing_program(program, attach_type, id)
                 .map_err(FutexHookError::program(what()))?;
-            let link = attach_tracing(&fd).map_err(FutexHookError::attach(what()))?;
+            let link = attach_tracing(&fd).map_err(FutexHookError::attach_tracing(what()))?;
             hooked.add(fd, link);
         }
     }

@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{Machine, ROUNDS, THREADS};
+use super::{Machine, ROUNDS, TESTS, THREADS};
 use crate::{
     arch::Arch,
     debian::Suite,
@@ -41,15 +41,11 @@ impl Guest {
     pub fn build(arch: Arch, work: &Path) -> Result<Self> {
         let base = Base::build(arch, work)?;
         let machine = Machine::of(arch);
-        let tested = machine.tests();
         let TestBinaries {
             tests,
             programs,
             workloads,
-        } = test_binaries::build(
-            arch,
-            &tested.iter().map(|(test, _)| *test).collect::<Vec<_>>(),
-        )?;
+        } = test_binaries::build(arch, &TESTS.map(|(test, _)| test))?;
         let conf = |runs: &[String]| {
             let mut conf = format!(
                 "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\n",
@@ -60,7 +56,7 @@ impl Guest {
             }
             conf
         };
-        let runs: Vec<String> = tested
+        let runs: Vec<String> = TESTS
             .iter()
             .map(|(name, filter)| format!("{name}:{filter}"))
             .collect();
