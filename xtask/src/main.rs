@@ -46,8 +46,8 @@ enum Task {
         /// Measure instead the uncontended mutex pair inside a guest of this architecture
         /// (its newest Debian kernel under qemu, emulated): untraced, `--contended`, placed
         /// probes and `--probe-at-entry`
-        #[arg(long, value_name = "ARCH", value_parser = clap::builder::PossibleValuesParser::new(arch::Arch::ALL.map(arch::Arch::name)))]
-        guest: Option<String>,
+        #[arg(long, value_name = "ARCH")]
+        guest: Option<arch::Arch>,
     },
     /// Build and install the binary, its man pages and completions, the C analyzer library
     /// with trace.h and posixtrace.pc, and the contention agent's systemd unit (disabled) with
@@ -78,8 +78,8 @@ enum Task {
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(kernels::suites()))]
         suite: Option<String>,
         /// Boot only this architecture's kernels
-        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(arch::Arch::ALL.map(arch::Arch::name)))]
-        arch: Option<String>,
+        #[arg(long)]
+        arch: Option<arch::Arch>,
     },
     /// Send the tracer SIGINT, SIGTERM or SIGKILL at random moments and check what it leaves
     Stress {
@@ -92,12 +92,16 @@ enum Task {
     },
 }
 
-/// The architecture `name` names, one of those clap lets through.
-fn arch_named(name: &str) -> arch::Arch {
-    arch::Arch::ALL
-        .into_iter()
-        .find(|known| known.name() == name)
-        .expect("clap accepts only the architectures' names")
+/// `--arch ARCH` and the like take an architecture by its [`arch::Arch::name`] (here, as
+/// `arch.rs` is also built into the tests' build script, which has no clap).
+impl clap::ValueEnum for arch::Arch {
+    fn value_variants<'a>() -> &'a [Self] {
+        &arch::Arch::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
 }
 
 fn main() {
@@ -114,12 +118,10 @@ fn main() {
             reps,
             guest: Some(guest),
             ..
-        } => bench::guest::run_guest(arch_named(&guest), reps),
+        } => bench::guest::run_guest(guest, reps),
         Task::Bench { reps, .. } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
-        Task::Kernels { suite, arch } => {
-            kernels::run_all(suite.as_deref(), arch.as_deref().map(arch_named))
-        }
+        Task::Kernels { suite, arch } => kernels::run_all(suite.as_deref(), arch),
         Task::Layers => layers::run(),
         Task::Dist => dist::run_dist(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),
