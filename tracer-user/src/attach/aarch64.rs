@@ -635,6 +635,14 @@ pub struct PathState {
 }
 
 impl PathState {
+    /// The kind of futex call a system call numbered `number` makes now, with its operation
+    /// in `x1`, if it is futex(2) and one of a known operation.
+    fn futex_numbered(&self, number: Option<u64>) -> Option<Futex> {
+        self.constants[1]
+            .filter(|_| number == Some(arch::AARCH64.sys_futex))
+            .and_then(Futex::of)
+    }
+
     fn forget(&mut self, register: u16) {
         let index = usize::from(register);
         if index < REGISTERS {
@@ -926,9 +934,7 @@ impl slow_path::Path for PathState {
     }
 
     fn futex_made(&self) -> Option<Futex> {
-        let op = self.constants[1];
-        op.filter(|_| self.constants[SYSCALL_NUMBER] == Some(arch::AARCH64.sys_futex))
-            .and_then(Futex::of)
+        self.futex_numbered(self.constants[SYSCALL_NUMBER])
     }
 
     /// A callee that copies `x6` into `x8` among its first instructions, before any branch,
@@ -952,9 +958,7 @@ impl slow_path::Path for PathState {
             ) = (instruction.opcode, &instruction.operands)
                 && unshifted_register(source) == Some(SYSCALL_CANCEL_NUMBER)
             {
-                return self.constants[1]
-                    .filter(|_| number == arch::AARCH64.sys_futex)
-                    .and_then(Futex::of);
+                return self.futex_numbered(Some(number));
             }
             ip = next;
         }
@@ -1339,21 +1343,29 @@ mod tests {
         assert_eq!(register_of(ObjectRegister::R14), 23);
     }
 
-    #[test]
-    fn glibc_2_36_sem_wait_passes_itself_on_to_its_slow_path_with_x30_restored() {
-        // ldp x19, x20, [sp, #0x10]; ldp x29, x30, [sp], #0x20; b __new_sem_wait_slow
-        let image = library(GLIBC_2_36);
-        let passed_on = slow_path::Site {
-            offset: 0x873d0,
+    /// The site of a wait that jumps from `offset`, its frame undone and `x30` as at the
+    /// entry, to `waiting`, whose return is the call's.
+    fn passed_on(offset: u64, waiting: u64) -> slow_path::Site {
+        slow_path::Site {
+            offset,
             stack_offset: 0,
             return_address: ReturnAddress::AsAtEntry,
             object_register: ObjectRegister::Rdi,
             object_offset: 0,
-            calls: Some(0x87274),
+            calls: Some(waiting),
             futex: Futex::Waits,
-            wait_ends: Some(slow_path::WaitEnd::PassedOn(0x87274)),
-        };
-        assert_eq!(slow_paths(&image, 0x87380, 0x54, Futex::Waits), [passed_on]);
+            wait_ends: Some(slow_path::WaitEnd::PassedOn(waiting)),
+        }
+    }
+
+    #[test]
+    fn glibc_2_36_sem_wait_passes_itself_on_to_its_slow_path_with_x30_restored() {
+        // ldp x19, x20, [sp, #0x10]; ldp x29, x30, [sp], #0x20; b __new_sem_wait_slow
+        let image = library(GLIBC_2_36);
+        assert_eq!(
+            slow_paths(&image, 0x87380, 0x54, Futex::Waits),
+            [passed_on(0x873d0, 0x87274)]
+        );
     }
 
     #[test]
@@ -1362,17 +1374,10 @@ mod tests {
         // __new_sem_wait_slow, which reaches __futex_abstimed_wait_common: mov x6, #0x62;
         // ...; bl __syscall_cancel, whose mov x8, x6 makes the futex call the caller numbers.
         let image = library(GLIBC_2_41);
-        let passed_on = slow_path::Site {
-            offset: 0x8f13c,
-            stack_offset: 0,
-            return_address: ReturnAddress::AsAtEntry,
-            object_register: ObjectRegister::Rdi,
-            object_offset: 0,
-            calls: Some(0x8efc0),
-            futex: Futex::Waits,
-            wait_ends: Some(slow_path::WaitEnd::PassedOn(0x8efc0)),
-        };
-        assert_eq!(slow_paths(&image, 0x8f0e0, 0x60, Futex::Waits), [passed_on]);
+        assert_eq!(
+            slow_paths(&image, 0x8f0e0, 0x60, Futex::Waits),
+            [passed_on(0x8f13c, 0x8efc0)]
+        );
     }
 
     #[test]
