@@ -71,8 +71,8 @@ fn four_threads_contending_give_exact_pairs_in_per_thread_files() {
 
 /// `block?` says the caller slept during the call, which a lone thread does in a lock call
 /// only where the kernel made it wait for something else (memory, its own uprobe work): rarely,
-/// and never on a call the workload saw it not sleep in (its voluntary switches, read around
-/// each call, unchanged).
+/// and never on a call the workload saw it not sleep in (its voluntary switches, read before
+/// the lock and after the unlock, unchanged).
 #[test]
 fn a_single_thread_blocks_only_where_it_slept_and_never_sees_waiters() {
     if !bpf_available("single_thread") {

@@ -2,9 +2,9 @@
  * Usage: mutex_contend THREADS ITERS [count-sleeps]
  * Prints "mutex=<address> threads=N iters=M" then one "lwpid=<tid>" line per worker.
  * With count-sleeps, each worker also reads its voluntary context switches (what the kernel
- * counts when a thread sleeps) before and after each lock call, and one "slept=<lwpid>:<i>"
- * line is printed per call i that slept, at most MAX_SLEPT per worker, then
- * "sleeps=<lwpid>:<count>" with the worker's count of them all. */
+ * counts when a thread sleeps) before each lock call and after the unlock that follows it,
+ * and one "slept=<lwpid>:<i>" line is printed per lock call i that slept there, at most
+ * MAX_SLEPT per worker, then "sleeps=<lwpid>:<count>" with the worker's count of them all. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -39,12 +39,14 @@ static void *worker(void *arg) {
     for (long i = 0; i < iters; i++) {
         long before = count_sleeps ? voluntary_switches() : 0;
         pthread_mutex_lock(&lock);
+        counter++;
+        pthread_mutex_unlock(&lock);
+        /* After the unlock, so that the two calls stay a few instructions apart (tests read
+         * their callers): the window still holds the lock call's. */
         if (count_sleeps && voluntary_switches() != before) {
             if (self->sleeps < MAX_SLEPT) self->slept[self->sleeps] = i;
             self->sleeps++;
         }
-        counter++;
-        pthread_mutex_unlock(&lock);
     }
     return NULL;
 }
