@@ -1,7 +1,10 @@
 //! `--log FILE`: the POSIX trace stream and its log, read back with the product's own reader
 //! and with `dump`.
 
-use std::{collections::HashSet, time::Duration};
+use std::{
+    collections::HashSet,
+    time::{Duration, Instant},
+};
 
 use thrtrace_tests::{
     Gated, Run, TempDir, TraceRecord, bpf_available, log_and_dir, log_with_losses, read_trace,
@@ -322,8 +325,16 @@ fn a_tracer_killed_by_sigkill_leaves_a_log_that_reads_to_its_last_flush() {
         &["--events", "mutex", "--log", &log.to_string_lossy()],
     );
     gate.run_phase_two();
-    // The stream is written to the log once a second.
-    std::thread::sleep(Duration::from_millis(1600));
+    // The stream is written to the log once a second, once the rings are drained: an emulated
+    // guest took longer than 1.6 s for this phase's records.
+    let give_up = Instant::now() + Duration::from_mins(2);
+    while dump(&dir, &["--format", "tr"]).stdout.lines().count() < 60_000 {
+        assert!(
+            Instant::now() < give_up,
+            "the phase's records never reached the log"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     signal(tracer.id(), "-KILL");
     let _ = tracer.wait();
     gate.finish();
