@@ -534,6 +534,22 @@ pub fn line_of(workload: &str, marker: &str) -> u32 {
     at as u32 + 1
 }
 
+/// Checks `done` every `every` until it holds or `longest` has passed; whether it held. For
+/// what the tracer does in its own time (a drain, a flush), which an emulated guest does
+/// slower than any fixed wait would allow.
+pub fn wait_until(longest: Duration, every: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let give_up = Instant::now() + longest;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= give_up {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// Waits until no child left by an earlier tracer to close its perf-event uprobes (kernels
 /// before 6.10) is still closing them. Each close takes the write lock on the memory map of
 /// every process that maps the probed library, and a probe hit waits for that lock asleep: a

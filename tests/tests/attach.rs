@@ -4,12 +4,13 @@ use std::{
     collections::BTreeMap,
     io::{BufReader, Write},
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use thrtrace_tests::{
     Gated, PLACEMENTS, TempDir, TraceRecord, bpf_available, field, file_name, lines_as_they_come,
-    paired_calls, read_line, read_trace, run_tracer, start_tracer, whole_lines_of, workload,
+    paired_calls, read_line, read_trace, run_tracer, start_tracer, wait_until, whole_lines_of,
+    workload,
 };
 use tracer_common::{OWN_TARGET_SLOTS, Which};
 
@@ -95,15 +96,13 @@ fn unbuffered_records_reach_the_file_while_the_target_runs() {
         let read = || whole_lines_of(&file).ok_or(());
         if unbuffered {
             // The target is alive at its second gate; its records must show up meanwhile.
-            let give_up = Instant::now() + Duration::from_secs(10);
-            while !read().is_ok_and(|lines| complete(&lines)) {
-                assert!(
-                    Instant::now() < give_up,
-                    "records never reached {}",
-                    file.display()
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            assert!(
+                wait_until(Duration::from_secs(10), Duration::from_millis(10), || {
+                    read().is_ok_and(|lines| complete(&lines))
+                }),
+                "records never reached {}",
+                file.display()
+            );
         } else {
             // Buffered: 30 short records stay in the tracer's buffer until the target exits.
             std::thread::sleep(Duration::from_millis(500));
@@ -178,15 +177,11 @@ fn several_pids_are_traced_at_once() {
         whole_lines_of(&first_file)
             .is_some_and(|lines| mutex_calls(&lines, first_mutex) == (300, 300))
     };
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while !complete() {
-        assert!(
-            Instant::now() < give_up,
-            "{} never completed",
-            first_file.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), complete),
+        "{} never completed",
+        first_file.display()
+    );
     assert!(
         tracer.try_wait().unwrap().is_none(),
         "the tracer stopped with a target left"

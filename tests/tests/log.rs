@@ -1,14 +1,12 @@
 //! `--log FILE`: the POSIX trace stream and its log, read back with the product's own reader
 //! and with `dump`.
 
-use std::{
-    collections::HashSet,
-    time::{Duration, Instant},
-};
+use std::{collections::HashSet, time::Duration};
 
 use thrtrace_tests::{
     Gated, Run, TempDir, TraceRecord, bpf_available, log_and_dir, log_with_losses, read_trace,
     run_tracer, run_workload, signal, start_tracer, summary_count, system_events, thread_records,
+    wait_until,
 };
 use tracer_common::{Category, Which};
 use tracer_model::{
@@ -327,14 +325,12 @@ fn a_tracer_killed_by_sigkill_leaves_a_log_that_reads_to_its_last_flush() {
     gate.run_phase_two();
     // The stream is written to the log once a second, once the rings are drained: an emulated
     // guest took longer than 1.6 s for this phase's records.
-    let give_up = Instant::now() + Duration::from_mins(2);
-    while dump(&dir, &["--format", "tr"]).stdout.lines().count() < 60_000 {
-        assert!(
-            Instant::now() < give_up,
-            "the phase's records never reached the log"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    assert!(
+        wait_until(Duration::from_mins(2), Duration::from_millis(200), || {
+            dump(&dir, &["--format", "tr"]).stdout.lines().count() >= 60_000
+        }),
+        "the phase's records never reached the log"
+    );
     signal(tracer.id(), "-KILL");
     let _ = tracer.wait();
     gate.finish();
