@@ -601,19 +601,23 @@ pub fn run_workload(options: &[&str], workload: &str, args: &[&str]) -> (TempDir
     (dir, run)
 }
 
+/// `--buffer-kib` and the ring a test's tracer is to have where `cargo xtask kernels` says
+/// (`THRTRACE_TEST_BUFFER_KIB`), unless the test's `options` choose one: an emulated guest's
+/// tracer drains slower than its workloads fill the default ring.
+fn guest_ring(options: &[&str]) -> Vec<String> {
+    match std::env::var("THRTRACE_TEST_BUFFER_KIB") {
+        Ok(kib) if !options.contains(&"--buffer-kib") => vec!["--buffer-kib".into(), kib],
+        _ => Vec::new(),
+    }
+}
+
 /// Like [`run_workload`], for a test that needs no exact count and may lose records (futex
 /// calls the kernel skipped are counted lost). It starts once earlier tracers' probes are
 /// detached, so that the records' exact values (block? above all) are the workload's own.
 pub fn trace_launched(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
     wait_for_earlier_detaches();
     let dir = TempDir::new(workload);
-    // An emulated guest's tracer drains slower than its workloads fill the default ring
-    // (`cargo xtask kernels` says how much to give it instead).
-    let ring: Vec<String> = match std::env::var("THRTRACE_TEST_BUFFER_KIB") {
-        Ok(kib) if !options.contains(&"--buffer-kib") => vec!["--buffer-kib".into(), kib],
-        _ => Vec::new(),
-    };
-    let mut argv: Vec<String> = ring
+    let mut argv: Vec<String> = guest_ring(options)
         .into_iter()
         .chain(options.iter().map(std::string::ToString::to_string))
         .collect();
@@ -856,7 +860,11 @@ pub fn read_line(reader: &mut impl BufRead) -> String {
 /// says it traces each of them. An `extra` of the form VARIABLE=value goes to the environment.
 pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufReader<ChildStderr>) {
     let mut command = Command::new(tracer());
-    command.arg("--dir").arg(dir).stderr(Stdio::piped());
+    command
+        .arg("--dir")
+        .arg(dir)
+        .args(guest_ring(extra))
+        .stderr(Stdio::piped());
     for arg in extra.iter().filter(|a| !a.is_empty()) {
         match arg.split_once('=') {
             Some((variable, value)) => command.env(variable, value),
