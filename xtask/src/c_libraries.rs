@@ -55,7 +55,7 @@ impl CLibrary {
             Family::Musl => &MUSL_PACKAGES,
         };
         let unpacked = work.join("root");
-        let suite = Suite::open(self.suite, self.arch(), &work.join("apt"))?;
+        let suite = Suite::open(self.suite, self.arch())?;
         suite
             .unpack(packages, &unpacked)
             .with_context(|| format!("cannot fetch Debian's {} {name}", self.suite))?;

@@ -1,6 +1,7 @@
 //! Packages of other Debian releases, fetched through an apt configuration of our own under
-//! `target/`: the machine's sources, package lists and installed state are left alone. From the
-//! Debian archive apt already uses.
+//! `target/apt/`: the machine's sources, package lists and installed state are left alone. From
+//! the Debian archive apt already uses. Each suite's lists are read once for an architecture,
+//! whatever needs its packages (the tests' C libraries, the kernels, the guests' userland).
 
 use std::{
     fs,
@@ -12,10 +13,10 @@ use anyhow::{Context, Result, anyhow};
 
 use crate::{
     arch::Arch,
-    shell::{command, output, run},
+    shell::{command, output, run, workspace_root},
 };
 
-/// One Debian suite (with its security updates, for a stable release), read into `dir`.
+/// One Debian suite (with its security updates, for a stable release) for one architecture.
 pub struct Suite {
     name: String,
     dir: PathBuf,
@@ -23,9 +24,12 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// `name` (`bookworm`, `trixie-backports`…) for `arch`; its lists are read into `dir`
-    /// unless there.
-    pub fn open(name: &str, arch: Arch, dir: &Path) -> Result<Self> {
+    /// `name` (`bookworm`, `trixie-backports`…) for `arch`; its lists are read into
+    /// `target/apt/NAME-ARCH` unless there.
+    pub fn open(name: &str, arch: Arch) -> Result<Self> {
+        let dir = &workspace_root()
+            .join("target/apt")
+            .join(format!("{name}-{}", arch.debian()));
         for sub in ["lists/partial", "cache/archives/partial", "debs"] {
             fs::create_dir_all(dir.join(sub))?;
         }

@@ -378,11 +378,7 @@ struct Kernel {
 /// it is there. Both arm64 and x86-64 images boot as Debian ships them (arm64's is a plain
 /// Image, with an EFI stub's header qemu skips).
 fn fetch_kernel(suite: &str, arch: Arch, work: &Path) -> Result<Kernel> {
-    let apt = Suite::open(
-        suite,
-        arch,
-        &work.join(format!("apt-{suite}-{}", arch.debian())),
-    )?;
+    let apt = Suite::open(suite, arch)?;
     let image = apt.dependency(&format!("linux-image-{}", arch.debian()), "linux-image-")?;
     let abi = image
         .strip_prefix("linux-image-")

@@ -185,8 +185,7 @@ fn userland(arch: Arch, work: &Path) -> Result<PathBuf> {
     );
     let partial = work.join("userland.partial");
     let _ = fs::remove_dir_all(&partial);
-    Suite::open(release, arch, &work.join(format!("apt-{release}")))?
-        .unpack(&USERLAND, &partial)?;
+    Suite::open(release, arch)?.unpack(&USERLAND, &partial)?;
     fs::rename(&partial, &root)?;
     Ok(root)
 }
