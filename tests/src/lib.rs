@@ -120,8 +120,12 @@ pub fn old_glibc_available(test: &str, workload: &str) -> bool {
 /// architecture (`NAME_glibc231`, `NAME_glibc241` on x86-64; `NAME_glibc241` on arm64), and
 /// musl's, dynamic and static (`NAME_musl`, `NAME_musl_static`) where musl can build it (see
 /// build.rs). One that is not built skips that part of `test` with a message, or fails it in
-/// CI.
+/// CI. With `THRTRACE_TEST_LIBCS=own` (a kernel's boot of what depends on the kernel, in
+/// `cargo xtask kernels`), the architecture's own glibc's alone.
 pub fn every_libc(test: &str, workload: &str) -> Vec<String> {
+    if std::env::var("THRTRACE_TEST_LIBCS").is_ok_and(|libcs| libcs == "own") {
+        return vec![workload.to_owned()];
+    }
     let musl = env!("MUSL_WORKLOADS").split(',').any(|w| w == workload);
     let others = env!("OTHER_GLIBC_SUFFIXES")
         .split(',')

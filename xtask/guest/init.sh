@@ -2,7 +2,7 @@
 # The guest side of `cargo xtask kernels`: runs as init in a busybox initramfs, traces the
 # project's workloads and runs the integration-test binaries, and prints what it found as
 # "KT..." lines on the console, which xtask reads. The kernel command line's kt= says what
-# this boot checks (full, preempt or floor) or that it measures (bench); /etc/kt.conf gives
+# this boot checks (full, kernel, preempt or floor) or that it measures (bench); /etc/kt.conf gives
 # THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTER).
 /bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/bin
@@ -154,6 +154,9 @@ elif [ "$BOOT" = preempt ]; then
     # back, and a stop signal can be overtaken.
     check_lossless preempt-lossless
 else
+    # A boot of what depends on the kernel: the tests build against the architecture's own C
+    # library only (the others' runs do not depend on the kernel).
+    [ "$BOOT" = kernel ] && export THRTRACE_TEST_LIBCS=own
     trace_mix mix 32768 -v
     check_lossless lossless
     # Start and exit with every category, the tracer's whole run around a trivial command.
@@ -165,19 +168,21 @@ else
     for run in $TESTS; do
         t=${run%%:*}; filter=${run#*:}
         mkdir -p /tmp/tests && cd /tmp/tests
+        started=$(uptime_cs)
         CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf /tests/$t --test-threads=1 $filter \
             > /tmp/test.out 2>&1
         rc=$?
+        took="$(( ($(uptime_cs) - started) / 100 )) s"
         cd /
         summary=$(grep '^test result' /tmp/test.out | tail -1)
         if [ $rc != 0 ]; then
             show "$t" /tmp/test.out
-            fail "TEST $t: exit status $rc: $summary"
+            fail "TEST $t: exit status $rc: $summary ($took)"
         elif echo "$summary" | grep -q ' 0 passed;'; then
             # A renamed test, or one left out of this architecture's build, checks nothing.
             fail "TEST $t: no test ran (filter '$filter'): $summary"
         else
-            say "TEST $t: $summary"
+            say "TEST $t: $summary ($took)"
         fi
         check_detached "$t"
     done

@@ -39,6 +39,7 @@ use crate::{
     debian::Suite,
     setup,
     shell::{command, workspace_root},
+    timing::Phases,
 };
 use guest::Guest;
 
@@ -60,6 +61,20 @@ const BELOW_FLOOR: &str = "bullseye";
 /// The suite whose kernel is also booted preempted often (`Machine::preempt_boots`).
 const NEWEST: &str = "trixie-backports";
 
+/// How much of the matrix a run boots.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    /// What depends on the kernel, as CI runs it: every kernel of `KERNELS` boots and runs
+    /// every check against its architecture's own C library; the other C libraries, whose
+    /// outcome does not depend on the kernel, run once for each architecture: on the host for
+    /// x86-64, in one kernel's boot for arm64 (`Machine::every_c_library`); and fewer boots
+    /// preempted often (`Machine::preempt_boots`).
+    Kernel,
+    /// The whole matrix, for a change to the BPF side or to how probes attach: every check
+    /// against every C library in every kernel's boot, and every preempted boot.
+    Full,
+}
+
 /// How qemu boots one architecture's Debian kernels, where the architectures differ.
 struct Machine {
     /// qemu's program, and the Debian package that has it.
@@ -68,8 +83,12 @@ struct Machine {
     board: &'static [&'static str],
     /// The serial console the guest's lines come out of.
     console: &'static str,
-    /// Boots of the newest kernel with more threads than vCPUs.
-    preempt_boots: u32,
+    /// Boots of the newest kernel with more threads than vCPUs, in the whole matrix and in
+    /// what depends on the kernel (half on 2 vCPUs, half on 4).
+    preempt_boots: (u32, u32),
+    /// The suite whose boot runs the checks against every C library of the architecture
+    /// when only what depends on the kernel is booted; none where the host runs them.
+    every_c_library: Option<&'static str>,
     /// The command-line word that makes those boots fully preemptible, on kernels built to
     /// choose at boot (PREEMPT_DYNAMIC); without one they run as the kernel was built.
     preempt_word: Option<&'static str>,
@@ -86,7 +105,8 @@ impl Machine {
                 qemu: ("qemu-system-x86_64", "qemu-system-x86"),
                 board: &["-cpu", "max"],
                 console: "ttyS0",
-                preempt_boots: 10,
+                preempt_boots: (10, 4),
+                every_c_library: None,
                 preempt_word: Some("preempt=full"),
                 test_ring_kib: None,
             },
@@ -100,7 +120,9 @@ impl Machine {
                 console: "ttyAMA0",
                 // Half of x86-64's: they come on top of its boots in the CI run, whose time is
                 // budgeted.
-                preempt_boots: 5,
+                preempt_boots: (5, 2),
+                // The newest's boot, which also measures (`boot_bench`).
+                every_c_library: Some(NEWEST),
                 preempt_word: None,
                 // 7.3.4's boots lost 3,000 to 14,000 of 120,000 records in 0.6 s at the default.
                 test_ring_kib: Some(16384),
@@ -173,10 +195,14 @@ pub fn suites() -> impl Iterator<Item = &'static str> {
     KERNELS.iter().map(|(suite, _, _)| *suite)
 }
 
-/// `cargo xtask kernels`: every boot (or only `suite`'s, or only `arch`'s), failing if any
-/// failed.
-pub fn run_all(suite: Option<&str>, arch: Option<Arch>) -> Result<()> {
-    let (passed, failed) = run_matrix(suite, arch)?;
+/// `cargo xtask kernels`: every boot of `coverage` (or only `suite`'s, or only `arch`'s),
+/// with the time each phase took; failing if any boot failed.
+pub fn run_all(suite: Option<&str>, arch: Option<Arch>, coverage: Coverage) -> Result<()> {
+    let start = Instant::now();
+    let mut phases = Phases::default();
+    let result = run_matrix(suite, arch, coverage, &mut phases);
+    println!("\nwhere the time went:\n{}", phases.table(start.elapsed()));
+    let (passed, failed) = result?;
     if failed > 0 {
         bail!("{failed} of {} kernel boots failed", passed + failed);
     }
@@ -234,9 +260,14 @@ fn ensure_tools(arches: &[Arch]) -> Result<()> {
     Ok(())
 }
 
-/// Every boot (or only `only_suite`'s, or only `only_arch`'s), with a table of them at the
-/// end; how many passed and failed.
-pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(usize, usize)> {
+/// Every boot of `coverage` (or only `only_suite`'s, or only `only_arch`'s), with a table of
+/// them at the end, each phase's time recorded in `phases`; how many passed and failed.
+pub fn run_matrix(
+    only_suite: Option<&str>,
+    only_arch: Option<Arch>,
+    coverage: Coverage,
+    phases: &mut Phases,
+) -> Result<(usize, usize)> {
     let selected = |suite: &str, arch: Arch| {
         only_suite.is_none_or(|only| only == suite) && only_arch.is_none_or(|only| only == arch)
     };
@@ -247,20 +278,27 @@ pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(
     if arches.is_empty() {
         bail!("no kernel of the suite and architecture asked for is booted");
     }
-    ensure_tools(&arches)?;
+    phases.time("qemu and cpio", || ensure_tools(&arches))?;
     let work = work_dir();
     let guests = arches
         .iter()
-        .map(|&arch| Guest::build(arch, &work))
+        .map(|&arch| {
+            phases.time(&format!("guests for {}", arch.name()), || {
+                Guest::build(arch, &work)
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
-    let mut kernels = Vec::new();
-    for (suite, label, booted) in KERNELS {
-        for &arch in booted {
-            if selected(suite, arch) {
-                kernels.push((suite, label, fetch_kernel(suite, arch, &work)?));
+    let kernels = phases.time("kernel packages", || {
+        let mut kernels = Vec::new();
+        for (suite, label, booted) in KERNELS {
+            for &arch in booted {
+                if selected(suite, arch) {
+                    kernels.push((suite, label, fetch_kernel(suite, arch, &work)?));
+                }
             }
         }
-    }
+        anyhow::Ok(kernels)
+    })?;
     let mut boots = Vec::new();
     for (suite, label, kernel) in &kernels {
         let machine = Machine::of(kernel.arch);
@@ -271,28 +309,49 @@ pub fn run_matrix(only_suite: Option<&str>, only_arch: Option<Arch>) -> Result<(
         let mut add = |kind, cpus| {
             let number = boots.len();
             let initrd = match kind {
-                BootKind::Full => &guest.full,
+                BootKind::Full | BootKind::Kernel => &guest.full,
                 _ => &guest.small,
             };
             boots.push((*label, Boot::new(kernel, kind, initrd, cpus, number)));
         };
+        let every_c_library = coverage == Coverage::Full || machine.every_c_library == Some(*suite);
         match *suite {
             BELOW_FLOOR => add(BootKind::BelowFloor, 2),
-            _ => add(BootKind::Full, 2),
+            _ if every_c_library => add(BootKind::Full, 2),
+            _ => add(BootKind::Kernel, 2),
         }
         if *suite == NEWEST {
-            (0..machine.preempt_boots).for_each(|n| add(BootKind::Preempt, 2 + 2 * (n % 2)));
+            let preempt_boots = match coverage {
+                Coverage::Full => machine.preempt_boots.0,
+                Coverage::Kernel => machine.preempt_boots.1,
+            };
+            (0..preempt_boots).for_each(|n| add(BootKind::Preempt, 2 + 2 * (n % 2)));
         }
     }
     // The longest first, so that the lanes end together.
     boots.sort_by_key(|(_, boot)| boot.kind.longest_first());
+    let started = Instant::now();
     let outcomes = run_in_lanes(&boots, &work)?;
+    phases.record(
+        format!("kernel boots, {} in all, side by side", boots.len()),
+        started.elapsed(),
+    );
     let mut rows = Vec::new();
     let mut failures = 0;
     for ((label, boot), outcome) in boots.iter().zip(outcomes) {
         if !outcome.passed {
             failures += 1;
         }
+        phases.record(
+            format!(
+                "    boot {}: {} ({}), {} vCPUs",
+                boot.number,
+                boot.kernel.abi,
+                boot.what(),
+                boot.cpus
+            ),
+            outcome.elapsed,
+        );
         rows.push((
             boot.number,
             format!(
@@ -434,8 +493,11 @@ fn fetch_kernel(suite: &str, arch: Arch, work: &Path) -> Result<Kernel> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum BootKind {
     /// Every check: lock_mix traced plain and `--lossless`, start and exit with every
-    /// category, the integration tests.
+    /// category, the integration tests against every C library of the architecture.
     Full,
+    /// Every check as `Full`, the integration tests against the architecture's own C library
+    /// only (`THRTRACE_TEST_LIBCS=own`).
+    Kernel,
     /// lock_mix with more threads than vCPUs, plain and `--lossless`, the programs often
     /// preempted.
     Preempt,
@@ -451,14 +513,16 @@ impl BootKind {
     fn longest_first(self) -> u8 {
         match self {
             BootKind::Full => 0,
-            BootKind::Preempt | BootKind::Bench => 1,
-            BootKind::BelowFloor => 2,
+            BootKind::Kernel => 1,
+            BootKind::Preempt | BootKind::Bench => 2,
+            BootKind::BelowFloor => 3,
         }
     }
 
     fn word(self) -> &'static str {
         match self {
             BootKind::Full => "full",
+            BootKind::Kernel => "kernel",
             BootKind::Preempt => "preempt",
             BootKind::BelowFloor => "floor",
             BootKind::Bench => "bench",
@@ -503,7 +567,8 @@ impl<'a> Boot<'a> {
     /// What it checks, under which preemption.
     fn what(&self) -> String {
         match self.kind {
-            BootKind::Full => "default preemption, all checks".to_owned(),
+            BootKind::Full => "default preemption, all checks, every C library".to_owned(),
+            BootKind::Kernel => "default preemption, all checks, own C library".to_owned(),
             BootKind::Preempt => format!(
                 "{}, lock_mix plain and lossless",
                 Machine::of(self.kernel.arch)

@@ -16,6 +16,7 @@ mod shell;
 mod stress;
 mod test;
 mod test_binaries;
+mod timing;
 
 use clap::{Parser, Subcommand};
 
@@ -32,7 +33,8 @@ enum Task {
     Setup,
     /// Set up, build, trace a bundled multi-threaded workload and show the trace
     Demo,
-    /// Set up, build, check formatting and lints, run every test
+    /// Set up, build, check formatting and lints, run every test; boot the kernels with what
+    /// depends on the kernel (as `kernels` without `--full`)
     Test,
     /// Set up, build, and measure the cost per traced mutex lock+unlock pair
     Bench {
@@ -72,8 +74,12 @@ enum Task {
     },
     /// Print which of the tracer's rooms imports which, and check that every import points down
     Layers,
-    /// Boot Debian's x86-64 and arm64 kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each
+    /// Boot Debian's x86-64 and arm64 kernels (11's, below the floor; 12's, 13's, trixie-backports' newest) under qemu and test the tracer in each: what depends on the kernel, as CI does, unless --full
     Kernels {
+        /// The whole matrix, for a change to the BPF side or to how probes attach: every
+        /// check against every C library in every boot, and every preempted boot
+        #[arg(long)]
+        full: bool,
         /// Boot only this Debian suite's kernels
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(kernels::suites()))]
         suite: Option<String>,
@@ -108,7 +114,7 @@ fn main() {
     let result = match Cli::parse().command {
         Task::Setup => setup::ensure_prerequisites(),
         Task::Demo => demo::run_demo(),
-        Task::Test => test::run_all(),
+        Task::Test => test::run_all(kernels::Coverage::Kernel),
         Task::Bench {
             reps,
             against: Some(rev),
@@ -121,7 +127,14 @@ fn main() {
         } => bench::guest::run_guest(guest, reps),
         Task::Bench { reps, .. } => bench::run(reps),
         Task::Stress { trials, seed } => stress::run(trials, seed),
-        Task::Kernels { suite, arch } => kernels::run_all(suite.as_deref(), arch),
+        Task::Kernels { suite, arch, full } => kernels::run_all(
+            suite.as_deref(),
+            arch,
+            match full {
+                true => kernels::Coverage::Full,
+                false => kernels::Coverage::Kernel,
+            },
+        ),
         Task::Layers => layers::run(),
         Task::Dist => dist::run_dist(),
         Task::Fuzz { seconds } => fuzz::run_for(seconds),

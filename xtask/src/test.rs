@@ -1,21 +1,27 @@
 //! The whole test suite: formatting, lints (host and BPF crates), unit and integration tests,
 //! stress trials, and the tracer on Debian's own kernels under qemu (`kernels`).
 //! Tests that need BPF skip with a message when not root, and fail instead under `CI=true`.
-//! Ends with one closing line that adds up every test binary: `tests: N passed, N failed, N skipped`.
+//! Ends with the wall time of each phase, then one closing line that adds up every test
+//! binary: `tests: N passed, N failed, N skipped`.
 
 use std::{
     fs,
     io::{BufRead, BufReader},
     process::Stdio,
+    sync::mpsc,
+    time::Instant,
 };
 
 use anyhow::{Context, Result, bail};
 
 use crate::{
     arch::Arch,
-    c_libraries, kernels, setup,
+    c_libraries,
+    kernels::{self, Coverage},
+    setup,
     shell::{build_tracer, command, is_root, run, workspace_root},
     stress,
+    timing::Phases,
 };
 
 /// Stress trials in the test suite (`cargo xtask stress` runs 100 by default).
@@ -25,55 +31,172 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-pub fn run_all() -> Result<()> {
-    setup::ensure_prerequisites()?;
-    c_libraries::ensure(Arch::HOST)?;
-    run(command("cargo").args(["fmt", "--all", "--check"]))?;
-    crate::layers::run()?;
-    run(command("cargo").args([
-        "clippy",
-        "--release",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+/// What the suite counted.
+#[derive(Default)]
+struct Counts {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+/// Runs every phase, the kernels' boots with `coverage`; prints the phases' times and the
+/// closing line whether or not a phase failed.
+pub fn run_all(coverage: Coverage) -> Result<()> {
+    let start = Instant::now();
+    let mut phases = Phases::default();
+    let mut counts = Counts::default();
+    let result = run_phases(&mut phases, &mut counts, coverage);
+    println!("\nwhere the time went:\n{}", phases.table(start.elapsed()));
+    println!(
+        "tests: {} passed, {} failed, {} skipped",
+        counts.passed - counts.skipped,
+        counts.failed,
+        counts.skipped
+    );
+    result?;
+    if counts.failed > 0 {
+        bail!("{} of the tests failed", counts.failed);
+    }
+    Ok(())
+}
+
+fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> Result<()> {
+    phases.time("prerequisites", || {
+        setup::ensure_prerequisites()?;
+        c_libraries::ensure(Arch::HOST)
+    })?;
+    phases.time("fmt", || {
+        run(command("cargo").args(["fmt", "--all", "--check"]))
+    })?;
+    phases.time("layers", crate::layers::run)?;
+    phases.time("clippy", || {
+        run(command("cargo").args([
+            "clippy",
+            "--release",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
     // The BPF programs once for each architecture they run on: aya-build's `--cfg`, which the
     // real build passes, is not there for a bare clippy.
     for arch in Arch::ALL {
-        run(command("cargo")
-            .args([
-                "+nightly",
-                "clippy",
-                "--package",
-                "tracer-ebpf",
-                "--release",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--",
-                "-D",
-                "warnings",
-            ])
-            .env(
-                "RUSTFLAGS",
-                format!("--cfg bpf_target_arch=\"{}\"", arch.name()),
-            ))?;
+        phases.time(&format!("clippy, BPF programs for {}", arch.name()), || {
+            run(command("cargo")
+                .args([
+                    "+nightly",
+                    "clippy",
+                    "--package",
+                    "tracer-ebpf",
+                    "--release",
+                    "--target",
+                    "bpfel-unknown-none",
+                    "-Z",
+                    "build-std=core",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+                .env(
+                    "RUSTFLAGS",
+                    format!("--cfg bpf_target_arch=\"{}\"", arch.name()),
+                ))
+        })?;
     }
-    let tracer = build_tracer()?;
+    let tracer = phases.time("build the tracer", build_tracer)?;
+    phases.time("build the tests", || {
+        run(command("cargo").args(["test", "--release", "--no-run"]))
+    })?;
 
     let skip_log = workspace_root().join("target/skipped-tests.log");
     let _ = fs::remove_file(&skip_log);
-    let mut cargo_test = command("cargo")
-        .args(["test", "--release", "--no-fail-fast"])
-        .env("THRTRACE_BIN", tracer)
-        .env("THRTRACE_SKIP_LOG", &skip_log)
+    let cargo_test = cargo_test_each_binary(
+        phases,
+        command("cargo")
+            .args(["test", "--release", "--no-fail-fast"])
+            .env("THRTRACE_BIN", tracer)
+            .env("THRTRACE_SKIP_LOG", &skip_log),
+    )?;
+    counts.passed += cargo_test.passed;
+    counts.failed += cargo_test.failed;
+    counts.skipped += fs::read_to_string(&skip_log).map_or(0, |log| log.lines().count());
+    if !cargo_test.succeeded && cargo_test.failed == 0 {
+        // cargo itself failed (a binary that did not build, a crashed test binary).
+        counts.failed += 1;
+    }
+    // Signals at random moments, after the tests: it checks that no program of the tracer's is
+    // left in the kernel, which tracers running beside it would confuse. Counted as one test.
+    if is_root() || in_ci() {
+        match phases.time("stress trials", || stress::run(STRESS_TRIALS, None)) {
+            Ok(()) => counts.passed += 1,
+            Err(error) => {
+                println!("stress: {error:#}");
+                counts.failed += 1;
+            }
+        }
+    } else {
+        println!("skipping the stress trials: not running as root (BPF tracing needs root)");
+        // Counted like the skipped cargo tests, which pass by returning early.
+        counts.skipped += 1;
+        counts.passed += 1;
+    }
+    // Debian's own kernels under qemu, each boot counted as a test. Emulated, they need no
+    // privilege here, but installing qemu does.
+    if is_root() || in_ci() {
+        match kernels::run_matrix(None, None, coverage, phases) {
+            Ok((boots_passed, boots_failed)) => {
+                counts.passed += boots_passed;
+                counts.failed += boots_failed;
+            }
+            Err(error) => {
+                println!("kernels: {error:#}");
+                counts.failed += 1;
+            }
+        }
+    } else {
+        println!("skipping the kernel boots: not running as root (installing qemu needs it)");
+        counts.skipped += 1;
+        counts.passed += 1;
+    }
+    Ok(())
+}
+
+/// What `cargo test` counted in its summaries, and whether it exited 0.
+struct CargoTest {
+    passed: usize,
+    failed: usize,
+    succeeded: bool,
+}
+
+/// Runs `cargo_test`, showing its output, and records in `phases` how long each test binary
+/// ran: from the line cargo prints as it starts one (`Running tests/attach.rs (…)`,
+/// `Doc-tests posixtrace`) to the next such line, or to cargo's exit.
+fn cargo_test_each_binary(
+    phases: &mut Phases,
+    cargo_test: &mut std::process::Command,
+) -> Result<CargoTest> {
+    let mut child = cargo_test
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .context("cannot start cargo test")?;
+    let stdout = child.stdout.take().context("cargo test's stdout")?;
+    let stderr = child.stderr.take().context("cargo test's stderr")?;
+    // cargo names each binary on stderr as it starts it; the tests print on stdout.
+    let (starts, started) = mpsc::channel();
+    let names = std::thread::spawn(move || -> Result<()> {
+        for line in BufReader::new(stderr).lines() {
+            let line = line?;
+            eprintln!("{line}");
+            if let Some(name) = binary_started(&line) {
+                let _ = starts.send((name, Instant::now()));
+            }
+        }
+        Ok(())
+    });
     let (mut passed, mut failed) = (0, 0);
-    for line in BufReader::new(cargo_test.stdout.take().context("stdout")?).lines() {
+    for line in BufReader::new(stdout).lines() {
         let line = line?;
         println!("{line}");
         if let Some(counts) = line.strip_prefix("test result: ") {
@@ -81,50 +204,35 @@ pub fn run_all() -> Result<()> {
             failed += count(counts, " failed")?;
         }
     }
-    let status = cargo_test.wait()?;
-    let mut skipped = fs::read_to_string(&skip_log).map_or(0, |log| log.lines().count());
-    // Signals at random moments, after the tests: it checks that no program of the tracer's is
-    // left in the kernel, which tracers running beside it would confuse. Counted as one test.
-    if is_root() || in_ci() {
-        match stress::run(STRESS_TRIALS, None) {
-            Ok(()) => passed += 1,
-            Err(error) => {
-                println!("stress: {error:#}");
-                failed += 1;
-            }
-        }
-    } else {
-        println!("skipping the stress trials: not running as root (BPF tracing needs root)");
-        // Counted like the skipped cargo tests, which pass by returning early.
-        skipped += 1;
-        passed += 1;
+    let status = child.wait()?;
+    names.join().expect("the stderr reader does not panic")?;
+    let ended = Instant::now();
+    let starts: Vec<(String, Instant)> = started.try_iter().collect();
+    for (at, (name, began)) in starts.iter().enumerate() {
+        let next = starts.get(at + 1).map_or(ended, |(_, next)| *next);
+        phases.record(format!("test: {name}"), next - *began);
     }
-    // Debian's own kernels under qemu, each boot counted as a test. Emulated, they need no
-    // privilege here, but installing qemu does.
-    if is_root() || in_ci() {
-        match kernels::run_matrix(None, None) {
-            Ok((boots_passed, boots_failed)) => {
-                passed += boots_passed;
-                failed += boots_failed;
-            }
-            Err(error) => {
-                println!("kernels: {error:#}");
-                failed += 1;
-            }
-        }
-    } else {
-        println!("skipping the kernel boots: not running as root (installing qemu needs it)");
-        skipped += 1;
-        passed += 1;
+    Ok(CargoTest {
+        passed,
+        failed,
+        succeeded: status.success(),
+    })
+}
+
+/// The test binary a line of cargo's names as it starts it: `tests/attach.rs` and
+/// `unittests src/lib.rs` with their crate's name, `doc-tests posixtrace`.
+fn binary_started(line: &str) -> Option<String> {
+    let line = line.trim();
+    if let Some(krate) = line.strip_prefix("Doc-tests ") {
+        return Some(format!("doc-tests {krate}"));
     }
-    println!(
-        "\ntests: {} passed, {failed} failed, {skipped} skipped",
-        passed - skipped
-    );
-    if !status.success() || failed > 0 {
-        bail!("the tests failed: {status}");
-    }
-    Ok(())
+    let (source, binary) = line.strip_prefix("Running ")?.split_once(" (")?;
+    let file = binary.trim_end_matches(')').rsplit('/').next()?;
+    let krate = file.rsplit_once('-').map_or(file, |(krate, _hash)| krate);
+    Some(match source.strip_prefix("unittests ") {
+        Some(_) => format!("unit tests of {krate}"),
+        None => source.to_owned(),
+    })
 }
 
 /// The number before `label` in a libtest summary such as "ok. 3 passed; 0 failed; ...".
@@ -135,4 +243,32 @@ fn count(summary: &str, label: &str) -> Result<usize> {
         .next()
         .context("count")?;
     Ok(number.parse()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_s_lines_name_the_binaries_they_start() {
+        assert_eq!(
+            binary_started(
+                "     Running tests/attach.rs (target/release/deps/attach-0a1b2c3d4e5f6789)"
+            )
+            .as_deref(),
+            Some("tests/attach.rs")
+        );
+        assert_eq!(
+            binary_started(
+                "     Running unittests src/lib.rs (target/release/deps/tracer_model-0a1b2c3d)"
+            )
+            .as_deref(),
+            Some("unit tests of tracer_model")
+        );
+        assert_eq!(
+            binary_started("   Doc-tests posixtrace").as_deref(),
+            Some("doc-tests posixtrace")
+        );
+        assert_eq!(binary_started("   Compiling tracer-user v0.1.0"), None);
+    }
 }
