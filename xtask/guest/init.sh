@@ -3,7 +3,8 @@
 # project's workloads and runs the integration-test binaries, and prints what it found as
 # "KT..." lines on the console, which xtask reads. The kernel command line's kt= says what
 # this boot checks (full, kernel, preempt or floor) or that it measures (bench); /etc/kt.conf gives
-# THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTER).
+# THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTER), and
+# KERNEL_TESTS, those of them whose outcome depends on the kernel.
 /bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/bin
 mount -t proc proc /proc
@@ -154,9 +155,12 @@ elif [ "$BOOT" = preempt ]; then
     # back, and a stop signal can be overtaken.
     check_lossless preempt-lossless
 else
-    # A boot of what depends on the kernel: the tests build against the architecture's own C
-    # library only (the others' runs do not depend on the kernel).
-    [ "$BOOT" = kernel ] && export THRTRACE_TEST_LIBCS=own
+    # A boot of what depends on the kernel: the tests whose outcome does, built against the
+    # architecture's own C library only (the others' runs do not depend on the kernel).
+    if [ "$BOOT" = kernel ]; then
+        export THRTRACE_TEST_LIBCS=own
+        TESTS=$KERNEL_TESTS
+    fi
     trace_mix mix 32768 -v
     check_lossless lossless
     # Start and exit with every category, the tracer's whole run around a trivial command.

@@ -45,22 +45,26 @@ impl Guest {
             tests,
             programs,
             workloads,
-        } = test_binaries::build(arch, &TESTS.map(|(test, _)| test))?;
-        let conf = |runs: &[String]| {
+        } = test_binaries::build(arch, &TESTS.map(|(test, _, _)| test))?;
+        let conf = |runs: &[String], kernel_runs: &[String]| {
             let mut conf = format!(
-                "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\n",
-                runs.join(" ")
+                "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\nKERNEL_TESTS=\"{}\"\n",
+                runs.join(" "),
+                kernel_runs.join(" ")
             );
             if let Some(kib) = machine.test_ring_kib {
                 conf += &format!("export THRTRACE_TEST_BUFFER_KIB={kib}\n");
             }
             conf
         };
-        let runs: Vec<String> = TESTS
-            .iter()
-            .map(|(name, filter)| format!("{name}:{filter}"))
-            .collect();
-        let full = base.image("full", &conf(&runs), |files| {
+        let runs = |on_every_kernel_only: bool| -> Vec<String> {
+            TESTS
+                .iter()
+                .filter(|(_, _, depends_on_kernel)| *depends_on_kernel || !on_every_kernel_only)
+                .map(|(name, filter, _)| format!("{name}:{filter}"))
+                .collect()
+        };
+        let full = base.image("full", &conf(&runs(false), &runs(true)), |files| {
             for (name, binary) in &tests {
                 files.add(binary, &Path::new("/tests").join(name))?;
             }
@@ -76,7 +80,7 @@ impl Guest {
         Ok(Guest {
             arch,
             full,
-            small: base.image("small", &conf(&[]), |_| Ok(()))?,
+            small: base.image("small", &conf(&[], &[]), |_| Ok(()))?,
         })
     }
 }
