@@ -71,16 +71,12 @@ pub fn succeeds(command: &mut Command) -> bool {
 }
 
 /// Builds the release tracer, with its BPF object, and the C analyzer library beside it;
-/// returns the tracer's path.
+/// returns the tracer's path. Every package of the workspace is built, as `cargo test
+/// --release` builds them: cargo enables a dependency's features by the packages a build
+/// selects, and a build of fewer would build the dependencies they share again, with other
+/// features, each time the two alternate (the tests, the stress trials, the guests).
 pub fn build_tracer() -> Result<PathBuf> {
-    run(command("cargo").args([
-        "build",
-        "--release",
-        "--package",
-        "tracer-user",
-        "--package",
-        "posixtrace",
-    ]))?;
+    run(command("cargo").args(["build", "--release"]))?;
     Ok(workspace_root().join("target/release/thrtrace-bpf"))
 }
 

@@ -28,21 +28,22 @@ pub struct TestBinaries {
 
 /// Builds the test binaries `tests` of thrtrace-tests for `arch`, in release, after fetching
 /// the C libraries its workloads are built against (each one's are built only where it is).
-/// Another architecture's are built with nightly's `-Z build-std`, its standard library from
-/// source: rustup has none to install here.
+/// The host's are those `cargo test --release` builds, every package's, so that nothing is
+/// built again with other features (see `build_tracer`). Another architecture's are built with
+/// nightly's `-Z build-std`, its standard library from source: rustup has none to install here.
 pub fn build(arch: Arch, tests: &[&str]) -> Result<TestBinaries> {
     c_libraries::ensure(arch)?;
     let mut cargo = command("cargo");
     if arch != Arch::HOST {
         cargo.arg("+nightly");
     }
-    cargo.args(["test", "--release", "--no-run"]);
+    cargo.args(["test", "--release", "--no-run", "--message-format=json"]);
     if arch != Arch::HOST {
         cargo.args(["-Z", "build-std", "--target", arch.rust_target()]);
-    }
-    cargo.args(["--package", "thrtrace-tests", "--message-format=json"]);
-    for test in tests {
-        cargo.args(["--test", test]);
+        cargo.args(["--package", "thrtrace-tests"]);
+        for test in tests {
+            cargo.args(["--test", test]);
+        }
     }
     let built = output(cargo.stderr(Stdio::inherit()))?;
     let mut binaries = Vec::new();
@@ -51,18 +52,21 @@ pub fn build(arch: Arch, tests: &[&str]) -> Result<TestBinaries> {
     for line in built.stdout.lines() {
         let message: serde_json::Value = serde_json::from_str(&line?)?;
         let target = &message["target"];
-        if let Some(executable) = message["executable"].as_str() {
-            if target["kind"][0] == "test" {
-                let name = target["name"].as_str().context("a test without a name")?;
+        let of_the_tests = message["package_id"]
+            .as_str()
+            .is_some_and(|id| id.contains("/tests#"));
+        if let Some(executable) = message["executable"].as_str()
+            && of_the_tests
+        {
+            let name = target["name"].as_str().context("a target without a name")?;
+            if target["kind"][0] == "test" && tests.contains(&name) {
                 binaries.push((name.to_owned(), PathBuf::from(executable)));
             } else if target["kind"][0] == "bin" {
                 programs.push(PathBuf::from(executable));
             }
         }
         if message["reason"] == "build-script-executed"
-            && message["package_id"]
-                .as_str()
-                .is_some_and(|id| id.contains("/tests#"))
+            && of_the_tests
             && let Some(out) = message["out_dir"].as_str()
         {
             workloads = Some(Path::new(out).join("workloads"));
