@@ -7,6 +7,7 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::Command,
+    sync::{Mutex, MutexGuard},
 };
 
 use anyhow::{Context, Result, anyhow};
@@ -15,6 +16,16 @@ use crate::{
     arch::Arch,
     shell::{command, output, run, workspace_root},
 };
+
+/// Held while apt reads or downloads: the kernels are fetched beside the guests' builds, which
+/// fetch packages too, and two apts in one suite's directory would overwrite each other's
+/// files.
+static APT: Mutex<()> = Mutex::new(());
+
+fn apt_turn() -> MutexGuard<'static, ()> {
+    APT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// One Debian suite (with its security updates, for a stable release) for one architecture.
 pub struct Suite {
@@ -27,6 +38,7 @@ impl Suite {
     /// `name` (`bookworm`, `trixie-backports`…) for `arch`; its lists are read into
     /// `target/apt/NAME-ARCH` unless there.
     pub fn open(name: &str, arch: Arch) -> Result<Self> {
+        let _turn = apt_turn();
         let dir = &workspace_root()
             .join("target/apt")
             .join(format!("{name}-{}", arch.debian()));
@@ -85,6 +97,7 @@ impl Suite {
 
     /// What package `package` depends on whose name starts with `prefix` (the first such).
     pub fn dependency(&self, package: &str, prefix: &str) -> Result<String> {
+        let _turn = apt_turn();
         let depends = output(self.apt("apt-cache").args(["depends", package]))?;
         String::from_utf8_lossy(&depends.stdout)
             .lines()
@@ -101,6 +114,7 @@ impl Suite {
 
     /// Downloads `packages` and unpacks them all into `root`.
     pub fn unpack(&self, packages: &[&str], root: &Path) -> Result<()> {
+        let _turn = apt_turn();
         let debs = self.dir.join("debs");
         for old in fs::read_dir(&debs)? {
             fs::remove_file(old?.path())?;
