@@ -67,10 +67,10 @@ const NEWEST: &str = "trixie-backports";
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Coverage {
     /// What depends on the kernel, as CI runs it: every kernel of `KERNELS` boots and runs
-    /// every check against its architecture's own C library; the other C libraries, whose
-    /// outcome does not depend on the kernel, run once for each architecture: on the host for
-    /// x86-64, in one kernel's boot for arm64 (`Machine::every_c_library`); and fewer boots
-    /// preempted often (`Machine::preempt_boots`).
+    /// the checks whose outcome depends on it (`TESTS`), against its architecture's own C
+    /// library. The rest runs once for each architecture: on the host for x86-64, in one
+    /// kernel's full boot for arm64 (`Machine::every_c_library`). Fewer boots are preempted
+    /// often (`Machine::preempt_boots`).
     Kernel,
     /// The whole matrix, for a change to the BPF side or to how probes attach: every check
     /// against every C library in every kernel's boot, and every preempted boot.
@@ -88,8 +88,8 @@ struct Machine {
     /// Boots of the newest kernel with more threads than vCPUs, in the whole matrix and in
     /// what depends on the kernel (half on 2 vCPUs, half on 4).
     preempt_boots: (u32, u32),
-    /// The suite whose boot runs the checks against every C library of the architecture
-    /// when only what depends on the kernel is booted; none where the host runs them.
+    /// The suite whose boot runs every check against every C library of the architecture
+    /// when the others boot only what depends on the kernel; none where the host runs them.
     every_c_library: Option<&'static str>,
     /// The command-line word that makes those boots fully preemptible, on kernels built to
     /// choose at boot (PREEMPT_DYNAMIC); without one they run as the kernel was built.
@@ -134,15 +134,15 @@ impl Machine {
 }
 
 /// The integration tests run in each kernel's full boot, of either architecture, each a test
-/// binary, the filter it is given, and whether its outcome depends on the kernel: every
-/// category's exact counts (the probes' placements, which the kernel emulates or
+/// binary, the filter it is given, and whether its outcome depends on the kernel. Those of
+/// every category's exact counts (the probes' placements, which the kernel emulates or
 /// single-steps), `-p` on a running process and a launched command (attaching and detaching),
 /// `--follow` (the kernel's fork and exec events), `--contended`'s slow-path probes, futex calls
-/// under each hook the kernel has, the call stacks copied with records do; `--log` and `dump`,
-/// and stopping by signal, are the tracer's own, and run in a boot of what depends on the
-/// kernel only where it runs every C library (`BootKind::Kernel`). `--lossless` is checked by
-/// the guest itself, on lock_mix through a small ring: the test binary's stalled-tracer runs
-/// take minutes under emulation.
+/// under each hook the kernel has, and the call stacks copied with records do. Those of `--log`
+/// and `dump`, and of stopping by signal, check the tracer's own doings: a boot of what depends
+/// on the kernel (`BootKind::Kernel`) leaves them out. `--lossless` is checked by the guest
+/// itself, on lock_mix through a small ring: the test binary's stalled-tracer runs take minutes
+/// under emulation.
 const TESTS: [(&str, &str, bool); 13] = [
     ("records", "", true),
     ("thread", "", true),
