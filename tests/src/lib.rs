@@ -45,6 +45,19 @@ pub fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
+/// `cargo xtask TASK ARGS…` from the workspace's root, as a test runs it. cargo gives a test
+/// its package's OUT_DIR, and ring's build script depends on OUT_DIR as cargo's environment
+/// holds it: left in, the task's build would build ring and the tracer again, and every build
+/// after it (the stress trials', the guests') would build them back.
+pub fn cargo_xtask(task: &str) -> Command {
+    let mut cargo = Command::new("cargo");
+    cargo
+        .current_dir(workspace_root())
+        .args(["xtask", task])
+        .env_remove("OUT_DIR");
+    cargo
+}
+
 /// The tracer under test: `$THRTRACE_BIN`, else the workspace's release build.
 pub fn tracer() -> PathBuf {
     let path = std::env::var_os("THRTRACE_BIN").map_or_else(

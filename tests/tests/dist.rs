@@ -13,8 +13,8 @@ use std::{
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    TempDir, TraceRecord, bpf_available, corpus, field, paired_calls, program_available,
-    read_trace, succeeded, workspace_root,
+    TempDir, TraceRecord, bpf_available, cargo_xtask, corpus, field, paired_calls,
+    program_available, read_trace, succeeded, workspace_root,
 };
 use tracer_model::{event::Event, log::LogReader, tr::Line};
 
@@ -58,18 +58,8 @@ impl Release {
 fn dist() -> &'static Path {
     static DIST: OnceLock<PathBuf> = OnceLock::new();
     DIST.get_or_init(|| {
-        let root = workspace_root();
-        succeeded(
-            Command::new("cargo")
-                .current_dir(&root)
-                .args(["xtask", "dist"])
-                // cargo gives a test its package's OUT_DIR. ring's build script depends on
-                // OUT_DIR, as cargo's environment holds it: left in, it has this build rebuild
-                // the tracers that `cargo xtask dist` or the kernel matrix built, and theirs
-                // rebuild after it.
-                .env_remove("OUT_DIR"),
-        );
-        root.join("target/dist")
+        succeeded(&mut cargo_xtask("dist"));
+        workspace_root().join("target/dist")
     })
 }
 

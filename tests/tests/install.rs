@@ -10,7 +10,7 @@ use std::{
     process::Command,
 };
 
-use thrtrace_tests::{TempDir, corpus, program_available, succeeded, workspace_root};
+use thrtrace_tests::{TempDir, cargo_xtask, corpus, program_available, succeeded, workspace_root};
 use tracer_model::{event::Event, log::LogReader, tr::Line};
 
 fn checked(command: &mut Command) -> String {
@@ -22,9 +22,8 @@ fn checked(command: &mut Command) -> String {
 fn install_under(scratch: &Path) -> (PathBuf, PathBuf) {
     let (prefix, sysconfdir) = (scratch.join("usr"), scratch.join("etc"));
     checked(
-        Command::new("cargo")
-            .current_dir(workspace_root())
-            .args(["xtask", "install", "--prefix"])
+        cargo_xtask("install")
+            .arg("--prefix")
             .arg(&prefix)
             .arg("--sysconfdir")
             .arg(&sysconfdir),
