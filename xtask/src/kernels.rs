@@ -204,10 +204,9 @@ pub fn suites() -> impl Iterator<Item = &'static str> {
 /// `cargo xtask kernels`: every boot of `coverage` (or only `suite`'s, or only `arch`'s),
 /// with the time each phase took; failing if any boot failed.
 pub fn run_all(suite: Option<&str>, arch: Option<Arch>, coverage: Coverage) -> Result<()> {
-    let start = Instant::now();
-    let mut phases = Phases::default();
+    let mut phases = Phases::start();
     let result = run_matrix(suite, arch, coverage, &mut phases);
-    println!("\nwhere the time went:\n{}", phases.table(start.elapsed()));
+    println!("\nwhere the time went:\n{}", phases.table());
     let (passed, failed) = result?;
     if failed > 0 {
         bail!("{failed} of {} kernel boots failed", passed + failed);

@@ -42,11 +42,10 @@ struct Counts {
 /// Runs every phase, the kernels' boots with `coverage`; prints the phases' times and the
 /// closing line whether or not a phase failed.
 pub fn run_all(coverage: Coverage) -> Result<()> {
-    let start = Instant::now();
-    let mut phases = Phases::default();
+    let mut phases = Phases::start();
     let mut counts = Counts::default();
     let result = run_phases(&mut phases, &mut counts, coverage);
-    println!("\nwhere the time went:\n{}", phases.table(start.elapsed()));
+    println!("\nwhere the time went:\n{}", phases.table());
     println!(
         "tests: {} passed, {} failed, {} skipped",
         counts.passed - counts.skipped,

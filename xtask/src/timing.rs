@@ -3,13 +3,21 @@
 
 use std::time::{Duration, Instant};
 
-/// The phases timed so far, in the order they ended.
-#[derive(Default)]
+/// The phases timed so far, in the order they ended, since the task began.
 pub struct Phases {
+    began: Instant,
     rows: Vec<(String, Duration)>,
 }
 
 impl Phases {
+    /// No phase yet; the task's time counts from now.
+    pub fn start() -> Self {
+        Phases {
+            began: Instant::now(),
+            rows: Vec::new(),
+        }
+    }
+
     /// Runs `phase` and records how long it took, whether it succeeded or not.
     pub fn time<T>(&mut self, name: &str, phase: impl FnOnce() -> T) -> T {
         let start = Instant::now();
@@ -23,8 +31,12 @@ impl Phases {
         self.rows.push((name.into(), took));
     }
 
-    /// The table: each phase with its wall time, and the whole run's.
-    pub fn table(&self, total: Duration) -> String {
+    /// The table: each phase with its wall time, and the whole task's so far.
+    pub fn table(&self) -> String {
+        self.table_with_total(self.began.elapsed())
+    }
+
+    fn table_with_total(&self, total: Duration) -> String {
         let mut table = String::from("| phase | wall time |\n|---|---|\n");
         for (name, took) in &self.rows {
             table += &format!("| {name} | {} |\n", minutes_and_seconds(*took));
@@ -46,11 +58,11 @@ mod tests {
 
     #[test]
     fn the_table_lists_each_phase_in_order_and_the_total() {
-        let mut phases = Phases::default();
+        let mut phases = Phases::start();
         let answer = phases.time("fmt", || 42);
         assert_eq!(answer, 42);
         phases.record("kernel 6.1", Duration::from_secs(725));
-        let table = phases.table(Duration::from_millis(3_599_600));
+        let table = phases.table_with_total(Duration::from_millis(3_599_600));
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines[2], "| fmt | 0:00 |");
         assert_eq!(lines[3], "| kernel 6.1 | 12:05 |");
