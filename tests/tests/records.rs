@@ -301,20 +301,30 @@ fn timed_and_clock_variants_that_time_out_record_etimedout_and_their_deadline() 
         };
         const ETIMEDOUT: i64 = 110;
         const CLOCK_MONOTONIC: i64 = 1;
-        let (sec, nsec) = deadline("m1");
-        assert_eq!(
-            calls("pthread_mutex_timedlock"),
-            [([mutex, sec, nsec, 0, 0], [ETIMEDOUT, 1, 0, 0, 0])],
-            "{build} {placement:?}: it slept until the deadline"
-        );
-        let (sec, nsec) = deadline("m2");
-        assert_eq!(
-            calls("pthread_mutex_clocklock"),
-            [(
-                [mutex, sec, nsec, CLOCK_MONOTONIC, 0],
-                [ETIMEDOUT, 1, 0, 0, 0]
-            )]
-        );
+        // Each lock was tried until a try slept until its deadline (the workload counted its
+        // own voluntary context switches); the tries before it timed out without sleeping.
+        let tries_then_the_sleep = |name: &str, key: &str, clock: i64| {
+            let tries: usize = field(&run.stdout, &format!("{key}_tries"));
+            let (sec, nsec) = deadline(key);
+            let mut records = calls(name);
+            let slept = records.pop();
+            assert_eq!(
+                slept,
+                Some(([mutex, sec, nsec, clock, 0], [ETIMEDOUT, 1, 0, 0, 0])),
+                "{build} {placement:?} {name}: it slept until the deadline"
+            );
+            let without_sleeping: Vec<(i64, [i64; 5])> = records
+                .iter()
+                .map(|(entry, ret)| (entry[0], *ret))
+                .collect();
+            assert_eq!(
+                without_sleeping,
+                vec![(mutex, [ETIMEDOUT, 0, 0, 0, 0]); tries - 1],
+                "{build} {placement:?} {name}: the tries that did not sleep"
+            );
+        };
+        tries_then_the_sleep("pthread_mutex_timedlock", "m1", 0);
+        tries_then_the_sleep("pthread_mutex_clocklock", "m2", CLOCK_MONOTONIC);
         let (sec, nsec) = deadline("c1");
         assert_eq!(
             calls("pthread_cond_clockwait"),
