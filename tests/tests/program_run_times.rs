@@ -55,7 +55,12 @@ fn each_program_runs_once_per_call_and_its_time_is_said() {
     let (returns, return_ns) = run_time(&run.stderr, "thr_return");
     assert_eq!((entries, returns), (calls, calls), "{}", run.stderr);
     assert!(entry_ns > 0 && return_ns > 0, "{}", run.stderr);
-    assert_eq!(run_time(&run.stderr, "thr_fast").0, 0, "{}", run.stderr);
+    // With no fast path planned, the fast-path program is not even loaded.
+    assert!(
+        !run.stderr.contains("BPF program thr_fast"),
+        "{}",
+        run.stderr
+    );
 
     // Where the fast path completes the lock and the unlock (one thread: it never waits, nor
     // wakes): one run of the fast-path program a call of the normal mutex, and none of the

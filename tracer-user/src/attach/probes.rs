@@ -58,6 +58,8 @@ pub enum AttachError {
     CallSites { path: String, source: MapError },
     #[error("cannot tell the BPF side of pid {pid}'s C library (errno, its own calls)")]
     ProcessLibrary { pid: u32, source: MapError },
+    #[error("fast-path probes were planned in {path}, but their program was not loaded")]
+    NoFastPathProgram { path: String },
 }
 
 type Result<T, E = AttachError> = std::result::Result<T, E>;
@@ -101,6 +103,13 @@ pub struct PlanOptions {
     /// Lock calls written where their fast path completes them, where that is proved
     /// ([`fast_path`]); not with `at_entry` or `contended`.
     pub fast_paths: bool,
+}
+
+impl PlanOptions {
+    /// Whether the plans may place fast-path probes, which the fast-path program records.
+    pub fn plans_fast_paths(self) -> bool {
+        self.fast_paths && !self.at_entry && !self.contended && PLANS_FAST_PATHS
+    }
 }
 
 impl PlannedProbe {
@@ -236,7 +245,7 @@ struct FastPaths {
 
 impl FastPaths {
     fn of(library: &PthreadLibrary, options: PlanOptions) -> FastPaths {
-        let off = !options.fast_paths || options.at_entry || options.contended || !PLANS_FAST_PATHS;
+        let off = !options.plans_fast_paths();
         FastPaths {
             off,
             refused: None,
@@ -978,22 +987,26 @@ impl Probes {
             false => self.process_links.entry(pid).or_default(),
         };
         let sets = [
-            (&programs.entry, Hook::Instruction, &entry),
-            (&programs.exit, Hook::Return, &at_returns),
-            (&programs.exit, Hook::Instruction, &after_waits),
-            (&programs.fast, Hook::Instruction, &fast),
+            (Some(&programs.entry), Hook::Instruction, &entry),
+            (Some(&programs.exit), Hook::Return, &at_returns),
+            (Some(&programs.exit), Hook::Instruction, &after_waits),
+            (programs.fast.as_ref(), Hook::Instruction, &fast),
         ];
         for (program, hook, set) in sets {
-            if !set.offsets.is_empty() {
-                links.extend(self.linker.attach(
-                    program,
-                    hook,
-                    file,
-                    &set.offsets,
-                    &set.cookies,
-                    pid,
-                )?);
+            if set.offsets.is_empty() {
+                continue;
             }
+            let program = program.ok_or_else(|| AttachError::NoFastPathProgram {
+                path: library.file.path.clone(),
+            })?;
+            links.extend(self.linker.attach(
+                program,
+                hook,
+                file,
+                &set.offsets,
+                &set.cookies,
+                pid,
+            )?);
         }
         Ok(entry.offsets.len()
             + at_returns.offsets.len()
@@ -1001,23 +1014,35 @@ impl Probes {
             + fast.offsets.len())
     }
 
-    /// Detaches every probe. Each uprobe_multi link waits for one kernel grace period when it
-    /// goes away, so the links of several processes are closed concurrently. Perf-event
-    /// uprobes go one after the other whatever closes them (the kernel holds a mutex across
-    /// each one's grace periods: 85 ms each on the development VM, 11 s for every category),
-    /// so a child process closes them and the tracer exits at once; the programs record
-    /// nothing by then.
-    pub fn detach_all(&mut self) {
-        let links: Vec<OwnedFd> = std::mem::take(&mut self.process_links)
+    /// Detaches every probe, and the `tracepoints`' links, once nothing is recorded any more.
+    /// Each link waits for the kernel's grace periods as it goes away, one after the other for
+    /// perf-event uprobes and tracepoints (the kernel holds a mutex across each one's): 85 ms
+    /// for each perf-event uprobe on the development VM (11 s for every category), 200-350 ms
+    /// for `--contended`'s links, seconds under emulation.
+    ///
+    /// A child process closes them and the tracer goes on at once, unless `in_flight`: a traced
+    /// thread may still be running a program, whose record the caller reads once the grace
+    /// periods are over, so the links are closed here, concurrently. Perf-event uprobes go to
+    /// the child either way: they take too long to wait for.
+    pub fn detach_all(&mut self, tracepoints: Vec<OwnedFd>, in_flight: bool) {
+        let probes = std::mem::take(&mut self.process_links)
             .into_values()
             .flatten()
-            .chain(std::mem::take(&mut self.shared_links))
-            .collect();
-        if self.mechanism == UprobeMechanism::PerfEvent && detach_in_child(&links) {
-            return;
+            .chain(std::mem::take(&mut self.shared_links));
+        let (mut to_child, mut here) = (Vec::new(), Vec::new());
+        match in_flight {
+            true => here.extend(tracepoints),
+            false => to_child.extend(tracepoints),
+        }
+        match in_flight && self.mechanism == UprobeMechanism::MultiLink {
+            true => here.extend(probes),
+            false => to_child.extend(probes),
+        }
+        if !to_child.is_empty() && !detach_in_child(&to_child) {
+            here.append(&mut to_child);
         }
         std::thread::scope(|scope| {
-            for link in links {
+            for link in here {
                 scope.spawn(move || drop(link));
             }
         });

@@ -24,7 +24,7 @@ use super::{
     kernel::{KernelBtf, code_address_mask},
     loader::{self, Loaded},
     lossless::{Stopped, StoppedView},
-    programs::{ProgramNames, Programs, UprobeMechanism},
+    programs::{ProgramNames, Programs, UprobeMechanism, joined},
     ring::Ring,
 };
 use crate::sys;
@@ -189,6 +189,9 @@ pub struct ProgramOptions {
     pub lossless: bool,
     /// Which records carry their thread's stack (`tracer_common::STACKS_*`).
     pub stacks: u32,
+    /// Whether fast-path probes may be planned: if not, their program is not loaded (the
+    /// kernel verifies it for as long as the entry program).
+    pub fast_paths: bool,
     /// Which futex calls are recorded.
     pub futex: FutexCalls,
     /// The one way to hook them that may be used (`--futex-hook`), or the first of
@@ -242,6 +245,7 @@ impl DataPath {
             empty: empty_programs,
             lossless,
             stacks,
+            fast_paths,
             futex,
             futex_hook,
         } = options;
@@ -272,23 +276,29 @@ impl DataPath {
             false => ProgramNames {
                 entry: names::ENTRY_PROGRAM,
                 exit: names::RETURN_PROGRAM,
-                fast: names::FAST_PROGRAM,
+                fast: fast_paths.then_some(names::FAST_PROGRAM),
             },
             true => ProgramNames {
                 entry: names::EMPTY_PROGRAM,
                 exit: names::EMPTY_PROGRAM,
-                fast: names::EMPTY_PROGRAM,
+                fast: fast_paths.then_some(names::EMPTY_PROGRAM),
             },
         };
-        let programs = Programs::load(&loaded, program_names, mechanism)?;
-        // Loaded before the rings' map is let go, as the uprobe programs are (the programs
-        // hold the maps they use). Attached now, but nothing is traced yet. A kernel where no
-        // hook attaches traces the rest (the session says so).
-        let (futex_hooked, futex_hooking) = if futex == FutexCalls::None {
-            (Hooked::default(), None)
-        } else {
-            let (hooked, hooking) = hook_futex(&loaded, futex_hook, &kernel.functions);
-            (hooked, Some(hooking))
+        // The futex programs are loaded beside the uprobe programs, before the rings' map is
+        // let go (the programs hold the maps they use). Attached now, but nothing is traced
+        // yet. A kernel where no hook attaches traces the rest (the session says so).
+        let (programs, futex_hooked) = std::thread::scope(|scope| {
+            let futex_hooked = scope.spawn(|| {
+                (futex != FutexCalls::None)
+                    .then(|| hook_futex(&loaded, futex_hook, &kernel.functions))
+            });
+            let programs = Programs::load(&loaded, program_names, mechanism);
+            (programs, joined(futex_hooked))
+        });
+        let programs = programs?;
+        let (futex_hooked, futex_hooking) = match futex_hooked {
+            Some((hooked, hooking)) => (hooked, Some(hooking)),
+            None => (Hooked::default(), None),
         };
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;

@@ -56,24 +56,26 @@ impl UprobeMechanism {
     }
 }
 
-/// The loaded entry, return and fast-path programs.
+/// The loaded entry, return and fast-path programs (this last only if fast paths are planned).
 pub struct Programs {
     pub entry: UprobeProgram,
     pub exit: UprobeProgram,
-    pub fast: UprobeProgram,
+    pub fast: Option<UprobeProgram>,
 }
 
 /// The names of the programs [`Programs`] loads: an entry program, a return program (a
-/// uretprobe) and one for where a fast path completes.
+/// uretprobe) and, if fast paths are planned, one for where a fast path completes.
 #[derive(Clone, Copy)]
 pub struct ProgramNames {
     pub entry: &'static str,
     pub exit: &'static str,
-    pub fast: &'static str,
+    pub fast: Option<&'static str>,
 }
 
 impl Programs {
-    /// Loads the programs `names` of the loaded object, to be attached by `mechanism`.
+    /// Loads the programs `names` of the loaded object, to be attached by `mechanism`. The
+    /// kernel verifies each for up to a few hundred milliseconds, more under emulation: they
+    /// are loaded side by side, one thread each.
     pub fn load(
         loaded: &Loaded,
         names: ProgramNames,
@@ -83,21 +85,34 @@ impl Programs {
             let fd = loaded.load_program(name, BPF_PROG_TYPE_KPROBE, mechanism.attach_type())?;
             Ok(UprobeProgram { name, fd })
         };
-        Ok(Programs {
-            entry: load(names.entry)?,
-            exit: load(names.exit)?,
-            fast: load(names.fast)?,
+        std::thread::scope(|scope| {
+            let entry = scope.spawn(|| load(names.entry));
+            let exit = scope.spawn(|| load(names.exit));
+            let fast = names.fast.map(load).transpose()?;
+            Ok(Programs {
+                entry: joined(entry)?,
+                exit: joined(exit)?,
+                fast,
+            })
         })
     }
 
     /// Each program's runs and the nanoseconds they took, as the kernel counts them while
     /// `kernel.bpf_stats_enabled` is set (none otherwise).
     pub fn run_times(&self) -> Result<Vec<RunTime>, CaptureError> {
-        [&self.entry, &self.exit, &self.fast]
+        [Some(&self.entry), Some(&self.exit), self.fast.as_ref()]
             .into_iter()
+            .flatten()
             .map(UprobeProgram::run_time)
             .collect()
     }
+}
+
+/// What a scoped thread returned; its panic, carried on.
+pub fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// What the kernel counted of a program's runs.

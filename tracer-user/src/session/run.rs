@@ -249,11 +249,12 @@ impl Session {
         // Nothing is recorded from here on, however long the probes take to go away; records
         // written before are still in the rings: read them after.
         self.datapath.set_recording(&RecordingMasks::default())?;
+        // A program already running when recording stopped may still write its record until
+        // the links' grace periods are over, unless every traced process has exited (with
+        // --follow or system-wide, processes not watched may be traced).
+        let in_flight = !self.watched.running.is_empty() || self.follow || self.until_stopped;
         let tracepoints = self.datapath.take_tracepoint_links();
-        std::thread::scope(|scope| {
-            scope.spawn(move || drop(tracepoints));
-            self.probes.detach_all();
-        });
+        self.probes.detach_all(tracepoints, in_flight);
         self.drain()?;
         // Written first: the records among them place the gaps they follow.
         self.write_released(None)?;

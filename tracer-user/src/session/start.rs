@@ -261,6 +261,7 @@ fn load(
         empty: config.empty_programs,
         lossless: config.lossless,
         stacks: config.stacks,
+        fast_paths: plan_options(config).plans_fast_paths(),
         futex,
         futex_hook: config.futex_hook,
     };
