@@ -897,40 +897,42 @@ fn copy_stack(stack: *mut UserStack, regs: *const pt_regs) {
         (*stack).sp = sp;
         (*stack).bp = arch::frame_pointer(regs);
         (*stack).lr = arch::link_register(regs);
-        let bytes = ptr::addr_of_mut!((*stack).bytes).cast::<u8>();
-        let mut copied = 0;
-        copied = extend_stack_copy::<STACK_BYTES>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 2 }>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 4 }>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 8 }>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 16 }>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 32 }>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 64 }>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 128 }>(bytes, sp, copied);
-        copied = extend_stack_copy::<{ STACK_BYTES / 256 }>(bytes, sp, copied);
-        (*stack).copied = copied as u64;
+        ptr::write_volatile(&raw mut (*stack).copied, 0);
+        extend_stack_copy::<STACK_BYTES>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 2 }>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 4 }>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 8 }>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 16 }>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 32 }>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 64 }>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 128 }>(stack, sp);
+        extend_stack_copy::<{ STACK_BYTES / 256 }>(stack, sp);
     }
 }
 
 /// Copies `SIZE` more bytes of the stack after the `copied` ones, if they fit and are all
-/// readable; returns how many are copied now.
+/// readable. The count goes through the entry, read volatile: the verifier does not follow
+/// values through ring memory, so the paths of each step (read or not) go on as one, where a
+/// count it knew exactly would make 2^9 paths to verify (seconds under emulation).
 #[inline(always)]
-fn extend_stack_copy<const SIZE: usize>(bytes: *mut u8, sp: u64, copied: usize) -> usize {
-    if copied > STACK_BYTES - SIZE {
-        return copied;
-    }
-    // SAFETY: `bytes + copied .. + SIZE` lies within the entry's stack bytes (checked above);
-    // the helper checks the user address, and zeroes what it could not read.
-    let read = unsafe {
-        generated::bpf_probe_read_user(
+fn extend_stack_copy<const SIZE: usize>(stack: *mut UserStack, sp: u64) {
+    // SAFETY: `stack` is a reserved ring entry's, ours until submitted;
+    // `bytes + copied .. + SIZE` lies within its stack bytes (checked first); the helper
+    // checks the user address, and zeroes what it could not read.
+    unsafe {
+        let copied = ptr::read_volatile(&raw const (*stack).copied) as usize;
+        if copied > STACK_BYTES - SIZE {
+            return;
+        }
+        let bytes = ptr::addr_of_mut!((*stack).bytes).cast::<u8>();
+        let read = generated::bpf_probe_read_user(
             bytes.wrapping_add(copied).cast(),
             SIZE as u32,
             (sp + copied as u64) as *const _,
-        )
-    };
-    match read {
-        0 => copied + SIZE,
-        _ => copied,
+        );
+        if read == 0 {
+            ptr::write_volatile(&raw mut (*stack).copied, (copied + SIZE) as u64);
+        }
     }
 }
 
