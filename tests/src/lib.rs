@@ -292,8 +292,10 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// Runs the tracer with `args`, in `cwd`, to completion.
+/// Runs the tracer with `args`, in `cwd`, to completion, once earlier tracers' links are gone
+/// ([`wait_for_earlier_detaches`]).
 pub fn run_tracer<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Run {
+    wait_for_earlier_detaches();
     Command::new(tracer())
         .args(args)
         .current_dir(cwd)
@@ -567,11 +569,12 @@ pub fn wait_until(longest: Duration, every: Duration, mut done: impl FnMut() -> 
     }
 }
 
-/// Waits until no child left by an earlier tracer to close its perf-event uprobes (kernels
-/// before 6.10) is still closing them. Each close takes the write lock on the memory map of
-/// every process that maps the probed library, and a probe hit waits for that lock asleep: a
-/// workload traced meanwhile sees switches no lock call made. The closing child is the one
-/// `thrtrace-bpf` process that leads a session of its own.
+/// Waits until no child left by an earlier tracer to close its links (always on kernels
+/// before 6.10, whose probes are perf-event uprobes; on any kernel once its targets had all
+/// exited) is still closing them. Each close takes the write lock on the memory map of every
+/// process that maps the probed library, and a probe hit waits for that lock asleep: a
+/// workload traced meanwhile sees switches no lock call made. The closing children are the
+/// `thrtrace-bpf` processes that lead a session of their own, or whose parent is init.
 pub fn wait_for_earlier_detaches() {
     const LONGEST: Duration = Duration::from_mins(10);
     let started = Instant::now();
@@ -632,7 +635,6 @@ fn guest_ring(options: &[&str]) -> Vec<String> {
 /// calls the kernel skipped are counted lost). It starts once earlier tracers' probes are
 /// detached, so that the records' exact values (block? above all) are the workload's own.
 pub fn trace_launched(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
-    wait_for_earlier_detaches();
     let dir = TempDir::new(workload);
     let mut argv: Vec<String> = guest_ring(options)
         .into_iter()
@@ -874,8 +876,11 @@ pub fn read_line(reader: &mut impl BufRead) -> String {
 }
 
 /// Starts the tracer with `--dir dir`, `extra` and `-p` for each of `pids`, and waits until it
-/// says it traces each of them. An `extra` of the form VARIABLE=value goes to the environment.
+/// says it traces each of them, once earlier tracers' links are gone
+/// ([`wait_for_earlier_detaches`]). An `extra` of the form VARIABLE=value goes to the
+/// environment.
 pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufReader<ChildStderr>) {
+    wait_for_earlier_detaches();
     let mut command = Command::new(tracer());
     command
         .arg("--dir")

@@ -1025,21 +1025,31 @@ impl Probes {
     /// periods are over, so the links are closed here, concurrently. Perf-event uprobes go to
     /// the child either way: they take too long to wait for.
     pub fn detach_all(&mut self, tracepoints: Vec<OwnedFd>, in_flight: bool) {
-        let probes = std::mem::take(&mut self.process_links)
+        let probes: Vec<OwnedFd> = std::mem::take(&mut self.process_links)
             .into_values()
             .flatten()
-            .chain(std::mem::take(&mut self.shared_links));
-        let (mut to_child, mut here) = (Vec::new(), Vec::new());
+            .chain(std::mem::take(&mut self.shared_links))
+            .collect();
+        // What the child closes, in groups that go concurrently: the links whose closes the
+        // kernel serializes together, each uprobe_multi link alone.
+        let mut to_child: Vec<Vec<OwnedFd>> = Vec::new();
+        let mut here = Vec::new();
         match in_flight {
             true => here.extend(tracepoints),
-            false => to_child.extend(tracepoints),
+            false => to_child.push(tracepoints),
         }
-        match in_flight && self.mechanism == UprobeMechanism::MultiLink {
-            true => here.extend(probes),
-            false => to_child.extend(probes),
+        match (in_flight, self.mechanism) {
+            (true, UprobeMechanism::MultiLink) => here.extend(probes),
+            (false, UprobeMechanism::MultiLink) => {
+                to_child.extend(probes.into_iter().map(|link| vec![link]));
+            }
+            (_, UprobeMechanism::PerfEvent) => to_child.push(probes),
         }
-        if !to_child.is_empty() && !detach_in_child(&to_child) {
-            here.append(&mut to_child);
+        to_child.retain(|group| !group.is_empty());
+        if !to_child.is_empty()
+            && let Err((_, links)) = crate::sys::process::fork_to_close(to_child)
+        {
+            here.extend(links);
         }
         std::thread::scope(|scope| {
             for link in here {
@@ -1047,16 +1057,6 @@ impl Probes {
             }
         });
     }
-}
-
-/// Hands `links` to a child process that closes them one by one and exits; this process's
-/// copies are then closed when `links` is dropped, which detaches nothing while the child
-/// holds them. The child leaves the tracer's session and closes every other descriptor first,
-/// so that neither a terminal's signals nor a pipeline the tracer writes to wait for it.
-/// Returns false if no child could be made (the caller then closes the links itself).
-fn detach_in_child(links: &[OwnedFd]) -> bool {
-    let keep: Vec<libc::c_int> = links.iter().map(rustix::fd::AsRawFd::as_raw_fd).collect();
-    crate::sys::process::fork_to_close(&keep).is_ok()
 }
 
 #[derive(Default)]

@@ -8,7 +8,7 @@
 //! - **perf-event uprobes** (5.15 on): one perf event per probe, the program attached to it by
 //!   a BPF link that carries the probe's cookie. Each waits for kernel grace periods as it is
 //!   made and as it goes, so a file's probes are attached on many threads at once, and
-//!   detached likewise (`Probes::detach_all` closes links concurrently).
+//!   detached by a child process the tracer leaves to close them (`Probes::detach_all`).
 //!
 //! Either way the links' process filter is not relied on alone: the entry program checks the
 //! process too (`TRACED`). aya 0.14 can make neither kind with cookies: the object's loader

@@ -252,7 +252,7 @@ impl Session {
         // A program already running when recording stopped may still write its record until
         // the links' grace periods are over, unless every traced process has exited (with
         // --follow or system-wide, processes not watched may be traced).
-        let in_flight = !self.watched.running.is_empty() || self.follow || self.until_stopped;
+        let in_flight = self.follow || self.until_stopped || self.watched.may_run();
         let tracepoints = self.datapath.take_tracepoint_links();
         self.probes.detach_all(tracepoints, in_flight);
         self.drain()?;

@@ -109,6 +109,17 @@ impl Watched {
         }
     }
 
+    /// Whether a traced process may still run: one not seen to exit, or one seen to exit whose
+    /// pid still names a process (its exit may have been assumed, when it could not be
+    /// watched; or the pid was reused: then only the tracer's exit waits for nothing).
+    pub(super) fn may_run(&self) -> bool {
+        !self.running.is_empty()
+            || self.seen.iter().any(|&pid| {
+                Pid::from_raw(pid as i32)
+                    .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
+            })
+    }
+
     /// Whether the launched command is still running.
     pub(super) fn launched_running(&self) -> bool {
         self.launched_pid
