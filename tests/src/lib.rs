@@ -292,10 +292,8 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// Runs the tracer with `args`, in `cwd`, to completion, once earlier tracers' links are gone
-/// ([`wait_for_earlier_detaches`]).
+/// Runs the tracer with `args`, in `cwd`, to completion.
 pub fn run_tracer<S: AsRef<OsStr>>(cwd: &Path, args: &[S]) -> Run {
-    wait_for_earlier_detaches();
     Command::new(tracer())
         .args(args)
         .current_dir(cwd)
@@ -573,8 +571,11 @@ pub fn wait_until(longest: Duration, every: Duration, mut done: impl FnMut() -> 
 /// before 6.10, whose probes are perf-event uprobes; on any kernel once its targets had all
 /// exited) is still closing them. Each close takes the write lock on the memory map of every
 /// process that maps the probed library, and a probe hit waits for that lock asleep: a
-/// workload traced meanwhile sees switches no lock call made. The closing children are the
-/// `thrtrace-bpf` processes that lead a session of their own, or whose parent is init.
+/// workload traced meanwhile sees switches no lock call made. That matters where a child
+/// closes a hundred perf-event uprobes one by one for seconds; a few uprobe_multi links, each
+/// one pass over the processes, make the chance negligible, and other tests do not wait. The
+/// closing children are the `thrtrace-bpf` processes that lead a session of their own, or
+/// whose parent is init.
 pub fn wait_for_earlier_detaches() {
     const LONGEST: Duration = Duration::from_mins(10);
     let started = Instant::now();
@@ -635,6 +636,7 @@ fn guest_ring(options: &[&str]) -> Vec<String> {
 /// calls the kernel skipped are counted lost). It starts once earlier tracers' probes are
 /// detached, so that the records' exact values (block? above all) are the workload's own.
 pub fn trace_launched(options: &[&str], workload: &str, args: &[&str]) -> (TempDir, Run) {
+    wait_for_earlier_detaches();
     let dir = TempDir::new(workload);
     let mut argv: Vec<String> = guest_ring(options)
         .into_iter()
@@ -876,11 +878,8 @@ pub fn read_line(reader: &mut impl BufRead) -> String {
 }
 
 /// Starts the tracer with `--dir dir`, `extra` and `-p` for each of `pids`, and waits until it
-/// says it traces each of them, once earlier tracers' links are gone
-/// ([`wait_for_earlier_detaches`]). An `extra` of the form VARIABLE=value goes to the
-/// environment.
+/// says it traces each of them. An `extra` of the form VARIABLE=value goes to the environment.
 pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufReader<ChildStderr>) {
-    wait_for_earlier_detaches();
     let mut command = Command::new(tracer());
     command
         .arg("--dir")
