@@ -111,7 +111,7 @@ impl Watched {
 
     /// Whether a traced process may still run: one not seen to exit, or one seen to exit whose
     /// pid still names a process (its exit may have been assumed, when it could not be
-    /// watched; or the pid was reused: then only the tracer's exit waits for nothing).
+    /// watched; if instead the pid was reused, the tracer only waits at exit for nothing).
     pub(super) fn may_run(&self) -> bool {
         !self.running.is_empty()
             || self.seen.iter().any(|&pid| {
