@@ -6,15 +6,22 @@
 //! waits and for the releases that ended them, and the lock by its symbol. The same stacks
 //! reach the Perfetto export and a C analyzer through the POSIX trace API. Stripped, the
 //! chains' frames are placed by module, offset and build-id; with the debug file beside, they
-//! are named again.
+//! are named again. Under load (a waiter and a waker at full speed, ten threads on one mutex)
+//! every record carries its whole stack, and a wait 100 frames deep, 50 KiB of stack, is named
+//! frame by frame down to its thread's start.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
 use thrtrace_tests::{
-    Gated, TempDir, bpf_available, build_analyzer, build_id_of, ctl_ok, debug_file_path,
-    every_libc, is_musl, report_json, report_lock_named, run_tracer, signal, stack_functions,
-    start_tracer, succeeded, trace_contended_mutexes, unique_name, workload, workload_arg,
+    Gated, Run, TempDir, bpf_available, build_analyzer, build_id_of, ctl_ok, debug_file_path,
+    every_libc, field, is_musl, report_json, report_lock_named, run_tracer, run_workload, signal,
+    stack_functions, start_tracer, succeeded, trace_contended_mutexes, unique_name, workload,
+    workload_arg,
 };
+use tracer_common::{Category, Which};
 use tracer_model::{
+    TraceRecord,
     event::{Event, SystemEvent, SystemKind},
     log::LogReader,
 };
@@ -359,4 +366,126 @@ fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
         }
     }
     assert!(stacks > 0, "no stack in the log");
+}
+
+/// A `--contended` trace of `stack_load ARGS` into a log, which must lose nothing and leave no
+/// stack out: the tracer's run, the records of locks and futex calls (the thread category's
+/// have no stack), and each stack's frame count and end by id.
+fn contended_stack_load(
+    args: &[&str],
+) -> (
+    TempDir,
+    Run,
+    Vec<TraceRecord>,
+    HashMap<u32, (usize, String)>,
+) {
+    let (dir, run) = run_workload(&["--contended", "--log", "app.ptl"], "stack_load", args);
+    assert!(
+        !run.stderr.contains("carry no call stack"),
+        "{args:?}: {}",
+        run.stderr
+    );
+    let mut records = Vec::new();
+    let mut stacks = HashMap::new();
+    for event in LogReader::open(&dir.path().join("app.ptl"))
+        .unwrap()
+        .events()
+    {
+        match event.unwrap() {
+            Event::Thread(record) if record.event1 != Category::Thread as u16 => {
+                records.push(record);
+            }
+            Event::Thread(_) => {}
+            Event::System(SystemEvent {
+                kind: SystemKind::Stack { id, frames, end },
+                ..
+            }) => {
+                stacks.insert(id, (frames.len(), end));
+            }
+            Event::System(_) => {}
+        }
+    }
+    (dir, run, records, stacks)
+}
+
+/// Every record has a stack, unwound to its thread's start; a return half has its entry
+/// half's.
+fn assert_whole_stacks(records: &[TraceRecord], stacks: &HashMap<u32, (usize, String)>) {
+    for record in records.iter().filter(|r| r.which != Which::Return) {
+        let (frames, end) = stacks
+            .get(&record.stack)
+            .unwrap_or_else(|| panic!("no stack for {record:?}"));
+        assert!(
+            end.is_empty() && *frames >= 3,
+            "{record:?}: {frames} frames, {end}"
+        );
+    }
+}
+
+#[test]
+fn at_full_speed_every_futex_wait_and_wake_carries_its_whole_stack() {
+    if !bpf_available("stacks_at_full_speed") {
+        return;
+    }
+    let (_dir, run, records, stacks) = contended_stack_load(&["futex", "5000"]);
+    let futex = |event2| {
+        records
+            .iter()
+            .filter(|r| r.event1 == Category::Futex as u16 && r.event2 == event2)
+            .count() as u64
+    };
+    // Every wake that woke the waiter is recorded; a wait that returned 0 may have been woken
+    // before it slept, which `--contended` does not record.
+    let (waits, wakes) = (futex(1), futex(2));
+    assert_eq!(
+        wakes,
+        field::<u64>(&run.stdout, "wakes_that_woke"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        waits > 0 && waits <= field(&run.stdout, "woken_waits"),
+        "{waits}: {}",
+        run.stdout
+    );
+    assert_eq!(records.len() as u64, waits + wakes);
+    assert_whole_stacks(&records, &stacks);
+}
+
+#[test]
+fn ten_threads_contending_a_mutex_each_record_with_its_whole_stack() {
+    if !bpf_available("stacks_of_ten_threads") {
+        return;
+    }
+    let (_dir, _run, records, stacks) = contended_stack_load(&["mutex", "10", "20000"]);
+    assert!(
+        records.iter().any(|r| r.event1 == Category::Mutex as u16),
+        "no contended mutex call"
+    );
+    assert_whole_stacks(&records, &stacks);
+}
+
+#[test]
+fn a_wait_a_hundred_frames_deep_is_named_frame_by_frame_to_its_threads_start() {
+    if !bpf_available("stacks_a_hundred_deep") {
+        return;
+    }
+    let (dir, _run, _records, _stacks) = contended_stack_load(&["deep", "100"]);
+    let report = report_json(&dir, &["app.ptl"]);
+    let lock = report_lock_named(&report, "deep_lock");
+    let waits = lock["waiting_stacks"].as_array().unwrap();
+    assert_eq!(waits.len(), 1, "{lock:#}");
+    assert_eq!(waits[0]["end"], Value::Null, "{lock:#}");
+    let functions = stack_functions(&waits[0]);
+    let descents = functions.iter().filter(|f| *f == "descend").count();
+    assert_eq!(descents, 100, "{functions:?}");
+    // Below the descents, the thread's own function and the C library's start of a thread.
+    let last_descent = functions.iter().rposition(|f| f == "descend").unwrap();
+    assert_eq!(functions[last_descent + 1], "deep", "{functions:?}");
+    assert!(
+        functions[last_descent + 2..]
+            .iter()
+            .any(|f| f == "start_thread"),
+        "{functions:?}"
+    );
 }

@@ -30,6 +30,8 @@ pub mod names {
     /// Per CPU: [`LOST_TOTAL`] records could not be reserved in the ring buffer so far, and
     /// [`LOST_PENDING`] of them since the last record that could (which carries that count).
     pub const LOST: &str = "LOST";
+    /// Where each thread's stack begins, by thread id, which sizes its stack copies.
+    pub const STACK_TOPS: &str = "STACK_TOPS";
     /// Per process: what the BPF side needs of its C library ([`crate::ProcessLibrary`]).
     pub const LIBRARIES: &str = "LIBRARIES";
     /// The return addresses of the C library's own calls of traced functions, as

@@ -117,21 +117,26 @@ pub const RING_ENTRY_SIZE: usize = RAW_RECORD_SIZE + 8;
 const _: () = assert!(core::mem::size_of::<RawRecord>() == RAW_RECORD_SIZE);
 const _: () = assert!(core::mem::align_of::<RawRecord>() == 8);
 
-/// Bytes of the user stack that a record taken with its stack carries: from the stack pointer
-/// up, as much as is mapped. 16 KiB holds the frames of deep C++ servers' request paths (perf's
-/// `--call-graph dwarf` takes 8 KiB by default); an unwind that needs more says so.
-pub const STACK_BYTES: usize = 16384;
+/// The most bytes of the user stack a record carries: from the stack pointer up. The BPF side
+/// copies only the thread's live stack once userspace has learnt where it begins
+/// (`STACK_TOPS`), so most copies are far smaller; a thread's first copy, or one whose stack
+/// was never unwound whole, takes this much (as perf's `--call-graph dwarf` at its largest).
+pub const MAX_STACK_BYTES: usize = 65536;
+
+/// A stack copy's size is a multiple of this: the smallest read the copy makes.
+pub const STACK_COPY_UNIT: usize = 64;
 
 /// What follows a record taken with its stack ([`crate::ProgramConfig::stacks`]), in the same
-/// ring entry: the registers an unwinder starts from, at the probed instruction, and the top of
-/// the stack. The user's own frames are unwound from it in userspace, from the binaries' CFI,
-/// so that code built without frame pointers is unwound right.
+/// ring entry: the registers an unwinder starts from, at the probed instruction, then
+/// `reserved` bytes for the top of the stack, of which the first `copied` were copied. The
+/// user's own frames are unwound from it in userspace, from the binaries' CFI, so that code
+/// built without frame pointers is unwound right.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct UserStack {
     /// The instruction pointer at the probe.
     pub ip: u64,
-    /// The stack pointer at the probe: `bytes[0]` is the byte at this address.
+    /// The stack pointer at the probe: the first byte copied is the byte at this address.
     pub sp: u64,
     /// The frame pointer register (`rbp`, arm64's `x29`), which CFI may name as the frame's
     /// base.
@@ -139,14 +144,21 @@ pub struct UserStack {
     /// The link register (arm64's `x30`), where a leaf frame's return address may still be; 0
     /// on x86-64, which has none.
     pub lr: u64,
-    /// How many bytes of `bytes` were copied: the stack above `sp` is unmapped past them, or
-    /// the copy is full.
-    pub copied: u64,
-    /// The stack from `sp` up.
-    pub bytes: [u8; STACK_BYTES],
+    /// How many bytes were copied: the stack above `sp` is unmapped past them, or the copy
+    /// reached `reserved`.
+    pub copied: u32,
+    /// The bytes the entry has room for after this header.
+    pub reserved: u32,
+    /// Where userspace said the thread's stack begins (`STACK_TOPS`), which set `reserved`;
+    /// 0 when it had not said, and `reserved` was the most a copy takes.
+    pub top_hint: u64,
 }
 
-/// A ring entry of a record with its stack.
+/// The size of [`UserStack`].
+pub const USER_STACK_SIZE: usize = 48;
+const _: () = assert!(core::mem::size_of::<UserStack>() == USER_STACK_SIZE);
+
+/// The head of a ring entry of a record with its stack; the stack's bytes follow.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct StackedRecord {
@@ -156,29 +168,38 @@ pub struct StackedRecord {
     pub stack: UserStack,
 }
 
-/// The size of [`StackedRecord`].
-pub const STACKED_RECORD_SIZE: usize = RAW_RECORD_SIZE + 40 + STACK_BYTES;
+/// The size of [`StackedRecord`]: where the stack's bytes begin in its entry.
+pub const STACKED_RECORD_SIZE: usize = RAW_RECORD_SIZE + USER_STACK_SIZE;
 const _: () = assert!(core::mem::size_of::<StackedRecord>() == STACKED_RECORD_SIZE);
+
+/// A stack as it lies in a ring entry, after its record: its head and the bytes copied.
+#[derive(Clone, Copy, Debug)]
+pub struct StackInEntry<'a> {
+    /// The registers at the probe and the sizes of the copy.
+    pub head: &'a UserStack,
+    /// At most what the entry holds, whatever `head.copied` says.
+    pub bytes: &'a [u8],
+}
 
 impl UserStack {
     /// The stack that follows the record at the start of ring-entry bytes, if the entry is a
-    /// [`StackedRecord`]; `None` for an entry of a record alone (or one too short to hold a
-    /// whole stack, or misaligned).
-    pub fn after_record(bytes: &[u8]) -> Option<&Self> {
-        let bytes = bytes.get(RAW_RECORD_SIZE..STACKED_RECORD_SIZE)?;
+    /// [`StackedRecord`]; `None` for an entry of a record alone (or one too short to hold the
+    /// head, or misaligned).
+    pub fn after_record(bytes: &[u8]) -> Option<StackInEntry<'_>> {
+        let head = bytes.get(RAW_RECORD_SIZE..STACKED_RECORD_SIZE)?;
         #[allow(clippy::cast_ptr_alignment, reason = "the alignment is checked next")]
-        let start = bytes.as_ptr().cast::<Self>();
+        let start = head.as_ptr().cast::<Self>();
         if !start.is_aligned() {
             return None;
         }
-        // SAFETY: UserStack is plain old data (integers and bytes, every bit pattern valid); the
+        // SAFETY: UserStack is plain old data (integers only, every bit pattern valid); the
         // slice holds a whole one at an aligned address, borrowed for the result's lifetime.
-        Some(unsafe { &*start })
-    }
-
-    /// The bytes copied, at most `STACK_BYTES` whatever `copied` says.
-    pub fn copied_bytes(&self) -> &[u8] {
-        &self.bytes[..(self.copied as usize).min(STACK_BYTES)]
+        let head = unsafe { &*start };
+        let copied = &bytes[STACKED_RECORD_SIZE..];
+        Some(StackInEntry {
+            head,
+            bytes: &copied[..copied.len().min(head.copied as usize)],
+        })
     }
 }
 

@@ -19,12 +19,12 @@ use aya_ebpf::{
 use tracer_common::{
     Category, RawRecord, STACKS_NONE, futex,
     kfuncs::{self, Kfunc},
-    record::{RAW_RECORD_SIZE, StackedRecord},
+    record::RAW_RECORD_SIZE,
 };
 
 use crate::{
-    CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, arch, copy_stack, count_lost,
-    current_pid_tgid, current_task, emit_with, is_tracer, own_target, read_task, read_user_into,
+    CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, arch, count_lost, current_pid_tgid,
+    current_task, emit_stacked, emit_with, is_tracer, own_target, read_task, read_user_into,
     recording_event, ring_busy,
 };
 
@@ -203,16 +203,10 @@ fn emit_futex_call(call: *const FutexCall, event2: u16, result: i64, blocked: bo
     // SAFETY: a read-only global that userspace sets before loading.
     let with_stack =
         unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } != STACKS_NONE && !ring_busy();
+    let fill = move |entry| fill_futex_record(entry, call, event2, result, blocked);
     match with_stack {
-        true => emit_with(|entry: *mut StackedRecord| {
-            fill_futex_record(entry.cast(), call, event2, result, blocked);
-            // SAFETY: the entry is ours until submitted.
-            copy_stack(
-                unsafe { ptr::addr_of_mut!((*entry).stack) },
-                user_registers(),
-            );
-        }),
-        false => emit_with(|entry| fill_futex_record(entry, call, event2, result, blocked)),
+        true => emit_stacked(user_registers(), move |entry, _, _| fill(entry)),
+        false => emit_with(fill),
     };
 }
 

@@ -2,8 +2,8 @@
 //! return, `thr_fast` where a lock call's fast path completes; the attach cookie says which
 //! event it is and what to capture (tracer-common's table).
 //! Records go to this CPU's ring buffer without waking the reader, except when the buffer
-//! reaches a quarter full and each further sixteenth; a record that does not fit is counted in
-//! `LOST`, never dropped silently.
+//! reaches each further sixteenth; a record that does not fit is counted in `LOST`, never
+//! dropped silently.
 //!
 //! What a run keeps lives only in registers, on the program's own small stack, in this thread's
 //! task storage, or in the ring entry it has reserved: never in per-CPU memory. Uprobe programs
@@ -33,6 +33,7 @@
 
 use core::{
     intrinsics::{AtomicOrdering, atomic_xadd, atomic_xchg},
+    mem::MaybeUninit,
     ptr,
 };
 
@@ -43,7 +44,7 @@ use aya_ebpf::{
     EbpfContext,
     bindings::{
         BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST, BPF_RB_AVAIL_DATA,
-        BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, bpf_map_type, pt_regs, task_struct,
+        BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, bpf_dynptr, bpf_map_type, pt_regs, task_struct,
     },
     btf_maps::{ArrayOfMaps, HashMap, LruHashMap, PerCpuArray, RingBuf},
     helpers::{
@@ -62,7 +63,8 @@ use tracer_common::{
     events::{OBJECT_WORDS, ObjectSize},
     object_layout::{GLIBC, count_one_more, is_recursive_mutex, spin_lock_was_held},
     record::{
-        RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_BYTES, StackedRecord, UserStack, WHICH_BOTH_HALVES,
+        MAX_STACK_BYTES, RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_COPY_UNIT, STACKED_RECORD_SIZE,
+        StackedRecord, UserStack, WHICH_BOTH_HALVES,
     },
 };
 
@@ -227,6 +229,12 @@ static RING_BUFFERS: ArrayOfMaps<RingBuf<RawRecord, 4096>, { MAX_CPUS as usize }
 
 #[btf_map]
 static LOST: PerCpuArray<u64, 2> = PerCpuArray::new();
+
+/// Where each thread's stack begins, by thread id: the highest address userspace read to
+/// unwind one of the thread's stacks to its start. A stack copy then takes the live stack
+/// alone, sized to it, not the most a copy may take.
+#[btf_map]
+static STACK_TOPS: LruHashMap<u32, u64, 16384> = LruHashMap::new();
 
 /// Per traced process: where its C library keeps errno, and where the library is whose own
 /// call sites `CALL_SITES` lists ([`ProcessLibrary`]).
@@ -554,17 +562,13 @@ fn meet_open_call(raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs,
 /// when asked. A call of its own, to keep the fast path's frame small.
 #[inline(never)]
 fn emit_whole(raw_cookie: u64, regs: *const pt_regs, task: *mut task_struct) {
-    let fill = |entry: *mut RawRecord| {
+    let fill = move |entry: *mut RawRecord, regs, task| {
         fill_entry(entry, raw_cookie, regs, task);
         complete_whole(entry, raw_cookie, regs);
     };
     let written = match with_stack(raw_cookie) {
-        true => emit_with(|entry: *mut StackedRecord| {
-            fill(entry.cast());
-            // SAFETY: the entry is ours until submitted.
-            copy_stack(unsafe { ptr::addr_of_mut!((*entry).stack) }, regs);
-        }),
-        false => emit_with(fill),
+        true => emit_stacked(regs, fill),
+        false => emit_with(|entry| fill(entry, regs, task)),
     };
     // Both halves were lost: each is a record, counted as such.
     if !written
@@ -577,8 +581,9 @@ fn emit_whole(raw_cookie: u64, regs: *const pt_regs, task: *mut task_struct) {
 }
 
 /// Adds to a record its entry filled what the completion knows: how the call ends, and a
-/// recursive mutex's count as the call leaves it.
-#[inline(always)]
+/// recursive mutex's count as the call leaves it. A call of its own, to keep the frame of the
+/// stacked emit it goes into small.
+#[inline(never)]
 fn complete_whole(entry: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
     let cookie = ProbeCookie::decode(raw_cookie);
     let Some(completion) = cookie.completion else {
@@ -644,7 +649,7 @@ fn emit_entry(
     slot: *mut Pending,
     task: *mut task_struct,
 ) -> bool {
-    let fill = |entry: *mut RawRecord| {
+    let fill = move |entry: *mut RawRecord, regs, task| {
         fill_entry(entry, raw_cookie, regs, task);
         if !slot.is_null() {
             // SAFETY: the entry is ours until submitted; the slot is this thread's own.
@@ -655,12 +660,8 @@ fn emit_entry(
         }
     };
     match with_stack(raw_cookie) {
-        true => emit_with(|entry: *mut StackedRecord| {
-            fill(entry.cast());
-            // SAFETY: the entry is ours until submitted.
-            copy_stack(unsafe { ptr::addr_of_mut!((*entry).stack) }, regs);
-        }),
-        false => emit_with(fill),
+        true => emit_stacked(regs, fill),
+        false => emit_with(|entry| fill(entry, regs, task)),
     }
 }
 
@@ -864,33 +865,53 @@ fn with_stack(raw_cookie: u64) -> bool {
     wanted && !ring_busy()
 }
 
-/// Whether this CPU's ring is a quarter full or more, where the reader is woken: a record then
-/// goes without its stack (16 KiB of ring each), so that a burst of them cannot fill the ring
-/// and lose records; userspace counts the stacks left out. A call of its own, to keep its
-/// callers' frames small.
+/// Whether this CPU's ring is half full or more: the reader, woken at each sixteenth, is
+/// behind. A record then goes without its stack (up to `MAX_STACK_BYTES` of ring each), so
+/// that a burst of them cannot fill the ring and lose records; userspace counts the stacks
+/// left out. A call of its own, to keep its callers' frames small.
 #[inline(never)]
 fn ring_busy() -> bool {
-    // SAFETY: the helper takes no arguments.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let Some(ring) = RING_BUFFERS.get(cpu) else {
+    let Some(ring) = this_cpus_ring() else {
         return true;
     };
-    let ring = ptr::from_ref(ring).cast_mut().cast();
     // SAFETY: `ring` is this CPU's ring buffer map; read-only globals that userspace sets.
     unsafe {
         bpf_ringbuf_query(ring, u64::from(BPF_RB_AVAIL_DATA))
-            >= ptr::read_volatile(&raw const CONFIG.ring_bytes) / 4
+            >= ptr::read_volatile(&raw const CONFIG.ring_bytes) / 2
     }
 }
 
-/// Copies the registers an unwinder starts from and as much of the user stack above the stack
-/// pointer as is mapped, up to `STACK_BYTES`: the largest readable prefix to 64 bytes, found by
-/// halving (a read that crosses the stack's end fails whole). Userspace unwinds it. A call of
-/// its own, to keep the entry's frame small.
+/// The bytes to reserve for the stack above `sp`, and the thread's stack top they were sized
+/// by (0: none known). With a top from `STACK_TOPS` above `sp`, the live stack up to it; else
+/// the most a copy takes, which is also at most a quarter of the ring.
+#[inline(always)]
+fn stack_copy_size(sp: u64) -> (u32, u64) {
+    // SAFETY: a read-only global that userspace sets before loading.
+    let ring_bytes = unsafe { ptr::read_volatile(&raw const CONFIG.ring_bytes) };
+    let most = (ring_bytes / 4).min(MAX_STACK_BYTES as u64);
+    let thread = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is copied out at once; userspace may replace it at any time.
+    if let Some(&top) = unsafe { STACK_TOPS.get(&thread) }
+        && top > sp
+        && top - sp <= most
+    {
+        return (
+            (top - sp).next_multiple_of(STACK_COPY_UNIT as u64) as u32,
+            top,
+        );
+    }
+    (most as u32, 0)
+}
+
+/// Copies the registers an unwinder starts from into `stack`, and as much of the user stack
+/// above the stack pointer as is mapped into the `reserved` bytes of `entry` that follow the
+/// head: the largest readable prefix, in steps of halving size down to `STACK_COPY_UNIT` (a
+/// read that crosses the stack's end fails whole). Userspace unwinds it. A call of its own,
+/// to keep the entry's frame small.
 #[inline(never)]
-fn copy_stack(stack: *mut UserStack, regs: *const pt_regs) {
-    // SAFETY: `stack` is a reserved ring entry's, ours until submitted; `regs` is the probe's
-    // context.
+fn copy_stack(entry: *const bpf_dynptr, stack: *mut UserStack, regs: *const pt_regs) {
+    // SAFETY: `stack` is in the head of the reserved entry `entry`, ours until submitted;
+    // `regs` is the probe's context.
     unsafe {
         let sp = arch::stack_pointer(regs);
         (*stack).ip = arch::instruction_pointer(regs);
@@ -898,40 +919,42 @@ fn copy_stack(stack: *mut UserStack, regs: *const pt_regs) {
         (*stack).bp = arch::frame_pointer(regs);
         (*stack).lr = arch::link_register(regs);
         ptr::write_volatile(&raw mut (*stack).copied, 0);
-        extend_stack_copy::<STACK_BYTES>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 2 }>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 4 }>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 8 }>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 16 }>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 32 }>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 64 }>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 128 }>(stack, sp);
-        extend_stack_copy::<{ STACK_BYTES / 256 }>(stack, sp);
     }
+    extend_stack_copy::<MAX_STACK_BYTES>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 2 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 4 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 8 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 16 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 32 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 64 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 128 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 256 }>(entry, stack);
+    extend_stack_copy::<{ MAX_STACK_BYTES / 512 }>(entry, stack);
+    extend_stack_copy::<STACK_COPY_UNIT>(entry, stack);
 }
 
-/// Copies `SIZE` more bytes of the stack after the `copied` ones, if they fit and are all
-/// readable. The count goes through the entry, read volatile: the verifier does not follow
-/// values through ring memory, so the paths of each step (read or not) go on as one, where a
-/// count it knew exactly would make 2^9 paths to verify (seconds under emulation).
+/// Copies `SIZE` more bytes of the stack after the `copied` ones, if they fit in `reserved`
+/// and are all readable. The counts go through the entry, read volatile: the verifier does not
+/// follow values through ring memory, so the paths of each step (read or not) go on as one,
+/// where counts it knew exactly would make 2^11 paths to verify.
 #[inline(always)]
-fn extend_stack_copy<const SIZE: usize>(stack: *mut UserStack, sp: u64) {
-    // SAFETY: `stack` is a reserved ring entry's, ours until submitted;
-    // `bytes + copied .. + SIZE` lies within its stack bytes (checked first); the helper
-    // checks the user address, and zeroes what it could not read.
+fn extend_stack_copy<const SIZE: usize>(entry: *const bpf_dynptr, stack: *mut UserStack) {
+    // SAFETY: `stack` is in the head of the reserved entry `entry`, ours until submitted; the
+    // dynptr helper checks that the `SIZE` bytes lie within the entry, the read helper checks
+    // the user address, and zeroes what it could not read.
     unsafe {
-        let copied = ptr::read_volatile(&raw const (*stack).copied) as usize;
-        if copied > STACK_BYTES - SIZE {
+        let copied = ptr::read_volatile(&raw const (*stack).copied);
+        if copied + SIZE as u32 > ptr::read_volatile(&raw const (*stack).reserved) {
             return;
         }
-        let bytes = ptr::addr_of_mut!((*stack).bytes).cast::<u8>();
-        let read = generated::bpf_probe_read_user(
-            bytes.wrapping_add(copied).cast(),
-            SIZE as u32,
-            (sp + copied as u64) as *const _,
-        );
-        if read == 0 {
-            ptr::write_volatile(&raw mut (*stack).copied, (copied + SIZE) as u64);
+        let to =
+            generated::bpf_dynptr_data(entry, STACKED_RECORD_SIZE as u32 + copied, SIZE as u32);
+        if to.is_null() {
+            return;
+        }
+        let from = ptr::read_volatile(&raw const (*stack).sp) + u64::from(copied);
+        if generated::bpf_probe_read_user(to, SIZE as u32, from as *const _) == 0 {
+            ptr::write_volatile(&raw mut (*stack).copied, copied + SIZE as u32);
         }
     }
 }
@@ -978,13 +1001,10 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
 /// from the instruction it returns to. A call of its own, to keep the return's frame small.
 #[inline(never)]
 fn emit_return(slot: *mut Pending, raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs) {
+    let fill = move |entry, regs, task| complete_from_slot(entry, slot, raw_cookie, task, regs);
     match with_stack(raw_cookie) && written_at_return_only(ProbeCookie::decode(raw_cookie).flags) {
-        true => emit_with(|entry: *mut StackedRecord| {
-            complete_from_slot(entry.cast(), slot, raw_cookie, task, regs);
-            // SAFETY: the entry is ours until submitted.
-            copy_stack(unsafe { ptr::addr_of_mut!((*entry).stack) }, regs);
-        }),
-        false => emit_with(|entry| complete_from_slot(entry, slot, raw_cookie, task, regs)),
+        true => emit_stacked(regs, fill),
+        false => emit_with(|entry| fill(entry, regs, task)),
     };
 }
 
@@ -1189,26 +1209,113 @@ fn read_task<T>(task: *mut task_struct, offset: u64) -> T {
     unsafe { task.cast::<u8>().add(offset as usize).cast::<T>().read() }
 }
 
-/// Reserves an entry in this CPU's ring (a [`RawRecord`], or a [`StackedRecord`]: a record
-/// with its stack), has `fill` write it in place (no copy of it on the stack) and submits it;
-/// counts it lost if the ring is full. Returns whether it was written.
+/// Reserves an entry for a [`RawRecord`] in this CPU's ring, has `fill` write it in place (no
+/// copy of it on the stack) and submits it; counts it lost if the ring is full. Returns
+/// whether it was written.
 #[inline(always)]
-fn emit_with<T: 'static>(fill: impl FnOnce(*mut T)) -> bool {
+fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
     // SAFETY: the helper takes no arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     let reserved = RING_BUFFERS.get(cpu).and_then(|ring| {
-        let entry = ring.reserve_untyped::<T>(0)?;
+        let entry = ring.reserve_untyped::<RawRecord>(0)?;
         Some((ring, entry))
     });
     let Some((ring, mut entry)) = reserved else {
-        count_lost();
-        stop_if_lossless();
-        return false;
+        return lost();
     };
     fill(entry.as_mut_ptr());
-    // Both kinds of entry begin with the record.
-    let record = entry.as_mut_ptr().cast::<RawRecord>();
-    // The first record after a gap says how long the gap was, so that it is placed exactly.
+    let ring = ptr::from_ref(ring).cast_mut().cast();
+    let (wakeup, past_half) = before_submit(ring, entry.as_mut_ptr(), RING_ENTRY_SIZE as u64);
+    entry.submit(wakeup);
+    if past_half {
+        stop_if_lossless();
+    }
+    true
+}
+
+/// Reserves an entry for a [`StackedRecord`] in this CPU's ring with room for the thread's
+/// live stack ([`stack_copy_size`]), has `fill` write the record in place, copies the stack
+/// after it and submits it; counts it lost if the ring is full. Returns whether it was
+/// written. The entry's size is known only as it is reserved, so it is a dynptr, kept in this
+/// call's own frame, which holds little else: `fill` is handed the registers and the task
+/// rather than holding them, so that its captures stay small.
+#[inline(never)]
+fn emit_stacked(
+    regs: *const pt_regs,
+    fill: impl FnOnce(*mut RawRecord, *const pt_regs, *mut task_struct),
+) -> bool {
+    let (reserved, top_hint) = stack_copy_size(arch::stack_pointer(regs));
+    let Some(ring) = this_cpus_ring() else {
+        return lost();
+    };
+    let mut entry = MaybeUninit::<bpf_dynptr>::uninit();
+    let entry = entry.as_mut_ptr();
+    // SAFETY: `ring` is this CPU's ring buffer map and `entry` a dynptr on this frame, released
+    // on every path: discarded if the reserve failed (as it must be then) or its head cannot
+    // be had, else submitted. The head lies within the entry, ours until then.
+    unsafe {
+        let size = STACKED_RECORD_SIZE as u32 + reserved;
+        if generated::bpf_ringbuf_reserve_dynptr(ring, size, 0, entry) != 0 {
+            generated::bpf_ringbuf_discard_dynptr(entry, 0);
+            return lost();
+        }
+        let head = generated::bpf_dynptr_data(entry, 0, STACKED_RECORD_SIZE as u32)
+            .cast::<StackedRecord>();
+        if head.is_null() {
+            generated::bpf_ringbuf_discard_dynptr(entry, 0);
+            return lost();
+        }
+        (*head).stack.reserved = reserved;
+        (*head).stack.top_hint = top_hint;
+        fill(ptr::addr_of_mut!((*head).record), regs, current_task());
+        copy_stack(entry, ptr::addr_of_mut!((*head).stack), regs);
+        // The kernel's 8-byte header, and the size rounded up to it.
+        let size =
+            STACKED_RECORD_SIZE as u32 + ptr::read_volatile(&raw const (*head).stack.reserved);
+        let entry_bytes = u64::from(size.next_multiple_of(8) + 8);
+        let Some(ring) = this_cpus_ring() else {
+            generated::bpf_ringbuf_discard_dynptr(entry, 0);
+            return lost();
+        };
+        let (wakeup, past_half) =
+            before_submit(ring, ptr::addr_of_mut!((*head).record), entry_bytes);
+        generated::bpf_ringbuf_submit_dynptr(entry, wakeup);
+        if past_half {
+            stop_if_lossless();
+        }
+    }
+    true
+}
+
+/// This CPU's ring buffer map, as the helpers take it. Uprobe programs run with migration
+/// disabled: the same ring throughout a run.
+#[inline(always)]
+fn this_cpus_ring() -> Option<*mut core::ffi::c_void> {
+    // SAFETY: the helper takes no arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    RING_BUFFERS
+        .get(cpu)
+        .map(|ring| ptr::from_ref(ring).cast_mut().cast())
+}
+
+/// A record the ring could not take: counted, and with `--lossless` its thread stopped.
+/// Returns false, for "not written".
+#[inline(always)]
+fn lost() -> bool {
+    count_lost();
+    stop_if_lossless();
+    false
+}
+
+/// Completes the `record` about to be submitted in an entry of `entry_bytes` of `ring`: the
+/// first record after a gap says how long the gap was, so that it is placed exactly. Returns
+/// the flags to submit it with, and whether the ring is past half full.
+#[inline(always)]
+fn before_submit(
+    ring: *mut core::ffi::c_void,
+    record: *mut RawRecord,
+    entry_bytes: u64,
+) -> (u64, bool) {
     if let Some(pending) = LOST.get_ptr_mut(LOST_PENDING) {
         // SAFETY: per-CPU slot, as in `count_lost`; the entry is ours until submitted.
         unsafe {
@@ -1220,27 +1327,20 @@ fn emit_with<T: 'static>(fill: impl FnOnce(*mut T)) -> bool {
             }
         }
     }
-    // Wake the reader when a quarter of the ring is in use, and again at each further
-    // sixteenth while it has not caught up; otherwise it polls. Not at every record past the
-    // quarter: a wakeup is an interrupt, and a reader that is behind would get one per record.
-    let ring_ptr = ptr::from_ref(ring).cast_mut().cast();
-    // SAFETY: `ring_ptr` is a ring buffer map of this CPU's slot.
-    let used = unsafe { bpf_ringbuf_query(ring_ptr, u64::from(BPF_RB_AVAIL_DATA)) };
+    // Wake the reader at each sixteenth of the ring in use; otherwise it polls. Not at every
+    // record: a wakeup is an interrupt, and a reader that is behind would get one per record.
+    // SAFETY: `ring` is a ring buffer map of this CPU's slot.
+    let used = unsafe { bpf_ringbuf_query(ring, u64::from(BPF_RB_AVAIL_DATA)) };
     // SAFETY: a read-only global that userspace sets before loading.
     let size = unsafe { ptr::read_volatile(&raw const CONFIG.ring_bytes) };
     let step = (size / 16).max(1);
-    let before = used.saturating_sub(RING_ENTRY_SIZE as u64);
-    let wakeup = if used > size / 4 && before / step != used / step {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
+    let before = used.saturating_sub(entry_bytes);
+    let wakeup = match before / step != used / step {
+        true => BPF_RB_FORCE_WAKEUP,
+        false => BPF_RB_NO_WAKEUP,
     };
-    entry.submit(u64::from(wakeup));
     // Half full: the reader has been woken and not caught up; stop the writer for it.
-    if used > size / 2 {
-        stop_if_lossless();
-    }
-    true
+    (u64::from(wakeup), used > size / 2)
 }
 
 /// With `--lossless`, stops the current thread with SIGSTOP. The first stop of an episode

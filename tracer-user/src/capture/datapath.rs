@@ -15,7 +15,7 @@ use aya_obj::generated::{
 use tracer_common::{
     LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProcessLibrary,
     ProgramConfig, RawRecord, RecordingMasks, TracedThrough, call_site_key, names,
-    record::UserStack,
+    record::{StackInEntry, UserStack},
 };
 
 use super::{
@@ -26,6 +26,7 @@ use super::{
     lossless::{Stopped, StoppedView},
     programs::{ProgramNames, Programs, UprobeMechanism, joined},
     ring::Ring,
+    stack_tops::StackTops,
 };
 use crate::sys;
 
@@ -94,7 +95,10 @@ impl Rings {
     /// Hands the records now in the rings to `sink`, at most one ring's worth from each ring,
     /// so that a producer faster than this consumer cannot keep one pass going forever.
     /// `sink` gets each record with the CPU whose ring it came from.
-    pub fn drain(&mut self, mut sink: impl FnMut(u32, &RawRecord, Option<&UserStack>)) -> Drained {
+    pub fn drain(
+        &mut self,
+        mut sink: impl FnMut(u32, &RawRecord, Option<StackInEntry>),
+    ) -> Drained {
         let mut drained = Drained::default();
         let started = super::kernel::monotonic_ns();
         for (cpu, ring) in &mut self.rings {
@@ -134,6 +138,8 @@ pub struct DataPath {
     programs: Programs,
     rings: Rings,
     lost: PerCpuArray<MapData, u64>,
+    /// Taken by the session that unwinds the stacks.
+    stack_tops: Option<StackTops>,
     /// Which probes record (all clear until `set_recording`).
     recording: Array<MapData, RecordingMasks>,
     libraries: HashMap<MapData, u32, ProcessLibrary>,
@@ -302,6 +308,7 @@ impl DataPath {
         };
         let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
+        let stack_tops = StackTops::new(HashMap::try_from(loaded.take_map(names::STACK_TOPS)?)?);
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
         let libraries = HashMap::try_from(loaded.take_map(names::LIBRARIES)?)?;
         let call_sites = HashMap::try_from(loaded.take_map(names::CALL_SITES)?)?;
@@ -341,6 +348,7 @@ impl DataPath {
                 records_per_ring: ring_bytes as usize / tracer_common::record::RING_ENTRY_SIZE,
             },
             lost,
+            stack_tops: Some(stack_tops),
             recording,
             libraries,
             call_sites,
@@ -442,6 +450,12 @@ impl DataPath {
         execs
     }
 
+    /// The map that tells the BPF side where threads' stacks begin, for whoever unwinds them;
+    /// `None` once taken.
+    pub fn take_stack_tops(&mut self) -> Option<StackTops> {
+        self.stack_tops.take()
+    }
+
     pub fn programs(&self) -> &Programs {
         &self.programs
     }
@@ -456,7 +470,7 @@ impl DataPath {
 
     /// Hands the records now in the rings not shared out (`share_rings`) to `sink` (see
     /// `Rings::drain`).
-    pub fn drain(&mut self, sink: impl FnMut(u32, &RawRecord, Option<&UserStack>)) -> Drained {
+    pub fn drain(&mut self, sink: impl FnMut(u32, &RawRecord, Option<StackInEntry>)) -> Drained {
         self.rings.drain(sink)
     }
 

@@ -5,7 +5,7 @@
 
 use std::{sync::mpsc, thread::JoinHandle};
 
-use tracer_common::{RawRecord, record::UserStack};
+use tracer_common::{RawRecord, record::StackInEntry};
 use tracer_model::TraceRecord;
 
 use super::{
@@ -44,7 +44,7 @@ pub struct Pulled {
 }
 
 impl Pulled {
-    pub fn new(decoder: &Decoder, cpu: u32, raw: &RawRecord, stack: Option<&UserStack>) -> Self {
+    pub fn new(decoder: &Decoder, cpu: u32, raw: &RawRecord, stack: Option<StackInEntry>) -> Self {
         let record = decoder.decode(raw);
         Pulled {
             ktime_ns: raw.ktime_ns,
@@ -80,16 +80,21 @@ pub struct CopiedStack {
     pub lr: u64,
     /// The stack from `sp` up, as far as it was copied.
     pub bytes: Vec<u8>,
+    /// Where the BPF side was told the thread's stack begins, which sized the copy; 0 if it
+    /// was not told.
+    pub top_hint: u64,
 }
 
 impl CopiedStack {
-    pub fn of(stack: &UserStack) -> Self {
+    pub fn of(stack: StackInEntry) -> Self {
+        let StackInEntry { head, bytes } = stack;
         CopiedStack {
-            ip: stack.ip,
-            sp: stack.sp,
-            bp: stack.bp,
-            lr: stack.lr,
-            bytes: stack.copied_bytes().to_vec(),
+            ip: head.ip,
+            sp: head.sp,
+            bp: head.bp,
+            lr: head.lr,
+            bytes: bytes.to_vec(),
+            top_hint: head.top_hint,
         }
     }
 

@@ -18,6 +18,7 @@ pub mod lossless;
 pub mod programs;
 pub mod reorder;
 pub mod ring;
+pub mod stack_tops;
 
 use std::io;
 

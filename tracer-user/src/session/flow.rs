@@ -19,7 +19,7 @@ use tracer_model::{
 use super::{
     Result, Session, TraceError, facts,
     facts::Facts,
-    stacks::{StackIds, Unwinder},
+    stacks::{Reach, StackIds, Unwinder},
 };
 use crate::{
     capture::{
@@ -29,6 +29,7 @@ use crate::{
         kernel,
         loss::Losses,
         reorder::{LATE_COMMIT_NS, Released, Reorder},
+        stack_tops::StackTops,
     },
     control::Reply,
     sinks::Sink,
@@ -67,11 +68,13 @@ pub(super) struct Flow {
     pub(super) rate: Rate,
     /// Unwinds the stacks records are taken with (`--stacks`), and names each once.
     pub(super) unwinder: Unwinder,
+    /// Tells the BPF side where each thread's stack begins, as unwinding learns it.
+    pub(super) stack_tops: Option<StackTops>,
     pub(super) stack_ids: StackIds,
     /// Which records carry their stack (`tracer_common::STACKS_*`).
     pub(super) stacks: u32,
     /// Records that came without the stack they were to carry: the BPF side leaves it out when
-    /// its CPU's ring is a quarter full.
+    /// its CPU's ring is half full.
     pub(super) stacks_left_out: u64,
 }
 
@@ -109,6 +112,7 @@ impl Flow {
             started: Instant::now(),
             rate: Rate::default(),
             unwinder: Unwinder::default(),
+            stack_tops: None,
             stack_ids: StackIds::default(),
             stacks: tracer_common::STACKS_NONE,
             stacks_left_out: 0,
@@ -322,6 +326,7 @@ impl Session {
             seconds,
             drawers,
             unwinder,
+            stack_tops,
             stack_ids,
             stacks,
             stacks_left_out,
@@ -382,7 +387,14 @@ impl Session {
                 *stacks_left_out += 1;
             }
             if let (Some(stack), Some(record)) = (stack, drawn.record.as_mut()) {
-                let unwound = unwinder.unwind(pid, &stack);
+                let (unwound, reach) = unwinder.unwind(pid, &stack);
+                if let Some(tops) = stack_tops.as_mut() {
+                    match reach {
+                        Reach::Whole { top } => tops.learn(lwpid, top),
+                        Reach::CopyEnded if stack.top_hint != 0 => tops.forget(lwpid),
+                        Reach::CopyEnded | Reach::Stopped => {}
+                    }
+                }
                 // A futex call's instruction is in the function that made the syscall (the C
                 // library's `syscall`, or its own lock's wait): where it was called from says
                 // more, as a pthread call's return address does.

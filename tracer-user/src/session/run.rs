@@ -4,9 +4,9 @@
 //! drain the rings, watch the calls and the targets, and tell whether the trace goes on. Once
 //! it ends, [`Session::finish`] detaches, writes what is left, and completes the files.
 //!
-//! The BPF side wakes the reader only when a ring reaches a quarter full (and each further
-//! sixteenth while it has not caught up); otherwise records wait for the poll timer, which
-//! bounds their latency (`POLL_INTERVAL_*`) without a wakeup per record.
+//! The BPF side wakes the reader only when a ring fills another sixteenth; otherwise records
+//! wait for the poll timer, which bounds their latency (`POLL_INTERVAL_*`) without a wakeup
+//! per record.
 
 use std::{os::fd::OwnedFd, process::ExitStatus, sync::Arc, time::Duration};
 
@@ -44,7 +44,7 @@ const RATE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What wakes the session to drain the rings, its timers, and how it is being asked to end.
 pub(super) struct Clock {
-    /// Notified whenever a ring is readable (the BPF side wakes it at a quarter full).
+    /// Notified whenever a ring is readable (the BPF side wakes it at each sixteenth).
     wakeups: Arc<Notify>,
     /// Drains the rings when no wakeup came.
     poll: Interval,
@@ -280,7 +280,7 @@ impl Session {
         if self.flow.stacks_left_out > 0 {
             say!(
                 "thrtrace-bpf: {} records carry no call stack: they came while their CPU's ring was \
-                 a quarter full or more, where a stack (16 KiB) could have filled it",
+                 half full or more (the tracer behind); a larger --buffer-kib gives it more time",
                 self.flow.stacks_left_out
             );
         }

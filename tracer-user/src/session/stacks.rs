@@ -69,6 +69,17 @@ pub struct Unwound {
     pub end: String,
 }
 
+/// How far an unwind read the copied stack: what the copies of its thread need to hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// It reached the thread's start, reading nothing at or above `top`.
+    Whole { top: u64 },
+    /// It needed a word past the copy's end.
+    CopyEnded,
+    /// It stopped for another reason (see `Unwound::end`).
+    Stopped,
+}
+
 /// The unwind sections of one mapped file, shared by the processes that map it.
 #[derive(Clone)]
 struct FileSections {
@@ -175,8 +186,8 @@ pub struct Unwinder {
 }
 
 impl Unwinder {
-    /// Unwinds `stack`, taken in process `pid`.
-    pub fn unwind(&mut self, pid: u32, stack: &CopiedStack) -> Unwound {
+    /// Unwinds `stack`, taken in process `pid`, and says how far it read.
+    pub fn unwind(&mut self, pid: u32, stack: &CopiedStack) -> (Unwound, Reach) {
         let unwound = self.unwind_once(pid, stack);
         // A frame in no module the process had: it may have mapped a library since its maps
         // were read.
@@ -184,7 +195,7 @@ impl Unwinder {
             .processes
             .get(&pid)
             .is_some_and(|p| p.read_at.elapsed() >= REREAD_AFTER);
-        if unwound.end.starts_with(OUTSIDE_FILES) && reread {
+        if unwound.0.end.starts_with(OUTSIDE_FILES) && reread {
             self.processes.remove(&pid);
             return self.unwind_once(pid, stack);
         }
@@ -204,18 +215,23 @@ impl Unwinder {
         }
     }
 
-    fn unwind_once(&mut self, pid: u32, stack: &CopiedStack) -> Unwound {
+    fn unwind_once(&mut self, pid: u32, stack: &CopiedStack) -> (Unwound, Reach) {
         self.prepare(pid);
         let process = &self.processes[&pid];
         if process.gone {
-            return Unwound {
+            let unwound = Unwound {
                 frames: vec![stack.ip],
                 end: PROCESS_GONE.to_owned(),
             };
+            return (unwound, Reach::Stopped);
         }
         let cache = self.cache.get_or_insert_with(native::Cache::new);
         let regs = native::registers(stack);
-        let mut read_stack = |address| stack.word(address).ok_or(());
+        let highest_read = std::cell::Cell::new(None);
+        let mut read_stack = |address| {
+            highest_read.set(highest_read.get().max(Some(address)));
+            stack.word(address).ok_or(())
+        };
         let mut frames = process
             .unwinder
             .iter_frames(stack.ip, regs, cache, &mut read_stack);
@@ -223,34 +239,42 @@ impl Unwinder {
             frames: Vec::new(),
             end: String::new(),
         };
+        let stopped = |unwound| (unwound, Reach::Stopped);
         loop {
             let frame = match frames.next() {
                 Ok(Some(frame)) => frame.address(),
-                Ok(None) => return unwound,
-                Err(framehop::Error::CouldNotReadStack(address)) => {
-                    unwound.end = match address >= stack.sp {
-                        true => format!(
-                            "the stack copied ({} bytes) ends before the thread's start",
-                            stack.bytes.len()
-                        ),
-                        false => format!("a frame's address {address:#x} is below the stack"),
+                Ok(None) => {
+                    let reach = match highest_read.get() {
+                        Some(word) => Reach::Whole { top: word + 8 },
+                        None => Reach::Stopped,
                     };
-                    return unwound;
+                    return (unwound, reach);
+                }
+                Err(framehop::Error::CouldNotReadStack(address)) if address >= stack.sp => {
+                    unwound.end = format!(
+                        "the stack copied ({} bytes) ends before the thread's start",
+                        stack.bytes.len()
+                    );
+                    return (unwound, Reach::CopyEnded);
+                }
+                Err(framehop::Error::CouldNotReadStack(address)) => {
+                    unwound.end = format!("a frame's address {address:#x} is below the stack");
+                    return stopped(unwound);
                 }
                 Err(error) => {
                     unwound.end = format!("unwinding failed: {error}");
-                    return unwound;
+                    return stopped(unwound);
                 }
             };
             if unwound.frames.len() == MAX_FRAMES {
                 unwound.end = format!("more than {MAX_FRAMES} frames");
-                return unwound;
+                return stopped(unwound);
             }
             // Another tool's uretprobe put the kernel's trampoline in this return address's
             // slot; the real one is the kernel's to know.
             if place::is_uretprobe_trampoline(frame) {
                 unwound.end = format!("{RETURN_PROBE} replaced the next return address");
-                return unwound;
+                return stopped(unwound);
             }
             unwound.frames.push(frame);
             // framehop unwinds an address outside every module by frame pointers, which code
@@ -263,11 +287,11 @@ impl Unwinder {
                 Some((_, true)) => {}
                 Some((_, false)) => {
                     unwound.end = format!("{NO_UNWIND_INFORMATION} at {frame:#x}");
-                    return unwound;
+                    return stopped(unwound);
                 }
                 None => {
                     unwound.end = format!("{OUTSIDE_FILES} ({frame:#x}: generated code?)");
-                    return unwound;
+                    return stopped(unwound);
                 }
             }
         }
@@ -361,9 +385,10 @@ mod tests {
             bp: 0,
             lr: 0,
             bytes: vec![0; 64],
+            top_hint: 0,
         };
         // Above the kernel's pid_max: no such process.
-        let unwound = Unwinder::default().unwind(u32::MAX - 1, &stack);
+        let (unwound, _) = Unwinder::default().unwind(u32::MAX - 1, &stack);
         assert_eq!(unwound.frames, [0x7f00_0000_1234]);
         assert_eq!(unwound.end, PROCESS_GONE);
     }

@@ -171,6 +171,7 @@ impl Session {
             early_events,
         )?;
         flow.stacks = config.stacks;
+        flow.stack_tops = datapath.take_stack_tops();
         // The files the targets map are read now, while they surely live: a target whose first
         // record comes late (a contended trace of a short run, a tracer behind) may have
         // exited, its maps gone, before that record is drained.
