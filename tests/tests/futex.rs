@@ -38,7 +38,9 @@ use tracer_model::{
 const ROUNDS: u64 = 3;
 const WAITERS: u64 = 3;
 const HOLD_MS: i64 = 50;
-const TIMEOUT_MS: i64 = 20;
+/// Long enough that a starved emulated CPU (three guests on two cores) still reaches the wait
+/// before its deadline: a wait that times out before it sleeps is not recorded `--contended`.
+const TIMEOUT_MS: i64 = 200;
 const MS: i64 = 1_000_000;
 /// The flag of the futex calls of one process, which every call here makes.
 const PRIVATE: i64 = libc::FUTEX_PRIVATE_FLAG as i64;

@@ -368,17 +368,14 @@ fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
     assert!(stacks > 0, "no stack in the log");
 }
 
+/// Each stack of a log by its id: how many frames, and why it ends where it does ("" at the
+/// thread's start).
+type StacksById = HashMap<u32, (usize, String)>;
+
 /// A `--contended` trace of `stack_load ARGS` into a log, which must lose nothing and leave no
 /// stack out: the tracer's run, the records of locks and futex calls (the thread category's
-/// have no stack), and each stack's frame count and end by id.
-fn contended_stack_load(
-    args: &[&str],
-) -> (
-    TempDir,
-    Run,
-    Vec<TraceRecord>,
-    HashMap<u32, (usize, String)>,
-) {
+/// have no stack), and the stacks.
+fn contended_stack_load(args: &[&str]) -> (TempDir, Run, Vec<TraceRecord>, StacksById) {
     let (dir, run) = run_workload(&["--contended", "--log", "app.ptl"], "stack_load", args);
     assert!(
         !run.stderr.contains("carry no call stack"),
@@ -395,14 +392,13 @@ fn contended_stack_load(
             Event::Thread(record) if record.event1 != Category::Thread as u16 => {
                 records.push(record);
             }
-            Event::Thread(_) => {}
             Event::System(SystemEvent {
                 kind: SystemKind::Stack { id, frames, end },
                 ..
             }) => {
                 stacks.insert(id, (frames.len(), end));
             }
-            Event::System(_) => {}
+            Event::Thread(_) | Event::System(_) => {}
         }
     }
     (dir, run, records, stacks)
@@ -410,7 +406,7 @@ fn contended_stack_load(
 
 /// Every record has a stack, unwound to its thread's start; a return half has its entry
 /// half's.
-fn assert_whole_stacks(records: &[TraceRecord], stacks: &HashMap<u32, (usize, String)>) {
+fn assert_whole_stacks(records: &[TraceRecord], stacks: &StacksById) {
     for record in records.iter().filter(|r| r.which != Which::Return) {
         let (frames, end) = stacks
             .get(&record.stack)

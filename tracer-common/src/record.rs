@@ -147,7 +147,8 @@ pub struct UserStack {
     /// How many bytes were copied: the stack above `sp` is unmapped past them, or the copy
     /// reached `reserved`.
     pub copied: u32,
-    /// The bytes the entry has room for after this header.
+    /// The bytes the entry has room for after this header; 0 when the stack was left out (the
+    /// ring too full for it).
     pub reserved: u32,
     /// Where userspace said the thread's stack begins (`STACK_TOPS`), which set `reserved`;
     /// 0 when it had not said, and `reserved` was the most a copy takes.
@@ -183,8 +184,8 @@ pub struct StackInEntry<'a> {
 
 impl UserStack {
     /// The stack that follows the record at the start of ring-entry bytes, if the entry is a
-    /// [`StackedRecord`]; `None` for an entry of a record alone (or one too short to hold the
-    /// head, or misaligned).
+    /// [`StackedRecord`] with room for one; `None` for an entry of a record alone, one whose
+    /// stack was left out, or one too short to hold the head, or misaligned.
     pub fn after_record(bytes: &[u8]) -> Option<StackInEntry<'_>> {
         let head = bytes.get(RAW_RECORD_SIZE..STACKED_RECORD_SIZE)?;
         #[allow(clippy::cast_ptr_alignment, reason = "the alignment is checked next")]
@@ -195,6 +196,9 @@ impl UserStack {
         // SAFETY: UserStack is plain old data (integers only, every bit pattern valid); the
         // slice holds a whole one at an aligned address, borrowed for the result's lifetime.
         let head = unsafe { &*start };
+        if head.reserved == 0 {
+            return None;
+        }
         let copied = &bytes[STACKED_RECORD_SIZE..];
         Some(StackInEntry {
             head,

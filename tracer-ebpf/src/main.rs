@@ -881,26 +881,47 @@ fn ring_busy() -> bool {
     }
 }
 
-/// The bytes to reserve for the stack above `sp`, and the thread's stack top they were sized
-/// by (0: none known). With a top from `STACK_TOPS` above `sp`, the live stack up to it; else
-/// the most a copy takes, which is also at most a quarter of the ring.
+/// The bytes to reserve for the stack above `sp` in the ring `ring`, and the thread's stack top
+/// they were sized by (0: none known). With a top from `STACK_TOPS` above `sp`, the live stack
+/// up to it; else the most a copy takes. Either must fit in a sixteenth of the room left
+/// before the ring is half full, where stacks are left out, so that a burst of copies the
+/// reader has not caught up with (the threads first seen as a trace starts, each copy as large
+/// as it may be) shrinks them as the ring fills. A live stack that does not fit, or a copy of
+/// an unknown one smaller than `least_unknown_copy`, would be cut short: 0 bytes, the stack
+/// left out (userspace counts it).
 #[inline(always)]
-fn stack_copy_size(sp: u64) -> (u32, u64) {
-    // SAFETY: a read-only global that userspace sets before loading.
-    let ring_bytes = unsafe { ptr::read_volatile(&raw const CONFIG.ring_bytes) };
-    let most = (ring_bytes / 4).min(MAX_STACK_BYTES as u64);
+fn stack_copy_size(ring: *mut core::ffi::c_void, sp: u64) -> (u32, u64) {
+    // SAFETY: a read-only global that userspace sets before loading; `ring` is a ring buffer
+    // map.
+    let (ring_bytes, used) = unsafe {
+        (
+            ptr::read_volatile(&raw const CONFIG.ring_bytes),
+            bpf_ringbuf_query(ring, u64::from(BPF_RB_AVAIL_DATA)),
+        )
+    };
+    let room = (ring_bytes / 2).saturating_sub(used) / 16;
+    let most = room.min(MAX_STACK_BYTES as u64) / STACK_COPY_UNIT as u64 * STACK_COPY_UNIT as u64;
     let thread = bpf_get_current_pid_tgid() as u32;
     // SAFETY: the value is copied out at once; userspace may replace it at any time.
-    if let Some(&top) = unsafe { STACK_TOPS.get(&thread) }
-        && top > sp
-        && top - sp <= most
-    {
-        return (
-            (top - sp).next_multiple_of(STACK_COPY_UNIT as u64) as u32,
-            top,
-        );
+    match unsafe { STACK_TOPS.get(thread) } {
+        Some(&top) if top > sp && top - sp <= MAX_STACK_BYTES as u64 => match top - sp <= most {
+            true => (
+                (top - sp).next_multiple_of(STACK_COPY_UNIT as u64) as u32,
+                top,
+            ),
+            false => (0, 0),
+        },
+        _ if most >= least_unknown_copy(ring_bytes) => (most as u32, 0),
+        _ => (0, 0),
     }
-    (most as u32, 0)
+}
+
+/// The smallest copy of a stack whose top is not known worth taking: 4 KiB holds most waits'
+/// whole stacks, and the first whole one tells where the thread's stack begins. Smaller in a
+/// small ring, where a copy may take a sixteenth of half the ring at most.
+#[inline(always)]
+fn least_unknown_copy(ring_bytes: u64) -> u64 {
+    (ring_bytes / 64).min(4096)
 }
 
 /// Copies the registers an unwinder starts from into `stack`, and as much of the user stack
@@ -1244,10 +1265,10 @@ fn emit_stacked(
     regs: *const pt_regs,
     fill: impl FnOnce(*mut RawRecord, *const pt_regs, *mut task_struct),
 ) -> bool {
-    let (reserved, top_hint) = stack_copy_size(arch::stack_pointer(regs));
     let Some(ring) = this_cpus_ring() else {
         return lost();
     };
+    let (reserved, top_hint) = stack_copy_size(ring, arch::stack_pointer(regs));
     let mut entry = MaybeUninit::<bpf_dynptr>::uninit();
     let entry = entry.as_mut_ptr();
     // SAFETY: `ring` is this CPU's ring buffer map and `entry` a dynptr on this frame, released

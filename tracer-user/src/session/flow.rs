@@ -74,7 +74,7 @@ pub(super) struct Flow {
     /// Which records carry their stack (`tracer_common::STACKS_*`).
     pub(super) stacks: u32,
     /// Records that came without the stack they were to carry: the BPF side leaves it out when
-    /// its CPU's ring is half full.
+    /// its CPU's ring is too full for the copy.
     pub(super) stacks_left_out: u64,
 }
 
@@ -391,8 +391,9 @@ impl Session {
                 if let Some(tops) = stack_tops.as_mut() {
                     match reach {
                         Reach::Whole { top } => tops.learn(lwpid, top),
-                        Reach::CopyEnded if stack.top_hint != 0 => tops.forget(lwpid),
-                        Reach::CopyEnded | Reach::Stopped => {}
+                        Reach::Stopped { top } => tops.learn_partly(lwpid, top),
+                        Reach::CopyEnded if stack.top_hint != 0 => tops.cut_short(lwpid),
+                        Reach::CopyEnded | Reach::Unread => {}
                     }
                 }
                 // A futex call's instruction is in the function that made the syscall (the C

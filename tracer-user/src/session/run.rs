@@ -280,7 +280,8 @@ impl Session {
         if self.flow.stacks_left_out > 0 {
             say!(
                 "thrtrace-bpf: {} records carry no call stack: they came while their CPU's ring was \
-                 half full or more (the tracer behind); a larger --buffer-kib gives it more time",
+                 too full for their copy (the tracer behind); a larger --buffer-kib gives it more \
+                 time",
                 self.flow.stacks_left_out
             );
         }

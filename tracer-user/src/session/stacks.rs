@@ -74,10 +74,13 @@ pub struct Unwound {
 pub enum Reach {
     /// It reached the thread's start, reading nothing at or above `top`.
     Whole { top: u64 },
+    /// It stopped for another reason than the copy's end (see `Unwound::end`), reading nothing
+    /// at or above `top`: a larger copy would not have taken it further.
+    Stopped { top: u64 },
     /// It needed a word past the copy's end.
     CopyEnded,
-    /// It stopped for another reason (see `Unwound::end`).
-    Stopped,
+    /// It read no word of the copy.
+    Unread,
 }
 
 /// The unwind sections of one mapped file, shared by the processes that map it.
@@ -223,7 +226,7 @@ impl Unwinder {
                 frames: vec![stack.ip],
                 end: PROCESS_GONE.to_owned(),
             };
-            return (unwound, Reach::Stopped);
+            return (unwound, Reach::Unread);
         }
         let cache = self.cache.get_or_insert_with(native::Cache::new);
         let regs = native::registers(stack);
@@ -239,14 +242,20 @@ impl Unwinder {
             frames: Vec::new(),
             end: String::new(),
         };
-        let stopped = |unwound| (unwound, Reach::Stopped);
+        let stopped = |unwound| {
+            let reach = match highest_read.get() {
+                Some(word) => Reach::Stopped { top: word + 8 },
+                None => Reach::Unread,
+            };
+            (unwound, reach)
+        };
         loop {
             let frame = match frames.next() {
                 Ok(Some(frame)) => frame.address(),
                 Ok(None) => {
                     let reach = match highest_read.get() {
                         Some(word) => Reach::Whole { top: word + 8 },
-                        None => Reach::Stopped,
+                        None => Reach::Unread,
                     };
                     return (unwound, reach);
                 }
