@@ -18,6 +18,9 @@
 //!   with its default call stacks and with `--stacks off`;
 //! - thrtrace-bpf with `--stacks on`: the full trace with every entry record's call stack.
 //!
+//! Call stacks under load ([`stacks`]): a waiter and a waker at full speed, traced
+//! system-wide `--contended`: the share of records with their stack, the cost, the tracer's CPU.
+//!
 //! A contended workload (tests/workloads/contention.c: threads blocking on two mutexes, a
 //! semaphore and a read-write lock, and making uncontended calls between) is one of them, and
 //! real programs traced whole, `sysbench mutex`, `sysbench threads` and `pigz` (installed if
@@ -61,6 +64,7 @@ use tracer_model::selection::{ListSyntax, list_names};
 
 pub mod against;
 pub mod guest;
+pub mod stacks;
 
 use crate::{
     server::Server,
@@ -453,8 +457,10 @@ pub fn run(reps: usize) -> Result<()> {
     let producers = producer_counts();
     let mut scaling: Vec<Vec<Vec<Consumed>>> =
         vec![vec![Vec::new(); CONSUMER_THREADS.len()]; producers.len()];
+    let mut stacks_under_load = stacks::StacksUnderLoad::default();
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
+        stacks_under_load.take(&tracer, &dir)?;
         for (w, workload) in WORKLOADS.iter().enumerate() {
             let program = compile_workload(workload.program)?;
             for (m, &mode) in MODES.iter().enumerate() {
@@ -534,6 +540,7 @@ pub fn run(reps: usize) -> Result<()> {
     let _ = fs::remove_dir_all(&dir);
     print_table(&samples, reps);
     print_program_costs(&costs, reps);
+    stacks::print(&[("thrtrace-bpf", &stacks_under_load)], reps);
     println!(
         "\nwhat a --pyroscope push costs the tracer, on the contended workload traced \
          --contended for {PUSH_SECONDS} s with a push every second and without, median of {reps}"
@@ -1312,6 +1319,15 @@ fn consume(
 /// Waits for the tracer `traced`, whose target has exited, reading the rest of its `stderr`:
 /// its CPU time (user and system, ns) and the records it wrote and lost.
 fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Result<(f64, u64, u64)> {
+    let (cpu_ns, written, lost, _) = reap_tracer_saying(traced, stderr)?;
+    Ok((cpu_ns, written, lost))
+}
+
+/// Like [`reap_tracer`], with what the tracer said after what was read of `stderr` before.
+fn reap_tracer_saying(
+    traced: &std::process::Child,
+    stderr: &mut impl BufRead,
+) -> Result<(f64, u64, u64, String)> {
     let mut rest = String::new();
     std::io::Read::read_to_string(stderr, &mut rest)?;
     let mut status = 0;
@@ -1335,7 +1351,7 @@ fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Resul
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let cpu_ns = (seconds(usage.ru_utime) + seconds(usage.ru_stime)) * 1e9;
     let (written, lost) = summary_counts(&rest)?;
-    Ok((cpu_ns, written, lost))
+    Ok((cpu_ns, written, lost, rest))
 }
 
 /// How long each of the real server's rounds runs.
@@ -1397,8 +1413,8 @@ fn beside_trace<T>(
     Ok((result, reaped?.2))
 }
 
-/// Reads the tracer's `stderr` until it says it is tracing: its probes and the futex hook are
-/// in place. Fails if it says it cannot hook the futex syscall: a `--contended` trace without
+/// Reads the tracer's `stderr` until it says it is tracing: its probes (system-wide, those
+/// in the first library, the C library) and the futex hook are in place. Fails if it says it cannot hook the futex syscall: a `--contended` trace without
 /// its futex hook is not the one measured.
 fn wait_until_tracing(stderr: &mut impl BufRead) -> Result<()> {
     let mut said = String::new();
@@ -1411,7 +1427,7 @@ fn wait_until_tracing(stderr: &mut impl BufRead) -> Result<()> {
         if line.contains("futex waits outside pthread calls are not recorded") {
             bail!("{}", line.trim());
         }
-        if line.contains(": tracing pid ") {
+        if line.contains(": tracing pid ") || line.contains(": tracing every process that maps ") {
             return Ok(());
         }
     }

@@ -1,6 +1,6 @@
 //! `cargo xtask bench --against REV`: the full trace's cost per pair and its BPF programs' run
-//! times, for the tracer built here and for the one of commit REV, built apart, run after run
-//! on the same machine. The main bench prints ratios within one build; a change that makes
+//! times, and call stacks under load ([`super::stacks`]), for the tracer built here and for
+//! the one of commit REV, built apart, run after run on the same machine. The main bench prints ratios within one build; a change that makes
 //! the programs dearer shows only beside an older build.
 
 use std::{
@@ -10,7 +10,10 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{Mode, WORKLOADS, Workload, empty_dir, measure, median, program_costs, trace_dir};
+use super::{
+    Mode, WORKLOADS, Workload, empty_dir, measure, median, program_costs, stacks::StacksUnderLoad,
+    trace_dir,
+};
 use crate::shell::{build_tracer, command, compile_workload, run, workspace_root};
 
 /// The workloads compared: one thread's uncontended pairs of each kind.
@@ -71,8 +74,17 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let mut figures: Vec<[Figures; 2]> = workloads.iter().map(|_| Default::default()).collect();
+    let mut stacks: [StacksUnderLoad; 2] = Default::default();
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
+        let [stacks_then, stacks_now] = &mut stacks;
+        let mut builds = [(stacks_then, &older), (stacks_now, &tracer)];
+        if rep % 2 == 0 {
+            builds.reverse();
+        }
+        for (figures, tracer) in builds {
+            figures.take(tracer, &trace_dir())?;
+        }
         for (workload, [then, now]) in workloads.iter().zip(&mut figures) {
             let program = compile_workload(workload.program)?;
             // Alternately first, so that drift within a repetition hits both alike.
@@ -115,6 +127,7 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
             n_traced / n_empty
         );
     }
+    super::stacks::print(&[(&name, &stacks[0]), ("now", &stacks[1])], reps);
     Ok(())
 }
 

@@ -1,0 +1,133 @@
+//! Call stacks under load: a waiter and a waker on a fresh futex word each round, at full speed
+//! (tests/workloads/stack_load.c, about 20,000 contended records a second untraced), run
+//! untraced and beside a system-wide `--contended` trace (call stacks on, its default). For
+//! each tracer: the records a second, the share that carried the stack they were to carry,
+//! the records lost, what a round (a wait that slept and the wake that ended it) cost beyond
+//! untraced, and the tracer's CPU as a share of one CPU.
+
+use std::{
+    io::BufReader,
+    path::Path,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use super::{empty_dir, median, reap_tracer_saying, wait_until_tracing};
+use crate::shell::{command, compile_workload};
+
+/// The workload's rounds: a second or two untraced.
+const ROUNDS: u32 = 20_000;
+
+/// One tracer's figures, run by run.
+#[derive(Default)]
+pub struct StacksUnderLoad {
+    untraced_s: Vec<f64>,
+    traced_s: Vec<f64>,
+    records_per_s: Vec<f64>,
+    stacked_share: Vec<f64>,
+    lost: Vec<f64>,
+    cpu_share: Vec<f64>,
+}
+
+impl StacksUnderLoad {
+    /// One run untraced and one traced by `tracer`, its files in `dir`.
+    pub fn take(&mut self, tracer: &Path, dir: &Path) -> Result<()> {
+        let program = compile_workload("stack_load")?;
+        let rounds = ROUNDS.to_string();
+        let started = Instant::now();
+        crate::shell::run(
+            command(&program)
+                .args(["futex", &rounds])
+                .stdout(Stdio::null()),
+        )?;
+        self.untraced_s.push(started.elapsed().as_secs_f64());
+        empty_dir(dir)?;
+        // System-wide, as a host's trace would be: every process's contended calls.
+        let mut traced = command(tracer)
+            .args(["--contended", "--dir"])
+            .arg(dir)
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
+        wait_until_tracing(&mut stderr)?;
+        let started = Instant::now();
+        let ran = crate::shell::run(
+            command(&program)
+                .args(["futex", &rounds])
+                .stdout(Stdio::null()),
+        );
+        let seconds = started.elapsed().as_secs_f64();
+        // The records made by now are in the rings: the trace is stopped after a drain.
+        std::thread::sleep(Duration::from_millis(200));
+        let traced_for = started.elapsed().as_secs_f64();
+        // SAFETY: a signal to our own child, not reaped yet (the reaping waits for it).
+        unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
+        let (cpu_ns, written, lost, said) = reap_tracer_saying(&traced, &mut stderr)?;
+        ran?;
+        if written == 0 {
+            bail!("the system-wide trace wrote no record: {said}");
+        }
+        let left_out = said
+            .lines()
+            .find_map(|line| {
+                let (count, _) = line
+                    .strip_prefix("thrtrace-bpf: ")?
+                    .split_once(" records carry no call stack")?;
+                count.parse::<u64>().ok()
+            })
+            .unwrap_or(0);
+        self.traced_s.push(seconds);
+        self.records_per_s.push(written as f64 / seconds);
+        self.stacked_share
+            .push(1.0 - left_out as f64 / written as f64);
+        self.lost.push(lost as f64);
+        self.cpu_share.push(cpu_ns / 1e9 / traced_for);
+        Ok(())
+    }
+
+    /// The medians: records a second, share stacked, lost, µs added per round, tracer CPU.
+    fn medians(&self) -> [f64; 5] {
+        let added: Vec<f64> = self
+            .traced_s
+            .iter()
+            .zip(&self.untraced_s)
+            .map(|(traced, untraced)| (traced - untraced) / f64::from(ROUNDS) * 1e6)
+            .collect();
+        [
+            median(&self.records_per_s),
+            median(&self.stacked_share),
+            median(&self.lost),
+            median(&added),
+            median(&self.cpu_share),
+        ]
+    }
+}
+
+/// Prints the figures of each `(name, figures)`, a column each, median of `reps`.
+pub fn print(tracers: &[(&str, &StacksUnderLoad)], reps: usize) {
+    println!(
+        "\ncall stacks under load: stack_load futex {ROUNDS} (a waiter and a waker, a fresh word \
+         a round), traced system-wide `--contended`; median of {reps}"
+    );
+    let names: Vec<&str> = tracers.iter().map(|(name, _)| *name).collect();
+    println!("| | {} |", names.join(" | "));
+    println!("|---|{}", "---|".repeat(names.len()));
+    let medians: Vec<[f64; 5]> = tracers.iter().map(|(_, f)| f.medians()).collect();
+    let row = |what: &str, i: usize, show: &dyn Fn(f64) -> String| {
+        let cells: Vec<String> = medians.iter().map(|m| show(m[i])).collect();
+        println!("| {what} | {} |", cells.join(" | "));
+    };
+    row("records per second", 0, &|v| format!("{v:.0}"));
+    row("records with the stack they were to carry", 1, &|v| {
+        format!("{:.2}%", v * 100.0)
+    });
+    row("records lost", 2, &|v| format!("{v:.0}"));
+    row("µs added per round (a wait and its wake)", 3, &|v| {
+        format!("{v:.1}")
+    });
+    row("tracer CPU, share of one CPU", 4, &|v| {
+        format!("{:.0}%", v * 100.0)
+    });
+}
