@@ -114,7 +114,7 @@ refused_below_floor() {
     show floor /tmp/err
     [ $rc = 2 ] || fail "below the floor: exit status $rc, not 2"
     [ "$(wc -l < /tmp/err)" = 1 ] || fail "below the floor: $(wc -l < /tmp/err) lines, not 1"
-    grep -q 'lacks .*(Linux [0-9.]*).*needs Linux 5.15 or later' /tmp/err \
+    grep -q 'lacks .*(Linux [0-9.]*).*needs Linux 5.19 or later' /tmp/err \
         || fail "below the floor: the line names no missing feature or floor"
     [ -z "$(ls /tmp/t)" ] || fail "below the floor: files were written: $(ls /tmp/t)"
     check_detached floor

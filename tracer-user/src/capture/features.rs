@@ -13,11 +13,12 @@ use std::{fs, os::fd::AsFd};
 use aya_obj::generated::{
     BPF_ATOMIC, BPF_DW, BPF_FETCH, BPF_STX, BPF_XCHG,
     bpf_func_id::{
-        self, BPF_FUNC_get_attach_cookie, BPF_FUNC_get_current_pid_tgid,
+        self, BPF_FUNC_dynptr_data, BPF_FUNC_get_attach_cookie, BPF_FUNC_get_current_pid_tgid,
         BPF_FUNC_get_current_task_btf, BPF_FUNC_get_smp_processor_id, BPF_FUNC_ktime_get_ns,
         BPF_FUNC_map_delete_elem, BPF_FUNC_map_lookup_elem, BPF_FUNC_map_update_elem,
-        BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_query,
-        BPF_FUNC_ringbuf_reserve, BPF_FUNC_ringbuf_submit, BPF_FUNC_send_signal_thread,
+        BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_discard_dynptr,
+        BPF_FUNC_ringbuf_query, BPF_FUNC_ringbuf_reserve, BPF_FUNC_ringbuf_reserve_dynptr,
+        BPF_FUNC_ringbuf_submit, BPF_FUNC_ringbuf_submit_dynptr, BPF_FUNC_send_signal_thread,
         BPF_FUNC_task_pt_regs, BPF_FUNC_task_storage_get,
     },
     bpf_insn,
@@ -78,7 +79,7 @@ enum Ask {
 /// Every helper the programs call, each with what it gives them and the version that first
 /// offered it to kprobe (uprobe) programs; a test checks the object calls no other. Raw
 /// tracepoint programs call a few of them too, offered to both at the same time.
-const HELPERS: [(bpf_func_id, &str, &str); 16] = [
+const HELPERS: [(bpf_func_id, &str, &str); 20] = [
     (BPF_FUNC_map_lookup_elem, "map lookups", "4.1"),
     (BPF_FUNC_map_update_elem, "map updates", "4.1"),
     (BPF_FUNC_map_delete_elem, "map deletes", "4.1"),
@@ -106,6 +107,26 @@ const HELPERS: [(bpf_func_id, &str, &str); 16] = [
         BPF_FUNC_task_pt_regs,
         "a thread's registers in a syscall (futex stacks)",
         "5.15",
+    ),
+    (
+        BPF_FUNC_ringbuf_reserve_dynptr,
+        "ring buffer entries sized as written (call stacks)",
+        "5.19",
+    ),
+    (
+        BPF_FUNC_ringbuf_submit_dynptr,
+        "ring buffer entries sized as written (call stacks)",
+        "5.19",
+    ),
+    (
+        BPF_FUNC_ringbuf_discard_dynptr,
+        "ring buffer entries sized as written (call stacks)",
+        "5.19",
+    ),
+    (
+        BPF_FUNC_dynptr_data,
+        "ring buffer entries sized as written (call stacks)",
+        "5.19",
     ),
 ];
 
@@ -274,7 +295,7 @@ mod tests {
 
     #[test]
     fn the_floor_is_the_newest_need() {
-        assert_eq!(floor(), "5.15");
-        assert!(version_key("5.15") > version_key("5.8"));
+        assert_eq!(floor(), "5.19");
+        assert!(version_key("5.19") > version_key("5.8"));
     }
 }
