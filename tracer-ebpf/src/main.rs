@@ -1290,7 +1290,9 @@ fn emit_stacked(
         (*head).stack.top_hint = top_hint;
         fill(ptr::addr_of_mut!((*head).record), regs, current_task());
         copy_stack(entry, ptr::addr_of_mut!((*head).stack), regs);
-        // The kernel's 8-byte header, and the size rounded up to it.
+        // The size and the ring are found again rather than kept: kept across the calls
+        // above, they would take room in this frame. The kernel's 8-byte header, and the size
+        // rounded up to it.
         let size =
             STACKED_RECORD_SIZE as u32 + ptr::read_volatile(&raw const (*head).stack.reserved);
         let entry_bytes = u64::from(size.next_multiple_of(8) + 8);

@@ -230,10 +230,15 @@ impl Unwinder {
         }
         let cache = self.cache.get_or_insert_with(native::Cache::new);
         let regs = native::registers(stack);
+        // The highest word the copy gave the unwinder: a read it could not give ends the
+        // unwind (`CouldNotReadStack`), and the copy's bytes are the target's, not trusted.
         let highest_read = std::cell::Cell::new(None);
         let mut read_stack = |address| {
-            highest_read.set(highest_read.get().max(Some(address)));
-            stack.word(address).ok_or(())
+            let word = stack.word(address);
+            if word.is_some() {
+                highest_read.set(highest_read.get().max(Some(address)));
+            }
+            word.ok_or(())
         };
         let mut frames = process
             .unwinder
@@ -242,23 +247,17 @@ impl Unwinder {
             frames: Vec::new(),
             end: String::new(),
         };
-        let stopped = |unwound| {
-            let reach = match highest_read.get() {
-                Some(word) => Reach::Stopped { top: word + 8 },
-                None => Reach::Unread,
-            };
-            (unwound, reach)
+        // How far the unwind read, as it ends at the thread's start (`whole`) or elsewhere.
+        let reach = |whole: bool| match highest_read.get().map(|word| word.saturating_add(8)) {
+            Some(top) if whole => Reach::Whole { top },
+            Some(top) => Reach::Stopped { top },
+            None => Reach::Unread,
         };
+        let stopped = |unwound| (unwound, reach(false));
         loop {
             let frame = match frames.next() {
                 Ok(Some(frame)) => frame.address(),
-                Ok(None) => {
-                    let reach = match highest_read.get() {
-                        Some(word) => Reach::Whole { top: word + 8 },
-                        None => Reach::Unread,
-                    };
-                    return (unwound, reach);
-                }
+                Ok(None) => return (unwound, reach(true)),
                 Err(framehop::Error::CouldNotReadStack(address)) if address >= stack.sp => {
                     unwound.end = format!(
                         "the stack copied ({} bytes) ends before the thread's start",
