@@ -62,11 +62,8 @@ pub fn run_guest(arch: Arch, reps: usize) -> Result<()> {
     };
     let program = Path::new(PROGRAMS).join(workload.program);
     let (tracer, dir) = (Path::new(TRACER), Path::new(TRACE_DIR));
-    let ring = kernels::guest_ring_kib(arch).map(|kib| kib.to_string());
-    let ring: Vec<&str> = ring
-        .iter()
-        .flat_map(|kib| ["--buffer-kib", kib.as_str()])
-        .collect();
+    let ring = kernels::guest_ring_kib(arch).to_string();
+    let ring = ["--buffer-kib", ring.as_str()];
     let mut runs = String::new();
     for rep in 1..=reps {
         let mut order: Vec<usize> = (0..MODES.len()).collect();

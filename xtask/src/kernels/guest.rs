@@ -47,15 +47,15 @@ impl Guest {
             workloads,
         } = test_binaries::build(arch, &TESTS.map(|(test, _, _)| test))?;
         let conf = |runs: &[String], kernel_runs: &[String]| {
-            let mut conf = format!(
+            let conf = format!(
                 "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\nKERNEL_TESTS=\"{}\"\n",
                 runs.join(" "),
                 kernel_runs.join(" ")
             );
-            if let Some(kib) = machine.test_ring_kib {
-                conf += &format!("export THRTRACE_TEST_BUFFER_KIB={kib}\n");
-            }
-            conf
+            conf + &format!(
+                "export THRTRACE_TEST_BUFFER_KIB={}\n",
+                machine.test_ring_kib
+            )
         };
         let runs = |on_every_kernel_only: bool| -> Vec<String> {
             TESTS
