@@ -25,7 +25,7 @@ use tracer_common::{
 use crate::{
     CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, arch, count_lost, current_pid_tgid,
     current_task, emit_stacked, emit_with, is_tracer, own_target, read_task, read_user_into,
-    recording_event, ring_busy,
+    recording_event,
 };
 
 /// A traced thread's futex call between its entry and its exit, and what its pthread calls
@@ -196,13 +196,12 @@ fn record_exited_call(task: *mut task_struct, call: *mut FutexCall, result: i64)
     emit_futex_call(call, event2, result, blocked);
 }
 
-/// Writes the record of the futex call in `call`, with the thread's stack when asked and the
-/// ring has room. A call of its own, to keep the exit programs' frames small.
+/// Writes the record of the futex call in `call`, with the thread's stack when asked (left out
+/// if the ring has no room for it). A call of its own, to keep the exit programs' frames small.
 #[inline(never)]
 fn emit_futex_call(call: *const FutexCall, event2: u16, result: i64, blocked: bool) {
     // SAFETY: a read-only global that userspace sets before loading.
-    let with_stack =
-        unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } != STACKS_NONE && !ring_busy();
+    let with_stack = unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } != STACKS_NONE;
     let fill = move |entry| fill_futex_record(entry, call, event2, result, blocked);
     match with_stack {
         true => emit_stacked(user_registers(), move |entry, _, _| fill(entry)),

@@ -852,43 +852,27 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
     }
 }
 
-/// Whether a record of the probe whose cookie is `raw_cookie` carries the thread's stack
-/// (`CONFIG.stacks`), and this CPU's ring has room for it.
+/// Whether a record of the probe whose cookie is `raw_cookie` is to carry the thread's stack
+/// (`CONFIG.stacks`); `stack_copy_size` says whether the ring has room for it.
 #[inline(always)]
 fn with_stack(raw_cookie: u64) -> bool {
     // SAFETY: a read-only global that userspace sets before loading.
-    let wanted = match unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } {
+    match unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } {
         STACKS_ALL => true,
         STACKS_SLOW_PATHS => ProbeCookie::decode(raw_cookie).slow_path,
         _ => false,
-    };
-    wanted && !ring_busy()
-}
-
-/// Whether this CPU's ring is half full or more: the reader, woken at each sixteenth, is
-/// behind. A record then goes without its stack (up to `MAX_STACK_BYTES` of ring each), so
-/// that a burst of them cannot fill the ring and lose records; userspace counts the stacks
-/// left out. A call of its own, to keep its callers' frames small.
-#[inline(never)]
-fn ring_busy() -> bool {
-    let Some(ring) = this_cpus_ring() else {
-        return true;
-    };
-    // SAFETY: `ring` is this CPU's ring buffer map; read-only globals that userspace sets.
-    unsafe {
-        bpf_ringbuf_query(ring, u64::from(BPF_RB_AVAIL_DATA))
-            >= ptr::read_volatile(&raw const CONFIG.ring_bytes) / 2
     }
 }
 
 /// The bytes to reserve for the stack above `sp` in the ring `ring`, and the thread's stack top
 /// they were sized by (0: none known). With a top from `STACK_TOPS` above `sp`, the live stack
 /// up to it; else the most a copy takes. Either must fit in a sixteenth of the room left
-/// before the ring is half full, where stacks are left out, so that a burst of copies the
-/// reader has not caught up with (the threads first seen as a trace starts, each copy as large
-/// as it may be) shrinks them as the ring fills. A live stack that does not fit, or a copy of
-/// an unknown one smaller than `least_unknown_copy`, would be cut short: 0 bytes, the stack
-/// left out (userspace counts it).
+/// before the ring is half full, so that a burst of copies the reader has not caught up with
+/// (the threads first seen as a trace starts, each copy as large as it may be) shrinks them as
+/// the ring fills, and none is taken past half full, where the reader, woken at each
+/// sixteenth, is behind: a burst of them cannot fill the ring and lose records. A live stack
+/// that does not fit, or a copy of an unknown one smaller than `least_unknown_copy`, would be
+/// cut short: 0 bytes, the stack left out (userspace counts it).
 #[inline(always)]
 fn stack_copy_size(ring: *mut core::ffi::c_void, sp: u64) -> (u32, u64) {
     // SAFETY: a read-only global that userspace sets before loading; `ring` is a ring buffer
