@@ -25,10 +25,53 @@ impl Stack {
     }
 }
 
-/// The stacks of a stream so far, by id.
+/// Of the records that were to carry a call stack, how many carry one that reaches their
+/// thread's start: the share a user reads a profile's completeness by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StackShare {
+    /// Records that were to carry a stack, with one or without (left out, `end` says why).
+    pub records: u64,
+    /// Of them, those whose stack reaches the thread's start.
+    pub whole: u64,
+}
+
+impl StackShare {
+    /// One more record that was to carry a stack; `whole`: it reaches the thread's start.
+    pub fn count(&mut self, whole: bool) {
+        self.records += 1;
+        self.whole += u64::from(whole);
+    }
+
+    /// Whether every record's stack is whole (so too when none was to carry one).
+    pub fn is_complete(&self) -> bool {
+        self.whole == self.records
+    }
+}
+
+/// "call stacks: 24,330 of 24,530 whole (99.2%)". The percentage is rounded down, so that
+/// 100% means every one.
+impl std::fmt::Display for StackShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tenths = (self.whole * 1000)
+            .checked_div(self.records)
+            .unwrap_or(1000);
+        write!(
+            f,
+            "call stacks: {} of {} whole, to their thread's start ({}.{}%)",
+            self.whole,
+            self.records,
+            tenths / 10,
+            tenths % 10
+        )
+    }
+}
+
+/// The stacks of a stream so far, by id, and the share of the records so far that name a
+/// whole one.
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
     by_id: HashMap<u32, Stack>,
+    share: StackShare,
 }
 
 impl Stacks {
@@ -54,6 +97,19 @@ impl Stacks {
     /// The stack a record names (`None` for 0, or an id no event has given).
     pub fn get(&self, id: u32) -> Option<&Stack> {
         self.by_id.get(&id)
+    }
+
+    /// A record that names stack `id` (0: it was to carry none), into the share.
+    pub fn count_record(&mut self, id: u32) {
+        if id != 0 {
+            let whole = self.get(id).is_some_and(Stack::is_whole);
+            self.share.count(whole);
+        }
+    }
+
+    /// Of the records counted, those that were to carry a stack and those whose stack is whole.
+    pub fn share(&self) -> StackShare {
+        self.share
     }
 }
 
@@ -82,5 +138,47 @@ mod tests {
         assert!(stacks.get(3).is_some());
         stacks.forget(42);
         assert_eq!(stacks.get(3), None);
+    }
+
+    #[test]
+    fn records_naming_stacks_are_counted_whole_or_not() {
+        let mut stacks = Stacks::default();
+        let stack = |id, end: &str| {
+            let kind = SystemKind::Stack {
+                id,
+                frames: vec![0x1000],
+                end: end.to_owned(),
+            };
+            SystemEvent::of_process(5, 42, 0, kind)
+        };
+        stacks.take(&stack(1, ""));
+        stacks.take(&stack(2, "left out"));
+        for id in [0, 1, 1, 2, 0] {
+            stacks.count_record(id);
+        }
+        let share = StackShare {
+            records: 3,
+            whole: 2,
+        };
+        assert_eq!(stacks.share(), share);
+    }
+
+    #[test]
+    fn a_share_says_how_many_stacks_are_whole_rounded_down() {
+        let mut share = StackShare::default();
+        assert!(share.is_complete());
+        for whole in [true; 999].into_iter().chain([false]) {
+            share.count(whole);
+        }
+        assert!(!share.is_complete());
+        assert_eq!(
+            share.to_string(),
+            "call stacks: 999 of 1000 whole, to their thread's start (99.9%)"
+        );
+        share.count(false);
+        assert_eq!(
+            share.to_string(),
+            "call stacks: 999 of 1001 whole, to their thread's start (99.8%)"
+        );
     }
 }

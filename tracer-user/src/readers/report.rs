@@ -19,7 +19,7 @@ use tracer_model::{
     },
     event::{Event, SystemEvent, SystemKind},
     selection::{ListSyntax, list_names},
-    stack::{Stack, Stacks},
+    stack::{Stack, StackShare, Stacks},
     tr::{self, parse_line},
 };
 
@@ -130,7 +130,10 @@ fn feed_log(
     let reader = super::open_log(path)?;
     for event in reader.events() {
         match event.map_err(ReadError::log(path))? {
-            Event::Thread(record) => analysis.record(&record),
+            Event::Thread(record) => {
+                stacks.count_record(record.stack);
+                analysis.record(&record);
+            }
             Event::System(event) if stacks.take(&event) => {}
             Event::System(event) => {
                 take_system_event(&event, analysis, |pid, mapping| {
@@ -242,6 +245,8 @@ struct Report {
     potential_deadlocks: Vec<InversionRow>,
     /// The lock-order graph reached its bound: later lock pairs were not checked.
     lock_order_incomplete: bool,
+    /// Of the records that were to carry a call stack, those whose stack is whole.
+    call_stacks: StackShare,
 }
 
 #[derive(Serialize)]
@@ -554,6 +559,7 @@ impl Report {
             idle_waits,
             threads,
             deadlocks,
+            call_stacks: stacks.share(),
         }
     }
 
@@ -567,6 +573,14 @@ impl Report {
             out += "contended calls only (--contended): a lock is counted when it waited, an \
                     unlock when it woke a waiter; uncontended calls were not recorded, so hold \
                     times are not known\n";
+        }
+        // A profile short of some stacks is read as such: each stack says where and why it ends.
+        if !self.call_stacks.is_complete() {
+            let _ = writeln!(
+                out,
+                "{}; the others end early, each saying why",
+                self.call_stacks
+            );
         }
         match args.by {
             ReportBy::Lock => self.lock_tables(&mut out, args),

@@ -14,12 +14,13 @@ use tracer_model::{
     TraceRecord,
     event::{LossSource, NO_CPU, SystemEvent, SystemKind},
     selection::EventSet,
+    stack::StackShare,
 };
 
 use super::{
     Result, Session, TraceError, facts,
     facts::Facts,
-    stacks::{Reach, StackIds, Unwinder},
+    stacks::{Reach, StackIds, Unwinder, Unwound},
 };
 use crate::{
     capture::{
@@ -76,6 +77,8 @@ pub(super) struct Flow {
     /// Records that came without the stack they were to carry: the BPF side leaves it out when
     /// its CPU's ring is too full for the copy.
     pub(super) stacks_left_out: u64,
+    /// Of the records that were to carry a stack, those whose stack is whole.
+    pub(super) stack_share: StackShare,
 }
 
 impl Flow {
@@ -116,6 +119,7 @@ impl Flow {
             stack_ids: StackIds::default(),
             stacks: tracer_common::STACKS_NONE,
             stacks_left_out: 0,
+            stack_share: StackShare::default(),
         })
     }
 }
@@ -318,6 +322,7 @@ impl Session {
     pub(super) fn drain(&mut self) -> Result<()> {
         let pass_start = kernel::monotonic_ns();
         self.flow.drawers.begin_pass()?;
+        let decoder = &self.decoder;
         let Flow {
             reorder,
             facts,
@@ -330,6 +335,7 @@ impl Session {
             stack_ids,
             stacks,
             stacks_left_out,
+            stack_share,
             ..
         } = &mut self.flow;
         // The thread of the previous record: records come in runs of one thread, whose
@@ -382,20 +388,33 @@ impl Session {
                 tracer_common::STACKS_SLOW_PATHS => slow_path,
                 _ => false,
             };
-            // The return half of a call takes none: its entry half has it.
-            if wanted && stack.is_none() && drawn.record.is_some_and(|r| r.which != Which::Return) {
-                *stacks_left_out += 1;
-            }
-            if let (Some(stack), Some(record)) = (stack, drawn.record.as_mut()) {
-                let (unwound, reach) = unwinder.unwind(pid, &stack);
-                if let Some(tops) = stack_tops.as_mut() {
-                    match reach {
-                        Reach::Whole { top } => tops.learn(lwpid, top),
-                        Reach::Stopped { top } => tops.learn_partly(lwpid, top),
-                        Reach::CopyEnded if stack.top_hint != 0 => tops.cut_short(lwpid),
-                        Reach::CopyEnded | Reach::Unread => {}
+            // A record of a kind not selected is not written: its stack is neither unwound
+            // nor counted. The return half of a call takes none: its entry half has it.
+            let written = drawn.record.is_some_and(|r| decoder.selects(&r));
+            let wanted =
+                wanted && written && drawn.record.is_some_and(|r| r.which != Which::Return);
+            let unwound = match stack {
+                Some(stack) if written => {
+                    let (unwound, reach) = unwinder.unwind(pid, &stack);
+                    if let Some(tops) = stack_tops.as_mut() {
+                        match reach {
+                            Reach::Whole { top } => tops.learn(lwpid, top),
+                            Reach::Stopped { top } => tops.learn_partly(lwpid, top),
+                            Reach::CopyEnded if stack.top_hint != 0 => tops.cut_short(lwpid),
+                            Reach::CopyEnded | Reach::Unread => {}
+                        }
                     }
+                    Some(unwound)
                 }
+                // Named as left out, where it happened, and counted.
+                None if wanted => {
+                    *stacks_left_out += 1;
+                    Some(Unwound::left_out())
+                }
+                Some(_) | None => None,
+            };
+            if let (Some(unwound), Some(record)) = (unwound, drawn.record.as_mut()) {
+                stack_share.count(unwound.is_whole());
                 // A futex call's instruction is in the function that made the syscall (the C
                 // library's `syscall`, or its own lock's wait): where it was called from says
                 // more, as a pthread call's return address does.
@@ -412,7 +431,6 @@ impl Session {
             }
             reorder.push_record(ktime_ns, drawn);
         };
-        let decoder = &self.decoder;
         let drained = self
             .datapath
             .drain(|cpu, raw, stack| arrive(Pulled::new(decoder, cpu, raw, stack)));

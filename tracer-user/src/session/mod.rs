@@ -23,6 +23,7 @@ mod watch;
 use std::io;
 
 use tokio::sync::mpsc;
+use tracer_model::stack::StackShare;
 
 use self::{
     blocks::BlockFlushes,
@@ -195,6 +196,8 @@ pub struct Outcome {
     pub losses: Losses,
     /// How many times `--lossless` stopped a thread until the rings were drained.
     pub lossless_stops: u64,
+    /// Of the records that were to carry a call stack, those whose stack is whole.
+    pub stack_share: StackShare,
     /// The tracer's exit status.
     pub exit_code: i32,
     /// What the kernel counted of the BPF programs' runs (with `kernel.bpf_stats_enabled`).
@@ -202,7 +205,8 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The summary line's text: "812 records written, 0 lost, 4 files in /tmp/trace".
+    /// The summary line's text: "812 records written, 0 lost, 4 files in /tmp/trace", then,
+    /// if records were to carry call stacks, how many of those are whole.
     pub fn summary(&self) -> String {
         let mut summary = format!(
             "{} records written, {} lost",
@@ -211,6 +215,9 @@ impl Outcome {
         );
         if !self.written.0.is_empty() {
             summary += &format!(", {}", self.written);
+        }
+        if self.stack_share.records > 0 {
+            summary += &format!("; {}", self.stack_share);
         }
         summary
     }

@@ -305,6 +305,7 @@ impl Session {
             written,
             losses: self.flow.losses,
             lossless_stops: self.flow.lossless_stops,
+            stack_share: self.flow.stack_share,
             // Like `time` and strace: the command's status; stopping by signal or time is
             // success.
             exit_code: launched_status.map_or(0, exit_code_of),

@@ -69,6 +69,21 @@ pub struct Unwound {
     pub end: String,
 }
 
+impl Unwound {
+    /// The stack of a record that came without the copy it was to carry: no frame, and why.
+    pub fn left_out() -> Self {
+        Unwound {
+            frames: Vec::new(),
+            end: LEFT_OUT.to_owned(),
+        }
+    }
+
+    /// Whether it reaches its thread's start.
+    pub fn is_whole(&self) -> bool {
+        self.end.is_empty()
+    }
+}
+
 /// How far an unwind read the copied stack: what the copies of its thread need to hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reach {
@@ -340,6 +355,10 @@ const PROCESS_GONE: &str = "the process had exited when its stack was unwound";
 const OUTSIDE_FILES: &str = "an address outside every file the process maps";
 /// How a stack that reached a file with neither `.eh_frame` nor `.debug_frame` ends.
 const NO_UNWIND_INFORMATION: &str = "a file with no unwind information (.eh_frame, .debug_frame)";
+
+/// How the stack of a record that came without its copy ends, at once.
+const LEFT_OUT: &str =
+    "left out: its CPU's ring was too full for the copy (the tracer behind; see --buffer-kib)";
 
 /// The stacks in the stream, each with its id: a stack seen again is named by the id it got.
 #[derive(Default)]
