@@ -64,10 +64,11 @@ use tracer_model::selection::{ListSyntax, list_names};
 
 pub mod against;
 pub mod guest;
+pub mod server_rounds;
 pub mod stacks;
 
+use self::server_rounds::ServerRound;
 use crate::{
-    server::Server,
     setup,
     shell::{
         build_tracer, command, compile_rust_workload, compile_workload, output, require_root,
@@ -407,7 +408,6 @@ pub fn run(reps: usize) -> Result<()> {
     ensure_installed("sysbench", "sysbench", "the real program's run")?;
     ensure_installed("pigz", "pigz", "the real program's run")?;
     let input = pigz_input()?;
-    ensure_installed("mariadbd", "mariadb-server", "the real server's run")?;
     let tracer = build_tracer()?;
     let static_tracer = crate::dist::build_static_tracer(
         &workspace_root()
@@ -439,11 +439,8 @@ pub fn run(reps: usize) -> Result<()> {
         .iter()
         .find(|w| w.program == "contention")
         .context("no contended workload")?;
-    let server = Server::start(&workspace_root().join("target/bench-server"))?;
-    // A first round unmeasured: a new server's caches are cold.
-    server.transactions_per_second(SERVER_SECONDS)?;
-    // Repetition by repetition: transactions/s untraced and traced; records lost.
-    let mut server_rounds: Vec<(f64, f64, u64)> = Vec::new();
+    let server = server_rounds::start_server()?;
+    let mut server_rounds: Vec<ServerRound> = Vec::new();
     let mut every_category = [Vec::new(), Vec::new()];
     let mut follow: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); FOLLOW_MODES.len()]; SPAWN_WORKLOADS.len()];
@@ -529,7 +526,7 @@ pub fn run(reps: usize) -> Result<()> {
                 scaling[p][c].push(run);
             }
         }
-        server_rounds.push(server_round(&tracer, &server, &dir)?);
+        server_rounds.push(ServerRound::take(&tracer, &server, &dir)?);
         empty_dir(&dir)?;
         timings.push(latencies(&tracer, &dir, &["--events", "mutex:cond"])?);
         for (m, (_, options)) in MECHANISMS.iter().enumerate() {
@@ -601,27 +598,7 @@ pub fn run(reps: usize) -> Result<()> {
     print_syscall_costs(&syscall_rounds, &hook_refusals, reps);
     print_std_mutex_costs(&std_mutex_rounds, reps);
     drop(server);
-    let rates = |i: usize| -> Vec<f64> {
-        server_rounds
-            .iter()
-            .map(|round| [round.0, round.1][i])
-            .collect()
-    };
-    let ratios: Vec<f64> = server_rounds.iter().map(|(u, t, _)| t / u).collect();
-    println!(
-        "\na real server under load: MariaDB ({}), {SERVER_SECONDS} s rounds untraced, traced \
-         `--contended` (call stacks on), traced, untraced; median of {reps}",
-        Server::load()
-    );
-    println!(
-        "  transactions/s untraced {:.1}, traced {:.1}; traced / untraced, repetition by repetition: \
-         {:.3} (min {:.3}); {} records lost",
-        median(&rates(0)),
-        median(&rates(1)),
-        median(&ratios),
-        ratios.iter().copied().fold(f64::INFINITY, f64::min),
-        server_rounds.iter().map(|round| round.2).sum::<u64>()
-    );
+    server_rounds::print(&[("", &server_rounds)], reps);
     println!(
         "
 what --follow costs a target, µs per operation, median of {reps} runs"
@@ -870,7 +847,7 @@ fn trace_dir() -> PathBuf {
     workspace_root().join("target/bench-trace")
 }
 
-fn median(values: &[f64]) -> f64 {
+pub fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
@@ -1055,7 +1032,7 @@ fn bpftrace_program(categories: &str) -> String {
 }
 
 /// Installs the Debian package `package` unless `program --version` runs.
-fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
+pub fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
     if succeeds(command(program).arg("--version")) {
         return Ok(());
     }
@@ -1181,7 +1158,7 @@ fn syscall_round(tracer: &Path, program: &Path, hook: &str, dir: &Path) -> Resul
     let (mut idle, _) = start_gate(0, 0)?;
     let options = ["--contended", "--futex-hook", hook];
     let runs = mirrored_rounds(run, || {
-        Ok(beside_trace(tracer, &options, idle.id(), dir, run)?.0)
+        Ok(beside_trace(tracer, &options, idle.id(), dir, run)?.result)
     });
     idle.kill()?;
     idle.wait()?;
@@ -1307,29 +1284,77 @@ fn consume(
     let phase_ns = gate_opened.elapsed().as_nanos() as f64;
     drop(target.stdin.take());
     target.wait()?;
-    let (cpu_ns, written, lost) = reap_tracer(&traced, &mut stderr)?;
+    let ended = reap_tracer(&traced, &mut stderr)?;
     Ok(Consumed {
-        cpu_ns,
+        cpu_ns: ended.cpu_ns,
         phase_ns,
-        written,
-        lost,
+        written: ended.written,
+        lost: ended.lost,
     })
 }
 
-/// Waits for the tracer `traced`, whose target has exited, reading the rest of its `stderr`:
-/// its CPU time (user and system, ns) and the records it wrote and lost.
-fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Result<(f64, u64, u64)> {
-    let (cpu_ns, written, lost, _) = reap_tracer_saying(traced, stderr)?;
-    Ok((cpu_ns, written, lost))
+/// What a tracer used and said by the time it ended.
+struct TracerEnd {
+    /// Its CPU time, user and system, ns.
+    cpu_ns: f64,
+    written: u64,
+    lost: u64,
+    stacks: StackFigures,
+    /// What it said after what was read of its stderr before.
+    said: String,
 }
 
-/// Like [`reap_tracer`], with what the tracer said after what was read of `stderr` before.
-fn reap_tracer_saying(
-    traced: &std::process::Child,
-    stderr: &mut impl BufRead,
-) -> Result<(f64, u64, u64, String)> {
-    let mut rest = String::new();
-    std::io::Read::read_to_string(stderr, &mut rest)?;
+/// What a tracer said of the call stacks its records were to carry.
+struct StackFigures {
+    /// The records that came without theirs ("N records carry no call stack").
+    left_out: u64,
+    /// Whole ones, of how many were to carry one (the summary's "call stacks: W of N whole";
+    /// none from a build before it said so).
+    whole_of: Option<(u64, u64)>,
+}
+
+impl StackFigures {
+    fn of(said: &str, summary: &str) -> Result<Self> {
+        let left_out = said
+            .lines()
+            .find_map(|line| {
+                let (count, _) = line
+                    .strip_prefix("thrtrace-bpf: ")?
+                    .split_once(" records carry no call stack")?;
+                count.parse().ok()
+            })
+            .unwrap_or(0);
+        let whole_of = match summary.split_once("; call stacks: ") {
+            Some((_, share)) => {
+                let (whole, rest) = share.split_once(" of ").context("stack share")?;
+                let records = rest.split(' ').next().context("stack share")?;
+                Some((whole.parse()?, records.parse()?))
+            }
+            None => None,
+        };
+        Ok(StackFigures { left_out, whole_of })
+    }
+
+    /// The share of the records to carry a stack that came with it; of all `written`, from a
+    /// build that does not say how many were to carry one.
+    fn carried_share(&self, written: u64) -> f64 {
+        let records = self.whole_of.map_or(written, |(_, records)| records);
+        1.0 - self.left_out as f64 / records.max(1) as f64
+    }
+
+    /// The share of the records to carry a stack whose stack is whole; NaN if not said.
+    fn whole_share(&self) -> f64 {
+        self.whole_of.map_or(f64::NAN, |(whole, records)| {
+            whole as f64 / records.max(1) as f64
+        })
+    }
+}
+
+/// Waits for the tracer `traced`, whose target has exited or which was told to stop, reading
+/// the rest of its `stderr`.
+fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Result<TracerEnd> {
+    let mut said = String::new();
+    std::io::Read::read_to_string(stderr, &mut said)?;
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 writes the status and the rusage we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -1350,33 +1375,22 @@ fn reap_tracer_saying(
     }
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let cpu_ns = (seconds(usage.ru_utime) + seconds(usage.ru_stime)) * 1e9;
-    let (written, lost) = summary_counts(&rest)?;
-    Ok((cpu_ns, written, lost, rest))
-}
-
-/// How long each of the real server's rounds runs.
-const SERVER_SECONDS: u32 = 10;
-
-/// Four rounds of the real server's load, untraced, traced, traced, untraced (traced
-/// `--contended`, its default call stacks on): the untraced and the traced transaction rates,
-/// each the mean of its two rounds, and the records the traces lost.
-fn server_round(tracer: &Path, server: &Server, dir: &Path) -> Result<(f64, f64, u64)> {
-    let rate = || server.transactions_per_second(SERVER_SECONDS);
-    let (untraced, [(second, lost_second), (third, lost_third)]) = mirrored_rounds(rate, || {
-        beside_trace(tracer, &["--contended"], server.pid(), dir, rate)
-    })?;
-    Ok((
-        f64::midpoint(untraced[0], untraced[1]),
-        f64::midpoint(second, third),
-        lost_second + lost_third,
-    ))
+    let (written, lost) = summary_counts(&said)?;
+    let stacks = StackFigures::of(&said, summary_line(&said)?)?;
+    Ok(TracerEnd {
+        cpu_ns,
+        written,
+        lost,
+        stacks,
+        said,
+    })
 }
 
 /// Four rounds, untraced, traced, traced, untraced: the untraced rounds' results and the traced
 /// ones'. The mirrored order cancels drift over the rounds (a server's tables grow, its caches
 /// warm; the machine's other load comes and goes), which one untraced round before one traced
 /// one charged to the tracer.
-fn mirrored_rounds<U, T>(
+pub fn mirrored_rounds<U, T>(
     mut untraced: impl FnMut() -> Result<U>,
     mut traced: impl FnMut() -> Result<T>,
 ) -> Result<([U; 2], [T; 2])> {
@@ -1387,16 +1401,36 @@ fn mirrored_rounds<U, T>(
     Ok(([first, fourth], [second, third]))
 }
 
+/// What a piece of work gave while a trace ran beside it, and how the trace ended.
+pub struct Traced<T> {
+    result: T,
+    ended: TracerEnd,
+    /// How long the trace ran, s.
+    seconds: f64,
+}
+
+impl Traced<f64> {
+    fn records_per_s(&self) -> f64 {
+        self.ended.written as f64 / self.seconds
+    }
+
+    /// The tracer's CPU time as a share of one CPU.
+    fn cpu_share(&self) -> f64 {
+        self.ended.cpu_ns / 1e9 / self.seconds
+    }
+}
+
 /// What `work` gives while a trace with `options` of the process `pid` runs, started before it
-/// and ready, and the records the trace lost.
-fn beside_trace<T>(
+/// and ready, and how the trace ended.
+pub fn beside_trace<T>(
     tracer: &Path,
     options: &[&str],
     pid: u32,
     dir: &Path,
     work: impl FnOnce() -> Result<T>,
-) -> Result<(T, u64)> {
+) -> Result<Traced<T>> {
     empty_dir(dir)?;
+    let started = Instant::now();
     let mut traced = command(tracer)
         .args(options)
         .arg("--dir")
@@ -1408,9 +1442,13 @@ fn beside_trace<T>(
     let result = wait_until_tracing(&mut stderr).and_then(|()| work());
     // SAFETY: a signal to our own child, not reaped yet (reap_tracer waits for it).
     unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
-    let reaped = reap_tracer(&traced, &mut stderr);
-    let result = result?;
-    Ok((result, reaped?.2))
+    let ended = reap_tracer(&traced, &mut stderr);
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Traced {
+        result: result?,
+        ended: ended?,
+        seconds,
+    })
 }
 
 /// Reads the tracer's `stderr` until it says it is tracing: its probes (system-wide, those
@@ -1502,7 +1540,7 @@ fn contended_trace_cpu(tracer: &Path, dir: &Path, options: &[&str]) -> Result<f6
     let reaped = reap_tracer(&traced, &mut stderr);
     target.kill()?;
     target.wait()?;
-    Ok(reaped?.0)
+    Ok(reaped?.cpu_ns)
 }
 
 /// The contended workload's arguments for the runs that cost its records, with its gate.
@@ -1533,15 +1571,20 @@ fn contended_record_cpu(tracer: &Path, dir: &Path, mode: Mode) -> Result<f64> {
     writeln!(target.stdin.as_mut().context("stdin")?, "go")?;
     std::io::copy(&mut target_out, &mut std::io::sink())?;
     target.wait()?;
-    let (cpu_ns, written, _) = reap_tracer(&traced, &mut stderr)?;
-    Ok(cpu_ns / written.max(1) as f64)
+    let ended = reap_tracer(&traced, &mut stderr)?;
+    Ok(ended.cpu_ns / ended.written.max(1) as f64)
+}
+
+/// The tracer's summary line among what it said.
+fn summary_line(stderr: &str) -> Result<&str> {
+    match stderr.lines().rfind(|l| l.contains(" records written, ")) {
+        Some(summary) => Ok(summary),
+        None => bail!("no summary line from the tracer: {stderr}"),
+    }
 }
 
 fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
-    let summary = stderr.lines().rfind(|l| l.contains(" records written, "));
-    let Some(summary) = summary else {
-        bail!("no summary line from the tracer: {stderr}")
-    };
+    let summary = summary_line(stderr)?;
     let count = |label: &str| -> Result<u64> {
         let before = summary.split(label).next().context("summary")?;
         Ok(before.rsplit(' ').next().context("count")?.parse()?)

@@ -41,8 +41,9 @@ enum Task {
         /// Repetitions of each measurement (the median is shown)
         #[arg(long, default_value_t = 5)]
         reps: usize,
-        /// Compare only the full trace's cost per pair and its BPF programs' run times with the
-        /// tracer of this commit, built apart, run after run
+        /// Compare only the full trace's cost per pair, its BPF programs' run times, call stacks
+        /// under load and a real server traced with the tracer of this commit, built apart,
+        /// run after run
         #[arg(long, value_name = "REV", conflicts_with = "guest")]
         against: Option<String>,
         /// Measure instead the uncontended mutex pair inside a guest of this architecture

@@ -1,7 +1,8 @@
 //! `cargo xtask bench --against REV`: the full trace's cost per pair and its BPF programs' run
-//! times, and call stacks under load ([`super::stacks`]), for the tracer built here and for
-//! the one of commit REV, built apart, run after run on the same machine. The main bench prints ratios within one build; a change that makes
-//! the programs dearer shows only beside an older build.
+//! times, call stacks under load ([`super::stacks`]) and a real server traced
+//! ([`super::server_rounds`]), for the tracer built here and for the one of commit REV, built
+//! apart, run after run on the same machine. The main bench prints ratios within one build; a
+//! change that makes the programs dearer shows only beside an older build.
 
 use std::{
     fs,
@@ -11,7 +12,9 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Mode, WORKLOADS, Workload, empty_dir, measure, median, program_costs, stacks::StacksUnderLoad,
+    Mode, WORKLOADS, Workload, empty_dir, measure, median, program_costs,
+    server_rounds::{self, ServerRound},
+    stacks::StacksUnderLoad,
     trace_dir,
 };
 use crate::shell::{build_tracer, command, compile_workload, run, workspace_root};
@@ -75,15 +78,22 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
         .collect::<Result<_>>()?;
     let mut figures: Vec<[Figures; 2]> = workloads.iter().map(|_| Default::default()).collect();
     let mut stacks: [StacksUnderLoad; 2] = Default::default();
+    let server = server_rounds::start_server()?;
+    let mut server_rounds: [Vec<ServerRound>; 2] = Default::default();
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
         let [stacks_then, stacks_now] = &mut stacks;
-        let mut builds = [(stacks_then, &older), (stacks_now, &tracer)];
+        let [server_then, server_now] = &mut server_rounds;
+        let mut builds = [
+            (stacks_then, server_then, &older),
+            (stacks_now, server_now, &tracer),
+        ];
         if rep % 2 == 0 {
             builds.reverse();
         }
-        for (figures, tracer) in builds {
-            figures.take(tracer, &trace_dir())?;
+        for (stacks, server_rounds, tracer) in builds {
+            stacks.take(tracer, &trace_dir())?;
+            server_rounds.push(ServerRound::take(tracer, &server, &trace_dir())?);
         }
         for (workload, [then, now]) in workloads.iter().zip(&mut figures) {
             let program = compile_workload(workload.program)?;
@@ -128,6 +138,10 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
         );
     }
     super::stacks::print(&[(&name, &stacks[0]), ("now", &stacks[1])], reps);
+    server_rounds::print(
+        &[(&name, &server_rounds[0]), ("now", &server_rounds[1])],
+        reps,
+    );
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! Call stacks under load: a waiter and a waker on a fresh futex word each round, at full speed
 //! (tests/workloads/stack_load.c, about 20,000 contended records a second untraced), run
 //! untraced and beside a system-wide `--contended` trace (call stacks on, its default). For
-//! each tracer: the records a second, the share that carried the stack they were to carry,
-//! the records lost, what a round (a wait that slept and the wake that ended it) cost beyond
+//! each tracer: the records a second, the share that carried the stack they were to carry and
+//! the share whose stack was whole, the records lost, what a round (a wait that slept and the wake that ended it) cost beyond
 //! untraced, and the tracer's CPU as a share of one CPU.
 
 use std::{
@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{empty_dir, median, reap_tracer_saying, wait_until_tracing};
+use super::{empty_dir, median, reap_tracer, wait_until_tracing};
 use crate::shell::{command, compile_workload};
 
 /// The workload's rounds: a second or two untraced.
@@ -27,6 +27,7 @@ pub struct StacksUnderLoad {
     traced_s: Vec<f64>,
     records_per_s: Vec<f64>,
     stacked_share: Vec<f64>,
+    whole_share: Vec<f64>,
     lost: Vec<f64>,
     cpu_share: Vec<f64>,
 }
@@ -64,31 +65,24 @@ impl StacksUnderLoad {
         let traced_for = started.elapsed().as_secs_f64();
         // SAFETY: a signal to our own child, not reaped yet (the reaping waits for it).
         unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
-        let (cpu_ns, written, lost, said) = reap_tracer_saying(&traced, &mut stderr)?;
+        let ended = reap_tracer(&traced, &mut stderr)?;
         ran?;
-        if written == 0 {
-            bail!("the system-wide trace wrote no record: {said}");
+        if ended.written == 0 {
+            bail!("the system-wide trace wrote no record: {}", ended.said);
         }
-        let left_out = said
-            .lines()
-            .find_map(|line| {
-                let (count, _) = line
-                    .strip_prefix("thrtrace-bpf: ")?
-                    .split_once(" records carry no call stack")?;
-                count.parse::<u64>().ok()
-            })
-            .unwrap_or(0);
         self.traced_s.push(seconds);
-        self.records_per_s.push(written as f64 / seconds);
+        self.records_per_s.push(ended.written as f64 / seconds);
         self.stacked_share
-            .push(1.0 - left_out as f64 / written as f64);
-        self.lost.push(lost as f64);
-        self.cpu_share.push(cpu_ns / 1e9 / traced_for);
+            .push(ended.stacks.carried_share(ended.written));
+        self.whole_share.push(ended.stacks.whole_share());
+        self.lost.push(ended.lost as f64);
+        self.cpu_share.push(ended.cpu_ns / 1e9 / traced_for);
         Ok(())
     }
 
-    /// The medians: records a second, share stacked, lost, µs added per round, tracer CPU.
-    fn medians(&self) -> [f64; 5] {
+    /// The medians: records a second, share stacked, share whole, lost, µs added per round,
+    /// tracer CPU.
+    fn medians(&self) -> [f64; 6] {
         let added: Vec<f64> = self
             .traced_s
             .iter()
@@ -98,6 +92,7 @@ impl StacksUnderLoad {
         [
             median(&self.records_per_s),
             median(&self.stacked_share),
+            median(&self.whole_share),
             median(&self.lost),
             median(&added),
             median(&self.cpu_share),
@@ -114,7 +109,7 @@ pub fn print(tracers: &[(&str, &StacksUnderLoad)], reps: usize) {
     let names: Vec<&str> = tracers.iter().map(|(name, _)| *name).collect();
     println!("| | {} |", names.join(" | "));
     println!("|---|{}", "---|".repeat(names.len()));
-    let medians: Vec<[f64; 5]> = tracers.iter().map(|(_, f)| f.medians()).collect();
+    let medians: Vec<[f64; 6]> = tracers.iter().map(|(_, f)| f.medians()).collect();
     let row = |what: &str, i: usize, show: &dyn Fn(f64) -> String| {
         let cells: Vec<String> = medians.iter().map(|m| show(m[i])).collect();
         println!("| {what} | {} |", cells.join(" | "));
@@ -123,11 +118,19 @@ pub fn print(tracers: &[(&str, &StacksUnderLoad)], reps: usize) {
     row("records with the stack they were to carry", 1, &|v| {
         format!("{:.2}%", v * 100.0)
     });
-    row("records lost", 2, &|v| format!("{v:.0}"));
-    row("µs added per round (a wait and its wake)", 3, &|v| {
+    row(
+        "records with a whole stack, to the thread's start",
+        2,
+        &|v| match v.is_nan() {
+            true => "not said".to_owned(),
+            false => format!("{:.2}%", v * 100.0),
+        },
+    );
+    row("records lost", 3, &|v| format!("{v:.0}"));
+    row("µs added per round (a wait and its wake)", 4, &|v| {
         format!("{v:.1}")
     });
-    row("tracer CPU, share of one CPU", 4, &|v| {
+    row("tracer CPU, share of one CPU", 5, &|v| {
         format!("{:.0}%", v * 100.0)
     });
 }
