@@ -3,8 +3,9 @@
 # project's workloads and runs the integration-test binaries, and prints what it found as
 # "KT..." lines on the console, which xtask reads. The kernel command line's kt= says what
 # this boot checks (full, kernel, preempt or floor) or that it measures (bench); /etc/kt.conf gives
-# THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTER), and
-# KERNEL_TESTS, those of them whose outcome depends on the kernel.
+# THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTERS, the
+# filters separated by commas), and KERNEL_TESTS, those of them whose outcome depends on the
+# kernel.
 /bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/bin
 mount -t proc proc /proc
@@ -170,10 +171,10 @@ else
     say "TIMING start+exit with every category: $(( ($(uptime_cs) - start) * 10 )) ms"
     check_detached "all categories"
     for run in $TESTS; do
-        t=${run%%:*}; filter=${run#*:}
+        t=${run%%:*}; filters=$(echo "${run#*:}" | tr , ' ')
         mkdir -p /tmp/tests && cd /tmp/tests
         started=$(uptime_cs)
-        CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf /tests/$t --test-threads=1 $filter \
+        CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf /tests/$t --test-threads=1 $filters \
             > /tmp/test.out 2>&1
         rc=$?
         took="$(( ($(uptime_cs) - started) / 100 )) s"
@@ -184,7 +185,7 @@ else
             fail "TEST $t: exit status $rc: $summary ($took)"
         elif echo "$summary" | grep -q ' 0 passed;'; then
             # A renamed test, or one left out of this architecture's build, checks nothing.
-            fail "TEST $t: no test ran (filter '$filter'): $summary"
+            fail "TEST $t: no test ran (filters '$filters'): $summary"
         else
             say "TEST $t: $summary ($took)"
         fi

@@ -61,7 +61,7 @@ impl Guest {
             TESTS
                 .iter()
                 .filter(|(_, _, depends_on_kernel)| *depends_on_kernel || !on_every_kernel_only)
-                .map(|(name, filter, _)| format!("{name}:{filter}"))
+                .map(|(name, filters, _)| format!("{name}:{}", filters.join(",")))
                 .collect()
         };
         let full = base.image("full", &conf(&runs(false), &runs(true)), |files| {
