@@ -127,7 +127,9 @@ typedef struct {
  *                            bytes frames: 8-byte little-endian addresses, innermost first:
  *                            the probed instruction, then each caller's return address;
  *                            str end: empty when the stack reaches its thread's start,
- *                            otherwise why it stops at its last frame
+ *                            otherwise why it stops at its last frame; a stack with no
+ *                            frame is that of records whose copy was left out (the
+ *                            tracer's ring too full), end saying so
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)

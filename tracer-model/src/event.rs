@@ -212,7 +212,8 @@ system_kinds! {
     /// A call stack of the event's process, which records of it name by `id` (unique in the
     /// stream, never 0): `frames` innermost first, the probed instruction then each caller's
     /// return address (at most [`MAX_FRAMES`]); `end` empty when the unwind reached the
-    /// thread's start, otherwise why it stopped at the last frame.
+    /// thread's start, otherwise why it stopped at the last frame. No frame: the stack of
+    /// records whose copy was left out, `end` saying so.
     Stack = 0x8011, "thrtrace_stack" { id: u32, frames: Vec<u64>, end: String };
 }
 

@@ -23,6 +23,12 @@ impl Stack {
     pub fn is_whole(&self) -> bool {
         self.end.is_empty()
     }
+
+    /// Whether it has a frame: the stack of records whose copy was left out has none, and
+    /// stands in no profile or table of stacks (the share of whole stacks counts it).
+    pub fn has_frames(&self) -> bool {
+        !self.frames.is_empty()
+    }
 }
 
 /// Of the records that were to carry a call stack, how many carry one that reaches their
@@ -48,8 +54,8 @@ impl StackShare {
     }
 }
 
-/// "call stacks: 24,330 of 24,530 whole (99.2%)". The percentage is rounded down, so that
-/// 100% means every one.
+/// "call stacks: 24330 of 24530 whole, to their thread's start (99.1%)". The percentage is
+/// rounded down, so that 100% means every one.
 impl std::fmt::Display for StackShare {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tenths = (self.whole * 1000)
@@ -99,10 +105,11 @@ impl Stacks {
         self.by_id.get(&id)
     }
 
-    /// A record that names stack `id` (0: it was to carry none), into the share.
+    /// A record that names stack `id` (0: it was to carry none), into the share; an id no
+    /// event has given (a looping log overwrote it) is not counted.
     pub fn count_record(&mut self, id: u32) {
-        if id != 0 {
-            let whole = self.get(id).is_some_and(Stack::is_whole);
+        if let Some(stack) = self.get(id) {
+            let whole = stack.is_whole();
             self.share.count(whole);
         }
     }
@@ -153,7 +160,7 @@ mod tests {
         };
         stacks.take(&stack(1, ""));
         stacks.take(&stack(2, "left out"));
-        for id in [0, 1, 1, 2, 0] {
+        for id in [0, 1, 1, 2, 0, 3] {
             stacks.count_record(id);
         }
         let share = StackShare {

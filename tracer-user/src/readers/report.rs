@@ -868,7 +868,7 @@ fn stack_rows(
     ranked.sort_by(|a, b| (b.1.wait_total_ns, a.0).cmp(&(a.1.wait_total_ns, b.0)));
     ranked
         .into_iter()
-        .filter_map(|(&id, stats)| Some((stacks.get(id)?, stats)))
+        .filter_map(|(&id, stats)| Some((stacks.get(id).filter(|s| s.has_frames())?, stats)))
         .take(TOP_STACKS)
         .map(|(stack, stats)| StackRow {
             count: stats.count,
@@ -911,12 +911,25 @@ pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
         .collect()
 }
 
-/// What names `lock`: its symbol, else where its first contended wait was called from.
+/// What names `lock`: its symbol, else where its first contended wait was called from (or,
+/// if that wait's stack was left out, the wait with the lowest stack id that has one).
 pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> LockName {
-    let first_waited_at = stacks
-        .get(lock.first_waiting_stack)
-        .and_then(|stack| stack.frames.get(1))
-        .map(|&caller| symbols.locate(lock.pid, caller));
+    let caller = |id: &u32| {
+        stacks
+            .get(*id)
+            .and_then(|stack| stack.frames.get(1))
+            .copied()
+    };
+    let first_waited_at = caller(&lock.first_waiting_stack)
+        .or_else(|| {
+            let first_framed = lock
+                .waiting_stacks
+                .keys()
+                .filter(|id| caller(id).is_some())
+                .min();
+            first_framed.and_then(caller)
+        })
+        .map(|caller| symbols.locate(lock.pid, caller));
     symbols.name_lock(lock.pid, lock.address, first_waited_at)
 }
 
