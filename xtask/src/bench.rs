@@ -598,7 +598,7 @@ pub fn run(reps: usize) -> Result<()> {
     print_syscall_costs(&syscall_rounds, &hook_refusals, reps);
     print_std_mutex_costs(&std_mutex_rounds, reps);
     drop(server);
-    server_rounds::print(&[("", &server_rounds)], reps);
+    server_rounds::print(&[("this build", &server_rounds)], reps);
     println!(
         "
 what --follow costs a target, µs per operation, median of {reps} runs"
@@ -847,7 +847,26 @@ fn trace_dir() -> PathBuf {
     workspace_root().join("target/bench-trace")
 }
 
-pub fn median(values: &[f64]) -> f64 {
+/// Prints the head of a Markdown table with a column per `names`.
+fn table_head(names: &[&str]) {
+    println!("| | {} |", names.join(" | "));
+    println!("|---|{}", "---|".repeat(names.len()));
+}
+
+/// Prints a row of a Markdown table: what it is, then its cells.
+fn table_row(what: &str, cells: &[String]) {
+    println!("| {what} | {} |", cells.join(" | "));
+}
+
+/// A share as a percentage; "not said" for NaN, what a build that does not say it gives.
+fn share_cell(share: f64) -> String {
+    match share.is_nan() {
+        true => "not said".to_owned(),
+        false => format!("{:.2}%", share * 100.0),
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
@@ -1032,7 +1051,7 @@ fn bpftrace_program(categories: &str) -> String {
 }
 
 /// Installs the Debian package `package` unless `program --version` runs.
-pub fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
+fn ensure_installed(program: &str, package: &str, why: &str) -> Result<()> {
     if succeeds(command(program).arg("--version")) {
         return Ok(());
     }
@@ -1390,7 +1409,7 @@ fn reap_tracer(traced: &std::process::Child, stderr: &mut impl BufRead) -> Resul
 /// ones'. The mirrored order cancels drift over the rounds (a server's tables grow, its caches
 /// warm; the machine's other load comes and goes), which one untraced round before one traced
 /// one charged to the tracer.
-pub fn mirrored_rounds<U, T>(
+fn mirrored_rounds<U, T>(
     mut untraced: impl FnMut() -> Result<U>,
     mut traced: impl FnMut() -> Result<T>,
 ) -> Result<([U; 2], [T; 2])> {
@@ -1402,10 +1421,10 @@ pub fn mirrored_rounds<U, T>(
 }
 
 /// What a piece of work gave while a trace ran beside it, and how the trace ended.
-pub struct Traced<T> {
+struct Traced<T> {
     result: T,
     ended: TracerEnd,
-    /// How long the trace ran, s.
+    /// How long it traced, s.
     seconds: f64,
 }
 
@@ -1422,7 +1441,7 @@ impl Traced<f64> {
 
 /// What `work` gives while a trace with `options` of the process `pid` runs, started before it
 /// and ready, and how the trace ended.
-pub fn beside_trace<T>(
+fn beside_trace<T>(
     tracer: &Path,
     options: &[&str],
     pid: u32,
@@ -1430,7 +1449,6 @@ pub fn beside_trace<T>(
     work: impl FnOnce() -> Result<T>,
 ) -> Result<Traced<T>> {
     empty_dir(dir)?;
-    let started = Instant::now();
     let mut traced = command(tracer)
         .args(options)
         .arg("--dir")
@@ -1439,7 +1457,11 @@ pub fn beside_trace<T>(
         .stderr(Stdio::piped())
         .spawn()?;
     let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
-    let result = wait_until_tracing(&mut stderr).and_then(|()| work());
+    let tracing = wait_until_tracing(&mut stderr);
+    // From its start of tracing, not of its process: attaching is not what a second of
+    // tracing costs.
+    let started = Instant::now();
+    let result = tracing.and_then(|()| work());
     // SAFETY: a signal to our own child, not reaped yet (reap_tracer waits for it).
     unsafe { libc::kill(traced.id() as libc::pid_t, libc::SIGINT) };
     let ended = reap_tracer(&traced, &mut stderr);

@@ -1,13 +1,17 @@
 //! A real server under load ([`Server`]: MariaDB under sysbench) traced `--contended -p`, call
 //! stacks on, as a user would trace a production server: its transactions a second beside
 //! untraced, and of the trace the records a second, the share that carried the call stack they
-//! were to carry and the share whose stack was whole, the tracer's CPU and the records lost.
+//! were to carry and the share whose stack was whole, the tracer's CPU (medians), and the
+//! records lost (in all).
 
 use std::path::Path;
 
 use anyhow::Result;
 
-use super::{Traced, beside_trace, ensure_installed, median, mirrored_rounds};
+use super::{
+    Traced, beside_trace, ensure_installed, median, mirrored_rounds, share_cell, table_head,
+    table_row,
+};
 use crate::{server::Server, shell::workspace_root};
 
 /// How long each of the real server's rounds runs.
@@ -54,8 +58,8 @@ impl ServerRound {
         self.traced_mean(|t| t.result) / self.untraced_rate()
     }
 
-    fn lost(&self) -> f64 {
-        self.traced.iter().map(|t| t.ended.lost as f64).sum()
+    fn lost(&self) -> u64 {
+        self.traced.iter().map(|t| t.ended.lost).sum()
     }
 }
 
@@ -68,18 +72,13 @@ pub fn print(tracers: &[(&str, &[ServerRound])], reps: usize) {
         Server::load()
     );
     let names: Vec<&str> = tracers.iter().map(|(name, _)| *name).collect();
-    println!("| | {} |", names.join(" | "));
-    println!("|---|{}", "---|".repeat(names.len()));
+    table_head(&names);
     let row = |what: &str, figure: &dyn Fn(&ServerRound) -> f64, show: &dyn Fn(f64) -> String| {
         let cells: Vec<String> = tracers
             .iter()
             .map(|(_, rounds)| show(median(&rounds.iter().map(figure).collect::<Vec<_>>())))
             .collect();
-        println!("| {what} | {} |", cells.join(" | "));
-    };
-    let share = |v: f64| match v.is_nan() {
-        true => "not said".to_owned(),
-        false => format!("{:.2}%", v * 100.0),
+        table_row(what, &cells);
     };
     row(
         "transactions/s untraced",
@@ -104,7 +103,7 @@ pub fn print(tracers: &[(&str, &[ServerRound])], reps: usize) {
             format!("{lowest:.3}")
         })
         .collect();
-    println!("| traced / untraced, lowest | {} |", lowest.join(" | "));
+    table_row("traced / untraced, lowest", &lowest);
     row(
         "records per second",
         &|r| r.traced_mean(Traced::records_per_s),
@@ -113,17 +112,27 @@ pub fn print(tracers: &[(&str, &[ServerRound])], reps: usize) {
     row(
         "records with the stack they were to carry",
         &|r| r.traced_mean(|t| t.ended.stacks.carried_share(t.ended.written)),
-        &share,
+        &share_cell,
     );
     row(
         "records with a whole stack, to the thread's start",
         &|r| r.traced_mean(|t| t.ended.stacks.whole_share()),
-        &share,
+        &share_cell,
     );
     row(
         "tracer CPU, share of one CPU",
         &|r| r.traced_mean(Traced::cpu_share),
         &|v| format!("{:.1}%", v * 100.0),
     );
-    row("records lost", &ServerRound::lost, &|v| format!("{v:.0}"));
+    let lost: Vec<String> = tracers
+        .iter()
+        .map(|(_, rounds)| {
+            rounds
+                .iter()
+                .map(ServerRound::lost)
+                .sum::<u64>()
+                .to_string()
+        })
+        .collect();
+    table_row("records lost, all repetitions", &lost);
 }

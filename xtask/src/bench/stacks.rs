@@ -1,8 +1,8 @@
 //! Call stacks under load: a waiter and a waker on a fresh futex word each round, at full speed
 //! (tests/workloads/stack_load.c, about 20,000 contended records a second untraced), run
 //! untraced and beside a system-wide `--contended` trace (call stacks on, its default). For
-//! each tracer: the records a second, the share that carried the stack they were to carry and
-//! the share whose stack was whole, the records lost, what a round (a wait that slept and the wake that ended it) cost beyond
+//! each tracer: the records a second, the share that carried the stack they were to carry
+//! and the share whose stack was whole, the records lost, what a round (a wait that slept and the wake that ended it) cost beyond
 //! untraced, and the tracer's CPU as a share of one CPU.
 
 use std::{
@@ -14,7 +14,9 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::{empty_dir, median, reap_tracer, wait_until_tracing};
+use super::{
+    empty_dir, median, reap_tracer, share_cell, table_head, table_row, wait_until_tracing,
+};
 use crate::shell::{command, compile_workload};
 
 /// The workload's rounds: a second or two untraced.
@@ -107,24 +109,18 @@ pub fn print(tracers: &[(&str, &StacksUnderLoad)], reps: usize) {
          a round), traced system-wide `--contended`; median of {reps}"
     );
     let names: Vec<&str> = tracers.iter().map(|(name, _)| *name).collect();
-    println!("| | {} |", names.join(" | "));
-    println!("|---|{}", "---|".repeat(names.len()));
+    table_head(&names);
     let medians: Vec<[f64; 6]> = tracers.iter().map(|(_, f)| f.medians()).collect();
     let row = |what: &str, i: usize, show: &dyn Fn(f64) -> String| {
         let cells: Vec<String> = medians.iter().map(|m| show(m[i])).collect();
-        println!("| {what} | {} |", cells.join(" | "));
+        table_row(what, &cells);
     };
     row("records per second", 0, &|v| format!("{v:.0}"));
-    row("records with the stack they were to carry", 1, &|v| {
-        format!("{:.2}%", v * 100.0)
-    });
+    row("records with the stack they were to carry", 1, &share_cell);
     row(
         "records with a whole stack, to the thread's start",
         2,
-        &|v| match v.is_nan() {
-            true => "not said".to_owned(),
-            false => format!("{:.2}%", v * 100.0),
-        },
+        &share_cell,
     );
     row("records lost", 3, &|v| format!("{v:.0}"));
     row("µs added per round (a wait and its wake)", 4, &|v| {
