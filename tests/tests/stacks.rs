@@ -232,12 +232,13 @@ fn a_c_analyzer_reads_the_logs_stacks(dir: &TempDir, build: &str) {
                 kind: SystemKind::Stack { id, frames, end },
                 ..
             }) => {
-                let frames: Vec<String> = frames.iter().map(|f| format!("{f:x}")).collect();
+                let mut words = vec!["stack".to_owned(), id.to_string(), pid.to_string()];
+                words.extend(frames.iter().map(|f| format!("{f:x}")));
                 let end = match end.is_empty() {
                     true => String::new(),
                     false => format!(" | {end}"),
                 };
-                expected += &format!("stack {id} {pid} {}{end}\n", frames.join(" "));
+                expected += &format!("{}{end}\n", words.join(" "));
             }
             Event::Thread(r) if r.stack != 0 => {
                 expected += &format!(
@@ -322,6 +323,41 @@ fn a_stripped_programs_frames_are_placed_by_module_offset_and_build_id_and_named
     );
 }
 
+/// A `--events mutex --stacks on` trace, with `options`, into the log `app.ptl` of a gated
+/// target whose `pairs` lock/unlock pairs run while the tracer is stopped, the target exiting
+/// before it runs again: the trace's directory, and what the tracer said after it started.
+fn stacks_while_stopped(label: &str, pairs: u32, options: &[&str]) -> (TempDir, String) {
+    let dir = TempDir::new(label);
+    let mut gate = Gated::start(0, pairs);
+    let log = dir.path().join("app.ptl");
+    let name = unique_name(label);
+    let options = [
+        &[
+            "--events",
+            "mutex",
+            "--stacks",
+            "on",
+            "--log",
+            log.to_str().unwrap(),
+            "--name",
+            &name,
+        ],
+        options,
+    ]
+    .concat();
+    let (mut tracer, mut stderr) = start_tracer(dir.path(), &[gate.pid], &options);
+    // Answered once the session runs: its start, which reads the target's files, is over.
+    ctl_ok(&[&name, "status"]);
+    signal(tracer.id(), "-STOP");
+    gate.run_phase_two();
+    gate.finish();
+    signal(tracer.id(), "-CONT");
+    assert!(tracer.wait().unwrap().success());
+    let mut said = String::new();
+    stderr.read_to_string(&mut said).unwrap();
+    (dir, said)
+}
+
 /// A target that has exited before the tracer drains its first record (the tracer stopped
 /// meanwhile) still has its stacks unwound to its start: its files are read when it is attached,
 /// not at its first record.
@@ -330,28 +366,7 @@ fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
     if !bpf_available("stacks_after_exit") {
         return;
     }
-    let dir = TempDir::new("stacks-after-exit");
-    let mut gate = Gated::start(0, 100);
-    let log = dir.path().join("app.ptl");
-    let name = unique_name("stacks-after-exit");
-    let options = [
-        "--events",
-        "mutex",
-        "--stacks",
-        "on",
-        "--log",
-        log.to_str().unwrap(),
-        "--name",
-        &name,
-    ];
-    let (mut tracer, _stderr) = start_tracer(dir.path(), &[gate.pid], &options);
-    // Answered once the session runs: its start, which reads the target's files, is over.
-    ctl_ok(&[&name, "status"]);
-    signal(tracer.id(), "-STOP");
-    gate.run_phase_two();
-    gate.finish();
-    signal(tracer.id(), "-CONT");
-    assert!(tracer.wait().unwrap().success());
+    let (dir, _) = stacks_while_stopped("stacks-after-exit", 100, &[]);
     let mut stacks = 0;
     for event in LogReader::open(&dir.path().join("app.ptl"))
         .unwrap()
@@ -361,7 +376,8 @@ fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
             kind: SystemKind::Stack { frames, end, .. },
             ..
         }) = event.unwrap()
-            // The records past a half-full ring come without their copy, counted.
+            // The records made once the stopped tracer's ring has no room left for a copy come
+            // without it, counted.
             && !frames.is_empty()
         {
             assert!(end.is_empty() && frames.len() > 2, "{frames:x?}: {end}");
@@ -502,31 +518,7 @@ fn a_share_short_of_whole_stacks_is_said_alike_by_the_summary_and_the_report() {
     if !bpf_available("stacks_short_of_whole") {
         return;
     }
-    let dir = TempDir::new("stacks-short-of-whole");
-    let mut gate = Gated::start(0, 300);
-    let name = unique_name("stacks-short-of-whole");
-    let log = dir.path().join("app.ptl");
-    let options = [
-        "--events",
-        "mutex",
-        "--stacks",
-        "on",
-        "--buffer-kib",
-        "16",
-        "--log",
-        log.to_str().unwrap(),
-        "--name",
-        &name,
-    ];
-    let (mut tracer, mut stderr) = start_tracer(dir.path(), &[gate.pid], &options);
-    ctl_ok(&[&name, "status"]);
-    signal(tracer.id(), "-STOP");
-    gate.run_phase_two();
-    gate.finish();
-    signal(tracer.id(), "-CONT");
-    assert!(tracer.wait().unwrap().success());
-    let mut said = String::new();
-    stderr.read_to_string(&mut said).unwrap();
+    let (dir, said) = stacks_while_stopped("stacks-short-of-whole", 300, &["--buffer-kib", "16"]);
     let (records, stacks) = records_and_stacks(&dir);
     let share = said_share(&said);
     assert_eq!(share, share_of(&records, &stacks));
