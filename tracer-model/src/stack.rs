@@ -23,12 +23,6 @@ impl Stack {
     pub fn is_whole(&self) -> bool {
         self.end.is_empty()
     }
-
-    /// Whether it has a frame: the stack of records whose copy was left out has none, and
-    /// stands in no profile or table of stacks (the share of whole stacks counts it).
-    pub fn has_frames(&self) -> bool {
-        !self.frames.is_empty()
-    }
 }
 
 /// Of the records that were to carry a call stack, how many carry one that reaches their
@@ -103,6 +97,13 @@ impl Stacks {
     /// The stack a record names (`None` for 0, or an id no event has given).
     pub fn get(&self, id: u32) -> Option<&Stack> {
         self.by_id.get(&id)
+    }
+
+    /// The stack a record names, if it is one to show in a profile or a table of stacks: the
+    /// stack of records whose copy was left out has no frame, and stands in none (the share of
+    /// whole stacks counts it).
+    pub fn shown(&self, id: u32) -> Option<&Stack> {
+        self.get(id).filter(|stack| !stack.frames.is_empty())
     }
 
     /// A record that names stack `id` (0: it was to carry none), into the share; an id no

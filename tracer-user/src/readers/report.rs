@@ -868,7 +868,7 @@ fn stack_rows(
     ranked.sort_by(|a, b| (b.1.wait_total_ns, a.0).cmp(&(a.1.wait_total_ns, b.0)));
     ranked
         .into_iter()
-        .filter_map(|(&id, stats)| Some((stacks.get(id).filter(|s| s.has_frames())?, stats)))
+        .filter_map(|(&id, stats)| Some((stacks.shown(id)?, stats)))
         .take(TOP_STACKS)
         .map(|(stack, stats)| StackRow {
             count: stats.count,
@@ -914,20 +914,19 @@ pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
 /// What names `lock`: its symbol, else where its first contended wait was called from (or,
 /// if that wait's stack was left out, the wait with the lowest stack id that has one).
 pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> LockName {
-    let caller = |id: &u32| {
+    let caller = |id: u32| {
         stacks
-            .get(*id)
+            .get(id)
             .and_then(|stack| stack.frames.get(1))
             .copied()
     };
-    let first_waited_at = caller(&lock.first_waiting_stack)
+    let first_waited_at = caller(lock.first_waiting_stack)
         .or_else(|| {
-            let first_framed = lock
+            let by_id = lock
                 .waiting_stacks
                 .keys()
-                .filter(|id| caller(id).is_some())
-                .min();
-            first_framed.and_then(caller)
+                .filter_map(|&id| Some((id, caller(id)?)));
+            by_id.min().map(|(_, caller)| caller)
         })
         .map(|caller| symbols.locate(lock.pid, caller));
     symbols.name_lock(lock.pid, lock.address, first_waited_at)

@@ -79,9 +79,7 @@ pub fn contention_samples<'a>(
         .filter_map(|lock| {
             let mut by_stack: Vec<(u32, &Stack, &StackStats)> = view
                 .stacks(lock)
-                .filter_map(|(&id, stats)| {
-                    Some((id, stacks.get(id).filter(|s| s.has_frames())?, stats))
-                })
+                .filter_map(|(&id, stats)| Some((id, stacks.shown(id)?, stats)))
                 .collect();
             if by_stack.is_empty() {
                 return None;
