@@ -382,7 +382,7 @@ impl Session {
                 }
             }
             // Unwound as it arrives, while the process's files are mapped as they were; its
-            // stack event, if new, is placed just before it.
+            // stack event, if new, is written just before the first record naming it.
             let wanted = match *stacks {
                 tracer_common::STACKS_ALL => true,
                 tracer_common::STACKS_SLOW_PATHS => slow_path,
@@ -423,11 +423,7 @@ impl Session {
                 {
                     record.caller = called_from;
                 }
-                let (id, new) = stack_ids.intern(pid, unwound, drawn.time_ns);
-                if let Some(event) = new {
-                    reorder.push(ktime_ns, Staged::System(event));
-                }
-                record.stack = id;
+                record.stack = stack_ids.intern(pid, unwound);
             }
             reorder.push_record(ktime_ns, drawn);
         };
@@ -575,6 +571,9 @@ impl Session {
                     if let Some(name) = name_before_records(&mut self.flow, record) {
                         self.system_event(&name)?;
                     }
+                }
+                if let Some(stack) = self.flow.stack_ids.written_before(record.stack, time_ns) {
+                    self.system_event(&stack)?;
                 }
                 self.flow.records += 1;
                 self.sinks.record(record).map_err(TraceError::Incomplete)?;

@@ -361,23 +361,22 @@ const LEFT_OUT: &str =
     "left out: its CPU's ring was too full for the copy (the tracer behind; see --buffer-kib)";
 
 /// The stacks in the stream, each with its id: a stack seen again is named by the id it got.
+/// A stack's event is written just before the first record written that names it: records are
+/// interned as they are drawn, CPU by CPU, but written in time order, so the record drawn first
+/// need not be the first written.
 #[derive(Default)]
 pub struct StackIds {
     ids: HashMap<(u32, Unwound), u32>,
+    unwritten: HashMap<u32, SystemEvent>,
     last: u32,
 }
 
 impl StackIds {
-    /// The id of `unwound` in process `pid`, and the `thrtrace_stack` event (stamped `time_ns`)
-    /// that must come before the first record naming it, if it is new.
-    pub fn intern(
-        &mut self,
-        pid: u32,
-        unwound: Unwound,
-        time_ns: i64,
-    ) -> (u32, Option<SystemEvent>) {
+    /// The id of `unwound` in process `pid`; a new one's `thrtrace_stack` event waits for
+    /// `written_before`.
+    pub fn intern(&mut self, pid: u32, unwound: Unwound) -> u32 {
         let slot = match self.ids.entry((pid, unwound)) {
-            Entry::Occupied(known) => return (*known.get(), None),
+            Entry::Occupied(known) => return *known.get(),
             Entry::Vacant(slot) => slot,
         };
         self.last += 1;
@@ -388,13 +387,24 @@ impl StackIds {
             frames: unwound.frames.clone(),
             end: unwound.end.clone(),
         };
+        self.unwritten
+            .insert(id, SystemEvent::of_process(0, pid, 0, kind));
         slot.insert(id);
-        (id, Some(SystemEvent::of_process(time_ns, pid, 0, kind)))
+        id
+    }
+
+    /// The event of stack `id`, stamped `time_ns`, if no record naming it has been written:
+    /// the record about to be written, at `time_ns`, names it.
+    pub fn written_before(&mut self, id: u32, time_ns: i64) -> Option<SystemEvent> {
+        let mut event = self.unwritten.remove(&id)?;
+        event.time_ns = time_ns;
+        Some(event)
     }
 
     /// Process `pid` is gone: its stacks will not be seen again.
     pub fn forget(&mut self, pid: u32) {
         self.ids.retain(|&(p, _), _| p != pid);
+        self.unwritten.retain(|_, event| event.pid != pid);
     }
 }
 
@@ -418,5 +428,32 @@ mod tests {
         let (unwound, _) = Unwinder::default().unwind(u32::MAX - 1, &stack);
         assert_eq!(unwound.frames, [0x7f00_0000_1234]);
         assert_eq!(unwound.end, PROCESS_GONE);
+    }
+
+    /// A stack's event goes before the first record written that names it, stamped with that
+    /// record's time, whichever record was drawn first; once only, until its process is gone.
+    #[test]
+    fn a_stack_is_written_once_before_the_first_record_written_naming_it() {
+        let mut ids = StackIds::default();
+        let id = ids.intern(42, Unwound::left_out());
+        assert_eq!(ids.intern(42, Unwound::left_out()), id);
+        let other = ids.intern(43, Unwound::left_out());
+        assert_ne!(other, id);
+        assert_eq!(ids.written_before(0, 5), None);
+        let event = ids.written_before(id, 5).expect("not yet written");
+        assert_eq!((event.time_ns, event.pid), (5, 42));
+        let SystemKind::Stack {
+            id: named,
+            frames,
+            end,
+        } = event.kind
+        else {
+            panic!("{event:?}");
+        };
+        assert_eq!((named, frames.len(), end.as_str()), (id, 0, LEFT_OUT));
+        assert_eq!(ids.written_before(id, 6), None);
+        ids.forget(43);
+        assert_eq!(ids.written_before(other, 7), None);
+        assert_ne!(ids.intern(43, Unwound::left_out()), other);
     }
 }
