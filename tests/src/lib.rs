@@ -18,6 +18,7 @@ use std::{
 pub mod corpus;
 pub mod ingest;
 pub mod pprof;
+pub mod skips;
 
 use serde_json::Value;
 use tracer_common::{EVENTS, Which};

@@ -11,7 +11,6 @@
 //! wait or wake is its pthread event's alone.
 
 use std::{
-    cell::Cell,
     collections::BTreeSet,
     io::{Read, Write},
     path::Path,
@@ -22,18 +21,14 @@ use std::{
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, field, kernel_refuses_tracing_programs, prerequisite, read_trace,
-    report_json, report_lock, run_tracer, stack_functions, start_told, start_tracer,
+    report_json, report_lock, run_tracer, skips, stack_functions, start_told, start_tracer,
     trace_launched, workload,
 };
 use tracer_common::{
     Category, Which,
     futex::{SYS_FUTEX_WAITV, command},
 };
-use tracer_model::{
-    TraceRecord,
-    event::{Event, LossSource, SystemEvent, SystemKind},
-    log::LogReader,
-};
+use tracer_model::TraceRecord;
 
 const ROUNDS: u64 = 3;
 const WAITERS: u64 = 3;
@@ -120,77 +115,15 @@ fn kernel_has_futex_waitv() -> bool {
     result == -1 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
 }
 
-/// How many times a check of a traced run is made when the kernel skipped futex programs in
-/// the runs (see `skips_accounted`).
-const ATTEMPTS: u32 = 3;
-
-thread_local! {
-    /// The futex calls the kernel skipped the programs of in this thread's last traced run,
-    /// as its log marks them.
-    static UNSEEN: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Runs `check` (traced runs and what is asserted of them) until it passes, at most
-/// [`ATTEMPTS`] times. The kernel skips a futex program on a CPU where a run of it is
-/// preempted, which the tracer counts and marks lost; a cold first run of a program's code
-/// under emulation (the kernel guests) is long enough for a timer tick to preempt it. So an
-/// attempt may fall short only where the tracer reported futex calls unseen; in a run with
-/// none, every count is exact, and a failure fails the test. Attempts that all fell short, each
-/// with calls unseen, are said.
-fn skips_accounted(what: &str, check: impl Fn()) {
-    for attempt in 1..=ATTEMPTS {
-        UNSEEN.set(0);
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&check)) {
-            Ok(()) => return,
-            Err(failure) if UNSEEN.get() == 0 => std::panic::resume_unwind(failure),
-            Err(_) => eprintln!(
-                "{what}: attempt {attempt} of {ATTEMPTS} fell short where the tracer reported \
-                 {} futex calls unseen (the kernel skipped its programs)",
-                UNSEEN.get()
-            ),
-        }
-    }
-}
-
 /// Runs `check` under each futex hook this kernel has (`futex_hooks`), its skips accounted
-/// for (`skips_accounted`); `test` names it in what is said.
+/// for (`skips::accounted`); `test` names it in what is said.
 fn under_each_hook(test: &str, check: impl Fn(&str)) {
     if !bpf_available(test) {
         return;
     }
     for hook in futex_hooks(test) {
-        skips_accounted(&format!("{test} {hook}"), || check(hook));
+        skips::accounted(&format!("{test} {hook}"), || check(hook));
     }
-}
-
-/// The futex calls a log marks unseen: the kernel skipped the futex programs.
-fn unseen_in_log(log: &Path) -> u64 {
-    let reader = LogReader::open(log).expect("a readable log");
-    reader
-        .events()
-        .map(|event| event.expect("an event"))
-        .filter_map(|event| match event {
-            Event::System(SystemEvent {
-                kind:
-                    SystemKind::Overflow {
-                        lost,
-                        source: LossSource::Skipped,
-                        ..
-                    },
-                ..
-            }) => Some(lost),
-            _ => None,
-        })
-        .sum()
-}
-
-/// The futex calls the tracer said were unseen, in the lines it wrote to stderr.
-fn unseen_said(said: &str) -> u64 {
-    said.lines()
-        .filter_map(|line| line.strip_prefix("thrtrace-bpf: up to "))
-        .filter_map(|rest| rest.split_once(" futex calls unseen"))
-        .map(|(count, _)| count.parse::<u64>().expect("a count"))
-        .sum()
 }
 
 /// A traced run of a workload.
@@ -225,9 +158,7 @@ fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
     let mut tracer_said = String::new();
     said.read_to_string(&mut tracer_said).unwrap();
     eprintln!("{}: the tracer said: {tracer_said}", program.display());
-    // Once in a guest the log had no skipped marker where the tracer said calls were unseen:
-    // what the user was told counts.
-    UNSEEN.set(unseen_in_log(Path::new(&log)).max(unseen_said(&tracer_said)));
+    skips::note_unseen(Path::new(&log), &tracer_said);
     let mut records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
     records.sort_by_key(TraceRecord::time_ns);
     Traced {
