@@ -180,12 +180,19 @@ else
         took="$(( ($(uptime_cs) - started) / 100 )) s"
         cd /
         summary=$(grep '^test result' /tmp/test.out | tail -1)
+        # A renamed test, or one left out of this architecture's build, checks nothing: each
+        # filter must have run a test.
+        unmatched=""
+        for filter in $filters; do
+            grep -q "^test [^ ]*$filter[^ ]* \.\.\. ok" /tmp/test.out || unmatched="$unmatched $filter"
+        done
         if [ $rc != 0 ]; then
             show "$t" /tmp/test.out
             fail "TEST $t: exit status $rc: $summary ($took)"
         elif echo "$summary" | grep -q ' 0 passed;'; then
-            # A renamed test, or one left out of this architecture's build, checks nothing.
             fail "TEST $t: no test ran (filters '$filters'): $summary"
+        elif [ -n "$unmatched" ]; then
+            fail "TEST $t: no test ran for filter(s)$unmatched: $summary"
         else
             say "TEST $t: $summary ($took)"
         fi
