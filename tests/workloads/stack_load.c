@@ -1,11 +1,13 @@
 /* Records that must each carry a whole call stack, at full speed or from deep down, for the
  * stack tests.
- * Usage: stack_load futex ROUNDS | stack_load mutex THREADS ITERS | stack_load deep DEPTH
+ * Usage: stack_load futex ROUNDS [PER_SECOND] | stack_load mutex THREADS ITERS |
+ *        stack_load deep DEPTH
  * futex: a waiter and a waker thread, each round on a fresh futex word (ROUNDS words, all 0):
  *   the waiter says it has reached the round and waits on the word (FUTEX_WAIT_PRIVATE) while
  *   it is 0; the waker, once the waiter has reached the round and 20 us more have passed (so
  *   most waits sleep; whether one does is a race), sets the word to 1 and wakes one waiter
- *   (FUTEX_WAKE_PRIVATE). Prints
+ *   (FUTEX_WAKE_PRIVATE); with PER_SECOND, round i starts no sooner than i / PER_SECOND
+ *   seconds after the first (a paced load, for a rate a bench aims at). Prints
  *   "woken_waits=N wakes_that_woke=M": the waits that returned 0, the wakes that returned 1.
  * mutex: THREADS threads each lock and unlock one mutex ITERS times, working a little inside
  *   and outside. Prints "done".
@@ -26,7 +28,7 @@
 #include "asleep.h"
 
 static _Atomic unsigned *words;
-static long rounds, iters, depth;
+static long rounds, per_second, iters, depth;
 static long woken_waits, wakes_that_woke;
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t deep_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -58,11 +60,13 @@ static void *waiter(void *unused) {
 
 static void *waker(void *unused) {
     (void)unused;
+    long long start = now_ns();
     for (long i = 0; i < rounds; i++) {
         while (atomic_load(&reached) < i) {
         }
         long long since = now_ns();
-        while (now_ns() - since < 20000) {
+        long long due = per_second > 0 ? start + i * 1000000000LL / per_second : 0;
+        while (now_ns() - since < 20000 || now_ns() < due) {
         }
         atomic_store(&words[i], 1);
         if (futex(&words[i], FUTEX_WAKE_PRIVATE, 1) == 1) wakes_that_woke++;
@@ -106,8 +110,9 @@ static void join_all(pthread_t *threads, long count) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "futex") == 0) {
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "futex") == 0) {
         rounds = atol(argv[2]);
+        per_second = argc == 4 ? atol(argv[3]) : 0;
         words = calloc((size_t)rounds, sizeof *words);
         pthread_t threads[2];
         if (!words || pthread_create(&threads[0], NULL, waiter, NULL) != 0 ||
@@ -136,7 +141,7 @@ int main(int argc, char **argv) {
         pthread_mutex_unlock(&deep_lock);
         join_all(&thread, 1);
     } else {
-        fprintf(stderr, "usage: stack_load futex ROUNDS | mutex THREADS ITERS | deep DEPTH\n");
+        fprintf(stderr, "usage: stack_load futex ROUNDS [PER_SECOND] | mutex THREADS ITERS | deep DEPTH\n");
         return 2;
     }
     return 0;
