@@ -203,10 +203,13 @@ fn emit_futex_call(call: *const FutexCall, event2: u16, result: i64, blocked: bo
     // SAFETY: a read-only global that userspace sets before loading.
     let with_stack = unsafe { ptr::read_volatile(&raw const CONFIG.stacks) } != STACKS_NONE;
     let fill = move |entry| fill_futex_record(entry, call, event2, result, blocked);
-    match with_stack {
+    let written = match with_stack {
         true => emit_stacked(user_registers(), move |entry, _, _| fill(entry)),
         false => emit_with(fill),
     };
+    if !written {
+        count_lost();
+    }
 }
 
 /// Writes every byte of the record of the futex call in `call` into `record` (a ring entry),

@@ -56,11 +56,12 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    Completion, ERRNO_AT_OFFSET, FoundInRax, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID,
-    LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, ObjectRegister,
-    Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, ProgramConfig, RECORDING_SLOTS,
-    RawRecord, STACKS_ALL, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough, call_site_key,
-    events::{OBJECT_WORDS, ObjectSize},
+    Category, Completion, ERRNO_AT_OFFSET, FoundInRax, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO,
+    LIBRARY_ID, LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED,
+    ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, ProgramConfig,
+    RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough,
+    call_site_key,
+    events::{OBJECT_WORDS, ObjectSize, classify},
     object_layout::{GLIBC, count_one_more, is_recursive_mutex, spin_lock_was_held},
     record::{
         MAX_STACK_BYTES, RAW_RECORD_SIZE, RING_ENTRY_SIZE, STACK_COPY_UNIT, STACKED_RECORD_SIZE,
@@ -91,10 +92,23 @@ static STOPPED: HashMap<u32, u32, 16384, { BPF_F_NO_PREALLOC as usize }> = HashM
 static mut RECORDING: [u64; RECORDING_SLOTS as usize] = [0; RECORDING_SLOTS as usize];
 
 /// Whether the probe's event records now: checked first, so that a stopped or filtered-out
-/// event costs its trap and one load.
+/// event costs its trap and one load. A mutex probe records rmutex calls too: it runs if
+/// either event records, and its records of the other are discarded as they are written
+/// ([`selected`]).
 #[inline(always)]
 fn recording(cookie: &ProbeCookie) -> bool {
     recording_event(cookie.event1, cookie.event2)
+        || cookie.event1 == Category::Mutex as u16
+            && recording_event(Category::Rmutex as u16, cookie.event2)
+}
+
+/// Whether a filled record is of an event that records now: a mutex probe's record of a call
+/// on a recursive mutex is an rmutex call's (`classify`), which may not be selected.
+#[inline(always)]
+fn selected(record: *const RawRecord) -> bool {
+    // SAFETY: a whole record this run filled, in its ring entry or its thread's storage.
+    let (event1, event2) = classify(unsafe { &*record });
+    recording_event(event1, event2)
 }
 
 /// Whether the event of these codes records now.
@@ -278,10 +292,12 @@ const FREE: u32 = 0;
 /// oldest.
 const CALL_SLOTS: usize = 4;
 
-/// One thread's open calls.
+/// One thread's open calls, and where a record the ring could not take is filled all the same,
+/// to be counted as what it would have been ([`count_lost_call`]).
 #[repr(C)]
 struct Calls {
     slots: [Pending; CALL_SLOTS],
+    lost: RawRecord,
 }
 
 /// A task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`), which aya-ebpf does not define:
@@ -570,13 +586,8 @@ fn emit_whole(raw_cookie: u64, regs: *const pt_regs, task: *mut task_struct) {
         true => emit_stacked(regs, fill),
         false => emit_with(|entry| fill(entry, regs, task)),
     };
-    // Both halves were lost: each is a record, counted as such.
-    if !written
-        && ProbeCookie::decode(raw_cookie)
-            .flags
-            .has(ProbeFlags::PAIRED)
-    {
-        count_lost();
+    if !written {
+        count_lost_call(raw_cookie, regs, task, true);
     }
 }
 
@@ -641,7 +652,8 @@ unsafe fn set_completed_value(rval: *mut i64, completion: &Completion, regs: *co
 
 /// Writes a call's entry record into the ring, with the thread's stack when asked
 /// (`CONFIG.stacks`), and copies it to the open call's `slot` if there is one (null: none).
-/// Returns whether it was written. A call of its own, to keep the entry's frame small.
+/// Returns whether it was written (or discarded: of an event not selected); a record lost is
+/// counted. A call of its own, to keep the entry's frame small.
 #[inline(never)]
 fn emit_entry(
     raw_cookie: u64,
@@ -659,10 +671,14 @@ fn emit_entry(
             }
         }
     };
-    match with_stack(raw_cookie) {
+    let written = match with_stack(raw_cookie) {
         true => emit_stacked(regs, fill),
         false => emit_with(|entry| fill(entry, regs, task)),
+    };
+    if !written {
+        count_lost_call(raw_cookie, regs, task, false);
     }
+    written
 }
 
 /// Whether this hit is the C library's own call, not the program's (`ProbeFlags::CALLED_INSIDE`):
@@ -1007,10 +1023,17 @@ pub fn thr_return(ctx: RetProbeContext) -> u32 {
 #[inline(never)]
 fn emit_return(slot: *mut Pending, raw_cookie: u64, task: *mut task_struct, regs: *const pt_regs) {
     let fill = move |entry, regs, task| complete_from_slot(entry, slot, raw_cookie, task, regs);
-    match with_stack(raw_cookie) && written_at_return_only(ProbeCookie::decode(raw_cookie).flags) {
+    let written = match with_stack(raw_cookie)
+        && written_at_return_only(ProbeCookie::decode(raw_cookie).flags)
+    {
         true => emit_stacked(regs, fill),
         false => emit_with(|entry| fill(entry, regs, task)),
     };
+    // A return writes one record, of the kind the call's entry copied.
+    if !written {
+        // SAFETY: this thread's own slot, holding the open call's record.
+        count_lost_as(unsafe { ptr::addr_of!((*slot).record) });
+    }
 }
 
 /// Writes into `entry` the record of the open call in `slot`, completed by its return. A call
@@ -1215,8 +1238,9 @@ fn read_task<T>(task: *mut task_struct, offset: u64) -> T {
 }
 
 /// Reserves an entry for a [`RawRecord`] in this CPU's ring, has `fill` write it in place (no
-/// copy of it on the stack) and submits it; counts it lost if the ring is full. Returns
-/// whether it was written.
+/// copy of it on the stack) and submits it, or discards it if it is of an event not selected
+/// ([`selected`]). Returns whether it was written or discarded, not lost: the caller counts a
+/// record lost.
 #[inline(always)]
 fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
     // SAFETY: the helper takes no arguments.
@@ -1226,9 +1250,13 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
         Some((ring, entry))
     });
     let Some((ring, mut entry)) = reserved else {
-        return lost();
+        return ring_full();
     };
     fill(entry.as_mut_ptr());
+    if !selected(entry.as_ptr()) {
+        entry.discard(0);
+        return true;
+    }
     let ring = ptr::from_ref(ring).cast_mut().cast();
     let (wakeup, past_half) = before_submit(ring, entry.as_mut_ptr(), RING_ENTRY_SIZE as u64);
     entry.submit(wakeup);
@@ -1240,9 +1268,10 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
 
 /// Reserves an entry for a [`StackedRecord`] in this CPU's ring with room for the thread's
 /// live stack ([`stack_copy_size`]), has `fill` write the record in place, copies the stack
-/// after it and submits it; counts it lost if the ring is full. Returns whether it was
-/// written. The entry's size is known only as it is reserved, so it is a dynptr, kept in this
-/// call's own frame, which holds little else: `fill` is handed the registers and the task
+/// after it and submits it, or discards it if it is of an event not selected ([`selected`]);
+/// returns whether it was written or discarded, not lost: the caller counts a record lost.
+/// The entry's size is known only as it is reserved, so it is a dynptr, kept in this call's
+/// own frame, which holds little else: `fill` is handed the registers and the task
 /// rather than holding them, so that its captures stay small.
 #[inline(never)]
 fn emit_stacked(
@@ -1250,7 +1279,7 @@ fn emit_stacked(
     fill: impl FnOnce(*mut RawRecord, *const pt_regs, *mut task_struct),
 ) -> bool {
     let Some(ring) = this_cpus_ring() else {
-        return lost();
+        return ring_full();
     };
     let (reserved, top_hint) = stack_copy_size(ring, arch::stack_pointer(regs));
     let mut entry = MaybeUninit::<bpf_dynptr>::uninit();
@@ -1262,17 +1291,21 @@ fn emit_stacked(
         let size = STACKED_RECORD_SIZE as u32 + reserved;
         if generated::bpf_ringbuf_reserve_dynptr(ring, size, 0, entry) != 0 {
             generated::bpf_ringbuf_discard_dynptr(entry, 0);
-            return lost();
+            return ring_full();
         }
         let head = generated::bpf_dynptr_data(entry, 0, STACKED_RECORD_SIZE as u32)
             .cast::<StackedRecord>();
         if head.is_null() {
             generated::bpf_ringbuf_discard_dynptr(entry, 0);
-            return lost();
+            return ring_full();
         }
         (*head).stack.reserved = reserved;
         (*head).stack.top_hint = top_hint;
         fill(ptr::addr_of_mut!((*head).record), regs, current_task());
+        if !selected(ptr::addr_of!((*head).record)) {
+            generated::bpf_ringbuf_discard_dynptr(entry, 0);
+            return true;
+        }
         copy_stack(entry, ptr::addr_of_mut!((*head).stack), regs);
         // The size and the ring are found again rather than kept: kept across the calls
         // above, they would take room in this frame. The kernel's 8-byte header, and the size
@@ -1282,7 +1315,7 @@ fn emit_stacked(
         let entry_bytes = u64::from(size.next_multiple_of(8) + 8);
         let Some(ring) = this_cpus_ring() else {
             generated::bpf_ringbuf_discard_dynptr(entry, 0);
-            return lost();
+            return ring_full();
         };
         let (wakeup, past_half) =
             before_submit(ring, ptr::addr_of_mut!((*head).record), entry_bytes);
@@ -1305,13 +1338,47 @@ fn this_cpus_ring() -> Option<*mut core::ffi::c_void> {
         .map(|ring| ptr::from_ref(ring).cast_mut().cast())
 }
 
-/// A record the ring could not take: counted, and with `--lossless` its thread stopped.
-/// Returns false, for "not written".
+/// A record the ring could not take: with `--lossless` its thread is stopped. Returns false,
+/// for "not written"; the caller counts it, as what it would have been.
 #[inline(always)]
-fn lost() -> bool {
-    count_lost();
+fn ring_full() -> bool {
     stop_if_lossless();
     false
+}
+
+/// A call's record the ring could not take (its entry, or, `whole`, the record written where
+/// its fast path completed), filled in the thread's storage instead, to be counted as what it
+/// would have been ([`count_lost_as`]). A thread that has no storage and can get none has it
+/// counted as one record.
+#[inline(never)]
+fn count_lost_call(raw_cookie: u64, regs: *const pt_regs, task: *mut task_struct, whole: bool) {
+    let calls = CALLS.of(task, true);
+    if calls.is_null() {
+        count_lost();
+        return;
+    }
+    // SAFETY: this thread's own storage, which no other run uses while this one runs.
+    let record = unsafe { ptr::addr_of_mut!((*calls).lost) };
+    fill_entry(record, raw_cookie, regs, task);
+    if whole {
+        complete_whole(record, raw_cookie, regs);
+    }
+    count_lost_as(record);
+}
+
+/// Counts a record the ring could not take as what it would have been: one record, the two
+/// halves of a call ([`WHICH_BOTH_HALVES`]), or none if it is of an event not selected
+/// ([`selected`]: a mutex probe's call on the kind of mutex not traced).
+#[inline(never)]
+fn count_lost_as(record: *const RawRecord) {
+    if !selected(record) {
+        return;
+    }
+    // SAFETY: a whole record this run filled.
+    if unsafe { (*record).which } == WHICH_BOTH_HALVES {
+        count_lost();
+    }
+    count_lost();
 }
 
 /// Completes the `record` about to be submitted in an entry of `entry_bytes` of `ring`: the

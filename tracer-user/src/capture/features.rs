@@ -16,10 +16,10 @@ use aya_obj::generated::{
         self, BPF_FUNC_dynptr_data, BPF_FUNC_get_attach_cookie, BPF_FUNC_get_current_pid_tgid,
         BPF_FUNC_get_current_task_btf, BPF_FUNC_get_smp_processor_id, BPF_FUNC_ktime_get_ns,
         BPF_FUNC_map_delete_elem, BPF_FUNC_map_lookup_elem, BPF_FUNC_map_update_elem,
-        BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_discard_dynptr,
-        BPF_FUNC_ringbuf_query, BPF_FUNC_ringbuf_reserve, BPF_FUNC_ringbuf_reserve_dynptr,
-        BPF_FUNC_ringbuf_submit, BPF_FUNC_ringbuf_submit_dynptr, BPF_FUNC_send_signal_thread,
-        BPF_FUNC_task_pt_regs, BPF_FUNC_task_storage_get,
+        BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_discard,
+        BPF_FUNC_ringbuf_discard_dynptr, BPF_FUNC_ringbuf_query, BPF_FUNC_ringbuf_reserve,
+        BPF_FUNC_ringbuf_reserve_dynptr, BPF_FUNC_ringbuf_submit, BPF_FUNC_ringbuf_submit_dynptr,
+        BPF_FUNC_send_signal_thread, BPF_FUNC_task_pt_regs, BPF_FUNC_task_storage_get,
     },
     bpf_insn,
     bpf_map_type::{BPF_MAP_TYPE_ARRAY_OF_MAPS, BPF_MAP_TYPE_RINGBUF},
@@ -79,7 +79,7 @@ enum Ask {
 /// Every helper the programs call, each with what it gives them and the version that first
 /// offered it to kprobe (uprobe) programs; a test checks the object calls no other. Raw
 /// tracepoint programs call a few of them too, offered to both at the same time.
-const HELPERS: [(bpf_func_id, &str, &str); 20] = [
+const HELPERS: [(bpf_func_id, &str, &str); 21] = [
     (BPF_FUNC_map_lookup_elem, "map lookups", "4.1"),
     (BPF_FUNC_map_update_elem, "map updates", "4.1"),
     (BPF_FUNC_map_delete_elem, "map deletes", "4.1"),
@@ -95,6 +95,7 @@ const HELPERS: [(bpf_func_id, &str, &str); 20] = [
     (BPF_FUNC_send_signal_thread, "--lossless's stop", "5.5"),
     (BPF_FUNC_ringbuf_reserve, "BPF ring buffers", "5.8"),
     (BPF_FUNC_ringbuf_submit, "BPF ring buffers", "5.8"),
+    (BPF_FUNC_ringbuf_discard, "BPF ring buffers", "5.8"),
     (BPF_FUNC_ringbuf_query, "BPF ring buffers", "5.8"),
     (BPF_FUNC_task_storage_get, "task-local storage", "5.11"),
     (
