@@ -6,8 +6,8 @@
  *   the waiter says it has reached the round and waits on the word (FUTEX_WAIT_PRIVATE) while
  *   it is 0; the waker, once the waiter has reached the round and 20 us more have passed (so
  *   most waits sleep; whether one does is a race), sets the word to 1 and wakes one waiter
- *   (FUTEX_WAKE_PRIVATE); with PER_SECOND, round i starts no sooner than i / PER_SECOND
- *   seconds after the first (a paced load, for a rate a bench aims at). Prints
+ *   (FUTEX_WAKE_PRIVATE); with PER_SECOND, the waker ends round i no sooner than
+ *   i / PER_SECOND seconds after it started (a paced load, for a rate a bench aims at). Prints
  *   "woken_waits=N wakes_that_woke=M": the waits that returned 0, the wakes that returned 1.
  * mutex: THREADS threads each lock and unlock one mutex ITERS times, working a little inside
  *   and outside. Prints "done".

@@ -1690,7 +1690,7 @@ const TABLE: &[EventDef] = &[
         second: [Rval, Block, Zero, Zero, Zero],
     },
     // rmutex (event1 = 6): the pthread_mutex_* calls above on a PTHREAD_MUTEX_RECURSIVE mutex,
-    // recorded by the mutex probes and classified when decoded ([`classify`]).
+    // recorded by the mutex probes and classified as each record is written ([`classify`]).
     EventDef {
         category: Category::Rmutex,
         event2: 1,

@@ -11,7 +11,8 @@
 //! come between any two instructions of this one. Each program's frame stays under 64 bytes
 //! (a test checks), because the verifier gives a larger frame a per-CPU private stack on kernels
 //! that have them, which two such runs would share. So user memory is read straight into the
-//! ring entry or the slot, never through a buffer on the stack.
+//! ring entry, the slot, or the thread's record for what the ring could not take (to count it
+//! as what it would have been), never through a buffer on the stack.
 #![no_std]
 #![no_main]
 // The atomic intrinsics: the BPF target has no `Atomic*` types, but LLVM emits BPF atomics.
@@ -1029,11 +1030,31 @@ fn emit_return(slot: *mut Pending, raw_cookie: u64, task: *mut task_struct, regs
         true => emit_stacked(regs, fill),
         false => emit_with(|entry| fill(entry, regs, task)),
     };
-    // A return writes one record, of the kind the call's entry copied.
     if !written {
-        // SAFETY: this thread's own slot, holding the open call's record.
-        count_lost_as(unsafe { ptr::addr_of!((*slot).record) });
+        count_lost_return(slot, raw_cookie, task, regs);
     }
+}
+
+/// The return record of the open call in `slot` that the ring could not take, completed in the
+/// thread's storage as it would have been (a mutex's kind may be known only after its call,
+/// as `pthread_mutex_init`'s), and counted so ([`count_lost_as`]).
+#[inline(never)]
+fn count_lost_return(
+    slot: *mut Pending,
+    raw_cookie: u64,
+    task: *mut task_struct,
+    regs: *const pt_regs,
+) {
+    // The slot is in the thread's storage, which is there.
+    let calls = CALLS.of(task, false);
+    if calls.is_null() {
+        count_lost();
+        return;
+    }
+    // SAFETY: this thread's own storage, which no other run uses while this one runs.
+    let record = unsafe { ptr::addr_of_mut!((*calls).lost) };
+    complete_from_slot(record, slot, raw_cookie, task, regs);
+    count_lost_as(record);
 }
 
 /// Writes into `entry` the record of the open call in `slot`, completed by its return. A call
@@ -1253,13 +1274,19 @@ fn emit_with(fill: impl FnOnce(*mut RawRecord)) -> bool {
         return ring_full();
     };
     fill(entry.as_mut_ptr());
-    if !selected(entry.as_ptr()) {
-        entry.discard(0);
-        return true;
+    let selected = selected(entry.as_ptr());
+    if selected {
+        mark_gap(entry.as_mut_ptr());
     }
-    let ring = ptr::from_ref(ring).cast_mut().cast();
-    let (wakeup, past_half) = before_submit(ring, entry.as_mut_ptr(), RING_ENTRY_SIZE as u64);
-    entry.submit(wakeup);
+    // A discarded entry holds its room until the reader passes it: the ring fills as much.
+    let (wakeup, past_half) = fill_level(
+        ptr::from_ref(ring).cast_mut().cast(),
+        RING_ENTRY_SIZE as u64,
+    );
+    match selected {
+        true => entry.submit(wakeup),
+        false => entry.discard(wakeup),
+    }
     if past_half {
         stop_if_lossless();
     }
@@ -1302,11 +1329,10 @@ fn emit_stacked(
         (*head).stack.reserved = reserved;
         (*head).stack.top_hint = top_hint;
         fill(ptr::addr_of_mut!((*head).record), regs, current_task());
-        if !selected(ptr::addr_of!((*head).record)) {
-            generated::bpf_ringbuf_discard_dynptr(entry, 0);
-            return true;
+        let selected = selected(ptr::addr_of!((*head).record));
+        if selected {
+            copy_stack(entry, ptr::addr_of_mut!((*head).stack), regs);
         }
-        copy_stack(entry, ptr::addr_of_mut!((*head).stack), regs);
         // The size and the ring are found again rather than kept: kept across the calls
         // above, they would take room in this frame. The kernel's 8-byte header, and the size
         // rounded up to it.
@@ -1317,9 +1343,14 @@ fn emit_stacked(
             generated::bpf_ringbuf_discard_dynptr(entry, 0);
             return ring_full();
         };
-        let (wakeup, past_half) =
-            before_submit(ring, ptr::addr_of_mut!((*head).record), entry_bytes);
-        generated::bpf_ringbuf_submit_dynptr(entry, wakeup);
+        // A discarded entry holds its room until the reader passes it: the ring fills as much.
+        let (wakeup, past_half) = fill_level(ring, entry_bytes);
+        if selected {
+            mark_gap(ptr::addr_of_mut!((*head).record));
+            generated::bpf_ringbuf_submit_dynptr(entry, wakeup);
+        } else {
+            generated::bpf_ringbuf_discard_dynptr(entry, wakeup);
+        }
         if past_half {
             stop_if_lossless();
         }
@@ -1381,15 +1412,10 @@ fn count_lost_as(record: *const RawRecord) {
     count_lost();
 }
 
-/// Completes the `record` about to be submitted in an entry of `entry_bytes` of `ring`: the
-/// first record after a gap says how long the gap was, so that it is placed exactly. Returns
-/// the flags to submit it with, and whether the ring is past half full.
+/// Completes the `record` about to be submitted: the first record after a gap says how long
+/// the gap was, so that it is placed exactly.
 #[inline(always)]
-fn before_submit(
-    ring: *mut core::ffi::c_void,
-    record: *mut RawRecord,
-    entry_bytes: u64,
-) -> (u64, bool) {
+fn mark_gap(record: *mut RawRecord) {
     if let Some(pending) = LOST.get_ptr_mut(LOST_PENDING) {
         // SAFETY: per-CPU slot, as in `count_lost`; the entry is ours until submitted.
         unsafe {
@@ -1401,6 +1427,12 @@ fn before_submit(
             }
         }
     }
+}
+
+/// The flags to submit or discard an entry of `entry_bytes` of `ring` with, and whether the
+/// ring is past half full.
+#[inline(always)]
+fn fill_level(ring: *mut core::ffi::c_void, entry_bytes: u64) -> (u64, bool) {
     // Wake the reader at each sixteenth of the ring in use; otherwise it polls. Not at every
     // record: a wakeup is an interrupt, and a reader that is behind would get one per record.
     // SAFETY: `ring` is a ring buffer map of this CPU's slot.

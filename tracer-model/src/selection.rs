@@ -129,7 +129,8 @@ impl EventSet {
     }
 
     /// Whether the record with these codes is of an event in the set (a mutex probe records
-    /// both kinds, told apart when decoded); false for codes the table does not have.
+    /// both kinds, told apart by the mutex's kind: `classify`); false for codes the table does
+    /// not have.
     // Inlined across crates: the session asks it for every record.
     #[inline]
     pub fn selects(self, event1: u16, event2: u16) -> bool {

@@ -401,10 +401,11 @@ impl StackIds {
         Some(event)
     }
 
-    /// Process `pid` is gone: its stacks will not be seen again.
+    /// Process `pid` is gone: its stacks will not be seen again. Their events not yet written
+    /// stay: records drawn before the exit was written (a new process given the same pid) may
+    /// name them.
     pub fn forget(&mut self, pid: u32) {
         self.ids.retain(|&(p, _), _| p != pid);
-        self.unwritten.retain(|_, event| event.pid != pid);
     }
 }
 
@@ -431,7 +432,8 @@ mod tests {
     }
 
     /// A stack's event goes before the first record written that names it, stamped with that
-    /// record's time, whichever record was drawn first; once only, until its process is gone.
+    /// record's time, whichever record was drawn first; once only. A process gone has its
+    /// stacks named anew.
     #[test]
     fn a_stack_is_written_once_before_the_first_record_written_naming_it() {
         let mut ids = StackIds::default();
@@ -453,7 +455,9 @@ mod tests {
         assert_eq!((named, frames.len(), end.as_str()), (id, 0, LEFT_OUT));
         assert_eq!(ids.written_before(id, 6), None);
         ids.forget(43);
-        assert_eq!(ids.written_before(other, 7), None);
-        assert_ne!(ids.intern(43, Unwound::left_out()), other);
+        let anew = ids.intern(43, Unwound::left_out());
+        assert_ne!(anew, other);
+        assert!(ids.written_before(other, 7).is_some());
+        assert!(ids.written_before(anew, 7).is_some());
     }
 }

@@ -93,7 +93,7 @@ impl Session {
         // Before anything is created or attached: a kernel below the floor ends the run at once.
         let kernel_features = features::check()?;
         // The events whose probes record the selected ones: rmutex calls are recorded by the
-        // mutex probes (told apart when decoded).
+        // mutex probes (told apart by the mutex's kind as each record is written).
         let probed = config.events.probed();
         let recording = Recording::new(probed, config.events, config.stopped, config.contended);
         // The stream is created now: its start is stamped before any record can be (unless it
