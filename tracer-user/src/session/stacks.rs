@@ -396,6 +396,11 @@ impl StackIds {
     /// The event of stack `id`, stamped `time_ns`, if no record naming it has been written:
     /// the record about to be written, at `time_ns`, names it.
     pub fn written_before(&mut self, id: u32, time_ns: i64) -> Option<SystemEvent> {
+        // Asked for every record written: most name no stack, or one already written, and
+        // nothing waits; no lookup then.
+        if self.unwritten.is_empty() {
+            return None;
+        }
         let mut event = self.unwritten.remove(&id)?;
         event.time_ns = time_ns;
         Some(event)
