@@ -105,6 +105,10 @@ impl<W: PrintOutput> Printer<W> {
 }
 
 impl<W: PrintOutput> Sink for Printer<W> {
+    fn destinations(&self) -> Vec<String> {
+        vec!["standard output".to_owned()]
+    }
+
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         match self.format {
             DumpFormat::Tr => writeln!(self.out, "{}", Line(record))?,
@@ -342,10 +346,15 @@ fn record_json(name: &str, r: &TraceRecord) -> Json {
     })
 }
 
-/// A system event as one JSON object, as [`record_json`] writes a record's, with its payload's
-/// fields by name.
+/// A system event as one JSON object, with the keys of [`record_json`]'s and its payload's
+/// fields by name in `fields`, where they cannot take the place of those keys (a thread name
+/// event's `name`).
 fn system_json(e: &SystemEvent) -> Json {
-    let mut object = json!({
+    let fields: serde_json::Map<String, Json> = system_fields(e)
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+    json!({
         "type": "system",
         "name": e.kind.name(),
         PID: e.pid,
@@ -358,13 +367,8 @@ fn system_json(e: &SystemEvent) -> Json {
         WHICH: 0,
         "a": [0, 0, 0, 0, 0],
         "truncated": e.truncated,
-    });
-    if let Json::Object(map) = &mut object {
-        for (name, value) in system_fields(e) {
-            map.insert(name.to_owned(), value);
-        }
-    }
-    object
+        "fields": fields,
+    })
 }
 
 #[derive(Debug, Args)]
@@ -391,4 +395,92 @@ pub enum DumpFormat {
     Text,
     Tr,
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::Which;
+    use tracer_model::{TraceRecord, event::event_types};
+
+    use super::*;
+
+    /// The keys every object has, record or system event.
+    const KEYS: [&str; 11] = [
+        "type",
+        "name",
+        PID,
+        LWPID,
+        TID,
+        "time_ns",
+        "prog_address",
+        EVENT1,
+        EVENT2,
+        WHICH,
+        "a",
+    ];
+
+    fn keys(object: &Json) -> Vec<&str> {
+        let mut keys: Vec<&str> = object
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    fn sorted<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        let mut keys: Vec<&str> = keys.into_iter().collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    #[test]
+    fn every_event_type_keeps_its_name_and_the_common_keys() {
+        for event_type in event_types() {
+            let object = if event_type.is_system() {
+                let event = SystemEvent {
+                    time_ns: 1,
+                    pid: 2,
+                    lwpid: 3,
+                    truncated: false,
+                    kind: SystemKind::from_fields(&event_type.name, &[]),
+                };
+                let object = system_json(&event);
+                let fields = event_type.payload.iter().map(|f| f.name.as_str());
+                assert_eq!(
+                    keys(&object["fields"]),
+                    sorted(fields),
+                    "{}",
+                    event_type.name
+                );
+                assert_eq!(
+                    keys(&object),
+                    sorted(KEYS.into_iter().chain(["truncated", "fields"])),
+                );
+                assert_eq!(object["type"], "system");
+                object
+            } else {
+                let record = TraceRecord {
+                    sec: 1,
+                    nsec: 2,
+                    lwpid: 3,
+                    pid: 4,
+                    tid: 5,
+                    event1: event_type.event1,
+                    event2: event_type.event2,
+                    which: Which::Whole,
+                    a: [6; 5],
+                    caller: 7,
+                    stack: 8,
+                };
+                let object = record_json(&event_type.name, &record);
+                assert_eq!(keys(&object), sorted(KEYS.into_iter().chain([STACK])));
+                assert_eq!(object["type"], "event");
+                object
+            };
+            assert_eq!(object["name"], event_type.name.as_str(), "{object}");
+        }
+    }
 }
