@@ -31,8 +31,19 @@ fn a_pid_that_does_not_exist() {
 fn an_unknown_category_or_event_lists_the_valid_categories() {
     assert_rejected(
         &["--events", "mutex:locks", "--", "true"],
-        "unknown event or category 'locks': give categories (thread, mutex, cond, sema, rwlock, rmutex, barrier, spin, futex) or event names (mutex_lock, cond_wait, ...: the table in docs/events.md)",
+        "unknown event or category 'locks': give categories (thread, mutex, cond, sema, rwlock, rmutex, barrier, spin, futex), event names (mutex_lock, cond_wait, ...) or C library functions (pthread_mutex_lock, sem_wait, ...); `thrtrace-bpf list` lists them",
     );
+}
+
+/// Nothing a user types by accident traces the whole host: that takes -a, --events or
+/// --contended.
+#[test]
+fn a_bare_command_line_says_what_to_give() {
+    let expected = "say what to trace: -p PID, -- COMMAND, or -a for every process";
+    assert_rejected(&[], expected);
+    assert_rejected(&["--dir", "."], expected);
+    assert_rejected(&["--log", "host.ptl", "--duration", "1"], expected);
+    assert_rejected(&["-a", "-p", "1"], "cannot be used with");
 }
 
 #[test]

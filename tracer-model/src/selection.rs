@@ -24,11 +24,12 @@ pub enum SelectionError {
         name: String,
     },
     #[error(
-        "unknown event or category '{name}': give categories ({}) or event names (mutex_lock, \
-         cond_wait, ...: the table in docs/events.md)",
+        "unknown event or category '{name}': give categories ({}), event names (mutex_lock, \
+         cond_wait, ...) or C library functions (pthread_mutex_lock, sem_wait, ...); \
+         `thrtrace-bpf list` lists them",
         traced_categories()
     )]
-    /// Neither a category nor an event of the table.
+    /// Neither a category, nor an event of the table, nor a function one is recorded from.
     Unknown {
         /// The name given.
         name: String,
@@ -51,8 +52,9 @@ impl EventSet {
             .fold(Self::EMPTY, |set, event| set.with_row(row_of(event)))
     }
 
-    /// `--events` syntax (`THR_TRACE_EVENTS` too): categories (`mutex`) and event names
-    /// (`cond_wait`), separated by `:`; empty means a full trace's ([`EventSet::full_trace`]).
+    /// `--events` syntax (`THR_TRACE_EVENTS` too): categories (`mutex`), event names
+    /// (`cond_wait`) and C library functions (`pthread_cond_wait`), separated by `:` or `,`;
+    /// empty means a full trace's ([`EventSet::full_trace`]).
     pub fn parse(spec: &str) -> Result<Self, SelectionError> {
         let named = Self::parse_named(spec)?;
         Ok(match named.is_empty() {
@@ -78,20 +80,24 @@ impl EventSet {
 
     /// Like [`EventSet::parse`], but empty names nothing (a filter must name its events).
     pub fn parse_named(spec: &str) -> Result<Self, SelectionError> {
-        let mut set = Self::EMPTY;
-        for name in list_names(spec, ListSyntax::Events) {
-            if let Some(category) = Category::from_name(name) {
-                if !category.is_traced() {
-                    return Err(SelectionError::NoLinuxCounterpart { name: name.into() });
-                }
-                set = set.union(Self::of(category.events()));
-            } else if let Some(event) = EventDef::by_name(name) {
-                set = set.union(Self::of([event]));
-            } else {
-                return Err(SelectionError::Unknown { name: name.into() });
-            }
+        list_names(spec).try_fold(Self::EMPTY, |set, name| Ok(set.union(Self::named(name)?)))
+    }
+
+    /// The events one name of [`EventSet::parse_named`] stands for: a category's, or the event
+    /// of that name and every event the C library function of that name records
+    /// (`pthread_mutex_lock`: `mutex_lock` and `rmutex_lock`).
+    fn named(name: &str) -> Result<Self, SelectionError> {
+        if let Some(category) = Category::from_name(name) {
+            return match category.is_traced() {
+                true => Ok(Self::of(category.events())),
+                false => Err(SelectionError::NoLinuxCounterpart { name: name.into() }),
+            };
         }
-        Ok(set)
+        let named = Self::of(EVENTS.iter().filter(|e| e.name == name || e.symbol == name));
+        match named.is_empty() {
+            true => Err(SelectionError::Unknown { name: name.into() }),
+            false => Ok(named),
+        }
     }
 
     fn with_row(self, row: usize) -> Self {
@@ -164,18 +170,17 @@ impl EventSet {
         )
     }
 
-    /// `spec` (the [`EventSet::parse_named`] syntax) as `--contended` reads it: a category
-    /// stands for those of its events it traces, an event named alone must be one it traces.
-    /// The events it traces, and those asked for that it does not (an event named alone, or
-    /// every event of a category it traces none of).
+    /// `spec` (the [`EventSet::parse_named`] syntax) as `--contended` reads it: each name
+    /// stands for those of its events it traces. The events it traces, and those asked for
+    /// by a name it traces none of.
     pub fn parse_contended(spec: &str) -> Result<(Self, Self), SelectionError> {
         let mut traced = Self::EMPTY;
         let mut untraced = Self::EMPTY;
-        for name in list_names(spec, ListSyntax::Events) {
-            let asked = Self::parse_named(name)?;
+        for name in list_names(spec) {
+            let asked = Self::named(name)?;
             let kept = asked.contended();
             traced = traced.union(kept);
-            if Category::from_name(name).is_none() || kept.is_empty() {
+            if kept.is_empty() {
                 untraced = untraced.union(asked.difference(kept));
             }
         }
@@ -218,26 +223,14 @@ impl EventSet {
     }
 }
 
-/// What separates the names of `--events` (and of a controller's filter).
+/// What separates the names of `--events` (and of a controller's filter) as the tracer writes
+/// them; a comma does too when they are read ([`list_names`]).
 pub const SEPARATOR: char = ':';
 
-/// How a list of names is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ListSyntax {
-    /// `--events`: names separated by [`SEPARATOR`] only; a comma is part of a name, which is
-    /// then unknown.
-    Events,
-    /// The readers' lists (`dump --events`, `report --kind`): by [`SEPARATOR`] or by commas.
-    Readers,
-}
-
-/// The names of `list`, written as `syntax` says; empty names are skipped.
-pub fn list_names(list: &str, syntax: ListSyntax) -> impl Iterator<Item = &str> {
-    let separators: &[char] = match syntax {
-        ListSyntax::Events => &[SEPARATOR],
-        ListSyntax::Readers => &[SEPARATOR, ','],
-    };
-    list.split(separators).filter(|name| !name.is_empty())
+/// The names of a list (`--events`, a filter, `dump --events`, `report --kind`), separated by
+/// [`SEPARATOR`] or commas; empty names are skipped.
+pub fn list_names(list: &str) -> impl Iterator<Item = &str> {
+    list.split([SEPARATOR, ',']).filter(|name| !name.is_empty())
 }
 
 /// The row of `event` in the table.
@@ -314,6 +307,26 @@ mod tests {
             ]
         );
         assert!(EventSet::parse_contended("bogus").is_err());
+    }
+
+    #[test]
+    fn c_library_functions_and_commas_name_events_as_users_type_them() {
+        let parse = |spec| EventSet::parse(spec).unwrap();
+        assert_eq!(
+            parse("pthread_mutex_lock").names(),
+            ["mutex_lock", "rmutex_lock"]
+        );
+        assert_eq!(
+            parse("pthread_mutex_timedlock").names(),
+            ["pthread_mutex_timedlock", "rmutex_timedlock"]
+        );
+        assert_eq!(parse("sem_wait,cond"), parse("sema_wait:cond"));
+        assert_eq!(parse("futex,futex_wait").names(), parse("futex").names());
+        let (traced, untraced) = EventSet::parse_contended("pthread_mutex_lock,sem_post").unwrap();
+        assert_eq!(traced.names(), ["mutex_lock", "sema_post", "rmutex_lock"]);
+        assert!(untraced.is_empty());
+        let (_, untraced) = EventSet::parse_contended("pthread_mutex_trylock").unwrap();
+        assert_eq!(untraced.names(), ["mutex_trylock", "rmutex_trylock"]);
     }
 
     #[test]

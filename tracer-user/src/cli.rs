@@ -22,6 +22,7 @@ use crate::{
         socket::parse_trace_name,
     },
     error::{EXIT_FAILURE, EXIT_USAGE, OneLine, UsageError},
+    event_list,
     manual::{self, GenerateArgs, GenerateError},
     readers::{
         self, ReadError,
@@ -34,6 +35,7 @@ use crate::{
         report::{KindArg, ReportArgs},
         top::LiveView,
     },
+    say::StdoutError,
     session::{
         self, TraceError,
         config::{Config, LogOptions, Target},
@@ -47,7 +49,8 @@ use crate::{
     version,
     about = "Trace the pthread calls of running or launched processes into thread_trace(4) tr.* files \
              or a POSIX trace log",
-    after_help = "Examples:\n  sudo thrtrace-bpf -p 1234 --events mutex:cond --dir /tmp/trace\n  \
+    after_help = "Examples:\n  sudo thrtrace-bpf -p 1234 --events mutex,cond --dir /tmp/trace\n  \
+                  sudo thrtrace-bpf -a --contended --log host.ptl\n  \
                   sudo thrtrace-bpf --unbuffered -- ./server --port 8080\n  \
                   sudo thrtrace-bpf --log app.ptl -p 1234\n  \
                   thrtrace-bpf dump app.ptl",
@@ -61,8 +64,14 @@ pub struct Cli {
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
 
-    /// Colon-separated event categories or event names to trace, e.g. mutex:cond or
-    /// mutex_lock:cond_wait [default: all but futex]
+    /// Trace every process of the host (as `perf record -a`), which --events or --contended
+    /// also asks for when neither -p nor a command is given
+    #[arg(short = 'a', long, conflicts_with_all = ["pids", "command"])]
+    pub all: bool,
+
+    /// The events to trace: categories, event names or C library functions, separated by
+    /// commas or colons, e.g. mutex,cond or pthread_mutex_lock:sem_wait (`thrtrace-bpf list`
+    /// lists them) [default: all but futex]
     #[arg(short = 'e', long, env = "THR_TRACE_EVENTS", value_name = "EVENTS")]
     pub events: Option<String>,
 
@@ -253,6 +262,9 @@ pub enum Action {
     /// every second to fit the window; w, c, a sort by time waited, contended, acquired (< >
     /// step through them); q quits
     Top(TopArgs),
+    /// List the events --events takes: categories, events and the C library functions they
+    /// are recorded from, and what --contended records of each
+    List,
     /// Write the manual pages or a shell's completions (for `cargo xtask install`)
     #[command(hide = true)]
     Generate(GenerateArgs),
@@ -402,7 +414,14 @@ impl Cli {
         }
         let target = match (self.pids.is_empty(), self.command.is_empty()) {
             (false, false) => usage_bail!("give either -p PID or -- COMMAND, not both"),
-            (true, true) => Target::SystemWide,
+            (true, true) if self.all || self.events.is_some() || self.contended => {
+                Target::SystemWide
+            }
+            // A bare command line must not start a trace of the whole host by accident.
+            (true, true) => usage_bail!(
+                "say what to trace: -p PID, -- COMMAND, or -a for every process (--help lists \
+                 the options, `thrtrace-bpf list` the events)"
+            ),
             (false, true) => {
                 for &pid in &self.pids {
                     if pid == 0 || !targets::process_exists(pid) {
@@ -677,6 +696,8 @@ pub enum Failure {
     Ctl(#[from] CtlError),
     #[error(transparent)]
     Generate(#[from] GenerateError),
+    #[error(transparent)]
+    Print(#[from] StdoutError),
     #[error("cannot start the printer thread")]
     Printer(#[source] io::Error),
     /// Boxed: the session's errors are large, and every command returns a `Failure`.
@@ -698,7 +719,7 @@ impl Failure {
             Failure::Launch(error) => error.exit_code(),
             Failure::Read(error) => error.exit_code(),
             Failure::Ctl(error) => error.exit_code(),
-            Failure::Generate(_) | Failure::Printer(_) => EXIT_FAILURE,
+            Failure::Generate(_) | Failure::Print(_) | Failure::Printer(_) => EXIT_FAILURE,
             Failure::Trace(error) => error.exit_code(),
         }
     }
@@ -725,6 +746,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Some(Action::Ctl(args)) => control::client::run(args)?,
         Some(Action::Report(args)) => readers::report::run(args)?,
         Some(Action::Top(args)) => args.run()?,
+        Some(Action::List) => event_list::run()?,
         Some(Action::Generate(args)) => manual::generate(&args.what, Cli::command())?,
         None => cli.trace()?,
     })

@@ -15,6 +15,7 @@ mod attach;
 mod capture;
 mod cli;
 mod control;
+mod event_list;
 mod manual;
 mod place;
 mod priority;

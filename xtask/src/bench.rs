@@ -60,7 +60,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use tracer_common::{Category, EVENTS};
-use tracer_model::selection::{ListSyntax, list_names};
+use tracer_model::selection::list_names;
 
 pub mod against;
 pub mod guest;
@@ -1036,7 +1036,7 @@ fn workload_value(stdout: &[u8], key: &str) -> Result<f64> {
 /// child's libc, printing what the tr.* records hold.
 fn bpftrace_program(categories: &str) -> String {
     let mut program = String::new();
-    for category in list_names(categories, ListSyntax::Events).filter_map(Category::from_name) {
+    for category in list_names(categories).filter_map(Category::from_name) {
         for event in EVENTS.iter().filter(|e| e.category == category) {
             let (e1, e2, sym) = (category.code(), event.event2, event.symbol);
             program += &format!(

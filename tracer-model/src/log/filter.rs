@@ -2,7 +2,7 @@
 
 use crate::{
     event::{Event, EventType},
-    selection::{ListSyntax, list_names},
+    selection::list_names,
 };
 
 /// Events to read from a log; the default reads every event.
@@ -44,8 +44,7 @@ impl Filter {
     ///
     /// [`EventSet::parse_named`]: crate::selection::EventSet::parse_named
     pub fn events(mut self, names: &str) -> Self {
-        self.events
-            .extend(list_names(names, ListSyntax::Readers).map(str::to_owned));
+        self.events.extend(list_names(names).map(str::to_owned));
         self
     }
 

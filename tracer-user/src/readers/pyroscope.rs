@@ -183,6 +183,10 @@ impl Sink for ContentionPush {
         Ok(())
     }
 
+    fn destinations(&self) -> Vec<String> {
+        vec![format!("the Pyroscope server at {}", self.url)]
+    }
+
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
         if !self.profiler_failed {
             self.interval().analysis.record(record);

@@ -18,7 +18,7 @@ use tracer_model::{
         StackStats,
     },
     event::{Event, SystemEvent, SystemKind},
-    selection::{ListSyntax, list_names},
+    selection::list_names,
     stack::{Stack, StackShare, Stacks},
     tr::{self, parse_line},
 };
@@ -1180,7 +1180,7 @@ impl KindFilter {
             let all: Vec<&str> = LockKind::ALL.into_iter().map(LockKind::name).collect();
             all.join(", ")
         };
-        let kinds = list_names(text, ListSyntax::Readers)
+        let kinds = list_names(text)
             .map(|name| {
                 LockKind::ALL
                     .into_iter()

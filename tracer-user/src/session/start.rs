@@ -3,6 +3,8 @@
 //! control socket named before anything is attached, then the BPF object loaded, the targets
 //! attached, and the sinks started ([`Session::new`]).
 
+use std::{fmt, time::Duration};
+
 use foldhash::{HashSet, HashSetExt};
 use tracer_common::{Category, kfuncs};
 use tracer_model::{
@@ -180,6 +182,34 @@ impl Session {
                 flow.unwinder.prepare(pid);
             }
         }
+        let destinations = sinks.destinations();
+        // A trace with no destination is `top`'s, whose view says all this.
+        if !destinations.is_empty() {
+            let traced = match &config.target {
+                Target::SystemWide => "every process".to_owned(),
+                Target::Pids(_) => match attached_pids.as_slice() {
+                    [pid] => format!("pid {pid}"),
+                    pids => {
+                        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+                        format!("pids {}", pids.join(", "))
+                    }
+                },
+                Target::Command(command) => match launched_pid {
+                    Some(pid) => format!("{} (pid {pid})", command[0].to_string_lossy()),
+                    None => command[0].to_string_lossy().into_owned(),
+                },
+            };
+            let stops = Stops {
+                duration: config.duration,
+                control: controller.as_ref().map(|_| config.name.as_str()),
+                stopped: config.stopped,
+            };
+            say!(
+                "thrtrace-bpf: tracing {} of {traced} into {}; {stops}",
+                events_traced(config),
+                destinations.join(" and ")
+            );
+        }
         Ok(Session {
             datapath,
             probes,
@@ -198,6 +228,43 @@ impl Session {
             block_flushes: config.flush_on_block.map(BlockFlushes::new),
             found,
         })
+    }
+}
+
+/// The events of the line that says a trace has begun: `mutex, cond`, or `contended mutex`.
+fn events_traced(config: &Config) -> String {
+    let spec = config.events.spec().replace(':', ", ");
+    match config.contended {
+        true => format!("contended {spec}"),
+        false => spec,
+    }
+}
+
+/// How a trace that has begun will stop, as that line says it.
+struct Stops<'a> {
+    duration: Option<Duration>,
+    /// The trace's name, when `ctl` can reach it.
+    control: Option<&'a str>,
+    /// `--stopped`: recording waits for `ctl NAME start`.
+    stopped: bool,
+}
+
+impl fmt::Display for Stops<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (true, Some(name)) = (self.stopped, self.control) {
+            write!(
+                f,
+                "recording nothing until `thrtrace-bpf ctl {name} start`; "
+            )?;
+        }
+        if let Some(duration) = self.duration {
+            write!(f, "for {}; ", humantime::format_duration(duration))?;
+        }
+        write!(f, "Ctrl-C stops it")?;
+        if let Some(name) = self.control {
+            write!(f, ", as does `thrtrace-bpf ctl {name} shutdown`")?;
+        }
+        Ok(())
     }
 }
 

@@ -215,6 +215,10 @@ impl Sink for CtfTrace {
         }
     }
 
+    fn destinations(&self) -> Vec<String> {
+        vec![format!("a CTF trace in {}", self.dir.path().display())]
+    }
+
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         if let Some(mut stream) = self.streams.remove(&pid) {
             stream.write_packet(&self.dir, pid)?;

@@ -367,6 +367,10 @@ impl Sink for TraceLog {
         }
     }
 
+    fn destinations(&self) -> Vec<String> {
+        vec![format!("the log {}", self.shown.display())]
+    }
+
     fn finish(&mut self, end: &TraceEnd) -> io::Result<Summary> {
         if self.status.running {
             self.append_own(SystemKind::Stop { auto: 0 });

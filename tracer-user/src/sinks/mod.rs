@@ -235,6 +235,11 @@ pub trait Sink {
     fn state(&self) -> SinkState {
         SinkState::default()
     }
+    /// Where it writes, for the line that says a trace has begun ("tr files in /tmp/trace");
+    /// nothing for a sink that only watches, or that draws on the terminal.
+    fn destinations(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The process has exited and its last records have been written: complete its files.
     fn process_exited(&mut self, _pid: u32) -> io::Result<()> {
         Ok(())
@@ -290,6 +295,9 @@ impl<S: Sink + ?Sized> Sink for Sinks<S> {
             descriptions: states.iter().flat_map(|s| s.descriptions.clone()).collect(),
             status: states.iter().find_map(|s| s.status),
         }
+    }
+    fn destinations(&self) -> Vec<String> {
+        self.0.iter().flat_map(|s| s.destinations()).collect()
     }
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.process_exited(pid))

@@ -235,6 +235,10 @@ impl<S: Sink + Send + 'static> Sink for Threaded<S> {
         self.query(|sink| sink.state()).unwrap_or_default()
     }
 
+    fn destinations(&self) -> Vec<String> {
+        self.query(|sink| sink.destinations()).unwrap_or_default()
+    }
+
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         self.then(move |sink| sink.process_exited(pid))
     }

@@ -239,6 +239,10 @@ impl Sink for TrFiles {
         state(self.dir.path(), self.created.len())
     }
 
+    fn destinations(&self) -> Vec<String> {
+        vec![destination(self.dir.path())]
+    }
+
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         let pid = pid & tr::PID_MASK;
         let keys: Vec<FileKey> = self.open.keys().filter(|k| k.pid == pid).copied().collect();
@@ -258,6 +262,11 @@ pub(super) fn state(dir: &Path, created: usize) -> SinkState {
         descriptions: vec![format!("tr files in {} ({created} so far)", dir.display())],
         status: None,
     }
+}
+
+/// Where tr files in `dir` go, for the line that says a trace has begun.
+pub(super) fn destination(dir: &Path) -> String {
+    format!("tr files in {}", dir.display())
 }
 
 /// The summary line's words for `created` tr files in `dir`.

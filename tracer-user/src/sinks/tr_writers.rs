@@ -70,6 +70,10 @@ impl Sink for TrWriters {
         tr::state(&self.path, self.created().unwrap_or(0))
     }
 
+    fn destinations(&self) -> Vec<String> {
+        vec![tr::destination(&self.path)]
+    }
+
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
         self.writers
             .iter_mut()
