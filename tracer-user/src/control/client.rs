@@ -220,7 +220,8 @@ pub enum CtlOperation {
     Start,
     /// Record nothing; the probes stay placed
     Stop,
-    /// Change which events are recorded: categories or event names, colon-separated
+    /// Change which events are recorded: categories, event names or C library functions,
+    /// separated by commas or colons
     Filter {
         #[arg(value_enum)]
         how: FilterHow,

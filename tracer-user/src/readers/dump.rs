@@ -377,7 +377,8 @@ pub struct DumpArgs {
     /// object per line
     #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
     pub format: DumpFormat,
-    /// Only these event types or categories, colon-separated (e.g. mutex_lock:cond:system)
+    /// Only these event types or categories, separated by commas or colons (e.g.
+    /// mutex_lock,cond,system)
     #[arg(short = 'e', long, value_name = "EVENTS")]
     pub events: Option<String>,
     /// Only the events of this process (repeat for several)

@@ -256,7 +256,7 @@ impl Recording {
     ) -> Result<SystemEvent, String> {
         let named = self.named(events)?;
         if named.is_empty() {
-            return Err("name the events: categories or event names, colon-separated".into());
+            return Err("name the events: categories, event names or C library functions, separated by commas or colons".into());
         }
         if let Some(missing) = named.difference(self.recordable).events().next() {
             return Err(format!(
