@@ -905,6 +905,11 @@ pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufRead
             "{line:?}"
         );
     }
+    // Then the line that says the trace has begun (system-wide, it follows the libraries').
+    if !pids.is_empty() {
+        let line = read_line(&mut stderr);
+        assert!(line.contains("; Ctrl-C stops it"), "{line:?}");
+    }
     (tracer, stderr)
 }
 

@@ -2,7 +2,8 @@
 //! it never writes through a link planted there, replaces what an earlier run left, and
 //! creates files mode 0600 owned by the sudo user; a name held by anything
 //! but a regular file or a link is never replaced. `--log` destroys no file: one
-//! that is not a trace log is refused, an earlier log is kept as `FILE.old`.
+//! that is not a trace log is refused, an earlier log is kept as `FILE.old`; so does every
+//! file a reader writes (`report -o`, `--flamegraph`, `convert --to perfetto`).
 
 use std::{
     fs,
@@ -327,7 +328,7 @@ fn an_earlier_log_is_kept_as_file_old_and_links_are_refused() {
         refused(&run),
         "thrtrace-bpf: --log: app.ptl is a trace log, kept as app.ptl.old when a new one is \
          written, but app.ptl.old is a symbolic link, never replaced (remove it, or name \
-         another log)"
+         another file)"
     );
     assert_eq!(fs::read(dir.join("app.ptl")).unwrap(), logged);
     assert!(
@@ -340,7 +341,7 @@ fn an_earlier_log_is_kept_as_file_old_and_links_are_refused() {
     let run = log_contend(dir, "app.ptl.old", 1);
     assert_eq!(
         refused(&run),
-        "thrtrace-bpf: --log: app.ptl.old is a symbolic link: a log is never written through \
+        "thrtrace-bpf: --log: app.ptl.old is a symbolic link: a trace log is never written through \
          one, nor put in its place (name the file itself, or remove the link)"
     );
     fs::remove_file(dir.join("app.ptl.old")).unwrap();
@@ -350,4 +351,48 @@ fn an_earlier_log_is_kept_as_file_old_and_links_are_refused() {
     assert_eq!(fs::read(dir.join("app.ptl")).unwrap(), logged);
     assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
     assert_eq!(scratch.entries(), ["app.ptl", "link.ptl", "victim"]);
+}
+
+/// The readers' files follow `--log`'s rule: a file of another kind is refused in one line,
+/// before the log is read, and left as it was; an earlier one of their own kind is kept as
+/// `FILE.old`.
+#[test]
+fn a_reader_never_replaces_a_file_of_another_kind() {
+    let scratch = TempDir::new("reader_outputs");
+    let notes = b"notes that took a week to write\n";
+    fs::write(scratch.path().join("notes.txt"), notes).unwrap();
+    let fixture = thrtrace_tests::workspace_root().join("tests/fixtures/log-ids-by-table-row.ptl");
+    fs::copy(fixture, scratch.path().join("app.ptl")).unwrap();
+    let outputs: [&[&str]; 4] = [
+        &["report", "--format", "pprof", "-o", "notes.txt", "app.ptl"],
+        &["report", "--format", "folded", "-o", "notes.txt", "app.ptl"],
+        &["report", "--flamegraph", "notes.txt", "app.ptl"],
+        &["convert", "app.ptl", "--to", "perfetto", "notes.txt"],
+    ];
+    for args in outputs {
+        let run = run_tracer(scratch.path(), args);
+        let line = refused(&run);
+        assert!(
+            line.starts_with(
+                "thrtrace-bpf: cannot create notes.txt: notes.txt exists and is not a "
+            ) && line.ends_with(": it is left as it is (name a new file, or move it away)"),
+            "{args:?}: {line}"
+        );
+        assert_eq!(fs::read(scratch.path().join("notes.txt")).unwrap(), notes);
+    }
+    assert_eq!(scratch.entries(), ["app.ptl", "notes.txt"]);
+
+    // Written twice: the first is kept as FILE.old.
+    for _ in 0..2 {
+        let run = run_tracer(
+            scratch.path(),
+            &["convert", "app.ptl", "--to", "perfetto", "timeline.json"],
+        );
+        assert!(run.status.success(), "{run:?}");
+    }
+    let timeline = fs::read(scratch.path().join("timeline.json")).unwrap();
+    assert_eq!(
+        fs::read(scratch.path().join("timeline.json.old")).unwrap(),
+        timeline
+    );
 }

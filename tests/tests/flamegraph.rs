@@ -254,21 +254,33 @@ fn a_trace_without_stacks_says_so_and_writes_no_stack() {
             .contains("no contended wait has a call stack"),
         "{printed:?}"
     );
-    // A link at the name is replaced, never written through.
+    // A link at the name is refused, never written through nor replaced.
     std::fs::write(dir.path().join("kept"), "kept").unwrap();
     std::os::unix::fs::symlink("kept", dir.path().join("none.folded")).unwrap();
-    let written = run_tracer(
-        dir.path(),
-        &["report", "--format", "folded", "-o", "none.folded", &log],
+    let write = || {
+        run_tracer(
+            dir.path(),
+            &["report", "--format", "folded", "-o", "none.folded", &log],
+        )
+    };
+    let refused = write();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        refused.stderr.contains("none.folded is a symbolic link"),
+        "{refused:?}"
     );
-    assert_eq!(written.status.code(), Some(0), "{written:?}");
     assert_eq!(
         std::fs::read_to_string(dir.path().join("kept")).unwrap(),
         "kept"
     );
+    std::fs::remove_file(dir.path().join("none.folded")).unwrap();
+    assert_eq!(write().status.code(), Some(0));
     let folded = std::fs::symlink_metadata(dir.path().join("none.folded")).unwrap();
     assert!(folded.is_file() && folded.len() == 0, "{folded:?}");
     assert_eq!(folded.permissions().mode() & 0o777, 0o600);
+    // Written again: the empty one is kept as .old.
+    assert_eq!(write().status.code(), Some(0));
+    assert!(dir.path().join("none.folded.old").is_file());
     let drawn = run_tracer(dir.path(), &["report", "--flamegraph", "none.svg", &log]);
     assert_eq!(drawn.status.code(), Some(0), "{drawn:?}");
     assert_eq!(drawn.stderr.lines().count(), 1, "{drawn:?}");

@@ -19,7 +19,11 @@ use super::{
     report::KindArg,
     samples::{LockSamples, View},
 };
-use crate::{say::duration, symbolize::Location};
+use crate::{
+    say::duration,
+    sinks::output_dir::{FileKind, head, holds},
+    symbolize::Location,
+};
 
 /// How many processes a flame graph's title names; more are counted.
 const TITLED_PROCESSES: usize = 3;
@@ -29,6 +33,35 @@ const LOCK_COLOUR: Color = Color {
     r: 150,
     g: 190,
     b: 240,
+};
+
+/// Folded stacks' kind: a first line of frames, a space and a weight; or nothing, as written
+/// where no wait had a stack.
+pub static FOLDED: FileKind = FileKind {
+    name: "file of folded stacks",
+    is_one: |file| {
+        let head = head(file, 4096)?;
+        if head.is_empty() {
+            return Ok(true);
+        }
+        let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+        let mut parts = first.rsplitn(2, |&b| b == b' ');
+        Ok(match (parts.next(), parts.next()) {
+            (Some(weight), Some(stack)) => {
+                !stack.is_empty() && !weight.is_empty() && weight.iter().all(u8::is_ascii_digit)
+            }
+            _ => false,
+        })
+    },
+};
+
+/// A flame graph's kind: an SVG document.
+pub static FLAME_GRAPH: FileKind = FileKind {
+    name: "flame graph (SVG)",
+    is_one: |file| {
+        let head = head(file, 4096)?;
+        Ok(head.trim_ascii_start().starts_with(b"<?xml") && holds(&head, b"<svg"))
+    },
 };
 
 /// The folded stacks of `samples`, one line each, sorted.

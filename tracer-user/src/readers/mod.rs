@@ -28,7 +28,7 @@ use tracer_model::log::{Attributes, LogError, LogReader};
 use crate::{
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
     say::StdoutError,
-    sinks::output_dir::{OutputDir, split_file_path},
+    sinks::output_dir::{FileKind, OutputDir, ReplaceError, split_file_path},
 };
 
 /// Why a command that reads a trace failed.
@@ -129,23 +129,27 @@ fn output_place(path: &Path) -> Result<(OutputDir, String), ReadError> {
 }
 
 /// A file a report writes once its whole content is made: its directory opened and its name
-/// checked when the command starts, before the log is read, so that a mistyped path is said at
-/// once; created, as every file we write is (`OutputDir::create`), only with all of it to write.
+/// checked when the command starts, before the log is read, so that a mistyped path or a
+/// file that is not of its kind is said at once; created, as every file we write is
+/// (`OutputDir::create_kind`: an earlier one of its kind kept as `FILE.old`), only with all of
+/// it to write.
 pub struct OutputFile {
     dir: OutputDir,
     name: String,
     path: PathBuf,
+    kind: &'static FileKind,
 }
 
 impl OutputFile {
-    pub fn prepare(path: &Path) -> Result<OutputFile, ReadError> {
+    pub fn prepare(path: &Path, kind: &'static FileKind) -> Result<OutputFile, ReadError> {
         let (dir, name) = output_place(path)?;
-        dir.check_replaceable(&name)
+        dir.check_kind(&name, kind)
             .map_err(|error| cannot_create(path, error))?;
         Ok(OutputFile {
             dir,
             name,
             path: path.to_owned(),
+            kind,
         })
     }
 
@@ -158,7 +162,7 @@ impl OutputFile {
     pub fn write(self, bytes: &[u8]) -> Result<PathBuf, ReadError> {
         let (mut file, _) = self
             .dir
-            .create(&self.name)
+            .create_kind(&self.name, self.kind)
             .map_err(|error| cannot_create(&self.path, error))?;
         if let Err(source) = file.write_all(bytes) {
             return Err(ReadError::Write {
@@ -170,17 +174,67 @@ impl OutputFile {
     }
 }
 
-/// A file that cannot be created at `path`: a name held by what is never replaced (a
-/// directory, a device) is the user's to change, as a bad option is.
-fn cannot_create(path: &Path, error: io::Error) -> ReadError {
+/// A file that cannot be created at `path`: a name held by what is never replaced (a file of
+/// another kind, a link, a directory, a device) is the user's to change, as a bad option is.
+fn cannot_create(path: &Path, error: ReplaceError) -> ReadError {
     let path = path.to_owned();
-    match error.kind() {
-        io::ErrorKind::AlreadyExists => {
-            UsageError(format!("cannot create {}: {error}", path.display())).into()
+    match error {
+        ReplaceError::Io(source) if source.kind() != io::ErrorKind::AlreadyExists => {
+            ReadError::Create { path, source }
         }
-        _ => ReadError::Create {
-            path,
-            source: error,
-        },
+        refused => UsageError(format!("cannot create {}: {refused}", path.display())).into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{fs::File, io::Write as _};
+
+    use super::*;
+
+    /// Whether `kind` takes `bytes` for one of its files.
+    fn is_one(kind: &FileKind, bytes: &[u8]) -> bool {
+        let path = std::env::temp_dir().join(format!("thrtrace-kind-{}", std::process::id()));
+        File::create(&path).unwrap().write_all(bytes).unwrap();
+        let answer = (kind.is_one)(&File::open(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        answer
+    }
+
+    #[test]
+    fn each_kind_of_output_tells_its_own_files_from_others() {
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gzip.write_all(b"profile").unwrap();
+        let profile = gzip.finish().unwrap();
+        let svg = b"<?xml version=\"1.0\" standalone=\"no\"?><!DOCTYPE svg><svg version=\"1.1\">";
+        let own: [(&FileKind, &[u8]); 4] = [
+            (&pprof::PROFILE, &profile),
+            (
+                &flame::FOLDED,
+                b"main;work;lock 0x10 1200\nmain;lock 0x10 7\n",
+            ),
+            (&flame::FLAME_GRAPH, svg),
+            (
+                &perfetto::TIMELINE,
+                b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[]}",
+            ),
+        ];
+        let notes: &[u8] = b"notes that took a week to write\n";
+        for (kind, bytes) in own {
+            assert!(is_one(kind, bytes), "{}", kind.name);
+            assert!(!is_one(kind, notes), "{}", kind.name);
+            for (other, others) in own {
+                assert_eq!(
+                    is_one(kind, others),
+                    std::ptr::eq(kind, other),
+                    "{}",
+                    kind.name
+                );
+            }
+        }
+        assert!(
+            is_one(&flame::FOLDED, b""),
+            "written where no wait had a stack"
+        );
     }
 }

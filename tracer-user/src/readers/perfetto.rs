@@ -18,8 +18,20 @@ use tracer_model::{
 
 use super::{OutputFile, ReadError};
 use crate::{
-    sinks::{Sink, Summary, TraceEnd, Written},
+    sinks::{
+        Sink, Summary, TraceEnd, Written,
+        output_dir::{FileKind, head, holds},
+    },
     symbolize::{Mapping, Symbols},
+};
+
+/// A timeline's kind: Trace Event JSON, as this writes it.
+pub static TIMELINE: FileKind = FileKind {
+    name: "Perfetto timeline (Trace Event JSON)",
+    is_one: |file| {
+        let head = head(file, 4096)?;
+        Ok(head.starts_with(b"{") && holds(&head, b"\"traceEvents\":"))
+    },
 };
 
 /// The timeline of a trace, made as its events come and written to its file at the end.
@@ -42,7 +54,7 @@ impl PerfettoTimeline {
         let mut analysis = Analysis::new(true);
         analysis.timeline = Some(Timeline::default());
         Ok(PerfettoTimeline {
-            file: Some(OutputFile::prepare(path)?),
+            file: Some(OutputFile::prepare(path, &TIMELINE)?),
             analysis,
             processes: BTreeMap::new(),
             threads: BTreeMap::new(),

@@ -21,7 +21,10 @@ use super::{
     OutputFile, ReadError,
     samples::{LockSamples, View},
 };
-use crate::symbolize::{Location, Symbols};
+use crate::{
+    sinks::output_dir::{FileKind, head},
+    symbolize::{Location, Symbols},
+};
 
 /// What the profile says it is, in its comments.
 fn comment(view: View) -> &'static str {
@@ -137,6 +140,12 @@ pub fn encode(
     gzip.write_all(&profile.encode_to_vec())?;
     gzip.finish()
 }
+
+/// A profile's kind: gzip's magic, as `go tool pprof` writes its own too.
+pub static PROFILE: FileKind = FileKind {
+    name: "pprof profile",
+    is_one: |file| Ok(head(file, 2)? == [0x1f, 0x8b]),
+};
 
 /// Writes the profile of `samples`, of what `analysis` saw, to `file`; returns where it is.
 pub fn write(

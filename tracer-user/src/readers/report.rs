@@ -27,7 +27,7 @@ use crate::{
     error::UsageError,
     place::{NOT_RECORDED, Place},
     readers::{
-        OutputFile, ReadError, flame,
+        OutputFile, ReadError, flame, pprof,
         samples::{View, contention_samples, summary},
     },
     say::duration,
@@ -43,13 +43,20 @@ pub fn run(args: &ReportArgs) -> Result<i32, ReadError> {
     // Refused before the log is read: a profile and a flame graph are written, never printed;
     // tables are printed, never written. Clap refuses --format and -o beside --flamegraph.
     let export = match (args.format, &args.output, &args.flamegraph) {
-        (_, _, Some(svg)) => Some(Export::FlameGraph(OutputFile::prepare(svg)?)),
-        (ReportFormat::Pprof, Some(path), None) => Some(Export::Pprof(OutputFile::prepare(path)?)),
+        (_, _, Some(svg)) => Some(Export::FlameGraph(OutputFile::prepare(
+            svg,
+            &flame::FLAME_GRAPH,
+        )?)),
+        (ReportFormat::Pprof, Some(path), None) => {
+            Some(Export::Pprof(OutputFile::prepare(path, &pprof::PROFILE)?))
+        }
         (ReportFormat::Pprof, None, None) => {
             usage_bail!("--format pprof writes a binary profile: name its file with -o FILE")
         }
         (ReportFormat::Folded, path, None) => Some(Export::Folded(
-            path.as_deref().map(OutputFile::prepare).transpose()?,
+            path.as_deref()
+                .map(|path| OutputFile::prepare(path, &flame::FOLDED))
+                .transpose()?,
         )),
         (ReportFormat::Text | ReportFormat::Json, Some(_), None) => {
             usage_bail!("-o FILE is for --format pprof and folded: text and JSON are printed")

@@ -48,7 +48,7 @@ use crate::{
     error::{EXIT_FAILURE, EXIT_USAGE, UsageError},
     say::StdoutError,
     signals::{CatchError, TraceSignals},
-    sinks::{Sink, Sinks, Summary, log::LogNameError},
+    sinks::{Sink, Sinks, Summary, output_dir::ReplaceError},
     sys::SyscallError,
 };
 
@@ -88,7 +88,7 @@ pub enum TraceError {
     #[error("cannot create the log {}", .path.display())]
     CreateLog {
         path: std::path::PathBuf,
-        source: LogNameError,
+        source: ReplaceError,
     },
     #[error(transparent)]
     Stdout(#[from] StdoutError),

@@ -45,7 +45,7 @@ use crate::{
         Sink, Sinks,
         ctf::CtfTrace,
         descriptors,
-        log::{LogFile, TraceLog, check_log_name},
+        log::{LogFile, TRACE_LOG, TraceLog},
         output_dir::OutputDir,
         threaded::Threaded,
         tr::TrFiles,
@@ -72,7 +72,7 @@ impl Outputs {
         let log = match &config.log {
             Some(options) => {
                 let dir = OutputDir::open(&options.dir).map_err(|e| e.usage("for --log"))?;
-                if let Err(error) = check_log_name(&dir, &options.file_name) {
+                if let Err(error) = dir.check_kind(&options.file_name, &TRACE_LOG) {
                     usage_bail!("--log: {error}");
                 }
                 Some(dir)

@@ -15,7 +15,6 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use rustix::fs::FileType;
 use tracer_model::{
     TraceRecord,
     event::{Event, LossSource, NO_CPU, SystemEvent, SystemKind},
@@ -25,7 +24,10 @@ use tracer_model::{
     },
 };
 
-use super::{Buffering, Sink, SinkState, Summary, TraceEnd, output_dir::OutputDir};
+use super::{
+    Buffering, Sink, SinkState, Summary, TraceEnd,
+    output_dir::{FileKind, OutputDir, ReplaceError},
+};
 
 /// How often the `flush` policy writes the stream when it is not full.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -33,59 +35,12 @@ const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Packets of a stream are at most this share of it, so that `loop` drops little at a time.
 const PACKETS_PER_STREAM: u64 = 8;
 
-/// Why `--log FILE` cannot be written: whatever has the name is left as it is.
-#[derive(Debug, thiserror::Error)]
-pub enum LogNameError {
-    #[error(
-        "{0} is a symbolic link: a log is never written through one, nor put in its place \
-         (name the file itself, or remove the link)"
-    )]
-    Link(PathBuf),
-    #[error(
-        "{0} exists and is not a trace log: it is left as it is (name a new file, or move it \
-         away)"
-    )]
-    NotALog(PathBuf),
-    #[error(
-        "{log} is a trace log, kept as {old} when a new one is written, but {old} is a \
-         symbolic link, never replaced (remove it, or name another log)"
-    )]
-    OldIsLink { log: PathBuf, old: PathBuf },
-    /// Reading what has the name failed, or it is not a file (`OutputDir::check_replaceable`).
-    #[error(transparent)]
-    Io(#[from] io::Error),
-}
-
-/// The name an earlier trace log is kept under when `--log` names it again (as `perf record`
-/// keeps `perf.data.old`).
-fn old_log_name(name: &str) -> String {
-    format!("{name}.old")
-}
-
-/// What has the name `--log` gives, as long as writing the log may go on: nothing, or an
-/// earlier trace log, to be kept under [`old_log_name`] (whatever regular file had that name
-/// is replaced). Anything else is refused: a file that is not a trace log, a link (at either
-/// name), a device, FIFO, socket or directory.
-pub fn check_log_name(dir: &OutputDir, name: &str) -> Result<Option<String>, LogNameError> {
-    dir.check_replaceable(name)?;
-    match dir.file_type(name)? {
-        None => return Ok(None),
-        Some(FileType::Symlink) => return Err(LogNameError::Link(dir.shown(name))),
-        Some(_) => {}
-    }
-    if !is_trace_log(&dir.open_to_read(name)?)? {
-        return Err(LogNameError::NotALog(dir.shown(name)));
-    }
-    let old = old_log_name(name);
-    dir.check_replaceable(&old)?;
-    if dir.file_type(&old)? == Some(FileType::Symlink) {
-        return Err(LogNameError::OldIsLink {
-            log: dir.shown(name),
-            old: dir.shown(&old),
-        });
-    }
-    Ok(Some(old))
-}
+/// The log's kind: what `--log` keeps as `FILE.old`, as far as its first packet tells
+/// (`tracer_model::log::is_trace_log`).
+pub const TRACE_LOG: FileKind = FileKind {
+    name: "trace log",
+    is_one: is_trace_log,
+};
 
 /// A log file made for writing, new and empty.
 pub struct LogFile {
@@ -95,19 +50,11 @@ pub struct LogFile {
 }
 
 impl LogFile {
-    /// Creates the log `name` in `dir` (as `OutputDir::create` does), an earlier trace log
-    /// there first renamed to [`old_log_name`]; checked again now ([`check_log_name`]), as it
-    /// may have changed since the trace began.
-    pub fn create(dir: &OutputDir, name: &str) -> Result<LogFile, LogNameError> {
-        let kept = check_log_name(dir, name)?;
-        if let Some(old) = &kept {
-            dir.rename(name, old)?;
-        }
-        let (file, _) = dir.create(name)?;
-        Ok(LogFile {
-            file,
-            kept_old: kept.map(|old| dir.shown(&old)),
-        })
+    /// Creates the log `name` in `dir`, an earlier trace log there kept as `NAME.old`
+    /// ([`OutputDir::create_kind`]).
+    pub fn create(dir: &OutputDir, name: &str) -> Result<LogFile, ReplaceError> {
+        let (file, kept_old) = dir.create_kind(name, &TRACE_LOG)?;
+        Ok(LogFile { file, kept_old })
     }
 }
 

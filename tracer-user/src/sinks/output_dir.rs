@@ -45,6 +45,58 @@ pub struct FileIdentity {
     inode: u64,
 }
 
+/// A kind of file we write, told from any other by its beginning: where one is written, an
+/// earlier file of its kind is kept as `NAME.old` (as `perf record` keeps `perf.data.old`),
+/// and anything else that has the name is left as it is and the file refused.
+pub struct FileKind {
+    /// What it is called in messages ("trace log").
+    pub name: &'static str,
+    /// Whether `file` is one.
+    pub is_one: fn(&File) -> io::Result<bool>,
+}
+
+/// The first bytes of `file`, up to `len`, for a [`FileKind`]'s test.
+pub fn head(file: &File, len: usize) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(len);
+    file.take(len as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// Whether `bytes` hold `part`, for a [`FileKind`]'s test.
+pub fn holds(bytes: &[u8], part: &[u8]) -> bool {
+    bytes.windows(part.len()).any(|window| window == part)
+}
+
+/// Why a file of a [`FileKind`] cannot be written: whatever has its name is left as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplaceError {
+    #[error(
+        "{} is a symbolic link: a {kind} is never written through one, nor put in its place \
+         (name the file itself, or remove the link)",
+        .path.display()
+    )]
+    Link { path: PathBuf, kind: &'static str },
+    #[error(
+        "{} exists and is not a {kind}: it is left as it is (name a new file, or move it away)",
+        .path.display()
+    )]
+    Foreign { path: PathBuf, kind: &'static str },
+    #[error(
+        "{} is a {kind}, kept as {} when a new one is written, but {} is a symbolic link, never \
+         replaced (remove it, or name another file)",
+        .path.display(), .old.display(), .old.display()
+    )]
+    OldIsLink {
+        path: PathBuf,
+        old: PathBuf,
+        kind: &'static str,
+    },
+    /// Reading what has the name failed, or it is not a file (`OutputDir::check_replaceable`).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 /// Why the output directory cannot be used. The system's error is said within the message,
 /// before the advice `usage` adds, so it is not a source as well (a chain would say it twice).
 #[derive(Debug, thiserror::Error)]
@@ -277,6 +329,56 @@ impl OutputDir {
                 self.shown(name).display()
             ),
         ))
+    }
+
+    /// What has `name`, as long as a file of `kind` may be written there: nothing, or an
+    /// earlier one, to be kept under the name returned (whatever regular file had that name
+    /// is replaced). Anything else is refused: a file of another kind, a link (at either
+    /// name), a device, FIFO, socket or directory.
+    pub fn check_kind(&self, name: &str, kind: &FileKind) -> Result<Option<String>, ReplaceError> {
+        self.check_replaceable(name)?;
+        let link = |path| ReplaceError::Link {
+            path,
+            kind: kind.name,
+        };
+        match self.file_type(name)? {
+            None => return Ok(None),
+            Some(rustix::fs::FileType::Symlink) => return Err(link(self.shown(name))),
+            Some(_) => {}
+        }
+        if !(kind.is_one)(&self.open_to_read(name)?)? {
+            return Err(ReplaceError::Foreign {
+                path: self.shown(name),
+                kind: kind.name,
+            });
+        }
+        let old = format!("{name}.old");
+        self.check_replaceable(&old)?;
+        if self.file_type(&old)? == Some(rustix::fs::FileType::Symlink) {
+            return Err(ReplaceError::OldIsLink {
+                path: self.shown(name),
+                old: self.shown(&old),
+                kind: kind.name,
+            });
+        }
+        Ok(Some(old))
+    }
+
+    /// Creates `name`, a file of `kind`, new and empty, an earlier one there first renamed to
+    /// `NAME.old`; checked again now ([`OutputDir::check_kind`]), as it may have changed since
+    /// it was first checked. Returns the file and where the earlier one is kept, if there was
+    /// one.
+    pub fn create_kind(
+        &self,
+        name: &str,
+        kind: &FileKind,
+    ) -> Result<(File, Option<PathBuf>), ReplaceError> {
+        let kept = self.check_kind(name, kind)?;
+        if let Some(old) = &kept {
+            self.rename(name, old)?;
+        }
+        let (file, _) = self.create(name)?;
+        Ok((file, kept.map(|old| self.shown(&old))))
     }
 
     fn create_exclusive(&self, name: &str) -> io::Result<OwnedFd> {
