@@ -103,7 +103,9 @@ fn duration_ends_the_trace_and_leaves_the_command_running() {
     let status = tracer.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(
-        stderr.contains(&format!("the command (pid {pid}) is still running")),
+        stderr.contains(&format!(
+            "the command (pid {pid}) runs on, untraced, and its exit status is not the tracer's"
+        )),
         "{stderr}"
     );
     let files = read_trace(dir.path());

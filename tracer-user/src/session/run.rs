@@ -294,7 +294,11 @@ impl Session {
         let (launched_pid, launched_status) =
             (self.watched.launched_pid, self.watched.launched_status);
         if let (Some(pid), None) = (launched_pid, launched_status) {
-            say!("thrtrace-bpf: stopped tracing; the command (pid {pid}) is still running");
+            // Never ended by the tracer: tracing must not change what the command does.
+            say!(
+                "thrtrace-bpf: stopped tracing; the command (pid {pid}) runs on, untraced, and \
+                 its exit status is not the tracer's (kill {pid} ends it)"
+            );
         }
         let controller = self.controller.take();
         let shutdown_answers = std::mem::take(&mut self.clock.shutdown_answers);
