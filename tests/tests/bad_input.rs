@@ -66,7 +66,8 @@ fn a_directory_that_does_not_exist() {
 fn a_directory_that_is_not_writable() {
     assert_rejected(
         &["--dir", "/proc", "--", "true"],
-        "trace directory /proc is not writable",
+        "trace directory /proc is not writable (its file system takes no new files): choose \
+         another with --dir",
     );
 }
 
@@ -99,7 +100,8 @@ fn a_command_that_is_not_found_on_path_exits_127() {
     let run = run_tracer(cwd.path(), &["--", "no-such-command-thrtrace"]);
     assert_eq!(run.status.code(), Some(127), "{run:?}");
     assert!(
-        run.stderr.contains("cannot run 'no-such-command-thrtrace'"),
+        run.stderr
+            .contains("cannot run 'no-such-command-thrtrace': No such file or directory"),
         "{run:?}"
     );
 }
@@ -122,4 +124,29 @@ fn a_consumer_thread_count_out_of_range() {
         &["--consumer-threads", "0", "--", "true"],
         "invalid value '0' for '--consumer-threads <N>': 0 is not in 1..=64",
     );
+}
+
+/// What a reader is given that is not a trace is said for what it is, in one line, exit 2.
+#[test]
+fn an_empty_log_or_a_binary_tr_file_is_said_for_what_it_is() {
+    let cwd = TempDir::new("not-a-trace");
+    std::fs::write(cwd.path().join("empty.ptl"), b"").unwrap();
+    let trace = cwd.path().join("trace");
+    std::fs::create_dir(&trace).unwrap();
+    std::fs::write(trace.join("tr.0000001.001"), b"\x7fELF\x02\x01\x01\xff\xfe").unwrap();
+    for (args, expected) in [
+        (
+            ["report", "empty.ptl"],
+            "cannot read empty.ptl: the file is empty: not a thrtrace-bpf trace log",
+        ),
+        (
+            ["report", "trace"],
+            "trace/tr.0000001.001: not a tr file: it holds bytes that are not text",
+        ),
+    ] {
+        let run = run_tracer(cwd.path(), &args);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {run:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {run:?}");
+        assert!(run.stderr.contains(expected), "{args:?}: {}", run.stderr);
+    }
 }

@@ -170,7 +170,7 @@ fn a_flipped_byte_before_the_end_is_an_error_naming_its_packet() {
 fn foreign_files_and_other_versions_are_refused_clearly() {
     let log = TempLog::new("foreign");
     std::fs::write(&log.0, b"").unwrap();
-    assert!(matches!(log.open(), Err(LogError::NotALog)));
+    assert!(matches!(log.open(), Err(LogError::Empty)));
     std::fs::write(&log.0, b"1700000000:1:2:3:4:5:6:7:8:9:10:11:12\n").unwrap();
     assert!(matches!(log.open(), Err(LogError::NotALog)));
     write_log(&log.0, &metadata(None, LogFullPolicy::Append), 1, 1, true);

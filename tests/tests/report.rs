@@ -476,6 +476,44 @@ fn an_ab_ba_deadlock_is_said_once_with_both_threads_and_lines() {
     );
 }
 
+/// Under --contended the locks a deadlock's threads hold were taken without waiting, which is
+/// not recorded: said so, not as if they were taken before the trace began.
+#[test]
+fn a_deadlock_under_contended_says_its_locks_were_taken_without_waiting() {
+    if !bpf_available("deadlock_contended") {
+        return;
+    }
+    let (said, _, dir, _, _) = deadlock("after", &["--contended"]);
+    assert_eq!(
+        said.matches("taken without waiting (which --contended does not record)")
+            .count(),
+        2,
+        "{said}"
+    );
+    let report = run_tracer(dir.path(), &["report", "app.ptl"]);
+    assert!(report.status.success(), "{report:?}");
+    assert_eq!(
+        report
+            .stdout
+            .matches("(taken without waiting, which --contended does not record)")
+            .count(),
+        2,
+        "{}",
+        report.stdout
+    );
+    assert!(!report.stdout.contains("before the trace began"));
+    // Nor does it know how long a lock was held.
+    let by_hold = run_tracer(dir.path(), &["report", "--sort", "hold", "app.ptl"]);
+    assert_eq!(by_hold.status.code(), Some(2), "{by_hold:?}");
+    assert_eq!(by_hold.stderr.lines().count(), 1, "{by_hold:?}");
+    assert!(
+        by_hold
+            .stderr
+            .contains("--sort hold: app.ptl records no hold times"),
+        "{by_hold:?}"
+    );
+}
+
 #[test]
 fn a_lock_taken_before_attach_is_owned_as_glibc_says() {
     if !bpf_available("deadlock_before_attach") {

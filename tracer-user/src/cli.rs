@@ -179,8 +179,8 @@ pub struct Cli {
 
     /// How to hook the kernel's futex calls (the futex category): fentry (only futex calls of
     /// other processes pay), syscall-tracepoints (every syscall of the machine takes a slower
-    /// path), raw-syscalls (every syscall also runs a compare) [default: auto, the first of
-    /// these that works]
+    /// path), raw-syscalls (every syscall also runs a compare); auto: the first of these that
+    /// works
     #[arg(long, value_name = "HOOK", value_enum, default_value = "auto")]
     pub futex_hook: FutexHookChoice,
 

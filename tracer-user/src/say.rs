@@ -22,6 +22,16 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
+/// `count` of `noun`, its plural as English makes it for ours: "1 file", "4 files",
+/// "2 processes".
+pub fn counted(count: impl Into<u64>, noun: &str) -> String {
+    match count.into() {
+        1 => format!("1 {noun}"),
+        count if noun.ends_with('s') => format!("{count} {noun}es"),
+        count => format!("{count} {noun}s"),
+    }
+}
+
 /// A command's output could not be written.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write to standard output")]
@@ -51,4 +61,14 @@ pub fn print(text: impl AsRef<[u8]>) -> Result<(), StdoutError> {
 pub enum OutputFormat {
     Text,
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(super::counted(1u64, "file"), "1 file");
+        assert_eq!(super::counted(0u64, "lock"), "0 locks");
+        assert_eq!(super::counted(2u64, "process"), "2 processes");
+    }
 }

@@ -23,6 +23,9 @@ pub enum LogError {
     /// The file is not a trace log.
     #[error("not a thrtrace-bpf trace log: it does not begin with a log's metadata packet")]
     NotALog,
+    /// The file is empty: a log is never, from its first write on.
+    #[error("the file is empty: not a thrtrace-bpf trace log (or one whose tracer wrote nothing)")]
+    Empty,
     #[error(
         "log format version {found}; this thrtrace-bpf reads version {FORMAT_VERSION}: \
          read it with the thrtrace-bpf that wrote it"
@@ -193,6 +196,9 @@ impl LogReader {
     /// Reads the log open as `file`, from its metadata.
     pub fn from_file(file: File) -> Result<LogReader, LogError> {
         let file_len = file.metadata()?.len();
+        if file_len == 0 {
+            return Err(LogError::Empty);
+        }
         let mut magic = [0u8; 4];
         if file.read_exact_at(&mut magic, 0).is_err() || magic != MAGIC {
             return Err(LogError::NotALog);

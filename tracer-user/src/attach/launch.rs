@@ -70,9 +70,10 @@ impl LaunchError {
 
 /// Fails as the shell would if `program` cannot be run: not found on PATH, or not executable.
 pub fn check_runnable(program: &OsStr) -> Result<(), LaunchError> {
-    let error = |kind: io::ErrorKind| LaunchError::CannotRun {
+    // Said as the shell says it, not as `io::ErrorKind` names it ("entity not found").
+    let error = |errno: i32| LaunchError::CannotRun {
         command: program.to_string_lossy().into_owned(),
-        source: io::Error::from(kind),
+        source: io::Error::from_raw_os_error(errno),
     };
     let candidates: Vec<PathBuf> = if program.as_bytes().contains(&b'/') {
         vec![PathBuf::from(program)]
@@ -83,11 +84,11 @@ pub fn check_runnable(program: &OsStr) -> Result<(), LaunchError> {
             .collect()
     };
     let Some(found) = candidates.iter().find(|c| c.is_file()) else {
-        return Err(error(io::ErrorKind::NotFound));
+        return Err(error(libc::ENOENT));
     };
     let mode = found.metadata().map_or(0, |m| m.permissions().mode());
     if mode & 0o111 == 0 {
-        return Err(error(io::ErrorKind::PermissionDenied));
+        return Err(error(libc::EACCES));
     }
     Ok(())
 }

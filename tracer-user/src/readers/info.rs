@@ -15,7 +15,7 @@ use tracer_model::{
 };
 
 use super::{ReadError, timestamp};
-use crate::say::OutputFormat;
+use crate::say::{OutputFormat, counted};
 
 /// Prints the summary; returns the exit status.
 pub fn run(args: &InfoArgs) -> Result<i32, ReadError> {
@@ -120,11 +120,11 @@ impl Summary {
         }
         writeln!(
             out,
-            "events:          {} thread events from {} processes, {} threads; {} system events",
-            self.thread_events,
-            self.pids.len(),
-            self.lwpids.len(),
-            self.system_events
+            "events:          {} from {}, {}; {}",
+            counted(self.thread_events, "thread event"),
+            counted(self.pids.len() as u64, "process"),
+            counted(self.lwpids.len() as u64, "thread"),
+            counted(self.system_events, "system event")
         )?;
         let lost: Vec<String> = self
             .lost

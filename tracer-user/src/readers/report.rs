@@ -30,7 +30,7 @@ use crate::{
         OutputFile, ReadError, flame, pprof,
         samples::{View, contention_samples, summary},
     },
-    say::duration,
+    say::{counted, duration},
     symbolize::{Location, LockName, Mapping, Symbols},
 };
 
@@ -108,6 +108,13 @@ pub fn run(args: &ReportArgs) -> Result<i32, ReadError> {
             summary(&samples, args.view, &args.kinds, written.as_deref())
         );
         return Ok(0);
+    }
+    if args.sort == ReportSort::Hold && analysis.contended_only {
+        usage_bail!(
+            "--sort hold: {} records no hold times (a lock taken without waiting is not \
+             recorded): sort by wait, contended or acquisitions",
+            args.input.display()
+        );
     }
     let report = Report::build(&mut analysis, &mut symbols, &stacks, args);
     let text = match args.format {
@@ -207,7 +214,14 @@ fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>, ReadError> {
             continue;
         }
         let path = entry.path();
-        let text = std::fs::read_to_string(&path).map_err(unreadable(&path))?;
+        let bytes = std::fs::read(&path).map_err(unreadable(&path))?;
+        let Ok(text) = String::from_utf8(bytes) else {
+            usage_bail!(
+                "{}: not a tr file: it holds bytes that are not text (a tr file is lines of \
+                 colon-separated numbers)",
+                path.display()
+            );
+        };
         for (n, line) in text.lines().enumerate() {
             let record = parse_line(line).map_err(|error| {
                 UsageError(format!(
@@ -572,7 +586,8 @@ impl Report {
 
     fn text(&self, args: &ReportArgs) -> String {
         let mut out = String::new();
-        if !self.callers_known {
+        // Nothing to place yet (`top`'s first frame, before any mapping came): nothing to say.
+        if !self.callers_known && !self.locks.is_empty() {
             out += "callers: unknown (tr files and logs without mappings have no caller \
                     addresses; a trace log has them)\n";
         }
@@ -601,6 +616,9 @@ impl Report {
             );
             for t in &deadlock.threads {
                 let locked_at = match t.locked_at.unknown {
+                    Some(NOT_RECORDED) if self.contended_only => {
+                        "taken without waiting, which --contended does not record".to_owned()
+                    }
                     Some(NOT_RECORDED) => "taken before the trace began".to_owned(),
                     _ => format!("locked at {}", t.locked_at),
                 };
@@ -1035,8 +1053,8 @@ fn callers_text(out: &mut String, callers: &[CallerRow]) {
         };
         let _ = writeln!(
             out,
-            "    {place}: {} calls, waited {}",
-            caller.count,
+            "    {place}: {}, waited {}",
+            counted(caller.count, "call"),
             duration(caller.wait_total_ns)
         );
     }

@@ -12,7 +12,10 @@ use tracer_model::{
 };
 
 use super::report::{KindArg, lock_name, stack_frames};
-use crate::symbolize::{Location, Symbols};
+use crate::{
+    say::counted,
+    symbolize::{Location, Symbols},
+};
 
 /// Which stacks the samples are of.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -121,9 +124,10 @@ pub fn summary(
 ) -> String {
     let count: usize = samples.iter().map(|lock| lock.stacks.len()).sum();
     let mut summary = format!(
-        "{count} samples ({} view) on {} locks",
+        "{} ({} view) on {}",
+        counted(count as u64, "sample"),
         view.name(),
-        samples.len()
+        counted(samples.len() as u64, "lock")
     );
     if let Some(path) = path {
         summary += &format!(" in {}", path.display());

@@ -150,6 +150,12 @@ impl DeadlockWatch {
                     format!("{} ({})", holder.lwpid, self.name(holder.pid, holder.lwpid));
                 let by = match (waiter.waits_to_be_woken, holder.locked_at) {
                     (true, _) => format!("which only {holder_named} ever woke"),
+                    // Under --contended an uncontended acquisition is not recorded: the lock
+                    // may have been taken at any time, traced or not.
+                    (false, 0) if self.analysis.contended_only => format!(
+                        "held by {holder_named}, taken without waiting (which --contended does \
+                         not record) at an unknown place"
+                    ),
                     (false, 0) => format!(
                         "held by {holder_named} since before the trace began, locked at an \
                          unknown place"

@@ -114,6 +114,13 @@ impl Session {
         let controller = control_socket(config)?;
         descriptors::raise_limit();
         let (mut datapath, mechanism) = load(config, &kernel_features, &recording)?;
+        // Said now, not as it failed: a user without the privileges to trace is told that
+        // alone, in one line, by the load.
+        let controller = controller
+            .inspect_err(|error| {
+                say!("thrtrace-bpf: {error}; the trace cannot be controlled with `ctl`");
+            })
+            .ok();
         let mut probes = Probes::new(probed, plan_options(config), mechanism, thread_descriptors)?;
         let symbols = probes.symbols();
         let Attached {
@@ -592,8 +599,9 @@ fn plan_options(config: &Config) -> PlanOptions {
 }
 
 /// The trace's control socket, listening (in the runtime's context). A name that another
-/// trace has is an error; a socket that cannot be made is one only if `--name` asked for it.
-fn control_socket(config: &Config) -> Result<Option<Controller>> {
+/// trace has is an error; a socket that cannot be made is one only if `--name` asked for it,
+/// else the inner error, said once the trace is sure to start.
+fn control_socket(config: &Config) -> Result<Result<Controller, ControlError>> {
     let socket = RuntimeDir::open(true).and_then(|dir| dir.listen(&config.name));
     match socket {
         Ok(socket) => {
@@ -602,14 +610,11 @@ fn control_socket(config: &Config) -> Result<Option<Controller>> {
                 "cannot listen on {}",
                 shown.display()
             )))?;
-            Ok(Some(controller))
+            Ok(Ok(controller))
         }
         Err(error @ ControlError::NameTaken { .. }) => Err(UsageError(error.to_string()).into()),
         Err(error) if config.name_given => Err(error.into()),
-        Err(error) => {
-            say!("thrtrace-bpf: {error}; the trace cannot be controlled with `ctl`");
-            Ok(None)
-        }
+        Err(error) => Ok(Err(error)),
     }
 }
 

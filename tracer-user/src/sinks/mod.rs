@@ -26,6 +26,8 @@ use std::{fmt, io, path::PathBuf};
 
 use tracer_model::{TraceRecord, event::SystemEvent, log::Status};
 
+use crate::say::counted;
+
 /// What a sink is doing, for `ctl status`.
 #[derive(Clone, Debug, Default)]
 pub struct SinkState {
@@ -103,7 +105,14 @@ pub enum Written {
 impl fmt::Display for Written {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Written::TrFiles { created, dir } => write!(f, "{created} files in {}", dir.display()),
+            Written::TrFiles { created, dir } => {
+                write!(
+                    f,
+                    "{} in {}",
+                    counted(*created as u64, "file"),
+                    dir.display()
+                )
+            }
             Written::Log {
                 events,
                 path,
@@ -169,7 +178,10 @@ impl fmt::Display for Written {
                 path,
             } => write!(
                 f,
-                "{slices} slices, {wakes} wakeups on {threads} threads in {}",
+                "{}, {} on {} in {}",
+                counted(*slices as u64, "slice"),
+                counted(*wakes as u64, "wakeup"),
+                counted(*threads as u64, "thread"),
                 path.display()
             ),
             Written::LiveView => write!(f, "the live view"),

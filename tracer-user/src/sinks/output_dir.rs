@@ -103,8 +103,17 @@ pub enum ReplaceError {
 pub enum OutputDirError {
     #[error("trace directory {path}: {io_error}")]
     Open { path: PathBuf, io_error: io::Error },
-    #[error("trace directory {path} is not writable ({io_error})")]
+    #[error("trace directory {path} is not writable ({})", refusal(.io_error))]
     NotWritable { path: PathBuf, io_error: io::Error },
+}
+
+/// Why a directory took no file: a file system that makes none (`/proc`, `/sys`) says the
+/// name does not exist, which would read as if the directory did not.
+fn refusal(error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::NotFound => "its file system takes no new files".to_owned(),
+        _ => error.to_string(),
+    }
 }
 
 impl OutputDirError {
