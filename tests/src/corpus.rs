@@ -1,6 +1,8 @@
 //! Logs made with the product's own `LogWriter` for tests, and the malformed-log corpus: named
 //! logs, each made from a good one by one kind of damage, that every reader must refuse with an error: the Rust
-//! API, every CLI command, the C API, and the fuzzer, which starts from them.
+//! API, every CLI command, the C API, and the fuzzer, which starts from them. A good log cut
+//! short past its metadata is no such damage: every reader reads its whole packets
+//! ([`cut_short`]).
 //!
 //! Most damage is made behind the packet checksums (the CRC is computed again), so that it
 //! reaches the checks after them: a reader must not rely on the CRC alone.
@@ -232,6 +234,30 @@ fn with_metadata(good: &[u8], json: &[u8], seq: u64) -> Vec<u8> {
     bytes
 }
 
+/// The good log closed and then cut short past its metadata (a partial copy, a full disk), by
+/// name, with the thread events of its whole packets, which every reader returns.
+pub fn cut_short(scratch: &Path) -> Vec<(&'static str, Vec<u8>, usize)> {
+    let good = good_log(scratch);
+    let at = packets(&good);
+    let (metadata, first, second, status) = (at[0], at[1], at[2], at[4]);
+    let cut = |end: usize| good[..end].to_vec();
+    let per_packet = PER_PACKET as usize;
+    let all = (PACKETS * PER_PACKET) as usize;
+    vec![
+        ("cut-after-metadata", cut(metadata.1), 0),
+        ("cut-in-events-header", cut(first.0 + 12), 0),
+        ("cut-in-events-context", cut(first.0 + HEADER_LEN + 8), 0),
+        (
+            "cut-in-an-entry",
+            cut(first.0 + HEADER_LEN + CONTEXT_LEN + 20),
+            0,
+        ),
+        ("cut-between-packets", cut(second.0), per_packet),
+        ("cut-before-status", cut(status.0), all),
+        ("cut-in-status", cut(status.0 + status.1 - 3), all),
+    ]
+}
+
 /// Every malformed log of the corpus, by name.
 pub fn corpus(scratch: &Path) -> Vec<(&'static str, Vec<u8>)> {
     let good = good_log(scratch);
@@ -280,13 +306,6 @@ pub fn corpus(scratch: &Path) -> Vec<(&'static str, Vec<u8>)> {
         ("cut-in-metadata-header", cut(10)),
         ("cut-after-metadata-header", cut(HEADER_LEN)),
         ("cut-in-metadata", cut(metadata.1 / 2)),
-        ("cut-after-metadata", cut(metadata.1)),
-        ("cut-in-events-header", cut(first.0 + 12)),
-        ("cut-in-events-context", cut(first.0 + HEADER_LEN + 8)),
-        ("cut-in-an-entry", cut(thread_entry + 20)),
-        ("cut-between-packets", cut(second.0)),
-        ("cut-before-status", cut(status.0)),
-        ("cut-in-status", cut(status.0 + status.1 - 3)),
         (
             "flipped-bit-in-magic",
             flip(good.clone(), second.0 + 1, 0x01),

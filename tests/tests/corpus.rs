@@ -1,6 +1,7 @@
 //! The malformed-log corpus (`tests/src/corpus.rs`) against every reader: the Rust API, each
 //! CLI command, and the C API. None may panic, allocate what a file declares, or
-//! return an event of a damaged packet as good.
+//! return an event of a damaged packet as good. A log cut short is read up to its last whole
+//! packet by each, said to be cut.
 
 use std::path::{Path, PathBuf};
 
@@ -116,5 +117,60 @@ fn the_c_api_returns_an_error_code_for_each_malformed_log() {
                 "{name}"
             );
         }
+    }
+}
+
+/// A closed log cut short: each reader returns the events of its whole packets, and the CLI
+/// says, in one line, that it was cut and where it reads up to.
+#[test]
+fn every_reader_reads_a_log_cut_short_up_to_its_last_whole_packet() {
+    let scratch = TempDir::new("corpus-cut");
+    let good = scratch.path().join("good.ptl");
+    std::fs::write(&good, corpus::good_log(scratch.path())).unwrap();
+    let (events, _) = read_all(&good);
+    let thread_events = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Thread(_)))
+            .count()
+    };
+    let cases: Vec<(&str, PathBuf, usize)> = corpus::cut_short(scratch.path())
+        .into_iter()
+        .map(|(name, bytes, kept)| {
+            let path = scratch.path().join(format!("{name}.ptl"));
+            std::fs::write(&path, bytes).unwrap();
+            (name, path, kept)
+        })
+        .collect();
+    let program = build_analyzer("open_errors", scratch.path());
+    for (name, path, kept) in &cases {
+        let reader = LogReader::open(path).unwrap();
+        assert!(reader.cut_short(), "{name}");
+        let (returned, refused) = read_all(path);
+        assert!(!refused, "{name}");
+        assert!(events.starts_with(&returned), "{name}");
+        assert_eq!(thread_events(&returned), *kept, "{name}");
+
+        let file = path.file_name().unwrap().to_str().unwrap();
+        let run = run_tracer(scratch.path(), &["dump", "--format", "json", file]);
+        assert_eq!(run.status.code(), Some(0), "{name}: {run:?}");
+        assert_eq!(run.stdout.lines().count(), returned.len(), "{name}");
+        let warning = format!(
+            "thrtrace-bpf: warning: {file} was cut short after it was written (a partial copy, \
+             a full disk): it reads up to byte {}, its last whole packet\n",
+            reader.unclosed_at().unwrap()
+        );
+        assert_eq!(run.stderr, warning, "{name}");
+
+        let output = std::process::Command::new(&program)
+            .arg(path)
+            .output()
+            .unwrap();
+        let said = String::from_utf8(output.stdout).unwrap();
+        assert_eq!(
+            said.trim_end(),
+            format!("{} events={} end=0", path.display(), returned.len()),
+            "{name}"
+        );
     }
 }

@@ -9,7 +9,7 @@ use super::{
     FORMAT_NAME, FORMAT_VERSION, FinalStatus, Metadata, PacketPlacement, Status,
     entry::{self},
     filter::Filter,
-    packet::{BadHeader, HEADER_LEN, Header, Kind, MAGIC},
+    packet::{BadHeader, HEADER_LEN, Header, Kind, MAGIC, MAX_PAYLOAD},
     write::CONTEXT_LEN,
 };
 use crate::event::{Event, EventType, LossSource, NO_CPU, SystemEvent, SystemKind};
@@ -72,8 +72,10 @@ pub struct LogReader {
     final_status: Option<FinalStatus>,
     /// The status packet's sequence number.
     status_seq: Option<u64>,
-    /// For a log that was not closed: the offset up to which it reads.
+    /// For a log that was not closed, or was cut short: the offset up to which it reads.
     unclosed_at: Option<u64>,
+    /// Closed, then cut short.
+    cut_short: bool,
     ids: TypeIds,
 }
 
@@ -127,6 +129,26 @@ enum Found {
 
 fn read_packet(file: &File, file_len: u64, offset: u64) -> io::Result<Found> {
     read_packet_of(file, file_len, offset, Some(FORMAT_VERSION))
+}
+
+/// Whether a whole packet header begins after `offset` (and within a packet's reach of it),
+/// before `file_len`.
+fn packet_header_after(file: &File, offset: u64, file_len: u64) -> io::Result<bool> {
+    let reach = (HEADER_LEN as u64 + u64::from(MAX_PAYLOAD)).min(file_len - offset);
+    if file_len - offset > reach {
+        return Ok(true);
+    }
+    let mut rest = vec![0u8; reach as usize];
+    file.read_exact_at(&mut rest, offset)?;
+    Ok((1..rest.len().saturating_sub(HEADER_LEN - 1)).any(|at| {
+        rest[at..].starts_with(&MAGIC)
+            && Header::parse(
+                rest[at..at + HEADER_LEN]
+                    .try_into()
+                    .expect("a header's length"),
+            )
+            .is_ok()
+    }))
 }
 
 /// The packet at `offset`, of format version `version` (`None`: of any).
@@ -246,6 +268,7 @@ impl LogReader {
             final_status: None,
             status_seq: None,
             unclosed_at: None,
+            cut_short: false,
             ids,
         };
         let region_start = (HEADER_LEN + payload.len()) as u64;
@@ -255,11 +278,17 @@ impl LogReader {
                 reader.scan_slots(region_start, file_len, slot_size, slots)?;
             }
         }
+        // Closed, but its status packet is missing: the file was cut short after it was
+        // written (a copy or a disk that ran out). What is whole of it is read, said so.
         if closed_with != 0 && reader.status_seq != Some(closed_with) {
-            let end = reader.unclosed_at.unwrap_or(file_len);
-            let what = "the log was closed, but its status packet is missing: \
-                        the file was cut short after it was written";
-            return Err(corrupt(end, what));
+            let end = *reader.unclosed_at.get_or_insert(file_len);
+            // What follows the last whole packet of a cut file is at most the start of one
+            // packet; a whole packet header there means a damaged length, not a cut.
+            if packet_header_after(&reader.file, end, file_len)? {
+                let what = "a packet claims more bytes than the file has, yet packets follow it";
+                return Err(corrupt(end, what));
+            }
+            reader.cut_short = true;
         }
         Ok(reader)
     }
@@ -376,9 +405,16 @@ impl LogReader {
         self.final_status.as_ref()
     }
 
-    /// For a log whose writer did not close it: the offset up to which it reads.
+    /// For a log whose writer did not close it, or that was cut short after it was
+    /// ([`LogReader::cut_short`]): the offset up to which it reads.
     pub fn unclosed_at(&self) -> Option<u64> {
         self.unclosed_at
+    }
+
+    /// Whether the log was closed and then cut short: it reads up to
+    /// [`LogReader::unclosed_at`], its status packet and what came before it lost.
+    pub fn cut_short(&self) -> bool {
+        self.cut_short
     }
 
     /// The status when the log was closed, or when its last packet was written.

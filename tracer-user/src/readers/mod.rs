@@ -90,15 +90,22 @@ impl ReadError {
     }
 }
 
-/// Opens a log, saying so when it was not closed (read up to its last whole packet).
+/// Opens a log, saying so when it was not closed or was cut short (read up to its last whole
+/// packet).
 pub fn open_log(path: &Path) -> Result<LogReader, ReadError> {
     let reader = LogReader::open(path).map_err(ReadError::log(path))?;
-    if let Some(offset) = reader.unclosed_at() {
-        say!(
+    match (reader.unclosed_at(), reader.cut_short()) {
+        (Some(offset), true) => say!(
+            "thrtrace-bpf: warning: {} was cut short after it was written (a partial copy, a \
+             full disk): it reads up to byte {offset}, its last whole packet",
+            path.display()
+        ),
+        (Some(offset), false) => say!(
             "thrtrace-bpf: warning: {} was not closed (its tracer was killed or is still \
              running): it reads up to byte {offset}",
             path.display()
-        );
+        ),
+        (None, _) => {}
     }
     Ok(reader)
 }
