@@ -154,7 +154,7 @@ fn a_c_analyzer_reads_the_attributes_and_status_the_log_holds() {
 }
 
 #[test]
-fn a_c_analyzer_gets_an_error_code_for_files_that_are_not_whole_logs() {
+fn a_c_analyzer_gets_an_error_code_for_files_that_are_not_logs_and_reads_cut_ones() {
     if !bpf_available("c_analyzer_errors") {
         return;
     }
@@ -181,11 +181,22 @@ fn a_c_analyzer_gets_an_error_code_for_files_that_are_not_whole_logs() {
     let program = build_analyzer("open_errors", scratch.path());
     let args: Vec<&std::path::Path> = files.iter().map(std::path::PathBuf::as_path).collect();
     let output = run(&program, &args);
-    let events = LogReader::open(&log).unwrap().events().count();
-    let expected: Vec<String> = files[..6]
-        .iter()
-        .map(|f| format!("{} open={}", f.display(), libc::EINVAL))
-        .chain([format!("{} events={events} end=0", log.display())])
-        .collect();
+    let events = |path: &std::path::Path| LogReader::open(path).unwrap().events().count();
+    // Cut after its metadata, a log reads up to its last whole packet (all of it, cut in its
+    // status packet).
+    let (middle, before_status) = (events(&files[3]), events(&files[4]));
+    assert!(middle < before_status, "{middle} {before_status}");
+    assert_eq!(before_status, events(&log));
+    let refused = |f: &std::path::PathBuf| format!("{} open={}", f.display(), libc::EINVAL);
+    let read = |f: &std::path::PathBuf, n: usize| format!("{} events={n} end=0", f.display());
+    let expected = [
+        refused(&files[0]),
+        refused(&files[1]),
+        refused(&files[2]),
+        read(&files[3], middle),
+        read(&files[4], before_status),
+        refused(&files[5]),
+        read(&log, before_status),
+    ];
     assert_eq!(output.lines().collect::<Vec<_>>(), expected);
 }
