@@ -192,20 +192,7 @@ impl Session {
         let destinations = sinks.destinations();
         // A trace with no destination is `top`'s, whose view says all this.
         if !destinations.is_empty() {
-            let traced = match &config.target {
-                Target::SystemWide => "every process".to_owned(),
-                Target::Pids(_) => match attached_pids.as_slice() {
-                    [pid] => format!("pid {pid}"),
-                    pids => {
-                        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-                        format!("pids {}", pids.join(", "))
-                    }
-                },
-                Target::Command(command) => match launched_pid {
-                    Some(pid) => format!("{} (pid {pid})", command[0].to_string_lossy()),
-                    None => command[0].to_string_lossy().into_owned(),
-                },
-            };
+            let traced = traced_targets(&config.target, &attached_pids, launched_pid);
             let stops = Stops {
                 duration: config.duration,
                 control: controller.as_ref().map(|_| config.name.as_str()),
@@ -235,6 +222,24 @@ impl Session {
             block_flushes: config.flush_on_block.map(BlockFlushes::new),
             found,
         })
+    }
+}
+
+/// The targets of the line that says a trace has begun: `pid 4242`, `./server (pid 4300)`.
+fn traced_targets(target: &Target, attached_pids: &[u32], launched_pid: Option<u32>) -> String {
+    match target {
+        Target::SystemWide => "every process".to_owned(),
+        Target::Pids(_) => match attached_pids {
+            [pid] => format!("pid {pid}"),
+            pids => {
+                let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+                format!("pids {}", pids.join(", "))
+            }
+        },
+        Target::Command(command) => match launched_pid {
+            Some(pid) => format!("{} (pid {pid})", command[0].to_string_lossy()),
+            None => command[0].to_string_lossy().into_owned(),
+        },
     }
 }
 
