@@ -21,7 +21,7 @@ use crate::shell::workspace_root;
 /// system call the tracer makes itself.
 const LAYERS: &[(&str, &[&str])] = &[
     ("the command line", &["cli"]),
-    ("commands", &["session", "readers", "manual"]),
+    ("commands", &["session", "readers", "manual", "event_list"]),
     ("the controller", &["control"]),
     ("where probes go", &["attach"]),
     ("how records cross", &["capture"]),
