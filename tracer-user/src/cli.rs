@@ -414,6 +414,9 @@ impl Cli {
         }
         let target = match (self.pids.is_empty(), self.command.is_empty()) {
             (false, false) => usage_bail!("give either -p PID or -- COMMAND, not both"),
+            (true, true) if self.follow => usage_bail!(
+                "--follow needs -p PID or -- COMMAND: system-wide tracing sees every process"
+            ),
             (true, true) if self.all || self.events.is_some() || self.contended => {
                 Target::SystemWide
             }
@@ -435,11 +438,6 @@ impl Cli {
                 Target::Command(self.command)
             }
         };
-        if self.follow && matches!(target, Target::SystemWide) {
-            usage_bail!(
-                "--follow needs -p PID or -- COMMAND: system-wide tracing sees every process"
-            );
-        }
         let duration = match self.duration {
             None => None,
             Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
