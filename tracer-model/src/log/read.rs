@@ -134,11 +134,12 @@ fn read_packet(file: &File, file_len: u64, offset: u64) -> io::Result<Found> {
 /// Whether a whole packet header begins after `offset` (and within a packet's reach of it),
 /// before `file_len`.
 fn packet_header_after(file: &File, offset: u64, file_len: u64) -> io::Result<bool> {
-    let reach = (HEADER_LEN as u64 + u64::from(MAX_PAYLOAD)).min(file_len - offset);
-    if file_len - offset > reach {
+    let left = file_len - offset;
+    // More than a whole packet left cannot be one packet cut short.
+    if left > HEADER_LEN as u64 + u64::from(MAX_PAYLOAD) {
         return Ok(true);
     }
-    let mut rest = vec![0u8; reach as usize];
+    let mut rest = vec![0u8; left as usize];
     file.read_exact_at(&mut rest, offset)?;
     Ok((1..rest.len().saturating_sub(HEADER_LEN - 1)).any(|at| {
         rest[at..].starts_with(&MAGIC)

@@ -421,14 +421,7 @@ mod tests {
     ];
 
     fn keys(object: &Json) -> Vec<&str> {
-        let mut keys: Vec<&str> = object
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        keys.sort_unstable();
-        keys
+        sorted(object.as_object().unwrap().keys().map(String::as_str))
     }
 
     fn sorted<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
