@@ -29,7 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install what building needs and is missing: nightly rust-src, LLVM 22, bpf-linker, a C compiler
+    /// Install what building needs and is missing: nightly rust-src, LLVM 22, bpf-linker, a C
+    /// compiler; point git at the project's hooks
     Setup,
     /// Set up, build, trace a bundled multi-threaded workload and show the trace
     Demo,
@@ -113,7 +114,7 @@ impl clap::ValueEnum for arch::Arch {
 
 fn main() {
     let result = match Cli::parse().command {
-        Task::Setup => setup::ensure_prerequisites(),
+        Task::Setup => setup::ensure_prerequisites().and_then(|()| setup::use_the_project_hooks()),
         Task::Demo => demo::run_demo(),
         Task::Test => test::run_all(kernels::Coverage::Kernel),
         Task::Bench {

@@ -54,6 +54,30 @@ pub fn ensure_prerequisites() -> Result<()> {
     Ok(())
 }
 
+/// Points git at the project's hooks (.githooks: a reminder of the full kernel matrix when a
+/// commit changes the BPF side), in a clone whose hooks git has not been pointed elsewhere.
+pub fn use_the_project_hooks() -> Result<()> {
+    let root = crate::shell::workspace_root();
+    if !root.join(".git").exists() {
+        return Ok(());
+    }
+    let hooks =
+        output(
+            command("git")
+                .arg("-C")
+                .arg(&root)
+                .args(["config", "--get", "core.hooksPath"]),
+        );
+    if hooks.is_err() {
+        run(command("git")
+            .arg("-C")
+            .arg(&root)
+            .args(["config", "core.hooksPath", ".githooks"]))?;
+        eprintln!("xtask: git runs the project's hooks (.githooks)");
+    }
+    Ok(())
+}
+
 /// Packages of files, not programs: glibc's debug information, which the tests of callers
 /// inside libc read, and the arm64 glibc that the cross compiler builds against.
 const DATA_PACKAGES: [&str; 2] = ["libc6-dbg", "libc6-dev-arm64-cross"];

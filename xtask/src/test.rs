@@ -9,7 +9,7 @@ use std::{
     io::{BufRead, BufReader},
     process::Stdio,
     sync::mpsc,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
@@ -110,20 +110,47 @@ fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> R
 
     let skip_log = workspace_root().join("target/skipped-tests.log");
     let _ = fs::remove_file(&skip_log);
-    let cargo_test = cargo_test_each_binary(
-        phases,
-        command("cargo")
+    let cargo_test = || {
+        let mut cargo = command("cargo");
+        cargo
             .args(["test", "--release", "--no-fail-fast"])
-            .env("THRTRACE_BIN", tracer)
-            .env("THRTRACE_SKIP_LOG", &skip_log),
-    )?;
-    counts.passed += cargo_test.passed;
-    counts.failed += cargo_test.failed;
-    counts.skipped += fs::read_to_string(&skip_log).map_or(0, |log| log.lines().count());
-    if !cargo_test.succeeded && cargo_test.failed == 0 {
-        // cargo itself failed (a binary that did not build, a crashed test binary).
-        counts.failed += 1;
+            .env("THRTRACE_BIN", &tracer)
+            .env("THRTRACE_SKIP_LOG", &skip_log);
+        cargo
+    };
+    // `dist`'s static builds, both architectures' (the arm64 guests run that one), take
+    // minutes of CPU that most host tests leave idle, waiting on their workloads: they run
+    // beside them, at the lowest priority so that the tests' runs are as fast as alone, and
+    // the tests of the release run last, once they are built.
+    let dist_builds = DistBuilds::start()?;
+    let mut results = vec![
+        cargo_test_each_binary(phases, cargo_test().args(every_test_but(DIST_TESTS)?))?,
+        cargo_test_each_binary(phases, cargo_test().arg("--doc"))?,
+    ];
+    match phases.time("dist's builds, waited for after the tests", || {
+        dist_builds.wait()
+    }) {
+        Ok(took) => {
+            phases.record("dist's builds, beside the tests", took);
+            results.push(cargo_test_each_binary(
+                phases,
+                cargo_test().args(["--test", DIST_TESTS]),
+            )?);
+        }
+        Err(error) => {
+            println!("dist: {error:#}");
+            counts.failed += 1;
+        }
     }
+    for result in results {
+        counts.passed += result.passed;
+        counts.failed += result.failed;
+        if !result.succeeded && result.failed == 0 {
+            // cargo itself failed (a binary that did not build, a crashed test binary).
+            counts.failed += 1;
+        }
+    }
+    counts.skipped += fs::read_to_string(&skip_log).map_or(0, |log| log.lines().count());
     // Signals at random moments, after the tests: it checks that no program of the tracer's is
     // left in the kernel, which tracers running beside it would confuse. Counted as one test.
     if is_root() || in_ci() {
@@ -159,6 +186,74 @@ fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> R
         counts.passed += 1;
     }
     Ok(())
+}
+
+/// The integration tests of the release `dist` makes (tests/dist.rs).
+const DIST_TESTS: &str = "dist";
+
+/// `cargo test`'s options that select every unit test and every integration test but
+/// `excluded` (doc-tests, which cannot be selected beside them, aside).
+fn every_test_but(excluded: &str) -> Result<Vec<String>> {
+    let dir = workspace_root().join("tests/tests");
+    let mut names = Vec::new();
+    for entry in fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|extension| extension == "rs")
+            && let Some(name) = path.file_stem().and_then(|stem| stem.to_str())
+            && name != excluded
+        {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    let mut options = vec!["--lib".to_owned(), "--bins".to_owned()];
+    for name in names {
+        options.extend(["--test".to_owned(), name]);
+    }
+    Ok(options)
+}
+
+/// `cargo xtask dist` under way in a child process at the lowest CPU priority, its output kept
+/// in target/dist-beside-tests.log.
+struct DistBuilds {
+    builder: std::thread::JoinHandle<Result<Duration>>,
+}
+
+impl DistBuilds {
+    fn start() -> Result<Self> {
+        let log_path = workspace_root().join("target/dist-beside-tests.log");
+        let log = fs::File::create(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
+        let mut dist = command("nice");
+        dist.args(["-n", "19"])
+            .arg(std::env::current_exe().context("xtask's own executable")?)
+            .arg("dist")
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let builder = std::thread::spawn(move || {
+            let started = Instant::now();
+            let status = dist.status().context("cannot start `cargo xtask dist`")?;
+            if !status.success() {
+                let output = fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = output.lines().rev().take(30).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                bail!(
+                    "`cargo xtask dist` failed ({status}); the end of {}:\n{}",
+                    log_path.display(),
+                    tail.join("\n")
+                );
+            }
+            Ok(started.elapsed())
+        });
+        Ok(DistBuilds { builder })
+    }
+
+    /// Waits for the builds to end; how long they took.
+    fn wait(self) -> Result<Duration> {
+        self.builder
+            .join()
+            .expect("running `cargo xtask dist` does not panic")
+    }
 }
 
 /// What `cargo test` counted in its summaries, and whether it exited 0.
