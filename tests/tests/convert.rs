@@ -41,10 +41,25 @@ fn convert_to_tr_writes_what_dir_wrote_byte_for_byte() {
         let mode = std::fs::metadata(dir.path().join("out").join(name)).unwrap();
         assert_eq!(mode.permissions().mode() & 0o777, 0o600);
     }
-    // Into the same directory again: the files are replaced, not appended to.
+    // Into the same directory again: the files are new ones, not appended to, and the earlier
+    // ones are kept as NAME.old.
     let again = run_tracer(dir.path(), &["convert", "app.ptl", "--to", "tr", "out"]);
     assert!(again.status.success(), "{again:?}");
-    assert_eq!(files(&dir.path().join("out")), written);
+    assert_eq!(
+        again.stderr,
+        "thrtrace-bpf: 5 files in out (5 earlier tr files of their names kept as NAME.old)\n"
+    );
+    let mut both = written.clone();
+    both.extend(
+        written
+            .iter()
+            .map(|(name, bytes)| (format!("{name}.old"), bytes.clone())),
+    );
+    assert!(
+        files(&dir.path().join("out")) == both,
+        "{:?}",
+        files(&dir.path().join("out")).keys()
+    );
 }
 
 /// `--print` prints each event as it is recorded, in the order and form `dump` prints the same

@@ -76,29 +76,34 @@ fn a_planted_hard_link_is_replaced_and_the_file_outside_left_alone() {
     });
 }
 
+/// A tr file an earlier run left under the name (anyone's, anyone may write it) is kept as
+/// `NAME.old`, as `--log` keeps an earlier log, and the thread's file is a new, private one.
 #[test]
-fn a_stale_file_from_an_earlier_run_is_replaced_with_a_private_one() {
+fn an_earlier_runs_tr_file_is_kept_as_old_and_a_private_one_made() {
     if !bpf_available("stale_file") {
         return;
     }
     let dir = TempDir::new("stale");
+    let earlier = "1700000000:000000042:101:100:139800000000000:2:4:0:7:0:1:0:0\n";
     let mut stale_inode = 0;
+    let mut stale_name = String::new();
     trace_gate_with(dir.path(), &[], |name| {
         let stale = dir.path().join(name);
-        fs::write(&stale, "not a record\n").unwrap();
+        fs::write(&stale, earlier).unwrap();
         fs::set_permissions(&stale, fs::Permissions::from_mode(0o666)).unwrap();
         std::os::unix::fs::chown(&stale, Some(65534), Some(65534)).unwrap();
         stale_inode = fs::metadata(&stale).unwrap().ino();
+        stale_name = name.to_owned();
     });
-    // read_trace above parsed every line: the stale one is gone, and the file is a new one.
-    let entries = dir.entries();
-    assert_eq!(entries.len(), 1, "{entries:?}");
-    let meta = fs::metadata(dir.path().join(&entries[0])).unwrap();
-    assert_ne!(
-        meta.ino(),
-        stale_inode,
-        "the stale file was written, not replaced"
+    let old = format!("{stale_name}.old");
+    assert_eq!(dir.entries(), [stale_name.clone(), old.clone()]);
+    assert_eq!(fs::read_to_string(dir.path().join(&old)).unwrap(), earlier);
+    assert_eq!(
+        fs::metadata(dir.path().join(&old)).unwrap().ino(),
+        stale_inode
     );
+    let meta = fs::metadata(dir.path().join(&stale_name)).unwrap();
+    assert_ne!(meta.ino(), stale_inode, "the earlier file was written");
     assert_eq!((meta.uid(), meta.gid()), (0, 0));
 }
 
@@ -116,11 +121,12 @@ fn under_sudo_files_belong_to_the_invoking_user_mode_0600() {
     }
 }
 
-/// A name held by something that is not a regular file or a link (`plant` makes it) ends the
-/// trace with one line naming it and what it is (`kind`), and is left as it was.
+/// A name held by something that is not a link or a tr file of ours (`plant` makes it) ends the
+/// trace with one line naming it and saying what it is (`said` follows the name), and is left
+/// as it was.
 fn a_name_held_by_something_else_ends_the_trace(
     test: &str,
-    kind: &str,
+    said: &str,
     plant: fn(&Path),
     left: fn(&fs::Metadata) -> bool,
 ) {
@@ -141,7 +147,7 @@ fn a_name_held_by_something_else_ends_the_trace(
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
         lines[0].starts_with("thrtrace-bpf: cannot write trace records")
-            && lines[0].contains(&format!("{name} is {kind}")),
+            && lines[0].contains(&format!("{name}{said}")),
         "{lines:?}"
     );
     assert!(left(&fs::symlink_metadata(dir.path().join(&name)).unwrap()));
@@ -152,7 +158,7 @@ fn a_name_held_by_something_else_ends_the_trace(
 fn a_directory_under_a_tr_name_ends_the_trace_with_one_line() {
     a_name_held_by_something_else_ends_the_trace(
         "name_held_by_directory",
-        "a directory",
+        " is a directory",
         |path| fs::create_dir(path).unwrap(),
         fs::Metadata::is_dir,
     );
@@ -162,9 +168,19 @@ fn a_directory_under_a_tr_name_ends_the_trace_with_one_line() {
 fn a_fifo_under_a_tr_name_is_never_replaced() {
     a_name_held_by_something_else_ends_the_trace(
         "name_held_by_fifo",
-        "a FIFO",
+        " is a FIFO",
         make_fifo,
         |meta| meta.file_type().is_fifo(),
+    );
+}
+
+#[test]
+fn someone_elses_file_under_a_tr_name_is_never_replaced() {
+    a_name_held_by_something_else_ends_the_trace(
+        "name_held_by_a_file",
+        " exists and is not a tr file: it is left as it is",
+        |path| fs::write(path, "notes\n").unwrap(),
+        |meta| meta.is_file() && meta.len() == 6,
     );
 }
 
@@ -395,4 +411,52 @@ fn a_reader_never_replaces_a_file_of_another_kind() {
         fs::read(scratch.path().join("timeline.json.old")).unwrap(),
         timeline
     );
+}
+
+/// A CTF trace is a directory: one that holds an earlier CTF trace is moved to `DIR.old`
+/// before the new trace is written (no stream of the earlier one is read as the new one's),
+/// and one that holds anything else is refused in one line, before anything is written.
+#[test]
+fn an_earlier_ctf_trace_is_kept_as_dir_old_and_other_directories_refused() {
+    let scratch = TempDir::new("ctf_outputs");
+    let fixture = thrtrace_tests::workspace_root().join("tests/fixtures/log-ids-by-table-row.ptl");
+    fs::copy(fixture, scratch.path().join("app.ptl")).unwrap();
+    let convert = || {
+        run_tracer(
+            scratch.path(),
+            &["convert", "app.ptl", "--to", "ctf", "ctf"],
+        )
+    };
+    let first = convert();
+    assert!(first.status.success(), "{first:?}");
+    let streams = |dir: &str| {
+        let mut names: Vec<String> = fs::read_dir(scratch.path().join(dir))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let written = streams("ctf");
+    let second = convert();
+    assert!(second.status.success(), "{second:?}");
+    assert!(
+        second.stderr.contains("(the earlier trace is ctf.old)"),
+        "{second:?}"
+    );
+    assert_eq!(streams("ctf.old"), written);
+    assert_eq!(streams("ctf"), written);
+
+    fs::create_dir(scratch.path().join("mine")).unwrap();
+    fs::write(scratch.path().join("mine/notes.txt"), "notes\n").unwrap();
+    let run = run_tracer(
+        scratch.path(),
+        &["convert", "app.ptl", "--to", "ctf", "mine"],
+    );
+    assert_eq!(
+        refused(&run),
+        "thrtrace-bpf: mine holds files that are not a CTF trace: they are left as \
+         they are (name a new or empty directory, or move them away)"
+    );
+    assert_eq!(streams("mine"), ["notes.txt"]);
 }

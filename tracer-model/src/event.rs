@@ -58,10 +58,13 @@ pub enum LossSource {
     /// same program was preempted on that CPU (its recursion check). Counted when the tracer
     /// read the count, not when the call was made.
     Skipped = 4,
+    /// The tracer stopped writing a sink's files: their file system's free space fell below
+    /// the floor (`--min-free`). `first_lost_ns` is the first event not written.
+    FreeSpace = 5,
 }
 
 impl LossSource {
-    /// How readers name it: `ring`, `stream`, `log`, `undecodable`, `skipped`.
+    /// How readers name it: `ring`, `stream`, `log`, `undecodable`, `skipped`, `free-space`.
     pub fn name(self) -> &'static str {
         match self {
             LossSource::Ring => "ring",
@@ -69,6 +72,7 @@ impl LossSource {
             LossSource::Log => "log",
             LossSource::Undecodable => "undecodable",
             LossSource::Skipped => "skipped",
+            LossSource::FreeSpace => "free-space",
         }
     }
 }
@@ -515,6 +519,7 @@ impl PayloadField for LossSource {
             1 => LossSource::Stream,
             2 => LossSource::Log,
             4 => LossSource::Skipped,
+            5 => LossSource::FreeSpace,
             _ => LossSource::Undecodable,
         }
     }

@@ -25,9 +25,18 @@ pub fn file_name(pid: u32, lwpid: u32) -> String {
     )
 }
 
-/// Whether a file in a directory of tr files is one (its name begins as [`file_name`]'s do).
+/// Whether a file in a directory of tr files is one: named as [`file_name`] names them (an
+/// earlier run's, kept as `NAME.old`, is not).
 pub fn is_file_name(name: &str) -> bool {
-    name.starts_with(FILE_PREFIX)
+    let hex = |digits: &str, len: usize| {
+        digits.len() == len
+            && digits
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    name.strip_prefix(FILE_PREFIX)
+        .and_then(|rest| rest.split_once('.'))
+        .is_some_and(|(pid, lwpid)| hex(pid, 7) && hex(lwpid, 3))
 }
 
 /// Displays a record as its line, without the newline.
@@ -163,6 +172,19 @@ fn number<T: std::str::FromStr>(fields: &[&str], index: usize) -> Result<T, Pars
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_names_as_file_name_makes_them_are_tr_files() {
+        assert!(is_file_name(&file_name(0x1234_5678, 0x9abc)));
+        for name in [
+            "tr.0000064.005.old",
+            "tr.0000064",
+            "tr.000006g.005",
+            "tr.0000064.0050",
+        ] {
+            assert!(!is_file_name(name), "{name}");
+        }
+    }
 
     fn record() -> TraceRecord {
         TraceRecord {

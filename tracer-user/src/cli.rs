@@ -40,7 +40,9 @@ use crate::{
         self, TraceError,
         config::{Config, LogOptions, Target},
     },
-    sinks::{Buffering, Sink, output_dir::split_file_path, threaded::Threaded},
+    sinks::{
+        Buffering, Sink, free_space::MinFree, output_dir::split_file_path, threaded::Threaded,
+    },
 };
 
 #[derive(Debug, Parser)]
@@ -130,6 +132,13 @@ pub struct Cli {
     /// When the log reaches --log-size: grow anyway, keep its newest events, or stop writing
     #[arg(long, value_name = "POLICY", value_parser = clap::builder::PossibleValuesParser::new(LogFullPolicy::NAMES), default_value = "append")]
     pub log_full_policy: String,
+
+    /// Stop writing files (tr files, the log, a CTF trace) once their file system has less
+    /// free than SIZE (K, M, G suffixes; 0: write until it is full); the trace goes on, and
+    /// counts what is not written [default: the larger of 1G and 5% of the file system, at
+    /// most a tenth of it]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero)]
+    pub min_free: Option<u64>,
 
     /// Write each record to its file as it arrives (or set THR_TRACE_BUF to any value)
     #[arg(short = 'u', long)]
@@ -494,6 +503,7 @@ impl Cli {
             log,
             ctf: self.ctf.filter(|_| !self.list_probes),
             buffering,
+            min_free: self.min_free.map_or(MinFree::Default, MinFree::Bytes),
             consumer_threads: self
                 .consumer_threads
                 .map_or_else(default_consumer_threads, usize::from),
@@ -660,6 +670,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 fn parse_policy<T: std::str::FromStr<Err = String>>(name: &str) -> Result<T, UsageError> {
     name.parse().map_err(UsageError)
+}
+
+/// A size as [`parse_size`] reads it, or 0.
+fn parse_size_or_zero(text: &str) -> Result<u64, String> {
+    match text {
+        "0" => Ok(0),
+        _ => parse_size(text),
+    }
 }
 
 /// A size in bytes: digits and an optional K, M or G (powers of 1024), e.g. `64M`.

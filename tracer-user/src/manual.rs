@@ -104,7 +104,8 @@ const FILES: [(&str, &str); 4] = [
     (
         "tr.PPPPPPP.LLL",
         "One per traced thread in the --dir directory: the low 28 bits of the pid and the low 12 \
-         bits of the lwpid in hex; one record a line, sec:nsec:lwpid:pid:tid:event1:event2:which:a1:a2:a3:a4:a5.",
+         bits of the lwpid in hex; one record a line, sec:nsec:lwpid:pid:tid:event1:event2:which:a1:a2:a3:a4:a5. \
+         An earlier run's file of the name is kept as NAME.old.",
     ),
     (
         "FILE (--log)",
@@ -193,7 +194,11 @@ mod tests {
     #[test]
     fn the_tr_files_entry_says_what_the_model_defines() {
         let (name, text) = super::FILES[0];
-        assert!(tr::is_file_name(name), "{name}");
+        let example = tr::file_name(0x0123_4567, 0x89a);
+        assert!(
+            name.starts_with(tr::FILE_PREFIX) && name.len() == example.len(),
+            "{name} is named as {example} is"
+        );
         assert!(text.contains(&TR_LINE.join(":")), "{text}");
         let bits = |mask: u32| format!("low {} ", mask.count_ones());
         assert!(text.contains(&bits(tr::PID_MASK)), "{text}");

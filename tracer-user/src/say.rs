@@ -22,6 +22,15 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
+/// Bytes as people read them: 812 bytes, 64.0 KiB, 512.0 MiB, 1.0 GiB.
+pub fn bytes(count: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    match UNITS.iter().find(|(unit, _)| count >= *unit) {
+        Some((unit, name)) => format!("{:.1} {name}", count as f64 / *unit as f64),
+        None => format!("{count} bytes"),
+    }
+}
+
 /// `count` of `noun`, its plural as English makes it for ours: "1 file", "4 files",
 /// "2 processes".
 pub fn counted(count: impl Into<u64>, noun: &str) -> String {

@@ -12,7 +12,10 @@ use tracer_model::{
 
 use super::{ReadError, perfetto::PerfettoTimeline};
 use crate::sinks::{
-    Buffering, Sink, Summary, TraceEnd, ctf::CtfTrace, output_dir::OutputDir, tr::TrFiles,
+    Buffering, Sink, Summary, TraceEnd,
+    ctf::{CtfTrace, ctf_dir},
+    output_dir::OutputDir,
+    tr::TrFiles,
 };
 
 /// Why replaying a log into a sink stopped: the log, read again, or the sink.
@@ -35,11 +38,15 @@ pub fn run(args: &ConvertArgs) -> Result<i32, ReadError> {
     let mut sink: Box<dyn Sink> = match args.to {
         // Unbuffered or not, the bytes are the same; a few files open at once suffice.
         ConvertFormat::Tr => Box::new(TrFiles::new(directory()?, Buffering::Buffered, 64)),
-        ConvertFormat::Ctf => Box::new(CtfTrace::new(
-            directory()?,
-            &reader.metadata().attributes.trace_name,
-            &reader.metadata().event_types,
-        )),
+        ConvertFormat::Ctf => {
+            let (dir, earlier) = ctf_dir(&args.dir).map_err(|e| e.usage("directory"))?;
+            let trace = CtfTrace::new(
+                dir,
+                &reader.metadata().attributes.trace_name,
+                &reader.metadata().event_types,
+            );
+            Box::new(trace.kept_earlier(earlier))
+        }
         ConvertFormat::Perfetto => Box::new(PerfettoTimeline::new(&args.dir)?),
     };
     let summary = replay(&reader, sink.as_mut()).map_err(|source| ReadError::Convert {

@@ -3,7 +3,10 @@
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use crate::{capture::futex_hook::FutexHook, sinks::Buffering};
+use crate::{
+    capture::futex_hook::FutexHook,
+    sinks::{Buffering, free_space::MinFree},
+};
 use tracer_model::{
     log::{LogFullPolicy, StreamFullPolicy},
     selection::EventSet,
@@ -31,6 +34,8 @@ pub struct Config {
     pub lock_order: bool,
     /// `--unbuffered`, or `THR_TRACE_BUF`.
     pub buffering: Buffering,
+    /// The free space each file-writing sink leaves on its file system (`--min-free`).
+    pub min_free: MinFree,
     /// Threads that consume the rings, the session's own included (at least 1).
     pub consumer_threads: usize,
     pub duration: Option<Duration>,

@@ -3,7 +3,7 @@
 //! control socket named before anything is attached, then the BPF object loaded, the targets
 //! attached, and the sinks started ([`Session::new`]).
 
-use std::{fmt, time::Duration};
+use std::{fmt, path::PathBuf, time::Duration};
 
 use foldhash::{HashSet, HashSetExt};
 use tracer_common::{Category, kfuncs};
@@ -43,8 +43,9 @@ use crate::{
     signals::TraceSignals,
     sinks::{
         Sink, Sinks,
-        ctf::CtfTrace,
+        ctf::{CtfTrace, ctf_dir},
         descriptors,
+        free_space::{self, FloorError, FloorGuard},
         log::{LogFile, TRACE_LOG, TraceLog},
         output_dir::OutputDir,
         threaded::Threaded,
@@ -59,8 +60,8 @@ struct Outputs {
     tr: Option<OutputDir>,
     /// The log's directory.
     log: Option<OutputDir>,
-    /// The CTF trace's.
-    ctf: Option<OutputDir>,
+    /// The CTF trace's, and where the trace that was in it went.
+    ctf: Option<(OutputDir, Option<PathBuf>)>,
 }
 
 impl Outputs {
@@ -80,11 +81,31 @@ impl Outputs {
             None => None,
         };
         let ctf = match &config.ctf {
-            Some(dir) => Some(OutputDir::open_or_make(dir).map_err(|e| e.usage("for --ctf"))?),
+            Some(dir) => Some(ctf_dir(dir).map_err(|e| e.usage("--ctf"))?),
             None => None,
         };
+        let ctf_dir = ctf.as_ref().map(|(dir, _)| dir);
+        for dir in [tr.as_ref(), log.as_ref(), ctf_dir].into_iter().flatten() {
+            free_space::floor_in(dir, config.min_free).map_err(floor_error)?;
+        }
         Ok(Outputs { tr, log, ctf })
     }
+}
+
+/// A directory too full to trace into is the user's to free or to name otherwise.
+fn floor_error(error: FloorError) -> TraceError {
+    match error {
+        FloorError::Unreadable { dir, source } => TraceError::Output {
+            what: format!("cannot read the free space of {}", dir.display()),
+            source,
+        },
+        below @ FloorError::Below { .. } => UsageError(below.to_string()).into(),
+    }
+}
+
+/// `sink`, which writes in `dir`, stopped at the file system's floor (`--min-free`).
+fn guarded<S: Sink>(sink: S, dir: &OutputDir, config: &Config) -> Result<FloorGuard<S>> {
+    FloorGuard::new(sink, dir, config.min_free).map_err(floor_error)
 }
 
 impl Session {
@@ -547,12 +568,26 @@ fn start_sinks(
 ) -> Result<Vec<Box<dyn Sink>>> {
     let budget = descriptors::open_file_budget();
     let log = match (&config.log, outputs.log) {
-        (Some(options), Some(dir)) => Some(trace_log(options, &dir, config, created_ns)?),
+        (Some(options), Some(dir)) => Some(guarded(
+            trace_log(options, &dir, config, created_ns)?,
+            &dir,
+            config,
+        )?),
         _ => None,
     };
-    let ctf = outputs
-        .ctf
-        .map(|dir| CtfTrace::new(dir, &config.name, &event_types()));
+    let ctf = match outputs.ctf {
+        Some((dir, earlier)) => {
+            let trace = CtfTrace::new(
+                dir.try_clone().map_err(TraceError::output(
+                    "cannot open the CTF trace's directory again",
+                ))?,
+                &config.name,
+                &event_types(),
+            );
+            Some(guarded(trace.kept_earlier(earlier), &dir, config)?)
+        }
+        None => None,
+    };
     let mut sinks: Vec<Box<dyn Sink>> = viewers
         .into_iter()
         .map(|viewer| viewer as Box<dyn Sink>)
@@ -560,7 +595,14 @@ fn start_sinks(
     if config.consumer_threads == 1 {
         let mut written: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(dir) = outputs.tr {
-            written.push(Box::new(TrFiles::new(dir, config.buffering, budget)));
+            let files = TrFiles::new(
+                dir.try_clone().map_err(TraceError::output(
+                    "cannot open the tr files' directory again",
+                ))?,
+                config.buffering,
+                budget,
+            );
+            written.push(Box::new(guarded(files, &dir, config)?));
         }
         if let Some(log) = log {
             written.push(Box::new(log));
@@ -577,10 +619,9 @@ fn start_sinks(
     }
     if let Some(dir) = outputs.tr {
         let writers = config.consumer_threads - 1;
-        sinks.push(Box::new(
-            TrWriters::new(&dir, config.buffering, budget, writers)
-                .map_err(TraceError::output("cannot start the tr writer threads"))?,
-        ));
+        let files = TrWriters::new(&dir, config.buffering, budget, writers)
+            .map_err(TraceError::output("cannot start the tr writer threads"))?;
+        sinks.push(Box::new(guarded(files, &dir, config)?));
     }
     if let Some(log) = log {
         sinks.push(Box::new(Threaded::new(log, "log-writer").map_err(

@@ -12,6 +12,7 @@ use std::{
     fmt::Write as _,
     fs::File,
     io::{self, Write},
+    path::{Path, PathBuf},
 };
 
 use tracer_model::{
@@ -21,7 +22,113 @@ use tracer_model::{
     log::TypeIds,
 };
 
-use super::{Sink, SinkState, Summary, TraceEnd, Written, output_dir::OutputDir};
+use super::{
+    Sink, SinkState, Summary, TraceEnd, Written,
+    output_dir::{OutputDir, OutputDirError, head},
+};
+use crate::error::UsageError;
+
+/// How a CTF trace's `metadata` begins (TSDL's magic comment).
+const METADATA_MAGIC: &[u8] = b"/* CTF 1.8 */";
+
+/// Why a directory cannot take a CTF trace.
+#[derive(Debug, thiserror::Error)]
+pub enum CtfDirError {
+    #[error(
+        "{} holds files that are not a CTF trace: they are left as they are (name a new or \
+         empty directory, or move them away)",
+        .0.display()
+    )]
+    Foreign(PathBuf),
+    #[error(
+        "{} holds a CTF trace, kept as {} when a new one is written, but {} is not one: it is \
+         left as it is (move it away, or name another directory)",
+        .dir.display(), .old.display(), .old.display()
+    )]
+    OldIsForeign { dir: PathBuf, old: PathBuf },
+    #[error(transparent)]
+    Dir(#[from] OutputDirError),
+    #[error("cannot read the directory {}", .dir.display())]
+    Read {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot keep the CTF trace in {} as {}", .dir.display(), .old.display())]
+    Keep {
+        dir: PathBuf,
+        old: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl CtfDirError {
+    /// As one line of a command's usage error, `option` the directory's (`--ctf`), which an
+    /// error of opening it names.
+    pub fn usage(&self, option: &str) -> UsageError {
+        match self {
+            CtfDirError::Dir(error) => error.usage(option),
+            error => UsageError(error.to_string()),
+        }
+    }
+}
+
+/// The directory a CTF trace is written in, `path`, made if missing; a CTF trace already
+/// there is first moved to `PATH.old` (as `perf` keeps `perf.data.old`; an earlier `.old`
+/// trace is removed), so that no stream of it is read as the new trace's. A directory that
+/// holds anything else is refused. Returns the directory and where the earlier trace went.
+pub fn ctf_dir(path: &Path) -> Result<(OutputDir, Option<PathBuf>), CtfDirError> {
+    let read = |dir: &Path| {
+        let dir = dir.to_owned();
+        move |source| CtfDirError::Read { dir, source }
+    };
+    let dir = OutputDir::open_or_make(path)?;
+    if dir.names().map_err(read(path))?.is_empty() {
+        return Ok((dir, None));
+    }
+    if !holds_a_ctf_trace(&dir).map_err(read(path))? {
+        return Err(CtfDirError::Foreign(path.to_owned()));
+    }
+    let mut old = path.as_os_str().to_owned();
+    old.push(".old");
+    let old = PathBuf::from(old);
+    let keep = |source: io::Error| CtfDirError::Keep {
+        dir: path.to_owned(),
+        old: old.clone(),
+        source,
+    };
+    if std::fs::symlink_metadata(&old).is_ok() {
+        let earlier = OutputDir::open_no_follow(&old).map_err(keep)?;
+        if !holds_a_ctf_trace(&earlier).map_err(read(&old))? {
+            return Err(CtfDirError::OldIsForeign {
+                dir: path.to_owned(),
+                old,
+            });
+        }
+        earlier
+            .names()
+            .and_then(|names| names.iter().try_for_each(|name| earlier.remove(name)))
+            .map_err(keep)?;
+        std::fs::remove_dir(&old).map_err(keep)?;
+    }
+    std::fs::rename(path, &old).map_err(keep)?;
+    Ok((OutputDir::open_or_make(path)?, Some(old)))
+}
+
+/// Whether `dir` holds a CTF trace of ours and nothing else: regular files named as the
+/// streams are, and a `metadata` that begins as TSDL does.
+fn holds_a_ctf_trace(dir: &OutputDir) -> io::Result<bool> {
+    let names = dir.names()?;
+    let ours = |name: &str| name == "metadata" || name == "trace" || name.starts_with("process-");
+    for name in &names {
+        if !ours(name) || dir.file_type(name)? != Some(rustix::fs::FileType::RegularFile) {
+            return Ok(false);
+        }
+    }
+    Ok(names.iter().any(|name| name == "metadata")
+        && head(&dir.open_to_read("metadata")?, METADATA_MAGIC.len())? == METADATA_MAGIC)
+}
 
 /// CTF's packet magic.
 const PACKET_MAGIC: u32 = 0xC1FC_1FC1;
@@ -57,6 +164,8 @@ pub struct CtfTrace {
     events: u64,
     /// Events that came before the previous one of their stream in time.
     restamped: u64,
+    /// Where the trace that was in its directory went ([`ctf_dir`]).
+    earlier: Option<PathBuf>,
 }
 
 impl CtfTrace {
@@ -71,7 +180,14 @@ impl CtfTrace {
             ended: HashMap::new(),
             events: 0,
             restamped: 0,
+            earlier: None,
         }
+    }
+
+    /// Says in its summary that the trace that was in its directory is now at `earlier`.
+    pub fn kept_earlier(mut self, earlier: Option<PathBuf>) -> Self {
+        self.earlier = earlier;
+        self
     }
 }
 
@@ -235,6 +351,7 @@ impl Sink for CtfTrace {
             events: self.events,
             dir: self.dir.path().to_owned(),
             restamped: self.restamped,
+            earlier: self.earlier.clone(),
         }
         .into())
     }
@@ -381,6 +498,48 @@ mod tests {
     use tracer_model::event::{FieldSpec, event_types};
 
     use super::*;
+
+    #[test]
+    fn an_earlier_ctf_trace_is_kept_as_old_and_any_other_directory_refused() {
+        let root = std::env::temp_dir().join(format!("thrtrace-ctf-old-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let dir = root.join("trace");
+        let old = root.join("trace.old");
+        let write_trace = |dir: &Path, stream: &str| {
+            std::fs::write(dir.join("metadata"), "/* CTF 1.8 */\ntrace {};\n").unwrap();
+            std::fs::write(dir.join(stream), "packets").unwrap();
+        };
+        let (_, earlier) = ctf_dir(&dir).unwrap();
+        assert_eq!(earlier, None, "made new");
+        write_trace(&dir, "process-1");
+        let (made, earlier) = ctf_dir(&dir).unwrap();
+        assert_eq!(earlier.as_deref(), Some(old.as_path()));
+        assert!(made.names().unwrap().is_empty());
+        assert!(old.join("process-1").exists());
+        // Again: the newer trace becomes the .old one, the older is gone.
+        write_trace(&dir, "process-2");
+        ctf_dir(&dir).unwrap();
+        assert!(old.join("process-2").exists() && !old.join("process-1").exists());
+
+        std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let refused = ctf_dir(&dir).unwrap_err().to_string();
+        assert!(
+            refused.contains("holds files that are not a CTF trace"),
+            "{refused}"
+        );
+        assert!(dir.join("notes.txt").exists());
+        std::fs::remove_file(dir.join("notes.txt")).unwrap();
+        write_trace(&dir, "process-3");
+        std::fs::write(old.join("notes.txt"), "mine").unwrap();
+        let refused = ctf_dir(&dir).unwrap_err().to_string();
+        assert!(
+            refused.contains("is not one: it is left as it is"),
+            "{refused}"
+        );
+        assert!(old.join("notes.txt").exists() && dir.join("process-3").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn names_from_a_hostile_log_stay_inside_their_strings_and_identifiers() {

@@ -16,6 +16,7 @@
 
 pub mod ctf;
 pub mod descriptors;
+pub mod free_space;
 pub mod log;
 pub mod output_dir;
 pub mod threaded;
@@ -58,8 +59,11 @@ pub enum Buffering {
 /// What one sink wrote, for the line that ends a trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Written {
-    /// tr files: how many were created, and where.
-    TrFiles { created: usize, dir: PathBuf },
+    /// tr files: how many were created (and earlier ones kept as `NAME.old`), and where.
+    TrFiles {
+        created: tr::FilesMade,
+        dir: PathBuf,
+    },
     /// The trace log: its events, where (as the user named it), and what it left out.
     Log {
         events: u64,
@@ -77,6 +81,8 @@ pub enum Written {
         events: u64,
         dir: PathBuf,
         restamped: u64,
+        /// Where the trace that was in the directory was moved, if there was one.
+        earlier: Option<PathBuf>,
     },
     /// Contention profiles pushed to a Pyroscope server.
     Profiles {
@@ -100,6 +106,14 @@ pub enum Written {
     LiveView,
     /// Events printed to stdout (`--print`).
     Printed { events: u64 },
+    /// Records, and other events, a sink did not write: the free space of its directory's
+    /// file system fell below `floor` (`--min-free`).
+    BelowFloor {
+        records: u64,
+        others: u64,
+        dir: PathBuf,
+        floor: u64,
+    },
 }
 
 impl fmt::Display for Written {
@@ -109,9 +123,17 @@ impl fmt::Display for Written {
                 write!(
                     f,
                     "{} in {}",
-                    counted(*created as u64, "file"),
+                    counted(created.files as u64, "file"),
                     dir.display()
-                )
+                )?;
+                match created.kept_old {
+                    0 => Ok(()),
+                    1 => write!(f, " (an earlier tr file of its name kept as NAME.old)"),
+                    kept => write!(
+                        f,
+                        " ({kept} earlier tr files of their names kept as NAME.old)"
+                    ),
+                }
             }
             Written::Log {
                 events,
@@ -140,6 +162,7 @@ impl fmt::Display for Written {
                 events,
                 dir,
                 restamped,
+                earlier,
             } => {
                 write!(f, "{events} events in a CTF trace in {}", dir.display())?;
                 if *restamped > 0 {
@@ -148,6 +171,9 @@ impl fmt::Display for Written {
                         " ({restamped} stamped with the time of the event before them: the log \
                          has them out of time order)"
                     )?;
+                }
+                if let Some(earlier) = earlier {
+                    write!(f, " (the earlier trace is {})", earlier.display())?;
                 }
                 Ok(())
             }
@@ -186,6 +212,19 @@ impl fmt::Display for Written {
             ),
             Written::LiveView => write!(f, "the live view"),
             Written::Printed { events } => write!(f, "{events} events printed"),
+            Written::BelowFloor {
+                records,
+                others,
+                dir,
+                floor,
+            } => write!(
+                f,
+                "{} and {} not written: the free space of {} fell below --min-free's {}",
+                counted(*records, "record"),
+                counted(*others, "other event"),
+                dir.display(),
+                crate::say::bytes(*floor)
+            ),
         }
     }
 }
@@ -337,7 +376,10 @@ mod tests {
     fn the_summary_says_each_sinks_part_and_only_what_it_left_out() {
         let summary = Summary(vec![
             Written::TrFiles {
-                created: 4,
+                created: tr::FilesMade {
+                    files: 4,
+                    kept_old: 0,
+                },
                 dir: "/tmp/trace".into(),
             },
             Written::Log {

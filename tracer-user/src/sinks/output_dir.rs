@@ -38,6 +38,14 @@ pub struct OutputDir {
     owner: Option<InvokingUser>,
 }
 
+/// The file system a directory is on: its size, and what is free of it to users other than
+/// root (root's reserve is the system's, not the trace's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space {
+    pub free: u64,
+    pub size: u64,
+}
+
 /// What a file was when we created it, to tell it from one put in its place later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileIdentity {
@@ -209,12 +217,50 @@ impl OutputDir {
         OutputDir::open(path)
     }
 
+    /// Opens `path`, a directory itself, not a link to one, as [`OutputDir::open`] does.
+    pub fn open_no_follow(path: &Path) -> io::Result<Self> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dir = rustix::fs::open(path, flags, Mode::empty())?;
+        Self::from_descriptor(path, dir).map_err(io::Error::other)
+    }
+
+    /// The names of the directory's entries, sorted.
+    pub fn names(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&self.dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Removes the file `name` (a link itself, never what it points to).
+    pub fn remove(&self, name: &str) -> io::Result<()> {
+        Ok(rustix::fs::unlinkat(
+            &self.dir,
+            name,
+            rustix::fs::AtFlags::empty(),
+        )?)
+    }
+
     /// The same opened directory through another descriptor, for another thread's files.
     pub fn try_clone(&self) -> io::Result<Self> {
         Ok(OutputDir {
             dir: self.dir.try_clone()?,
             path: self.path.clone(),
             owner: self.owner,
+        })
+    }
+
+    /// The space of the directory's file system now.
+    pub fn space(&self) -> io::Result<Space> {
+        let stat = rustix::fs::fstatvfs(&self.dir)?;
+        Ok(Space {
+            free: stat.f_bavail.saturating_mul(stat.f_frsize),
+            size: stat.f_blocks.saturating_mul(stat.f_frsize),
         })
     }
 
@@ -388,6 +434,32 @@ impl OutputDir {
         }
         let (file, _) = self.create(name)?;
         Ok((file, kept.map(|old| self.shown(&old))))
+    }
+
+    /// For files whose names we choose (a thread's tr file), in a directory others may write
+    /// to: an earlier file of `kind` under `name`, ours alone (one link), is renamed to
+    /// `NAME.old`; any other regular file with one link is refused (someone's file); a link
+    /// planted there (symbolic, or a second name of a file elsewhere) is left for
+    /// [`OutputDir::create`] to replace. Returns where the earlier file went.
+    pub fn keep_earlier(
+        &self,
+        name: &str,
+        kind: &FileKind,
+    ) -> Result<Option<PathBuf>, ReplaceError> {
+        match rustix::fs::statat(&self.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat)
+                if rustix::fs::FileType::from_raw_mode(stat.st_mode).is_file()
+                    && stat.st_nlink == 1 =>
+            {
+                let old = self.check_kind(name, kind)?;
+                if let Some(old) = &old {
+                    self.rename(name, old)?;
+                }
+                Ok(old.map(|old| self.shown(&old)))
+            }
+            Ok(_) | Err(Errno::NOENT) => Ok(None),
+            Err(error) => Err(io::Error::from(error).into()),
+        }
     }
 
     fn create_exclusive(&self, name: &str) -> io::Result<OwnedFd> {

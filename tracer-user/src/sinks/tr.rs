@@ -13,16 +13,31 @@ use foldhash::{HashMap, HashMapExt};
 
 use tracer_model::{
     TraceRecord,
-    tr::{self, LineWriter, file_name},
+    tr::{self, LineWriter, file_name, parse_line},
 };
 
 use super::{
     Buffering, Sink, SinkState, Summary, TraceEnd, Written,
-    output_dir::{FileIdentity, OutputDir},
+    output_dir::{FileIdentity, FileKind, OutputDir, head},
 };
 
 /// The buffer of each open file (unbuffered, it is written out after each drain pass).
 const FILE_BUFFER_BYTES: usize = 64 * 1024;
+
+/// A tr file's kind: what `--dir` keeps as `NAME.old` when a thread's file takes its name, as
+/// far as its first line tells (an empty file too: a thread that wrote nothing).
+pub const TR_FILE: FileKind = FileKind {
+    name: "tr file",
+    is_one: is_tr_file,
+};
+
+fn is_tr_file(file: &File) -> io::Result<bool> {
+    let head = head(file, LineWriter::MAX_LEN + 1)?;
+    Ok(match head.iter().position(|&byte| byte == b'\n') {
+        Some(end) => std::str::from_utf8(&head[..end]).is_ok_and(|line| parse_line(line).is_ok()),
+        None => head.is_empty(),
+    })
+}
 
 /// Per-thread trace files in one directory.
 ///
@@ -37,6 +52,8 @@ pub struct TrFiles {
     open: HashMap<FileKey, OpenFile>,
     /// Every file created in this run, open or not; for a closed one, how many bytes it holds.
     created: HashMap<FileKey, Created>,
+    /// Earlier tr files that had the name of one created, kept as `NAME.old`.
+    kept_old: usize,
     /// Counts writes; an open file's `last_write` says how recently it was written.
     clock: u64,
     /// Formats every file's lines, keeping the fields a line shares with the one before.
@@ -131,6 +148,7 @@ impl TrFiles {
             max_open: max_open.max(1),
             open: HashMap::new(),
             created: HashMap::new(),
+            kept_old: 0,
             clock: 0,
             lines: LineWriter::default(),
         }
@@ -175,6 +193,11 @@ impl TrFiles {
             let file = self.dir.reopen(&name, created.identity, created.length)?;
             return Ok((file, created.length));
         }
+        let kept_old = self
+            .dir
+            .keep_earlier(&name, &TR_FILE)
+            .map_err(io::Error::other)?;
+        self.kept_old += usize::from(kept_old.is_some());
         let (file, identity) = self.dir.create(&name)?;
         self.created.insert(
             key,
@@ -186,9 +209,12 @@ impl TrFiles {
         Ok((file, 0))
     }
 
-    /// How many files this has created.
-    pub(super) fn created(&self) -> usize {
-        self.created.len()
+    /// How many files this has created, and how many earlier ones it kept as `NAME.old`.
+    pub(super) fn created(&self) -> FilesMade {
+        FilesMade {
+            files: self.created.len(),
+            kept_old: self.kept_old,
+        }
     }
 
     /// Flushes and closes the `count` open files written least recently.
@@ -252,7 +278,7 @@ impl Sink for TrFiles {
     fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
         let keys: Vec<FileKey> = self.open.keys().copied().collect();
         keys.into_iter().try_for_each(|key| self.close(key))?;
-        Ok(written(self.dir.path(), self.created.len()).into())
+        Ok(written(self.dir.path(), self.created()).into())
     }
 }
 
@@ -269,8 +295,25 @@ pub(super) fn destination(dir: &Path) -> String {
     format!("tr files in {}", dir.display())
 }
 
-/// The summary line's words for `created` tr files in `dir`.
-pub(super) fn written(dir: &Path, created: usize) -> Written {
+/// Tr files created, and earlier ones kept as `NAME.old`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilesMade {
+    pub files: usize,
+    pub kept_old: usize,
+}
+
+impl std::ops::Add for FilesMade {
+    type Output = FilesMade;
+    fn add(self, other: FilesMade) -> FilesMade {
+        FilesMade {
+            files: self.files + other.files,
+            kept_old: self.kept_old + other.kept_old,
+        }
+    }
+}
+
+/// The summary line's words for the tr files `created` in `dir`.
+pub(super) fn written(dir: &Path, created: FilesMade) -> Written {
     Written::TrFiles {
         created,
         dir: dir.to_owned(),
@@ -282,6 +325,11 @@ pub(super) mod tests {
     use tracer_common::Which;
 
     use super::*;
+
+    /// The summary's words for `files` new tr files in `dir`.
+    pub(in crate::sinks) fn files_in(dir: &Path, files: usize) -> Written {
+        written(dir, FilesMade { files, kept_old: 0 })
+    }
 
     /// A mutex_unlock record of thread `lwpid` of `pid`, `a1` telling it from others.
     pub(in crate::sinks) fn record(pid: u32, lwpid: u32, a1: i64) -> TraceRecord {
@@ -310,16 +358,44 @@ pub(super) mod tests {
         files.process_exited(100).unwrap();
         files.record(&record(100, 0x3005, 3)).unwrap();
         let summary = files.finish(&TraceEnd::default()).unwrap();
-        assert_eq!(
-            summary.0,
-            [Written::TrFiles {
-                created: 1,
-                dir: dir.clone()
-            }]
-        );
+        assert_eq!(summary.0, [files_in(&dir, 1)]);
         let text = std::fs::read_to_string(dir.join("tr.0000064.005")).unwrap();
         let lwpids: Vec<&str> = text.lines().map(|l| l.split(':').nth(2).unwrap()).collect();
         assert_eq!(lwpids, ["4101", "8197", "12293"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_earlier_tr_file_is_kept_as_old_and_any_other_file_is_left_and_refused() {
+        let dir = std::env::temp_dir().join(format!("thrtrace-tr-old-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let earlier = "1700000000:000000042:101:100:139800000000000:2:4:0:7:0:1:0:0\n";
+        assert!(parse_line(earlier.trim_end()).is_ok(), "the test's tr line");
+        std::fs::write(dir.join(file_name(100, 101)), earlier).unwrap();
+        std::fs::write(dir.join(file_name(100, 102)), "").unwrap();
+        std::fs::write(dir.join(file_name(100, 103)), "notes\n").unwrap();
+        let mut files = TrFiles::new(OutputDir::open(&dir).unwrap(), Buffering::Buffered, 4);
+        files.record(&record(100, 101, 1)).unwrap();
+        files.record(&record(100, 102, 2)).unwrap();
+        let refused = files.record(&record(100, 103, 3)).unwrap_err().to_string();
+        assert!(refused.contains("exists and is not a tr file"), "{refused}");
+        let summary = files.finish(&TraceEnd::default()).unwrap();
+        assert_eq!(
+            summary.to_string(),
+            format!(
+                "2 files in {} (2 earlier tr files of their names kept as NAME.old)",
+                dir.display()
+            )
+        );
+        let read = |name: String| std::fs::read_to_string(dir.join(name)).unwrap();
+        assert_eq!(read(format!("{}.old", file_name(100, 101))), earlier);
+        assert_eq!(read(format!("{}.old", file_name(100, 102))), "");
+        assert_eq!(read(file_name(100, 103)), "notes\n");
+        assert_eq!(
+            parse_line(read(file_name(100, 101)).trim_end()).unwrap().a[0],
+            1
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -337,13 +413,7 @@ pub(super) mod tests {
             }
         }
         let summary = files.finish(&TraceEnd::default()).unwrap();
-        assert_eq!(
-            summary.0,
-            [Written::TrFiles {
-                created: 10,
-                dir: dir.clone()
-            }]
-        );
+        assert_eq!(summary.0, [files_in(&dir, 10)]);
         for lwpid in 200..210 {
             let text = std::fs::read_to_string(dir.join(file_name(100, lwpid))).unwrap();
             let rounds: Vec<&str> = text.lines().map(|l| l.split(':').nth(8).unwrap()).collect();

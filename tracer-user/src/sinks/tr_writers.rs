@@ -42,11 +42,12 @@ impl TrWriters {
     }
 
     /// Files created so far, by every writer.
-    fn created(&self) -> io::Result<usize> {
+    fn created(&self) -> io::Result<tr::FilesMade> {
         self.writers
             .iter()
-            .map(|w| w.query(|files| files.created()))
-            .sum()
+            .try_fold(tr::FilesMade::default(), |sum, writer| {
+                Ok(sum + writer.query(|files| files.created())?)
+            })
     }
 }
 
@@ -67,7 +68,7 @@ impl Sink for TrWriters {
     }
 
     fn state(&self) -> SinkState {
-        tr::state(&self.path, self.created().unwrap_or(0))
+        tr::state(&self.path, self.created().map_or(0, |made| made.files))
     }
 
     fn destinations(&self) -> Vec<String> {
@@ -100,7 +101,7 @@ mod tests {
     use tracer_model::tr::file_name;
 
     use super::{
-        super::{Written, tr::tests::record},
+        super::tr::tests::{files_in, record},
         *,
     };
 
@@ -145,13 +146,7 @@ mod tests {
             [format!("tr files in {} (10 so far)", dir.display())]
         );
         let summary = files.finish(&TraceEnd::default()).unwrap();
-        assert_eq!(
-            summary.0,
-            [Written::TrFiles {
-                created: 10,
-                dir: dir.clone()
-            }]
-        );
+        assert_eq!(summary.0, [files_in(&dir, 10)]);
         for lwpid in 200..210 {
             let written = a1_of(&dir, lwpid);
             assert_eq!(written, (0..rounds).collect::<Vec<_>>(), "thread {lwpid}");
