@@ -28,8 +28,11 @@ use super::{
 };
 use crate::error::UsageError;
 
-/// How a CTF trace's `metadata` begins (TSDL's magic comment).
-const METADATA_MAGIC: &[u8] = b"/* CTF 1.8 */";
+/// The trace's files: its metadata, the stream of the events of no process, and each
+/// process's stream (`process-PID`, `process-PID.N` for a pid used again).
+const METADATA_FILE: &str = "metadata";
+const TRACE_STREAM_FILE: &str = "trace";
+const PROCESS_STREAM: &str = "process-";
 
 /// Why a directory cannot take a CTF trace.
 #[derive(Debug, thiserror::Error)]
@@ -84,11 +87,10 @@ pub fn ctf_dir(path: &Path) -> Result<(OutputDir, Option<PathBuf>), CtfDirError>
         move |source| CtfDirError::Read { dir, source }
     };
     let dir = OutputDir::open_or_make(path)?;
-    if dir.names().map_err(read(path))?.is_empty() {
-        return Ok((dir, None));
-    }
-    if !holds_a_ctf_trace(&dir).map_err(read(path))? {
-        return Err(CtfDirError::Foreign(path.to_owned()));
+    match contents(&dir).map_err(read(path))? {
+        Contents::Empty => return Ok((dir, None)),
+        Contents::Other => return Err(CtfDirError::Foreign(path.to_owned())),
+        Contents::Trace(_) => {}
     }
     let mut old = path.as_os_str().to_owned();
     old.push(".old");
@@ -100,15 +102,15 @@ pub fn ctf_dir(path: &Path) -> Result<(OutputDir, Option<PathBuf>), CtfDirError>
     };
     if std::fs::symlink_metadata(&old).is_ok() {
         let earlier = OutputDir::open_no_follow(&old).map_err(keep)?;
-        if !holds_a_ctf_trace(&earlier).map_err(read(&old))? {
+        let Contents::Trace(files) = contents(&earlier).map_err(read(&old))? else {
             return Err(CtfDirError::OldIsForeign {
                 dir: path.to_owned(),
                 old,
             });
-        }
-        earlier
-            .names()
-            .and_then(|names| names.iter().try_for_each(|name| earlier.remove(name)))
+        };
+        files
+            .iter()
+            .try_for_each(|name| earlier.remove(name))
             .map_err(keep)?;
         std::fs::remove_dir(&old).map_err(keep)?;
     }
@@ -116,18 +118,45 @@ pub fn ctf_dir(path: &Path) -> Result<(OutputDir, Option<PathBuf>), CtfDirError>
     Ok((OutputDir::open_or_make(path)?, Some(old)))
 }
 
-/// Whether `dir` holds a CTF trace of ours and nothing else: regular files named as the
-/// streams are, and a `metadata` that begins as TSDL does.
-fn holds_a_ctf_trace(dir: &OutputDir) -> io::Result<bool> {
+/// What a directory given for a CTF trace holds.
+enum Contents {
+    Empty,
+    /// A CTF trace of ours and nothing else: these regular files, named as the trace's files
+    /// are, with a `metadata` that begins as ours does.
+    Trace(Vec<String>),
+    Other,
+}
+
+fn contents(dir: &OutputDir) -> io::Result<Contents> {
     let names = dir.names()?;
-    let ours = |name: &str| name == "metadata" || name == "trace" || name.starts_with("process-");
+    if names.is_empty() {
+        return Ok(Contents::Empty);
+    }
+    let ours = |name: &str| {
+        name == METADATA_FILE || name == TRACE_STREAM_FILE || name.starts_with(PROCESS_STREAM)
+    };
     for name in &names {
         if !ours(name) || dir.file_type(name)? != Some(rustix::fs::FileType::RegularFile) {
-            return Ok(false);
+            return Ok(Contents::Other);
         }
     }
-    Ok(names.iter().any(|name| name == "metadata")
-        && head(&dir.open_to_read("metadata")?, METADATA_MAGIC.len())? == METADATA_MAGIC)
+    let magic = metadata_magic();
+    let trace = names.iter().any(|name| name == METADATA_FILE)
+        && head(&dir.open_to_read(METADATA_FILE)?, magic.len())? == magic;
+    Ok(if trace {
+        Contents::Trace(names)
+    } else {
+        Contents::Other
+    })
+}
+
+/// How our metadata begins: TSDL's magic comment, its preamble's first line.
+fn metadata_magic() -> &'static [u8] {
+    METADATA_PREAMBLE
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .as_bytes()
 }
 
 /// CTF's packet magic.
@@ -203,9 +232,9 @@ impl Stream {
         streams.entry(pid).or_insert_with(|| Stream {
             file: None,
             name: match (pid, ended) {
-                (TRACE_STREAM, _) => "trace".to_owned(),
-                (pid, 0) => format!("process-{pid}"),
-                (pid, n) => format!("process-{pid}.{n}"),
+                (TRACE_STREAM, _) => TRACE_STREAM_FILE.to_owned(),
+                (pid, 0) => format!("{PROCESS_STREAM}{pid}"),
+                (pid, n) => format!("{PROCESS_STREAM}{pid}.{n}"),
             },
             events: Vec::new(),
             first_ns: None,
@@ -275,7 +304,7 @@ impl Stream {
 
 impl Sink for CtfTrace {
     fn begin(&mut self) -> io::Result<()> {
-        let (mut file, _) = self.dir.create("metadata")?;
+        let (mut file, _) = self.dir.create(METADATA_FILE)?;
         file.write_all(self.metadata.as_bytes())
     }
 

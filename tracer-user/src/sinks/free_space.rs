@@ -8,7 +8,7 @@
 
 use std::{
     io,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -53,10 +53,9 @@ impl MinFree {
 pub enum FloorError {
     /// Its free space is below the floor already.
     #[error(
-        "{} has {} free, below the {floor_text} that --min-free keeps free there: free some \
-         space, trace into another file system, or give a lower --min-free (0 writes until it \
-         is full)",
-        .dir.display(), say::bytes(.space.free), floor_text = say::bytes(*.floor)
+        "{}: free some space, trace into another file system, or give a lower --min-free (0 \
+         writes until it is full)",
+        below(.dir, .space.free, *.floor)
     )]
     Below {
         dir: PathBuf,
@@ -69,6 +68,16 @@ pub enum FloorError {
         #[source]
         source: io::Error,
     },
+}
+
+/// What is said of `dir` once its free space is below the floor, at the start or later.
+fn below(dir: &Path, free: u64, floor: u64) -> String {
+    format!(
+        "{} has {} free, below the {} that --min-free keeps free there",
+        dir.display(),
+        say::bytes(free),
+        say::bytes(floor)
+    )
 }
 
 /// The floor `min_free` sets in `dir`; refused if the free space there is below it already.
@@ -151,11 +160,9 @@ impl<S: Sink> FloorGuard<S> {
         // What the sink holds is written now, within the floor, so that its files end whole.
         self.inner.flush()?;
         say!(
-            "thrtrace-bpf: {} has {} free, below the {} that --min-free keeps free there: \
-             no more is written to {}; the trace goes on, and counts what is not written",
-            self.dir.path().display(),
-            say::bytes(space.free),
-            say::bytes(self.floor),
+            "thrtrace-bpf: {}: no more is written to {}; the trace goes on, and counts what is \
+             not written",
+            below(self.dir.path(), space.free, self.floor),
             self.inner.destinations().join(", ")
         );
         self.stopped = Some(Stopped::default());
