@@ -882,16 +882,18 @@ fn with_stack(raw_cookie: u64) -> bool {
 }
 
 /// The bytes to reserve for the stack above `sp` in the ring `ring`, and the thread's stack top
-/// they were sized by (0: none known). With a top from `STACK_TOPS` above `sp`, the live stack
-/// up to it; else the most a copy takes. Either must fit in a sixteenth of the room left
+/// they were sized by (none told: 0). With a top from `STACK_TOPS` above `sp`, the live stack
+/// up to it; else, for a thread whose stack lies below its thread pointer, up to that; else
+/// the most a copy takes. Either must fit in a sixteenth of the room left
 /// before the ring is half full, so that a burst of copies the reader has not caught up with
 /// (the threads first seen as a trace starts, each copy as large as it may be) shrinks them as
 /// the ring fills, and none is taken past half full, where the reader, woken at each
 /// sixteenth, is behind: a burst of them cannot fill the ring and lose records. A live stack
 /// that does not fit, or a copy of an unknown one smaller than `least_unknown_copy`, would be
-/// cut short: 0 bytes, the stack left out (userspace counts it).
-#[inline(always)]
-fn stack_copy_size(ring: *mut core::ffi::c_void, sp: u64) -> (u32, u64) {
+/// cut short: 0 bytes, the stack left out (userspace counts it). A call of its own, so that
+/// what it keeps across its helper calls is not in its caller's frame.
+#[inline(never)]
+fn stack_copy_size(ring: *mut core::ffi::c_void, sp: u64) -> StackCopySize {
     // SAFETY: a read-only global that userspace sets before loading; `ring` is a ring buffer
     // map.
     let (ring_bytes, used) = unsafe {
@@ -906,15 +908,57 @@ fn stack_copy_size(ring: *mut core::ffi::c_void, sp: u64) -> (u32, u64) {
     // SAFETY: the value is copied out at once; userspace may replace it at any time.
     match unsafe { STACK_TOPS.get(thread) } {
         Some(&top) if top > sp && top - sp <= MAX_STACK_BYTES as u64 => match top - sp <= most {
-            true => (
-                (top - sp).next_multiple_of(STACK_COPY_UNIT as u64) as u32,
-                top,
-            ),
-            false => (0, 0),
+            true => StackCopySize::new(top - sp, top),
+            false => StackCopySize::NONE,
         },
-        _ if most >= least_unknown_copy(ring_bytes) => (most as u32, 0),
-        _ => (0, 0),
+        _ => match thread_pointer().wrapping_sub(sp) {
+            // Below the thread pointer: the thread's whole stack where the C library put its
+            // thread descriptor at the top of the thread's stack, as glibc and musl do for
+            // every thread but the main one (whose descriptor lies below its stack: the
+            // difference wraps and is too large).
+            below if below > 0 && below <= most => StackCopySize::new(below, 0),
+            _ if most >= least_unknown_copy(ring_bytes) => StackCopySize::new(most, 0),
+            _ => StackCopySize::NONE,
+        },
     }
+}
+
+/// A stack copy's size, in whole `STACK_COPY_UNIT`s, and the stack top told that sized it, in
+/// one register: returned through memory, the pair would take room in the caller's frame. A
+/// user address fits in the low bits on every kernel thrtrace-bpf runs on (47 or 48 bits);
+/// a top told above them is not used.
+#[derive(Clone, Copy)]
+struct StackCopySize(u64);
+
+impl StackCopySize {
+    const TOP_BITS: u32 = 52;
+    const NONE: StackCopySize = StackCopySize(0);
+
+    #[inline(always)]
+    fn new(bytes: u64, top: u64) -> Self {
+        match top >> Self::TOP_BITS {
+            0 => StackCopySize((bytes.div_ceil(STACK_COPY_UNIT as u64) << Self::TOP_BITS) | top),
+            _ => Self::NONE,
+        }
+    }
+
+    #[inline(always)]
+    fn bytes(self) -> u32 {
+        ((self.0 >> Self::TOP_BITS) * STACK_COPY_UNIT as u64) as u32
+    }
+
+    #[inline(always)]
+    fn top(self) -> u64 {
+        self.0 & ((1 << Self::TOP_BITS) - 1)
+    }
+}
+
+/// The current thread's thread pointer as the kernel saved it (`CONFIG.thread_pointer_offset`).
+#[inline(always)]
+fn thread_pointer() -> u64 {
+    // SAFETY: a read-only global that userspace sets before loading.
+    let offset = unsafe { ptr::read_volatile(&raw const CONFIG.thread_pointer_offset) };
+    read_task::<u64>(current_task(), offset)
 }
 
 /// The smallest copy of a stack whose top is not known worth taking: 4 KiB holds most waits'
@@ -1308,14 +1352,14 @@ fn emit_stacked(
     let Some(ring) = this_cpus_ring() else {
         return ring_full();
     };
-    let (reserved, top_hint) = stack_copy_size(ring, arch::stack_pointer(regs));
+    let copy_size = stack_copy_size(ring, arch::stack_pointer(regs));
     let mut entry = MaybeUninit::<bpf_dynptr>::uninit();
     let entry = entry.as_mut_ptr();
     // SAFETY: `ring` is this CPU's ring buffer map and `entry` a dynptr on this frame, released
     // on every path: discarded if the reserve failed (as it must be then) or its head cannot
     // be had, else submitted. The head lies within the entry, ours until then.
     unsafe {
-        let size = STACKED_RECORD_SIZE as u32 + reserved;
+        let size = STACKED_RECORD_SIZE as u32 + copy_size.bytes();
         if generated::bpf_ringbuf_reserve_dynptr(ring, size, 0, entry) != 0 {
             generated::bpf_ringbuf_discard_dynptr(entry, 0);
             return ring_full();
@@ -1326,8 +1370,8 @@ fn emit_stacked(
             generated::bpf_ringbuf_discard_dynptr(entry, 0);
             return ring_full();
         }
-        (*head).stack.reserved = reserved;
-        (*head).stack.top_hint = top_hint;
+        (*head).stack.reserved = copy_size.bytes();
+        (*head).stack.top_hint = copy_size.top();
         fill(ptr::addr_of_mut!((*head).record), regs, current_task());
         let selected = selected(ptr::addr_of!((*head).record));
         if selected {

@@ -169,6 +169,7 @@ const TESTS: [(&str, &[&str], bool); 13] = [
             "ten_threads",
             "hundred_frames_deep",
             "short_of_whole",
+            "first_stacks_of_new_threads",
         ],
         true,
     ),
