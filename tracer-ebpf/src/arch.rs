@@ -26,9 +26,7 @@ macro_rules! field {
 /// The x86-64 side: System V's argument registers, the return address on the stack.
 #[cfg(not(bpf_target_arch = "aarch64"))]
 mod registers {
-    use super::{
-        ObjectRegister, ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
-    };
+    use super::{ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into};
 
     /// Where the instruction pointer is in the context (a syscall hook's, read by a helper).
     pub const INSTRUCTION_POINTER: usize = offset_of!(pt_regs, rip);
@@ -90,29 +88,26 @@ mod registers {
         read_user_into(destination, call_frame(regs, stack_offset));
     }
 
-    /// What `register` holds at the probe: every register loaded in turn at its constant offset
-    /// in the context, which the verifier allows (a load at an offset chosen at run time is
-    /// not), and the one wanted kept, which costs less than a helper that reads it. Volatile,
-    /// so that LLVM keeps every load rather than make them one at a computed offset; one at a
-    /// time, so that no more than two are live.
-    #[inline(always)]
-    pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
-        let mut value = 0;
-        macro_rules! keep_if_wanted {
-            ($($candidate:ident => $field:ident),*) => {$(
-                let loaded = field!(regs, $field);
-                if register == ObjectRegister::$candidate {
-                    value = loaded;
-                }
-            )*};
-        }
-        keep_if_wanted!(
-            Rdi => rdi, Rbx => rbx, Rbp => rbp, R12 => r12, R13 => r13, R14 => r14, R15 => r15,
-            R8 => r8, R9 => r9, R10 => r10, R11 => r11, Rax => rax, Rcx => rcx, Rdx => rdx,
-            Rsi => rsi
-        );
-        value
-    }
+    /// Where each register an object may be in ([`ObjectRegister`], by its code) lies in the
+    /// context.
+    pub static REGISTER_OFFSETS: [usize; 16] = [
+        offset_of!(pt_regs, rdi),
+        offset_of!(pt_regs, rbx),
+        offset_of!(pt_regs, rbp),
+        offset_of!(pt_regs, r12),
+        offset_of!(pt_regs, r13),
+        offset_of!(pt_regs, r14),
+        offset_of!(pt_regs, r15),
+        offset_of!(pt_regs, r8),
+        offset_of!(pt_regs, r9),
+        offset_of!(pt_regs, r10),
+        offset_of!(pt_regs, r11),
+        offset_of!(pt_regs, rax),
+        offset_of!(pt_regs, rcx),
+        offset_of!(pt_regs, rdx),
+        offset_of!(pt_regs, rsi),
+        offset_of!(pt_regs, rdi),
+    ];
 
     /// The syscall's arguments in the kernel's `pt_regs`, as the x86-64 syscall ABI passes
     /// them (`r10`, not `rcx`, for the fourth).
@@ -136,9 +131,7 @@ mod registers {
 /// The arm64 side: AAPCS64's argument registers, the return address in `x30`.
 #[cfg(bpf_target_arch = "aarch64")]
 mod registers {
-    use super::{
-        ObjectRegister, ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
-    };
+    use super::{ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into};
 
     /// The link register, `x30`.
     const LINK: usize = 30;
@@ -223,26 +216,32 @@ mod registers {
         }
     }
 
-    /// What `register` holds. The codes name arm64's registers as they name x86-64's by use:
-    /// 0 the first argument (`x0`), 1 to 10 those a call keeps (`x19` to `x28`), 11 to 14
-    /// `x1` to `x4`.
-    #[inline(always)]
-    pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
-        let mut value = 0;
-        macro_rules! keep_if_wanted {
-            ($($candidate:ident => $index:literal),*) => {$(
-                let loaded = field!(regs, regs[$index]);
-                if register == ObjectRegister::$candidate {
-                    value = loaded;
-                }
-            )*};
+    /// Where each register an object may be in ([`ObjectRegister`], by its code) lies in the
+    /// context. The codes name arm64's registers as they name x86-64's by use: 0 the first
+    /// argument (`x0`), 1 to 10 those a call keeps (`x19` to `x28`), 11 to 14 `x1` to `x4`.
+    pub static REGISTER_OFFSETS: [usize; 16] = {
+        const fn x(n: usize) -> usize {
+            offset_of!(pt_regs, regs) + 8 * n
         }
-        keep_if_wanted!(
-            Rdi => 0, Rbx => 19, Rbp => 20, R12 => 21, R13 => 22, R14 => 23, R15 => 24,
-            R8 => 25, R9 => 26, R10 => 27, R11 => 28, Rax => 1, Rcx => 2, Rdx => 3, Rsi => 4
-        );
-        value
-    }
+        [
+            x(0),
+            x(19),
+            x(20),
+            x(21),
+            x(22),
+            x(23),
+            x(24),
+            x(25),
+            x(26),
+            x(27),
+            x(28),
+            x(1),
+            x(2),
+            x(3),
+            x(4),
+            x(0),
+        ]
+    };
 
     /// The syscall's arguments in the kernel's `pt_regs`: `x0` to `x4`.
     pub const SYSCALL_ARGUMENTS: [usize; 5] = {
@@ -265,3 +264,22 @@ mod registers {
 }
 
 pub use registers::*;
+
+/// A power of two above every register's offset in the context, which bounds an offset read
+/// at run time.
+const CONTEXT_BYTES: usize = 512;
+
+/// What `register` holds: read by a helper at the register's offset in the context. A load of
+/// each candidate kept by a comparison with the code made the verifier walk the rest of the
+/// program once per code it had compared with, on every path there (three quarters of the
+/// instructions it walked, and of a trace's start).
+#[inline(always)]
+pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
+    let at = &raw const REGISTER_OFFSETS[register as usize % REGISTER_OFFSETS.len()];
+    // SAFETY: `at` is an element of the table. Read as memory, whose value the verifier does
+    // not know, and bounded, as it must be to be added to the context: LLVM, which knows the
+    // table, would drop the bound from a plain read.
+    let offset = unsafe { ptr::read_volatile(at) } % CONTEXT_BYTES;
+    // SAFETY: the helper checks the kernel address, within the context.
+    unsafe { bpf_probe_read_kernel(regs.byte_add(offset).cast::<u64>()) }.unwrap_or(0)
+}
