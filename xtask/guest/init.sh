@@ -3,9 +3,9 @@
 # project's workloads and runs the integration-test binaries, and prints what it found as
 # "KT..." lines on the console, which xtask reads. The kernel command line's kt= says what
 # this boot checks (full, kernel, preempt or floor) or that it measures (bench); /etc/kt.conf gives
-# THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTERS, the
-# filters separated by commas), and KERNEL_TESTS, those of them whose outcome depends on the
-# kernel.
+# THREADS and ROUNDS (of lock_mix) and TESTS (test binaries in /tests, each NAME:FILTERS:SKIPS:
+# a test runs if its name holds any filter, none: every test, unless it holds a skip; each list
+# separated by commas), and KERNEL_TESTS, those of them whose outcome depends on the kernel.
 /bin/busybox --install -s /bin
 export PATH=/usr/local/bin:/bin
 mount -t proc proc /proc
@@ -171,11 +171,19 @@ else
     say "TIMING start+exit with every category: $(( ($(uptime_cs) - start) * 10 )) ms"
     check_detached "all categories"
     for run in $TESTS; do
-        t=${run%%:*}; filters=$(echo "${run#*:}" | tr , ' ')
+        t=${run%%:*}; rest=${run#*:}
+        filters=$(echo "${rest%%:*}" | tr , ' '); skips=$(echo "${rest#*:}" | tr , ' ')
+        skip_args=""
+        for skip in $skips; do
+            # A renamed test would run again where it was to be left out.
+            /tests/$t --list 2>/dev/null | grep -q "$skip" \
+                || fail "TEST $t: the skip '$skip' names no test"
+            skip_args="$skip_args --skip $skip"
+        done
         mkdir -p /tmp/tests && cd /tmp/tests
         started=$(uptime_cs)
         CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf /tests/$t --test-threads=1 $filters \
-            > /tmp/test.out 2>&1
+            $skip_args > /tmp/test.out 2>&1
         rc=$?
         took="$(( ($(uptime_cs) - started) / 100 )) s"
         cd /

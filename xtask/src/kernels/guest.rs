@@ -45,7 +45,7 @@ impl Guest {
             tests,
             programs,
             workloads,
-        } = test_binaries::build(arch, &TESTS.map(|(test, _, _)| test))?;
+        } = test_binaries::build(arch, &TESTS.map(|tests| tests.binary))?;
         let conf = |runs: &[String], kernel_runs: &[String]| {
             let conf = format!(
                 "THREADS={THREADS}\nROUNDS={ROUNDS}\nTESTS=\"{}\"\nKERNEL_TESTS=\"{}\"\n",
@@ -57,11 +57,11 @@ impl Guest {
                 machine.test_ring_kib
             )
         };
-        let runs = |on_every_kernel_only: bool| -> Vec<String> {
+        let runs = |in_a_kernels_boot: bool| -> Vec<String> {
             TESTS
                 .iter()
-                .filter(|(_, _, depends_on_kernel)| *depends_on_kernel || !on_every_kernel_only)
-                .map(|(name, filters, _)| format!("{name}:{}", filters.join(",")))
+                .filter(|tests| tests.on_each_kernel || !in_a_kernels_boot)
+                .map(|tests| tests.run(in_a_kernels_boot))
                 .collect()
         };
         let full = base.image("full", &conf(&runs(false), &runs(true)), |files| {
