@@ -68,6 +68,12 @@ fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> R
         run(command("cargo").args(["fmt", "--all", "--check"]))
     })?;
     phases.time("layers", crate::layers::run)?;
+    // `dist`'s static builds, both architectures' (the arm64 guests run that one), take
+    // minutes of CPU that the checks' and builds' serial stretches and most host tests leave
+    // idle (the tests wait on their workloads): they run beside them from here, at the lowest
+    // priority so that the tests' runs are as fast as alone, and the tests of the release run
+    // last, once they are built. Stopped if the run ends before them.
+    let dist_builds = DistBuilds::start()?;
     phases.time("clippy", || {
         run(command("cargo").args([
             "clippy",
@@ -118,11 +124,6 @@ fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> R
             .env("THRTRACE_SKIP_LOG", &skip_log);
         cargo
     };
-    // `dist`'s static builds, both architectures' (the arm64 guests run that one), take
-    // minutes of CPU that most host tests leave idle, waiting on their workloads: they run
-    // beside them, at the lowest priority so that the tests' runs are as fast as alone, and
-    // the tests of the release run last, once they are built.
-    let dist_builds = DistBuilds::start()?;
     let mut results = vec![
         cargo_test_each_binary(phases, cargo_test().args(every_test_but(DIST_TESTS)?))?,
         cargo_test_each_binary(phases, cargo_test().arg("--doc"))?,
@@ -131,7 +132,7 @@ fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> R
         dist_builds.wait()
     }) {
         Ok(took) => {
-            phases.record("dist's builds, beside the tests", took);
+            phases.record("dist's builds, beside the checks and tests", took);
             results.push(cargo_test_each_binary(
                 phases,
                 cargo_test().args(["--test", DIST_TESTS]),
@@ -214,9 +215,12 @@ fn every_test_but(excluded: &str) -> Result<Vec<String>> {
 }
 
 /// `cargo xtask dist` under way in a child process at the lowest CPU priority, its output kept
-/// in target/dist-beside-tests.log.
+/// in target/dist-beside-tests.log. Dropped before it was waited for (a phase failed), it is
+/// killed rather than left building for minutes after the run. It stays in the run's process
+/// group, where Ctrl-C reaches it.
 struct DistBuilds {
-    builder: std::thread::JoinHandle<Result<Duration>>,
+    builder: Option<std::thread::JoinHandle<Result<Duration>>>,
+    pid: i32,
 }
 
 impl DistBuilds {
@@ -224,15 +228,18 @@ impl DistBuilds {
         let log_path = workspace_root().join("target/dist-beside-tests.log");
         let log = fs::File::create(&log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
-        let mut dist = command("nice");
-        dist.args(["-n", "19"])
+        let started = Instant::now();
+        let mut dist = command("nice")
+            .args(["-n", "19"])
             .arg(std::env::current_exe().context("xtask's own executable")?)
             .arg("dist")
             .stdout(log.try_clone()?)
-            .stderr(log);
+            .stderr(log)
+            .spawn()
+            .context("cannot start `cargo xtask dist`")?;
+        let pid = i32::try_from(dist.id()).context("a process id beyond i32")?;
         let builder = std::thread::spawn(move || {
-            let started = Instant::now();
-            let status = dist.status().context("cannot start `cargo xtask dist`")?;
+            let status = dist.wait().context("cannot wait for `cargo xtask dist`")?;
             if !status.success() {
                 let output = fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = output.lines().rev().take(30).collect();
@@ -245,14 +252,32 @@ impl DistBuilds {
             }
             Ok(started.elapsed())
         });
-        Ok(DistBuilds { builder })
+        Ok(DistBuilds {
+            builder: Some(builder),
+            pid,
+        })
     }
 
     /// Waits for the builds to end; how long they took.
-    fn wait(self) -> Result<Duration> {
+    fn wait(mut self) -> Result<Duration> {
         self.builder
+            .take()
+            .expect("waited for once")
             .join()
             .expect("running `cargo xtask dist` does not panic")
+    }
+}
+
+impl Drop for DistBuilds {
+    fn drop(&mut self) {
+        if self
+            .builder
+            .as_ref()
+            .is_some_and(|builder| !builder.is_finished())
+        {
+            // SAFETY: kill(2) of the child its thread still waits for, so its id is its own.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
     }
 }
 
