@@ -396,7 +396,7 @@ fn the_stacks_of_a_target_gone_before_its_records_are_drained_are_unwound() {
 /// New threads whose stacks the tracer has not unwound yet (it is stopped) copy their live
 /// stacks alone, found below their thread pointers, not the most a copy may take: the stacks
 /// of eight threads' 320 lock and unlock calls fit in the ring a stopped tracer leaves them,
-/// each whole.
+/// each unwound to its thread's start.
 #[test]
 fn the_first_stacks_of_new_threads_are_copied_at_their_live_size() {
     if !bpf_available("stacks_of_new_threads") {
@@ -406,7 +406,13 @@ fn the_first_stacks_of_new_threads_are_copied_at_their_live_size() {
     assert!(!said.contains("carry no call stack"), "{said}");
     let (records, stacks) = records_and_stacks(&dir);
     assert_eq!(records.len(), 8 * 20 * 3, "{said}");
-    assert_whole_stacks(&records, &stacks);
+    for record in records.iter().filter(|r| r.which != Which::Return) {
+        let (frames, end) = &stacks[&record.stack];
+        assert!(
+            *frames > 0 && end.is_empty(),
+            "{record:?}: {frames} frames, {end}"
+        );
+    }
 }
 
 /// Each stack of a log by its id: how many frames, and why it ends where it does ("" at the

@@ -173,13 +173,10 @@ else
     for run in $TESTS; do
         t=${run%%:*}; rest=${run#*:}
         filters=$(echo "${rest%%:*}" | tr , ' '); skips=$(echo "${rest#*:}" | tr , ' ')
+        # Some skips name tests this architecture's build leaves out; xtask's unit tests check
+        # that each names a test of the binary's source.
         skip_args=""
-        for skip in $skips; do
-            # A renamed test would run again where it was to be left out.
-            /tests/$t --list 2>/dev/null | grep -q "$skip" \
-                || fail "TEST $t: the skip '$skip' names no test"
-            skip_args="$skip_args --skip $skip"
-        done
+        for skip in $skips; do skip_args="$skip_args --skip $skip"; done
         mkdir -p /tmp/tests && cd /tmp/tests
         started=$(uptime_cs)
         CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf /tests/$t --test-threads=1 $filters \
