@@ -125,24 +125,29 @@ fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> R
         cargo
     };
     let mut results = vec![
-        cargo_test_each_binary(phases, cargo_test().args(every_test_but(DIST_TESTS)?))?,
+        cargo_test_each_binary(
+            phases,
+            cargo_test().args(every_test_but(&[DIST_TESTS, SYSTEM_WIDE_TESTS])?),
+        )?,
         cargo_test_each_binary(phases, cargo_test().arg("--doc"))?,
     ];
+    let mut after_the_builds = vec!["--test", SYSTEM_WIDE_TESTS];
     match phases.time("dist's builds, waited for after the tests", || {
         dist_builds.wait()
     }) {
         Ok(took) => {
             phases.record("dist's builds, beside the checks and tests", took);
-            results.push(cargo_test_each_binary(
-                phases,
-                cargo_test().args(["--test", DIST_TESTS]),
-            )?);
+            after_the_builds.extend(["--test", DIST_TESTS]);
         }
         Err(error) => {
             println!("dist: {error:#}");
             counts.failed += 1;
         }
     }
+    results.push(cargo_test_each_binary(
+        phases,
+        cargo_test().args(after_the_builds),
+    )?);
     for result in results {
         counts.passed += result.passed;
         counts.failed += result.failed;
@@ -192,16 +197,21 @@ fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> R
 /// The integration tests of the release `dist` makes (tests/dist.rs).
 const DIST_TESTS: &str = "dist";
 
-/// `cargo test`'s options that select every unit test and every integration test but
+/// The integration tests that trace every process of the host and count what they lost
+/// (tests/system_wide.rs): run once `dist`'s builds, whose compilers lock mutexes by the
+/// thousand a second, are over.
+const SYSTEM_WIDE_TESTS: &str = "system_wide";
+
+/// `cargo test`'s options that select every unit test and every integration test but the
 /// `excluded` (doc-tests, which cannot be selected beside them, aside).
-fn every_test_but(excluded: &str) -> Result<Vec<String>> {
+fn every_test_but(excluded: &[&str]) -> Result<Vec<String>> {
     let dir = workspace_root().join("tests/tests");
     let mut names = Vec::new();
     for entry in fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let path = entry?.path();
         if path.extension().is_some_and(|extension| extension == "rs")
             && let Some(name) = path.file_stem().and_then(|stem| stem.to_str())
-            && name != excluded
+            && !excluded.contains(&name)
         {
             names.push(name.to_owned());
         }
