@@ -25,7 +25,7 @@ use tracer_common::{
 use crate::{
     CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, arch, count_lost, current_pid_tgid,
     current_task, emit_stacked, emit_with, is_tracer, own_target, read_task, read_user_into,
-    recording_event,
+    recording_event, thread_pointer,
 };
 
 /// A traced thread's futex call between its entry and its exit, and what its pthread calls
@@ -235,10 +235,7 @@ fn fill_futex_record(
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
         (*record).started_ns = (*call).started_ns;
-        (*record).pthread_self = read_task::<u64>(
-            task,
-            ptr::read_volatile(&raw const CONFIG.thread_pointer_offset),
-        );
+        (*record).pthread_self = thread_pointer(task);
         // The user instruction pointer: the instruction after the syscall's.
         (*record).caller = user_register(regs, arch::INSTRUCTION_POINTER);
         (*record).pid = (pid_tgid >> 32) as u32;

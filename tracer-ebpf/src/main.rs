@@ -796,10 +796,7 @@ fn fill_entry(
             words.add(i).write_volatile(0);
         }
         (*record).ktime_ns = bpf_ktime_get_ns();
-        (*record).pthread_self = read_task::<u64>(
-            task,
-            ptr::read_volatile(&raw const CONFIG.thread_pointer_offset),
-        );
+        (*record).pthread_self = thread_pointer(task);
         // A call written once, at its return, takes its caller there, with no read; one
         // written where its fast path completes reads it as an entry does.
         if !written_at_return_only(flags) || cookie.completion.is_some() {
@@ -911,7 +908,7 @@ fn stack_copy_size(ring: *mut core::ffi::c_void, sp: u64) -> StackCopySize {
             true => StackCopySize::new(top - sp, top),
             false => StackCopySize::NONE,
         },
-        _ => match thread_pointer().wrapping_sub(sp) {
+        _ => match thread_pointer(current_task()).wrapping_sub(sp) {
             // Below the thread pointer: the thread's whole stack where the C library put its
             // thread descriptor at the top of the thread's stack, as glibc and musl do for
             // every thread but the main one (whose descriptor lies below its stack: the
@@ -953,12 +950,13 @@ impl StackCopySize {
     }
 }
 
-/// The current thread's thread pointer as the kernel saved it (`CONFIG.thread_pointer_offset`).
+/// The thread pointer of `task` (the current task) as the kernel saved it
+/// (`CONFIG.thread_pointer_offset`): where the C library put the thread's descriptor.
 #[inline(always)]
-fn thread_pointer() -> u64 {
+fn thread_pointer(task: *mut task_struct) -> u64 {
     // SAFETY: a read-only global that userspace sets before loading.
     let offset = unsafe { ptr::read_volatile(&raw const CONFIG.thread_pointer_offset) };
-    read_task::<u64>(current_task(), offset)
+    read_task::<u64>(task, offset)
 }
 
 /// The smallest copy of a stack whose top is not known worth taking: 4 KiB holds most waits'
