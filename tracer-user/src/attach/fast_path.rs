@@ -37,6 +37,7 @@ use std::{
 
 use iced_x86::{
     ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register,
+    UsedMemory,
 };
 use tracer_common::{
     Category, Completion, Condition, EVENTS, EventDef, Field, FoundInRax, MUTEX_RECURSIVE,
@@ -65,6 +66,8 @@ const MAX_INSTRUCTIONS: usize = 4096;
 const MAX_TAIL: usize = 48;
 /// How many times the plan is revised (a probe added or made to open the call) at most.
 const MAX_REVISIONS: usize = 32;
+/// How many instructions a completion is moved on at most to reach one the kernel emulates.
+const MAX_SLIDE: usize = 4;
 
 /// A probe of a proved plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +145,8 @@ struct Node {
     instruction: Instruction,
     /// The kernel takes a probe on it (no lock prefix).
     probed_by_kernel: bool,
+    /// The kernel emulates it when probed: no single step, whose trap costs as much again.
+    emulated_by_kernel: bool,
     /// Bytes pushed since the entry, before it runs.
     depth: u64,
     end: End,
@@ -264,6 +269,7 @@ pub fn plan(
         match walk.follow(&mut planned)? {
             None => {
                 walk.complete_past_checks(&mut planned);
+                walk.complete_where_emulated(&mut planned, &tails);
                 return walk.sites(&planned);
             }
             Some(revision) => walk.revise(&mut planned, revision)?,
@@ -438,6 +444,7 @@ impl Walk {
                     Node {
                         instruction,
                         probed_by_kernel: placement::kernel_accepts(image, ip),
+                        emulated_by_kernel: placement::kernel_emulates(image, ip),
                         depth,
                         end,
                         successors,
@@ -1230,27 +1237,138 @@ impl Walk {
             })
             .collect();
         for (ip, into) in moves {
-            if let Some(Planned::Completes {
+            move_completion(planned, ip, into, None);
+        }
+    }
+
+    /// Moves each completion on every hit (no condition) from an instruction the kernel
+    /// single-steps on to the first it emulates in the straight code that follows, where
+    /// nothing else leads, within the same tail (glibc's single-threaded lock stores the lock
+    /// word, then jumps): the trap of the single step is saved on every such call. What the
+    /// call stores on the way is then in the object the probe copies, and no longer counted
+    /// after it (`stores_after`, from the tail where it lands).
+    fn complete_where_emulated(
+        &self,
+        planned: &mut HashMap<u64, Planned>,
+        tails: &HashMap<u64, Tail>,
+    ) {
+        let moves: Vec<(u64, u64, bool)> = planned
+            .iter()
+            .filter_map(|(&ip, p)| match *p {
+                Planned::Completes {
+                    into: None,
+                    opens_otherwise: false,
+                    outcome,
+                    ..
+                } => {
+                    let (to, stores) = self.next_emulated(ip, outcome, planned, tails)?;
+                    Some((ip, to, stores))
+                }
+                _ => None,
+            })
+            .collect();
+        for (ip, to, stores) in moves {
+            move_completion(planned, ip, to, Some(stores));
+        }
+    }
+
+    /// Whether the instruction at `ip` leaves alone what a completion after it reads: it
+    /// writes no memory but the stack and the object's first word (the lock word, which no
+    /// record reports from the copy: a lock finds it free, an unlock's waiters come from an
+    /// atomic instruction's result), and not `rax`, where an atomic instruction's result may
+    /// be read from. A count or owner it stored would be in the copy, and counted again.
+    fn passes_unread(&self, ip: u64) -> bool {
+        let instruction = &self.nodes[&ip].instruction;
+        let object_registers = self.object_masks.get(&ip).copied().unwrap_or(0);
+        let mut factory = InstructionInfoFactory::new();
+        let info = factory.info(instruction);
+        let lock_word = |memory: &UsedMemory| {
+            memory.index() == Register::None
+                && memory.displacement() == 0
+                && object_registers & 1 << register_index(memory.base()) != 0
+        };
+        let memory_unread = info.used_memory().iter().all(|memory| {
+            !placement::writes(memory.access())
+                || memory.base() == Register::RSP
+                || lock_word(memory)
+        });
+        let rax_kept = info.used_registers().iter().all(|used| {
+            used.register().full_register() != Register::RAX || !placement::writes(used.access())
+        });
+        memory_unread && rax_kept
+    }
+
+    /// From a single-stepped `ip` in a tail that returns `outcome`: the first instruction on
+    /// that the kernel emulates, if the way there goes straight on, each instruction reached
+    /// from the one before alone, none planned or atomic or calling, and none that changes
+    /// what the record reads ([`Walk::passes_unread`]); with whether the tail still stores
+    /// from there.
+    fn next_emulated(
+        &self,
+        ip: u64,
+        outcome: Outcome,
+        planned: &HashMap<u64, Planned>,
+        tails: &HashMap<u64, Tail>,
+    ) -> Option<(u64, bool)> {
+        let mut at = ip;
+        for _ in 0..MAX_SLIDE {
+            let node = self.nodes.get(&at)?;
+            if node.emulated_by_kernel {
+                let stores = matches!(tails.get(&at), Some(Tail::Returns { stores: true, .. }));
+                return (at != ip).then_some((at, stores));
+            }
+            if !matches!(node.end, End::Next)
+                || is_atomic(&node.instruction)
+                || !self.passes_unread(at)
+            {
+                return None;
+            }
+            let next = node.instruction.next_ip();
+            let lands = self.nodes.get(&next)?;
+            let same_tail = matches!(
+                tails.get(&next),
+                Some(Tail::Returns { outcome: o, .. }) if *o == outcome
+            );
+            if self.predecessors.get(&next) != Some(&1)
+                || planned.contains_key(&next)
+                || !lands.probed_by_kernel
+                || !same_tail
+            {
+                return None;
+            }
+            at = next;
+        }
+        None
+    }
+}
+
+/// Moves the completion planned at `from` to `to`, where it completes on every hit and opens
+/// nothing; the code after it stores as `stores_after` says (None: as after `from`).
+fn move_completion(
+    planned: &mut HashMap<u64, Planned>,
+    from: u64,
+    to: u64,
+    stores_after: Option<bool>,
+) {
+    if let Some(Planned::Completes {
+        outcome,
+        stores_after: stored_after_from,
+        may_be_open,
+        reached_with_nothing,
+        ..
+    }) = planned.remove(&from)
+    {
+        planned.insert(
+            to,
+            Planned::Completes {
+                into: None,
                 outcome,
-                stores_after,
+                stores_after: stores_after.unwrap_or(stored_after_from),
+                opens_otherwise: false,
                 may_be_open,
                 reached_with_nothing,
-                ..
-            }) = planned.remove(&ip)
-            {
-                planned.insert(
-                    into,
-                    Planned::Completes {
-                        into: None,
-                        outcome,
-                        stores_after,
-                        opens_otherwise: false,
-                        may_be_open,
-                        reached_with_nothing,
-                    },
-                );
-            }
-        }
+            },
+        );
     }
 }
 
@@ -2077,11 +2195,25 @@ mod tests {
             at(0x4c),
             Some(completes(0x8c3bc, 0x18, ObjectRegister::Rdi, fast))
         );
-        // Where __lll_lock_wait_private returns: the open call completes.
+        // A process with one thread stores the lock word (+0x80) and jumps on: completed on
+        // the jump, which the kernel emulates, not on the store, which it single-steps.
+        assert_eq!(at(0x80), None);
+        assert_eq!(
+            at(0x86),
+            Some(completes(0x8c3f6, 0x18, ObjectRegister::Rdi, {
+                Completion {
+                    stores_after: true,
+                    ..Completion::always(Outcome::Returns(0))
+                }
+            }))
+        );
+        // Where __lll_lock_wait_private returns, the mutex reloaded (+0x112), the open call
+        // completes, on the jump that follows.
+        assert_eq!(at(0x112), None);
         let Some(Site {
             role: Role::Completes(ended),
             ..
-        }) = at(0x112)
+        }) = at(0x117)
         else {
             panic!("{sites:#x?}");
         };

@@ -625,6 +625,13 @@ pub fn kernel_accepts(image: &[u8], offset: u64) -> bool {
     instruction.is_some_and(|i| !kernel_refuses(code, offset, &i))
 }
 
+/// Whether the kernel emulates the instruction at `offset` of `image` when it is probed, with
+/// no single step after the probe (which costs a second trap).
+pub fn kernel_emulates(image: &[u8], offset: u64) -> bool {
+    let (code, instruction) = instruction_at(image, offset);
+    instruction.is_some_and(|i| emulates(code, offset, &i).is_some())
+}
+
 /// Offsets (after the entry) that a direct branch or call in the function lands on.
 fn branch_targets(instructions: &[Instruction], base: u64, size: u64) -> Vec<u64> {
     instructions
