@@ -878,6 +878,25 @@ pub fn read_line(reader: &mut impl BufRead) -> String {
     line
 }
 
+/// Reads a system-wide tracer's lines until the one that says the workloads' C library (the
+/// host's libc.so.6) is probed, and returns it: other files are probed before it in no set
+/// order (a static program of the host's, another test's container). Panics with the lines
+/// read if the tracer ends first.
+pub fn until_the_hosts_libc_is_traced(stderr: &mut impl BufRead) -> String {
+    let mut read = String::new();
+    loop {
+        let line = read_line(stderr);
+        assert!(
+            !line.is_empty(),
+            "the tracer ended before probing libc.so.6:\n{read}"
+        );
+        if line.contains("tracing every process that maps") && line.contains("/libc.so.6 (") {
+            return line;
+        }
+        read.push_str(&line);
+    }
+}
+
 /// Starts the tracer with `--dir dir`, `extra` and `-p` for each of `pids`, and waits until it
 /// says it traces each of them. An `extra` of the form VARIABLE=value goes to the environment.
 pub fn start_tracer(dir: &Path, pids: &[u32], extra: &[&str]) -> (Child, BufReader<ChildStderr>) {

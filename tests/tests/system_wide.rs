@@ -2,34 +2,23 @@
 //! started after the tracer, and never the tracer itself.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, VecDeque},
     io::Read,
     os::unix::fs::MetadataExt,
-    process::Command,
+    process::{Child, Command},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    Gated, TempDir, TraceRecord, bpf_available, field, file_name, paired_calls, read_line,
-    read_trace, start_contained_gate, start_tracer, whole_lines_of, workload,
+    Gated, LIBC, TempDir, TraceRecord, bpf_available, field, file_name, paired_calls, read_line,
+    read_trace, signal, start_contained_gate, start_tracer, until_the_hosts_libc_is_traced,
+    whole_lines_of, workload,
 };
-
-/// Reads the tracer's lines until the one that says the workloads' C library (the host's
-/// libc.so.6) is probed, and returns it: other files are probed before it in no set order (a
-/// static program of the host's, another test's container).
-fn until_the_hosts_libc_is_traced(stderr: &mut impl std::io::BufRead) -> String {
-    loop {
-        let line = read_line(stderr);
-        assert!(
-            !line.is_empty(),
-            "the tracer ended before probing libc.so.6"
-        );
-        if line.contains("tracing every process that maps") && line.contains("/libc.so.6 (") {
-            return line;
-        }
-    }
-}
 
 #[test]
 fn processes_started_after_the_tracer_are_traced_and_the_tracer_is_not() {
@@ -134,4 +123,76 @@ fn a_library_that_appears_after_start_gets_its_probes_too() {
     let files = read_trace(dir.path());
     let lines: &Vec<TraceRecord> = &files[&file_name(pid, pid)];
     assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 300);
+}
+
+/// A process found with a copy of libc of its own that exits, taking the file with it, before
+/// the tracer places that file's probes, costs the trace a line and an error event: the other
+/// files are still probed and the trace goes on. Processes that live from 10 to 200 ms, each
+/// with a new copy (deleted as it runs), are started every 10 ms throughout several starts of
+/// the tracer, so that some start finds one that is gone by the time its file's turn comes.
+#[test]
+fn a_library_gone_before_its_probes_are_placed_does_not_end_the_trace() {
+    if !bpf_available("system_wide_gone_library") {
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = std::thread::spawn({
+        let stop = Arc::clone(&stop);
+        move || {
+            let mut running: VecDeque<(Child, TempDir)> = VecDeque::new();
+            let mut started: u32 = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let scratch = TempDir::new("short-lived-libc");
+                std::fs::copy(LIBC, scratch.path().join("libc.so.6")).unwrap();
+                let lifetime = 10 + started * 37 % 190;
+                let short = Command::new("sleep")
+                    .arg(format!("0.{lifetime:03}"))
+                    .env("LD_LIBRARY_PATH", scratch.path())
+                    .spawn()
+                    .unwrap();
+                running.push_back((short, scratch));
+                started += 1;
+                std::thread::sleep(Duration::from_millis(10));
+                // Each copy is deleted while its process still runs, as a container's are.
+                if running.len() > 4 {
+                    let (mut short, scratch) = running.pop_front().unwrap();
+                    drop(scratch);
+                    assert!(short.wait().unwrap().success());
+                }
+            }
+            started
+        }
+    });
+    let mut gone = 0;
+    for start in 0..20 {
+        if gone > 0 && start >= 3 {
+            break;
+        }
+        let dir = TempDir::new("system-wide-churn");
+        let (mut traced, mut stderr) = start_tracer(dir.path(), &[], &["--events", "mutex"]);
+        // Every file found at the start is probed, or not, before the trace begins; other
+        // tests' containers may come and go meanwhile.
+        let mut read = String::new();
+        loop {
+            let line = read_line(&mut stderr);
+            assert!(!line.is_empty(), "start {start}: the tracer ended: {read}");
+            read.push_str(&line);
+            if line.contains("/thrtrace-short-lived-libc-") && line.contains(", is not traced: ") {
+                assert!(line.contains("found mapped by pid "), "{line}");
+                gone += 1;
+            }
+            if line.contains("; Ctrl-C stops it") {
+                break;
+            }
+        }
+        assert!(
+            read.contains(&format!("tracing every process that maps {LIBC} (")),
+            "{read}"
+        );
+        signal(traced.id(), "-INT");
+        assert!(traced.wait().unwrap().success(), "start {start}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(churn.join().unwrap() > 0);
+    assert!(gone > 0, "no start found a file gone before its turn");
 }

@@ -60,6 +60,12 @@ pub enum AttachError {
     ProcessLibrary { pid: u32, source: MapError },
     #[error("fast-path probes were planned in {path}, but their program was not loaded")]
     NoFastPathProgram { path: String },
+    #[error("{path}, found mapped by pid {pid}, is not traced")]
+    FoundLibrary {
+        path: String,
+        pid: u32,
+        source: Box<AttachError>,
+    },
 }
 
 type Result<T, E = AttachError> = std::result::Result<T, E>;
@@ -907,21 +913,35 @@ impl Probes {
         datapath.trace_through(pid, TracedThrough::SharedLinks)?;
         self.tell_library(datapath, pid, library)?;
         if let Some(links) = self.process_links.remove(&pid) {
-            // Each waits for a kernel grace period as it goes: not on the session's time.
-            std::thread::spawn(move || drop(links));
+            close_aside(links);
         }
         Ok(count)
     }
 
     /// System-wide: probes every pthread library file that some process maps and that is not
     /// probed yet (a container started after the tracer brings its own). Never the tracer's.
-    pub fn attach_new_libraries(&mut self, datapath: &mut DataPath) -> Result<()> {
+    /// A file that cannot be probed (found through a process that has since exited, taking a
+    /// file of its own with it) does not keep the others from being probed: each is returned
+    /// with the process it was found through.
+    pub fn attach_new_libraries(&mut self, datapath: &mut DataPath) -> Vec<(u32, AttachError)> {
         let symbols = self.symbols();
         let found = targets::all_pthread_libraries(&symbols, std::process::id(), &self.everywhere);
-        for (_, library) in found {
-            self.attach_library(datapath, 0, &library)?;
-        }
-        Ok(())
+        found
+            .into_iter()
+            .filter_map(|(pid, library)| {
+                let attached = self.attach_library(datapath, 0, &library);
+                attached.err().map(|error| {
+                    let path = library.file.path.clone();
+                    let source = Box::new(error);
+                    (pid, AttachError::FoundLibrary { path, pid, source })
+                })
+            })
+            .collect()
+    }
+
+    /// Whether some file is probed for every process that maps it.
+    pub fn probes_everywhere(&self) -> bool {
+        !self.everywhere.is_empty()
     }
 
     /// Process `pid`'s main thread has exited, found at attach or later: traces it through the
@@ -982,31 +1002,39 @@ impl Probes {
             }
         }
         let file = &library.file.open_path;
-        let links = match shared {
-            true => &mut self.shared_links,
-            false => self.process_links.entry(pid).or_default(),
-        };
         let sets = [
             (Some(&programs.entry), Hook::Instruction, &entry),
             (Some(&programs.exit), Hook::Return, &at_returns),
             (Some(&programs.exit), Hook::Instruction, &after_waits),
             (programs.fast.as_ref(), Hook::Instruction, &fast),
         ];
+        // All of the file's probes or none: a file left half probed would be probed again,
+        // whole, when it is next found, and the calls through the half recorded twice.
+        let mut links = Vec::new();
         for (program, hook, set) in sets {
             if set.offsets.is_empty() {
                 continue;
             }
-            let program = program.ok_or_else(|| AttachError::NoFastPathProgram {
-                path: library.file.path.clone(),
-            })?;
-            links.extend(self.linker.attach(
-                program,
-                hook,
-                file,
-                &set.offsets,
-                &set.cookies,
-                pid,
-            )?);
+            let attached = match program {
+                Some(program) => self
+                    .linker
+                    .attach(program, hook, file, &set.offsets, &set.cookies, pid)
+                    .map_err(AttachError::from),
+                None => Err(AttachError::NoFastPathProgram {
+                    path: library.file.path.clone(),
+                }),
+            };
+            match attached {
+                Ok(made) => links.extend(made),
+                Err(error) => {
+                    close_aside(links);
+                    return Err(error);
+                }
+            }
+        }
+        match shared {
+            true => self.shared_links.extend(links),
+            false => self.process_links.entry(pid).or_default().extend(links),
         }
         Ok(entry.offsets.len()
             + at_returns.offsets.len()
@@ -1057,6 +1085,12 @@ impl Probes {
             }
         });
     }
+}
+
+/// Closes `links` on a thread of their own: each waits for a kernel grace period as it goes,
+/// which is not the session's time to spend.
+fn close_aside(links: Vec<OwnedFd>) {
+    std::thread::spawn(move || drop(links));
 }
 
 #[derive(Default)]

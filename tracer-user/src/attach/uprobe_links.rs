@@ -46,12 +46,20 @@ pub enum UprobeError {
     PmuFormat(String),
     #[error(transparent)]
     Path(#[from] NulError),
-    #[error("cannot attach uprobes to {} of pid {pid}", .file.display())]
+    #[error("cannot attach uprobes to {} {}", .file.display(), for_whom(*.pid))]
     Attach {
         file: PathBuf,
         pid: u32,
         source: LinkError,
     },
+}
+
+/// Whose calls a link records: process `pid`'s, or (0) every process's.
+fn for_whom(pid: u32) -> String {
+    match pid {
+        0 => "for every process".to_owned(),
+        pid => format!("of pid {pid}"),
+    }
 }
 
 /// Why the links of a file's probes were not made.

@@ -468,7 +468,12 @@ impl Attacher<'_> {
             }
             // Each distinct library file once; the tracer's own calls are skipped in BPF.
             Target::SystemWide => {
-                self.probes.attach_new_libraries(self.datapath)?;
+                let failures = self.probes.attach_new_libraries(self.datapath);
+                let failures = failures.into_iter().map(|(pid, error)| (pid, error.into()));
+                let some_traced = self.probes.probes_everywhere();
+                self.not_traced(failures.collect(), some_traced, |_, error| {
+                    format!("thrtrace-bpf: {}", OneLine(error))
+                })?;
                 (Vec::new(), None)
             }
         };
@@ -499,18 +504,30 @@ impl Attacher<'_> {
                 Err(error) => failures.push((pid, error)),
             }
         }
-        if traced.is_empty()
-            && let Some((_, error)) = failures.pop()
-        {
+        self.not_traced(failures, !traced.is_empty(), |pid, error| {
+            format!("thrtrace-bpf: pid {pid} is not traced: {}", OneLine(error))
+        })?;
+        Ok(traced)
+    }
+
+    /// Says which targets could not be attached, each in a line (`line`) and an error event,
+    /// when `some_traced`; if none is traced, the run ends with the last one's error.
+    fn not_traced(
+        &mut self,
+        mut failures: Vec<(u32, TraceError)>,
+        some_traced: bool,
+        line: impl Fn(u32, &TraceError) -> String,
+    ) -> Result<()> {
+        if !some_traced && let Some((_, error)) = failures.pop() {
             return Err(error);
         }
         for (pid, error) in failures {
-            say!("thrtrace-bpf: pid {pid} is not traced: {}", OneLine(&error));
+            say!("{}", line(pid, &error));
             let now = kernel::monotonic_ns();
             let event = target_error_event(self.decoder.realtime_ns(now), pid, &error);
             self.early_events.push((now, event));
         }
-        Ok(traced)
+        Ok(())
     }
 
     /// Places the probes in `library`, mapped by process `pid`.

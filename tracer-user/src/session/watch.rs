@@ -157,8 +157,8 @@ impl Session {
             .iter()
             .filter(|&&pid| !targets::process_exists(pid));
         self.watched.exited.extend(gone);
-        if let Err(error) = self.probes.attach_new_libraries(&mut self.datapath) {
-            self.target_error(0, &error);
+        for (pid, error) in self.probes.attach_new_libraries(&mut self.datapath) {
+            self.target_error(pid, &error);
         }
     }
 
