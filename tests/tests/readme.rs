@@ -3,34 +3,11 @@
 
 use tracer_common::{EVENTS, EventDef, Field, ProbeFlags};
 
-fn field_name(event: &EventDef, field: Field) -> String {
-    let timespec = event.flags.timespec_argument().unwrap_or(0);
-    match field {
-        Field::Zero => "0".into(),
-        Field::Arg(n) => format!("arg{n}"),
-        Field::Rval | Field::Rval64 => "rval".into(),
-        Field::Stored64(n) | Field::Stored32(n) => format!("*arg{n}"),
-        Field::Pointee32(n) => format!("arg{n}->sched_priority"),
-        Field::Block => "block?".into(),
-        Field::MutexWaiters | Field::CondWaiters | Field::RwWaiters => "waiters?".into(),
-        Field::SemCount => "s_count".into(),
-        Field::RwReaders => "rw_readers".into(),
-        Field::RecursionDepth => "rm_depth".into(),
-        Field::BarrierWaiting => "b_count".into(),
-        Field::TimespecSec => format!("arg{timespec}.sec"),
-        Field::TimespecNsec => format!("arg{timespec}.nsec"),
-        Field::Errno => "errno".into(),
-        Field::MutexOwner => "owner".into(),
-        Field::ElapsedNs => "elapsed_ns".into(),
-        Field::TimeoutNs => "timeout_ns".into(),
-    }
-}
-
 /// The names of a record's fields a1..a5, a1 first, without the trailing empty (0) ones.
 fn fields(event: &EventDef, record_fields: &[Field; 5]) -> String {
     let mut names: Vec<String> = record_fields
         .iter()
-        .map(|&f| field_name(event, f))
+        .map(|&f| event.field_name(f).to_string())
         .collect();
     while names.last().is_some_and(|n| n == "0") {
         names.pop();

@@ -824,6 +824,39 @@ pub enum Field {
     TimeoutNs,
 }
 
+/// A field's name as [`EventDef::field_name`] gives it, to be displayed.
+#[derive(Clone, Copy, Debug)]
+pub struct FieldName {
+    field: Field,
+    /// The argument that points to the event's timespec, if it has one.
+    timespec: u16,
+}
+
+impl core::fmt::Display for FieldName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let timespec = self.timespec;
+        match self.field {
+            Field::Zero => f.write_str("0"),
+            Field::Arg(n) => write!(f, "arg{n}"),
+            Field::Rval | Field::Rval64 => f.write_str("rval"),
+            Field::Stored64(n) | Field::Stored32(n) => write!(f, "*arg{n}"),
+            Field::Pointee32(n) => write!(f, "arg{n}->sched_priority"),
+            Field::Block => f.write_str("block?"),
+            Field::MutexWaiters | Field::CondWaiters | Field::RwWaiters => f.write_str("waiters?"),
+            Field::SemCount => f.write_str("s_count"),
+            Field::RwReaders => f.write_str("rw_readers"),
+            Field::RecursionDepth => f.write_str("rm_depth"),
+            Field::BarrierWaiting => f.write_str("b_count"),
+            Field::TimespecSec => write!(f, "arg{timespec}.sec"),
+            Field::TimespecNsec => write!(f, "arg{timespec}.nsec"),
+            Field::Errno => f.write_str("errno"),
+            Field::MutexOwner => f.write_str("owner"),
+            Field::ElapsedNs => f.write_str("elapsed_ns"),
+            Field::TimeoutNs => f.write_str("timeout_ns"),
+        }
+    }
+}
+
 use Field::{
     Arg, BarrierWaiting, Block, CondWaiters, ElapsedNs, Errno, MutexOwner, MutexWaiters, Pointee32,
     RecursionDepth, Rval, Rval64, RwReaders, RwWaiters, SemCount, Stored32, Stored64, TimeoutNs,
@@ -996,6 +1029,18 @@ impl EventDef {
         match self.role {
             CallRole::Acquire(_, blocking) | CallRole::Wait(blocking) => blocking,
             _ => Blocking::Never,
+        }
+    }
+
+    /// How the docs, `dump` and `--print` name `field` of this event's records: `arg1`,
+    /// `rval`, `block?`, `owner`, `arg2.sec`, ...; `0` for an empty one.
+    pub const fn field_name(&self, field: Field) -> FieldName {
+        FieldName {
+            field,
+            timespec: match self.flags.timespec_argument() {
+                Some(n) => n,
+                None => 0,
+            },
         }
     }
 

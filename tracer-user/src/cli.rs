@@ -33,6 +33,7 @@ use crate::{
             ContentionPush, Credentials, Endpoint, PushOptions, URL_VARIABLE, environment,
         },
         report::{KindArg, ReportArgs},
+        text::ClockArgs,
         top::LiveView,
     },
     say::StdoutError,
@@ -211,6 +212,9 @@ pub struct Cli {
     /// text, tr (the tr lines) or json. Writes no tr files unless --dir is given too
     #[arg(long, value_name = "FORMAT", value_enum)]
     pub print: Option<DumpFormat>,
+
+    #[command(flatten)]
+    pub clock: ClockArgs,
 
     /// Push each interval's contention profile (the stacks of the lock waits, as pprof) to the
     /// Grafana Pyroscope server at URL, e.g. http://pyroscope:4040 (or set
@@ -534,13 +538,24 @@ impl Cli {
     fn trace(self) -> Result<i32, Failure> {
         let push = self.push_options()?;
         let print = self.print.filter(|_| !self.list_probes);
+        if self.clock.given() && self.print != Some(DumpFormat::Text) {
+            return Err(UsageError(
+                "-t, -tt, -ttt and -r time the lines of --print text: give it too".to_owned(),
+            )
+            .into());
+        }
+        let clock = self.clock.clock();
         let config = self.into_config()?;
         let mut viewers: Vec<Box<dyn Sink + Send>> = Vec::new();
         if let Some(format) = print {
             // On a thread of its own, as the files are written: a reader of stdout that falls
             // behind does not hold up the draining of the rings, or the other outputs.
-            let printer = Printer::new(format, &event_types(), LiveOutput::new());
-            let printer = Threaded::new(printer, "printer").map_err(Failure::Printer)?;
+            let printer = Threaded::made_there(
+                move || Printer::new(format, clock, true, &event_types(), LiveOutput::new()),
+                format.prints_system_events(),
+                "printer",
+            )
+            .map_err(Failure::Printer)?;
             viewers.push(Box::new(printer));
         }
         if let Some(push) = push {

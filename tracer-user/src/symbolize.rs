@@ -24,7 +24,7 @@ use blazesym::{
 };
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use serde::{Serialize, Serializer};
-use tracer_model::event::SystemKind;
+use tracer_model::event::{SystemEvent, SystemKind};
 
 /// Where separate debug files are looked for after the directories the user names: where
 /// Debian's -dbg and -dbgsym packages install them, as gdb looks.
@@ -417,6 +417,24 @@ impl Symbols {
 
     pub fn add_mapping(&mut self, pid: u32, mapping: Mapping) {
         self.mappings.entry(pid).or_default().push(mapping);
+    }
+
+    /// Keeps what `event` says of where a process's code is: a mapping is added; a process
+    /// attached (a pid seen before, now another process) or a new image (exec) has the
+    /// earlier ones forgotten, its own following. Whether they were forgotten.
+    pub fn learn(&mut self, event: &SystemEvent) -> bool {
+        match &event.kind {
+            SystemKind::ProcessAttach { .. } | SystemKind::Exec { .. } => {
+                self.forget(event.pid);
+                true
+            }
+            kind => {
+                if let Some(mapping) = Mapping::of(kind) {
+                    self.add_mapping(event.pid, mapping);
+                }
+                false
+            }
+        }
     }
 
     /// Process `pid` exited or exec'd: its mappings, and what was found through them, are gone.

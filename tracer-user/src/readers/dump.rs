@@ -20,7 +20,11 @@ use tracer_model::{
     tr::Line,
 };
 
-use super::{ReadError, timestamp};
+use super::{
+    ReadError,
+    text::{Clock, ClockArgs, TextLines},
+    timestamp,
+};
 use crate::{
     error::UsageError,
     sinks::{Sink, Summary, TraceEnd, Written},
@@ -28,6 +32,13 @@ use crate::{
 
 /// Dumps the log; returns the exit status.
 pub fn run(args: &DumpArgs) -> Result<i32, ReadError> {
+    if args.clock.given() && args.format != DumpFormat::Text {
+        return Err(UsageError(
+            "-t, -tt, -ttt and -r time the lines of text: leave out --format, or give text"
+                .to_owned(),
+        )
+        .into());
+    }
     let reader = super::open_log(&args.log)?;
     let mut filter = Filter::default().events(args.events.as_deref().unwrap_or(""));
     filter.pids.clone_from(&args.pids);
@@ -42,20 +53,28 @@ pub fn run(args: &DumpArgs) -> Result<i32, ReadError> {
         if args.format == DumpFormat::Text {
             write_header(&reader, out)?;
         }
-        let mut printer = Printer::new(args.format, &reader.metadata().event_types, out);
+        let clock = args.clock.clock();
+        let types = &reader.metadata().event_types;
+        let mut printer = Printer::new(args.format, clock, false, types, out);
         let system_events = printer.wants_system_events();
-        for event in reader.events_where(filter) {
-            match event {
-                Ok(Event::Thread(record)) => printer.record(&record)?,
-                Ok(Event::System(event)) if system_events => printer.system_event(&event)?,
-                Ok(Event::System(_)) => {}
+        // Every event is read: those the filter leaves out still place callers (mappings).
+        for event in reader.events() {
+            let event = match event {
+                Ok(event) => event,
                 Err(error) => {
                     damage = Some(error);
                     break;
                 }
+            };
+            let shown = filter.matches(&event, || reader.type_of(&event));
+            match event {
+                Event::Thread(record) if shown => printer.record(&record)?,
+                Event::Thread(_) => {}
+                Event::System(event) if shown && system_events => printer.system_event(&event)?,
+                Event::System(event) => printer.learn(&event),
             }
         }
-        Ok(())
+        printer.end()
     })?;
     match damage {
         Some(error) => Err(ReadError::log(&args.log)(error)),
@@ -69,13 +88,16 @@ pub fn run(args: &DumpArgs) -> Result<i32, ReadError> {
 pub struct Printer<W: PrintOutput> {
     format: DumpFormat,
     names: HashMap<(u16, u16), String>,
+    text: TextLines,
     out: W,
     /// Events printed so far (not those dropped once the output's reader had gone).
     printed: u64,
 }
 
 impl<W: PrintOutput> Printer<W> {
-    pub fn new(format: DumpFormat, types: &[EventType], out: W) -> Self {
+    /// A printer of `format`, text lines timed by `clock`; `live` for the events of a trace
+    /// that runs, whose processes can be asked where a caller is.
+    pub fn new(format: DumpFormat, clock: Clock, live: bool, types: &[EventType], out: W) -> Self {
         let names = types
             .iter()
             .filter(|t| !t.is_system())
@@ -84,6 +106,7 @@ impl<W: PrintOutput> Printer<W> {
         Printer {
             format,
             names,
+            text: TextLines::new(clock, live),
             out,
             printed: 0,
         }
@@ -94,6 +117,27 @@ impl<W: PrintOutput> Printer<W> {
         if !self.out.closed() {
             self.printed += 1;
         }
+    }
+
+    /// Keeps what a system event not printed tells of the processes.
+    fn learn(&mut self, event: &SystemEvent) {
+        self.text.learn(event);
+    }
+
+    /// Prints what is held for the next event: at the end, or before a pause.
+    fn end(&mut self) -> io::Result<()> {
+        if let Some(line) = self.text.let_go() {
+            writeln!(self.out, "{line}")?;
+        }
+        self.out.flush()
+    }
+
+    /// Prints `lines`.
+    fn print(&mut self, lines: Vec<String>) -> io::Result<()> {
+        for line in lines {
+            writeln!(self.out, "{line}")?;
+        }
+        Ok(())
     }
 
     /// A thread event's name; `unknown` for codes the types do not have.
@@ -113,8 +157,8 @@ impl<W: PrintOutput> Sink for Printer<W> {
         match self.format {
             DumpFormat::Tr => writeln!(self.out, "{}", Line(record))?,
             DumpFormat::Text => {
-                let line = record_text(self.name(record), record);
-                writeln!(self.out, "{line}")?;
+                let lines = self.text.record(record);
+                self.print(lines)?;
             }
             DumpFormat::Json => {
                 let object = record_json(self.name(record), record);
@@ -128,21 +172,24 @@ impl<W: PrintOutput> Sink for Printer<W> {
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
         match self.format {
             DumpFormat::Tr => return Ok(()),
-            DumpFormat::Text => writeln!(self.out, "{}", system_text(event))?,
+            DumpFormat::Text => {
+                let lines = self.text.system_event(event);
+                self.print(lines)?;
+            }
             DumpFormat::Json => writeln!(self.out, "{}", system_json(event))?,
         }
         self.count_printed();
         Ok(())
     }
 
-    /// Tr lines are of thread events alone.
     fn wants_system_events(&self) -> bool {
-        self.format != DumpFormat::Tr
+        self.format.prints_system_events()
     }
 
-    /// What a live trace drained is on the screen, or in the pipe, before the next drain.
+    /// What a live trace drained is on the screen, or in the pipe, before the next drain: a
+    /// call that waits shows as it begins.
     fn batch_done(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.end()
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -150,7 +197,7 @@ impl<W: PrintOutput> Sink for Printer<W> {
     }
 
     fn finish(&mut self, _end: &TraceEnd) -> io::Result<Summary> {
-        self.out.flush()?;
+        self.end()?;
         Ok(Written::Printed {
             events: self.printed,
         }
@@ -253,48 +300,8 @@ fn write_header(reader: &LogReader, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// A thread event as one readable line: time, pid/lwpid, the event's `name`, its fields.
-fn record_text(name: &str, r: &TraceRecord) -> String {
-    format!(
-        "{} {}/{} {}[{}] a=[{}, {}, {}, {}, {}] tid={:#x} caller={:#x}{}",
-        timestamp(r.time_ns() as i64),
-        r.pid,
-        r.lwpid,
-        name,
-        r.which.code(),
-        r.a[0],
-        r.a[1],
-        r.a[2],
-        r.a[3],
-        r.a[4],
-        r.tid,
-        r.caller,
-        match r.stack {
-            0 => String::new(),
-            id => format!(" stack={id}"),
-        }
-    )
-}
-
-/// A system event as one readable line: time, pid/lwpid, its name, its payload.
-fn system_text(e: &SystemEvent) -> String {
-    let fields: Vec<String> = system_fields(e)
-        .into_iter()
-        .map(|(name, value)| format!("{name}={value}"))
-        .collect();
-    let truncated = if e.truncated { " (truncated)" } else { "" };
-    format!(
-        "{} {}/{} {} {}{truncated}",
-        timestamp(e.time_ns),
-        e.pid,
-        e.lwpid,
-        e.kind.name(),
-        fields.join(" ")
-    )
-}
-
 /// A system event's payload by field name, as JSON values.
-fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
+pub(super) fn system_fields(event: &SystemEvent) -> Vec<(&'static str, Json)> {
     event
         .kind
         .fields()
@@ -373,7 +380,7 @@ fn system_json(e: &SystemEvent) -> Json {
 
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// text: every event, readable; tr: the tr lines of thread events, in time order; json: one
+    /// text: every event, a line each as strace prints calls; tr: the tr lines of thread events, in time order; json: one
     /// object per line
     #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
     pub format: DumpFormat,
@@ -387,6 +394,8 @@ pub struct DumpArgs {
     /// Only the events of this thread (repeat for several)
     #[arg(long = "lwpid", value_name = "LWPID")]
     pub lwpids: Vec<u32>,
+    #[command(flatten)]
+    pub clock: ClockArgs,
     /// The log
     pub log: PathBuf,
 }
@@ -396,6 +405,13 @@ pub enum DumpFormat {
     Text,
     Tr,
     Json,
+}
+
+impl DumpFormat {
+    /// Whether system events are printed: tr lines are of thread events alone.
+    pub fn prints_system_events(self) -> bool {
+        self != DumpFormat::Tr
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod pprof;
 pub mod pyroscope;
 pub mod report;
 pub mod samples;
+pub mod text;
 pub mod top;
 
 use std::{
@@ -117,13 +118,49 @@ pub fn log_size(attributes: &Attributes) -> String {
         .map_or("unbounded".to_owned(), |s| format!("{s} bytes"))
 }
 
-/// Nanoseconds since the epoch as `seconds.nanoseconds`.
+/// Nanoseconds since the epoch as the local date and time, to the microsecond, with the
+/// zone's offset: `2026-12-03 18:09:19.466794 +0000`.
 pub fn timestamp(ns: i64) -> String {
+    let seconds = ns.div_euclid(1_000_000_000);
+    let micros = ns.rem_euclid(1_000_000_000) / 1_000;
+    match local_time(seconds) {
+        Some(tm) => {
+            let offset = tm.tm_gmtoff / 60;
+            format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{micros:06} {}{:02}{:02}",
+                tm.tm_year + 1900,
+                tm.tm_mon + 1,
+                tm.tm_mday,
+                tm.tm_hour,
+                tm.tm_min,
+                tm.tm_sec,
+                if offset < 0 { '-' } else { '+' },
+                offset.abs() / 60,
+                offset.abs() % 60
+            )
+        }
+        None => self::seconds(i128::from(ns)),
+    }
+}
+
+/// Nanoseconds as seconds to the microsecond: `1796165536.123456`, `0.000518`.
+pub fn seconds(ns: i128) -> String {
     format!(
-        "{}.{:09}",
+        "{}.{:06}",
         ns.div_euclid(1_000_000_000),
-        ns.rem_euclid(1_000_000_000)
+        ns.rem_euclid(1_000_000_000) / 1_000
     )
+}
+
+/// `seconds` since the epoch in the local time zone (TZ, /etc/localtime), as the C library
+/// breaks it down; none if it cannot.
+pub fn local_time(seconds: i64) -> Option<libc::tm> {
+    // SAFETY: `tm` is plain data, which zeroes make a valid value of.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let time: libc::time_t = seconds;
+    // SAFETY: both pointers are to live values of their types; localtime_r writes only `tm`.
+    let converted = unsafe { libc::localtime_r(&raw const time, &raw mut tm) };
+    (!converted.is_null()).then_some(tm)
 }
 
 /// The directory a file goes in, opened, and its name there.

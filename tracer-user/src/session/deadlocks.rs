@@ -17,12 +17,7 @@ use super::{
     facts,
     flow::{Finding, Findings},
 };
-use crate::{
-    place::Place,
-    say::duration,
-    sinks::Sink,
-    symbolize::{Mapping, Symbols},
-};
+use crate::{place::Place, say::duration, sinks::Sink, symbolize::Symbols};
 
 pub struct DeadlockWatch {
     analysis: Analysis,
@@ -196,14 +191,11 @@ impl Sink for DeadlockWatch {
     /// place callers after their process is gone.
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
         match &event.kind {
-            SystemKind::Exec { .. } => self.symbols.forget(event.pid),
             SystemKind::ThreadName { .. } | SystemKind::Start { .. } => {
                 self.analysis.system_event(event);
             }
-            kind => {
-                if let Some(mapping) = Mapping::of(kind) {
-                    self.symbols.add_mapping(event.pid, mapping);
-                }
+            _ => {
+                self.symbols.learn(event);
             }
         }
         Ok(())

@@ -143,6 +143,12 @@ impl Session {
             })
             .ok();
         let mut probes = Probes::new(probed, plan_options(config), mechanism, thread_descriptors)?;
+        // A target's facts (executable, mappings) are read as it is attached, while it surely
+        // lives, when an output keeps them: a short run's first records are drained after it
+        // has exited, too late to read them then.
+        let keeps_facts = config.log.is_some()
+            || outputs.ctf.is_some()
+            || viewers.iter().any(|viewer| viewer.wants_system_events());
         let symbols = probes.symbols();
         let Attached {
             pids: attached_pids,
@@ -155,7 +161,7 @@ impl Session {
             decoder: &decoder,
             follow: config.follow,
             verbose: config.verbose,
-            facts: config.log.is_some().then(Facts::default),
+            facts: keeps_facts.then(Facts::default),
             described: HashSet::new(),
             interposers_told: HashSet::new(),
             early_events: &mut early_events,

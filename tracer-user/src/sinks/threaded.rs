@@ -61,10 +61,24 @@ pub struct Threaded<S> {
     wants_system_events: bool,
 }
 
-impl<S: Sink + Send + 'static> Threaded<S> {
+impl<S: Sink + 'static> Threaded<S> {
     /// Starts `sink`'s thread, named `name`.
-    pub fn new(sink: S, name: &str) -> io::Result<Self> {
+    pub fn new(sink: S, name: &str) -> io::Result<Self>
+    where
+        S: Send,
+    {
         let wants_system_events = sink.wants_system_events();
+        Threaded::made_there(move || sink, wants_system_events, name)
+    }
+
+    /// Starts a thread named `name` whose sink `make` makes there: one that cannot be moved
+    /// between threads (it keeps blazesym's symbolizer), and wants system events if
+    /// `wants_system_events`.
+    pub fn made_there(
+        make: impl FnOnce() -> S + Send + 'static,
+        wants_system_events: bool,
+        name: &str,
+    ) -> io::Result<Self> {
         let failed = Arc::new(Mutex::new(None));
         let (work, queue) = mpsc::sync_channel(QUEUED_BATCHES);
         let (emptied, spares) = mpsc::channel();
@@ -73,7 +87,7 @@ impl<S: Sink + Send + 'static> Threaded<S> {
         // them (see `crate::priority`).
         let thread = crate::priority::spawn(name, Rank::Second, {
             let failed = Arc::clone(&failed);
-            move || serve(sink, queue, &emptied, &failed)
+            move || serve(make(), queue, &emptied, &failed)
         })?;
         Ok(Threaded {
             pending: Vec::with_capacity(BATCH),
@@ -197,7 +211,7 @@ fn serve<S: Sink>(
     }
 }
 
-impl<S: Sink + Send + 'static> Sink for Threaded<S> {
+impl<S: Sink + 'static> Sink for Threaded<S> {
     fn begin(&mut self) -> io::Result<()> {
         self.call(super::Sink::begin)?
     }
