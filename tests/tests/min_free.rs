@@ -2,7 +2,8 @@
 //! each sink once, with its files whole (tr files end at a line's end, the log reads to its
 //! closing status), says so once per sink, and counts every record it did not write (the log
 //! marks where, as a `free-space` overflow); the traced program runs to its end, its exit
-//! status the tracer's. The file system is a 64 MiB tmpfs the test mounts.
+//! status the tracer's. The file system is a 64 MiB tmpfs the test mounts. Without a floor
+//! (`--min-free 0`), a file system that fills up stops the writing there, as the floor does.
 
 use std::{fs, path::Path, process::Command};
 
@@ -12,20 +13,19 @@ use tracer_model::{
     log::LogReader,
 };
 
-/// A tmpfs of `MIB` MiB mounted on a fresh directory, unmounted when dropped.
+/// A tmpfs of some MiB mounted on a fresh directory, with a `tr` directory for the tr files,
+/// unmounted when dropped.
 struct SmallFileSystem(TempDir);
 
-const MIB: u64 = 64;
-
 impl SmallFileSystem {
-    fn mount(label: &str) -> Self {
+    fn mount(label: &str, mib: u64) -> Self {
         let dir = TempDir::new(label);
         let status = Command::new("mount")
             .args([
                 "-t",
                 "tmpfs",
                 "-o",
-                &format!("size={MIB}m,mode=0700"),
+                &format!("size={mib}m,mode=0700"),
                 "tmpfs",
             ])
             .arg(dir.path())
@@ -36,11 +36,20 @@ impl SmallFileSystem {
             "cannot mount a tmpfs on {}",
             dir.path().display()
         );
+        fs::create_dir(dir.path().join("tr")).unwrap();
         SmallFileSystem(dir)
     }
 
     fn path(&self) -> &Path {
         self.0.path()
+    }
+
+    /// The lines of the tr files in its `tr` directory, each file whole.
+    fn tr_lines(&self) -> u64 {
+        read_trace(&self.path().join("tr"))
+            .values()
+            .map(|lines| lines.len() as u64)
+            .sum()
     }
 
     /// Bytes free, as `df` counts them.
@@ -104,8 +113,7 @@ fn a_trace_into_a_filling_file_system_stops_at_the_floor_whole_and_counted() {
     if !bpf_available("min_free") {
         return;
     }
-    let small = SmallFileSystem::mount("min-free");
-    fs::create_dir(small.path().join("tr")).unwrap();
+    let small = SmallFileSystem::mount("min-free", 64);
     // 8 threads of 12,000 rounds of two mutexes: 576,000 records, some 48 MiB of log alone,
     // where the floor leaves 24 MiB to write.
     let workload = workload_arg("lock_mix");
@@ -163,8 +171,7 @@ fn a_trace_into_a_filling_file_system_stops_at_the_floor_whole_and_counted() {
     );
     assert_eq!(in_log + log_not_written, handed, "{run:?}");
 
-    let files = read_trace(&small.path().join("tr"));
-    let in_files: u64 = files.values().map(|lines| lines.len() as u64).sum();
+    let in_files = small.tr_lines();
     assert_eq!(
         count_after(&run.stderr, "events in app.ptl", "records"),
         log_not_written,
@@ -181,4 +188,49 @@ fn a_trace_into_a_filling_file_system_stops_at_the_floor_whole_and_counted() {
         "{} bytes free: {run:?}",
         small.free()
     );
+}
+
+#[test]
+fn a_trace_into_a_file_system_that_fills_up_goes_on_and_counts_what_it_could_not_write() {
+    if !bpf_available("full_file_system") {
+        return;
+    }
+    let small = SmallFileSystem::mount("full", 2);
+    // 2 threads of 200,000 lock/unlock pairs: 800,000 records, some 50 MiB of tr lines.
+    let workload = workload_arg("bench_mutex");
+    let run = run_tracer(
+        small.path(),
+        &[
+            "--events",
+            "mutex",
+            "--min-free",
+            "0",
+            "--log",
+            "app.ptl",
+            "--dir",
+            "tr",
+            "--",
+            &workload,
+            "2",
+            "200000",
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stdout.contains("ops=400000"), "{run:?}");
+    for (dir, sink) in [("tr", "tr files in tr"), (".", "the log app.ptl")] {
+        let said = format!(
+            "thrtrace-bpf: {dir} is full: no more is written to {sink}; the trace goes on, and \
+             counts what is not written (--min-free keeps space free)"
+        );
+        let times = run.stderr.lines().filter(|line| *line == said).count();
+        assert_eq!(times, 1, "{said}: {run:?}");
+    }
+    assert_eq!(small.free(), 0);
+    let handed = summary_count(&run.stderr, "records");
+    assert!(handed >= 800_000, "{run:?}");
+    let tr_not_written = count_after(&run.stderr, "files in tr", "records");
+    let in_files = small.tr_lines();
+    assert!(in_files > 0 && tr_not_written > 0, "{run:?}");
+    assert!(in_files + tr_not_written <= handed, "{run:?}");
+    assert!(run.stderr.contains(" not written: tr filled up"), "{run:?}");
 }

@@ -4,7 +4,10 @@
 //! not write, as lost; the trace and the target go on, as do the other sinks. Without the
 //! option the floor is the larger of 1 GiB and 5% of the file system, but at most a tenth of
 //! it: a trace left running cannot fill a disk, and a small file system still takes a trace.
-//! A file system that reports no size (ramfs) has no floor.
+//! A file system that reports no size (ramfs) has no floor. One that fills up before the floor
+//! is seen (`--min-free 0`, or another writer faster than the looks) stops the writing alike,
+//! where it filled: a tr file is cut back to its last whole line, a log, which cannot be
+//! closed, reads to its last whole packet.
 
 use std::{
     io,
@@ -117,6 +120,9 @@ struct Stopped {
     records: u64,
     /// System events not written (processes attached and gone, mappings).
     others: u64,
+    /// Whether the file system filled up before the floor was seen (`--min-free 0`, or
+    /// another writer faster than the looks): the files end where it did.
+    full: bool,
 }
 
 impl<S: Sink> FloorGuard<S> {
@@ -149,6 +155,29 @@ impl<S: Sink> FloorGuard<S> {
         true
     }
 
+    /// Passes on what a call of the sink came to, but a full file system: writing stops
+    /// there as at the floor (said once), and the trace goes on.
+    fn unless_full(&mut self, result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Err(error) if error.kind() == io::ErrorKind::StorageFull => {
+                if self.stopped.is_none() {
+                    say!(
+                        "thrtrace-bpf: {} is full: no more is written to {}; the trace goes \
+                         on, and counts what is not written (--min-free keeps space free)",
+                        self.dir.path().display(),
+                        self.inner.destinations().join(", ")
+                    );
+                    self.stopped = Some(Stopped {
+                        full: true,
+                        ..Stopped::default()
+                    });
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// Stops writing if the free space has fallen below the floor since the last look.
     fn check(&mut self) -> io::Result<()> {
         self.last_check = Instant::now();
@@ -179,7 +208,11 @@ impl<S: Sink> Sink for FloorGuard<S> {
         if self.record_left_out(record) {
             return Ok(());
         }
-        self.inner.record(record)?;
+        let written = self.inner.record(record);
+        self.unless_full(written)?;
+        if self.record_left_out(record) {
+            return Ok(());
+        }
         self.since_check += 1;
         if self.since_check >= CHECK_RECORDS {
             self.check()?;
@@ -188,13 +221,12 @@ impl<S: Sink> Sink for FloorGuard<S> {
     }
 
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
-        match &mut self.stopped {
-            Some(stopped) => {
-                stopped.others += 1;
-                Ok(())
-            }
-            None => self.inner.system_event(event),
+        if let Some(stopped) = &mut self.stopped {
+            stopped.others += 1;
+            return Ok(());
         }
+        let written = self.inner.system_event(event);
+        self.unless_full(written)
     }
 
     fn wants_system_events(&self) -> bool {
@@ -205,18 +237,20 @@ impl<S: Sink> Sink for FloorGuard<S> {
         if self.stopped.is_some() {
             return Ok(());
         }
-        self.inner.batch_done()?;
-        if self.last_check.elapsed() >= CHECK_INTERVAL {
+        let written = self.inner.batch_done();
+        self.unless_full(written)?;
+        if self.stopped.is_none() && self.last_check.elapsed() >= CHECK_INTERVAL {
             self.check()?;
         }
         Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self.stopped {
-            Some(_) => Ok(()),
-            None => self.inner.flush(),
+        if self.stopped.is_some() {
+            return Ok(());
         }
+        let written = self.inner.flush();
+        self.unless_full(written)
     }
 
     fn clear(&mut self) -> io::Result<u64> {
@@ -226,8 +260,12 @@ impl<S: Sink> Sink for FloorGuard<S> {
     fn state(&self) -> SinkState {
         let mut state = self.inner.state();
         if let Some(stopped) = &self.stopped {
+            let why = match stopped.full {
+                true => "filled up",
+                false => "fell below --min-free",
+            };
             state.descriptions.push(format!(
-                "{} not written: the free space of {} fell below --min-free",
+                "{} not written: the free space of {} {why}",
                 say::counted(stopped.records, "record"),
                 self.dir.path().display()
             ));
@@ -239,8 +277,10 @@ impl<S: Sink> Sink for FloorGuard<S> {
         self.inner.destinations()
     }
 
+    /// A process's files are closed, which writes what they hold.
     fn process_exited(&mut self, pid: u32) -> io::Result<()> {
-        self.inner.process_exited(pid)
+        let written = self.inner.process_exited(pid);
+        self.unless_full(written)
     }
 
     fn time_passed(&mut self, now_ns: i64) {
@@ -248,14 +288,17 @@ impl<S: Sink> Sink for FloorGuard<S> {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.inner.sync()
+        let written = self.inner.sync();
+        self.unless_full(written)
     }
 
-    /// A log is told, where its records stop, how many were not written after.
+    /// A log is told, where its records stop, how many were not written after; on a full
+    /// file system, which takes no more, the files end where it filled up.
     fn finish(&mut self, end: &TraceEnd) -> io::Result<Summary> {
         let stopped = self.stopped.take();
         if let Some(stopped) = &stopped
             && stopped.records > 0
+            && !stopped.full
             && self.inner.wants_system_events()
         {
             self.inner.system_event(&SystemEvent::new(
@@ -268,13 +311,21 @@ impl<S: Sink> Sink for FloorGuard<S> {
                 },
             ))?;
         }
-        let mut summary = self.inner.finish(end)?;
+        let mut summary = match self.inner.finish(end) {
+            Err(error)
+                if error.kind() == io::ErrorKind::StorageFull
+                    && stopped.as_ref().is_some_and(|s| s.full) =>
+            {
+                Summary::default()
+            }
+            finished => finished?,
+        };
         if let Some(stopped) = stopped {
-            summary.0.push(Written::BelowFloor {
+            summary.0.push(Written::OutOfSpace {
                 records: stopped.records,
                 others: stopped.others,
                 dir: self.dir.path().to_owned(),
-                floor: self.floor,
+                floor: (!stopped.full).then_some(self.floor),
             });
         }
         Ok(summary)

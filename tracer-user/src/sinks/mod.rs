@@ -107,12 +107,13 @@ pub enum Written {
     /// Events printed to stdout (`--print`).
     Printed { events: u64 },
     /// Records, and other events, a sink did not write: the free space of its directory's
-    /// file system fell below `floor` (`--min-free`).
-    BelowFloor {
+    /// file system fell below `floor` (`--min-free`), or it filled up.
+    OutOfSpace {
         records: u64,
         others: u64,
         dir: PathBuf,
-        floor: u64,
+        /// `--min-free`'s floor, or none where the file system filled up first.
+        floor: Option<u64>,
     },
 }
 
@@ -212,19 +213,28 @@ impl fmt::Display for Written {
             ),
             Written::LiveView => write!(f, "the live view"),
             Written::Printed { events } => write!(f, "{events} events printed"),
-            Written::BelowFloor {
+            Written::OutOfSpace {
                 records,
                 others,
                 dir,
                 floor,
-            } => write!(
-                f,
-                "{} and {} not written: the free space of {} fell below --min-free's {}",
-                counted(*records, "record"),
-                counted(*others, "other event"),
-                dir.display(),
-                crate::say::bytes(*floor)
-            ),
+            } => {
+                write!(
+                    f,
+                    "{} and {} not written: ",
+                    counted(*records, "record"),
+                    counted(*others, "other event"),
+                )?;
+                match floor {
+                    Some(floor) => write!(
+                        f,
+                        "the free space of {} fell below --min-free's {}",
+                        dir.display(),
+                        crate::say::bytes(*floor)
+                    ),
+                    None => write!(f, "{} filled up", dir.display()),
+                }
+            }
         }
     }
 }

@@ -93,6 +93,14 @@ impl OpenFile {
 
     fn flush(&mut self) -> io::Result<()> {
         let written = self.file.write_all(&self.buffer);
+        if written.is_err() {
+            // A write cut short (the file system filled up) left part of a line: the file is
+            // cut back to its last whole one, and the buffer's lines are not written.
+            let whole = self.length - self.buffer.len() as u64;
+            if self.file.set_len(whole).is_ok() {
+                self.length = whole;
+            }
+        }
         self.buffer.clear();
         written
     }
