@@ -125,6 +125,9 @@ fn stop_start_and_filters_act_in_bpf_and_the_log_shows_each_step() {
     assert_eq!(status["events"], "mutex:cond");
     assert_eq!(status["lost"], 0);
     ctl_ok(&[&name, "start"]);
+    // The stream runs as the controller is answered, before the log has written its START.
+    let text = ctl_ok(&[&name, "status"]);
+    assert!(text.contains("stream: running"), "{text}");
     assert_eq!(
         ctl_ok(&[&name, "filter", "set", "cond"]),
         format!("{name}: recording cond\n")

@@ -354,7 +354,11 @@ impl Session {
     fn status(&self) -> StatusReport {
         let state = self.sinks.state();
         let status = state.status.unwrap_or_default();
-        let running = self.recording.running() && (state.status.is_none() || status.running);
+        // The recording's state is the stream's as soon as a controller changes it; the log
+        // hears of a START or STOP only once everything stamped before it is written, but it
+        // alone knows that its full policy (until-full) stopped the stream.
+        let stopped_full = status.full && !status.running;
+        let running = self.recording.running() && !stopped_full;
         let flag =
             |set: bool, yes: &str, no: &str| format!("POSIX_TRACE_{}", if set { yes } else { no });
         let mut targets: Vec<u32> = self.watched.running.iter().copied().collect();
