@@ -185,7 +185,21 @@ fn analyzer_and_log_lines(analyzer: &Path, scratch: &Path) -> (Vec<String>, Vec<
     (printed, lines)
 }
 
-/// The .deb as a user installs it: the tracer on PATH, its manual, pkg-config finding the
+/// The shell completions the .deb installs where bash, zsh and fish look, each with an option
+/// it completes.
+const COMPLETIONS: [(&str, &str); 3] = [
+    (
+        "/usr/share/bash-completion/completions/thrtrace-bpf",
+        "--print",
+    ),
+    ("/usr/share/zsh/vendor-completions/_thrtrace-bpf", "--print"),
+    (
+        "/usr/share/fish/vendor_completions.d/thrtrace-bpf.fish",
+        "print",
+    ),
+];
+
+/// The .deb as a user installs it: the tracer on PATH, its manual and completions, pkg-config finding the
 /// analyzer library, a C analyzer built with it alone and run without LD_LIBRARY_PATH, the
 /// agent's unit as systemd accepts it, disabled, its configuration only root reads; and
 /// purged, nothing of it left.
@@ -211,6 +225,10 @@ fn the_deb_installs_and_removes_cleanly() {
         String::from_utf8_lossy(&page.stdout).trim(),
         "/usr/share/man/man1/thrtrace-bpf.1"
     );
+    for (path, option) in COMPLETIONS {
+        let script = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(script.contains(option), "{path} lacks {option}");
+    }
     let flags = succeeded(Command::new("pkg-config").args(["--cflags", "--libs", "posixtrace"]));
     let flags = String::from_utf8(flags.stdout).unwrap();
     assert!(flags.contains("-lposixtrace"), "{flags}");
@@ -255,7 +273,10 @@ fn the_deb_installs_and_removes_cleanly() {
         "/usr/share/man/man1/thrtrace-bpf.1",
         AGENT_UNIT,
         "/etc/thrtrace-bpf",
-    ] {
+    ]
+    .into_iter()
+    .chain(COMPLETIONS.map(|(path, _)| path))
+    {
         assert!(!Path::new(path).exists(), "{path} is left");
     }
 }

@@ -115,9 +115,15 @@ pub fn lay_out(
         let name = page.file_name().expect("a page's name");
         install(&page, &dir.join("share/man/man1").join(name), 0o644)?;
     }
+    // Debian's zsh reads a package's completions from vendor-completions, a local install's
+    // from site-functions (of /usr/local).
+    let zsh = match prefix {
+        "/usr" => "share/zsh/vendor-completions/_thrtrace-bpf",
+        _ => "share/zsh/site-functions/_thrtrace-bpf",
+    };
     let completions = [
         ("bash", "share/bash-completion/completions/thrtrace-bpf"),
-        ("zsh", "share/zsh/site-functions/_thrtrace-bpf"),
+        ("zsh", zsh),
         ("fish", "share/fish/vendor_completions.d/thrtrace-bpf.fish"),
     ];
     for (shell, path) in completions {
