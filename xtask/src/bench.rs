@@ -87,9 +87,16 @@ struct Workload {
     traced_args: &'static [&'static str],
 }
 
-const WORKLOADS: [Workload; 6] = [
+const WORKLOADS: [Workload; 9] = [
     Workload {
-        name: "mutex lock+unlock, 1 thread",
+        name: "mutex lock+unlock, single-threaded process",
+        program: "bench_mutex",
+        categories: "mutex",
+        untraced_args: &["0", "5000000"],
+        traced_args: &["0", "100000"],
+    },
+    Workload {
+        name: "mutex lock+unlock, 1 thread beside main",
         program: "bench_mutex",
         categories: "mutex",
         untraced_args: &["1", "5000000"],
@@ -103,18 +110,32 @@ const WORKLOADS: [Workload; 6] = [
         traced_args: &["2", "50000"],
     },
     Workload {
-        name: "sem post+wait, 1 thread",
+        name: "sem post+wait, single-threaded process",
         program: "bench_sem",
         categories: "sema",
         untraced_args: &["5000000"],
         traced_args: &["100000"],
     },
     Workload {
-        name: "rwlock rdlock+unlock, 1 thread",
+        name: "sem post+wait, beside a second thread",
+        program: "bench_sem",
+        categories: "sema",
+        untraced_args: &["5000000", "1"],
+        traced_args: &["100000", "1"],
+    },
+    Workload {
+        name: "rwlock rdlock+unlock, single-threaded process",
         program: "bench_rwlock",
         categories: "rwlock",
         untraced_args: &["5000000"],
         traced_args: &["100000"],
+    },
+    Workload {
+        name: "rwlock rdlock+unlock, beside a second thread",
+        program: "bench_rwlock",
+        categories: "rwlock",
+        untraced_args: &["5000000", "1"],
+        traced_args: &["100000", "1"],
     },
     Workload {
         name: "cond signal/wait ping-pong",
@@ -1629,6 +1650,30 @@ fn start_gate(
     let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
     target_out.read_line(&mut String::new())?;
     Ok((target, target_out))
+}
+
+/// Milliseconds from starting the tracer (with `options`, launching `program` for a few
+/// lock+unlock pairs) to its saying it traces the command, and from the command's last
+/// output, as it exits, to the tracer's exit: what a tracer in front of a short command costs.
+fn start_and_exit(tracer: &Path, dir: &Path, options: &[&str], program: &Path) -> Result<[f64; 2]> {
+    let start = Instant::now();
+    let mut traced = launched(tracer, Some(options), dir, program)
+        .args(["1", "10"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stderr = BufReader::new(traced.stderr.take().context("stderr")?);
+    wait_until_tracing(&mut stderr)?;
+    let ready = start.elapsed().as_secs_f64() * 1e3;
+    // Its one line, as it ends (the pipe closes only with the tracer, which holds it too).
+    let mut said = String::new();
+    BufReader::new(traced.stdout.take().context("stdout")?).read_line(&mut said)?;
+    let done = Instant::now();
+    stderr.read_to_string(&mut said)?;
+    if !traced.wait()?.success() {
+        bail!("the tracer failed: {said}");
+    }
+    Ok([ready, done.elapsed().as_secs_f64() * 1e3])
 }
 
 /// Milliseconds from starting the tracer (`--unbuffered`, with `options`) on a waiting process

@@ -1,7 +1,7 @@
 //! `cargo xtask bench --against REV`: the full trace's cost per pair and its BPF programs' run
-//! times, call stacks under load ([`super::stacks`]) and a real server traced
-//! ([`super::server_rounds`]), for the tracer built here and for the one of commit REV, built
-//! apart, run after run on the same machine. The main bench prints ratios within one build; a
+//! times, the tracer's start, exit and CPU per record, call stacks under load
+//! ([`super::stacks`]) and a real server traced ([`super::server_rounds`]), for the tracer
+//! built here and for the one of commit REV, built apart, run after run on the same machine. The main bench prints ratios within one build; a
 //! change that makes the programs dearer shows only beside an older build.
 
 use std::{
@@ -12,18 +12,23 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Mode, WORKLOADS, Workload, empty_dir, measure, median, program_costs,
+    Mode, SINK_PAIRS, SinkMode, WORKLOADS, Workload, consume, empty_dir, measure, median,
+    program_costs,
     server_rounds::{self, ServerRound},
     stacks::StacksUnderLoad,
-    trace_dir,
+    start_and_exit, trace_dir,
 };
 use crate::shell::{build_tracer, command, compile_workload, run, workspace_root};
 
-/// The workloads compared: one thread's uncontended pairs of each kind.
-const COMPARED: [&str; 3] = [
-    "mutex lock+unlock, 1 thread",
-    "sem post+wait, 1 thread",
-    "rwlock rdlock+unlock, 1 thread",
+/// The workloads compared: one thread's uncontended pairs of each kind, in a process that has
+/// that thread alone (glibc's single-threaded paths) and in one with a second.
+const COMPARED: [&str; 6] = [
+    "mutex lock+unlock, single-threaded process",
+    "mutex lock+unlock, 1 thread beside main",
+    "sem post+wait, single-threaded process",
+    "sem post+wait, beside a second thread",
+    "rwlock rdlock+unlock, single-threaded process",
+    "rwlock rdlock+unlock, beside a second thread",
 ];
 
 /// One build's figures for one workload, run by run.
@@ -64,6 +69,66 @@ impl Figures {
     }
 }
 
+/// How the tracer is started in front of a short command: a full trace of one category, and
+/// `--contended` (whose futex hook is chosen at the start).
+const LAUNCHES: [(&str, &[&str]); 2] = [
+    ("full trace (--events mutex)", &["--events", "mutex"]),
+    ("--contended", &["--contended"]),
+];
+
+/// The sinks whose consumer's CPU per record is compared.
+const CONSUMER_SINKS: [SinkMode; 2] = [SinkMode::TrFiles, SinkMode::Log];
+
+/// One build's start, exit and consumer, run by run: per launch, ms to ready and ms from the
+/// command's end to the tracer's; per sink, the tracer's CPU ns per record.
+#[derive(Default)]
+struct Running {
+    ready: [Vec<f64>; 2],
+    exit: [Vec<f64>; 2],
+    cpu_per_record: [Vec<f64>; 2],
+}
+
+impl Running {
+    fn take(&mut self, tracer: &Path, program: &Path) -> Result<()> {
+        let dir = trace_dir();
+        for (l, (_, options)) in LAUNCHES.iter().enumerate() {
+            empty_dir(&dir)?;
+            let [ready, exit] = start_and_exit(tracer, &dir, options, program)?;
+            self.ready[l].push(ready);
+            self.exit[l].push(exit);
+        }
+        for (s, &sink) in CONSUMER_SINKS.iter().enumerate() {
+            empty_dir(&dir)?;
+            let consumed = consume(tracer, &dir, sink, (SINK_PAIRS, 1), None)?;
+            self.cpu_per_record[s].push(consumed.cpu_per_record());
+        }
+        Ok(())
+    }
+
+    /// Its rows: what, and the median.
+    fn medians(&self) -> Vec<(String, f64)> {
+        let launches = LAUNCHES.iter().enumerate().flat_map(|(l, (name, _))| {
+            [
+                (
+                    format!("ready: ms from start, {name}"),
+                    median(&self.ready[l]),
+                ),
+                (
+                    format!("exit: ms after the command's, {name}"),
+                    median(&self.exit[l]),
+                ),
+            ]
+        });
+        let sinks = CONSUMER_SINKS.iter().enumerate().map(|(s, sink)| {
+            (
+                format!("tracer CPU per record (ns), {}", sink.label()),
+                median(&self.cpu_per_record[s]),
+            )
+        });
+        launches.chain(sinks).collect()
+    }
+}
+
 pub fn run_against(rev: &str, reps: usize) -> Result<()> {
     let (name, older) = older_tracer(rev)?;
     let tracer = build_tracer()?;
@@ -80,20 +145,24 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
     let mut stacks: [StacksUnderLoad; 2] = Default::default();
     let server = server_rounds::start_server()?;
     let mut server_rounds: [Vec<ServerRound>; 2] = Default::default();
+    let mut running: [Running; 2] = Default::default();
+    let short_command = compile_workload("bench_mutex")?;
     for rep in 1..=reps {
         eprintln!("xtask: repetition {rep} of {reps}");
         let [stacks_then, stacks_now] = &mut stacks;
         let [server_then, server_now] = &mut server_rounds;
+        let [running_then, running_now] = &mut running;
         let mut builds = [
-            (stacks_then, server_then, &older),
-            (stacks_now, server_now, &tracer),
+            (stacks_then, server_then, running_then, &older),
+            (stacks_now, server_now, running_now, &tracer),
         ];
         if rep % 2 == 0 {
             builds.reverse();
         }
-        for (stacks, server_rounds, tracer) in builds {
+        for (stacks, server_rounds, running, tracer) in builds {
             stacks.take(tracer, &trace_dir())?;
             server_rounds.push(ServerRound::take(tracer, &server, &trace_dir())?);
+            running.take(tracer, &short_command)?;
         }
         for (workload, [then, now]) in workloads.iter().zip(&mut figures) {
             let program = compile_workload(workload.program)?;
@@ -136,6 +205,11 @@ pub fn run_against(rev: &str, reps: usize) -> Result<()> {
             t_traced / t_empty,
             n_traced / n_empty
         );
+    }
+    println!("\n| start, exit and consumer, median of {reps} | {name} | now | now / then |");
+    println!("|---|---|---|---|");
+    for ((what, then), (_, now)) in running[0].medians().into_iter().zip(running[1].medians()) {
+        println!("| {what} | {then:.0} | {now:.0} | {:.2} |", now / then);
     }
     super::stacks::print(&[(&name, &stacks[0]), ("now", &stacks[1])], reps);
     server_rounds::print(

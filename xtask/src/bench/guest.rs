@@ -1,7 +1,7 @@
 //! `cargo xtask bench --guest ARCH`: the uncontended mutex pair (the main bench's "mutex
-//! lock+unlock, 1 thread") measured inside a guest of ARCH, its newest Debian kernel booted
-//! once under qemu as `cargo xtask kernels` boots it, with the workload built for ARCH against
-//! the guest's glibc. Untraced, traced `--contended`, traced in full with probes placed and with
+//! lock+unlock, 1 thread beside main") measured inside a guest of ARCH, its newest Debian
+//! kernel booted once under qemu as `cargo xtask kernels` boots it, with the workload built
+//! for ARCH against the guest's glibc. Untraced, traced `--contended`, traced in full with probes placed and with
 //! `--probe-at-entry`, repetition by repetition, the order reversed every other one so that
 //! drift hits every mode alike. The guest is emulated (TCG) and its clock counts instructions
 //! (`kernels`' MEASURING_CLOCK): its nanoseconds are not a machine's, only ratios within one
@@ -15,7 +15,7 @@ use super::{Mode, WORKLOADS, Workload, launched, median, print_mode_rows, sample
 use crate::{arch::Arch, kernels};
 
 /// The main bench's workload measured.
-const WORKLOAD: &str = "mutex lock+unlock, 1 thread";
+const WORKLOAD: &str = "mutex lock+unlock, 1 thread beside main";
 
 /// The modes, in their order within a repetition: the first untraced, as the rows' ratios
 /// need.
