@@ -88,6 +88,19 @@ pub fn compile_workload(name: &str) -> Result<PathBuf> {
     compile(command("cc").args(["-O2", "-pthread"]), &source, name)
 }
 
+/// Compiles `tests/workloads/NAME.c` into the shared object `target/workloads/libNAME.so`, to
+/// preload.
+pub fn compile_preload(name: &str) -> Result<PathBuf> {
+    let source = workspace_root()
+        .join("tests/workloads")
+        .join(format!("{name}.c"));
+    compile(
+        command("cc").args(["-O2", "-shared", "-fPIC"]),
+        &source,
+        &format!("lib{name}.so"),
+    )
+}
+
 /// Compiles `xtask/workloads/NAME.rs`, a Rust program of the bench's, with the toolchain's rustc
 /// into `target/workloads/NAME`.
 pub fn compile_rust_workload(name: &str) -> Result<PathBuf> {

@@ -9,17 +9,29 @@
 //! - no BPF program of the tracer's is left in the kernel;
 //! - a new trace starts at once and records exactly what it should;
 //! - the workload printed and returned what it does untraced.
+//!
+//! Then the exact-count trials: a workload whose threads try a shared mutex and lock it when
+//! the try fails (tests/workloads/try_and_lock.c), on 2 and 4 threads, traced with `-p` with a
+//! counting interposer preloaded (tests/workloads/interpose.c): the tracer's records of its
+//! calls on that mutex, the workload's own count and the interposer's must be equal, trial
+//! after trial, whichever way each call went through the C library (fast path, slow path, a
+//! failed try). A call recorded twice or not at all fails the run.
 
 use std::{
+    collections::HashSet,
     fs,
+    io::{BufRead, BufReader, Read, Write},
     path::Path,
     process::{Child, ExitStatus, Stdio},
     time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::{Context, Result, bail, ensure};
+use tracer_common::Which;
 
-use crate::shell::{build_tracer, command, compile_workload, output, require_root};
+use crate::shell::{
+    build_tracer, command, compile_preload, compile_workload, output, require_root,
+};
 
 const THREADS: &str = "4";
 /// Untraced, about 2.5 s on this VM: the signal window falls inside the run.
@@ -83,7 +95,6 @@ pub fn run(trials: usize, seed: Option<u64>) -> Result<()> {
             ended.describe()
         );
     }
-    let _ = fs::remove_dir_all(&dir);
     println!(
         "stress: {trials} passed, 0 failed ({} ended tracing cleanly, {} died before tracing \
          began, {} killed)",
@@ -91,7 +102,154 @@ pub fn run(trials: usize, seed: Option<u64>) -> Result<()> {
         counts[Ended::BeforeTracing as usize],
         counts[Ended::Killed as usize]
     );
+    exact_counts(&tracer, &dir)?;
+    let _ = fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Threads of the exact-count trials, and trials of each.
+const COUNTED_THREADS: [&str; 2] = ["2", "4"];
+const COUNTED_TRIALS: usize = 8;
+/// Rounds of each thread: a try, a lock when it fails, an unlock.
+const COUNTED_ROUNDS: &str = "5000";
+
+/// The exact-count trials (see the module's comment).
+fn exact_counts(tracer: &Path, dir: &Path) -> Result<()> {
+    let workload = compile_workload("try_and_lock")?;
+    let interposer = compile_preload("interpose")?;
+    for threads in COUNTED_THREADS {
+        for trial in 1..=COUNTED_TRIALS {
+            let _ = fs::remove_dir_all(dir);
+            fs::create_dir_all(dir)?;
+            let counts = counted_trial(tracer, &workload, &interposer, threads, dir)
+                .with_context(|| format!("exact counts, {threads} threads, trial {trial}"))?;
+            println!("stress: exact counts, {threads} threads, trial {trial}: {counts}, equal");
+        }
+    }
+    Ok(())
+}
+
+/// One exact-count trial: its counts, as the three agree on them.
+fn counted_trial(
+    tracer: &Path,
+    workload: &Path,
+    interposer: &Path,
+    threads: &str,
+    dir: &Path,
+) -> Result<String> {
+    let mut target = command(workload)
+        .args([threads, COUNTED_ROUNDS])
+        .env("LD_PRELOAD", interposer)
+        .env("INTERPOSE_COUNTS", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut target_out = BufReader::new(target.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    target_out.read_line(&mut line)?;
+    ensure!(line == "ready\n", "the workload said {line:?}");
+    let mut traced = command(tracer)
+        .args(["--events", "mutex", "--dir"])
+        .arg(dir)
+        .args(["-p", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut said = BufReader::new(traced.stderr.take().context("stderr")?);
+    while !line.contains("; Ctrl-C stops it") {
+        line.clear();
+        ensure!(
+            said.read_line(&mut line)? > 0,
+            "the tracer ended before tracing"
+        );
+    }
+    writeln!(target.stdin.take().context("stdin")?, "go")?;
+    let mut own = String::new();
+    target_out.read_to_string(&mut own)?;
+    let finished = target.wait_with_output()?;
+    ensure!(
+        finished.status.success(),
+        "the workload exited with {}",
+        finished.status
+    );
+    let interposed = String::from_utf8_lossy(&finished.stderr).into_owned();
+    send(traced.id(), 2)?;
+    let mut summary = String::new();
+    said.read_to_string(&mut summary)?;
+    ensure!(traced.wait()?.success(), "the tracer failed: {summary}");
+    ensure!(summary.contains(" 0 lost"), "records were lost: {summary}");
+
+    let value = |text: &str, key: &str| -> Result<i64> {
+        let field = text
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+            .with_context(|| format!("no {key}= in {text:?}"))?;
+        Ok(field.parse()?)
+    };
+    let mutex = value(&own, "mutex")?;
+    let names = [
+        ("locks", "mutex_lock"),
+        ("trylocks", "mutex_trylock"),
+        ("unlocks", "mutex_unlock"),
+    ];
+    let recorded = recorded_calls(dir, mutex, names.map(|(_, event)| event))?;
+    let mut counts = Vec::new();
+    for ((key, event), recorded) in names.iter().zip(recorded) {
+        let (own, interposed) = (value(&own, key)?, value(&interposed, key)?);
+        ensure!(
+            own == interposed && interposed == recorded,
+            "{event}: the workload made {own} calls, the interposer counted {interposed}, \
+             the tracer recorded {recorded}"
+        );
+        counts.push(format!("{own} {key}"));
+    }
+    Ok(counts.join(", "))
+}
+
+/// How many calls of each of `events` on `mutex` the `tr.*` files in `dir` record: a call is a
+/// whole record, or an entry half (which names the mutex) followed in its thread's file by the
+/// return half; a half without its other is an error.
+fn recorded_calls(dir: &Path, mutex: i64, events: [&str; 3]) -> Result<[i64; 3]> {
+    let mut counts = [0; 3];
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !tracer_model::tr::is_file_name(&name) {
+            continue;
+        }
+        // The entry halves on the mutex that wait for their return halves: by thread and
+        // event (threads whose ids end alike share a file).
+        let mut open: HashSet<(u32, usize)> = HashSet::new();
+        for line in fs::read_to_string(entry.path())?.lines() {
+            let record = tracer_model::tr::parse_line(line)?;
+            let Some(e) = events
+                .iter()
+                .position(|event| record.is(event, record.which))
+            else {
+                continue;
+            };
+            let call = (record.lwpid, e);
+            match record.which {
+                Which::Whole if record.a[0] == mutex => counts[e] += 1,
+                Which::Entry if record.a[0] == mutex => {
+                    ensure!(
+                        open.insert(call),
+                        "{name}: two entries of {} in a row",
+                        events[e]
+                    );
+                }
+                Which::Return if open.remove(&call) => counts[e] += 1,
+                _ => {}
+            }
+        }
+        if let Some((lwpid, e)) = open.into_iter().next() {
+            bail!(
+                "{name}: an entry of {} by {lwpid} without its return",
+                events[e]
+            );
+        }
+    }
+    Ok(counts)
 }
 
 /// How the tracer ended in a trial.
