@@ -89,15 +89,24 @@ fn parse_raw(text: &str) -> RawProfile {
                     sample.3 += " ";
                 }
             }
-            "Locations" => match fields[0].strip_suffix(':') {
-                // `id: 0x55.. M=2 alpha_5 stack_chains.c:55 s=0`; unnamed: `id: 0x55.. M=2`.
-                Some(id) => locations.push((
-                    id.parse().unwrap(),
-                    fields.get(3).map(|f| (*f).to_owned()).into_iter().collect(),
-                )),
-                // The function an inlined one above was inlined into.
-                None => locations.last_mut().unwrap().1.push(fields[0].to_owned()),
-            },
+            // `id: 0x55.. M=2 alpha_5 stack_chains.c:55 s=0`; unnamed: `id: 0x55.. M=2`; in no
+            // mapping, a name that may hold spaces: `id: 0x0 lock rw (rwlock) :0 s=0`; then a
+            // line per function an inlined one above was inlined into: `name file:line s=0`.
+            "Locations" => {
+                let (id, rest) = match fields[0].strip_suffix(':') {
+                    Some(id) => (Some(id.parse().unwrap()), &fields[2..]),
+                    None => (None, &fields[..]),
+                };
+                let rest = match rest.first() {
+                    Some(mapping) if mapping.starts_with("M=") => &rest[1..],
+                    _ => rest,
+                };
+                let function = (rest.len() >= 3).then(|| rest[..rest.len() - 2].join(" "));
+                match id {
+                    Some(id) => locations.push((id, function.into_iter().collect())),
+                    None => locations.last_mut().unwrap().1.extend(function),
+                }
+            }
             "Mappings" => mappings.push(line.to_owned()),
             _ => {}
         }

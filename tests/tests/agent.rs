@@ -13,7 +13,7 @@ use std::{
 
 use thrtrace_tests::{
     Gated, TempDir, bpf_available, file_name, ingest::IngestServer, paired_calls, read_line,
-    read_trace, signal, tracer, workload, workspace_root,
+    read_trace, signal, tracer, until_the_hosts_libc_is_traced, workload, workspace_root,
 };
 
 fn shipped(name: &str) -> String {
@@ -225,13 +225,7 @@ fn the_agent_as_configured_pushes_with_its_credentials_and_writes_no_file() {
         .spawn()
         .unwrap();
     let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
-    loop {
-        let line = read_line(&mut stderr);
-        assert!(!line.is_empty(), "the agent ended before probing libc.so.6");
-        if line.contains("tracing every process that maps") && line.contains("/libc.so.6 (") {
-            break;
-        }
-    }
+    until_the_hosts_libc_is_traced(&mut stderr);
 
     // A process started after the agent, contended (10 ms holds, two waiters).
     let contended = Command::new(workload("contention"))

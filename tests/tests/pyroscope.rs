@@ -10,6 +10,7 @@
 //! nanosecond for nanosecond, to the profile `report` makes of the log the same trace wrote.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     fs,
     io::{BufReader, Write},
     process::{Command, Stdio},
@@ -21,7 +22,7 @@ use thrtrace_tests::{
     Run, TempDir, bpf_available,
     ingest::{IngestServer, Request},
     pprof::{RawProfile, pprof_raw_of},
-    read_line, run_tracer, tracer, workload_arg,
+    prerequisite, read_line, run_tracer, tracer, workload_arg,
 };
 
 /// How long the soak traces, when the endpoint goes down and for how long, and when memory is
@@ -41,9 +42,10 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-/// Checks `request` against the ingest API: the method, path, query and form; returns its
+/// Checks `request` against the ingest API, a profile of `service`: the method, path, query and
+/// form; returns its
 /// `from` and `until`.
-fn checked_ingest(request: &Request, workload_pid: u32) -> (u64, u64) {
+fn checked_ingest(request: &Request, service: &str) -> (u64, u64) {
     assert_eq!(
         (request.method.as_str(), request.path.as_str()),
         ("POST", "/ingest")
@@ -56,12 +58,13 @@ fn checked_ingest(request: &Request, workload_pid: u32) -> (u64, u64) {
     );
     let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let name = request.query("name").expect("a name");
+    // The service and host, and the cgroup where the process is in one: never its pid.
     let expected = format!(
-        "thrtrace.contention{{service_name=contention,host={},pid={workload_pid}",
+        "thrtrace.contention{{service_name={service},host={}",
         host.trim()
     );
     assert!(name.starts_with(&expected), "{name} is not {expected}…");
-    assert!(name.ends_with('}'), "{name}");
+    assert!(name.ends_with('}') && !name.contains("pid="), "{name}");
     let from: u64 = request.query("from").unwrap().parse().unwrap();
     let until: u64 = request.query("until").unwrap().parse().unwrap();
     let parts = request.parts();
@@ -137,7 +140,7 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
     // Every interval of the trace, once, one after the other: none lost to the outage.
     let mut spans: Vec<(u64, u64)> = requests
         .iter()
-        .map(|r| checked_ingest(r, workload.id()))
+        .map(|request| checked_ingest(request, "contention"))
         .collect();
     spans.sort_unstable();
     for pair in spans.windows(2) {
@@ -178,11 +181,20 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
     }
     let names: Vec<&str> = files.iter().map(String::as_str).collect();
     let pushed_profile = pprof_raw_of(&dir, &names);
+    // Labels of a handful of values (the lock's kind, the thread's name); the lock a frame at
+    // the root of its stacks.
     for sample in &pushed_profile.samples {
         assert!(
-            sample.labels.contains("process:[contention]")
-                && sample.labels.contains(&format!("pid:[{}]", workload.id()))
-                && sample.labels.contains("thread:["),
+            sample.labels.contains("lock_kind:[")
+                && sample.labels.contains("thread_name:[")
+                && !sample.labels.contains("pid:")
+                && !sample.labels.contains("thread:[")
+                && !sample.labels.contains("lock:["),
+            "{sample:?}"
+        );
+        let root = sample.functions.last().unwrap();
+        assert!(
+            root.starts_with("lock ") && root.ends_with(')'),
             "{sample:?}"
         );
     }
@@ -387,5 +399,63 @@ fn bad_push_options_are_refused_in_one_line_before_tracing() {
         assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
         assert!(!run.stderr.contains("secret"), "{}", run.stderr);
         assert!(!run.stderr.contains("u:p@"), "{}", run.stderr);
+    }
+}
+
+/// A process waiting on thousands of distinct futex words makes no label with more than a
+/// handful of values: a backend makes a series of each value, and ids and addresses would make
+/// one per word. Each word stays apart in the profile, as its own root frame.
+#[test]
+fn many_locks_make_no_label_with_many_values() {
+    if !bpf_available("pyroscope") {
+        return;
+    }
+    const WORDS: usize = 3000;
+    let dir = TempDir::new("pyroscope-cardinality");
+    let server = IngestServer::start();
+    // A waiter and a waker, each round on a fresh word: most waits block.
+    let run = Command::new(tracer())
+        .args(["--contended", "--push-interval", "1s", "--pyroscope"])
+        .arg(server.url())
+        .arg("--")
+        .arg(workload_arg("stack_load"))
+        .args(["futex", &WORDS.to_string()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let no_hook = stderr
+        .lines()
+        .find(|line| line.contains("futex waits outside pthread calls are not recorded"));
+    if !prerequisite("pyroscope_cardinality", no_hook) {
+        return;
+    }
+
+    let mut files = Vec::new();
+    for (n, request) in server.requests().iter().enumerate() {
+        checked_ingest(request, "stack_load");
+        let name = format!("push-{n}.pb.gz");
+        fs::write(dir.path().join(&name), &request.parts()[0].content).unwrap();
+        files.push(name);
+    }
+    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+    let profile = pprof_raw_of(&dir, &names);
+    let mut values: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut roots = BTreeSet::new();
+    for sample in &profile.samples {
+        for label in sample.labels.split_whitespace() {
+            let (key, value) = label.split_once(':').unwrap_or((label, ""));
+            values
+                .entry(key.to_owned())
+                .or_default()
+                .insert(value.to_owned());
+        }
+        roots.insert(sample.functions.last().unwrap().clone());
+    }
+    assert!(roots.len() >= WORDS / 4, "{} words apart", roots.len());
+    assert!(values.contains_key("lock_kind"), "{values:?}");
+    for (key, values) in &values {
+        assert!(values.len() <= 3, "label {key} has {} values", values.len());
     }
 }

@@ -1,9 +1,10 @@
 //! `report --format pprof -o FILE`: the locks' contended waits as a pprof profile (gzipped
 //! `profile.proto`), as Go's contention profiles are: values `contentions/count` and
 //! `delay/nanoseconds`, one sample per lock, call stack and thread, labelled with the lock, its
-//! kind, its process and the thread. The waiters view holds the stacks that waited (Go's block
-//! profile); the releasers view, the stacks of the releases that ended the waits (Go's mutex
-//! profile). The profiles pushed to Pyroscope are encoded here too.
+//! kind, its process and the thread ([`Labels`]). The waiters view holds the stacks that
+//! waited (Go's block profile); the releasers view, the stacks of the releases that ended the
+//! waits (Go's mutex profile). The profiles pushed to Pyroscope are encoded here too, with
+//! bounded labels.
 
 mod proto;
 
@@ -95,35 +96,58 @@ impl Names {
     }
 }
 
+/// Which labels a profile's samples carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Labels {
+    /// The lock, its kind, the process and thread by id and name: a file read on its own.
+    Detailed,
+    /// Only labels with a handful of values, the lock's kind and the thread's name: for a
+    /// backend that makes a series of every label value, as Pyroscope does, so that a process
+    /// waiting on thousands of locks does not make thousands of series. Each lock is then a
+    /// frame at the root of its stacks (`lock NAME (KIND)`), so that its waits stay apart.
+    Bounded,
+}
+
 /// The profile of `samples` (gzipped profile.proto) over `span`: a sample per lock, stack and
-/// thread, labelled with the `names` of the threads and processes.
+/// thread, labelled as `labels` says with the `names` of the threads and processes.
 pub fn encode(
     samples: &[LockSamples<'_>],
     names: &Names,
     symbols: &Symbols,
     view: View,
     span: Span,
+    labels: Labels,
 ) -> io::Result<Vec<u8>> {
     let mut builder = Builder::default();
     for lock in samples {
-        let mut labels = vec![
-            builder.string_label("lock", &lock.name),
-            builder.string_label("lock_kind", lock.lock.kind.name()),
-            builder.number_label("pid", lock.lock.pid),
-        ];
-        if let Some(process) = names.processes.get(&lock.lock.pid) {
-            labels.push(builder.string_label("process", process));
-        }
+        let kind = lock.lock.kind.name();
+        let mut lock_labels = vec![builder.string_label("lock_kind", kind)];
+        let root = match labels {
+            Labels::Detailed => {
+                lock_labels.push(builder.string_label("lock", &lock.name));
+                lock_labels.push(builder.number_label("pid", lock.lock.pid));
+                if let Some(process) = names.processes.get(&lock.lock.pid) {
+                    lock_labels.push(builder.string_label("process", process));
+                }
+                None
+            }
+            Labels::Bounded => {
+                Some(builder.named_location(&format!("lock {} ({kind})", lock.name)))
+            }
+        };
         for sample in &lock.stacks {
             let location_id: Vec<u64> = sample
                 .frames
                 .iter()
                 .enumerate()
                 .map(|(n, frame)| builder.location(sample.stack.pid, n == 0, frame, symbols))
+                .chain(root)
                 .collect();
             for &(lwpid, waits) in &sample.threads {
-                let mut label = labels.clone();
-                label.push(builder.number_label("thread", lwpid));
+                let mut label = lock_labels.clone();
+                if labels == Labels::Detailed {
+                    label.push(builder.number_label("thread", lwpid));
+                }
                 if let Some(name) = names.threads.get(&lwpid) {
                     label.push(builder.string_label("thread_name", name));
                 }
@@ -156,8 +180,9 @@ pub fn write(
     file: OutputFile,
 ) -> Result<PathBuf, ReadError> {
     let names = Names::of(analysis, samples.iter().map(|lock| lock.lock));
-    let profile =
-        encode(samples, &names, symbols, view, Span::of(analysis)).map_err(ReadError::Compress)?;
+    let span = Span::of(analysis);
+    let profile = encode(samples, &names, symbols, view, span, Labels::Detailed)
+        .map_err(ReadError::Compress)?;
     file.write(&profile)
 }
 
@@ -173,6 +198,8 @@ struct Builder {
     locations: HashMap<(u32, bool, u64), u64>,
     /// By name and file.
     functions: HashMap<(String, Option<String>), u64>,
+    /// Locations that are a name alone (a lock's root frame), by the name.
+    named: HashMap<String, u64>,
 }
 
 impl Builder {
@@ -244,6 +271,26 @@ impl Builder {
             line,
         });
         self.locations.insert(key, id);
+        id
+    }
+
+    /// The id of a location in no mapping, at no address, that is the function `name` alone.
+    fn named_location(&mut self, name: &str) -> u64 {
+        if let Some(&id) = self.named.get(name) {
+            return id;
+        }
+        let line = vec![proto::Line {
+            function_id: self.function(name, None),
+            line: 0,
+        }];
+        let id = self.profile.location.len() as u64 + 1;
+        self.profile.location.push(proto::Location {
+            id,
+            mapping_id: 0,
+            address: 0,
+            line,
+        });
+        self.named.insert(name.to_owned(), id);
         id
     }
 

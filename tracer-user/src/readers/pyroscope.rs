@@ -1,21 +1,21 @@
 //! `--pyroscope URL`: continuous contention profiling. A sink that feeds the records into the
 //! report's analysis and, every `--push-interval`, cuts the interval's contended lock waits
-//! into one pprof profile per process (the waiters' stacks, as Go's block profile: the same
-//! profile as `report --format pprof`), which [`delivery`] sends to Pyroscope's ingest API
-//! ([`ingest`]). The session's thread only hands records over; the profiles are made on a
-//! thread of their own (`pyroscope-profile`, which keeps the symbols and stacks) and sent from
-//! another, so that neither symbolizing nor a slow endpoint holds the drain. What is kept is
-//! bounded by what runs, not by how long: the analysis's statistics begin again at each cut; a
-//! process's stacks, mappings, names and labels are dropped once it has exited and its last
-//! interval was made; every hour the symbols begin again from the live processes' mappings
-//! and the names of threads gone are dropped.
+//! into one pprof profile per series, a service in a cgroup (the waiters' stacks, as Go's
+//! block profile: the same profile as `report --format pprof`), which [`delivery`] sends to
+//! Pyroscope's ingest API ([`ingest`]). The session's thread only hands records over; the
+//! profiles are made on a thread of their own (`pyroscope-profile`, which keeps the symbols
+//! and stacks) and sent from another, so that neither symbolizing nor a slow endpoint holds
+//! the drain. What is kept is bounded by what runs, not by how long: the analysis's
+//! statistics begin again at each cut; a process's stacks, mappings, names and labels are
+//! dropped once it has exited and its last interval was made; every hour the symbols begin
+//! again from the live processes' mappings and the names of threads gone are dropped.
 
 mod credentials;
 mod delivery;
 mod ingest;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     io::{self, Read as _},
     mem,
     sync::{Arc, Condvar, Mutex, PoisonError},
@@ -37,7 +37,7 @@ use self::{
     ingest::Ingest,
 };
 use super::{
-    pprof::{self, Span},
+    pprof::{self, Labels, Span},
     report::{KindArg, KindFilter},
     samples::{View, contention_samples},
 };
@@ -301,7 +301,7 @@ impl Profiler {
         }
     }
 
-    /// Cuts and queues a profile per process every `every`, and once more when stopped;
+    /// Cuts and queues a profile per series every `every`, and once more when stopped;
     /// returns what became of them.
     fn run(mut self, every: Duration, shared: &Mutex<Interval>, stop: &Stop) -> Deliveries {
         let mut from = SystemTime::now();
@@ -376,7 +376,8 @@ impl Profiler {
         self.cgroups.extend(cgroups);
     }
 
-    /// Queues the profile of each process with contended lock waits in `locks`.
+    /// Queues the profile of each series with contended lock waits in `locks`: the processes
+    /// of one service in one cgroup make one profile, as they make one series.
     fn push_interval(
         &mut self,
         locks: &[LockStats],
@@ -384,9 +385,12 @@ impl Profiler {
         from: SystemTime,
         until: SystemTime,
     ) {
-        let mut by_process: HashMap<u32, Vec<&LockStats>> = HashMap::new();
+        let mut by_series: BTreeMap<String, Vec<&LockStats>> = BTreeMap::new();
         for lock in locks {
-            by_process.entry(lock.pid).or_default().push(lock);
+            by_series
+                .entry(self.series(lock.pid, names))
+                .or_default()
+                .push(lock);
         }
         let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
         let (start, end) = (seconds(from), seconds(until));
@@ -394,7 +398,7 @@ impl Profiler {
             start_ns: start.as_nanos() as i64,
             duration_ns: end.saturating_sub(start).as_nanos() as i64,
         };
-        for (pid, locks) in by_process {
+        for (name, locks) in by_series {
             let samples = contention_samples(
                 locks,
                 &mut self.symbols,
@@ -405,7 +409,15 @@ impl Profiler {
             if samples.is_empty() {
                 continue;
             }
-            let profile = match pprof::encode(&samples, names, &self.symbols, View::Waiters, span) {
+            let encoded = pprof::encode(
+                &samples,
+                names,
+                &self.symbols,
+                View::Waiters,
+                span,
+                Labels::Bounded,
+            );
+            let profile = match encoded {
                 Ok(profile) => profile,
                 Err(error) => {
                     self.delivery.not_made();
@@ -415,31 +427,32 @@ impl Profiler {
                     continue;
                 }
             };
-            let name = names
-                .process(pid)
-                .filter(|name| !name.is_empty())
-                .map_or_else(|| format!("pid-{pid}"), str::to_owned);
-            let pid_text = pid.to_string();
-            let mut labels = vec![
-                ("service_name", name.as_str()),
-                ("host", self.host.as_str()),
-                ("pid", pid_text.as_str()),
-            ];
-            let cgroup = self.cgroups.get(&pid).map(String::as_str);
-            let container = cgroup.and_then(container_id);
-            if let Some(cgroup) = cgroup {
-                labels.push(("cgroup", cgroup));
-            }
-            if let Some(container) = container {
-                labels.push(("container_id", container));
-            }
             self.delivery.push(Ingest {
-                name: Ingest::series(&labels),
+                name,
                 from: start.as_secs(),
                 until: end.as_secs().max(start.as_secs() + 1),
                 profile,
             });
         }
+    }
+
+    /// The series of process `pid`'s profile: its service, the host and its container, never
+    /// its pid, a thread or a lock (a fleet pays for each series, and ids make new ones all
+    /// the time).
+    fn series(&self, pid: u32, names: &pprof::Names) -> String {
+        let name = names
+            .process(pid)
+            .filter(|name| !name.is_empty())
+            .unwrap_or("unknown");
+        let mut labels = vec![("service_name", name), ("host", self.host.as_str())];
+        let cgroup = self.cgroups.get(&pid).map(String::as_str);
+        if let Some(cgroup) = cgroup {
+            labels.push(("cgroup", cgroup));
+        }
+        if let Some(container) = cgroup.and_then(container_id) {
+            labels.push(("container_id", container));
+        }
+        Ingest::series(&labels)
     }
 }
 
