@@ -130,6 +130,10 @@ typedef struct {
  *                            otherwise why it stops at its last frame; a stack with no
  *                            frame is that of records whose copy was left out (the
  *                            tracer's ring too full), end saying so
+ *   thrtrace_thread_ns_id    u32 ns_lwpid: the info's lwpid (the host's id) is ns_lwpid in
+ *                            the PID namespace of posix_pid, one of its own (a container's):
+ *                            a thread id the process stores (a mutex owner, a1 of a
+ *                            pthread_mutex_lock entry) is that one; told once per thread
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)
@@ -149,6 +153,7 @@ typedef struct {
 #define THRTRACE_DEADLOCK ((trace_event_id_t)0x800f)
 #define THRTRACE_LOCK_ORDER ((trace_event_id_t)0x8010)
 #define THRTRACE_STACK ((trace_event_id_t)0x8011)
+#define THRTRACE_THREAD_NS_ID ((trace_event_id_t)0x8012)
 
 /* What posix_trace_getnext_event says of an event besides its payload. */
 struct posix_trace_event_info {

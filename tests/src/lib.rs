@@ -1066,6 +1066,137 @@ pub fn start_contained_gate(scratch: &TempDir, after: u32) -> (Gated, PathBuf) {
     (gate, copy)
 }
 
+/// `contention`'s rounds and waiters in a PID namespace of its own.
+const NAMESPACED_ROUNDS: u32 = 2;
+const NAMESPACED_WAITERS: u32 = 2;
+
+/// A root for chroot in `scratch` holding `contention` (as `/contention`), the files it loads
+/// at the paths it loads them from, and an empty `/proc` for the namespace's own.
+fn contention_root(scratch: &TempDir) -> PathBuf {
+    let root = scratch.path().join("root");
+    let program = workload("contention");
+    let ldd = Command::new("ldd").arg(&program).output().unwrap();
+    assert!(ldd.status.success(), "{ldd:?}");
+    let loaded = String::from_utf8(ldd.stdout).unwrap();
+    let files = loaded
+        .split_whitespace()
+        .filter(|word| word.starts_with('/'));
+    for file in files {
+        let inside = root.join(file.trim_start_matches('/'));
+        fs::create_dir_all(inside.parent().unwrap()).unwrap();
+        fs::copy(file, &inside).unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+    fs::create_dir_all(root.join("proc")).unwrap();
+    fs::copy(&program, root.join("contention")).unwrap();
+    root
+}
+
+/// Runs `contention` in a PID and mount namespace of its own under chroot, stopped at its
+/// gate; traces it `--contended` into a log, by its host pid if `by_pid`, else system-wide,
+/// until the gate is opened and it has exited; then checks that every holder the report
+/// names is a host thread its records name, with its id in the namespace.
+pub fn check_holders_in_a_pid_namespace(by_pid: bool) {
+    let scratch = TempDir::new("pid-namespace");
+    let root = contention_root(&scratch);
+    let dir = TempDir::new("pid-namespace-trace");
+    let log = dir.path().join("app.ptl");
+    // Unbuffered: the log shows what the tracer has read of the threads as it goes.
+    let tracer_args = ["--contended", "-u", "--log", log.to_str().unwrap()];
+    let mut contained = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount", "--propagation", "private"])
+        .arg("--mount-proc")
+        .arg(format!("--root={}", root.display()))
+        .args([
+            "/contention",
+            &NAMESPACED_ROUNDS.to_string(),
+            "20",
+            &NAMESPACED_WAITERS.to_string(),
+        ])
+        .args(["0", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(contained.stdout.take().unwrap());
+    let ready = read_line(&mut stdout);
+    assert!(ready.starts_with("first="), "{ready:?}");
+    // unshare forks the program: pid 1 in its namespace, the one child of unshare here.
+    let children = format!("/proc/{0}/task/{0}/children", contained.id());
+    let children = fs::read_to_string(children).unwrap();
+    let pid: u32 = children.trim().parse().unwrap();
+    let pids: &[u32] = if by_pid { &[pid] } else { &[] };
+    let (mut traced, mut stderr) = start_tracer(dir.path(), pids, &tracer_args);
+    if !by_pid {
+        let mut read = String::new();
+        while !read.contains("; Ctrl-C stops it") {
+            let line = read_line(&mut stderr);
+            assert!(!line.is_empty(), "the tracer ended: {read}");
+            read.push_str(&line);
+        }
+    }
+    writeln!(contained.stdin.as_mut().unwrap(), "go").unwrap();
+    // Its threads wait, alive, until the tracer has told the id of each in the namespace,
+    // which it reads from /proc as it first sees each.
+    let told = || {
+        let dump = run_tracer(dir.path(), &["dump", "--format", "json", "app.ptl"]);
+        let events = dump
+            .stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok());
+        events
+            .filter(|event| event["name"] == "thrtrace_thread_ns_id" && event["pid"] == pid)
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while told() < 1 + NAMESPACED_WAITERS as usize {
+        assert!(Instant::now() < deadline, "the threads' ids were not told");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    writeln!(contained.stdin.as_mut().unwrap(), "end").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(contained.wait().unwrap().success(), "{rest}");
+    if !by_pid {
+        signal(traced.id(), "-INT");
+    }
+    assert!(traced.wait().unwrap().success());
+    let report = report_json(&dir, &["app.ptl"]);
+    let first = report_lock_named(&report, "first");
+    let owners = first["owners"].as_array().unwrap();
+    // The main thread held `first` through every wait: the host's id, 1 in the namespace.
+    assert_eq!(owners.len(), 1, "{first:#}");
+    assert_eq!(owners[0]["lwpid"], pid, "{first:#}");
+    assert_eq!(owners[0]["namespace_lwpid"], 1, "{first:#}");
+    assert_eq!(
+        owners[0]["count"],
+        NAMESPACED_ROUNDS.div_ceil(2) * NAMESPACED_WAITERS,
+        "{first:#}"
+    );
+    // Every holder of every lock of the process is a thread its records name, with its id
+    // in the namespace.
+    let dump = run_tracer(dir.path(), &["dump", "--format", "json", "app.ptl"]);
+    let recorded: std::collections::HashSet<u64> = dump
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|event| event["type"] == "event" && event["pid"] == pid)
+        .map(|event| event["lwpid"].as_u64().unwrap())
+        .collect();
+    let locks = report["locks"].as_array().unwrap();
+    for lock in locks.iter().filter(|lock| lock["pid"] == pid) {
+        for owner in lock["owners"].as_array().unwrap() {
+            let lwpid = owner["lwpid"].as_u64().unwrap();
+            assert!(recorded.contains(&lwpid), "{owner} in {recorded:?}");
+            assert!(
+                owner["namespace_lwpid"].as_u64().unwrap() <= 1 + u64::from(NAMESPACED_WAITERS)
+            );
+        }
+    }
+    let text = run_tracer(dir.path(), &["report", "--top", "100", "app.ptl"]).stdout;
+    let held = format!("    held by thread {pid} (contention, 1 in its namespace): waited for ");
+    assert!(text.contains(&held), "{text}");
+}
+
 /// `report --format json --top 100 ARGS` run in `dir`, parsed; panics if it fails.
 pub fn report_json(dir: &TempDir, args: &[&str]) -> Value {
     let mut all = vec!["report", "--format", "json"];

@@ -1,13 +1,15 @@
 //! A process in its own mount namespace with its own copy of libc.so.6 (a different inode at
 //! the usual path), as in a container, is traced through the file it really maps; a host
 //! process making the same calls is not recorded; a library deleted since it was mapped is
-//! traced too.
+//! traced too. A process in a PID namespace of its own, under chroot, has the holders of its
+//! locks named by the host's thread ids, each with its id there (system-wide too, in
+//! system_wide.rs).
 
 use std::{fs, os::unix::fs::MetadataExt, process::Command};
 
 use thrtrace_tests::{
-    Gated, LIBC, TempDir, TraceRecord, bpf_available, file_name, paired_calls, read_trace,
-    start_contained_gate, start_tracer, workload,
+    Gated, LIBC, TempDir, TraceRecord, bpf_available, check_holders_in_a_pid_namespace, file_name,
+    paired_calls, read_trace, start_contained_gate, start_tracer, workload,
 };
 
 #[test]
@@ -84,4 +86,12 @@ fn a_library_deleted_after_it_was_mapped_is_traced_through_the_mapping() {
     let files = read_trace(dir.path());
     let lines: &Vec<TraceRecord> = &files[&file_name(pid, pid)];
     assert_eq!(paired_calls(lines, "mutex_lock", mutex).len(), 300);
+}
+
+#[test]
+fn the_holders_in_a_pid_namespace_are_host_threads_with_their_ids_there_by_pid() {
+    if !bpf_available("pid_namespace") {
+        return;
+    }
+    check_holders_in_a_pid_namespace(true);
 }

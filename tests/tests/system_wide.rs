@@ -15,9 +15,9 @@ use std::{
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    Gated, LIBC, TempDir, TraceRecord, bpf_available, field, file_name, paired_calls, read_line,
-    read_trace, signal, start_contained_gate, start_tracer, until_the_hosts_libc_is_traced,
-    whole_lines_of, workload,
+    Gated, LIBC, TempDir, TraceRecord, bpf_available, check_holders_in_a_pid_namespace, field,
+    file_name, paired_calls, read_line, read_trace, signal, start_contained_gate, start_tracer,
+    until_the_hosts_libc_is_traced, whole_lines_of, workload,
 };
 
 #[test]
@@ -195,4 +195,15 @@ fn a_library_gone_before_its_probes_are_placed_does_not_end_the_trace() {
     stop.store(true, Ordering::Relaxed);
     assert!(churn.join().unwrap() > 0);
     assert!(gone > 0, "no start found a file gone before its turn");
+}
+
+/// A process in a PID namespace of its own under chroot, found by a system-wide trace: the
+/// holders of its locks are host threads, each with its id in the namespace (by pid in
+/// container.rs).
+#[test]
+fn the_holders_in_a_pid_namespace_are_host_threads_with_their_ids_there_system_wide() {
+    if !bpf_available("pid_namespace_system_wide") {
+        return;
+    }
+    check_holders_in_a_pid_namespace(false);
 }

@@ -14,7 +14,8 @@
  * lock+unlock pairs on a mutex of its own, post+wait pairs on a semaphore of its own, and
  * rdlock+unlock and wrlock+unlock pairs on a read-write lock of its own (default 0). With GATE
  * 1, it starts only once a line is read from stdin (after printing its first line), so that
- * tracers can attach.
+ * tracers can attach; with GATE 2, its threads also wait after the last round, alive, until a
+ * second line is read (so that a tracer can read what it needs of them while they live).
  * Prints "first=ADDR second=ADDR sem=ADDR rw=ADDR" first, then "ns_per_op=X ops=N": wall time
  * of the whole run per round. The threads wait for one another with atomics and usleep, not
  * with traced calls. */
@@ -34,6 +35,7 @@ static pthread_mutex_t second = PTHREAD_MUTEX_INITIALIZER;
 static sem_t sem;
 static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
 static atomic_int round_open, waiting, done, read_open, read_done, write_open, write_done;
+static atomic_int let_go = 1;
 static int rounds, hold_ms;
 static long waiters;
 /* Each waiter's thread id, for the main thread to see it asleep. */
@@ -83,6 +85,7 @@ static void *waiter(void *arg) {
         atomic_fetch_add(&write_done, 1);
         uncontended();
     }
+    while (!atomic_load(&let_go)) usleep(100);
     return NULL;
 }
 
@@ -99,10 +102,9 @@ int main(int argc, char **argv) {
     printf("first=%lu second=%lu sem=%lu rw=%lu\n", (unsigned long)&first,
            (unsigned long)&second, (unsigned long)&sem, (unsigned long)&rw);
     fflush(stdout);
-    if (gate) {
-        char line[16];
-        if (!fgets(line, sizeof line, stdin)) return 3;
-    }
+    char line[16];
+    if (gate && !fgets(line, sizeof line, stdin)) return 3;
+    if (gate > 1) atomic_store(&let_go, 0);
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (long t = 0; t < waiters; t++) pthread_create(&ids[t], NULL, waiter, (void *)(t + 1));
     for (int r = 1; r <= rounds; r++) {
@@ -129,6 +131,10 @@ int main(int argc, char **argv) {
         pthread_rwlock_unlock(&rw);
         while (atomic_load(&write_done) < r * waiters) usleep(100);
         uncontended();
+    }
+    if (gate > 1) {
+        if (!fgets(line, sizeof line, stdin)) return 3;
+        atomic_store(&let_go, 1);
     }
     for (long t = 0; t < waiters; t++) pthread_join(ids[t], NULL);
     clock_gettime(CLOCK_MONOTONIC, &end);

@@ -9,6 +9,7 @@
 
 mod futex_pairs;
 mod lock_order;
+mod namespace_ids;
 
 use std::{collections::BTreeMap, sync::OnceLock};
 
@@ -23,6 +24,7 @@ use crate::{
 };
 use futex_pairs::{FutexPairs, FutexWait, FutexWake};
 pub use lock_order::{Acquisition, Inversion, LockOrder, MAX_EDGES, OrderEdge};
+use namespace_ids::NamespaceIds;
 
 /// A kind of lock, or of object a thread waits on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -445,7 +447,7 @@ struct Pending {
     stack: u32,
     /// The mutex's owner when the lock's entry found it (its `MutexOwner` field; 0 if none or
     /// unknown): the holder of a lock taken before the trace began, or while its taking was
-    /// not recorded (`--contended`).
+    /// not recorded (`--contended`). The id in the process's PID namespace, as read.
     owner_hint: u32,
     /// For the report: the thread that held the lock when this wait began, and where it took
     /// the lock (0: not recorded). Looked up then, as the holder's unlock, before this call
@@ -604,6 +606,8 @@ pub struct Analysis {
     futex_pairs: FutexPairs,
     /// Each thread's name (comm), with its process.
     names: HashMap<u32, (u32, String)>,
+    /// The ids of the threads of processes in PID namespaces of their own, there.
+    namespace_ids: NamespaceIds,
     /// Each traced process's executable, as it was attached or last exec'd, by pid.
     executables: BTreeMap<u32, String>,
     /// Deadlocks already reported, by their threads and objects.
@@ -651,6 +655,9 @@ impl Analysis {
             SystemKind::Start { contended, .. } => self.contended_only |= *contended,
             SystemKind::ThreadName { name } => {
                 self.names.insert(event.lwpid, (event.pid, name.clone()));
+            }
+            SystemKind::ThreadNamespaceId { ns_lwpid } => {
+                self.namespace_ids.learn(event.pid, event.lwpid, *ns_lwpid);
             }
             SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
                 self.executables.insert(event.pid, exe.clone());
@@ -762,10 +769,17 @@ impl Analysis {
                     };
                     self.acquire(pid, lwpid, call.object, taken, now);
                     if self.stats {
-                        let lock = self.lock(pid, call.object, kind);
                         // The owner the call found held it; a holder the records name was
-                        // waited for if the call blocked (two read holds do not exclude).
-                        if let Some((holder, taken_at)) = call.held_by
+                        // waited for if the call blocked (two read holds do not exclude). An
+                        // owner in a PID namespace whose id was not told at the entry has
+                        // been by now: the holder's release that ended the wait was its
+                        // record, whose thread was told as it was first seen.
+                        let found = call.held_by.or_else(|| {
+                            let owner = self.namespace_ids.host(pid, call.owner_hint)?;
+                            (owner != lwpid).then_some((owner, 0))
+                        });
+                        let lock = self.lock(pid, call.object, kind);
+                        if let Some((holder, taken_at)) = found
                             && (blocked || call.owner_hint != 0)
                         {
                             let owner = lock.owners.entry(holder).or_default();
@@ -1146,13 +1160,14 @@ impl Analysis {
         owner_hint: u32,
     ) -> Option<(u32, u64)> {
         let holders = self.holders_of(pid, object);
-        let holder = match owner_hint {
-            0 => match holders {
+        let holder = match (owner_hint, self.namespace_ids.host(pid, owner_hint)) {
+            (0, _) => match holders {
                 [only] if only.lwpid != lwpid => only.lwpid,
                 _ => return None,
             },
-            owner if owner == lwpid => return None,
-            owner => owner,
+            (_, None) => return None,
+            (_, Some(owner)) if owner == lwpid => return None,
+            (_, Some(owner)) => owner,
         };
         let taken_at = holders
             .iter()
@@ -1262,17 +1277,24 @@ impl Analysis {
         self.names.get(&lwpid).map(|(_, name)| name.as_str())
     }
 
+    /// Thread `lwpid`'s id in its process's PID namespace, where that is one of its own.
+    pub fn namespace_id(&self, lwpid: u32) -> Option<u32> {
+        self.namespace_ids.own(lwpid)
+    }
+
     /// Drops the names of process `pid` and its threads: for an analysis that runs as long as
     /// the host does (the profiles pushed), once the process has exited and its last profile
     /// is made. A report keeps them, to name what it lists.
     pub fn forget_names(&mut self, pid: u32) {
         self.names.retain(|_, (of, _)| *of != pid);
+        self.namespace_ids.retain(|of, _| of != pid);
         self.executables.remove(&pid);
     }
 
     /// Keeps the names of the threads `alive` says still run.
     pub fn retain_names(&mut self, mut alive: impl FnMut(u32, u32) -> bool) {
         self.names.retain(|&lwpid, (pid, _)| alive(*pid, lwpid));
+        self.namespace_ids.retain(alive);
     }
 
     /// The file name of process `pid`'s executable, if the log gave it.
@@ -1376,8 +1398,9 @@ impl Analysis {
                 }
                 _ => {
                     let holders = self.holders_of(call.pid, call.object);
-                    if holders.is_empty() && call.owner_hint != 0 {
-                        vec![(call.owner_hint, None)]
+                    if holders.is_empty() {
+                        let owner = self.namespace_ids.host(call.pid, call.owner_hint);
+                        owner.map(|owner| (owner, None)).into_iter().collect()
                     } else {
                         holders
                             .iter()
@@ -1821,6 +1844,75 @@ mod tests {
         assert_eq!(threads[1].blocked[&BlockKind::LockWait], 91 * MS as u64);
         assert_eq!(threads[1].calls["mutex"], 2);
         assert!(analysis.held_by(2).is_empty());
+    }
+
+    #[test]
+    fn an_owner_read_in_a_pid_namespace_is_the_host_thread_with_that_id_there() {
+        let mut analysis = Analysis::new(true);
+        let told = |analysis: &mut Analysis, lwpid: u32, ns_lwpid: u32, ms: i64| {
+            let kind = SystemKind::ThreadNamespaceId { ns_lwpid };
+            analysis.system_event(&SystemEvent::of_process(ms * MS, PID, lwpid, kind));
+        };
+        // Host thread 2002 (2 in the namespace) waits for M1, which 1 holds: 2001, told only
+        // as it is first seen, by its unlock (its lock was not recorded, as under
+        // --contended). Host thread 3 of this process does not exist: 3 is no one here.
+        told(&mut analysis, 2002, 2, 0);
+        analysis.record(&rec(2002, "mutex_lock", Which::Entry, 10, [M1, 1, 0, 0, 0]));
+        told(&mut analysis, 2001, 1, 100);
+        unlock(&mut analysis, 2001, M1, 100);
+        analysis.record(&rec(
+            2002,
+            "mutex_lock",
+            Which::Return,
+            101,
+            [0, 1, 0, 0, 0],
+        ));
+        // Then 2001 waits for M1, which 2 holds, told by now.
+        analysis.record(&rec(
+            2001,
+            "mutex_lock",
+            Which::Entry,
+            200,
+            [M1, 2, 0, 0, 0],
+        ));
+        unlock(&mut analysis, 2002, M1, 300);
+        analysis.record(&rec(
+            2001,
+            "mutex_lock",
+            Which::Return,
+            301,
+            [0, 1, 0, 0, 0],
+        ));
+        analysis.record(&rec(
+            2001,
+            "mutex_lock",
+            Which::Entry,
+            400,
+            [M2, 3, 0, 0, 0],
+        ));
+        analysis.record(&rec(
+            2001,
+            "mutex_lock",
+            Which::Return,
+            401,
+            [0, 1, 0, 0, 0],
+        ));
+        let owners = |mutex: i64| -> Vec<(u32, u64)> {
+            let lock = analysis
+                .locks()
+                .find(|l| l.address == mutex as u64)
+                .unwrap();
+            let mut owners: Vec<(u32, u64)> =
+                lock.owners.iter().map(|(&t, o)| (t, o.count)).collect();
+            owners.sort_unstable();
+            owners
+        };
+        assert_eq!(owners(M1), [(2001, 1), (2002, 1)]);
+        assert_eq!(owners(M2), []);
+        assert_eq!(
+            (analysis.namespace_id(2001), analysis.namespace_id(2002)),
+            (Some(1), Some(2))
+        );
     }
 
     #[test]

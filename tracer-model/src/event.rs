@@ -219,6 +219,11 @@ system_kinds! {
     /// thread's start, otherwise why it stopped at the last frame. No frame: the stack of
     /// records whose copy was left out, `end` saying so.
     Stack = 0x8011, "thrtrace_stack" { id: u32, frames: Vec<u64>, end: String };
+    /// The event's thread (`lwpid`, the host's id) is `ns_lwpid` in the PID namespace of its
+    /// process, one of its own (a container's): what the process reads and stores as a
+    /// thread's id (glibc's mutex owner) is that one. Told once, as the thread is first seen
+    /// or its process attached.
+    ThreadNamespaceId = 0x8012, "thrtrace_thread_ns_id" { ns_lwpid: u32 };
 }
 
 /// The most frames a `thrtrace_stack` event holds: as many addresses as fit a string's

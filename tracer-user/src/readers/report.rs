@@ -5,7 +5,7 @@
 
 use std::{
     collections::HashMap,
-    fmt::Write as _,
+    fmt::{self, Write as _},
     path::{Path, PathBuf},
 };
 
@@ -321,8 +321,8 @@ struct StackRow {
 
 #[derive(Serialize)]
 struct OwnerRow {
-    lwpid: u32,
-    name: String,
+    #[serde(flatten)]
+    thread: ThreadLabel,
     count: u64,
     wait_total_ns: u64,
     /// Where it took the lock, when that acquisition was recorded.
@@ -766,7 +766,7 @@ impl Report {
                 let _ = writeln!(
                     out,
                     "    held by thread {}: waited for {} times, {}; {taken}",
-                    thread_label(owner.lwpid, &owner.name),
+                    owner.thread,
                     owner.count,
                     duration(owner.wait_total_ns)
                 );
@@ -779,7 +779,7 @@ impl Report {
                     let threads: Vec<String> = row
                         .threads
                         .iter()
-                        .map(|t| format!("{} {}", thread_label(t.lwpid, &t.name), t.count))
+                        .map(|t| format!("{} {}", t.thread, t.count))
                         .collect();
                     let _ = writeln!(
                         out,
@@ -875,9 +875,47 @@ impl Report {
 /// A thread's share of a stack's waits.
 #[derive(Serialize)]
 struct ThreadShare {
+    #[serde(flatten)]
+    thread: ThreadLabel,
+    count: u64,
+}
+
+/// A thread as the report names it: its id (the host's), its name (comm), and its id in its
+/// process's PID namespace where that is one of its own (a container's): the id its own
+/// logs and tools show.
+#[derive(Serialize)]
+struct ThreadLabel {
     lwpid: u32,
     name: String,
-    count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace_lwpid: Option<u32>,
+}
+
+impl ThreadLabel {
+    fn of(analysis: &Analysis, lwpid: u32) -> Self {
+        ThreadLabel {
+            lwpid,
+            name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
+            namespace_lwpid: analysis.namespace_id(lwpid),
+        }
+    }
+}
+
+/// `20931`, `20931 (mariadbd)`, `20931 (mariadbd, 4 in its namespace)`.
+impl fmt::Display for ThreadLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut about: Vec<String> = Vec::new();
+        if !self.name.is_empty() {
+            about.push(self.name.clone());
+        }
+        if let Some(id) = self.namespace_lwpid {
+            about.push(format!("{id} in its namespace"));
+        }
+        match about.is_empty() {
+            true => write!(f, "{}", self.lwpid),
+            false => write!(f, "{} ({})", self.lwpid, about.join(", ")),
+        }
+    }
 }
 
 /// The `TOP_STACKS` stacks of `by_stack` with the most wait time, symbolized, each with its
@@ -903,12 +941,11 @@ fn stack_rows(
                     .threads
                     .iter()
                     .map(|(&lwpid, waits)| ThreadShare {
-                        lwpid,
-                        name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
+                        thread: ThreadLabel::of(analysis, lwpid),
                         count: waits.count,
                     })
                     .collect();
-                threads.sort_by(|a, b| (b.count, a.lwpid).cmp(&(a.count, b.lwpid)));
+                threads.sort_by(|a, b| (b.count, a.thread.lwpid).cmp(&(a.count, b.thread.lwpid)));
                 threads.truncate(TOP_CALLERS);
                 threads
             },
@@ -999,15 +1036,15 @@ fn lock_row(
         .owners
         .iter()
         .map(|(&lwpid, owner)| OwnerRow {
-            lwpid,
-            name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
+            thread: ThreadLabel::of(analysis, lwpid),
             count: owner.count,
             wait_total_ns: owner.wait_total_ns,
             taken_at: (owner.taken_at != 0)
                 .then(|| Place::locate(symbols, lock.pid, owner.taken_at)),
         })
         .collect();
-    owners.sort_by(|a, b| (b.wait_total_ns, a.lwpid).cmp(&(a.wait_total_ns, b.lwpid)));
+    owners
+        .sort_by(|a, b| (b.wait_total_ns, a.thread.lwpid).cmp(&(a.wait_total_ns, b.thread.lwpid)));
     owners.truncate(listed);
     let Durations {
         total_ns: wait_total_ns,
@@ -1062,13 +1099,6 @@ fn callers_text(out: &mut String, callers: &[CallerRow]) {
 
 /// `4251 (worker)`, or `4251` for a thread whose name was never read (gone before its first
 /// record was drawn).
-fn thread_label(lwpid: u32, name: &str) -> String {
-    match name.is_empty() {
-        true => lwpid.to_string(),
-        false => format!("{lwpid} ({name})"),
-    }
-}
-
 /// A place's address, if it has one (an order for places with no line).
 fn place_address(place: &Place) -> Option<u64> {
     place.location.as_ref().map(|location| location.address)

@@ -1,10 +1,14 @@
 //! What an analyzer needs to know about a traced process besides its calls, read from /proc
-//! while it lives: its executable and command line, its threads' names, and the
+//! while it lives: its executable and command line, its threads' names, the
 //! files it maps executable with their build-ids (so that caller addresses can be symbolized
-//! after it is gone). Each becomes a system event. /proc is another process's to change:
+//! after it is gone), and in a PID namespace of its own, its threads' ids there (which the
+//! mutex owners it stores are). Each becomes a system event. /proc is another process's to change:
 //! whatever cannot be read is left out, never guessed.
 
-use std::{collections::HashMap, fs};
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+};
 
 use object::{Object, read::File as ElfFile};
 use tracer_model::event::{MAX_STRING, SystemEvent, SystemKind};
@@ -15,6 +19,9 @@ use crate::attach::targets::{self, MappedFile};
 #[derive(Default)]
 pub struct Facts {
     build_ids: HashMap<(String, u64), Vec<u8>>,
+    /// The traced processes in PID namespaces of their own, with the threads whose ids there
+    /// have been told.
+    namespaced: HashMap<u32, HashSet<u32>>,
 }
 
 impl Facts {
@@ -36,7 +43,39 @@ impl Facts {
         attach.truncated = arguments.len() > MAX_STRING;
         events.push(attach);
         events.extend(self.mappings(pid, time_ns));
+        events.extend(self.namespace_ids(pid, time_ns));
         events
+    }
+
+    /// In a process in a PID namespace of its own, the id there of each of its threads not
+    /// told yet: they hold locks that later records find held (by that id).
+    fn namespace_ids(&mut self, pid: u32, time_ns: i64) -> Vec<SystemEvent> {
+        if namespace_id(pid, pid).is_none() {
+            return Vec::new();
+        }
+        let told = self.namespaced.entry(pid).or_default();
+        let tasks = fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
+        let lwpids = tasks.filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok());
+        lwpids
+            .filter(|&lwpid| told.insert(lwpid))
+            .filter_map(|lwpid| namespace_event(pid, lwpid, time_ns))
+            .collect()
+    }
+
+    /// Thread `lwpid` of `pid` is first seen (`time_ns`): its id in its process's PID
+    /// namespace, if it has one of its own and the id was not told as the process was attached.
+    pub fn thread_seen(&mut self, pid: u32, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
+        let told = self.namespaced.get_mut(&pid)?;
+        told.insert(lwpid)
+            .then(|| namespace_event(pid, lwpid, time_ns))
+            .flatten()
+    }
+
+    /// Process `pid` has exited: its threads' ids go with it.
+    pub fn exited(&mut self, pid: u32) {
+        self.namespaced.remove(&pid);
     }
 
     /// Process `pid` exec'd: its new executable and mapped files.
@@ -82,6 +121,30 @@ pub fn exec_event(pid: u32, time_ns: i64) -> SystemEvent {
 pub fn comm(pid: u32, lwpid: u32) -> Option<String> {
     let name = fs::read_to_string(format!("/proc/{pid}/task/{lwpid}/comm")).ok()?;
     Some(name.trim_end_matches('\n').to_owned())
+}
+
+/// Thread `lwpid` of `pid`'s id in the innermost PID namespace of its process, where that is
+/// not the tracer's: its `NSpid` lists one id per namespace, the tracer's first.
+fn namespace_id(pid: u32, lwpid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/task/{lwpid}/status")).ok()?;
+    let ids = status
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))?;
+    let ids: Vec<u32> = ids
+        .split_whitespace()
+        .map(|id| id.parse().ok())
+        .collect::<Option<_>>()?;
+    match ids[..] {
+        [_, .., own] => Some(own),
+        _ => None,
+    }
+}
+
+/// The event that tells thread `lwpid` of `pid`'s id in its process's namespace, if it has one.
+fn namespace_event(pid: u32, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
+    let ns_lwpid = namespace_id(pid, lwpid)?;
+    let kind = SystemKind::ThreadNamespaceId { ns_lwpid };
+    Some(SystemEvent::of_process(time_ns, pid, lwpid, kind))
 }
 
 /// What process `pid` runs now (its /proc/PID/exe); empty if that cannot be read.

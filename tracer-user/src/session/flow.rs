@@ -83,13 +83,13 @@ pub(super) struct Flow {
 
 impl Flow {
     /// Records from the rings shared out in `shares` (drawn by threads of their own) and the
-    /// session's own; `early` system events first. `keeps_system_events`: a sink keeps them,
-    /// so the facts about processes are read; `described`: the processes whose facts are among
-    /// `early`.
+    /// session's own; `early` system events first. `facts`, where a sink keeps system events:
+    /// what reads the facts about processes, those it read for `early` known to it;
+    /// `described`: the processes whose facts are among `early`.
     pub fn new(
         shares: Vec<Rings>,
         decoder: &Decoder,
-        keeps_system_events: bool,
+        facts: Option<Facts>,
         described: HashSet<u32>,
         early: Vec<(u64, SystemEvent)>,
     ) -> Result<Self> {
@@ -108,7 +108,7 @@ impl Flow {
             placed: Vec::new(),
             lossless_stops: 0,
             records: 0,
-            facts: keeps_system_events.then(Facts::default),
+            facts,
             described,
             named_threads: HashMap::new(),
             seconds: 0,
@@ -378,6 +378,9 @@ impl Session {
                         let first_name = facts::comm(pid, lwpid);
                         slot.insert(ThreadSeen::first_seen(pid, *seconds, first_name));
                         reorder.push(ktime_ns, Staged::ThreadName { lwpid, time_ns });
+                        if let Some(event) = facts.thread_seen(pid, lwpid, time_ns) {
+                            reorder.push(ktime_ns, Staged::System(event));
+                        }
                     }
                 }
             }
@@ -528,6 +531,9 @@ impl Session {
                 self.flow.last_recorded_pid = None;
                 self.flow.unwinder.forget(pid);
                 self.flow.stack_ids.forget(pid);
+                if let Some(facts) = self.flow.facts.as_mut() {
+                    facts.exited(pid);
+                }
                 if self.flow.described.remove(&pid) {
                     let now = self.decoder.realtime_ns(kernel::monotonic_ns());
                     let detach = SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
@@ -675,7 +681,8 @@ mod tests {
     #[test]
     fn a_thread_whose_record_comes_before_its_staged_name_is_named_first_and_once() {
         let decoder = Decoder::new(0, EventSet::all());
-        let mut flow = Flow::new(Vec::new(), &decoder, true, HashSet::new(), Vec::new()).unwrap();
+        let facts = Some(Facts::default());
+        let mut flow = Flow::new(Vec::new(), &decoder, facts, HashSet::new(), Vec::new()).unwrap();
         // This test's own thread: /proc has its name.
         let pid = std::process::id();
         let lwpid = rustix::thread::gettid().as_raw_nonzero().get() as u32;

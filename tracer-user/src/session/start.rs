@@ -153,6 +153,7 @@ impl Session {
         let Attached {
             pids: attached_pids,
             launched,
+            facts,
             described,
             followed,
         } = Attacher {
@@ -199,13 +200,10 @@ impl Session {
         let sinks = Sinks(sinks);
         let clock = Clock::new(&datapath, config.buffering, config.duration)?;
         let shares = datapath.share_rings(config.consumer_threads);
-        let mut flow = Flow::new(
-            shares,
-            &decoder,
-            sinks.wants_system_events(),
-            described,
-            early_events,
-        )?;
+        let facts = sinks
+            .wants_system_events()
+            .then(|| facts.unwrap_or_default());
+        let mut flow = Flow::new(shares, &decoder, facts, described, early_events)?;
         flow.stacks = config.stacks;
         flow.stack_tops = datapath.take_stack_tops();
         // The files the targets map are read now, while they surely live: a target whose first
@@ -433,6 +431,8 @@ struct Attached {
     pids: Vec<u32>,
     /// The command started (`-- COMMAND`).
     launched: Option<Launched>,
+    /// What read the facts among the early events, if they are kept.
+    facts: Option<Facts>,
     /// The processes whose facts are among the early events.
     described: HashSet<u32>,
     /// The lines that tell users a target is ready, said once its execs are followed too.
@@ -486,6 +486,7 @@ impl Attacher<'_> {
         Ok(Attached {
             pids,
             launched,
+            facts: self.facts,
             described: self.described,
             followed: self.followed,
         })
