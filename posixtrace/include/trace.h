@@ -132,7 +132,7 @@ typedef struct {
  *                            tracer's ring too full), end saying so
  *   thrtrace_thread_ns_id    u32 ns_lwpid: the info's lwpid (the host's id) is ns_lwpid in
  *                            the PID namespace of posix_pid, one of its own (a container's):
- *                            a thread id the process stores (a mutex owner, a1 of a
+ *                            a thread id the process stores (a mutex owner, a2 of a
  *                            pthread_mutex_lock entry) is that one; told once per thread
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)

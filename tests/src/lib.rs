@@ -1143,9 +1143,10 @@ pub fn check_holders_in_a_pid_namespace(by_pid: bool) {
             .stdout
             .lines()
             .filter_map(|line| serde_json::from_str::<Value>(line).ok());
-        events
+        let told = events
             .filter(|event| event["name"] == "thrtrace_thread_ns_id" && event["pid"] == pid)
-            .count()
+            .map(|event| event["lwpid"].as_u64());
+        told.collect::<std::collections::HashSet<_>>().len()
     };
     let deadline = Instant::now() + Duration::from_mins(1);
     while told() < 1 + NAMESPACED_WAITERS as usize {
@@ -1192,6 +1193,18 @@ pub fn check_holders_in_a_pid_namespace(by_pid: bool) {
             );
         }
     }
+    // Each of its threads is listed with its id in the namespace: 1, then its waiters'.
+    let threads = report["threads"].as_array().unwrap();
+    let mut ids: Vec<u64> = threads
+        .iter()
+        .filter(|thread| thread["pid"] == pid)
+        .map(|thread| thread["namespace_lwpid"].as_u64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..=1 + u64::from(NAMESPACED_WAITERS)).collect::<Vec<_>>()
+    );
     let text = run_tracer(dir.path(), &["report", "--top", "100", "app.ptl"]).stdout;
     let held = format!("    held by thread {pid} (contention, 1 in its namespace): waited for ");
     assert!(text.contains(&held), "{text}");

@@ -15,7 +15,8 @@
  * rdlock+unlock and wrlock+unlock pairs on a read-write lock of its own (default 0). With GATE
  * 1, it starts only once a line is read from stdin (after printing its first line), so that
  * tracers can attach; with GATE 2, its threads also wait after the last round, alive, until a
- * second line is read (so that a tracer can read what it needs of them while they live).
+ * second line is read (so that a tracer can read what it needs of them while they live; the
+ * time printed then includes the wait).
  * Prints "first=ADDR second=ADDR sem=ADDR rw=ADDR" first, then "ns_per_op=X ops=N": wall time
  * of the whole run per round. The threads wait for one another with atomics and usleep, not
  * with traced calls. */

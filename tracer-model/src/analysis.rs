@@ -1160,14 +1160,14 @@ impl Analysis {
         owner_hint: u32,
     ) -> Option<(u32, u64)> {
         let holders = self.holders_of(pid, object);
-        let holder = match (owner_hint, self.namespace_ids.host(pid, owner_hint)) {
-            (0, _) => match holders {
+        // An owner in a PID namespace whose thread was not told (yet) is found as none is.
+        let holder = match self.namespace_ids.host(pid, owner_hint) {
+            None => match holders {
                 [only] if only.lwpid != lwpid => only.lwpid,
                 _ => return None,
             },
-            (_, None) => return None,
-            (_, Some(owner)) if owner == lwpid => return None,
-            (_, Some(owner)) => owner,
+            Some(owner) if owner == lwpid => return None,
+            Some(owner) => owner,
         };
         let taken_at = holders
             .iter()
@@ -1277,9 +1277,10 @@ impl Analysis {
         self.names.get(&lwpid).map(|(_, name)| name.as_str())
     }
 
-    /// Thread `lwpid`'s id in its process's PID namespace, where that is one of its own.
-    pub fn namespace_id(&self, lwpid: u32) -> Option<u32> {
-        self.namespace_ids.own(lwpid)
+    /// Thread `lwpid` of `pid`'s id in its process's PID namespace, where that is one of its
+    /// own.
+    pub fn namespace_id(&self, pid: u32, lwpid: u32) -> Option<u32> {
+        self.namespace_ids.own(pid, lwpid)
     }
 
     /// Drops the names of process `pid` and its threads: for an analysis that runs as long as
@@ -1346,6 +1347,7 @@ impl Analysis {
         self.wakers.retain(|&(p, _), _| p != pid);
         self.last_releases.retain(|&(p, _), _| p != pid);
         self.futex_pairs.process_exited(pid);
+        self.namespace_ids.process_exited(pid);
         if let Some(order) = self.order.as_mut() {
             order.process_exited(pid);
         }
@@ -1910,7 +1912,10 @@ mod tests {
         assert_eq!(owners(M1), [(2001, 1), (2002, 1)]);
         assert_eq!(owners(M2), []);
         assert_eq!(
-            (analysis.namespace_id(2001), analysis.namespace_id(2002)),
+            (
+                analysis.namespace_id(PID, 2001),
+                analysis.namespace_id(PID, 2002)
+            ),
             (Some(1), Some(2))
         );
     }

@@ -19,6 +19,9 @@ pub(super) struct NamespaceIds {
 impl NamespaceIds {
     /// Thread `lwpid` of process `pid` is `id` in its process's namespace.
     pub(super) fn learn(&mut self, pid: u32, lwpid: u32, id: u32) {
+        if id == 0 {
+            return;
+        }
         self.processes.insert(pid);
         self.own.insert(lwpid, (pid, id));
         self.hosts.insert((pid, id), lwpid);
@@ -35,9 +38,19 @@ impl NamespaceIds {
         }
     }
 
-    /// Thread `lwpid`'s id in its process's namespace, where it has one of its own.
-    pub(super) fn own(&self, lwpid: u32) -> Option<u32> {
-        self.own.get(&lwpid).map(|&(_, id)| id)
+    /// Thread `lwpid` of `pid`'s id in its process's namespace, where it has one of its own.
+    pub(super) fn own(&self, pid: u32, lwpid: u32) -> Option<u32> {
+        self.own
+            .get(&lwpid)
+            .filter(|&&(of, _)| of == pid)
+            .map(|&(_, id)| id)
+    }
+
+    /// Process `pid` has exited: a process that takes its pid next is another.
+    pub(super) fn process_exited(&mut self, pid: u32) {
+        if self.processes.remove(&pid) {
+            self.hosts.retain(|&(of, _), _| of != pid);
+        }
     }
 
     /// Keeps what was told of the threads `alive` says still run.
@@ -62,9 +75,21 @@ mod tests {
         assert_eq!(ids.host(900, 5), None, "no thread was told to be 5");
         assert_eq!(ids.host(900, 0), None);
         assert_eq!(ids.host(500, 4), Some(4), "another process's 4 is its own");
-        assert_eq!(ids.own(20931), Some(4));
-        assert_eq!(ids.own(4), None);
+        assert_eq!(ids.own(900, 20931), Some(4));
+        assert_eq!((ids.own(901, 20931), ids.own(900, 4)), (None, None));
+        ids.process_exited(900);
+        assert_eq!(
+            ids.host(900, 4),
+            Some(4),
+            "a pid taken again is another process's"
+        );
+        assert_eq!(
+            ids.own(900, 20931),
+            Some(4),
+            "the threads keep their labels"
+        );
+        ids.learn(900, 20931, 4);
         ids.retain(|pid, _| pid != 900);
-        assert_eq!((ids.host(900, 4), ids.own(20931)), (Some(4), None));
+        assert_eq!((ids.host(900, 4), ids.own(900, 20931)), (Some(4), None));
     }
 }

@@ -341,8 +341,8 @@ struct CallerRow {
 #[derive(Serialize)]
 struct ThreadRow {
     pid: u32,
-    lwpid: u32,
-    name: String,
+    #[serde(flatten)]
+    thread: ThreadLabel,
     calls: std::collections::BTreeMap<&'static str, u64>,
     blocked_ns: u64,
     blocked_by_kind: std::collections::BTreeMap<&'static str, u64>,
@@ -489,8 +489,7 @@ impl Report {
                     at: Place::locate(symbols, t.pid, w.caller),
                 }),
                 pid: t.pid,
-                lwpid: t.lwpid,
-                name: t.name,
+                thread: ThreadLabel::named(analysis, t.pid, t.lwpid, t.name),
                 calls: t.calls,
             })
             .collect();
@@ -845,7 +844,7 @@ impl Report {
             let _ = write!(
                 out,
                 "{:>8} {:>8} {:<16}",
-                thread.pid, thread.lwpid, thread.name
+                thread.pid, thread.thread.lwpid, thread.thread.name
             );
             for kind in BlockKind::ALL {
                 let ns = thread
@@ -892,16 +891,23 @@ struct ThreadLabel {
 }
 
 impl ThreadLabel {
-    fn of(analysis: &Analysis, lwpid: u32) -> Self {
+    /// Thread `lwpid` of process `pid`, named as the log named it.
+    fn of(analysis: &Analysis, pid: u32, lwpid: u32) -> Self {
+        let name = analysis.thread_name(lwpid).unwrap_or_default();
+        ThreadLabel::named(analysis, pid, lwpid, name.to_owned())
+    }
+
+    fn named(analysis: &Analysis, pid: u32, lwpid: u32, name: String) -> Self {
         ThreadLabel {
             lwpid,
-            name: analysis.thread_name(lwpid).unwrap_or_default().to_owned(),
-            namespace_lwpid: analysis.namespace_id(lwpid),
+            name,
+            namespace_lwpid: analysis.namespace_id(pid, lwpid),
         }
     }
 }
 
-/// `20931`, `20931 (mariadbd)`, `20931 (mariadbd, 4 in its namespace)`.
+/// `20931`, `20931 (mariadbd)`, `20931 (mariadbd, 4 in its namespace)`; no name for a thread
+/// whose name was never read (gone before its first record was drawn).
 impl fmt::Display for ThreadLabel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut about: Vec<String> = Vec::new();
@@ -918,9 +924,10 @@ impl fmt::Display for ThreadLabel {
     }
 }
 
-/// The `TOP_STACKS` stacks of `by_stack` with the most wait time, symbolized, each with its
-/// `TOP_CALLERS` threads.
+/// The `TOP_STACKS` stacks of `by_stack` (of `lock`) with the most wait time, symbolized,
+/// each with its `TOP_CALLERS` threads.
 fn stack_rows(
+    lock: &LockStats,
     by_stack: &HashMap<u32, StackStats, impl std::hash::BuildHasher>,
     analysis: &Analysis,
     stacks: &Stacks,
@@ -941,7 +948,7 @@ fn stack_rows(
                     .threads
                     .iter()
                     .map(|(&lwpid, waits)| ThreadShare {
-                        thread: ThreadLabel::of(analysis, lwpid),
+                        thread: ThreadLabel::of(analysis, lock.pid, lwpid),
                         count: waits.count,
                     })
                     .collect();
@@ -1036,7 +1043,7 @@ fn lock_row(
         .owners
         .iter()
         .map(|(&lwpid, owner)| OwnerRow {
-            thread: ThreadLabel::of(analysis, lwpid),
+            thread: ThreadLabel::of(analysis, lock.pid, lwpid),
             count: owner.count,
             wait_total_ns: owner.wait_total_ns,
             taken_at: (owner.taken_at != 0)
@@ -1070,8 +1077,8 @@ fn lock_row(
         hold_histogram: lock.hold.log2.clone(),
         callers,
         owners,
-        waiting_stacks: stack_rows(&lock.waiting_stacks, analysis, stacks, symbols),
-        releasing_stacks: stack_rows(&lock.releasing_stacks, analysis, stacks, symbols),
+        waiting_stacks: stack_rows(lock, &lock.waiting_stacks, analysis, stacks, symbols),
+        releasing_stacks: stack_rows(lock, &lock.releasing_stacks, analysis, stacks, symbols),
     }
 }
 
@@ -1097,8 +1104,6 @@ fn callers_text(out: &mut String, callers: &[CallerRow]) {
     }
 }
 
-/// `4251 (worker)`, or `4251` for a thread whose name was never read (gone before its first
-/// record was drawn).
 /// A place's address, if it has one (an order for places with no line).
 fn place_address(place: &Place) -> Option<u64> {
     place.location.as_ref().map(|location| location.address)

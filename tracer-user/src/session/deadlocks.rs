@@ -191,7 +191,9 @@ impl Sink for DeadlockWatch {
     /// place callers after their process is gone.
     fn system_event(&mut self, event: &SystemEvent) -> io::Result<()> {
         match &event.kind {
-            SystemKind::ThreadName { .. } | SystemKind::Start { .. } => {
+            SystemKind::ThreadName { .. }
+            | SystemKind::ThreadNamespaceId { .. }
+            | SystemKind::Start { .. } => {
                 self.analysis.system_event(event);
             }
             _ => {

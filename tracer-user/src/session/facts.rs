@@ -50,18 +50,19 @@ impl Facts {
     /// In a process in a PID namespace of its own, the id there of each of its threads not
     /// told yet: they hold locks that later records find held (by that id).
     fn namespace_ids(&mut self, pid: u32, time_ns: i64) -> Vec<SystemEvent> {
-        if namespace_id(pid, pid).is_none() {
+        let Some(main) = namespace_event(pid, pid, time_ns) else {
             return Vec::new();
-        }
+        };
         let told = self.namespaced.entry(pid).or_default();
+        told.insert(pid);
         let tasks = fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten();
         let lwpids = tasks.filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok());
-        lwpids
+        let others = lwpids
             .filter(|&lwpid| told.insert(lwpid))
-            .filter_map(|lwpid| namespace_event(pid, lwpid, time_ns))
-            .collect()
+            .filter_map(|lwpid| namespace_event(pid, lwpid, time_ns));
+        std::iter::once(main).chain(others).collect()
     }
 
     /// Thread `lwpid` of `pid` is first seen (`time_ns`): its id in its process's PID
@@ -124,15 +125,17 @@ pub fn comm(pid: u32, lwpid: u32) -> Option<String> {
 }
 
 /// Thread `lwpid` of `pid`'s id in the innermost PID namespace of its process, where that is
-/// not the tracer's: its `NSpid` lists one id per namespace, the tracer's first.
+/// not the tracer's: its `NSpid` lists one id per namespace, the tracer's first. Read as
+/// bytes: the status's `Name:` line is the thread's to set, valid UTF-8 or not.
 fn namespace_id(pid: u32, lwpid: u32) -> Option<u32> {
-    let status = fs::read_to_string(format!("/proc/{pid}/task/{lwpid}/status")).ok()?;
+    let status = fs::read(format!("/proc/{pid}/task/{lwpid}/status")).ok()?;
     let ids = status
-        .lines()
-        .find_map(|line| line.strip_prefix("NSpid:"))?;
-    let ids: Vec<u32> = ids
+        .split(|&byte| byte == b'\n')
+        .find_map(|line| line.strip_prefix(b"NSpid:"))?;
+    let ids: Vec<u32> = std::str::from_utf8(ids)
+        .ok()?
         .split_whitespace()
-        .map(|id| id.parse().ok())
+        .map(|id| id.parse().ok().filter(|&id| id != 0))
         .collect::<Option<_>>()?;
     match ids[..] {
         [_, .., own] => Some(own),

@@ -378,10 +378,12 @@ impl Session {
                         let first_name = facts::comm(pid, lwpid);
                         slot.insert(ThreadSeen::first_seen(pid, *seconds, first_name));
                         reorder.push(ktime_ns, Staged::ThreadName { lwpid, time_ns });
-                        if let Some(event) = facts.thread_seen(pid, lwpid, time_ns) {
-                            reorder.push(ktime_ns, Staged::System(event));
-                        }
                     }
+                }
+                // Asked at each run of a thread, not at its first alone: a host id that a
+                // thread of another process had is one to tell again.
+                if let Some(event) = facts.thread_seen(pid, lwpid, time_ns) {
+                    reorder.push(ktime_ns, Staged::System(event));
                 }
             }
             // Unwound as it arrives, while the process's files are mapped as they were; its

@@ -446,8 +446,9 @@ struct Attacher<'a> {
     decoder: &'a Decoder,
     follow: bool,
     verbose: bool,
-    /// Facts about the targets (executable, mapped files), read as each is attached: for the
-    /// log only.
+    /// Facts about the targets (executable, mapped files, threads' ids in a PID namespace),
+    /// read as each is attached, when a sink keeps system events; then handed on to the flow,
+    /// which goes on reading them.
     facts: Option<Facts>,
     described: HashSet<u32>,
     /// The targets whose interposers `-v` has named.
