@@ -58,7 +58,9 @@ impl NamespaceIds {
         self.own.retain(|&lwpid, &mut (pid, _)| alive(pid, lwpid));
         let own = &self.own;
         self.hosts.retain(|_, lwpid| own.contains_key(lwpid));
-        self.processes = self.own.values().map(|&(pid, _)| pid).collect();
+        // Only ever fewer: a process that exited stays out, though its threads' labels stay.
+        let told: HashSet<u32> = self.own.values().map(|&(pid, _)| pid).collect();
+        self.processes.retain(|pid| told.contains(pid));
     }
 }
 
@@ -87,6 +89,12 @@ mod tests {
             ids.own(900, 20931),
             Some(4),
             "the threads keep their labels"
+        );
+        ids.retain(|_, _| true);
+        assert_eq!(
+            ids.host(900, 4),
+            Some(4),
+            "keeping the labels brings no process back"
         );
         ids.learn(900, 20931, 4);
         ids.retain(|pid, _| pid != 900);

@@ -304,11 +304,7 @@ impl Follower {
 
 /// The process thread `tid` belongs to (`Tgid` in its status; it is stopped, so it is there).
 fn process_of(tid: libc::pid_t) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
+    super::targets::status_field(&format!("/proc/{tid}/status"), "Tgid")?
         .parse()
         .ok()
 }

@@ -98,6 +98,24 @@ pub struct PthreadLibrary {
     pub functions: FunctionOffsets,
 }
 
+/// The ids of process `pid`'s threads, as /proc lists them now (none once it is gone).
+pub fn threads_of(pid: u32) -> impl Iterator<Item = u32> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+}
+
+/// What follows `field:` (`Tgid`, `NSpid`) in the /proc status file at `path`, trimmed. Read
+/// as bytes: its `Name:` line is the thread's to set, valid UTF-8 or not.
+pub fn status_field(path: &str, field: &str) -> Option<String> {
+    let status = fs::read(path).ok()?;
+    let value = status
+        .split(|&byte| byte == b'\n')
+        .find_map(|line| line.strip_prefix(field.as_bytes())?.strip_prefix(b":"))?;
+    Some(std::str::from_utf8(value).ok()?.trim().to_owned())
+}
+
 /// `/proc/.../maps` of process `pid`, and the thread it was read through: the process's own
 /// entry while its main thread runs, else a thread that still does.
 fn read_maps(pid: u32) -> Result<(u32, String), MapsError> {
@@ -106,11 +124,7 @@ fn read_maps(pid: u32) -> Result<(u32, String), MapsError> {
     if !maps.is_empty() {
         return Ok((pid, maps));
     }
-    let threads = fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
-    for tid in threads.filter(|&tid| tid != pid) {
+    for tid in threads_of(pid).filter(|&tid| tid != pid) {
         if let Ok(maps) = fs::read_to_string(format!("/proc/{tid}/maps"))
             && !maps.is_empty()
         {

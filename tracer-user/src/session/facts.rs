@@ -55,18 +55,14 @@ impl Facts {
         };
         let told = self.namespaced.entry(pid).or_default();
         told.insert(pid);
-        let tasks = fs::read_dir(format!("/proc/{pid}/task"))
-            .into_iter()
-            .flatten();
-        let lwpids = tasks.filter_map(|task| task.ok()?.file_name().to_str()?.parse().ok());
-        let others = lwpids
+        let others = targets::threads_of(pid)
             .filter(|&lwpid| told.insert(lwpid))
             .filter_map(|lwpid| namespace_event(pid, lwpid, time_ns));
         std::iter::once(main).chain(others).collect()
     }
 
-    /// Thread `lwpid` of `pid` is first seen (`time_ns`): its id in its process's PID
-    /// namespace, if it has one of its own and the id was not told as the process was attached.
+    /// A run of thread `lwpid`'s records is drawn (`time_ns`): its id in its process's PID
+    /// namespace, if it has one of its own and the id was not told yet.
     pub fn thread_seen(&mut self, pid: u32, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
         let told = self.namespaced.get_mut(&pid)?;
         told.insert(lwpid)
@@ -125,15 +121,10 @@ pub fn comm(pid: u32, lwpid: u32) -> Option<String> {
 }
 
 /// Thread `lwpid` of `pid`'s id in the innermost PID namespace of its process, where that is
-/// not the tracer's: its `NSpid` lists one id per namespace, the tracer's first. Read as
-/// bytes: the status's `Name:` line is the thread's to set, valid UTF-8 or not.
+/// not the tracer's: its `NSpid` lists one id per namespace, the tracer's first.
 fn namespace_id(pid: u32, lwpid: u32) -> Option<u32> {
-    let status = fs::read(format!("/proc/{pid}/task/{lwpid}/status")).ok()?;
-    let ids = status
-        .split(|&byte| byte == b'\n')
-        .find_map(|line| line.strip_prefix(b"NSpid:"))?;
-    let ids: Vec<u32> = std::str::from_utf8(ids)
-        .ok()?
+    let path = format!("/proc/{pid}/task/{lwpid}/status");
+    let ids: Vec<u32> = targets::status_field(&path, "NSpid")?
         .split_whitespace()
         .map(|id| id.parse().ok().filter(|&id| id != 0))
         .collect::<Option<_>>()?;
