@@ -16,7 +16,7 @@
 #![no_std]
 #![no_main]
 // The atomic intrinsics: the BPF target has no `Atomic*` types, but LLVM emits BPF atomics.
-#![feature(core_intrinsics, asm_experimental_arch)]
+#![feature(core_intrinsics)]
 #![allow(internal_features)]
 // Everything the verifier sees is inlined into its program: calls cost stack and instructions.
 #![allow(
