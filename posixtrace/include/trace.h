@@ -134,6 +134,11 @@ typedef struct {
  *                            the PID namespace of posix_pid, one of its own (a container's):
  *                            a thread id the process stores (a mutex owner, a2 of a
  *                            pthread_mutex_lock entry) is that one; told once per thread
+ *   thrtrace_process_cgroup  str path: posix_pid's cgroup (v2; "/" the root); str systemd:
+ *                            its cgroup in the v1 name=systemd hierarchy of a hybrid host
+ *                            (empty: none); str container: the id (12 hex digits) of the
+ *                            container a runtime made the cgroup for (empty: none); told
+ *                            once, as the process is attached or first seen
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)
@@ -154,6 +159,7 @@ typedef struct {
 #define THRTRACE_LOCK_ORDER ((trace_event_id_t)0x8010)
 #define THRTRACE_STACK ((trace_event_id_t)0x8011)
 #define THRTRACE_THREAD_NS_ID ((trace_event_id_t)0x8012)
+#define THRTRACE_PROCESS_CGROUP ((trace_event_id_t)0x8013)
 
 /* What posix_trace_getnext_event says of an event besides its payload. */
 struct posix_trace_event_info {

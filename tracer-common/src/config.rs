@@ -46,13 +46,33 @@ pub struct ProgramConfig {
     /// 1 when only the futex waits that blocked and the wakes that woke are recorded
     /// (`--contended`), 0 when every futex call is.
     pub futex_contended_only: u32,
-    /// Rounds the size up to the alignment of the `u64` fields, as a field rather than
-    /// implicit padding: always zero.
+    /// How many of `cgroups` are given (`--cgroup`): 0 records every cgroup's processes.
+    pub cgroup_count: u32,
+    /// With `cgroup_count` above 0, only threads in one of the first `cgroup_count` of these
+    /// cgroups (v2), or below one, are recorded, whenever they entered it.
+    pub cgroups: [SelectedCgroup; MAX_CGROUPS],
+}
+
+/// The most cgroups `--cgroup` can name.
+pub const MAX_CGROUPS: usize = 8;
+
+/// A cgroup whose threads are recorded, as the kernel tells a thread's ancestors apart.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct SelectedCgroup {
+    /// Its id: the inode number of its directory in the cgroup2 file system.
+    pub id: u64,
+    /// Its depth below the root (the root is 0): a thread is under it when its ancestor at
+    /// that depth has its id.
+    pub level: u32,
+    /// Rounds the size up to the alignment of `id`, as a field: always zero.
     pub padding: u32,
 }
 
-/// Six `u64`s and six `u32`s, the last of them padding: a field added or resized changes this.
-const _: () = assert!(size_of::<ProgramConfig>() == 6 * 8 + 6 * 4);
+/// Six `u64`s, six `u32`s and the cgroups: a field added or resized changes this.
+const _: () = assert!(
+    size_of::<ProgramConfig>() == 6 * 8 + 6 * 4 + MAX_CGROUPS * size_of::<SelectedCgroup>()
+);
 
 impl ProgramConfig {
     /// What the object holds before userspace writes its settings: all zero.
@@ -68,7 +88,12 @@ impl ProgramConfig {
         stacks: STACKS_NONE,
         lossless: 0,
         futex_contended_only: 0,
-        padding: 0,
+        cgroup_count: 0,
+        cgroups: [SelectedCgroup {
+            id: 0,
+            level: 0,
+            padding: 0,
+        }; MAX_CGROUPS],
     };
 
     /// Its bytes as the BPF side lays them out, for the loader to write into `.rodata`.

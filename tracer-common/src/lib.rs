@@ -12,7 +12,7 @@ pub mod kfuncs;
 pub mod object_layout;
 pub mod record;
 
-pub use config::ProgramConfig;
+pub use config::{MAX_CGROUPS, ProgramConfig, SelectedCgroup};
 pub use events::{
     Access, Blocking, CallRole, Category, Completion, Condition, ContendedProbe, EVENTS, EventDef,
     Field, FoundInRax, FunctionSpan, ObjectRegister, Outcome, PackedOutcome, ProbeCookie,

@@ -24,8 +24,8 @@ use tracer_common::{
 
 use crate::{
     CALL_SLOTS, CALLS, CONFIG, FREE, TRACED, TaskStorage, arch, count_lost, current_pid_tgid,
-    current_task, emit_stacked, emit_with, is_tracer, own_target, read_task, read_user_into,
-    recording_event, thread_pointer,
+    current_task, emit_stacked, emit_with, in_selected_cgroups, is_tracer, own_target, read_task,
+    read_user_into, recording_event, thread_pointer,
 };
 
 /// A traced thread's futex call between its entry and its exit, and what its pthread calls
@@ -274,13 +274,14 @@ fn traced_process(pid_tgid: u64) -> bool {
     if is_tracer(pid_tgid) {
         return false;
     }
-    // SAFETY: a read-only global that userspace sets before loading.
-    if unsafe { ptr::read_volatile(&raw const CONFIG.system_wide) } != 0 {
-        return true;
-    }
     let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: a read-only global that userspace sets before loading.
+    let system_wide = unsafe { ptr::read_volatile(&raw const CONFIG.system_wide) } != 0;
     // SAFETY: the value is not kept.
-    own_target(tgid) == Some(true) || unsafe { TRACED.get(tgid) }.is_some()
+    let traced =
+        system_wide || own_target(tgid) == Some(true) || unsafe { TRACED.get(tgid) }.is_some();
+    // Asked last: it costs a helper call.
+    traced && in_selected_cgroups()
 }
 
 /// Whether the thread has a traced call open: a futex call inside it is that call's, which is

@@ -58,10 +58,10 @@ use aya_ebpf::{
 };
 use tracer_common::{
     Category, Completion, ERRNO_AT_OFFSET, FoundInRax, LAYOUT_MUSL, LIBRARY_BASE, LIBRARY_ERRNO,
-    LIBRARY_ID, LOST_PENDING, LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED,
-    ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags, ProcessLibrary, ProgramConfig,
-    RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_SLOW_PATHS, STOP_SENT, TracedThrough,
-    call_site_key,
+    LIBRARY_ID, LOST_PENDING, LOST_TOTAL, MAX_CGROUPS, MAX_CPUS, OWN_TARGET_SLOTS,
+    OWN_TARGETS_SPILLED, ObjectRegister, Outcome, OwnTargets, ProbeCookie, ProbeFlags,
+    ProcessLibrary, ProgramConfig, RECORDING_SLOTS, RawRecord, STACKS_ALL, STACKS_SLOW_PATHS,
+    STOP_SENT, TracedThrough, call_site_key,
     events::{OBJECT_WORDS, ObjectSize, classify},
     object_layout::{GLIBC, count_one_more, is_recursive_mutex, spin_lock_was_held},
     record::{
@@ -138,12 +138,18 @@ static TRACED: LruHashMap<u32, u8, 65536> = LruHashMap::new();
 static mut OWN_TARGETS: OwnTargets = [0; OWN_TARGET_SLOTS + 1];
 
 /// Whether a hit through a link with these flags is recorded: its process is traced through
-/// that kind of link (system-wide, every process through the shared ones). Never the tracer.
+/// that kind of link (system-wide, every process through the shared ones), and is in a
+/// cgroup `--cgroup` named, if it named any (asked last: it costs a helper call). Never the
+/// tracer.
 #[inline(always)]
 fn recorded(pid_tgid: u64, flags: ProbeFlags) -> bool {
-    if is_tracer(pid_tgid) {
-        return false;
-    }
+    !is_tracer(pid_tgid) && traced_through(pid_tgid, flags) && in_selected_cgroups()
+}
+
+/// Whether the process of a hit through a link with these flags is traced through that kind
+/// of link.
+#[inline(always)]
+fn traced_through(pid_tgid: u64, flags: ProbeFlags) -> bool {
     let shared = flags.has(ProbeFlags::SHARED);
     // SAFETY: a read-only global that userspace sets before loading.
     if shared && unsafe { ptr::read_volatile(&raw const CONFIG.system_wide) } != 0 {
@@ -229,6 +235,42 @@ pub fn thr_exec(_ctx: RawTracePointContext) -> u32 {
         let _ = EXECS.insert(pid, now, 0);
     }
     0
+}
+
+/// Whether the current thread is in one of the cgroups `--cgroup` named, or below one (always,
+/// without `--cgroup`): asked of the kernel at each hit, so that a process that enters one
+/// later is recorded from then on. The count is known to the verifier, which drops the rest
+/// when it is 0.
+#[inline(always)]
+pub(crate) fn in_selected_cgroups() -> bool {
+    // SAFETY: a read-only global that userspace sets before loading.
+    let count = unsafe { ptr::read_volatile(&raw const CONFIG.cgroup_count) } as usize;
+    count == 0 || under_selected_cgroup(count)
+}
+
+/// Whether the current thread is under one of the first `count` of `CONFIG.cgroups`. A
+/// function of its own, whose frame stays out of its callers'.
+#[inline(never)]
+fn under_selected_cgroup(count: usize) -> bool {
+    for i in 0..MAX_CGROUPS {
+        if i >= count {
+            break;
+        }
+        // SAFETY: fields of an element of a read-only global that userspace sets before
+        // loading, each read as a scalar.
+        let (id, level) = unsafe {
+            (
+                ptr::read_volatile(&raw const CONFIG.cgroups[i].id),
+                ptr::read_volatile(&raw const CONFIG.cgroups[i].level),
+            )
+        };
+        // SAFETY: a helper that reads the current task's cgroup; a depth below the thread's
+        // own gives 0, which is no cgroup's id.
+        if unsafe { generated::bpf_get_current_ancestor_cgroup_id(level as i32) } == id {
+            return true;
+        }
+    }
+    false
 }
 
 #[inline(always)]

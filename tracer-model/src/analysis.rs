@@ -580,6 +580,15 @@ impl Deadlock {
 /// what is kept is bounded by the locks and calls of this many records.
 const SWEEP_EVERY: u32 = 1 << 16;
 
+/// Where a traced process runs, as its `thrtrace_process_cgroup` event told.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessCgroup {
+    /// Its cgroup (v2; on a hybrid host where that is the root, systemd's v1 one).
+    pub path: String,
+    /// The container id its runtime named the cgroup by; empty if none.
+    pub container: String,
+}
+
 /// The engine.
 #[derive(Default)]
 pub struct Analysis {
@@ -610,6 +619,8 @@ pub struct Analysis {
     namespace_ids: NamespaceIds,
     /// Each traced process's executable, as it was attached or last exec'd, by pid.
     executables: BTreeMap<u32, String>,
+    /// Each traced process's cgroup, as it was attached, by pid.
+    cgroups: BTreeMap<u32, ProcessCgroup>,
     /// Deadlocks already reported, by their threads and objects.
     reported: HashSet<Vec<(u32, u64)>>,
     /// Deadlocks found by the tracer while it ran, from the log.
@@ -659,8 +670,29 @@ impl Analysis {
             SystemKind::ThreadNamespaceId { ns_lwpid } => {
                 self.namespace_ids.learn(event.pid, event.lwpid, *ns_lwpid);
             }
-            SystemKind::ProcessAttach { exe, .. } | SystemKind::Exec { exe } => {
+            SystemKind::ProcessAttach { exe, .. } => {
                 self.executables.insert(event.pid, exe.clone());
+                // A new process, whose cgroup follows if it could be read.
+                self.cgroups.remove(&event.pid);
+            }
+            SystemKind::Exec { exe } => {
+                self.executables.insert(event.pid, exe.clone());
+            }
+            SystemKind::ProcessCgroup {
+                path,
+                systemd,
+                container,
+            } => {
+                let cgroup = ProcessCgroup {
+                    // A host whose controllers are all v1 has its processes in v2's root, or
+                    // no v2 at all: systemd's unit says more.
+                    path: match path.as_str() {
+                        "/" | "" if !systemd.is_empty() => systemd.clone(),
+                        _ => path.clone(),
+                    },
+                    container: container.clone(),
+                };
+                self.cgroups.insert(event.pid, cgroup);
             }
             SystemKind::Deadlock { .. } => self.recorded_deadlocks.push(event.clone()),
             _ => {}
@@ -1290,6 +1322,7 @@ impl Analysis {
         self.names.retain(|_, (of, _)| *of != pid);
         self.namespace_ids.retain(|of, _| of != pid);
         self.executables.remove(&pid);
+        self.cgroups.remove(&pid);
     }
 
     /// Keeps the names of the threads `alive` says still run.
@@ -1302,6 +1335,11 @@ impl Analysis {
     pub fn process_name(&self, pid: u32) -> Option<&str> {
         let exe = self.executables.get(&pid)?;
         exe.rsplit('/').next()
+    }
+
+    /// The cgroup process `pid` was in as it was attached, if the log told it.
+    pub fn cgroup(&self, pid: u32) -> Option<&ProcessCgroup> {
+        self.cgroups.get(&pid)
     }
 
     /// The traced processes' executables (as attached, or last exec'd), by pid.
@@ -2057,6 +2095,36 @@ mod tests {
             analysis.new_deadlocks(3000 * MS, 1000 * MS).is_empty(),
             "said once"
         );
+    }
+
+    #[test]
+    fn a_process_is_in_its_v2_cgroup_or_where_a_hybrid_hosts_systemd_put_it() {
+        let mut analysis = Analysis::new(true);
+        let told = |pid, path: &str, systemd: &str, container: &str| {
+            let kind = SystemKind::ProcessCgroup {
+                path: path.into(),
+                systemd: systemd.into(),
+                container: container.into(),
+            };
+            SystemEvent::of_process(1, pid, 0, kind)
+        };
+        analysis.system_event(&told(5, "/kubepods/pod1/cri-containerd-3f2a", "", "3f2a"));
+        analysis.system_event(&told(6, "/", "/system.slice/mariadb.service", ""));
+        analysis.system_event(&told(7, "/", "/", ""));
+        let cgroup = |pid| {
+            analysis
+                .cgroup(pid)
+                .map(|c| (c.path.as_str(), c.container.as_str()))
+        };
+        assert_eq!(
+            cgroup(5),
+            Some(("/kubepods/pod1/cri-containerd-3f2a", "3f2a"))
+        );
+        assert_eq!(cgroup(6), Some(("/system.slice/mariadb.service", "")));
+        assert_eq!(cgroup(7), Some(("/", "")));
+        assert_eq!(cgroup(8), None);
+        analysis.forget_names(5);
+        assert_eq!(analysis.cgroup(5), None);
     }
 
     #[test]

@@ -224,6 +224,15 @@ system_kinds! {
     /// thread's id (glibc's mutex owner) is that one. Told once, as the thread is first seen
     /// or its process attached.
     ThreadNamespaceId = 0x8012, "thrtrace_thread_ns_id" { ns_lwpid: u32 };
+    /// The event's process is in cgroup `path` (v2, `/` the root), and in the v1
+    /// `name=systemd` hierarchy of a hybrid host at `systemd` (empty: none); `container` is
+    /// the id (12 hex digits) of the container a runtime made the cgroup for, empty if none.
+    /// Told once, as the process is attached or first seen.
+    ProcessCgroup = 0x8013, "thrtrace_process_cgroup" {
+        path: String,
+        systemd: String,
+        container: String,
+    };
 }
 
 /// The most frames a `thrtrace_stack` event holds: as many addresses as fit a string's

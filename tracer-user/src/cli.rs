@@ -12,6 +12,7 @@ use tracer_model::{
 
 use crate::{
     attach::{
+        cgroups,
         launch::{self, LaunchError},
         targets,
     },
@@ -165,6 +166,12 @@ pub struct Cli {
     #[arg(short = 'f', long)]
     pub follow: bool,
 
+    /// Trace only the processes in this cgroup (v2) or below it, as `perf -G`: its path as
+    /// /proc/PID/cgroup shows it (/system.slice/mariadb.service) or its directory; repeat for
+    /// several. Alone, every process that is or comes to be in it; with -p, those of them in it
+    #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+
     /// Put every probe at its function's entry instead of where the kernel need not single-step
     #[arg(long)]
     pub probe_at_entry: bool,
@@ -291,6 +298,9 @@ pub struct TopArgs {
     /// Watch the process with this pid (repeat for several) [default: every process]
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+    /// Watch only the processes in this cgroup (v2) or below it, as the trace's --cgroup
+    #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
     /// How often the view is redrawn
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
@@ -309,14 +319,7 @@ impl TopArgs {
     /// live view for output instead of files.
     pub fn run(&self) -> Result<i32, Failure> {
         let config = self.config()?;
-        let watched = match &config.target {
-            Target::Pids(pids) => {
-                let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-                format!("pid {}", pids.join(", "))
-            }
-            Target::Command(command) => command[0].to_string_lossy().into_owned(),
-            Target::SystemWide => "every process".to_owned(),
-        };
+        let watched = config.traced(&[], None);
         let view = LiveView::new(self.interval, watched, self.kinds.clone());
         session::trace_into(&config, vec![Box::new(view)]).map_err(Failure::from)
     }
@@ -328,6 +331,9 @@ impl TopArgs {
         }
         for pid in &self.pids {
             argv.extend(["--pid".into(), pid.to_string().into()]);
+        }
+        for cgroup in &self.cgroups {
+            argv.extend(["--cgroup".into(), cgroup.into()]);
         }
         if !self.command.is_empty() {
             argv.push("--".into());
@@ -430,7 +436,12 @@ impl Cli {
             (true, true) if self.follow => usage_bail!(
                 "--follow needs -p PID or -- COMMAND: system-wide tracing sees every process"
             ),
-            (true, true) if self.all || self.events.is_some() || self.contended => {
+            (true, true)
+                if self.all
+                    || self.events.is_some()
+                    || self.contended
+                    || !self.cgroups.is_empty() =>
+            {
                 Target::SystemWide
             }
             // A bare command line must not start a trace of the whole host by accident.
@@ -451,6 +462,8 @@ impl Cli {
                 Target::Command(self.command)
             }
         };
+        let cgroups =
+            cgroups::select(&self.cgroups).map_err(|error| UsageError(error.to_string()))?;
         let duration = match self.duration {
             None => None,
             Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
@@ -525,6 +538,7 @@ impl Cli {
                 (Some(Switch::Off), _) | (None, false) => tracer_common::STACKS_NONE,
             },
             follow: self.follow,
+            cgroups,
             verbose: self.verbose,
             lossless: self.lossless
                 || std::env::var_os("THR_TRACE_LOSSLESS").is_some_and(|v| !v.is_empty()),

@@ -1,5 +1,5 @@
 //! Finding the pthread functions of a process and putting probes on them: which mapped files
-//! define them ([`targets`], [`symbols`]), where in each function a probe goes ([`placement`]),
+//! define them ([`targets`], [`symbols`]), which cgroups are traced ([`cgroups`]), where in each function a probe goes ([`placement`]),
 //! the links that put them there ([`uprobe_links`], [`probes`]), and the processes
 //! the tracer starts ([`launch`]) or follows through exec ([`exec_follow`]) so that they are
 //! probed before their code runs.
@@ -11,6 +11,7 @@ use tracer_common::arch::{self, InstructionSet};
 pub const PLANS_FAST_PATHS: bool = matches!(arch::HOST.instruction_set, InstructionSet::X86_64);
 
 mod aarch64;
+pub mod cgroups;
 pub mod exec_follow;
 pub mod fast_path;
 pub mod launch;

@@ -13,8 +13,9 @@ use aya_obj::generated::{
     bpf_map_type::BPF_MAP_TYPE_RINGBUF, bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT,
 };
 use tracer_common::{
-    LOST_TOTAL, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets, ProcessLibrary,
-    ProgramConfig, RawRecord, RecordingMasks, TracedThrough, call_site_key, names,
+    LOST_TOTAL, MAX_CGROUPS, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets,
+    ProcessLibrary, ProgramConfig, RawRecord, RecordingMasks, SelectedCgroup, TracedThrough,
+    call_site_key, names,
     record::{StackInEntry, UserStack},
 };
 
@@ -187,7 +188,7 @@ pub enum FutexCalls {
 }
 
 /// What the programs do.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ProgramOptions {
     /// Attach a program that records nothing, to measure the probes' cost.
     pub empty: bool,
@@ -203,6 +204,9 @@ pub struct ProgramOptions {
     /// The one way to hook them that may be used (`--futex-hook`), or the first of
     /// [`FutexHook::ALL`] that attaches.
     pub futex_hook: Option<FutexHook>,
+    /// Only threads under these cgroups are recorded (none: every thread), at most
+    /// [`MAX_CGROUPS`].
+    pub cgroups: Vec<SelectedCgroup>,
 }
 
 /// Attaches the futex programs with `forced`, or else with the first of [`FutexHook::ALL`]
@@ -254,7 +258,10 @@ impl DataPath {
             fast_paths,
             futex,
             futex_hook,
+            cgroups: selected_cgroups,
         } = options;
+        let mut cgroups = [SelectedCgroup::default(); MAX_CGROUPS];
+        cgroups[..selected_cgroups.len()].copy_from_slice(&selected_cgroups);
         let offsets = kernel.offsets;
         let config = ProgramConfig {
             thread_pointer_offset: offsets.thread_pointer,
@@ -268,7 +275,8 @@ impl DataPath {
             stacks,
             lossless: u32::from(lossless),
             futex_contended_only: u32::from(futex == FutexCalls::Contended),
-            padding: 0,
+            cgroup_count: selected_cgroups.len() as u32,
+            cgroups,
         };
         // Without --follow, only -p targets and a launched command go in TRACED, whose
         // entries (an LRU map's) are all allocated when it is created.

@@ -13,7 +13,8 @@ use std::{fs, os::fd::AsFd};
 use aya_obj::generated::{
     BPF_ATOMIC, BPF_DW, BPF_FETCH, BPF_STX, BPF_XCHG,
     bpf_func_id::{
-        self, BPF_FUNC_dynptr_data, BPF_FUNC_get_attach_cookie, BPF_FUNC_get_current_pid_tgid,
+        self, BPF_FUNC_dynptr_data, BPF_FUNC_get_attach_cookie,
+        BPF_FUNC_get_current_ancestor_cgroup_id, BPF_FUNC_get_current_pid_tgid,
         BPF_FUNC_get_current_task_btf, BPF_FUNC_get_smp_processor_id, BPF_FUNC_ktime_get_ns,
         BPF_FUNC_map_delete_elem, BPF_FUNC_map_lookup_elem, BPF_FUNC_map_update_elem,
         BPF_FUNC_probe_read_kernel, BPF_FUNC_probe_read_user, BPF_FUNC_ringbuf_discard,
@@ -79,7 +80,7 @@ enum Ask {
 /// Every helper the programs call, each with what it gives them and the version that first
 /// offered it to kprobe (uprobe) programs; a test checks the object calls no other. Raw
 /// tracepoint programs call a few of them too, offered to both at the same time.
-const HELPERS: [(bpf_func_id, &str, &str); 21] = [
+const HELPERS: [(bpf_func_id, &str, &str); 22] = [
     (BPF_FUNC_map_lookup_elem, "map lookups", "4.1"),
     (BPF_FUNC_map_update_elem, "map updates", "4.1"),
     (BPF_FUNC_map_delete_elem, "map deletes", "4.1"),
@@ -93,6 +94,11 @@ const HELPERS: [(bpf_func_id, &str, &str); 21] = [
     ),
     (BPF_FUNC_probe_read_kernel, "reads of a forked task", "5.5"),
     (BPF_FUNC_send_signal_thread, "--lossless's stop", "5.5"),
+    (
+        BPF_FUNC_get_current_ancestor_cgroup_id,
+        "--cgroup's filter",
+        "5.7",
+    ),
     (BPF_FUNC_ringbuf_reserve, "BPF ring buffers", "5.8"),
     (BPF_FUNC_ringbuf_submit, "BPF ring buffers", "5.8"),
     (BPF_FUNC_ringbuf_discard, "BPF ring buffers", "5.8"),

@@ -76,6 +76,17 @@ impl PerfettoTimeline {
                 json!({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
                                "args": {"name": name}}),
             );
+            // Where it ran, as the viewers label a process: its cgroup and container.
+            if let Some(cgroup) = self.analysis.cgroup(*pid) {
+                let mut labels = vec![format!("cgroup {}", cgroup.path)];
+                if !cgroup.container.is_empty() {
+                    labels.push(format!("container {}", cgroup.container));
+                }
+                events.push(
+                    json!({"ph": "M", "name": "process_labels", "pid": pid, "tid": pid,
+                                   "args": {"labels": labels.join(", ")}}),
+                );
+            }
         }
         for ((pid, lwpid), name) in &self.threads {
             let name = if name.is_empty() {

@@ -16,7 +16,7 @@ use std::{
 
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
-use tracer_model::analysis::{Analysis, LockStats};
+use tracer_model::analysis::{Analysis, LockStats, ProcessCgroup};
 
 use super::{
     OutputFile, ReadError,
@@ -66,6 +66,7 @@ impl Span {
 pub struct Names {
     threads: HashMap<u32, String>,
     processes: HashMap<u32, String>,
+    cgroups: HashMap<u32, ProcessCgroup>,
 }
 
 impl Names {
@@ -75,6 +76,9 @@ impl Names {
         for lock in locks {
             if let Some(name) = analysis.process_name(lock.pid) {
                 names.processes.insert(lock.pid, name.to_owned());
+            }
+            if let Some(cgroup) = analysis.cgroup(lock.pid) {
+                names.cgroups.insert(lock.pid, cgroup.clone());
             }
             let threads = lock
                 .waiting_stacks
@@ -93,6 +97,11 @@ impl Names {
     /// The name of process `pid`, if known.
     pub fn process(&self, pid: u32) -> Option<&str> {
         self.processes.get(&pid).map(String::as_str)
+    }
+
+    /// The cgroup of process `pid`, if known.
+    pub fn cgroup(&self, pid: u32) -> Option<&ProcessCgroup> {
+        self.cgroups.get(&pid)
     }
 }
 

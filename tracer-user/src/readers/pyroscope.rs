@@ -16,8 +16,7 @@ mod ingest;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    io::{self, Read as _},
-    mem,
+    io, mem,
     sync::{Arc, Condvar, Mutex, PoisonError},
     thread::JoinHandle,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -124,8 +123,6 @@ struct Interval {
     analysis: Analysis,
     /// The events the profiler keeps (stacks, mappings, processes), in order.
     events: Vec<SystemEvent>,
-    /// The cgroup of each process attached, read as it was.
-    cgroups: Vec<(u32, String)>,
 }
 
 impl Interval {
@@ -133,7 +130,6 @@ impl Interval {
         Interval {
             analysis: Analysis::new(true).without_lock_order(),
             events: Vec::new(),
-            cgroups: Vec::new(),
         }
     }
 }
@@ -198,10 +194,6 @@ impl Sink for ContentionPush {
         if self.profiler_failed {
             return Ok(());
         }
-        let cgroup = match event.kind {
-            SystemKind::ProcessAttach { .. } => cgroup_of(event.pid),
-            _ => None,
-        };
         let mut interval = self.interval();
         match &event.kind {
             SystemKind::ProcessDetach => interval.analysis.process_exited(event.pid),
@@ -210,6 +202,7 @@ impl Sink for ContentionPush {
             SystemKind::Start { .. }
             | SystemKind::ThreadName { .. }
             | SystemKind::ProcessAttach { .. }
+            | SystemKind::ProcessCgroup { .. }
             | SystemKind::Exec { .. } => interval.analysis.system_event(event),
             _ => {}
         }
@@ -222,9 +215,6 @@ impl Sink for ContentionPush {
                 | SystemKind::ProcessDetach
         ) {
             interval.events.push(event.clone());
-        }
-        if let Some(cgroup) = cgroup {
-            interval.cgroups.push((event.pid, cgroup));
         }
         Ok(())
     }
@@ -272,8 +262,6 @@ struct Profiler {
     /// The live processes' mappings, to give new symbols.
     mappings: HashMap<u32, Vec<Mapping>>,
     stacks: Stacks,
-    /// The cgroup of each live process in one (its name is the analysis's).
-    cgroups: HashMap<u32, String>,
     host: String,
     /// Lock waits only: idle waits (condition variables, joins, barriers) are no contention.
     kinds: KindArg,
@@ -290,7 +278,6 @@ impl Profiler {
             symbols: Symbols::new(),
             mappings: HashMap::new(),
             stacks: Stacks::default(),
-            cgroups: HashMap::new(),
             host,
             kinds: KindArg {
                 kind: Some(KindFilter(
@@ -316,7 +303,7 @@ impl Profiler {
                 *guard
             };
             let until = SystemTime::now();
-            let (locks, names, events, cgroups) = {
+            let (locks, names, events) = {
                 let mut interval = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 let locks = interval.analysis.take_lock_stats();
                 let names = pprof::Names::of(&interval.analysis, &locks);
@@ -327,15 +314,14 @@ impl Profiler {
                 if renewed.elapsed() >= RENEWED_EVERY {
                     interval.analysis.retain_names(thread_exists);
                 }
-                (locks, names, events, mem::take(&mut interval.cgroups))
+                (locks, names, events)
             };
-            self.take_events(&events, cgroups);
+            self.take_events(&events);
             self.push_interval(&locks, &names, from, until);
             for pid in gone(&events) {
                 self.symbols.forget(pid);
                 self.mappings.remove(&pid);
                 self.stacks.forget(pid);
-                self.cgroups.remove(&pid);
             }
             if renewed.elapsed() >= RENEWED_EVERY {
                 renewed = Instant::now();
@@ -353,8 +339,8 @@ impl Profiler {
         }
     }
 
-    /// Keeps what `events` say of stacks, mappings and processes, and the cgroups read.
-    fn take_events(&mut self, events: &[SystemEvent], cgroups: Vec<(u32, String)>) {
+    /// Keeps what `events` say of stacks, mappings, processes and their cgroups.
+    fn take_events(&mut self, events: &[SystemEvent]) {
         for event in events {
             if self.stacks.take(event) {
                 continue;
@@ -369,11 +355,7 @@ impl Profiler {
                 self.symbols.forget(event.pid);
                 self.mappings.remove(&event.pid);
             }
-            if let SystemKind::ProcessAttach { .. } = event.kind {
-                self.cgroups.remove(&event.pid);
-            }
         }
-        self.cgroups.extend(cgroups);
     }
 
     /// Queues the profile of each series with contended lock waits in `locks`: the processes
@@ -445,12 +427,12 @@ impl Profiler {
             .filter(|name| !name.is_empty())
             .unwrap_or("unknown");
         let mut labels = vec![("service_name", name), ("host", self.host.as_str())];
-        let cgroup = self.cgroups.get(&pid).map(String::as_str);
-        if let Some(cgroup) = cgroup {
-            labels.push(("cgroup", cgroup));
-        }
-        if let Some(container) = cgroup.and_then(container_id) {
-            labels.push(("container_id", container));
+        // The root is no cgroup to tell a series by.
+        if let Some(cgroup) = names.cgroup(pid).filter(|c| c.path != "/") {
+            labels.push(("cgroup", cgroup.path.as_str()));
+            if !cgroup.container.is_empty() {
+                labels.push(("container_id", cgroup.container.as_str()));
+            }
         }
         Ingest::series(&labels)
     }
@@ -475,56 +457,9 @@ fn thread_exists(pid: u32, lwpid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/task/{lwpid}")).exists()
 }
 
-/// The cgroup (v2) process `pid` is in, as `/proc/PID/cgroup` says (its `0::` line); none
-/// for the root or if it cannot be read. What the file holds is not trusted: its size is
-/// bounded and a path that is not plain text is dropped.
-fn cgroup_of(pid: u32) -> Option<String> {
-    let file = std::fs::File::open(format!("/proc/{pid}/cgroup")).ok()?;
-    let mut text = String::new();
-    file.take(4096).read_to_string(&mut text).ok()?;
-    let path = text.lines().find_map(|line| line.strip_prefix("0::"))?;
-    (path != "/" && !path.is_empty() && !path.chars().any(char::is_control))
-        .then(|| path.to_owned())
-}
-
-/// The container a cgroup path belongs to, as container runtimes name its cgroup
-/// (`docker-<64 hex>.scope`, `cri-containerd-<id>.scope`, `libpod-<id>.scope`, `/docker/<id>`):
-/// the id's first 12 characters, as `docker ps` shows them.
-fn container_id(cgroup: &str) -> Option<&str> {
-    cgroup.split('/').rev().find_map(|component| {
-        let bytes = component.as_bytes();
-        (0..bytes.len().saturating_sub(63)).find_map(|at| {
-            let run = &bytes[at..at + 64];
-            let boundary = |i: Option<&u8>| i.is_none_or(|c| !c.is_ascii_hexdigit());
-            (run.iter().all(u8::is_ascii_hexdigit)
-                && boundary(at.checked_sub(1).and_then(|i| bytes.get(i)))
-                && boundary(bytes.get(at + 64)))
-            .then(|| &component[at..at + 12])
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn containers_are_found_in_the_cgroups_their_runtimes_make() {
-        let id = "3f2a9c0d1e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f";
-        for path in [
-            format!("/system.slice/docker-{id}.scope"),
-            format!("/kubepods.slice/kubepods-burstable.slice/cri-containerd-{id}.scope"),
-            format!("/machine.slice/libpod-{id}.scope/container"),
-            format!("/docker/{id}"),
-        ] {
-            assert_eq!(container_id(&path), Some("3f2a9c0d1e8b"), "{path}");
-        }
-        assert_eq!(
-            container_id("/user.slice/user-1000.slice/session-2.scope"),
-            None
-        );
-        assert_eq!(container_id(&format!("/x/{id}0")), None);
-    }
 
     #[test]
     fn an_endpoint_is_a_plain_http_url_and_its_ingest_is_below_it() {

@@ -4,7 +4,7 @@
 //! holds; tr files have no caller addresses, and the report says so.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt::{self, Write as _},
     path::{Path, PathBuf},
 };
@@ -261,6 +261,8 @@ struct Report {
     /// Waits for work or an event (condvars, barriers, threads joined), the longest first.
     idle_waits: Vec<LockRow>,
     threads: Vec<ThreadRow>,
+    /// The traced processes' totals by cgroup, most time waited on locks first.
+    cgroups: Vec<CgroupRow>,
     deadlocks: Vec<DeadlockRow>,
     /// Lock-order inversions: deadlocks that did not happen in this trace but can.
     potential_deadlocks: Vec<InversionRow>,
@@ -273,6 +275,10 @@ struct Report {
 #[derive(Serialize)]
 struct LockRow {
     pid: u32,
+    /// Its process's command, if the log told it.
+    process: String,
+    #[serde(flatten)]
+    cgroup: CgroupLabel,
     /// Its address, and the global variable it is, if it is one; for a lock that is none (on
     /// the heap, a stack), where its first contended wait was called from (the innermost frame
     /// outside the lock function), which names it.
@@ -343,11 +349,125 @@ struct ThreadRow {
     pid: u32,
     #[serde(flatten)]
     thread: ThreadLabel,
+    #[serde(flatten)]
+    cgroup: CgroupLabel,
     calls: std::collections::BTreeMap<&'static str, u64>,
     blocked_ns: u64,
     blocked_by_kind: std::collections::BTreeMap<&'static str, u64>,
     longest_wait: Option<LongestWait>,
     holds_at_end: Vec<String>,
+}
+
+/// Where a process ran, where the log told it: its cgroup (v2, or systemd's on a hybrid host
+/// whose v2 cgroup is the root) and the container its runtime made that for.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+struct CgroupLabel {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<String>,
+}
+
+impl CgroupLabel {
+    /// Whether a text should name the cgroups of rows with these labels: where they are more
+    /// than one, or a container's. Where all are one (every process of a host without
+    /// containers in the root, or each in a session scope), naming it says nothing.
+    fn tell_apart<'a>(labels: impl IntoIterator<Item = &'a CgroupLabel>) -> bool {
+        let labels: BTreeSet<&CgroupLabel> = labels.into_iter().collect();
+        labels.len() > 1 || labels.iter().any(|label| label.container.is_some())
+    }
+
+    fn of(analysis: &Analysis, pid: u32) -> CgroupLabel {
+        let cgroup = analysis.cgroup(pid);
+        CgroupLabel {
+            cgroup: cgroup.map(|c| c.path.clone()),
+            container: cgroup
+                .map(|c| c.container.clone())
+                .filter(|id| !id.is_empty()),
+        }
+    }
+}
+
+/// `/system.slice/mariadb.service`, `/kubepods/…/cri-containerd-….scope (container
+/// 3f2a9c0d1e8b)`, or `an unknown cgroup` for a process the log told none of.
+impl fmt::Display for CgroupLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.cgroup, &self.container) {
+            (None, _) => f.write_str("an unknown cgroup"),
+            (Some(path), None) => f.write_str(path),
+            (Some(path), Some(id)) => write!(f, "{path} (container {id})"),
+        }
+    }
+}
+
+/// A cgroup's share of the trace: what its traced processes did.
+#[derive(Serialize)]
+struct CgroupRow {
+    #[serde(flatten)]
+    label: CgroupLabel,
+    /// Its traced processes, by pid, with their commands.
+    processes: BTreeMap<u32, String>,
+    threads: u64,
+    /// Of its locks (the kinds shown).
+    acquisitions: u64,
+    contended: u64,
+    lock_wait_total_ns: u64,
+    /// Of its idle waits (condvars, barriers, joins: the kinds shown).
+    idle_wait_total_ns: u64,
+}
+
+impl CgroupRow {
+    /// The rows of the processes `analysis` saw, with their locks of the kinds `args` shows,
+    /// most time waited on locks first.
+    fn all(analysis: &Analysis, args: &ReportArgs) -> Vec<CgroupRow> {
+        let mut rows = BTreeMap::new();
+        for thread in analysis.threads() {
+            CgroupRow::of(&mut rows, analysis, thread.pid).threads += 1;
+        }
+        let shown = analysis
+            .locks()
+            .filter(|lock| args.kinds.shows(lock.kind) && lock.is_reported());
+        for lock in shown {
+            let row = CgroupRow::of(&mut rows, analysis, lock.pid);
+            match lock.kind.is_lock() {
+                true => {
+                    row.acquisitions += lock.acquisitions;
+                    row.contended += lock.contended;
+                    row.lock_wait_total_ns += lock.wait.total_ns;
+                }
+                false => row.idle_wait_total_ns += lock.wait.total_ns,
+            }
+        }
+        let mut rows: Vec<CgroupRow> = rows.into_values().collect();
+        rows.sort_by(|a, b| {
+            (b.lock_wait_total_ns, b.idle_wait_total_ns)
+                .cmp(&(a.lock_wait_total_ns, a.idle_wait_total_ns))
+                .then_with(|| a.label.cmp(&b.label))
+        });
+        rows
+    }
+
+    /// The row in `rows` of process `pid`'s cgroup, which now lists the process.
+    fn of<'a>(
+        rows: &'a mut BTreeMap<CgroupLabel, CgroupRow>,
+        analysis: &Analysis,
+        pid: u32,
+    ) -> &'a mut CgroupRow {
+        let label = CgroupLabel::of(analysis, pid);
+        let row = rows.entry(label.clone()).or_insert_with(|| CgroupRow {
+            label,
+            processes: BTreeMap::new(),
+            threads: 0,
+            acquisitions: 0,
+            contended: 0,
+            lock_wait_total_ns: 0,
+            idle_wait_total_ns: 0,
+        });
+        row.processes
+            .entry(pid)
+            .or_insert_with(|| analysis.process_name(pid).unwrap_or_default().to_owned());
+        row
+    }
 }
 
 #[derive(Serialize)]
@@ -489,6 +609,7 @@ impl Report {
                     at: Place::locate(symbols, t.pid, w.caller),
                 }),
                 pid: t.pid,
+                cgroup: CgroupLabel::of(analysis, t.pid),
                 thread: ThreadLabel::named(analysis, t.pid, t.lwpid, t.name),
                 calls: t.calls,
             })
@@ -575,6 +696,7 @@ impl Report {
             duration_ns: analysis
                 .first_ns
                 .map_or(0, |first| (analysis.last_ns - first).max(0) as u64),
+            cgroups: CgroupRow::all(analysis, args),
             locks,
             idle_waits,
             threads,
@@ -606,6 +728,7 @@ impl Report {
         match args.by {
             ReportBy::Lock => self.lock_tables(&mut out, args),
             ReportBy::Thread => self.thread_table(&mut out),
+            ReportBy::Cgroup => self.cgroup_table(&mut out),
         }
         for deadlock in &self.deadlocks {
             let _ = writeln!(
@@ -702,6 +825,7 @@ impl Report {
     }
 
     fn lock_table(&self, out: &mut String, args: &ReportArgs) {
+        let cgroups_told = CgroupLabel::tell_apart(self.locks.iter().map(|lock| &lock.cgroup));
         let _ = writeln!(
             out,
             "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
@@ -747,6 +871,13 @@ impl Report {
                 hold(lock.hold_avg_ns),
                 hold(lock.hold_max_ns),
             );
+            if cgroups_told {
+                let _ = writeln!(
+                    out,
+                    "    in process {} ({}), cgroup {}",
+                    lock.pid, lock.process, lock.cgroup
+                );
+            }
             if let Some(at) = &lock.name.frame {
                 let _ = writeln!(out, "    first waited on from {at}");
             }
@@ -835,11 +966,16 @@ impl Report {
     }
 
     fn thread_table(&self, out: &mut String) {
+        let cgroups_told = CgroupLabel::tell_apart(self.threads.iter().map(|t| &t.cgroup));
         let _ = write!(out, "{:>8} {:>8} {:<16}", "pid", "lwpid", "name");
         for kind in BlockKind::ALL {
             let _ = write!(out, " {:>10}", kind.name());
         }
-        let _ = writeln!(out, "  calls; longest wait; held at the end");
+        let _ = writeln!(
+            out,
+            "  calls; longest wait; held at the end{}",
+            if cgroups_told { "; cgroup" } else { "" }
+        );
         for thread in &self.threads {
             let _ = write!(
                 out,
@@ -866,7 +1002,42 @@ impl Report {
                 true => "-".to_owned(),
                 false => thread.holds_at_end.join(" "),
             };
-            let _ = writeln!(out, "  {}; {longest}; {held}", calls.join(", "));
+            let _ = write!(out, "  {}; {longest}; {held}", calls.join(", "));
+            if cgroups_told {
+                let _ = write!(out, "; {}", thread.cgroup);
+            }
+            out.push('\n');
+        }
+    }
+
+    /// The traced processes' totals by cgroup, most time waited on locks first.
+    fn cgroup_table(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "by cgroup, most time waited on locks first:\n{:>8} {:>10} {:>10} {:>10} {:>10}  \
+             cgroup: processes",
+            "threads", "acquired", "contended", "lock wait", "idle wait"
+        );
+        for row in &self.cgroups {
+            let processes: Vec<String> = row
+                .processes
+                .iter()
+                .map(|(pid, name)| match name.is_empty() {
+                    true => pid.to_string(),
+                    false => format!("{pid} ({name})"),
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "{:>8} {:>10} {:>10} {:>10} {:>10}  {}: {}",
+                row.threads,
+                row.acquisitions,
+                row.contended,
+                duration(row.lock_wait_total_ns),
+                duration(row.idle_wait_total_ns),
+                row.label,
+                processes.join(", ")
+            );
         }
     }
 }
@@ -1060,6 +1231,11 @@ fn lock_row(
     } = lock.wait;
     LockRow {
         pid: lock.pid,
+        process: analysis
+            .process_name(lock.pid)
+            .unwrap_or_default()
+            .to_owned(),
+        cgroup: CgroupLabel::of(analysis, lock.pid),
         name: lock_name(lock, symbols, stacks),
         kind: lock.kind.name(),
         holds_recorded: lock.kind.holds_recorded(),
@@ -1150,7 +1326,8 @@ pub struct ReportArgs {
     /// Which stacks the pprof profile, the folded stacks and the flame graph hold
     #[arg(long, value_enum, default_value_t = View::Waiters)]
     pub view: View,
-    /// One row per lock (semaphores and condvars too), or per thread
+    /// One row per lock (semaphores and condvars too), per thread, or per cgroup (its
+    /// processes' totals)
     #[arg(long, value_enum, default_value_t = ReportBy::Lock)]
     pub by: ReportBy,
     /// What orders the locks
@@ -1187,6 +1364,7 @@ pub enum ReportFormat {
 pub enum ReportBy {
     Lock,
     Thread,
+    Cgroup,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

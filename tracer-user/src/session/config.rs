@@ -4,6 +4,7 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
+    attach::cgroups::Selected,
     capture::futex_hook::FutexHook,
     sinks::{Buffering, free_space::MinFree},
 };
@@ -53,11 +54,45 @@ pub struct Config {
     /// Which records carry their thread's call stack (`--stacks`: `tracer_common::STACKS_*`).
     pub stacks: u32,
     pub follow: bool,
+    /// `--cgroup`: only the processes in these cgroups are recorded (none: every one).
+    pub cgroups: Vec<Selected>,
     pub verbose: bool,
     pub lossless: bool,
     /// Only print where the probes would go.
     pub list_probes: bool,
     pub target: Target,
+}
+
+impl Config {
+    /// What it traces, as the line that says a trace has begun names it (`pid 4711`,
+    /// `every process in cgroup /system.slice/x.service`): `attached_pids` those of `-p` that
+    /// were attached (none yet: those asked for), `launched_pid` the command's.
+    pub fn traced(&self, attached_pids: &[u32], launched_pid: Option<u32>) -> String {
+        let processes = match &self.target {
+            Target::SystemWide => "every process".to_owned(),
+            Target::Pids(asked) => match if attached_pids.is_empty() {
+                asked
+            } else {
+                attached_pids
+            } {
+                [pid] => format!("pid {pid}"),
+                pids => {
+                    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+                    format!("pids {}", pids.join(", "))
+                }
+            },
+            Target::Command(command) => match launched_pid {
+                Some(pid) => format!("{} (pid {pid})", command[0].to_string_lossy()),
+                None => command[0].to_string_lossy().into_owned(),
+            },
+        };
+        let cgroups: Vec<&str> = self.cgroups.iter().map(|c| c.path.as_str()).collect();
+        match cgroups[..] {
+            [] => processes,
+            [one] => format!("{processes} in cgroup {one}"),
+            _ => format!("{processes} in cgroups {}", cgroups.join(", ")),
+        }
+    }
 }
 
 #[derive(Debug)]

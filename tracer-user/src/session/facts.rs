@@ -1,5 +1,5 @@
 //! What an analyzer needs to know about a traced process besides its calls, read from /proc
-//! while it lives: its executable and command line, its threads' names, the
+//! while it lives: its executable and command line, its cgroup, its threads' names, the
 //! files it maps executable with their build-ids (so that caller addresses can be symbolized
 //! after it is gone), and in a PID namespace of its own, its threads' ids there (which the
 //! mutex owners it stores are). Each becomes a system event. /proc is another process's to change:
@@ -13,7 +13,10 @@ use std::{
 use object::{Object, read::File as ElfFile};
 use tracer_model::event::{MAX_STRING, SystemEvent, SystemKind};
 
-use crate::attach::targets::{self, MappedFile};
+use crate::attach::{
+    cgroups::ProcessCgroups,
+    targets::{self, MappedFile},
+};
 
 /// Reads facts, remembering the build-id of each file (by device and inode) once read.
 #[derive(Default)]
@@ -25,8 +28,8 @@ pub struct Facts {
 }
 
 impl Facts {
-    /// Process `pid` is traced from now (`time_ns`): its executable, command line and mapped
-    /// files.
+    /// Process `pid` is traced from now (`time_ns`): its executable, command line, cgroup and
+    /// mapped files.
     pub fn attached(&mut self, pid: u32, time_ns: i64) -> Vec<SystemEvent> {
         let event = |kind| SystemEvent::of_process(time_ns, pid, 0, kind);
         let mut events = Vec::new();
@@ -42,6 +45,13 @@ impl Facts {
         });
         attach.truncated = arguments.len() > MAX_STRING;
         events.push(attach);
+        if let Some(cgroups) = ProcessCgroups::of_process(pid) {
+            events.push(event(SystemKind::ProcessCgroup {
+                container: cgroups.container().unwrap_or_default().to_owned(),
+                path: cgroups.path,
+                systemd: cgroups.systemd,
+            }));
+        }
         events.extend(self.mappings(pid, time_ns));
         events.extend(self.namespace_ids(pid, time_ns));
         events

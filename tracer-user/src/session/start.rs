@@ -217,7 +217,7 @@ impl Session {
         let destinations = sinks.destinations();
         // A trace with no destination is `top`'s, whose view says all this.
         if !destinations.is_empty() {
-            let traced = traced_targets(&config.target, &attached_pids, launched_pid);
+            let traced = config.traced(&attached_pids, launched_pid);
             let stops = Stops {
                 duration: config.duration,
                 control: controller.as_ref().map(|_| config.name.as_str()),
@@ -247,24 +247,6 @@ impl Session {
             block_flushes: config.flush_on_block.map(BlockFlushes::new),
             found,
         })
-    }
-}
-
-/// The targets of the line that says a trace has begun: `pid 4242`, `./server (pid 4300)`.
-fn traced_targets(target: &Target, attached_pids: &[u32], launched_pid: Option<u32>) -> String {
-    match target {
-        Target::SystemWide => "every process".to_owned(),
-        Target::Pids(_) => match attached_pids {
-            [pid] => format!("pid {pid}"),
-            pids => {
-                let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-                format!("pids {}", pids.join(", "))
-            }
-        },
-        Target::Command(command) => match launched_pid {
-            Some(pid) => format!("{} (pid {pid})", command[0].to_string_lossy()),
-            None => command[0].to_string_lossy().into_owned(),
-        },
     }
 }
 
@@ -369,6 +351,7 @@ fn load(
         fast_paths: plan_options(config).plans_fast_paths(),
         futex,
         futex_hook: config.futex_hook,
+        cgroups: config.cgroups.iter().map(|c| c.cgroup).collect(),
     };
     let mut datapath = DataPath::load(&kernel, config.ring_bytes, options, scope, mechanism)?;
     if let Some(hooking) = datapath.take_futex_hooking() {
