@@ -68,15 +68,23 @@ fn the_unit_refuses_to_start_without_a_server_in_one_line() {
     let said = String::from_utf8(refused.stderr).unwrap();
     assert_eq!(said.lines().count(), 1, "{said}");
     assert!(
-        said.contains("set THRTRACE_PYROSCOPE_URL in @sysconfdir@/thrtrace-bpf/agent.conf"),
+        said.contains(
+            "set THRTRACE_PYROSCOPE_URL or THRTRACE_OTLP_URL in @sysconfdir@/thrtrace-bpf/agent.conf"
+        ),
         "{said}"
     );
 
-    let empty = start_check(&[("THRTRACE_PYROSCOPE_URL", "")]);
+    let empty = start_check(&[("THRTRACE_PYROSCOPE_URL", ""), ("THRTRACE_OTLP_URL", "")]);
     assert_eq!(empty.status.code(), Some(1));
-    let named = start_check(&[("THRTRACE_PYROSCOPE_URL", "http://pyroscope.example:4040")]);
-    assert!(named.status.success());
-    assert!(named.stdout.is_empty() && named.stderr.is_empty());
+    // Either server is enough.
+    for named in [
+        ("THRTRACE_PYROSCOPE_URL", "http://pyroscope.example:4040"),
+        ("THRTRACE_OTLP_URL", "http://collector.example:4318"),
+    ] {
+        let named = start_check(&[named]);
+        assert!(named.status.success());
+        assert!(named.stdout.is_empty() && named.stderr.is_empty());
+    }
 }
 
 /// The server's URL and the credentials reach the tracer through its environment, which only

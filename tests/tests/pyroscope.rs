@@ -384,7 +384,19 @@ fn bad_push_options_are_refused_in_one_line_before_tracing() {
         ),
         (
             vec!["--contended", "--push-interval", "5s"],
-            "--push-interval is for --pyroscope URL",
+            "--push-interval is for --pyroscope or --otlp URL",
+        ),
+        (
+            vec!["--contended", "--otlp-credentials", &credentials],
+            "--otlp-credentials is for --otlp URL",
+        ),
+        (
+            vec!["--contended", "--otlp", "localhost:4318"],
+            "--otlp localhost:4318: not a URL",
+        ),
+        (
+            vec!["--otlp", "http://127.0.0.1:4318"],
+            "--otlp pushes the call stacks of lock waits: add --contended",
         ),
         (
             vec!["--contended", "--stacks", "off", "--pyroscope", url],

@@ -31,7 +31,8 @@ use crate::{
         dump::{DumpArgs, DumpFormat, LiveOutput, Printer},
         info::InfoArgs,
         pyroscope::{
-            ContentionPush, Credentials, Endpoint, PushOptions, URL_VARIABLE, environment,
+            ContentionPush, Credentials, Endpoint, OTLP_URL_VARIABLE, PushOptions, URL_VARIABLE,
+            Wire, environment,
         },
         report::{KindArg, ReportArgs},
         text::ClockArgs,
@@ -235,7 +236,23 @@ pub struct Cli {
     )]
     pub pyroscope: Option<String>,
 
-    /// How often --pyroscope pushes a profile [default: 15s]
+    /// Push each interval's contention profiles to the OpenTelemetry endpoint at URL (OTLP/HTTP
+    /// protobuf, profiles v1development, to URL/v1development/profiles), e.g. an OTel Collector
+    /// at http://collector:4318 (or set THRTRACE_OTLP_URL); needs call stacks (--contended)
+    #[arg(
+        long,
+        value_name = "URL",
+        env = OTLP_URL_VARIABLE,
+        hide_env_values = true
+    )]
+    pub otlp: Option<String>,
+
+    /// The credentials --otlp sends, from FILE (mode 0600), as --pyroscope-credentials reads
+    /// them; without it, from THRTRACE_OTLP_TOKEN, _USER, _PASSWORD and _TENANT if set
+    #[arg(long, value_name = "FILE")]
+    pub otlp_credentials: Option<PathBuf>,
+
+    /// How often --pyroscope and --otlp push [default: 15s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub push_interval: Option<Duration>,
 
@@ -484,7 +501,8 @@ impl Cli {
             _ if log.is_some()
                 || self.ctf.is_some()
                 || self.print.is_some()
-                || self.pyroscope.as_deref().is_some_and(|u| !u.is_empty()) =>
+                || self.pyroscope.as_deref().is_some_and(|u| !u.is_empty())
+                || self.otlp.as_deref().is_some_and(|u| !u.is_empty()) =>
             {
                 None
             }
@@ -572,43 +590,66 @@ impl Cli {
             .map_err(Failure::Printer)?;
             viewers.push(Box::new(printer));
         }
-        if let Some(push) = push {
+        for push in push {
             viewers.push(Box::new(ContentionPush::new(push)));
         }
         session::trace_into(&config, viewers).map_err(Failure::from)
     }
 
-    /// `--pyroscope` and its options, checked; an error for options given without it. The
-    /// credentials' variables are then taken out of the environment: the command traced, and
-    /// any other process started, runs as the invoking user, who would read them in
-    /// /proc/PID/environ.
-    fn push_options(&self) -> Result<Option<PushOptions>, UsageError> {
-        let Some(url) = self.pyroscope.as_deref().filter(|url| !url.is_empty()) else {
-            for (option, given) in [
-                (
-                    "--pyroscope-credentials",
-                    self.pyroscope_credentials.is_some(),
-                ),
-                ("--push-interval", self.push_interval.is_some()),
-            ] {
-                if given {
-                    usage_bail!("{option} is for --pyroscope URL: give the URL too");
-                }
-            }
-            return Ok(None);
-        };
-        match (self.contended, self.stacks) {
-            (_, Some(Switch::Off)) => usage_bail!(
-                "--pyroscope pushes the call stacks of lock waits: leave out --stacks off"
+    /// `--pyroscope`, `--otlp` and their options, checked; an error for options given without
+    /// them. The credentials' variables are then taken out of the environment: the command
+    /// traced, and any other process started, runs as the invoking user, who would read them
+    /// in /proc/PID/environ.
+    fn push_options(&self) -> Result<Vec<PushOptions>, UsageError> {
+        fn given(url: Option<&str>) -> Option<&str> {
+            url.filter(|url| !url.is_empty())
+        }
+        let pushes: Vec<(Wire, &str, Option<&std::path::Path>)> = [
+            (
+                Wire::Pyroscope,
+                given(self.pyroscope.as_deref()),
+                self.pyroscope_credentials.as_deref(),
             ),
+            (
+                Wire::Otlp,
+                given(self.otlp.as_deref()),
+                self.otlp_credentials.as_deref(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(wire, url, credentials)| {
+            if url.is_none() && credentials.is_some() {
+                return Some(Err(wire));
+            }
+            Some(Ok((wire, url?, credentials)))
+        })
+        .collect::<Result<_, Wire>>()
+        .map_err(|wire| {
+            UsageError(format!(
+                "{}-credentials is for {} URL: give the URL too",
+                wire.option(),
+                wire.option()
+            ))
+        })?;
+        let Some(&(first, ..)) = pushes.first() else {
+            if self.push_interval.is_some() {
+                usage_bail!("--push-interval is for --pyroscope or --otlp URL: give a URL too");
+            }
+            return Ok(Vec::new());
+        };
+        let option = first.option();
+        match (self.contended, self.stacks) {
+            (_, Some(Switch::Off)) => {
+                usage_bail!("{option} pushes the call stacks of lock waits: leave out --stacks off")
+            }
             (false, None) => usage_bail!(
-                "--pyroscope pushes the call stacks of lock waits: add --contended (or --stacks on)"
+                "{option} pushes the call stacks of lock waits: add --contended (or --stacks on)"
             ),
             _ => {}
         }
         let interval = self.push_interval.unwrap_or(DEFAULT_PUSH_INTERVAL);
         if self.list_probes {
-            usage_bail!("--pyroscope traces: leave out --list-probes");
+            usage_bail!("{option} traces: leave out --list-probes");
         }
         if interval < Duration::from_secs(1) {
             usage_bail!(
@@ -616,16 +657,20 @@ impl Cli {
                 humantime::format_duration(interval)
             );
         }
-        let credentials = Credentials::load(self.pyroscope_credentials.as_deref())
-            .map_err(|error| UsageError(error.to_string()))?;
-        let endpoint =
-            Endpoint::new(url, credentials).map_err(|error| UsageError(error.to_string()))?;
+        let mut options = Vec::new();
+        for (wire, url, credentials) in pushes {
+            let credentials = Credentials::load(credentials, wire)
+                .map_err(|error| UsageError(error.to_string()))?;
+            let endpoint = Endpoint::new(url, credentials, wire)
+                .map_err(|error| UsageError(error.to_string()))?;
+            options.push(PushOptions { endpoint, interval });
+        }
         for variable in environment() {
             // SAFETY: the command line is read before the tracer starts a thread (the session's
             // runtime and workers come later), so nothing reads the environment meanwhile.
             unsafe { std::env::remove_var(variable) };
         }
-        Ok(Some(PushOptions { endpoint, interval }))
+        Ok(options)
     }
 }
 

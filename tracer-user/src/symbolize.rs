@@ -94,7 +94,7 @@ fn hex_option<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok
 }
 
 /// `4da092e8...`: bytes (a build-id) as hex digits.
-fn hex_digits(bytes: &[u8]) -> String {
+pub fn hex_digits(bytes: &[u8]) -> String {
     bytes.iter().fold(String::new(), |mut digits, byte| {
         let _ = write!(digits, "{byte:02x}");
         digits

@@ -7,8 +7,10 @@
 //! pkg-config (the installed library's test), babeltrace2 (which reads the CTF traces
 //! `convert` writes, in the tests), Go (whose `go tool pprof` reads the profiles `report
 //! --format pprof` writes, in the tests), libc6-dbg (glibc's separate debug information:
-//! reports name callers inside libc by line), and systemd's systemd-analyze (which verifies
-//! the agent's unit, in the tests; it runs without systemd running).
+//! reports name callers inside libc by line), systemd's systemd-analyze (which verifies
+//! the agent's unit, in the tests; it runs without systemd running), and a Python virtual
+//! environment with OpenTelemetry's `opentelemetry-proto` from PyPI (whose decoder reads the
+//! `--otlp` pushes, in the tests).
 
 use std::{path::Path, time::Instant};
 
@@ -47,10 +49,43 @@ pub fn ensure_prerequisites() -> Result<()> {
     if !missing.is_empty() {
         apt_install(&missing)?;
     }
+    ensure_otlp_python()?;
     eprintln!(
         "xtask: prerequisites present (checked in {:.1} s)",
         start.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Where the tests' Python with `opentelemetry-proto` is, below the workspace.
+const OTLP_PYTHON_ENV: &str = "target/otel-venv";
+
+/// Makes [`OTLP_PYTHON_ENV`] with `opentelemetry-proto` from PyPI, unless it imports already.
+fn ensure_otlp_python() -> Result<()> {
+    let venv = crate::shell::workspace_root().join(OTLP_PYTHON_ENV);
+    let python = venv.join("bin/python");
+    let imports = |python: &Path| {
+        succeeds(command(python).args([
+            "-c",
+            "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+        ]))
+    };
+    if imports(&python) {
+        return Ok(());
+    }
+    // Debian's python3 makes environments only with python3-venv (ensurepip).
+    if !succeeds(command("python3").args(["-c", "import ensurepip"])) {
+        apt_install(&["python3-venv"])?;
+    }
+    run(command("python3").args(["-m", "venv"]).arg(&venv))
+        .context("cannot make the tests' Python environment")?;
+    run(command(venv.join("bin/pip")).args(["install", "--quiet", "opentelemetry-proto"]))
+        .context("cannot install opentelemetry-proto from PyPI into the tests' Python")?;
+    if !imports(&python) {
+        bail!(
+            "opentelemetry-proto from PyPI has no profiles v1development: the --otlp tests need it"
+        );
+    }
     Ok(())
 }
 

@@ -99,6 +99,11 @@ impl Names {
         self.processes.get(&pid).map(String::as_str)
     }
 
+    /// The name of thread `lwpid`, if known.
+    pub fn thread(&self, lwpid: u32) -> Option<&str> {
+        self.threads.get(&lwpid).map(String::as_str)
+    }
+
     /// The cgroup of process `pid`, if known.
     pub fn cgroup(&self, pid: u32) -> Option<&ProcessCgroup> {
         self.cgroups.get(&pid)

@@ -1,8 +1,9 @@
-//! `--pyroscope URL`: continuous contention profiling. A sink that feeds the records into the
-//! report's analysis and, every `--push-interval`, cuts the interval's contended lock waits
-//! into one pprof profile per series, a service in a cgroup (the waiters' stacks, as Go's
-//! block profile: the same profile as `report --format pprof`), which [`delivery`] sends to
-//! Pyroscope's ingest API ([`ingest`]). The session's thread only hands records over; the
+//! `--pyroscope URL` and `--otlp URL`: continuous contention profiling. A sink that feeds the
+//! records into the report's analysis and, every `--push-interval`, cuts the interval's
+//! contended lock waits into profiles (the waiters' stacks, as Go's block profile: the same
+//! samples as `report --format pprof`), which [`delivery`] sends: to Pyroscope's ingest API,
+//! one pprof profile per series, a service in a cgroup ([`ingest`]); or to an OpenTelemetry
+//! endpoint, one OTLP request with a resource per process ([`otlp`]). The session's thread only hands records over; the
 //! profiles are made on a thread of their own (`pyroscope-profile`, which keeps the symbols
 //! and stacks) and sent from another, so that neither symbolizing nor a slow endpoint holds
 //! the drain. What is kept is bounded by what runs, not by how long: the analysis's
@@ -13,6 +14,7 @@
 mod credentials;
 mod delivery;
 mod ingest;
+mod otlp;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -30,10 +32,11 @@ use tracer_model::{
     stack::Stacks,
 };
 
-pub use self::credentials::{Credentials, URL_VARIABLE, environment};
+pub use self::credentials::{Credentials, OTLP_URL_VARIABLE, URL_VARIABLE, environment};
 use self::{
-    delivery::{Deliveries, Delivery},
+    delivery::{Deliveries, Delivery, Push},
     ingest::Ingest,
+    otlp::ProcessProfile,
 };
 use super::{
     pprof::{self, Labels, Span},
@@ -45,29 +48,67 @@ use crate::{
     symbolize::{Mapping, Symbols},
 };
 
+/// What a push speaks, and to what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// Pyroscope's ingest API: a pprof profile per series.
+    Pyroscope,
+    /// OpenTelemetry's profiles signal over HTTP (OTLP `v1development`): a request per push.
+    Otlp,
+}
+
+impl Wire {
+    /// The option that names its URL.
+    pub fn option(self) -> &'static str {
+        match self {
+            Wire::Pyroscope => "--pyroscope",
+            Wire::Otlp => "--otlp",
+        }
+    }
+
+    /// The path below the URL that takes profiles.
+    fn path(self) -> &'static str {
+        match self {
+            Wire::Pyroscope => "/ingest",
+            Wire::Otlp => otlp::PROFILES_PATH,
+        }
+    }
+
+    /// What it pushes to, in messages.
+    fn server(self) -> &'static str {
+        match self {
+            Wire::Pyroscope => "the Pyroscope server",
+            Wire::Otlp => "the OTLP endpoint",
+        }
+    }
+}
+
 /// Where profiles go, checked.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
     /// As the user gave it, for messages.
     pub url: String,
-    /// Its ingest API.
-    ingest: String,
+    pub wire: Wire,
+    /// Where profiles are posted: its ingest API, or its profiles path.
+    target: String,
     credentials: Credentials,
 }
 
 #[derive(Debug, Error)]
-#[error("--pyroscope {url}: {problem}")]
+#[error("{option} {url}: {problem}")]
 pub struct EndpointError {
+    option: &'static str,
     url: String,
-    problem: &'static str,
+    problem: String,
 }
 
 impl Endpoint {
-    /// The server at `url` (`http://host:4040`, or `https://…/prefix`).
-    pub fn new(url: &str, credentials: Credentials) -> Result<Endpoint, EndpointError> {
-        let refuse = |problem| EndpointError {
+    /// The server at `url` (`http://host:4040`, or `https://…/prefix`) that speaks `wire`.
+    pub fn new(url: &str, credentials: Credentials, wire: Wire) -> Result<Endpoint, EndpointError> {
+        let refuse = |problem: &str| EndpointError {
+            option: wire.option(),
             url: without_userinfo(url),
-            problem,
+            problem: problem.to_owned(),
         };
         let uri: ureq::http::Uri = url
             .parse()
@@ -78,20 +119,25 @@ impl Endpoint {
             ));
         }
         if uri.query().is_some() || url.contains('#') {
-            return Err(refuse(
-                "give the server's address without a query or fragment: the tracer adds /ingest \
-                 and its own query",
-            ));
+            return Err(refuse(&format!(
+                "give the server's address without a query or fragment: the tracer adds {}",
+                match wire {
+                    Wire::Pyroscope => "/ingest and its own query",
+                    Wire::Otlp => otlp::PROFILES_PATH,
+                }
+            )));
         }
         if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
-            return Err(refuse(
+            let (file, variables) = credentials::given_by(wire);
+            return Err(refuse(&format!(
                 "credentials do not go in the URL (messages and other users would see them): use \
-                 --pyroscope-credentials FILE or THRTRACE_PYROSCOPE_USER/PASSWORD/TOKEN",
-            ));
+                 {file} FILE or {variables}"
+            )));
         }
         Ok(Endpoint {
             url: url.to_owned(),
-            ingest: format!("{}/ingest", url.trim_end_matches('/')),
+            wire,
+            target: format!("{}{}", url.trim_end_matches('/'), wire.path()),
             credentials,
         })
     }
@@ -143,6 +189,7 @@ pub struct ContentionPush {
     /// Given to the profiler when the trace begins.
     options: Option<PushOptions>,
     url: String,
+    wire: Wire,
     profiler: Option<JoinHandle<Deliveries>>,
     /// The profiler thread ended before the trace did (a bug): records are no longer kept.
     profiler_failed: bool,
@@ -154,6 +201,7 @@ impl ContentionPush {
             shared: Arc::new(Mutex::new(Interval::new())),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             url: options.endpoint.url.clone(),
+            wire: options.endpoint.wire,
             options: Some(options),
             profiler: None,
             profiler_failed: false,
@@ -170,17 +218,19 @@ impl Sink for ContentionPush {
         let Some(options) = self.options.take() else {
             return Ok(());
         };
-        let delivery = Delivery::start(options.endpoint)?;
+        let delivery = Delivery::start(options.endpoint.clone())?;
         let (shared, stop) = (Arc::clone(&self.shared), Arc::clone(&self.stop));
         let profiler = std::thread::Builder::new()
-            .name("pyroscope-profile".into())
-            .spawn(move || Profiler::new(delivery).run(options.interval, &shared, &stop))?;
+            .name("push-profile".into())
+            .spawn(move || {
+                Profiler::new(delivery, options.endpoint.wire).run(options.interval, &shared, &stop)
+            })?;
         self.profiler = Some(profiler);
         Ok(())
     }
 
     fn destinations(&self) -> Vec<String> {
-        vec![format!("the Pyroscope server at {}", self.url)]
+        vec![format!("{} at {}", self.wire.server(), self.url)]
     }
 
     fn record(&mut self, record: &TraceRecord) -> io::Result<()> {
@@ -258,6 +308,7 @@ const RENEWED_EVERY: Duration = Duration::from_hours(1);
 /// The profiler thread's own state.
 struct Profiler {
     delivery: Delivery,
+    wire: Wire,
     symbols: Symbols,
     /// The live processes' mappings, to give new symbols.
     mappings: HashMap<u32, Vec<Mapping>>,
@@ -269,12 +320,13 @@ struct Profiler {
 }
 
 impl Profiler {
-    fn new(delivery: Delivery) -> Profiler {
+    fn new(delivery: Delivery, wire: Wire) -> Profiler {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_owned())
             .unwrap_or_default();
         Profiler {
             delivery,
+            wire,
             symbols: Symbols::new(),
             mappings: HashMap::new(),
             stacks: Stacks::default(),
@@ -358,8 +410,9 @@ impl Profiler {
         }
     }
 
-    /// Queues the profile of each series with contended lock waits in `locks`: the processes
-    /// of one service in one cgroup make one profile, as they make one series.
+    /// Queues the interval's profiles: for Pyroscope, one per series with contended lock
+    /// waits in `locks` (the processes of one service in one cgroup make one, as they make one
+    /// series); for OTLP, one request of every process that waited.
     fn push_interval(
         &mut self,
         locks: &[LockStats],
@@ -367,6 +420,35 @@ impl Profiler {
         from: SystemTime,
         until: SystemTime,
     ) {
+        let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let (start, end) = (seconds(from), seconds(until));
+        let span = Span {
+            start_ns: start.as_nanos() as i64,
+            duration_ns: end.saturating_sub(start).as_nanos() as i64,
+        };
+        if self.wire == Wire::Otlp {
+            let mut by_process: BTreeMap<u32, Vec<&LockStats>> = BTreeMap::new();
+            for lock in locks {
+                by_process.entry(lock.pid).or_default().push(lock);
+            }
+            let (symbols, stacks, kinds) = (&mut self.symbols, &self.stacks, &self.kinds);
+            let processes: Vec<ProcessProfile> = by_process
+                .into_iter()
+                .filter_map(|(pid, locks)| {
+                    let samples = contention_samples(locks, symbols, stacks, kinds, View::Waiters);
+                    (!samples.is_empty()).then(|| ProcessProfile {
+                        pid,
+                        service: service(pid, names),
+                        samples,
+                    })
+                })
+                .collect();
+            if !processes.is_empty() {
+                let request = otlp::encode(&processes, names, &self.symbols, span, &self.host);
+                self.delivery.push(Push::Otlp(request));
+            }
+            return;
+        }
         let mut by_series: BTreeMap<String, Vec<&LockStats>> = BTreeMap::new();
         for lock in locks {
             by_series
@@ -374,12 +456,6 @@ impl Profiler {
                 .or_default()
                 .push(lock);
         }
-        let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let (start, end) = (seconds(from), seconds(until));
-        let span = Span {
-            start_ns: start.as_nanos() as i64,
-            duration_ns: end.saturating_sub(start).as_nanos() as i64,
-        };
         for (name, locks) in by_series {
             let samples = contention_samples(
                 locks,
@@ -409,12 +485,12 @@ impl Profiler {
                     continue;
                 }
             };
-            self.delivery.push(Ingest {
+            self.delivery.push(Push::Pyroscope(Ingest {
                 name,
                 from: start.as_secs(),
                 until: end.as_secs().max(start.as_secs() + 1),
                 profile,
-            });
+            }));
         }
     }
 
@@ -422,11 +498,10 @@ impl Profiler {
     /// its pid, a thread or a lock (a fleet pays for each series, and ids make new ones all
     /// the time).
     fn series(&self, pid: u32, names: &pprof::Names) -> String {
-        let name = names
-            .process(pid)
-            .filter(|name| !name.is_empty())
-            .unwrap_or("unknown");
-        let mut labels = vec![("service_name", name), ("host", self.host.as_str())];
+        let mut labels = vec![
+            ("service_name", service(pid, names)),
+            ("host", self.host.as_str()),
+        ];
         // The root is no cgroup to tell a series by.
         if let Some(cgroup) = names.cgroup(pid).filter(|c| c.path != "/") {
             labels.push(("cgroup", cgroup.path.as_str()));
@@ -436,6 +511,15 @@ impl Profiler {
         }
         Ingest::series(&labels)
     }
+}
+
+/// The service process `pid` is: its command's name, as Pyroscope's own agents name a
+/// service, or `unknown`.
+fn service(pid: u32, names: &pprof::Names) -> &str {
+    names
+        .process(pid)
+        .filter(|name| !name.is_empty())
+        .unwrap_or("unknown")
 }
 
 /// The processes `events` say exited, and were not attached again after (a new process with
@@ -463,16 +547,21 @@ mod tests {
 
     #[test]
     fn an_endpoint_is_a_plain_http_url_and_its_ingest_is_below_it() {
-        let endpoint = |url: &str| Endpoint::new(url, Credentials::default());
+        let endpoint = |url: &str| Endpoint::new(url, Credentials::default(), Wire::Pyroscope);
         assert_eq!(
-            endpoint("http://127.0.0.1:4040").unwrap().ingest,
+            endpoint("http://127.0.0.1:4040").unwrap().target,
             "http://127.0.0.1:4040/ingest"
         );
         assert_eq!(
             endpoint("https://profiles.example.com/pyroscope/")
                 .unwrap()
-                .ingest,
+                .target,
             "https://profiles.example.com/pyroscope/ingest"
+        );
+        let otlp = Endpoint::new("http://collector:4318/", Credentials::default(), Wire::Otlp);
+        assert_eq!(
+            otlp.unwrap().target,
+            "http://collector:4318/v1development/profiles"
         );
         for (url, said) in [
             ("localhost:4040", "not a URL"),

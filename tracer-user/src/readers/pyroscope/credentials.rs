@@ -1,7 +1,7 @@
-//! What a push to Pyroscope authenticates with: a bearer token or a user and password (basic
-//! auth), and the tenant (`X-Scope-OrgID`) of a multi-tenant server. Read from a file
-//! (`--pyroscope-credentials`) or from the environment, never from the command line, where
-//! every user of the host can read them (`ps`).
+//! What a push authenticates with: a bearer token or a user and password (basic auth), and
+//! the tenant (`X-Scope-OrgID`) of a multi-tenant server (Grafana's). Read from a file
+//! (`--pyroscope-credentials`, `--otlp-credentials`) or from the environment, never from the
+//! command line, where every user of the host can read them (`ps`).
 
 use std::{
     fs,
@@ -13,21 +13,56 @@ use std::{
 use base64::Engine as _;
 use thiserror::Error;
 
+use super::Wire;
+
 /// The environment variable that gives `--pyroscope`'s URL.
 pub const URL_VARIABLE: &str = "THRTRACE_PYROSCOPE_URL";
+/// The one that gives `--otlp`'s.
+pub const OTLP_URL_VARIABLE: &str = "THRTRACE_OTLP_URL";
 
 /// The environment variables read when no file is given, each with the file's key it stands
-/// for.
-const CREDENTIAL_VARIABLES: [(&str, &str); 4] = [
-    ("THRTRACE_PYROSCOPE_TOKEN", "token"),
-    ("THRTRACE_PYROSCOPE_USER", "user"),
-    ("THRTRACE_PYROSCOPE_PASSWORD", "password"),
-    ("THRTRACE_PYROSCOPE_TENANT", "tenant"),
+/// for: Pyroscope's, then OTLP's.
+const CREDENTIAL_VARIABLES: [[(&str, &str); 4]; 2] = [
+    [
+        ("THRTRACE_PYROSCOPE_TOKEN", "token"),
+        ("THRTRACE_PYROSCOPE_USER", "user"),
+        ("THRTRACE_PYROSCOPE_PASSWORD", "password"),
+        ("THRTRACE_PYROSCOPE_TENANT", "tenant"),
+    ],
+    [
+        ("THRTRACE_OTLP_TOKEN", "token"),
+        ("THRTRACE_OTLP_USER", "user"),
+        ("THRTRACE_OTLP_PASSWORD", "password"),
+        ("THRTRACE_OTLP_TENANT", "tenant"),
+    ],
 ];
 
-/// Every variable the push reads, the URL's included.
+/// The credential variables of a push speaking `wire`.
+fn variables(wire: Wire) -> [(&'static str, &'static str); 4] {
+    match wire {
+        Wire::Pyroscope => CREDENTIAL_VARIABLES[0],
+        Wire::Otlp => CREDENTIAL_VARIABLES[1],
+    }
+}
+
+/// Where a push speaking `wire` takes its credentials from, for messages: the option that
+/// names a file, and the variables.
+pub fn given_by(wire: Wire) -> (String, String) {
+    let [(token, _), (user, _), (password, _), _] = variables(wire);
+    (
+        format!("{}-credentials", wire.option()),
+        format!("{user} and {password}, or {token}"),
+    )
+}
+
+/// Every variable the pushes read, the URLs' included.
 pub fn environment() -> impl Iterator<Item = &'static str> {
-    std::iter::once(URL_VARIABLE).chain(CREDENTIAL_VARIABLES.iter().map(|(variable, _)| *variable))
+    [URL_VARIABLE, OTLP_URL_VARIABLE].into_iter().chain(
+        CREDENTIAL_VARIABLES
+            .iter()
+            .flatten()
+            .map(|(variable, _)| *variable),
+    )
 }
 
 /// A credentials file larger than this is no credentials file.
@@ -74,8 +109,8 @@ impl Credentials {
     /// From `file` if given (the environment's are then refused, to leave no doubt which are
     /// used), else from the environment; none is fine (a server on the host, or behind a proxy
     /// that adds them).
-    pub fn load(file: Option<&Path>) -> Result<Credentials, CredentialsError> {
-        let from_env: Vec<(&str, &str, String)> = CREDENTIAL_VARIABLES
+    pub fn load(file: Option<&Path>, wire: Wire) -> Result<Credentials, CredentialsError> {
+        let from_env: Vec<(&str, &str, String)> = variables(wire)
             .into_iter()
             .filter_map(|(var, key)| Some((var, key, std::env::var(var).ok()?)))
             .filter(|(_, _, value)| !value.is_empty())

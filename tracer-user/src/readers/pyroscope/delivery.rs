@@ -8,6 +8,7 @@
 //! whatever the endpoint does; what is left is counted as not delivered.
 
 use std::{
+    io::Read as _,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -17,7 +18,89 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Endpoint, ingest::Ingest};
+use super::{Endpoint, ingest::Ingest, otlp};
+
+/// A push to make: a profile for Pyroscope's ingest API, or an OTLP request (protobuf).
+#[derive(Debug)]
+pub enum Push {
+    Pyroscope(Ingest),
+    Otlp(Vec<u8>),
+}
+
+impl Push {
+    /// Sends it to `endpoint` with `agent`, giving up after `timeout`.
+    fn send(
+        &self,
+        agent: &ureq::Agent,
+        endpoint: &Endpoint,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        let (mut request, body) = match self {
+            Push::Pyroscope(ingest) => ingest.request(agent, &endpoint.target),
+            Push::Otlp(request) => (
+                agent
+                    .post(&endpoint.target)
+                    .header("Content-Type", "application/x-protobuf"),
+                request.clone(),
+            ),
+        };
+        if let Some(authorization) = endpoint.credentials.authorization() {
+            request = request.header("Authorization", authorization);
+        }
+        if let Some(tenant) = endpoint.credentials.tenant() {
+            request = request.header("X-Scope-OrgID", tenant);
+        }
+        let mut response = request
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .send(&body[..])
+            .map_err(|error| Failure::Unreachable(error.to_string()))?;
+        let status = response.status();
+        // What the server says of it: its first bytes.
+        let mut said = Vec::new();
+        let _ = response
+            .body_mut()
+            .as_reader()
+            .take(512)
+            .read_to_end(&mut said);
+        if status.is_success() {
+            // An OTLP server that took the request may still have dropped some of it.
+            return match otlp::rejected(&said).filter(|_| matches!(self, Push::Otlp(_))) {
+                Some((profiles, why)) => Err(Failure::Refused(format!(
+                    "it rejected {profiles} profiles: {}",
+                    one_line(&why)
+                ))),
+                None => Ok(()),
+            };
+        }
+        let said = match response.headers().get("location") {
+            Some(location) => format!(
+                "it redirects to {}",
+                String::from_utf8_lossy(location.as_bytes())
+            ),
+            None => String::from_utf8_lossy(&said).into_owned(),
+        };
+        let why = match one_line(&said).as_str() {
+            "" => status.to_string(),
+            said => format!("{status}: {said}"),
+        };
+        match status.as_u16() {
+            408 | 429 | 500.. => Err(Failure::Unreachable(why)),
+            _ => Err(Failure::Refused(why)),
+        }
+    }
+}
+
+/// What a server said, as one short line of text.
+fn one_line(said: &str) -> String {
+    let line: String = said
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect();
+    line.trim().to_owned()
+}
 
 /// Profiles waiting to be sent: at the default interval, half an hour of an outage; at one
 /// profile a second, two minutes. What they can take is bounded by this times a profile's size.
@@ -42,7 +125,7 @@ pub struct Deliveries {
 
 /// The sending thread and its queue.
 pub struct Delivery {
-    queue: Option<SyncSender<Ingest>>,
+    queue: Option<SyncSender<Push>>,
     /// Profiles dropped on a full queue.
     dropped: u64,
     /// Set when the trace has ended: the thread then has [`DRAIN_AT_END`] left.
@@ -71,7 +154,7 @@ impl Delivery {
     }
 
     /// Queues `ingest`, or drops it if the queue is full.
-    pub fn push(&mut self, ingest: Ingest) {
+    pub fn push(&mut self, ingest: Push) {
         let Some(queue) = &self.queue else {
             return;
         };
@@ -115,7 +198,7 @@ impl Delivery {
 
 /// The thread: sends each profile queued, in order, until the queue is closed and empty, or
 /// [`DRAIN_AT_END`] after the trace has ended.
-fn send_all(endpoint: &Endpoint, profiles: &Receiver<Ingest>, ending: &AtomicBool) -> Deliveries {
+fn send_all(endpoint: &Endpoint, profiles: &Receiver<Push>, ending: &AtomicBool) -> Deliveries {
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)

@@ -5,10 +5,6 @@
 //! `sample_type_config` part that says what the values are: waits and nanoseconds waited per
 //! interval (summed, not cumulative as Go's runtime counts them), shown as a block profile.
 
-use std::{io::Read as _, time::Duration};
-
-use super::{Endpoint, delivery::Failure};
-
 /// The application name every profile is pushed under.
 pub const APPLICATION: &str = "thrtrace.contention";
 /// The multipart boundary; a profile part that holds it is sent with another.
@@ -68,65 +64,22 @@ impl Ingest {
         (body, format!("multipart/form-data; boundary={boundary}"))
     }
 
-    /// Sends it to `endpoint` with `agent`, giving up after `timeout`.
-    pub fn send(
+    /// Its request to `target` (the ingest API's URL) with `agent`, and the request's body.
+    pub fn request(
         &self,
         agent: &ureq::Agent,
-        endpoint: &Endpoint,
-        timeout: Duration,
-    ) -> Result<(), Failure> {
+        target: &str,
+    ) -> (ureq::RequestBuilder<ureq::typestate::WithBody>, Vec<u8>) {
         let (body, content_type) = self.body();
-        let mut request = agent
-            .post(&endpoint.ingest)
+        let request = agent
+            .post(target)
             .query("name", &self.name)
             .query("from", self.from.to_string())
             .query("until", self.until.to_string())
             .query("format", "pprof")
             .query("spyName", "thrtrace-bpf")
             .header("Content-Type", content_type);
-        if let Some(authorization) = endpoint.credentials.authorization() {
-            request = request.header("Authorization", authorization);
-        }
-        if let Some(tenant) = endpoint.credentials.tenant() {
-            request = request.header("X-Scope-OrgID", tenant);
-        }
-        let mut response = request
-            .config()
-            .timeout_global(Some(timeout))
-            .build()
-            .send(&body[..])
-            .map_err(|error| Failure::Unreachable(error.to_string()))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        // What the server says of it, in one short line: its first bytes, as text.
-        let mut said = Vec::new();
-        let _ = response
-            .body_mut()
-            .as_reader()
-            .take(512)
-            .read_to_end(&mut said);
-        let said = match response.headers().get("location") {
-            Some(location) => format!(
-                "it redirects to {}",
-                String::from_utf8_lossy(location.as_bytes())
-            ),
-            None => String::from_utf8_lossy(&said).into_owned(),
-        };
-        let said: String = said
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .take(200)
-            .collect();
-        let why = match said.trim() {
-            "" => status.to_string(),
-            said => format!("{status}: {said}"),
-        };
-        match status.as_u16() {
-            408 | 429 | 500.. => Err(Failure::Unreachable(why)),
-            _ => Err(Failure::Refused(why)),
-        }
+        (request, body)
     }
 }
 
