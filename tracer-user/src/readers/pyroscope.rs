@@ -513,13 +513,24 @@ impl Profiler {
     }
 }
 
-/// The service process `pid` is: its command's name, as Pyroscope's own agents name a
-/// service, or `unknown`.
+/// The service process `pid` is: the systemd unit its cgroup is (`mariadb` of
+/// `/system.slice/mariadb.service`), else its command's name, as Pyroscope's own agents name
+/// a service, else `unknown`.
 fn service(pid: u32, names: &pprof::Names) -> &str {
-    names
-        .process(pid)
-        .filter(|name| !name.is_empty())
+    let unit = names
+        .cgroup(pid)
+        .and_then(|cgroup| systemd_unit(&cgroup.path));
+    unit.or_else(|| names.process(pid).filter(|name| !name.is_empty()))
         .unwrap_or("unknown")
+}
+
+/// The systemd service a cgroup path is, or is below (a service's own sub-cgroups); not a
+/// user's service manager (`user@1000.service`), under which a desktop's apps run.
+fn systemd_unit(cgroup: &str) -> Option<&str> {
+    cgroup
+        .split('/')
+        .filter_map(|component| component.strip_suffix(".service"))
+        .rfind(|unit| !unit.is_empty() && !unit.starts_with("user@"))
 }
 
 /// The processes `events` say exited, and were not attached again after (a new process with
@@ -544,6 +555,27 @@ fn thread_exists(pid: u32, lwpid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_service_in_a_systemd_unit_is_named_by_the_unit() {
+        assert_eq!(
+            systemd_unit("/system.slice/mariadb.service"),
+            Some("mariadb")
+        );
+        assert_eq!(
+            systemd_unit("/system.slice/docker.service/payload"),
+            Some("docker")
+        );
+        assert_eq!(
+            systemd_unit("/user.slice/user-1000.slice/session-2.scope"),
+            None
+        );
+        assert_eq!(systemd_unit("/x/.service"), None);
+        let desktop = "/user.slice/user-1000.slice/user@1000.service/app.slice/app-x.scope";
+        assert_eq!(systemd_unit(desktop), None);
+        let user_service = "/user.slice/user-1000.slice/user@1000.service/app.slice/sync.service";
+        assert_eq!(systemd_unit(user_service), Some("sync"));
+    }
 
     #[test]
     fn an_endpoint_is_a_plain_http_url_and_its_ingest_is_below_it() {
