@@ -27,7 +27,7 @@ macro_rules! field {
 #[cfg(not(bpf_target_arch = "aarch64"))]
 mod registers {
     use super::{
-        ObjectRegister, ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
+        ProbeCookie, REGISTER_SLOTS, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
     };
 
     /// Where the instruction pointer is in the context (a syscall hook's, read by a helper).
@@ -91,8 +91,8 @@ mod registers {
     }
 
     /// Where each register an object may be in ([`ObjectRegister`], by its code) lies in the
-    /// context.
-    pub static REGISTER_OFFSETS: [usize; ObjectRegister::ALL.len()] = [
+    /// context; the first again, up to [`REGISTER_SLOTS`].
+    pub static REGISTER_OFFSETS: [usize; REGISTER_SLOTS] = [
         offset_of!(pt_regs, rdi),
         offset_of!(pt_regs, rbx),
         offset_of!(pt_regs, rbp),
@@ -108,6 +108,7 @@ mod registers {
         offset_of!(pt_regs, rcx),
         offset_of!(pt_regs, rdx),
         offset_of!(pt_regs, rsi),
+        offset_of!(pt_regs, rdi),
     ];
 
     /// The syscall's arguments in the kernel's `pt_regs`, as the x86-64 syscall ABI passes
@@ -133,7 +134,7 @@ mod registers {
 #[cfg(bpf_target_arch = "aarch64")]
 mod registers {
     use super::{
-        ObjectRegister, ProbeCookie, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
+        ProbeCookie, REGISTER_SLOTS, bpf_probe_read_kernel, offset_of, pt_regs, ptr, read_user_into,
     };
 
     /// The link register, `x30`.
@@ -221,8 +222,9 @@ mod registers {
 
     /// Where each register an object may be in ([`ObjectRegister`], by its code) lies in the
     /// context. The codes name arm64's registers as they name x86-64's by use: 0 the first
-    /// argument (`x0`), 1 to 10 those a call keeps (`x19` to `x28`), 11 to 14 `x1` to `x4`.
-    pub static REGISTER_OFFSETS: [usize; ObjectRegister::ALL.len()] = {
+    /// argument (`x0`), 1 to 10 those a call keeps (`x19` to `x28`), 11 to 14 `x1` to `x4`;
+    /// the first again, up to [`REGISTER_SLOTS`].
+    pub static REGISTER_OFFSETS: [usize; REGISTER_SLOTS] = {
         const fn x(n: usize) -> usize {
             offset_of!(pt_regs, regs) + 8 * n
         }
@@ -242,6 +244,7 @@ mod registers {
             x(2),
             x(3),
             x(4),
+            x(0),
         ]
     };
 
@@ -266,6 +269,12 @@ mod registers {
 }
 
 pub use registers::*;
+
+/// The entries of [`REGISTER_OFFSETS`]: a power of two at or above the registers' count, so
+/// that the index, taken modulo it, is bounded as the verifier sees it (modulo 15, the
+/// verifiers of Linux 6.1 and 6.12 allowed an index of 15: a read past the table, refused).
+const REGISTER_SLOTS: usize = 16;
+const _: () = assert!(ObjectRegister::ALL.len() <= REGISTER_SLOTS);
 
 /// A power of two above every register's offset in the context, which bounds an offset read
 /// at run time.
