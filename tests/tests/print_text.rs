@@ -271,8 +271,12 @@ fn a_short_run_printed_alone_has_its_facts_before_its_calls() {
             .position(|l| l.lwpid != 0 && !l.call.starts_with("---"))
             .unwrap();
         assert!(attach < first_call, "run {run}: {}", printed.stdout);
+        // Its cgroup, then its mappings.
         assert!(
-            lines[attach + 1].call.starts_with("--- thrtrace_mapping "),
+            lines[attach + 1]
+                .call
+                .starts_with("--- thrtrace_process_cgroup path=\"/")
+                && lines[attach + 2].call.starts_with("--- thrtrace_mapping "),
             "run {run}: {}",
             printed.stdout
         );
