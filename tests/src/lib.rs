@@ -847,6 +847,22 @@ pub fn system_events(events: &[Event]) -> Vec<SystemEvent> {
         .collect()
 }
 
+/// The service a profile push names a workload that a test launches under the tracer: the
+/// systemd service the test itself runs in (a CI runner's), which the workload inherits, else
+/// the workload's command. As `docs/agent.md` says a service is named.
+pub fn pushed_service(command: &str) -> String {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let unit = cgroups
+        .lines()
+        .filter_map(|line| line.strip_prefix("0::"))
+        .flat_map(|path| path.split('/'))
+        .filter_map(|component| component.strip_suffix(".service"))
+        .filter(|unit| !unit.starts_with("user@"))
+        .map(|unit| unit.split_once('@').map_or(unit, |(template, _)| template))
+        .rfind(|unit| !unit.is_empty());
+    unit.unwrap_or(command).to_owned()
+}
+
 /// A trace name no other test uses.
 pub fn unique_name(label: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

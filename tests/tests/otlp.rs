@@ -7,12 +7,13 @@ use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::mpsc::Receiver,
+    time::Duration,
 };
 
 use serde_json::Value;
 use thrtrace_tests::{
-    Run, TempDir, bpf_available, lines_as_they_come, prerequisite, report_json, tracer,
-    workload_arg, workspace_root,
+    Run, TempDir, bpf_available, lines_as_they_come, prerequisite, pushed_service, report_json,
+    tracer, workload_arg, workspace_root,
 };
 
 /// The Python that has `opentelemetry-proto` (`cargo xtask setup` makes it).
@@ -48,11 +49,20 @@ impl OtlpReceiver {
         Some(OtlpReceiver { child, lines, url })
     }
 
-    /// The requests it has told of.
-    fn requests(&self) -> Vec<Value> {
-        self.lines
-            .try_iter()
-            .map(|line| serde_json::from_str(&line).unwrap())
+    /// The requests it has told of, once it has told of `at_least` (its lines may come after
+    /// the tracer has ended: they are read on a thread of their own).
+    fn requests(&self, at_least: usize) -> Vec<Value> {
+        let mut lines: Vec<String> = Vec::new();
+        while lines.len() < at_least {
+            match self.lines.recv_timeout(Duration::from_secs(10)) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
+        lines.extend(self.lines.try_iter());
+        lines
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap())
             .collect()
     }
 }
@@ -91,7 +101,7 @@ fn each_push_decodes_with_the_official_package_and_holds_the_workloads_waits() {
     };
     let (run, dir) = traced(&receiver, &[], "3");
     assert!(run.status.success(), "{run:?}");
-    let requests = receiver.requests();
+    let requests = receiver.requests(1);
     // One interval: the trace is shorter than the default 15 s.
     assert_eq!(requests.len(), 1, "{requests:?}\n{}", run.stderr);
     let request = &requests[0];
@@ -102,7 +112,11 @@ fn each_push_decodes_with_the_official_package_and_holds_the_workloads_waits() {
     assert_eq!(resources.len(), 1, "{request:#}");
     let attributes = &resources[0]["attributes"];
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
-    assert_eq!(attributes["service.name"], "contention", "{attributes}");
+    assert_eq!(
+        attributes["service.name"],
+        pushed_service("contention").as_str(),
+        "{attributes}"
+    );
     assert_eq!(attributes["process.executable.name"], "contention");
     assert_eq!(attributes["host.name"], host.trim());
     assert!(
@@ -172,5 +186,5 @@ fn a_receiver_that_refuses_is_said_once_with_its_reason() {
     assert!(run.status.success(), "{run:?}");
     let said = "refused a contention profile: 400 Bad Request: profiles are not accepted here";
     assert_eq!(run.stderr.matches(said).count(), 1, "{}", run.stderr);
-    assert!(receiver.requests().len() > 1, "{}", run.stderr);
+    assert!(receiver.requests(2).len() > 1, "{}", run.stderr);
 }

@@ -22,7 +22,7 @@ use thrtrace_tests::{
     Run, TempDir, bpf_available,
     ingest::{IngestServer, Request},
     pprof::{RawProfile, pprof_raw_of},
-    prerequisite, read_line, run_tracer, tracer, workload_arg,
+    prerequisite, pushed_service, read_line, run_tracer, tracer, workload_arg,
 };
 
 /// How long the soak traces, when the endpoint goes down and for how long, and when memory is
@@ -140,7 +140,7 @@ fn every_interval_is_pushed_through_an_outage_with_flat_memory() {
     // Every interval of the trace, once, one after the other: none lost to the outage.
     let mut spans: Vec<(u64, u64)> = requests
         .iter()
-        .map(|request| checked_ingest(request, "contention"))
+        .map(|request| checked_ingest(request, &pushed_service("contention")))
         .collect();
     spans.sort_unstable();
     for pair in spans.windows(2) {
@@ -446,7 +446,7 @@ fn many_locks_make_no_label_with_many_values() {
 
     let mut files = Vec::new();
     for (n, request) in server.requests().iter().enumerate() {
-        checked_ingest(request, "stack_load");
+        checked_ingest(request, &pushed_service("stack_load"));
         let name = format!("push-{n}.pb.gz");
         fs::write(dir.path().join(&name), &request.parts()[0].content).unwrap();
         files.push(name);

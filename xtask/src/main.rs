@@ -114,7 +114,9 @@ impl clap::ValueEnum for arch::Arch {
 
 fn main() {
     let result = match Cli::parse().command {
-        Task::Setup => setup::ensure_prerequisites().and_then(|()| setup::use_the_project_hooks()),
+        Task::Setup => setup::ensure_prerequisites()
+            .and_then(|()| setup::ensure_otlp_python())
+            .and_then(|()| setup::use_the_project_hooks()),
         Task::Demo => demo::run_demo(),
         Task::Test => test::run_all(kernels::Coverage::Kernel),
         Task::Bench {

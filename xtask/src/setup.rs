@@ -10,7 +10,7 @@
 //! reports name callers inside libc by line), systemd's systemd-analyze (which verifies
 //! the agent's unit, in the tests; it runs without systemd running), and a Python virtual
 //! environment with OpenTelemetry's `opentelemetry-proto` from PyPI (whose decoder reads the
-//! `--otlp` pushes, in the tests).
+//! `--otlp` pushes, in the tests: made by `setup` and `test` alone).
 
 use std::{path::Path, time::Instant};
 
@@ -49,7 +49,6 @@ pub fn ensure_prerequisites() -> Result<()> {
     if !missing.is_empty() {
         apt_install(&missing)?;
     }
-    ensure_otlp_python()?;
     eprintln!(
         "xtask: prerequisites present (checked in {:.1} s)",
         start.elapsed().as_secs_f64()
@@ -60,14 +59,20 @@ pub fn ensure_prerequisites() -> Result<()> {
 /// Where the tests' Python with `opentelemetry-proto` is, below the workspace.
 const OTLP_PYTHON_ENV: &str = "target/otel-venv";
 
-/// Makes [`OTLP_PYTHON_ENV`] with `opentelemetry-proto` from PyPI, unless it imports already.
-fn ensure_otlp_python() -> Result<()> {
+/// The release of `opentelemetry-proto` whose profiles messages the `--otlp` push speaks (the
+/// dictionary of stacks at the request's level).
+const OTLP_PROTO_RELEASE: &str = "opentelemetry-proto==1.45.2";
+
+/// Makes [`OTLP_PYTHON_ENV`] with [`OTLP_PROTO_RELEASE`] from PyPI, for the tests alone (the
+/// other tasks need no network), unless it has it already.
+pub fn ensure_otlp_python() -> Result<()> {
     let venv = crate::shell::workspace_root().join(OTLP_PYTHON_ENV);
     let python = venv.join("bin/python");
     let imports = |python: &Path| {
         succeeds(command(python).args([
             "-c",
-            "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+            "from opentelemetry.proto.profiles.v1development.profiles_pb2 import Stack\n\
+             from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2",
         ]))
     };
     if imports(&python) {
@@ -79,7 +84,7 @@ fn ensure_otlp_python() -> Result<()> {
     }
     run(command("python3").args(["-m", "venv"]).arg(&venv))
         .context("cannot make the tests' Python environment")?;
-    run(command(venv.join("bin/pip")).args(["install", "--quiet", "opentelemetry-proto"]))
+    run(command(venv.join("bin/pip")).args(["install", "--quiet", OTLP_PROTO_RELEASE]))
         .context("cannot install opentelemetry-proto from PyPI into the tests' Python")?;
     if !imports(&python) {
         bail!(

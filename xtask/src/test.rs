@@ -62,6 +62,7 @@ pub fn run_all(coverage: Coverage) -> Result<()> {
 fn run_phases(phases: &mut Phases, counts: &mut Counts, coverage: Coverage) -> Result<()> {
     phases.time("prerequisites", || {
         setup::ensure_prerequisites()?;
+        setup::ensure_otlp_python()?;
         c_libraries::ensure(Arch::HOST)
     })?;
     phases.time("fmt", || {

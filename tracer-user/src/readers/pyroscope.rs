@@ -4,7 +4,7 @@
 //! samples as `report --format pprof`), which [`delivery`] sends: to Pyroscope's ingest API,
 //! one pprof profile per series, a service in a cgroup ([`ingest`]); or to an OpenTelemetry
 //! endpoint, one OTLP request with a resource per process ([`otlp`]). The session's thread only hands records over; the
-//! profiles are made on a thread of their own (`pyroscope-profile`, which keeps the symbols
+//! profiles are made on a thread of their own (`push-profile`, which keeps the symbols
 //! and stacks) and sent from another, so that neither symbolizing nor a slow endpoint holds
 //! the drain. What is kept is bounded by what runs, not by how long: the analysis's
 //! statistics begin again at each cut; a process's stacks, mappings, names and labels are
@@ -524,13 +524,17 @@ fn service(pid: u32, names: &pprof::Names) -> &str {
         .unwrap_or("unknown")
 }
 
-/// The systemd service a cgroup path is, or is below (a service's own sub-cgroups); not a
-/// user's service manager (`user@1000.service`), under which a desktop's apps run.
+/// The systemd service a cgroup path is, or is below (a service's own sub-cgroups), without
+/// its instance (`getty` of `getty@tty1.service`: an instance per launch would be a series
+/// per launch); not a user's service manager (`user@1000.service`), under which a desktop's
+/// apps run.
 fn systemd_unit(cgroup: &str) -> Option<&str> {
     cgroup
         .split('/')
         .filter_map(|component| component.strip_suffix(".service"))
-        .rfind(|unit| !unit.is_empty() && !unit.starts_with("user@"))
+        .filter(|unit| !unit.starts_with("user@"))
+        .map(|unit| unit.split_once('@').map_or(unit, |(template, _)| template))
+        .rfind(|unit| !unit.is_empty())
 }
 
 /// The processes `events` say exited, and were not attached again after (a new process with
@@ -575,6 +579,8 @@ mod tests {
         assert_eq!(systemd_unit(desktop), None);
         let user_service = "/user.slice/user-1000.slice/user@1000.service/app.slice/sync.service";
         assert_eq!(systemd_unit(user_service), Some("sync"));
+        let instance = "/user.slice/user-1000.slice/user@1000.service/app.slice/app-k@3f9a.service";
+        assert_eq!(systemd_unit(instance), Some("app-k"));
     }
 
     #[test]

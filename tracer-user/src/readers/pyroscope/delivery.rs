@@ -1,4 +1,4 @@
-//! Sends profiles to Pyroscope's ingest API from a thread of its own, so that the trace never
+//! Sends profiles to Pyroscope's ingest API or an OTLP endpoint from a thread of its own, so that the trace never
 //! waits for the network: the profiler hands each one to a bounded queue (a profile that finds
 //! it full is dropped and counted), and the thread sends them in order, retrying one that did
 //! not arrive with a growing pause until the endpoint answers again. An outage is said once,
@@ -57,12 +57,17 @@ impl Push {
             .send(&body[..])
             .map_err(|error| Failure::Unreachable(error.to_string()))?;
         let status = response.status();
-        // What the server says of it: its first bytes.
+        // What the server says of it: its first bytes (an OTLP answer is protobuf, read whole
+        // up to a bound).
+        let most = match self {
+            Push::Pyroscope(_) => 512,
+            Push::Otlp(_) => 64 << 10,
+        };
         let mut said = Vec::new();
         let _ = response
             .body_mut()
             .as_reader()
-            .take(512)
+            .take(most)
             .read_to_end(&mut said);
         if status.is_success() {
             // An OTLP server that took the request may still have dropped some of it.
@@ -74,22 +79,37 @@ impl Push {
                 None => Ok(()),
             };
         }
-        let said = match response.headers().get("location") {
-            Some(location) => format!(
+        let said = match (response.headers().get("location"), self) {
+            (Some(location), _) => format!(
                 "it redirects to {}",
                 String::from_utf8_lossy(location.as_bytes())
             ),
-            None => String::from_utf8_lossy(&said).into_owned(),
+            (None, Push::Otlp(_)) if response_is_protobuf(&response) => {
+                otlp::refusal(&said).unwrap_or_default()
+            }
+            (None, _) => String::from_utf8_lossy(&said).into_owned(),
         };
         let why = match one_line(&said).as_str() {
             "" => status.to_string(),
             said => format!("{status}: {said}"),
         };
-        match status.as_u16() {
-            408 | 429 | 500.. => Err(Failure::Unreachable(why)),
-            _ => Err(Failure::Refused(why)),
+        let retried = match self {
+            Push::Pyroscope(_) => matches!(status.as_u16(), 408 | 429 | 500..),
+            Push::Otlp(_) => otlp::retried(status.as_u16()),
+        };
+        match retried {
+            true => Err(Failure::Unreachable(why)),
+            false => Err(Failure::Refused(why)),
         }
     }
+}
+
+/// Whether an answer's body is protobuf, as OTLP/HTTP servers answer.
+fn response_is_protobuf(response: &ureq::http::Response<ureq::Body>) -> bool {
+    response
+        .headers()
+        .get("content-type")
+        .is_some_and(|kind| kind.as_bytes().starts_with(b"application/x-protobuf"))
 }
 
 /// What a server said, as one short line of text.
@@ -141,7 +161,7 @@ impl Delivery {
         let thread = {
             let ending = Arc::clone(&ending);
             std::thread::Builder::new()
-                .name("pyroscope-push".into())
+                .name("push-send".into())
                 .spawn(move || send_all(&endpoint, &profiles, &ending))?
         };
         Ok(Delivery {
@@ -294,8 +314,10 @@ fn pause_unless_ending(pause: Duration, ending: &AtomicBool) {
 
 /// Why a send failed.
 pub enum Failure {
-    /// The server answered no (3xx, or 4xx but 408 and 429): this profile will never be taken.
+    /// The server answered no (3xx, or a 4xx or 5xx its protocol does not send again: for
+    /// Pyroscope, 4xx but 408 and 429; for OTLP, all but 429, 502, 503 and 504): this
+    /// profile will never be taken.
     Refused(String),
-    /// No answer, or one that says to come back (5xx, 408, 429): try again.
+    /// No answer, or one that says to come back: try again.
     Unreachable(String),
 }

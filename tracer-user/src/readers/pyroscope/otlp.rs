@@ -22,6 +22,9 @@ use crate::symbolize::{Location, Symbols, hex_digits};
 /// The path below the endpoint's URL that takes profiles.
 pub const PROFILES_PATH: &str = "/v1development/profiles";
 
+/// What tells a sample from another: its stack and its attributes (table indices).
+type SampleKey = (i32, Vec<i32>);
+
 /// A process's samples and what its resource says of it.
 pub struct ProcessProfile<'a> {
     pub pid: u32,
@@ -48,8 +51,10 @@ pub fn encode(
         .collect();
     let mut resource_profiles = Vec::new();
     for process in processes {
-        // Per sample: its stack, attributes, and the two values.
-        let mut samples: Vec<(i32, Vec<i32>, [i64; 2])> = Vec::new();
+        // Per sample, its stack and attributes, and the two values: threads of one name with
+        // one stack are one sample, as the format asks.
+        let mut samples: Vec<(SampleKey, [i64; 2])> = Vec::new();
+        let mut sample_of: HashMap<SampleKey, usize> = HashMap::new();
         for lock in &process.samples {
             let kind = lock.lock.kind.name();
             let kind_attribute = builder.attribute("thrtrace.lock.kind", kind);
@@ -67,8 +72,14 @@ pub fn encode(
                     if let Some(name) = names.thread(*lwpid) {
                         attributes.push(builder.attribute("thread.name", name));
                     }
-                    let values = [waits.count as i64, waits.wait_total_ns as i64];
-                    samples.push((stack, attributes, values));
+                    let at = *sample_of
+                        .entry((stack, attributes))
+                        .or_insert_with_key(|key| {
+                            samples.push((key.clone(), [0; 2]));
+                            samples.len() - 1
+                        });
+                    samples[at].1[0] += waits.count as i64;
+                    samples[at].1[1] += waits.wait_total_ns as i64;
                 }
             }
         }
@@ -79,7 +90,7 @@ pub fn encode(
                 sample_type: Some(value_type.clone()),
                 samples: samples
                     .iter()
-                    .map(|(stack, attributes, values)| proto::Sample {
+                    .map(|((stack, attributes), values)| proto::Sample {
                         stack_index: *stack,
                         attribute_indices: attributes.clone(),
                         values: vec![values[n]],
@@ -108,12 +119,23 @@ pub fn encode(
     .encode_to_vec()
 }
 
-/// What a server's answer says it rejected, if it says so: `(profiles, why)`.
+/// What a server's answer to a request it took says it rejected of it, if anything:
+/// `(profiles, why)` (a message alone is a warning, the request whole).
 pub fn rejected(answer: &[u8]) -> Option<(i64, String)> {
     let response = proto::ExportProfilesServiceResponse::decode(answer).ok()?;
     let partial = response.partial_success?;
-    (partial.rejected_profiles > 0 || !partial.error_message.is_empty())
-        .then_some((partial.rejected_profiles, partial.error_message))
+    (partial.rejected_profiles > 0).then_some((partial.rejected_profiles, partial.error_message))
+}
+
+/// Why a server refused a request, from its answer (a `google.rpc.Status`), if it says.
+pub fn refusal(answer: &[u8]) -> Option<String> {
+    let status = proto::Status::decode(answer).ok()?;
+    Some(status.message).filter(|message| !message.is_empty())
+}
+
+/// Whether a request answered `status` may be sent again: OTLP/HTTP retries only these.
+pub fn retried(status: u16) -> bool {
+    matches!(status, 429 | 502 | 503 | 504)
 }
 
 /// The resource of `process`: OpenTelemetry's attributes for a process, and its host's and
@@ -179,6 +201,10 @@ impl Builder {
                 mapping_table: vec![proto::Mapping::default()],
                 location_table: vec![proto::Location::default()],
                 function_table: vec![proto::Function::default()],
+                link_table: vec![proto::Link {
+                    trace_id: vec![0; 16],
+                    span_id: vec![0; 8],
+                }],
                 string_table: Vec::new(),
                 attribute_table: vec![KeyValueAndUnit::default()],
                 stack_table: vec![proto::Stack::default()],

@@ -41,12 +41,31 @@ pub struct ProfilesDictionary {
     pub location_table: Vec<Location>,
     #[prost(message, repeated, tag = "3")]
     pub function_table: Vec<Function>,
+    /// Only its zero value: no sample links to a trace.
+    #[prost(message, repeated, tag = "4")]
+    pub link_table: Vec<Link>,
     #[prost(string, repeated, tag = "5")]
     pub string_table: Vec<String>,
     #[prost(message, repeated, tag = "6")]
     pub attribute_table: Vec<KeyValueAndUnit>,
     #[prost(message, repeated, tag = "7")]
     pub stack_table: Vec<Stack>,
+}
+
+/// A sample's trace and span (none here: its zero value, ids of zeros).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Link {
+    #[prost(bytes = "vec", tag = "1")]
+    pub trace_id: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub span_id: Vec<u8>,
+}
+
+/// What a server says of a request it refused (`google.rpc.Status`), its message alone.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Status {
+    #[prost(string, tag = "2")]
+    pub message: String,
 }
 
 /// A process, as OpenTelemetry's resource attributes name it, and its profiles.
