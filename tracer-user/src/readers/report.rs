@@ -417,11 +417,11 @@ struct CgroupRow {
 }
 
 impl CgroupRow {
-    /// The rows of the processes `analysis` saw, with their locks of the kinds `args` shows,
-    /// most time waited on locks first.
-    fn all(analysis: &Analysis, args: &ReportArgs) -> Vec<CgroupRow> {
+    /// The rows of the processes `analysis` saw, with their `threads` (the report's rows of
+    /// them) and their locks of the kinds `args` shows, most time waited on locks first.
+    fn all(analysis: &Analysis, threads: &[ThreadRow], args: &ReportArgs) -> Vec<CgroupRow> {
         let mut rows = BTreeMap::new();
-        for thread in analysis.threads() {
+        for thread in threads {
             CgroupRow::of(&mut rows, analysis, thread.pid).threads += 1;
         }
         let shown = analysis
@@ -595,7 +595,7 @@ impl Report {
                 .collect()
         };
         let (locks, idle_waits) = (rows(locks), rows(idle));
-        let threads = analysis
+        let threads: Vec<ThreadRow> = analysis
             .threads()
             .into_iter()
             .map(|t| ThreadRow {
@@ -687,6 +687,7 @@ impl Report {
                     .collect(),
             })
             .collect();
+        let cgroups = CgroupRow::all(analysis, &threads, args);
         Report {
             callers_known,
             contended_only: analysis.contended_only,
@@ -696,7 +697,7 @@ impl Report {
             duration_ns: analysis
                 .first_ns
                 .map_or(0, |first| (analysis.last_ns - first).max(0) as u64),
-            cgroups: CgroupRow::all(analysis, args),
+            cgroups,
             locks,
             idle_waits,
             threads,

@@ -8,6 +8,7 @@
 //! whatever the endpoint does; what is left is counted as not delivered.
 
 use std::{
+    borrow::Cow,
     io::Read as _,
     sync::{
         Arc,
@@ -35,13 +36,17 @@ impl Push {
         endpoint: &Endpoint,
         timeout: Duration,
     ) -> Result<(), Failure> {
+        // A retry sends an OTLP request as it is, without a copy.
         let (mut request, body) = match self {
-            Push::Pyroscope(ingest) => ingest.request(agent, &endpoint.target),
+            Push::Pyroscope(ingest) => {
+                let (request, body) = ingest.request(agent, &endpoint.target);
+                (request, Cow::Owned(body))
+            }
             Push::Otlp(request) => (
                 agent
                     .post(&endpoint.target)
                     .header("Content-Type", "application/x-protobuf"),
-                request.clone(),
+                Cow::Borrowed(request.as_slice()),
             ),
         };
         if let Some(authorization) = endpoint.credentials.authorization() {
