@@ -60,6 +60,9 @@ pub const NEVER_RETURN: [&str; 6] = [
     "__chk_fail",
 ];
 
+/// glibc's byte that says whether the process has only ever had one thread ([`Processes`]).
+pub const SINGLE_THREADED_FLAG: &str = "__libc_single_threaded";
+
 /// How many instructions of a function are walked at most (glibc's mutex lock is about 700).
 const MAX_INSTRUCTIONS: usize = 4096;
 /// How many instructions a tail has at most, on any way through it.
@@ -82,6 +85,21 @@ pub struct Site {
     /// The code the site lies in, when that is not the function's own but code it jumps to,
     /// which the library's other functions call too.
     pub shared_code: Option<SharedCode>,
+    /// The processes it is for.
+    pub processes: Processes,
+}
+
+/// Which processes a site of a plan is for. glibc takes ways of its own while a process has
+/// one thread, and never again once it has had a second (`__libc_single_threaded`); a
+/// completion there is on the branch to that way in a process with one thread, where its
+/// probe is emulated, and on the way itself in the others, which never pass it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Processes {
+    Every,
+    /// A process that has one thread: its own probes, dropped once it has a second.
+    SingleThreaded,
+    /// A process that has had a second thread, and every process through shared probes.
+    Threaded,
 }
 
 /// Code a function only jumps to ([`only_jumps_to`]), as far as its plan walked it.
@@ -237,6 +255,10 @@ pub struct Library {
     /// it): a completion of a normal mutex's call, or of an unlock whose type a register
     /// holds, then needs no copy of the object ([`Completion::object_from_rax`]).
     pub mutex_kind_offset: Option<i64>,
+    /// Where glibc's `__libc_single_threaded` is, as the code addresses it (its address
+    /// relative to the code's file offsets): a branch on it is planned both ways
+    /// ([`Processes`]).
+    pub single_threaded_flag: Option<u64>,
 }
 
 /// The plan of `event`'s function at `entry` (`size` bytes) in `image` (a library's bytes at
@@ -268,9 +290,9 @@ pub fn plan(
     for _ in 0..MAX_REVISIONS {
         match walk.follow(&mut planned)? {
             None => {
-                walk.complete_past_checks(&mut planned);
+                let processes = walk.complete_past_checks(&mut planned, &tails);
                 walk.complete_where_emulated(&mut planned, &tails);
-                return walk.sites(&planned);
+                return walk.sites(&planned, &processes);
             }
             Some(revision) => walk.revise(&mut planned, revision)?,
         }
@@ -302,6 +324,7 @@ pub fn whole_at_entry(
         object_register: ObjectRegister::Rdi,
         role: Role::Completes(Completion::always(outcome)),
         shared_code: None,
+        processes: Processes::Every,
     }])
 }
 
@@ -340,6 +363,8 @@ struct Walk {
     errno_matters: bool,
     /// The call's object is a glibc mutex, whose type is this many bytes into it.
     mutex_kind_offset: Option<i64>,
+    /// [`Library::single_threaded_flag`].
+    single_threaded_flag: Option<u64>,
     /// The call's records read nothing of the mutex but its lock word and its type: where
     /// the type is not proved, a register that holds it serves ([`Completion::type_register`]).
     type_from_register: bool,
@@ -500,6 +525,7 @@ impl Walk {
             shared_code,
             errno_matters,
             mutex_kind_offset: None,
+            single_threaded_flag: library.single_threaded_flag,
             type_from_register: false,
             nodes,
             predecessors,
@@ -984,7 +1010,11 @@ impl Walk {
     }
 
     /// The probes of a proved plan.
-    fn sites(&self, planned: &HashMap<u64, Planned>) -> Result<Vec<Site>, String> {
+    fn sites(
+        &self,
+        planned: &HashMap<u64, Planned>,
+        processes: &HashMap<u64, Processes>,
+    ) -> Result<Vec<Site>, String> {
         let kind_facts = self
             .mutex_kind_offset
             .map(|offset| self.kind_facts(offset))
@@ -1081,6 +1111,7 @@ impl Walk {
                 object_register,
                 role,
                 shared_code: self.shared_code.filter(|_| !self.own.contains(&ip)),
+                processes: processes.get(&ip).copied().unwrap_or(Processes::Every),
             });
         }
         Ok(sites)
@@ -1218,27 +1249,70 @@ impl Walk {
     /// lock's type, whether the process has threads) and opens nothing onto the first
     /// instruction of the way it completes, where only that branch leads: the calls that go
     /// on pass no probe there.
-    fn complete_past_checks(&self, planned: &mut HashMap<u64, Planned>) {
-        let moves: Vec<(u64, u64)> = planned
+    ///
+    /// A branch on glibc's `__libc_single_threaded` into a way the kernel single-steps to its
+    /// `ret` (the single-threaded unlock stores the lock word and returns) is planned both
+    /// ways: the completion on the branch, emulated, for processes that have one thread, which
+    /// take that way on every call; moved, for the others, which never take it and so pass no
+    /// probe ([`Processes`]). Returns which sites are for which processes, where not all.
+    fn complete_past_checks(
+        &self,
+        planned: &mut HashMap<u64, Planned>,
+        tails: &HashMap<u64, Tail>,
+    ) -> HashMap<u64, Processes> {
+        let moves: Vec<(u64, u64, bool)> = planned
             .iter()
             .filter_map(|(&ip, p)| match *p {
                 Planned::Completes {
                     into: Some(into),
                     opens_otherwise: false,
+                    outcome,
                     ..
                 } if self.atomic_before(ip).is_none()
                     && self.predecessors.get(&into) == Some(&1)
                     && !planned.contains_key(&into)
                     && self.nodes.get(&into).is_some_and(|n| n.probed_by_kernel) =>
                 {
-                    Some((ip, into))
+                    let both_ways = self.tests_single_threaded_flag(ip)
+                        && !self.emulated_from(into, outcome, planned, tails);
+                    Some((ip, into, both_ways))
                 }
                 _ => None,
             })
             .collect();
-        for (ip, into) in moves {
-            move_completion(planned, ip, into, None);
+        let mut processes = HashMap::new();
+        for (ip, into, both_ways) in moves {
+            if both_ways {
+                let kept = planned[&ip];
+                move_completion(planned, ip, into, None);
+                planned.insert(ip, kept);
+                processes.insert(ip, Processes::SingleThreaded);
+                processes.insert(into, Processes::Threaded);
+            } else {
+                move_completion(planned, ip, into, None);
+            }
         }
+        processes
+    }
+
+    /// Whether the branch at `ip` tests glibc's `__libc_single_threaded`: the instruction
+    /// before it, on the only way there, compares that byte with 0.
+    fn tests_single_threaded_flag(&self, ip: u64) -> bool {
+        let Some(flag) = self.single_threaded_flag else {
+            return false;
+        };
+        self.predecessors.get(&ip) == Some(&1)
+            && self.nodes.values().any(|n| {
+                let compare = &n.instruction;
+                compare.next_ip() == ip
+                    && n.end == End::Next
+                    && compare.mnemonic() == Mnemonic::Cmp
+                    && compare.is_ip_rel_memory_operand()
+                    && compare.ip_rel_memory_address() == flag
+                    && compare.op_count() == 2
+                    && compare.op1_kind() == OpKind::Immediate8
+                    && compare.immediate8() == 0
+            })
     }
 
     /// Moves each completion on every hit (no condition) from an instruction the kernel
@@ -1270,6 +1344,20 @@ impl Walk {
         for (ip, to, stores) in moves {
             move_completion(planned, ip, to, Some(stores));
         }
+    }
+
+    /// Whether a completion at `ip`, in a tail that returns `outcome`, is taken by the kernel
+    /// without a single step: `ip` is emulated, or the completion can move on to an
+    /// instruction that is ([`Walk::next_emulated`]).
+    fn emulated_from(
+        &self,
+        ip: u64,
+        outcome: Outcome,
+        planned: &HashMap<u64, Planned>,
+        tails: &HashMap<u64, Tail>,
+    ) -> bool {
+        self.nodes.get(&ip).is_some_and(|n| n.emulated_by_kernel)
+            || self.next_emulated(ip, outcome, planned, tails).is_some()
     }
 
     /// Whether the instruction at `ip` leaves alone what a completion after it reads: it
@@ -1833,6 +1921,7 @@ mod tests {
             stops: HashSet::new(),
             named: HashSet::new(),
             mutex_kind_offset: None,
+            single_threaded_flag: None,
         }
     }
 
@@ -1843,6 +1932,7 @@ mod tests {
             object_register: register,
             role: Role::Completes(c),
             shared_code: None,
+            processes: Processes::Every,
         }
     }
 
@@ -2000,6 +2090,35 @@ mod tests {
             "{shared:#x?}"
         );
         assert!(sites.iter().all(|s| s.shared_code == Some(shared)));
+        assert!(sites.iter().all(|s| s.processes == Processes::Every));
+
+        // Told where `__libc_single_threaded` is (the `cmpb $0` before the check reads it),
+        // the plan keeps both: the check's branch completes the single-threaded way for a
+        // process with one thread (emulated: no single step on its every unlock), the store
+        // for the others.
+        let told = Library {
+            single_threaded_flag: Some(0x001d_b5d8),
+            ..library
+        };
+        let sites = plan(&image, 0x8dd50, 10, &told, event("mutex_unlock")).unwrap();
+        let at = |offset: u64| sites.iter().find(|s| s.offset == offset).copied();
+        let check = at(0x8dc88).expect("a completion on the check");
+        assert_eq!(
+            (check.processes, check.role),
+            (
+                Processes::SingleThreaded,
+                Role::Completes(on_zero(false, Outcome::Returns(0)))
+            )
+        );
+        assert_eq!(at(0x8dc8a).map(|s| s.processes), Some(Processes::Threaded));
+        assert_eq!(at(0x8dca7).map(|s| s.processes), Some(Processes::Every));
+        // A branch on another byte is no such check.
+        let other = Library {
+            single_threaded_flag: Some(0x001d_b5d0),
+            ..told
+        };
+        let sites = plan(&image, 0x8dd50, 10, &other, event("mutex_unlock")).unwrap();
+        assert!(sites.iter().all(|s| s.processes == Processes::Every));
     }
 
     /// Whether `sites` complete the call at `offset` without a copy of the object, and the
@@ -2155,6 +2274,7 @@ mod tests {
             object_register: ObjectRegister::Rdi,
             role: Role::WholeCall,
             shared_code: None,
+            processes: Processes::Every,
         };
         assert_eq!(
             sites,

@@ -26,7 +26,7 @@ use tracer_common::{EventDef, ProbeFlags};
 
 use super::{
     aarch64,
-    fast_path::{self, Role},
+    fast_path::{self, Processes, Role},
     machine_code::ErrnoAt,
     slow_path,
 };
@@ -369,7 +369,15 @@ fn fast_path_reason(site: &fast_path::Site, whole_at_entry: bool, emulated: bool
         }
         None => "",
     };
-    format!("{what}; {object}{single_stepped}{shared}")
+    let processes = match site.processes {
+        Processes::Every => "",
+        Processes::SingleThreaded => "; only while a traced process has one thread",
+        Processes::Threaded => {
+            "; only once a traced process has a second thread, and in every process through \
+             shared probes"
+        }
+    };
+    format!("{what}; {object}{single_stepped}{processes}{shared}")
 }
 
 /// Places the probe of a function whose code is `code` (from its first instruction, as much

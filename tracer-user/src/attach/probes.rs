@@ -17,6 +17,7 @@ use std::{
     collections::{HashMap, HashSet},
     ops::Range,
     os::fd::OwnedFd,
+    path::PathBuf,
 };
 
 use aya::maps::MapError;
@@ -30,7 +31,7 @@ use tracer_model::selection::EventSet;
 
 use super::{
     PLANS_FAST_PATHS,
-    fast_path::{self, Role},
+    fast_path::{self, Processes, Role},
     machine_code,
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     slow_path::{self, ReturnAddress, WaitEnd},
@@ -132,6 +133,11 @@ impl PlannedProbe {
     /// The fast-path probe's role, if it is one.
     fn fast_role(&self) -> Option<Role> {
         self.fast.map(|site| site.role)
+    }
+
+    /// The processes the probe is for.
+    fn processes(&self) -> Processes {
+        self.fast.map_or(Processes::Every, |site| site.processes)
     }
 
     /// Keeps the function's code (`bytes` long) with its open call ([`FunctionSpan`]), where
@@ -267,6 +273,7 @@ impl FastPaths {
                 },
                 mutex_kind_offset: (!library.is_musl())
                     .then_some(GLIBC.mutex_kind.byte_offset() as i64),
+                single_threaded_flag: single_threaded_flag(library),
             },
             traced: EVENTS
                 .iter()
@@ -378,6 +385,22 @@ impl FastPaths {
         }
         Some(Ok(probes))
     }
+}
+
+/// Where glibc's `__libc_single_threaded` is as the library's code addresses it, decoded at
+/// its file offsets: its address, less how far the code's addresses are from those offsets.
+fn single_threaded_flag(library: &PthreadLibrary) -> Option<u64> {
+    let flag = library
+        .functions
+        .functions(fast_path::SINGLE_THREADED_FLAG)
+        .next()?;
+    let code = EVENTS
+        .iter()
+        .find_map(|e| library.functions.functions(e.symbol).next())?;
+    Some(
+        flag.address
+            .wrapping_sub(code.address.wrapping_sub(code.offset)),
+    )
 }
 
 /// Where the library's code calls or jumps into `shared`: by a `call`, `jmp` or conditional
@@ -732,6 +755,9 @@ pub struct Probes {
     options: PlanOptions,
     /// Each process's own links.
     process_links: HashMap<u32, Vec<OwnedFd>>,
+    /// The processes that had one thread when their probes were placed, with the probes of
+    /// the ways glibc takes only then, their own until they have a second thread.
+    single_threaded: HashMap<u32, Vec<SingleThreadedWays>>,
     /// Links with no process filter.
     shared_links: Vec<OwnedFd>,
     /// Library files with shared links, by device and inode.
@@ -759,6 +785,7 @@ impl Probes {
             events: events.in_library(),
             options,
             process_links: HashMap::new(),
+            single_threaded: HashMap::new(),
             shared_links: Vec::new(),
             everywhere: Vec::new(),
             call_site_ids: HashMap::new(),
@@ -915,6 +942,7 @@ impl Probes {
         if let Some(links) = self.process_links.remove(&pid) {
             close_aside(links);
         }
+        self.forget_single_threaded_ways(pid);
         Ok(count)
     }
 
@@ -973,17 +1001,28 @@ impl Probes {
         planned: &[PlannedProbe],
     ) -> Result<usize> {
         let shared = pid == 0;
+        // Shared probes serve processes of both kinds; a process that has one thread now gets
+        // the ways of one thread, and the others once it has a second.
+        let single_threaded = !shared && targets::threads_of(pid).nth(1).is_none();
         let mut entry = ProbeSet::default();
         let mut at_returns = ProbeSet::default();
         let mut after_waits = ProbeSet::default();
         let mut fast = ProbeSet::default();
+        let mut one_thread_ways = ProbeSet::default();
+        let mut threaded_ways = ProbeSet::default();
         // A function that waits, shared by slow paths, gets a return probe per event: the
         // return program completes the open call of its probe's event.
         let mut returns_probed = HashSet::new();
         for probe in planned.iter().filter(|p| p.attached()) {
             match probe.fast_role() {
                 Some(Role::Completes(_)) => {
-                    fast.push(probe.file_offset(), probe, shared);
+                    let set = match (probe.processes(), single_threaded) {
+                        (Processes::Every, _) | (Processes::Threaded, false) => &mut fast,
+                        (Processes::SingleThreaded, true) => &mut one_thread_ways,
+                        (Processes::Threaded, true) => &mut threaded_ways,
+                        (Processes::SingleThreaded, false) => continue,
+                    };
+                    set.push(probe.file_offset(), probe, shared);
                     continue;
                 }
                 Some(Role::ReturnOnly) => {}
@@ -1002,19 +1041,31 @@ impl Probes {
             }
         }
         let file = &library.file.open_path;
+        // Each set, and whether its links go once the process has a second thread.
         let sets = [
-            (Some(&programs.entry), Hook::Instruction, &entry),
-            (Some(&programs.exit), Hook::Return, &at_returns),
-            (Some(&programs.exit), Hook::Instruction, &after_waits),
-            (programs.fast.as_ref(), Hook::Instruction, &fast),
+            (Some(&programs.entry), Hook::Instruction, &entry, false),
+            (Some(&programs.exit), Hook::Return, &at_returns, false),
+            (Some(&programs.exit), Hook::Instruction, &after_waits, false),
+            (programs.fast.as_ref(), Hook::Instruction, &fast, false),
+            (
+                programs.fast.as_ref(),
+                Hook::Instruction,
+                &one_thread_ways,
+                true,
+            ),
         ];
         // All of the file's probes or none: a file left half probed would be probed again,
         // whole, when it is next found, and the calls through the half recorded twice.
         let mut links = Vec::new();
-        for (program, hook, set) in sets {
+        let mut one_thread_links = Vec::new();
+        for (program, hook, set, until_threaded) in sets {
             if set.offsets.is_empty() {
                 continue;
             }
+            let made_for = match until_threaded {
+                true => &mut one_thread_links,
+                false => &mut links,
+            };
             let attached = match program {
                 Some(program) => self
                     .linker
@@ -1025,9 +1076,10 @@ impl Probes {
                 }),
             };
             match attached {
-                Ok(made) => links.extend(made),
+                Ok(made) => made_for.extend(made),
                 Err(error) => {
                     close_aside(links);
+                    close_aside(one_thread_links);
                     return Err(error);
                 }
             }
@@ -1036,10 +1088,95 @@ impl Probes {
             true => self.shared_links.extend(links),
             false => self.process_links.entry(pid).or_default().extend(links),
         }
-        Ok(entry.offsets.len()
+        let count = entry.offsets.len()
             + at_returns.offsets.len()
             + after_waits.offsets.len()
-            + fast.offsets.len())
+            + fast.offsets.len()
+            + one_thread_ways.offsets.len();
+        if !one_thread_links.is_empty() || !threaded_ways.offsets.is_empty() {
+            self.single_threaded
+                .entry(pid)
+                .or_default()
+                .push(SingleThreadedWays {
+                    links: one_thread_links,
+                    file: file.clone(),
+                    threaded: threaded_ways,
+                });
+        }
+        Ok(count)
+    }
+
+    /// Closes the probes of glibc's single-threaded ways that process `pid` has (an image it
+    /// has replaced by exec'ing), without placing those of the threaded ways.
+    pub fn forget_single_threaded_ways(&mut self, pid: u32) {
+        for ways in self.single_threaded.remove(&pid).into_iter().flatten() {
+            close_aside(ways.links);
+        }
+    }
+
+    /// Moves each process that had one thread when its probes were placed, and has a second
+    /// now, to the probes of the ways glibc takes with threads: they are attached first, then
+    /// those of the one-thread ways closed, which the process no longer takes (glibc never
+    /// clears `__libc_single_threaded` once set), so that no call goes unrecorded or is
+    /// recorded twice. A process that is gone only has its links closed; one whose main thread
+    /// has exited is left to move to the shared probes ([`Probes::attach_shared`]: the kernel
+    /// takes no new probe of its own). Returns what could not be attached, by process: its
+    /// one-thread probes stay, as correct, one trap dearer.
+    pub fn leave_single_threaded_ways(&mut self, programs: &Programs) -> Vec<(u32, AttachError)> {
+        let mut failures = Vec::new();
+        let threaded: Vec<u32> = self
+            .single_threaded
+            .keys()
+            .copied()
+            .filter(|&pid| {
+                !targets::process_exists(pid)
+                    || targets::threads_of(pid).nth(1).is_some()
+                        && !targets::main_thread_exited(pid)
+            })
+            .collect();
+        for pid in threaded {
+            let Some(ways) = self.single_threaded.remove(&pid) else {
+                continue;
+            };
+            let gone = !targets::process_exists(pid);
+            let mut left = Vec::new();
+            for way in ways {
+                let attached = match (gone, programs.fast.as_ref()) {
+                    (true, _) => Ok(Vec::new()),
+                    (false, Some(program)) => self
+                        .linker
+                        .attach(
+                            program,
+                            Hook::Instruction,
+                            &way.file,
+                            &way.threaded.offsets,
+                            &way.threaded.cookies,
+                            pid,
+                        )
+                        .map_err(AttachError::from),
+                    (false, None) => Err(AttachError::NoFastPathProgram {
+                        path: way.file.display().to_string(),
+                    }),
+                };
+                match attached {
+                    Ok(made) => {
+                        self.process_links.entry(pid).or_default().extend(made);
+                        close_aside(way.links);
+                    }
+                    Err(error) => {
+                        failures.push((pid, error));
+                        left.push(SingleThreadedWays {
+                            threaded: ProbeSet::default(),
+                            ..way
+                        });
+                    }
+                }
+            }
+            if !left.is_empty() {
+                self.single_threaded.insert(pid, left);
+            }
+        }
+        failures
     }
 
     /// Detaches every probe, and the `tracepoints`' links, once nothing is recorded any more.
@@ -1056,6 +1193,12 @@ impl Probes {
         let probes: Vec<OwnedFd> = std::mem::take(&mut self.process_links)
             .into_values()
             .flatten()
+            .chain(
+                std::mem::take(&mut self.single_threaded)
+                    .into_values()
+                    .flatten()
+                    .flat_map(|ways| ways.links),
+            )
             .chain(std::mem::take(&mut self.shared_links))
             .collect();
         // What the child closes, in groups that go concurrently: the links whose closes the
@@ -1091,6 +1234,14 @@ impl Probes {
 /// which is not the session's time to spend.
 fn close_aside(links: Vec<OwnedFd>) {
     std::thread::spawn(move || drop(links));
+}
+
+/// A library's probes of the ways glibc takes while a process has one thread, and those of
+/// the ways it takes instead once it has a second, to be attached then ([`Processes`]).
+struct SingleThreadedWays {
+    links: Vec<OwnedFd>,
+    file: PathBuf,
+    threaded: ProbeSet,
 }
 
 #[derive(Default)]

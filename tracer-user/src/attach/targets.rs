@@ -211,6 +211,7 @@ pub fn find_pthread_libraries(
         .chain(MUSL_THREAD_STARTS)
         .chain(C11_FUNCTIONS)
         .chain(fast_path::NEVER_RETURN)
+        .chain([fast_path::SINGLE_THREADED_FLAG])
         .collect();
     names.sort_unstable();
     names.dedup();

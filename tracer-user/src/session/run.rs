@@ -224,7 +224,7 @@ impl Session {
         for finding in self.found.try_iter() {
             self.flow.reorder.push(now, finding.into());
         }
-        self.share_after_main_thread();
+        self.watch_own_targets_threads();
         self.execs_without_follow();
         if self.follow {
             self.watched.follow(&self.flow.processes);

@@ -1,6 +1,7 @@
 //! The targets the session watches: which run, which have exited, the launched command and its
-//! status, and the processes whose main thread has gone (traced through shared links from
-//! then on). A target's exit completes its files once its last records are written.
+//! status, the processes that have had one thread so far (whose one-thread ways of glibc have
+//! probes of their own until then) and those whose main thread has gone (traced through shared
+//! links from then on). A target's exit completes its files once its last records are written.
 
 use std::{error::Error, process::ExitStatus, time::Duration};
 
@@ -220,6 +221,8 @@ impl Session {
             for event in exec {
                 self.flow.reorder.push(ktime, Staged::System(event));
             }
+            // Its old image's probes of glibc's single-threaded ways mean nothing in the new.
+            self.probes.forget_single_threaded_ways(pid);
             let detach = SystemEvent::of_process(time_ns, pid, 0, SystemKind::ProcessDetach);
             self.flow.described.remove(&pid);
             self.flow.reorder.push(ktime, Staged::System(detach));
@@ -266,14 +269,18 @@ impl Session {
         self.flow.reorder.push(now, Staged::System(event));
     }
 
-    /// A process with links of its own whose main thread has exited while others run on is
-    /// traced through shared links from then on: its own no longer apply (see `probes`). No
-    /// pidfd tells of that (the kernel holds its wakeup back while other threads run), so a
-    /// pass reads /proc/PID/stat of those processes, if `MAIN_THREAD_POLL` has passed since
-    /// the last did. A process moves once its main thread has been gone for
+    /// The threads of the processes with links of their own, looked at if `MAIN_THREAD_POLL`
+    /// has passed since the last pass did. No pidfd tells of them (the kernel holds a pidfd's
+    /// wakeup back while other threads run), so /proc is read.
+    ///
+    /// One that had one thread when its probes were placed and has a second now moves to the
+    /// probes of the ways glibc takes with threads (see `probes`).
+    ///
+    /// One whose main thread has exited while others run on is traced through shared links
+    /// from then on: its own no longer apply. It moves once its main thread has been gone for
     /// `MAIN_THREAD_SETTLE`: one exiting as a whole is gone by then, or has no thread left to
     /// be seen through.
-    pub(super) fn share_after_main_thread(&mut self) {
+    pub(super) fn watch_own_targets_threads(&mut self) {
         let now = Instant::now();
         let main_threads = &mut self.watched.main_threads;
         if main_threads
@@ -283,6 +290,12 @@ impl Session {
             return;
         }
         main_threads.checked = Some(now);
+        for (pid, error) in self
+            .probes
+            .leave_single_threaded_ways(self.datapath.programs())
+        {
+            self.target_error(pid, &error);
+        }
         let exited: Vec<u32> = self
             .probes
             .with_own_links()
