@@ -36,9 +36,10 @@ use std::{
 };
 
 use iced_x86::{
-    ConditionCode, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register,
-    UsedMemory,
+    ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory,
+    Mnemonic, OpKind, Register, UsedMemory,
 };
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 use tracer_common::{
     Category, Completion, Condition, EVENTS, EventDef, Field, FoundInRax, MUTEX_RECURSIVE,
     MUTEX_TYPE_MASK, ObjectRegister, Outcome, ProbeFlags, TypeRegister,
@@ -59,6 +60,52 @@ pub const NEVER_RETURN: [&str; 6] = [
     "__fortify_fail",
     "__chk_fail",
 ];
+
+/// The PLT stubs through which the library calls [`NEVER_RETURN`]'s functions in another
+/// library (glibc 2.31's libpthread calls libc's `__libc_fatal`), by file offset: each stub's
+/// `jmp *slot(%rip)` reads a GOT slot that a jump-slot relocation names one of them for.
+pub fn never_returning_plt_stubs(image: &[u8]) -> HashSet<u64> {
+    /// A PLT entry's size on x86-64, with or without IBT's `.plt.sec`.
+    const ENTRY: usize = 16;
+    let Ok(file) = object::File::parse(image) else {
+        return HashSet::new();
+    };
+    let (Some(symbols), Some(relocations)) =
+        (file.dynamic_symbol_table(), file.dynamic_relocations())
+    else {
+        return HashSet::new();
+    };
+    let slots: HashSet<u64> = relocations
+        .filter_map(|(slot, relocation)| match relocation.target() {
+            object::RelocationTarget::Symbol(index) => {
+                let name = symbols.symbol_by_index(index).ok()?.name().ok()?;
+                NEVER_RETURN.contains(&name).then_some(slot)
+            }
+            _ => None,
+        })
+        .collect();
+    let mut stubs = HashSet::new();
+    for section in file.sections() {
+        let (Ok(".plt" | ".plt.sec"), Some((file_start, _)), Ok(code)) =
+            (section.name(), section.file_range(), section.data())
+        else {
+            continue;
+        };
+        for (n, entry) in code.chunks(ENTRY).enumerate() {
+            let at = section.address() + (n * ENTRY) as u64;
+            let mut decoder = Decoder::with_ip(64, entry, at, DecoderOptions::NONE);
+            let jumps_through_slot = decoder.iter().take(2).any(|i| {
+                i.mnemonic() == Mnemonic::Jmp
+                    && i.is_ip_rel_memory_operand()
+                    && slots.contains(&i.ip_rel_memory_address())
+            });
+            if jumps_through_slot {
+                stubs.insert(file_start + (n * ENTRY) as u64);
+            }
+        }
+    }
+    stubs
+}
 
 /// glibc's byte that says whether the process has only ever had one thread ([`Processes`]).
 pub const SINGLE_THREADED_FLAG: &str = "__libc_single_threaded";

@@ -266,6 +266,7 @@ impl FastPaths {
                     .iter()
                     .flat_map(|name| library.functions.functions(name))
                     .map(|f| f.offset)
+                    .chain(fast_path::never_returning_plt_stubs(&library.image))
                     .collect(),
                 named: match off {
                     true => HashSet::new(),
