@@ -33,8 +33,8 @@ const FRAME_POINTERS: [&str; 1] = ["stack_chains"];
 /// Shared objects to preload, built only as `libNAME.so`.
 const SHARED: [&str; 1] = ["interpose"];
 /// Workloads also built against each other glibc, and with musl: every category's story, and
-/// what the tests of glibc 2.31's libpthread.so.0 trace.
-const OTHER_GLIBC: [&str; 15] = [
+/// what the tests of glibc 2.31's libpthread.so.0 trace, and the pairs whose probes must take no single step.
+const OTHER_GLIBC: [&str; 16] = [
     "barrier_rounds",
     "cond_prodcons",
     "cond_waiters",
@@ -50,6 +50,7 @@ const OTHER_GLIBC: [&str; 15] = [
     "stack_chains",
     "thread_story",
     "timed_waits",
+    "uncontended_pairs",
 ];
 /// The workloads of `OTHER_GLIBC` not built with musl: they call glibc's `*_clock*` functions,
 /// which musl does not have.

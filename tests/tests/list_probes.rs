@@ -1,11 +1,16 @@
-//! `--list-probes` shows where each probe goes. Needs no privileges: it reads the
-//! tracer's own C library. The listings expected (and the fixtures) are x86-64's: on the host.
+//! `--list-probes` shows where each probe goes, and the probes it says the kernel
+//! single-steps are off the uncontended paths. The listings need no privileges: they read the
+//! tracer's own C library; counting the single steps taken needs root (BPF, tracefs). The listings expected (and the fixtures) are x86-64's: on the host.
 #![cfg(target_arch = "x86_64")]
 
 use std::process::Command;
 
-use thrtrace_tests::{Gated, TempDir, every_libc, run_tracer, workload, workspace_root};
-use tracer_common::EVENTS;
+use thrtrace_tests::{
+    Gated, Run, TempDir, bpf_available, codes, every_libc, is_musl, read_trace, run_tracer,
+    summary_count, tracer, workload, workspace_root,
+};
+use tracer_common::{EVENTS, record::Which};
+use tracer_model::TraceRecord;
 
 fn listing(options: &[&str]) -> Vec<(String, String, String)> {
     let cwd = TempDir::new("list");
@@ -209,4 +214,200 @@ fn first_difference(kept: &str, listed: &str) -> String {
             }
         }
     }
+}
+
+/// The tracefs group of the uprobes [`single_steps_taken`] places.
+const STEP_GROUP: &str = "thrtrace_single_steps";
+
+/// The probes of musl's code that the kernel single-steps on its uncontended pairs, by kind:
+/// `pthread_rwlock_wrlock` calls `pthread_rwlock_trywrlock`, which returns
+/// `cas(...) ? EBUSY : 0` with no branch (its probe is on the `ret`); `sem_post` checks for
+/// waiters after its compare-and-exchange on a way the plan does not prove, and opens the call
+/// there. No instruction the kernel emulates comes before either.
+const MUSL_SINGLE_STEPS: [(&str, &str); 2] = [
+    ("rwlock", "pthread_rwlock_trywrlock+0x16"),
+    ("sem", "sem_post+0x50"),
+];
+
+/// An uncontended mutex, rwlock or semaphore pair hits no probe the kernel single-steps (a
+/// second trap on every call, ~10 µs in a VM), in a process with one thread (glibc's own
+/// paths) and in one with a second, in every glibc (musl: [`MUSL_SINGLE_STEPS`]); and each
+/// call is recorded once. Counted, not timed: every site `--list-probes` calls single-stepped
+/// gets a tracefs uprobe of its own beside the tracer's, and the sites whose hits grow with the
+/// pairs made are the pairs' (the C library's own calls as a process starts and exits may hit
+/// others). Sites only for processes that have had a second thread are left out: a process
+/// with one thread runs that code without the tracer's probe there.
+#[test]
+fn no_uncontended_pair_hits_a_single_stepped_probe() {
+    const TEST: &str = "list_probes_single_steps";
+    if !bpf_available(TEST) {
+        return;
+    }
+    let events = "mutex,rwlock,sema";
+    let mut unexpected = Vec::new();
+    for build in every_libc(TEST, "uncontended_pairs") {
+        let mut gate =
+            Gated::spawn(Command::new(workload(&build)).args(["mutex", "1", "0", "gate"]));
+        let cwd = TempDir::new("list-single-steps");
+        let pid = gate.pid.to_string();
+        let run = run_tracer(cwd.path(), &["--list-probes", "-e", events, "-p", &pid]);
+        gate.run_phase_two();
+        gate.finish();
+        assert!(run.status.success(), "{build}: {run:?}");
+        let sites = single_stepped_sites(&run.stdout);
+        for (kind, calls) in [
+            ("mutex", &[("mutex_lock", 1), ("mutex_unlock", 1)][..]),
+            (
+                "rwlock",
+                &[("rw_rdlock", 1), ("rw_wrlock", 1), ("rw_unlock", 2)],
+            ),
+            ("sem", &[("sema_post", 1), ("sema_wait", 1)]),
+        ] {
+            for threads in ["1", "2"] {
+                let hits: Vec<Vec<(String, usize)>> = [100, 300]
+                    .into_iter()
+                    .map(|pairs| {
+                        let args = [kind, threads, &pairs.to_string()];
+                        let (hits, records) = single_steps_taken(&sites, &build, events, &args);
+                        for &(name, per_pair) in calls {
+                            let code = codes(name);
+                            let made = records
+                                .iter()
+                                .filter(|r| {
+                                    (r.event1, r.event2) == code && r.which != Which::Return
+                                })
+                                .count();
+                            assert_eq!(made, pairs * per_pair, "{build} {args:?}: {name}");
+                        }
+                        hits
+                    })
+                    .collect();
+                let per_pair: Vec<&str> = hits[1]
+                    .iter()
+                    .filter(|hit| !hits[0].contains(hit))
+                    .map(|(site, _)| site.as_str())
+                    .collect();
+                let expected: Vec<&str> = MUSL_SINGLE_STEPS
+                    .iter()
+                    .filter(|(k, _)| is_musl(&build) && *k == kind)
+                    .map(|(_, site)| *site)
+                    .collect();
+                if per_pair != expected {
+                    unexpected.push(format!(
+                        "{build} {kind} {threads}: {per_pair:?} (expected {expected:?})"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        unexpected.is_empty(),
+        "single-stepped probes hit on every pair:\n{}",
+        unexpected.join("\n")
+    );
+}
+
+/// Each site `--list-probes` printed as single-stepped (but those only for processes that have
+/// had a second thread): as tracefs names it (`FILE:0xOFFSET`), and as `FUNCTION+0xOFFSET`.
+fn single_stepped_sites(listing: &str) -> Vec<(String, String)> {
+    let mut library = "";
+    let mut sites = Vec::new();
+    for line in listing.lines() {
+        if let Some((path, _)) = line.split_once(" (pid ") {
+            library = path;
+            continue;
+        }
+        if !line.contains("single-stepped") || line.contains("once a traced process has a second") {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let function = u64::from_str_radix(fields[1].trim_start_matches("0x"), 16).unwrap();
+        let (sign, probe) = fields[2].split_at(1);
+        let probe = u64::from_str_radix(probe.trim_start_matches("0x"), 16).unwrap();
+        let site = match sign {
+            "-" => function - probe,
+            _ => function + probe,
+        };
+        sites.push((
+            format!("{library}:{site:#x}"),
+            format!("{}{}", fields[0], fields[2]),
+        ));
+    }
+    sites
+}
+
+/// Traces `build ARGS` launched with `-e events`, while a tracefs uprobe sits on each of
+/// `sites` in a tracing instance of its own; returns how often its process hit each site hit
+/// (by its name, in the order of `sites`), and its records. tracefs is mounted in a mount
+/// namespace of the run's own where the host has none, and the events are removed after.
+fn single_steps_taken(
+    sites: &[(String, String)],
+    build: &str,
+    events: &str,
+    args: &[&str],
+) -> (Vec<(String, usize)>, Vec<TraceRecord>) {
+    let dir = TempDir::new("single-steps");
+    let script = format!(
+        r#"set -e
+t=/sys/kernel/tracing
+[ -e $t/uprobe_events ] || mount -t tracefs nodev $t
+instance=$t/instances/{STEP_GROUP}_$$
+remove() {{
+    [ -d $instance ] && {{ echo 0 > $instance/events/{STEP_GROUP}/enable || true; rmdir $instance; }}
+    grep "^p:{STEP_GROUP}/" $t/uprobe_events | cut -d' ' -f1 | sed 's/^p:/-:/' | while read -r event; do
+        echo "$event" >> $t/uprobe_events
+    done
+}}
+trap remove EXIT
+mkdir $instance
+count=0
+for site in $SITES; do
+    echo "p:{STEP_GROUP}/s$count $site" >> $t/uprobe_events
+    count=$((count + 1))
+done
+[ $count -eq 0 ] || echo 1 > $instance/events/{STEP_GROUP}/enable
+"$@"
+[ $count -eq 0 ] || echo 0 > $instance/events/{STEP_GROUP}/enable
+cat $instance/trace > "$STEPS""#
+    );
+    let steps = dir.path().join("steps");
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "sh", "-c", &script, "sh"])
+        .arg(tracer())
+        .args(["-e", events, "--dir"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(workload(build))
+        .args(args)
+        .env(
+            "SITES",
+            sites
+                .iter()
+                .map(|(site, _)| site.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+        .env("STEPS", &steps);
+    let run: Run = command.output().unwrap().into();
+    assert!(run.status.success(), "{build} {args:?}: {run:?}");
+    assert_eq!(summary_count(&run.stderr, "lost"), 0, "{}", run.stderr);
+    // The process's name as the kernel keeps it: its file's, cut to 15 bytes.
+    let comm: String = build.chars().take(15).collect();
+    let trace = std::fs::read_to_string(&steps).unwrap();
+    let hits = sites
+        .iter()
+        .enumerate()
+        .filter_map(|(n, (_, name))| {
+            let event = format!(" s{n}: ");
+            let count = trace
+                .lines()
+                .filter(|line| line.trim_start().starts_with(&format!("{comm}-")))
+                .filter(|line| line.contains(&event))
+                .count();
+            (count > 0).then(|| (name.clone(), count))
+        })
+        .collect();
+    let records = read_trace(dir.path()).into_values().flatten().collect();
+    (hits, records)
 }
