@@ -32,8 +32,8 @@ const FREESTANDING: [&str; 1] = ["no_pthread"];
 const FRAME_POINTERS: [&str; 1] = ["stack_chains"];
 /// Shared objects to preload, built only as `libNAME.so`.
 const SHARED: [&str; 1] = ["interpose"];
-/// Workloads also built against each other glibc, and with musl: every category's story, and
-/// what the tests of glibc 2.31's libpthread.so.0 trace, and the pairs whose probes must take no single step.
+/// Workloads also built against each other glibc, and with musl: every category's story, what
+/// the tests of glibc 2.31's libpthread.so.0 trace, and the pairs that take no single step.
 const OTHER_GLIBC: [&str; 16] = [
     "barrier_rounds",
     "cond_prodcons",

@@ -1,6 +1,6 @@
-//! `--list-probes` shows where each probe goes, and the probes it says the kernel
-//! single-steps are off the uncontended paths. The listings need no privileges: they read the
-//! tracer's own C library; counting the single steps taken needs root (BPF, tracefs). The listings expected (and the fixtures) are x86-64's: on the host.
+//! `--list-probes` shows where each probe goes, and the probes it says the kernel single-steps
+//! are off the uncontended paths. The listings need no privileges: they read the tracer's own
+//! C library; counting the single steps taken needs root (BPF, tracefs). The listings expected (and the fixtures) are x86-64's: on the host.
 #![cfg(target_arch = "x86_64")]
 
 use std::process::Command;
@@ -337,7 +337,8 @@ fn single_stepped_sites(listing: &str) -> Vec<(String, String)> {
 }
 
 /// Traces `build ARGS` launched with `-e events`, while a tracefs uprobe sits on each of
-/// `sites` in a tracing instance of its own; returns how often its process hit each site hit
+/// `sites` in a tracing instance of its own, which records only the tracer and its command;
+/// returns how often the command hit each site hit
 /// (by its name, in the order of `sites`), and its records. tracefs is mounted in a mount
 /// namespace of the run's own where the host has none, and the events are removed after.
 fn single_steps_taken(
@@ -351,23 +352,28 @@ fn single_steps_taken(
         r#"set -e
 t=/sys/kernel/tracing
 [ -e $t/uprobe_events ] || mount -t tracefs nodev $t
-instance=$t/instances/{STEP_GROUP}_$$
+group={STEP_GROUP}_$$
+instance=$t/instances/$group
 remove() {{
-    [ -d $instance ] && {{ echo 0 > $instance/events/{STEP_GROUP}/enable || true; rmdir $instance; }}
-    grep "^p:{STEP_GROUP}/" $t/uprobe_events | cut -d' ' -f1 | sed 's/^p:/-:/' | while read -r event; do
+    [ -d $instance ] && {{ echo 0 > $instance/events/$group/enable || true; rmdir $instance; }}
+    grep "^p:$group/" $t/uprobe_events | cut -d' ' -f1 | sed 's/^p:/-:/' | while read -r event; do
         echo "$event" >> $t/uprobe_events
     done
 }}
 trap remove EXIT
 mkdir $instance
+# Only this shell's children, the tracer and its command, each line with its process's id.
+echo $$ > $instance/set_event_pid
+echo 1 > $instance/options/event-fork
+echo 1 > $instance/options/record-tgid
 count=0
 for site in $SITES; do
-    echo "p:{STEP_GROUP}/s$count $site" >> $t/uprobe_events
+    echo "p:$group/s$count $site" >> $t/uprobe_events
     count=$((count + 1))
 done
-[ $count -eq 0 ] || echo 1 > $instance/events/{STEP_GROUP}/enable
+[ $count -eq 0 ] || echo 1 > $instance/events/$group/enable
 "$@"
-[ $count -eq 0 ] || echo 0 > $instance/events/{STEP_GROUP}/enable
+[ $count -eq 0 ] || echo 0 > $instance/events/$group/enable
 cat $instance/trace > "$STEPS""#
     );
     let steps = dir.path().join("steps");
@@ -392,8 +398,14 @@ cat $instance/trace > "$STEPS""#
     let run: Run = command.output().unwrap().into();
     assert!(run.status.success(), "{build} {args:?}: {run:?}");
     assert_eq!(summary_count(&run.stderr, "lost"), 0, "{}", run.stderr);
-    // The process's name as the kernel keeps it: its file's, cut to 15 bytes.
-    let comm: String = build.chars().take(15).collect();
+    let records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
+    let pid = records.first().expect("records of the command").pid;
+    // A line: `TASK-TID (TGID) [CPU] FLAGS TIME: sN: (ADDRESS)`.
+    let of_command = |line: &&str| {
+        line.split_once('(')
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .is_some_and(|(tgid, _)| tgid.trim() == pid.to_string())
+    };
     let trace = std::fs::read_to_string(&steps).unwrap();
     let hits = sites
         .iter()
@@ -402,12 +414,11 @@ cat $instance/trace > "$STEPS""#
             let event = format!(" s{n}: ");
             let count = trace
                 .lines()
-                .filter(|line| line.trim_start().starts_with(&format!("{comm}-")))
+                .filter(of_command)
                 .filter(|line| line.contains(&event))
                 .count();
             (count > 0).then(|| (name.clone(), count))
         })
         .collect();
-    let records = read_trace(dir.path()).into_values().flatten().collect();
     (hits, records)
 }

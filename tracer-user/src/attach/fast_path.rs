@@ -61,9 +61,10 @@ pub const NEVER_RETURN: [&str; 6] = [
     "__chk_fail",
 ];
 
-/// The PLT stubs through which the library calls [`NEVER_RETURN`]'s functions in another
-/// library (glibc 2.31's libpthread calls libc's `__libc_fatal`), by file offset: each stub's
-/// `jmp *slot(%rip)` reads a GOT slot that a jump-slot relocation names one of them for.
+/// The PLT stubs (`.plt`, `.plt.sec`) through which the library calls [`NEVER_RETURN`]'s
+/// functions in another library (glibc 2.31's libpthread calls libc's `__libc_fatal`), by file
+/// offset: each stub's `jmp *slot(%rip)` reads a GOT slot that a dynamic relocation fills with
+/// one of them.
 pub fn never_returning_plt_stubs(image: &[u8]) -> HashSet<u64> {
     /// A PLT entry's size on x86-64, with or without IBT's `.plt.sec`.
     const ENTRY: usize = 16;
@@ -137,11 +138,13 @@ pub struct Site {
 }
 
 /// Which processes a site of a plan is for. glibc takes ways of its own while a process has
-/// one thread, and never again once it has had a second (`__libc_single_threaded`); a
-/// completion there is on the branch to that way in a process with one thread, where its
-/// probe is emulated, and on the way itself in the others, which never pass it.
+/// one thread, and never again once it has made a second (it clears `__libc_single_threaded`
+/// then, for good); a completion there is on the branch to that way in a process with one
+/// thread, where its probe is emulated, and on the way itself in the others, which never pass
+/// it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Processes {
+    /// Every process.
     Every,
     /// A process that has one thread: its own probes, dropped once it has a second.
     SingleThreaded,
@@ -1297,11 +1300,12 @@ impl Walk {
     /// instruction of the way it completes, where only that branch leads: the calls that go
     /// on pass no probe there.
     ///
-    /// A branch on glibc's `__libc_single_threaded` into a way the kernel single-steps to its
-    /// `ret` (the single-threaded unlock stores the lock word and returns) is planned both
-    /// ways: the completion on the branch, emulated, for processes that have one thread, which
-    /// take that way on every call; moved, for the others, which never take it and so pass no
-    /// probe ([`Processes`]). Returns which sites are for which processes, where not all.
+    /// A branch on glibc's `__libc_single_threaded` into a way where the completion cannot
+    /// move on to an instruction the kernel emulates (the single-threaded unlock stores the
+    /// lock word and returns) is planned both ways: the completion on the branch, emulated,
+    /// for processes that have one thread, which take that way on every call; moved, for the
+    /// others, which never take it and so pass no probe ([`Processes`]). Returns which sites
+    /// are for which processes, where not all.
     fn complete_past_checks(
         &self,
         planned: &mut HashMap<u64, Planned>,

@@ -940,10 +940,10 @@ impl Probes {
         }
         datapath.trace_through(pid, TracedThrough::SharedLinks)?;
         self.tell_library(datapath, pid, library)?;
+        self.keep_single_threaded_ways(pid);
         if let Some(links) = self.process_links.remove(&pid) {
             close_aside(links);
         }
-        self.forget_single_threaded_ways(pid);
         Ok(count)
     }
 
@@ -1004,7 +1004,14 @@ impl Probes {
         let shared = pid == 0;
         // Shared probes serve processes of both kinds; a process that has one thread now gets
         // the ways of one thread, and the others once it has a second.
-        let single_threaded = !shared && targets::threads_of(pid).nth(1).is_none();
+        // Not the flag's value: it is 0 until the C library's early start-up has run, where a
+        // launched command is attached.
+        let single_threaded_flag = match shared {
+            true => None,
+            false => targets::single_threaded_flag(pid, library)
+                .filter(|_| targets::threads_of(pid).nth(1).is_none()),
+        };
+        let single_threaded = single_threaded_flag.is_some();
         let mut entry = ProbeSet::default();
         let mut at_returns = ProbeSet::default();
         let mut after_waits = ProbeSet::default();
@@ -1094,87 +1101,89 @@ impl Probes {
             + after_waits.offsets.len()
             + fast.offsets.len()
             + one_thread_ways.offsets.len();
-        if !one_thread_links.is_empty() || !threaded_ways.offsets.is_empty() {
+        if let Some(flag) = single_threaded_flag
+            && !one_thread_links.is_empty()
+        {
             self.single_threaded
                 .entry(pid)
                 .or_default()
                 .push(SingleThreadedWays {
                     links: one_thread_links,
                     file: file.clone(),
+                    flag,
                     threaded: threaded_ways,
                 });
         }
         Ok(count)
     }
 
-    /// Closes the probes of glibc's single-threaded ways that process `pid` has (an image it
-    /// has replaced by exec'ing), without placing those of the threaded ways.
-    pub fn forget_single_threaded_ways(&mut self, pid: u32) {
-        for ways in self.single_threaded.remove(&pid).into_iter().flatten() {
-            close_aside(ways.links);
+    /// Stops watching process `pid` for its move to glibc's threaded ways: its probes of the
+    /// single-threaded ways stay among its own links, as they are (after an exec, which keeps
+    /// the old image's probes as a whole; or before its own links are closed).
+    pub fn keep_single_threaded_ways(&mut self, pid: u32) {
+        let kept = self.single_threaded.remove(&pid).into_iter().flatten();
+        let links = kept.flat_map(|ways| ways.links).collect::<Vec<_>>();
+        if !links.is_empty() {
+            self.process_links.entry(pid).or_default().extend(links);
         }
     }
 
     /// Moves each process that had one thread when its probes were placed, and has a second
-    /// now, to the probes of the ways glibc takes with threads: they are attached first, then
-    /// those of the one-thread ways closed, which the process no longer takes (glibc never
-    /// clears `__libc_single_threaded` once set), so that no call goes unrecorded or is
-    /// recorded twice. A process that is gone only has its links closed; one whose main thread
-    /// has exited is left to move to the shared probes ([`Probes::attach_shared`]: the kernel
-    /// takes no new probe of its own). Returns what could not be attached, by process: its
-    /// one-thread probes stay, as correct, one trap dearer.
+    /// now with its `__libc_single_threaded` clear (glibc clears it as it makes a second
+    /// thread, and never sets it again: the one-thread ways are not taken any more), to the
+    /// probes of the ways glibc takes with threads. They are attached first, then those of the
+    /// one-thread ways closed: no call goes unrecorded, none is recorded twice. The thread
+    /// count alone would not do: io_uring's workers and threads made by a bare `clone` leave
+    /// the flag set. Nor the flag alone: it is clear until the C library's start-up sets it.
+    ///
+    /// A process that is gone only has its links closed; one whose main thread has exited is
+    /// left to move to the shared probes ([`Probes::attach_shared`]: the kernel takes no new
+    /// probe of its own for it). Returns what could not be attached, by process: its one-thread
+    /// probes then stay, correct, a trap dearer on its every unlock.
     pub fn leave_single_threaded_ways(&mut self, programs: &Programs) -> Vec<(u32, AttachError)> {
         let mut failures = Vec::new();
-        let threaded: Vec<u32> = self
+        let Some(program) = programs.fast.as_ref() else {
+            return failures;
+        };
+        let moving: Vec<u32> = self
             .single_threaded
-            .keys()
-            .copied()
-            .filter(|&pid| {
+            .iter()
+            .filter(|&(&pid, ways)| {
                 !targets::process_exists(pid)
                     || targets::threads_of(pid).nth(1).is_some()
+                        && ways
+                            .iter()
+                            .any(|way| targets::read_byte(pid, way.flag) == Some(0))
                         && !targets::main_thread_exited(pid)
             })
+            .map(|(&pid, _)| pid)
             .collect();
-        for pid in threaded {
-            let Some(ways) = self.single_threaded.remove(&pid) else {
-                continue;
-            };
+        for pid in moving {
             let gone = !targets::process_exists(pid);
-            let mut left = Vec::new();
-            for way in ways {
-                let attached = match (gone, programs.fast.as_ref()) {
-                    (true, _) => Ok(Vec::new()),
-                    (false, Some(program)) => self
-                        .linker
-                        .attach(
-                            program,
-                            Hook::Instruction,
-                            &way.file,
-                            &way.threaded.offsets,
-                            &way.threaded.cookies,
-                            pid,
-                        )
-                        .map_err(AttachError::from),
-                    (false, None) => Err(AttachError::NoFastPathProgram {
-                        path: way.file.display().to_string(),
-                    }),
-                };
+            for way in self.single_threaded.remove(&pid).into_iter().flatten() {
+                if gone {
+                    close_aside(way.links);
+                    continue;
+                }
+                let attached = self.linker.attach(
+                    program,
+                    Hook::Instruction,
+                    &way.file,
+                    &way.threaded.offsets,
+                    &way.threaded.cookies,
+                    pid,
+                );
+                let own = self.process_links.entry(pid).or_default();
                 match attached {
                     Ok(made) => {
-                        self.process_links.entry(pid).or_default().extend(made);
+                        own.extend(made);
                         close_aside(way.links);
                     }
                     Err(error) => {
-                        failures.push((pid, error));
-                        left.push(SingleThreadedWays {
-                            threaded: ProbeSet::default(),
-                            ..way
-                        });
+                        own.extend(way.links);
+                        failures.push((pid, AttachError::from(error)));
                     }
                 }
-            }
-            if !left.is_empty() {
-                self.single_threaded.insert(pid, left);
             }
         }
         failures
@@ -1242,6 +1251,8 @@ fn close_aside(links: Vec<OwnedFd>) {
 struct SingleThreadedWays {
     links: Vec<OwnedFd>,
     file: PathBuf,
+    /// Where `__libc_single_threaded` is in the process.
+    flag: u64,
     threaded: ProbeSet,
 }
 

@@ -12,7 +12,7 @@
 //! thread has exited, `/proc/PID/maps` is empty (it shows that thread's memory, which is gone):
 //! the process is then seen through a thread still running, as `/proc/TID/`.
 
-use std::{fs, io, path::PathBuf};
+use std::{fs, io, os::unix::fs::FileExt, path::PathBuf};
 
 use tracer_common::{
     ERRNO_AT_OFFSET, EVENTS, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, ProcessLibrary,
@@ -398,12 +398,33 @@ fn errno_location(pid: u32, library: &PthreadLibrary) -> Option<u64> {
     let code = library.image.get(function.offset as usize..)?;
     match machine_code::errno_location(code, function.address)? {
         ErrnoAt::Offset(offset) => Some(ERRNO_AT_OFFSET | (offset as u64 & !ERRNO_AT_OFFSET)),
-        ErrnoAt::SlotOffset(slot) => {
-            let bias = load_address(pid, &library.file.path)?
-                .checked_sub(library.functions.first_segment_address)?;
-            Some(bias + slot)
-        }
+        ErrnoAt::SlotOffset(slot) => address_in(pid, library, slot),
     }
+}
+
+/// Where `address` of `library`'s file (a virtual address before the load bias) is in process
+/// `pid`.
+fn address_in(pid: u32, library: &PthreadLibrary, address: u64) -> Option<u64> {
+    let bias = load_address(pid, &library.file.path)?
+        .checked_sub(library.functions.first_segment_address)?;
+    bias.checked_add(address)
+}
+
+/// Where glibc's `__libc_single_threaded` is in process `pid`, if `library` defines it.
+pub fn single_threaded_flag(pid: u32, library: &PthreadLibrary) -> Option<u64> {
+    let flag = library
+        .functions
+        .functions(fast_path::SINGLE_THREADED_FLAG)
+        .next()?;
+    address_in(pid, library, flag.address)
+}
+
+/// The byte at `address` in process `pid`'s memory (through /proc/PID/mem), if it can be read.
+pub fn read_byte(pid: u32, address: u64) -> Option<u8> {
+    let memory = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut byte = [0];
+    memory.read_exact_at(&mut byte, address).ok()?;
+    Some(byte[0])
 }
 
 /// Where the start of `path` (its mapping at file offset 0) is in process `pid`.

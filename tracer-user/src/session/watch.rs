@@ -221,8 +221,8 @@ impl Session {
             for event in exec {
                 self.flow.reorder.push(ktime, Staged::System(event));
             }
-            // Its old image's probes of glibc's single-threaded ways mean nothing in the new.
-            self.probes.forget_single_threaded_ways(pid);
+            // Its old image's probes stay as they are, all of them.
+            self.probes.keep_single_threaded_ways(pid);
             let detach = SystemEvent::of_process(time_ns, pid, 0, SystemKind::ProcessDetach);
             self.flow.described.remove(&pid);
             self.flow.reorder.push(ktime, Staged::System(detach));
