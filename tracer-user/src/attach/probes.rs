@@ -274,7 +274,7 @@ impl FastPaths {
                 },
                 mutex_kind_offset: (!library.is_musl())
                     .then_some(GLIBC.mutex_kind.byte_offset() as i64),
-                single_threaded_flag: single_threaded_flag(library),
+                single_threaded_flag: single_threaded_flag_in_code(library),
             },
             traced: EVENTS
                 .iter()
@@ -390,7 +390,8 @@ impl FastPaths {
 
 /// Where glibc's `__libc_single_threaded` is as the library's code addresses it, decoded at
 /// its file offsets: its address, less how far the code's addresses are from those offsets.
-fn single_threaded_flag(library: &PthreadLibrary) -> Option<u64> {
+/// (`targets::single_threaded_flag` is where it is in a process.)
+fn single_threaded_flag_in_code(library: &PthreadLibrary) -> Option<u64> {
     let flag = library
         .functions
         .functions(fast_path::SINGLE_THREADED_FLAG)
@@ -1003,13 +1004,18 @@ impl Probes {
     ) -> Result<usize> {
         let shared = pid == 0;
         // Shared probes serve processes of both kinds; a process that has one thread now gets
-        // the ways of one thread, and the others once it has a second.
-        // Not the flag's value: it is 0 until the C library's early start-up has run, where a
-        // launched command is attached.
+        // the ways of one thread, and the others once it has a second. Its thread count, not
+        // the flag's value: that is 0 until the C library's early start-up has run, where a
+        // launched command is attached. The flag's place (its maps read) only where the plan
+        // has such ways.
+        let has_one_thread_ways = planned
+            .iter()
+            .any(|p| p.processes() == Processes::SingleThreaded);
         let single_threaded_flag = match shared {
-            true => None,
-            false => targets::single_threaded_flag(pid, library)
-                .filter(|_| targets::threads_of(pid).nth(1).is_none()),
+            false if has_one_thread_ways && targets::threads_of(pid).nth(1).is_none() => {
+                targets::single_threaded_flag(pid, library)
+            }
+            _ => None,
         };
         let single_threaded = single_threaded_flag.is_some();
         let mut entry = ProbeSet::default();
@@ -1145,21 +1151,22 @@ impl Probes {
         let Some(program) = programs.fast.as_ref() else {
             return failures;
         };
-        let moving: Vec<u32> = self
+        // Each process to move, and whether it is gone.
+        let moving: Vec<(u32, bool)> = self
             .single_threaded
             .iter()
-            .filter(|&(&pid, ways)| {
-                !targets::process_exists(pid)
-                    || targets::threads_of(pid).nth(1).is_some()
-                        && ways
-                            .iter()
-                            .any(|way| targets::read_byte(pid, way.flag) == Some(0))
-                        && !targets::main_thread_exited(pid)
+            .filter_map(|(&pid, ways)| {
+                let gone = !targets::process_exists(pid);
+                let threaded = !gone
+                    && targets::threads_of(pid).nth(1).is_some()
+                    && ways
+                        .iter()
+                        .any(|way| targets::read_byte(pid, way.flag) == Some(0))
+                    && !targets::main_thread_exited(pid);
+                (gone || threaded).then_some((pid, gone))
             })
-            .map(|(&pid, _)| pid)
             .collect();
-        for pid in moving {
-            let gone = !targets::process_exists(pid);
+        for (pid, gone) in moving {
             for way in self.single_threaded.remove(&pid).into_iter().flatten() {
                 if gone {
                     close_aside(way.links);
