@@ -1,6 +1,7 @@
 //! `--list-probes` shows where each probe goes, and the probes it says the kernel single-steps
 //! are off the uncontended paths. The listings need no privileges: they read the tracer's own
-//! C library; counting the single steps taken needs root (BPF, tracefs). The listings expected (and the fixtures) are x86-64's: on the host.
+//! C library; counting the single steps taken needs root (BPF, tracefs). The listings expected
+//! (and the fixtures) are x86-64's: on the host.
 #![cfg(target_arch = "x86_64")]
 
 use std::process::Command;
