@@ -1144,8 +1144,9 @@ impl Probes {
     ///
     /// A process that is gone only has its links closed; one whose main thread has exited is
     /// left to move to the shared probes ([`Probes::attach_shared`]: the kernel takes no new
-    /// probe of its own for it). Returns what could not be attached, by process: its one-thread
-    /// probes then stay, correct, a trap dearer on its every unlock.
+    /// probe of its own for it), also when its main thread exits as the move is made. Returns
+    /// what could not be attached, by process: its one-thread probes then stay, correct, a
+    /// trap dearer on its every unlock.
     pub fn leave_single_threaded_ways(&mut self, programs: &Programs) -> Vec<(u32, AttachError)> {
         let mut failures = Vec::new();
         let Some(program) = programs.fast.as_ref() else {
@@ -1188,7 +1189,11 @@ impl Probes {
                     }
                     Err(error) => {
                         own.extend(way.links);
-                        failures.push((pid, AttachError::from(error)));
+                        // A main thread on its way out (the kernel finds no process to probe):
+                        // the process moves to the shared probes, or ends, on its own.
+                        if !no_such_process(&error) {
+                            failures.push((pid, AttachError::from(error)));
+                        }
                     }
                 }
             }
@@ -1245,6 +1250,14 @@ impl Probes {
             }
         });
     }
+}
+
+/// Whether the kernel said of `error`'s process that there is none (ESRCH): its main thread
+/// has exited, or is exiting.
+fn no_such_process(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source())
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+        .any(|e| e.raw_os_error() == Some(libc::ESRCH))
 }
 
 /// Closes `links` on a thread of their own: each waits for a kernel grace period as it goes,
