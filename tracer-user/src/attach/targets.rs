@@ -441,8 +441,8 @@ fn load_address(pid: u32, path: &str) -> Option<u64> {
 }
 
 /// Every distinct pthread library that some process maps now (by device and inode), with a
-/// process that maps it, except the files in `known` (not even read). Processes that vanish
-/// while being read are skipped.
+/// process that maps it, except the files in `known` (not even read). A process that vanishes
+/// while being read is skipped, and its files read through another that maps them.
 pub fn all_pthread_libraries(
     functions: &[&str],
     except_pid: u32,
@@ -463,10 +463,15 @@ pub fn all_pthread_libraries(
         if mappings.iter().all(|m| checked.contains(&m.identity)) {
             continue;
         }
-        checked.extend(mappings.into_iter().map(|m| m.identity));
         // A process that maps something new may still have its pthread functions in a known
         // file: only new files are returned.
-        for library in find_pthread_libraries(pid, functions).unwrap_or_default() {
+        let found = find_pthread_libraries(pid, functions).unwrap_or_default();
+        // A process gone while its files were read (a zombie maps nothing) may have left some
+        // unread: they are read through the next process that maps them.
+        if executable_mappings(pid).is_ok_and(|still| !still.is_empty()) {
+            checked.extend(mappings.into_iter().map(|m| m.identity));
+        }
+        for library in found {
             if !known.contains(&library.file.identity)
                 && !libraries
                     .iter()
