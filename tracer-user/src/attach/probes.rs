@@ -764,6 +764,8 @@ pub struct Probes {
     shared_links: Vec<OwnedFd>,
     /// Library files with shared links, by device and inode.
     everywhere: Vec<(String, u64)>,
+    /// Library files whose shared links could not be made: said once, not tried again.
+    refused_everywhere: Vec<(String, u64)>,
     /// Library files by device and inode, with the id of their own calls' return addresses
     /// in `CALL_SITES`, if they have any.
     call_site_ids: HashMap<(String, u64), Option<u64>>,
@@ -790,6 +792,7 @@ impl Probes {
             single_threaded: HashMap::new(),
             shared_links: Vec::new(),
             everywhere: Vec::new(),
+            refused_everywhere: Vec::new(),
             call_site_ids: HashMap::new(),
             mechanism,
             linker: Linker::new(mechanism)?,
@@ -950,23 +953,39 @@ impl Probes {
 
     /// System-wide: probes every pthread library file that some process maps and that is not
     /// probed yet (a container started after the tracer brings its own). Never the tracer's.
-    /// A file that cannot be probed (found through a process that has since exited, taking a
-    /// file of its own with it) does not keep the others from being probed: each is returned
-    /// with the process it was found through.
+    /// A file that cannot be probed does not keep the others from being probed: each is
+    /// returned, once, with the process it was found through. A file found through a mapping
+    /// that has gone since (its process exited or unmapped it) is looked for again at once,
+    /// through the processes that still map it: a short-lived process must not leave the
+    /// host's libc unprobed.
     pub fn attach_new_libraries(&mut self, datapath: &mut DataPath) -> Vec<(u32, AttachError)> {
+        // A scan that finds only vanished mappings again is a host starting and ending
+        // processes faster than they are scanned; what is left is found at the next look.
+        const SCANS: usize = 4;
         let symbols = self.symbols();
-        let found = targets::all_pthread_libraries(&symbols, std::process::id(), &self.everywhere);
-        found
-            .into_iter()
-            .filter_map(|(pid, library)| {
-                let attached = self.attach_library(datapath, 0, &library);
-                attached.err().map(|error| {
-                    let path = library.file.path.clone();
-                    let source = Box::new(error);
-                    (pid, AttachError::FoundLibrary { path, pid, source })
-                })
-            })
-            .collect()
+        let mut failures = Vec::new();
+        for _ in 0..SCANS {
+            let known = [self.everywhere.as_slice(), &self.refused_everywhere].concat();
+            let found = targets::all_pthread_libraries(&symbols, std::process::id(), &known);
+            let mut vanished = false;
+            for (pid, library) in found {
+                let Err(error) = self.attach_library(datapath, 0, &library) else {
+                    continue;
+                };
+                if !library.file.open_path.exists() {
+                    vanished = true;
+                    continue;
+                }
+                self.refused_everywhere.push(library.file.identity.clone());
+                let path = library.file.path.clone();
+                let source = Box::new(error);
+                failures.push((pid, AttachError::FoundLibrary { path, pid, source }));
+            }
+            if !vanished {
+                break;
+            }
+        }
+        failures
     }
 
     /// Whether some file is probed for every process that maps it.
