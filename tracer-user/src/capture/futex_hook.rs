@@ -244,8 +244,11 @@ fn attach_tracing(program: &OwnedFd) -> Result<OwnedFd, SyscallError> {
 }
 
 /// The exit, then the entry tracepoint of each futex syscall tracefs has; the first is needed.
+/// Each program is loaded once and attached to every syscall's tracepoint: the verifier's
+/// work on it is much of a `--contended` start.
 fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Hooked, FutexHookError> {
-    let mut hooked = Hooked::default();
+    let mut programs: [Option<OwnedFd>; 2] = [None, None];
+    let mut links = Vec::new();
     for (at, (enter, exit)) in SYSCALL_TRACEPOINTS.into_iter().enumerate() {
         let ids = (tracepoint_id(exit), tracepoint_id(enter));
         let (Some(exit_id), Some(enter_id)) = ids else {
@@ -254,19 +257,28 @@ fn attach_syscall_tracepoints(loaded: &Loaded) -> Result<Hooked, FutexHookError>
             }
             continue;
         };
-        for (program, name, id) in [
+        let hooks = [
             (names::FUTEX_TP_EXIT_PROGRAM, exit, exit_id),
             (names::FUTEX_TP_ENTER_PROGRAM, enter, enter_id),
-        ] {
+        ];
+        for ((program, name, id), loaded_once) in hooks.into_iter().zip(&mut programs) {
             let what = || format!("{program} on syscalls:{name}");
-            let fd = loaded
-                .load_program(program, BPF_PROG_TYPE_TRACEPOINT, None)
-                .map_err(FutexHookError::program(what()))?;
-            let link = attach_perf_tracepoint(&fd, id).map_err(FutexHookError::attach(what()))?;
-            hooked.add(fd, link);
+            let fd = match loaded_once {
+                Some(fd) => fd,
+                None => loaded_once.insert(
+                    loaded
+                        .load_program(program, BPF_PROG_TYPE_TRACEPOINT, None)
+                        .map_err(FutexHookError::program(what()))?,
+                ),
+            };
+            let link = attach_perf_tracepoint(fd, id).map_err(FutexHookError::attach(what()))?;
+            links.push(link);
         }
     }
-    Ok(hooked)
+    Ok(Hooked {
+        links,
+        programs: programs.into_iter().flatten().collect(),
+    })
 }
 
 /// Attaches the tracepoint program `program` to the tracepoint whose id is `id`, on every
