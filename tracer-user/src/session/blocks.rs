@@ -162,22 +162,20 @@ fn blocked(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc;
-
     use super::*;
+    use crate::session::flow::Found;
 
     const MS: i64 = 1_000_000;
 
     /// A watch with a threshold of 200 ms, and the session's end of what it reports.
-    fn watch() -> (BlockWatch, mpsc::Receiver<Finding>) {
+    fn watch() -> (BlockWatch, Found) {
         let (findings, found) = Findings::new();
         (BlockWatch::new(Duration::from_millis(200), findings), found)
     }
 
     /// The long blocks reported since the last look.
-    fn reported(found: &mpsc::Receiver<Finding>) -> Vec<SystemEvent> {
-        found
-            .try_iter()
+    fn reported(found: &Found) -> Vec<SystemEvent> {
+        std::iter::from_fn(|| found.take())
             .map(|finding| match finding {
                 Finding::LongBlock(event) => event,
                 Finding::Event(event) => panic!("not a long block: {event:?}"),

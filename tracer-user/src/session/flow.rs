@@ -4,7 +4,14 @@
 //! stage, then handed to the sinks, the outputs and the watches ([`Flow`], `Session::drain`);
 //! what the watches find comes back to be written too ([`Finding`]).
 
-use std::{collections::hash_map::Entry, sync::mpsc};
+use std::{
+    collections::hash_map::Entry,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
+};
 
 // Per-record sets (processes and threads seen): a fast hasher rather than SipHash.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
@@ -169,18 +176,50 @@ impl From<Finding> for Staged {
 
 /// The watches' way back to the session, which holds the receiving end.
 #[derive(Clone)]
-pub(super) struct Findings(mpsc::Sender<Finding>);
+pub(super) struct Findings {
+    sender: mpsc::Sender<Finding>,
+    /// Findings sent and not yet taken: counted after each is sent.
+    waiting: Arc<AtomicUsize>,
+}
 
 impl Findings {
     /// A way back, and the session's end of it.
-    pub(super) fn new() -> (Self, mpsc::Receiver<Finding>) {
+    pub(super) fn new() -> (Self, Found) {
         let (sender, receiver) = mpsc::channel();
-        (Findings(sender), receiver)
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let found = Found {
+            receiver,
+            waiting: Arc::clone(&waiting),
+        };
+        (Findings { sender, waiting }, found)
     }
 
     pub(super) fn report(&self, finding: Finding) {
         // The session holds the receiving end for as long as it holds its sinks.
-        let _ = self.0.send(finding);
+        if self.sender.send(finding).is_ok() {
+            self.waiting.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// The session's end of [`Findings`]. It is looked at after every item written, so a count
+/// says whether anything waits: one load, where a look into the channel costs a record's
+/// tenth.
+pub(super) struct Found {
+    receiver: mpsc::Receiver<Finding>,
+    waiting: Arc<AtomicUsize>,
+}
+
+impl Found {
+    /// The oldest finding not taken yet. A count above zero was counted after its finding
+    /// was sent, and only this end takes them: the channel holds it.
+    pub(super) fn take(&self) -> Option<Finding> {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let finding = self.receiver.try_recv().ok()?;
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        Some(finding)
     }
 }
 
@@ -434,7 +473,7 @@ impl Session {
         };
         let drained = self
             .datapath
-            .drain(|cpu, raw, stack| arrive(Pulled::new(decoder, cpu, raw, stack)));
+            .drain(|cpu, raw, part, stack| arrive(Pulled::new(decoder, cpu, (raw, part), stack)));
         let drained = drained.merge(drawers.end_pass(&mut arrive)?);
         self.flow.losses.add_undecodable(drained.malformed);
         // Futex calls the kernel did not show the programs: marked where the tracer learnt of
@@ -509,7 +548,7 @@ impl Session {
     /// Writes what the watches found in the item just written (a call that returned after
     /// blocking too long), right after it.
     fn write_findings(&mut self) -> Result<()> {
-        while let Ok(finding) = self.found.try_recv() {
+        while let Some(finding) = self.found.take() {
             self.write_item(finding.into())?;
         }
         Ok(())

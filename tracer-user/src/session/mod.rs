@@ -29,7 +29,7 @@ use self::{
     blocks::BlockFlushes,
     config::Config,
     control::{Controller, Recording},
-    flow::{Finding, Flow},
+    flow::{Flow, Found},
     run::Clock,
     watch::Watched,
 };
@@ -185,7 +185,7 @@ pub struct Session {
     /// `--flush-on-block`: the flushes long blocks cause.
     block_flushes: Option<BlockFlushes>,
     /// What the watches among the sinks found, not written yet (see `flow::Finding`).
-    found: std::sync::mpsc::Receiver<Finding>,
+    found: Found,
 }
 
 /// How a run ended.

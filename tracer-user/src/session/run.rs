@@ -221,7 +221,7 @@ impl Session {
         // Time passing shows calls still blocked and deadlocks: what the watches find is
         // placed in time order.
         self.sinks.time_passed(self.decoder.realtime_ns(now));
-        for finding in self.found.try_iter() {
+        while let Some(finding) = self.found.take() {
             self.flow.reorder.push(now, finding.into());
         }
         self.watch_own_targets_threads();
