@@ -89,24 +89,37 @@ impl Which {
 /// ([`crate::Completion`]): its entry and return halves share the record, and its timestamp.
 pub const WHICH_BOTH_HALVES: u8 = 3;
 
+/// One of the records a ring entry stands for (see [`RawRecord::parts`]): the entry's own
+/// fields but these two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordPart {
+    /// Its [`RawRecord::which`].
+    pub which: u8,
+    /// Its [`RawRecord::lost_before`].
+    pub lost_before: u32,
+}
+
 impl RawRecord {
     /// The records this one stands for: itself, or for [`WHICH_BOTH_HALVES`] its entry half
-    /// (the first, as the call's entry came first) and its return half.
-    pub fn halves(&self) -> (RawRecord, Option<RawRecord>) {
-        if self.which != WHICH_BOTH_HALVES {
-            return (*self, None);
-        }
-        let entry = RawRecord {
-            which: Which::Entry as u8,
-            ..*self
+    /// (the first, as the call's entry came first) and its return half. Parts, not copies:
+    /// a record is read where it lies in the ring.
+    pub fn parts(&self) -> impl Iterator<Item = RecordPart> {
+        let (first, second) = match self.which {
+            WHICH_BOTH_HALVES => (
+                Which::Entry as u8,
+                // The gap before the call is reported once, before its first half.
+                Some(RecordPart {
+                    which: Which::Return as u8,
+                    lost_before: 0,
+                }),
+            ),
+            which => (which, None),
         };
-        // The gap before the call is reported once, before its first half.
-        let back = RawRecord {
-            which: Which::Return as u8,
-            lost_before: 0,
-            ..*self
+        let first = RecordPart {
+            which: first,
+            lost_before: self.lost_before,
         };
-        (entry, Some(back))
+        core::iter::once(first).chain(second)
     }
 }
 
@@ -231,21 +244,18 @@ mod tests {
     fn a_call_written_whole_is_its_two_halves_and_the_gap_before_it_once() {
         let whole = RawRecord {
             which: WHICH_BOTH_HALVES,
-            ktime_ns: 7,
-            rval: 11,
             lost_before: 3,
             ..RawRecord::default()
         };
-        let (entry, Some(back)) = whole.halves() else {
-            panic!("{:?}", whole.halves());
-        };
-        assert_eq!((entry.which, entry.ktime_ns, entry.lost_before), (1, 7, 3));
-        assert_eq!(
-            (back.which, back.ktime_ns, back.rval, back.lost_before),
-            (2, 7, 11, 0)
-        );
+        let part = |which, lost_before| RecordPart { which, lost_before };
+        let mut parts = whole.parts();
+        assert_eq!(parts.next(), Some(part(1, 3)));
+        assert_eq!(parts.next(), Some(part(2, 0)));
+        assert_eq!(parts.next(), None);
         let single = RawRecord { which: 2, ..whole };
-        assert_eq!(single.halves(), (single, None));
+        let mut parts = single.parts();
+        assert_eq!(parts.next(), Some(part(2, 3)));
+        assert_eq!(parts.next(), None);
     }
 
     #[test]

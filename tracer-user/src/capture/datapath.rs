@@ -16,7 +16,7 @@ use tracer_common::{
     LOST_TOTAL, MAX_CGROUPS, MAX_CPUS, OWN_TARGET_SLOTS, OWN_TARGETS_SPILLED, OwnTargets,
     ProcessLibrary, ProgramConfig, RawRecord, RecordingMasks, SelectedCgroup, TracedThrough,
     call_site_key, names,
-    record::{StackInEntry, UserStack},
+    record::{RecordPart, StackInEntry, UserStack},
 };
 
 use super::{
@@ -95,10 +95,11 @@ pub struct Rings {
 impl Rings {
     /// Hands the records now in the rings to `sink`, at most one ring's worth from each ring,
     /// so that a producer faster than this consumer cannot keep one pass going forever.
-    /// `sink` gets each record with the CPU whose ring it came from.
+    /// `sink` gets each record with the CPU whose ring it came from, once for each of its
+    /// parts ([`RawRecord::parts`]), the stack with the first.
     pub fn drain(
         &mut self,
-        mut sink: impl FnMut(u32, &RawRecord, Option<StackInEntry>),
+        mut sink: impl FnMut(u32, &RawRecord, RecordPart, Option<StackInEntry>),
     ) -> Drained {
         let mut drained = Drained::default();
         let started = super::kernel::monotonic_ns();
@@ -110,10 +111,9 @@ impl Rings {
                 |bytes| match RawRecord::view(bytes) {
                     Some(record) => {
                         last = Some(record.ktime_ns);
-                        let (first, second) = record.halves();
-                        sink(*cpu, &first, UserStack::after_record(bytes));
-                        if let Some(second) = second {
-                            sink(*cpu, &second, None);
+                        let mut stack = UserStack::after_record(bytes);
+                        for part in record.parts() {
+                            sink(*cpu, record, part, stack.take());
                         }
                     }
                     None => drained.malformed += 1,
@@ -478,7 +478,10 @@ impl DataPath {
 
     /// Hands the records now in the rings not shared out (`share_rings`) to `sink` (see
     /// `Rings::drain`).
-    pub fn drain(&mut self, sink: impl FnMut(u32, &RawRecord, Option<StackInEntry>)) -> Drained {
+    pub fn drain(
+        &mut self,
+        sink: impl FnMut(u32, &RawRecord, RecordPart, Option<StackInEntry>),
+    ) -> Drained {
         self.rings.drain(sink)
     }
 

@@ -104,11 +104,13 @@ impl Decoder {
         self.selected.selects(record.event1, record.event2)
     }
 
-    /// `None` for codes the event table does not know (a corrupt or foreign record).
-    pub fn decode(&self, raw: &RawRecord) -> Option<TraceRecord> {
+    /// `raw` as the part of its call `which` says (its own [`RawRecord::which`] but for a
+    /// call written whole, [`RawRecord::parts`]). `None` for codes the event table does not
+    /// know (a corrupt or foreign record).
+    pub fn decode(&self, raw: &RawRecord, which: u8) -> Option<TraceRecord> {
         let (event1, event2) = classify(raw);
         let event = EventDef::find(event1, event2)?;
-        let which = Which::from_code(u16::from(raw.which))?;
+        let which = Which::from_code(u16::from(which))?;
         // i64, not i128: a 128-bit division is a library call, and this runs for every record.
         let realtime = self.realtime_ns(raw.ktime_ns);
         Some(TraceRecord {
@@ -209,16 +211,16 @@ mod tests {
     #[test]
     fn lays_out_fields_as_the_seed_tables_say() {
         let decoder = Decoder::new(1_000_000_000, EventSet::all());
-        let lock_entry = decoder.decode(&raw(2, 2, 1)).unwrap();
+        let lock_entry = decoder.decode(&raw(2, 2, 1), 1).unwrap();
         assert_eq!(lock_entry.a, [0x5555_0000, 0, 0, 0, 0]);
         assert_eq!((lock_entry.sec, lock_entry.nsec), (6, 123));
-        let lock_return = decoder.decode(&raw(2, 2, 2)).unwrap();
+        let lock_return = decoder.decode(&raw(2, 2, 2), 2).unwrap();
         assert_eq!(lock_return.a, [110, 1, 0, 0, 0]);
-        let unlock = decoder.decode(&raw(2, 4, 0)).unwrap();
+        let unlock = decoder.decode(&raw(2, 4, 0), 0).unwrap();
         assert_eq!(unlock.a, [0x5555_0000, 110, 0, 0, 0]);
-        let timedwait = decoder.decode(&raw(3, 5, 1)).unwrap();
+        let timedwait = decoder.decode(&raw(3, 5, 1), 1).unwrap();
         assert_eq!(timedwait.a, [0x5555_0000, 2, 1_700_000_000, 250, 0]);
-        let mutex_init = decoder.decode(&raw(2, 1, 0)).unwrap();
+        let mutex_init = decoder.decode(&raw(2, 1, 0), 0).unwrap();
         assert_eq!(
             mutex_init.a,
             [0x5555_0000, 2, 0, 110, 0],
@@ -237,39 +239,46 @@ mod tests {
             record
         };
         // glibc mutex __lock: 1 locked, 2 locked with waiters.
-        let unlock = |lock: u32| decoder.decode(&with_object(4, &[(0, lock)])).unwrap().a[2];
+        let unlock = |lock: u32| {
+            let raw = with_object(4, &[(0, lock)]);
+            decoder.decode(&raw, raw.which).unwrap().a[2]
+        };
         assert_eq!((unlock(1), unlock(2)), (0, 1));
         // glibc condvar __wrefs (word 9): waiters are counted from bit 3 up.
         let wrefs = GLIBC.cond_waiter_refs.word;
         let mut signal = raw(3, 2, 0);
         signal.object[wrefs] = 0b100;
         assert_eq!(
-            decoder.decode(&signal).unwrap().a[2],
+            decoder.decode(&signal, signal.which).unwrap().a[2],
             0,
             "bit 2 is the clock, not a waiter"
         );
         signal.object[wrefs] = 2 << 3;
-        assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
+        assert_eq!(decoder.decode(&signal, signal.which).unwrap().a[2], 1);
         // glibc 2.41's, without __g_refs: __wrefs is word 7, and word 9 is __g_signals[0].
         signal.object_layout = tracer_common::LAYOUT_COND_WITHOUT_G_REFS;
-        assert_eq!(decoder.decode(&signal).unwrap().a[2], 0);
+        assert_eq!(decoder.decode(&signal, signal.which).unwrap().a[2], 0);
         signal.object[GLIBC_2_41.cond_waiter_refs.word] = 1 << 3;
-        assert_eq!(decoder.decode(&signal).unwrap().a[2], 1);
+        assert_eq!(decoder.decode(&signal, signal.which).unwrap().a[2], 1);
         // rwlock: 3 readers hold it (3 << 3) while a writer waits (WRLOCKED in a read phase),
         // then a writer holds it alone (WRPHASE | WRLOCKED, wrphase futex 1).
         let mut unlock = raw(5, 4, 0);
         unlock.object[0] = (3 << 3) | 2;
-        assert_eq!(decoder.decode(&unlock).unwrap().a[2], 1);
+        assert_eq!(decoder.decode(&unlock, unlock.which).unwrap().a[2], 1);
         unlock.object[0] = 3;
         unlock.object[2] = 1;
-        assert_eq!(decoder.decode(&unlock).unwrap().a[2], 0);
+        assert_eq!(decoder.decode(&unlock, unlock.which).unwrap().a[2], 0);
         let mut rdlock = raw(5, 2, 2);
         rdlock.object[0] = 2 << 3;
-        assert_eq!(decoder.decode(&rdlock).unwrap().a[2], 2, "rw_readers");
+        assert_eq!(
+            decoder.decode(&rdlock, rdlock.which).unwrap().a[2],
+            2,
+            "rw_readers"
+        );
         // sem_t value: the low 32 bits.
         let mut post = raw(4, 4, 0);
         post.object = [7, 1, 0, 0, 0, 0, 0, 0, 0, 0];
-        assert_eq!(decoder.decode(&post).unwrap().a[2], 7);
+        assert_eq!(decoder.decode(&post, post.which).unwrap().a[2], 7);
     }
 
     #[test]
@@ -278,14 +287,14 @@ mod tests {
         lock.object[4] = 1; // PTHREAD_MUTEX_RECURSIVE
         lock.object[1] = 3; // __count after the lock
         let decoder = Decoder::new(0, EventSet::of(Category::Rmutex.events()));
-        let record = decoder.decode(&lock).unwrap();
+        let record = decoder.decode(&lock, lock.which).unwrap();
         assert_eq!(
             (record.event1, record.event2, record.a[2]),
             (6, 2, 3),
             "rm_depth"
         );
         assert!(decoder.selects(&record));
-        let plain = decoder.decode(&raw(2, 2, 2)).unwrap();
+        let plain = decoder.decode(&raw(2, 2, 2), 2).unwrap();
         assert_eq!(plain.event1, 2);
         assert!(!decoder.selects(&plain), "only rmutex selected");
     }
@@ -297,26 +306,30 @@ mod tests {
         wait.started_ns = wait.ktime_ns - 2_500;
         wait.args = [0x5555_0000, 0x80, 1, 0x7ffd_0000, 0];
         wait.rval = -110;
-        let record = decoder.decode(&wait).unwrap();
+        let record = decoder.decode(&wait, wait.which).unwrap();
         assert_eq!(
             record.a,
             [0x5555_0000, 0x80, 2_500, -110, 1_700_000_000_000_000_250]
         );
         wait.args[3] = 0;
-        assert_eq!(decoder.decode(&wait).unwrap().a[4], -1, "no timeout");
+        assert_eq!(
+            decoder.decode(&wait, wait.which).unwrap().a[4],
+            -1,
+            "no timeout"
+        );
     }
 
     #[test]
     fn rejects_unknown_codes() {
         let decoder = Decoder::new(0, EventSet::all());
-        assert_eq!(decoder.decode(&raw(2, 99, 0)), None);
-        assert_eq!(decoder.decode(&raw(2, 2, 3)), None);
+        assert_eq!(decoder.decode(&raw(2, 99, 0), 0), None);
+        assert_eq!(decoder.decode(&raw(2, 2, 3), 3), None);
     }
 
     #[test]
     fn negative_offsets_keep_nanoseconds_in_range() {
         let record = Decoder::new(-1, EventSet::all())
-            .decode(&raw(2, 2, 1))
+            .decode(&raw(2, 2, 1), 1)
             .unwrap();
         assert_eq!((record.sec, record.nsec), (5, 122));
     }

@@ -5,7 +5,10 @@
 
 use std::{sync::mpsc, thread::JoinHandle};
 
-use tracer_common::{RawRecord, record::StackInEntry};
+use tracer_common::{
+    RawRecord,
+    record::{RecordPart, StackInEntry},
+};
 use tracer_model::TraceRecord;
 
 use super::{
@@ -44,8 +47,14 @@ pub struct Pulled {
 }
 
 impl Pulled {
-    pub fn new(decoder: &Decoder, cpu: u32, raw: &RawRecord, stack: Option<StackInEntry>) -> Self {
-        let record = decoder.decode(raw);
+    /// `part` of `raw`, drawn from the ring of `cpu` with `stack`.
+    pub fn new(
+        decoder: &Decoder,
+        cpu: u32,
+        (raw, part): (&RawRecord, RecordPart),
+        stack: Option<StackInEntry>,
+    ) -> Self {
+        let record = decoder.decode(raw, part.which);
         Pulled {
             ktime_ns: raw.ktime_ns,
             pid: raw.pid,
@@ -54,7 +63,7 @@ impl Pulled {
                 record,
                 time_ns: decoder.realtime_ns(raw.ktime_ns),
                 cpu,
-                lost_before: raw.lost_before,
+                lost_before: part.lost_before,
             },
             // Boxed: most records have none, and a pass moves thousands of them.
             stack: stack.map(|stack| Box::new(CopiedStack::of(stack))),
@@ -133,8 +142,8 @@ impl DrawThreads {
                 let name = format!("ring-drawer-{n}");
                 let handle = crate::priority::spawn(&name, Rank::First, move || {
                     for mut batch in pass_requests {
-                        let read = rings.drain(|cpu, raw, stack| {
-                            batch.push(Pulled::new(&decoder, cpu, raw, stack));
+                        let read = rings.drain(|cpu, raw, part, stack| {
+                            batch.push(Pulled::new(&decoder, cpu, (raw, part), stack));
                         });
                         if drawn_out.send((batch, read)).is_err() {
                             break;
