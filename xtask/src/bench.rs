@@ -656,12 +656,7 @@ what --follow costs a target, µs per operation, median of {reps} runs"
                 .collect::<Vec<_>>(),
         );
         let idle_ns = median(&sink_idle_cpu[m]);
-        let beyond = median(
-            &sink_cpu[m]
-                .iter()
-                .map(|run| (run.cpu_ns - idle_ns) / run.written as f64)
-                .collect::<Vec<_>>(),
-        );
+        let beyond = Consumed::per_record_beyond(&sink_cpu[m], idle_ns);
         let lost: u64 = sink_cpu[m].iter().map(|s| s.lost).sum();
         let label = match threads {
             None => mode.label().to_owned(),
@@ -1283,6 +1278,16 @@ struct Consumed {
 impl Consumed {
     fn cpu_per_record(&self) -> f64 {
         self.cpu_ns / self.written as f64
+    }
+
+    /// The median over `runs` of the CPU per record left once `idle_ns`, what the same run
+    /// with no records cost (start and exit), is taken away.
+    fn per_record_beyond(runs: &[Consumed], idle_ns: f64) -> f64 {
+        let beyond: Vec<f64> = runs
+            .iter()
+            .map(|run| (run.cpu_ns - idle_ns) / run.written as f64)
+            .collect();
+        median(&beyond)
     }
 
     fn records_per_second(&self) -> f64 {

@@ -12,7 +12,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Mode, SINK_PAIRS, SinkMode, WORKLOADS, Workload, consume, empty_dir, measure, median,
+    Consumed, Mode, SINK_PAIRS, SinkMode, WORKLOADS, Workload, consume, empty_dir, measure, median,
     program_costs,
     server_rounds::{self, ServerRound},
     stacks::StacksUnderLoad,
@@ -80,12 +80,14 @@ const LAUNCHES: [(&str, &[&str]); 2] = [
 const CONSUMER_SINKS: [SinkMode; 2] = [SinkMode::TrFiles, SinkMode::Log];
 
 /// One build's start, exit and consumer, run by run: per launch, ms to ready and ms from the
-/// command's end to the tracer's; per sink, the tracer's CPU ns per record.
+/// command's end to the tracer's; per sink, the tracer's runs with records and its CPU in the
+/// same runs with none (what starting and ending cost it, mostly the kernel's verifier).
 #[derive(Default)]
 struct Running {
     ready: [Vec<f64>; 2],
     exit: [Vec<f64>; 2],
-    cpu_per_record: [Vec<f64>; 2],
+    consumed: [Vec<Consumed>; 2],
+    idle_cpu_ns: [Vec<f64>; 2],
 }
 
 impl Running {
@@ -100,7 +102,10 @@ impl Running {
         for (s, &sink) in CONSUMER_SINKS.iter().enumerate() {
             empty_dir(&dir)?;
             let consumed = consume(tracer, &dir, sink, (SINK_PAIRS, 1), None)?;
-            self.cpu_per_record[s].push(consumed.cpu_per_record());
+            self.consumed[s].push(consumed);
+            empty_dir(&dir)?;
+            let idle = consume(tracer, &dir, sink, (0, 1), None)?;
+            self.idle_cpu_ns[s].push(idle.cpu_ns);
         }
         Ok(())
     }
@@ -119,11 +124,27 @@ impl Running {
                 ),
             ]
         });
-        let sinks = CONSUMER_SINKS.iter().enumerate().map(|(s, sink)| {
-            (
-                format!("tracer CPU per record (ns), {}", sink.label()),
-                median(&self.cpu_per_record[s]),
-            )
+        let sinks = CONSUMER_SINKS.iter().enumerate().flat_map(|(s, sink)| {
+            let per_record: Vec<f64> = self.consumed[s]
+                .iter()
+                .map(Consumed::cpu_per_record)
+                .collect();
+            let idle_ns = median(&self.idle_cpu_ns[s]);
+            let sink = sink.label();
+            [
+                (
+                    format!("tracer CPU per record (ns), {sink}"),
+                    median(&per_record),
+                ),
+                (
+                    format!("of which start and exit: tracer CPU (ms) with no records, {sink}"),
+                    idle_ns / 1e6,
+                ),
+                (
+                    format!("beyond start and exit: tracer CPU per record (ns), {sink}"),
+                    Consumed::per_record_beyond(&self.consumed[s], idle_ns),
+                ),
+            ]
         });
         launches.chain(sinks).collect()
     }
