@@ -301,20 +301,21 @@ impl DataPath {
         // The futex programs are loaded beside the uprobe programs, before the rings' map is
         // let go (the programs hold the maps they use). Attached now, but nothing is traced
         // yet. A kernel where no hook attaches traces the rest (the session says so).
-        let (programs, futex_hooked) = std::thread::scope(|scope| {
+        let (programs, futex_hooked, rings) = std::thread::scope(|scope| {
             let futex_hooked = scope.spawn(|| {
                 (futex != FutexCalls::None)
                     .then(|| hook_futex(&loaded, futex_hook, &kernel.functions))
             });
-            let programs = Programs::load(&loaded, program_names, mechanism);
-            (programs, joined(futex_hooked))
+            let programs = scope.spawn(|| Programs::load(&loaded, program_names, mechanism));
+            let rings = create_rings(ring_bytes);
+            (joined(programs), joined(futex_hooked), rings)
         });
         let programs = programs?;
+        let rings = slot_rings(&mut loaded, rings?)?;
         let (futex_hooked, futex_hooking) = match futex_hooked {
             Some((hooked, hooking)) => (hooked, Some(hooking)),
             None => (Hooked::default(), None),
         };
-        let rings = create_rings(&mut loaded, ring_bytes)?;
         let lost = PerCpuArray::try_from(loaded.take_map(names::LOST)?)?;
         let stack_tops = StackTops::new(HashMap::try_from(loaded.take_map(names::STACK_TOPS)?)?);
         let recording = Array::try_from(loaded.take_map(names::RECORDING)?)?;
@@ -525,14 +526,15 @@ impl DataPath {
     }
 }
 
-fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<Ring>, CaptureError> {
+/// A ring of `ring_bytes` for each CPU, each with its map, not yet in the programs' array of
+/// rings (see [`slot_rings`]). The kernel zeroes their memory, some milliseconds a CPU: they
+/// are made while the programs are verified.
+fn create_rings(ring_bytes: u32) -> Result<Vec<(MapData, Ring)>, CaptureError> {
     let cpus =
         aya::util::nr_cpus().map_err(|(path, source)| CaptureError::Cpus { path, source })?;
     if cpus > MAX_CPUS as usize {
         return Err(CaptureError::TooManyCpus { cpus });
     }
-    let mut slots: ArrayOfMaps<MapData, MapData> =
-        ArrayOfMaps::try_from(loaded.take_map(names::RING_BUFFERS)?)?;
     (0..cpus as u32)
         .map(|cpu| {
             let definition =
@@ -544,8 +546,22 @@ fn create_rings(loaded: &mut Loaded, ring_bytes: u32) -> Result<Vec<Ring>, Captu
                         source,
                     }
                 })?;
+            let reader = Ring::new(ring.fd().as_fd().try_clone_to_owned()?, ring_bytes as usize)?;
+            Ok((ring, reader))
+        })
+        .collect()
+}
+
+/// Puts each CPU's ring in the programs' array of rings, at the CPU's index, once the
+/// programs hold that array (taking it from `loaded` lets it go).
+fn slot_rings(loaded: &mut Loaded, rings: Vec<(MapData, Ring)>) -> Result<Vec<Ring>, CaptureError> {
+    let mut slots: ArrayOfMaps<MapData, MapData> =
+        ArrayOfMaps::try_from(loaded.take_map(names::RING_BUFFERS)?)?;
+    (0..)
+        .zip(rings)
+        .map(|(cpu, (ring, reader))| {
             slots.set(cpu, &ring, 0)?;
-            Ring::new(ring.fd().as_fd().try_clone_to_owned()?, ring_bytes as usize)
+            Ok(reader)
         })
         .collect()
 }
