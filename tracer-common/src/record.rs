@@ -23,7 +23,7 @@ pub struct RawRecord {
     pub event2: u16,
     /// 0: single record; 1: entry half; 2: return half; [`WHICH_BOTH_HALVES`]: both halves
     /// of a call written at once where its fast path completed, which the reader of the ring
-    /// makes into its two records ([`RawRecord::halves`]).
+    /// makes into its two records ([`RawRecord::parts`]).
     pub which: u8,
     /// 1 if the record was taken on the call's slow path (`--contended`: the call was about to
     /// block, or woke a waiter), not at the function's entry and return: fields that the object

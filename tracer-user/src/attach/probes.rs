@@ -71,6 +71,15 @@ pub enum AttachError {
 
 type Result<T, E = AttachError> = std::result::Result<T, E>;
 
+/// Whether attaching failed because the mapping it went through (`/proc/PID/map_files/`) is
+/// gone: its process exited (ESRCH), or the entry is not there any more (ENOENT).
+fn through_a_mapping_gone(error: &AttachError) -> bool {
+    let errno = std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error);
+    matches!(errno, Some(libc::ESRCH | libc::ENOENT))
+}
+
 /// One probe to attach: an event's function and where in it the probe goes.
 pub struct PlannedProbe {
     pub event: &'static EventDef,
@@ -955,16 +964,18 @@ impl Probes {
     /// probed yet (a container started after the tracer brings its own). Never the tracer's.
     /// A file that cannot be probed does not keep the others from being probed: each is
     /// returned, once, with the process it was found through. A file found through a mapping
-    /// that has gone since (its process exited or unmapped it) is looked for again at once,
-    /// through the processes that still map it: a short-lived process must not leave the
-    /// host's libc unprobed.
-    pub fn attach_new_libraries(&mut self, datapath: &mut DataPath) -> Vec<(u32, AttachError)> {
-        // A scan that finds only vanished mappings again is a host starting and ending
-        // processes faster than they are scanned; what is left is found at the next look.
-        const SCANS: usize = 4;
+    /// that has gone since (its process exited or unmapped it) is not an error: it is looked
+    /// for again, through the processes that still map it, in up to `scans` scans in all (at
+    /// the start, a short-lived process must not leave the host's libc unprobed), or at the
+    /// next call.
+    pub fn attach_new_libraries(
+        &mut self,
+        datapath: &mut DataPath,
+        scans: usize,
+    ) -> Vec<(u32, AttachError)> {
         let symbols = self.symbols();
         let mut failures = Vec::new();
-        for _ in 0..SCANS {
+        for _ in 0..scans {
             let known = [self.everywhere.as_slice(), &self.refused_everywhere].concat();
             let found = targets::all_pthread_libraries(&symbols, std::process::id(), &known);
             let mut vanished = false;
@@ -972,7 +983,7 @@ impl Probes {
                 let Err(error) = self.attach_library(datapath, 0, &library) else {
                     continue;
                 };
-                if !library.file.open_path.exists() {
+                if through_a_mapping_gone(&error) {
                     vanished = true;
                     continue;
                 }

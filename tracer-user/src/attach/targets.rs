@@ -467,10 +467,12 @@ pub fn all_pthread_libraries(
         // file: only new files are returned.
         let found = find_pthread_libraries(pid, functions).unwrap_or_default();
         // A process gone while its files were read (a zombie maps nothing) may have left some
-        // unread: they are read through the next process that maps them.
-        if executable_mappings(pid).is_ok_and(|still| !still.is_empty()) {
-            checked.extend(mappings.into_iter().map(|m| m.identity));
+        // unread, and what was read could not be probed through it: its files are read
+        // through the next process that maps them.
+        if !executable_mappings(pid).is_ok_and(|still| !still.is_empty()) {
+            continue;
         }
+        checked.extend(mappings.into_iter().map(|m| m.identity));
         for library in found {
             if !known.contains(&library.file.identity)
                 && !libraries
