@@ -20,6 +20,13 @@ pub const EXIT_USAGE: i32 = 2;
 /// Exit status for a failure that is not the user's input.
 pub const EXIT_FAILURE: i32 = 1;
 
+/// The system calls' errors among `error` and its sources, outermost first: what the kernel
+/// said, for a caller to tell one failure from another (or give its errno in an event).
+pub fn io_errors<'a>(error: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a std::io::Error> {
+    std::iter::successors(Some(error), |&e| e.source())
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+}
+
 /// An error and its sources in one line, outermost first: "cannot load BPF program thr_entry:
 /// bpf(BPF_PROG_LOAD) failed: Permission denied (os error 13)". Each error says what failed
 /// and leaves why to its source, so every link is said once (as anyhow's `{:#}` says a chain).

@@ -45,6 +45,7 @@ use crate::capture::{
     decode::ThreadDescriptors,
     programs::{Programs, UprobeMechanism},
 };
+use crate::error::io_errors;
 
 /// Why probes could not be attached in a library, or the BPF side told of a process.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +75,8 @@ type Result<T, E = AttachError> = std::result::Result<T, E>;
 /// Whether attaching failed because the mapping it went through (`/proc/PID/map_files/`) is
 /// gone: its process exited (ESRCH), or the entry is not there any more (ENOENT).
 fn through_a_mapping_gone(error: &AttachError) -> bool {
-    let errno = std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
-        .find_map(|e| e.downcast_ref::<std::io::Error>())
+    let errno = io_errors(error)
+        .next()
         .and_then(std::io::Error::raw_os_error);
     matches!(errno, Some(libc::ESRCH | libc::ENOENT))
 }
@@ -1285,9 +1286,7 @@ impl Probes {
 /// Whether the kernel said of `error`'s process that there is none (ESRCH): its main thread
 /// has exited, or is exiting.
 fn no_such_process(error: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(error), |e| e.source())
-        .filter_map(|e| e.downcast_ref::<std::io::Error>())
-        .any(|e| e.raw_os_error() == Some(libc::ESRCH))
+    io_errors(error).any(|e| e.raw_os_error() == Some(libc::ESRCH))
 }
 
 /// Closes `links` on a thread of their own: each waits for a kernel grace period as it goes,

@@ -14,7 +14,7 @@ use super::{Result, Session, TraceError, facts, flow::Staged, run::register};
 use crate::{
     attach::{exec_follow::AttachRequest, launch::Launched, targets},
     capture::kernel,
-    error::OneLine,
+    error::{OneLine, io_errors},
 };
 
 /// How long a target's main thread must have been gone before the process moves to shared
@@ -335,8 +335,8 @@ pub(super) fn target_error_event(
     pid: u32,
     error: &(dyn Error + 'static),
 ) -> SystemEvent {
-    let code = std::iter::successors(Some(error), |&e| e.source())
-        .find_map(|e| e.downcast_ref::<std::io::Error>())
+    let code = io_errors(error)
+        .next()
         .and_then(std::io::Error::raw_os_error)
         .unwrap_or(0);
     let kind = SystemKind::Error {
