@@ -1,15 +1,15 @@
 //! `--pyroscope URL` and `--otlp URL`: continuous contention profiling. A sink that feeds the
-//! records into the report's analysis and, every `--push-interval`, cuts the interval's
-//! contended lock waits into profiles (the waiters' stacks, as Go's block profile: the same
-//! samples as `report --format pprof`), which [`delivery`] sends: to Pyroscope's ingest API,
-//! one pprof profile per series, a service in a cgroup ([`ingest`]); or to an OpenTelemetry
-//! endpoint, one OTLP request with a resource per process ([`otlp`]). The session's thread
-//! only hands records over; the profiles are made on a thread of their own (`push-profile`,
-//! which keeps the symbols and stacks) and sent from another, so that neither symbolizing nor
-//! a slow endpoint holds the drain. What is kept is bounded by what runs, not by how long: the analysis's
-//! statistics begin again at each cut; a process's stacks, mappings, names and labels are
-//! dropped once it has exited and its last interval was made; every hour the symbols begin
-//! again from the live processes' mappings and the names of threads gone are dropped.
+//! records into the report's analysis and, every `--push-interval`, cuts the interval's contended
+//! lock waits into profiles (the waiters' stacks, as Go's block profile: the same samples as
+//! `report --format pprof`), which [`delivery`] sends: to Pyroscope's ingest API, one pprof profile
+//! per series, a service in a cgroup ([`ingest`]); or to an OpenTelemetry endpoint, one OTLP
+//! request with a resource per process ([`otlp`]). The session's thread only hands records over;
+//! the profiles are made on a thread of their own (`push-profile`, which keeps the symbols and
+//! stacks) and sent from another, so that neither symbolizing nor a slow endpoint holds the drain.
+//! What is kept is bounded by what runs, not by how long: the analysis's statistics begin again at
+//! each cut; a process's stacks, mappings, names and labels are dropped once it has exited and its
+//! last interval was made; every hour the symbols begin again from the live processes' mappings and
+//! the names of threads gone are dropped.
 
 mod credentials;
 mod delivery;

@@ -1,11 +1,11 @@
-//! Sends profiles to Pyroscope's ingest API or an OTLP endpoint from a thread of its own, so
-//! that the trace never waits for the network: the profiler hands each one to a bounded queue
-//! (a profile that finds it full is dropped and counted), and the thread sends them in order,
-//! retrying one that did not arrive with a growing pause until the endpoint answers again. An outage is said once,
-//! when it begins; a profile the server refuses (a 3xx or 4xx answer: bad credentials, a
-//! redirect, a profile it cannot read) is dropped, counted and said once, since sending it
-//! again would be refused again. When the trace ends the queue gets [`DRAIN_AT_END`] to drain,
-//! whatever the endpoint does; what is left is counted as not delivered.
+//! Sends profiles to Pyroscope's ingest API or an OTLP endpoint from a thread of its own, so that
+//! the trace never waits for the network: the profiler hands each one to a bounded queue (a profile
+//! that finds it full is dropped and counted), and the thread sends them in order, retrying one
+//! that did not arrive with a growing pause until the endpoint answers again. An outage is said
+//! once, when it begins; a profile the server refuses (a 3xx or 4xx answer: bad credentials, a
+//! redirect, a profile it cannot read) is dropped, counted and said once, since sending it again
+//! would be refused again. When the trace ends the queue gets [`DRAIN_AT_END`] to drain, whatever
+//! the endpoint does; what is left is counted as not delivered.
 
 use std::{
     borrow::Cow,
