@@ -246,9 +246,12 @@ fn fill_futex_record(
         // include it.
         (*record).slow_path = 1;
         (*record).block = u8::from(blocked);
-        (*record).args = (*call).args;
+        // Copied as not overlapping, which they cannot: an assignment between two raw
+        // pointers' places is a `memmove`, a byte loop on BPF that the verifier walks byte by
+        // byte, at each of its callers' states.
+        ptr::copy_nonoverlapping(&raw const (*call).args, &raw mut (*record).args, 1);
         (*record).rval = result;
-        (*record).timespec = (*call).timeout;
+        ptr::copy_nonoverlapping(&raw const (*call).timeout, &raw mut (*record).timespec, 1);
     }
 }
 
