@@ -492,30 +492,67 @@ impl Completion {
         ObjectRegister::R11,
     ];
 
-    /// x86's carry, zero, sign and overflow flags, in `eflags`.
-    const CARRY_FLAG: u64 = 1;
-    const ZERO_FLAG: u64 = 1 << 6;
-    const SIGN_FLAG: u64 = 1 << 7;
-    const OVERFLOW_FLAG: u64 = 1 << 11;
+    /// [`Completion::found_in_rax_code`]'s code for the word, the record taking the object
+    /// from it; the others are [`FoundInRax`]'s.
+    pub const FOUND_WORD_AND_OBJECT: u64 = 3;
 
-    /// Whether the call completed, by the flags at the probe.
+    /// x86's carry, zero, sign and overflow flags, in `eflags`, by bit.
+    const CARRY_FLAG: u64 = 0;
+    const ZERO_FLAG: u64 = 6;
+    const SIGN_FLAG: u64 = 7;
+    const OVERFLOW_FLAG: u64 = 11;
+
+    /// Whether the call completed, by the flags `eflags` at the probe, at the completion
+    /// `cookie` carries. Read from the cookie's bits with no branch: each condition's value is
+    /// a bit of a word, picked by the condition's code.
     #[inline(always)]
     #[allow(
         clippy::inline_always,
         reason = "the BPF side tests it in its fast-path program: inlined, as its verifier likes"
     )]
-    pub const fn holds(&self, eflags: u64) -> bool {
-        let zero = eflags & Self::ZERO_FLAG != 0;
-        let sign = eflags & Self::SIGN_FLAG != 0;
-        let holds = match self.condition {
-            Condition::Always => return true,
-            Condition::Never => return false,
-            Condition::Zero => zero,
-            Condition::Sign => sign,
-            Condition::LessOrEqual => zero || sign != (eflags & Self::OVERFLOW_FLAG != 0),
-            Condition::BelowOrEqual => zero || eflags & Self::CARRY_FLAG != 0,
-        };
-        holds == self.when_set
+    pub const fn holds_in(cookie: u64, eflags: u64) -> bool {
+        let zero = (eflags >> Self::ZERO_FLAG) & 1;
+        let sign = (eflags >> Self::SIGN_FLAG) & 1;
+        let below = (eflags >> Self::CARRY_FLAG) & 1;
+        let less = sign ^ (eflags >> Self::OVERFLOW_FLAG) & 1;
+        // By `Condition` code: Always 1, Zero, Sign, Never 0, LessOrEqual, BelowOrEqual; 6
+        // and 7 are Never's too.
+        let values = 1
+            | zero << Condition::Zero as u64
+            | sign << Condition::Sign as u64
+            | (zero | less) << Condition::LessOrEqual as u64
+            | (zero | below) << Condition::BelowOrEqual as u64;
+        // The conditions that `when_set` says the sense of: all but Always and Never.
+        let tested = 1 << Condition::Zero as u64
+            | 1 << Condition::Sign as u64
+            | 1 << Condition::LessOrEqual as u64
+            | 1 << Condition::BelowOrEqual as u64;
+        let condition = (cookie >> 20) & 7;
+        let when_clear = !cookie & 1;
+        ((values >> condition) & 1) ^ ((tested >> condition) & when_clear) != 0
+    }
+
+    /// What `rax` holds at the completion `cookie` carries, by its code: 0 nothing (and at
+    /// every probe that is no completion), 1 the word, 2 the double word,
+    /// [`Completion::FOUND_WORD_AND_OBJECT`] the word, and the record takes the object from it
+    /// ([`Completion::object_from_rax`]).
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side reads it in every program: inlined, as its verifier likes"
+    )]
+    pub const fn found_in_rax_code(cookie: u64) -> u64 {
+        ((cookie >> 3) & 3) * ProbeCookie::marks_completion(cookie) as u64
+    }
+
+    /// The [`TypeRegister`] of the completion `cookie` carries, as its code: 0 for none.
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side reads it in every program: inlined, as its verifier likes"
+    )]
+    pub const fn type_register_code(cookie: u64) -> u64 {
+        ((cookie >> 6) & 3) | ((cookie >> 23) & 1) << 2
     }
 
     /// The completion in the cookie's 16 low bits, and its condition in 4 more: what `rax`
@@ -523,7 +560,7 @@ impl Completion {
     /// code in bits 6 and 7 and the condition's fourth.
     const fn encode(self) -> (u16, u8) {
         let found_in_rax = match (self.found_in_rax, self.object_from_rax) {
-            (FoundInRax::Word, true) => 3,
+            (FoundInRax::Word, true) => Self::FOUND_WORD_AND_OBJECT as u16,
             (found, _) => found as u16,
         };
         let type_register = self.type_register.0;
@@ -542,9 +579,10 @@ impl Completion {
         clippy::inline_always,
         reason = "the BPF side decodes a cookie in every program: inlined, as its verifier likes"
     )]
-    const fn decode(bits: u16, condition: u8) -> Self {
+    const fn decode(cookie: u64) -> Self {
+        let found_in_rax = Self::found_in_rax_code(cookie);
         Completion {
-            condition: match condition & 7 {
+            condition: match (cookie >> 20) & 7 {
                 0 => Condition::Always,
                 1 => Condition::Zero,
                 2 => Condition::Sign,
@@ -552,18 +590,18 @@ impl Completion {
                 5 => Condition::BelowOrEqual,
                 _ => Condition::Never,
             },
-            when_set: bits & 1 != 0,
-            may_be_open: bits & (1 << 1) != 0,
-            opens_otherwise: bits & (1 << 2) != 0,
-            found_in_rax: match (bits >> 3) & 3 {
-                1 | 3 => FoundInRax::Word,
+            when_set: cookie & 1 != 0,
+            may_be_open: cookie & (1 << 1) != 0,
+            opens_otherwise: cookie & (1 << 2) != 0,
+            found_in_rax: match found_in_rax {
+                1 | Self::FOUND_WORD_AND_OBJECT => FoundInRax::Word,
                 2 => FoundInRax::DoubleWord,
                 _ => FoundInRax::Nothing,
             },
-            stores_after: bits & (1 << 5) != 0,
-            object_from_rax: (bits >> 3) & 3 == 3,
-            type_register: TypeRegister(((bits >> 6) & 3) as u8 | ((condition >> 3) & 1) << 2),
-            outcome: PackedOutcome((bits >> 8) as u8),
+            stores_after: cookie & (1 << 5) != 0,
+            object_from_rax: found_in_rax == Self::FOUND_WORD_AND_OBJECT,
+            type_register: TypeRegister(Self::type_register_code(cookie) as u8),
+            outcome: PackedOutcome((cookie >> 8) as u8),
         }
     }
 }
@@ -722,7 +760,7 @@ impl ProbeCookie {
     )]
     pub const fn decode(cookie: u64) -> Self {
         let slow_path = (cookie >> 49) & 1 != 0;
-        let marked_completion = (cookie >> 48) & 3 == 1;
+        let marked_completion = Self::marks_completion(cookie);
         // A slow path or a completion: the byte at bits 16..24 is a register.
         let keeps_register = (cookie >> 48) & 3 != 0;
         ProbeCookie {
@@ -744,26 +782,53 @@ impl ProbeCookie {
                     (false, false) => cookie as u16,
                 },
             },
-            object_register: match keeps_register {
-                true => ObjectRegister::from_code(((cookie >> 16) & 0xf) as u8),
-                false => ObjectRegister::Rdi,
-            },
+            object_register: ObjectRegister::from_code(Self::object_register_code(cookie) as u8),
             completion: match marked_completion {
-                true => Some(Completion::decode(
-                    cookie as u16,
-                    ((cookie >> 20) & 0xf) as u8,
-                )),
+                true => Some(Completion::decode(cookie)),
                 false => None,
             },
             return_address_saved: match slow_path {
                 true => ((cookie >> 20) & 0xf) as u8,
                 false => 0,
             },
-            object_offset: match slow_path {
-                true => ((cookie >> 12) & 0xf) as u8 * 4,
-                false => 0,
-            },
+            object_offset: Self::object_offset_in(cookie) as u8,
         }
+    }
+
+    // Read straight from a cookie's bits, for the BPF side, where a value matched into an
+    // enum is a ladder of branches, each setting a constant that later code tests: the
+    // verifier then walks the rest of the program once per arm.
+
+    /// Whether `cookie` is a completion's ([`ProbeCookie::completion`]).
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side reads it in every program: inlined, as its verifier likes"
+    )]
+    pub const fn marks_completion(cookie: u64) -> bool {
+        (cookie >> 48) & 3 == 1
+    }
+
+    /// [`ProbeCookie::object_register`]'s code ([`ObjectRegister::from_code`]): 0, `rdi`,
+    /// where the probe keeps no register.
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side reads it in every program: inlined, as its verifier likes"
+    )]
+    pub const fn object_register_code(cookie: u64) -> u64 {
+        let keeps_register = ((cookie >> 48) & 3 != 0) as u64;
+        ((cookie >> 16) & 0xf) * keeps_register
+    }
+
+    /// [`ProbeCookie::object_offset`]: 0 where the probe is not on a slow path.
+    #[inline(always)]
+    #[allow(
+        clippy::inline_always,
+        reason = "the BPF side reads it in every program: inlined, as its verifier likes"
+    )]
+    pub const fn object_offset_in(cookie: u64) -> u64 {
+        ((cookie >> 12) & 0xf) * 4 * ((cookie >> 49) & 1)
     }
 }
 
@@ -2134,34 +2199,75 @@ mod tests {
         assert_eq!(TypeRegister::NONE.unpack(), None);
     }
 
+    /// Whether `completion` holds with `eflags`, as the fast-path program asks it.
+    fn holds(completion: Completion, eflags: u64) -> bool {
+        let mut cookie = named("mutex_lock").cookie(0, 0);
+        cookie.completion = Some(completion);
+        Completion::holds_in(cookie.encode(), eflags)
+    }
+
     #[test]
     fn a_completion_holds_by_its_flag() {
         let zero_flag = 1 << 6;
         let mut completion = completions()[0];
         completion.condition = Condition::Zero;
         completion.when_set = true;
-        assert!(completion.holds(zero_flag | 0x202));
-        assert!(!completion.holds(0x202));
+        assert!(holds(completion, zero_flag | 0x202));
+        assert!(!holds(completion, 0x202));
         completion.condition = Condition::Sign;
         completion.when_set = false;
-        assert!(completion.holds(zero_flag));
-        assert!(!completion.holds(1 << 7));
+        assert!(holds(completion, zero_flag));
+        assert!(!holds(completion, 1 << 7));
         completion.condition = Condition::Never;
-        assert!(!completion.holds(0));
+        assert!(!holds(completion, 0));
         // `jle` after `cmp $1, %eax`: taken for 0 and 1 (zero set, or sign unlike overflow
         // after 0 - 1), not for 2.
         let (carry_flag, sign_flag, overflow_flag) = (1, 1 << 7, 1 << 11);
         completion.condition = Condition::LessOrEqual;
         completion.when_set = true;
-        assert!(completion.holds(zero_flag));
-        assert!(completion.holds(sign_flag | carry_flag));
-        assert!(!completion.holds(sign_flag | overflow_flag));
-        assert!(!completion.holds(0));
+        assert!(holds(completion, zero_flag));
+        assert!(holds(completion, sign_flag | carry_flag));
+        assert!(!holds(completion, sign_flag | overflow_flag));
+        assert!(!holds(completion, 0));
         completion.condition = Condition::BelowOrEqual;
         completion.when_set = false;
-        assert!(completion.holds(sign_flag | overflow_flag));
-        assert!(!completion.holds(carry_flag));
-        assert!(!completion.holds(zero_flag));
+        assert!(holds(completion, sign_flag | overflow_flag));
+        assert!(!holds(completion, carry_flag));
+        assert!(!holds(completion, zero_flag));
+    }
+
+    /// Read from its bits with no branch, every completion holds as its condition reads, with
+    /// every value of the four flags the conditions test.
+    #[test]
+    fn a_completion_holds_as_its_condition_reads() {
+        for completion in completions() {
+            for flags in 0..16u64 {
+                let (carry, zero, sign, overflow) = (
+                    flags & 1 != 0,
+                    flags & 2 != 0,
+                    flags & 4 != 0,
+                    flags & 8 != 0,
+                );
+                let eflags = u64::from(carry)
+                    | u64::from(zero) << 6
+                    | u64::from(sign) << 7
+                    | u64::from(overflow) << 11
+                    | 0x202;
+                let expected = match completion.condition {
+                    Condition::Always => true,
+                    Condition::Never => false,
+                    Condition::Zero => zero == completion.when_set,
+                    Condition::Sign => sign == completion.when_set,
+                    Condition::LessOrEqual => (zero || sign != overflow) == completion.when_set,
+                    Condition::BelowOrEqual => (zero || carry) == completion.when_set,
+                };
+                assert_eq!(
+                    holds(completion, eflags),
+                    expected,
+                    "{completion:?} {flags:#x}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use core::{mem::offset_of, ptr};
 
 use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
-use tracer_common::{ObjectRegister, ProbeCookie};
+use tracer_common::{Completion, ObjectRegister, ProbeCookie};
 
 use crate::read_user_into;
 
@@ -280,15 +280,18 @@ const _: () = assert!(ObjectRegister::ALL.len() <= REGISTER_SLOTS);
 /// at run time.
 const CONTEXT_BYTES: usize = 512;
 
-/// What `register` holds: read by a helper at the register's offset in the context. The
-/// verifier allows a plain load from the context only at a constant offset, and each way to
-/// pick one of fifteen such loads by the code costs more than the helper saves: a ladder of
-/// comparisons made the verifier walk the rest of the program once per code, and a match
-/// that leaves nothing to compare after it still took it a third more time than the helper's
-/// programs (a hundred milliseconds of a trace's start), for a few nanoseconds a record.
+/// What the register of code `code` holds ([`ObjectRegister::from_code`]; taken modulo the
+/// table, whose last entry is the first's): read by a helper at the register's offset in the
+/// context. The verifier allows a plain load from the context only at a constant offset, and
+/// each way to pick one of fifteen such loads by the code costs more than the helper saves: a
+/// ladder of comparisons made the verifier walk the rest of the program once per code, and a
+/// match that leaves nothing to compare after it still took it a third more time than the
+/// helper's programs (a hundred milliseconds of a trace's start), for a few nanoseconds a
+/// record. The code is taken as a number for the same reason: an `ObjectRegister` made from
+/// a cookie is a ladder too.
 #[inline(always)]
-pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
-    let at = &raw const REGISTER_OFFSETS[register as usize % REGISTER_OFFSETS.len()];
+pub fn register_value(code: u64, regs: *const pt_regs) -> u64 {
+    let at = &raw const REGISTER_OFFSETS[code as usize % REGISTER_OFFSETS.len()];
     // SAFETY: `at` is an element of the table. Read as memory, whose value the verifier does
     // not know, and bounded, as it must be to be added to the context: LLVM, which knows the
     // table, would drop the bound from a plain read.
@@ -296,3 +299,24 @@ pub fn register_value(register: ObjectRegister, regs: *const pt_regs) -> u64 {
     // SAFETY: the helper checks the kernel address, within the context.
     unsafe { bpf_probe_read_kernel(regs.byte_add(offset).cast::<u64>()) }.unwrap_or(0)
 }
+
+/// What the type register of code `type_code` ([`Completion::type_register_code`], not 0)
+/// holds: its register's code read from a table, as [`register_value`] reads its offset.
+#[inline(always)]
+pub fn type_register_value(type_code: u64, regs: *const pt_regs) -> u64 {
+    let at = &raw const TYPE_REGISTER_CODES[type_code as usize % TYPE_REGISTER_CODES.len()];
+    // SAFETY: `at` is an element of the table, read as memory for the verifier not to know it.
+    register_value(unsafe { ptr::read_volatile(at) }, regs)
+}
+
+/// The register code of each type register code: [`Completion::TYPE_REGISTERS`], after an
+/// entry for none.
+static TYPE_REGISTER_CODES: [u64; 8] = {
+    let mut codes = [0; 8];
+    let mut index = 0;
+    while index < Completion::TYPE_REGISTERS.len() {
+        codes[index + 1] = Completion::TYPE_REGISTERS[index] as u64;
+        index += 1;
+    }
+    codes
+};

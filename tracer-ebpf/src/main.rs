@@ -561,7 +561,7 @@ pub fn thr_fast(ctx: ProbeContext) -> u32 {
         return 0;
     };
     let regs = ctx.regs;
-    let completed = completion.holds(arch::flags(regs));
+    let completed = Completion::holds_in(raw_cookie, arch::flags(regs));
     // The way an uncontended call does not take costs one compare.
     if !completed && !completion.opens_otherwise || !recording(&cookie) {
         return 0;
@@ -687,7 +687,7 @@ unsafe fn set_completed_value(rval: *mut i64, completion: &Completion, regs: *co
             Outcome::Returns(value) => *rval = i64::from(value),
             Outcome::Fails(_) => *rval = -1,
             Outcome::ReturnsRegister(register) => {
-                *rval = arch::register_value(register, regs) as i64;
+                *rval = arch::register_value(register as u64, regs) as i64;
             }
         }
     }
@@ -868,41 +868,41 @@ fn fill_entry(
 /// nothing across it.
 #[inline(never)]
 fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs) {
-    let cookie = ProbeCookie::decode(raw_cookie);
+    // Read from the cookie's bits, not decoded: see `ProbeCookie::marks_completion`.
+    let register = ProbeCookie::object_register_code(raw_cookie);
+    let offset = ProbeCookie::object_offset_in(raw_cookie);
+    let found_in_rax = Completion::found_in_rax_code(raw_cookie);
     // SAFETY: as in `fill_entry`, which has filled the record's arguments.
     unsafe {
-        if cookie.object_register != ObjectRegister::Rdi || cookie.object_offset != 0 {
-            (*record).args[0] = arch::register_value(cookie.object_register, regs)
-                .wrapping_sub(u64::from(cookie.object_offset));
+        if register != ObjectRegister::Rdi as u64 || offset != 0 {
+            (*record).args[0] = arch::register_value(register, regs).wrapping_sub(offset);
         }
         let object = ptr::addr_of_mut!((*record).object);
         // A call completed here whose record reads nothing of the object but the lock word
         // in rax, and the type a register holds if the code did not prove it: the rest of the
         // copy stays zeroed, as the code proved it.
-        match cookie.completion {
-            Some(c) if c.object_from_rax && c.holds(arch::flags(regs)) => {
-                if let Some(register) = c.type_register.unpack() {
-                    (*object)[GLIBC.mutex_kind.word] =
-                        arch::register_value(register, regs) as u32 & GLIBC.mutex_kind.mask;
-                }
+        if found_in_rax == Completion::FOUND_WORD_AND_OBJECT
+            && Completion::holds_in(raw_cookie, arch::flags(regs))
+        {
+            let type_register = Completion::type_register_code(raw_cookie);
+            if type_register != 0 {
+                (*object)[GLIBC.mutex_kind.word] =
+                    arch::type_register_value(type_register, regs) as u32 & GLIBC.mutex_kind.mask;
             }
-            _ => copy_object(
+        } else {
+            copy_object(
                 object,
-                cookie.flags.object_size(),
+                ProbeCookie::decode(raw_cookie).flags.object_size(),
                 ptr::read_volatile(ptr::addr_of!((*record).args[0])),
-            ),
+            );
         }
         // Where a fast path completes or opens the call, what the atomic instruction found
         // in the object's first bytes, which it may have changed since.
-        if let Some(completion) = cookie.completion {
+        if found_in_rax != 0 {
             let rax = arch::return_value(regs);
-            match completion.found_in_rax {
-                FoundInRax::Nothing => {}
-                FoundInRax::Word => (*object)[0] = rax as u32,
-                FoundInRax::DoubleWord => {
-                    (*object)[0] = rax as u32;
-                    (*object)[1] = (rax >> 32) as u32;
-                }
+            (*object)[0] = rax as u32;
+            if found_in_rax == FoundInRax::DoubleWord as u64 {
+                (*object)[1] = (rax >> 32) as u32;
             }
         }
     }
