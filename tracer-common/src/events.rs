@@ -174,12 +174,18 @@ impl ProbeFlags {
 
     /// How much of the object to copy.
     pub const fn object_size(self) -> ObjectSize {
-        match (self.0 & Self::OBJECT_MASK) >> Self::OBJECT_SHIFT {
+        match self.object_size_code() {
             1 => ObjectSize::Word,
             2 => ObjectSize::Small,
             3 => ObjectSize::Large,
             _ => ObjectSize::None,
         }
+    }
+
+    /// [`ProbeFlags::object_size`] as its code, [`ObjectSize`]'s, for the BPF side to take
+    /// from a table.
+    pub const fn object_size_code(self) -> usize {
+        ((self.0 & Self::OBJECT_MASK) >> Self::OBJECT_SHIFT) as usize
     }
 
     /// The flag bits for "argument `n` (2..=4) points to a timespec".

@@ -892,7 +892,7 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
         } else {
             copy_object(
                 object,
-                ProbeCookie::decode(raw_cookie).flags.object_size(),
+                ProbeCookie::decode(raw_cookie).flags,
                 ptr::read_volatile(ptr::addr_of!((*record).args[0])),
             );
         }
@@ -1207,7 +1207,7 @@ unsafe fn complete(
         && (!flags.has(ProbeFlags::ONLY_IF_RECURSIVE)
             || is_recursive_mutex(&record.object, record.object_layout))
     {
-        copy_object(&raw mut record.object, flags.object_size(), record.args[0]);
+        copy_object(&raw mut record.object, flags, record.args[0]);
         if stores_after {
             count_one_more(&mut record.object, record.object_layout);
         }
@@ -1262,18 +1262,30 @@ fn event_key(cookie: &ProbeCookie) -> u32 {
     (u32::from(cookie.event1) << 16) | u32::from(cookie.event2)
 }
 
-/// Copies the first words of the object at `address`: exactly `size`, never more, so that a
-/// small object at the end of a page is not read past. Userspace derives fields from them.
+/// Copies the first words of the object at `address`: exactly as many bytes as `flags` say
+/// ([`ProbeFlags::object_size`]), never more, so that a small object at the end of a page is
+/// not read past. Userspace derives fields from them. One read of a size taken from a table
+/// by the flags' code, not one read per size: the verifier walks the rest of the program
+/// once per way.
 #[inline(always)]
-fn copy_object(words: *mut [u32; OBJECT_WORDS], size: ObjectSize, address: u64) {
-    let first = words.cast::<u32>();
-    match size {
-        ObjectSize::None => {}
-        ObjectSize::Word => read_user_into(first, address),
-        ObjectSize::Small => read_user_into(first.cast::<[u32; 8]>(), address),
-        ObjectSize::Large => read_user_into(words, address),
+fn copy_object(words: *mut [u32; OBJECT_WORDS], flags: ProbeFlags, address: u64) {
+    let at = &raw const OBJECT_BYTES[flags.object_size_code() % OBJECT_BYTES.len()];
+    // SAFETY: `at` is an element of the table, read as memory for the verifier not to know
+    // it; bounded by the copy's size, as the helper's size must be.
+    let bytes = unsafe { ptr::read_volatile(at) }.min(size_of::<[u32; OBJECT_WORDS]>() as u32);
+    if bytes != 0 {
+        // SAFETY: `words` is writable memory of `bytes` at least; the helper checks `address`.
+        unsafe { generated::bpf_probe_read_user(words.cast(), bytes, address as *const _) };
     }
 }
+
+/// The bytes of each object size, by its code ([`ProbeFlags::object_size_code`]).
+static OBJECT_BYTES: [u32; 4] = [
+    ObjectSize::None.bytes() as u32,
+    ObjectSize::Word.bytes() as u32,
+    ObjectSize::Small.bytes() as u32,
+    ObjectSize::Large.bytes() as u32,
+];
 
 /// Reads the user value at `address` into `destination` (ring or slot memory), which the
 /// helper zeroes if the address is not readable (a bad pointer argument). Straight there, not
