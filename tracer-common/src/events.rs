@@ -555,9 +555,9 @@ impl Completion {
     #[inline(always)]
     #[allow(
         clippy::inline_always,
-        reason = "the BPF side reads it in every program: inlined, as its verifier likes"
+        reason = "the BPF side decodes a cookie in every program: inlined, as its verifier likes"
     )]
-    pub const fn type_register_code(cookie: u64) -> u64 {
+    const fn type_register_code(cookie: u64) -> u64 {
         ((cookie >> 6) & 3) | ((cookie >> 23) & 1) << 2
     }
 

@@ -10,7 +10,7 @@
 use core::{mem::offset_of, ptr};
 
 use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
-use tracer_common::{Completion, ObjectRegister, ProbeCookie};
+use tracer_common::{ObjectRegister, ProbeCookie};
 
 use crate::read_user_into;
 
@@ -299,24 +299,3 @@ pub fn register_value(code: u64, regs: *const pt_regs) -> u64 {
     // SAFETY: the helper checks the kernel address, within the context.
     unsafe { bpf_probe_read_kernel(regs.byte_add(offset).cast::<u64>()) }.unwrap_or(0)
 }
-
-/// What the type register of code `type_code` ([`Completion::type_register_code`], not 0)
-/// holds: its register's code read from a table, as [`register_value`] reads its offset.
-#[inline(always)]
-pub fn type_register_value(type_code: u64, regs: *const pt_regs) -> u64 {
-    let at = &raw const TYPE_REGISTER_CODES[type_code as usize % TYPE_REGISTER_CODES.len()];
-    // SAFETY: `at` is an element of the table, read as memory for the verifier not to know it.
-    register_value(unsafe { ptr::read_volatile(at) }, regs)
-}
-
-/// The register code of each type register code: [`Completion::TYPE_REGISTERS`], after an
-/// entry for none.
-static TYPE_REGISTER_CODES: [u64; 8] = {
-    let mut codes = [0; 8];
-    let mut index = 0;
-    while index < Completion::TYPE_REGISTERS.len() {
-        codes[index + 1] = Completion::TYPE_REGISTERS[index] as u64;
-        index += 1;
-    }
-    codes
-};

@@ -884,10 +884,13 @@ fn capture_object(record: *mut RawRecord, raw_cookie: u64, regs: *const pt_regs)
         if found_in_rax == Completion::FOUND_WORD_AND_OBJECT
             && Completion::holds_in(raw_cookie, arch::flags(regs))
         {
-            let type_register = Completion::type_register_code(raw_cookie);
-            if type_register != 0 {
+            // Matched, not read as a number: its code is two fields joined by an `or`, after
+            // which the verifiers of Linux 6.1 and 6.12 know no bound for an index.
+            if let Some(completion) = ProbeCookie::decode(raw_cookie).completion
+                && let Some(register) = completion.type_register.unpack()
+            {
                 (*object)[GLIBC.mutex_kind.word] =
-                    arch::type_register_value(type_register, regs) as u32 & GLIBC.mutex_kind.mask;
+                    arch::register_value(register as u64, regs) as u32 & GLIBC.mutex_kind.mask;
             }
         } else {
             copy_object(
