@@ -17,7 +17,6 @@ use std::{
     collections::{HashMap, HashSet},
     ops::Range,
     os::fd::OwnedFd,
-    path::PathBuf,
 };
 
 use aya::maps::MapError;
@@ -36,7 +35,7 @@ use super::{
     placement::{self, DEFAULT_FUNCTION_BYTES, Needs, Placement},
     slow_path::{self, ReturnAddress, WaitEnd},
     symbols::Function,
-    targets::{self, PthreadLibrary},
+    targets::{self, OpenedFile, PthreadLibrary},
     uprobe_links::{Hook, LinkError, Linker, UprobeError},
 };
 use crate::capture::{
@@ -1085,7 +1084,7 @@ impl Probes {
                 }
             }
         }
-        let file = &library.file.open_path;
+        let file = library.opened.path();
         // Each set, and whether its links go once the process has a second thread.
         let sets = [
             (Some(&programs.entry), Hook::Instruction, &entry, false),
@@ -1114,7 +1113,7 @@ impl Probes {
             let attached = match program {
                 Some(program) => self
                     .linker
-                    .attach(program, hook, file, &set.offsets, &set.cookies, pid)
+                    .attach(program, hook, &file, &set.offsets, &set.cookies, pid)
                     .map_err(AttachError::from),
                 None => Err(AttachError::NoFastPathProgram {
                     path: library.file.path.clone(),
@@ -1146,7 +1145,7 @@ impl Probes {
                 .or_default()
                 .push(SingleThreadedWays {
                     links: one_thread_links,
-                    file: file.clone(),
+                    file: library.opened.clone(),
                     flag,
                     threaded: threaded_ways,
                 });
@@ -1207,7 +1206,7 @@ impl Probes {
                 let attached = self.linker.attach(
                     program,
                     Hook::Instruction,
-                    &way.file,
+                    &way.file.path(),
                     &way.threaded.offsets,
                     &way.threaded.cookies,
                     pid,
@@ -1299,7 +1298,7 @@ fn close_aside(links: Vec<OwnedFd>) {
 /// the ways it takes instead once it has a second, to be attached then ([`Processes`]).
 struct SingleThreadedWays {
     links: Vec<OwnedFd>,
-    file: PathBuf,
+    file: OpenedFile,
     /// Where `__libc_single_threaded` is in the process.
     flag: u64,
     threaded: ProbeSet,

@@ -8,11 +8,18 @@
 //! definitions are never probed. What it forwards reaches the C library's and is recorded
 //! there once, as are the C library's own calls, which never go through it. Files are
 //! opened through `/proc/PID/map_files/`, so a library in another mount namespace or one that
-//! has been deleted since is still the one the process really runs. Once a process's main
+//! has been deleted since is still the one the process really runs; a pthread library stays
+//! open, and its probes are placed through the tracer's own descriptor, which outlives the
+//! process it was found through. Once a process's main
 //! thread has exited, `/proc/PID/maps` is empty (it shows that thread's memory, which is gone):
 //! the process is then seen through a thread still running, as `/proc/TID/`.
 
-use std::{fs, io, os::unix::fs::FileExt, path::PathBuf};
+use std::{
+    fs, io,
+    os::{fd::AsRawFd, unix::fs::FileExt},
+    path::PathBuf,
+    sync::Arc,
+};
 
 use tracer_common::{
     ERRNO_AT_OFFSET, EVENTS, LIBRARY_BASE, LIBRARY_ERRNO, LIBRARY_ID, ProcessLibrary,
@@ -91,11 +98,25 @@ pub struct MappedFile {
     pub file_offset: u64,
 }
 
-/// The pthread library of a process, its contents, and the functions asked for.
+/// The pthread library of a process, held open, its contents, and the functions asked for.
 pub struct PthreadLibrary {
     pub file: MappedFile,
+    pub opened: OpenedFile,
     pub image: Vec<u8>,
     pub functions: FunctionOffsets,
+}
+
+/// A mapped file the tracer holds open. Its probes are placed through it: its
+/// `/proc/PID/map_files/` entry goes with the process it was found through, which may exit
+/// before they are (a short-lived process, the only one to map the file at that moment).
+#[derive(Clone, Debug)]
+pub struct OpenedFile(Arc<fs::File>);
+
+impl OpenedFile {
+    /// A path to the file, valid while this (or a clone) is held: the tracer's descriptor.
+    pub fn path(&self) -> PathBuf {
+        format!("/proc/self/fd/{}", self.0.as_raw_fd()).into()
+    }
 }
 
 /// The ids of process `pid`'s threads, as /proc lists them now (none once it is gone).
@@ -249,10 +270,13 @@ fn defining_pthread_functions(pid: u32, names: &[&str]) -> Result<Vec<PthreadLib
     Ok(executable_mappings(pid)?
         .into_iter()
         .filter_map(|file| {
-            let image = read_mapped(&file)?;
+            let mut opened = open_mapped(&file)?;
+            let mut image = Vec::new();
+            io::Read::read_to_end(&mut opened, &mut image).ok()?;
             let functions = FunctionOffsets::parse(&image, names).ok()?;
             Some(PthreadLibrary {
                 file,
+                opened: OpenedFile(Arc::new(opened)),
                 image,
                 functions,
             })
@@ -498,4 +522,31 @@ pub fn no_pthread_functions(pid: u32) -> String {
 /// Whether a process with this pid exists now.
 pub fn process_exists(pid: u32) -> bool {
     fs::metadata(format!("/proc/{pid}")).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{os::unix::fs::MetadataExt, process::Command, time::Duration};
+
+    use super::*;
+
+    /// A library found through a process that has exited since is still reached by the path
+    /// its probes are placed through, though the process's `map_files` entry went with it.
+    #[test]
+    fn a_found_library_is_reached_after_the_process_it_was_found_through_is_gone() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let libraries = loop {
+            match find_pthread_libraries(pid, &["pthread_mutex_lock"]) {
+                Ok(found) if !found.is_empty() => break found,
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let library = &libraries[0];
+        assert!(!library.file.open_path.exists());
+        let reached = fs::metadata(library.opened.path()).unwrap();
+        assert_eq!(reached.ino(), library.file.identity.1);
+    }
 }
