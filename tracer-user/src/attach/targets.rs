@@ -536,14 +536,21 @@ mod tests {
     fn a_found_library_is_reached_after_the_process_it_was_found_through_is_gone() {
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
-        let libraries = loop {
-            match find_pthread_libraries(pid, &["pthread_mutex_lock"]) {
-                Ok(found) if !found.is_empty() => break found,
-                _ => std::thread::sleep(Duration::from_millis(10)),
-            }
-        };
+        // Within a second of its start the child maps a C library: the test binary's, until
+        // it has exec'd, then sleep's.
+        let found =
+            (0..100).find_map(
+                |_| match find_pthread_libraries(pid, &["pthread_mutex_lock"]) {
+                    Ok(found) if !found.is_empty() => Some(found),
+                    _ => {
+                        std::thread::sleep(Duration::from_millis(10));
+                        None
+                    }
+                },
+            );
         child.kill().unwrap();
         child.wait().unwrap();
+        let libraries = found.expect("no C library found in `sleep` within a second");
         let library = &libraries[0];
         assert!(!library.file.open_path.exists());
         let reached = fs::metadata(library.opened.path()).unwrap();
