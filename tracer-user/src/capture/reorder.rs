@@ -189,11 +189,17 @@ impl<R: Copy, T> Reorder<R, T> {
         sink: impl FnMut(Released<'_, R, T>),
     ) {
         self.merge_arrived();
-        let previous = std::mem::replace(&mut self.watermark, pass_start_ns);
-        let watermark = incomplete_after
-            .map_or(previous, |incomplete| incomplete.min(previous))
-            .saturating_sub(self.late_ns);
-        self.release_before(watermark, sink);
+        let before = self.releases_before(incomplete_after);
+        self.watermark = pass_start_ns;
+        self.release_before(before, sink);
+    }
+
+    /// What the end of the pass now being drawn (`release`) hands over: what is stamped
+    /// before this.
+    pub fn releases_before(&self, incomplete_after: Option<u64>) -> u64 {
+        incomplete_after
+            .map_or(self.watermark, |incomplete| incomplete.min(self.watermark))
+            .saturating_sub(self.late_ns)
     }
 
     /// Hands over everything, in time order: tracing has ended.

@@ -144,6 +144,63 @@ fn namespace_id(pid: u32, lwpid: u32) -> Option<u32> {
     }
 }
 
+/// The facts of processes first seen, held until no record of the process stamped before the
+/// earliest drawn so far can still come: they are placed just before that one. Records come
+/// from one CPU's ring after another, so a process's first record drawn need not be its
+/// first: another thread's earlier one may be in a ring read later. And its records are read
+/// by its facts (a mutex's owner by the ids of its threads in its PID namespace).
+#[derive(Default)]
+pub struct HeldFacts(HashMap<u32, (u64, Vec<SystemEvent>)>);
+
+impl HeldFacts {
+    /// Holds `events`, the facts of process `pid`, whose first record drawn is stamped
+    /// `ktime_ns`.
+    pub fn hold(&mut self, pid: u32, ktime_ns: u64, events: Vec<SystemEvent>) {
+        let (earliest, held) = self.0.entry(pid).or_insert((ktime_ns, Vec::new()));
+        *earliest = (*earliest).min(ktime_ns);
+        held.extend(events);
+    }
+
+    /// A record of process `pid` stamped `ktime_ns` is drawn. `told`, a fact that came with
+    /// it, joins those held, if any; otherwise it is given back, to be placed with the record.
+    pub fn drawn(
+        &mut self,
+        pid: u32,
+        ktime_ns: u64,
+        told: Option<SystemEvent>,
+    ) -> Option<SystemEvent> {
+        let Some((earliest, events)) = self.0.get_mut(&pid) else {
+            return told;
+        };
+        *earliest = (*earliest).min(ktime_ns);
+        events.extend(told);
+        None
+    }
+
+    /// Hands `place` the facts that must be placed for a release of all that is stamped
+    /// before `before`, each with the stamp it goes at (CLOCK_MONOTONIC), and `time_ns` made
+    /// its time by `realtime_ns`. That stamp is a nanosecond before the process's first
+    /// record's: the record came first, and items stamped alike go in the order they came.
+    pub fn release(
+        &mut self,
+        before: u64,
+        realtime_ns: impl Fn(u64) -> i64,
+        mut place: impl FnMut(u64, SystemEvent),
+    ) {
+        self.0.retain(|_, (earliest, events)| {
+            if *earliest >= before {
+                return true;
+            }
+            let at = earliest.saturating_sub(1);
+            for mut event in events.drain(..) {
+                event.time_ns = realtime_ns(at);
+                place(at, event);
+            }
+            false
+        });
+    }
+}
+
 /// The event that tells thread `lwpid` of `pid`'s id in its process's namespace, if it has one.
 fn namespace_event(pid: u32, lwpid: u32, time_ns: i64) -> Option<SystemEvent> {
     let ns_lwpid = namespace_id(pid, lwpid)?;
@@ -172,6 +229,38 @@ fn build_id(file: &MappedFile) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_facts_go_just_before_the_earliest_record_of_their_process() {
+        let fact = |pid, lwpid| {
+            SystemEvent::of_process(0, pid, lwpid, SystemKind::ThreadNamespaceId { ns_lwpid: 1 })
+        };
+        let mut held = HeldFacts::default();
+        held.hold(7, 200, vec![fact(7, 7)]);
+        // An earlier record of another of its threads, from a ring read later.
+        assert_eq!(held.drawn(7, 150, None), None);
+        assert_eq!(
+            held.drawn(7, 300, Some(fact(7, 9))),
+            None,
+            "joins those held"
+        );
+        assert_eq!(held.drawn(8, 300, Some(fact(8, 8))), Some(fact(8, 8)));
+        let mut placed = Vec::new();
+        let realtime_ns = |ktime_ns| ktime_ns as i64 + 1000;
+        held.release(150, realtime_ns, |at, event| placed.push((at, event)));
+        assert!(
+            placed.is_empty(),
+            "a record stamped before 150 may still come"
+        );
+        held.release(151, realtime_ns, |at, event| placed.push((at, event)));
+        let mut expected = [fact(7, 7), fact(7, 9)];
+        for event in &mut expected {
+            event.time_ns = 1149;
+        }
+        assert_eq!(placed, expected.map(|event| (149, event)));
+        held.release(u64::MAX, realtime_ns, |at, event| placed.push((at, event)));
+        assert_eq!(placed.len(), 2, "placed once");
+    }
 
     #[test]
     fn reads_this_process_as_a_target() {

@@ -26,7 +26,7 @@ use tracer_model::{
 
 use super::{
     Result, Session, TraceError, facts,
-    facts::Facts,
+    facts::{Facts, HeldFacts},
     stacks::{Reach, StackIds, Unwinder, Unwound},
 };
 use crate::{
@@ -68,6 +68,8 @@ pub(super) struct Flow {
     pub(super) facts: Option<Facts>,
     /// Processes whose facts are in the stream (a detach event ends them).
     pub(super) described: HashSet<u32>,
+    /// The facts of processes first seen, till they are placed before their first record.
+    pub(super) held_facts: HeldFacts,
     /// Threads whose name is in the stream: that name, and the second they were last seen in.
     pub(super) named_threads: HashMap<u32, ThreadSeen>,
     /// Seconds since the trace began, as counted by the session's once-a-second tick.
@@ -117,6 +119,7 @@ impl Flow {
             records: 0,
             facts,
             described,
+            held_facts: HeldFacts::default(),
             named_threads: HashMap::new(),
             seconds: 0,
             started: Instant::now(),
@@ -366,6 +369,7 @@ impl Session {
             reorder,
             facts,
             described,
+            held_facts,
             named_threads,
             seconds,
             drawers,
@@ -396,17 +400,13 @@ impl Session {
                 unwinder.prepare(pid);
             }
             // A process or thread first seen: its facts are read now, while it most likely
-            // still lives, and placed just before its record.
+            // still lives, and placed just before its first record (`HeldFacts`).
             if let Some(facts) = facts.as_mut()
                 && new_run
             {
                 let time_ns = drawn.time_ns;
-                let mut events = Vec::new();
                 if described.insert(pid) {
-                    events.extend(facts.attached(pid, time_ns));
-                }
-                for event in events {
-                    reorder.push(ktime_ns, Staged::System(event));
+                    held_facts.hold(pid, ktime_ns, facts.attached(pid, time_ns));
                 }
                 // A thread first seen is named when its first record is written: a thread
                 // that names itself as it starts has done so by then. The name it has now
@@ -421,7 +421,8 @@ impl Session {
                 }
                 // Asked at each run of a thread, not at its first alone: a host id that a
                 // thread of another process had is one to tell again.
-                if let Some(event) = facts.thread_seen(pid, lwpid, time_ns) {
+                let told = facts.thread_seen(pid, lwpid, time_ns);
+                if let Some(event) = held_facts.drawn(pid, ktime_ns, told) {
                     reorder.push(ktime_ns, Staged::System(event));
                 }
             }
@@ -518,6 +519,16 @@ impl Session {
     /// with `None` everything.
     pub(super) fn write_released(&mut self, until: Option<(u64, Option<u64>)>) -> Result<()> {
         let mut reorder = std::mem::replace(&mut self.flow.reorder, Reorder::new(LATE_COMMIT_NS));
+        let releases_before = match until {
+            Some((_, incomplete_after)) => reorder.releases_before(incomplete_after),
+            None => u64::MAX,
+        };
+        let decoder = &self.decoder;
+        self.flow.held_facts.release(
+            releases_before,
+            |ktime_ns| decoder.realtime_ns(ktime_ns),
+            |ktime_ns, event| reorder.push(ktime_ns, Staged::System(event)),
+        );
         let mut written = Ok(());
         let mut sink = |item: Released<'_, Drawn, Staged>| {
             if written.is_ok() {
