@@ -71,15 +71,6 @@ pub enum AttachError {
 
 type Result<T, E = AttachError> = std::result::Result<T, E>;
 
-/// Whether attaching failed because the mapping it went through (`/proc/PID/map_files/`) is
-/// gone: its process exited (ESRCH), or the entry is not there any more (ENOENT).
-fn through_a_mapping_gone(error: &AttachError) -> bool {
-    let errno = io_errors(error)
-        .next()
-        .and_then(std::io::Error::raw_os_error);
-    matches!(errno, Some(libc::ESRCH | libc::ENOENT))
-}
-
 /// One probe to attach: an event's function and where in it the probe goes.
 pub struct PlannedProbe {
     pub event: &'static EventDef,
@@ -963,38 +954,22 @@ impl Probes {
     /// System-wide: probes every pthread library file that some process maps and that is not
     /// probed yet (a container started after the tracer brings its own). Never the tracer's.
     /// A file that cannot be probed does not keep the others from being probed: each is
-    /// returned, once, with the process it was found through. A file found through a mapping
-    /// that has gone since (its process exited or unmapped it) is not an error: it is looked
-    /// for again, through the processes that still map it, in up to `scans` scans in all (at
-    /// the start, a short-lived process must not leave the host's libc unprobed), or at the
-    /// next call.
-    pub fn attach_new_libraries(
-        &mut self,
-        datapath: &mut DataPath,
-        scans: usize,
-    ) -> Vec<(u32, AttachError)> {
+    /// returned, once, with the process it was found through. A file is held open from when
+    /// it is found, so a process gone since (a short-lived one, the only one to map it) does
+    /// not take it away before its probes are placed.
+    pub fn attach_new_libraries(&mut self, datapath: &mut DataPath) -> Vec<(u32, AttachError)> {
         let symbols = self.symbols();
+        let known = [self.everywhere.as_slice(), &self.refused_everywhere].concat();
+        let found = targets::all_pthread_libraries(&symbols, std::process::id(), &known);
         let mut failures = Vec::new();
-        for _ in 0..scans {
-            let known = [self.everywhere.as_slice(), &self.refused_everywhere].concat();
-            let found = targets::all_pthread_libraries(&symbols, std::process::id(), &known);
-            let mut vanished = false;
-            for (pid, library) in found {
-                let Err(error) = self.attach_library(datapath, 0, &library) else {
-                    continue;
-                };
-                if through_a_mapping_gone(&error) {
-                    vanished = true;
-                    continue;
-                }
-                self.refused_everywhere.push(library.file.identity.clone());
-                let path = library.file.path.clone();
-                let source = Box::new(error);
-                failures.push((pid, AttachError::FoundLibrary { path, pid, source }));
-            }
-            if !vanished {
-                break;
-            }
+        for (pid, library) in found {
+            let Err(error) = self.attach_library(datapath, 0, &library) else {
+                continue;
+            };
+            self.refused_everywhere.push(library.file.identity.clone());
+            let path = library.file.path.clone();
+            let source = Box::new(error);
+            failures.push((pid, AttachError::FoundLibrary { path, pid, source }));
         }
         failures
     }

@@ -54,11 +54,6 @@ use crate::{
     },
 };
 
-/// Scans of /proc a system-wide start makes for the pthread libraries: more than one when a file
-/// was found through a process gone before its probes were placed, so that a start on a host
-/// busy with short-lived processes still probes the files they share (the host's libc).
-const START_SCANS: usize = 4;
-
 /// The directories the files go in, opened once: every file is created relative to one of
 /// them (see `sinks::output_dir`).
 struct Outputs {
@@ -463,7 +458,7 @@ impl Attacher<'_> {
             }
             // Each distinct library file once; the tracer's own calls are skipped in BPF.
             Target::SystemWide => {
-                let failures = self.probes.attach_new_libraries(self.datapath, START_SCANS);
+                let failures = self.probes.attach_new_libraries(self.datapath);
                 let failures = failures.into_iter().map(|(pid, error)| (pid, error.into()));
                 let some_traced = self.probes.probes_everywhere();
                 self.not_traced(failures.collect(), some_traced, |_, error| {

@@ -158,8 +158,7 @@ impl Session {
             .iter()
             .filter(|&&pid| !targets::process_exists(pid));
         self.watched.exited.extend(gone);
-        // One scan: a file found through a process gone by its turn is found at the next look.
-        for (pid, error) in self.probes.attach_new_libraries(&mut self.datapath, 1) {
+        for (pid, error) in self.probes.attach_new_libraries(&mut self.datapath) {
             self.target_error(pid, &error);
         }
     }
