@@ -270,9 +270,7 @@ fn defining_pthread_functions(pid: u32, names: &[&str]) -> Result<Vec<PthreadLib
     Ok(executable_mappings(pid)?
         .into_iter()
         .filter_map(|file| {
-            let mut opened = open_mapped(&file)?;
-            let mut image = Vec::new();
-            io::Read::read_to_end(&mut opened, &mut image).ok()?;
+            let (opened, image) = open_and_read_mapped(&file)?;
             let functions = FunctionOffsets::parse(&image, names).ok()?;
             Some(PthreadLibrary {
                 file,
@@ -338,9 +336,16 @@ impl PthreadLibrary {
 /// The contents of a mapped file. map_files needs CAP_SYS_ADMIN; without it (--list-probes as
 /// a user) the file is read by its path in the process's root.
 pub fn read_mapped(file: &MappedFile) -> Option<Vec<u8>> {
+    open_and_read_mapped(file).map(|(_, contents)| contents)
+}
+
+/// The mapped file opened (see [`open_mapped`]) and its contents: for a reader that holds on to
+/// the file it read.
+fn open_and_read_mapped(file: &MappedFile) -> Option<(fs::File, Vec<u8>)> {
+    let mut opened = open_mapped(file)?;
     let mut contents = Vec::new();
-    std::io::Read::read_to_end(&mut open_mapped(file)?, &mut contents).ok()?;
-    Some(contents)
+    io::Read::read_to_end(&mut opened, &mut contents).ok()?;
+    Some((opened, contents))
 }
 
 /// The mapped file itself, opened for reading (see [`read_mapped`]): for a reader that needs
