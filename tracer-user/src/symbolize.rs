@@ -13,6 +13,8 @@
 //! symbolized by blazesym through its own maps: its places have a module, but no offset or
 //! build-id.
 
+mod member_path;
+
 use std::{collections::HashMap, fmt::Write as _, path::PathBuf};
 
 use blazesym::{
@@ -22,6 +24,7 @@ use blazesym::{
         source::{Elf, Process, Source},
     },
 };
+use member_path::MemberPaths;
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use serde::{Serialize, Serializer};
 use tracer_model::event::{SystemEvent, SystemKind};
@@ -235,6 +238,9 @@ struct Module {
     /// Its functions and its data (the debug file's symbol tables, else its own).
     functions: SymbolTable,
     data: SymbolTable,
+    /// Its variables' types, from the debug file's DWARF, else its own: read when a lock in
+    /// its data is first named.
+    member_paths: Option<MemberPaths>,
 }
 
 impl Module {
@@ -269,7 +275,23 @@ impl Module {
             functions: SymbolTable::of(symbols, SymbolKind::Text),
             data: SymbolTable::of(symbols, SymbolKind::Data),
             debug_file,
+            member_paths: None,
         }
+    }
+
+    /// The path to the byte `offset` into its variable `name` that starts at `start` (an ELF
+    /// virtual address), as its DWARF describes it (`path` is the module's).
+    fn member_path(
+        &mut self,
+        path: &PathBuf,
+        name: &str,
+        start: u64,
+        offset: u64,
+    ) -> Option<String> {
+        let dwarf_file = self.debug_file.as_ref().unwrap_or(path);
+        self.member_paths
+            .get_or_insert_with(|| MemberPaths::read(std::fs::read(dwarf_file).unwrap_or_default()))
+            .path(name, start, offset)
     }
 
     /// The ELF virtual address of a file offset inside a loaded segment.
@@ -464,23 +486,27 @@ impl Symbols {
         }
     }
 
+    /// The data symbol holding `address`: the path to the member it is in where the module's
+    /// DWARF describes the symbol's type (`stats.update_lock`), else the symbol and the offset
+    /// into it (`stats+0x18`).
     fn data_symbol(&mut self, pid: u32, address: u64) -> Option<String> {
         let mappings = self.mappings.get(&pid)?.clone();
         mappings.iter().find_map(|mapping| {
             let module = self.module(mapping);
             // The load bias, from the code mapping: its start is its file offset's address.
             let code_address = module.virtual_address(mapping.file_offset)?;
-            let bias = mapping.start.wrapping_sub(code_address);
-            let (name, offset) = module.data.find(address.wrapping_sub(bias))?;
+            let at = address.wrapping_sub(mapping.start.wrapping_sub(code_address));
+            let (name, offset) = module.data.find(at)?;
             let name = demangled(name);
-            Some(match offset {
+            let path = module.member_path(&mapping.path, &name, at - offset, offset);
+            Some(path.unwrap_or_else(|| match offset {
                 0 => name,
                 offset => format!("{name}+{offset:#x}"),
-            })
+            }))
         })
     }
 
-    fn module(&mut self, mapping: &Mapping) -> &Module {
+    fn module(&mut self, mapping: &Mapping) -> &mut Module {
         let key = (mapping.path.clone(), mapping.build_id.clone());
         self.modules
             .entry(key)
