@@ -1247,12 +1247,22 @@ pub fn report_lock_named<'a>(report: &'a Value, symbol: &str) -> &'a Value {
 
 /// The lock at `address` (as the report writes it) in a JSON report; panics if it has none.
 pub fn report_lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
-    report["locks"]
+    report_row(report, "locks", address)
+}
+
+/// The row of a JSON report's idle wait (a condition, a futex word used as an event) at
+/// `address`.
+pub fn report_idle_wait<'a>(report: &'a Value, address: &Value) -> &'a Value {
+    report_row(report, "idle_waits", address)
+}
+
+fn report_row<'a>(report: &'a Value, table: &str, address: &Value) -> &'a Value {
+    report[table]
         .as_array()
         .unwrap()
         .iter()
         .find(|l| l["address"] == *address)
-        .unwrap_or_else(|| panic!("no lock {address} in {report:#}"))
+        .unwrap_or_else(|| panic!("no row {address} in {table} of {report:#}"))
 }
 
 /// The functions of a report's stack (its JSON), innermost first, each without its offset

@@ -21,8 +21,8 @@ use std::{
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, field, kernel_refuses_tracing_programs, prerequisite, read_trace,
-    report_json, report_lock, run_tracer, skips, stack_functions, start_told, start_tracer,
-    trace_launched, workload,
+    report_idle_wait, report_json, report_lock, run_tracer, skips, stack_functions, start_told,
+    start_tracer, trace_launched, workload,
 };
 use tracer_common::{
     Category, Which,
@@ -471,11 +471,21 @@ fn a_pthread_wait_or_wake_is_recorded_once_as_its_pthread_event() {
 }
 
 /// Checks that each of a JSON report's stacks of the futex word at `address` (the
-/// `waiting_stacks` of its row, kind `futex`) starts with one of `chains` (functions, innermost
+/// `waiting_stacks` of its row, of `kind`) starts with one of `chains` (functions, innermost
 /// first) and was unwound to its thread's start, and that they are `waits` waits in all.
-fn assert_waiting_stacks(report: &Value, address: i64, chains: &[&[&str]], waits: u64, at: &str) {
-    let lock = report_lock(report, &Value::from(format!("{address:#x}")));
-    assert_eq!(lock["kind"], "futex", "{at}: {lock:#}");
+fn assert_waiting_stacks(
+    report: &Value,
+    (address, kind): (i64, &str),
+    chains: &[&[&str]],
+    waits: u64,
+    at: &str,
+) {
+    let address = Value::from(format!("{address:#x}"));
+    let lock = match kind {
+        "futex" => report_lock(report, &address),
+        _ => report_idle_wait(report, &address),
+    };
+    assert_eq!(lock["kind"], kind, "{at}: {lock:#}");
     let stacks = lock["waiting_stacks"].as_array().unwrap();
     // A generic function's frame names its instance's arguments where the program's symbols
     // are mangled as Rust's v0 (nightly's default, which the arm64 cross builds use):
@@ -609,7 +619,7 @@ fn std_mutex_and_condvar(hook: &str) {
 
     assert_waiting_stacks(
         &report,
-        the_address(&on_mutex, &context),
+        (the_address(&on_mutex, &context), "futex"),
         &[
             &["syscall", LOCK_CONTENDED, LOCK_HELD_MUTEX, THREAD_CLOSURE],
             // A woken waiter takes the mutex back in the condition variable's wait.
@@ -627,9 +637,10 @@ fn std_mutex_and_condvar(hook: &str) {
         mutex_waits,
         &format!("{context}: the mutex"),
     );
+    // Notified by the main thread, which never waits on it: an event.
     assert_waiting_stacks(
         &report,
-        the_address(&on_condvar, &context),
+        (the_address(&on_condvar, &context), "futex event"),
         &[&["syscall", CONDVAR_WAIT, WAIT_FOR_PERMIT, THREAD_CLOSURE]],
         condvar_waits,
         &format!("{context}: the condition variable"),
@@ -685,10 +696,12 @@ fn stdio_lock_waits(hook: &str) {
         "{context}: the main thread's: {wakes:#?}"
     );
     let report = report_json(&run.dir, &["app.ptl"]);
-    // fputs's global name, before its weak alias (the symbolizer names an address so).
+    // fputs's global name, before its weak alias (the symbolizer names an address so). Only
+    // the writer ever waits, only for the main thread, which never waits: the records are an
+    // event's, and the lock is told as one (docs/events.md says so).
     assert_waiting_stacks(
         &report,
-        lock as i64,
+        (lock as i64, "futex event"),
         &[&["__lll_lock_wait_private", "_IO_fputs", "writer"]],
         ROUNDS,
         &format!("{context}: the FILE's lock"),
@@ -701,6 +714,98 @@ fn stdio_lock_waits(hook: &str) {
 #[test]
 fn glibc_internal_lock_waits_are_recorded_with_their_stacks() {
     under_each_hook("futex_stdio", stdio_lock_waits);
+}
+
+/// The words of futex_uses.c: a lock three threads take turns at, and a count one thread
+/// waits on for another's ticks. Each wait and wake is recorded; the report lists the lock among
+/// the locks, the event after them among the idle waits (though it was waited on longer), each
+/// with its exact waits and wakes and named by its path in the global array of structs it is
+/// in, as is the mutex beside them.
+fn futex_lock_and_event(hook: &str) {
+    const LOCK_ROUNDS: u64 = 3;
+    const TICKS: u64 = 4;
+    let context = format!("--futex-hook {hook}");
+    let args = [LOCK_ROUNDS, 20, TICKS, 60].map(|n| n.to_string());
+    let run = traced_run(
+        &workload("futex_uses"),
+        &args,
+        &["--contended", "--futex-hook", hook],
+    );
+    let (lock, tick): (u64, u64) = (
+        field(&run.first_line, "lock"),
+        field(&run.first_line, "tick"),
+    );
+    let (waits, wakes) = (
+        named(&run.records, "futex_wait"),
+        named(&run.records, "futex_wake"),
+    );
+    // Each round, two waiters block and are woken, each by the thread that held the lock.
+    assert_eq!(
+        within(&waits, lock, 4).len() as u64,
+        2 * LOCK_ROUNDS,
+        "{context}: {waits:#?}"
+    );
+    assert_eq!(
+        within(&wakes, lock, 4).len() as u64,
+        2 * LOCK_ROUNDS,
+        "{context}: {wakes:#?}"
+    );
+    assert_eq!(
+        within(&waits, tick, 4).len() as u64,
+        TICKS,
+        "{context}: {waits:#?}"
+    );
+    assert_eq!(
+        within(&wakes, tick, 4).len() as u64,
+        TICKS,
+        "{context}: {wakes:#?}"
+    );
+    assert_woken(&waits, WAIT, 20 * MS, &context);
+    assert_wakes(&wakes, 1, 1, &context);
+
+    let report = report_json(&run.dir, &["app.ptl"]);
+    let as_lock = report_lock(&report, &Value::from(format!("{lock:#x}")));
+    let as_event = report_idle_wait(&report, &Value::from(format!("{tick:#x}")));
+    let counts =
+        |row: &Value, keys: &[&str]| -> Value { keys.iter().map(|key| row[key].clone()).collect() };
+    let keys = ["kind", "symbol", "acquisitions", "contended", "wakeups"];
+    assert_eq!(
+        counts(as_lock, &keys),
+        serde_json::json!(["futex", "shared[1].lock", 6, 6, 6]),
+        "{context}: {as_lock:#}"
+    );
+    assert_eq!(
+        counts(as_event, &keys),
+        serde_json::json!(["futex event", "shared[1].tick", 4, 4, 4]),
+        "{context}: {as_event:#}"
+    );
+    let mutex: u64 = field(&run.first_line, "mutex");
+    let mutex = report_lock(&report, &Value::from(format!("{mutex:#x}")));
+    assert_eq!(
+        counts(mutex, &["kind", "symbol", "contended"]),
+        serde_json::json!(["mutex", "shared[1].mutex", 3]),
+        "{context}: {mutex:#}"
+    );
+    let waited = |row: &Value| row["wait_total_ns"].as_u64().unwrap();
+    assert!(waited(as_event) > waited(as_lock), "{context}: {report:#}");
+    // The text: the lock's row in the lock table, the event's after it, among the idle waits.
+    let text = run_tracer(run.dir.path(), &["report", "app.ptl"]).stdout;
+    let line = |starts: &str| {
+        text.lines()
+            .position(|l| l.starts_with(starts))
+            .unwrap_or_else(|| panic!("{context}: no line {starts:?} in {text}"))
+    };
+    let idle = line("idle waits, for work or an event (futex event, cond, barrier, join)");
+    assert!(line("shared[1].lock   futex ") < idle, "{context}: {text}");
+    assert!(
+        line("shared[1].tick   futex event ") > idle,
+        "{context}: {text}"
+    );
+}
+
+#[test]
+fn a_futex_word_used_as_a_lock_is_listed_before_one_used_as_an_event() {
+    under_each_hook("futex_uses", futex_lock_and_event);
 }
 
 /// Threads allocating in one arena wait for its lock: likely, not certain, so at least one
@@ -734,7 +839,12 @@ fn glibc_malloc_arena_lock_waits_are_recorded_with_their_stacks() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|lock| lock["kind"] == "futex")
+        .chain(report["idle_waits"].as_array().unwrap())
+        .filter(|lock| {
+            lock["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("futex"))
+        })
         .flat_map(|lock| lock["waiting_stacks"].as_array().unwrap())
         .collect();
     for stack in &stacks {

@@ -425,13 +425,14 @@ fn many_locks_make_no_label_with_many_values() {
     const WORDS: usize = 3000;
     let dir = TempDir::new("pyroscope-cardinality");
     let server = IngestServer::start();
-    // A waiter and a waker, each round on a fresh word: most waits block.
+    // Two threads taking turns at each of many fresh words, as at a lock (a word waited on
+    // for another thread's wake alone is an event, which the push leaves out): most waits block.
     let run = Command::new(tracer())
         .args(["--contended", "--push-interval", "1s", "--pyroscope"])
         .arg(server.url())
         .arg("--")
         .arg(workload_arg("stack_load"))
-        .args(["futex", &WORDS.to_string()])
+        .args(["futex-turns", &WORDS.to_string()])
         .current_dir(dir.path())
         .output()
         .unwrap();

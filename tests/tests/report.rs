@@ -756,7 +756,7 @@ fn lock_contention_comes_before_longer_idle_waits() {
         at("lock contention (mutex, rmutex, rwlock, spin, sema, futex), by time waited:"),
         at("lock             kind"),
         at("hot              mutex"),
-        at("idle waits, for work or an event (cond, barrier, join), by time waited:"),
+        at("idle waits, for work or an event (futex event, cond, barrier, join), by time waited:"),
         at("object           kind"),
         at("work_ready       cond"),
     );

@@ -1,7 +1,7 @@
 /* Records that must each carry a whole call stack, at full speed or from deep down, for the
  * stack tests.
- * Usage: stack_load futex ROUNDS [PER_SECOND] | stack_load mutex THREADS ITERS |
- *        stack_load deep DEPTH
+ * Usage: stack_load futex ROUNDS [PER_SECOND] | stack_load futex-turns ROUNDS |
+ *        stack_load mutex THREADS ITERS | stack_load deep DEPTH
  * futex: a waiter and a waker thread, each round on a fresh futex word (ROUNDS words, all 0):
  *   the waiter says it has reached the round and waits on the word (FUTEX_WAIT_PRIVATE) while
  *   it is 0; the waker, once the waiter has reached the round and 20 us more have passed (so
@@ -9,6 +9,9 @@
  *   (FUTEX_WAKE_PRIVATE); with PER_SECOND, the waker ends round i no sooner than
  *   i / PER_SECOND seconds after it started (a paced load, for a rate a bench aims at). Prints
  *   "woken_waits=N wakes_that_woke=M": the waits that returned 0, the wakes that returned 1.
+ * futex-turns: as futex, but two threads take turns at each word, as at a lock: one waits while
+ *   it is 0 and the other sets it to 1 and wakes it, then the other waits while it is 1 and the
+ *   first sets it to 2 and wakes it. Prints the same counts.
  * mutex: THREADS threads each lock and unlock one mutex ITERS times, working a little inside
  *   and outside. Prints "done".
  * deep: a thread descends DEPTH frames (`descend`, each with 512 bytes of stack of its own: deep
@@ -29,11 +32,13 @@
 
 static _Atomic unsigned *words;
 static long rounds, per_second, iters, depth;
-static long woken_waits, wakes_that_woke;
+static _Atomic long woken_waits, wakes_that_woke;
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t deep_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic pid_t deep_tid;
 static _Atomic long reached = -1;
+/* Per thread of futex-turns, the turn it has reached to wait at. */
+static _Atomic long turn_reached[2] = {-1, -1};
 static volatile long work;
 /* Added to after each descent: the call is not the function's last act (no tail call). */
 static volatile long after_call;
@@ -74,6 +79,30 @@ static void *waker(void *unused) {
     return NULL;
 }
 
+/* Thread `me` (0 or 1) of futex-turns. */
+static void *take_turns(void *me_as_pointer) {
+    long me = (long)me_as_pointer;
+    for (long i = 0; i < rounds; i++) {
+        for (unsigned phase = 0; phase < 2; phase++) {
+            long turn = 2 * i + phase;
+            if (phase == me) {
+                atomic_store(&turn_reached[me], turn);
+                while (atomic_load(&words[i]) == phase)
+                    if (futex(&words[i], FUTEX_WAIT_PRIVATE, phase) == 0) woken_waits++;
+                continue;
+            }
+            while (atomic_load(&turn_reached[1 - me]) < turn) {
+            }
+            long long since = now_ns();
+            while (now_ns() - since < 20000) {
+            }
+            atomic_store(&words[i], phase + 1);
+            if (futex(&words[i], FUTEX_WAKE_PRIVATE, 1) == 1) wakes_that_woke++;
+        }
+    }
+    return NULL;
+}
+
 static void *contender(void *unused) {
     (void)unused;
     for (long i = 0; i < iters; i++) {
@@ -104,6 +133,11 @@ static void *deep(void *unused) {
     return NULL;
 }
 
+static void print_counts(void) {
+    printf("woken_waits=%ld wakes_that_woke=%ld\n", atomic_load(&woken_waits),
+           atomic_load(&wakes_that_woke));
+}
+
 static void join_all(pthread_t *threads, long count) {
     for (long i = 0; i < count; i++)
         if (pthread_join(threads[i], NULL) != 0) exit(1);
@@ -119,7 +153,16 @@ int main(int argc, char **argv) {
             pthread_create(&threads[1], NULL, waker, NULL) != 0)
             return 1;
         join_all(threads, 2);
-        printf("woken_waits=%ld wakes_that_woke=%ld\n", woken_waits, wakes_that_woke);
+        print_counts();
+    } else if (argc == 3 && strcmp(argv[1], "futex-turns") == 0) {
+        rounds = atol(argv[2]);
+        words = calloc((size_t)rounds, sizeof *words);
+        pthread_t threads[2];
+        if (!words || pthread_create(&threads[0], NULL, take_turns, (void *)0) != 0 ||
+            pthread_create(&threads[1], NULL, take_turns, (void *)1) != 0)
+            return 1;
+        join_all(threads, 2);
+        print_counts();
     } else if (argc == 4 && strcmp(argv[1], "mutex") == 0) {
         long count = atol(argv[2]);
         iters = atol(argv[3]);
@@ -141,7 +184,8 @@ int main(int argc, char **argv) {
         pthread_mutex_unlock(&deep_lock);
         join_all(&thread, 1);
     } else {
-        fprintf(stderr, "usage: stack_load futex ROUNDS [PER_SECOND] | mutex THREADS ITERS | deep DEPTH\n");
+        fprintf(stderr, "usage: stack_load futex ROUNDS [PER_SECOND] | futex-turns ROUNDS | "
+                        "mutex THREADS ITERS | deep DEPTH\n");
         return 2;
     }
     return 0;

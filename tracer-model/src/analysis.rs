@@ -8,6 +8,7 @@
 //! stays the one definition.
 
 mod futex_pairs;
+mod futex_use;
 mod lock_order;
 mod namespace_ids;
 
@@ -23,6 +24,7 @@ use crate::{
     event::{SystemEvent, SystemKind},
 };
 use futex_pairs::{FutexPairs, FutexWait, FutexWake};
+use futex_use::FutexUse;
 pub use lock_order::{Acquisition, Inversion, LockOrder, MAX_EDGES, OrderEdge};
 use namespace_ids::NamespaceIds;
 
@@ -41,8 +43,10 @@ pub enum LockKind {
     /// A semaphore.
     Sema,
     /// A futex word a program waits on through the futex syscall itself, outside pthread
-    /// calls (its own locks, Rust's `std::sync`, glibc's internal locks).
+    /// calls (its own locks, Rust's `std::sync`, glibc's internal locks), used as a lock.
     Futex,
+    /// A futex word used as an event: waited on for other threads' signals.
+    FutexEvent,
     /// A condition variable.
     Cond,
     /// A barrier.
@@ -53,13 +57,14 @@ pub enum LockKind {
 
 impl LockKind {
     /// Every kind: the locks first, as reports list them.
-    pub const ALL: [LockKind; 9] = [
+    pub const ALL: [LockKind; 10] = [
         LockKind::Mutex,
         LockKind::Rmutex,
         LockKind::Rwlock,
         LockKind::Spin,
         LockKind::Sema,
         LockKind::Futex,
+        LockKind::FutexEvent,
         LockKind::Cond,
         LockKind::Barrier,
         LockKind::Join,
@@ -76,6 +81,7 @@ impl LockKind {
             LockKind::Spin => Category::Spin.name(),
             LockKind::Sema => Category::Sema.name(),
             LockKind::Futex => Category::Futex.name(),
+            LockKind::FutexEvent => "futex event",
             LockKind::Cond => Category::Cond.name(),
             LockKind::Barrier => Category::Barrier.name(),
             LockKind::Join => "join",
@@ -84,16 +90,25 @@ impl LockKind {
 
     /// Whether a wait on it is a wait for a lock, which its holder (or, for a semaphore, the
     /// threads that have taken its units) keeps from the waiter: contention. The others are
-    /// waits for work or an event (a condition, a barrier's last thread, a thread's end),
-    /// which an idle thread makes by design.
+    /// waits for work or an event (a condition, a futex word used as one, a barrier's last
+    /// thread, a thread's end), which an idle thread makes by design.
     pub fn is_lock(self) -> bool {
-        !matches!(self, LockKind::Cond | LockKind::Barrier | LockKind::Join)
+        !matches!(
+            self,
+            LockKind::FutexEvent | LockKind::Cond | LockKind::Barrier | LockKind::Join
+        )
+    }
+
+    /// Whether its records are futex calls, not pthread calls: a lock or an event, as its
+    /// waits and wakes tell.
+    pub fn is_futex_word(self) -> bool {
+        matches!(self, LockKind::Futex | LockKind::FutexEvent)
     }
 
     /// Whether the trace says when it is held: a futex word's records are its waits and the
     /// wakes that end them, which say nothing of who holds it from when to when.
     pub fn holds_recorded(self) -> bool {
-        self != LockKind::Futex
+        !self.is_futex_word()
     }
 }
 
@@ -329,6 +344,9 @@ pub struct LockStats {
     pub first_waiting_stack: u32,
     #[serde(skip)]
     last_owner: Option<u32>,
+    /// For a futex word, who waited and who woke: whether it is a lock or an event.
+    #[serde(skip)]
+    futex_use: FutexUse,
 }
 
 impl LockStats {
@@ -348,7 +366,18 @@ impl LockStats {
     /// Whether reports list it: a futex word that was only woken, never waited on (a
     /// condvar's, whose waits are pthread calls, not futex records), is no lock of the trace.
     pub fn is_reported(&self) -> bool {
-        self.kind != LockKind::Futex || self.acquisitions > 0
+        !self.kind.is_futex_word() || self.acquisitions > 0
+    }
+
+    /// A futex word's kind, as its waits and wakes so far tell it.
+    fn futex_used(&mut self, update: impl FnOnce(&mut FutexUse)) {
+        if self.kind.is_futex_word() {
+            update(&mut self.futex_use);
+            self.kind = match self.futex_use.is_event() {
+                true => LockKind::FutexEvent,
+                false => LockKind::Futex,
+            };
+        }
     }
 }
 
@@ -1018,6 +1047,7 @@ impl Analysis {
             lock.contended += u64::from(contended);
             if contended {
                 lock.waited_with(record.stack, record.lwpid, wait.ns());
+                lock.futex_used(|word| word.waited(record.lwpid));
             }
         }
         let ended = EndedWait {
@@ -1042,10 +1072,12 @@ impl Analysis {
     fn futex_wake(&mut self, record: &TraceRecord, event: &'static EventDef, now: i64) {
         let value = |of: Field| field(record, event, of).unwrap_or(0);
         let (pid, object) = (record.pid, value(Field::Arg(1)) as u64);
-        if self.stats {
-            self.lock(pid, object, LockKind::Futex).wakeups += 1;
-        }
         let woken = value(Field::Rval).max(0) as u64;
+        if self.stats {
+            let lock = self.lock(pid, object, LockKind::Futex);
+            lock.wakeups += 1;
+            lock.futex_used(|word| word.woke(record.lwpid, woken));
+        }
         if woken == 0 {
             return;
         }
@@ -1241,12 +1273,13 @@ impl Analysis {
                 releasing_stacks: HashMap::new(),
                 first_waiting_stack: 0,
                 last_owner: None,
+                futex_use: FutexUse::default(),
             });
         // A mutex first seen unlocked and later locked recursively is an rmutex; a word first
         // seen as a futex and later through a pthread call (a mutex's word, woken by its
         // unlock) is that call's object.
         if (lock.kind == LockKind::Mutex && kind == LockKind::Rmutex)
-            || lock.kind == LockKind::Futex
+            || (lock.kind.is_futex_word() && !kind.is_futex_word())
         {
             lock.kind = kind;
         }
@@ -1766,6 +1799,25 @@ mod tests {
     }
 
     #[test]
+    fn a_futex_word_whose_waiters_wake_each_other_is_a_lock_one_signalled_an_event() {
+        const EVENT: i64 = 0x9000;
+        let mut analysis = Analysis::new(true);
+        // Threads 1, 2 and 3 take turns at WORD: 1 wakes 2, which wakes 3, which wakes 1.
+        // Thread 4 waits on EVENT for 5's ticks, twice.
+        for (at, waiter, waker) in [(100, 2, 1), (200, 3, 2), (300, 1, 3)] {
+            analysis.record(&futex_wake(waker, WORD, at, 1000, 1));
+            analysis.record(&futex_wait(waiter, WORD, at + 1, MS, 0));
+            analysis.record(&futex_wake(5, EVENT, at + 2, 1000, 1));
+            analysis.record(&futex_wait(4, EVENT, at + 3, 2 * MS, 0));
+        }
+        let (lock, event) = (word(&analysis, WORD), word(&analysis, EVENT));
+        assert_eq!((lock.kind, lock.contended), (LockKind::Futex, 3));
+        assert_eq!((event.kind, event.contended), (LockKind::FutexEvent, 3));
+        assert!(lock.kind.is_lock() && !event.kind.is_lock());
+        assert!(!event.kind.holds_recorded() && event.is_reported());
+    }
+
+    #[test]
     fn a_futex_word_only_woken_is_counted_but_not_reported_and_a_mutex_stays_one() {
         let mut analysis = Analysis::new(true);
         // A condvar's word, woken by cond_signal (whose waits are cond_wait calls).
@@ -1779,7 +1831,7 @@ mod tests {
         let only_woken = word(&analysis, 0x8000);
         assert_eq!(
             (only_woken.kind, only_woken.acquisitions, only_woken.wakeups),
-            (LockKind::Futex, 0, 2)
+            (LockKind::FutexEvent, 0, 2)
         );
         assert!(!only_woken.is_reported());
         assert!(word(&analysis, WORD).is_reported());

@@ -885,9 +885,9 @@ impl Report {
             callers_text(out, &lock.callers);
             // A futex word has no holder the records name: its owners are the threads whose
             // wakes ended the waits, which "released by" lists with their stacks.
-            let holders = match lock.kind == LockKind::Futex.name() {
-                true => &[][..],
-                false => &lock.owners[..],
+            let holders = match lock.holds_recorded {
+                true => &lock.owners[..],
+                false => &[][..],
             };
             for owner in holders {
                 let taken = owner.taken_at.as_ref().map_or_else(
@@ -941,13 +941,13 @@ impl Report {
     fn idle_table(&self, out: &mut String, args: &ReportArgs) {
         let _ = writeln!(
             out,
-            "{:<16} {:<7} {:>8} {:>10} {:>9} {:>9} {:>8}",
+            "{:<16} {:<11} {:>8} {:>10} {:>9} {:>9} {:>8}",
             "object", "kind", "waits", "wait total", "avg", "max", "wakeups"
         );
         for wait in &self.idle_waits {
             let _ = writeln!(
                 out,
-                "{:<16} {:<7} {:>8} {:>10} {:>9} {:>9} {:>8}",
+                "{:<16} {:<11} {:>8} {:>10} {:>9} {:>9} {:>8}",
                 wait.name
                     .symbol
                     .clone()
@@ -1475,7 +1475,8 @@ mod tests {
     }
 
     /// A word waited on twice (once woken by thread 9 after 40 ms, once not at all: its value
-    /// had changed) and one only woken, as a condvar's word is under --contended.
+    /// had changed), a lock: thread 1, once woken, wakes the next in turn (whose wait is not
+    /// in the trace). And one only woken, as a condvar's word is under --contended.
     fn futex_trace() -> Analysis {
         let mut analysis = Analysis::new(true);
         let wait = |lwpid, ms, waited_ns, result| {
@@ -1486,19 +1487,20 @@ mod tests {
             ];
             futex(lwpid, "futex_wait", ms, fields)
         };
-        let wake = |word, ms| {
+        let wake = |lwpid, word, ms| {
             let fields = [
                 (Field::Arg(1), word),
                 (Field::ElapsedNs, MS),
                 (Field::Rval, 1),
             ];
-            futex(9, "futex_wake", ms, fields)
+            futex(lwpid, "futex_wake", ms, fields)
         };
         for record in [
             wait(1, 100, 40 * MS, 0),
-            wake(WAITED_ON, 101),
+            wake(9, WAITED_ON, 101),
             wait(2, 110, 1000, -11),
-            wake(ONLY_WOKEN, 120),
+            wake(9, ONLY_WOKEN, 120),
+            wake(1, WAITED_ON, 130),
         ] {
             analysis.record(&record);
         }
@@ -1526,7 +1528,7 @@ mod tests {
             Ok(KindFilter(vec![LockKind::Futex, LockKind::Mutex]))
         );
         let error = KindFilter::parse("futx").unwrap_err();
-        assert!(error.contains("sema, futex, cond"), "{error}");
+        assert!(error.contains("sema, futex, futex event, cond"), "{error}");
     }
 
     #[test]
@@ -1672,7 +1674,7 @@ mod tests {
                 Some("futex"),
                 Some(2),
                 Some(1),
-                Some(1),
+                Some(2),
                 Some(40 * MS as u64 + 1000)
             )
         );
