@@ -7,6 +7,8 @@
 # a test runs if its name holds any filter, none: every test, unless it holds a skip; each list
 # separated by commas), and KERNEL_TESTS, those of them whose outcome depends on the kernel.
 /bin/busybox --install -s /bin
+# How long one test binary may run: the slowest takes about 200 s on an emulated arm64 kernel.
+TEST_LIMIT_S=600
 export PATH=/usr/local/bin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -179,9 +181,13 @@ else
         for skip in $skips; do skip_args="$skip_args --skip $skip"; done
         mkdir -p /tmp/tests && cd /tmp/tests
         started=$(uptime_cs)
-        CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf /tests/$t --test-threads=1 $filters \
-            $skip_args > /tmp/test.out 2>&1
+        # A test that waits forever is killed with its binary, whose output then says which
+        # test it was in (one thread: each test's name is printed as it starts); the others run.
+        CI=true THRTRACE_BIN=/usr/local/bin/thrtrace-bpf timeout -s KILL $TEST_LIMIT_S \
+            /tests/$t --test-threads=1 $filters $skip_args > /tmp/test.out 2>&1
         rc=$?
+        [ $rc = 137 ] && echo "killed after $TEST_LIMIT_S s" >> /tmp/test.out \
+            && killall -q -KILL thrtrace-bpf
         took="$(( ($(uptime_cs) - started) / 100 )) s"
         cd /
         summary=$(grep '^test result' /tmp/test.out | tail -1)
