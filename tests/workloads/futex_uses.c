@@ -12,8 +12,10 @@
  * Then the main thread locks the mutex (`shared[1].mutex`), waits until the three threads are
  * asleep in its lock, holds it HOLD_MS more and unlocks it: three contended locks.
  * The event (`shared[1].tick`, a count) is waited on by a fourth thread for each of TICKS ticks,
- * and ticked by a fifth: once the waiter is asleep in its wait, it sleeps TICK_MS, adds one and
- * wakes it. So TICKS waits block and return 0, each ended by one of TICKS wakes, all by a
+ * and ticked by a fifth: once the waiter is asleep in its wait, it sleeps TICK_MS, plus a share
+ * of twice the time the lock's rounds took, adds one and wakes it. So the event is waited on
+ * longer in all than the lock, where two threads at most wait at once, however slow the
+ * machine. So TICKS waits block and return 0, each ended by one of TICKS wakes, all by a
  * thread that never waits on the word. The lock's rounds run first, then the ticks.
  * Exits 1 if any call does not do what is said here. */
 #define _GNU_SOURCE
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "asleep.h"
@@ -48,6 +51,8 @@ static _Atomic long held_in_round = -1;
 static _Atomic long rounds_done;
 static _Atomic int mutex_held;
 static long rounds, hold_ms, ticks, tick_ms;
+/* What each tick adds to TICK_MS: its share of twice the lock's rounds. */
+static long tick_extra_us;
 
 static long futex(_Atomic unsigned *word, int op, unsigned value) {
     return syscall(SYS_futex, word, op, value, NULL, NULL, 0);
@@ -121,7 +126,7 @@ static void *ticker(void *arg) {
     (void)arg;
     for (long t = 1; t <= ticks; t++) {
         while (!waiter_tid || !asleep_in(waiter_tid, SYS_futex, &s->tick)) usleep(1000);
-        usleep(tick_ms * 1000);
+        usleep(tick_ms * 1000 + tick_extra_us);
         s->tick = t;
         if (futex(&s->tick, FUTEX_WAKE_PRIVATE, 1) != 1) fail("a tick did not wake one");
     }
@@ -145,10 +150,15 @@ int main(int argc, char **argv) {
     if (!fgets(line, sizeof line, stdin)) return 1;
     pthread_t threads[LOCKERS + 2];
     for (long i = 0; i < LOCKERS; i++) pthread_create(&threads[i], NULL, locker, (void *)i);
+    struct timespec began, ended;
+    clock_gettime(CLOCK_MONOTONIC, &began);
     for (long r = 0; r < rounds; r++) {
         round_now = r;
         while (rounds_done != (r + 1) * LOCKERS) usleep(1000);
     }
+    clock_gettime(CLOCK_MONOTONIC, &ended);
+    long rounds_us = (ended.tv_sec - began.tv_sec) * 1000000 + (ended.tv_nsec - began.tv_nsec) / 1000;
+    tick_extra_us = 2 * rounds_us / (ticks > 0 ? ticks : 1) + 1;
     pthread_mutex_lock(&s->mutex);
     mutex_held = 1;
     for (long i = 0; i < LOCKERS; i++)
