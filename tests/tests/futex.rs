@@ -471,21 +471,32 @@ fn a_pthread_wait_or_wake_is_recorded_once_as_its_pthread_event() {
 }
 
 /// Checks that each of a JSON report's stacks of the futex word at `address` (the
-/// `waiting_stacks` of its row, of `kind`) starts with one of `chains` (functions, innermost
-/// first) and was unwound to its thread's start, and that they are `waits` waits in all.
+/// `waiting_stacks` of its row, of one of `kinds`) starts with one of `chains` (functions,
+/// innermost first) and was unwound to its thread's start, and that they are `waits` waits in
+/// all.
 fn assert_waiting_stacks(
     report: &Value,
-    (address, kind): (i64, &str),
+    (address, kinds): (i64, &[&str]),
     chains: &[&[&str]],
     waits: u64,
     at: &str,
 ) {
     let address = Value::from(format!("{address:#x}"));
-    let lock = match kind {
-        "futex" => report_lock(report, &address),
-        _ => report_idle_wait(report, &address),
+    let lock = match kinds {
+        ["futex"] => report_lock(report, &address),
+        ["futex event"] => report_idle_wait(report, &address),
+        _ => report["locks"]
+            .as_array()
+            .into_iter()
+            .chain(report["idle_waits"].as_array())
+            .flatten()
+            .find(|row| row["address"] == address)
+            .unwrap_or_else(|| panic!("{at}: no row {address} in {report:#}")),
     };
-    assert_eq!(lock["kind"], kind, "{at}: {lock:#}");
+    assert!(
+        kinds.iter().any(|kind| lock["kind"] == *kind),
+        "{at}: {lock:#}"
+    );
     let stacks = lock["waiting_stacks"].as_array().unwrap();
     // A generic function's frame names its instance's arguments where the program's symbols
     // are mangled as Rust's v0 (nightly's default, which the arm64 cross builds use):
@@ -619,7 +630,10 @@ fn std_mutex_and_condvar(hook: &str) {
 
     assert_waiting_stacks(
         &report,
-        (the_address(&on_mutex, &context), "futex"),
+        // Each waiter, once woken, wakes the next as it unlocks: a lock. But where a slow
+        // machine has every waiter woken by the thread that held it first, its records are an
+        // event's (docs/events.md): 6.12 arm64's emulated boot saw it so.
+        (the_address(&on_mutex, &context), &["futex", "futex event"]),
         &[
             &["syscall", LOCK_CONTENDED, LOCK_HELD_MUTEX, THREAD_CLOSURE],
             // A woken waiter takes the mutex back in the condition variable's wait.
@@ -640,7 +654,7 @@ fn std_mutex_and_condvar(hook: &str) {
     // Notified by the main thread, which never waits on it: an event.
     assert_waiting_stacks(
         &report,
-        (the_address(&on_condvar, &context), "futex event"),
+        (the_address(&on_condvar, &context), &["futex event"]),
         &[&["syscall", CONDVAR_WAIT, WAIT_FOR_PERMIT, THREAD_CLOSURE]],
         condvar_waits,
         &format!("{context}: the condition variable"),
@@ -701,7 +715,7 @@ fn stdio_lock_waits(hook: &str) {
     // event's, and the lock is told as one (docs/events.md says so).
     assert_waiting_stacks(
         &report,
-        (lock as i64, "futex event"),
+        (lock as i64, &["futex event"]),
         &[&["__lll_lock_wait_private", "_IO_fputs", "writer"]],
         ROUNDS,
         &format!("{context}: the FILE's lock"),
