@@ -481,18 +481,15 @@ fn assert_waiting_stacks(
     waits: u64,
     at: &str,
 ) {
+    // A lock's row is among the locks, an event's among the idle waits.
     let address = Value::from(format!("{address:#x}"));
-    let lock = match kinds {
-        ["futex"] => report_lock(report, &address),
-        ["futex event"] => report_idle_wait(report, &address),
-        _ => report["locks"]
-            .as_array()
-            .into_iter()
-            .chain(report["idle_waits"].as_array())
-            .flatten()
-            .find(|row| row["address"] == address)
-            .unwrap_or_else(|| panic!("{at}: no row {address} in {report:#}")),
-    };
+    let lock = report["locks"]
+        .as_array()
+        .into_iter()
+        .chain(report["idle_waits"].as_array())
+        .flatten()
+        .find(|row| row["address"] == address)
+        .unwrap_or_else(|| panic!("{at}: no row {address} in {report:#}"));
     assert!(
         kinds.iter().any(|kind| lock["kind"] == *kind),
         "{at}: {lock:#}"

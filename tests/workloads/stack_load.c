@@ -133,36 +133,34 @@ static void *deep(void *unused) {
     return NULL;
 }
 
-static void print_counts(void) {
-    printf("woken_waits=%ld wakes_that_woke=%ld\n", atomic_load(&woken_waits),
-           atomic_load(&wakes_that_woke));
-}
 
 static void join_all(pthread_t *threads, long count) {
     for (long i = 0; i < count; i++)
         if (pthread_join(threads[i], NULL) != 0) exit(1);
 }
 
+/* The two threads of a futex mode (`first` and `second`, with their arguments) over `count`
+ * fresh words, all 0; prints the counts. Its exit status. */
+static int futex_pair(long count, void *(*first)(void *), void *first_arg,
+                      void *(*second)(void *), void *second_arg) {
+    rounds = count;
+    words = calloc((size_t)rounds, sizeof *words);
+    pthread_t threads[2];
+    if (!words || pthread_create(&threads[0], NULL, first, first_arg) != 0 ||
+        pthread_create(&threads[1], NULL, second, second_arg) != 0)
+        return 1;
+    join_all(threads, 2);
+    printf("woken_waits=%ld wakes_that_woke=%ld\n", atomic_load(&woken_waits),
+           atomic_load(&wakes_that_woke));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "futex") == 0) {
-        rounds = atol(argv[2]);
         per_second = argc == 4 ? atol(argv[3]) : 0;
-        words = calloc((size_t)rounds, sizeof *words);
-        pthread_t threads[2];
-        if (!words || pthread_create(&threads[0], NULL, waiter, NULL) != 0 ||
-            pthread_create(&threads[1], NULL, waker, NULL) != 0)
-            return 1;
-        join_all(threads, 2);
-        print_counts();
+        return futex_pair(atol(argv[2]), waiter, NULL, waker, NULL);
     } else if (argc == 3 && strcmp(argv[1], "futex-turns") == 0) {
-        rounds = atol(argv[2]);
-        words = calloc((size_t)rounds, sizeof *words);
-        pthread_t threads[2];
-        if (!words || pthread_create(&threads[0], NULL, take_turns, (void *)0) != 0 ||
-            pthread_create(&threads[1], NULL, take_turns, (void *)1) != 0)
-            return 1;
-        join_all(threads, 2);
-        print_counts();
+        return futex_pair(atol(argv[2]), take_turns, (void *)0, take_turns, (void *)1);
     } else if (argc == 4 && strcmp(argv[1], "mutex") == 0) {
         long count = atol(argv[2]);
         iters = atol(argv[3]);
