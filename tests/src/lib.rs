@@ -1256,6 +1256,18 @@ pub fn report_idle_wait<'a>(report: &'a Value, address: &Value) -> &'a Value {
     report_row(report, "idle_waits", address)
 }
 
+/// The row of a futex word at `address` in a JSON report, in either table: a word used as a
+/// lock is among the locks, one used as an event among the idle waits.
+pub fn report_futex_row<'a>(report: &'a Value, address: &Value) -> &'a Value {
+    report["locks"]
+        .as_array()
+        .into_iter()
+        .chain(report["idle_waits"].as_array())
+        .flatten()
+        .find(|row| row["address"] == *address)
+        .unwrap_or_else(|| panic!("no row {address} in locks or idle_waits of {report:#}"))
+}
+
 fn report_row<'a>(report: &'a Value, table: &str, address: &Value) -> &'a Value {
     report[table]
         .as_array()

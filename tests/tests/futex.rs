@@ -21,8 +21,8 @@ use std::{
 use serde_json::Value;
 use thrtrace_tests::{
     TempDir, bpf_available, field, kernel_refuses_tracing_programs, prerequisite, read_trace,
-    report_idle_wait, report_json, report_lock, run_tracer, skips, stack_functions, start_told,
-    start_tracer, trace_launched, workload,
+    report_futex_row, report_idle_wait, report_json, report_lock, run_tracer, skips,
+    stack_functions, start_told, start_tracer, trace_launched, workload,
 };
 use tracer_common::{
     Category, Which,
@@ -481,15 +481,7 @@ fn assert_waiting_stacks(
     waits: u64,
     at: &str,
 ) {
-    // A lock's row is among the locks, an event's among the idle waits.
-    let address = Value::from(format!("{address:#x}"));
-    let lock = report["locks"]
-        .as_array()
-        .into_iter()
-        .chain(report["idle_waits"].as_array())
-        .flatten()
-        .find(|row| row["address"] == address)
-        .unwrap_or_else(|| panic!("{at}: no row {address} in {report:#}"));
+    let lock = report_futex_row(report, &Value::from(format!("{address:#x}")));
     assert!(
         kinds.iter().any(|kind| lock["kind"] == *kind),
         "{at}: {lock:#}"
@@ -525,7 +517,8 @@ fn assert_waiting_stacks(
 /// through the workload's own functions (those named with `workload`).
 fn assert_runtime_waits(report: &Value, waits: &[&TraceRecord], workload: &str, context: &str) {
     for wait in waits {
-        let lock = report_lock(report, &Value::from(format!("{:#x}", wait.a[0])));
+        // Woken by a thread that never waited on it, a runtime word reads as an event.
+        let lock = report_futex_row(report, &Value::from(format!("{:#x}", wait.a[0])));
         for stack in lock["waiting_stacks"].as_array().unwrap() {
             let functions = stack_functions(stack);
             assert!(
