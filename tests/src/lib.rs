@@ -5,7 +5,7 @@ use std::{
     collections::BTreeMap,
     ffi::OsStr,
     fs,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader, Read as _, Write},
     path::{Path, PathBuf},
     process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio},
     sync::{
@@ -1345,4 +1345,49 @@ pub fn trace_stack_chains_big_lock(dir: &TempDir) -> Value {
     trace_contended_mutexes(dir, &workload_arg("stack_chains"));
     let report = report_json(dir, &["app.ptl"]);
     report_lock_named(&report, "big_lock").clone()
+}
+
+/// A traced run of a workload.
+pub struct Traced {
+    /// Holds the tr files and the log, `app.ptl`.
+    pub dir: TempDir,
+    /// Every record, in time order.
+    pub records: Vec<TraceRecord>,
+    /// Its process id, which is its main thread's lwpid.
+    pub pid: u32,
+    /// The line it printed first.
+    pub first_line: String,
+    /// What it printed after that line.
+    pub rest: String,
+}
+
+/// A run of `program` with `args`, a workload that prints a line and waits for one on stdin
+/// before it starts, traced with `options` from then on into tr files and a log.
+pub fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
+    let (mut child, stdin, mut out, first_line) = start_told(Command::new(program).args(args));
+    let dir = TempDir::new("traced");
+    let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
+    let mut options = options.to_vec();
+    options.extend(["--log", &log]);
+    let (mut tracer, mut said) = start_tracer(dir.path(), &[child.id()], &options);
+    writeln!(stdin.unwrap(), "go").unwrap();
+    // Read to its end, so that its last line does not meet a closed pipe.
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{}", program.display());
+    assert!(tracer.wait().unwrap().success());
+    // Shown with a failure: what the tracer said of the run (losses, the summary).
+    let mut tracer_said = String::new();
+    said.read_to_string(&mut tracer_said).unwrap();
+    eprintln!("{}: the tracer said: {tracer_said}", program.display());
+    skips::note_unseen(Path::new(&log), &tracer_said);
+    let mut records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
+    records.sort_by_key(TraceRecord::time_ns);
+    Traced {
+        dir,
+        records,
+        pid: child.id(),
+        first_line,
+        rest,
+    }
 }

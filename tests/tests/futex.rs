@@ -10,19 +10,13 @@
 //! every futex call when `-e futex` names the category, none otherwise; and a pthread call's
 //! wait or wake is its pthread event's alone.
 
-use std::{
-    collections::BTreeSet,
-    io::{Read, Write},
-    path::Path,
-    process::Command,
-    sync::OnceLock,
-};
+use std::{collections::BTreeSet, path::Path, sync::OnceLock};
 
 use serde_json::Value;
 use thrtrace_tests::{
-    TempDir, bpf_available, field, kernel_refuses_tracing_programs, prerequisite, read_trace,
-    report_futex_row, report_idle_wait, report_json, report_lock, run_tracer, skips,
-    stack_functions, start_told, start_tracer, trace_launched, workload,
+    TempDir, Traced, bpf_available, field, kernel_refuses_tracing_programs, prerequisite,
+    read_trace, report_futex_row, report_idle_wait, report_json, report_lock, run_tracer, skips,
+    stack_functions, trace_launched, traced_run, workload,
 };
 use tracer_common::{
     Category, Which,
@@ -123,50 +117,6 @@ fn under_each_hook(test: &str, check: impl Fn(&str)) {
     }
     for hook in futex_hooks(test) {
         skips::accounted(&format!("{test} {hook}"), || check(hook));
-    }
-}
-
-/// A traced run of a workload.
-struct Traced {
-    /// Holds the tr files and the log, `app.ptl`.
-    dir: TempDir,
-    /// Every record, in time order.
-    records: Vec<TraceRecord>,
-    /// Its process id, which is its main thread's lwpid.
-    pid: u32,
-    /// The line it printed first, and what it printed after.
-    first_line: String,
-    rest: String,
-}
-
-/// A run of `program` with `args`, a workload that prints a line and waits for one on stdin
-/// before it starts, traced with `options` from then on into tr files and a log.
-fn traced_run(program: &Path, args: &[String], options: &[&str]) -> Traced {
-    let (mut child, stdin, mut out, first_line) = start_told(Command::new(program).args(args));
-    let dir = TempDir::new("futex");
-    let log = dir.path().join("app.ptl").to_string_lossy().into_owned();
-    let mut options = options.to_vec();
-    options.extend(["--log", &log]);
-    let (mut tracer, mut said) = start_tracer(dir.path(), &[child.id()], &options);
-    writeln!(stdin.unwrap(), "go").unwrap();
-    // Read to its end, so that its last line does not meet a closed pipe.
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert!(child.wait().unwrap().success(), "{}", program.display());
-    assert!(tracer.wait().unwrap().success());
-    // Shown with a failure: what the tracer said of the run (losses, the summary).
-    let mut tracer_said = String::new();
-    said.read_to_string(&mut tracer_said).unwrap();
-    eprintln!("{}: the tracer said: {tracer_said}", program.display());
-    skips::note_unseen(Path::new(&log), &tracer_said);
-    let mut records: Vec<TraceRecord> = read_trace(dir.path()).into_values().flatten().collect();
-    records.sort_by_key(TraceRecord::time_ns);
-    Traced {
-        dir,
-        records,
-        pid: child.id(),
-        first_line,
-        rest,
     }
 }
 
