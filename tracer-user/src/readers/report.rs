@@ -914,8 +914,8 @@ impl Report {
                         .collect();
                     let _ = writeln!(
                         out,
-                        "    {what} ({} waits, {}; threads {}):",
-                        row.count,
+                        "    {what} ({}, {}; threads {}):",
+                        crate::say::counted(row.count, "wait"),
                         duration(row.wait_total_ns),
                         threads.join(", ")
                     );
