@@ -5,13 +5,22 @@
 //! symbols), and stripped with its debug file under a debug directory (file:line again). A
 //! caller inside libc is placed by Debian's libc6-dbg.
 
-use std::{fs, path::Path, process::Command};
+use std::{
+    fs,
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    os::unix::fs::PermissionsExt as _,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 use serde_json::{Value, json};
 use thrtrace_tests::{
     LIBC, TempDir, bpf_available, build_id_of, debug_file_path, field, line_of, prerequisite,
-    report_json, report_lock, run_tracer, succeeded, workload,
+    report_futex_row, report_json, report_lock, run_tracer, succeeded, traced_run, tracer,
+    workload,
 };
 
 const ROUNDS: u64 = 3;
@@ -304,4 +313,219 @@ fn a_caller_inside_libc_is_placed_by_line_from_its_debug_package() {
         outermost.ends_with(&format!("dl-iteratephdr.c:{}", at["line"])),
         "{outermost} for {at:#}"
     );
+}
+
+/// elfutils' debuginfod server, serving the debug files in a directory on a loopback port.
+struct DebuginfodServer {
+    process: Child,
+    url: String,
+}
+
+impl DebuginfodServer {
+    /// Serves `served`, its index in `dir`; returns once it serves the debug file of
+    /// `build_id`.
+    fn start(served: &Path, dir: &Path, build_id: &str) -> DebuginfodServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let process = Command::new("debuginfod")
+            .arg("-F")
+            .arg(served)
+            .arg("-d")
+            .arg(dir.join("debuginfod.sqlite"))
+            .args(["-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("debuginfod (cargo xtask setup installs it)");
+        let server = DebuginfodServer {
+            process,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        // It indexes the directory once started: a request before is answered 404.
+        let request = format!("GET /buildid/{build_id}/debuginfo HTTP/1.0\r\n\r\n");
+        let serves = || {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+            stream.write_all(request.as_bytes()).ok()?;
+            let mut answer = String::new();
+            let _ = stream.take(64).read_to_string(&mut answer);
+            Some(answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"))
+        };
+        for _ in 0..300 {
+            if serves() == Some(true) {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "debuginfod did not serve {build_id} from {}",
+            served.display()
+        );
+    }
+}
+
+impl Drop for DebuginfodServer {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// `report --format json` of the log `app.ptl` in `dir` with `DEBUGINFOD_URLS` set to `urls`
+/// and the cache in `cache`; its report and what it said. Fails after 20 s: a server that
+/// does not answer costs a report a few seconds at most.
+fn report_through_debuginfod(dir: &Path, urls: &str, cache: &Path) -> (Value, String) {
+    let mut report = Command::new(tracer())
+        .args(["report", "--format", "json", "--top", "100", "app.ptl"])
+        .current_dir(dir)
+        .env("DEBUGINFOD_URLS", urls)
+        .env("DEBUGINFOD_CACHE_PATH", cache)
+        .env_remove("DEBUGINFOD_TIMEOUT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while report.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = report.kill();
+            panic!("the report through {urls} took more than 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = report.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{said}");
+    (serde_json::from_slice(&run.stdout).unwrap(), said)
+}
+
+/// The frames of a row's waiting and releasing stacks in `module`, each as its function, file
+/// and line.
+fn frames_in(row: &Value, module: &str) -> Vec<(Value, Value, Value)> {
+    ["waiting_stacks", "releasing_stacks"]
+        .iter()
+        .flat_map(|stacks| row[stacks].as_array().unwrap())
+        .flat_map(|stack| stack["frames"].as_array().unwrap())
+        .filter(|frame| frame["module"] == module)
+        .map(|frame| {
+            (
+                frame["function"].clone(),
+                frame["file"].clone(),
+                frame["line"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// A stripped workload's frames and locks are named from its debug file, which a debuginfod
+/// server (elfutils' own, on a loopback port) serves by build-id: futex_uses.c, built -O2 -g
+/// -fomit-frame-pointer, stripped, its debug file split off and served. Every frame of the
+/// workload in the stacks that waited on and released its futex lock has its function, file
+/// and line, and the locks their member paths; the debug file is cached (mode 0600) and used
+/// the second time, with the server gone, without a word. A server that takes the request and
+/// never answers costs the report one timeout, said in one line, and the frames keep their
+/// module, offset and build-id.
+#[test]
+fn a_stripped_programs_frames_are_named_from_a_debuginfod_server() {
+    if !bpf_available("debuginfod")
+        || !prerequisite(
+            "debuginfod",
+            (!Command::new("debuginfod")
+                .arg("--version")
+                .output()
+                .is_ok_and(|run| run.status.success()))
+            .then_some("debuginfod is not installed (cargo xtask setup installs it)"),
+        )
+    {
+        return;
+    }
+    let dir = TempDir::new("debuginfod");
+    let built = workload("futex_uses");
+    let build_id = Binary::read(&built).build_id();
+    let stripped = dir.path().join("futex_uses");
+    succeeded(
+        Command::new("strip")
+            .args(["--strip-all", "-o"])
+            .arg(&stripped)
+            .arg(&built),
+    );
+    let served = dir.path().join("served");
+    fs::create_dir(&served).unwrap();
+    succeeded(
+        Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&built)
+            .arg(served.join("futex_uses.debug")),
+    );
+    let run = traced_run(
+        &stripped,
+        &[3, 20, 4, 60].map(|n: u64| n.to_string()),
+        &["--contended"],
+    );
+    let (lock, tick, mutex) = (
+        format!("{:#x}", field::<u64>(&run.first_line, "lock")),
+        format!("{:#x}", field::<u64>(&run.first_line, "tick")),
+        format!("{:#x}", field::<u64>(&run.first_line, "mutex")),
+    );
+    let module = stripped.to_str().unwrap();
+    let cache = dir.path().join("cache");
+
+    let server = DebuginfodServer::start(&served, dir.path(), &build_id);
+    let (fetched, said) = report_through_debuginfod(run.dir.path(), &server.url, &cache);
+    assert!(!said.contains("debuginfod"), "{said}");
+    let lock_row = report_futex_row(&fetched, &lock.clone().into());
+    for (row, symbol) in [
+        (lock_row, "shared[1].lock"),
+        (report_futex_row(&fetched, &tick.into()), "shared[1].tick"),
+        (report_lock(&fetched, &mutex.into()), "shared[1].mutex"),
+    ] {
+        assert_eq!(row["symbol"], symbol, "{row:#}");
+    }
+    let named = frames_in(lock_row, module);
+    // The lock's waits, from `lock` and `locker`; its wakes, from `locker`.
+    assert!(named.len() >= 4, "{lock_row:#}");
+    for (function, file, line) in &named {
+        assert!(function.is_string(), "{lock_row:#}");
+        assert_eq!(file, "futex_uses.c", "{lock_row:#}");
+        assert!(line.as_u64().is_some_and(|line| line > 0), "{lock_row:#}");
+    }
+    let cached = cache.join(&build_id).join("debuginfo");
+    let metadata = fs::symlink_metadata(&cached).unwrap();
+    assert!(metadata.is_file(), "{}", cached.display());
+    assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
+
+    // The server gone, the cache names them the same, and nothing says a server failed.
+    drop(server);
+    let (from_cache, said) =
+        report_through_debuginfod(run.dir.path(), "http://127.0.0.1:1", &cache);
+    assert!(!said.contains("debuginfod"), "{said}");
+    assert_eq!(
+        frames_in(report_futex_row(&from_cache, &lock.clone().into()), module),
+        named
+    );
+
+    // A server that takes the request and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let (unnamed, said) =
+        report_through_debuginfod(run.dir.path(), &url, &dir.path().join("empty"));
+    let failures: Vec<&str> = said.lines().filter(|line| line.contains(&url)).collect();
+    assert_eq!(failures.len(), 1, "{said}");
+    assert!(failures[0].contains("module+offset+build-id"), "{said}");
+    let row = report_futex_row(&unnamed, &lock.into());
+    assert_eq!(row["symbol"], Value::Null, "{row:#}");
+    let frames: Vec<&Value> = ["waiting_stacks", "releasing_stacks"]
+        .iter()
+        .flat_map(|stacks| row[stacks].as_array().unwrap())
+        .flat_map(|stack| stack["frames"].as_array().unwrap())
+        .filter(|frame| frame["module"] == module)
+        .collect();
+    assert_eq!(frames.len(), named.len(), "{row:#}");
+    for frame in frames {
+        assert_eq!(frame["build_id"], build_id.as_str(), "{frame:#}");
+        assert!(frame["offset"].is_string(), "{frame:#}");
+        assert_eq!(frame["function"], Value::Null, "{frame:#}");
+    }
 }

@@ -94,6 +94,13 @@ impl Stacks {
         self.by_id.retain(|_, stack| stack.pid != pid);
     }
 
+    /// Every frame of every stack kept, with its process: `(pid, address)`.
+    pub fn frames(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.by_id
+            .values()
+            .flat_map(|stack| stack.frames.iter().map(|&frame| (stack.pid, frame)))
+    }
+
     /// The stack a record names (`None` for 0, or an id no event has given).
     pub fn get(&self, id: u32) -> Option<&Stack> {
         self.by_id.get(&id)

@@ -7,15 +7,22 @@
 //! from its DWARF, read by blazesym. Debug information stripped into a separate file is found
 //! as gdb finds it: under a debug directory (`/usr/lib/debug`, where Debian's -dbg and -dbgsym
 //! packages put it, or one the user names) as `.build-id/xx/rest.debug` by the module's
-//! build-id, or through its `.gnu_debuglink`. Whatever is not known, the module, offset and
+//! build-id, or through its `.gnu_debuglink`; for a module with neither its symbols nor its
+//! lines here, from the debuginfod servers the environment names, as gdb and perf fetch
+//! them (`debuginfod.rs`). Whatever is not known, the module, offset and
 //! build-id are, so that the address can be symbolized later: never a bare address inside a
 //! recorded mapping. A live process (deadlock messages while tracing without a log) is
 //! symbolized by blazesym through its own maps: its places have a module, but no offset or
 //! build-id.
 
+mod debuginfod;
 mod member_path;
 
-use std::{collections::HashMap, fmt::Write as _, path::PathBuf};
+use std::{
+    collections::{HashMap, HashSet, hash_map::Entry},
+    fmt::Write as _,
+    path::PathBuf,
+};
 
 use blazesym::{
     Pid,
@@ -24,6 +31,7 @@ use blazesym::{
         source::{Elf, Process, Source},
     },
 };
+use debuginfod::Debuginfod;
 use member_path::MemberPaths;
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use serde::{Serialize, Serializer};
@@ -233,8 +241,11 @@ impl LockName {
 struct Module {
     /// Loaded segments: file offset, bytes in the file, virtual address.
     segments: Vec<(u64, u64, u64)>,
-    /// Its debug information stripped into a file under a debug directory, found by build-id.
+    /// Its debug information stripped into a file under a debug directory or fetched into
+    /// debuginfod's cache, found by build-id.
     debug_file: Option<PathBuf>,
+    /// It has no such file, and lacks its symbols or its lines: one is worth fetching.
+    wants_debug_file: bool,
     /// Its functions and its data (the debug file's symbol tables, else its own).
     functions: SymbolTable,
     data: SymbolTable,
@@ -244,7 +255,7 @@ struct Module {
 }
 
 impl Module {
-    fn read(mapping: &Mapping, debug_dirs: &[PathBuf]) -> Module {
+    fn read(mapping: &Mapping, sources: &DebugSources) -> Module {
         let Ok(bytes) = std::fs::read(&mapping.path) else {
             return Module::default();
         };
@@ -262,7 +273,11 @@ impl Module {
                 (offset, size, segment.address())
             })
             .collect();
-        let debug_file = debug_file_of(build_id, debug_dirs);
+        let debug_file = sources.find(build_id);
+        let has_section = |name| elf.section_by_name(name).is_some();
+        let wants_debug_file = debug_file.is_none()
+            && !build_id.is_empty()
+            && !(has_section(".symtab") && has_section(".debug_line"));
         let debug_bytes = debug_file
             .as_ref()
             .and_then(|path| std::fs::read(path).ok());
@@ -275,6 +290,7 @@ impl Module {
             functions: SymbolTable::of(symbols, SymbolKind::Text),
             data: SymbolTable::of(symbols, SymbolKind::Data),
             debug_file,
+            wants_debug_file,
             member_paths: None,
         }
     }
@@ -390,10 +406,24 @@ fn debug_file_of(build_id: &[u8], debug_dirs: &[PathBuf]) -> Option<PathBuf> {
         })
 }
 
+/// Where a module's separate debug file is looked for.
+struct DebugSources {
+    /// Directories laid out as /usr/lib/debug, in order.
+    dirs: Vec<PathBuf>,
+    /// The debuginfod servers the environment names, if any.
+    debuginfod: Option<Debuginfod>,
+}
+
+impl DebugSources {
+    /// The debug file of `build_id` here: under a debug directory, else fetched earlier.
+    fn find(&self, build_id: &[u8]) -> Option<PathBuf> {
+        debug_file_of(build_id, &self.dirs).or_else(|| self.debuginfod.as_ref()?.cached(build_id))
+    }
+}
+
 pub struct Symbols {
     symbolizer: Symbolizer,
-    /// Where separate debug files are looked for, in order.
-    debug_dirs: Vec<PathBuf>,
+    sources: DebugSources,
     mappings: HashMap<u32, Vec<Mapping>>,
     /// Each mapped file read so far, by path and recorded build-id.
     modules: HashMap<(PathBuf, Vec<u8>), Module>,
@@ -412,7 +442,8 @@ impl Symbols {
         Symbols::with_debug_dirs(&[])
     }
 
-    /// Debug files looked for in `dirs` first, then in the default directories.
+    /// Debug files looked for in `dirs` first, then in the default directories, then fetched
+    /// from the debuginfod servers `DEBUGINFOD_URLS` names.
     pub fn with_debug_dirs(dirs: &[PathBuf]) -> Self {
         let debug_dirs: Vec<PathBuf> = dirs
             .iter()
@@ -425,7 +456,10 @@ impl Symbols {
                 .enable_inlined_fns(true)
                 .set_debug_dirs(Some(&debug_dirs))
                 .build(),
-            debug_dirs,
+            sources: DebugSources {
+                dirs: debug_dirs,
+                debuginfod: Debuginfod::from_env(),
+            },
             mappings: HashMap::new(),
             modules: HashMap::new(),
             cache: HashMap::new(),
@@ -506,11 +540,64 @@ impl Symbols {
         })
     }
 
+    /// The module `mapping` maps, read the first time, its debug file fetched then if it
+    /// wants one.
     fn module(&mut self, mapping: &Mapping) -> &mut Module {
         let key = (mapping.path.clone(), mapping.build_id.clone());
-        self.modules
-            .entry(key)
-            .or_insert_with(|| Module::read(mapping, &self.debug_dirs))
+        match self.modules.entry(key) {
+            Entry::Occupied(read) => read.into_mut(),
+            Entry::Vacant(unread) => {
+                let module = Module::read(mapping, &self.sources);
+                let debuginfod = self.sources.debuginfod.as_ref();
+                let module = match debuginfod.filter(|_| module.wants_debug_file) {
+                    Some(debuginfod) => {
+                        match debuginfod.fetch(std::slice::from_ref(&mapping.build_id))[..] {
+                            [Some(_)] => Module::read(mapping, &self.sources),
+                            _ => module,
+                        }
+                    }
+                    None => module,
+                };
+                unread.insert(module)
+            }
+        }
+    }
+
+    /// Reads the modules that `places` (process, address) are in, first fetching side by side
+    /// the debug files of those that want one from the debuginfod servers, if any: a module
+    /// read when first named fetches its own alone.
+    pub fn fetch_debug_files(&mut self, places: impl IntoIterator<Item = (u32, u64)>) {
+        let Some(debuginfod) = &self.sources.debuginfod else {
+            return;
+        };
+        let mut seen = HashSet::new();
+        let unread: Vec<Mapping> = places
+            .into_iter()
+            .filter_map(|(pid, address)| self.mapping_of(pid, address))
+            .filter(|mapping| {
+                let key = (mapping.path.clone(), mapping.build_id.clone());
+                !self.modules.contains_key(&key) && seen.insert(key)
+            })
+            .cloned()
+            .collect();
+        let (wanting, ready): (Vec<_>, Vec<_>) = unread
+            .into_iter()
+            .map(|mapping| (Module::read(&mapping, &self.sources), mapping))
+            .partition(|(module, _)| module.wants_debug_file);
+        let build_ids: Vec<Vec<u8>> = wanting.iter().map(|(_, m)| m.build_id.clone()).collect();
+        let fetched = debuginfod.fetch(&build_ids);
+        for ((module, mapping), file) in wanting.into_iter().zip(fetched) {
+            let module = match file {
+                Some(_) => Module::read(&mapping, &self.sources),
+                None => module,
+            };
+            self.modules
+                .insert((mapping.path.clone(), mapping.build_id), module);
+        }
+        for (module, mapping) in ready {
+            self.modules
+                .insert((mapping.path, mapping.build_id), module);
+        }
     }
 
     /// The recorded mapping of process `pid` that holds `address`.

@@ -8,7 +8,9 @@
 //! `convert` writes, in the tests), Go (whose `go tool pprof` reads the profiles `report
 //! --format pprof` writes, in the tests), libc6-dbg (glibc's separate debug information:
 //! reports name callers inside libc by line), systemd's systemd-analyze (which verifies
-//! the agent's unit, in the tests; it runs without systemd running), and a Python virtual
+//! the agent's unit, in the tests; it runs without systemd running), elfutils' debuginfod
+//! server (which serves a stripped workload's debug file to the reports, in the tests), and a
+//! Python virtual
 //! environment with OpenTelemetry's `opentelemetry-proto` from PyPI (whose decoder reads the
 //! `--otlp` pushes, in the tests: made by `setup` and `test` alone).
 
@@ -40,6 +42,7 @@ pub fn ensure_prerequisites() -> Result<()> {
         ("tmux", "-V", &["tmux"]),
         ("go", "version", &["golang-go"]),
         ("systemd-analyze", "--version", &["systemd"]),
+        ("debuginfod", "--version", &["debuginfod"]),
     ]
     .into_iter()
     .filter(|(program, version, _)| !succeeds(command(program).arg(version)))

@@ -72,6 +72,7 @@ pub fn run(args: &ReportArgs) -> Result<i32, ReadError> {
         }
     } else {
         feed_log(&args.input, &mut analysis, &mut symbols, &mut stacks)?;
+        symbols.fetch_debug_files(stacks.frames());
     }
     if let Some(export) = export {
         let samples = contention_samples(
