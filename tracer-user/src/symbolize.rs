@@ -306,7 +306,9 @@ impl Module {
     ) -> Option<String> {
         let dwarf_file = self.debug_file.as_ref().unwrap_or(path);
         self.member_paths
-            .get_or_insert_with(|| MemberPaths::read(std::fs::read(dwarf_file).unwrap_or_default()))
+            .get_or_insert_with(|| {
+                MemberPaths::read(&std::fs::read(dwarf_file).unwrap_or_default())
+            })
             .path(name, start, offset)
     }
 

@@ -3,13 +3,13 @@
 //! lock inside a global object is named so; its symbol and offset (`stats+0x18`) say less.
 //! The DWARF is another program's: whatever does not parse, or loops, names nothing.
 
-use std::{borrow::Cow, collections::HashMap, fmt::Write as _};
+use std::{collections::HashMap, fmt::Write as _, io::Read as _};
 
 use gimli::{
     AttributeValue, DebugInfoOffset, DebuggingInformationEntry, EndianSlice, LittleEndian,
     Reader as _, UnitOffset, constants,
 };
-use object::{Object, ObjectSection};
+use object::{CompressionFormat, Object, ObjectSection};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 type Dwarf<'a> = gimli::Dwarf<Slice<'a>>;
@@ -33,24 +33,29 @@ const LOCK_TYPES: [&str; 8] = [
     "cnd_t",
 ];
 
+/// The most bytes a compressed DWARF section is taken to hold: a hostile file's header may
+/// claim any size.
+const MAX_SECTION_BYTES: u64 = 1 << 30;
+
 /// By a variable's ELF virtual address: its unit and the offset of its type there.
 type Variables = HashMap<u64, (DebugInfoOffset<usize>, UnitOffset<usize>)>;
 
 /// The variables an ELF file's DWARF describes, by their address, with their types: read
 /// once, for as many names as are asked of it.
 pub struct MemberPaths {
-    elf_bytes: Vec<u8>,
+    /// The DWARF sections, decompressed once.
+    sections: gimli::DwarfSections<Vec<u8>>,
     variables: Variables,
 }
 
 impl MemberPaths {
     /// The variables of the ELF file `elf_bytes`, which has DWARF (a module, or its separate
     /// debug file); none if it is no little-endian ELF file or has no DWARF.
-    pub fn read(elf_bytes: Vec<u8>) -> MemberPaths {
-        let variables = variables_of(&elf_bytes).unwrap_or_default();
+    pub fn read(elf_bytes: &[u8]) -> MemberPaths {
+        let sections = dwarf_sections(elf_bytes).unwrap_or_default();
         MemberPaths {
-            elf_bytes,
-            variables,
+            variables: variables_of(&sections),
+            sections,
         }
     }
 
@@ -59,9 +64,9 @@ impl MemberPaths {
     /// it does not describe the variable.
     pub fn path(&self, name: &str, start: u64, offset: u64) -> Option<String> {
         let &(unit_at, type_at) = self.variables.get(&start)?;
-        let elf = object::File::parse(&*self.elf_bytes).ok()?;
-        let sections = dwarf_sections(&elf)?;
-        let dwarf = sections.borrow(|data| EndianSlice::new(data, LittleEndian));
+        let dwarf = self
+            .sections
+            .borrow(|data| EndianSlice::new(data, LittleEndian));
         let header = dwarf.debug_info.header_from_offset(unit_at).ok()?;
         let unit = dwarf.unit(header).ok()?;
         let mut path = name.to_owned();
@@ -70,23 +75,40 @@ impl MemberPaths {
     }
 }
 
-fn dwarf_sections<'a>(elf: &object::File<'a>) -> Option<gimli::DwarfSections<Cow<'a, [u8]>>> {
+fn dwarf_sections(elf_bytes: &[u8]) -> Option<gimli::DwarfSections<Vec<u8>>> {
+    let elf = object::File::parse(elf_bytes).ok()?;
     if !elf.is_little_endian() {
         return None;
     }
-    let load = |id: gimli::SectionId| -> Result<Cow<'a, [u8]>, ()> {
+    let load = |id: gimli::SectionId| -> Result<Vec<u8>, ()> {
         Ok(elf
             .section_by_name(id.name())
-            .and_then(|section| section.uncompressed_data().ok())
+            .and_then(|section| section_bytes(&section))
             .unwrap_or_default())
     };
     gimli::DwarfSections::load(load).ok()
 }
 
+/// A section's bytes, decompressed where the file compresses them with zlib, as Debian's debug
+/// packages do (`objcopy --compress-debug-sections`); none where they cannot be read.
+fn section_bytes(section: &object::Section<'_, '_>) -> Option<Vec<u8>> {
+    let compressed = section.compressed_data().ok()?;
+    match compressed.format {
+        CompressionFormat::None => Some(compressed.data.to_vec()),
+        CompressionFormat::Zlib => {
+            let mut bytes = Vec::new();
+            flate2::read::ZlibDecoder::new(compressed.data)
+                .take(compressed.uncompressed_size.min(MAX_SECTION_BYTES))
+                .read_to_end(&mut bytes)
+                .ok()?;
+            Some(bytes)
+        }
+        _ => None,
+    }
+}
+
 /// Every variable with a fixed address (`DW_OP_addr`) and a type, in every unit.
-fn variables_of(elf_bytes: &[u8]) -> Option<Variables> {
-    let elf = object::File::parse(elf_bytes).ok()?;
-    let sections = dwarf_sections(&elf)?;
+fn variables_of(sections: &gimli::DwarfSections<Vec<u8>>) -> Variables {
     let dwarf = sections.borrow(|data| EndianSlice::new(data, LittleEndian));
     let mut variables = HashMap::new();
     let mut headers = dwarf.units();
@@ -110,7 +132,7 @@ fn variables_of(elf_bytes: &[u8]) -> Option<Variables> {
             }
         }
     }
-    Some(variables)
+    variables
 }
 
 /// The address a `DW_AT_location` of one `DW_OP_addr` gives.
