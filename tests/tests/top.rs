@@ -223,7 +223,7 @@ fn fits(screen: &str, rows: usize, first_row: &str) -> bool {
     let lines: Vec<&str> = screen.lines().collect();
     let header = lines
         .iter()
-        .position(|l| l.starts_with("lock             kind    acquired contended"));
+        .position(|l| l.starts_with("lock ") && l.contains(" kind    acquired contended"));
     lines.len() <= rows
         && lines
             .first()

@@ -200,6 +200,20 @@ pub fn lock_table_so_far(
     Report::build(analysis, symbols, &Stacks::default(), &args).text(&args)
 }
 
+/// How a table's first column names a lock or an object waited on: by its symbol or member
+/// path, else by its address.
+fn label(name: &LockName) -> String {
+    name.symbol.clone().unwrap_or_else(|| hex(name.address))
+}
+
+/// The width of a table's first column: 16, or the longest of its rows' labels (member paths
+/// run long: `_rtld_global._dl_load_lock.mutex`).
+fn label_width<'a>(names: impl Iterator<Item = &'a LockName>) -> usize {
+    names
+        .map(|name| label(name).chars().count())
+        .fold(16, usize::max)
+}
+
 /// The records of the `tr.*` files in `dir`, in time order.
 fn read_tr_dir(dir: &Path) -> Result<Vec<TraceRecord>, ReadError> {
     let unreadable = |path: &Path| {
@@ -828,9 +842,10 @@ impl Report {
 
     fn lock_table(&self, out: &mut String, args: &ReportArgs) {
         let cgroups_told = CgroupLabel::tell_apart(self.locks.iter().map(|lock| &lock.cgroup));
+        let width = label_width(self.locks.iter().map(|lock| &lock.name));
         let _ = writeln!(
             out,
-            "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
+            "{:<width$} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
             "lock",
             "kind",
             "acquired",
@@ -857,11 +872,8 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "{:<16} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
-                lock.name
-                    .symbol
-                    .clone()
-                    .unwrap_or_else(|| hex(lock.name.address)),
+                "{:<width$} {:<6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
+                label(&lock.name),
                 lock.kind,
                 lock.acquisitions,
                 lock.contended,
@@ -940,19 +952,17 @@ impl Report {
     /// Condvars, barriers and threads joined: how often and how long they were waited on,
     /// from where, and how often woken (signals and broadcasts).
     fn idle_table(&self, out: &mut String, args: &ReportArgs) {
+        let width = label_width(self.idle_waits.iter().map(|wait| &wait.name));
         let _ = writeln!(
             out,
-            "{:<16} {:<11} {:>8} {:>10} {:>9} {:>9} {:>8}",
+            "{:<width$} {:<11} {:>8} {:>10} {:>9} {:>9} {:>8}",
             "object", "kind", "waits", "wait total", "avg", "max", "wakeups"
         );
         for wait in &self.idle_waits {
             let _ = writeln!(
                 out,
-                "{:<16} {:<11} {:>8} {:>10} {:>9} {:>9} {:>8}",
-                wait.name
-                    .symbol
-                    .clone()
-                    .unwrap_or_else(|| format!("{:#x}", wait.name.address)),
+                "{:<width$} {:<11} {:>8} {:>10} {:>9} {:>9} {:>8}",
+                label(&wait.name),
                 wait.kind,
                 wait.acquisitions,
                 duration(wait.wait_total_ns),
