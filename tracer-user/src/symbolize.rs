@@ -439,14 +439,19 @@ impl Default for Symbols {
 }
 
 impl Symbols {
-    /// Debug files looked for in the default directories.
+    /// Debug files looked for in the default directories, never fetched: for a trace's own
+    /// messages, which must not wait on a server.
     pub fn new() -> Self {
-        Symbols::with_debug_dirs(&[])
+        Symbols::with_sources(&[], None)
     }
 
-    /// Debug files looked for in `dirs` first, then in the default directories, then fetched
-    /// from the debuginfod servers `DEBUGINFOD_URLS` names.
-    pub fn with_debug_dirs(dirs: &[PathBuf]) -> Self {
+    /// For a reader: debug files looked for in `dirs` first, then in the default directories,
+    /// then fetched from the debuginfod servers `DEBUGINFOD_URLS` names, which it may wait on.
+    pub fn fetching(dirs: &[PathBuf]) -> Self {
+        Symbols::with_sources(dirs, Debuginfod::from_env())
+    }
+
+    fn with_sources(dirs: &[PathBuf], debuginfod: Option<Debuginfod>) -> Self {
         let debug_dirs: Vec<PathBuf> = dirs
             .iter()
             .cloned()
@@ -460,7 +465,7 @@ impl Symbols {
                 .build(),
             sources: DebugSources {
                 dirs: debug_dirs,
-                debuginfod: Debuginfod::from_env(),
+                debuginfod,
             },
             mappings: HashMap::new(),
             modules: HashMap::new(),

@@ -59,7 +59,7 @@ impl PerfettoTimeline {
             processes: BTreeMap::new(),
             threads: BTreeMap::new(),
             stacks: Stacks::default(),
-            symbols: Symbols::new(),
+            symbols: Symbols::fetching(&[]),
         })
     }
 

@@ -327,7 +327,7 @@ impl Profiler {
         Profiler {
             delivery,
             wire,
-            symbols: Symbols::new(),
+            symbols: Symbols::fetching(&[]),
             mappings: HashMap::new(),
             stacks: Stacks::default(),
             host,
@@ -377,7 +377,7 @@ impl Profiler {
             }
             if renewed.elapsed() >= RENEWED_EVERY {
                 renewed = Instant::now();
-                self.symbols = Symbols::new();
+                self.symbols = Symbols::fetching(&[]);
                 for (&pid, mappings) in &self.mappings {
                     for mapping in mappings {
                         self.symbols.add_mapping(pid, mapping.clone());

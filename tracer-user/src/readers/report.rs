@@ -64,7 +64,7 @@ pub fn run(args: &ReportArgs) -> Result<i32, ReadError> {
         (ReportFormat::Text | ReportFormat::Json, None, None) => None,
     };
     let mut analysis = Analysis::new(true);
-    let mut symbols = Symbols::with_debug_dirs(&args.debug_dir);
+    let mut symbols = Symbols::fetching(&args.debug_dir);
     let mut stacks = Stacks::default();
     if args.input.is_dir() {
         for record in read_tr_dir(&args.input)? {

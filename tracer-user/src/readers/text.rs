@@ -94,7 +94,7 @@ impl TextLines {
         TextLines {
             clock,
             live,
-            symbols: Symbols::new(),
+            symbols: Symbols::fetching(&[]),
             globals: HashMap::new(),
             callers: HashMap::new(),
             unfinished: HashMap::new(),

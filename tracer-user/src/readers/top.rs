@@ -250,7 +250,7 @@ fn draw(
     keys: bool,
 ) {
     let since = Instant::now();
-    let mut symbols = Symbols::new();
+    let mut symbols = Symbols::fetching(&[]);
     let mut sort = ReportSort::Wait;
     let mut due = Instant::now();
     let mut drawn = window_size();
