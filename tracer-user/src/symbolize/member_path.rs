@@ -33,9 +33,22 @@ const LOCK_TYPES: [&str; 8] = [
     "cnd_t",
 ];
 
-/// The most bytes a compressed DWARF section is taken to hold: a hostile file's header may
-/// claim any size.
-const MAX_SECTION_BYTES: u64 = 1 << 30;
+/// The most bytes of DWARF kept of one file, decompressed: a hostile file's headers may claim
+/// any size.
+const MAX_DWARF_BYTES: u64 = 1 << 30;
+
+/// The DWARF sections a path is read from (a unit is not read without its line program); the
+/// others (locations, frames, ranges, macros) are not kept.
+const SECTIONS_READ: [gimli::SectionId; 8] = [
+    gimli::SectionId::DebugAbbrev,
+    gimli::SectionId::DebugInfo,
+    gimli::SectionId::DebugLine,
+    gimli::SectionId::DebugTypes,
+    gimli::SectionId::DebugStr,
+    gimli::SectionId::DebugStrOffsets,
+    gimli::SectionId::DebugLineStr,
+    gimli::SectionId::DebugAddr,
+];
 
 /// By a variable's ELF virtual address: its unit and the offset of its type there.
 type Variables = HashMap<u64, (DebugInfoOffset<usize>, UnitOffset<usize>)>;
@@ -80,31 +93,36 @@ fn dwarf_sections(elf_bytes: &[u8]) -> Option<gimli::DwarfSections<Vec<u8>>> {
     if !elf.is_little_endian() {
         return None;
     }
+    let mut budget = MAX_DWARF_BYTES;
     let load = |id: gimli::SectionId| -> Result<Vec<u8>, ()> {
         Ok(elf
             .section_by_name(id.name())
-            .and_then(|section| section_bytes(&section))
+            .filter(|_| SECTIONS_READ.contains(&id))
+            .and_then(|section| section_bytes(&section, &mut budget))
             .unwrap_or_default())
     };
     gimli::DwarfSections::load(load).ok()
 }
 
 /// A section's bytes, decompressed where the file compresses them with zlib, as Debian's debug
-/// packages do (`objcopy --compress-debug-sections`); none where they cannot be read.
-fn section_bytes(section: &object::Section<'_, '_>) -> Option<Vec<u8>> {
+/// packages do (`objcopy --compress-debug-sections`), taken from `budget`; none where they
+/// cannot be read, or would outgrow it.
+fn section_bytes(section: &object::Section<'_, '_>, budget: &mut u64) -> Option<Vec<u8>> {
     let compressed = section.compressed_data().ok()?;
-    match compressed.format {
-        CompressionFormat::None => Some(compressed.data.to_vec()),
+    let bytes = match compressed.format {
+        CompressionFormat::None => compressed.data.to_vec(),
         CompressionFormat::Zlib => {
             let mut bytes = Vec::new();
             flate2::read::ZlibDecoder::new(compressed.data)
-                .take(compressed.uncompressed_size.min(MAX_SECTION_BYTES))
+                .take(compressed.uncompressed_size.min(*budget))
                 .read_to_end(&mut bytes)
                 .ok()?;
-            Some(bytes)
+            bytes
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    *budget = budget.checked_sub(bytes.len() as u64)?;
+    Some(bytes)
 }
 
 /// Every variable with a fixed address (`DW_OP_addr`) and a type, in every unit.
