@@ -7,7 +7,7 @@
 
 use std::{
     fs,
-    io::{Read as _, Write as _},
+    io::{Read, Write as _},
     net::{TcpListener, TcpStream},
     os::unix::fs::PermissionsExt as _,
     path::Path,
@@ -387,47 +387,51 @@ fn report_through_debuginfod(dir: &Path, urls: &str, cache: &Path) -> (Value, St
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Read as it is written, so that a report longer than a pipe holds does not wait on it.
+    let read_all = |mut from: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            from.read_to_string(&mut text).unwrap();
+            text
+        })
+    };
+    let stdout = read_all(Box::new(report.stdout.take().unwrap()));
+    let stderr = read_all(Box::new(report.stderr.take().unwrap()));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while report.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = report.try_wait().unwrap() {
+            break status;
+        }
         if Instant::now() > deadline {
             let _ = report.kill();
             panic!("the report through {urls} took more than 20 s");
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = report.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&run.stderr).into_owned();
-    assert!(run.status.success(), "{said}");
-    (serde_json::from_slice(&run.stdout).unwrap(), said)
+    };
+    let said = stderr.join().unwrap();
+    assert!(status.success(), "{said}");
+    (serde_json::from_str(&stdout.join().unwrap()).unwrap(), said)
 }
 
-/// The frames of a row's waiting and releasing stacks in `module`, each as its function, file
-/// and line.
-fn frames_in(row: &Value, module: &str) -> Vec<(Value, Value, Value)> {
+/// The frames of a row's waiting and releasing stacks in `module`.
+fn frames_in<'a>(row: &'a Value, module: &str) -> Vec<&'a Value> {
     ["waiting_stacks", "releasing_stacks"]
         .iter()
         .flat_map(|stacks| row[stacks].as_array().unwrap())
         .flat_map(|stack| stack["frames"].as_array().unwrap())
         .filter(|frame| frame["module"] == module)
-        .map(|frame| {
-            (
-                frame["function"].clone(),
-                frame["file"].clone(),
-                frame["line"].clone(),
-            )
-        })
         .collect()
 }
 
 /// A stripped workload's frames and locks are named from its debug file, which a debuginfod
 /// server (elfutils' own, on a loopback port) serves by build-id: futex_uses.c, built -O2 -g
 /// -fomit-frame-pointer, stripped, its debug file split off with its sections compressed (as
-/// Debian's debug packages have theirs) and served. Every frame of the
-/// workload in the stacks that waited on and released its futex lock has its function, file
-/// and line, and the locks their member paths; the debug file is cached (mode 0600) and used
-/// the second time, with the server gone, without a word. A server that takes the request and
-/// never answers costs the report one timeout, said in one line, and the frames keep their
-/// module, offset and build-id.
+/// Debian's debug packages have theirs) and served. Every frame of the workload in the stacks
+/// that waited on and released its futex lock has its function, file and line, and the locks
+/// their member paths; the debug file is cached (mode 0600) and used the second time, when no
+/// request reaches a server. A server that takes the request and never answers costs the
+/// report one timeout, said in one line, and the frames keep their module, offset and
+/// build-id.
 #[test]
 fn a_stripped_programs_frames_are_named_from_a_debuginfod_server() {
     if !bpf_available("debuginfod")
@@ -466,64 +470,67 @@ fn a_stripped_programs_frames_are_named_from_a_debuginfod_server() {
         &[3, 20, 4, 60].map(|n: u64| n.to_string()),
         &["--contended"],
     );
-    let (lock, tick, mutex) = (
-        format!("{:#x}", field::<u64>(&run.first_line, "lock")),
-        format!("{:#x}", field::<u64>(&run.first_line, "tick")),
-        format!("{:#x}", field::<u64>(&run.first_line, "mutex")),
-    );
+    let address = |key| Value::from(format!("{:#x}", field::<u64>(&run.first_line, key)));
     let module = stripped.to_str().unwrap();
     let cache = dir.path().join("cache");
 
     let server = DebuginfodServer::start(&served, dir.path(), &build_id);
     let (fetched, said) = report_through_debuginfod(run.dir.path(), &server.url, &cache);
-    assert!(!said.contains("debuginfod"), "{said}");
-    let lock_row = report_futex_row(&fetched, &lock.clone().into());
+    assert!(!said.contains("debuginfod server"), "{said}");
+    let lock = report_futex_row(&fetched, &address("lock"));
     for (row, symbol) in [
-        (lock_row, "shared[1].lock"),
-        (report_futex_row(&fetched, &tick.into()), "shared[1].tick"),
-        (report_lock(&fetched, &mutex.into()), "shared[1].mutex"),
+        (lock, "shared[1].lock"),
+        (
+            report_futex_row(&fetched, &address("tick")),
+            "shared[1].tick",
+        ),
+        (report_lock(&fetched, &address("mutex")), "shared[1].mutex"),
     ] {
         assert_eq!(row["symbol"], symbol, "{row:#}");
     }
-    let named = frames_in(lock_row, module);
+    let named = frames_in(lock, module);
     // The lock's waits, from `lock` and `locker`; its wakes, from `locker`.
-    assert!(named.len() >= 4, "{lock_row:#}");
-    for (function, file, line) in &named {
-        assert!(function.is_string(), "{lock_row:#}");
-        assert_eq!(file, "futex_uses.c", "{lock_row:#}");
-        assert!(line.as_u64().is_some_and(|line| line > 0), "{lock_row:#}");
+    assert!(named.len() >= 4, "{lock:#}");
+    for frame in &named {
+        assert!(frame["function"].is_string(), "{frame:#}");
+        assert_eq!(frame["file"], "futex_uses.c", "{frame:#}");
+        assert!(
+            frame["line"].as_u64().is_some_and(|line| line > 0),
+            "{frame:#}"
+        );
     }
     let cached = cache.join(&build_id).join("debuginfo");
     let metadata = fs::symlink_metadata(&cached).unwrap();
     assert!(metadata.is_file(), "{}", cached.display());
     assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
 
-    // The server gone, the cache names them the same, and nothing says a server failed.
+    // The server gone, the cache names them the same, and no request reaches the server
+    // named instead: a connection would wait in its queue.
     drop(server);
-    let (from_cache, said) =
-        report_through_debuginfod(run.dir.path(), "http://127.0.0.1:1", &cache);
-    assert!(!said.contains("debuginfod"), "{said}");
+    let listening = TcpListener::bind("127.0.0.1:0").unwrap();
+    listening.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listening.local_addr().unwrap());
+    let (from_cache, said) = report_through_debuginfod(run.dir.path(), &url, &cache);
+    assert!(!said.contains("debuginfod server"), "{said}");
     assert_eq!(
-        frames_in(report_futex_row(&from_cache, &lock.clone().into()), module),
+        frames_in(report_futex_row(&from_cache, &address("lock")), module),
         named
+    );
+    assert_eq!(
+        listening.accept().map_err(|error| error.kind()).err(),
+        Some(std::io::ErrorKind::WouldBlock),
+        "a request reached the server"
     );
 
     // A server that takes the request and never answers.
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", silent.local_addr().unwrap());
     let (unnamed, said) =
         report_through_debuginfod(run.dir.path(), &url, &dir.path().join("empty"));
     let failures: Vec<&str> = said.lines().filter(|line| line.contains(&url)).collect();
     assert_eq!(failures.len(), 1, "{said}");
     assert!(failures[0].contains("module+offset+build-id"), "{said}");
-    let row = report_futex_row(&unnamed, &lock.into());
+    let row = report_futex_row(&unnamed, &address("lock"));
     assert_eq!(row["symbol"], Value::Null, "{row:#}");
-    let frames: Vec<&Value> = ["waiting_stacks", "releasing_stacks"]
-        .iter()
-        .flat_map(|stacks| row[stacks].as_array().unwrap())
-        .flat_map(|stack| stack["frames"].as_array().unwrap())
-        .filter(|frame| frame["module"] == module)
-        .collect();
+    let frames = frames_in(row, module);
     assert_eq!(frames.len(), named.len(), "{row:#}");
     for frame in frames {
         assert_eq!(frame["build_id"], build_id.as_str(), "{frame:#}");

@@ -7,9 +7,9 @@
 //! from its DWARF, read by blazesym. Debug information stripped into a separate file is found
 //! as gdb finds it: under a debug directory (`/usr/lib/debug`, where Debian's -dbg and -dbgsym
 //! packages put it, or one the user names) as `.build-id/xx/rest.debug` by the module's
-//! build-id, or through its `.gnu_debuglink`; for a module with neither its symbols nor its
-//! lines here, from the debuginfod servers the environment names, as gdb and perf fetch
-//! them (`debuginfod.rs`). Whatever is not known, the module, offset and
+//! build-id, or through its `.gnu_debuglink`; for a reader, where a module has neither its
+//! symbols nor its lines here, from the debuginfod servers the environment names, as gdb and
+//! perf fetch them (`debuginfod.rs`). Whatever is not known, the module, offset and
 //! build-id are, so that the address can be symbolized later: never a bare address inside a
 //! recorded mapping. A live process (deadlock messages while tracing without a log) is
 //! symbolized by blazesym through its own maps: its places have a module, but no offset or
@@ -243,9 +243,10 @@ struct Module {
     segments: Vec<(u64, u64, u64)>,
     /// Its debug information stripped into a file under a debug directory or fetched into
     /// debuginfod's cache, found by build-id.
-    debug_file: Option<PathBuf>,
-    /// It has no such file, and lacks its symbols or its lines: one is worth fetching.
-    wants_debug_file: bool,
+    debug_file: Option<DebugFile>,
+    /// Its build-id, where it has no such file and lacks its symbols or its lines: a debug
+    /// file is worth fetching.
+    missing_debug_file: Option<Vec<u8>>,
     /// Its functions and its data (the debug file's symbol tables, else its own).
     functions: SymbolTable,
     data: SymbolTable,
@@ -275,12 +276,13 @@ impl Module {
             .collect();
         let debug_file = sources.find(build_id);
         let has_section = |name| elf.section_by_name(name).is_some();
-        let wants_debug_file = debug_file.is_none()
+        let missing_debug_file = (debug_file.is_none()
             && !build_id.is_empty()
-            && !(has_section(".symtab") && has_section(".debug_line"));
+            && !(has_section(".symtab") && has_section(".debug_line")))
+        .then(|| build_id.to_vec());
         let debug_bytes = debug_file
             .as_ref()
-            .and_then(|path| std::fs::read(path).ok());
+            .and_then(|file| std::fs::read(&file.path).ok());
         let debug_elf = debug_bytes
             .as_deref()
             .and_then(|bytes| object::File::parse(bytes).ok());
@@ -290,7 +292,7 @@ impl Module {
             functions: SymbolTable::of(symbols, SymbolKind::Text),
             data: SymbolTable::of(symbols, SymbolKind::Data),
             debug_file,
-            wants_debug_file,
+            missing_debug_file,
             member_paths: None,
         }
     }
@@ -304,7 +306,7 @@ impl Module {
         start: u64,
         offset: u64,
     ) -> Option<String> {
-        let dwarf_file = self.debug_file.as_ref().unwrap_or(path);
+        let dwarf_file = self.debug_file.as_ref().map_or(path, |file| &file.path);
         self.member_paths
             .get_or_insert_with(|| {
                 MemberPaths::read(&std::fs::read(dwarf_file).unwrap_or_default())
@@ -408,6 +410,15 @@ fn debug_file_of(build_id: &[u8], debug_dirs: &[PathBuf]) -> Option<PathBuf> {
         })
 }
 
+/// A module's separate debug file.
+struct DebugFile {
+    /// Where it is read: for a file of debuginfod's cache, through its descriptor.
+    path: PathBuf,
+    /// A file of debuginfod's cache, held open: what is read is the file whose build-id was
+    /// checked, whatever is put at its name later.
+    _open: Option<std::fs::File>,
+}
+
 /// Where a module's separate debug file is looked for.
 struct DebugSources {
     /// Directories laid out as /usr/lib/debug, in order.
@@ -417,9 +428,27 @@ struct DebugSources {
 }
 
 impl DebugSources {
+    fn new(dirs: &[PathBuf], debuginfod: Option<Debuginfod>) -> Self {
+        DebugSources {
+            dirs: dirs
+                .iter()
+                .cloned()
+                .chain(DEFAULT_DEBUG_DIRS.map(PathBuf::from))
+                .collect(),
+            debuginfod,
+        }
+    }
+
     /// The debug file of `build_id` here: under a debug directory, else fetched earlier.
-    fn find(&self, build_id: &[u8]) -> Option<PathBuf> {
-        debug_file_of(build_id, &self.dirs).or_else(|| self.debuginfod.as_ref()?.cached(build_id))
+    fn find(&self, build_id: &[u8]) -> Option<DebugFile> {
+        if let Some(path) = debug_file_of(build_id, &self.dirs) {
+            return Some(DebugFile { path, _open: None });
+        }
+        let file = self.debuginfod.as_ref()?.cached(build_id)?;
+        Some(DebugFile {
+            path: debuginfod::fd_path(&file),
+            _open: Some(file),
+        })
     }
 }
 
@@ -442,31 +471,30 @@ impl Symbols {
     /// Debug files looked for in the default directories, never fetched: for a trace's own
     /// messages, which must not wait on a server.
     pub fn new() -> Self {
-        Symbols::with_sources(&[], None)
+        Symbols::with_sources(DebugSources::new(&[], None))
     }
 
     /// For a reader: debug files looked for in `dirs` first, then in the default directories,
     /// then fetched from the debuginfod servers `DEBUGINFOD_URLS` names, which it may wait on.
     pub fn fetching(dirs: &[PathBuf]) -> Self {
-        Symbols::with_sources(dirs, Debuginfod::from_env())
+        Symbols::with_sources(DebugSources::new(dirs, Debuginfod::from_env()))
     }
 
-    fn with_sources(dirs: &[PathBuf], debuginfod: Option<Debuginfod>) -> Self {
-        let debug_dirs: Vec<PathBuf> = dirs
-            .iter()
-            .cloned()
-            .chain(DEFAULT_DEBUG_DIRS.map(PathBuf::from))
-            .collect();
+    /// The same sources of debug files (and what debuginfod's servers did), and nothing else:
+    /// every file read and place found so far is dropped.
+    #[must_use]
+    pub fn renewed(self) -> Self {
+        Symbols::with_sources(self.sources)
+    }
+
+    fn with_sources(sources: DebugSources) -> Self {
         Symbols {
             symbolizer: Symbolizer::builder()
                 .enable_code_info(true)
                 .enable_inlined_fns(true)
-                .set_debug_dirs(Some(&debug_dirs))
+                .set_debug_dirs(Some(&sources.dirs))
                 .build(),
-            sources: DebugSources {
-                dirs: debug_dirs,
-                debuginfod,
-            },
+            sources,
             mappings: HashMap::new(),
             modules: HashMap::new(),
             cache: HashMap::new(),
@@ -554,17 +582,13 @@ impl Symbols {
         match self.modules.entry(key) {
             Entry::Occupied(read) => read.into_mut(),
             Entry::Vacant(unread) => {
-                let module = Module::read(mapping, &self.sources);
-                let debuginfod = self.sources.debuginfod.as_ref();
-                let module = match debuginfod.filter(|_| module.wants_debug_file) {
-                    Some(debuginfod) => {
-                        match debuginfod.fetch(std::slice::from_ref(&mapping.build_id))[..] {
-                            [Some(_)] => Module::read(mapping, &self.sources),
-                            _ => module,
-                        }
-                    }
-                    None => module,
-                };
+                let mut module = Module::read(mapping, &self.sources);
+                if let (Some(debuginfod), Some(build_id)) =
+                    (&self.sources.debuginfod, &module.missing_debug_file)
+                    && debuginfod.fetch(std::slice::from_ref(build_id)) > 0
+                {
+                    module = Module::read(mapping, &self.sources);
+                }
                 unread.insert(module)
             }
         }
@@ -587,21 +611,19 @@ impl Symbols {
             })
             .cloned()
             .collect();
-        let (wanting, ready): (Vec<_>, Vec<_>) = unread
+        let read: Vec<(Module, Mapping)> = unread
             .into_iter()
             .map(|mapping| (Module::read(&mapping, &self.sources), mapping))
-            .partition(|(module, _)| module.wants_debug_file);
-        let build_ids: Vec<Vec<u8>> = wanting.iter().map(|(_, m)| m.build_id.clone()).collect();
-        let fetched = debuginfod.fetch(&build_ids);
-        for ((module, mapping), file) in wanting.into_iter().zip(fetched) {
-            let module = match file {
-                Some(_) => Module::read(&mapping, &self.sources),
-                None => module,
-            };
-            self.modules
-                .insert((mapping.path.clone(), mapping.build_id), module);
-        }
-        for (module, mapping) in ready {
+            .collect();
+        let build_ids: Vec<Vec<u8>> = read
+            .iter()
+            .filter_map(|(module, _)| module.missing_debug_file.clone())
+            .collect();
+        let fetched = debuginfod.fetch(&build_ids) > 0;
+        for (mut module, mapping) in read {
+            if fetched && module.missing_debug_file.is_some() {
+                module = Module::read(&mapping, &self.sources);
+            }
             self.modules
                 .insert((mapping.path, mapping.build_id), module);
         }
@@ -655,7 +677,10 @@ impl Symbols {
             .functions
             .find(call)
             .map(|(name, offset)| (name.to_owned(), offset + 1));
-        let source = module.debug_file.clone().unwrap_or(mapping.path.clone());
+        let source = module
+            .debug_file
+            .as_ref()
+            .map_or(mapping.path.clone(), |file| file.path.clone());
         let source = Source::Elf(Elf::new(source));
         if let Ok(Symbolized::Sym(sym)) = self
             .symbolizer

@@ -377,7 +377,7 @@ impl Profiler {
             }
             if renewed.elapsed() >= RENEWED_EVERY {
                 renewed = Instant::now();
-                self.symbols = Symbols::fetching(&[]);
+                self.symbols = std::mem::take(&mut self.symbols).renewed();
                 for (&pid, mappings) in &self.mappings {
                     for mapping in mappings {
                         self.symbols.add_mapping(pid, mapping.clone());

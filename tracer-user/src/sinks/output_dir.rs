@@ -246,6 +246,35 @@ impl OutputDir {
         )?)
     }
 
+    /// The directory `name` in this one, opened relative to it and never through a link; made
+    /// first (mode 0700, the invoking user's) if `make` and it does not exist.
+    pub fn subdirectory(&self, name: &str, make: bool) -> io::Result<Self> {
+        if make {
+            match rustix::fs::mkdirat(&self.dir, name, Mode::from_raw_mode(0o700)) {
+                Ok(()) => {
+                    if let Some(user) = self.owner {
+                        rustix::fs::chownat(
+                            &self.dir,
+                            name,
+                            Some(Uid::from_raw(user.uid)),
+                            Some(Gid::from_raw(user.gid)),
+                            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                        )?;
+                    }
+                }
+                // Made by another thread or process: opened as it is.
+                Err(Errno::EXIST) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        Ok(OutputDir {
+            dir: rustix::fs::openat(&self.dir, name, flags, Mode::empty())?,
+            path: self.path.join(name),
+            owner: self.owner,
+        })
+    }
+
     /// The same opened directory through another descriptor, for another thread's files.
     pub fn try_clone(&self) -> io::Result<Self> {
         Ok(OutputDir {
@@ -479,7 +508,7 @@ impl OutputDir {
     }
 
     /// A new file under an unused hidden name derived from `name`; returns it and the name.
-    fn create_temporary(&self, name: &str) -> io::Result<(OwnedFd, String)> {
+    pub fn create_temporary(&self, name: &str) -> io::Result<(OwnedFd, String)> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
