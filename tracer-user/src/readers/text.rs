@@ -94,7 +94,11 @@ impl TextLines {
         TextLines {
             clock,
             live,
-            symbols: Symbols::fetching(&[]),
+            // Live, the printer must not wait on a server.
+            symbols: match live {
+                true => Symbols::new(),
+                false => Symbols::fetching(&[]),
+            },
             globals: HashMap::new(),
             callers: HashMap::new(),
             unfinished: HashMap::new(),

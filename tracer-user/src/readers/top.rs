@@ -250,7 +250,8 @@ fn draw(
     keys: bool,
 ) {
     let since = Instant::now();
-    let mut symbols = Symbols::fetching(&[]);
+    // A live view: never waiting on a server, nor writing over the screen.
+    let mut symbols = Symbols::new();
     let mut sort = ReportSort::Wait;
     let mut due = Instant::now();
     let mut drawn = window_size();
