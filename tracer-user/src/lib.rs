@@ -16,6 +16,7 @@ mod capture;
 mod cli;
 mod control;
 mod event_list;
+mod http;
 mod manual;
 mod place;
 mod priority;

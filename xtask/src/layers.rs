@@ -17,7 +17,8 @@ use crate::shell::workspace_root;
 /// The layers, from the edge down: a room imports only rooms of lower layers. A record is born
 /// in BPF, crosses in `capture`, is written by `sinks`; `attach` puts the probes, `session`
 /// runs a trace from a `Config`, `readers` read logs back beside it, and `cli` is the command
-/// line. The ground floor holds small pieces that several rooms share; below it, `sys`, every
+/// line. `symbolize` stands on `sinks`, whose safe file creation debuginfod's cache uses. The
+/// ground floor holds small pieces that several rooms share; below it, `sys`, every
 /// system call the tracer makes itself.
 const LAYERS: &[(&str, &[&str])] = &[
     ("the command line", &["cli"]),
@@ -25,11 +26,12 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the controller", &["control"]),
     ("where probes go", &["attach"]),
     ("how records cross", &["capture"]),
-    ("where events go", &["sinks"]),
     ("where a call was made from", &["place"]),
+    ("what an address is", &["symbolize"]),
+    ("where events go", &["sinks"]),
     (
         "shared pieces",
-        &["symbolize", "signals", "say", "error", "sudo", "priority"],
+        &["signals", "say", "error", "sudo", "priority", "http"],
     ),
     ("system calls", &["sys"]),
 ];

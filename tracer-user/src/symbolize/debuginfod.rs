@@ -118,18 +118,12 @@ impl Debuginfod {
             Some(_) => seconds("DEBUGINFOD_TIMEOUT"),
             None => Some(DEFAULT_TIMEOUT),
         };
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
+        let agent = crate::http::agent_config()
             .timeout_resolve(timeout)
             .timeout_connect(timeout)
             .timeout_recv_response(timeout)
             .timeout_per_read(timeout)
             .timeout_global(seconds("DEBUGINFOD_MAXTIME"))
-            .tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-                    .build(),
-            )
             .build()
             .new_agent();
         let max_size = std::env::var("DEBUGINFOD_MAXSIZE")
@@ -429,8 +423,7 @@ mod tests {
     }
 
     fn client(urls: &[&str], cache: &Path) -> Debuginfod {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
+        let agent = crate::http::agent_config()
             .timeout_global(Some(Duration::from_secs(5)))
             .build()
             .new_agent();

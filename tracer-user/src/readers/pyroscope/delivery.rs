@@ -224,14 +224,8 @@ impl Delivery {
 /// The thread: sends each profile queued, in order, until the queue is closed and empty, or
 /// [`DRAIN_AT_END`] after the trace has ended.
 fn send_all(endpoint: &Endpoint, profiles: &Receiver<Push>, ending: &AtomicBool) -> Deliveries {
-    let agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
+    let agent = crate::http::agent_config()
         .max_redirects(0)
-        .tls_config(
-            ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-                .build(),
-        )
         .build()
         .new_agent();
     let mut delivered = Deliveries::default();
