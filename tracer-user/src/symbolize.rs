@@ -477,7 +477,13 @@ impl Symbols {
     /// For a reader: debug files looked for in `dirs` first, then in the default directories,
     /// then fetched from the debuginfod servers `DEBUGINFOD_URLS` names, which it may wait on.
     pub fn fetching(dirs: &[PathBuf]) -> Self {
-        Symbols::with_sources(DebugSources::new(dirs, Debuginfod::from_env()))
+        Symbols::with_sources(DebugSources::new(dirs, Debuginfod::from_env(true)))
+    }
+
+    /// For a live view: debug files looked for in the default directories and in the cache of
+    /// debuginfod's servers, never fetched: it must not wait on a server.
+    pub fn live() -> Self {
+        Symbols::with_sources(DebugSources::new(&[], Debuginfod::from_env(false)))
     }
 
     /// The same sources of debug files (and what debuginfod's servers did), and nothing else:

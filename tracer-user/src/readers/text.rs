@@ -96,7 +96,7 @@ impl TextLines {
             live,
             // Live, the printer must not wait on a server.
             symbols: match live {
-                true => Symbols::new(),
+                true => Symbols::live(),
                 false => Symbols::fetching(&[]),
             },
             globals: HashMap::new(),

@@ -251,7 +251,7 @@ fn draw(
 ) {
     let since = Instant::now();
     // A live view: never waiting on a server, nor writing over the screen.
-    let mut symbols = Symbols::new();
+    let mut symbols = Symbols::live();
     let mut sort = ReportSort::Wait;
     let mut due = Instant::now();
     let mut drawn = window_size();

@@ -56,6 +56,9 @@ const DEBUG_FILE: &str = "debuginfo";
 /// A client of the debuginfod servers `DEBUGINFOD_URLS` names.
 pub struct Debuginfod {
     servers: Vec<Server>,
+    /// Whether it asks the servers, or only looks in the cache (a live view, which must not
+    /// wait on them).
+    fetches: bool,
     cache_path: PathBuf,
     /// The cache, opened (made if need be) when first used; `None` if it could not be.
     cache: OnceLock<Option<OutputDir>>,
@@ -102,8 +105,8 @@ const UNNAMED: &str = "the frames it would name keep their module+offset+build-i
 
 impl Debuginfod {
     /// The client the environment sets up, if `DEBUGINFOD_URLS` names a server and a cache
-    /// directory can be placed.
-    pub fn from_env() -> Option<Debuginfod> {
+    /// directory can be placed; one that only looks in the cache unless it `fetches`.
+    pub fn from_env(fetches: bool) -> Option<Debuginfod> {
         let urls = std::env::var("DEBUGINFOD_URLS").ok()?;
         let urls: Vec<&str> = urls.split_whitespace().collect();
         if urls.is_empty() {
@@ -130,7 +133,9 @@ impl Debuginfod {
             .ok()
             .and_then(|size| size.trim().parse().ok())
             .filter(|size| *size > 0);
-        Some(Debuginfod::new(&urls, cache_path()?, agent, max_size))
+        let mut debuginfod = Debuginfod::new(&urls, cache_path()?, agent, max_size);
+        debuginfod.fetches = fetches;
+        Some(debuginfod)
     }
 
     fn new(urls: &[&str], cache_path: PathBuf, agent: ureq::Agent, max_size: Option<u64>) -> Self {
@@ -142,6 +147,7 @@ impl Debuginfod {
                     failed: AtomicBool::new(false),
                 })
                 .collect(),
+            fetches: true,
             cache_path,
             cache: OnceLock::new(),
             cache_failed: AtomicBool::new(false),
@@ -184,6 +190,9 @@ impl Debuginfod {
     /// side; returns how many it got. A line says so when this takes more than a second;
     /// another, once, what a server that failed did.
     pub fn fetch(&self, build_ids: &[Vec<u8>]) -> usize {
+        if !self.fetches {
+            return 0;
+        }
         let new: Vec<&Vec<u8>> = {
             let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
             build_ids
@@ -548,6 +557,18 @@ mod tests {
         );
         let dir = cache.join(hex_digits(&build_id));
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "left behind");
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+
+    #[test]
+    fn a_client_that_only_looks_in_the_cache_asks_no_server() {
+        let (url, asked) = server(vec![(404, vec![])]);
+        let cache = scratch("looking");
+        let mut debuginfod = client(&[&url], &cache);
+        debuginfod.fetches = false;
+        assert_eq!(debuginfod.fetch(&[build_id_of_elf()]), 0);
+        probe(&url);
+        assert_eq!(asked.join().unwrap(), ["/probe"]);
         let _ = std::fs::remove_dir_all(&cache);
     }
 
