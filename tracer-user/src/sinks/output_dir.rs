@@ -275,6 +275,16 @@ impl OutputDir {
         })
     }
 
+    /// Removes the directory `name` if it is empty (a link is not followed, a directory that
+    /// holds anything is kept).
+    pub fn remove_if_empty(&self, name: &str) -> io::Result<()> {
+        Ok(rustix::fs::unlinkat(
+            &self.dir,
+            name,
+            rustix::fs::AtFlags::REMOVEDIR,
+        )?)
+    }
+
     /// The same opened directory through another descriptor, for another thread's files.
     pub fn try_clone(&self) -> io::Result<Self> {
         Ok(OutputDir {

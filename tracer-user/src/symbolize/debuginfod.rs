@@ -239,7 +239,12 @@ impl Debuginfod {
                 continue;
             }
             let started = Instant::now();
-            match self.download(server, cache, build_id) {
+            let downloaded = self.download(server, cache, build_id);
+            if !matches!(downloaded, Ok(true)) {
+                // Made for the file, which did not come: no empty directory is left behind.
+                let _ = cache.remove_if_empty(&hex_digits(build_id));
+            }
+            match downloaded {
                 Ok(true) => return true,
                 Ok(false) => {}
                 Err(error) if error.is_the_servers() => server.fail(&error, started.elapsed()),
@@ -555,8 +560,7 @@ mod tests {
                 "/probe".to_owned()
             ]
         );
-        let dir = cache.join(hex_digits(&build_id));
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "left behind");
+        assert!(!cache.join(hex_digits(&build_id)).exists(), "left behind");
         let _ = std::fs::remove_dir_all(&cache);
     }
 
@@ -582,9 +586,8 @@ mod tests {
         assert_eq!(debuginfod.fetch(&build_ids), 0);
         assert_eq!(asked.join().unwrap().len(), 6);
         assert!(!debuginfod.cache_failed.load(Ordering::Relaxed));
-        for build_id in &build_ids {
-            assert!(cache.join(hex_digits(build_id)).is_dir());
-        }
+        // Each build-id's directory was made, and removed once empty.
+        assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0);
         let _ = std::fs::remove_dir_all(&root);
     }
 }
