@@ -402,12 +402,16 @@ fn debug_file_of(build_id: &[u8], debug_dirs: &[PathBuf]) -> Option<PathBuf> {
                 .join(format!("{first:02x}"))
                 .join(format!("{rest}.debug"))
         })
-        .find(|path| {
-            blazesym::helper::read_elf_build_id(path)
-                .ok()
-                .flatten()
-                .is_some_and(|id| *id == *build_id)
-        })
+        .find(|path| has_build_id(path, build_id))
+}
+
+/// Whether `path` is an ELF file whose build-id is `build_id`: a debug file is trusted no
+/// further.
+fn has_build_id(path: &std::path::Path, build_id: &[u8]) -> bool {
+    blazesym::helper::read_elf_build_id(path)
+        .ok()
+        .flatten()
+        .is_some_and(|id| *id == *build_id)
 }
 
 /// A module's separate debug file.
@@ -437,6 +441,30 @@ impl DebugSources {
                 .collect(),
             debuginfod,
         }
+    }
+
+    /// The modules `mappings` map, read. Those that want a debug file have theirs fetched side
+    /// by side from debuginfod's servers, when they are asked, and are read again if any came.
+    fn read_modules(&self, mappings: &[Mapping]) -> Vec<Module> {
+        let mut modules: Vec<Module> = mappings
+            .iter()
+            .map(|mapping| Module::read(mapping, self))
+            .collect();
+        let Some(debuginfod) = &self.debuginfod else {
+            return modules;
+        };
+        let build_ids: Vec<Vec<u8>> = modules
+            .iter()
+            .filter_map(|module| module.missing_debug_file.clone())
+            .collect();
+        if debuginfod.fetch(&build_ids) > 0 {
+            for (module, mapping) in modules.iter_mut().zip(mappings) {
+                if module.missing_debug_file.is_some() {
+                    *module = Module::read(mapping, self);
+                }
+            }
+        }
+        modules
     }
 
     /// The debug file of `build_id` here: under a debug directory, else fetched earlier.
@@ -588,14 +616,8 @@ impl Symbols {
         match self.modules.entry(key) {
             Entry::Occupied(read) => read.into_mut(),
             Entry::Vacant(unread) => {
-                let mut module = Module::read(mapping, &self.sources);
-                if let (Some(debuginfod), Some(build_id)) =
-                    (&self.sources.debuginfod, &module.missing_debug_file)
-                    && debuginfod.fetch(std::slice::from_ref(build_id)) > 0
-                {
-                    module = Module::read(mapping, &self.sources);
-                }
-                unread.insert(module)
+                let read = self.sources.read_modules(std::slice::from_ref(mapping));
+                unread.insert(read.into_iter().next().unwrap_or_default())
             }
         }
     }
@@ -604,9 +626,9 @@ impl Symbols {
     /// the debug files of those that want one from the debuginfod servers, if any: a module
     /// read when first named fetches its own alone.
     pub fn fetch_debug_files(&mut self, places: impl IntoIterator<Item = (u32, u64)>) {
-        let Some(debuginfod) = &self.sources.debuginfod else {
+        if self.sources.debuginfod.is_none() {
             return;
-        };
+        }
         let mut seen = HashSet::new();
         let unread: Vec<Mapping> = places
             .into_iter()
@@ -617,19 +639,8 @@ impl Symbols {
             })
             .cloned()
             .collect();
-        let read: Vec<(Module, Mapping)> = unread
-            .into_iter()
-            .map(|mapping| (Module::read(&mapping, &self.sources), mapping))
-            .collect();
-        let build_ids: Vec<Vec<u8>> = read
-            .iter()
-            .filter_map(|(module, _)| module.missing_debug_file.clone())
-            .collect();
-        let fetched = debuginfod.fetch(&build_ids) > 0;
-        for (mut module, mapping) in read {
-            if fetched && module.missing_debug_file.is_some() {
-                module = Module::read(&mapping, &self.sources);
-            }
+        let modules = self.sources.read_modules(&unread);
+        for (module, mapping) in modules.into_iter().zip(unread) {
             self.modules
                 .insert((mapping.path, mapping.build_id), module);
         }

@@ -112,11 +112,7 @@ impl Debuginfod {
         if urls.is_empty() {
             return None;
         }
-        // elfutils' 0: no limit.
-        let seconds = |variable| {
-            let seconds: u64 = std::env::var(variable).ok()?.trim().parse().ok()?;
-            Some(Duration::from_secs(seconds)).filter(|limit| !limit.is_zero())
-        };
+        let seconds = |variable| limit(variable).map(Duration::from_secs);
         let timeout = match std::env::var_os("DEBUGINFOD_TIMEOUT") {
             Some(_) => seconds("DEBUGINFOD_TIMEOUT"),
             None => Some(DEFAULT_TIMEOUT),
@@ -129,16 +125,23 @@ impl Debuginfod {
             .timeout_global(seconds("DEBUGINFOD_MAXTIME"))
             .build()
             .new_agent();
-        let max_size = std::env::var("DEBUGINFOD_MAXSIZE")
-            .ok()
-            .and_then(|size| size.trim().parse().ok())
-            .filter(|size| *size > 0);
-        let mut debuginfod = Debuginfod::new(&urls, cache_path()?, agent, max_size);
-        debuginfod.fetches = fetches;
-        Some(debuginfod)
+        let max_size = limit("DEBUGINFOD_MAXSIZE");
+        Some(Debuginfod::new(
+            &urls,
+            fetches,
+            cache_path()?,
+            agent,
+            max_size,
+        ))
     }
 
-    fn new(urls: &[&str], cache_path: PathBuf, agent: ureq::Agent, max_size: Option<u64>) -> Self {
+    fn new(
+        urls: &[&str],
+        fetches: bool,
+        cache_path: PathBuf,
+        agent: ureq::Agent,
+        max_size: Option<u64>,
+    ) -> Self {
         Debuginfod {
             servers: urls
                 .iter()
@@ -147,7 +150,7 @@ impl Debuginfod {
                     failed: AtomicBool::new(false),
                 })
                 .collect(),
-            fetches: true,
+            fetches,
             cache_path,
             cache: OnceLock::new(),
             cache_failed: AtomicBool::new(false),
@@ -200,7 +203,10 @@ impl Debuginfod {
                 .filter(|build_id| asked.insert((*build_id).clone()))
                 .collect()
         };
-        let Some(cache) = self.cache().filter(|_| !new.is_empty()) else {
+        if new.is_empty() {
+            return 0;
+        }
+        let Some(cache) = self.cache() else {
             return 0;
         };
         let next = AtomicUsize::new(0);
@@ -365,13 +371,16 @@ pub fn fd_path(file: &File) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
-/// Whether `file` is an ELF file whose build-id is `build_id`: a file read back from the cache
-/// or a server is trusted no further.
+/// Whether the open `file` is an ELF file whose build-id is `build_id`.
 fn is_debug_file_of(file: &File, build_id: &[u8]) -> bool {
-    blazesym::helper::read_elf_build_id(&fd_path(file))
-        .ok()
-        .flatten()
-        .is_some_and(|id| *id == *build_id)
+    super::has_build_id(&fd_path(file), build_id)
+}
+
+/// A limit the environment sets (`DEBUGINFOD_TIMEOUT`, `_MAXTIME`, `_MAXSIZE`); none where it
+/// is unset, not a number, or 0, which in elfutils means no limit.
+fn limit(variable: &str) -> Option<u64> {
+    let value: u64 = std::env::var(variable).ok()?.trim().parse().ok()?;
+    Some(value).filter(|value| *value > 0)
 }
 
 /// Where the cache is: `DEBUGINFOD_CACHE_PATH`, else elfutils' default in the user's cache
@@ -441,7 +450,7 @@ mod tests {
             .timeout_global(Some(Duration::from_secs(5)))
             .build()
             .new_agent();
-        Debuginfod::new(urls, cache.to_owned(), agent, None)
+        Debuginfod::new(urls, true, cache.to_owned(), agent, None)
     }
 
     fn build_id_of_elf() -> Vec<u8> {
@@ -568,8 +577,10 @@ mod tests {
     fn a_client_that_only_looks_in_the_cache_asks_no_server() {
         let (url, asked) = server(vec![(404, vec![])]);
         let cache = scratch("looking");
-        let mut debuginfod = client(&[&url], &cache);
-        debuginfod.fetches = false;
+        let debuginfod = Debuginfod {
+            fetches: false,
+            ..client(&[&url], &cache)
+        };
         assert_eq!(debuginfod.fetch(&[build_id_of_elf()]), 0);
         probe(&url);
         assert_eq!(asked.join().unwrap(), ["/probe"]);
