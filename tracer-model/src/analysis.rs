@@ -862,12 +862,14 @@ impl Analysis {
                 Some(BlockKind::LockWait)
             }
             Role::SemWait => {
+                // s_count as the wait found it, in its entry half: a wait that found it 0
+                // waited for a post (its record has no switch count to say it blocked).
+                let empty = event.first[1] == Field::SemCount && call.second == 0;
+                let contended = empty || wait > 0 && rval as i32 != 0;
                 if let Some(sem) = self.waited(call.waited_on(), LockKind::Sema, wait) {
-                    // s_count as the wait found it, in its entry half.
-                    let empty = event.first[1] == Field::SemCount && call.second == 0;
-                    sem.contended += u64::from(empty || wait > 0 && rval as i32 != 0);
+                    sem.contended += u64::from(contended);
                 }
-                if blocked {
+                if blocked || contended {
                     self.charge_stacks(call, lwpid, wait);
                 }
                 Some(BlockKind::SemWait)
