@@ -45,6 +45,9 @@ pub struct Reorder<R, T> {
     /// Keys pushed since the last release, in arrival order.
     arrived: Vec<Key>,
     records: Vec<R>,
+    /// The arrival of the record in each slot while it waits; 0 once it is handed over or
+    /// withdrawn, which its key then no longer matches.
+    record_arrivals: Vec<u64>,
     free_records: Vec<u32>,
     others: Vec<Option<Box<T>>>,
     free_others: Vec<u32>,
@@ -81,6 +84,13 @@ fn prefetch<R>(item: &R) {
     }
 }
 
+/// Where a record waits, for it to be withdrawn ([`Reorder::withdraw`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placed {
+    slot: u32,
+    arrival: u64,
+}
+
 /// The margin for records committed late: several scheduler time slices.
 pub const LATE_COMMIT_NS: u64 = 50_000_000;
 
@@ -91,6 +101,7 @@ impl<R: Copy, T> Reorder<R, T> {
             waiting: VecDeque::new(),
             arrived: Vec::new(),
             records: Vec::new(),
+            record_arrivals: Vec::new(),
             free_records: Vec::new(),
             others: Vec::new(),
             free_others: Vec::new(),
@@ -101,15 +112,36 @@ impl<R: Copy, T> Reorder<R, T> {
     }
 
     /// Holds `record`, stamped `ktime_ns` (CLOCK_MONOTONIC).
-    pub fn push_record(&mut self, ktime_ns: u64, record: R) {
+    pub fn push_record(&mut self, ktime_ns: u64, record: R) -> Placed {
         let slot = if let Some(slot) = self.free_records.pop() {
             self.records[slot as usize] = record;
             slot
         } else {
             self.records.push(record);
+            self.record_arrivals.push(0);
             (self.records.len() - 1) as u32
         };
         self.arrive(ktime_ns, slot);
+        self.record_arrivals[slot as usize] = self.arrivals;
+        Placed {
+            slot,
+            arrival: self.arrivals,
+        }
+    }
+
+    /// Whether the record `placed` put here still waits.
+    pub fn holds(&self, placed: Placed) -> bool {
+        self.record_arrivals[placed.slot as usize] == placed.arrival
+    }
+
+    /// Takes back the record `placed` put here, if it still waits: it will not be handed
+    /// over. Whether it was still waiting.
+    pub fn withdraw(&mut self, placed: Placed) -> bool {
+        let waiting = self.holds(placed);
+        if waiting {
+            self.record_arrivals[placed.slot as usize] = 0;
+        }
+        waiting
     }
 
     /// Holds `item`, stamped `ktime_ns` (CLOCK_MONOTONIC).
@@ -154,7 +186,7 @@ impl<R: Copy, T> Reorder<R, T> {
 
     /// Hands `sink` each item stamped before `before`, oldest first, and frees its slot.
     fn release_before(&mut self, before: u64, mut sink: impl FnMut(Released<'_, R, T>)) {
-        while let Some(&(ktime_ns, _, slot)) = self.waiting.front() {
+        while let Some(&(ktime_ns, arrival, slot)) = self.waiting.front() {
             if ktime_ns >= before {
                 break;
             }
@@ -167,7 +199,11 @@ impl<R: Copy, T> Reorder<R, T> {
             self.waiting.pop_front();
             if slot & OTHER == 0 {
                 self.free_records.push(slot);
-                sink(Released::Record(&self.records[slot as usize]));
+                let still_waiting = &mut self.record_arrivals[slot as usize];
+                if *still_waiting == arrival {
+                    *still_waiting = 0;
+                    sink(Released::Record(&self.records[slot as usize]));
+                }
             } else {
                 let slot = slot & !OTHER;
                 self.free_others.push(slot);
@@ -281,7 +317,9 @@ mod tests {
                     let ktime = pass * 1000 + i * 7 + ring * 3 - 500;
                     match ring {
                         1 => reorder.push(ktime, ktime),
-                        _ => reorder.push_record(ktime, ktime),
+                        _ => {
+                            reorder.push_record(ktime, ktime);
+                        }
                     }
                     next += 1;
                 }
@@ -291,6 +329,28 @@ mod tests {
         reorder.release_all(|item| out.push(value(item)));
         assert_eq!(out.len() as u64, next);
         assert!(out.is_sorted());
+    }
+
+    #[test]
+    fn a_withdrawn_record_is_not_handed_over_and_its_slot_serves_again() {
+        let mut reorder = Reorder::new(0);
+        reorder.push_record(10, 10);
+        let entry = reorder.push_record(20, 20);
+        reorder.push(25, 25);
+        assert!(reorder.withdraw(entry));
+        assert!(!reorder.withdraw(entry), "withdrawn once");
+        assert!(released(&mut reorder, 100, None).is_empty());
+        assert_eq!(released(&mut reorder, 200, None), [10, 25]);
+        // The freed slot holds the next record, which the old placing cannot withdraw.
+        let next = reorder.push_record(150, 150);
+        assert_eq!(next.slot, entry.slot);
+        assert!(!reorder.withdraw(entry));
+        let late = reorder.push_record(160, 160);
+        assert_eq!(released(&mut reorder, 300, None), [150, 160]);
+        assert!(
+            !reorder.withdraw(late),
+            "a record handed over is no longer here"
+        );
     }
 
     #[test]
