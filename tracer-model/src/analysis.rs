@@ -253,10 +253,37 @@ impl Durations {
         self.log2[bucket] += 1;
     }
 
+    /// `count` more of `total_ns` in all, whose lengths one by one are not known: each at
+    /// their mean, which is also the least the longest of them lasted.
+    fn add_tallied(&mut self, count: u64, total_ns: u64) {
+        let Some(mean) = total_ns.checked_div(count) else {
+            return;
+        };
+        self.count += count;
+        self.total_ns += total_ns;
+        self.max_ns = self.max_ns.max(mean);
+        let bucket = mean.max(1).ilog2() as usize;
+        if self.log2.len() <= bucket {
+            self.log2.resize(bucket + 1, 0);
+        }
+        self.log2[bucket] += count;
+    }
+
     /// The mean (0 when there are none).
     pub fn average_ns(&self) -> u64 {
         self.total_ns.checked_div(self.count).unwrap_or(0)
     }
+}
+
+/// Waits shorter than `--min-wait`: how many, how long in all, and the bound.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct ShortWaits {
+    /// How many.
+    pub count: u64,
+    /// Their sum.
+    pub total_ns: u64,
+    /// Each lasted less than this.
+    pub below_ns: u64,
 }
 
 /// A holder that a lock's contended acquisitions waited for.
@@ -322,6 +349,9 @@ pub struct LockStats {
     pub hold: Durations,
     /// Signals and broadcasts (condvar), posts (semaphore).
     pub wakeups: u64,
+    /// Of its contended waits, those shorter than `--min-wait`, tallied and not written: in
+    /// `acquisitions`, `contended` and `wait`, with no stack or holder.
+    pub short_waits: ShortWaits,
     /// By caller address (0: unknown, as in tr files).
     #[serde(skip)]
     pub callers: HashMap<u64, CallerStats>,
@@ -724,8 +754,65 @@ impl Analysis {
                 self.cgroups.insert(event.pid, cgroup);
             }
             SystemKind::Deadlock { .. } => self.recorded_deadlocks.push(event.clone()),
+            SystemKind::ShortWaits {
+                call,
+                object,
+                caller,
+                waits,
+                wait_total_ns,
+                min_wait_ns,
+            } => {
+                let tally = ShortWaits {
+                    count: *waits,
+                    total_ns: *wait_total_ns,
+                    below_ns: *min_wait_ns,
+                };
+                self.short_waits(event, call, (*object, *caller), tally);
+            }
             _ => {}
         }
+    }
+
+    /// Waits of `event`'s thread in `call` on `object` from `caller` that were tallied, not
+    /// written: counted as the contended waits they were (statistics only). They took what
+    /// they waited for, but who held it and with what stack is not known.
+    fn short_waits(
+        &mut self,
+        event: &SystemEvent,
+        call: &str,
+        (object, caller): (u64, u64),
+        tally: ShortWaits,
+    ) {
+        let Some(row) = EventDef::by_name(call) else {
+            return;
+        };
+        if !self.stats || tally.count == 0 {
+            return;
+        }
+        let (kind, blocked) = match role(row) {
+            Role::Acquire { kind, .. } => (kind, BlockKind::LockWait),
+            Role::FutexWait => (LockKind::Futex, BlockKind::LockWait),
+            Role::SemWait => (LockKind::Sema, BlockKind::SemWait),
+            Role::CondWait => (LockKind::Cond, BlockKind::CondWait),
+            Role::Join => (LockKind::Join, BlockKind::Join),
+            Role::Barrier => (LockKind::Barrier, BlockKind::Barrier),
+            _ => return,
+        };
+        let (pid, lwpid) = (event.pid, event.lwpid);
+        let lock = self.lock(pid, object, kind);
+        lock.acquisitions += tally.count;
+        lock.contended += tally.count;
+        lock.wait.add_tallied(tally.count, tally.total_ns);
+        lock.short_waits.count += tally.count;
+        lock.short_waits.total_ns += tally.total_ns;
+        lock.short_waits.below_ns = lock.short_waits.below_ns.max(tally.below_ns);
+        lock.futex_used(|word| word.waited(lwpid));
+        let from = lock.callers.entry(caller).or_default();
+        from.count += tally.count;
+        from.wait_total_ns += tally.total_ns;
+        let thread = self.thread(pid, lwpid);
+        *thread.calls.entry(row.category.name()).or_default() += tally.count;
+        *thread.blocked.entry(blocked).or_default() += tally.total_ns;
     }
 
     /// A record, in time order with the others.
@@ -1269,6 +1356,7 @@ impl Analysis {
                 wait: Durations::default(),
                 hold: Durations::default(),
                 wakeups: 0,
+                short_waits: ShortWaits::default(),
                 callers: HashMap::new(),
                 owners: HashMap::new(),
                 waiting_stacks: HashMap::new(),

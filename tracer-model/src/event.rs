@@ -233,6 +233,18 @@ system_kinds! {
         systemd: String,
         container: String,
     };
+    /// Waits of the event's thread shorter than `--min-wait` (`min_wait_ns`), not written:
+    /// `waits` of them in `call` (an event name) on `object` from `caller`, `wait_total_ns`
+    /// long in all, since the last such event of the same thread, call, object and caller.
+    /// Each wait is counted here or written as its records, never both.
+    ShortWaits = 0x8014, "thrtrace_short_waits" {
+        call: String,
+        object: u64,
+        caller: u64,
+        waits: u64,
+        wait_total_ns: u64,
+        min_wait_ns: u64,
+    };
 }
 
 /// The most frames a `thrtrace_stack` event holds: as many addresses as fit a string's

@@ -119,6 +119,17 @@ impl TraceRecord {
         i128::from(self.sec) * 1_000_000_000 + i128::from(self.nsec)
     }
 
+    /// The value of `field` in this record, if its event's layout for its part has that
+    /// field.
+    pub fn field(&self, field: tracer_common::Field) -> Option<i64> {
+        let row = EventDef::row(self.event1, self.event2)?;
+        tracer_common::EVENTS[row]
+            .fields(self.which)
+            .iter()
+            .position(|f| *f == field)
+            .map(|at| self.a[at])
+    }
+
     /// Whether this is the `which` record of the event named `name` in the event table
     /// (`mutex_lock`, `cond_wait`, ...); false for a name the table does not have.
     pub fn is(&self, name: &str, which: Which) -> bool {
