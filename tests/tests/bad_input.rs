@@ -150,3 +150,19 @@ fn an_empty_log_or_a_binary_tr_file_is_said_for_what_it_is() {
         assert!(run.stderr.contains(expected), "{args:?}: {}", run.stderr);
     }
 }
+
+#[test]
+fn min_wait_needs_contended_a_bound_of_at_most_a_second_and_a_duration() {
+    assert_rejected(
+        &["--min-wait", "10us", "--", "true"],
+        "--min-wait 10us: counts the waits of a contended trace: give --contended too",
+    );
+    assert_rejected(
+        &["--contended", "--min-wait", "2s", "--", "true"],
+        "--min-wait 2s: give at most 1s",
+    );
+    assert_rejected(
+        &["--contended", "--min-wait", "10", "--", "true"],
+        "'10' is not a duration: give a number with a unit",
+    );
+}

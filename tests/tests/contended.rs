@@ -440,3 +440,93 @@ fn musl_has_no_slow_path_found_and_says_so_by_function() {
         }
     }
 }
+
+/// `--min-wait`: a wait shorter than the bound is counted, not written; one as long or
+/// longer is written whole. The contention workload's waits each last about HOLD_MS: under a
+/// bound of 1 s every one of them is counted, under 5 ms none, and both traces count the same
+/// waits on each object: two rounds of two waiters block twice on each mutex, four times on
+/// the semaphore and eight times on the read-write lock (a read and a write lock each).
+#[test]
+fn min_wait_counts_the_shorter_waits_exactly_and_writes_the_longer_ones() {
+    if !bpf_available("min_wait") {
+        return;
+    }
+    let expected = [("first", 2), ("second", 2), ("sem", 4), ("rw", 8)];
+    for (bound, all_short) in [("1s", true), ("5ms", false)] {
+        let dir = TempDir::new("min-wait");
+        let workload = workload_arg("contention");
+        let argv = [
+            "--contended",
+            "--events",
+            EVENTS,
+            "--min-wait",
+            bound,
+            "--log",
+            "app.ptl",
+            "--",
+            &workload,
+            "2",
+            "50",
+            "2",
+        ];
+        let run = run_tracer(dir.path(), &argv);
+        assert!(run.status.success(), "{bound}: {run:?}");
+        let first_line = run.stdout.lines().next().unwrap_or_default();
+        let all: u64 = expected.iter().map(|(_, n)| n).sum();
+        let counted = if all_short { all } else { 0 };
+        let said = format!("; {counted} waits shorter than {bound} counted, not written");
+        assert!(run.stderr.contains(&said), "{said}: {}", run.stderr);
+        let report = report_json(&dir, &["app.ptl"]);
+        for (object, waits) in expected {
+            let address = format!("{:#x}", field::<u64>(first_line, object));
+            let lock = report_lock(&report, &address.into());
+            assert_eq!(lock["acquisitions"], waits, "{bound} {object}: {lock:#}");
+            assert_eq!(lock["contended"], waits, "{bound} {object}: {lock:#}");
+            let stacked: u64 = lock["waiting_stacks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["count"].as_u64().unwrap())
+                .sum();
+            if all_short {
+                let short = &lock["short_waits"];
+                assert_eq!(short["count"], waits, "{bound} {object}: {lock:#}");
+                assert_eq!(short["below_ns"], 1_000_000_000, "{object}");
+                assert_eq!(
+                    short["total_ns"], lock["wait_total_ns"],
+                    "{object}: {lock:#}"
+                );
+                assert_eq!(stacked, 0, "{object}: no stack is written: {lock:#}");
+            } else {
+                assert!(lock.get("short_waits").is_none(), "{object}: {lock:#}");
+                assert_eq!(stacked, waits, "{object}: {lock:#}");
+            }
+        }
+        // No record of a counted wait is written, and every wait not counted is.
+        let log = LogReader::open(&dir.path().join("app.ptl")).unwrap();
+        let events: Vec<Event> = log.events().map(Result::unwrap).collect();
+        let lock_waits = events
+            .iter()
+            .filter(|e| match e {
+                Event::Thread(r) => ["mutex_lock", "sema_wait", "rw_rdlock", "rw_wrlock"]
+                    .iter()
+                    .any(|name| r.is(name, Which::Entry)),
+                Event::System(_) => false,
+            })
+            .count();
+        let told: u64 = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::System(s) => match s.kind {
+                    SystemKind::ShortWaits { waits, .. } => Some(waits),
+                    _ => None,
+                },
+                Event::Thread(_) => None,
+            })
+            .sum();
+        match all_short {
+            true => assert_eq!((lock_waits, told), (0, all), "{bound}"),
+            false => assert_eq!((lock_waits as u64, told), (all, 0), "{bound}"),
+        }
+    }
+}

@@ -216,6 +216,13 @@ pub struct Cli {
     #[arg(long, value_name = "WHEN", value_enum)]
     pub stacks: Option<Switch>,
 
+    /// With --contended: waits shorter than DURATION (e.g. 10us, 1ms; at most 1s) are not
+    /// written, neither their records nor their stacks; each thread's count and total time of
+    /// them, per object and caller, go into the log once a second, so report's totals stay
+    /// exact
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub min_wait: Option<Duration>,
+
     /// Print each event to stdout as it is recorded, in time order, as `dump` prints a log:
     /// text, tr (the tr lines) or json. Writes no tr files unless --dir is given too
     #[arg(long, value_name = "FORMAT", value_enum)]
@@ -526,6 +533,18 @@ impl Cli {
                 humantime::format_duration(threshold)
             );
         }
+        match self.min_wait {
+            Some(bound) if !self.contended => usage_bail!(
+                "--min-wait {}: counts the waits of a contended trace: give --contended too",
+                humantime::format_duration(bound)
+            ),
+            Some(bound) if bound > MAX_MIN_WAIT => usage_bail!(
+                "--min-wait {}: give at most 1s (every record waits that much longer before \
+                 it is written)",
+                humantime::format_duration(bound)
+            ),
+            _ => {}
+        }
         Ok(Config {
             events,
             output,
@@ -550,6 +569,7 @@ impl Cli {
             probe_at_entry: self.probe_at_entry,
             fast_paths: !self.no_fast_paths,
             contended: self.contended,
+            min_wait: self.min_wait,
             stacks: match (self.stacks, self.contended) {
                 (Some(Switch::On), _) => tracer_common::STACKS_ALL,
                 (None, true) => tracer_common::STACKS_SLOW_PATHS,
@@ -726,6 +746,9 @@ impl Cli {
         }))
     }
 }
+
+/// The longest `--min-wait`: records wait in the reorder stage that much longer.
+const MAX_MIN_WAIT: Duration = Duration::from_secs(1);
 
 /// The trace's name: `--name`, or `thrtrace-PID` with the tracer's pid.
 fn trace_name(given: Option<&str>) -> String {

@@ -15,7 +15,7 @@ use tracer_model::{
     TraceRecord,
     analysis::{
         Acquisition, Analysis, BlockKind, Deadlock, Durations, LockKind, LockStats, OrderEdge,
-        StackStats,
+        ShortWaits, StackStats,
     },
     event::{Event, SystemEvent, SystemKind},
     selection::list_names,
@@ -300,6 +300,10 @@ struct LockRow {
     #[serde(flatten)]
     name: LockName,
     kind: &'static str,
+    /// Its waits shorter than `--min-wait`, counted in the figures but not written: no stack
+    /// or holder is known of them (absent when there were none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    short_waits: Option<ShortWaits>,
     /// Whether its kind's holds are recorded: a futex word's are not, so neither its hold
     /// times nor its owner changes are known.
     #[serde(skip)]
@@ -915,6 +919,16 @@ impl Report {
                     duration(owner.wait_total_ns)
                 );
             }
+            if let Some(short) = &lock.short_waits {
+                let _ = writeln!(
+                    out,
+                    "    {} shorter than {} (--min-wait), {}: counted, not written, so \
+                     neither their stacks nor their holders are known",
+                    crate::say::counted(short.count, "wait"),
+                    duration(short.below_ns),
+                    duration(short.total_ns)
+                );
+            }
             for (what, rows) in [
                 ("waited from", &lock.waiting_stacks),
                 ("released by", &lock.releasing_stacks),
@@ -1250,6 +1264,7 @@ fn lock_row(
         cgroup: CgroupLabel::of(analysis, lock.pid),
         name: lock_name(lock, symbols, stacks),
         kind: lock.kind.name(),
+        short_waits: (lock.short_waits.count > 0).then_some(lock.short_waits),
         holds_recorded: lock.kind.holds_recorded(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,

@@ -51,6 +51,9 @@ pub struct Config {
     pub fast_paths: bool,
     /// `--contended`: locks traced on their slow paths only.
     pub contended: bool,
+    /// `--min-wait`: waits shorter than this are counted, not written (`None`: every wait is
+    /// written).
+    pub min_wait: Option<Duration>,
     /// Which records carry their thread's call stack (`--stacks`: `tracer_common::STACKS_*`).
     pub stacks: u32,
     pub follow: bool,

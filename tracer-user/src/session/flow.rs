@@ -27,6 +27,7 @@ use tracer_model::{
 use super::{
     Result, Session, TraceError, facts,
     facts::{Facts, HeldFacts},
+    short_waits::{ShortWaits, Sorted},
     stacks::{Reach, StackIds, Unwinder, Unwound},
 };
 use crate::{
@@ -88,6 +89,8 @@ pub(super) struct Flow {
     pub(super) stacks_left_out: u64,
     /// Of the records that were to carry a stack, those whose stack is whole.
     pub(super) stack_share: StackShare,
+    /// `--min-wait`: the waits shorter than it, counted and not written.
+    pub(super) short_waits: Option<ShortWaits>,
 }
 
 impl Flow {
@@ -101,8 +104,10 @@ impl Flow {
         facts: Option<Facts>,
         described: HashSet<u32>,
         early: Vec<(u64, SystemEvent)>,
+        short_waits: Option<ShortWaits>,
     ) -> Result<Self> {
-        let mut reorder = Reorder::new(LATE_COMMIT_NS);
+        let late_ns = LATE_COMMIT_NS + short_waits.as_ref().map_or(0, ShortWaits::late_ns);
+        let mut reorder = Reorder::new(late_ns);
         for (ktime, event) in early {
             reorder.push(ktime, Staged::System(event));
         }
@@ -130,6 +135,7 @@ impl Flow {
             stacks: tracer_common::STACKS_NONE,
             stacks_left_out: 0,
             stack_share: StackShare::default(),
+            short_waits,
         })
     }
 }
@@ -379,6 +385,7 @@ impl Session {
             stacks,
             stacks_left_out,
             stack_share,
+            short_waits,
             ..
         } = &mut self.flow;
         // The thread of the previous record: records come in runs of one thread, whose
@@ -426,6 +433,18 @@ impl Session {
                     reorder.push(ktime_ns, Staged::System(event));
                 }
             }
+            // A short wait is counted before its stack is unwound: it is not written.
+            let sorted = match (short_waits.as_mut(), &drawn.record) {
+                (Some(waits), Some(record))
+                    if drawn.lost_before == 0 && decoder.selects(record) =>
+                {
+                    waits.sort(record, slow_path)
+                }
+                _ => Sorted::Written,
+            };
+            if sorted == Sorted::Counted {
+                return;
+            }
             // Unwound as it arrives, while the process's files are mapped as they were; its
             // stack event, if new, is written just before the first record naming it.
             let wanted = match *stacks {
@@ -470,7 +489,13 @@ impl Session {
                 }
                 record.stack = stack_ids.intern(pid, unwound);
             }
-            reorder.push_record(ktime_ns, drawn);
+            let record = drawn.record;
+            let placed = reorder.push_record(ktime_ns, drawn);
+            if let (Sorted::Half, Some(waits), Some(record)) =
+                (sorted, short_waits.as_mut(), record)
+            {
+                waits.placed(ktime_ns, &record, placed);
+            }
         };
         let drained = self
             .datapath
@@ -518,11 +543,19 @@ impl Session {
     /// waits): what the pass ending with `until` (pass start, oldest unread) completes, or
     /// with `None` everything.
     pub(super) fn write_released(&mut self, until: Option<(u64, Option<u64>)>) -> Result<()> {
-        let mut reorder = std::mem::replace(&mut self.flow.reorder, Reorder::new(LATE_COMMIT_NS));
+        let mut reorder = std::mem::replace(&mut self.flow.reorder, Reorder::new(0));
         let releases_before = match until {
             Some((_, incomplete_after)) => reorder.releases_before(incomplete_after),
             None => u64::MAX,
         };
+        // Every record stamped before what is handed over, less the bound, has been drawn: the
+        // waits that ended by then are known.
+        if let Some(waits) = self.flow.short_waits.as_mut() {
+            waits.pair(
+                releases_before.saturating_add(waits.late_ns()),
+                &mut reorder,
+            );
+        }
         let decoder = &self.decoder;
         self.flow.held_facts.release(
             releases_before,
@@ -692,6 +725,17 @@ impl Session {
         Ok(())
     }
 
+    /// The waits counted as short since the last call go into the stream, now.
+    pub(super) fn tell_short_waits(&mut self) {
+        let Some(waits) = self.flow.short_waits.as_mut() else {
+            return;
+        };
+        let now = kernel::monotonic_ns();
+        for event in waits.take_events(self.decoder.realtime_ns(now)) {
+            self.flow.reorder.push(now, Staged::System(event));
+        }
+    }
+
     /// Once a second: the threads seen in the last second whose name (comm) has changed get a
     /// THREAD_NAME event with the new one.
     pub(super) fn renamed_threads(&mut self) {
@@ -734,7 +778,15 @@ mod tests {
     fn a_thread_whose_record_comes_before_its_staged_name_is_named_first_and_once() {
         let decoder = Decoder::new(0, EventSet::all());
         let facts = Some(Facts::default());
-        let mut flow = Flow::new(Vec::new(), &decoder, facts, HashSet::new(), Vec::new()).unwrap();
+        let mut flow = Flow::new(
+            Vec::new(),
+            &decoder,
+            facts,
+            HashSet::new(),
+            Vec::new(),
+            None,
+        )
+        .unwrap();
         // This test's own thread: /proc has its name.
         let pid = std::process::id();
         let lwpid = rustix::thread::gettid().as_raw_nonzero().get() as u32;

@@ -16,6 +16,7 @@ mod deadlocks;
 mod facts;
 mod flow;
 mod run;
+mod short_waits;
 mod stacks;
 mod start;
 mod watch;
@@ -198,6 +199,8 @@ pub struct Outcome {
     pub lossless_stops: u64,
     /// Of the records that were to carry a call stack, those whose stack is whole.
     pub stack_share: StackShare,
+    /// `--min-wait`: how many waits were counted, not written, and the bound in ns.
+    pub short_waits: Option<(u64, u64)>,
     /// The tracer's exit status.
     pub exit_code: i32,
     /// What the kernel counted of the BPF programs' runs (with `kernel.bpf_stats_enabled`).
@@ -206,7 +209,8 @@ pub struct Outcome {
 
 impl Outcome {
     /// The summary line's text: "812 records written, 0 lost, 4 files in /tmp/trace", then,
-    /// if records were to carry call stacks, how many of those are whole.
+    /// if records were to carry call stacks, how many of those are whole, and with
+    /// `--min-wait` how many waits were counted instead of written.
     pub fn summary(&self) -> String {
         let mut summary = format!(
             "{} records written, {} lost",
@@ -218,6 +222,13 @@ impl Outcome {
         }
         if self.stack_share.records > 0 {
             summary += &format!("; {}", self.stack_share);
+        }
+        if let Some((waits, below_ns)) = self.short_waits {
+            let below = humantime::format_duration(std::time::Duration::from_nanos(below_ns));
+            summary += &format!(
+                "; {} shorter than {below} counted, not written (--min-wait)",
+                crate::say::counted(waits, "wait")
+            );
         }
         summary
     }

@@ -22,6 +22,7 @@ use super::{
     Outcome, Result, Session, TraceError,
     control::{Asked, Controller},
     flow::{Action, FlushCause, Staged, overflow},
+    short_waits::ShortWaits,
 };
 use crate::{
     attach::exec_follow::Followed,
@@ -163,12 +164,13 @@ impl Session {
         }
     }
 
-    /// Once a second: the record rate is measured and renamed threads are named again;
-    /// system-wide, where there is no pidfd per process, the processes gone are looked for,
-    /// and pthread libraries that have appeared.
+    /// Once a second: the record rate is measured, renamed threads are named again and the
+    /// short waits counted are told; system-wide, where there is no pidfd per process, the
+    /// processes gone are looked for, and pthread libraries that have appeared.
     fn on_second(&mut self) {
         self.flow.rate.sample(self.flow.records);
         self.renamed_threads();
+        self.tell_short_waits();
         if self.until_stopped {
             self.look_around();
         }
@@ -256,7 +258,10 @@ impl Session {
         let tracepoints = self.datapath.take_tracepoint_links();
         self.probes.detach_all(tracepoints, in_flight);
         self.drain()?;
-        // Written first: the records among them place the gaps they follow.
+        // Written first: the records among them place the gaps they follow; then the last
+        // short waits, paired as they were written.
+        self.write_released(None)?;
+        self.tell_short_waits();
         self.write_released(None)?;
         // What is still traced is detached now; losses no record came after are placed last.
         let end_ns = self.decoder.realtime_ns(kernel::monotonic_ns());
@@ -310,6 +315,7 @@ impl Session {
             losses: self.flow.losses,
             lossless_stops: self.flow.lossless_stops,
             stack_share: self.flow.stack_share,
+            short_waits: self.flow.short_waits.as_ref().map(ShortWaits::counted),
             // Like `time` and strace: the command's status; stopping by signal or time is
             // success.
             exit_code: launched_status.map_or(0, exit_code_of),

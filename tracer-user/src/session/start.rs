@@ -22,6 +22,7 @@ use super::{
     facts::Facts,
     flow::{Findings, Flow},
     run::Clock,
+    short_waits::ShortWaits,
     watch::{Watched, target_error_event},
 };
 use crate::{
@@ -203,7 +204,17 @@ impl Session {
         let facts = sinks
             .wants_system_events()
             .then(|| facts.unwrap_or_default());
-        let mut flow = Flow::new(shares, &decoder, facts, described, early_events)?;
+        let short_waits = config
+            .min_wait
+            .map(|bound| ShortWaits::new(bound.as_nanos() as u64));
+        let mut flow = Flow::new(
+            shares,
+            &decoder,
+            facts,
+            described,
+            early_events,
+            short_waits,
+        )?;
         flow.stacks = config.stacks;
         flow.stack_tops = datapath.take_stack_tops();
         // The files the targets map are read now, while they surely live: a target whose first
