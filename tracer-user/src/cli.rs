@@ -333,6 +333,10 @@ pub struct TopArgs {
     pub events: Option<String>,
     #[command(flatten)]
     pub kinds: KindArg,
+    /// Count the waits shorter than DURATION, as the trace's --min-wait: fewer records to
+    /// draw on a busy host, the same figures
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub min_wait: Option<Duration>,
     /// The command to start and watch
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -358,6 +362,10 @@ impl TopArgs {
         }
         for cgroup in &self.cgroups {
             argv.extend(["--cgroup".into(), cgroup.into()]);
+        }
+        if let Some(bound) = self.min_wait {
+            let bound = humantime::format_duration(bound).to_string();
+            argv.extend(["--min-wait".into(), bound.into()]);
         }
         if !self.command.is_empty() {
             argv.push("--".into());

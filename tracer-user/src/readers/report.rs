@@ -913,9 +913,9 @@ impl Report {
                 );
                 let _ = writeln!(
                     out,
-                    "    held by thread {}: waited for {} times, {}; {taken}",
+                    "    held by thread {}: waited for {}, {}; {taken}",
                     owner.thread,
-                    owner.count,
+                    crate::say::counted(owner.count, "time"),
                     duration(owner.wait_total_ns)
                 );
             }
