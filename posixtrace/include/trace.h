@@ -139,6 +139,11 @@ typedef struct {
  *                            (empty: none); str container: the id (12 hex digits) of the
  *                            container a runtime made the cgroup for (empty: none); told
  *                            once, as the process is attached or first seen
+ *   thrtrace_short_waits     str call: an event name; u64 object: the word or lock waited
+ *                            on; u64 caller; u64 waits, u64 wait_total_ns: the info's
+ *                            lwpid's waits in call on object from caller shorter than
+ *                            u64 min_wait_ns (--min-wait), counted and not written, since
+ *                            the last such event of the same thread, call, object and caller
  */
 #define POSIX_TRACE_START ((trace_event_id_t)0x8000)
 #define POSIX_TRACE_STOP ((trace_event_id_t)0x8001)
@@ -160,6 +165,7 @@ typedef struct {
 #define THRTRACE_STACK ((trace_event_id_t)0x8011)
 #define THRTRACE_THREAD_NS_ID ((trace_event_id_t)0x8012)
 #define THRTRACE_PROCESS_CGROUP ((trace_event_id_t)0x8013)
+#define THRTRACE_SHORT_WAITS ((trace_event_id_t)0x8014)
 
 /* What posix_trace_getnext_event says of an event besides its payload. */
 struct posix_trace_event_info {
