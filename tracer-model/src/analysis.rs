@@ -219,11 +219,7 @@ fn lookup(event1: u16, event2: u16) -> Option<(&'static EventDef, Role)> {
 
 /// The value of `field` in `record`, if the record has that field.
 fn field(record: &TraceRecord, event: &EventDef, field: Field) -> Option<i64> {
-    event
-        .fields(record.which)
-        .iter()
-        .position(|f| *f == field)
-        .map(|at| record.a[at])
+    record.field_in(event, field)
 }
 
 /// Durations: how many, their total and maximum, and a log2 histogram (bucket n: [2^n, 2^(n+1))
@@ -789,13 +785,11 @@ impl Analysis {
         if !self.stats || tally.count == 0 {
             return;
         }
+        // The waits a trace counts: slow paths' (locks, semaphores) and futex waits.
         let (kind, blocked) = match role(row) {
             Role::Acquire { kind, .. } => (kind, BlockKind::LockWait),
             Role::FutexWait => (LockKind::Futex, BlockKind::LockWait),
             Role::SemWait => (LockKind::Sema, BlockKind::SemWait),
-            Role::CondWait => (LockKind::Cond, BlockKind::CondWait),
-            Role::Join => (LockKind::Join, BlockKind::Join),
-            Role::Barrier => (LockKind::Barrier, BlockKind::Barrier),
             _ => return,
         };
         let (pid, lwpid) = (event.pid, event.lwpid);
@@ -956,7 +950,7 @@ impl Analysis {
                 if let Some(sem) = self.waited(call.waited_on(), LockKind::Sema, wait) {
                     sem.contended += u64::from(contended);
                 }
-                if blocked || contended {
+                if contended {
                     self.charge_stacks(call, lwpid, wait);
                 }
                 Some(BlockKind::SemWait)
@@ -2026,6 +2020,65 @@ mod tests {
         assert_eq!(threads[1].blocked[&BlockKind::LockWait], 91 * MS as u64);
         assert_eq!(threads[1].calls["mutex"], 2);
         assert!(analysis.held_by(2).is_empty());
+    }
+
+    #[test]
+    fn short_waits_count_as_the_contended_waits_they_were_without_stacks() {
+        let mut analysis = Analysis::new(true);
+        // One wait written (91 ms), three counted (30 µs in all) on the same mutex and caller.
+        lock(&mut analysis, 2, M1, 10, 101, true);
+        let counted = SystemKind::ShortWaits {
+            call: "mutex_lock".into(),
+            object: M1 as u64,
+            caller: 0x400_002,
+            waits: 3,
+            wait_total_ns: 30_000,
+            min_wait_ns: 100_000,
+        };
+        analysis.system_event(&SystemEvent::of_process(200 * MS, PID, 2, counted));
+        let stats = analysis.locks().next().unwrap();
+        assert_eq!((stats.acquisitions, stats.contended), (4, 4));
+        assert_eq!(stats.wait.count, 4);
+        assert_eq!(stats.wait.total_ns, 91 * MS as u64 + 30_000);
+        assert_eq!(stats.wait.max_ns, 91 * MS as u64);
+        assert_eq!(
+            (stats.short_waits.count, stats.short_waits.total_ns),
+            (3, 30_000)
+        );
+        assert_eq!(stats.short_waits.below_ns, 100_000);
+        assert_eq!(stats.callers[&0x400_002].count, 4);
+        assert_eq!(
+            stats.callers[&0x400_002].wait_total_ns,
+            91 * MS as u64 + 30_000
+        );
+        // Their mean, 10 µs, is in the histogram's bucket of 2^13 ns.
+        assert_eq!(stats.wait.log2[13], 3);
+        assert_eq!(
+            stack_charges(&stats.waiting_stacks).len(),
+            1,
+            "the written wait's"
+        );
+        let threads = analysis.threads();
+        assert_eq!(threads[0].calls["mutex"], 4);
+        assert_eq!(
+            threads[0].blocked[&BlockKind::LockWait],
+            91 * MS as u64 + 30_000
+        );
+    }
+
+    #[test]
+    fn a_semaphore_wait_that_found_it_at_zero_is_charged_to_its_stack() {
+        let mut analysis = Analysis::new(true);
+        let mut entry = rec(3, "sema_wait", Which::Entry, 10, [M2, 0, 0, 0, 0]);
+        entry.stack = 7;
+        analysis.record(&entry);
+        analysis.record(&rec(3, "sema_wait", Which::Return, 60, [0; 5]));
+        let sem = analysis.locks().next().unwrap();
+        assert_eq!((sem.acquisitions, sem.contended), (1, 1));
+        assert_eq!(
+            stack_charges(&sem.waiting_stacks),
+            [(7, 1, 50 * MS as u64, 3, 1, 50 * MS as u64)]
+        );
     }
 
     #[test]

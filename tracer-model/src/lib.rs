@@ -123,7 +123,12 @@ impl TraceRecord {
     /// field.
     pub fn field(&self, field: tracer_common::Field) -> Option<i64> {
         let row = EventDef::row(self.event1, self.event2)?;
-        tracer_common::EVENTS[row]
+        self.field_in(&tracer_common::EVENTS[row], field)
+    }
+
+    /// The value of `field` in this record of `event` (its row, known to the caller).
+    pub fn field_in(&self, event: &EventDef, field: tracer_common::Field) -> Option<i64> {
+        event
             .fields(self.which)
             .iter()
             .position(|f| *f == field)

@@ -42,6 +42,12 @@ impl StackShare {
         self.whole += u64::from(whole);
     }
 
+    /// A record counted before is not written after all.
+    pub fn uncount(&mut self, whole: bool) {
+        self.records -= 1;
+        self.whole -= u64::from(whole);
+    }
+
     /// Whether every record's stack is whole (so too when none was to carry one).
     pub fn is_complete(&self) -> bool {
         self.whole == self.records
