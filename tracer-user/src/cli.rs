@@ -334,7 +334,7 @@ pub struct TopArgs {
     #[command(flatten)]
     pub kinds: KindArg,
     /// Count the waits shorter than DURATION, as the trace's --min-wait: fewer records to
-    /// draw on a busy host, the same figures
+    /// analyse on a busy host, the same totals
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub min_wait: Option<Duration>,
     /// The command to start and watch

@@ -135,13 +135,11 @@ impl<R: Copy, T> Reorder<R, T> {
     }
 
     /// Takes back the record `placed` put here, if it still waits: it will not be handed
-    /// over. Whether it was still waiting.
-    pub fn withdraw(&mut self, placed: Placed) -> bool {
-        let waiting = self.holds(placed);
-        if waiting {
+    /// over.
+    pub fn withdraw(&mut self, placed: Placed) {
+        if self.holds(placed) {
             self.record_arrivals[placed.slot as usize] = 0;
         }
-        waiting
     }
 
     /// Holds `item`, stamped `ktime_ns` (CLOCK_MONOTONIC).
@@ -337,18 +335,19 @@ mod tests {
         reorder.push_record(10, 10);
         let entry = reorder.push_record(20, 20);
         reorder.push(25, 25);
-        assert!(reorder.withdraw(entry));
-        assert!(!reorder.withdraw(entry), "withdrawn once");
+        reorder.withdraw(entry);
+        assert!(!reorder.holds(entry), "withdrawn");
         assert!(released(&mut reorder, 100, None).is_empty());
         assert_eq!(released(&mut reorder, 200, None), [10, 25]);
         // The freed slot holds the next record, which the old placing cannot withdraw.
         let next = reorder.push_record(150, 150);
         assert_eq!(next.slot, entry.slot);
-        assert!(!reorder.withdraw(entry));
+        assert!(reorder.holds(next) && !reorder.holds(entry));
+        reorder.withdraw(entry);
         let late = reorder.push_record(160, 160);
         assert_eq!(released(&mut reorder, 300, None), [150, 160]);
         assert!(
-            !reorder.withdraw(late),
+            !reorder.holds(late),
             "a record handed over is no longer here"
         );
     }

@@ -433,18 +433,6 @@ impl Session {
                     reorder.push(ktime_ns, Staged::System(event));
                 }
             }
-            // A short wait is counted before its stack is unwound: it is not written.
-            let sorted = match (short_waits.as_mut(), &drawn.record) {
-                (Some(waits), Some(record))
-                    if drawn.lost_before == 0 && decoder.selects(record) =>
-                {
-                    waits.sort(record, slow_path)
-                }
-                _ => Sorted::Written,
-            };
-            if sorted == Sorted::Counted {
-                return;
-            }
             // Unwound as it arrives, while the process's files are mapped as they were; its
             // stack event, if new, is written just before the first record naming it.
             let wanted = match *stacks {
@@ -477,8 +465,8 @@ impl Session {
                 }
                 Some(_) | None => None,
             };
+            let whole = unwound.as_ref().map(Unwound::is_whole);
             if let (Some(unwound), Some(record)) = (unwound, drawn.record.as_mut()) {
-                stack_share.count(unwound.is_whole());
                 // A futex call's instruction is in the function that made the syscall (the C
                 // library's `syscall`, or its own lock's wait): where it was called from says
                 // more, as a pthread call's return address does.
@@ -489,12 +477,29 @@ impl Session {
                 }
                 record.stack = stack_ids.intern(pid, unwound);
             }
+            // Sorted once its caller is the one a written record of it would have.
+            let sorted = match (short_waits.as_mut(), &drawn.record) {
+                (Some(waits), Some(record)) if written => {
+                    waits.sort(record, slow_path, drawn.lost_before)
+                }
+                _ => Sorted::Written,
+            };
+            if sorted == Sorted::Counted {
+                if let Some(record) = &drawn.record {
+                    stack_ids.withdrawn(record.stack);
+                }
+                return;
+            }
+            if let Some(whole) = whole {
+                stack_share.count(whole);
+            }
             let record = drawn.record;
+            let lost_before = drawn.lost_before;
             let placed = reorder.push_record(ktime_ns, drawn);
             if let (Sorted::Half, Some(waits), Some(record)) =
                 (sorted, short_waits.as_mut(), record)
             {
-                waits.placed(ktime_ns, &record, placed);
+                waits.placed(ktime_ns, &record, (placed, lost_before), whole);
             }
         };
         let drained = self
@@ -551,10 +556,13 @@ impl Session {
         // Every record stamped before what is handed over, less the bound, has been drawn: the
         // waits that ended by then are known.
         if let Some(waits) = self.flow.short_waits.as_mut() {
-            waits.pair(
-                releases_before.saturating_add(waits.late_ns()),
-                &mut reorder,
-            );
+            let complete_before = releases_before.saturating_add(waits.late_ns());
+            for entry in waits.pair(complete_before, &mut reorder) {
+                self.flow.stack_ids.withdrawn(entry.stack);
+                if let Some(whole) = entry.whole {
+                    self.flow.stack_share.uncount(whole);
+                }
+            }
         }
         let decoder = &self.decoder;
         self.flow.held_facts.release(
@@ -619,8 +627,16 @@ impl Session {
                 if let Some(facts) = self.flow.facts.as_mut() {
                     facts.exited(pid);
                 }
+                let now = self.decoder.realtime_ns(kernel::monotonic_ns());
+                // Its short waits are told before it is gone, to count with its other waits.
+                let counted = match self.flow.short_waits.as_mut() {
+                    Some(waits) => waits.take_events(now, Some(pid)),
+                    None => Vec::new(),
+                };
+                for event in &counted {
+                    self.system_event(event)?;
+                }
                 if self.flow.described.remove(&pid) {
-                    let now = self.decoder.realtime_ns(kernel::monotonic_ns());
                     let detach = SystemEvent::of_process(now, pid, 0, SystemKind::ProcessDetach);
                     self.system_event(&detach)?;
                 }
@@ -731,7 +747,7 @@ impl Session {
             return;
         };
         let now = kernel::monotonic_ns();
-        for event in waits.take_events(self.decoder.realtime_ns(now)) {
+        for event in waits.take_events(self.decoder.realtime_ns(now), None) {
             self.flow.reorder.push(now, Staged::System(event));
         }
     }

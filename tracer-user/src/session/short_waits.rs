@@ -6,12 +6,13 @@
 //! every record, and may be drawn in either order (a thread that moved between CPUs left them
 //! in two rings). Each pass, before the stage hands records over, the halves stamped before
 //! the time the pass completes are paired, thread by thread in time order: an entry half and
-//! the return half right after it, of the same call, are a wait; a short one has both halves
+//! the return half right after it, of the same call, are a wait; a short one that blocked and
+//! took what it waited for (as the analysis counts a contended acquisition) has both halves
 //! withdrawn from the stage and is counted instead, per thread, call, object and caller. The
 //! stage holds every record the bound longer than it would, so that both halves of a short
 //! wait are still in it when they are paired. Each wait is written or counted, never both. The
-//! counts go into the stream as `thrtrace_short_waits` events, once a second and as tracing
-//! ends.
+//! counts go into the stream as `thrtrace_short_waits` events, once a second, as their process
+//! exits and as tracing ends.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +49,19 @@ struct Half {
     /// The object and caller its entry half names.
     object: u64,
     caller: u64,
+    /// What of it a withdrawal undoes.
+    withdrawn: Withdrawn,
+    /// Its wait may be counted as far as this half tells: no gap before it, and for an entry
+    /// half a semaphore found at 0, for a return half a wait that blocked and succeeded.
+    countable: bool,
+}
+
+/// An entry half taken back from the stage ([`ShortWaits::pair`]): the stack it names, and
+/// whether that is whole (none: it was to carry none).
+#[derive(Clone, Copy)]
+pub struct Withdrawn {
+    pub stack: u32,
+    pub whole: Option<bool>,
 }
 
 #[derive(Clone, Copy, Hash, PartialEq, Eq)]
@@ -100,13 +114,15 @@ impl ShortWaits {
         (self.counted, self.below_ns)
     }
 
-    /// Sorts `record`, taken on a slow path if `slow_path`: a short futex wait is counted now;
-    /// a slow path's half waits for its pair.
-    pub fn sort(&mut self, record: &TraceRecord, slow_path: bool) -> Sorted {
+    /// Sorts `record`, taken on a slow path if `slow_path`, after `lost_before` records the
+    /// kernel could not deliver: a short futex wait is counted now; a slow path's half waits
+    /// for its pair.
+    pub fn sort(&mut self, record: &TraceRecord, slow_path: bool, lost_before: u32) -> Sorted {
         match record.which {
             _ if !slow_path => Sorted::Written,
             Which::Entry | Which::Return => Sorted::Half,
-            Which::Whole if is_futex_wait(record) => {
+            // A gap's marker goes before the record after it, which is written.
+            Which::Whole if lost_before == 0 && is_futex_wait(record) => {
                 let took = record.field(Field::ElapsedNs).unwrap_or(0).max(0) as u64;
                 let object = record.field(Field::Arg(1)).unwrap_or(0) as u64;
                 match took < self.below_ns {
@@ -123,10 +139,26 @@ impl ShortWaits {
         }
     }
 
-    /// `record`, one half of a slow path's wait stamped `ktime_ns`, waits in the stage at
-    /// `placed`.
-    pub fn placed(&mut self, ktime_ns: u64, record: &TraceRecord, placed: Placed) {
+    /// `record`, one half of a slow path's wait stamped `ktime_ns` and drawn after
+    /// `lost_before` records lost, waits in the stage at `placed`; `whole` says whether its
+    /// stack is whole (none: it carries none).
+    pub fn placed(
+        &mut self,
+        ktime_ns: u64,
+        record: &TraceRecord,
+        (placed, lost_before): (Placed, u32),
+        whole: Option<bool>,
+    ) {
         self.arrivals += 1;
+        let value = |field: Field| record.field(field);
+        let countable = lost_before == 0
+            && match record.which {
+                Which::Entry => value(Field::SemCount).is_none_or(|count| count == 0),
+                _ => {
+                    value(Field::Rval).is_none_or(|rval| rval as i32 == 0)
+                        && value(Field::Block).is_none_or(|blocked| blocked != 0)
+                }
+            };
         let half = Half {
             which: record.which,
             event: (record.event1, record.event2),
@@ -134,6 +166,11 @@ impl ShortWaits {
             placed,
             object: record.a[0] as u64,
             caller: record.caller,
+            withdrawn: Withdrawn {
+                stack: record.stack,
+                whole,
+            },
+            countable,
         };
         self.halves
             .entry(record.lwpid)
@@ -142,8 +179,13 @@ impl ShortWaits {
     }
 
     /// Pairs the halves stamped before `complete_before`, before which every record has been
-    /// drawn: each short wait's two halves are withdrawn from `reorder` and counted.
-    pub fn pair(&mut self, complete_before: u64, reorder: &mut Reorder<Drawn, impl Sized>) {
+    /// drawn: each short wait's two halves are withdrawn from `reorder` and counted. Returns
+    /// the entry halves withdrawn.
+    pub fn pair(
+        &mut self,
+        complete_before: u64,
+        reorder: &mut Reorder<Drawn, impl Sized>,
+    ) -> Vec<Withdrawn> {
         let mut counted = Vec::new();
         self.halves.retain(|&lwpid, halves| {
             let later = halves.split_off(&(complete_before, 0));
@@ -165,7 +207,11 @@ impl ShortWaits {
                 }
                 complete.next();
                 let took = return_ns - entry_ns;
-                if took < self.below_ns && reorder.holds(entry.placed) && reorder.holds(back.placed)
+                if took < self.below_ns
+                    && entry.countable
+                    && back.countable
+                    && reorder.holds(entry.placed)
+                    && reorder.holds(back.placed)
                 {
                     reorder.withdraw(entry.placed);
                     reorder.withdraw(back.placed);
@@ -174,10 +220,14 @@ impl ShortWaits {
             }
             !halves.is_empty()
         });
-        for (lwpid, entry, took) in counted {
-            let on = (entry.object, entry.caller);
-            self.tally(entry.pid, lwpid, entry.event, on, took);
-        }
+        counted
+            .into_iter()
+            .map(|(lwpid, entry, took)| {
+                let on = (entry.object, entry.caller);
+                self.tally(entry.pid, lwpid, entry.event, on, took);
+                entry.withdrawn
+            })
+            .collect()
     }
 
     /// Counts a wait of thread `lwpid` of `pid` in a call of `event` (its codes) on `object`
@@ -206,10 +256,16 @@ impl ShortWaits {
         tally.total_ns += took;
     }
 
-    /// The counts since the last call, as events stamped `time_ns`; the counts start again.
-    pub fn take_events(&mut self, time_ns: i64) -> Vec<SystemEvent> {
-        let mut tallies: Vec<(TallyKey, Tally)> = self.tallies.drain().collect();
-        tallies.sort_unstable_by_key(|(key, _)| (key.pid, key.lwpid, key.object, key.caller));
+    /// The counts since the last call, of process `of` or (none) of every one, as events
+    /// stamped `time_ns`; those counts start again.
+    pub fn take_events(&mut self, time_ns: i64, of: Option<u32>) -> Vec<SystemEvent> {
+        let mut tallies: Vec<(TallyKey, Tally)> = self
+            .tallies
+            .extract_if(|key, _| of.is_none_or(|pid| key.pid == pid))
+            .collect();
+        tallies.sort_unstable_by_key(|(key, _)| {
+            (key.pid, key.lwpid, key.call, key.object, key.caller)
+        });
         tallies
             .into_iter()
             .map(|(key, tally)| {
@@ -265,25 +321,37 @@ mod tests {
         ktime_ns: u64,
         record: TraceRecord,
     ) {
-        let sorted = waits.sort(&record, true);
+        let sorted = waits.sort(&record, true, 0);
         if sorted == Sorted::Counted {
             return;
         }
-        let drawn = Drawn {
+        let placed = reorder.push_record(ktime_ns, drawn(record, ktime_ns));
+        if sorted == Sorted::Half {
+            waits.placed(ktime_ns, &record, (placed, 0), None);
+        }
+    }
+
+    fn drawn(record: TraceRecord, ktime_ns: u64) -> Drawn {
+        Drawn {
             record: Some(record),
             time_ns: ktime_ns as i64,
             cpu: 0,
             lost_before: 0,
-        };
-        let placed = reorder.push_record(ktime_ns, drawn);
-        if sorted == Sorted::Half {
-            waits.placed(ktime_ns, &record, placed);
         }
     }
 
+    /// A mutex lock's half on thread `lwpid`; a return half that blocked (`block?` 1) and
+    /// succeeded.
     fn lock_half(which: Which, lwpid: u32) -> TraceRecord {
-        let object = if which == Which::Entry { OBJECT } else { 0 };
-        record("mutex_lock", which, lwpid, [object, 0, 0, 0, 0])
+        let row = EventDef::by_name("mutex_lock").unwrap();
+        let mut a = [0; 5];
+        if which == Which::Entry {
+            a[0] = OBJECT;
+        } else {
+            let block = row.fields(which).iter().position(|f| *f == Field::Block);
+            a[block.unwrap()] = 1;
+        }
+        record("mutex_lock", which, lwpid, a)
     }
 
     /// What the stage hands over once everything is paired: each record's thread, part and
@@ -321,7 +389,7 @@ mod tests {
             written(&mut waits, &mut reorder),
             [(2, Which::Entry, 200), (2, Which::Return, 50_200)]
         );
-        let events = waits.take_events(9);
+        let events = waits.take_events(9, None);
         assert_eq!(events.len(), 1);
         assert_eq!((events[0].pid, events[0].lwpid), (7, 1));
         assert_eq!(
@@ -335,7 +403,50 @@ mod tests {
                 min_wait_ns: 10_000,
             }
         );
-        assert!(waits.take_events(10).is_empty(), "told once");
+        assert!(waits.take_events(10, None).is_empty(), "told once");
+        // A process's own, as it exits.
+        draw(&mut waits, &mut reorder, 60_000, lock_half(Which::Entry, 1));
+        draw(
+            &mut waits,
+            &mut reorder,
+            61_000,
+            lock_half(Which::Return, 1),
+        );
+        waits.pair(u64::MAX, &mut reorder);
+        assert!(
+            waits.take_events(11, Some(8)).is_empty(),
+            "another process's"
+        );
+        assert_eq!(waits.take_events(11, Some(7)).len(), 1);
+    }
+
+    #[test]
+    fn a_short_wait_that_did_not_block_is_written_as_the_analysis_would_not_count_it() {
+        let mut waits = ShortWaits::new(10_000);
+        let mut reorder = Reorder::new(0);
+        draw(&mut waits, &mut reorder, 100, lock_half(Which::Entry, 1));
+        let mut unblocked = lock_half(Which::Return, 1);
+        unblocked.a = [0; 5];
+        draw(&mut waits, &mut reorder, 200, unblocked);
+        assert_eq!(
+            written(&mut waits, &mut reorder),
+            [(1, Which::Entry, 100), (1, Which::Return, 200)]
+        );
+        assert!(waits.take_events(0, None).is_empty());
+    }
+
+    #[test]
+    fn a_gap_between_halves_keeps_them_apart() {
+        let mut waits = ShortWaits::new(10_000);
+        let mut reorder = Reorder::new(0);
+        let back = lock_half(Which::Return, 1);
+        draw(&mut waits, &mut reorder, 100, lock_half(Which::Entry, 1));
+        // A return half after a gap, then (its entry lost) another return: neither pairs.
+        let placed = reorder.push_record(200, drawn(back, 200));
+        waits.placed(200, &back, (placed, 1), None);
+        draw(&mut waits, &mut reorder, 300, back);
+        assert_eq!(written(&mut waits, &mut reorder).len(), 3);
+        assert!(waits.take_events(0, None).is_empty());
     }
 
     #[test]
@@ -347,7 +458,7 @@ mod tests {
         waits.pair(1_000, &mut reorder);
         draw(&mut waits, &mut reorder, 3_100, lock_half(Which::Return, 1));
         assert!(written(&mut waits, &mut reorder).is_empty());
-        assert_eq!(waits.take_events(0).len(), 1);
+        assert_eq!(waits.take_events(0, None).len(), 1);
     }
 
     #[test]
@@ -359,7 +470,7 @@ mod tests {
         reorder.release_all(|_| early.push(()));
         draw(&mut waits, &mut reorder, 200, lock_half(Which::Return, 3));
         assert_eq!(written(&mut waits, &mut reorder), [(3, Which::Return, 200)]);
-        assert!(waits.take_events(9).is_empty());
+        assert!(waits.take_events(9, None).is_empty());
     }
 
     #[test]
@@ -376,13 +487,14 @@ mod tests {
         a[at(Field::Arg(1))] = 0x2000;
         a[at(Field::ElapsedNs)] = 9_999;
         let short = record("futex_wait", Which::Whole, 4, a);
-        assert_eq!(waits.sort(&short, true), Sorted::Counted);
+        assert_eq!(waits.sort(&short, true, 1), Sorted::Written, "after a gap");
+        assert_eq!(waits.sort(&short, true, 0), Sorted::Counted);
         a[at(Field::ElapsedNs)] = 10_000;
         let long = record("futex_wait", Which::Whole, 4, a);
-        assert_eq!(waits.sort(&long, true), Sorted::Written);
+        assert_eq!(waits.sort(&long, true, 0), Sorted::Written);
         let wake = record("futex_wake", Which::Whole, 4, a);
-        assert_eq!(waits.sort(&wake, true), Sorted::Written);
-        let events = waits.take_events(0);
+        assert_eq!(waits.sort(&wake, true, 0), Sorted::Written);
+        let events = waits.take_events(0, None);
         assert!(matches!(
             events[0].kind,
             SystemKind::ShortWaits {

@@ -367,8 +367,15 @@ const LEFT_OUT: &str =
 #[derive(Default)]
 pub struct StackIds {
     ids: HashMap<(u32, Unwound), u32>,
-    unwritten: HashMap<u32, SystemEvent>,
+    unwritten: HashMap<u32, Unwritten>,
     last: u32,
+}
+
+/// A stack whose event no written record has come after yet.
+struct Unwritten {
+    event: SystemEvent,
+    /// Records drawn naming it that are neither written nor withdrawn.
+    naming: u32,
 }
 
 impl StackIds {
@@ -376,7 +383,13 @@ impl StackIds {
     /// `written_before`.
     pub fn intern(&mut self, pid: u32, unwound: Unwound) -> u32 {
         let slot = match self.ids.entry((pid, unwound)) {
-            Entry::Occupied(known) => return *known.get(),
+            Entry::Occupied(known) => {
+                let id = *known.get();
+                if let Some(unwritten) = self.unwritten.get_mut(&id) {
+                    unwritten.naming += 1;
+                }
+                return id;
+            }
             Entry::Vacant(slot) => slot,
         };
         self.last += 1;
@@ -387,10 +400,31 @@ impl StackIds {
             frames: unwound.frames.clone(),
             end: unwound.end.clone(),
         };
-        self.unwritten
-            .insert(id, SystemEvent::of_process(0, pid, 0, kind));
+        let unwritten = Unwritten {
+            event: SystemEvent::of_process(0, pid, 0, kind),
+            naming: 1,
+        };
+        self.unwritten.insert(id, unwritten);
         slot.insert(id);
         id
+    }
+
+    /// A record naming stack `id` will not be written (a short wait's, `--min-wait`): a stack
+    /// no other record drawn names is forgotten, to be made anew if it comes again.
+    pub fn withdrawn(&mut self, id: u32) {
+        let Some(unwritten) = self.unwritten.get_mut(&id) else {
+            return;
+        };
+        unwritten.naming -= 1;
+        if unwritten.naming > 0 {
+            return;
+        }
+        let Some(Unwritten { event, .. }) = self.unwritten.remove(&id) else {
+            return;
+        };
+        if let SystemKind::Stack { frames, end, .. } = event.kind {
+            self.ids.remove(&(event.pid, Unwound { frames, end }));
+        }
     }
 
     /// The event of stack `id`, stamped `time_ns`, if no record naming it has been written:
@@ -401,7 +435,7 @@ impl StackIds {
         if self.unwritten.is_empty() {
             return None;
         }
-        let mut event = self.unwritten.remove(&id)?;
+        let mut event = self.unwritten.remove(&id)?.event;
         event.time_ns = time_ns;
         Some(event)
     }
