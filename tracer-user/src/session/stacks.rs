@@ -328,12 +328,16 @@ impl Unwinder {
         // An exited process that is not yet reaped has maps, empty.
         let gone = mappings.as_ref().is_ok_and(Vec::is_empty) || mappings.is_err();
         for mapping in mappings.unwrap_or_default() {
-            let sections = self
-                .files
-                .entry(mapping.identity.clone())
-                .or_insert_with(|| {
-                    FileSections::read(targets::open_mapped(&mapping)?, mapping.file_offset)
-                });
+            // A file that cannot be opened now (its process exec'ing or exiting) is not one
+            // without unwind information: it is tried again at the process's next read.
+            if !self.files.contains_key(&mapping.identity) {
+                let Some(file) = targets::open_mapped(&mapping) else {
+                    continue;
+                };
+                let sections = FileSections::read(file, mapping.file_offset);
+                self.files.insert(mapping.identity.clone(), sections);
+            }
+            let sections = &self.files[&mapping.identity];
             if let Some(sections) = sections {
                 unwinder.add_module(sections.module(&mapping));
             }
