@@ -239,14 +239,7 @@ pub struct Durations {
 
 impl Durations {
     fn add(&mut self, ns: u64) {
-        self.count += 1;
-        self.total_ns += ns;
-        self.max_ns = self.max_ns.max(ns);
-        let bucket = ns.max(1).ilog2() as usize;
-        if self.log2.len() <= bucket {
-            self.log2.resize(bucket + 1, 0);
-        }
-        self.log2[bucket] += 1;
+        self.add_tallied(1, ns);
     }
 
     /// `count` more of `total_ns` in all, whose lengths one by one are not known: each at
