@@ -14,7 +14,8 @@ use tracer_common::Which;
 
 use thrtrace_tests::{
     TempDir, bpf_available, codes, every_libc, field, is_musl, line_of, read_trace, report_json,
-    report_lock, run_tracer, start_told, start_tracer, workload, workload_arg,
+    report_lock, run_tracer, start_told, start_tracer, system_events, thread_records, workload,
+    workload_arg,
 };
 use tracer_model::{
     TraceRecord,
@@ -505,23 +506,19 @@ fn min_wait_counts_the_shorter_waits_exactly_and_writes_the_longer_ones() {
         // No record of a counted wait is written, and every wait not counted is.
         let log = LogReader::open(&dir.path().join("app.ptl")).unwrap();
         let events: Vec<Event> = log.events().map(Result::unwrap).collect();
-        let lock_waits = events
+        let lock_waits = thread_records(&events)
             .iter()
-            .filter(|e| match e {
-                Event::Thread(r) => ["mutex_lock", "sema_wait", "rw_rdlock", "rw_wrlock"]
+            .filter(|r| {
+                ["mutex_lock", "sema_wait", "rw_rdlock", "rw_wrlock"]
                     .iter()
-                    .any(|name| r.is(name, Which::Entry)),
-                Event::System(_) => false,
+                    .any(|name| r.is(name, Which::Entry))
             })
             .count();
-        let told: u64 = events
+        let told: u64 = system_events(&events)
             .iter()
-            .filter_map(|e| match e {
-                Event::System(s) => match s.kind {
-                    SystemKind::ShortWaits { waits, .. } => Some(waits),
-                    _ => None,
-                },
-                Event::Thread(_) => None,
+            .filter_map(|s| match s.kind {
+                SystemKind::ShortWaits { waits, .. } => Some(waits),
+                _ => None,
             })
             .sum();
         match all_short {

@@ -340,6 +340,17 @@ mod tests {
         }
     }
 
+    /// Draws a mutex lock's wait on thread `lwpid` from `start` to `end`, its halves in order.
+    fn draw_wait(
+        waits: &mut ShortWaits,
+        reorder: &mut Reorder<Drawn, ()>,
+        lwpid: u32,
+        (start, end): (u64, u64),
+    ) {
+        draw(waits, reorder, start, lock_half(Which::Entry, lwpid));
+        draw(waits, reorder, end, lock_half(Which::Return, lwpid));
+    }
+
     /// A mutex lock's half on thread `lwpid`; a return half that blocked (`block?` 1) and
     /// succeeded.
     fn lock_half(which: Which, lwpid: u32) -> TraceRecord {
@@ -378,13 +389,7 @@ mod tests {
         draw(&mut waits, &mut reorder, 8_000, lock_half(Which::Return, 1));
         draw(&mut waits, &mut reorder, 100, lock_half(Which::Entry, 1));
         // Thread 2 waits 50 µs.
-        draw(&mut waits, &mut reorder, 200, lock_half(Which::Entry, 2));
-        draw(
-            &mut waits,
-            &mut reorder,
-            50_200,
-            lock_half(Which::Return, 2),
-        );
+        draw_wait(&mut waits, &mut reorder, 2, (200, 50_200));
         assert_eq!(
             written(&mut waits, &mut reorder),
             [(2, Which::Entry, 200), (2, Which::Return, 50_200)]
@@ -405,13 +410,7 @@ mod tests {
         );
         assert!(waits.take_events(10, None).is_empty(), "told once");
         // A process's own, as it exits.
-        draw(&mut waits, &mut reorder, 60_000, lock_half(Which::Entry, 1));
-        draw(
-            &mut waits,
-            &mut reorder,
-            61_000,
-            lock_half(Which::Return, 1),
-        );
+        draw_wait(&mut waits, &mut reorder, 1, (60_000, 61_000));
         waits.pair(u64::MAX, &mut reorder);
         assert!(
             waits.take_events(11, Some(8)).is_empty(),
