@@ -188,10 +188,14 @@ struct ProcessModules {
     read_at: Instant,
     /// Its maps could not be read: it had exited.
     gone: bool,
+    /// Whether these maps were read again for an address none of its modules held.
+    reread: bool,
 }
 
 /// How often a process's maps are read again for an address none of its modules holds (a
-/// library it loaded since).
+/// library it loaded since). The first such address has them read again at once: the maps
+/// are read a page at a time, and a process mapping or unmapping meanwhile (a thread's stack
+/// as it starts) can leave a file out of a reading.
 const REREAD_AFTER: Duration = Duration::from_secs(1);
 
 /// Unwinds stacks, keeping each traced process's modules.
@@ -212,12 +216,19 @@ impl Unwinder {
         let reread = self
             .processes
             .get(&pid)
-            .is_some_and(|p| p.read_at.elapsed() >= REREAD_AFTER);
-        if unwound.0.end.starts_with(OUTSIDE_FILES) && reread {
-            self.processes.remove(&pid);
-            return self.unwind_once(pid, stack);
+            .is_some_and(|p| !p.reread || p.read_at.elapsed() >= REREAD_AFTER);
+        if !(unwound.0.end.starts_with(OUTSIDE_FILES) && reread) {
+            return unwound;
         }
-        unwound
+        let modules = self.read_modules(pid);
+        self.processes.insert(
+            pid,
+            ProcessModules {
+                reread: true,
+                ..modules
+            },
+        );
+        self.unwind_once(pid, stack)
     }
 
     /// Process `pid` exited or exec'd: its modules are gone.
@@ -348,6 +359,7 @@ impl Unwinder {
             mapped,
             read_at: Instant::now(),
             gone,
+            reread: false,
         }
     }
 }
@@ -472,6 +484,38 @@ mod tests {
         let (unwound, _) = Unwinder::default().unwind(u32::MAX - 1, &stack);
         assert_eq!(unwound.frames, [0x7f00_0000_1234]);
         assert_eq!(unwound.end, PROCESS_GONE);
+    }
+
+    /// A reading of a process's maps that left out the file a frame is in (taken as the
+    /// process mapped a thread's stack) is read again at once, once; a later reading short of
+    /// a file stands for `REREAD_AFTER`.
+    #[test]
+    fn maps_read_short_of_a_frames_file_are_read_again_at_once_once() {
+        let pid = std::process::id();
+        let stack = CopiedStack {
+            ip: Unwinder::unwind as *const () as u64,
+            sp: 0x7ffe_0000_0000,
+            bp: 0,
+            lr: 0,
+            bytes: vec![0; 64],
+            top_hint: 0,
+        };
+        let short_of_every_file = |reread| ProcessModules {
+            unwinder: native::ArchUnwinder::new(),
+            mapped: Vec::new(),
+            read_at: Instant::now(),
+            gone: false,
+            reread,
+        };
+        let mut unwinder = Unwinder::default();
+        unwinder.processes.insert(pid, short_of_every_file(false));
+        let (unwound, _) = unwinder.unwind(pid, &stack);
+        assert_eq!(unwound.frames.first(), Some(&stack.ip));
+        assert!(!unwound.end.starts_with(OUTSIDE_FILES), "{unwound:?}");
+        unwinder.processes.insert(pid, short_of_every_file(true));
+        let (unwound, _) = unwinder.unwind(pid, &stack);
+        assert_eq!(unwound.frames, [stack.ip]);
+        assert!(unwound.end.starts_with(OUTSIDE_FILES), "{unwound:?}");
     }
 
     /// A stack's event goes before the first record written that names it, stamped with that
