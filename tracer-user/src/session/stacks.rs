@@ -183,19 +183,31 @@ impl FileSections {
 /// One process's modules, as its maps showed them when last read.
 struct ProcessModules {
     unwinder: native::ArchUnwinder<Arc<[u8]>>,
-    /// The code of each file mapped, and whether the file has unwind information.
-    mapped: Vec<(Range<u64>, bool)>,
+    /// The code of each file mapped, and what the unwinder has of the file.
+    mapped: Vec<(Range<u64>, MappedCode)>,
     read_at: Instant,
     /// Its maps could not be read: it had exited.
     gone: bool,
-    /// Whether these maps were read again for an address none of its modules held.
+    /// Whether these maps were read again for an address in no file they showed, or in one
+    /// that could not be opened.
     reread: bool,
 }
 
-/// How often a process's maps are read again for an address none of its modules holds (a
-/// library it loaded since). The first such address has them read again at once: the maps
-/// are read a page at a time, and a process mapping or unmapping meanwhile (a thread's stack
-/// as it starts) can leave a file out of a reading.
+/// What the unwinder has of a file a process maps.
+enum MappedCode {
+    /// Its unwind information.
+    Unwinds,
+    /// Nothing: the file has neither `.eh_frame` nor `.debug_frame`.
+    NoUnwindInformation,
+    /// Nothing: the file (at this path) could not be opened when the maps were read.
+    Unopened(String),
+}
+
+/// How often a process's maps are read again for an address in no file they showed (a library
+/// it loaded since), or in one that could not be opened. The first such address has them read
+/// again at once: the maps are read a page at a time, and a process mapping or unmapping
+/// meanwhile (a thread's stack as it starts) can leave a file out of a reading; a file may be
+/// opened where it could not be.
 const REREAD_AFTER: Duration = Duration::from_secs(1);
 
 /// Unwinds stacks, keeping each traced process's modules.
@@ -211,13 +223,16 @@ impl Unwinder {
     /// Unwinds `stack`, taken in process `pid`, and says how far it read.
     pub fn unwind(&mut self, pid: u32, stack: &CopiedStack) -> (Unwound, Reach) {
         let unwound = self.unwind_once(pid, stack);
-        // A frame in no module the process had: it may have mapped a library since its maps
-        // were read.
+        // A frame in no module the process had, or in a file that could not be opened then:
+        // it may have mapped a library since its maps were read.
         let reread = self
             .processes
             .get(&pid)
             .is_some_and(|p| !p.reread || p.read_at.elapsed() >= REREAD_AFTER);
-        if !(unwound.0.end.starts_with(OUTSIDE_FILES) && reread) {
+        let unknown_file = [OUTSIDE_FILES, UNOPENED_FILE]
+            .iter()
+            .any(|end| unwound.0.end.starts_with(end));
+        if !(unknown_file && reread) {
             return unwound;
         }
         let modules = self.read_modules(pid);
@@ -318,9 +333,13 @@ impl Unwinder {
                 .iter()
                 .find(|(code, _)| code.contains(&frame))
             {
-                Some((_, true)) => {}
-                Some((_, false)) => {
+                Some((_, MappedCode::Unwinds)) => {}
+                Some((_, MappedCode::NoUnwindInformation)) => {
                     unwound.end = format!("{NO_UNWIND_INFORMATION} at {frame:#x}");
+                    return stopped(unwound);
+                }
+                Some((_, MappedCode::Unopened(path))) => {
+                    unwound.end = format!("{UNOPENED_FILE} ({path}, at {frame:#x})");
                     return stopped(unwound);
                 }
                 None => {
@@ -339,20 +358,25 @@ impl Unwinder {
         // An exited process that is not yet reaped has maps, empty.
         let gone = mappings.as_ref().is_ok_and(Vec::is_empty) || mappings.is_err();
         for mapping in mappings.unwrap_or_default() {
+            let code = mapping.start..mapping.end;
             // A file that cannot be opened now (its process exec'ing or exiting) is not one
             // without unwind information: it is tried again at the process's next read.
             if !self.files.contains_key(&mapping.identity) {
                 let Some(file) = targets::open_mapped(&mapping) else {
+                    mapped.push((code, MappedCode::Unopened(mapping.path)));
                     continue;
                 };
                 let sections = FileSections::read(file, mapping.file_offset);
                 self.files.insert(mapping.identity.clone(), sections);
             }
-            let sections = &self.files[&mapping.identity];
-            if let Some(sections) = sections {
-                unwinder.add_module(sections.module(&mapping));
-            }
-            mapped.push((mapping.start..mapping.end, sections.is_some()));
+            let known = match &self.files[&mapping.identity] {
+                Some(sections) => {
+                    unwinder.add_module(sections.module(&mapping));
+                    MappedCode::Unwinds
+                }
+                None => MappedCode::NoUnwindInformation,
+            };
+            mapped.push((code, known));
         }
         ProcessModules {
             unwinder,
@@ -369,6 +393,9 @@ impl Unwinder {
 const PROCESS_GONE: &str = "the process had exited when its stack was unwound";
 /// How a stack that reached code outside every file the process maps ends.
 const OUTSIDE_FILES: &str = "an address outside every file the process maps";
+/// How a stack that reached a file that could not be opened when its process's maps were read
+/// ends.
+const UNOPENED_FILE: &str = "a file the tracer could not open";
 /// How a stack that reached a file with neither `.eh_frame` nor `.debug_frame` ends.
 const NO_UNWIND_INFORMATION: &str = "a file with no unwind information (.eh_frame, .debug_frame)";
 
@@ -487,8 +514,8 @@ mod tests {
     }
 
     /// A reading of a process's maps that left out the file a frame is in (taken as the
-    /// process mapped a thread's stack) is read again at once, once; a later reading short of
-    /// a file stands for `REREAD_AFTER`.
+    /// process mapped a thread's stack), or that could not open it, is read again at once,
+    /// once; a later reading short of a file stands for `REREAD_AFTER`, and says which.
     #[test]
     fn maps_read_short_of_a_frames_file_are_read_again_at_once_once() {
         let pid = std::process::id();
@@ -500,22 +527,34 @@ mod tests {
             bytes: vec![0; 64],
             top_hint: 0,
         };
-        let short_of_every_file = |reread| ProcessModules {
+        let short = |reread, mapped| ProcessModules {
             unwinder: native::ArchUnwinder::new(),
-            mapped: Vec::new(),
+            mapped,
             read_at: Instant::now(),
             gone: false,
             reread,
         };
+        let unopened = || {
+            let file = MappedCode::Unopened("/lib/libc.so.6".to_owned());
+            vec![(stack.ip..stack.ip + 1, file)]
+        };
         let mut unwinder = Unwinder::default();
-        unwinder.processes.insert(pid, short_of_every_file(false));
-        let (unwound, _) = unwinder.unwind(pid, &stack);
-        assert_eq!(unwound.frames.first(), Some(&stack.ip));
-        assert!(!unwound.end.starts_with(OUTSIDE_FILES), "{unwound:?}");
-        unwinder.processes.insert(pid, short_of_every_file(true));
+        for mapped in [Vec::new(), unopened()] {
+            unwinder.processes.insert(pid, short(false, mapped));
+            let (unwound, _) = unwinder.unwind(pid, &stack);
+            assert_eq!(unwound.frames.first(), Some(&stack.ip));
+            assert!(!unwound.end.starts_with(OUTSIDE_FILES), "{unwound:?}");
+            assert!(!unwound.end.starts_with(UNOPENED_FILE), "{unwound:?}");
+        }
+        unwinder.processes.insert(pid, short(true, Vec::new()));
         let (unwound, _) = unwinder.unwind(pid, &stack);
         assert_eq!(unwound.frames, [stack.ip]);
         assert!(unwound.end.starts_with(OUTSIDE_FILES), "{unwound:?}");
+        unwinder.processes.insert(pid, short(true, unopened()));
+        let (unwound, _) = unwinder.unwind(pid, &stack);
+        assert_eq!(unwound.frames, [stack.ip]);
+        let end = format!("{UNOPENED_FILE} (/lib/libc.so.6, at {:#x})", stack.ip);
+        assert_eq!(unwound.end, end);
     }
 
     /// A stack's event goes before the first record written that names it, stamped with that
