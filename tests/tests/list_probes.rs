@@ -222,13 +222,10 @@ const STEP_GROUP: &str = "thrtrace_single_steps";
 
 /// The probes of musl's code that the kernel single-steps on its uncontended pairs, by kind:
 /// `pthread_rwlock_wrlock` calls `pthread_rwlock_trywrlock`, which returns
-/// `cas(...) ? EBUSY : 0` with no branch (its probe is on the `ret`); `sem_post` checks for
-/// waiters after its compare-and-exchange on a way the plan does not prove, and opens the call
-/// there. No instruction the kernel emulates comes before either.
-const MUSL_SINGLE_STEPS: [(&str, &str); 2] = [
-    ("rwlock", "pthread_rwlock_trywrlock+0x16"),
-    ("sem", "sem_post+0x50"),
-];
+/// `cas(...) ? EBUSY : 0` with no branch (its probe is on the `ret`). No instruction of it is
+/// one the kernel emulates, and a probe cannot tell the program's calls of it, which it must
+/// record, from `pthread_rwlock_wrlock`'s.
+const MUSL_SINGLE_STEPS: [(&str, &str); 1] = [("rwlock", "pthread_rwlock_trywrlock+0x16")];
 
 /// An uncontended mutex, rwlock or semaphore pair hits no probe the kernel single-steps (a
 /// second trap on every call, ~10 µs in a VM), in a process with one thread (glibc's own

@@ -342,6 +342,7 @@ pub fn plan(
             None => {
                 let processes = walk.complete_past_checks(&mut planned, &tails);
                 walk.complete_where_emulated(&mut planned, &tails);
+                walk.open_where_emulated(&mut planned, &tails);
                 return walk.sites(&planned, &processes);
             }
             Some(revision) => walk.revise(&mut planned, revision)?,
@@ -1386,7 +1387,7 @@ impl Walk {
                     outcome,
                     ..
                 } => {
-                    let (to, stores) = self.next_emulated(ip, outcome, planned, tails)?;
+                    let (to, stores) = self.next_emulated(ip, Some(outcome), planned, tails)?;
                     Some((ip, to, stores))
                 }
                 _ => None,
@@ -1394,6 +1395,29 @@ impl Walk {
             .collect();
         for (ip, to, stores) in moves {
             move_completion(planned, ip, to, Some(stores));
+        }
+    }
+
+    /// Moves each opening on every hit from an instruction the kernel single-steps on to the
+    /// first it emulates in the straight code that follows, where nothing else leads and a
+    /// register still holds the object (musl's `sem_post` opens its call on the test of its
+    /// waiters, before the branch on it): the call is opened a few instructions later, with
+    /// the same object, and the trap of the single step is saved on every such call.
+    fn open_where_emulated(&self, planned: &mut HashMap<u64, Planned>, tails: &HashMap<u64, Tail>) {
+        let holds_object = |ip: u64| {
+            let registers = self.object_masks.get(&ip).copied().unwrap_or(0);
+            slow_path::object_register_in(registers).is_some()
+                && self.nodes.get(&ip).is_some_and(|node| node.depth <= 0xff)
+        };
+        let moves: Vec<(u64, u64)> = planned
+            .iter()
+            .filter(|(_, p)| matches!(p, Planned::Opens))
+            .filter_map(|(&ip, _)| Some((ip, self.next_emulated(ip, None, planned, tails)?.0)))
+            .filter(|&(_, to)| holds_object(to))
+            .collect();
+        for (from, to) in moves {
+            planned.remove(&from);
+            planned.insert(to, Planned::Opens);
         }
     }
 
@@ -1408,15 +1432,18 @@ impl Walk {
         tails: &HashMap<u64, Tail>,
     ) -> bool {
         self.nodes.get(&ip).is_some_and(|n| n.emulated_by_kernel)
-            || self.next_emulated(ip, outcome, planned, tails).is_some()
+            || self
+                .next_emulated(ip, Some(outcome), planned, tails)
+                .is_some()
     }
 
     /// Whether the instruction at `ip` leaves alone what a completion after it reads: it
     /// writes no memory but the stack and the object's first word (the lock word, which no
-    /// record reports from the copy: a lock finds it free, an unlock's waiters come from an
-    /// atomic instruction's result), and not `rax`, where an atomic instruction's result may
-    /// be read from. A count or owner it stored would be in the copy, and counted again.
-    fn passes_unread(&self, ip: u64) -> bool {
+    /// completion reports from the copy: a lock finds it free, an unlock's waiters come from
+    /// an atomic instruction's result; an opening reads it, a semaphore's count, unless
+    /// `lock_word_unread`), and not `rax`, where an atomic instruction's result may be read
+    /// from. A count or owner it stored would be in the copy, and counted again.
+    fn passes_unread(&self, ip: u64, lock_word_unread: bool) -> bool {
         let instruction = &self.nodes[&ip].instruction;
         let object_registers = self.object_masks.get(&ip).copied().unwrap_or(0);
         let mut factory = InstructionInfoFactory::new();
@@ -1425,6 +1452,7 @@ impl Walk {
             memory.index() == Register::None
                 && memory.displacement() == 0
                 && object_registers & 1 << register_index(memory.base()) != 0
+                && lock_word_unread
         };
         let memory_unread = info.used_memory().iter().all(|memory| {
             !placement::writes(memory.access())
@@ -1437,15 +1465,15 @@ impl Walk {
         memory_unread && rax_kept
     }
 
-    /// From a single-stepped `ip` in a tail that returns `outcome`: the first instruction on
-    /// that the kernel emulates, if the way there goes straight on, each instruction reached
-    /// from the one before alone, none planned or atomic or calling, and none that changes
-    /// what the record reads ([`Walk::passes_unread`]); with whether the tail still stores
-    /// from there.
+    /// From a single-stepped `ip` (in a tail that returns `outcome`, for a completion; none
+    /// for an opening): the first instruction on that the kernel emulates, if the way there
+    /// goes straight on (in the same tail), each instruction reached from the one before
+    /// alone, none planned or atomic or calling, and none that changes what the record reads
+    /// ([`Walk::passes_unread`]); with whether the tail still stores from there.
     fn next_emulated(
         &self,
         ip: u64,
-        outcome: Outcome,
+        outcome: Option<Outcome>,
         planned: &HashMap<u64, Planned>,
         tails: &HashMap<u64, Tail>,
     ) -> Option<(u64, bool)> {
@@ -1458,16 +1486,18 @@ impl Walk {
             }
             if !matches!(node.end, End::Next)
                 || is_atomic(&node.instruction)
-                || !self.passes_unread(at)
+                || !self.passes_unread(at, outcome.is_some())
             {
                 return None;
             }
             let next = node.instruction.next_ip();
             let lands = self.nodes.get(&next)?;
-            let same_tail = matches!(
-                tails.get(&next),
-                Some(Tail::Returns { outcome: o, .. }) if *o == outcome
-            );
+            let same_tail = outcome.is_none_or(|outcome| {
+                matches!(
+                    tails.get(&next),
+                    Some(Tail::Returns { outcome: o, .. }) if *o == outcome
+                )
+            });
             if self.predecessors.get(&next) != Some(&1)
                 || planned.contains_key(&next)
                 || !lands.probed_by_kernel
@@ -2005,6 +2035,14 @@ mod tests {
     /// path passed on by a tail jump.
     const SEM_WAIT: &str =
         "534889fbe8e7f1ffff488b0385c07410488d50fff0480fb113750531c05bc3904889df5be907ffffff";
+    /// musl 1.2.3's `sem_post` (at 0x6c330): the compare-and-exchange loop, then (+0x50)
+    /// `test %esi,%esi; jne wake` on the waiters it read, `test %r8b,%r8b; jne wake`, and the
+    /// return of 0; the EOVERFLOW way calls `__errno_location`.
+    const MUSL_SEM_POST: [&str; 3] = [
+        "448b4f08eb20662e0f1f84000000000089d0c1e81f4189c08d4c020189d0f00fb10f39c2742a8b178b770481faffffff",
+        "7f75dd4883ec08e854f0faffc7004b000000b8ffffffff4883c408c30f1f400085f6750c4584c0750731c0c30f1f4000",
+        "31f64585c941b8ca000000ba01000000400f95c64c89c0c1e60783ce010f054883f8da75d44c89c04889d60f05ebca",
+    ];
     /// glibc 2.36's `pthread_mutex_lock`.
     const MUTEX_LOCK: [&str; 16] = [
         "8b471089c281e27f01000083e07c0f85ac000000534883ec1085d20f85a7000000448b0d989614004585c975638b7710",
@@ -2333,6 +2371,45 @@ mod tests {
                 completes(0x90de9, 8, ObjectRegister::Rbx, fast),
                 whole
             ])
+        );
+    }
+
+    /// musl's `sem_post` opens its call where it may wake a waiter, on the test of the
+    /// waiters it read (+0x50), which the kernel single-steps: the opening moves on to the
+    /// `jne` after it, which the kernel emulates, and reads the same object.
+    #[test]
+    fn an_opening_on_an_instruction_the_kernel_single_steps_moves_to_the_branch_after_it() {
+        let code = hex(&MUSL_SEM_POST.concat());
+        let site_at = |code: &[u8], offset: u64| {
+            let image = image(0x6c330, code);
+            let sites = plan(
+                &image,
+                0x6c330,
+                code.len() as u64,
+                &library(),
+                event("sema_post"),
+            );
+            let sites = sites.unwrap();
+            sites.iter().find(|s| s.offset == 0x6c330 + offset).copied()
+        };
+        let opens = Completion {
+            condition: Condition::Never,
+            opens_otherwise: true,
+            ..Completion::always(Outcome::Returns(0))
+        };
+        assert_eq!(site_at(&code, 0x50), None);
+        assert_eq!(
+            site_at(&code, 0x52),
+            Some(completes(0x6c382, 0, ObjectRegister::Rdi, opens))
+        );
+        // Were the semaphore's count stored on the way (`mov %esi,(%rdi)` for the test), the
+        // opening, whose record copies it, would stay before the store.
+        let mut stored = code.clone();
+        stored[0x50..0x52].copy_from_slice(&[0x89, 0x37]);
+        assert_eq!(site_at(&stored, 0x52), None);
+        assert_eq!(
+            site_at(&stored, 0x50),
+            Some(completes(0x6c380, 0, ObjectRegister::Rdi, opens))
         );
     }
 
