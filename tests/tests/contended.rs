@@ -478,9 +478,37 @@ fn min_wait_counts_the_shorter_waits_exactly_and_writes_the_longer_ones() {
         let said = format!("; {counted} waits shorter than {bound} counted, not written");
         assert!(run.stderr.contains(&said), "{said}: {}", run.stderr);
         let report = report_json(&dir, &["app.ptl"]);
+        let folded = run_tracer(dir.path(), &["report", "--format", "folded", "app.ptl"]);
+        assert!(folded.status.success(), "{bound}: {folded:?}");
+        let unrecorded = format!("[stack not recorded: waits under {bound} (--min-wait)]");
         for (object, waits) in expected {
             let address = format!("{:#x}", field::<u64>(first_line, object));
-            let lock = report_lock(&report, &address.into());
+            let lock = report_lock(&report, &address.clone().into());
+            // The profile holds every wait the report counts, short ones under their caller.
+            let name = lock["symbol"].as_str().unwrap_or(&address);
+            let leaf = format!("lock {name} ({})", lock["kind"].as_str().unwrap());
+            let profiled: Vec<(&str, u64)> = folded
+                .stdout
+                .lines()
+                .filter_map(|line| {
+                    let (stack, weight) = line.rsplit_once(' ')?;
+                    (stack.rsplit(';').next() == Some(leaf.as_str()))
+                        .then(|| (stack, weight.parse().unwrap()))
+                })
+                .collect();
+            let profiled_ns: u64 = profiled.iter().map(|(_, ns)| ns).sum();
+            assert_eq!(
+                profiled_ns, lock["wait_total_ns"],
+                "{bound} {object}: {}",
+                folded.stdout
+            );
+            assert!(
+                profiled
+                    .iter()
+                    .all(|(stack, _)| stack.contains(&unrecorded) == all_short),
+                "{bound} {object}: {}",
+                folded.stdout
+            );
             assert_eq!(lock["acquisitions"], waits, "{bound} {object}: {lock:#}");
             assert_eq!(lock["contended"], waits, "{bound} {object}: {lock:#}");
             let stacked: u64 = lock["waiting_stacks"]

@@ -308,6 +308,17 @@ pub struct StackStats {
     pub threads: HashMap<u32, ThreadWaits>,
 }
 
+impl StackStats {
+    /// `count` more waits by `lwpid`, `total_ns` in all.
+    fn add(&mut self, lwpid: u32, count: u64, total_ns: u64) {
+        self.count += count;
+        self.wait_total_ns += total_ns;
+        let thread = self.threads.entry(lwpid).or_default();
+        thread.count += count;
+        thread.wait_total_ns += total_ns;
+    }
+}
+
 /// One thread's share of a stack's waits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadWaits {
@@ -353,6 +364,10 @@ pub struct LockStats {
     /// none recorded).
     #[serde(skip)]
     pub waiting_stacks: HashMap<u32, StackStats>,
+    /// Its short waits (`short_waits`), whose stacks were not recorded, by caller address (0:
+    /// unknown).
+    #[serde(skip)]
+    pub short_waits_by_caller: HashMap<u64, StackStats>,
     /// Its contended waits by the call stack of the release (unlock, post) that ended them:
     /// the last release by another thread after the wait began. The time is the waits'.
     #[serde(skip)]
@@ -402,12 +417,7 @@ impl LockStats {
 
 /// One more wait of `ns` charged to `stack`, by `lwpid`.
 fn charge(stacks: &mut HashMap<u32, StackStats>, stack: u32, lwpid: u32, ns: u64) {
-    let stats = stacks.entry(stack).or_default();
-    stats.count += 1;
-    stats.wait_total_ns += ns;
-    let thread = stats.threads.entry(lwpid).or_default();
-    thread.count += 1;
-    thread.wait_total_ns += ns;
+    stacks.entry(stack).or_default().add(lwpid, 1, ns);
 }
 
 /// What a futex wait returns when its word no longer held the value it expected: it
@@ -794,6 +804,11 @@ impl Analysis {
         lock.short_waits.total_ns += tally.total_ns;
         lock.short_waits.below_ns = lock.short_waits.below_ns.max(tally.below_ns);
         lock.futex_used(|word| word.waited(lwpid));
+        lock.short_waits_by_caller.entry(caller).or_default().add(
+            lwpid,
+            tally.count,
+            tally.total_ns,
+        );
         let from = lock.callers.entry(caller).or_default();
         from.count += tally.count;
         from.wait_total_ns += tally.total_ns;
@@ -1347,6 +1362,7 @@ impl Analysis {
                 callers: HashMap::new(),
                 owners: HashMap::new(),
                 waiting_stacks: HashMap::new(),
+                short_waits_by_caller: HashMap::new(),
                 releasing_stacks: HashMap::new(),
                 first_waiting_stack: 0,
                 last_owner: None,
@@ -2050,6 +2066,15 @@ mod tests {
             stack_charges(&stats.waiting_stacks).len(),
             1,
             "the written wait's"
+        );
+        let by_caller = &stats.short_waits_by_caller[&0x400_002];
+        assert_eq!((by_caller.count, by_caller.wait_total_ns), (3, 30_000));
+        assert_eq!(
+            by_caller.threads[&2],
+            ThreadWaits {
+                count: 3,
+                wait_total_ns: 30_000
+            }
         );
         let threads = analysis.threads();
         assert_eq!(threads[0].calls["mutex"], 4);

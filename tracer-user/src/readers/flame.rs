@@ -17,7 +17,7 @@ use tracer_model::analysis::Analysis;
 use super::{
     ReadError,
     report::KindArg,
-    samples::{LockSamples, View},
+    samples::{LockSamples, StackSample, View},
 };
 use crate::{
     say::duration,
@@ -81,17 +81,16 @@ fn folded_stacks(samples: &[LockSamples<'_>]) -> BTreeMap<String, u64> {
     for lock in samples {
         let lock_frame = lock_frame(lock);
         for sample in &lock.stacks {
-            *stacks
-                .entry(folded_stack(&sample.frames, &lock_frame))
-                .or_default() += sample.delay_ns;
+            *stacks.entry(folded_stack(sample, &lock_frame)).or_default() += sample.delay_ns;
         }
     }
     stacks
 }
 
-/// `frames` (innermost first) folded root first, with `lock_frame` as the leaf.
-fn folded_stack(frames: &[Location], lock_frame: &str) -> String {
-    let mut folded: Vec<String> = frames.iter().rev().flat_map(frames_of).collect();
+/// `sample`'s frames folded root first, with `lock_frame` as the leaf.
+fn folded_stack(sample: &StackSample, lock_frame: &str) -> String {
+    let mut folded: Vec<String> = sample.frames.iter().rev().flat_map(frames_of).collect();
+    folded.extend(sample.unrecorded.clone());
     folded.push(lock_frame.to_owned());
     folded.join(";")
 }
@@ -289,16 +288,29 @@ mod tests {
             }],
             ..function("pthread_mutex_lock")
         };
-        let frames = [
+        let sample = |frames: Vec<Location>, unrecorded: Option<&str>| StackSample {
+            pid: 1,
+            frames,
+            unrecorded: unrecorded.map(str::to_owned),
+            delay_ns: 0,
+            threads: Vec::new(),
+        };
+        let frames = vec![
             waited,
             function("alpha_2"),
             function("alpha_1"),
             function("run"),
         ];
         assert_eq!(
-            folded_stack(&frames, "lock big_lock (mutex)"),
+            folded_stack(&sample(frames, None), "lock big_lock (mutex)"),
             "run;alpha_1;alpha_2;pthread_mutex_lock;lll_mutex_lock_optimized;\
              lock big_lock (mutex)"
+        );
+        // Short waits: their caller, and a frame saying the rest was not recorded.
+        let short = sample(vec![function("alpha_2")], Some("[stack not recorded]"));
+        assert_eq!(
+            folded_stack(&short, "lock big_lock (mutex)"),
+            "alpha_2;[stack not recorded];lock big_lock (mutex)"
         );
     }
 }

@@ -1,6 +1,7 @@
 //! `report --format pprof -o FILE`: the locks' contended waits as a pprof profile (gzipped
 //! `profile.proto`), as Go's contention profiles are: values `contentions/count` and
-//! `delay/nanoseconds`, one sample per lock, call stack and thread, labelled with the lock, its
+//! `delay/nanoseconds`, one sample per lock, call stack and thread (and per caller for waits
+//! shorter than `--min-wait`, whose stacks were not recorded), labelled with the lock, its
 //! kind, its process and the thread ([`Labels`]). The waiters view holds the stacks that
 //! waited (Go's block profile); the releasers view, the stacks of the releases that ended the
 //! waits (Go's mutex profile). The profiles pushed to Pyroscope are encoded here too, with
@@ -84,6 +85,7 @@ impl Names {
                 .waiting_stacks
                 .values()
                 .chain(lock.releasing_stacks.values())
+                .chain(lock.short_waits_by_caller.values())
                 .flat_map(|stats| stats.threads.keys());
             for &lwpid in threads {
                 if let Some(name) = analysis.thread_name(lwpid) {
@@ -150,11 +152,18 @@ pub fn encode(
             }
         };
         for sample in &lock.stacks {
-            let location_id: Vec<u64> = sample
-                .frames
-                .iter()
-                .enumerate()
-                .map(|(n, frame)| builder.location(sample.stack.pid, n == 0, frame, symbols))
+            let unrecorded = sample
+                .unrecorded
+                .as_ref()
+                .map(|name| builder.named_location(name));
+            // The first frame of a recorded stack is the probed instruction; a caller is a
+            // return address.
+            let location_id: Vec<u64> = unrecorded
+                .into_iter()
+                .chain(sample.frames.iter().enumerate().map(|(n, frame)| {
+                    let first = n == 0 && sample.unrecorded.is_none();
+                    builder.location(sample.pid, first, frame, symbols)
+                }))
                 .chain(root)
                 .collect();
             for &(lwpid, waits) in &sample.threads {

@@ -253,6 +253,7 @@ impl Sink for ContentionPush {
             | SystemKind::ThreadName { .. }
             | SystemKind::ProcessAttach { .. }
             | SystemKind::ProcessCgroup { .. }
+            | SystemKind::ShortWaits { .. }
             | SystemKind::Exec { .. } => interval.analysis.system_event(event),
             _ => {}
         }

@@ -1178,7 +1178,8 @@ pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
 }
 
 /// What names `lock`: its symbol, else where its first contended wait was called from (or,
-/// if that wait's stack was left out, the wait with the lowest stack id that has one).
+/// if that wait's stack was left out, the wait with the lowest stack id that has one, or the
+/// lowest caller of its waits shorter than `--min-wait`).
 pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> LockName {
     let caller = |id: u32| {
         stacks
@@ -1193,6 +1194,11 @@ pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> Lo
                 .keys()
                 .filter_map(|&id| Some((id, caller(id)?)));
             by_id.min().map(|(_, caller)| caller)
+        })
+        // Its waits all shorter than `--min-wait`: their callers alone are known.
+        .or_else(|| {
+            let short = lock.short_waits_by_caller.keys();
+            short.filter(|&&caller| caller != 0).min().copied()
         })
         .map(|caller| symbols.locate(lock.pid, caller));
     symbols.name_lock(lock.pid, lock.address, first_waited_at)
@@ -1468,6 +1474,7 @@ mod tests {
 
     use super::*;
     use crate::readers::samples::LockSamples;
+    use tracer_model::analysis::ThreadWaits;
 
     const MS: i64 = 1_000_000;
     const WAITED_ON: i64 = 0x7000;
@@ -1576,6 +1583,70 @@ mod tests {
         assert!(!table("sema").contains("0x7000"));
     }
 
+    /// Waits shorter than `--min-wait` are samples of the waiters view, one per caller, with
+    /// the caller's frame (none if unknown) under one that says the stack was not recorded.
+    #[test]
+    fn short_waits_are_samples_of_their_callers_under_a_frame_saying_so() {
+        let mut analysis = Analysis::new(true);
+        for (caller, waits, wait_total_ns) in [(0x4000, 3, 30_000), (0, 1, 7_000)] {
+            let kind = SystemKind::ShortWaits {
+                call: "mutex_lock".into(),
+                object: 0x7000,
+                caller,
+                waits,
+                wait_total_ns,
+                min_wait_ns: 1_000_000,
+            };
+            analysis.system_event(&SystemEvent::of_process(5, 100, 2, kind));
+        }
+        let stacks = Stacks::default();
+        let mut symbols = Symbols::new();
+        let all = KindArg { kind: None };
+        let samples = |view, symbols: &mut Symbols| {
+            contention_samples(analysis.locks(), symbols, &stacks, &all, view)
+        };
+        assert!(samples(View::Releasers, &mut symbols).is_empty());
+        let waiters = samples(View::Waiters, &mut symbols);
+        let unrecorded = "[stack not recorded: waits under 1ms (--min-wait)]";
+        let seen: Vec<_> = waiters[0]
+            .stacks
+            .iter()
+            .map(|sample| {
+                let frames: Vec<u64> = sample.frames.iter().map(|f| f.address).collect();
+                let threads = sample.threads.clone();
+                (
+                    frames,
+                    sample.unrecorded.as_deref(),
+                    sample.delay_ns,
+                    threads,
+                )
+            })
+            .collect();
+        let by = |count, wait_total_ns| {
+            vec![(
+                2,
+                ThreadWaits {
+                    count,
+                    wait_total_ns,
+                },
+            )]
+        };
+        assert_eq!(
+            seen,
+            [
+                (vec![], Some(unrecorded), 7_000, by(1, 7_000)),
+                (vec![0x4000], Some(unrecorded), 30_000, by(3, 30_000)),
+            ]
+        );
+        assert_eq!(
+            flame::folded(&waiters),
+            format!(
+                "{unrecorded};lock 0x7000 (mutex) 7000\n\
+                 [unknown];{unrecorded};lock 0x7000 (mutex) 30000\n"
+            )
+        );
+    }
+
     #[test]
     fn a_futex_words_waits_and_the_wakes_that_ended_them_are_samples_of_its_kind() {
         let analysis = futex_trace();
@@ -1613,7 +1684,7 @@ mod tests {
                             .iter()
                             .map(|(lwpid, waits)| (*lwpid, waits.count, waits.wait_total_ns))
                             .collect();
-                        let frames = sample.stack.frames.clone();
+                        let frames: Vec<u64> = sample.frames.iter().map(|f| f.address).collect();
                         (
                             lock.name.clone(),
                             lock.lock.kind,

@@ -3,8 +3,8 @@
 //! as protobuf to `URL/v1development/profiles`. A request holds each process that waited as a
 //! resource (`service.name`, `host.name`, `process.pid`, `process.executable.name`,
 //! `container.id`), with two profiles: `contentions` (waits) and `delay` (nanoseconds waited),
-//! whose samples are the waiters' stacks, each topped by the lock it waited on, as the
-//! Pyroscope push makes them.
+//! whose samples are the waiters' stacks (and the callers of waits shorter than `--min-wait`),
+//! each topped by the lock it waited on, as the Pyroscope push makes them.
 
 mod proto;
 
@@ -60,10 +60,18 @@ pub fn encode(
             let kind_attribute = builder.attribute("thrtrace.lock.kind", kind);
             let root = builder.named_location(&format!("lock {} ({kind})", lock.name));
             for sample in &lock.stacks {
-                let mut locations: Vec<i32> = sample
-                    .frames
-                    .iter()
-                    .map(|frame| builder.location(process.pid, frame, symbols))
+                let unrecorded = sample
+                    .unrecorded
+                    .as_ref()
+                    .map(|name| builder.named_location(name));
+                let mut locations: Vec<i32> = unrecorded
+                    .into_iter()
+                    .chain(
+                        sample
+                            .frames
+                            .iter()
+                            .map(|frame| builder.location(process.pid, frame, symbols)),
+                    )
                     .collect();
                 locations.push(root);
                 let stack = builder.stack(locations);
