@@ -62,9 +62,10 @@ fn ten_thousand_threads_under_a_256_descriptor_limit_lose_nothing() {
     let dir = TempDir::new("many-threads");
     let files = trace_many_threads(dir.path(), 10_000, &[]);
     // A file per low-12-bit thread id: 10,000 thread ids span more than 4,096 values, though
-    // other processes may take some of them (the suite runs tests side by side), so nearly
-    // every name is used; far more files than the 256 descriptors can hold open at once.
-    assert!(files > 4_000, "{files} files");
+    // other processes take some of them (the suite runs tests and builds side by side: one
+    // CI run left the workload 3,878 of them), so most names are used; far more files than
+    // the 256 descriptors can hold open at once.
+    assert!(files > 2_000, "{files} files");
 }
 
 #[test]
