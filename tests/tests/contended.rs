@@ -480,7 +480,7 @@ fn min_wait_counts_the_shorter_waits_exactly_and_writes_the_longer_ones() {
         let report = report_json(&dir, &["app.ptl"]);
         let folded = run_tracer(dir.path(), &["report", "--format", "folded", "app.ptl"]);
         assert!(folded.status.success(), "{bound}: {folded:?}");
-        let unrecorded = format!("[stack not recorded: waits under {bound} (--min-wait)]");
+        let unrecorded = format!("[stack not recorded: waits under {bound}, --min-wait]");
         for (object, waits) in expected {
             let address = format!("{:#x}", field::<u64>(first_line, object));
             let lock = report_lock(&report, &address.clone().into());

@@ -1607,7 +1607,7 @@ mod tests {
         };
         assert!(samples(View::Releasers, &mut symbols).is_empty());
         let waiters = samples(View::Waiters, &mut symbols);
-        let unrecorded = "[stack not recorded: waits under 1ms (--min-wait)]";
+        let unrecorded = "[stack not recorded: waits under 1ms, --min-wait]";
         let seen: Vec<_> = waiters[0]
             .stacks
             .iter()

@@ -133,7 +133,7 @@ fn short_wait_samples<'a>(
         .collect();
     callers.sort_unstable_by_key(|&(caller, _)| caller);
     let unrecorded = format!(
-        "[stack not recorded: waits under {} (--min-wait)]",
+        "[stack not recorded: waits under {}, --min-wait]",
         humantime::format_duration(Duration::from_nanos(lock.short_waits.below_ns))
     );
     callers.into_iter().map(move |(caller, stats)| StackSample {
