@@ -895,18 +895,32 @@ pub fn read_line(reader: &mut impl BufRead) -> String {
 }
 
 /// Reads a system-wide tracer's lines until the one that says the workloads' C library (the
-/// host's libc.so.6) is probed, and returns it: other files are probed before it in no set
-/// order (a static program of the host's, another test's container). Panics with the lines
-/// read if the tracer ends first.
+/// host's libc.so.6, the file this process maps) is probed, and returns it: other files are
+/// probed before it in no set order (a static program of the host's, another test's container,
+/// whose copy of libc.so.6 may be at the same path). Panics with the lines read if the tracer
+/// ends first.
 pub fn until_the_hosts_libc_is_traced(stderr: &mut impl BufRead) -> String {
+    // The one this process maps, by its inode: another test's container-like process has a
+    // copy of its own at the same path, in its own mount namespace.
+    let maps = fs::read_to_string("/proc/self/maps").unwrap();
+    let hosts = maps
+        .lines()
+        .filter_map(|line| line.split_ascii_whitespace().nth(5))
+        .find(|path| path.ends_with("/libc.so.6"))
+        .expect("this process maps no libc.so.6");
+    let inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(hosts).unwrap());
+    let said = (
+        format!("tracing every process that maps {hosts} ("),
+        format!(", inode {inode}): "),
+    );
     let mut read = String::new();
     loop {
         let line = read_line(stderr);
         assert!(
             !line.is_empty(),
-            "the tracer ended before probing libc.so.6:\n{read}"
+            "the tracer ended before probing {hosts}:\n{read}"
         );
-        if line.contains("tracing every process that maps") && line.contains("/libc.so.6 (") {
+        if line.contains(&said.0) && line.contains(&said.1) {
             return line;
         }
         read.push_str(&line);
