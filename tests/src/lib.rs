@@ -1259,6 +1259,22 @@ pub fn report_lock_named<'a>(report: &'a Value, symbol: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no lock {symbol} in {report:#}"))
 }
 
+/// The lines of a folded profile (`report --format folded`) that end at the JSON report's
+/// `lock`, named by `address` (as the report writes it) where it has no symbol: each stack
+/// and the nanoseconds its waits lasted.
+pub fn folded_waits_of<'a>(folded: &'a str, lock: &Value, address: &str) -> Vec<(&'a str, u64)> {
+    let name = lock["symbol"].as_str().unwrap_or(address);
+    let leaf = format!("lock {name} ({})", lock["kind"].as_str().unwrap());
+    folded
+        .lines()
+        .filter_map(|line| {
+            let (stack, weight) = line.rsplit_once(' ')?;
+            (stack.rsplit(';').next() == Some(leaf.as_str()))
+                .then(|| (stack, weight.parse().unwrap()))
+        })
+        .collect()
+}
+
 /// The lock at `address` (as the report writes it) in a JSON report; panics if it has none.
 pub fn report_lock<'a>(report: &'a Value, address: &Value) -> &'a Value {
     report_row(report, "locks", address)

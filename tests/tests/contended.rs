@@ -13,9 +13,9 @@ use std::{collections::HashMap, io::Write, process::Command};
 use tracer_common::Which;
 
 use thrtrace_tests::{
-    TempDir, bpf_available, codes, every_libc, field, is_musl, line_of, read_trace, report_json,
-    report_lock, run_tracer, start_told, start_tracer, system_events, thread_records, workload,
-    workload_arg,
+    TempDir, bpf_available, codes, every_libc, field, folded_waits_of, is_musl, line_of,
+    read_trace, report_json, report_lock, run_tracer, start_told, start_tracer, system_events,
+    thread_records, workload, workload_arg,
 };
 use tracer_model::{
     TraceRecord,
@@ -485,17 +485,7 @@ fn min_wait_counts_the_shorter_waits_exactly_and_writes_the_longer_ones() {
             let address = format!("{:#x}", field::<u64>(first_line, object));
             let lock = report_lock(&report, &address.clone().into());
             // The profile holds every wait the report counts, short ones under their caller.
-            let name = lock["symbol"].as_str().unwrap_or(&address);
-            let leaf = format!("lock {name} ({})", lock["kind"].as_str().unwrap());
-            let profiled: Vec<(&str, u64)> = folded
-                .stdout
-                .lines()
-                .filter_map(|line| {
-                    let (stack, weight) = line.rsplit_once(' ')?;
-                    (stack.rsplit(';').next() == Some(leaf.as_str()))
-                        .then(|| (stack, weight.parse().unwrap()))
-                })
-                .collect();
+            let profiled = folded_waits_of(&folded.stdout, lock, &address);
             let profiled_ns: u64 = profiled.iter().map(|(_, ns)| ns).sum();
             assert_eq!(
                 profiled_ns, lock["wait_total_ns"],

@@ -10,14 +10,18 @@
 //! every record carries its whole stack, and a wait 100 frames deep, 50 KiB of stack, is named
 //! frame by frame down to its thread's start.
 
-use std::{collections::HashMap, io::Read};
+use std::{
+    collections::HashMap,
+    io::{Read, Write as _},
+    process::Command,
+};
 
 use serde_json::Value;
 use thrtrace_tests::{
     Gated, Run, TempDir, bpf_available, build_analyzer, build_id_of, ctl_ok, debug_file_path,
-    every_libc, field, is_musl, report_json, report_lock_named, run_tracer, signal, skips,
-    stack_functions, start_tracer, succeeded, summary_count, trace_contended_mutexes,
-    trace_launched, unique_name, workload, workload_arg,
+    every_libc, field, folded_waits_of, is_musl, report_json, report_lock_named, run_tracer,
+    signal, skips, stack_functions, start_told, start_tracer, succeeded, summary_count,
+    trace_contended_mutexes, trace_launched, unique_name, workload, workload_arg,
 };
 use tracer_common::{Category, Which};
 use tracer_model::{
@@ -594,6 +598,83 @@ fn a_share_short_of_whole_stacks_is_said_alike_by_the_summary_and_the_report() {
         "{share}: {}",
         report.stdout
     );
+}
+
+/// A tracer stopped while the contention workload blocks on each of its locks, its rings so
+/// small that most records come without their stacks: the profile still holds every wait the
+/// report counts, those whose stacks were left out weighed onto the recorded stacks through
+/// their caller (or under a frame that says so), and the report says how many there were.
+#[test]
+fn waits_whose_stacks_were_left_out_weigh_on_the_profile_all_the_same() {
+    if !bpf_available("stacks_left_out_weighed") {
+        return;
+    }
+    let dir = TempDir::new("stacks-left-out");
+    let mut contention = Command::new(workload("contention"));
+    // Three rounds of two waiters, locks held 20 ms, no other calls, started by a line.
+    contention.args(["3", "20", "2", "0", "1"]);
+    let (mut child, mut stdin, _stdout, _addresses) = start_told(&mut contention);
+    let log = dir.path().join("app.ptl");
+    let name = unique_name("stacks-left-out");
+    let options = [
+        "--contended",
+        "--buffer-kib",
+        "4",
+        "--log",
+        log.to_str().unwrap(),
+        "--name",
+        &name,
+    ];
+    let (mut tracer, _stderr) = start_tracer(dir.path(), &[child.id()], &options);
+    ctl_ok(&[&name, "status"]);
+    signal(tracer.id(), "-STOP");
+    writeln!(stdin.take().unwrap(), "go").unwrap();
+    assert!(child.wait().unwrap().success());
+    signal(tracer.id(), "-CONT");
+    assert!(tracer.wait().unwrap().success());
+    let (records, stacks) = records_and_stacks(&dir);
+    let waits = ["mutex_lock", "sema_wait", "rw_rdlock", "rw_wrlock"];
+    let left_out = records
+        .iter()
+        .filter(|r| waits.iter().any(|name| r.is(name, Which::Entry)))
+        .filter(|r| stacks.get(&r.stack).is_some_and(|(frames, _)| *frames == 0))
+        .count();
+    assert!(left_out > 0, "no wait's stack left out: {records:?}");
+    let report = report_json(&dir, &["app.ptl"]);
+    let folded = run_tracer(dir.path(), &["report", "--format", "folded", "app.ptl"]);
+    assert!(folded.status.success(), "{folded:?}");
+    assert!(
+        folded
+            .stderr
+            .contains("were left out (the tracer was behind)"),
+        "{}",
+        folded.stderr
+    );
+    let locks: Vec<&Value> = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|lock| {
+            ["first", "second", "sem", "rw"].contains(&lock["symbol"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert!(
+        locks
+            .iter()
+            .any(|lock| lock["stacks_left_out"]["count"].as_u64() > Some(0)),
+        "{report:#}"
+    );
+    for lock in locks {
+        let profiled: u64 = folded_waits_of(&folded.stdout, lock, "")
+            .iter()
+            .map(|(_, ns)| ns)
+            .sum();
+        assert_eq!(
+            profiled, lock["wait_total_ns"],
+            "{lock:#}: {}",
+            folded.stdout
+        );
+    }
 }
 
 #[test]

@@ -361,17 +361,26 @@ pub struct LockStats {
     #[serde(skip)]
     pub owners: HashMap<u32, OwnerStats>,
     /// Its contended waits by the call stack they waited with (`TraceRecord::stack`; 0:
-    /// none recorded).
+    /// none recorded), but for those whose stack was left out (`left_out_waiting`).
     #[serde(skip)]
     pub waiting_stacks: HashMap<u32, StackStats>,
+    /// Its contended waits whose stack was left out (the tracer was behind: the record came
+    /// without it), by caller address (0: unknown).
+    #[serde(skip)]
+    pub left_out_waiting: HashMap<u64, StackStats>,
     /// Its short waits (`short_waits`), whose stacks were not recorded, by caller address (0:
     /// unknown).
     #[serde(skip)]
     pub short_waits_by_caller: HashMap<u64, StackStats>,
     /// Its contended waits by the call stack of the release (unlock, post) that ended them:
-    /// the last release by another thread after the wait began. The time is the waits'.
+    /// the last release by another thread after the wait began. The time is the waits'. But
+    /// for those whose release's stack was left out (`left_out_releasing`).
     #[serde(skip)]
     pub releasing_stacks: HashMap<u32, StackStats>,
+    /// Its contended waits ended by a release whose stack was left out, by the release's
+    /// caller address (0: unknown).
+    #[serde(skip)]
+    pub left_out_releasing: HashMap<u64, StackStats>,
     /// The stack its first contended wait waited with (0: none): where a lock that is no
     /// global variable is named from.
     #[serde(skip)]
@@ -385,16 +394,26 @@ pub struct LockStats {
 
 impl LockStats {
     /// One more contended wait of `ns` by `lwpid`, charged to the stack it waited with.
-    fn waited_with(&mut self, stack: u32, lwpid: u32, ns: u64) {
-        if self.first_waiting_stack == 0 {
-            self.first_waiting_stack = stack;
+    fn waited_with(&mut self, stack: StackOf, lwpid: u32, ns: u64) {
+        match stack {
+            StackOf::Recorded(id) => {
+                if self.first_waiting_stack == 0 {
+                    self.first_waiting_stack = id;
+                }
+                charge(&mut self.waiting_stacks, id, lwpid, ns);
+            }
+            StackOf::LeftOut { caller } => charge(&mut self.left_out_waiting, caller, lwpid, ns),
         }
-        charge(&mut self.waiting_stacks, stack, lwpid, ns);
     }
 
     /// One more contended wait of `ns`, ended by a release `lwpid` made with `stack`.
-    fn released_by(&mut self, stack: u32, lwpid: u32, ns: u64) {
-        charge(&mut self.releasing_stacks, stack, lwpid, ns);
+    fn released_by(&mut self, stack: StackOf, lwpid: u32, ns: u64) {
+        match stack {
+            StackOf::Recorded(id) => charge(&mut self.releasing_stacks, id, lwpid, ns),
+            StackOf::LeftOut { caller } => {
+                charge(&mut self.left_out_releasing, caller, lwpid, ns);
+            }
+        }
     }
 
     /// Whether reports list it: a futex word that was only woken, never waited on (a
@@ -415,9 +434,25 @@ impl LockStats {
     }
 }
 
-/// One more wait of `ns` charged to `stack`, by `lwpid`.
-fn charge(stacks: &mut HashMap<u32, StackStats>, stack: u32, lwpid: u32, ns: u64) {
-    stacks.entry(stack).or_default().add(lwpid, 1, ns);
+/// One more wait of `ns` charged to `key` (a stack, or a caller), by `lwpid`.
+fn charge<K: std::hash::Hash + Eq>(
+    stacks: &mut HashMap<K, StackStats>,
+    key: K,
+    lwpid: u32,
+    ns: u64,
+) {
+    stacks.entry(key).or_default().add(lwpid, 1, ns);
+}
+
+/// What a wait or a release is charged to: the call stack its record named, or, where that
+/// stack was left out, its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StackOf {
+    /// The stack's id (0: none was asked for).
+    Recorded(u32),
+    LeftOut {
+        caller: u64,
+    },
 }
 
 /// What a futex wait returns when its word no longer held the value it expected: it
@@ -525,6 +560,7 @@ impl Pending {
 struct Release {
     lwpid: u32,
     stack: u32,
+    caller: u64,
     ns: i64,
 }
 
@@ -673,6 +709,8 @@ pub struct Analysis {
     futex_pairs: FutexPairs,
     /// Each thread's name (comm), with its process.
     names: HashMap<u32, (u32, String)>,
+    /// The stacks, by process and id, that records named where their copy was left out.
+    left_out_stacks: HashSet<(u32, u32)>,
     /// The ids of the threads of processes in PID namespaces of their own, there.
     namespace_ids: NamespaceIds,
     /// Each traced process's executable, as it was attached or last exec'd, by pid.
@@ -753,6 +791,9 @@ impl Analysis {
                 self.cgroups.insert(event.pid, cgroup);
             }
             SystemKind::Deadlock { .. } => self.recorded_deadlocks.push(event.clone()),
+            SystemKind::Stack { id, frames, .. } if frames.is_empty() => {
+                self.left_out_stacks.insert((event.pid, *id));
+            }
             SystemKind::ShortWaits {
                 call,
                 object,
@@ -1030,6 +1071,14 @@ impl Analysis {
         }
     }
 
+    /// What a record of process `pid` that named `stack`, called from `caller`, is charged to.
+    fn stack_of(&self, pid: u32, stack: u32, caller: u64) -> StackOf {
+        match self.left_out_stacks.contains(&(pid, stack)) {
+            true => StackOf::LeftOut { caller },
+            false => StackOf::Recorded(stack),
+        }
+    }
+
     /// A wait of `waiter` on `call`'s object that blocked `wait` ns: charged to the stack it
     /// waited with and to that of the release that ended it (statistics only).
     fn charge_stacks(&mut self, call: &Pending, waiter: u32, wait: u64) {
@@ -1040,11 +1089,12 @@ impl Analysis {
             .last_releases
             .get(&(call.pid, call.object))
             .filter(|r| r.lwpid != waiter && r.ns >= call.entry_ns)
-            .map(|r| (r.stack, r.lwpid));
+            .map(|r| (self.stack_of(call.pid, r.stack, r.caller), r.lwpid));
+        let waited = self.stack_of(call.pid, call.stack, call.caller);
         let Some(lock) = self.locks.get_mut(&(call.pid, call.object)) else {
             return;
         };
-        lock.waited_with(call.stack, waiter, wait);
+        lock.waited_with(waited, waiter, wait);
         if let Some((stack, lwpid)) = released {
             lock.released_by(stack, lwpid, wait);
         }
@@ -1078,6 +1128,7 @@ impl Analysis {
             let release = Release {
                 lwpid: record.lwpid,
                 stack: record.stack,
+                caller: record.caller,
                 ns: now,
             };
             self.last_releases.insert((record.pid, object), release);
@@ -1134,10 +1185,11 @@ impl Analysis {
         let result = value(Field::Rval) as i32;
         let contended = result != EAGAIN;
         let waited_on = (pid, object, record.caller);
+        let stack = self.stack_of(pid, record.stack, record.caller);
         if let Some(lock) = self.waited(waited_on, LockKind::Futex, wait.ns()) {
             lock.contended += u64::from(contended);
             if contended {
-                lock.waited_with(record.stack, record.lwpid, wait.ns());
+                lock.waited_with(stack, record.lwpid, wait.ns());
                 lock.futex_used(|word| word.waited(record.lwpid));
             }
         }
@@ -1177,6 +1229,7 @@ impl Analysis {
             begin_ns: now.saturating_sub(value(Field::ElapsedNs).max(0)),
             end_ns: now,
             stack: record.stack,
+            caller: record.caller,
             woken,
         };
         for wait in self.futex_pairs.wake((pid, object), wake) {
@@ -1196,10 +1249,11 @@ impl Analysis {
                 stack: wake.stack,
             });
         }
+        let stack = self.stack_of(pid, wake.stack, wake.caller);
         if self.stats
             && let Some(lock) = self.locks.get_mut(&(pid, object))
         {
-            lock.released_by(wake.stack, wake.lwpid, wait.ns());
+            lock.released_by(stack, wake.lwpid, wait.ns());
             let owner = lock.owners.entry(wake.lwpid).or_default();
             owner.count += 1;
             owner.wait_total_ns += wait.ns();
@@ -1362,8 +1416,10 @@ impl Analysis {
                 callers: HashMap::new(),
                 owners: HashMap::new(),
                 waiting_stacks: HashMap::new(),
+                left_out_waiting: HashMap::new(),
                 short_waits_by_caller: HashMap::new(),
                 releasing_stacks: HashMap::new(),
+                left_out_releasing: HashMap::new(),
                 first_waiting_stack: 0,
                 last_owner: None,
                 futex_use: FutexUse::default(),
@@ -1510,6 +1566,7 @@ impl Analysis {
         self.holders.retain(|&(p, _), _| p != pid);
         self.wakers.retain(|&(p, _), _| p != pid);
         self.last_releases.retain(|&(p, _), _| p != pid);
+        self.left_out_stacks.retain(|&(p, _)| p != pid);
         self.futex_pairs.process_exited(pid);
         self.namespace_ids.process_exited(pid);
         if let Some(order) = self.order.as_mut() {

@@ -41,6 +41,8 @@ pub struct FutexWake {
     pub end_ns: i64,
     /// Its call stack (0: none).
     pub stack: u32,
+    /// Where it was called from (0: unknown).
+    pub caller: u64,
     /// Waiters it woke not yet paired with a wait.
     pub woken: u64,
 }
@@ -231,6 +233,7 @@ mod tests {
             begin_ns,
             end_ns,
             stack: lwpid,
+            caller: 0,
             woken,
         }
     }

@@ -21,7 +21,7 @@ use tracer_model::analysis::{Analysis, LockStats, ProcessCgroup};
 
 use super::{
     OutputFile, ReadError,
-    samples::{LockSamples, View},
+    samples::{LockSamples, View, left_out_note},
 };
 use crate::{
     sinks::output_dir::{FileKind, head},
@@ -86,6 +86,8 @@ impl Names {
                 .values()
                 .chain(lock.releasing_stacks.values())
                 .chain(lock.short_waits_by_caller.values())
+                .chain(lock.left_out_waiting.values())
+                .chain(lock.left_out_releasing.values())
                 .flat_map(|stats| stats.threads.keys());
             for &lwpid in threads {
                 if let Some(name) = analysis.thread_name(lwpid) {
@@ -182,7 +184,7 @@ pub fn encode(
             }
         }
     }
-    let profile = builder.finish(span, view);
+    let profile = builder.finish(span, view, left_out_note(samples, view));
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(&profile.encode_to_vec())?;
     gzip.finish()
@@ -369,7 +371,7 @@ impl Builder {
     }
 
     /// The profile, with its value types, period and comment.
-    fn finish(mut self, span: Span, view: View) -> proto::Profile {
+    fn finish(mut self, span: Span, view: View, left_out: Option<String>) -> proto::Profile {
         // pprof takes the first mapping for the program's own (its name heads every view):
         // a program is mapped below the libraries it loads, PIE or not.
         self.profile.mapping.sort_by_key(|m| m.memory_start);
@@ -390,7 +392,10 @@ impl Builder {
             self.value_type("delay", "nanoseconds"),
         ];
         let period_type = Some(self.value_type("contentions", "count"));
-        let comment = vec![self.string(comment(view))];
+        let comment = std::iter::once(comment(view).to_owned())
+            .chain(left_out)
+            .map(|text| self.string(&text))
+            .collect();
         proto::Profile {
             sample_type,
             period_type,

@@ -254,6 +254,7 @@ impl Sink for ContentionPush {
             | SystemKind::ProcessAttach { .. }
             | SystemKind::ProcessCgroup { .. }
             | SystemKind::ShortWaits { .. }
+            | SystemKind::Stack { .. }
             | SystemKind::Exec { .. } => interval.analysis.system_event(event),
             _ => {}
         }

@@ -149,8 +149,9 @@ fn feed_log(
                 stacks.count_record(record.stack);
                 analysis.record(&record);
             }
-            Event::System(event) if stacks.take(&event) => {}
+            // A stack event tells the analysis too which stacks were left out.
             Event::System(event) => {
+                stacks.take(&event);
                 take_system_event(&event, analysis, |pid, mapping| {
                     symbols.add_mapping(pid, mapping);
                 });
@@ -304,6 +305,10 @@ struct LockRow {
     /// or holder is known of them (absent when there were none).
     #[serde(skip_serializing_if = "Option::is_none")]
     short_waits: Option<ShortWaits>,
+    /// Its contended waits whose stacks were left out (the tracer was behind): in the figures,
+    /// in no "waited from" row (absent when there were none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stacks_left_out: Option<LeftOutWaits>,
     /// Whether its kind's holds are recorded: a futex word's are not, so neither its hold
     /// times nor its owner changes are known.
     #[serde(skip)]
@@ -929,6 +934,19 @@ impl Report {
                     duration(short.total_ns)
                 );
             }
+            if let Some(left_out) = &lock.stacks_left_out {
+                let shown = match lock.waiting_stacks.is_empty() {
+                    true => "under their callers",
+                    false => "on the stacks below through their callers",
+                };
+                let _ = writeln!(
+                    out,
+                    "    {}, {}, came without their stacks (the tracer was behind): profiles \
+                     weigh them {shown}",
+                    crate::say::counted(left_out.count, "wait"),
+                    duration(left_out.total_ns)
+                );
+            }
             for (what, rows) in [
                 ("waited from", &lock.waiting_stacks),
                 ("released by", &lock.releasing_stacks),
@@ -1178,8 +1196,8 @@ pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
 }
 
 /// What names `lock`: its symbol, else where its first contended wait was called from (or,
-/// if that wait's stack was left out, the wait with the lowest stack id that has one, or the
-/// lowest caller of its waits shorter than `--min-wait`).
+/// if that wait's stack has no frame, the wait with the lowest stack id that has one, or the
+/// lowest caller of its waits shorter than `--min-wait` or whose stacks were left out).
 pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> LockName {
     let caller = |id: u32| {
         stacks
@@ -1195,10 +1213,12 @@ pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> Lo
                 .filter_map(|&id| Some((id, caller(id)?)));
             by_id.min().map(|(_, caller)| caller)
         })
-        // Its waits all shorter than `--min-wait`: their callers alone are known.
+        // Its waits all shorter than `--min-wait`, or their stacks left out: their callers
+        // alone are known.
         .or_else(|| {
-            let short = lock.short_waits_by_caller.keys();
-            short.filter(|&&caller| caller != 0).min().copied()
+            let callers = lock.short_waits_by_caller.keys();
+            let callers = callers.chain(lock.left_out_waiting.keys());
+            callers.filter(|&&caller| caller != 0).min().copied()
         })
         .map(|caller| symbols.locate(lock.pid, caller));
     symbols.name_lock(lock.pid, lock.address, first_waited_at)
@@ -1271,6 +1291,7 @@ fn lock_row(
         name: lock_name(lock, symbols, stacks),
         kind: lock.kind.name(),
         short_waits: (lock.short_waits.count > 0).then_some(lock.short_waits),
+        stacks_left_out: LeftOutWaits::of(lock),
         holds_recorded: lock.kind.holds_recorded(),
         acquisitions: lock.acquisitions,
         contended: lock.contended,
@@ -1288,6 +1309,24 @@ fn lock_row(
         owners,
         waiting_stacks: stack_rows(lock, &lock.waiting_stacks, analysis, stacks, symbols),
         releasing_stacks: stack_rows(lock, &lock.releasing_stacks, analysis, stacks, symbols),
+    }
+}
+
+/// A lock's contended waits whose stacks were left out.
+#[derive(Serialize)]
+struct LeftOutWaits {
+    count: u64,
+    total_ns: u64,
+}
+
+impl LeftOutWaits {
+    /// Those of `lock`, if any.
+    fn of(lock: &LockStats) -> Option<LeftOutWaits> {
+        let waits = lock.left_out_waiting.values();
+        let (count, total_ns) = waits.fold((0, 0), |(count, ns), stats| {
+            (count + stats.count, ns + stats.wait_total_ns)
+        });
+        (count > 0).then_some(LeftOutWaits { count, total_ns })
     }
 }
 
@@ -1644,6 +1683,93 @@ mod tests {
                 "{unrecorded};lock 0x7000 (mutex) 7000\n\
                  [unknown];{unrecorded};lock 0x7000 (mutex) 30000\n"
             )
+        );
+    }
+
+    /// Waits whose stacks were left out weigh on the recorded stacks through their caller, in
+    /// proportion to the waits and time each holds, each thread's as its own; a caller no
+    /// recorded stack passes through is a sample of its own, under a frame that says so. The
+    /// profile's totals are every wait's, and its summary says how many were left out.
+    #[test]
+    fn waits_whose_stacks_were_left_out_weigh_on_the_recorded_stacks_through_their_caller() {
+        let mut analysis = Analysis::new(true);
+        let mut stacks = Stacks::default();
+        let recorded = [
+            (1, vec![0x1000, 0x2000, 0x5000]),
+            (2, vec![0x1000, 0x2000, 0x6000]),
+        ];
+        for (id, frames) in recorded.into_iter().chain([(3, vec![])]) {
+            let end = match frames.is_empty() {
+                true => "left out".to_owned(),
+                false => String::new(),
+            };
+            let kind = SystemKind::Stack { id, frames, end };
+            let event = SystemEvent::of_process(0, 100, 0, kind);
+            stacks.take(&event);
+            analysis.system_event(&event);
+        }
+        let wait = |lwpid, ms, waited_ms, stack, caller| {
+            let fields = [
+                (Field::Arg(1), WAITED_ON),
+                (Field::ElapsedNs, waited_ms * MS),
+                (Field::Rval, 0),
+            ];
+            TraceRecord {
+                stack,
+                caller,
+                ..futex(lwpid, "futex_wait", ms, fields)
+            }
+        };
+        for record in [
+            wait(1, 100, 10, 1, 0x2000),
+            wait(1, 200, 30, 2, 0x2000),
+            wait(2, 300, 8, 3, 0x2000),
+            wait(2, 400, 3, 3, 0x9000),
+        ] {
+            analysis.record(&record);
+        }
+        let all = KindArg { kind: None };
+        let mut symbols = Symbols::new();
+        let waiters =
+            contention_samples(analysis.locks(), &mut symbols, &stacks, &all, View::Waiters);
+        let seen: Vec<_> = waiters[0]
+            .stacks
+            .iter()
+            .map(|sample| {
+                let frames: Vec<u64> = sample.frames.iter().map(|f| f.address).collect();
+                let threads: Vec<(u32, u64, u64)> = sample
+                    .threads
+                    .iter()
+                    .map(|(lwpid, waits)| (*lwpid, waits.count, waits.wait_total_ns / MS as u64))
+                    .collect();
+                (frames, sample.unrecorded.as_deref(), threads)
+            })
+            .collect();
+        // Thread 2's 8 ms from 0x2000 go 10:30 to the stacks through it, its one wait to the
+        // first (the counts are even, the first takes the odd one).
+        let left_out = "[stack left out: the tracer was behind, see --buffer-kib]";
+        assert_eq!(
+            seen,
+            [
+                (
+                    vec![0x1000, 0x2000, 0x5000],
+                    None,
+                    vec![(1, 1, 10), (2, 1, 2)]
+                ),
+                (
+                    vec![0x1000, 0x2000, 0x6000],
+                    None,
+                    vec![(1, 1, 30), (2, 0, 6)]
+                ),
+                (vec![0x9000], Some(left_out), vec![(2, 1, 3)]),
+            ]
+        );
+        let delays: Vec<u64> = waiters[0].stacks.iter().map(|s| s.delay_ns).collect();
+        assert_eq!(delays, [12 * MS as u64, 36 * MS as u64, 3 * MS as u64]);
+        assert_eq!(
+            summary(&waiters, View::Waiters, &all, None),
+            "3 samples (waiters view) on 1 lock; the stacks of 2 of 4 waits were left out (the \
+             tracer was behind): they are weighed onto the recorded stacks through their callers"
         );
     }
 

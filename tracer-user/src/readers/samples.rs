@@ -42,6 +42,15 @@ impl View {
         }
         .iter()
     }
+
+    /// `lock`'s waits in this view whose stacks were left out, by caller.
+    pub fn left_out(self, lock: &LockStats) -> impl Iterator<Item = (&u64, &StackStats)> {
+        match self {
+            View::Waiters => &lock.left_out_waiting,
+            View::Releasers => &lock.left_out_releasing,
+        }
+        .iter()
+    }
 }
 
 /// A lock's samples.
@@ -49,8 +58,9 @@ pub struct LockSamples<'a> {
     pub lock: &'a LockStats,
     /// What names it: its symbol, else its address.
     pub name: String,
-    /// One per call stack, by stack id; then, in the waiters view, one per caller of its
-    /// waits shorter than `--min-wait`, by address.
+    /// One per call stack, by stack id; then one per caller of waits whose stacks were left
+    /// out that no recorded stack passes through, and, in the waiters view, one per caller of
+    /// its waits shorter than `--min-wait`, by address.
     pub stacks: Vec<StackSample>,
 }
 
@@ -60,8 +70,9 @@ pub struct StackSample {
     pub pid: u32,
     /// Symbolized, innermost first.
     pub frames: Vec<Location>,
-    /// For waits shorter than `--min-wait`, whose stacks were not recorded (`frames` is their
-    /// caller alone), the frame that stands for the rest, innermost: it says so.
+    /// For waits whose stacks were not recorded (shorter than `--min-wait`, or left out;
+    /// `frames` is their caller alone), the frame that stands for the rest, innermost: it says
+    /// so.
     pub unrecorded: Option<String>,
     /// Nanoseconds they lasted, in total.
     pub delay_ns: u64,
@@ -70,7 +81,9 @@ pub struct StackSample {
 }
 
 /// The samples of `locks` of `kinds` that have stacks in `view` (or, in the waiters view,
-/// waits shorter than `--min-wait`), by process and address.
+/// waits shorter than `--min-wait`), by process and address. Waits whose stacks were left out
+/// (the tracer was behind) are weighed onto the recorded stacks of their caller
+/// (`weigh_left_out`), so that every total stays the report's.
 pub fn contention_samples<'a>(
     locks: impl IntoIterator<Item = &'a LockStats>,
     symbols: &mut Symbols,
@@ -101,8 +114,16 @@ pub fn contention_samples<'a>(
                     threads: by_thread(stats),
                 })
                 .collect();
+            let unweighed = weigh_left_out(&mut samples, view.left_out(lock));
+            let unweighed = unweighed.into_iter();
+            samples.extend(caller_samples(lock, unweighed, LEFT_OUT_FRAME, symbols));
             if view == View::Waiters {
-                samples.extend(short_wait_samples(lock, symbols));
+                let short = lock.short_waits_by_caller.iter();
+                let unrecorded = format!(
+                    "[stack not recorded: waits under {}, --min-wait]",
+                    humantime::format_duration(Duration::from_nanos(lock.short_waits.below_ns))
+                );
+                samples.extend(caller_samples(lock, short, &unrecorded, symbols));
             }
             if samples.is_empty() {
                 return None;
@@ -119,33 +140,119 @@ pub fn contention_samples<'a>(
         .collect()
 }
 
-/// The waits of `lock` shorter than `--min-wait`, a sample per caller: their stacks were not
-/// recorded, and a frame says so above the caller, so that the profile's totals stay the
+/// The frame that stands for the stack of waits whose record came without it.
+const LEFT_OUT_FRAME: &str = "[stack left out: the tracer was behind, see --buffer-kib]";
+
+/// Waits of `lock` whose stacks were not recorded, `by_caller`, a sample per caller: a frame
+/// that says so, `unrecorded`, above the caller, so that the profile's totals stay the
 /// report's.
-fn short_wait_samples<'a>(
-    lock: &'a LockStats,
-    symbols: &'a mut Symbols,
-) -> impl Iterator<Item = StackSample> + 'a {
-    let mut callers: Vec<(u64, &StackStats)> = lock
-        .short_waits_by_caller
-        .iter()
-        .map(|(&caller, stats)| (caller, stats))
-        .collect();
+fn caller_samples<'a>(
+    lock: &LockStats,
+    by_caller: impl Iterator<Item = (&'a u64, &'a StackStats)>,
+    unrecorded: &str,
+    symbols: &mut Symbols,
+) -> Vec<StackSample> {
+    let mut callers: Vec<(u64, &StackStats)> =
+        by_caller.map(|(&caller, stats)| (caller, stats)).collect();
     callers.sort_unstable_by_key(|&(caller, _)| caller);
-    let unrecorded = format!(
-        "[stack not recorded: waits under {}, --min-wait]",
-        humantime::format_duration(Duration::from_nanos(lock.short_waits.below_ns))
-    );
-    callers.into_iter().map(move |(caller, stats)| StackSample {
-        pid: lock.pid,
-        frames: match caller {
-            0 => Vec::new(),
-            _ => vec![symbols.locate(lock.pid, caller)],
-        },
-        unrecorded: Some(unrecorded.clone()),
-        delay_ns: stats.wait_total_ns,
-        threads: by_thread(stats),
-    })
+    callers
+        .into_iter()
+        .map(|(caller, stats)| StackSample {
+            pid: lock.pid,
+            frames: match caller {
+                0 => Vec::new(),
+                _ => vec![symbols.locate(lock.pid, caller)],
+            },
+            unrecorded: Some(unrecorded.to_owned()),
+            delay_ns: stats.wait_total_ns,
+            threads: by_thread(stats),
+        })
+        .collect()
+}
+
+/// Weighs the waits whose stacks were left out, by caller, onto the `samples` of recorded
+/// stacks that pass through that caller, in proportion to the waits and time each holds, each
+/// thread's onto the same thread's share (Go's profiles scale their samples the same way):
+/// the stacks stand for the waits the tracer could not copy theirs for. Returns the callers
+/// no recorded stack passes through.
+fn weigh_left_out<'a>(
+    samples: &mut [StackSample],
+    left_out: impl Iterator<Item = (&'a u64, &'a StackStats)>,
+) -> Vec<(&'a u64, &'a StackStats)> {
+    let mut unweighed = Vec::new();
+    let mut callers: Vec<(&u64, &StackStats)> = left_out.collect();
+    callers.sort_unstable_by_key(|&(caller, _)| *caller);
+    for (caller, stats) in callers {
+        // Past the probed instruction: the frames its caller's return address may be.
+        let through: Vec<usize> = (0..samples.len())
+            .filter(|&i| {
+                let frames = samples[i].frames.iter().skip(1);
+                *caller != 0 && frames.map(|f| f.address).any(|a| a == *caller)
+            })
+            .collect();
+        if through.is_empty() {
+            unweighed.push((caller, stats));
+            continue;
+        }
+        let counts: Vec<u64> = through.iter().map(|&i| samples[i].count()).collect();
+        let times: Vec<u64> = through.iter().map(|&i| samples[i].delay_ns).collect();
+        for (lwpid, waits) in by_thread(stats) {
+            let shares = apportion(waits.count, &counts)
+                .into_iter()
+                .zip(apportion(waits.wait_total_ns, &times));
+            for (&i, (count, ns)) in through.iter().zip(shares) {
+                samples[i].add(
+                    lwpid,
+                    ThreadWaits {
+                        count,
+                        wait_total_ns: ns,
+                    },
+                );
+            }
+        }
+    }
+    unweighed
+}
+
+/// `total` in whole units, split in proportion to `weights` (all 0: evenly): each its share
+/// rounded down, the units left over one each to the largest remainders, so that the parts add
+/// up to `total`.
+fn apportion(total: u64, weights: &[u64]) -> Vec<u64> {
+    let even = weights.iter().all(|&w| w == 0);
+    let weight = |w: u64| u128::from(if even { 1 } else { w });
+    let sum: u128 = weights.iter().map(|&w| weight(w)).sum();
+    let exact = |w: u64| u128::from(total) * weight(w);
+    let mut parts: Vec<u64> = weights.iter().map(|&w| (exact(w) / sum) as u64).collect();
+    let mut by_remainder: Vec<usize> = (0..weights.len()).collect();
+    by_remainder.sort_by_key(|&i| std::cmp::Reverse(exact(weights[i]) % sum));
+    let left = total - parts.iter().sum::<u64>();
+    for &i in by_remainder.iter().cycle().take(left as usize) {
+        parts[i] += 1;
+    }
+    parts
+}
+
+impl StackSample {
+    /// How many waits it stands for.
+    fn count(&self) -> u64 {
+        self.threads.iter().map(|(_, waits)| waits.count).sum()
+    }
+
+    /// `waits` more, by `lwpid`.
+    fn add(&mut self, lwpid: u32, waits: ThreadWaits) {
+        if waits == ThreadWaits::default() {
+            return;
+        }
+        self.delay_ns += waits.wait_total_ns;
+        match self.threads.binary_search_by_key(&lwpid, |&(t, _)| t) {
+            Ok(i) => {
+                let thread = &mut self.threads[i].1;
+                thread.count += waits.count;
+                thread.wait_total_ns += waits.wait_total_ns;
+            }
+            Err(i) => self.threads.insert(i, (lwpid, waits)),
+        }
+    }
 }
 
 /// `stats`' waits by thread, by thread id.
@@ -154,6 +261,27 @@ fn by_thread(stats: &StackStats) -> Vec<(u32, ThreadWaits)> {
         stats.threads.iter().map(|(&t, &w)| (t, w)).collect();
     threads.sort_unstable_by_key(|&(lwpid, _)| lwpid);
     threads
+}
+
+/// What a profile of `samples` says of the waits whose stacks were left out, if any: how many
+/// of how many, and how they are shown.
+pub fn left_out_note(samples: &[LockSamples<'_>], view: View) -> Option<String> {
+    let left_out: u64 = samples
+        .iter()
+        .flat_map(|lock| view.left_out(lock.lock))
+        .map(|(_, stats)| stats.count)
+        .sum();
+    let all: u64 = samples
+        .iter()
+        .flat_map(|lock| lock.stacks.iter())
+        .map(StackSample::count)
+        .sum();
+    (left_out > 0).then(|| {
+        format!(
+            "the stacks of {left_out} of {all} waits were left out (the tracer was behind): \
+             they are weighed onto the recorded stacks through their callers"
+        )
+    })
 }
 
 /// What a command that wrote `samples` of `view`, of the `kinds` asked for, says it did: `N
@@ -174,6 +302,9 @@ pub fn summary(
     );
     if let Some(path) = path {
         summary += &format!(" in {}", path.display());
+    }
+    if let Some(left_out) = left_out_note(samples, view) {
+        summary += &format!("; {left_out}");
     }
     if count == 0 {
         summary += match kinds.kind {
