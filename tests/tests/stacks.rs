@@ -570,7 +570,8 @@ fn ten_threads_contending_a_mutex_each_record_with_its_whole_stack() {
 
 /// A tracer stopped while its target runs, its rings small: the stacks left out as a ring
 /// passes half full (named so in the log) are counted, and the summary's share of whole stacks
-/// is the log's, which `report` prints under its header.
+/// is the log's, which `report` prints under its header and `info` beside the records left
+/// without theirs.
 #[test]
 fn a_share_short_of_whole_stacks_is_said_alike_by_the_summary_and_the_report() {
     if !bpf_available("stacks_short_of_whole") {
@@ -597,6 +598,16 @@ fn a_share_short_of_whole_stacks_is_said_alike_by_the_summary_and_the_report() {
         report.stdout.lines().any(|line| line == under_header),
         "{share}: {}",
         report.stdout
+    );
+    let info = run_tracer(dir.path(), &["info", "app.ptl"]);
+    let figures = share.strip_prefix("call stacks: ").unwrap();
+    let line = format!(
+        "call stacks:     {figures}; {left_out} records without theirs (the tracer was behind)"
+    );
+    assert!(
+        info.stdout.lines().any(|l| l == line),
+        "{line}: {}",
+        info.stdout
     );
 }
 

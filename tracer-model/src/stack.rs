@@ -52,23 +52,27 @@ impl StackShare {
     pub fn is_complete(&self) -> bool {
         self.whole == self.records
     }
-}
 
-/// "call stacks: 24330 of 24530 whole, to their thread's start (99.1%)". The percentage is
-/// rounded down, so that 100% means every one.
-impl std::fmt::Display for StackShare {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    /// "24330 of 24530 whole, to their thread's start (99.1%)". The percentage is rounded
+    /// down, so that 100% means every one.
+    pub fn figures(&self) -> String {
         let tenths = (self.whole * 1000)
             .checked_div(self.records)
             .unwrap_or(1000);
-        write!(
-            f,
-            "call stacks: {} of {} whole, to their thread's start ({}.{}%)",
+        format!(
+            "{} of {} whole, to their thread's start ({}.{}%)",
             self.whole,
             self.records,
             tenths / 10,
             tenths % 10
         )
+    }
+}
+
+/// "call stacks: 24330 of 24530 whole, to their thread's start (99.1%)".
+impl std::fmt::Display for StackShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "call stacks: {}", self.figures())
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::{Value as Json, json};
 use tracer_model::{
     event::{Event, SystemKind},
     log::{LogError, LogReader},
+    stack::Stacks,
 };
 
 use super::{ReadError, timestamp};
@@ -41,6 +42,10 @@ struct Summary {
     lwpids: BTreeSet<u32>,
     /// Events lost, by where (the overflow events' counts).
     lost: BTreeMap<&'static str, u64>,
+    /// The call stacks records named, and the share of them whole.
+    stacks: Stacks,
+    /// Records that came without the stack they were to carry (the tracer was behind).
+    stacks_left_out: u64,
 }
 
 impl Summary {
@@ -56,11 +61,16 @@ impl Summary {
             summary.last_ns = Some(summary.last_ns.map_or(time_ns, |t| t.max(time_ns)));
             match event {
                 Event::Thread(record) => {
+                    summary.stacks.count_record(record.stack);
+                    let stack = summary.stacks.get(record.stack);
+                    summary.stacks_left_out +=
+                        u64::from(stack.is_some_and(|s| s.frames.is_empty()));
                     summary.thread_events += 1;
                     summary.pids.insert(record.pid);
                     summary.lwpids.insert(record.lwpid);
                 }
                 Event::System(system) => {
+                    summary.stacks.take(&system);
                     summary.system_events += 1;
                     if let SystemKind::Overflow { lost, source, .. } = system.kind {
                         *summary.lost.entry(source.name()).or_default() += lost;
@@ -146,6 +156,17 @@ impl Summary {
             lost.join(", ")
         };
         writeln!(out, "lost:            {lost}{kernel}")?;
+        let share = self.stacks.share();
+        if share.records > 0 {
+            let left_out = match self.stacks_left_out {
+                0 => String::new(),
+                n => format!(
+                    "; {} without theirs (the tracer was behind)",
+                    counted(n, "record")
+                ),
+            };
+            writeln!(out, "call stacks:     {}{left_out}", share.figures())?;
+        }
         writeln!(out, "event types:")?;
         writeln!(out, "  {:>7}  {:>12}  name (category)", "id", "events")?;
         for event_type in &metadata.event_types {
@@ -194,6 +215,8 @@ impl Summary {
             "first_ns": self.first_ns,
             "last_ns": self.last_ns,
             "lost": self.lost,
+            "call_stacks": self.stacks.share(),
+            "stacks_left_out": self.stacks_left_out,
             "event_types": event_types,
         })
     }
