@@ -1260,10 +1260,13 @@ pub fn report_lock_named<'a>(report: &'a Value, symbol: &str) -> &'a Value {
 }
 
 /// The lines of a folded profile (`report --format folded`) that end at the JSON report's
-/// `lock`, named by `address` (as the report writes it) where it has no symbol: each stack
-/// and the nanoseconds its waits lasted.
-pub fn folded_waits_of<'a>(folded: &'a str, lock: &Value, address: &str) -> Vec<(&'a str, u64)> {
-    let name = lock["symbol"].as_str().unwrap_or(address);
+/// `lock` (named by its symbol, else its address): each stack and the nanoseconds its waits
+/// lasted.
+pub fn folded_waits_of<'a>(folded: &'a str, lock: &Value) -> Vec<(&'a str, u64)> {
+    let name = lock["symbol"]
+        .as_str()
+        .or(lock["address"].as_str())
+        .unwrap();
     let leaf = format!("lock {name} ({})", lock["kind"].as_str().unwrap());
     folded
         .lines()

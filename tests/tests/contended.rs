@@ -485,7 +485,7 @@ fn min_wait_counts_the_shorter_waits_exactly_and_writes_the_longer_ones() {
             let address = format!("{:#x}", field::<u64>(first_line, object));
             let lock = report_lock(&report, &address.clone().into());
             // The profile holds every wait the report counts, short ones under their caller.
-            let profiled = folded_waits_of(&folded.stdout, lock, &address);
+            let profiled = folded_waits_of(&folded.stdout, lock);
             let profiled_ns: u64 = profiled.iter().map(|(_, ns)| ns).sum();
             assert_eq!(
                 profiled_ns, lock["wait_total_ns"],

@@ -450,9 +450,8 @@ fn charge<K: std::hash::Hash + Eq>(
 enum StackOf {
     /// The stack's id (0: none was asked for).
     Recorded(u32),
-    LeftOut {
-        caller: u64,
-    },
+    /// The record came without its stack (the tracer was behind): where it was called from.
+    LeftOut { caller: u64 },
 }
 
 /// What a futex wait returns when its word no longer held the value it expected: it
@@ -756,7 +755,8 @@ impl Analysis {
     }
 
     /// What a system event says of the trace: how it was taken, a thread's name (comm), a
-    /// process's executable, a deadlock the tracer found.
+    /// process's executable, a deadlock the tracer found, a stack that records name but was
+    /// left out.
     pub fn system_event(&mut self, event: &SystemEvent) {
         match &event.kind {
             SystemKind::Start { contended, .. } => self.contended_only |= *contended,

@@ -935,14 +935,11 @@ impl Report {
                 );
             }
             if let Some(left_out) = &lock.stacks_left_out {
-                let shown = match lock.waiting_stacks.is_empty() {
-                    true => "under their callers",
-                    false => "on the stacks below through their callers",
-                };
                 let _ = writeln!(
                     out,
                     "    {}, {}, came without their stacks (the tracer was behind): profiles \
-                     weigh them {shown}",
+                     weigh them onto the recorded stacks through their callers, or else put \
+                     them under their callers",
                     crate::say::counted(left_out.count, "wait"),
                     duration(left_out.total_ns)
                 );
@@ -1196,8 +1193,8 @@ pub fn stack_frames(stack: &Stack, symbols: &mut Symbols) -> Vec<Location> {
 }
 
 /// What names `lock`: its symbol, else where its first contended wait was called from (or,
-/// if that wait's stack has no frame, the wait with the lowest stack id that has one, or the
-/// lowest caller of its waits shorter than `--min-wait` or whose stacks were left out).
+/// if that wait's stack has no caller frame, the wait with the lowest stack id that has one, or
+/// the lowest caller of its waits shorter than `--min-wait` or whose stacks were left out).
 pub fn lock_name(lock: &LockStats, symbols: &mut Symbols, stacks: &Stacks) -> LockName {
     let caller = |id: u32| {
         stacks
@@ -1697,6 +1694,7 @@ mod tests {
         let recorded = [
             (1, vec![0x1000, 0x2000, 0x5000]),
             (2, vec![0x1000, 0x2000, 0x6000]),
+            (4, vec![0x1000, 0x3000, 0x7000]),
         ];
         for (id, frames) in recorded.into_iter().chain([(3, vec![])]) {
             let end = match frames.is_empty() {
@@ -1723,6 +1721,7 @@ mod tests {
         for record in [
             wait(1, 100, 10, 1, 0x2000),
             wait(1, 200, 30, 2, 0x2000),
+            wait(3, 250, 5, 4, 0x3000),
             wait(2, 300, 8, 3, 0x2000),
             wait(2, 400, 3, 3, 0x9000),
         ] {
@@ -1745,8 +1744,9 @@ mod tests {
                 (frames, sample.unrecorded.as_deref(), threads)
             })
             .collect();
-        // Thread 2's 8 ms from 0x2000 go 10:30 to the stacks through it, its one wait to the
-        // first (the counts are even, the first takes the odd one).
+        // Thread 2's 8 ms from 0x2000 go 10:30 to the two stacks through it (not to the one
+        // through 0x3000), its one wait to the second (the counts are even: a unit goes to the
+        // part whose share it ends).
         let left_out = "[stack left out: the tracer was behind, see --buffer-kib]";
         assert_eq!(
             seen,
@@ -1754,22 +1754,24 @@ mod tests {
                 (
                     vec![0x1000, 0x2000, 0x5000],
                     None,
-                    vec![(1, 1, 10), (2, 1, 2)]
+                    vec![(1, 1, 10), (2, 0, 2)]
                 ),
                 (
                     vec![0x1000, 0x2000, 0x6000],
                     None,
-                    vec![(1, 1, 30), (2, 0, 6)]
+                    vec![(1, 1, 30), (2, 1, 6)]
                 ),
+                (vec![0x1000, 0x3000, 0x7000], None, vec![(3, 1, 5)]),
                 (vec![0x9000], Some(left_out), vec![(2, 1, 3)]),
             ]
         );
         let delays: Vec<u64> = waiters[0].stacks.iter().map(|s| s.delay_ns).collect();
-        assert_eq!(delays, [12 * MS as u64, 36 * MS as u64, 3 * MS as u64]);
+        assert_eq!(delays, [12, 36, 5, 3].map(|ms| ms * MS as u64));
         assert_eq!(
             summary(&waiters, View::Waiters, &all, None),
-            "3 samples (waiters view) on 1 lock; the stacks of 2 of 4 waits were left out (the \
-             tracer was behind): they are weighed onto the recorded stacks through their callers"
+            "4 samples (waiters view) on 1 lock; the stacks of 2 of 5 waits were left out (the \
+             tracer was behind): weighed onto the recorded stacks through their callers, or \
+             else under their callers"
         );
     }
 

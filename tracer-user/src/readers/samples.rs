@@ -44,7 +44,7 @@ impl View {
     }
 
     /// `lock`'s waits in this view whose stacks were left out, by caller.
-    pub fn left_out(self, lock: &LockStats) -> impl Iterator<Item = (&u64, &StackStats)> {
+    fn left_out(self, lock: &LockStats) -> impl Iterator<Item = (&u64, &StackStats)> {
         match self {
             View::Waiters => &lock.left_out_waiting,
             View::Releasers => &lock.left_out_releasing,
@@ -171,65 +171,86 @@ fn caller_samples<'a>(
 }
 
 /// Weighs the waits whose stacks were left out, by caller, onto the `samples` of recorded
-/// stacks that pass through that caller, in proportion to the waits and time each holds, each
-/// thread's onto the same thread's share (Go's profiles scale their samples the same way):
-/// the stacks stand for the waits the tracer could not copy theirs for. Returns the callers
-/// no recorded stack passes through.
+/// stacks that pass through that caller, in proportion to the waits and time each recorded
+/// stack holds: the stacks stand for the waits the tracer could not copy theirs for, and the
+/// profile's totals stay the report's. Each thread's waits go to that thread's share of the
+/// stacks. Returns the callers no recorded stack passes through.
 fn weigh_left_out<'a>(
     samples: &mut [StackSample],
     left_out: impl Iterator<Item = (&'a u64, &'a StackStats)>,
 ) -> Vec<(&'a u64, &'a StackStats)> {
+    // What each recorded stack holds of its own, before any caller's waits are weighed on.
+    let counts: Vec<u64> = samples.iter().map(StackSample::count).collect();
+    let times: Vec<u64> = samples.iter().map(|sample| sample.delay_ns).collect();
     let mut unweighed = Vec::new();
     let mut callers: Vec<(&u64, &StackStats)> = left_out.collect();
     callers.sort_unstable_by_key(|&(caller, _)| *caller);
     for (caller, stats) in callers {
-        // Past the probed instruction: the frames its caller's return address may be.
-        let through: Vec<usize> = (0..samples.len())
-            .filter(|&i| {
-                let frames = samples[i].frames.iter().skip(1);
-                *caller != 0 && frames.map(|f| f.address).any(|a| a == *caller)
-            })
-            .collect();
+        // Any frame: a futex record's caller is its probed instruction, frame 0.
+        let through: Vec<usize> = match *caller {
+            0 => Vec::new(),
+            address => (0..samples.len())
+                .filter(|&i| samples[i].frames.iter().any(|f| f.address == address))
+                .collect(),
+        };
         if through.is_empty() {
             unweighed.push((caller, stats));
             continue;
         }
-        let counts: Vec<u64> = through.iter().map(|&i| samples[i].count()).collect();
-        let times: Vec<u64> = through.iter().map(|&i| samples[i].delay_ns).collect();
-        for (lwpid, waits) in by_thread(stats) {
-            let shares = apportion(waits.count, &counts)
-                .into_iter()
-                .zip(apportion(waits.wait_total_ns, &times));
-            for (&i, (count, ns)) in through.iter().zip(shares) {
-                samples[i].add(
-                    lwpid,
-                    ThreadWaits {
-                        count,
-                        wait_total_ns: ns,
-                    },
-                );
+        let threads = by_thread(stats);
+        let by_stack = |of: fn(&ThreadWaits) -> u64, weights: &[u64]| {
+            let weights: Vec<u64> = through.iter().map(|&i| weights[i]).collect();
+            let units: Vec<u64> = threads.iter().map(|(_, waits)| of(waits)).collect();
+            split(&units, &weights)
+        };
+        let count_shares = by_stack(|waits| waits.count, &counts);
+        let time_shares = by_stack(|waits| waits.wait_total_ns, &times);
+        for (t, &(lwpid, _)) in threads.iter().enumerate() {
+            for (s, &i) in through.iter().enumerate() {
+                let waits = ThreadWaits {
+                    count: count_shares[t][s],
+                    wait_total_ns: time_shares[t][s],
+                };
+                samples[i].add(lwpid, waits);
             }
         }
     }
     unweighed
 }
 
-/// `total` in whole units, split in proportion to `weights` (all 0: evenly): each its share
-/// rounded down, the units left over one each to the largest remainders, so that the parts add
-/// up to `total`.
-fn apportion(total: u64, weights: &[u64]) -> Vec<u64> {
+/// Splits `units` (each thread's, in order) over parts of `weights` (all 0: even): the units
+/// laid end to end, thread after thread, and cut where each part's share of them all ends
+/// (rounded down). Each part gets its share to within one unit, each thread exactly its own
+/// units. By thread, then part.
+fn split(units: &[u64], weights: &[u64]) -> Vec<Vec<u64>> {
     let even = weights.iter().all(|&w| w == 0);
     let weight = |w: u64| u128::from(if even { 1 } else { w });
     let sum: u128 = weights.iter().map(|&w| weight(w)).sum();
-    let exact = |w: u64| u128::from(total) * weight(w);
-    let mut parts: Vec<u64> = weights.iter().map(|&w| (exact(w) / sum) as u64).collect();
-    let mut by_remainder: Vec<usize> = (0..weights.len()).collect();
-    by_remainder.sort_by_key(|&i| std::cmp::Reverse(exact(weights[i]) % sum));
-    let left = total - parts.iter().sum::<u64>();
-    for &i in by_remainder.iter().cycle().take(left as usize) {
-        parts[i] += 1;
-    }
-    parts
+    let total = u128::from(units.iter().sum::<u64>());
+    let mut before = 0;
+    let ends: Vec<u64> = weights
+        .iter()
+        .map(|&w| {
+            before += weight(w);
+            (total * before / sum) as u64
+        })
+        .collect();
+    let mut start = 0;
+    units
+        .iter()
+        .map(|&n| {
+            let (from, to) = (start, start + n);
+            start = to;
+            let mut part_start = 0;
+            ends.iter()
+                .map(|&part_end| {
+                    let share = to.min(part_end).saturating_sub(from.max(part_start));
+                    part_start = part_end;
+                    share
+                })
+                .collect()
+        })
+        .collect()
 }
 
 impl StackSample {
@@ -276,10 +297,16 @@ pub fn left_out_note(samples: &[LockSamples<'_>], view: View) -> Option<String> 
         .flat_map(|lock| lock.stacks.iter())
         .map(StackSample::count)
         .sum();
+    let whose = match view {
+        View::Waiters => format!("the stacks of {left_out} of {all} waits"),
+        View::Releasers => {
+            format!("the stacks of the releases that ended {left_out} of {all} waits")
+        }
+    };
     (left_out > 0).then(|| {
         format!(
-            "the stacks of {left_out} of {all} waits were left out (the tracer was behind): \
-             they are weighed onto the recorded stacks through their callers"
+            "{whose} were left out (the tracer was behind): weighed onto the recorded stacks \
+             through their callers, or else under their callers"
         )
     })
 }
@@ -316,4 +343,24 @@ pub fn summary(
         };
     }
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many threads' single units over even parts go half to each, not all to the first; each
+    /// thread's units add up to its own, each part's to its share.
+    #[test]
+    fn units_split_thread_after_thread_at_each_parts_share() {
+        let eight = split(&[1; 8], &[1, 1]);
+        assert!(eight.iter().all(|parts| parts.iter().sum::<u64>() == 1));
+        let by_part: Vec<u64> = (0..2).map(|p| eight.iter().map(|t| t[p]).sum()).collect();
+        assert_eq!(by_part, [4, 4]);
+        assert_eq!(
+            split(&[8_000, 2], &[10, 30]),
+            [vec![2_000, 6_000], vec![0, 2]]
+        );
+        assert_eq!(split(&[3], &[0, 0, 0]), [vec![1, 1, 1]]);
+    }
 }
