@@ -109,6 +109,8 @@ struct FileSections {
     debug_frame: Option<Arc<[u8]>>,
     text: Option<Range<u64>>,
     got: Option<Range<u64>>,
+    /// The file's entry point (0: none): a program's `_start`, where its main thread begins.
+    entry: u64,
 }
 
 impl FileSections {
@@ -158,6 +160,7 @@ impl FileSections {
             debug_frame: section(".debug_frame").map(|(_, data)| cfi(data, Section::DebugFrame)),
             text: range(".text"),
             got: range(".got"),
+            entry: file.entry(),
         };
         (sections.eh_frame.is_some() || sections.debug_frame.is_some()).then_some(sections)
     }
@@ -175,8 +178,23 @@ impl FileSections {
             debug_frame: self.debug_frame.clone(),
             ..ExplicitModuleSectionInfo::default()
         };
-        let bias = mapping.start.wrapping_sub(self.code_address);
-        Module::new(mapping.path.clone(), mapping.start..mapping.end, bias, info)
+        Module::new(
+            mapping.path.clone(),
+            mapping.start..mapping.end,
+            self.bias(mapping),
+            info,
+        )
+    }
+
+    /// What is added to the file's addresses where it is mapped at `mapping`.
+    fn bias(&self, mapping: &MappedFile) -> u64 {
+        mapping.start.wrapping_sub(self.code_address)
+    }
+
+    /// Where the file's entry point is, mapped at `mapping`, if it is in that mapping.
+    fn entry_at(&self, mapping: &MappedFile) -> Option<u64> {
+        let entry = self.bias(mapping).wrapping_add(self.entry);
+        (self.entry != 0 && (mapping.start..mapping.end).contains(&entry)).then_some(entry)
     }
 }
 
@@ -191,6 +209,25 @@ struct ProcessModules {
     /// Whether these maps were read again for an address in no file they showed, or in one
     /// that could not be opened.
     reread: bool,
+    /// The entry points of the files mapped: a program's `_start`, where its main thread
+    /// begins.
+    entries: Vec<u64>,
+}
+
+/// How far past a program's entry point the return address of its first call lies: `_start`
+/// calls the C library's start within a few dozen bytes (glibc's x86-64 one returns to +0x21,
+/// musl's to +0x16).
+const ENTRY_CALL_REACH: u64 = 64;
+
+impl ProcessModules {
+    /// Whether `frame` is a return address into a program's entry point: the main thread's
+    /// first frame, below which there is no caller. musl's `_start` has no unwind information,
+    /// so the unwind fails there rather than ending.
+    fn is_thread_start(&self, frame: u64) -> bool {
+        self.entries
+            .iter()
+            .any(|&entry| (entry + 1..=entry + ENTRY_CALL_REACH).contains(&frame))
+    }
 }
 
 /// What the unwinder has of a file a process maps.
@@ -310,6 +347,14 @@ impl Unwinder {
                     unwound.end = format!("a frame's address {address:#x} is below the stack");
                     return stopped(unwound);
                 }
+                Err(_)
+                    if unwound
+                        .frames
+                        .last()
+                        .is_some_and(|&f| process.is_thread_start(f)) =>
+                {
+                    return (unwound, reach(true));
+                }
                 Err(error) => {
                     unwound.end = format!("unwinding failed: {error}");
                     return stopped(unwound);
@@ -354,6 +399,7 @@ impl Unwinder {
     fn read_modules(&mut self, pid: u32) -> ProcessModules {
         let mut unwinder = native::ArchUnwinder::new();
         let mut mapped = Vec::new();
+        let mut entries = Vec::new();
         let mappings = targets::executable_mappings(pid);
         // An exited process that is not yet reaped has maps, empty.
         let gone = mappings.as_ref().is_ok_and(Vec::is_empty) || mappings.is_err();
@@ -372,6 +418,7 @@ impl Unwinder {
             let known = match &self.files[&mapping.identity] {
                 Some(sections) => {
                     unwinder.add_module(sections.module(&mapping));
+                    entries.extend(sections.entry_at(&mapping));
                     MappedCode::Unwinds
                 }
                 None => MappedCode::NoUnwindInformation,
@@ -384,6 +431,7 @@ impl Unwinder {
             read_at: Instant::now(),
             gone,
             reread: false,
+            entries,
         }
     }
 }
@@ -495,6 +543,44 @@ impl StackIds {
 mod tests {
     use super::*;
 
+    // SAFETY: `_start` is only ever taken the address of, never called.
+    unsafe extern "C" {
+        /// This test program's entry point (the C library's start files define it).
+        fn _start();
+    }
+
+    /// The entry point of the program a process maps is found where it is mapped, and a
+    /// return address a few bytes past it is the main thread's first frame; the entry itself,
+    /// or an address past `_start`'s first call, is not.
+    #[test]
+    fn a_return_address_just_past_the_programs_entry_point_is_its_main_threads_start() {
+        let entry = _start as *const () as u64;
+        let mappings = targets::executable_mappings(std::process::id()).unwrap();
+        let mapping = mappings
+            .iter()
+            .find(|m| (m.start..m.end).contains(&entry))
+            .expect("the program's code is mapped");
+        let file = targets::open_mapped(mapping).unwrap();
+        let sections = FileSections::read(file, mapping.file_offset).expect("unwind information");
+        assert_eq!(sections.entry_at(mapping), Some(entry));
+        let modules = ProcessModules {
+            unwinder: native::ArchUnwinder::new(),
+            mapped: Vec::new(),
+            read_at: Instant::now(),
+            gone: false,
+            reread: false,
+            entries: vec![entry],
+        };
+        for (frame, start) in [(entry, false), (entry + 0x16, true), (entry + 0x41, false)] {
+            assert_eq!(
+                modules.is_thread_start(frame),
+                start,
+                "{:#x}",
+                frame - entry
+            );
+        }
+    }
+
     /// A process gone before its stack is unwound has no maps to read its files by: its stack
     /// says so, with the probed instruction alone, rather than that the address is in no file.
     #[test]
@@ -533,6 +619,7 @@ mod tests {
             read_at: Instant::now(),
             gone: false,
             reread,
+            entries: Vec::new(),
         };
         let unopened = || {
             let file = MappedCode::Unopened("/lib/libc.so.6".to_owned());
