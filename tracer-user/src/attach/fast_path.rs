@@ -1101,9 +1101,8 @@ impl Walk {
                 None if !needs_object => ObjectRegister::Rdi,
                 None => return Err(format!("the object is in no register at {at}")),
             };
-            let stack_offset = u16::try_from(node.depth)
-                .ok()
-                .filter(|&d| d <= 0xff)
+            let stack_offset = self
+                .stack_offset(ip)
                 .ok_or_else(|| format!("too much is pushed at {at}"))?;
             let role = match *planned {
                 Planned::Completes {
@@ -1398,6 +1397,13 @@ impl Walk {
         }
     }
 
+    /// The bytes pushed since the entry at `ip`, as a site's cookie carries them (in 8 bits):
+    /// none where more were pushed.
+    fn stack_offset(&self, ip: u64) -> Option<u16> {
+        let depth = self.nodes.get(&ip)?.depth;
+        u16::try_from(depth).ok().filter(|&d| d <= 0xff)
+    }
+
     /// Moves each opening on every hit from an instruction the kernel single-steps on to the
     /// first it emulates in the straight code that follows, where nothing else leads and a
     /// register still holds the object (musl's `sem_post` opens its call on the test of its
@@ -1406,8 +1412,7 @@ impl Walk {
     fn open_where_emulated(&self, planned: &mut HashMap<u64, Planned>, tails: &HashMap<u64, Tail>) {
         let holds_object = |ip: u64| {
             let registers = self.object_masks.get(&ip).copied().unwrap_or(0);
-            slow_path::object_register_in(registers).is_some()
-                && self.nodes.get(&ip).is_some_and(|node| node.depth <= 0xff)
+            slow_path::object_register_in(registers).is_some() && self.stack_offset(ip).is_some()
         };
         let moves: Vec<(u64, u64)> = planned
             .iter()
