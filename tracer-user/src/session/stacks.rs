@@ -209,9 +209,6 @@ struct ProcessModules {
     /// Whether these maps were read again for an address in no file they showed, or in one
     /// that could not be opened.
     reread: bool,
-    /// The entry points of the files mapped: a program's `_start`, where its main thread
-    /// begins.
-    entries: Vec<u64>,
 }
 
 /// How far past a program's entry point the return address of its first call lies: `_start`
@@ -224,16 +221,20 @@ impl ProcessModules {
     /// first frame, below which there is no caller. musl's `_start` has no unwind information,
     /// so the unwind fails there rather than ending.
     fn is_thread_start(&self, frame: u64) -> bool {
-        self.entries
-            .iter()
-            .any(|&entry| (entry + 1..=entry + ENTRY_CALL_REACH).contains(&frame))
+        self.mapped.iter().any(|(_, code)| match *code {
+            MappedCode::Unwinds { entry: Some(entry) } => {
+                (entry + 1..=entry + ENTRY_CALL_REACH).contains(&frame)
+            }
+            _ => false,
+        })
     }
 }
 
 /// What the unwinder has of a file a process maps.
 enum MappedCode {
-    /// Its unwind information.
-    Unwinds,
+    /// Its unwind information, and where its entry point is mapped, if in this mapping (a
+    /// program's `_start`, where its main thread begins).
+    Unwinds { entry: Option<u64> },
     /// Nothing: the file has neither `.eh_frame` nor `.debug_frame`.
     NoUnwindInformation,
     /// Nothing: the file (at this path) could not be opened when the maps were read.
@@ -378,7 +379,7 @@ impl Unwinder {
                 .iter()
                 .find(|(code, _)| code.contains(&frame))
             {
-                Some((_, MappedCode::Unwinds)) => {}
+                Some((_, MappedCode::Unwinds { .. })) => {}
                 Some((_, MappedCode::NoUnwindInformation)) => {
                     unwound.end = format!("{NO_UNWIND_INFORMATION} at {frame:#x}");
                     return stopped(unwound);
@@ -399,7 +400,6 @@ impl Unwinder {
     fn read_modules(&mut self, pid: u32) -> ProcessModules {
         let mut unwinder = native::ArchUnwinder::new();
         let mut mapped = Vec::new();
-        let mut entries = Vec::new();
         let mappings = targets::executable_mappings(pid);
         // An exited process that is not yet reaped has maps, empty.
         let gone = mappings.as_ref().is_ok_and(Vec::is_empty) || mappings.is_err();
@@ -418,8 +418,9 @@ impl Unwinder {
             let known = match &self.files[&mapping.identity] {
                 Some(sections) => {
                     unwinder.add_module(sections.module(&mapping));
-                    entries.extend(sections.entry_at(&mapping));
-                    MappedCode::Unwinds
+                    MappedCode::Unwinds {
+                        entry: sections.entry_at(&mapping),
+                    }
                 }
                 None => MappedCode::NoUnwindInformation,
             };
@@ -431,7 +432,6 @@ impl Unwinder {
             read_at: Instant::now(),
             gone,
             reread: false,
-            entries,
         }
     }
 }
@@ -563,13 +563,13 @@ mod tests {
         let file = targets::open_mapped(mapping).unwrap();
         let sections = FileSections::read(file, mapping.file_offset).expect("unwind information");
         assert_eq!(sections.entry_at(mapping), Some(entry));
+        let code = mapping.start..mapping.end;
         let modules = ProcessModules {
             unwinder: native::ArchUnwinder::new(),
-            mapped: Vec::new(),
+            mapped: vec![(code, MappedCode::Unwinds { entry: Some(entry) })],
             read_at: Instant::now(),
             gone: false,
             reread: false,
-            entries: vec![entry],
         };
         for (frame, start) in [(entry, false), (entry + 0x16, true), (entry + 0x41, false)] {
             assert_eq!(
@@ -619,7 +619,6 @@ mod tests {
             read_at: Instant::now(),
             gone: false,
             reread,
-            entries: Vec::new(),
         };
         let unopened = || {
             let file = MappedCode::Unopened("/lib/libc.so.6".to_owned());
