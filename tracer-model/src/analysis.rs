@@ -313,9 +313,10 @@ impl StackStats {
     fn add(&mut self, lwpid: u32, count: u64, total_ns: u64) {
         self.count += count;
         self.wait_total_ns += total_ns;
-        let thread = self.threads.entry(lwpid).or_default();
-        thread.count += count;
-        thread.wait_total_ns += total_ns;
+        *self.threads.entry(lwpid).or_default() += ThreadWaits {
+            count,
+            wait_total_ns: total_ns,
+        };
     }
 }
 
@@ -326,6 +327,13 @@ pub struct ThreadWaits {
     pub count: u64,
     /// Nanoseconds they lasted, in total.
     pub wait_total_ns: u64,
+}
+
+impl std::ops::AddAssign for ThreadWaits {
+    fn add_assign(&mut self, more: ThreadWaits) {
+        self.count += more.count;
+        self.wait_total_ns += more.wait_total_ns;
+    }
 }
 
 /// One lock (or semaphore, or condvar) of one process.

@@ -115,7 +115,6 @@ pub fn contention_samples<'a>(
                 })
                 .collect();
             let unweighed = weigh_left_out(&mut samples, view.left_out(lock));
-            let unweighed = unweighed.into_iter();
             samples.extend(caller_samples(lock, unweighed, LEFT_OUT_FRAME, symbols));
             if view == View::Waiters {
                 let short = lock.short_waits_by_caller.iter();
@@ -148,12 +147,14 @@ const LEFT_OUT_FRAME: &str = "[stack left out: the tracer was behind, see --buff
 /// report's.
 fn caller_samples<'a>(
     lock: &LockStats,
-    by_caller: impl Iterator<Item = (&'a u64, &'a StackStats)>,
+    by_caller: impl IntoIterator<Item = (&'a u64, &'a StackStats)>,
     unrecorded: &str,
     symbols: &mut Symbols,
 ) -> Vec<StackSample> {
-    let mut callers: Vec<(u64, &StackStats)> =
-        by_caller.map(|(&caller, stats)| (caller, stats)).collect();
+    let mut callers: Vec<(u64, &StackStats)> = by_caller
+        .into_iter()
+        .map(|(&caller, stats)| (caller, stats))
+        .collect();
     callers.sort_unstable_by_key(|&(caller, _)| caller);
     callers
         .into_iter()
@@ -266,11 +267,7 @@ impl StackSample {
         }
         self.delay_ns += waits.wait_total_ns;
         match self.threads.binary_search_by_key(&lwpid, |&(t, _)| t) {
-            Ok(i) => {
-                let thread = &mut self.threads[i].1;
-                thread.count += waits.count;
-                thread.wait_total_ns += waits.wait_total_ns;
-            }
+            Ok(i) => self.threads[i].1 += waits,
             Err(i) => self.threads.insert(i, (lwpid, waits)),
         }
     }
