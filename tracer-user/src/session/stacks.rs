@@ -17,6 +17,7 @@ use std::{
 };
 
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use gimli::{BaseAddresses, DebugFrame, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
 use object::{Architecture, Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags, elf};
 use tracer_model::event::{MAX_FRAMES, SystemEvent, SystemKind};
 
@@ -99,7 +100,6 @@ pub enum Reach {
 }
 
 /// The unwind sections of one mapped file, shared by the processes that map it.
-#[derive(Clone)]
 struct FileSections {
     /// Where the file's code mapping starts, from the start of its first loaded segment's
     /// address: added to a mapping's start, it gives where the file's address 0 is.
@@ -191,6 +191,41 @@ impl FileSections {
         mapping.start.wrapping_sub(self.code_address)
     }
 
+    /// Whether the file's CFI describes the code at `address` (the file's own address). Where
+    /// it does not, framehop goes on by frame pointers, which such code need not keep: musl's
+    /// C library as Debian builds it has CFI for four functions, and no frame pointers.
+    fn describes(&self, address: u64) -> bool {
+        let bases = BaseAddresses::default()
+            .set_text(self.text.as_ref().map_or(0, |text| text.start))
+            .set_got(self.got.as_ref().map_or(0, |got| got.start));
+        let in_eh_frame = self.eh_frame.as_ref().is_some_and(|(range, data)| {
+            let eh_frame = EhFrame::new(data, LittleEndian);
+            let bases = bases.clone().set_eh_frame(range.start);
+            // The header's sorted table finds the entry without reading every one before it.
+            let header = self.eh_frame_hdr.as_ref().and_then(|(range, data)| {
+                let bases = bases.clone().set_eh_frame_hdr(range.start);
+                let parsed = EhFrameHdr::new(data, LittleEndian).parse(&bases, 8).ok()?;
+                let table = parsed.table()?;
+                Some(
+                    table
+                        .fde_for_address(&eh_frame, &bases, address, EhFrame::cie_from_offset)
+                        .is_ok(),
+                )
+            });
+            header.unwrap_or_else(|| {
+                eh_frame
+                    .fde_for_address(&bases, address, EhFrame::cie_from_offset)
+                    .is_ok()
+            })
+        });
+        in_eh_frame
+            || self.debug_frame.as_ref().is_some_and(|data| {
+                DebugFrame::new(data, LittleEndian)
+                    .fde_for_address(&bases, address, DebugFrame::cie_from_offset)
+                    .is_ok()
+            })
+    }
+
     /// Where the file's entry point is, mapped at `mapping`, if it is in that mapping.
     fn entry_at(&self, mapping: &MappedFile) -> Option<u64> {
         let entry = self.bias(mapping).wrapping_add(self.entry);
@@ -222,10 +257,25 @@ impl ProcessModules {
     /// so the unwind fails there rather than ending.
     fn is_thread_start(&self, frame: u64) -> bool {
         self.mapped.iter().any(|(_, code)| match *code {
-            MappedCode::Unwinds { entry: Some(entry) } => {
-                (entry + 1..=entry + ENTRY_CALL_REACH).contains(&frame)
-            }
+            MappedCode::Unwinds {
+                entry: Some(entry), ..
+            } => (entry + 1..=entry + ENTRY_CALL_REACH).contains(&frame),
             _ => false,
+        })
+    }
+
+    /// The path of the file whose code holds `frame` (the probed instruction if `first`,
+    /// otherwise a return address) where the file's CFI does not describe it.
+    fn file_without_cfi_at(&self, frame: u64, first: bool) -> Option<&str> {
+        // A return address may be just past its function's end: its call is the byte before.
+        let call = if first { frame } else { frame - 1 };
+        self.mapped.iter().find_map(|(code, mapped)| match mapped {
+            MappedCode::Unwinds {
+                file, bias, path, ..
+            } if code.contains(&frame) && !file.describes(call.wrapping_sub(*bias)) => {
+                Some(path.as_str())
+            }
+            _ => None,
         })
     }
 }
@@ -234,7 +284,13 @@ impl ProcessModules {
 enum MappedCode {
     /// Its unwind information, and where its entry point is mapped, if in this mapping (a
     /// program's `_start`, where its main thread begins).
-    Unwinds { entry: Option<u64> },
+    Unwinds {
+        entry: Option<u64>,
+        file: Arc<FileSections>,
+        /// What is added to the file's addresses where it is mapped.
+        bias: u64,
+        path: String,
+    },
     /// Nothing: the file has neither `.eh_frame` nor `.debug_frame`.
     NoUnwindInformation,
     /// Nothing: the file (at this path) could not be opened when the maps were read.
@@ -253,7 +309,7 @@ const REREAD_AFTER: Duration = Duration::from_secs(1);
 pub struct Unwinder {
     processes: HashMap<u32, ProcessModules>,
     /// Each file's sections by device and inode; `None` for one with no unwind information.
-    files: HashMap<(String, u64), Option<FileSections>>,
+    files: HashMap<(String, u64), Option<Arc<FileSections>>>,
     cache: Option<native::Cache>,
 }
 
@@ -357,7 +413,16 @@ impl Unwinder {
                     return (unwound, reach(true));
                 }
                 Err(error) => {
-                    unwound.end = format!("unwinding failed: {error}");
+                    let last = unwound.frames.last().map(|&frame| {
+                        let first = unwound.frames.len() == 1;
+                        (frame, process.file_without_cfi_at(frame, first))
+                    });
+                    unwound.end = match last {
+                        Some((frame, Some(path))) => {
+                            format!("{CODE_WITHOUT_CFI} ({path}, at {frame:#x})")
+                        }
+                        _ => format!("unwinding failed: {error}"),
+                    };
                     return stopped(unwound);
                 }
             };
@@ -412,7 +477,7 @@ impl Unwinder {
                     mapped.push((code, MappedCode::Unopened(mapping.path)));
                     continue;
                 };
-                let sections = FileSections::read(file, mapping.file_offset);
+                let sections = FileSections::read(file, mapping.file_offset).map(Arc::new);
                 self.files.insert(mapping.identity.clone(), sections);
             }
             let known = match &self.files[&mapping.identity] {
@@ -420,6 +485,9 @@ impl Unwinder {
                     unwinder.add_module(sections.module(&mapping));
                     MappedCode::Unwinds {
                         entry: sections.entry_at(&mapping),
+                        file: sections.clone(),
+                        bias: sections.bias(&mapping),
+                        path: mapping.path.clone(),
                     }
                 }
                 None => MappedCode::NoUnwindInformation,
@@ -447,6 +515,10 @@ const UNOPENED_FILE: &str = "a file the tracer could not open";
 /// How a stack that reached a file with neither `.eh_frame` nor `.debug_frame` ends.
 const NO_UNWIND_INFORMATION: &str = "a file with no unwind information (.eh_frame, .debug_frame)";
 
+/// How a stack ends that reached code its file's CFI does not describe, where no frame
+/// pointer led on (musl's C library, as Debian builds it).
+const CODE_WITHOUT_CFI: &str =
+    "no unwind information (CFI) for this code, and no frame pointer to its caller";
 /// How the stack of a record that came without its copy ends, at once.
 const LEFT_OUT: &str =
     "left out: its CPU's ring was too full for the copy (the tracer behind; see --buffer-kib)";
@@ -564,9 +636,15 @@ mod tests {
         let sections = FileSections::read(file, mapping.file_offset).expect("unwind information");
         assert_eq!(sections.entry_at(mapping), Some(entry));
         let code = mapping.start..mapping.end;
+        let mapped = MappedCode::Unwinds {
+            entry: Some(entry),
+            bias: sections.bias(mapping),
+            file: Arc::new(sections),
+            path: mapping.path.clone(),
+        };
         let modules = ProcessModules {
             unwinder: native::ArchUnwinder::new(),
-            mapped: vec![(code, MappedCode::Unwinds { entry: Some(entry) })],
+            mapped: vec![(code, mapped)],
             read_at: Instant::now(),
             gone: false,
             reread: false,
@@ -579,6 +657,24 @@ mod tests {
                 frame - entry
             );
         }
+    }
+
+    /// This program's CFI describes its functions, and not an address past its code.
+    #[test]
+    fn a_files_cfi_describes_its_functions_code_only() {
+        let function = Unwinder::unwind as *const () as u64;
+        let mappings = targets::executable_mappings(std::process::id()).unwrap();
+        let mapping = mappings
+            .iter()
+            .find(|m| (m.start..m.end).contains(&function))
+            .expect("the program's code is mapped");
+        let file = targets::open_mapped(mapping).unwrap();
+        let sections = FileSections::read(file, mapping.file_offset).expect("unwind information");
+        let bias = sections.bias(mapping);
+        assert!(sections.describes(function - bias));
+        assert!(sections.describes(function + 1 - bias));
+        let text_end = sections.text.as_ref().expect(".text").end;
+        assert!(!sections.describes(text_end + 0x100));
     }
 
     /// A process gone before its stack is unwound has no maps to read its files by: its stack
