@@ -495,6 +495,28 @@ fn said_share(said: &str) -> String {
     format!("call stacks: {share}")
 }
 
+/// The most records (of every kind) that one second of the clock's holds, of the seconds that
+/// hold a record whose stack was left out: the rate the tracer fell behind at.
+fn busiest_second_left_out(dir: &TempDir, stacks: &StacksById) -> u64 {
+    let mut seconds: HashMap<i64, (u64, bool)> = HashMap::new();
+    for event in LogReader::open(&dir.path().join("app.ptl"))
+        .unwrap()
+        .events()
+    {
+        if let Event::Thread(record) = event.unwrap() {
+            let left_out = stacks
+                .get(&record.stack)
+                .is_some_and(|(frames, _)| *frames == 0);
+            let second = seconds
+                .entry((record.time_ns() as i64).div_euclid(1_000_000_000))
+                .or_default();
+            *second = (second.0 + 1, second.1 || left_out);
+        }
+    }
+    let busiest = seconds.values().filter(|(_, left_out)| *left_out);
+    busiest.map(|&(records, _)| records).max().unwrap_or(0)
+}
+
 /// The share of whole stacks among `records` that name one, as the tracer says it.
 fn share_of(records: &[TraceRecord], stacks: &StacksById) -> String {
     let mut share = StackShare::default();
@@ -593,22 +615,34 @@ fn a_share_short_of_whole_stacks_is_said_alike_by_the_summary_and_the_report() {
         .filter(|r| stacks.get(&r.stack).is_some_and(|(frames, _)| *frames == 0))
         .count();
     assert!(left_out > 0, "{share}: none left out");
+    let to_carry = records.iter().filter(|r| r.stack != 0).count();
+    let figures = format!(
+        "{:.2}% of {to_carry}, in seconds of up to {} records",
+        left_out as f64 * 100.0 / to_carry as f64,
+        busiest_second_left_out(&dir, &stacks)
+    );
     assert!(
-        said.contains(&format!("{left_out} records carry no call stack")),
-        "{left_out}: {said}"
+        said.contains(&format!(
+            "{left_out} records carry no call stack ({figures})"
+        )),
+        "{left_out}, {figures}: {said}"
     );
     let report = run_tracer(dir.path(), &["report", "app.ptl"]);
     assert!(report.status.success(), "{report:?}");
-    let under_header = format!("{share}; the others end early, each saying why");
+    let under_header = format!(
+        "{share}; {left_out} left out ({figures}; the tracer was behind), the others end early, \
+         each saying why"
+    );
     assert!(
         report.stdout.lines().any(|line| line == under_header),
         "{share}: {}",
         report.stdout
     );
     let info = run_tracer(dir.path(), &["info", "app.ptl"]);
-    let figures = share.strip_prefix("call stacks: ").unwrap();
     let line = format!(
-        "call stacks:     {figures}; {left_out} records without theirs (the tracer was behind)"
+        "call stacks:     {}; {left_out} records without theirs ({figures}; the tracer was \
+         behind)",
+        share.strip_prefix("call stacks: ").unwrap()
     );
     assert!(
         info.stdout.lines().any(|l| l == line),

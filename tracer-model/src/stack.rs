@@ -76,12 +76,57 @@ impl std::fmt::Display for StackShare {
     }
 }
 
-/// The stacks of a stream so far, by id, and the share of the records so far that name a
-/// whole one.
+/// The records that came without the stack they were to carry, left out as the tracer fell
+/// behind (their CPU's ring too full for the copy), and the rate it fell behind at: the most
+/// records of one second (of the clock's) in which one was left out. Records are counted in
+/// time order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LeftOut {
+    /// Records that came without their stack.
+    pub records: u64,
+    /// The most records of a second in which a record was left out (0: none was).
+    pub peak_per_second: u64,
+    /// The second counting: where it starts (ns), its records, and whether one was left out.
+    #[serde(skip)]
+    second: (i64, u64, bool),
+}
+
+impl LeftOut {
+    /// One more record, stamped `time_ns`; `left_out`: it came without its stack.
+    pub fn count(&mut self, time_ns: i64, left_out: bool) {
+        const SECOND_NS: i64 = 1_000_000_000;
+        let (start, records, any_left_out) = &mut self.second;
+        if !(*start..start.saturating_add(SECOND_NS)).contains(&time_ns) {
+            *start = time_ns - time_ns.rem_euclid(SECOND_NS);
+            *records = 0;
+            *any_left_out = false;
+        }
+        *records += 1;
+        *any_left_out |= left_out;
+        self.records += u64::from(left_out);
+        if *any_left_out {
+            self.peak_per_second = self.peak_per_second.max(*records);
+        }
+    }
+
+    /// "0.01% of 399976, in seconds of up to 35394 records": the share of the `of` records that
+    /// were to carry a stack, and the rate.
+    pub fn figures(&self, of: u64) -> String {
+        let share = self.records as f64 * 100.0 / of.max(1) as f64;
+        format!(
+            "{share:.2}% of {of}, in seconds of up to {} records",
+            self.peak_per_second
+        )
+    }
+}
+
+/// The stacks of a stream so far, by id, the share of the records so far that name a whole
+/// one, and those left out.
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
     by_id: HashMap<u32, Stack>,
     share: StackShare,
+    left_out: LeftOut,
 }
 
 impl Stacks {
@@ -123,18 +168,26 @@ impl Stacks {
         self.get(id).filter(|stack| !stack.frames.is_empty())
     }
 
-    /// A record that names stack `id` (0: it was to carry none), into the share; an id no
-    /// event has given (a looping log overwrote it) is not counted.
-    pub fn count_record(&mut self, id: u32) {
-        if let Some(stack) = self.get(id) {
-            let whole = stack.is_whole();
-            self.share.count(whole);
+    /// A record that names stack `id` (0: it was to carry none), stamped `time_ns`, into the
+    /// share and the records left out; an id no event has given (a looping log overwrote it)
+    /// is not counted as one to carry a stack.
+    pub fn count_record(&mut self, id: u32, time_ns: i64) {
+        let stack = self.by_id.get(&id);
+        if let Some(stack) = stack {
+            self.share.count(stack.is_whole());
         }
+        let left_out = stack.is_some_and(|stack| stack.frames.is_empty());
+        self.left_out.count(time_ns, left_out);
     }
 
     /// Of the records counted, those that were to carry a stack and those whose stack is whole.
     pub fn share(&self) -> StackShare {
         self.share
+    }
+
+    /// Of the records counted, those left out and the rate they were left out at.
+    pub fn left_out(&self) -> LeftOut {
+        self.left_out
     }
 }
 
@@ -179,13 +232,40 @@ mod tests {
         stacks.take(&stack(1, ""));
         stacks.take(&stack(2, "left out"));
         for id in [0, 1, 1, 2, 0, 3] {
-            stacks.count_record(id);
+            stacks.count_record(id, 0);
         }
         let share = StackShare {
             records: 3,
             whole: 2,
         };
         assert_eq!(stacks.share(), share);
+        // Frames, though it is not whole: not left out.
+        assert_eq!(stacks.left_out().records, 0);
+    }
+
+    /// The rate said is the most records of a second in which one was left out: a busier
+    /// second with none left out, or the records of another second, do not count.
+    #[test]
+    fn records_left_out_are_counted_with_the_busiest_second_they_came_in() {
+        const SECOND: i64 = 1_000_000_000;
+        let mut left_out = LeftOut::default();
+        // Second 5: four records, one left out. Second 6: ten, none. Second 8: two, both.
+        for (second, records, left) in [(5, 4, 1), (6, 10, 0), (8, 2, 2)] {
+            for n in 0..records {
+                left_out.count(second * SECOND + n * 1000, n < left);
+            }
+        }
+        assert_eq!((left_out.records, left_out.peak_per_second), (3, 4));
+        assert_eq!(
+            left_out.figures(16),
+            "18.75% of 16, in seconds of up to 4 records"
+        );
+        // Times before the epoch fall in their own second too.
+        let mut before = LeftOut::default();
+        before.count(-1, true);
+        before.count(-SECOND, false);
+        before.count(0, false);
+        assert_eq!(before.peak_per_second, 2);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Drawn {
     pub cpu: u32,
     /// Records the ring could not take just before it.
     pub lost_before: u32,
+    /// It came without the stack it was to carry (its CPU's ring too full for the copy).
+    pub stack_left_out: bool,
 }
 
 /// A record just drawn, with what the session needs of it before it waits: when it was stamped
@@ -64,6 +66,7 @@ impl Pulled {
                 time_ns: decoder.realtime_ns(raw.ktime_ns),
                 cpu,
                 lost_before: part.lost_before,
+                stack_left_out: false,
             },
             // Boxed: most records have none, and a pass moves thousands of them.
             stack: stack.map(|stack| Box::new(CopiedStack::of(stack))),

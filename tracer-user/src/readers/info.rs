@@ -42,10 +42,8 @@ struct Summary {
     lwpids: BTreeSet<u32>,
     /// Events lost, by where (the overflow events' counts).
     lost: BTreeMap<&'static str, u64>,
-    /// The call stacks records named, and the share of them whole.
+    /// The call stacks records named, the share of them whole, and those left out.
     stacks: Stacks,
-    /// Records that came without the stack they were to carry (the tracer was behind).
-    stacks_left_out: u64,
 }
 
 impl Summary {
@@ -61,10 +59,7 @@ impl Summary {
             summary.last_ns = Some(summary.last_ns.map_or(time_ns, |t| t.max(time_ns)));
             match event {
                 Event::Thread(record) => {
-                    summary.stacks.count_record(record.stack);
-                    let stack = summary.stacks.get(record.stack);
-                    summary.stacks_left_out +=
-                        u64::from(stack.is_some_and(|s| s.frames.is_empty()));
+                    summary.stacks.count_record(record.stack, time_ns);
                     summary.thread_events += 1;
                     summary.pids.insert(record.pid);
                     summary.lwpids.insert(record.lwpid);
@@ -158,11 +153,13 @@ impl Summary {
         writeln!(out, "lost:            {lost}{kernel}")?;
         let share = self.stacks.share();
         if share.records > 0 {
-            let left_out = match self.stacks_left_out {
+            let left_out = self.stacks.left_out();
+            let left_out = match left_out.records {
                 0 => String::new(),
                 n => format!(
-                    "; {} without theirs (the tracer was behind)",
-                    counted(n, "record")
+                    "; {} without theirs ({}; the tracer was behind)",
+                    counted(n, "record"),
+                    left_out.figures(share.records)
                 ),
             };
             writeln!(out, "call stacks:     {}{left_out}", share.figures())?;
@@ -216,7 +213,8 @@ impl Summary {
             "last_ns": self.last_ns,
             "lost": self.lost,
             "call_stacks": self.stacks.share(),
-            "stacks_left_out": self.stacks_left_out,
+            "stacks_left_out": self.stacks.left_out().records,
+            "stacks_left_out_peak_per_second": self.stacks.left_out().peak_per_second,
             "event_types": event_types,
         })
     }

@@ -19,7 +19,7 @@ use tracer_model::{
     },
     event::{Event, SystemEvent, SystemKind},
     selection::list_names,
-    stack::{Stack, StackShare, Stacks},
+    stack::{LeftOut, Stack, StackShare, Stacks},
     tr::{self, parse_line},
 };
 
@@ -146,7 +146,7 @@ fn feed_log(
     for event in reader.events() {
         match event.map_err(ReadError::log(path))? {
             Event::Thread(record) => {
-                stacks.count_record(record.stack);
+                stacks.count_record(record.stack, record.time_ns() as i64);
                 analysis.record(&record);
             }
             // A stack event tells the analysis too which stacks were left out.
@@ -286,6 +286,8 @@ struct Report {
     lock_order_incomplete: bool,
     /// Of the records that were to carry a call stack, those whose stack is whole.
     call_stacks: StackShare,
+    /// Of them, those that came without it, the tracer behind.
+    call_stacks_left_out: LeftOut,
 }
 
 #[derive(Serialize)]
@@ -727,6 +729,7 @@ impl Report {
             threads,
             deadlocks,
             call_stacks: stacks.share(),
+            call_stacks_left_out: stacks.left_out(),
         }
     }
 
@@ -744,9 +747,16 @@ impl Report {
         }
         // A profile short of some stacks is read as such: each stack says where and why it ends.
         if !self.call_stacks.is_complete() {
+            let left_out = match self.call_stacks_left_out.records {
+                0 => String::new(),
+                n => format!(
+                    "{n} left out ({}; the tracer was behind), ",
+                    self.call_stacks_left_out.figures(self.call_stacks.records)
+                ),
+            };
             let _ = writeln!(
                 out,
-                "{}; the others end early, each saying why",
+                "{}; {left_out}the others end early, each saying why",
                 self.call_stacks
             );
         }

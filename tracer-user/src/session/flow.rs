@@ -21,7 +21,7 @@ use tracer_model::{
     TraceRecord,
     event::{LossSource, NO_CPU, SystemEvent, SystemKind},
     selection::EventSet,
-    stack::StackShare,
+    stack::{LeftOut, StackShare},
 };
 
 use super::{
@@ -84,9 +84,9 @@ pub(super) struct Flow {
     pub(super) stack_ids: StackIds,
     /// Which records carry their stack (`tracer_common::STACKS_*`).
     pub(super) stacks: u32,
-    /// Records that came without the stack they were to carry: the BPF side leaves it out when
-    /// its CPU's ring is too full for the copy.
-    pub(super) stacks_left_out: u64,
+    /// Records written that came without the stack they were to carry (the BPF side leaves it
+    /// out when its CPU's ring is too full for the copy), and the rate they came at.
+    pub(super) stacks_left_out: LeftOut,
     /// Of the records that were to carry a stack, those whose stack is whole.
     pub(super) stack_share: StackShare,
     /// `--min-wait`: the waits shorter than it, counted and not written.
@@ -133,7 +133,7 @@ impl Flow {
             stack_tops: None,
             stack_ids: StackIds::default(),
             stacks: tracer_common::STACKS_NONE,
-            stacks_left_out: 0,
+            stacks_left_out: LeftOut::default(),
             stack_share: StackShare::default(),
             short_waits,
         })
@@ -383,7 +383,6 @@ impl Session {
             stack_tops,
             stack_ids,
             stacks,
-            stacks_left_out,
             stack_share,
             short_waits,
             ..
@@ -458,9 +457,9 @@ impl Session {
                     }
                     Some(unwound)
                 }
-                // Named as left out, where it happened, and counted.
+                // Named as left out, where it happened, and counted as it is written.
                 None if wanted => {
-                    *stacks_left_out += 1;
+                    drawn.stack_left_out = true;
                     Some(Unwound::left_out())
                 }
                 Some(_) | None => None,
@@ -654,6 +653,7 @@ impl Session {
             time_ns,
             cpu,
             lost_before,
+            stack_left_out,
         } = *drawn;
         if lost_before > 0 {
             let lost = u64::from(lost_before);
@@ -683,6 +683,9 @@ impl Session {
                     self.system_event(&stack)?;
                 }
                 self.flow.records += 1;
+                if self.flow.stacks != tracer_common::STACKS_NONE {
+                    self.flow.stacks_left_out.count(time_ns, stack_left_out);
+                }
                 self.sinks.record(record).map_err(TraceError::Incomplete)?;
             }
             // A call of the kind not selected (a plain mutex when only rmutex is).

@@ -282,12 +282,14 @@ impl Session {
         if let Some(report) = self.flow.losses.report(std::time::Instant::now()) {
             say!("thrtrace-bpf: {report}");
         }
-        if self.flow.stacks_left_out > 0 {
+        let left_out = self.flow.stacks_left_out;
+        if left_out.records > 0 {
             say!(
-                "thrtrace-bpf: {} records carry no call stack: they came while their CPU's ring was \
-                 too full for their copy (the tracer behind); a larger --buffer-kib gives it more \
-                 time",
-                self.flow.stacks_left_out
+                "thrtrace-bpf: {} records carry no call stack ({}): they came while their CPU's \
+                 ring was too full for their copy (the tracer behind); a larger --buffer-kib \
+                 gives it more time",
+                left_out.records,
+                left_out.figures(self.flow.stack_share.records)
             );
         }
         // A write that failed in a sink's own thread is a failed write, said as such.

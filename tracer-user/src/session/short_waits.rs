@@ -337,6 +337,7 @@ mod tests {
             time_ns: ktime_ns as i64,
             cpu: 0,
             lost_before: 0,
+            stack_left_out: false,
         }
     }
 
