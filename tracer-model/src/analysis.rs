@@ -22,6 +22,7 @@ use tracer_common::{Access, Blocking, CallRole, Category, EVENTS, EventDef, Fiel
 use crate::{
     TraceRecord,
     event::{SystemEvent, SystemKind},
+    stack::LeftOut,
 };
 use futex_pairs::{FutexPairs, FutexWait, FutexWake};
 use futex_use::FutexUse;
@@ -718,6 +719,8 @@ pub struct Analysis {
     names: HashMap<u32, (u32, String)>,
     /// The stacks, by process and id, that records named where their copy was left out.
     left_out_stacks: HashSet<(u32, u32)>,
+    /// The records that named one, and the rate they came at (statistics only).
+    left_out: LeftOut,
     /// The ids of the threads of processes in PID namespaces of their own, there.
     namespace_ids: NamespaceIds,
     /// Each traced process's executable, as it was attached or last exec'd, by pid.
@@ -747,6 +750,12 @@ impl Analysis {
             order: Some(LockOrder::default()),
             ..Analysis::default()
         }
+    }
+
+    /// The records seen (since the lock statistics were last taken) that came without the
+    /// stack they were to carry, and the rate they came at.
+    pub fn left_out(&self) -> LeftOut {
+        self.left_out
     }
 
     /// The same engine with no lock-order graph (`--lock-order off`).
@@ -878,6 +887,11 @@ impl Analysis {
         let now = record.time_ns() as i64;
         self.first_ns.get_or_insert(now);
         self.last_ns = self.last_ns.max(now);
+        if self.stats {
+            let left_out =
+                record.stack != 0 && self.left_out_stacks.contains(&(record.pid, record.stack));
+            self.left_out.count(now, left_out);
+        }
         if self.stats && record.which != Which::Return {
             *self
                 .thread(record.pid, record.lwpid)
@@ -1465,6 +1479,7 @@ impl Analysis {
     /// the release that ends it is charged only if made after the cut).
     pub fn take_lock_stats(&mut self) -> Vec<LockStats> {
         self.threads.clear();
+        self.left_out = LeftOut::default();
         // Kept to charge a wait to the release that ended it and to find who a wait waits
         // for: one that spans the cut is charged its own stack, not the release's.
         self.last_releases.clear();

@@ -17,7 +17,10 @@ use std::{
 
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
-use tracer_model::analysis::{Analysis, LockStats, ProcessCgroup};
+use tracer_model::{
+    analysis::{Analysis, LockStats, ProcessCgroup},
+    stack::LeftOut,
+};
 
 use super::{
     OutputFile, ReadError,
@@ -127,13 +130,15 @@ pub enum Labels {
 }
 
 /// The profile of `samples` (gzipped profile.proto) over `span`: a sample per lock, stack and
-/// thread, labelled as `labels` says with the `names` of the threads and processes.
+/// thread, labelled as `labels` says with the `names` of the threads and processes; its
+/// comments say how many waits' stacks were `left_out`.
 pub fn encode(
     samples: &[LockSamples<'_>],
     names: &Names,
     symbols: &Symbols,
     view: View,
     span: Span,
+    left_out: &LeftOut,
     labels: Labels,
 ) -> io::Result<Vec<u8>> {
     let mut builder = Builder::default();
@@ -184,7 +189,7 @@ pub fn encode(
             }
         }
     }
-    let profile = builder.finish(span, view, left_out_note(samples, view));
+    let profile = builder.finish(span, view, left_out_note(samples, view, left_out));
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(&profile.encode_to_vec())?;
     gzip.finish()
@@ -206,8 +211,17 @@ pub fn write(
 ) -> Result<PathBuf, ReadError> {
     let names = Names::of(analysis, samples.iter().map(|lock| lock.lock));
     let span = Span::of(analysis);
-    let profile = encode(samples, &names, symbols, view, span, Labels::Detailed)
-        .map_err(ReadError::Compress)?;
+    let left_out = analysis.left_out();
+    let profile = encode(
+        samples,
+        &names,
+        symbols,
+        view,
+        span,
+        &left_out,
+        Labels::Detailed,
+    )
+    .map_err(ReadError::Compress)?;
     file.write(&profile)
 }
 

@@ -14,7 +14,7 @@
 mod credentials;
 mod delivery;
 mod ingest;
-mod otlp;
+pub(super) mod otlp;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -29,7 +29,7 @@ use tracer_model::{
     TraceRecord,
     analysis::{Analysis, LockKind, LockStats},
     event::{SystemEvent, SystemKind},
-    stack::Stacks,
+    stack::{LeftOut, Stacks},
 };
 
 pub use self::credentials::{Credentials, OTLP_URL_VARIABLE, URL_VARIABLE, environment};
@@ -357,8 +357,9 @@ impl Profiler {
                 *guard
             };
             let until = SystemTime::now();
-            let (locks, names, events) = {
+            let (locks, names, events, left_out) = {
                 let mut interval = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                let left_out = interval.analysis.left_out();
                 let locks = interval.analysis.take_lock_stats();
                 let names = pprof::Names::of(&interval.analysis, &locks);
                 let events = mem::take(&mut interval.events);
@@ -368,10 +369,10 @@ impl Profiler {
                 if renewed.elapsed() >= RENEWED_EVERY {
                     interval.analysis.retain_names(thread_exists);
                 }
-                (locks, names, events)
+                (locks, names, events, left_out)
             };
             self.take_events(&events);
-            self.push_interval(&locks, &names, from, until);
+            self.push_interval(&locks, &names, from, until, &left_out);
             for pid in gone(&events) {
                 self.symbols.forget(pid);
                 self.mappings.remove(&pid);
@@ -414,13 +415,15 @@ impl Profiler {
 
     /// Queues the interval's profiles: for Pyroscope, one per series with contended lock
     /// waits in `locks` (the processes of one service in one cgroup make one, as they make one
-    /// series); for OTLP, one request of every process that waited.
+    /// series); for OTLP, one request of every process that waited. Each says of the waits whose
+    /// stacks were `left_out` in the interval.
     fn push_interval(
         &mut self,
         locks: &[LockStats],
         names: &pprof::Names,
         from: SystemTime,
         until: SystemTime,
+        left_out: &LeftOut,
     ) {
         let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
         let (start, end) = (seconds(from), seconds(until));
@@ -446,7 +449,8 @@ impl Profiler {
                 })
                 .collect();
             if !processes.is_empty() {
-                let request = otlp::encode(&processes, names, &self.symbols, span, &self.host);
+                let request =
+                    otlp::encode(&processes, names, &self.symbols, span, left_out, &self.host);
                 self.delivery.push(Push::Otlp(request));
             }
             return;
@@ -475,6 +479,7 @@ impl Profiler {
                 &self.symbols,
                 View::Waiters,
                 span,
+                left_out,
                 Labels::Bounded,
             );
             let profile = match encoded {

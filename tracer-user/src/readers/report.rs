@@ -94,7 +94,8 @@ pub fn run(args: &ReportArgs) -> Result<i32, ReadError> {
             Export::FlameGraph(file) => {
                 let Some(svg) = flame::flame_graph(&analysis, &samples, &args.kinds, args.view)?
                 else {
-                    let summary = summary(&samples, args.view, &args.kinds, None);
+                    let summary =
+                        summary(&samples, args.view, &args.kinds, None, &analysis.left_out());
                     say!(
                         "thrtrace-bpf: {summary}; nothing to draw, {} not written",
                         file.path().display()
@@ -106,7 +107,13 @@ pub fn run(args: &ReportArgs) -> Result<i32, ReadError> {
         };
         say!(
             "thrtrace-bpf: {}",
-            summary(&samples, args.view, &args.kinds, written.as_deref())
+            summary(
+                &samples,
+                args.view,
+                &args.kinds,
+                written.as_deref(),
+                &analysis.left_out()
+            )
         );
         return Ok(0);
     }
@@ -1519,7 +1526,11 @@ mod tests {
     use tracer_common::Which;
 
     use super::*;
-    use crate::readers::samples::LockSamples;
+    use crate::readers::{
+        pprof::{Names, Span},
+        pyroscope::otlp::{self, ProcessProfile},
+        samples::{LockSamples, left_out_note},
+    };
     use tracer_model::analysis::ThreadWaits;
 
     const MS: i64 = 1_000_000;
@@ -1757,7 +1768,7 @@ mod tests {
         // Thread 2's 8 ms from 0x2000 go 10:30 to the two stacks through it (not to the one
         // through 0x3000), its one wait to the second (the counts are even: a unit goes to the
         // part whose share it ends).
-        let left_out = "[stack left out: the tracer was behind, see --buffer-kib]";
+        let left_out_frame = "[stack left out: the tracer was behind, see --buffer-kib]";
         assert_eq!(
             seen,
             [
@@ -1772,17 +1783,40 @@ mod tests {
                     vec![(1, 1, 30), (2, 1, 6)]
                 ),
                 (vec![0x1000, 0x3000, 0x7000], None, vec![(3, 1, 5)]),
-                (vec![0x9000], Some(left_out), vec![(2, 1, 3)]),
+                (vec![0x9000], Some(left_out_frame), vec![(2, 1, 3)]),
             ]
         );
         let delays: Vec<u64> = waiters[0].stacks.iter().map(|s| s.delay_ns).collect();
         assert_eq!(delays, [12, 36, 5, 3].map(|ms| ms * MS as u64));
         assert_eq!(
-            summary(&waiters, View::Waiters, &all, None),
+            summary(&waiters, View::Waiters, &all, None, &analysis.left_out()),
             "4 samples (waiters view) on 1 lock; the stacks of 2 of 5 waits were left out (the \
-             tracer was behind): weighed onto the recorded stacks through their callers, or \
-             else under their callers"
+             tracer was behind, in seconds of up to 5 records): weighed onto the recorded \
+             stacks through their callers, or else under their callers"
         );
+        // An OTLP push says it as a profile attribute.
+        let note = left_out_note(&waiters, View::Waiters, &analysis.left_out()).unwrap();
+        let span = Span {
+            start_ns: 0,
+            duration_ns: 1_000 * MS,
+        };
+        let process = ProcessProfile {
+            pid: 100,
+            service: "app",
+            samples: waiters,
+        };
+        let request = otlp::encode(
+            &[process],
+            &Names::default(),
+            &symbols,
+            span,
+            &analysis.left_out(),
+            "host",
+        );
+        for said in [otlp::LEFT_OUT_ATTRIBUTE, &note] {
+            let bytes = said.as_bytes();
+            assert!(request.windows(bytes.len()).any(|w| w == bytes), "{said}");
+        }
     }
 
     #[test]

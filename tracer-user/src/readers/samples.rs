@@ -8,7 +8,7 @@ use std::{path::Path, time::Duration};
 use clap::ValueEnum;
 use tracer_model::{
     analysis::{LockStats, StackStats, ThreadWaits},
-    stack::{Stack, Stacks},
+    stack::{LeftOut, Stack, Stacks},
 };
 
 use super::report::{KindArg, lock_name, stack_frames};
@@ -282,9 +282,14 @@ fn by_thread(stats: &StackStats) -> Vec<(u32, ThreadWaits)> {
 }
 
 /// What a profile of `samples` says of the waits whose stacks were left out, if any: how many
-/// of how many, and how they are shown.
-pub fn left_out_note(samples: &[LockSamples<'_>], view: View) -> Option<String> {
-    let left_out: u64 = samples
+/// of how many, the rate the tracer fell behind at (of the records of `left_out`), and how
+/// they are shown.
+pub fn left_out_note(
+    samples: &[LockSamples<'_>],
+    view: View,
+    left_out: &LeftOut,
+) -> Option<String> {
+    let waits_left_out: u64 = samples
         .iter()
         .flat_map(|lock| view.left_out(lock.lock))
         .map(|(_, stats)| stats.count)
@@ -295,27 +300,32 @@ pub fn left_out_note(samples: &[LockSamples<'_>], view: View) -> Option<String> 
         .map(StackSample::count)
         .sum();
     let whose = match view {
-        View::Waiters => format!("the stacks of {left_out} of {all} waits"),
+        View::Waiters => format!("the stacks of {waits_left_out} of {all} waits"),
         View::Releasers => {
-            format!("the stacks of the releases that ended {left_out} of {all} waits")
+            format!("the stacks of the releases that ended {waits_left_out} of {all} waits")
         }
     };
-    (left_out > 0).then(|| {
+    let rate = match left_out.peak_per_second {
+        0 => String::new(),
+        peak => format!(", in seconds of up to {peak} records"),
+    };
+    (waits_left_out > 0).then(|| {
         format!(
-            "{whose} were left out (the tracer was behind): weighed onto the recorded stacks \
-             through their callers, or else under their callers"
+            "{whose} were left out (the tracer was behind{rate}): weighed onto the recorded \
+             stacks through their callers, or else under their callers"
         )
     })
 }
 
 /// What a command that wrote `samples` of `view`, of the `kinds` asked for, says it did: `N
-/// samples (waiters view) on N locks in FILE` (or without the file, printed), and why there are
-/// none.
+/// samples (waiters view) on N locks in FILE` (or without the file, printed), the waits whose
+/// stacks were `left_out`, and why there are no samples.
 pub fn summary(
     samples: &[LockSamples<'_>],
     view: View,
     kinds: &KindArg,
     path: Option<&Path>,
+    left_out: &LeftOut,
 ) -> String {
     let count: usize = samples.iter().map(|lock| lock.stacks.len()).sum();
     let mut summary = format!(
@@ -327,8 +337,8 @@ pub fn summary(
     if let Some(path) = path {
         summary += &format!(" in {}", path.display());
     }
-    if let Some(left_out) = left_out_note(samples, view) {
-        summary += &format!("; {left_out}");
+    if let Some(note) = left_out_note(samples, view, left_out) {
+        summary += &format!("; {note}");
     }
     if count == 0 {
         summary += match kinds.kind {

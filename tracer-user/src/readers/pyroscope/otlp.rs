@@ -12,12 +12,18 @@ use std::collections::HashMap;
 
 use prost::Message as _;
 
+use tracer_model::stack::LeftOut;
+
 use self::proto::{AnyValue, KeyValue, KeyValueAndUnit, Value};
 use super::super::{
     pprof::{Names, Span},
-    samples::LockSamples,
+    samples::{LockSamples, View, left_out_note},
 };
 use crate::symbolize::{Location, Symbols, hex_digits};
+
+/// The profile attribute that says how many waits' stacks were left out, as pprof's comments
+/// do.
+pub const LEFT_OUT_ATTRIBUTE: &str = "thrtrace.stacks_left_out";
 
 /// The path below the endpoint's URL that takes profiles.
 pub const PROFILES_PATH: &str = "/v1development/profiles";
@@ -32,12 +38,14 @@ pub struct ProcessProfile<'a> {
     pub samples: Vec<LockSamples<'a>>,
 }
 
-/// The request (protobuf) of `processes`' samples over `span`, made on `host`.
+/// The request (protobuf) of `processes`' samples over `span`, made on `host`; each profile
+/// says how many of its waits' stacks were `left_out`.
 pub fn encode(
     processes: &[ProcessProfile<'_>],
     names: &Names,
     symbols: &Symbols,
     span: Span,
+    left_out: &LeftOut,
     host: &str,
 ) -> Vec<u8> {
     let mut builder = Builder::new();
@@ -91,6 +99,9 @@ pub fn encode(
                 }
             }
         }
+        // As pprof's comments say it.
+        let left_out = left_out_note(&process.samples, View::Waiters, left_out)
+            .map(|note| builder.attribute(LEFT_OUT_ATTRIBUTE, &note));
         let profiles = value_types
             .iter()
             .enumerate()
@@ -107,6 +118,7 @@ pub fn encode(
                 time_unix_nano: span.start_ns.max(0) as u64,
                 duration_nano: span.duration_ns.max(0) as u64,
                 profile_id: profile_id(process.pid, span, n),
+                attribute_indices: left_out.into_iter().collect(),
             })
             .collect();
         resource_profiles.push(proto::ResourceProfiles {

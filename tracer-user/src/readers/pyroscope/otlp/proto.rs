@@ -115,6 +115,10 @@ pub struct Profile {
     /// 16 bytes that tell this profile from every other.
     #[prost(bytes = "vec", tag = "7")]
     pub profile_id: Vec<u8>,
+    /// What is said of the profile as a whole (attribute table indices): the waits whose
+    /// stacks were left out.
+    #[prost(int32, repeated, tag = "11")]
+    pub attribute_indices: Vec<i32>,
 }
 
 /// What a value counts, and its unit (string table indices).
