@@ -182,7 +182,8 @@ pub struct Cli {
     #[arg(long)]
     pub no_fast_paths: bool,
 
-    /// Print where each probe would go in the target's (or this program's) pthread library, and exit
+    /// Print where each probe would go in the target's (or this program's) pthread library,
+    /// what a pass costs there, and why; then exit
     #[arg(long)]
     pub list_probes: bool,
 

@@ -212,8 +212,8 @@ impl Placement {
             }
             Why::SlowPath(site) => site.reason(|register| format!("{register:?}").to_lowercase()),
             Why::NoSlowPath => "--contended: no call of a futex function found in it".into(),
-            Why::FastPath(site) => fast_path_reason(site, false, self.emulated),
-            Why::WholeAtEntry(site) => fast_path_reason(site, true, self.emulated),
+            Why::FastPath(site) => fast_path_reason(site, false),
+            Why::WholeAtEntry(site) => fast_path_reason(site, true),
         };
         if self.refused && self.why != Why::NoSlowPath {
             format!("{why}; the kernel refuses a uprobe on this instruction: not traced")
@@ -308,7 +308,7 @@ pub(super) fn signed_hex(offset: u64) -> String {
 
 /// What a fast-path plan's probe does (`whole_at_entry`: the probe of a call written whole
 /// where its entry is probed), for `--list-probes`.
-fn fast_path_reason(site: &fast_path::Site, whole_at_entry: bool, emulated: bool) -> String {
+fn fast_path_reason(site: &fast_path::Site, whole_at_entry: bool) -> String {
     let object = format!("object in {:?}", site.object_register).to_lowercase();
     let what = match site.role {
         Role::WholeCall => {
@@ -359,10 +359,6 @@ fn fast_path_reason(site: &fast_path::Site, whole_at_entry: bool, emulated: bool
             text
         }
     };
-    let single_stepped = match emulated {
-        true => "",
-        false => "; single-stepped",
-    };
     let shared = match site.shared_code {
         Some(_) => {
             "; in the code it jumps to, which the library calls too (those calls are not recorded)"
@@ -377,7 +373,7 @@ fn fast_path_reason(site: &fast_path::Site, whole_at_entry: bool, emulated: bool
              shared probes"
         }
     };
-    format!("{what}; {object}{single_stepped}{processes}{shared}")
+    format!("{what}; {object}{processes}{shared}")
 }
 
 /// Places the probe of a function whose code is `code` (from its first instruction, as much

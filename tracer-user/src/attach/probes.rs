@@ -130,6 +130,28 @@ impl PlannedProbe {
         self.function.offset.wrapping_add(self.placement.offset)
     }
 
+    /// What a pass costs the traced thread, by class, for `--list-probes`: the trap of an
+    /// instruction the kernel emulates, or of one it single-steps (a second trap), and the
+    /// return probe's trampoline (or a second probe where a wait ends) where the call's return
+    /// half is recorded apart.
+    pub fn cost_class(&self) -> String {
+        let trap = match self.placement.emulated {
+            true => "emulated",
+            false => "single-stepped",
+        };
+        match self.fast_role() {
+            Some(Role::Completes(_)) => trap.to_owned(),
+            Some(Role::ReturnOnly) => "return".to_owned(),
+            Some(Role::WholeCall) | None if !self.flags().has(ProbeFlags::RETURN) => {
+                trap.to_owned()
+            }
+            Some(Role::WholeCall) | None => match self.return_probe() {
+                (_, Hook::Return) => format!("{trap}+return"),
+                (_, Hook::Instruction) => format!("{trap}+wait-end"),
+            },
+        }
+    }
+
     /// The fast-path probe's role, if it is one.
     fn fast_role(&self) -> Option<Role> {
         self.fast.map(|site| site.role)
@@ -714,11 +736,11 @@ fn mark_calls_inside(
 }
 
 /// The plan as a table: function, file offset, where the probe goes, the instruction there,
-/// and why.
+/// what a pass costs, and why.
 pub fn describe(planned: &[PlannedProbe]) -> String {
     let mut table = format!(
-        "{:<26} {:>10} {:>7}  {:<28} {}\n",
-        "function", "offset", "probe", "instruction", "why"
+        "{:<26} {:>10} {:>7}  {:<28} {:<23} {}\n",
+        "function", "offset", "probe", "instruction", "cost", "why"
     );
     for probe in planned {
         let why = match (probe.same_code_as, &probe.no_fast_path) {
@@ -739,13 +761,16 @@ pub fn describe(planned: &[PlannedProbe]) -> String {
             (false, false) => format!("{why}; its calls of {inside} are part of its call"),
             (false, true) => why,
         };
+        let cost = match probe.attached() {
+            true => probe.cost_class(),
+            false => "-".to_owned(),
+        };
         table += &format!(
-            "{:<26} {:>#10x} {:>7}  {:<28} {}\n",
+            "{:<26} {:>#10x} {:>7}  {:<28} {cost:<23} {why}\n",
             probe.event.symbol,
             probe.function.offset,
             probe.placement.signed_offset(),
             probe.placement.instruction(),
-            why
         );
     }
     table
