@@ -1479,7 +1479,7 @@ impl Analysis {
     /// the release that ends it is charged only if made after the cut).
     pub fn take_lock_stats(&mut self) -> Vec<LockStats> {
         self.threads.clear();
-        self.left_out = LeftOut::default();
+        self.left_out.restart();
         // Kept to charge a wait to the release that ended it and to find who a wait waits
         // for: one that spans the cut is charged its own stack, not the release's.
         self.last_releases.clear();

@@ -78,34 +78,65 @@ impl std::fmt::Display for StackShare {
 
 /// The records that came without the stack they were to carry, left out as the tracer fell
 /// behind (their CPU's ring too full for the copy), and the rate it fell behind at: the most
-/// records of one second (of the clock's) in which one was left out. Records are counted in
-/// time order.
+/// records of one second (of the clock's) in which one was left out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LeftOut {
     /// Records that came without their stack.
     pub records: u64,
     /// The most records of a second in which a record was left out (0: none was).
     pub peak_per_second: u64,
-    /// The second counting: where it starts (ns), its records, and whether one was left out.
+    /// The last few seconds counted, each in the slot of its number modulo their count: the
+    /// records come nearly in time order (one drawn late is written after later ones), and
+    /// each is counted in its own second.
     #[serde(skip)]
-    second: (i64, u64, bool),
+    seconds: [Option<Second>; SECONDS_KEPT],
+}
+
+/// How many seconds back a record can be counted in its own second.
+const SECONDS_KEPT: usize = 4;
+
+/// One second's count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Second {
+    /// Since the epoch.
+    number: i64,
+    records: u64,
+    /// Whether a record of it was left out (since the count restarted).
+    left_out: bool,
 }
 
 impl LeftOut {
-    /// One more record, stamped `time_ns`; `left_out`: it came without its stack.
+    /// One more record, stamped `time_ns`; `left_out`: it came without its stack. A record
+    /// whose second's slot holds a later second by now (drawn that late) adds to the records
+    /// left out, not to the rate.
     pub fn count(&mut self, time_ns: i64, left_out: bool) {
         const SECOND_NS: i64 = 1_000_000_000;
-        let (start, records, any_left_out) = &mut self.second;
-        if !(*start..start.saturating_add(SECOND_NS)).contains(&time_ns) {
-            *start = time_ns - time_ns.rem_euclid(SECOND_NS);
-            *records = 0;
-            *any_left_out = false;
-        }
-        *records += 1;
-        *any_left_out |= left_out;
         self.records += u64::from(left_out);
-        if *any_left_out {
-            self.peak_per_second = self.peak_per_second.max(*records);
+        let number = time_ns.div_euclid(SECOND_NS);
+        let slot = &mut self.seconds[number.rem_euclid(SECONDS_KEPT as i64) as usize];
+        let second = match slot {
+            Some(second) if second.number == number => second,
+            Some(second) if second.number > number => return,
+            _ => slot.insert(Second {
+                number,
+                records: 0,
+                left_out: false,
+            }),
+        };
+        second.records += 1;
+        second.left_out |= left_out;
+        if second.left_out {
+            self.peak_per_second = self.peak_per_second.max(second.records);
+        }
+    }
+
+    /// Counts anew from here (a profile's next interval), the seconds counting kept: a second
+    /// the cut falls in is counted whole, its records left out only from here.
+    pub fn restart(&mut self) {
+        self.records = 0;
+        self.peak_per_second = 0;
+        for second in self.seconds.iter_mut().flatten() {
+            second.left_out = false;
         }
     }
 
@@ -113,8 +144,13 @@ impl LeftOut {
     /// were to carry a stack, and the rate.
     pub fn figures(&self, of: u64) -> String {
         let share = self.records as f64 * 100.0 / of.max(1) as f64;
+        let share = match share {
+            0.0 => "0%".to_owned(),
+            share if share < 0.01 => "under 0.01%".to_owned(),
+            share => format!("{share:.2}%"),
+        };
         format!(
-            "{share:.2}% of {of}, in seconds of up to {} records",
+            "{share} of {of}, in seconds of up to {} records",
             self.peak_per_second
         )
     }
@@ -260,12 +296,41 @@ mod tests {
             left_out.figures(16),
             "18.75% of 16, in seconds of up to 4 records"
         );
-        // Times before the epoch fall in their own second too.
+        // Times before the epoch fall in their own second too, and any time is counted.
         let mut before = LeftOut::default();
         before.count(-1, true);
         before.count(-SECOND, false);
         before.count(0, false);
+        before.count(i64::MIN, true);
+        before.count(i64::MAX, false);
         assert_eq!(before.peak_per_second, 2);
+        // A record drawn late, written after those of the next second, counts in its own;
+        // one older than the seconds kept, in none.
+        let mut late = LeftOut::default();
+        for (second, left_out) in [
+            (10, true),
+            (10, false),
+            (11, false),
+            (10, false),
+            (11, true),
+        ] {
+            late.count(second * SECOND, left_out);
+        }
+        assert_eq!(late.peak_per_second, 3);
+        late.count(14 * SECOND, false);
+        late.count(10 * SECOND, true);
+        assert_eq!((late.records, late.peak_per_second), (3, 3));
+        // A profile's next interval: the second it starts in is counted whole, the records
+        // left out from there.
+        late.restart();
+        late.count(14 * SECOND, false);
+        assert_eq!((late.records, late.peak_per_second), (0, 0));
+        late.count(14 * SECOND, true);
+        assert_eq!((late.records, late.peak_per_second), (1, 3));
+        assert_eq!(
+            late.figures(200_000),
+            "under 0.01% of 200000, in seconds of up to 3 records"
+        );
     }
 
     #[test]

@@ -139,9 +139,10 @@ impl PlannedProbe {
             true => "emulated",
             false => "single-stepped",
         };
+        // A return probe alone is hit where it is attached too, as a return probe's entry.
         match self.fast_role() {
             Some(Role::Completes(_)) => trap.to_owned(),
-            Some(Role::ReturnOnly) => "return".to_owned(),
+            Some(Role::ReturnOnly) => format!("{trap}+return"),
             Some(Role::WholeCall) | None if !self.flags().has(ProbeFlags::RETURN) => {
                 trap.to_owned()
             }

@@ -754,18 +754,18 @@ impl Report {
         }
         // A profile short of some stacks is read as such: each stack says where and why it ends.
         if !self.call_stacks.is_complete() {
-            let left_out = match self.call_stacks_left_out.records {
-                0 => String::new(),
-                n => format!(
-                    "{n} left out ({}; the tracer was behind), ",
+            let left_out = self.call_stacks_left_out.records;
+            let mut said = vec![];
+            if left_out > 0 {
+                said.push(format!(
+                    "{left_out} left out ({}; the tracer was behind)",
                     self.call_stacks_left_out.figures(self.call_stacks.records)
-                ),
-            };
-            let _ = writeln!(
-                out,
-                "{}; {left_out}the others end early, each saying why",
-                self.call_stacks
-            );
+                ));
+            }
+            if self.call_stacks.records - self.call_stacks.whole > left_out {
+                said.push("the others end early, each saying why".to_owned());
+            }
+            let _ = writeln!(out, "{}; {}", self.call_stacks, said.join(", "));
         }
         match args.by {
             ReportBy::Lock => self.lock_tables(&mut out, args),

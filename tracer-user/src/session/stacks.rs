@@ -191,14 +191,15 @@ impl FileSections {
         mapping.start.wrapping_sub(self.code_address)
     }
 
-    /// Whether the file's CFI describes the code at `address` (the file's own address). Where
-    /// it does not, framehop goes on by frame pointers, which such code need not keep: musl's
-    /// C library as Debian builds it has CFI for four functions, and no frame pointers.
+    /// Whether the CFI framehop unwinds by describes the code at `address` (the file's own
+    /// address): `.eh_frame`, else `.debug_frame`, as framehop takes them. Where it does not,
+    /// framehop goes on by frame pointers, which such code need not keep: musl's C library as
+    /// Debian builds it has CFI for four functions, and on x86-64 no frame pointers.
     fn describes(&self, address: u64) -> bool {
         let bases = BaseAddresses::default()
             .set_text(self.text.as_ref().map_or(0, |text| text.start))
             .set_got(self.got.as_ref().map_or(0, |got| got.start));
-        let in_eh_frame = self.eh_frame.as_ref().is_some_and(|(range, data)| {
+        if let Some((range, data)) = &self.eh_frame {
             let eh_frame = EhFrame::new(data, LittleEndian);
             let bases = bases.clone().set_eh_frame(range.start);
             // The header's sorted table finds the entry without reading every one before it.
@@ -212,18 +213,17 @@ impl FileSections {
                         .is_ok(),
                 )
             });
-            header.unwrap_or_else(|| {
+            return header.unwrap_or_else(|| {
                 eh_frame
                     .fde_for_address(&bases, address, EhFrame::cie_from_offset)
                     .is_ok()
-            })
-        });
-        in_eh_frame
-            || self.debug_frame.as_ref().is_some_and(|data| {
-                DebugFrame::new(data, LittleEndian)
-                    .fde_for_address(&bases, address, DebugFrame::cie_from_offset)
-                    .is_ok()
-            })
+            });
+        }
+        self.debug_frame.as_ref().is_some_and(|data| {
+            DebugFrame::new(data, LittleEndian)
+                .fde_for_address(&bases, address, DebugFrame::cie_from_offset)
+                .is_ok()
+        })
     }
 
     /// Where the file's entry point is, mapped at `mapping`, if it is in that mapping.
@@ -515,10 +515,10 @@ const UNOPENED_FILE: &str = "a file the tracer could not open";
 /// How a stack that reached a file with neither `.eh_frame` nor `.debug_frame` ends.
 const NO_UNWIND_INFORMATION: &str = "a file with no unwind information (.eh_frame, .debug_frame)";
 
-/// How a stack ends that reached code its file's CFI does not describe, where no frame
-/// pointer led on (musl's C library, as Debian builds it).
+/// How a stack ends that reached code its file's CFI does not describe, where the frame
+/// pointer did not lead on (musl's C library on x86-64, as Debian builds it, keeps none).
 const CODE_WITHOUT_CFI: &str =
-    "no unwind information (CFI) for this code, and no frame pointer to its caller";
+    "no unwind information (CFI) for this code, and its frame pointer did not lead to its caller";
 /// How the stack of a record that came without its copy ends, at once.
 const LEFT_OUT: &str =
     "left out: its CPU's ring was too full for the copy (the tracer behind; see --buffer-kib)";
