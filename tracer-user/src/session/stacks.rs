@@ -178,17 +178,14 @@ impl FileSections {
             debug_frame: self.debug_frame.clone(),
             ..ExplicitModuleSectionInfo::default()
         };
-        Module::new(
-            mapping.path.clone(),
-            mapping.start..mapping.end,
-            self.bias(mapping),
-            info,
-        )
+        let code = mapping.start..mapping.end;
+        let bias = self.bias(&code);
+        Module::new(mapping.path.clone(), code, bias, info)
     }
 
-    /// What is added to the file's addresses where it is mapped at `mapping`.
-    fn bias(&self, mapping: &MappedFile) -> u64 {
-        mapping.start.wrapping_sub(self.code_address)
+    /// What is added to the file's addresses where its code is mapped at `code`.
+    fn bias(&self, code: &Range<u64>) -> u64 {
+        code.start.wrapping_sub(self.code_address)
     }
 
     /// Whether the CFI framehop unwinds by describes the code at `address` (the file's own
@@ -226,10 +223,11 @@ impl FileSections {
         })
     }
 
-    /// Where the file's entry point is, mapped at `mapping`, if it is in that mapping.
-    fn entry_at(&self, mapping: &MappedFile) -> Option<u64> {
-        let entry = self.bias(mapping).wrapping_add(self.entry);
-        (self.entry != 0 && (mapping.start..mapping.end).contains(&entry)).then_some(entry)
+    /// Where the file's entry point is, its code mapped at `code`, if it is in that mapping (a
+    /// program's `_start`, where its main thread begins).
+    fn entry_at(&self, code: &Range<u64>) -> Option<u64> {
+        let entry = self.bias(code).wrapping_add(self.entry);
+        (self.entry != 0 && code.contains(&entry)).then_some(entry)
     }
 }
 
@@ -256,10 +254,10 @@ impl ProcessModules {
     /// first frame, below which there is no caller. musl's `_start` has no unwind information,
     /// so the unwind fails there rather than ending.
     fn is_thread_start(&self, frame: u64) -> bool {
-        self.mapped.iter().any(|(_, code)| match *code {
-            MappedCode::Unwinds {
-                entry: Some(entry), ..
-            } => (entry + 1..=entry + ENTRY_CALL_REACH).contains(&frame),
+        self.mapped.iter().any(|(code, mapped)| match mapped {
+            MappedCode::Unwinds { file, .. } => file
+                .entry_at(code)
+                .is_some_and(|entry| (entry + 1..=entry + ENTRY_CALL_REACH).contains(&frame)),
             _ => false,
         })
     }
@@ -270,9 +268,9 @@ impl ProcessModules {
         // A return address may be just past its function's end: its call is the byte before.
         let call = if first { frame } else { frame - 1 };
         self.mapped.iter().find_map(|(code, mapped)| match mapped {
-            MappedCode::Unwinds {
-                file, bias, path, ..
-            } if code.contains(&frame) && !file.describes(call.wrapping_sub(*bias)) => {
+            MappedCode::Unwinds { file, path }
+                if code.contains(&frame) && !file.describes(call.wrapping_sub(file.bias(code))) =>
+            {
                 Some(path.as_str())
             }
             _ => None,
@@ -282,13 +280,9 @@ impl ProcessModules {
 
 /// What the unwinder has of a file a process maps.
 enum MappedCode {
-    /// Its unwind information, and where its entry point is mapped, if in this mapping (a
-    /// program's `_start`, where its main thread begins).
+    /// Its unwind information (with its entry point, and where its code starts), and its path.
     Unwinds {
-        entry: Option<u64>,
         file: Arc<FileSections>,
-        /// What is added to the file's addresses where it is mapped.
-        bias: u64,
         path: String,
     },
     /// Nothing: the file has neither `.eh_frame` nor `.debug_frame`.
@@ -484,9 +478,7 @@ impl Unwinder {
                 Some(sections) => {
                     unwinder.add_module(sections.module(&mapping));
                     MappedCode::Unwinds {
-                        entry: sections.entry_at(&mapping),
                         file: sections.clone(),
-                        bias: sections.bias(&mapping),
                         path: mapping.path.clone(),
                     }
                 }
@@ -621,26 +613,29 @@ mod tests {
         fn _start();
     }
 
+    /// Where this test program's code holding `address` is mapped, its path, and its sections.
+    fn own_code_at(address: u64) -> (Range<u64>, String, FileSections) {
+        let mappings = targets::executable_mappings(std::process::id()).unwrap();
+        let mapping = mappings
+            .into_iter()
+            .find(|m| (m.start..m.end).contains(&address))
+            .expect("the program's code is mapped");
+        let file = targets::open_mapped(&mapping).unwrap();
+        let sections = FileSections::read(file, mapping.file_offset).expect("unwind information");
+        (mapping.start..mapping.end, mapping.path, sections)
+    }
+
     /// The entry point of the program a process maps is found where it is mapped, and a
     /// return address a few bytes past it is the main thread's first frame; the entry itself,
     /// or an address past `_start`'s first call, is not.
     #[test]
     fn a_return_address_just_past_the_programs_entry_point_is_its_main_threads_start() {
         let entry = _start as *const () as u64;
-        let mappings = targets::executable_mappings(std::process::id()).unwrap();
-        let mapping = mappings
-            .iter()
-            .find(|m| (m.start..m.end).contains(&entry))
-            .expect("the program's code is mapped");
-        let file = targets::open_mapped(mapping).unwrap();
-        let sections = FileSections::read(file, mapping.file_offset).expect("unwind information");
-        assert_eq!(sections.entry_at(mapping), Some(entry));
-        let code = mapping.start..mapping.end;
+        let (code, path, sections) = own_code_at(entry);
+        assert_eq!(sections.entry_at(&code), Some(entry));
         let mapped = MappedCode::Unwinds {
-            entry: Some(entry),
-            bias: sections.bias(mapping),
             file: Arc::new(sections),
-            path: mapping.path.clone(),
+            path,
         };
         let modules = ProcessModules {
             unwinder: native::ArchUnwinder::new(),
@@ -663,14 +658,8 @@ mod tests {
     #[test]
     fn a_files_cfi_describes_its_functions_code_only() {
         let function = Unwinder::unwind as *const () as u64;
-        let mappings = targets::executable_mappings(std::process::id()).unwrap();
-        let mapping = mappings
-            .iter()
-            .find(|m| (m.start..m.end).contains(&function))
-            .expect("the program's code is mapped");
-        let file = targets::open_mapped(mapping).unwrap();
-        let sections = FileSections::read(file, mapping.file_offset).expect("unwind information");
-        let bias = sections.bias(mapping);
+        let (code, _, sections) = own_code_at(function);
+        let bias = sections.bias(&code);
         assert!(sections.describes(function - bias));
         assert!(sections.describes(function + 1 - bias));
         let text_end = sections.text.as_ref().expect(".text").end;
